@@ -1,0 +1,377 @@
+"""Prompt sets: one structured prompt per label plus a shared task, rendered strictly to chat messages.
+
+Structure (rather than one free-text prompt per label) lets radiologists edit the parts they own
+(definition, look-for phrases, exclusions, hedge and temporal policy, examples), lets the
+offline labeller read the same policy, and makes diffs between versions readable field by field.
+Rendering is strict and deterministic so that every call has a stable content hash: an
+unchanged prompt costs nothing on a re-run (the call cache is keyed by that hash).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import string
+from dataclasses import dataclass, field, replace
+
+TASK_FILE = "_task.yaml"
+POLICY_VALUES = ("positive", "negative")
+TEMPORAL_KEYS = ("resolved", "stable", "improving", "prior")
+MODES = ("per_label", "joint")
+LABEL_REQUIRED = ("label", "task", "definition", "look_for", "do_not_label_when", "hedged", "temporal", "examples")
+LABEL_OPTIONAL = ("notes",)
+EXAMPLE_REQUIRED = ("text", "value", "why")
+EXAMPLE_OPTIONAL = ("source_report_id", "note")
+TASK_REQUIRED = ("mode", "system", "per_label_template", "joint_template", "output_format", "joint_output_format")
+TASK_OPTIONAL = ("cues", "description")
+PER_LABEL_FIELDS = {"label_name", "task", "guidance", "examples", "report", "output_format"}
+JOINT_FIELDS = {"labels_guidance", "label_ids", "report", "output_format"}
+CUE_KEYS = ("negation", "hedge", "resolved", "stable", "improving", "prior", "scope_break")
+
+# Default cue lists for the offline labeller and for the policy sentences; a task file may override.
+DEFAULT_CUES: dict[str, tuple[str, ...]] = {
+    "negation": ("no", "not", "without", "negative for", "free of", "absence of", "no evidence of",
+                 "no sign of", "no signs of", "rule out", "ruled out", "clear of", "removed", "resolution of"),
+    "hedge": ("cannot exclude", "cannot be excluded", "can not be excluded", "not excluded", "possible",
+              "possibly", "may represent", "may be", "questionable", "suspicious for", "suggestive of",
+              "concerning for", "likely", "probable", "versus", "vs", "differential", "could represent",
+              "question of", "borderline"),
+    "resolved": ("resolved", "no longer", "interval resolution", "has cleared", "have cleared", "removed",
+                 "interval removal"),
+    "stable": ("stable", "unchanged", "persistent", "again seen", "again noted", "redemonstrated", "similar"),
+    "improving": ("improving", "improved", "decreased", "decreasing", "smaller", "less prominent", "diminished"),
+    # deliberately narrow: "chronic ILD" or "old rib fracture" still describe a present finding
+    "prior": ("history of", "previously treated", "on the prior study only"),
+    "scope_break": ("but", "however", "although", "though", "except", "which", "with interval", "otherwise"),
+}
+
+
+class PromptError(ValueError):
+    """A prompt file is malformed or a template is wrong; the message names file and key."""
+
+
+@dataclass(frozen=True)
+class Example:
+    """A few-shot example: a report excerpt, its correct answer and why."""
+
+    text: str
+    value: int
+    why: str
+    source_report_id: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class LabelPrompt:
+    """Everything the labeller is told about one label."""
+
+    label: str
+    task: str
+    definition: str
+    look_for: tuple[str, ...]
+    do_not_label_when: tuple[str, ...]
+    hedged: str
+    temporal: tuple[tuple[str, str], ...]
+    examples: tuple[Example, ...]
+    notes: str = ""
+
+    def temporal_policy(self) -> dict[str, str]:
+        """Temporal policy as a dict (resolved/stable/improving/prior -> positive/negative)."""
+        return dict(self.temporal)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """The shared part of a prompt set: system message, templates, output format and mode."""
+
+    mode: str
+    system: str
+    per_label_template: str
+    joint_template: str
+    output_format: str
+    joint_output_format: str
+    cues: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    description: str = ""
+
+    def cue_lists(self) -> dict[str, tuple[str, ...]]:
+        """Cue lists with defaults filled in."""
+        out = dict(DEFAULT_CUES)
+        out.update(dict(self.cues))
+        return out
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """A task plus one LabelPrompt per asked label."""
+
+    task: TaskSpec
+    labels: dict = field(default_factory=dict)
+
+    def label(self, label_id: str) -> LabelPrompt:
+        """The prompt of one label; KeyError names it."""
+        if label_id not in self.labels:
+            raise KeyError(f"prompt set has no prompt for label {label_id!r}")
+        return self.labels[label_id]
+
+    def example_report_ids(self) -> set[str]:
+        """Report ids used as few-shot examples anywhere in the set (left out of evaluation)."""
+        return {ex.source_report_id for lp in self.labels.values() for ex in lp.examples if ex.source_report_id}
+
+    def with_label(self, lp: LabelPrompt) -> "PromptSet":
+        """A copy with one label's prompt replaced."""
+        labels = dict(self.labels)
+        labels[lp.label] = lp
+        return replace(self, labels=labels)
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def _require_keys(data: object, required, optional, where: str) -> dict:
+    """Check a mapping has exactly the allowed keys; errors name the key."""
+    if not isinstance(data, dict):
+        raise PromptError(f"{where}: must be a mapping")
+    unknown = sorted(set(data) - set(required) - set(optional))
+    if unknown:
+        raise PromptError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(list(required) + list(optional))})")
+    for key in required:
+        if key not in data or data[key] is None:
+            raise PromptError(f"{where}: missing key {key!r}")
+    return data
+
+
+def _str_list(value: object, where: str) -> tuple[str, ...]:
+    """A list of non-empty strings."""
+    if not isinstance(value, list) or not all(isinstance(x, str) and x.strip() for x in value):
+        raise PromptError(f"{where}: must be a list of non-empty strings")
+    return tuple(x.strip() for x in value)
+
+
+def _policy(value: object, where: str) -> str:
+    """'positive' or 'negative'."""
+    if value not in POLICY_VALUES:
+        raise PromptError(f"{where}: must be 'positive' or 'negative', got {value!r}")
+    return str(value)
+
+
+def parse_example(data: object, where: str) -> Example:
+    """Validate one few-shot example."""
+    d = _require_keys(data, EXAMPLE_REQUIRED, EXAMPLE_OPTIONAL, where)
+    value = d["value"]
+    if isinstance(value, bool) or value not in (0, 1):
+        raise PromptError(f"{where}.value: must be 0 or 1, got {value!r}")
+    if not str(d["text"]).strip():
+        raise PromptError(f"{where}.text: must not be empty")
+    src = d.get("source_report_id")
+    return Example(text=str(d["text"]).strip(), value=int(value), why=str(d["why"]).strip(),
+                   source_report_id=str(src) if src not in (None, "") else None,
+                   note=str(d["note"]).strip() if d.get("note") else None)
+
+
+def parse_label_prompt(data: object, source: str) -> LabelPrompt:
+    """Validate one label file (parsed YAML); errors name the file and key."""
+    d = _require_keys(data, LABEL_REQUIRED, LABEL_OPTIONAL, source)
+    temporal = _require_keys(d["temporal"], TEMPORAL_KEYS, (), f"{source}: temporal")
+    if not isinstance(d["examples"], list):
+        raise PromptError(f"{source}: examples must be a list")
+    for key in ("label", "task", "definition"):
+        if not isinstance(d[key], str) or not d[key].strip():
+            raise PromptError(f"{source}: {key!r} must be a non-empty string")
+    return LabelPrompt(
+        label=d["label"].strip(), task=d["task"].strip(), definition=d["definition"].strip(),
+        look_for=_str_list(d["look_for"], f"{source}: look_for"),
+        do_not_label_when=_str_list(d["do_not_label_when"], f"{source}: do_not_label_when"),
+        hedged=_policy(d["hedged"], f"{source}: hedged"),
+        temporal=tuple((k, _policy(temporal[k], f"{source}: temporal.{k}")) for k in TEMPORAL_KEYS),
+        examples=tuple(parse_example(ex, f"{source}: examples[{i}]") for i, ex in enumerate(d["examples"])),
+        notes=str(d.get("notes") or "").strip(),
+    )
+
+
+def parse_task(data: object, source: str = TASK_FILE) -> TaskSpec:
+    """Validate the task file; templates are checked for unknown placeholders."""
+    d = _require_keys(data, TASK_REQUIRED, TASK_OPTIONAL, source)
+    if d["mode"] not in MODES:
+        raise PromptError(f"{source}: mode must be one of {MODES}, got {d['mode']!r}")
+    check_template(d["per_label_template"], PER_LABEL_FIELDS, f"{source}: per_label_template")
+    check_template(d["joint_template"], JOINT_FIELDS, f"{source}: joint_template")
+    cues = d.get("cues") or {}
+    if not isinstance(cues, dict):
+        raise PromptError(f"{source}: cues must be a mapping")
+    for key in cues:
+        if key not in CUE_KEYS:
+            raise PromptError(f"{source}: cues: unknown key {key!r} (allowed: {', '.join(CUE_KEYS)})")
+    return TaskSpec(
+        mode=d["mode"], system=str(d["system"]).strip(), per_label_template=str(d["per_label_template"]),
+        joint_template=str(d["joint_template"]), output_format=str(d["output_format"]).strip(),
+        joint_output_format=str(d["joint_output_format"]).strip(),
+        cues=tuple((k, _str_list(v, f"{source}: cues.{k}")) for k, v in sorted(cues.items())),
+        description=str(d.get("description") or "").strip(),
+    )
+
+
+def check_template(template: object, allowed: set[str], where: str) -> None:
+    """Refuse a template with an unknown placeholder or bad brace syntax."""
+    if not isinstance(template, str) or not template.strip():
+        raise PromptError(f"{where}: must be a non-empty string")
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as exc:
+        raise PromptError(f"{where}: bad template syntax ({exc}); write literal braces as {{{{ and }}}}") from exc
+    unknown = sorted(f for f in fields if f not in allowed)
+    if unknown:
+        hint = "; write literal braces (e.g. JSON) as {{ and }}" if not unknown[0].isidentifier() else ""
+        raise PromptError(f"{where}: unknown placeholder {{{unknown[0]}}} (allowed: {', '.join(sorted(allowed))}){hint}")
+    if "report" not in fields:
+        raise PromptError(f"{where}: the template must contain {{report}}")
+
+
+def parse_prompt_set(files: dict[str, object], label_ids: list[str], derived_ids: list[str] = ()) -> PromptSet:
+    """Build a PromptSet from {filename: parsed YAML}; every asked label needs exactly one file."""
+    if TASK_FILE not in files:
+        raise PromptError(f"prompt set: missing {TASK_FILE}")
+    task = parse_task(files[TASK_FILE], TASK_FILE)
+    labels: dict[str, LabelPrompt] = {}
+    for name, data in sorted(files.items()):
+        if name == TASK_FILE:
+            continue
+        lp = parse_label_prompt(data, name)
+        if lp.label in derived_ids:
+            raise PromptError(f"{name}: label {lp.label!r} is derived from the other labels and is not asked; remove this file")
+        if lp.label not in label_ids:
+            raise PromptError(f"{name}: label {lp.label!r} is not in the vocabulary")
+        if name != f"{lp.label}.yaml":
+            raise PromptError(f"{name}: file for label {lp.label!r} must be named {lp.label}.yaml")
+        labels[lp.label] = lp
+    missing = [i for i in label_ids if i not in labels]
+    if missing:
+        raise PromptError(f"prompt set: no prompt file for label(s) {', '.join(missing)}")
+    return PromptSet(task=task, labels={i: labels[i] for i in label_ids})
+
+
+# ---------------------------------------------------------------- dumping
+
+
+def dump_label_prompt(lp: LabelPrompt) -> dict:
+    """A LabelPrompt as plain data in the file's key order (for YAML)."""
+    out: dict = {
+        "label": lp.label, "task": lp.task, "definition": lp.definition,
+        "look_for": list(lp.look_for), "do_not_label_when": list(lp.do_not_label_when),
+        "hedged": lp.hedged, "temporal": dict(lp.temporal),
+        "examples": [dump_example(ex) for ex in lp.examples],
+    }
+    if lp.notes:
+        out["notes"] = lp.notes
+    return out
+
+
+def dump_example(ex: Example) -> dict:
+    """An Example as plain data."""
+    out: dict = {"text": ex.text, "value": ex.value, "why": ex.why}
+    if ex.source_report_id:
+        out["source_report_id"] = ex.source_report_id
+    if ex.note:
+        out["note"] = ex.note
+    return out
+
+
+def dump_task(task: TaskSpec) -> dict:
+    """A TaskSpec as plain data."""
+    out: dict = {"mode": task.mode, "system": task.system, "per_label_template": task.per_label_template,
+                 "joint_template": task.joint_template, "output_format": task.output_format,
+                 "joint_output_format": task.joint_output_format}
+    if task.cues:
+        out["cues"] = {k: list(v) for k, v in task.cues}
+    if task.description:
+        out["description"] = task.description
+    return out
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def label_guidance(lp: LabelPrompt, label_name: str) -> str:
+    """The per-label guidance block: definition, look-for, exclusions, hedge and temporal policy."""
+    lines = [f"Definition of {label_name}: {lp.definition}"]
+    if lp.look_for:
+        lines.append("Look specifically for phrases such as: " + "; ".join(f'"{p}"' for p in lp.look_for) + ".")
+    for rule in lp.do_not_label_when:
+        lines.append(f"Do NOT label as {label_name} when {rule}")
+    hedge = "positive (1)" if lp.hedged == "positive" else "negative (0)"
+    lines.append(f'Hedged wording ("cannot exclude", "possible", "may represent"): count as {hedge}.')
+    temporal = ", ".join(f"{k} -> {'1' if v == 'positive' else '0'}" for k, v in lp.temporal)
+    lines.append(f"Temporal wording: {temporal}.")
+    return "\n".join(lines)
+
+
+def render_examples(lp: LabelPrompt) -> str:
+    """Few-shot examples as text, each with its answer in the output format."""
+    if not lp.examples:
+        return "(no examples)"
+    parts = []
+    for i, ex in enumerate(lp.examples, 1):
+        answer = json.dumps({"value": ex.value, "evidence": ex.text if ex.value else ""}, ensure_ascii=False)
+        parts.append(f"Example {i}:\nReport: {ex.text}\nAnswer: {answer}\nWhy: {ex.why}")
+    return "\n\n".join(parts)
+
+
+def _fill(template: str, values: dict, where: str) -> str:
+    """Strict str.format: a missing variable is an error, never an empty string."""
+    try:
+        return template.format_map(values)
+    except KeyError as exc:
+        raise PromptError(f"{where}: no value for placeholder {{{exc.args[0]}}}") from exc
+
+
+def render_label_call(ps: PromptSet, label_id: str, label_name: str, report: str) -> list[dict]:
+    """Chat messages asking about one label (per-label mode)."""
+    lp = ps.label(label_id)
+    user = _fill(ps.task.per_label_template, {
+        "label_name": label_name, "task": lp.task, "guidance": label_guidance(lp, label_name),
+        "examples": render_examples(lp), "report": report, "output_format": ps.task.output_format,
+    }, f"{TASK_FILE}: per_label_template")
+    return [{"role": "system", "content": ps.task.system}, {"role": "user", "content": user}]
+
+
+def render_joint_call(ps: PromptSet, names: dict[str, str], report: str) -> list[dict]:
+    """Chat messages asking about every label at once (joint mode)."""
+    blocks = []
+    for label_id, name in names.items():
+        lp = ps.label(label_id)
+        blocks.append(f"## {label_id} ({name})\n{lp.task}\n{label_guidance(lp, name)}\n{render_examples(lp)}")
+    user = _fill(ps.task.joint_template, {
+        "labels_guidance": "\n\n".join(blocks), "label_ids": ", ".join(names),
+        "report": report, "output_format": ps.task.joint_output_format,
+    }, f"{TASK_FILE}: joint_template")
+    return [{"role": "system", "content": ps.task.system}, {"role": "user", "content": user}]
+
+
+def content_hash(obj: object) -> str:
+    """sha256 of the canonical JSON of obj (sorted keys, no whitespace, UTF-8)."""
+    data = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()
+
+
+def call_key(messages: list[dict], params: dict) -> str:
+    """Cache key of one call: hash of rendered messages and the parameters that change the answer."""
+    return content_hash({"messages": messages, "params": params})
+
+
+def prompt_set_from_dictionary(guidance: dict, label_ids: list[str], task: TaskSpec) -> PromptSet:
+    """Import a plain {label: free-text guidance} dictionary as a structured prompt set."""
+    labels = {}
+    for key, text in guidance.items():
+        if key not in label_ids:
+            raise PromptError(f"prompt dictionary: label {key!r} is not in the vocabulary")
+        if not isinstance(text, str) or not text.strip():
+            raise PromptError(f"prompt dictionary: guidance for {key!r} must be non-empty text")
+        labels[key] = LabelPrompt(
+            label=key, task=f"Does the report describe {key.replace('_', ' ')}?", definition=text.strip(),
+            look_for=(), do_not_label_when=(), hedged="negative",
+            temporal=(("resolved", "negative"), ("stable", "positive"), ("improving", "positive"), ("prior", "negative")),
+            examples=(),
+        )
+    missing = [i for i in label_ids if i not in labels]
+    if missing:
+        raise PromptError(f"prompt dictionary: no guidance for label(s) {', '.join(missing)}")
+    return PromptSet(task=task, labels={i: labels[i] for i in label_ids})

@@ -1,0 +1,144 @@
+"""The reference standard: readers' votes under the study's rule, with adjudication on top.
+
+A (report, label) is decided when enough readers agree (Ran Score: at least 4 of 6 either way);
+anything else (a 3-3 tie, too few readers) waits for a senior reader. An adjudication always
+overrides the vote; an item flagged as "the reference is wrong" waits again until an
+adjudication newer than the flag exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+RULES = ("at_least", "majority")
+
+# item status values
+DECIDED = "decided"
+ADJUDICATED = "adjudicated"
+WAITING = "waiting"
+
+
+@dataclass(frozen=True)
+class ReferenceRule:
+    """`at_least K of N` (both sides need K votes, N readers needed) or `majority` (of >= N readers)."""
+
+    kind: str = "at_least"
+    k: int = 4
+    n: int = 6
+
+    def __post_init__(self) -> None:
+        if self.kind not in RULES:
+            raise ValueError(f"reference rule must be one of {RULES}, got {self.kind!r}")
+        if self.n < 1 or (self.kind == "at_least" and not 1 <= self.k <= self.n):
+            raise ValueError(f"reference rule needs 1 <= K <= N, got K={self.k} N={self.n}")
+
+    def describe(self) -> str:
+        """Human wording of the rule."""
+        if self.kind == "majority":
+            return f"majority of at least {self.n} reader(s); ties wait for adjudication"
+        return f"at least {self.k} of {self.n} readers agree; otherwise adjudication"
+
+    @classmethod
+    def from_config(cls, data: dict) -> "ReferenceRule":
+        """Build from the study config's `reference` mapping."""
+        kind = data.get("rule", "at_least")
+        n = int(data.get("n", 1 if kind == "majority" else 6))
+        k = int(data.get("k", n // 2 + 1))
+        return cls(kind=kind, k=k, n=n)
+
+
+def vote(positives: np.ndarray, n: np.ndarray, rule: ReferenceRule) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorised vote: (value with NaN where undecided, reason code array)."""
+    positives = np.asarray(positives)
+    n = np.asarray(n)
+    negatives = n - positives
+    value = np.full(positives.shape, np.nan)
+    if rule.kind == "at_least":
+        value[positives >= rule.k] = 1.0
+        value[(negatives >= rule.k) & (positives < rule.k)] = 0.0
+    else:
+        value[positives * 2 > n] = 1.0
+        value[negatives * 2 > n] = 0.0
+    too_few = n < rule.n
+    value[too_few] = np.nan
+    reason = np.where(too_few, "too few readers", np.where(np.isnan(value), "no decisive vote", ""))
+    return value, reason
+
+
+def compute_reference(
+    readings: pd.DataFrame,
+    rule: ReferenceRule,
+    adjudications: pd.DataFrame | None = None,
+    flags: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """Per (report_id, label): positives, n_readers, vote, value, status, reason.
+
+    readings: report_id, label, reader, value. adjudications: report_id, label, value, id (latest
+    id wins). flags: report_id, label, id (a flag waits until an adjudication with a larger
+    created_at/id exists; both are compared by `seq`, a common ordering column when present).
+    """
+    grouped = readings.groupby(["report_id", "label"], sort=True, observed=True)["value"].agg(["sum", "count"])
+    out = grouped.rename(columns={"sum": "positives", "count": "n_readers"}).reset_index()
+    out["positives"] = out["positives"].astype(int)
+    vote_value, reason = vote(out["positives"].to_numpy(), out["n_readers"].to_numpy(), rule)
+    out["vote"] = vote_value
+    out["value"] = vote_value
+    out["reason"] = reason
+    out["status"] = np.where(np.isnan(vote_value), WAITING, DECIDED)
+    out = _apply_flags_and_adjudications(out, adjudications, flags)
+    return out
+
+
+def _latest(frame: pd.DataFrame | None, cols: list[str]) -> pd.DataFrame | None:
+    """The latest row (by seq) per (report_id, label)."""
+    if frame is None or frame.empty:
+        return None
+    frame = frame.sort_values("seq")
+    return frame.drop_duplicates(["report_id", "label"], keep="last")[["report_id", "label", *cols]]
+
+
+def _apply_flags_and_adjudications(out: pd.DataFrame, adj: pd.DataFrame | None, flags: pd.DataFrame | None) -> pd.DataFrame:
+    """Flags reopen an item; an adjudication newer than any flag overrides the vote."""
+    latest_adj = _latest(adj, ["value", "seq"])
+    latest_flag = _latest(flags, ["seq"])
+    if latest_flag is not None:
+        out = out.merge(latest_flag.rename(columns={"seq": "flag_seq"}), on=["report_id", "label"], how="left")
+    else:
+        out["flag_seq"] = np.nan
+    if latest_adj is not None:
+        renamed = latest_adj.rename(columns={"value": "adj_value", "seq": "adj_seq"})
+        out = out.merge(renamed, on=["report_id", "label"], how="left")
+    else:
+        out["adj_value"] = np.nan
+        out["adj_seq"] = np.nan
+    flagged = out["flag_seq"].notna() & ~(out["adj_seq"] > out["flag_seq"])
+    adjudicated = out["adj_value"].notna() & ~flagged
+    out.loc[flagged, "value"] = np.nan
+    out.loc[flagged, "status"] = WAITING
+    out.loc[flagged, "reason"] = "flagged: reference may be wrong"
+    out.loc[adjudicated, "value"] = out.loc[adjudicated, "adj_value"]
+    out.loc[adjudicated, "status"] = ADJUDICATED
+    out.loc[adjudicated, "reason"] = "adjudicated"
+    out["flagged"] = flagged
+    return out.drop(columns=["flag_seq", "adj_seq", "adj_value"])
+
+
+def reference_matrix(reference: pd.DataFrame, report_ids: list[str], label_ids: list[str]) -> pd.DataFrame:
+    """Reports x labels table of reference values (NaN = no reference yet)."""
+    wide = reference.pivot(index="report_id", columns="label", values="value")
+    return wide.reindex(index=report_ids, columns=label_ids).astype(float)
+
+
+def status_summary(reference: pd.DataFrame, label_ids: list[str]) -> pd.DataFrame:
+    """Per label: decided, adjudicated, waiting counts (and positives among the settled)."""
+    if reference.empty:
+        return pd.DataFrame(0, index=label_ids, columns=[DECIDED, ADJUDICATED, WAITING, "positive"])
+    counts = pd.crosstab(reference["label"], reference["status"]).reindex(index=label_ids, fill_value=0)
+    for col in (DECIDED, ADJUDICATED, WAITING):
+        if col not in counts:
+            counts[col] = 0
+    counts["positive"] = reference.assign(pos=reference["value"] == 1).groupby("label")["pos"].sum().reindex(label_ids).fillna(0).astype(int)
+    return counts[[DECIDED, ADJUDICATED, WAITING, "positive"]].fillna(0).astype(int)

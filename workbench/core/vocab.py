@@ -1,0 +1,181 @@
+"""Label vocabularies: which findings a study labels, and how derived labels follow from the rest.
+
+A vocabulary is plain data (parsed from YAML by the caller); validation names the offending key
+so that a user editing their own vocabulary file sees exactly what to fix.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
+LABEL_KEYS = {"id", "name", "category", "definition", "derived", "ignore_for_derived"}
+VOCAB_KEYS = {"id", "name", "description", "source", "labels"}
+DERIVED_RULES = {"none_of_others"}
+
+
+class VocabularyError(ValueError):
+    """A vocabulary file is malformed; the message names the file and key."""
+
+
+@dataclass(frozen=True)
+class Label:
+    """One finding label: a stable snake_case id and the display name exchanged with other tools."""
+
+    id: str
+    name: str
+    category: str
+    definition: str
+    derived: str | None = None
+    # labels that do not cancel a derived label (CheXpert: support devices leave No Finding alone)
+    ignore_for_derived: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """An ordered label set."""
+
+    id: str
+    name: str
+    labels: tuple[Label, ...]
+    description: str = ""
+    source: str = ""
+    _index: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def ids(self) -> list[str]:
+        """All label ids in file order."""
+        return [lab.id for lab in self.labels]
+
+    @property
+    def asked_ids(self) -> list[str]:
+        """Labels that readers mark and the labeller is asked about (not derived)."""
+        return [lab.id for lab in self.labels if not lab.derived]
+
+    @property
+    def derived_ids(self) -> list[str]:
+        """Labels computed from the others."""
+        return [lab.id for lab in self.labels if lab.derived]
+
+    def label(self, key: str) -> Label:
+        """Look a label up by id or display name (case-insensitive); KeyError names it."""
+        found = self.resolve(key)
+        if found is None:
+            raise KeyError(f"unknown label {key!r} in vocabulary {self.id!r}")
+        return self.labels[self.ids.index(found)]
+
+    def resolve(self, key: str) -> str | None:
+        """Map an id or display name (case-insensitive, spaces/underscores alike) to an id."""
+        norm = _norm(key)
+        for lab in self.labels:
+            if _norm(lab.id) == norm or _norm(lab.name) == norm:
+                return lab.id
+        return None
+
+    def names(self) -> dict[str, str]:
+        """id -> display name."""
+        return {lab.id: lab.name for lab in self.labels}
+
+
+def _norm(text: str) -> str:
+    """Normalise a label key for lookup."""
+    return re.sub(r"[\s_\-]+", " ", str(text).strip().lower())
+
+
+def parse_vocabulary(data: object, source: str = "<vocabulary>") -> Vocabulary:
+    """Validate parsed YAML and build a Vocabulary; errors name source and key."""
+    if not isinstance(data, dict):
+        raise VocabularyError(f"{source}: top level must be a mapping with 'id', 'name', 'labels'")
+    unknown = set(data) - VOCAB_KEYS
+    if unknown:
+        raise VocabularyError(f"{source}: unknown key(s) {sorted(unknown)}; allowed {sorted(VOCAB_KEYS)}")
+    for key in ("id", "name", "labels"):
+        if key not in data:
+            raise VocabularyError(f"{source}: missing key {key!r}")
+    if not isinstance(data["labels"], list) or not data["labels"]:
+        raise VocabularyError(f"{source}: 'labels' must be a non-empty list")
+    labels = tuple(_parse_label(item, f"{source}: labels[{i}]") for i, item in enumerate(data["labels"]))
+    _check_unique(labels, source)
+    ids = {lab.id for lab in labels}
+    for lab in labels:
+        for other in lab.ignore_for_derived:
+            if other not in ids:
+                raise VocabularyError(f"{source}: label {lab.id!r} ignore_for_derived names unknown label {other!r}")
+    return Vocabulary(
+        id=str(data["id"]), name=str(data["name"]), labels=labels,
+        description=str(data.get("description", "")), source=str(data.get("source", "")),
+    )
+
+
+def _parse_label(item: object, where: str) -> Label:
+    """Validate one label entry."""
+    if not isinstance(item, dict):
+        raise VocabularyError(f"{where}: each label must be a mapping")
+    unknown = set(item) - LABEL_KEYS
+    if unknown:
+        raise VocabularyError(f"{where}: unknown key(s) {sorted(unknown)}; allowed {sorted(LABEL_KEYS)}")
+    for key in ("id", "name", "category", "definition"):
+        if not item.get(key):
+            raise VocabularyError(f"{where}: missing or empty key {key!r}")
+    if not ID_PATTERN.match(str(item["id"])):
+        raise VocabularyError(f"{where}: id {item['id']!r} must be snake_case (a-z, 0-9, _)")
+    derived = item.get("derived")
+    if derived is not None and derived not in DERIVED_RULES:
+        raise VocabularyError(f"{where}: derived {derived!r} unknown; allowed {sorted(DERIVED_RULES)}")
+    ignore = item.get("ignore_for_derived", []) or []
+    if not isinstance(ignore, list):
+        raise VocabularyError(f"{where}: ignore_for_derived must be a list of label ids")
+    if ignore and not derived:
+        raise VocabularyError(f"{where}: ignore_for_derived only applies to a derived label")
+    return Label(
+        id=str(item["id"]), name=str(item["name"]), category=str(item["category"]),
+        definition=str(item["definition"]).strip(), derived=derived,
+        ignore_for_derived=tuple(str(x) for x in ignore),
+    )
+
+
+def _check_unique(labels: tuple[Label, ...], source: str) -> None:
+    """Ids and display names must be unique."""
+    seen: dict[str, str] = {}
+    ids = [lab.id for lab in labels]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise VocabularyError(f"{source}: label id {dupes[0]!r} is used more than once")
+    for lab in labels:
+        for key in (_norm(lab.id), _norm(lab.name)):
+            if key in seen and seen[key] != lab.id:
+                raise VocabularyError(f"{source}: label {lab.id!r} clashes with {seen[key]!r} ({key!r})")
+            seen[key] = lab.id
+
+
+def derive(vocab: Vocabulary, values: dict[str, int | None]) -> dict[str, int | None]:
+    """Fill derived labels from the asked ones; None when an input needed is unknown."""
+    out = dict(values)
+    for lab in vocab.labels:
+        if lab.derived != "none_of_others":
+            continue
+        others = [values.get(i) for i in vocab.asked_ids if i not in lab.ignore_for_derived]
+        if any(v == 1 for v in others):
+            out[lab.id] = 0
+        elif any(v is None for v in others):
+            out[lab.id] = None
+        else:
+            out[lab.id] = 1
+    return out
+
+
+def derive_frame(vocab: Vocabulary, table):
+    """Vectorised derive over a reports x labels DataFrame (NaN = unknown); returns a copy."""
+    out = table.copy()
+    for lab in vocab.labels:
+        if lab.derived != "none_of_others":
+            continue
+        cols = [i for i in vocab.asked_ids if i not in lab.ignore_for_derived and i in table.columns]
+        block = table[cols]
+        any_pos = (block == 1).any(axis=1)
+        any_unknown = block.isna().any(axis=1)
+        derived = (~any_pos).astype(float)
+        derived[~any_pos & any_unknown] = float("nan")
+        out[lab.id] = derived
+    return out

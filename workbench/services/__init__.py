@@ -1,0 +1,19 @@
+"""Use-cases of the workbench: the one API the CLI and the Streamlit app call.
+
+`Workbench` is opened on a study folder (app-factory style: each test builds one on a temporary
+study). Its methods come from one mixin per area so each file stays readable.
+"""
+
+from workbench.services.runs import RunsService, RunSummary
+from workbench.services.study import (
+    PERMISSIONS, ROLES, Actor, ConflictError, ImportSummary, PermissionDenied, StudyService, compose_text,
+    init_study, text_hash,
+)
+
+
+class Workbench(RunsService, StudyService):
+    """A study opened for use by one actor."""
+
+
+__all__ = ["Workbench", "Actor", "init_study", "ImportSummary", "PermissionDenied", "ConflictError", "RunSummary",
+           "ROLES", "PERMISSIONS", "compose_text", "text_hash"]

@@ -1,0 +1,457 @@
+"""Study use-cases: opening a study, imports, readings, the reference, adjudication, agreement.
+
+A Workbench is opened on a study folder (app-factory style: tests build one per temporary
+study). Methods combine pure core logic with storage, the prompt repo and the labeller; each
+write is one transaction, so a rejected import or a failed save leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from workbench import importers
+from workbench.core import reference as ref
+from workbench.core.prompts import PromptSet, TASK_FILE, parse_prompt_set
+from workbench.core.vocab import Vocabulary
+from workbench.store import db, prompt_repo, queries as q
+from workbench.study import (
+    PROMPTS_DIR, StudyConfig, StudyError, StudyPaths, VOCAB_FILE, database_url, find_vocabulary_file,
+    load_config, load_vocabulary_file, save_config,
+)
+
+ROLES = ("reader", "adjudicator", "prompt_engineer", "admin")
+
+
+class PermissionDenied(PermissionError):
+    """The signed-in user's role does not allow this action."""
+
+
+class ConflictError(RuntimeError):
+    """Someone else changed the same thing first; the message says what to redo."""
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who is acting: a user id and role (local single-user mode: 'local' as admin)."""
+
+    user: str = "local"
+    role: str = "admin"
+    name: str = ""
+    email: str = ""
+
+    def identity(self) -> tuple[str, str]:
+        """(name, email) for Git commits."""
+        return (self.name or self.user, self.email or f"{self.user}@workbench.local")
+
+
+# what each role may do; admin may do everything
+PERMISSIONS = {
+    "read": {"reader", "adjudicator", "prompt_engineer", "admin"},
+    "annotate": {"reader", "adjudicator", "admin"},
+    "adjudicate": {"adjudicator", "admin"},
+    "note": {"reader", "adjudicator", "prompt_engineer", "admin"},
+    "see_unblinded": {"adjudicator", "prompt_engineer", "admin"},
+    "edit_prompts": {"prompt_engineer", "admin"},
+    "run": {"prompt_engineer", "admin"},
+    "import": {"admin", "prompt_engineer"},
+    "freeze": {"admin"},
+    "manage_users": {"admin"},
+    "settings": {"admin"},
+}
+
+
+@dataclass
+class ImportSummary:
+    """What an import did, for the CLI and the app to print."""
+
+    source: str
+    added: int = 0
+    unchanged: int = 0
+    details: dict = field(default_factory=dict)
+
+    def message(self) -> str:
+        """One line for a person."""
+        if self.added == 0 and self.unchanged:
+            return f"{self.source}: nothing new; all {self.unchanged} rows were already imported"
+        extra = "".join(f", {k}: {v}" for k, v in self.details.items())
+        return f"{self.source}: added {self.added}, already present {self.unchanged}{extra}"
+
+
+def text_hash(text: str) -> str:
+    """sha256 of a report text."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def compose_text(findings: str, impression: str, text: str, sections: list[str]) -> str:
+    """The text the labeller reads, from the study's chosen sections (whole text as a fallback)."""
+    parts = []
+    for name, value in (("findings", findings), ("impression", impression), ("text", text)):
+        if name in sections and value and value.strip():
+            parts.append(f"{name.upper()}: {value.strip()}" if name != "text" else value.strip())
+    if not parts:
+        parts = [p.strip() for p in (text, findings, impression) if p and p.strip()]
+    return "\n".join(parts)
+
+
+def init_study(root: Path, vocab: str = "ranscore-21", db_url: str | None = None, rule: dict | None = None,
+               name: str | None = None, prompt_set: str | None = None):
+    """Create a study folder: config, vocabulary copy, seeded prompt repo, database."""
+    root = Path(root).resolve()
+    if (root / "workbench.yaml").exists():
+        raise StudyError(f"{root} is already a study (workbench.yaml exists)")
+    vocab_path = find_vocabulary_file(vocab)
+    vocabulary = load_vocabulary_file(vocab_path)
+    seed_dir = PROMPTS_DIR / (prompt_set or vocabulary.id)
+    if not seed_dir.is_dir():
+        raise StudyError(f"no starter prompt set {seed_dir.name!r} in {PROMPTS_DIR}; pass --prompts NAME")
+    seed_files = {p.name: p.read_text(encoding="utf-8") for p in sorted(seed_dir.glob("*.yaml"))}
+    _validate_prompt_files(seed_files, vocabulary)
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(vocab_path, root / VOCAB_FILE)
+    cfg = StudyConfig(name=name or root.name)
+    if db_url:
+        cfg.database = db_url
+    if rule:
+        cfg.reference = rule
+    save_config(root, cfg)
+    paths = StudyPaths(root)
+    prompt_repo.init_repo(paths.prompts, seed_files, f"Seed prompt set {seed_dir.name} (starter, iteration 1)")
+    from workbench.services import Workbench
+
+    wb = Workbench(root)
+    wb.migrate()
+    return wb
+
+
+def _validate_prompt_files(files: dict[str, str], vocab: Vocabulary) -> PromptSet:
+    """Parse prompt YAML texts into a PromptSet (errors name file and key)."""
+    parsed = {}
+    for name, text in files.items():
+        try:
+            parsed[name] = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise StudyError(f"{name}: not valid YAML ({exc})") from exc
+    return parse_prompt_set(parsed, vocab.asked_ids, vocab.derived_ids)
+
+
+class StudyService:
+    """A study opened for use; the CLI, the app and the tests all go through it."""
+
+    def __init__(self, root: Path, actor: Actor | None = None, engine=None):
+        self.root = Path(root).resolve()
+        self.paths = StudyPaths(self.root)
+        self.config: StudyConfig = load_config(self.root)
+        vocab_file = self.root / self.config.vocabulary
+        self.vocab: Vocabulary = load_vocabulary_file(vocab_file if vocab_file.exists() else find_vocabulary_file(self.config.vocabulary))
+        self.url = database_url(self.root, self.config)
+        self.engine = engine or db.make_engine(self.url)
+        self.actor = actor or Actor()
+
+    # ------------------------------------------------------------ plumbing
+
+    def as_actor(self, actor: Actor):
+        """The same study (sharing its engine) acting as another user."""
+        return type(self)(self.root, actor=actor, engine=self.engine)
+
+    def migrate(self) -> list[str]:
+        """Bring the database schema up to date."""
+        return db.migrate(self.engine)
+
+    def session(self):
+        """One transaction (commit on success, roll back on error)."""
+        return db.session_scope(self.engine)
+
+    def require(self, permission: str) -> None:
+        """Raise PermissionDenied unless the actor's role allows the action."""
+        allowed = PERMISSIONS[permission]
+        if self.actor.role not in allowed:
+            raise PermissionDenied(
+                f"{self.actor.user} ({self.actor.role}) may not {permission.replace('_', ' ')}; "
+                f"this needs one of: {', '.join(sorted(allowed))}"
+            )
+
+    def save_config(self) -> None:
+        """Write the study settings."""
+        self.require("settings")
+        save_config(self.root, self.config)
+
+    def rule(self) -> ref.ReferenceRule:
+        """The study's reference rule."""
+        return ref.ReferenceRule.from_config(self.config.reference)
+
+    def cohort_id(self, name: str) -> int:
+        """A cohort's id; a clear error listing the cohorts when it does not exist."""
+        with self.session() as s:
+            cohort = q.get_cohort(s, name)
+            if cohort is None:
+                names = q.list_cohorts(s)["name"].tolist()
+                raise StudyError(f"no cohort {name!r}; cohorts: {', '.join(names) or '(none yet: import reports first)'}")
+            return cohort.id
+
+    def cohorts(self) -> pd.DataFrame:
+        """Cohorts with report counts."""
+        with self.session() as s:
+            return q.list_cohorts(s)
+
+    # ------------------------------------------------------------ imports
+
+    def import_reports(self, path: Path, cohort: str, language: str = "en") -> ImportSummary:
+        """Import a reports file into a cohort; all or nothing, idempotent."""
+        self.require("import")
+        frame = importers.read_reports(path)
+        return self._store_reports(frame, cohort, language, Path(path).name)
+
+    def _store_reports(self, frame: pd.DataFrame, cohort: str, language: str, source: str) -> ImportSummary:
+        """Write validated reports; identical re-imports add nothing, changed texts are refused."""
+        frame = frame.copy()
+        if "language" not in frame or (frame["language"] == "").all():
+            frame["language"] = language
+        frame["text_hash"] = [text_hash("\x1f".join(t)) for t in zip(frame["findings"], frame["impression"], frame["text"])]
+        with self.session() as s:
+            cohort_row, _ = q.get_or_create_cohort(s, cohort, language)
+            existing = q.report_hashes(s)
+            known = frame["report_id"].map(lambda r: existing.get(r))
+            problems = []
+            for pos, (rid, hit, h) in enumerate(zip(frame["report_id"], known, frame["text_hash"])):
+                if hit is None:
+                    continue
+                if hit[1] != cohort_row.id:
+                    problems.append(importers.Problem(pos + 2, "id", f"report id {rid!r} already belongs to another cohort"))
+                elif hit[0] != h:
+                    problems.append(importers.Problem(pos + 2, "id", f"report {rid!r} is already imported with a different text; give the new text a new id"))
+            if problems:
+                raise importers.ImportProblems(source, problems)
+            new = frame[known.isna()]
+            start = q.max_report_seq(s, cohort_row.id) + 1
+            added = q.insert_reports(s, cohort_row.id, new, start)
+            if added:
+                q.add_audit(s, self.actor.user, "import", "reports", cohort, None, {"file": source, "added": added})
+        return ImportSummary(source, added=added, unchanged=len(frame) - added, details={"cohort": cohort})
+
+    def import_openi(self, reports_path: Path, labels_path: Path, cohort: str) -> ImportSummary:
+        """Import OpenI reports and its gold standard as the reader 'openi-gold'."""
+        self.require("import")
+        reports, readings = importers.read_openi(reports_path, labels_path)
+        unknown = sorted(set(readings["label"]) - set(self.vocab.ids))
+        if unknown:
+            raise StudyError(f"the OpenI gold standard uses labels {unknown[:5]} that this study's vocabulary "
+                             f"({self.vocab.id}) lacks; create the study with --vocab chestxray14")
+        if "empty" in reports:
+            reports = reports.drop(columns=["empty"])
+        summary = self._store_reports(reports, cohort, "en", Path(reports_path).name)
+        gold = self._store_readings(readings, Path(labels_path).name, kind="gold")
+        summary.details["readings added"] = gold.added
+        summary.details["readings already present"] = gold.unchanged
+        return summary
+
+    def import_readings(self, path: Path, fmt: str = "long", uncertain_as: str | None = None,
+                        blank_as: str = "skip") -> ImportSummary:
+        """Import readings (long or wide format); all or nothing, idempotent."""
+        self.require("import")
+        with self.session() as s:
+            known = set(q.report_hashes(s))
+        if fmt == "long":
+            frame = importers.read_readings_long(path, self.vocab, uncertain_as, known)
+        elif fmt == "wide":
+            frame = importers.read_readings_wide(path, self.vocab, uncertain_as, known, blank_as=blank_as)
+        else:
+            raise ValueError(f"format must be 'long' or 'wide', got {fmt!r}")
+        return self._store_readings(frame, Path(path).name)
+
+    def _store_readings(self, frame: pd.DataFrame, source: str, kind: str = "human") -> ImportSummary:
+        """Write validated readings; an existing different value is refused (use annotate to change)."""
+        with self.session() as s:
+            existing = q.readings_frame(s, report_ids_=None)
+            merged = frame.merge(existing[["report_id", "label", "reader", "value"]], how="left",
+                                 on=["report_id", "label", "reader"], suffixes=("", "_old"))
+            clash = merged["value_old"].notna() & (merged["value_old"] != merged["value"])
+            if clash.any():
+                rows = merged[clash]
+                problems = [
+                    importers.Problem(int(r.row) if "row" in rows else None, "value",
+                                      f"reader {r.reader!r} already gave {r.report_id!r}/{r.label!r} the value {int(r.value_old)}; "
+                                      "change a stored reading in the app (its history is kept), not by re-import")
+                    for r in rows.itertuples(index=False)
+                ]
+                raise importers.ImportProblems(source, problems)
+            new = merged[merged["value_old"].isna()]
+            q.ensure_readers(s, new["reader"].unique(), kind=kind)
+            added = q.insert_readings(s, new)
+            if added:
+                q.add_audit(s, self.actor.user, "import", "readings", source, None, {"added": added})
+        return ImportSummary(source, added=added, unchanged=len(frame) - added)
+
+    # ------------------------------------------------------------ reading one report
+
+    def record_reading(self, reader: str, report_id: str, values: dict[str, int],
+                       expected_versions: dict[str, int] | None = None) -> dict:
+        """Record one reader's labels for one report (the annotate form); returns what changed.
+
+        expected_versions maps label -> the reading version the form showed; if another save
+        changed it meanwhile the whole save is refused (ConflictError) and nothing is written.
+        """
+        self.require("annotate")
+        if self.actor.role == "reader" and reader != self.actor.user:
+            raise PermissionDenied(f"{self.actor.user} may only record their own readings, not {reader!r}'s")
+        unknown = [k for k in values if k not in self.vocab.asked_ids]
+        if unknown:
+            raise StudyError(f"unknown or derived label(s) {unknown}; readers mark: {', '.join(self.vocab.asked_ids)}")
+        bad = {k: v for k, v in values.items() if v not in (0, 1)}
+        if bad:
+            raise StudyError(f"values must be 0 or 1, got {bad}")
+        expected_versions = expected_versions or {}
+        changed = {"added": 0, "changed": 0, "unchanged": 0}
+        with self.session() as s:
+            if q.get_report(s, report_id) is None:
+                raise StudyError(f"no report {report_id!r}")
+            q.ensure_readers(s, [reader])
+            existing = q.readings_frame(s, report_ids_=[report_id], reader=reader).set_index("label")
+            new_rows = []
+            for label, value in values.items():
+                if label not in existing.index:
+                    if expected_versions.get(label):
+                        raise ConflictError(f"{label}: expected an existing reading; reload the report")
+                    new_rows.append({"report_id": report_id, "label": label, "reader": reader, "value": value})
+                    changed["added"] += 1
+                    continue
+                row = existing.loc[label]
+                old_value, version = int(row["value"]), int(row["version"])
+                if label in expected_versions and expected_versions[label] != version:
+                    raise ConflictError(
+                        f"{report_id}/{label} was changed by another save since you opened it; reload and save again (nothing was saved)")
+                if old_value == value:
+                    changed["unchanged"] += 1
+                    continue
+                reading = q.get_reading(s, report_id, label, reader)
+                if not q.update_reading(s, reading.id, value, version):
+                    raise ConflictError(f"{report_id}/{label} was changed by another save just now; reload and save again (nothing was saved)")
+                q.add_audit(s, self.actor.user, "change", "reading", f"{report_id}/{label}/{reader}", {"value": old_value}, {"value": value})
+                changed["changed"] += 1
+            if new_rows:
+                try:
+                    q.insert_readings(s, pd.DataFrame(new_rows))
+                    s.flush()
+                except Exception as exc:  # unique constraint: a concurrent first save of the same report
+                    if "unique" in str(exc).lower() or "duplicate" in str(exc).lower():
+                        raise ConflictError(f"{report_id}: another save of the same report by {reader} landed first; reload (nothing was saved)") from exc
+                    raise
+                q.add_audit(s, self.actor.user, "add", "reading", f"{report_id}/{reader}", None,
+                            {r["label"]: r["value"] for r in new_rows})
+        return changed
+
+    def reader_progress(self, cohort: str | None = None) -> pd.DataFrame:
+        """Per reader: reports read completely, partially, and the cohort size."""
+        with self.session() as s:
+            cid = q.get_cohort(s, cohort).id if cohort else None
+            readings = q.readings_frame(s, cohort_id=cid)
+            total = int(q.list_cohorts(s).set_index("name")["reports"].get(cohort, 0)) if cohort else len(q.report_hashes(s))
+        n_labels = len(self.vocab.asked_ids)
+        per = readings.groupby(["reader", "report_id"]).size().reset_index(name="labels")
+        out = per.groupby("reader").agg(reports_started=("report_id", "count"),
+                                        reports_complete=("labels", lambda x: int((x >= n_labels).sum())))
+        out["reports_in_scope"] = total
+        return out.reset_index()
+
+    def my_readings(self, reader: str, report_id: str) -> pd.DataFrame:
+        """A reader's own readings of one report (label, value, version)."""
+        with self.session() as s:
+            return q.readings_frame(s, report_ids_=[report_id], reader=reader)[["label", "value", "version"]]
+
+    # ------------------------------------------------------------ reference and adjudication
+
+    def reference(self, cohort: str | None = None) -> pd.DataFrame:
+        """Per (report, label) the reference with status; derived labels filled from the rest."""
+        with self.session() as s:
+            cid = q.get_cohort(s, cohort).id if cohort else None
+            readings = q.readings_frame(s, cohort_id=cid)
+            adj = q.adjudications_frame(s, cid)
+            flags = q.flags_frame(s, cid)
+        readings = readings[readings["label"].isin(self.vocab.asked_ids)]
+        return ref.compute_reference(readings, self.rule(), adj, flags)
+
+    def reference_matrix(self, cohort: str, reference: pd.DataFrame | None = None) -> pd.DataFrame:
+        """Reports x labels reference values (NaN = waiting), derived labels included."""
+        from workbench.core.vocab import derive_frame
+
+        with self.session() as s:
+            ids = q.report_ids(s, q.get_cohort(s, cohort).id)
+        reference = self.reference(cohort) if reference is None else reference
+        matrix = ref.reference_matrix(reference, ids, self.vocab.asked_ids)
+        return derive_frame(self.vocab, matrix)[self.vocab.ids]
+
+    def reference_summary(self, cohort: str | None = None) -> pd.DataFrame:
+        """Per label: decided, adjudicated, waiting, positive."""
+        return ref.status_summary(self.reference(cohort), self.vocab.asked_ids)
+
+    def adjudication_queue(self, cohort: str | None = None) -> pd.DataFrame:
+        """Items waiting for a senior reader: ties, too few readers, flagged ones."""
+        table = self.reference(cohort)
+        return table[table["status"] == ref.WAITING].reset_index(drop=True)
+
+    def adjudicate(self, report_id: str, label: str, value: int, reason: str) -> None:
+        """Set an item's reference value with a reason (history kept)."""
+        self.require("adjudicate")
+        if label not in self.vocab.asked_ids:
+            raise StudyError(f"unknown or derived label {label!r}")
+        if value not in (0, 1):
+            raise StudyError(f"value must be 0 or 1, got {value!r}")
+        if not reason.strip():
+            raise StudyError("an adjudication needs a reason")
+        with self.session() as s:
+            if q.get_report(s, report_id) is None:
+                raise StudyError(f"no report {report_id!r}")
+            adj = q.add_adjudication(s, report_id, label, value, self.actor.user, reason.strip())
+            q.add_audit(s, self.actor.user, "adjudicate", "adjudication", f"{report_id}/{label}", None,
+                        {"value": value, "reason": reason.strip(), "id": adj.id})
+
+    def adjudication_history(self, report_id: str, label: str) -> pd.DataFrame:
+        """Every adjudication of one item, oldest first."""
+        with self.session() as s:
+            adj = q.adjudications_frame(s)
+        return adj[(adj["report_id"] == report_id) & (adj["label"] == label)].reset_index(drop=True)
+
+    def item_votes(self, report_id: str) -> pd.DataFrame:
+        """Every reader's vote on one report (for adjudicators: unblinded)."""
+        self.require("see_unblinded")
+        with self.session() as s:
+            return q.readings_frame(s, report_ids_=[report_id])
+
+    # ------------------------------------------------------------ agreement
+
+    def agreement(self, cohort: str | None = None) -> dict[str, pd.DataFrame]:
+        """Fleiss kappa per label, pairwise Cohen, each reader against the reference."""
+        from workbench.core import agreement
+
+        with self.session() as s:
+            cid = q.get_cohort(s, cohort).id if cohort else None
+            readings = q.readings_frame(s, cohort_id=cid)
+        readings = readings[readings["label"].isin(self.vocab.asked_ids)][["report_id", "label", "reader", "value"]]
+        reference = self.reference(cohort)[["report_id", "label", "value"]]
+        return {
+            "fleiss": agreement.fleiss_kappa_table(readings),
+            "pairwise": agreement.pairwise_cohen(readings),
+            "reader_vs_reference": agreement.reader_vs_reference(readings, reference),
+        }
+
+    # ------------------------------------------------------------ prompts (read side)
+
+    def prompt_files(self, ref_: str | None = None) -> dict[str, str]:
+        """The prompt set's YAML texts at a version."""
+        return prompt_repo.read_files(self.paths.prompts, ref_)
+
+    def prompt_set(self, ref_: str | None = None) -> PromptSet:
+        """The parsed prompt set at a version (HEAD by default)."""
+        return _validate_prompt_files(self.prompt_files(ref_), self.vocab)
+
+    def prompt_commit(self, ref_: str | None = None) -> str:
+        """Full commit sha of a prompt version."""
+        return prompt_repo.resolve(self.paths.prompts, ref_)
+
+
+__all__ = ["Actor", "init_study", "ImportSummary", "PermissionDenied", "ConflictError", "TASK_FILE"]

@@ -1,0 +1,108 @@
+"""Database engines and schema migrations for a study (SQLite by default, PostgreSQL by URL).
+
+Migrations are an ordered list of steps from the first day, so a study created today still opens
+after tomorrow's schema change: a new database gets the current tables and the latest version
+number; an older one runs every step after its recorded version, in one transaction each.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+from sqlalchemy import event, inspect, text
+from sqlalchemy.engine import Connection, Engine
+from sqlmodel import Session, SQLModel, create_engine
+
+from workbench.store import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
+
+
+def _add_column(table: str, column: str, ddl: str) -> Callable[[Connection], None]:
+    """A migration step adding a column when it is missing."""
+
+    def step(conn: Connection) -> None:
+        cols = {c["name"] for c in inspect(conn).get_columns(table)}
+        if column not in cols:
+            conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {ddl}"))
+
+    return step
+
+
+# (version, description, step); append only. Version 1 is the schema as first created.
+MIGRATIONS: list[tuple[int, str, Callable[[Connection], None] | None]] = [
+    (1, "initial schema", None),
+]
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+def make_engine(url: str) -> Engine:
+    """An engine with the settings this workbench relies on (WAL, foreign keys, busy timeout)."""
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    """Per-connection SQLite settings: foreign keys are off unless asked for on every connection."""
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def schema_version(engine: Engine) -> int | None:
+    """The recorded schema version, None for an empty database."""
+    if not inspect(engine).has_table("meta"):
+        return None
+    with engine.connect() as conn:
+        row = conn.execute(text("SELECT value FROM meta WHERE key = 'schema_version'")).first()
+    return int(row[0]) if row else None
+
+
+def migrate(engine: Engine) -> list[str]:
+    """Bring the database to SCHEMA_VERSION; returns the steps applied."""
+    current = schema_version(engine)
+    if current is None:
+        SQLModel.metadata.create_all(engine)
+        _set_version(engine, SCHEMA_VERSION)
+        return [f"created schema version {SCHEMA_VERSION}"]
+    if current > SCHEMA_VERSION:
+        raise RuntimeError(
+            f"database schema version {current} is newer than this workbench ({SCHEMA_VERSION}): upgrade the workbench"
+        )
+    applied = []
+    for version, description, step in MIGRATIONS:
+        if version <= current:
+            continue
+        with engine.begin() as conn:
+            if step is not None:
+                step(conn)
+            conn.execute(text("UPDATE meta SET value = :v WHERE key = 'schema_version'"), {"v": str(version)})
+        applied.append(f"{version}: {description}")
+    SQLModel.metadata.create_all(engine)  # new tables added by a step-less version
+    return applied
+
+
+def _set_version(engine: Engine, version: int) -> None:
+    """Record the schema version."""
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM meta WHERE key = 'schema_version'"))
+        conn.execute(text("INSERT INTO meta (key, value) VALUES ('schema_version', :v)"), {"v": str(version)})
+
+
+@contextmanager
+def session_scope(engine: Engine) -> Iterator[Session]:
+    """One transaction: commit on success, roll back everything on any error."""
+    session = Session(engine, expire_on_commit=False)
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()

@@ -1,0 +1,196 @@
+"""The study's prompt versions in their own Git repository (GitPython), opened per operation.
+
+Every revision is a commit with its author, so a team can read, compare and return to any
+version. The repo is opened and closed per call because GitPython leaks file handles in a
+long-running process (a Streamlit server is one). It writes its own user.name/user.email so it
+works with no global Git identity (CI) and never touches the project's own repository.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import git
+
+_LOCK = threading.Lock()  # one writer at a time inside a process; Git's index.lock guards across processes
+DEFAULT_IDENTITY = ("workbench", "workbench@localhost")
+
+
+class PromptRepoError(ValueError):
+    """A prompt-repo operation was refused (conflict, unknown version, frozen name taken)."""
+
+
+@dataclass(frozen=True)
+class Version:
+    """One commit of the prompt repo."""
+
+    commit: str
+    short: str
+    author: str
+    email: str
+    when: str
+    message: str
+    files: tuple[str, ...] = ()
+
+
+@contextmanager
+def open_repo(path: Path) -> Iterator[git.Repo]:
+    """Open the prompt repo for one operation and always close it."""
+    if not (Path(path) / ".git").exists():
+        raise PromptRepoError(f"{path} is not a prompt repository (no .git)")
+    repo = git.Repo(path)
+    try:
+        yield repo
+    finally:
+        repo.close()
+
+
+def init_repo(path: Path, files: dict[str, str], message: str, author: tuple[str, str] = DEFAULT_IDENTITY) -> str:
+    """Create the repo, write the seed files, commit them; returns the commit sha."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    repo = git.Repo.init(path, initial_branch="main")
+    try:
+        with repo.config_writer() as cw:
+            cw.set_value("user", "name", DEFAULT_IDENTITY[0])
+            cw.set_value("user", "email", DEFAULT_IDENTITY[1])
+            cw.set_value("commit", "gpgsign", "false")
+    finally:
+        repo.close()
+    return commit_files(path, files, message, author, base=None)
+
+
+def _actor(author: tuple[str, str]) -> git.Actor:
+    """A Git actor from (name, email)."""
+    return git.Actor(author[0] or DEFAULT_IDENTITY[0], author[1] or DEFAULT_IDENTITY[1])
+
+
+def resolve(path: Path, ref: str | None = None) -> str:
+    """Full commit sha of a ref (branch, tag, short sha); HEAD when ref is None."""
+    with open_repo(path) as repo:
+        try:
+            return repo.commit(ref or "HEAD").hexsha
+        except (git.BadName, ValueError, git.GitCommandError) as exc:
+            raise PromptRepoError(f"unknown prompt version {ref!r}") from exc
+
+
+def read_files(path: Path, ref: str | None = None) -> dict[str, str]:
+    """Every YAML file's text at a version."""
+    with open_repo(path) as repo:
+        try:
+            commit = repo.commit(ref or "HEAD")
+        except (git.BadName, ValueError, git.GitCommandError) as exc:
+            raise PromptRepoError(f"unknown prompt version {ref!r}") from exc
+        return {
+            blob.path: blob.data_stream.read().decode("utf-8")
+            for blob in commit.tree.traverse()
+            if blob.type == "blob" and blob.path.endswith(".yaml")
+        }
+
+
+def read_file(path: Path, name: str, ref: str | None = None) -> str | None:
+    """One file's text at a version (None when it does not exist there)."""
+    with open_repo(path) as repo:
+        try:
+            return (repo.commit(ref or "HEAD").tree / name).data_stream.read().decode("utf-8")
+        except KeyError:
+            return None
+
+
+def commit_files(path: Path, files: dict[str, str], message: str, author: tuple[str, str],
+                 base: str | None) -> str:
+    """Write files and commit them as one version; refuse when a file changed since `base`.
+
+    `base` is the version the editor started from; if any file being saved differs between base
+    and HEAD, someone else saved it meanwhile: refuse rather than overwrite their work.
+    """
+    path = Path(path)
+    if not message.strip():
+        raise PromptRepoError("a prompt revision needs a message saying what changed and why")
+    with _LOCK, open_repo(path) as repo:
+        if base is not None and repo.head.is_valid():
+            _check_no_conflict(repo, files, base)
+        changed = []
+        for name, content in sorted(files.items()):
+            target = path / name
+            old = target.read_text(encoding="utf-8") if target.exists() else None
+            if old != content:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(content, encoding="utf-8")
+                changed.append(name)
+        if not changed and repo.head.is_valid():
+            raise PromptRepoError("nothing to save: the files are the same as the current version")
+        repo.index.add(sorted(files))
+        commit = repo.index.commit(message.strip(), author=_actor(author), committer=_actor(author))
+        return commit.hexsha
+
+
+def _check_no_conflict(repo: git.Repo, files: dict[str, str], base: str) -> None:
+    """Raise naming every file changed by someone else since base."""
+    try:
+        base_commit = repo.commit(base)
+    except (git.BadName, ValueError) as exc:
+        raise PromptRepoError(f"unknown base version {base!r}") from exc
+    head = repo.head.commit
+    if head.hexsha == base_commit.hexsha:
+        return
+    changed = {d.a_path for d in base_commit.diff(head)} | {d.b_path for d in base_commit.diff(head)}
+    clash = sorted(set(files) & changed)
+    if clash:
+        who = head.author.name
+        raise PromptRepoError(
+            f"{', '.join(clash)} changed since version {base[:8]} (latest {head.hexsha[:8]} by {who}: "
+            f"{head.message.strip()[:80]!r}); reload the latest version, re-apply your edit and save again. "
+            "Nothing was saved."
+        )
+
+
+def history(path: Path, name: str | None = None, limit: int = 200) -> list[Version]:
+    """Commits newest first, optionally only those touching one file."""
+    with open_repo(path) as repo:
+        if not repo.head.is_valid():
+            return []
+        kwargs = {"paths": name} if name else {}
+        out = []
+        for c in repo.iter_commits("HEAD", max_count=limit, **kwargs):
+            out.append(Version(
+                commit=c.hexsha, short=c.hexsha[:8], author=c.author.name, email=c.author.email,
+                when=c.authored_datetime.isoformat(timespec="seconds"), message=c.message.strip(),
+                files=tuple(sorted(c.stats.files)),
+            ))
+        return out
+
+
+def ordinal(path: Path, commit: str) -> int:
+    """Position of a commit in first-parent history (1 = the seed), for ordering runs by version."""
+    with open_repo(path) as repo:
+        try:
+            return int(repo.git.rev_list("--count", "--first-parent", commit))
+        except git.GitCommandError:
+            return 0
+
+
+def create_tag(path: Path, name: str, ref: str, message: str, author: tuple[str, str]) -> str:
+    """An annotated tag; refuses to move or reuse a name."""
+    with _LOCK, open_repo(path) as repo:
+        if name in [t.name for t in repo.tags]:
+            raise PromptRepoError(f"the name {name!r} is already frozen (tag exists at {repo.tags[name].commit.hexsha[:8]}); choose a new name")
+        try:
+            commit = repo.commit(ref)
+        except (git.BadName, ValueError) as exc:
+            raise PromptRepoError(f"unknown prompt version {ref!r}") from exc
+        with repo.config_writer() as cw:  # annotated tags need a tagger identity in the repo config
+            cw.set_value("user", "name", author[0] or DEFAULT_IDENTITY[0])
+            cw.set_value("user", "email", author[1] or DEFAULT_IDENTITY[1])
+        repo.create_tag(name, ref=commit, message=message)
+        return commit.hexsha
+
+
+def tags(path: Path) -> dict[str, str]:
+    """Tag name -> commit sha."""
+    with open_repo(path) as repo:
+        return {t.name: t.commit.hexsha for t in repo.tags}

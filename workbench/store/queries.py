@@ -1,0 +1,379 @@
+"""Storage functions: verb_noun(session, ...) returning plain values or DataFrames.
+
+They take the caller's session so a service can put several of them in one transaction (an
+import is all or nothing). Bulk paths use SQLAlchemy Core inserts: 378,000 readings in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Iterable
+
+import pandas as pd
+from sqlalchemy import delete, func, insert, select, update
+from sqlmodel import Session
+
+from workbench.store.tables import (
+    Adjudication, AuditEvent, CallCache, Cohort, ErrorNote, Extraction, Flag, Prediction, Reader,
+    Reading, Report, Run, User,
+)
+
+CHUNK = 5000
+
+
+def now() -> str:
+    """UTC timestamp as an ISO string with microseconds (sortable, portable)."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _frame(session: Session, stmt, columns: list[str]) -> pd.DataFrame:
+    """Run a select and return a DataFrame with the given columns."""
+    rows = session.execute(stmt).all()
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _bulk_insert(session: Session, table, rows: list[dict]) -> None:
+    """Insert many rows in chunks through Core (fast executemany)."""
+    for i in range(0, len(rows), CHUNK):
+        session.execute(insert(table.__table__), rows[i:i + CHUNK])
+
+
+# ---------------------------------------------------------------- audit
+
+
+def add_audit(session: Session, actor: str, action: str, entity: str, key: str, old=None, new=None) -> None:
+    """Append one audit event (never updated or deleted)."""
+    session.add(AuditEvent(
+        at=now(), actor=actor or "local", action=action, entity=entity, entity_key=key,
+        old_json="" if old is None else json.dumps(old, ensure_ascii=False, sort_keys=True, default=str),
+        new_json="" if new is None else json.dumps(new, ensure_ascii=False, sort_keys=True, default=str),
+    ))
+
+
+def add_audit_many(session: Session, events: list[dict]) -> None:
+    """Append many audit events at once (bulk imports)."""
+    _bulk_insert(session, AuditEvent, events)
+
+
+def list_audit(session: Session, entity: str | None = None, key: str | None = None, limit: int = 1000) -> pd.DataFrame:
+    """Audit events newest first."""
+    stmt = select(AuditEvent.id, AuditEvent.at, AuditEvent.actor, AuditEvent.action, AuditEvent.entity,
+                  AuditEvent.entity_key, AuditEvent.old_json, AuditEvent.new_json)
+    if entity:
+        stmt = stmt.where(AuditEvent.entity == entity)
+    if key:
+        stmt = stmt.where(AuditEvent.entity_key == key)
+    stmt = stmt.order_by(AuditEvent.id.desc()).limit(limit)
+    return _frame(session, stmt, ["id", "at", "actor", "action", "entity", "entity_key", "old", "new"])
+
+
+# ---------------------------------------------------------------- cohorts and reports
+
+
+def get_or_create_cohort(session: Session, name: str, language: str = "en") -> tuple[Cohort, bool]:
+    """The cohort with this name, created when absent; (cohort, created)."""
+    cohort = session.execute(select(Cohort).where(Cohort.name == name)).scalar_one_or_none()
+    if cohort is not None:
+        return cohort, False
+    cohort = Cohort(name=name, language=language, created_at=now())
+    session.add(cohort)
+    session.flush()
+    return cohort, True
+
+
+def get_cohort(session: Session, name: str) -> Cohort | None:
+    """A cohort by name."""
+    return session.execute(select(Cohort).where(Cohort.name == name)).scalar_one_or_none()
+
+
+def list_cohorts(session: Session) -> pd.DataFrame:
+    """Cohorts with their report counts."""
+    stmt = (select(Cohort.id, Cohort.name, Cohort.language, func.count(Report.id))
+            .join(Report, Report.cohort_id == Cohort.id, isouter=True)
+            .group_by(Cohort.id, Cohort.name, Cohort.language).order_by(Cohort.id))
+    return _frame(session, stmt, ["id", "name", "language", "reports"])
+
+
+def report_hashes(session: Session) -> dict[str, tuple[str, int]]:
+    """report id -> (text hash, cohort id) for every report in the study."""
+    rows = session.execute(select(Report.id, Report.text_hash, Report.cohort_id)).all()
+    return {r[0]: (r[1], r[2]) for r in rows}
+
+
+def insert_reports(session: Session, cohort_id: int, frame: pd.DataFrame, start_seq: int = 0) -> int:
+    """Insert validated report rows (report_id, text, findings, impression, language, text_hash)."""
+    stamp = now()
+    rows = [
+        {"id": r.report_id, "cohort_id": cohort_id, "seq": start_seq + i, "text": r.text, "findings": r.findings,
+         "impression": r.impression, "language": r.language, "text_hash": r.text_hash, "created_at": stamp}
+        for i, r in enumerate(frame.itertuples(index=False))
+    ]
+    _bulk_insert(session, Report, rows)
+    return len(rows)
+
+
+def max_report_seq(session: Session, cohort_id: int) -> int:
+    """Highest report position in a cohort (-1 when empty)."""
+    value = session.execute(select(func.max(Report.seq)).where(Report.cohort_id == cohort_id)).scalar()
+    return -1 if value is None else int(value)
+
+
+def reports_frame(session: Session, cohort_id: int | None = None, ids: Iterable[str] | None = None) -> pd.DataFrame:
+    """Reports with their sections, in import order."""
+    stmt = select(Report.id, Report.cohort_id, Report.seq, Report.text, Report.findings, Report.impression,
+                  Report.language, Report.text_hash)
+    if cohort_id is not None:
+        stmt = stmt.where(Report.cohort_id == cohort_id)
+    if ids is not None:
+        stmt = stmt.where(Report.id.in_(list(ids)))
+    stmt = stmt.order_by(Report.cohort_id, Report.seq)
+    return _frame(session, stmt, ["report_id", "cohort_id", "seq", "text", "findings", "impression", "language", "text_hash"])
+
+
+def report_ids(session: Session, cohort_id: int) -> list[str]:
+    """Report ids of a cohort in import order."""
+    stmt = select(Report.id).where(Report.cohort_id == cohort_id).order_by(Report.seq)
+    return [r[0] for r in session.execute(stmt).all()]
+
+
+def get_report(session: Session, report_id: str) -> Report | None:
+    """One report."""
+    return session.get(Report, report_id)
+
+
+# ---------------------------------------------------------------- readers and readings
+
+
+def ensure_readers(session: Session, reader_ids: Iterable[str], kind: str = "human") -> int:
+    """Create the readers that do not exist yet; returns how many were created."""
+    existing = {r[0] for r in session.execute(select(Reader.id)).all()}
+    new = sorted(set(reader_ids) - existing)
+    if new:
+        _bulk_insert(session, Reader, [{"id": r, "kind": kind, "created_at": now()} for r in new])
+    return len(new)
+
+
+def list_readers(session: Session) -> list[str]:
+    """All reader ids."""
+    return [r[0] for r in session.execute(select(Reader.id).order_by(Reader.id)).all()]
+
+
+def readings_frame(session: Session, cohort_id: int | None = None, report_ids_: Iterable[str] | None = None,
+                   reader: str | None = None) -> pd.DataFrame:
+    """Readings as a long frame: report_id, label, reader, value, version."""
+    stmt = select(Reading.report_id, Reading.label, Reading.reader_id, Reading.value, Reading.version)
+    if cohort_id is not None:
+        stmt = stmt.join(Report, Report.id == Reading.report_id).where(Report.cohort_id == cohort_id)
+    if report_ids_ is not None:
+        stmt = stmt.where(Reading.report_id.in_(list(report_ids_)))
+    if reader is not None:
+        stmt = stmt.where(Reading.reader_id == reader)
+    return _frame(session, stmt, ["report_id", "label", "reader", "value", "version"])
+
+
+def insert_readings(session: Session, frame: pd.DataFrame) -> int:
+    """Insert validated readings (report_id, label, reader, value)."""
+    stamp = now()
+    rows = [
+        {"report_id": r, "label": lab, "reader_id": rd, "value": int(v), "version": 1, "created_at": stamp, "updated_at": stamp}
+        for r, lab, rd, v in zip(frame["report_id"], frame["label"], frame["reader"], frame["value"])
+    ]
+    _bulk_insert(session, Reading, rows)
+    return len(rows)
+
+
+def get_reading(session: Session, report_id: str, label: str, reader: str) -> Reading | None:
+    """One reading."""
+    stmt = select(Reading).where(Reading.report_id == report_id, Reading.label == label, Reading.reader_id == reader)
+    return session.execute(stmt).scalar_one_or_none()
+
+
+def update_reading(session: Session, reading_id: int, value: int, expected_version: int) -> bool:
+    """Change a reading only if nobody changed it since `expected_version` (optimistic lock)."""
+    result = session.execute(
+        update(Reading).where(Reading.id == reading_id, Reading.version == expected_version)
+        .values(value=value, version=expected_version + 1, updated_at=now())
+    )
+    return result.rowcount == 1
+
+
+# ---------------------------------------------------------------- adjudication
+
+
+def add_adjudication(session: Session, report_id: str, label: str, value: int, adjudicator: str, reason: str) -> Adjudication:
+    """Record an adjudication (older ones are kept as history)."""
+    adj = Adjudication(report_id=report_id, label=label, value=value, adjudicator=adjudicator, reason=reason, created_at=now())
+    session.add(adj)
+    session.flush()
+    return adj
+
+
+def adjudications_frame(session: Session, cohort_id: int | None = None) -> pd.DataFrame:
+    """All adjudications (history included), oldest first; seq orders them against flags."""
+    stmt = select(Adjudication.id, Adjudication.report_id, Adjudication.label, Adjudication.value,
+                  Adjudication.adjudicator, Adjudication.reason, Adjudication.created_at)
+    if cohort_id is not None:
+        stmt = stmt.join(Report, Report.id == Adjudication.report_id).where(Report.cohort_id == cohort_id)
+    frame = _frame(session, stmt.order_by(Adjudication.id), ["id", "report_id", "label", "value", "adjudicator", "reason", "created_at"])
+    frame["seq"] = frame["created_at"]
+    return frame
+
+
+def add_flag(session: Session, report_id: str, label: str, opened_by: str, reason: str, note_id: int | None) -> Flag:
+    """Send a decided item back to adjudication."""
+    flag = Flag(report_id=report_id, label=label, opened_by=opened_by, reason=reason, note_id=note_id, created_at=now())
+    session.add(flag)
+    session.flush()
+    return flag
+
+
+def flags_frame(session: Session, cohort_id: int | None = None) -> pd.DataFrame:
+    """All flags, oldest first."""
+    stmt = select(Flag.id, Flag.report_id, Flag.label, Flag.opened_by, Flag.reason, Flag.created_at)
+    if cohort_id is not None:
+        stmt = stmt.join(Report, Report.id == Flag.report_id).where(Report.cohort_id == cohort_id)
+    frame = _frame(session, stmt.order_by(Flag.id), ["id", "report_id", "label", "opened_by", "reason", "created_at"])
+    frame["seq"] = frame["created_at"]
+    return frame
+
+
+# ---------------------------------------------------------------- runs, predictions, cache
+
+
+def add_run(session: Session, **fields) -> Run:
+    """Create a run row."""
+    run = Run(started_at=now(), **fields)
+    session.add(run)
+    session.flush()
+    return run
+
+
+def get_run(session: Session, run_id: int) -> Run | None:
+    """One run."""
+    return session.get(Run, run_id)
+
+
+def list_runs(session: Session, cohort_id: int | None = None) -> pd.DataFrame:
+    """Runs newest first with their counts."""
+    cols = [Run.id, Run.cohort_id, Run.prompt_commit, Run.prompt_ref, Run.model, Run.mode, Run.status,
+            Run.started_at, Run.finished_at, Run.calls_total, Run.calls_made, Run.calls_reused, Run.failures,
+            Run.prompt_tokens, Run.completion_tokens, Run.cost, Run.endpoint, Run.labels_json, Run.created_by]
+    stmt = select(*cols)
+    if cohort_id is not None:
+        stmt = stmt.where(Run.cohort_id == cohort_id)
+    return _frame(session, stmt.order_by(Run.id.desc()), [c.key for c in cols])
+
+
+def update_run(session: Session, run_id: int, **fields) -> None:
+    """Set fields of a run."""
+    session.execute(update(Run).where(Run.id == run_id).values(**fields))
+
+
+def add_run_counts(session: Session, run_id: int, **deltas) -> None:
+    """Increment a run's counters atomically (calls_made=1, failures=1, ...)."""
+    values = {k: getattr(Run, k) + v for k, v in deltas.items()}
+    session.execute(update(Run).where(Run.id == run_id).values(**values))
+
+
+def upsert_predictions(session: Session, run_id: int, rows: list[dict]) -> None:
+    """Store predictions, replacing earlier ones for the same (run, report, label)."""
+    if not rows:
+        return
+    for r in rows:
+        session.execute(delete(Prediction).where(
+            Prediction.run_id == run_id, Prediction.report_id == r["report_id"], Prediction.label == r["label"]))
+    _bulk_insert(session, Prediction, [{"run_id": run_id, **r} for r in rows])
+
+
+def predictions_frame(session: Session, run_id: int) -> pd.DataFrame:
+    """A run's predictions as a long frame."""
+    stmt = select(Prediction.report_id, Prediction.label, Prediction.value, Prediction.evidence,
+                  Prediction.evidence_found, Prediction.status, Prediction.detail, Prediction.call_key
+                  ).where(Prediction.run_id == run_id)
+    return _frame(session, stmt, ["report_id", "label", "value", "evidence", "evidence_found", "status", "detail", "call_key"])
+
+
+def done_prediction_keys(session: Session, run_id: int) -> set[tuple[str, str]]:
+    """(report, label) pairs with a successful prediction in a run."""
+    stmt = select(Prediction.report_id, Prediction.label).where(Prediction.run_id == run_id, Prediction.value.is_not(None))
+    return {(r[0], r[1]) for r in session.execute(stmt).all()}
+
+
+def cached_calls(session: Session, keys: Iterable[str]) -> dict[str, CallCache]:
+    """Cached answers for the given call keys."""
+    keys = list(set(keys))
+    out: dict[str, CallCache] = {}
+    for i in range(0, len(keys), 900):
+        for row in session.execute(select(CallCache).where(CallCache.key.in_(keys[i:i + 900]))).scalars():
+            out[row.key] = row
+    return out
+
+
+def put_cached_call(session: Session, key: str, model: str, response: str, prompt_tokens: int,
+                    completion_tokens: int, cost: float | None) -> None:
+    """Store a model answer in the call cache (first writer wins)."""
+    if session.get(CallCache, key) is None:
+        session.add(CallCache(key=key, model=model, response=response, prompt_tokens=prompt_tokens,
+                              completion_tokens=completion_tokens, cost=cost, created_at=now()))
+
+
+# ---------------------------------------------------------------- error notes
+
+
+def add_note(session: Session, **fields) -> ErrorNote:
+    """Record an error note."""
+    note = ErrorNote(created_at=now(), **fields)
+    session.add(note)
+    session.flush()
+    return note
+
+
+def notes_frame(session: Session, label: str | None = None, report_id: str | None = None) -> pd.DataFrame:
+    """Error notes oldest first."""
+    cols = [ErrorNote.id, ErrorNote.report_id, ErrorNote.label, ErrorNote.run_id, ErrorNote.author,
+            ErrorNote.category, ErrorNote.significance, ErrorNote.text, ErrorNote.reference_wrong, ErrorNote.created_at]
+    stmt = select(*cols)
+    if label:
+        stmt = stmt.where(ErrorNote.label == label)
+    if report_id:
+        stmt = stmt.where(ErrorNote.report_id == report_id)
+    return _frame(session, stmt.order_by(ErrorNote.id), [c.key for c in cols])
+
+
+# ---------------------------------------------------------------- scoring cache
+
+
+def get_extractions(session: Session, keys: Iterable[str]) -> dict[str, str]:
+    """Cached labels (JSON) for extraction keys."""
+    keys = list(set(keys))
+    out = {}
+    for i in range(0, len(keys), 900):
+        for row in session.execute(select(Extraction.key, Extraction.labels_json).where(Extraction.key.in_(keys[i:i + 900]))).all():
+            out[row[0]] = row[1]
+    return out
+
+
+def put_extraction(session: Session, key: str, bundle_sha: str, text_hash: str, labels_json: str) -> None:
+    """Cache a bundle's labels for one text."""
+    if session.get(Extraction, key) is None:
+        session.add(Extraction(key=key, bundle_sha=bundle_sha, text_hash=text_hash, labels_json=labels_json, created_at=now()))
+
+
+# ---------------------------------------------------------------- users
+
+
+def get_user(session: Session, user_id: str) -> User | None:
+    """One user."""
+    return session.get(User, user_id)
+
+
+def list_users(session: Session) -> pd.DataFrame:
+    """Users without their password hashes."""
+    stmt = select(User.id, User.name, User.email, User.role, User.created_at).order_by(User.id)
+    return _frame(session, stmt, ["id", "name", "email", "role", "created_at"])
+
+
+def count_rows(session: Session, table) -> int:
+    """Number of rows in a table."""
+    return int(session.execute(select(func.count()).select_from(table.__table__)).scalar())

@@ -1,0 +1,195 @@
+"""The study database's tables, in one module so the schema reads in one place.
+
+Every table a user's data lives in; migrations in db.py move a study from one schema version to
+the next. Timestamps are UTC ISO strings (portable between SQLite and PostgreSQL, sortable).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from sqlalchemy import Column, Index, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+class Meta(SQLModel, table=True):
+    """Key/value facts about the database itself (schema version)."""
+
+    key: str = Field(primary_key=True, max_length=64)
+    value: str = Field(sa_column=Column(Text, nullable=False))
+
+
+class Cohort(SQLModel, table=True):
+    """A named set of reports (development, test, external)."""
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    name: str = Field(index=True, unique=True, max_length=200)
+    language: str = Field(default="en", max_length=16)
+    created_at: str = Field(max_length=40)
+
+
+class Report(SQLModel, table=True):
+    """One chest X-ray report; sections kept apart so the study chooses what the labeller reads."""
+
+    id: str = Field(primary_key=True, max_length=200)
+    cohort_id: int = Field(foreign_key="cohort.id", index=True)
+    seq: int = Field(default=0)
+    text: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    findings: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    impression: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    language: str = Field(default="en", max_length=16)
+    text_hash: str = Field(max_length=64)
+    created_at: str = Field(max_length=40)
+
+
+class Reader(SQLModel, table=True):
+    """A radiologist or other annotator (or an imported gold standard)."""
+
+    id: str = Field(primary_key=True, max_length=100)
+    kind: str = Field(default="human", max_length=20)
+    created_at: str = Field(max_length=40)
+
+
+class Reading(SQLModel, table=True):
+    """One reader's 0/1 for one (report, label); version counts changes for optimistic locking."""
+
+    __table_args__ = (UniqueConstraint("report_id", "label", "reader_id", name="uq_reading"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    report_id: str = Field(foreign_key="report.id", max_length=200)
+    label: str = Field(max_length=100, index=True)
+    reader_id: str = Field(foreign_key="reader.id", max_length=100, index=True)
+    value: int
+    version: int = Field(default=1)
+    created_at: str = Field(max_length=40)
+    updated_at: str = Field(max_length=40)
+
+
+class Adjudication(SQLModel, table=True):
+    """A senior reader's decision on an item; every decision is kept, the latest one counts."""
+
+    __table_args__ = (Index("ix_adjudication_item", "report_id", "label"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    report_id: str = Field(foreign_key="report.id", max_length=200)
+    label: str = Field(max_length=100)
+    value: int
+    adjudicator: str = Field(max_length=100)
+    reason: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    created_at: str = Field(max_length=40)
+
+
+class Flag(SQLModel, table=True):
+    """An item sent to adjudication although its vote was decisive ("the reference is wrong")."""
+
+    __table_args__ = (Index("ix_flag_item", "report_id", "label"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    report_id: str = Field(foreign_key="report.id", max_length=200)
+    label: str = Field(max_length=100)
+    opened_by: str = Field(max_length=100)
+    reason: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    note_id: Optional[int] = Field(default=None)
+    created_at: str = Field(max_length=40)
+
+
+class Run(SQLModel, table=True):
+    """Prompt version x model x parameters x cohort -> predictions, with its counts."""
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    cohort_id: int = Field(foreign_key="cohort.id", index=True)
+    prompt_commit: str = Field(max_length=64)
+    prompt_ref: str = Field(default="", max_length=200)
+    model: str = Field(max_length=300)
+    params_json: str = Field(sa_column=Column(Text, nullable=False))
+    mode: str = Field(max_length=20)
+    labels_json: str = Field(sa_column=Column(Text, nullable=False))
+    sections: str = Field(default="findings,impression", max_length=100)
+    endpoint: str = Field(default="", max_length=300)
+    status: str = Field(default="running", max_length=20)
+    created_by: str = Field(default="", max_length=100)
+    started_at: str = Field(max_length=40)
+    finished_at: Optional[str] = Field(default=None, max_length=40)
+    calls_total: int = 0
+    calls_made: int = 0
+    calls_reused: int = 0
+    failures: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: Optional[float] = None
+    note: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+
+
+class Prediction(SQLModel, table=True):
+    """The labeller's answer for one (run, report, label); a failure keeps value None and says why."""
+
+    __table_args__ = (UniqueConstraint("run_id", "report_id", "label", name="uq_prediction"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id", index=True)
+    report_id: str = Field(foreign_key="report.id", max_length=200)
+    label: str = Field(max_length=100)
+    value: Optional[int] = None
+    evidence: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    evidence_found: Optional[bool] = None
+    status: str = Field(max_length=20)
+    detail: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    call_key: str = Field(max_length=64, index=True)
+
+
+class CallCache(SQLModel, table=True):
+    """A model's raw answer, keyed by the hash of (messages, model, parameters)."""
+
+    key: str = Field(primary_key=True, max_length=64)
+    model: str = Field(max_length=300)
+    response: str = Field(sa_column=Column(Text, nullable=False))
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: Optional[float] = None
+    created_at: str = Field(max_length=40)
+
+
+class ErrorNote(SQLModel, table=True):
+    """A radiologist's note on a disagreement; attached to (report, label) so it outlives the run."""
+
+    __table_args__ = (Index("ix_note_item", "report_id", "label"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    report_id: str = Field(foreign_key="report.id", max_length=200)
+    label: str = Field(max_length=100)
+    run_id: Optional[int] = Field(default=None, foreign_key="run.id")
+    author: str = Field(max_length=100)
+    category: str = Field(max_length=100)
+    significance: str = Field(max_length=40)
+    text: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    reference_wrong: bool = False
+    created_at: str = Field(max_length=40)
+
+
+class Extraction(SQLModel, table=True):
+    """Labels a frozen bundle gave one report text (scoring cache: same bundle + text -> same labels)."""
+
+    key: str = Field(primary_key=True, max_length=64)
+    bundle_sha: str = Field(max_length=64, index=True)
+    text_hash: str = Field(max_length=64)
+    labels_json: str = Field(sa_column=Column(Text, nullable=False))
+    created_at: str = Field(max_length=40)
+
+
+class User(SQLModel, table=True):
+    """A person who signs in; role decides what the services layer lets them do."""
+
+    id: str = Field(primary_key=True, max_length=100)
+    name: str = Field(default="", max_length=200)
+    email: str = Field(default="", max_length=200)
+    role: str = Field(max_length=40)
+    password_hash: str = Field(default="", max_length=300)
+    created_at: str = Field(max_length=40)
+
+
+class AuditEvent(SQLModel, table=True):
+    """Append-only record of every change to user data: who, when, old -> new."""
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    at: str = Field(max_length=40, index=True)
+    actor: str = Field(max_length=100)
+    action: str = Field(max_length=60)
+    entity: str = Field(max_length=60)
+    entity_key: str = Field(max_length=300, index=True)
+    old_json: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    new_json: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))

@@ -1,0 +1,154 @@
+"""A study folder: workbench.yaml (settings), the vocabulary copy, the prompt Git repo, the database.
+
+A study is self-contained (its vocabulary is copied in at creation), so it can be zipped, moved
+or opened by a later version of the workbench and still mean the same thing.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from workbench.core.reference import ReferenceRule
+from workbench.core.vocab import Vocabulary, parse_vocabulary
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+VOCAB_DIR = PROJECT_ROOT / "vocab"
+PROMPTS_DIR = PROJECT_ROOT / "prompts"
+CONFIG_FILE = "workbench.yaml"
+VOCAB_FILE = "vocabulary.yaml"
+PROMPT_REPO_DIR = "prompts"
+DEFAULT_CATEGORIES = [
+    "negation missed", "hedging/uncertainty", "synonym or abbreviation", "temporal wording",
+    "device or post-procedure", "laterality/location", "overlapping label definitions",
+    "report ambiguous", "reference label wrong", "other",
+]
+SIGNIFICANCE = ["changes management", "does not change management", "unsure"]
+LOCAL_ENDPOINTS = ["workbench/rules", "http://127.0.0.1", "http://localhost", "https://127.0.0.1", "https://localhost"]
+
+
+class StudyError(ValueError):
+    """A study folder or its settings are wrong; the message says what to do."""
+
+
+@dataclass
+class StudyConfig:
+    """workbench.yaml as an object; unknown keys are refused so typos don't go unnoticed."""
+
+    name: str
+    vocabulary: str = VOCAB_FILE
+    database: str = "sqlite:///workbench.db"
+    reference: dict = field(default_factory=lambda: {"rule": "at_least", "k": 4, "n": 6})
+    sections: list = field(default_factory=lambda: ["findings", "impression"])
+    labeller: dict = field(default_factory=lambda: {"model": "workbench/rules", "concurrency": 8})
+    error_categories: list = field(default_factory=lambda: list(DEFAULT_CATEGORIES))
+    allowed_endpoints: list = field(default_factory=lambda: list(LOCAL_ENDPOINTS))
+    auth: str = "none"
+    dev_cohort: str = "dev"
+
+    KEYS = ("name", "vocabulary", "database", "reference", "sections", "labeller", "error_categories",
+            "allowed_endpoints", "auth", "dev_cohort")
+
+    def to_dict(self) -> dict:
+        """Plain data for YAML."""
+        return {k: getattr(self, k) for k in self.KEYS}
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str) -> "StudyConfig":
+        """Validate workbench.yaml content."""
+        if not isinstance(data, dict) or "name" not in data:
+            raise StudyError(f"{source}: must be a mapping with at least 'name'")
+        unknown = sorted(set(data) - set(cls.KEYS))
+        if unknown:
+            raise StudyError(f"{source}: unknown key {unknown[0]!r} (allowed: {', '.join(cls.KEYS)})")
+        cfg = cls(**data)
+        bad = [s for s in cfg.sections if s not in ("findings", "impression", "text")]
+        if bad or not cfg.sections:
+            raise StudyError(f"{source}: sections must be a non-empty list of findings, impression, text; got {cfg.sections}")
+        try:
+            ReferenceRule.from_config(cfg.reference)
+        except ValueError as exc:
+            raise StudyError(f"{source}: reference: {exc}") from exc
+        return cfg
+
+
+@dataclass
+class StudyPaths:
+    """Where a study's parts live."""
+
+    root: Path
+
+    @property
+    def config(self) -> Path:
+        return self.root / CONFIG_FILE
+
+    @property
+    def prompts(self) -> Path:
+        return self.root / PROMPT_REPO_DIR
+
+    @property
+    def bundles(self) -> Path:
+        return self.root / "bundles"
+
+
+def builtin_vocabularies() -> list[str]:
+    """Names of the vocabularies shipped in vocab/."""
+    return sorted(p.stem for p in VOCAB_DIR.glob("*.yaml"))
+
+
+def find_vocabulary_file(name_or_path: str) -> Path:
+    """A shipped vocabulary by name, or a user's own file by path."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        return path
+    shipped = VOCAB_DIR / f"{name_or_path}.yaml"
+    if shipped.exists():
+        return shipped
+    raise StudyError(f"unknown vocabulary {name_or_path!r}: use one of {builtin_vocabularies()} or a path to a .yaml file")
+
+
+def load_vocabulary_file(path: Path) -> Vocabulary:
+    """Read and validate a vocabulary YAML file."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise StudyError(f"{path}: not valid YAML ({exc})") from exc
+    return parse_vocabulary(data, str(path))
+
+
+def load_config(root: Path) -> StudyConfig:
+    """Read a study's workbench.yaml."""
+    path = root / CONFIG_FILE
+    if not path.exists():
+        raise StudyError(f"{root} is not a study (no {CONFIG_FILE}); create one with `workbench init {root}`")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise StudyError(f"{path}: not valid YAML ({exc})") from exc
+    return StudyConfig.from_dict(data, str(path))
+
+
+def save_config(root: Path, cfg: StudyConfig) -> None:
+    """Write workbench.yaml atomically (write a temp file, then rename)."""
+    path = root / CONFIG_FILE
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def database_url(root: Path, cfg: StudyConfig) -> str:
+    """The database URL with a relative SQLite path resolved against the study folder."""
+    url = os.environ.get("WORKBENCH_DATABASE_URL") or cfg.database
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url.startswith("sqlite:////") and url != "sqlite:///:memory:":
+        return prefix + str((root / url[len(prefix):]).resolve())
+    return url
+
+
+def resolve_study_path(path: str | os.PathLike | None) -> Path:
+    """--study PATH, else $WORKBENCH_STUDY, else the current folder."""
+    chosen = path or os.environ.get("WORKBENCH_STUDY") or "."
+    return Path(chosen).expanduser().resolve()
