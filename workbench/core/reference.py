@@ -103,6 +103,8 @@ def _latest(frame: pd.DataFrame | None, cols: list[str]) -> pd.DataFrame | None:
 def _apply_flags_and_adjudications(out: pd.DataFrame, adj: pd.DataFrame | None, flags: pd.DataFrame | None) -> pd.DataFrame:
     """Flags reopen an item; an adjudication newer than any flag overrides the vote."""
     latest_adj = _latest(adj, ["value", "seq"])
+    if latest_adj is not None:
+        latest_adj = latest_adj.assign(value=latest_adj["value"].astype(float))
     latest_flag = _latest(flags, ["seq"])
     if latest_flag is not None:
         out = out.merge(latest_flag.rename(columns={"seq": "flag_seq"}), on=["report_id", "label"], how="left")
@@ -114,7 +116,10 @@ def _apply_flags_and_adjudications(out: pd.DataFrame, adj: pd.DataFrame | None, 
     else:
         out["adj_value"] = np.nan
         out["adj_seq"] = np.nan
-    flagged = out["flag_seq"].notna() & ~(out["adj_seq"] > out["flag_seq"])
+    # seq values are sortable strings (ISO timestamps); compare as text with "" for missing
+    flag_seq = out["flag_seq"].astype(object).where(out["flag_seq"].notna(), "").astype(str)
+    adj_seq = out["adj_seq"].astype(object).where(out["adj_seq"].notna(), "").astype(str)
+    flagged = (flag_seq != "") & ~(adj_seq > flag_seq)
     adjudicated = out["adj_value"].notna() & ~flagged
     out.loc[flagged, "value"] = np.nan
     out.loc[flagged, "status"] = WAITING

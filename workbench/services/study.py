@@ -107,7 +107,7 @@ def init_study(root: Path, vocab: str = "ranscore-21", db_url: str | None = None
         raise StudyError(f"{root} is already a study (workbench.yaml exists)")
     vocab_path = find_vocabulary_file(vocab)
     vocabulary = load_vocabulary_file(vocab_path)
-    seed_dir = PROMPTS_DIR / (prompt_set or vocabulary.id)
+    seed_dir = Path(prompt_set) if prompt_set and Path(prompt_set).is_dir() else PROMPTS_DIR / (prompt_set or vocabulary.id)
     if not seed_dir.is_dir():
         raise StudyError(f"no starter prompt set {seed_dir.name!r} in {PROMPTS_DIR}; pass --prompts NAME")
     seed_files = {p.name: p.read_text(encoding="utf-8") for p in sorted(seed_dir.glob("*.yaml"))}
@@ -365,11 +365,12 @@ class StudyService:
 
     # ------------------------------------------------------------ reference and adjudication
 
-    def reference(self, cohort: str | None = None) -> pd.DataFrame:
-        """Per (report, label) the reference with status; derived labels filled from the rest."""
+    def reference(self, cohort: str | None = None, readings: pd.DataFrame | None = None) -> pd.DataFrame:
+        """Per (report, label) of the asked labels: votes, value and status (decided/adjudicated/waiting)."""
         with self.session() as s:
-            cid = q.get_cohort(s, cohort).id if cohort else None
-            readings = q.readings_frame(s, cohort_id=cid)
+            cid = self.cohort_id(cohort) if cohort else None
+            if readings is None:
+                readings = q.readings_frame(s, cohort_id=cid)
             adj = q.adjudications_frame(s, cid)
             flags = q.flags_frame(s, cid)
         readings = readings[readings["label"].isin(self.vocab.asked_ids)]
@@ -432,7 +433,7 @@ class StudyService:
             cid = q.get_cohort(s, cohort).id if cohort else None
             readings = q.readings_frame(s, cohort_id=cid)
         readings = readings[readings["label"].isin(self.vocab.asked_ids)][["report_id", "label", "reader", "value"]]
-        reference = self.reference(cohort)[["report_id", "label", "value"]]
+        reference = self.reference(cohort, readings=readings)[["report_id", "label", "value"]]
         return {
             "fleiss": agreement.fleiss_kappa_table(readings),
             "pairwise": agreement.pairwise_cohen(readings),

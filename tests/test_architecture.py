@@ -1,0 +1,57 @@
+"""The dependency direction of ../shared/DESIGN.md, checked on the source."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "workbench"
+FORBIDDEN_IN_CORE = {"streamlit", "sqlmodel", "sqlalchemy", "litellm", "git", "requests", "httpx"}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Top-level and dotted names a module imports (anywhere in it, lazy imports included)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("path", sorted((PKG / "core").glob("*.py")), ids=lambda p: p.name)
+def test_core_is_pure(path):
+    names = imported_modules(path)
+    bad = {n for n in names if n.split(".")[0] in FORBIDDEN_IN_CORE}
+    assert not bad, f"{path.name} imports {bad}"
+    project = {n for n in names if n.startswith("workbench") and not n.startswith("workbench.core")}
+    assert not project, f"core module {path.name} imports {project}"
+
+
+def test_only_llm_imports_litellm():
+    offenders = [p.relative_to(PKG) for p in PKG.rglob("*.py")
+                 if p.name != "llm.py" and any(n.split(".")[0] == "litellm" for n in imported_modules(p))]
+    assert offenders == []
+
+
+def test_only_store_imports_sqlmodel_and_git():
+    offenders = []
+    for p in PKG.rglob("*.py"):
+        if "store" in p.parts:
+            continue
+        names = {n.split(".")[0] for n in imported_modules(p)}
+        if names & {"sqlmodel", "git"}:
+            offenders.append(str(p.relative_to(PKG)))
+    assert offenders == []
+
+
+def test_nothing_imports_ui_or_cli():
+    offenders = []
+    for p in PKG.rglob("*.py"):
+        if "ui" in p.parts or p.name == "cli.py":
+            continue
+        names = imported_modules(p)
+        if any(n.startswith("workbench.ui") or n == "workbench.cli" for n in names):
+            offenders.append(str(p.relative_to(PKG)))
+    assert offenders == []

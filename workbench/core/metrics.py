@@ -1,0 +1,574 @@
+"""How well a labelling run agrees with the reference, label by label, with honest uncertainty.
+
+Every figure the workbench shows about a prompt version comes from here: per-label confusion
+counts, accuracy / precision / recall / specificity / NPV with binomial intervals (Wilson by
+default, Clopper-Pearson as the Ran Score paper prints), F1 and Cohen's kappa, micro and macro
+averages, a report-level bootstrap of macro F1, and the paired comparison of two runs (exact
+McNemar per label, Holm across labels, fixed and broken cases).
+
+Conventions kept everywhere:
+
+* Tables are reports x labels of 0/1; NaN means "not evaluable" (a reply that failed to parse,
+  a reference item waiting for adjudication). A cell counts only when every table involved has
+  a value there, and the number of cells left out is reported.
+* A ratio whose denominator is 0 is *undefined*. Its value follows a `ZeroDivisionPolicy`, and
+  a boolean ``<metric>_undefined`` column always says so, so a filled-in 0 or 1 is never silent.
+* Everything is vectorised over the reports x labels matrix; no Python loop over cells or
+  resamples.
+
+The module is pure: numpy, pandas and scipy only, no I/O.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+__all__ = [
+    "ZeroDivisionPolicy",
+    "proportion_ci",
+    "proportion_ci_arrays",
+    "kappa_from_counts",
+    "label_metrics",
+    "averages",
+    "bootstrap_macro_f1",
+    "mcnemar_exact",
+    "mcnemar_exact_arrays",
+    "holm",
+    "compare_labels",
+    "fixed_and_broken",
+    "subset_accuracy",
+]
+
+
+class ZeroDivisionPolicy(StrEnum):
+    """What a precision / recall / specificity / NPV / F1 is when its denominator is 0.
+
+    The denominators: precision tp+fp (nothing predicted positive), recall tp+fn (nothing
+    positive in the reference), specificity tn+fp, NPV tn+fn, F1 2tp+fp+fn (no positive on
+    either side; as in scikit-learn, F1 = 2tp/(2tp+fp+fn), so it is 0, not undefined, when only
+    one side has positives). Accuracy is undefined only when a label has no evaluable cell (n = 0).
+
+    UNDEFINED  the value is NaN (default); averages leave the label out and count it.
+    EXCLUDE    same numbers as UNDEFINED; names the intent "leave the label out of the mean".
+    ZERO       the value is 0 (what Ran Score's released script does with zero_division=0).
+    ONE        the value is 1 (nothing to find and nothing found counts as perfect).
+
+    Under every policy the ``*_undefined`` flag is True for such a cell.
+    """
+
+    UNDEFINED = "undefined"
+    ZERO = "zero"
+    ONE = "one"
+    EXCLUDE = "exclude"
+
+
+_FILL = {
+    ZeroDivisionPolicy.UNDEFINED: np.nan,
+    ZeroDivisionPolicy.EXCLUDE: np.nan,
+    ZeroDivisionPolicy.ZERO: 0.0,
+    ZeroDivisionPolicy.ONE: 1.0,
+}
+
+_CI_METHODS = {"wilson": "wilson", "clopper-pearson": "beta", "beta": "beta"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Binomial intervals
+# ---------------------------------------------------------------------------------------------
+
+
+def _ci_method(method: str) -> str:
+    try:
+        return _CI_METHODS[method.lower()]
+    except (KeyError, AttributeError):
+        raise ValueError(f"unknown interval method {method!r}; use one of {sorted(_CI_METHODS)}")
+
+
+def _check_alpha(alpha: float) -> None:
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
+
+
+def proportion_ci_arrays(
+    k: np.ndarray, n: np.ndarray, method: str = "wilson", alpha: float = 0.05
+) -> tuple[np.ndarray, np.ndarray]:
+    """Two-sided binomial confidence intervals for k successes out of n, element-wise."""
+    kind = _ci_method(method)
+    _check_alpha(alpha)
+    k, n = np.broadcast_arrays(np.asarray(k, dtype=float), np.asarray(n, dtype=float))
+    if np.any((k < 0) | (k > n)):
+        raise ValueError("need 0 <= k <= n for every proportion")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lo, hi = _wilson(k, n, alpha) if kind == "wilson" else _clopper_pearson(k, n, alpha)
+    # No trials, no interval: NaN rather than a made-up [0, 1].
+    empty = n == 0
+    lo = np.where(empty, np.nan, lo)
+    hi = np.where(empty, np.nan, hi)
+    return lo, hi
+
+
+def _wilson(k: np.ndarray, n: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    # Same operations in the same order as statsmodels, so results agree to the last bit.
+    q = k / n
+    crit = stats.norm.isf(alpha / 2.0)
+    crit2 = crit**2
+    denom = 1 + crit2 / n
+    center = (q + crit2 / (2 * n)) / denom
+    dist = crit * np.sqrt(q * (1.0 - q) / n + crit2 / (4.0 * n**2)) / denom
+    return np.clip(center - dist, 0, 1), np.clip(center + dist, 0, 1)
+
+
+def _clopper_pearson(k: np.ndarray, n: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    lo = stats.beta.ppf(alpha / 2.0, k, n - k + 1)
+    hi = stats.beta.isf(alpha / 2.0, k + 1, n - k)
+    # The beta quantiles are NaN at the edges, where the exact bounds are 0 and 1.
+    return np.where(k == 0, 0.0, lo), np.where(k == n, 1.0, hi)
+
+
+def proportion_ci(k: int, n: int, method: str = "wilson", alpha: float = 0.05) -> tuple[float, float]:
+    """Two-sided binomial confidence interval for k of n: Wilson or Clopper-Pearson ("beta")."""
+    lo, hi = proportion_ci_arrays(np.asarray(k), np.asarray(n), method, alpha)
+    return float(lo), float(hi)
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs and counts
+# ---------------------------------------------------------------------------------------------
+
+
+def _policy(zero_division: str) -> ZeroDivisionPolicy:
+    try:
+        return ZeroDivisionPolicy(zero_division)
+    except ValueError:
+        options = [p.value for p in ZeroDivisionPolicy]
+        raise ValueError(f"unknown zero_division {zero_division!r}; use one of {options}") from None
+
+
+def _matrix(frame: pd.DataFrame, name: str) -> np.ndarray:
+    values = frame.to_numpy(dtype=float, na_value=np.nan)
+    bad = ~np.isnan(values) & (values != 0) & (values != 1)
+    if bad.any():
+        example = values[bad][0]
+        raise ValueError(f"{name} must hold 0, 1 or NaN; found {example!r} (map -1/uncertain first)")
+    return values
+
+
+def _aligned(first: pd.DataFrame, *others: pd.DataFrame, names: tuple[str, ...]) -> list[np.ndarray]:
+    """Reorder the other tables like the first one and return all as float matrices."""
+    if first.index.has_duplicates or first.columns.has_duplicates:
+        raise ValueError(f"{names[0]} has duplicate report ids or label ids")
+    frames = [first]
+    for other, name in zip(others, names[1:]):
+        same_rows = other.index.sort_values().equals(first.index.sort_values())
+        same_cols = set(other.columns) == set(first.columns) and len(other.columns) == len(first.columns)
+        if not (same_rows and same_cols):
+            raise ValueError(f"{name} must have the same reports (index) and labels (columns) as {names[0]}")
+        frames.append(other.reindex(index=first.index, columns=first.columns))
+    return [_matrix(frame, name) for frame, name in zip(frames, names)]
+
+
+def _confusion(t: np.ndarray, p: np.ndarray) -> dict[str, np.ndarray]:
+    # NaN compares unequal to 0 and 1, so a cell missing on either side falls in no cell.
+    return {
+        "tp": ((t == 1) & (p == 1)).sum(axis=0),
+        "fp": ((t == 0) & (p == 1)).sum(axis=0),
+        "fn": ((t == 1) & (p == 0)).sum(axis=0),
+        "tn": ((t == 0) & (p == 0)).sum(axis=0),
+    }
+
+
+def _ratio(num: np.ndarray, den: np.ndarray, policy: ZeroDivisionPolicy) -> tuple[np.ndarray, np.ndarray]:
+    num = np.asarray(num, dtype=float)
+    den = np.asarray(den, dtype=float)
+    undefined = den == 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = np.where(undefined, _FILL[policy], num / np.where(undefined, 1.0, den))
+    return value, undefined
+
+
+def _f1(tp, fp, fn, policy: ZeroDivisionPolicy) -> tuple[np.ndarray, np.ndarray]:
+    tp = np.asarray(tp, dtype=float)
+    return _ratio(2 * tp, 2 * tp + fp + fn, policy)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cohen's kappa from 2x2 counts
+# ---------------------------------------------------------------------------------------------
+
+
+def kappa_from_counts(
+    tp, fp, fn, tn, names: tuple[str, str] = ("reference", "predictions")
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cohen's kappa, undefined flag and explanatory note from 2x2 counts (first rater = rows)."""
+    tp, fp, fn, tn = (np.asarray(x, dtype=float) for x in (tp, fp, fn, tn))
+    # Closed 2x2 form; its denominator is 0 exactly when chance agreement is 1.
+    den = (tp + fp) * (fp + tn) + (tp + fn) * (fn + tn)
+    undefined = den == 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kappa = np.where(undefined, np.nan, 2 * (tp * tn - fn * fp) / np.where(undefined, 1.0, den))
+    return kappa, undefined, _kappa_notes(tp, fp, fn, tn, names)
+
+
+def _kappa_notes(tp, fp, fn, tn, names) -> np.ndarray:
+    first, second = names
+    n = tp + fp + fn + tn
+    first_pos, second_pos = tp + fn, tp + fp
+    first_const = (first_pos == 0) | (first_pos == n)
+    second_const = (second_pos == 0) | (second_pos == n)
+    first_value = np.where(first_pos == n, "1", "0")
+    second_value = np.where(second_pos == n, "1", "0")
+    notes = np.select(
+        [
+            n == 0,
+            first_const & second_const & (first_value == second_value),
+            first_const & second_const,
+            first_const,
+            second_const,
+        ],
+        [
+            "no evaluable items",
+            f"{first} and {second} are all " + first_value
+            + ": agreement is perfect but kappa is undefined",
+            f"{first} is all " + first_value + f" and {second} is all " + second_value
+            + ": kappa is 0 by construction",
+            f"{first} is all " + first_value + ": kappa is 0 by construction; read accuracy instead",
+            f"{second} is all " + second_value + ": kappa is 0 by construction; read accuracy instead",
+        ],
+        default="",
+    )
+    return notes.astype(object)
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-label table and averages
+# ---------------------------------------------------------------------------------------------
+
+
+def _with_interval(out: dict, name: str, num, den, policy, method: str) -> None:
+    value, undefined = _ratio(num, den, policy)
+    lo, hi = proportion_ci_arrays(num, den, method)
+    out[name], out[f"{name}_lo"], out[f"{name}_hi"] = value, lo, hi
+    out[f"{name}_undefined"] = undefined
+
+
+def label_metrics(
+    y_true: pd.DataFrame, y_pred: pd.DataFrame, ci: str = "wilson", zero_division: str = "undefined"
+) -> pd.DataFrame:
+    """Per-label confusion counts, accuracy/P/R/specificity/NPV with intervals, F1 and kappa."""
+    policy = _policy(zero_division)
+    t, p = _aligned(y_true, y_pred, names=("y_true", "y_pred"))
+    c = _confusion(t, p)
+    tp, fp, fn, tn = c["tp"], c["fp"], c["fn"], c["tn"]
+    n = tp + fp + fn + tn
+    out: dict = {"n": n, "n_excluded": t.shape[0] - n, "tp": tp, "fp": fp, "fn": fn, "tn": tn}
+    out["support"] = tp + fn
+    out["prevalence"] = _ratio(tp + fn, n, ZeroDivisionPolicy.UNDEFINED)[0]
+    _with_interval(out, "accuracy", tp + tn, n, policy, ci)
+    _with_interval(out, "precision", tp, tp + fp, policy, ci)
+    _with_interval(out, "recall", tp, tp + fn, policy, ci)
+    _with_interval(out, "specificity", tn, tn + fp, policy, ci)
+    _with_interval(out, "npv", tn, tn + fn, policy, ci)
+    out["f1"], out["f1_undefined"] = _f1(tp, fp, fn, policy)
+    out["kappa"], out["kappa_undefined"], out["kappa_note"] = kappa_from_counts(tp, fp, fn, tn)
+    table = pd.DataFrame(out, index=pd.Index(y_true.columns, name="label"))
+    table.attrs["zero_division"] = policy.value
+    table.attrs["ci"] = ci
+    return table
+
+
+_MACRO_METRICS = ("accuracy", "precision", "recall", "f1")
+
+
+def _per_label(tp, fp, fn, tn, policy) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    return {
+        "accuracy": _ratio(tp + tn, tp + fp + fn + tn, policy),
+        "precision": _ratio(tp, tp + fp, policy),
+        "recall": _ratio(tp, tp + fn, policy),
+        "f1": _f1(tp, fp, fn, policy),
+    }
+
+
+def _macro(value: np.ndarray, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
+    # Under undefined/exclude the filled value is NaN, so nanmean leaves those labels out;
+    # under zero/one the fill is a number and every label counts.
+    used = np.sum(~np.isnan(value), axis=axis)
+    total = np.nansum(value, axis=axis)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(used > 0, total / np.maximum(used, 1), np.nan)
+    return mean, used
+
+
+def averages(table: pd.DataFrame, zero_division: str = "undefined", ci: str = "wilson") -> dict:
+    """Micro (pooled counts, with intervals) and macro (mean over labels) accuracy/P/R/F1.
+
+    Micro intervals treat every report x label cell as independent, which is optimistic
+    because cells of one report are correlated; `bootstrap_macro_f1` resamples whole reports.
+    """
+    policy = _policy(zero_division)
+    tp, fp, fn, tn = (table[col].to_numpy(dtype=float) for col in ("tp", "fp", "fn", "tn"))
+    out: dict = {"zero_division": policy.value, "ci": ci, "n_labels": int(len(table))}
+    sums = {name: float(x.sum()) for name, x in zip(("tp", "fp", "fn", "tn"), (tp, fp, fn, tn))}
+    out["micro_n"] = int(sum(sums.values()))
+    out.update({f"micro_{name}": int(v) for name, v in sums.items()})
+    micro = _per_label(*(np.array(sums[k]) for k in ("tp", "fp", "fn", "tn")), policy)
+    dens = {"accuracy": out["micro_n"], "precision": sums["tp"] + sums["fp"], "recall": sums["tp"] + sums["fn"]}
+    nums = {"accuracy": sums["tp"] + sums["tn"], "precision": sums["tp"], "recall": sums["tp"]}
+    for name in _MACRO_METRICS:
+        value, undefined = micro[name]
+        out[f"micro_{name}"] = float(value)
+        out[f"micro_{name}_undefined"] = bool(undefined)
+        if name in dens:
+            out[f"micro_{name}_lo"], out[f"micro_{name}_hi"] = proportion_ci(nums[name], dens[name], ci)
+    for name, (value, undefined) in _per_label(tp, fp, fn, tn, policy).items():
+        mean, used = _macro(value)
+        out[f"macro_{name}"] = float(mean)
+        out[f"macro_{name}_labels_used"] = int(used)
+        out[f"macro_{name}_labels_undefined"] = int(undefined.sum())
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Bootstrap
+# ---------------------------------------------------------------------------------------------
+
+# Bounds the (resamples x reports) weight matrix held at once (about 16 MB as float64).
+_BOOTSTRAP_CELLS = 2_000_000
+
+
+def _resample_weights(rng: np.random.Generator, n_rows: int, n_resamples: int) -> np.ndarray:
+    """How often each report is drawn in each resample, as a (n_resamples, n_rows) matrix."""
+    idx = rng.integers(0, n_rows, size=(n_resamples, n_rows))
+    flat = idx + (np.arange(n_resamples) * n_rows)[:, None]
+    return np.bincount(flat.ravel(), minlength=n_resamples * n_rows).reshape(n_resamples, n_rows)
+
+
+def bootstrap_macro_f1(
+    y_true: pd.DataFrame,
+    y_pred: pd.DataFrame,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    alpha: float = 0.05,
+    zero_division: str = "undefined",
+) -> dict:
+    """Percentile bootstrap interval of macro F1, resampling whole reports (rows), seeded."""
+    policy = _policy(zero_division)
+    _check_alpha(alpha)
+    if n_resamples < 1:
+        raise ValueError("n_resamples must be at least 1")
+    t, p = _aligned(y_true, y_pred, names=("y_true", "y_pred"))
+    n_rows, n_labels = t.shape
+    # One indicator column per (count kind, label): a resample's counts are weights @ indicators.
+    indicators = np.hstack([(t == 1) & (p == 1), (t == 0) & (p == 1), (t == 1) & (p == 0)]).astype(float)
+    full = indicators.sum(axis=0)
+    estimate = _macro(_f1(full[:n_labels], full[n_labels : 2 * n_labels], full[2 * n_labels :], policy)[0])[0]
+    rng = np.random.default_rng(seed)
+    chunk = max(1, _BOOTSTRAP_CELLS // max(n_rows, 1))
+    values = []
+    for start in range(0, n_resamples, chunk):
+        size = min(chunk, n_resamples - start)
+        counts = _resample_weights(rng, n_rows, size) @ indicators if n_rows else np.zeros((size, 3 * n_labels))
+        tp, fp, fn = counts[:, :n_labels], counts[:, n_labels : 2 * n_labels], counts[:, 2 * n_labels :]
+        values.append(_macro(_f1(tp, fp, fn, policy)[0], axis=1)[0])
+    samples = np.concatenate(values)
+    finite = samples[~np.isnan(samples)]
+    lo, hi = np.quantile(finite, [alpha / 2, 1 - alpha / 2]) if finite.size else (np.nan, np.nan)
+    return {
+        "estimate": float(estimate),
+        "lo": float(lo),
+        "hi": float(hi),
+        "n_resamples": int(n_resamples),
+        "seed": seed,
+        "alpha": alpha,
+        "zero_division": policy.value,
+        "n_reports": int(n_rows),
+        "n_resamples_undefined": int(samples.size - finite.size),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Paired comparison of two runs
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_discordant(b: np.ndarray, c: np.ndarray) -> None:
+    if np.any((b < 0) | (c < 0)) or np.any((b != np.round(b)) | (c != np.round(c))):
+        raise ValueError("discordant counts b and c must be non-negative integers")
+
+
+def mcnemar_exact_arrays(b, c, mid_p: bool = False) -> np.ndarray:
+    """Exact two-sided McNemar p-values element-wise (binomial test on the discordant pairs)."""
+    b, c = np.broadcast_arrays(np.asarray(b, dtype=float), np.asarray(c, dtype=float))
+    _check_discordant(b, c)
+    total, smaller = b + c, np.minimum(b, c)
+    doubled_tail = 2 * stats.binom.cdf(smaller, total, 0.5)
+    if mid_p:
+        # Mid-p: half weight on the observed value in each tail, i.e. the unclipped doubled
+        # tail minus P(X = observed); with b == c this is exactly 1 by symmetry.
+        doubled_tail = doubled_tail - stats.binom.pmf(smaller, total, 0.5)
+    # b + c == 0 gives cdf(0; 0) = 1: the two versions cannot be told apart, p = 1.
+    return np.minimum(doubled_tail, 1.0)
+
+
+def mcnemar_exact(b: int, c: int, mid_p: bool = False) -> float:
+    """Exact two-sided McNemar p-value for b and c discordant pairs; b + c == 0 gives 1.0."""
+    return float(mcnemar_exact_arrays(b, c, mid_p))
+
+
+def holm(pvalues) -> np.ndarray:
+    """Holm step-down adjusted p-values; NaN entries stay NaN and are not in the family."""
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(p.shape, np.nan)
+    ok = ~np.isnan(p)
+    q = p[ok]
+    order = np.argsort(q, kind="stable")
+    m = q.size
+    adjusted = np.minimum(np.maximum.accumulate((m - np.arange(m)) * q[order]), 1.0)
+    result = np.empty(m)
+    result[order] = adjusted
+    out[ok] = result
+    return out
+
+
+# Discordant pairs scanned at most when estimating reports_needed.
+_MAX_DISCORDANT = 5_000_000
+
+
+def _discordant_needed(smaller_share: float, start: int, alpha: float) -> int | None:
+    """Smallest total of discordant pairs D >= start whose exact p at this split is < alpha."""
+    # The normal approximation puts the answer near (z / effect)^2; starting the exact scan at
+    # half of it skips a long stretch where p is far above alpha.
+    effect = 1 - 2 * smaller_share
+    approx = (stats.norm.isf(alpha / 2) / effect) ** 2
+    low = max(start, int(0.5 * approx)) if approx > 200 else start
+    width = 1024
+    while low <= _MAX_DISCORDANT:
+        totals = np.arange(low, low + width)
+        p = mcnemar_exact_arrays(np.round(smaller_share * totals), totals - np.round(smaller_share * totals))
+        hits = np.flatnonzero(p < alpha)
+        if hits.size:
+            return int(totals[hits[0]])
+        low, width = low + width, width * 2
+    return None
+
+
+def _reports_needed(b: int, c: int, n: int, alpha: float, min_discordant: int) -> tuple[float, str]:
+    if b + c == 0:
+        return np.nan, "no discordant pairs: the runs agree on every report"
+    if b == c:
+        return np.nan, "as many fixed as broken: more reports at this rate would not show a difference"
+    start = max(b + c, min_discordant)
+    needed = _discordant_needed(min(b, c) / (b + c), start, alpha)
+    if needed is None:
+        return np.nan, f"more than {_MAX_DISCORDANT} discordant pairs would be needed"
+    total_reports = int(np.ceil(needed * n / (b + c)))
+    return float(max(total_reports - n, 0)), ""
+
+
+def compare_labels(
+    y_true: pd.DataFrame,
+    pred_a: pd.DataFrame,
+    pred_b: pd.DataFrame,
+    mid_p: bool = False,
+    alpha: float = 0.05,
+    min_discordant: int = 10,
+    zero_division: str = "undefined",
+) -> pd.DataFrame:
+    """Per-label paired comparison of run A and run B against the reference (exact McNemar, Holm).
+
+    Only cells evaluable in the reference and in both runs count. b = A right and B wrong
+    (broken), c = A wrong and B right (fixed). The verdict uses the Holm-adjusted p-value across
+    labels: "better"/"worse" when p_holm < alpha, "no significant change" otherwise, and
+    "undecided" whenever b + c < min_discordant, too few changed cases to judge.
+
+    reports_needed estimates how many *further* reports would be needed for a significant
+    verdict if the observed per-report rates of fixed and broken cases held: the discordant
+    pairs are scaled up keeping the observed split (the smaller count rounded), the smallest
+    total D >= max(b + c, min_discordant) with exact McNemar p < alpha (unadjusted) is found by
+    scanning, and reports_needed = ceil(D * n / (b + c)) - n (0 when already significant with
+    enough pairs). It is NaN, with a reason in reports_note, when b + c == 0 or b == c.
+    """
+    policy = _policy(zero_division)
+    _check_alpha(alpha)
+    t, a, b_ = _aligned(y_true, pred_a, pred_b, names=("y_true", "pred_a", "pred_b"))
+    valid = ~(np.isnan(t) | np.isnan(a) | np.isnan(b_))
+    right_a, right_b = valid & (a == t), valid & (b_ == t)
+    n = valid.sum(axis=0)
+    broken, fixed = (right_a & ~right_b).sum(axis=0), (~right_a & right_b).sum(axis=0)
+    out: dict = {"n": n, "correct_a": right_a.sum(axis=0), "correct_b": right_b.sum(axis=0)}
+    out["b"], out["c"] = broken, fixed
+    out["accuracy_a"] = _ratio(out["correct_a"], n, ZeroDivisionPolicy.UNDEFINED)[0]
+    out["accuracy_b"] = _ratio(out["correct_b"], n, ZeroDivisionPolicy.UNDEFINED)[0]
+    out["delta_accuracy"] = out["accuracy_b"] - out["accuracy_a"]
+    common = np.where(valid, t, np.nan)
+    for name, pred in (("a", a), ("b", b_)):
+        counts = _confusion(common, np.where(valid, pred, np.nan))
+        out[f"f1_{name}"], out[f"f1_{name}_undefined"] = _f1(counts["tp"], counts["fp"], counts["fn"], policy)
+    out["delta_f1"] = out["f1_b"] - out["f1_a"]
+    out["p_value"] = mcnemar_exact_arrays(broken, fixed, mid_p)
+    out["p_holm"] = holm(out["p_value"])
+    out["verdict"] = _verdicts(broken, fixed, out["p_holm"], alpha, min_discordant)
+    needed = [_reports_needed(int(x), int(y), int(m), alpha, min_discordant) for x, y, m in zip(broken, fixed, n)]
+    out["reports_needed"] = np.array([value for value, _ in needed], dtype=float)
+    out["reports_note"] = np.array([note for _, note in needed], dtype=object)
+    table = pd.DataFrame(out, index=pd.Index(y_true.columns, name="label"))
+    table.attrs.update(mid_p=mid_p, alpha=alpha, min_discordant=min_discordant, zero_division=policy.value)
+    return table
+
+
+def _verdicts(b: np.ndarray, c: np.ndarray, p_holm: np.ndarray, alpha: float, min_discordant: int) -> np.ndarray:
+    significant = p_holm < alpha
+    return np.select(
+        [b + c < min_discordant, significant & (c > b), significant & (b > c)],
+        ["undecided", "better", "worse"],
+        default="no significant change",
+    ).astype(object)
+
+
+def fixed_and_broken(y_true: pd.DataFrame, pred_a: pd.DataFrame, pred_b: pd.DataFrame) -> pd.DataFrame:
+    """Long table of cells run B fixed (A wrong, B right) or broke (A right, B wrong), by label."""
+    t, a, b = _aligned(y_true, pred_a, pred_b, names=("y_true", "pred_a", "pred_b"))
+    valid = ~(np.isnan(t) | np.isnan(a) | np.isnan(b))
+    right_a, right_b = valid & (a == t), valid & (b == t)
+    changed = right_a != right_b
+    # Transposed so rows come out grouped by label, in vocabulary order, then by report order.
+    cols, rows = np.nonzero(changed.T)
+    return pd.DataFrame(
+        {
+            "report": y_true.index.to_numpy()[rows],
+            "label": y_true.columns.to_numpy()[cols],
+            "change": np.where(right_b[rows, cols], "fixed", "broken").astype(object),
+            "reference": t[rows, cols].astype(np.int64),
+            "value_a": a[rows, cols].astype(np.int64),
+            "value_b": b[rows, cols].astype(np.int64),
+        }
+    )
+
+
+def subset_accuracy(
+    y_true: pd.DataFrame, y_pred: pd.DataFrame, mask: pd.DataFrame, ci: str = "wilson"
+) -> pd.DataFrame:
+    """Per-label accuracy with interval over the cells where mask is True (e.g. unanimous votes)."""
+    t, p = _aligned(y_true, y_pred, names=("y_true", "y_pred"))
+    if not (mask.index.sort_values().equals(y_true.index.sort_values()) and set(mask.columns) == set(y_true.columns)):
+        raise ValueError("mask must have the same reports (index) and labels (columns) as y_true")
+    # A missing mask value means "not in the subset".
+    keep = mask.reindex(index=y_true.index, columns=y_true.columns).to_numpy(dtype=float, na_value=0.0) != 0
+    valid = keep & ~(np.isnan(t) | np.isnan(p))
+    n = valid.sum(axis=0)
+    correct = (valid & (t == p)).sum(axis=0)
+    lo, hi = proportion_ci_arrays(correct, n, ci)
+    return pd.DataFrame(
+        {
+            "n": n,
+            "n_masked_out": (~keep).sum(axis=0),
+            "correct": correct,
+            "accuracy": _ratio(correct, n, ZeroDivisionPolicy.UNDEFINED)[0],
+            "accuracy_lo": lo,
+            "accuracy_hi": hi,
+        },
+        index=pd.Index(y_true.columns, name="label"),
+    )

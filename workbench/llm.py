@@ -1,0 +1,475 @@
+"""The async engine that sends chat calls to a model through litellm.
+
+This is the only module that imports litellm, lazily (the import costs ~4-5 s), so that the
+rest of the workbench, its CLI help and its tests stay fast. The engine runs many calls at
+once under a bound, retries what is worth retrying (429, 5xx, timeouts, connection errors)
+with its own counted backoff that honours Retry-After, and turns every model failure into a
+CallResult instead of an exception: a failed call is data to record, not a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import email.utils
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+DUMMY_API_KEY = "sk-no-key-needed"  # local OpenAI-compatible servers need a key-shaped string
+RETRYABLE = frozenset({"rate_limit", "server", "timeout", "connection"})
+ERROR_KINDS = ("rate_limit", "server", "timeout", "connection", "auth", "bad_request", "other")
+_POOL_NAME = "workbench-pool"
+_PROVIDER_HOSTS = {
+    "openai": "api.openai.com",
+    "anthropic": "api.anthropic.com",
+    "gemini": "generativelanguage.googleapis.com",
+    "mistral": "api.mistral.ai",
+    "deepseek": "api.deepseek.com",
+    "groq": "api.groq.com",
+    "together_ai": "api.together.xyz",
+    "openrouter": "openrouter.ai",
+    "dashscope": "dashscope.aliyuncs.com",
+    "ollama": "localhost:11434",
+    "ollama_chat": "localhost:11434",
+}
+_LITELLM = None
+
+
+class LLMError(RuntimeError):
+    """A model endpoint could not be used (raised by check_model only)."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which model to call, where, and how hard to try."""
+
+    model: str
+    api_base: str | None = None
+    api_key_env: str | None = None
+    endpoints: tuple[str, ...] = ()
+    temperature: float = 0.0
+    seed: int | None = 0
+    max_tokens: int = 256
+    timeout_s: float = 60.0
+    max_retries: int = 4
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+    concurrency: int = 8
+    json_mode: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.model or not isinstance(self.model, str):
+            raise ValueError("ModelConfig.model must be a non-empty string")
+        object.__setattr__(self, "endpoints", tuple(self.endpoints or ()))
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+
+    def params(self) -> dict:
+        """The parameters that change an answer (for the cache key); no keys, no endpoints."""
+        return {
+            "model": self.model,
+            "temperature": float(self.temperature),
+            "seed": self.seed,
+            "max_tokens": int(self.max_tokens),
+            "json_mode": bool(self.json_mode),
+        }
+
+    def endpoint_label(self) -> str:
+        """Where report text goes, for the governance record."""
+        if self.model.startswith("workbench/"):
+            return "local (rule-based, no network)"
+        if len(self.endpoints) > 1:
+            return f"pool of {len(self.endpoints)}: " + ", ".join(self.endpoints)
+        if self.endpoints:
+            return self.endpoints[0]
+        if self.api_base:
+            return self.api_base
+        provider = provider_of(self.model)
+        host = _PROVIDER_HOSTS.get(provider, f"{provider} default endpoint")
+        return f"{host} ({provider})"
+
+    def base_urls(self) -> tuple[str, ...]:
+        """The explicit endpoints in use (pool, single api_base, or none for provider default)."""
+        if self.endpoints:
+            return self.endpoints
+        return (self.api_base,) if self.api_base else ()
+
+
+def provider_of(model: str) -> str:
+    """The litellm provider prefix of a model string, guessed for bare OpenAI/Anthropic names."""
+    if "/" in model:
+        return model.split("/", 1)[0]
+    if model.startswith(("gpt-", "o1", "o3", "o4", "chatgpt-")):
+        return "openai"
+    if model.startswith("claude"):
+        return "anthropic"
+    return "unknown"
+
+
+@dataclass
+class CallRequest:
+    """One chat call to make; ``key`` is the caller's cache key, ``meta`` is opaque here."""
+
+    key: str
+    messages: list[dict]
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class CallResult:
+    """The outcome of one CallRequest: text on success, error and error_kind on failure."""
+
+    key: str
+    text: str | None
+    error: str | None
+    error_kind: str | None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float | None = None
+    latency_s: float = 0.0
+    attempts: int = 1
+
+    @property
+    def ok(self) -> bool:
+        """True when the call returned a reply."""
+        return self.error is None
+
+
+# -- litellm loading ---------------------------------------------------------------------
+
+
+def _litellm():
+    """Import litellm once, offline and quiet."""
+    global _LITELLM
+    if _LITELLM is None:
+        os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "true")
+        import litellm
+
+        litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banners on errors
+        litellm.turn_off_message_logging = True  # report text stays out of litellm's log payloads
+        if hasattr(litellm, "telemetry"):
+            litellm.telemetry = False
+        for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)  # failures are CallResults here
+        _LITELLM = litellm
+    return _LITELLM
+
+
+def _check_model_string(cfg: ModelConfig) -> None:
+    if cfg.model.startswith("workbench/"):
+        raise ValueError(f"{cfg.model!r} is the offline rule-based labeller: it is not sent through litellm")
+
+
+def _api_key(cfg: ModelConfig) -> str | None:
+    if cfg.api_key_env:
+        key = os.environ.get(cfg.api_key_env)
+        if not key:
+            raise ValueError(f"environment variable {cfg.api_key_env} (api_key_env of {cfg.model}) is not set")
+        return key
+    return DUMMY_API_KEY if cfg.base_urls() else None  # provider default: litellm reads its own env vars
+
+
+def _call_kwargs(cfg: ModelConfig) -> dict:
+    kwargs: dict = {
+        "temperature": cfg.temperature,
+        "max_tokens": cfg.max_tokens,
+        "timeout": cfg.timeout_s,
+        "num_retries": 0,  # we retry ourselves, to count attempts and honour Retry-After
+        "max_retries": 0,  # and the OpenAI SDK must not retry behind our back either
+    }
+    if cfg.seed is not None:
+        kwargs["seed"] = cfg.seed
+    if cfg.json_mode:
+        kwargs["response_format"] = {"type": "json_object"}
+    return kwargs
+
+
+def _make_caller(cfg: ModelConfig) -> Callable:
+    """An async function messages -> litellm ModelResponse, bound to cfg (Router for a pool)."""
+    litellm = _litellm()
+    key = _api_key(cfg)
+    kwargs = _call_kwargs(cfg)
+    if len(cfg.endpoints) > 1:
+        router = litellm.Router(
+            model_list=[
+                {"model_name": _POOL_NAME, "litellm_params": {"model": cfg.model, "api_base": url, "api_key": key}}
+                for url in cfg.endpoints
+            ],
+            num_retries=0,
+            timeout=cfg.timeout_s,
+        )
+
+        async def call_pool(messages: list[dict]):
+            return await router.acompletion(model=_POOL_NAME, messages=messages, **kwargs)
+
+        return call_pool
+    base = cfg.base_urls()[0] if cfg.base_urls() else None
+    if base:
+        kwargs["api_base"] = base
+    if key:
+        kwargs["api_key"] = key
+
+    async def call_one(messages: list[dict]):
+        return await litellm.acompletion(model=cfg.model, messages=messages, **kwargs)
+
+    return call_one
+
+
+# -- errors and backoff ------------------------------------------------------------------------
+
+
+def _chain(exc: BaseException):
+    """The exception and everything it was raised from or during (causes and contexts)."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        link = todo.pop(0)
+        if link is None or id(link) in seen:
+            continue
+        seen.add(id(link))
+        yield link
+        todo += [link.__cause__, link.__context__]
+
+
+def classify(exc: BaseException) -> str:
+    """The error_kind of an exception raised by a litellm call."""
+    import openai  # litellm depends on it; it is already imported when this runs
+
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, openai.APITimeoutError)):
+        return "timeout"
+    status = getattr(exc, "status_code", None)
+    if status == 429:
+        return "rate_limit"
+    if status in (401, 403):
+        return "auth"
+    if status == 408:
+        return "timeout"
+    # litellm reports a refused connection as InternalServerError(500): look at the cause
+    for link in _chain(exc):
+        if isinstance(link, openai.APITimeoutError):
+            return "timeout"
+        if isinstance(link, (openai.APIConnectionError, ConnectionError)) or type(link).__name__ in (
+                "ConnectError", "ClientConnectorError", "ServerDisconnectedError"):
+            return "connection"
+    if status == 500 and "connection error" in str(exc).lower():
+        return "connection"  # through a Router the cause chain is gone; litellm's wording stays
+    if isinstance(status, int) and status >= 500:
+        return "server"
+    if isinstance(status, int) and 400 <= status < 500:
+        return "bad_request"
+    return "other"
+
+
+def retry_after_s(exc: BaseException) -> float | None:
+    """Seconds the server asked us to wait (Retry-After / retry-after-ms), None when absent."""
+    for headers in _header_sources(exc):
+        try:
+            millis = headers.get("retry-after-ms")
+            if millis is not None:
+                return max(0.0, float(millis) / 1000.0)
+            value = headers.get("retry-after")
+        except Exception:
+            continue
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            when = email.utils.parsedate_to_datetime(value) if value else None
+            if when is not None:
+                return max(0.0, when.timestamp() - time.time())
+    cooldown = getattr(exc, "cooldown_time", None)  # the Router's "all deployments cooling down"
+    return float(cooldown) if isinstance(cooldown, (int, float)) else None
+
+
+def _header_sources(exc: BaseException):
+    headers = getattr(exc, "litellm_response_headers", None)
+    if headers is not None:
+        yield headers
+    response = getattr(exc, "response", None)
+    if response is not None and getattr(response, "headers", None) is not None:
+        yield response.headers
+    if isinstance(getattr(exc, "headers", None), dict):
+        yield {k.lower(): v for k, v in exc.headers.items()}
+
+
+def backoff_s(cfg: ModelConfig, attempt: int, retry_after: float | None) -> float:
+    """Wait before the next attempt: Retry-After if given, else full-jitter exponential; capped."""
+    if retry_after is not None:
+        return min(cfg.backoff_max_s, retry_after + random.uniform(0, cfg.backoff_base_s))
+    return random.uniform(0, min(cfg.backoff_max_s, cfg.backoff_base_s * 2 ** (attempt - 1)))
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(exc).split())
+    for noise in ("litellm.", "OpenAIException - "):
+        text = text.replace(noise, "")
+    name = type(exc).__name__ + ": "
+    while text.startswith(name + name):  # litellm repeats the class name
+        text = text[len(name):]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe(kind: str, exc: BaseException | None, attempts: int, cfg: ModelConfig) -> str:
+    """A clear one-line error message for a failed call."""
+    tries = f"{attempts} attempt" + ("s" if attempts != 1 else "")
+    status = getattr(exc, "status_code", None)
+    detail = _short(exc) if exc is not None else ""
+    if kind == "timeout":
+        return f"timed out after {cfg.timeout_s:g} s ({tries})"
+    if kind == "rate_limit":
+        return f"HTTP 429 after {tries} (rate limited): {detail}"
+    if kind == "server":
+        return f"HTTP {status or '5xx'} after {tries} (server error): {detail}"
+    if kind == "connection":
+        return f"cannot connect to {cfg.endpoint_label()} after {tries}: {detail}"
+    if kind == "auth":
+        hint = f" (check the key in ${cfg.api_key_env})" if cfg.api_key_env else ""
+        return f"HTTP {status} authentication failed{hint}: {detail}"
+    if kind == "bad_request":
+        return f"HTTP {status} bad request (not retried): {detail}"
+    return f"{type(exc).__name__}: {detail}"
+
+
+# -- the engine -----------------------------------------------------------------------------------
+
+
+async def _sleep_unless_cancelled(seconds: float, cancel: threading.Event | None) -> None:
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        if cancel is not None and cancel.is_set():
+            return
+        await asyncio.sleep(min(left, 0.1))
+
+
+async def _run_one(call: Callable, req: CallRequest, cfg: ModelConfig, cancel: threading.Event | None) -> CallResult:
+    start = time.monotonic()
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            response = await asyncio.wait_for(call(req.messages), timeout=cfg.timeout_s)
+        except Exception as exc:  # every model failure becomes data; see classify()
+            kind = classify(exc)
+            stop = kind not in RETRYABLE or attempt > cfg.max_retries or (cancel is not None and cancel.is_set())
+            if stop:
+                message = describe(kind, exc, attempt, cfg)
+                if kind in RETRYABLE and attempt <= cfg.max_retries:
+                    message += " (cancelled: not retried)"
+                return CallResult(req.key, None, message, kind, latency_s=time.monotonic() - start, attempts=attempt)
+            await _sleep_unless_cancelled(backoff_s(cfg, attempt, retry_after_s(exc)), cancel)
+            continue
+        return _success(req.key, response, time.monotonic() - start, attempt)
+
+
+def _success(key: str, response, latency: float, attempts: int) -> CallResult:
+    choices = getattr(response, "choices", None) or []
+    message = getattr(choices[0], "message", None) if choices else None
+    text = getattr(message, "content", None) or ""
+    usage = getattr(response, "usage", None)
+    hidden = getattr(response, "_hidden_params", None) or {}
+    cost = hidden.get("response_cost") if isinstance(hidden, dict) else None
+    return CallResult(
+        key=key,
+        text=text,
+        error=None,
+        error_kind=None,
+        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        cost=float(cost) if isinstance(cost, (int, float)) else None,
+        latency_s=latency,
+        attempts=attempts,
+    )
+
+
+async def complete_all(
+    requests: list[CallRequest],
+    cfg: ModelConfig,
+    on_result: Callable[[CallRequest, CallResult], None],
+    cancel: threading.Event | None = None,
+) -> None:
+    """Run every request, at most cfg.concurrency at a time; on_result once per finished request.
+
+    on_result runs on the event loop thread, one call at a time, as each request finishes.
+    When ``cancel`` is set no new request is started and pending retries are abandoned (their
+    result carries the last error); requests never started get no on_result call.
+    """
+    _check_model_string(cfg)
+    if not requests:
+        return
+    call = _make_caller(cfg)
+    queue = iter(list(requests))
+    sem = asyncio.Semaphore(cfg.concurrency)
+
+    async def worker() -> None:
+        for req in queue:  # a shared iterator: each request is taken by exactly one worker
+            if cancel is not None and cancel.is_set():
+                return
+            async with sem:
+                result = await _run_one(call, req, cfg, cancel)
+            on_result(req, result)
+
+    tasks = [asyncio.ensure_future(worker()) for _ in range(min(cfg.concurrency, len(requests)))]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()  # only matters when on_result raised: stop the other workers
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def complete_all_sync(
+    requests: list[CallRequest],
+    cfg: ModelConfig,
+    on_result: Callable[[CallRequest, CallResult], None],
+    cancel: threading.Event | None = None,
+) -> None:
+    """complete_all from synchronous code (a CLI, Streamlit's script thread, a worker thread)."""
+    coro = complete_all(requests, cfg, on_result, cancel)
+    try:
+        asyncio.get_running_loop()
+        loop_running = True
+    except RuntimeError:
+        loop_running = False
+    if not loop_running:  # run outside the except block, or every error's __context__ is that RuntimeError
+        asyncio.run(coro)
+        return
+    # this thread already runs a loop (a notebook, async caller): use a private thread
+    errors: list[BaseException] = []
+
+    def runner() -> None:
+        try:
+            asyncio.run(coro)
+        except BaseException as exc:  # re-raised in the caller's thread below
+            errors.append(exc)
+
+    thread = threading.Thread(target=runner, name="workbench-llm", daemon=True)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+
+
+def check_model(cfg: ModelConfig) -> str:
+    """Make one tiny call to confirm the endpoint answers; return the reply or raise LLMError."""
+    _check_model_string(cfg)
+    quick = dataclasses.replace(cfg, max_retries=min(cfg.max_retries, 1), concurrency=1)
+    request = CallRequest("check", [{"role": "user", "content": "Reply with the single digit 1."}])
+    results: list[CallResult] = []
+    complete_all_sync([request], quick, lambda _req, res: results.append(res))
+    result = results[0]
+    if result.error is not None:
+        raise LLMError(f"{cfg.model} at {cfg.endpoint_label()}: {result.error}")
+    return result.text or ""
