@@ -9,8 +9,9 @@ test.
 How one label is decided for one report:
 
 1. The report is split into clauses: at sentence ends (". ", "?", "!", a period glued to the
-   next capital as in "apex.There"), at ";", at blank lines and at line breaks before a capital,
-   a number or a bullet (not inside hard-wrapped sentences), and before every ``scope_break``
+   next capital as in "apex.There"), at ";", at blank lines, at line breaks before a capital,
+   a number or a bullet (not inside hard-wrapped sentences), at a section header opening a line
+   ("FINDINGS:", left out of every clause), and before every ``scope_break``
    cue ("but", "however", "which", ...; the cue starts the new clause).
 2. Mentions are occurrences of a ``look_for`` phrase or of the text of a value-1 few-shot
    example of at most 6 words: case-insensitive, starting at a word boundary, whitespace
@@ -96,7 +97,9 @@ _WORD = re.compile(r"\w+")
 _LIST_SEP = re.compile(r",|(?<!\w)(?:or|nor)(?!\w)", re.IGNORECASE)
 # A single line break ends a clause only before what starts a line of its own (a capital, "1.", a
 # bullet): hard-wrapped reports ("no effusion or\n pneumothorax") keep their negation scope.
-_SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)|\.(?=[A-Z])|;|\r?\n\s*\n|\r?\n(?=[ \t]*(?:[A-Z]|\d+[.)]|[-*\u2022]))")
+# A section header at the start of a line ("FINDINGS:", "IMPRESSION:") is a delimiter, not evidence.
+_SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)|\.(?=[A-Z])|;|\r?\n\s*\n|\r?\n(?=[ \t]*(?:[A-Z]|\d+[.)]|[-*\u2022]))"
+                           r"|(?:^|(?<=\n))[ \t]*[A-Z][A-Z /&-]{2,}:")
 _TRIM = " \t\r\n,:-"
 _QUOTED = re.compile(r"(?<![\w'‘’])['‘]([^'‘’\n]+?)['’](?!\w)")
 _COMPARISON_BEFORE = re.compile(

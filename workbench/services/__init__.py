@@ -4,6 +4,8 @@
 study). Its methods come from one mixin per area so each file stays readable.
 """
 
+from workbench.services.evaluation import Evaluation, EvaluationService
+from workbench.services.prompting import PromptsService
 from workbench.services.runs import RunsService, RunSummary
 from workbench.services.study import (
     PERMISSIONS, ROLES, Actor, ConflictError, ImportSummary, PermissionDenied, StudyService, compose_text,
@@ -11,9 +13,9 @@ from workbench.services.study import (
 )
 
 
-class Workbench(RunsService, StudyService):
+class Workbench(EvaluationService, PromptsService, RunsService, StudyService):
     """A study opened for use by one actor."""
 
 
-__all__ = ["Workbench", "Actor", "init_study", "ImportSummary", "PermissionDenied", "ConflictError", "RunSummary",
+__all__ = ["Workbench", "Actor", "init_study", "ImportSummary", "PermissionDenied", "ConflictError", "RunSummary", "Evaluation",
            "ROLES", "PERMISSIONS", "compose_text", "text_hash"]

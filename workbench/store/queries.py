@@ -15,7 +15,7 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlmodel import Session
 
 from workbench.store.tables import (
-    Adjudication, AuditEvent, CallCache, Cohort, ErrorNote, Extraction, Flag, Prediction, Reader,
+    Adjudication, AuditEvent, CallCache, Cohort, ErrorNote, Extraction, Flag, Prediction, PromptDraft, Reader,
     Reading, Report, Run, User,
 )
 
@@ -413,3 +413,35 @@ def list_users(session: Session) -> pd.DataFrame:
 def count_rows(session: Session, table) -> int:
     """Number of rows in a table."""
     return int(session.execute(select(func.count()).select_from(table.__table__)).scalar())
+
+
+# ---------------------------------------------------------------- prompt drafts
+
+
+def get_draft(session: Session, label: str, author: str) -> PromptDraft | None:
+    """A user's draft of one label's prompt."""
+    stmt = select(PromptDraft).where(PromptDraft.label == label, PromptDraft.author == author)
+    return session.execute(stmt).scalar_one_or_none()
+
+
+def put_draft(session: Session, label: str, author: str, base_commit: str, content: str) -> None:
+    """Create or replace a draft."""
+    draft = get_draft(session, label, author)
+    if draft is None:
+        session.add(PromptDraft(label=label, author=author, base_commit=base_commit, content=content, updated_at=now()))
+    else:
+        draft.base_commit, draft.content, draft.updated_at = base_commit, content, now()
+        session.add(draft)
+
+
+def delete_draft(session: Session, label: str, author: str) -> None:
+    """Drop a draft (after it was committed or discarded)."""
+    session.execute(delete(PromptDraft).where(PromptDraft.label == label, PromptDraft.author == author))
+
+
+def list_drafts(session: Session, author: str | None = None) -> pd.DataFrame:
+    """Open drafts."""
+    stmt = select(PromptDraft.label, PromptDraft.author, PromptDraft.base_commit, PromptDraft.updated_at)
+    if author:
+        stmt = stmt.where(PromptDraft.author == author)
+    return _frame(session, stmt.order_by(PromptDraft.label), ["label", "author", "base_commit", "updated_at"])

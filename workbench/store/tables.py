@@ -171,6 +171,18 @@ class Extraction(SQLModel, table=True):
     created_at: str = Field(max_length=40)
 
 
+class PromptDraft(SQLModel, table=True):
+    """A label's prompt being edited: its YAML and the version the edit started from."""
+
+    __table_args__ = (UniqueConstraint("label", "author", name="uq_draft"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    label: str = Field(max_length=100)
+    author: str = Field(max_length=100)
+    base_commit: str = Field(max_length=64)
+    content: str = Field(sa_column=Column(Text, nullable=False))
+    updated_at: str = Field(max_length=40)
+
+
 class User(SQLModel, table=True):
     """A person who signs in; role decides what the services layer lets them do."""
 

@@ -1,0 +1,342 @@
+"""Turn a model's reply into a decision (value, evidence, status) without ever guessing.
+
+The released Ran Score parser takes the first 0/1 it sees and silently defaults to 0 when
+there is none, so a refusal or a rambling reply becomes a confident "negative". Here every
+reply gets a status: strict JSON is "ok", a value recovered from plain text is
+"ok_tolerant", a refusal is "refusal", anything else (no value, two values, a value that is
+not 0/1) is "parse_error" with the reason. Pure functions: no I/O; bad output never raises.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import unicodedata
+from dataclasses import dataclass
+
+PARSER_VERSION = "1"
+STATUSES = ("ok", "ok_tolerant", "parse_error", "refusal", "call_error")
+_DETAIL_CHARS = 120
+
+_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
+_FENCE = re.compile(r"```[a-zA-Z]*\s*|```")
+_ANSWER_WORDS = r"(?:final\s+answer|answer|value|label|result|prediction|output|classification)"
+_EXPLICIT = re.compile(
+    rf"\b{_ANSWER_WORDS}\b[\s*\"']*(?:is|[:=]|-|\u2192|->)[\s*\"'`]*"
+    r"(?:(0|1)\b(?![.,]\d|\s*(?:cm|mm|%|or\b|/|,\s*[01]\b))|(yes|no|true|false)(?=\s*(?:$|[.,;!)\]\"'`*])))",
+    re.I,
+)
+_LONE = re.compile(r"^[\s*_`\"'(\[{]*(0|1)[\s*_`\"')\]}.!]*$")
+_YES_NO_WHOLE = re.compile(r"^[\s*_`\"']*(yes|no)[\s*_`\"'.!]*$", re.I)
+_YES_NO_LEAD = re.compile(r"^[\s*_`\"']*(yes|no)\s*[,.;:!\-\u2013\u2014]", re.I)
+_REFUSAL = re.compile(
+    r"\b(?:i\s*(?:cannot|can't|can\u2019t|can not|won't|will not|am unable to|am not able to|'m unable to"
+    r"|\u2019m unable to|'m not able to|\u2019m not able to)\s+(?:help|assist|provide|comply|answer|do that"
+    r"|determine|interpret|give|offer|make)"
+    r"|i(?:'m|\u2019m| am) sorry,? but"
+    r"|as an ai\b|as a language model|as an ai language model"
+    r"|consult (?:a|your) (?:qualified )?(?:healthcare|medical|health care)"
+    r"|not able to provide medical|cannot provide medical|can't provide medical)",
+    re.I,
+)
+_VALUE_WORDS = {"1": 1, "0": 0, "true": 1, "false": 0, "yes": 1, "no": 0}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One label's answer for one report, or why there is none."""
+
+    value: int | None
+    evidence: str
+    status: str
+    detail: str = ""
+    evidence_found: bool | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when a 0/1 value was obtained."""
+        return self.status in ("ok", "ok_tolerant")
+
+
+# -- public API ---------------------------------------------------------------------------
+
+
+def parse_reply(text: str | None, report_text: str | None = None) -> Decision:
+    """Parse a per-label reply: {"value": 0|1, "evidence": "..."} or a tolerated plain answer."""
+    if text is None:
+        return Decision(None, "", "call_error", "no reply: the call failed")
+    if not isinstance(text, str):
+        return _fail(f"reply is not text: {type(text).__name__}")
+    body, truncated = _strip_think(text)
+    if not body.strip():
+        return _fail("reply ended inside <think> (raise max_tokens?)" if truncated else "empty reply")
+    objects = _json_objects(body)
+    if objects:
+        return _from_objects(objects, body, report_text)
+    return _from_text(body, report_text)
+
+
+def parse_joint_reply(text: str | None, label_ids: list[str], report_text: str | None = None) -> dict[str, Decision]:
+    """Parse a joint reply for several labels; a missing label fails alone."""
+    if text is None:
+        return {lid: Decision(None, "", "call_error", "no reply: the call failed") for lid in label_ids}
+    if not isinstance(text, str):
+        return {lid: _fail(f"reply is not text: {type(text).__name__}") for lid in label_ids}
+    body, _ = _strip_think(text)
+    mapping, tolerant = _joint_mapping(body, label_ids)
+    if mapping is None:
+        status = "refusal" if _REFUSAL.search(body) else "parse_error"
+        why = "model refused" if status == "refusal" else "no JSON object with the labels found"
+        return {lid: Decision(None, "", status, f"{why}: {_quote(body)}") for lid in label_ids}
+    index = {_norm_key(k): v for k, v in mapping.items()}
+    out = {}
+    for lid in label_ids:
+        key = lid if lid in mapping else None
+        entry = mapping[key] if key is not None else index.get(_norm_key(lid), _MISSING)
+        out[lid] = _decision_from_entry(entry, lid, report_text, tolerant)
+    return out
+
+
+def evidence_in_report(evidence: str, report_text: str) -> bool:
+    """True when the evidence (or each '...'-separated piece, in order) appears in the report."""
+    if not evidence or not report_text:
+        return False
+    haystack = _norm_text(report_text)
+    pieces = [_norm_text(p) for p in re.split(r"\.\.\.|\u2026|\[\.\.\.\]", evidence)]
+    pieces = [p for p in pieces if p]
+    if not pieces:
+        return False
+    pos = 0
+    for piece in pieces:
+        found = haystack.find(piece, pos)
+        if found < 0:
+            return False
+        pos = found + len(piece)
+    return True
+
+
+# -- helpers: text --------------------------------------------------------------------------
+
+
+_MISSING = object()
+
+
+def _fail(detail: str, status: str = "parse_error") -> Decision:
+    return Decision(None, "", status, detail)
+
+
+def _quote(text: str) -> str:
+    flat = " ".join(text.split())
+    return repr(flat if len(flat) <= _DETAIL_CHARS else flat[:_DETAIL_CHARS] + "...")
+
+
+def _strip_think(text: str) -> tuple[str, bool]:
+    """Drop reasoning blocks (<think>...</think>); report whether one was left unclosed."""
+    body = _THINK.sub("", text)
+    lower = body.lower()
+    if "<think>" in lower:  # unclosed: the reply was cut while reasoning
+        return body[: lower.index("<think>")], True
+    if "</think>" in lower:  # some servers strip the opening tag only
+        body = body[lower.rindex("</think>") + len("</think>"):]
+    return body, False
+
+
+def _norm_text(text: str) -> str:
+    text = unicodedata.normalize("NFKC", text).lower()
+    text = re.sub(r"[\"'`\u2018\u2019\u201c\u201d\u00ab\u00bb]", "", text)
+    text = re.sub(r"[^\w]+", " ", text)
+    return " ".join(text.split())
+
+
+def _norm_key(key: object) -> str:
+    return re.sub(r"[^a-z0-9\u4e00-\u9fff]+", "_", unicodedata.normalize("NFKC", str(key)).lower()).strip("_")
+
+
+# -- helpers: JSON ---------------------------------------------------------------------------
+
+
+def _json_objects(text: str) -> list[tuple[dict, bool]]:
+    """Every top-level {...} in the text that parses, with True when it needed leniency."""
+    found = []
+    for chunk in _brace_chunks(_FENCE.sub("\n", text)):
+        obj, lenient = _load(chunk)
+        if isinstance(obj, dict):
+            found.append((obj, lenient))
+    return found
+
+
+def _brace_chunks(text: str):
+    """Balanced {...} substrings, skipping braces inside string literals."""
+    depth, start, quote, escaped = 0, -1, "", False
+    for i, ch in enumerate(text):
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+            continue
+        if ch == '"' and depth > 0:
+            quote = ch
+        elif ch == "{":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == "}" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                yield text[start: i + 1]
+
+
+def _load(chunk: str) -> tuple[object, bool]:
+    try:
+        return json.loads(chunk), False
+    except ValueError:
+        pass
+    relaxed = re.sub(r",\s*([}\]])", r"\1", chunk)  # trailing commas
+    try:
+        return json.loads(relaxed), True
+    except ValueError:
+        pass
+    pythonish = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", re.sub(r"\bnull\b", "None", relaxed)))
+    try:
+        return ast.literal_eval(pythonish), True  # single-quoted keys, Python literals
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None, False
+
+
+def _coerce(value: object) -> tuple[int | None, bool]:
+    """0/1 from 0, 1, 1.0, "0", "1", true/false (strict) or "yes"/"no" (tolerant); None otherwise."""
+    if isinstance(value, bool):
+        return int(value), True
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return int(value), True
+    if isinstance(value, str):
+        word = value.strip().strip(".").lower()
+        return _VALUE_WORDS.get(word), word in ("0", "1", "true", "false")
+    return None, False
+
+
+def _evidence_of(entry: dict) -> tuple[str, list[str]]:
+    """The evidence text and its quoted pieces (a list of quotes is checked piece by piece)."""
+    for key in ("evidence", "quote", "evidence_text", "span"):
+        value = entry.get(key)
+        if isinstance(value, str):
+            return value.strip(), [value.strip()]
+        if isinstance(value, list):
+            parts = [str(v).strip() for v in value if str(v).strip()]
+            return " ... ".join(parts), parts
+    return "", []
+
+
+def _with_evidence(value: int, evidence: tuple[str, list[str]], status: str, report_text: str | None) -> Decision:
+    text, parts = evidence
+    found = all(evidence_in_report(p, report_text) for p in parts) if text and report_text else None
+    return Decision(value, text, status, "", found)
+
+
+def _value_from_dict(obj: dict) -> tuple[object, str | None]:
+    """The raw value and the key it came from ('value' is strict, aliases are tolerant)."""
+    if "value" in obj:
+        return obj["value"], "value"
+    lowered = {str(k).lower(): k for k in obj}
+    for alias in ("value", "answer", "label", "result", "prediction", "present", "output"):
+        if alias in lowered:
+            return obj[lowered[alias]], alias
+    return _MISSING, None
+
+
+def _from_objects(objects: list[tuple[dict, bool]], body: str, report_text: str | None) -> Decision:
+    candidates = []
+    for obj, lenient in objects:
+        raw, key = _value_from_dict(obj)
+        if key is None and len(obj) == 1:  # {"pneumothorax": 0}
+            raw, key = next(iter(obj.values())), "single key"
+        if key is not None:
+            candidates.append((obj, lenient, raw, key))
+    if not candidates:
+        keys = sorted(str(k) for k in objects[0][0])
+        return _fail(f"JSON has no 'value' key (keys: {keys[:8]}): {_quote(body)}")
+    obj, lenient, raw, key = candidates[0]
+    value, strict = _coerce(raw)
+    if value is None:
+        hint = " (-1 is 'uncertain' in CheXpert; this task wants 0 or 1)" if raw == -1 else ""
+        return _fail(f"value must be 0 or 1, got {raw!r}{hint}: {_quote(body)}")
+    others = {_coerce(r)[0] for _, _, r, _ in candidates[1:]} - {None}
+    if others - {value}:
+        return _fail(f"conflicting JSON objects give both 0 and 1: {_quote(body)}")
+    status = "ok" if key == "value" and strict and not lenient else "ok_tolerant"
+    return _with_evidence(value, _evidence_of(obj), status, report_text)
+
+
+# -- helpers: plain text ---------------------------------------------------------------------
+
+
+def _text_candidates(body: str) -> tuple[set[int], bool]:
+    """Values stated as answers in plain text; True when one is explicit ("Answer: 1")."""
+    explicit = {_VALUE_WORDS[(m.group(1) or m.group(2)).lower()] for m in _EXPLICIT.finditer(body)}
+    values = set(explicit)
+    stripped = body.strip()
+    lines = [ln for ln in stripped.splitlines() if ln.strip()]
+    for line in {lines[0], lines[-1]} if lines else set():
+        match = _LONE.match(line)
+        if match:
+            values.add(int(match.group(1)))
+    whole = _YES_NO_WHOLE.match(stripped) or _YES_NO_LEAD.match(stripped)
+    if whole:
+        values.add(_VALUE_WORDS[whole.group(1).lower()])
+    return values, bool(explicit)
+
+
+def _from_text(body: str, report_text: str | None) -> Decision:
+    values, explicit = _text_candidates(body)
+    refusal = _REFUSAL.search(body)
+    if len(values) > 1:
+        return _fail(f"ambiguous: both 0 and 1 appear as answers: {_quote(body)}")
+    if values and (explicit or not refusal):
+        return Decision(values.pop(), "", "ok_tolerant", "value taken from plain text")
+    if refusal:
+        return _fail(f"model refused: {_quote(body)}", "refusal")
+    return _fail(f"no 0/1 value found in reply: {_quote(body)}")
+
+
+# -- helpers: joint mode -----------------------------------------------------------------------
+
+
+def _joint_mapping(body: str, label_ids: list[str]) -> tuple[dict | None, bool]:
+    """The {label: answer} mapping of a joint reply, and whether it needed tolerance."""
+    wanted = {_norm_key(lid) for lid in label_ids}
+    for obj, lenient in _json_objects(body):
+        labels = obj.get("labels", obj)
+        if isinstance(labels, list):  # [{"id": "...", "value": 1}, ...]
+            labels = {str(e.get("id") or e.get("label") or e.get("name")): e for e in labels if isinstance(e, dict)}
+        if isinstance(labels, dict) and wanted & {_norm_key(k) for k in labels}:
+            return labels, lenient
+    lines = {}
+    for line in body.splitlines():  # "pleural_effusion: 1" one per line
+        match = re.match(r"^[\s*\-\u2022`\"']*([^:=]+?)[\s*`\"']*[:=]\s*[\"'`*]*(0|1|yes|no|true|false)\b", line, re.I)
+        if match and _norm_key(match.group(1)) in wanted:
+            lines[match.group(1).strip()] = match.group(2)
+    return (lines, True) if lines else (None, False)
+
+
+def _decision_from_entry(entry: object, lid: str, report_text: str | None, tolerant: bool) -> Decision:
+    if entry is _MISSING:
+        return _fail(f"label {lid!r} missing from the reply")
+    evidence: tuple[str, list[str]] = ("", [])
+    strict_key = True
+    if isinstance(entry, dict):
+        raw, key = _value_from_dict(entry)
+        if key is None:
+            return _fail(f"label {lid!r} has no 'value' (keys: {sorted(map(str, entry))[:8]})")
+        strict_key = key == "value"
+        evidence = _evidence_of(entry)
+    else:
+        raw = entry
+    value, strict = _coerce(raw)
+    if value is None:
+        return _fail(f"label {lid!r}: value must be 0 or 1, got {raw!r}")
+    status = "ok" if strict_key and strict and not tolerant else "ok_tolerant"
+    return _with_evidence(value, evidence, status, report_text)

@@ -1,0 +1,338 @@
+"""Evaluation of runs against the reference: metrics with intervals, comparisons, the iteration
+history, the human ceiling, the disagreement queue and the error notes attached to it.
+
+Which cells count is decided here, once, and reported: reports used as few-shot examples in the
+evaluated prompt version (leakage), items waiting for adjudication, and failed predictions are
+left out, and every output says how many.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from workbench.core import agreement, metrics
+from workbench.core.prompts import render_joint_call, render_label_call
+from workbench.store import prompt_repo, queries as q
+from workbench.study import SIGNIFICANCE, StudyError
+
+
+@dataclass
+class Evaluation:
+    """Per-label metrics of one run plus averages, bootstrap and what was left out."""
+
+    run_id: int
+    table: pd.DataFrame
+    averages: dict
+    bootstrap: dict
+    excluded: dict
+    ci: str
+    zero_division: str
+    labels: list = field(default_factory=list)
+
+    def paper_table(self, previous: "Evaluation | None" = None) -> pd.DataFrame:
+        """The Ran Score paper's layout: label, accuracy [interval], precision, recall, F1, change in F1."""
+        t = self.table
+        out = pd.DataFrame({
+            "label": t.index,
+            "n": t["n"].to_numpy(),
+            "support": t["support"].to_numpy(),
+            "accuracy [95% CI]": [f"{a:.3f} [{lo:.3f}, {hi:.3f}]" if a == a else "n/a"
+                                  for a, lo, hi in zip(t["accuracy"], t["accuracy_lo"], t["accuracy_hi"])],
+            "precision": [_fmt(v, u) for v, u in zip(t["precision"], t["precision_undefined"])],
+            "recall": [_fmt(v, u) for v, u in zip(t["recall"], t["recall_undefined"])],
+            "F1": [_fmt(v, u) for v, u in zip(t["f1"], t["f1_undefined"])],
+            "FP": t["fp"].to_numpy(), "FN": t["fn"].to_numpy(),
+        })
+        if previous is not None:
+            prev = previous.table["f1"].reindex(t.index)
+            out["change in F1"] = [f"{d:+.3f}" if d == d else "n/a" for d in (t["f1"] - prev)]
+        return out
+
+
+def _fmt(value: float, undefined: bool) -> str:
+    """A metric for a table: undefined values are marked, never shown as a silent 0."""
+    if undefined:
+        return "undefined*" if value != value else f"{value:.3f}*"
+    return f"{value:.3f}"
+
+
+class EvaluationService:
+    """Metrics, comparisons, history, ceiling, disagreements, notes."""
+
+    # ------------------------------------------------------------ matrices
+
+    def _run_labels(self, run) -> list[str]:
+        """Labels a run answered, plus derived labels when every input was asked."""
+        labels = json.loads(run.labels_json)
+        if set(self.vocab.asked_ids) <= set(labels):
+            return self.vocab.ids
+        return [lab for lab in self.vocab.ids if lab in labels]
+
+    def _leaked_reports(self, *commits: str) -> set[str]:
+        """Report ids used as few-shot examples in any of the given prompt versions."""
+        out: set[str] = set()
+        for commit in commits:
+            out |= self.prompt_set(commit).example_report_ids()
+        return out
+
+    def evaluation_inputs(self, run_id: int, extra_commits: tuple[str, ...] = ()) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+        """(reference, predictions, excluded counts) aligned on the evaluable reports."""
+        run = self.run_info(run_id)
+        cohort = self._cohort_name(run.cohort_id)
+        labels = self._run_labels(run)
+        y_true = self.reference_matrix(cohort)[labels]
+        y_pred = self.prediction_matrix(run_id)[labels]
+        leaked = self._leaked_reports(run.prompt_commit, *extra_commits) & set(y_true.index)
+        keep = [r for r in y_true.index if r not in leaked]
+        y_true, y_pred = y_true.loc[keep], y_pred.loc[keep]
+        asked = [lab for lab in labels if lab in self.vocab.asked_ids]
+        excluded = {
+            "reports used as few-shot examples (leakage)": len(leaked),
+            "items waiting for adjudication": int(y_true[asked].isna().sum().sum()),
+            "failed or missing predictions": int(y_pred[asked].isna().sum().sum()),
+        }
+        return y_true, y_pred, excluded
+
+    def _cohort_name(self, cohort_id: int) -> str:
+        """Cohort name from id."""
+        cohorts = self.cohorts().set_index("id")
+        return str(cohorts.loc[cohort_id, "name"])
+
+    # ------------------------------------------------------------ metrics
+
+    def evaluate_run(self, run_id: int, ci: str = "wilson", zero_division: str = "undefined",
+                     n_resamples: int = 1000, seed: int = 0) -> Evaluation:
+        """Per-label metrics with intervals, micro/macro averages, bootstrap of macro F1."""
+        y_true, y_pred, excluded = self.evaluation_inputs(run_id)
+        table = metrics.label_metrics(y_true, y_pred, ci=ci, zero_division=zero_division)
+        avg = metrics.averages(table, zero_division=zero_division, ci=ci)
+        boot = metrics.bootstrap_macro_f1(y_true, y_pred, n_resamples=n_resamples, seed=seed, zero_division=zero_division) \
+            if n_resamples else {}
+        return Evaluation(run_id, table, avg, boot, excluded, ci, zero_division, list(y_true.columns))
+
+    def compare_runs(self, run_a: int, run_b: int, mid_p: bool = False, min_discordant: int = 10,
+                     zero_division: str = "undefined") -> dict:
+        """Paired comparison of two runs on the same cohort: per-label deltas, McNemar + Holm, cases."""
+        a, b = self.run_info(run_a), self.run_info(run_b)
+        if a.cohort_id != b.cohort_id:
+            raise StudyError(f"runs {run_a} and {run_b} are on different cohorts; a paired comparison needs the same reports")
+        y_true, pred_a, excluded = self.evaluation_inputs(run_a, extra_commits=(b.prompt_commit,))
+        _, pred_b, excluded_b = self.evaluation_inputs(run_b, extra_commits=(a.prompt_commit,))
+        labels = [lab for lab in y_true.columns if lab in pred_b.columns]
+        y_true, pred_a, pred_b = y_true[labels], pred_a[labels], pred_b.reindex(index=y_true.index)[labels]
+        table = metrics.compare_labels(y_true, pred_a, pred_b, mid_p=mid_p, min_discordant=min_discordant,
+                                       zero_division=zero_division)
+        ma = metrics.label_metrics(y_true, pred_a, zero_division=zero_division)
+        mb = metrics.label_metrics(y_true, pred_b, zero_division=zero_division)
+        for col in ("precision", "recall", "specificity", "kappa"):
+            table[f"{col}_a"], table[f"{col}_b"] = ma[col], mb[col]
+            table[f"delta_{col}"] = mb[col] - ma[col]
+        cases = metrics.fixed_and_broken(y_true, pred_a, pred_b)
+        excluded["failed or missing predictions (run B)"] = excluded_b["failed or missing predictions"]
+        return {"table": table, "cases": cases, "excluded": excluded, "run_a": run_a, "run_b": run_b,
+                "macro_f1_a": float(np.nanmean(table["f1_a"])), "macro_f1_b": float(np.nanmean(table["f1_b"]))}
+
+    def iteration_history(self, cohort: str, ci: str = "wilson") -> pd.DataFrame:
+        """Every finished run on a cohort in prompt-version order: macro and per-label accuracy and F1."""
+        runs = self.runs(cohort)
+        runs = runs[runs["status"].isin(["finished", "incomplete"])]
+        rows = []
+        for run in runs.itertuples(index=False):
+            ev = self.evaluate_run(int(run.id), ci=ci, n_resamples=0)
+            version = prompt_repo.ordinal(self.paths.prompts, run.prompt_commit)
+            row = {"run": int(run.id), "version": version, "prompt": run.prompt_commit[:8], "model": run.model,
+                   "started": run.started_at, "macro_accuracy": ev.averages["macro_accuracy"],
+                   "macro_f1": ev.averages["macro_f1"], "micro_f1": ev.averages["micro_f1"]}
+            for lab in ev.table.index:
+                row[f"accuracy:{lab}"] = ev.table.loc[lab, "accuracy"]
+                row[f"f1:{lab}"] = ev.table.loc[lab, "f1"]
+            rows.append(row)
+        frame = pd.DataFrame(rows)
+        return frame.sort_values(["version", "run"]).reset_index(drop=True) if len(frame) else frame
+
+    def human_ceiling(self, run_id: int) -> pd.DataFrame:
+        """Per label: labeller kappa beside readers' Fleiss kappa, mean reader accuracy, and the
+        labeller's accuracy on unanimous and on split-vote items."""
+        run = self.run_info(run_id)
+        cohort = self._cohort_name(run.cohort_id)
+        ev = self.evaluate_run(run_id, n_resamples=0)
+        with self.session() as s:
+            readings = q.readings_frame(s, cohort_id=run.cohort_id)[["report_id", "label", "reader", "value"]]
+        readings = readings[readings["label"].isin(self.vocab.asked_ids)]
+        reference = self.reference(cohort, readings=readings)
+        fleiss = agreement.fleiss_kappa_table(readings).set_index("label")
+        rvr = agreement.reader_vs_reference(readings, reference[["report_id", "label", "value"]])
+        mean_reader = rvr.groupby("label")["accuracy"].mean()
+        split = agreement.vote_split(readings)
+        unanimous = split.pivot(index="report_id", columns="label", values="unanimous")
+        y_true, y_pred, _ = self.evaluation_inputs(run_id)
+        asked = [lab for lab in y_true.columns if lab in unanimous.columns]
+        mask_u = unanimous.reindex(index=y_true.index, columns=asked).fillna(False).astype(bool)
+        acc_u = metrics.subset_accuracy(y_true[asked], y_pred[asked], mask_u)
+        acc_s = metrics.subset_accuracy(y_true[asked], y_pred[asked], ~mask_u)
+        out = pd.DataFrame(index=pd.Index(asked, name="label"))
+        out["labeller_kappa"] = ev.table["kappa"].reindex(asked)
+        out["readers_fleiss_kappa"] = fleiss["fleiss_kappa"].reindex(asked) if "fleiss_kappa" in fleiss else np.nan
+        out["fleiss_note"] = fleiss["note"].reindex(asked) if "note" in fleiss else ""
+        out["mean_reader_accuracy"] = mean_reader.reindex(asked)
+        out["labeller_accuracy"] = ev.table["accuracy"].reindex(asked)
+        out["accuracy_unanimous"] = acc_u["accuracy"]
+        out["n_unanimous"] = acc_u["n"]
+        out["accuracy_split"] = acc_s["accuracy"]
+        out["n_split"] = acc_s["n"]
+        return out.reset_index()
+
+    # ------------------------------------------------------------ disagreements
+
+    def disagreements(self, run_id: int, label: str | None = None, kind: str | None = None,
+                      category: str | None = None) -> pd.DataFrame:
+        """The queue: every (report, label) where the labeller and the reference differ (or the call failed)."""
+        run = self.run_info(run_id)
+        cohort = self._cohort_name(run.cohort_id)
+        ref_table = self.reference(cohort)
+        ev = self.evaluate_run(run_id, n_resamples=0)
+        preds = self.predictions(run_id)
+        merged = preds.merge(ref_table[["report_id", "label", "value", "positives", "n_readers", "status"]],
+                             on=["report_id", "label"], how="inner", suffixes=("", "_ref"))
+        merged = merged.rename(columns={"value": "prediction", "value_ref": "reference", "status_ref": "reference_status"})
+        failed = merged["prediction"].isna()
+        settled = merged["reference"].notna()
+        differs = settled & ~failed & (merged["prediction"] != merged["reference"])
+        out = merged[differs | failed].copy()
+        out["type"] = np.where(out["prediction"].isna(), "failed",
+                               np.where(out["prediction"] == 1, "FP", "FN"))
+        out["votes"] = out["positives"].astype(int).astype(str) + " of " + out["n_readers"].astype(int).astype(str)
+        out = self._attach_notes(out)
+        error_rate = (1 - ev.table["accuracy"]).to_dict()
+        support = ev.table["support"].to_dict()
+        out["label_error_rate"] = out["label"].map(error_rate)
+        out["label_support"] = out["label"].map(support)
+        out = out.sort_values(["label_error_rate", "label_support", "label", "report_id"],
+                              ascending=[False, True, True, True])
+        if self.actor.role == "reader":  # blinding: only reports this reader has finished
+            out = out[out["report_id"].isin(self._completed_reports(self.actor.user))]
+        if label:
+            out = out[out["label"] == (self.vocab.resolve(label) or label)]
+        if kind:
+            out = out[out["type"] == kind]
+        if category:
+            out = out[out["categories"].str.contains(category, regex=False)]
+        cols = ["report_id", "label", "type", "reference", "prediction", "votes", "reference_status", "evidence",
+                "evidence_found", "status", "detail", "notes", "categories", "label_error_rate", "label_support"]
+        return out[cols].reset_index(drop=True)
+
+    def _attach_notes(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """Count of notes and their categories per (report, label), across runs."""
+        with self.session() as s:
+            notes = q.notes_frame(s)
+        if notes.empty:
+            frame["notes"] = 0
+            frame["categories"] = ""
+            return frame
+        agg = notes.groupby(["report_id", "label"]).agg(
+            notes=("id", "count"), categories=("category", lambda x: ", ".join(sorted(set(x))))).reset_index()
+        frame = frame.merge(agg, on=["report_id", "label"], how="left")
+        frame["notes"] = frame["notes"].fillna(0).astype(int)
+        frame["categories"] = frame["categories"].fillna("")
+        return frame
+
+    def _completed_reports(self, reader: str) -> set[str]:
+        """Reports a reader has marked every asked label of."""
+        with self.session() as s:
+            mine = q.readings_frame(s, reader=reader)
+        counts = mine.groupby("report_id").size()
+        return set(counts[counts >= len(self.vocab.asked_ids)].index)
+
+    def can_see_report(self, report_id: str) -> bool:
+        """Blinding: a reader sees others' labels and the labeller's output only after their own."""
+        if self.actor.role != "reader":
+            return True
+        return report_id in self._completed_reports(self.actor.user)
+
+    def case(self, run_id: int, report_id: str, label: str) -> dict:
+        """Everything about one disagreement: text, votes, answer, evidence, notes, the prompt sent."""
+        if not self.can_see_report(report_id):
+            from workbench.services.study import PermissionDenied
+
+            raise PermissionDenied("submit your own reading of this report first (blinded until then)")
+        from workbench.services.study import compose_text
+
+        run = self.run_info(run_id)
+        label = self.vocab.resolve(label) or label
+        with self.session() as s:
+            report = q.get_report(s, report_id)
+            if report is None:
+                raise StudyError(f"no report {report_id!r}")
+            votes = q.readings_frame(s, report_ids_=[report_id])
+            notes = q.notes_frame(s, label=label, report_id=report_id)
+            preds = q.predictions_frame(s, run_id)
+        text = compose_text(report.findings, report.impression, report.text, run.sections.split(","))
+        pred = preds[(preds["report_id"] == report_id) & (preds["label"] == label)]
+        messages = []
+        if label in self.vocab.asked_ids:
+            ps = self.prompt_set(run.prompt_commit)
+            names = self.vocab.names()
+            if run.mode == "joint":
+                messages = render_joint_call(ps, {lab: names[lab] for lab in json.loads(run.labels_json)}, text)
+            else:
+                messages = render_label_call(ps, label, names[label], text)
+        ref_row = self.reference().set_index(["report_id", "label"])
+        reference = ref_row.loc[(report_id, label)] if (report_id, label) in ref_row.index else None
+        return {
+            "report_id": report_id, "label": label, "text": text, "findings": report.findings,
+            "impression": report.impression, "votes": votes[votes["label"] == label][["reader", "value"]],
+            "reference": None if reference is None or pd.isna(reference["value"]) else int(reference["value"]),
+            "reference_status": None if reference is None else reference["status"],
+            "prediction": pred.iloc[0].to_dict() if len(pred) else None, "notes": notes, "messages": messages,
+        }
+
+    # ------------------------------------------------------------ error notes
+
+    def add_note(self, report_id: str, label: str, category: str, significance: str, text: str = "",
+                 reference_wrong: bool = False, run_id: int | None = None) -> int:
+        """Attach an error note to (report, label); "the reference is wrong" opens an adjudication item."""
+        self.require("note")
+        label_id = self.vocab.resolve(label)
+        if label_id is None:
+            raise StudyError(f"unknown label {label!r}")
+        if category not in self.config.error_categories:
+            raise StudyError(f"unknown error category {category!r}; categories: {', '.join(self.config.error_categories)} "
+                             "(a study can add its own in workbench.yaml: error_categories)")
+        if significance not in SIGNIFICANCE:
+            raise StudyError(f"clinical significance must be one of: {', '.join(SIGNIFICANCE)}")
+        if not self.can_see_report(report_id):
+            from workbench.services.study import PermissionDenied
+
+            raise PermissionDenied("submit your own reading of this report first (blinded until then)")
+        with self.session() as s:
+            if q.get_report(s, report_id) is None:
+                raise StudyError(f"no report {report_id!r}")
+            note = q.add_note(s, report_id=report_id, label=label_id, run_id=run_id, author=self.actor.user,
+                              category=category, significance=significance, text=text.strip(),
+                              reference_wrong=bool(reference_wrong))
+            if reference_wrong:
+                q.add_flag(s, report_id, label_id, self.actor.user, text.strip() or category, note.id)
+            q.add_audit(s, self.actor.user, "add", "note", f"{report_id}/{label_id}", None,
+                        {"id": note.id, "category": category, "significance": significance, "text": text.strip(),
+                         "reference_wrong": bool(reference_wrong), "run": run_id})
+            return note.id
+
+    def notes(self, label: str | None = None, report_id: str | None = None) -> pd.DataFrame:
+        """Error notes (oldest first)."""
+        with self.session() as s:
+            return q.notes_frame(s, label=self.vocab.resolve(label) if label else None, report_id=report_id)
+
+    def note_counts(self, run_id: int | None = None) -> pd.DataFrame:
+        """Counts of notes by label and category (for one run's disagreements, or all)."""
+        notes = self.notes()
+        if run_id is not None:
+            queue = self.disagreements(run_id)
+            keys = set(zip(queue["report_id"], queue["label"]))
+            notes = notes[[k in keys for k in zip(notes["report_id"], notes["label"])]]
+        if notes.empty:
+            return pd.DataFrame(columns=["label"])
+        return pd.crosstab(notes["label"], notes["category"]).reset_index()

@@ -1,0 +1,261 @@
+"""Prompt revisions: drafts, saving as Git commits, history, diffs, revert, few-shot curation,
+and the policy table across labels.
+
+A draft is a user's label prompt being edited, stored with the version it started from; saving
+commits every named draft as one version and is refused if another user changed the same label
+meanwhile (nothing is lost: the draft stays for the user to re-apply).
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from workbench.core import policy
+from workbench.core.prompts import (
+    LabelPrompt, PromptError, dump_label_prompt, dump_task, parse_label_prompt, prompt_set_from_dictionary,
+)
+from workbench.store import prompt_repo, queries as q
+from workbench.store.prompt_repo import PromptRepoError
+from workbench.study import StudyError
+
+
+def label_yaml(lp: LabelPrompt) -> str:
+    """A label prompt as the YAML text stored in the repo (stable key order)."""
+    return yaml.safe_dump(dump_label_prompt(lp), sort_keys=False, allow_unicode=True, width=100)
+
+
+def parse_label_yaml(text: str, source: str) -> LabelPrompt:
+    """YAML text -> LabelPrompt, with errors naming the source."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PromptError(f"{source}: not valid YAML ({exc})") from exc
+    return parse_label_prompt(data, source)
+
+
+class PromptsService:
+    """Editing, versioning and comparing prompts."""
+
+    # ------------------------------------------------------------ drafts
+
+    def label_prompt(self, label: str, ref_: str | None = None) -> LabelPrompt:
+        """One label's prompt at a version."""
+        return self.prompt_set(ref_).label(self._asked(label))
+
+    def _asked(self, label: str) -> str:
+        """Resolve an asked label id (derived labels have no prompt)."""
+        label_id = self.vocab.resolve(label)
+        if label_id is None or label_id not in self.vocab.asked_ids:
+            raise StudyError(f"no prompt for label {label!r}; labels with prompts: {', '.join(self.vocab.asked_ids)}")
+        return label_id
+
+    def draft(self, label: str) -> tuple[LabelPrompt, str, bool]:
+        """(prompt being edited, version it started from, whether a saved draft exists)."""
+        label = self._asked(label)
+        with self.session() as s:
+            row = q.get_draft(s, label, self.actor.user)
+        if row is not None:
+            return parse_label_yaml(row.content, f"draft of {label}"), row.base_commit, True
+        head = self.prompt_commit()
+        return self.label_prompt(label, head), head, False
+
+    def save_draft(self, lp: LabelPrompt, base_commit: str) -> None:
+        """Keep an edited prompt as this user's draft (validated, not yet a version)."""
+        self.require("edit_prompts")
+        label = self._asked(lp.label)
+        text = label_yaml(lp)
+        parse_label_yaml(text, f"{label}.yaml")
+        with self.session() as s:
+            q.put_draft(s, label, self.actor.user, base_commit, text)
+
+    def discard_draft(self, label: str) -> None:
+        """Throw a draft away."""
+        with self.session() as s:
+            q.delete_draft(s, self._asked(label), self.actor.user)
+
+    def drafts(self) -> pd.DataFrame:
+        """This user's open drafts."""
+        with self.session() as s:
+            return q.list_drafts(s, self.actor.user)
+
+    # ------------------------------------------------------------ saving versions
+
+    def save_prompts(self, prompts: list[LabelPrompt], message: str, base_commit: str) -> str:
+        """Commit edited label prompts as one version; refused if any changed since base_commit."""
+        self.require("edit_prompts")
+        files = {}
+        for lp in prompts:
+            label = self._asked(lp.label)
+            files[f"{label}.yaml"] = label_yaml(lp)
+        current = self.prompt_files(None)
+        current.update(files)
+        from workbench.services.study import _validate_prompt_files
+
+        _validate_prompt_files(current, self.vocab)  # the whole set must still parse
+        try:
+            commit = prompt_repo.commit_files(self.paths.prompts, files, message, self.actor.identity(), base=base_commit)
+        except PromptRepoError as exc:
+            raise_conflict(exc)
+        with self.session() as s:
+            for lp in prompts:
+                q.delete_draft(s, lp.label, self.actor.user)
+                q.add_audit(s, self.actor.user, "save", "prompt", lp.label, {"base": base_commit},
+                            {"commit": commit, "message": message})
+        return commit
+
+    def commit_drafts(self, labels: list[str], message: str) -> str:
+        """Save this user's drafts of the given labels as one version."""
+        prompts, bases = [], set()
+        for label in labels:
+            lp, base, exists = self.draft(label)
+            if not exists:
+                raise StudyError(f"no draft for {label!r}")
+            prompts.append(lp)
+            bases.add(base)
+        # each draft names its own base; checking against the oldest catches any change since
+        base = sorted(bases, key=lambda c: prompt_repo.ordinal(self.paths.prompts, c))[0]
+        return self.save_prompts(prompts, message, base)
+
+    def revert_label(self, label: str, to_ref: str, message: str | None = None) -> str:
+        """Restore one label's prompt from an earlier version as a new commit."""
+        self.require("edit_prompts")
+        label = self._asked(label)
+        old = prompt_repo.read_file(self.paths.prompts, f"{label}.yaml", to_ref)
+        if old is None:
+            raise StudyError(f"{label} has no prompt at version {to_ref!r}")
+        lp = parse_label_yaml(old, f"{label}.yaml@{to_ref}")
+        short = self.prompt_commit(to_ref)[:8]
+        return self.save_prompts([lp], message or f"Revert {label} to {short}", self.prompt_commit())
+
+    def import_prompt_dictionary(self, path: Path, message: str) -> str:
+        """Import a {label: guidance} dictionary (JSON/YAML) as a new version of every label."""
+        from workbench import importers
+
+        guidance = importers.read_prompt_dictionary(path)
+        resolved = {}
+        for key, text in guidance.items():
+            label_id = self.vocab.resolve(key)
+            if label_id is None:
+                raise StudyError(f"{Path(path).name}: unknown label {key!r}")
+            if label_id in self.vocab.asked_ids:
+                resolved[label_id] = text
+        ps = prompt_set_from_dictionary(resolved, self.vocab.asked_ids, self.prompt_set().task)
+        return self.save_prompts(list(ps.labels.values()), message, self.prompt_commit())
+
+    # ------------------------------------------------------------ history and diffs
+
+    def prompt_history(self, label: str | None = None) -> pd.DataFrame:
+        """Versions newest first (for one label or the whole set)."""
+        name = f"{self._asked(label)}.yaml" if label else None
+        versions = prompt_repo.history(self.paths.prompts, name)
+        tags = {v: k for k, v in prompt_repo.tags(self.paths.prompts).items()}
+        return pd.DataFrame([{
+            "commit": v.commit, "short": v.short, "when": v.when, "author": v.author, "message": v.message,
+            "labels": ", ".join(f[:-5] for f in v.files if f.endswith(".yaml") and f != "_task.yaml"),
+            "frozen as": tags.get(v.commit, ""),
+        } for v in versions])
+
+    def prompt_diff(self, label: str, ref_a: str, ref_b: str | None = None) -> dict:
+        """Difference of one label between two versions: unified text and fields."""
+        label = self._asked(label)
+        name = f"{label}.yaml"
+        a = prompt_repo.read_file(self.paths.prompts, name, ref_a) or ""
+        b = prompt_repo.read_file(self.paths.prompts, name, ref_b) or ""
+        unified = "".join(difflib.unified_diff(a.splitlines(True), b.splitlines(True),
+                                               fromfile=f"{name}@{ref_a[:8]}", tofile=f"{name}@{(ref_b or 'HEAD')[:8]}"))
+        lp_a = parse_label_yaml(a, name) if a else None
+        lp_b = parse_label_yaml(b, name) if b else None
+        return {"label": label, "unified": unified, "fields": policy.diff_label_prompts(lp_a, lp_b)}
+
+    def diff_against_draft(self, label: str) -> dict:
+        """What this user's draft changes relative to the version it started from."""
+        lp, base, _ = self.draft(label)
+        old = self.label_prompt(label, base)
+        a, b = label_yaml(old), label_yaml(lp)
+        unified = "".join(difflib.unified_diff(a.splitlines(True), b.splitlines(True),
+                                               fromfile=f"{lp.label}.yaml@{base[:8]}", tofile=f"{lp.label}.yaml (draft)"))
+        return {"label": lp.label, "unified": unified, "fields": policy.diff_label_prompts(old, lp)}
+
+    def previous_version(self, label: str) -> str | None:
+        """The version before the latest change of a label (None when it never changed)."""
+        versions = prompt_repo.history(self.paths.prompts, f"{self._asked(label)}.yaml", limit=2)
+        return versions[1].commit if len(versions) > 1 else None
+
+    # ------------------------------------------------------------ policy
+
+    def policy_table(self, ref_: str | None = None) -> pd.DataFrame:
+        """Every label's hedge and temporal policy side by side."""
+        return policy.policy_table(self.prompt_set(ref_), self.vocab.names())
+
+    def policy_conflicts(self, ref_: str | None = None) -> list[policy.Finding]:
+        """Inconsistencies between related labels and inside labels."""
+        return policy.policy_conflicts(self.prompt_set(ref_), self.vocab.names())
+
+    # ------------------------------------------------------------ few-shot curation
+
+    def add_example_from_case(self, report_id: str, label: str, why: str = "", run_id: int | None = None,
+                              note_id: int | None = None, value: int | None = None) -> tuple[LabelPrompt, list[str]]:
+        """Turn a disagreement into a few-shot example in this user's draft of the label.
+
+        The example keeps the source report id (so evaluation leaves that report out) and the
+        error note that motivated it; its value is the reference value unless given.
+        Returns the updated draft and warnings (e.g. examples all of one class).
+        """
+        self.require("edit_prompts")
+        label = self._asked(label)
+        with self.session() as s:
+            report = q.get_report(s, report_id)
+            if report is None:
+                raise StudyError(f"no report {report_id!r}")
+            notes = q.notes_frame(s, label=label, report_id=report_id)
+            evidence = ""
+            if run_id is not None:
+                preds = q.predictions_frame(s, run_id)
+                hit = preds[(preds["report_id"] == report_id) & (preds["label"] == label)]
+                evidence = hit["evidence"].iloc[0] if len(hit) else ""
+        if value is None:
+            table = self.reference().set_index(["report_id", "label"])
+            if (report_id, label) not in table.index or pd.isna(table.loc[(report_id, label), "value"]):
+                raise StudyError(f"{report_id}/{label} has no reference value yet (adjudicate it first) and no value was given")
+            value = int(table.loc[(report_id, label), "value"])
+        note_text = None
+        if note_id is not None and len(notes):
+            chosen = notes[notes["id"] == note_id]
+            note_text = _note_summary(chosen.iloc[0]) if len(chosen) else None
+        elif len(notes):
+            note_text = _note_summary(notes.iloc[-1])
+        from workbench.services.study import compose_text
+
+        text = compose_text(report.findings, report.impression, report.text, self.config.sections)
+        # the model's evidence is a useful excerpt only when it was wrong to be positive
+        example = policy.example_from_case(text, value, why or (note_text or ""), report_id, note_text,
+                                           evidence if value == 0 else "")
+        lp, base, _ = self.draft(label)
+        if any(ex.source_report_id == report_id and ex.text == example.text for ex in lp.examples):
+            raise StudyError(f"{report_id} is already an example of {label}")
+        lp = lp.__class__(**{**lp.__dict__, "examples": lp.examples + (example,)})
+        self.save_draft(lp, base)
+        warnings = [f.message for f in policy.label_warnings(lp, self.vocab.names()[label])]
+        return lp, warnings
+
+
+def _note_summary(note: pd.Series) -> str:
+    """A short line describing an error note."""
+    text = f"{note['category']} ({note['significance']})"
+    return f"{text}: {note['text']}" if note["text"] else text
+
+
+def raise_conflict(exc: PromptRepoError):
+    """Turn a repo refusal into the services' ConflictError when it is a concurrent edit."""
+    from workbench.services.study import ConflictError
+
+    if "changed since version" in str(exc):
+        raise ConflictError(str(exc)) from exc
+    raise StudyError(str(exc)) from exc
+
+
+__all__ = ["PromptsService", "label_yaml", "parse_label_yaml", "dump_task"]
