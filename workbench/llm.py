@@ -17,6 +17,7 @@ import os
 import random
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -202,14 +203,9 @@ def _make_caller(cfg: ModelConfig) -> Callable:
     key = _api_key(cfg)
     kwargs = _call_kwargs(cfg)
     if len(cfg.endpoints) > 1:
-        router = litellm.Router(
-            model_list=[
-                {"model_name": _POOL_NAME, "litellm_params": {"model": cfg.model, "api_base": url, "api_key": key}}
-                for url in cfg.endpoints
-            ],
-            num_retries=0,
-            timeout=cfg.timeout_s,
-        )
+        with warnings.catch_warnings():  # pydantic's ReadOnly notice on litellm's router types
+            warnings.simplefilter("ignore", UserWarning)
+            router = _router(litellm, cfg, key)
 
         async def call_pool(messages: list[dict]):
             return await router.acompletion(model=_POOL_NAME, messages=messages, **kwargs)
@@ -225,6 +221,18 @@ def _make_caller(cfg: ModelConfig) -> Callable:
         return await litellm.acompletion(model=cfg.model, messages=messages, **kwargs)
 
     return call_one
+
+
+def _router(litellm, cfg: ModelConfig, key: str | None):
+    """One deployment per endpoint; litellm's cooldown steers calls away from a failing one."""
+    return litellm.Router(
+        model_list=[
+            {"model_name": _POOL_NAME, "litellm_params": {"model": cfg.model, "api_base": url, "api_key": key}}
+            for url in cfg.endpoints
+        ],
+        num_retries=0,
+        timeout=cfg.timeout_s,
+    )
 
 
 # -- errors and backoff ------------------------------------------------------------------------

@@ -39,10 +39,11 @@ DEFAULT_CUES: dict[str, tuple[str, ...]] = {
     "resolved": ("resolved", "no longer", "interval resolution", "has cleared", "have cleared", "removed",
                  "interval removal"),
     "stable": ("stable", "unchanged", "persistent", "again seen", "again noted", "redemonstrated", "similar"),
-    "improving": ("improving", "improved", "decreased", "decreasing", "smaller", "less prominent", "diminished"),
+    "improving": ("improving", "improved", "resolving", "decreased", "decreasing", "smaller", "less prominent",
+                  "diminished"),
     # deliberately narrow: "chronic ILD" or "old rib fracture" still describe a present finding
     "prior": ("history of", "previously treated", "on the prior study only"),
-    "scope_break": ("but", "however", "although", "though", "except", "which", "with interval", "otherwise"),
+    "scope_break": ("but", "however", "although", "though", "except", "which", "otherwise"),
 }
 
 

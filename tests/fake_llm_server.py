@@ -1,0 +1,366 @@
+"""A small OpenAI-compatible chat server on 127.0.0.1 for tests and benchmarks.
+
+Real HTTP, real litellm, no mocks: tests point a ModelConfig at ``server.url`` and the
+server misbehaves on request (429 with Retry-After, 500, slow, hang, malformed or
+prose-wrapped JSON, refusals). A behaviour is chosen per server (``server.behaviour``)
+or per request with a marker in the last user message, e.g. ``[[behaviour:429]]`` or
+``[[behaviour:429:3]]`` (the number is the fail count for 429/500, seconds for slow/hang).
+
+Behaviours: ok (the keyword answer), slow, 429, 500 (fail N times, then ok), 400 and 401
+(always), hang, malformed (unparseable JSON reply), prose (JSON inside prose), refusal,
+reply (the configured ``reply`` text), garbage (a truncated HTTP body).
+"Fail N times then succeed" (429, 500) is counted per distinct message list, so every
+request of a batch fails N times and then succeeds.
+
+Stdlib only. Run alone (``python tests/fake_llm_server.py --latency 0.1``) it serves in
+the foreground and prints its URL on the first line, which the throughput bench uses to
+keep the server's threads off the measured process's GIL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import re
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+BEHAVIOURS = ("ok", "slow", "429", "500", "400", "401", "hang", "malformed", "prose", "refusal", "reply", "garbage")
+MARKER = re.compile(r"\[\[behaviour:([a-z0-9]+)(?::([0-9.]+))?\]\]")
+MALFORMED_REPLY = '{"value": , "evidence": "see report",,'
+REFUSAL_REPLY = "I'm sorry, but I can't help with interpreting medical reports."
+
+
+def _text_of(message: dict) -> str:
+    """Flatten an OpenAI message's content (string or list of parts) to text."""
+    content = message.get("content") or ""
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return str(content)
+
+
+def last_user_text(messages: list[dict]) -> str:
+    """The last user message's text ("" when there is none)."""
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return _text_of(message)
+    return ""
+
+
+def report_part(text: str) -> str:
+    """The report inside a user message: the text after a 'Report:' line when present."""
+    text = MARKER.sub("", text)
+    match = re.search(r"(?im)^\s*(?:radiology\s+)?report\s*:\s*", text)
+    body = text[match.end():] if match else text
+    return body.split('"""')[0].split("```")[0].strip() if match else body.strip()
+
+
+def keyword_answer(messages: list[dict], keywords: tuple[str, ...]) -> str:
+    """{"value": 1, "evidence": <first sentence with a keyword>} or {"value": 0, ...}."""
+    report = report_part(last_user_text(messages))
+    for sentence in re.split(r"(?<=[.!?])\s+|\n+", report):
+        if any(k.lower() in sentence.lower() for k in keywords):
+            return json.dumps({"value": 1, "evidence": sentence.strip()})
+    return json.dumps({"value": 0, "evidence": ""})
+
+
+def _tokens(text: str) -> int:
+    return max(1, len(text.split()))
+
+
+def completion_body(model: str, reply: str, messages: list[dict]) -> dict:
+    """A valid OpenAI chat.completion object (with usage) carrying ``reply``."""
+    prompt_tokens = sum(_tokens(_text_of(m)) for m in messages)
+    completion_tokens = _tokens(reply)
+    return {
+        "id": "chatcmpl-fake-" + hashlib.sha1(f"{time.time_ns()}".encode()).hexdigest()[:12],
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": "fp_fake",
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": reply},
+            "logprobs": None,
+            "finish_reason": "stop",
+        }],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+class FakeLLMServer:
+    """An OpenAI-compatible server in a background thread; a context manager."""
+
+    def __init__(
+        self,
+        *,
+        behaviour: str = "ok",
+        keywords: tuple[str, ...] | list[str] = ("effusion",),
+        reply: str | None = None,
+        answer_fn: Callable[[list[dict]], str] | None = None,
+        latency: float = 0.0,
+        fail_times: int = 2,
+        retry_after: float | None = 0.2,
+        hang_s: float = 30.0,
+        slow_s: float = 0.5,
+    ) -> None:
+        self.behaviour = behaviour
+        self.keywords = tuple(keywords)
+        self.reply = reply
+        self.answer_fn = answer_fn
+        self.latency = latency
+        self.fail_times = fail_times
+        self.retry_after = retry_after
+        self.hang_s = hang_s
+        self.slow_s = slow_s
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.reset()
+
+    # -- lifecycle -----------------------------------------------------------------
+    def start(self) -> "FakeLLMServer":
+        """Bind a free port on 127.0.0.1 and serve in a daemon thread."""
+        self._server = _make_http_server(self)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="fake-llm-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Wake hanging handlers, stop serving and close the socket."""
+        self._stop.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> "FakeLLMServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "server not started"
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        """The api_base to give litellm: http://127.0.0.1:PORT/v1."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    # -- bookkeeping -------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget counts, bodies and fail counters (behaviour settings stay)."""
+        with self._lock:
+            self.count = 0
+            self.counts: Counter[str] = Counter()
+            self.bodies: list[dict] = []
+            self.headers: list[dict[str, str]] = []
+            self.in_flight = 0
+            self.max_in_flight = 0
+            self._failures: Counter[tuple[str, str]] = Counter()
+
+    def _enter(self, body: dict, headers: dict[str, str], behaviour: str) -> None:
+        with self._lock:
+            self.count += 1
+            self.counts[behaviour] += 1
+            self.bodies.append(body)
+            self.headers.append(headers)
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+    def _should_fail(self, behaviour: str, messages: list[dict], times: int) -> bool:
+        key = (behaviour, hashlib.sha1(json.dumps(messages, sort_keys=True).encode()).hexdigest())
+        with self._lock:
+            if self._failures[key] < times:
+                self._failures[key] += 1
+                return True
+            return False
+
+    def wait(self, seconds: float) -> None:
+        """Sleep, but wake early when the server stops."""
+        if seconds > 0:
+            self._stop.wait(seconds)
+
+    # -- answering ---------------------------------------------------------------------
+    def choose(self, messages: list[dict]) -> tuple[str, float | None]:
+        """The behaviour for this request and its optional numeric argument."""
+        match = MARKER.search(last_user_text(messages))
+        if match:
+            return match.group(1), (float(match.group(2)) if match.group(2) else None)
+        return self.behaviour, None
+
+    def answer(self, messages: list[dict]) -> str:
+        """The deterministic correct reply."""
+        if self.answer_fn is not None:
+            return self.answer_fn(messages)
+        if self.reply is not None:
+            return self.reply
+        return keyword_answer(messages, self.keywords)
+
+    def respond(self, body: dict, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+        """Status, extra headers and body bytes for one chat request."""
+        messages = body.get("messages") or []
+        behaviour, arg = self.choose(messages)
+        self._enter(body, {k.lower(): v for k, v in (headers or {}).items()}, behaviour)
+        try:
+            return self._respond(body, messages, behaviour, arg)
+        finally:
+            self._leave()
+
+    def _respond(self, body, messages, behaviour, arg):
+        model = str(body.get("model", "fake"))
+        self.wait(self.latency)
+        if behaviour in ("429", "500"):
+            times = int(arg) if arg is not None else self.fail_times
+            if self._should_fail(behaviour, messages, times):
+                return self._error(int(behaviour))
+            behaviour = "ok"
+        if behaviour == "slow":
+            self.wait(arg if arg is not None else self.slow_s)
+        elif behaviour == "hang":
+            self.wait(arg if arg is not None else self.hang_s)
+        elif behaviour in ("400", "401"):
+            return self._error(int(behaviour))
+        elif behaviour == "garbage":
+            return 200, {}, b'{"id": "chatcmpl-broken", "choices": [ {"mess'
+        reply = {
+            "malformed": MALFORMED_REPLY,
+            "refusal": REFUSAL_REPLY,
+            "prose": None,
+            "reply": self.reply,
+        }.get(behaviour)
+        if behaviour == "prose":
+            reply = "Sure! Here is my assessment.\n" + self.answer(messages) + "\nLet me know if you need more."
+        if reply is None:
+            reply = self.answer(messages)
+        return 200, {}, json.dumps(completion_body(model, reply, messages)).encode()
+
+    def _error(self, status: int) -> tuple[int, dict[str, str], bytes]:
+        headers: dict[str, str] = {}
+        if status == 429:
+            message, kind = "Rate limit reached for requests", "rate_limit_exceeded"
+            if self.retry_after is not None:
+                headers["Retry-After"] = f"{self.retry_after:g}"
+        elif status == 400:
+            message, kind = "Invalid request: unsupported parameter", "invalid_request_error"
+        elif status == 401:
+            message, kind = "Incorrect API key provided", "invalid_api_key"
+        else:
+            message, kind = "The server had an error while processing your request", "server_error"
+        error = {"error": {"message": message, "type": kind, "param": None, "code": kind}}
+        return status, headers, json.dumps(error).encode()
+
+
+def _make_http_server(fake: FakeLLMServer) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        # keep-alive: litellm's HTTP clients pool connections; HTTP/1.0 would force a
+        # new TCP connection per call and blur the throughput numbers
+        protocol_version = "HTTP/1.1"
+        # headers and body in separate segments + Nagle + delayed ACK = ~40 ms stalls
+        disable_nagle_algorithm = True
+
+        def log_message(self, *args) -> None:  # silence per-request stderr lines
+            pass
+
+        def _send(self, status: int, headers: dict[str, str], payload: bytes) -> None:
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self._headers_buffer.append(b"\r\n" + payload)  # one write for head and body
+                self.wfile.write(b"".join(self._headers_buffer))
+                self._headers_buffer = []
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True  # the client gave up (timeout): nothing to do
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") in ("/v1/models", "/models"):
+                data = {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": "tests"}]}
+                self._send(200, {}, json.dumps(data).encode())
+            else:
+                self._send(404, {}, b'{"error": {"message": "not found"}}')
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            if self.path.split("?")[0].rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+                self._send(404, {}, b'{"error": {"message": "not found", "type": "invalid_request_error"}}')
+                return
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError:
+                self._send(400, {}, b'{"error": {"message": "body is not JSON", "type": "invalid_request_error"}}')
+                return
+            self._send(*fake.respond(body, dict(self.headers.items())))
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        request_queue_size = 256  # the default 5 drops SYNs when 32+ clients connect at once
+        allow_reuse_address = True
+
+    return Server(("127.0.0.1", 0), Handler)
+
+
+@contextlib.contextmanager
+def running_server(**options) -> Iterator[FakeLLMServer]:
+    """Start a FakeLLMServer for the duration of a with-block."""
+    server = FakeLLMServer(**options)
+    with server:
+        yield server
+
+
+try:
+    import pytest
+except ImportError:  # the bench and the CLI run without pytest
+    pytest = None
+
+if pytest is not None:
+    @pytest.fixture
+    def fake_llm_server() -> Iterator[FakeLLMServer]:
+        """A fresh fake OpenAI-compatible server per test; configure its attributes in the test."""
+        with running_server() as server:
+            yield server
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve in the foreground; print the URL first so a parent process can read it."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds added to every request")
+    parser.add_argument("--behaviour", default="ok", choices=BEHAVIOURS)
+    parser.add_argument("--keyword", action="append", default=None, help="answer 1 when present")
+    args = parser.parse_args(argv)
+    server = FakeLLMServer(behaviour=args.behaviour, latency=args.latency,
+                           keywords=tuple(args.keyword or ("effusion",))).start()
+    print(server.url, flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
