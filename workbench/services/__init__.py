@@ -5,6 +5,7 @@ study). Its methods come from one mixin per area so each file stays readable.
 """
 
 from workbench.services.evaluation import Evaluation, EvaluationService
+from workbench.services.freezing import FreezeService
 from workbench.services.prompting import PromptsService
 from workbench.services.runs import RunsService, RunSummary
 from workbench.services.study import (
@@ -13,7 +14,7 @@ from workbench.services.study import (
 )
 
 
-class Workbench(EvaluationService, PromptsService, RunsService, StudyService):
+class Workbench(FreezeService, EvaluationService, PromptsService, RunsService, StudyService):
     """A study opened for use by one actor."""
 
 

@@ -259,7 +259,7 @@ class EvaluationService:
             from workbench.services.study import PermissionDenied
 
             raise PermissionDenied("submit your own reading of this report first (blinded until then)")
-        from workbench.services.study import compose_text
+        from workbench.core.text import compose_text
 
         run = self.run_info(run_id)
         label = self.vocab.resolve(label) or label

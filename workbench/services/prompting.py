@@ -228,7 +228,7 @@ class PromptsService:
             note_text = _note_summary(chosen.iloc[0]) if len(chosen) else None
         elif len(notes):
             note_text = _note_summary(notes.iloc[-1])
-        from workbench.services.study import compose_text
+        from workbench.core.text import compose_text
 
         text = compose_text(report.findings, report.impression, report.text, self.config.sections)
         # the model's evidence is a useful excerpt only when it was wrong to be positive

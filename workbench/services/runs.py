@@ -280,7 +280,7 @@ class RunsService:
                         sections: list[str], cfg, done: set) -> list:
         """Every call the run still needs, with its cache key and what the offline labeller reads."""
         from workbench.llm import CallRequest
-        from workbench.services.study import compose_text
+        from workbench.core.text import compose_text
 
         params = dict(cfg.params())
         if cfg.model.startswith(RULES_PREFIX):

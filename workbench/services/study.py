@@ -7,7 +7,6 @@ write is one transaction, so a rejected import or a failed save leaves nothing h
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ import yaml
 
 from workbench import importers
 from workbench.core import reference as ref
+from workbench.core.text import compose_text, text_hash
 from workbench.core.prompts import PromptSet, TASK_FILE, parse_prompt_set
 from workbench.core.vocab import Vocabulary
 from workbench.store import db, prompt_repo, queries as q
@@ -81,22 +81,6 @@ class ImportSummary:
             return f"{self.source}: nothing new; all {self.unchanged} rows were already imported"
         extra = "".join(f", {k}: {v}" for k, v in self.details.items())
         return f"{self.source}: added {self.added}, already present {self.unchanged}{extra}"
-
-
-def text_hash(text: str) -> str:
-    """sha256 of a report text."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def compose_text(findings: str, impression: str, text: str, sections: list[str]) -> str:
-    """The text the labeller reads, from the study's chosen sections (whole text as a fallback)."""
-    parts = []
-    for name, value in (("findings", findings), ("impression", impression), ("text", text)):
-        if name in sections and value and value.strip():
-            parts.append(f"{name.upper()}: {value.strip()}" if name != "text" else value.strip())
-    if not parts:
-        parts = [p.strip() for p in (text, findings, impression) if p and p.strip()]
-    return "\n".join(parts)
 
 
 def init_study(root: Path, vocab: str = "ranscore-21", db_url: str | None = None, rule: dict | None = None,

@@ -1,0 +1,230 @@
+"""Score generated reports against reference reports with a frozen bundle (Ran Score).
+
+Both sides are labelled with the bundle's prompts; per label TP, FP (invented findings), FN
+(missed findings), precision, recall, F1 and support; micro and macro averages; Ran Score =
+macro F1 over the vocabulary's labels under a stated zero-division policy, with a bootstrap
+interval over reports. Usable without a study: `from workbench import score`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from workbench import importers
+from workbench.bundle import Bundle, load_bundle
+from workbench.core import metrics
+from workbench.labelling import ExtractionCache, MemoryCache, label_texts, nan_to_none
+
+ZERO_DIVISION_CHOICES = ("zero", "one", "exclude")
+POLICY_TEXT = {
+    "zero": "a label with no positive in either the reference or the generated reports scores F1 = 0 "
+            "(as the released Ran Score script, zero_division=0)",
+    "one": "a label with no positive on either side scores F1 = 1 (nothing to find, nothing invented)",
+    "exclude": "a label with no positive on either side is left out of the macro average (counted and reported)",
+}
+
+
+@dataclass
+class GeneratorScore:
+    """The scores of one generator."""
+
+    name: str
+    per_label: pd.DataFrame
+    averages: dict
+    ran_score: dict
+    per_report: pd.DataFrame
+    stats: dict
+
+
+@dataclass
+class ScoreResult:
+    """Scores of every generator against one reference, plus how they were obtained."""
+
+    bundle_sha: str
+    bundle_name: str
+    model: str
+    zero_division: str
+    reference_stats: dict
+    generators: dict = field(default_factory=dict)
+
+    def summary(self) -> pd.DataFrame:
+        """Side-by-side table like the paper's Table 5 (one row per generator)."""
+        rows = []
+        for name, g in self.generators.items():
+            a, r = g.averages, g.ran_score
+            rows.append({
+                "generator": name, "reports": g.stats["texts"],
+                "micro_accuracy": a["micro_accuracy"], "micro_precision": a["micro_precision"],
+                "micro_recall": a["micro_recall"], "micro_f1": a["micro_f1"],
+                "macro_accuracy": a["macro_accuracy"], "macro_precision": a["macro_precision"],
+                "macro_recall": a["macro_recall"], "macro_f1": a["macro_f1"],
+                "ran_score": r["estimate"], "ran_score_lo": r["lo"], "ran_score_hi": r["hi"],
+                "invented_findings_fp": int(g.per_label["fp"].sum()), "missed_findings_fn": int(g.per_label["fn"].sum()),
+            })
+        return pd.DataFrame(rows)
+
+    def to_json(self) -> dict:
+        """Everything as plain data."""
+        return {
+            "bundle": {"name": self.bundle_name, "sha256": self.bundle_sha}, "model": self.model,
+            "zero_division": self.zero_division, "zero_division_policy": POLICY_TEXT[self.zero_division],
+            "reference": self.reference_stats,
+            "summary": json.loads(self.summary().to_json(orient="records")),
+            "generators": {name: {
+                "per_label": json.loads(g.per_label.reset_index().to_json(orient="records")),
+                "averages": g.averages, "ran_score": g.ran_score, "stats": g.stats,
+            } for name, g in self.generators.items()},
+        }
+
+    def write(self, out: Path) -> list[Path]:
+        """CSV and JSON outputs in a folder; returns the files written."""
+        out.mkdir(parents=True, exist_ok=True)
+        files = [out / "summary.csv", out / "results.json"]
+        self.summary().to_csv(files[0], index=False)
+        files[1].write_text(json.dumps(self.to_json(), indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+        for name, g in self.generators.items():
+            safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+            p1, p2 = out / f"{safe}.per_label.csv", out / f"{safe}.per_report.csv"
+            g.per_label.reset_index().to_csv(p1, index=False)
+            g.per_report.to_csv(p2, index=False)
+            files += [p1, p2]
+        return files
+
+
+def read_texts(path_or_frame, sections: list[str], what: str) -> dict[str, str]:
+    """id -> text from a reports file (or DataFrame) using the bundle's sections."""
+    from workbench.core.text import compose_text
+
+    frame = importers.read_reports(path_or_frame) if not isinstance(path_or_frame, pd.DataFrame) else path_or_frame
+    return {r.report_id: compose_text(r.findings, r.impression, r.text, sections) for r in frame.itertuples(index=False)}
+
+
+def _check_ids(reference: dict, generated: dict, name: str) -> None:
+    """Generated reports must pair one-to-one with reference reports."""
+    missing = sorted(set(reference) - set(generated))
+    extra = sorted(set(generated) - set(reference))
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} reference id(s) have no generated report (e.g. {', '.join(missing[:5])})")
+        if extra:
+            parts.append(f"{len(extra)} generated id(s) are not in the reference (e.g. {', '.join(extra[:5])})")
+        raise ValueError(f"generator {name!r}: " + "; ".join(parts))
+
+
+def model_config_for(bundle: Bundle, model: str | None, api_base: str | None = None):
+    """The bundle's model and parameters, or an override (which the output records)."""
+    from workbench.llm import ModelConfig
+
+    recorded = dict(bundle.model)
+    if model and model != recorded.get("model"):
+        recorded = {"model": model, "temperature": recorded.get("temperature", 0.0), "seed": recorded.get("seed", 0)}
+    if api_base:
+        recorded["api_base"] = api_base
+    allowed = {f for f in ModelConfig.__dataclass_fields__}
+    values = {k: v for k, v in recorded.items() if k in allowed and v is not None}
+    if "endpoints" in values:
+        values["endpoints"] = tuple(values["endpoints"])
+    return ModelConfig(**values)
+
+
+def score(bundle, reference, generated: dict, model: str | None = None, out: Path | None = None,
+          zero_division: str = "zero", n_resamples: int = 1000, seed: int = 0,
+          cache: ExtractionCache | None = None, api_base: str | None = None, on_progress=None) -> ScoreResult:
+    """Score generated reports (name -> file or DataFrame) against reference reports with a bundle."""
+    if zero_division not in ZERO_DIVISION_CHOICES:
+        raise ValueError(f"zero_division must be one of {ZERO_DIVISION_CHOICES}")
+    if not generated:
+        raise ValueError("give at least one generator: NAME=generated.csv")
+    b = bundle if isinstance(bundle, Bundle) else load_bundle(Path(bundle))
+    cfg = model_config_for(b, model, api_base)
+    cache = cache or MemoryCache()
+    ref_texts = read_texts(reference, b.sections, "reference")
+    ref_labels, ref_stats = label_texts(b.prompts, b.vocab, ref_texts, cfg, b.sha256, cache, on_progress)
+    result = ScoreResult(b.sha256, b.name, cfg.model, zero_division, ref_stats)
+    policy = "undefined" if zero_division == "exclude" else zero_division
+    for name, source in generated.items():
+        gen_texts = read_texts(source, b.sections, name)
+        _check_ids(ref_texts, gen_texts, name)
+        gen_labels, stats = label_texts(b.prompts, b.vocab, gen_texts, cfg, b.sha256, cache, on_progress)
+        gen_labels = gen_labels.reindex(ref_labels.index)
+        table = metrics.label_metrics(ref_labels, gen_labels, zero_division=policy)
+        avg = metrics.averages(table, zero_division=policy)
+        boot = metrics.bootstrap_macro_f1(ref_labels, gen_labels, n_resamples=n_resamples, seed=seed, zero_division=policy)
+        ran = {"estimate": avg["macro_f1"], "lo": boot.get("lo"), "hi": boot.get("hi"), "n_resamples": n_resamples,
+               "seed": seed, "labels": len(table), "labels_undefined": int(table["f1_undefined"].sum()),
+               "labels_used": avg["macro_f1_labels_used"], "policy": POLICY_TEXT[zero_division]}
+        per_label = table[["support", "tp", "fp", "fn", "tn", "precision", "recall", "f1", "f1_undefined", "accuracy"]].copy()
+        per_label.insert(0, "name", [b.vocab.names()[i] for i in per_label.index])
+        per_report = _per_report(ref_labels, gen_labels)
+        result.generators[name] = GeneratorScore(name, per_label, avg, ran, per_report, stats)
+    if out is not None:
+        result.write(Path(out))
+    return result
+
+
+def _per_report(ref_labels: pd.DataFrame, gen_labels: pd.DataFrame) -> pd.DataFrame:
+    """One row per report: invented and missed findings by name, and both label vectors."""
+    rows = []
+    for rid in ref_labels.index:
+        r, g = ref_labels.loc[rid], gen_labels.loc[rid]
+        rows.append({
+            "report_id": rid,
+            "invented_findings": ";".join(c for c in ref_labels.columns if g[c] == 1 and r[c] == 0),
+            "missed_findings": ";".join(c for c in ref_labels.columns if g[c] == 0 and r[c] == 1),
+            "matched_positive": int(((g == 1) & (r == 1)).sum()),
+            "reference_labels": json.dumps(nan_to_none(ref_labels.loc[[rid]]).iloc[0].to_dict()),
+            "generated_labels": json.dumps(nan_to_none(gen_labels.loc[[rid]]).iloc[0].to_dict()),
+        })
+    return pd.DataFrame(rows)
+
+
+def robustness(bundle, pairs, model: str | None = None, cache: ExtractionCache | None = None) -> dict:
+    """ReEvalMed's point: same labels for harmless paraphrases, different for significant changes.
+
+    pairs: a CSV/DataFrame with pair_id, kind (paraphrase | significant), label (for significant),
+    text_a, text_b. Returns overall shares and a per-label table.
+    """
+    b = bundle if isinstance(bundle, Bundle) else load_bundle(Path(bundle))
+    frame = pairs if isinstance(pairs, pd.DataFrame) else importers.read_table(pairs)
+    missing = {"pair_id", "kind", "text_a", "text_b"} - set(frame.columns)
+    if missing:
+        raise ValueError(f"robustness pairs: missing column(s) {sorted(missing)}")
+    bad = sorted(set(frame["kind"]) - {"paraphrase", "significant"})
+    if bad:
+        raise ValueError(f"robustness pairs: kind must be paraphrase or significant, got {bad}")
+    cfg = model_config_for(b, model)
+    texts = {}
+    for r in frame.itertuples(index=False):
+        texts[f"{r.pair_id}:a"], texts[f"{r.pair_id}:b"] = r.text_a, r.text_b
+    labels, _ = label_texts(b.prompts, b.vocab, texts, cfg, b.sha256, cache or MemoryCache())
+    asked = b.vocab.asked_ids
+    rows = []
+    for r in frame.itertuples(index=False):
+        a, bb = labels.loc[f"{r.pair_id}:a", asked], labels.loc[f"{r.pair_id}:b", asked]
+        if r.kind == "paraphrase":
+            changed = [lab for lab in asked if a[lab] != bb[lab]]
+            rows.append({"pair_id": r.pair_id, "kind": r.kind, "label": "", "correct": not changed,
+                         "detail": "changed: " + ", ".join(changed) if changed else "same labels"})
+        else:
+            label = b.vocab.resolve(str(r.label or ""))
+            if label is None:
+                raise ValueError(f"robustness pair {r.pair_id}: unknown label {r.label!r}")
+            rows.append({"pair_id": r.pair_id, "kind": r.kind, "label": label, "correct": bool(a[label] != bb[label]),
+                         "detail": f"{label}: {a[label]} -> {bb[label]}"})
+    result = pd.DataFrame(rows)
+    per_kind = result.groupby("kind")["correct"].agg(["mean", "count"]).rename(columns={"mean": "share_correct", "count": "pairs"})
+    sig = result[result["kind"] == "significant"]
+    per_label = sig.groupby("label")["correct"].agg(["mean", "count"]).rename(columns={"mean": "share_detected", "count": "pairs"})
+    para = result[result["kind"] == "paraphrase"]
+    flips = {}
+    for detail in para.loc[~para["correct"], "detail"]:
+        for lab in detail.replace("changed: ", "").split(", "):
+            flips[lab] = flips.get(lab, 0) + 1
+    per_label["paraphrase_flips"] = pd.Series(flips).reindex(per_label.index).fillna(0).astype(int)
+    return {"pairs": result, "per_kind": per_kind.reset_index(), "per_label": per_label.reset_index(),
+            "paraphrase_flips": flips}
