@@ -216,6 +216,303 @@ def _progress_bar():
     return show
 
 
+# ---------------------------------------------------------------- evaluation
+
+
+@main.command()
+@click.argument("run_id", type=int)
+@click.option("--ci", type=click.Choice(["wilson", "clopper-pearson"]), default="wilson", show_default=True, help="Interval method (Clopper-Pearson reproduces the Ran Score paper).")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--zero-division", type=click.Choice(["undefined", "zero", "one", "exclude"]), default="undefined", show_default=True,
+              help="Precision/recall/F1 with a zero denominator: undefined (marked *, left out of macro means), 0, 1, or left out.")
+@click.option("--full", is_flag=True, help="Every column (counts, specificity, NPV, kappa, intervals) instead of the paper's layout.")
+@click.option("--previous", type=int, default=None, help="Another run to show the change in F1 against.")
+@study_option
+def metrics(wb, run_id, ci, fmt, zero_division, full, previous):
+    """Per-label metrics of a run against the reference, with 95% intervals."""
+    ev = wb.evaluate_run(run_id, ci=ci, zero_division=zero_division)
+    prev = wb.evaluate_run(previous, ci=ci, zero_division=zero_division, n_resamples=0) if previous else None
+    if fmt == "json":
+        click.echo(json.dumps({"run": run_id, "ci": ci, "zero_division": zero_division, "excluded": ev.excluded,
+                               "averages": ev.averages, "macro_f1_bootstrap": ev.bootstrap,
+                               "labels": json.loads(ev.table.reset_index().to_json(orient="records"))}, indent=2, default=str))
+        return
+    table = ev.table.reset_index() if full else ev.paper_table(prev)
+    echo_table(table, fmt)
+    if fmt == "table":
+        a, b = ev.averages, ev.bootstrap
+        click.echo(f"\nmacro F1 {a['macro_f1']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}] (bootstrap over reports, {b['n_resamples']} resamples, seed {b['seed']}); "
+                   f"macro accuracy {a['macro_accuracy']:.3f}; micro F1 {a['micro_f1']:.3f}")
+        click.echo(f"intervals: {ci}; * = undefined (no positives on either side), policy: {zero_division}")
+        click.echo("left out: " + "; ".join(f"{k}: {v}" for k, v in ev.excluded.items()))
+
+
+@main.command()
+@click.argument("run_a", type=int)
+@click.argument("run_b", type=int)
+@click.option("--mid-p", is_flag=True, help="Mid-p McNemar instead of the exact test.")
+@click.option("--cases/--no-cases", default=True, show_default=True, help="List the fixed and broken cases.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@study_option
+def compare(wb, run_a, run_b, mid_p, cases, fmt):
+    """Compare two runs on the same cohort: per-label change, McNemar with Holm, fixed and broken cases."""
+    result = wb.compare_runs(run_a, run_b, mid_p=mid_p)
+    table = result["table"].reset_index()
+    cols = ["label", "n", "accuracy_a", "accuracy_b", "delta_accuracy", "f1_a", "f1_b", "delta_f1", "b", "c",
+            "p_value", "p_holm", "verdict", "reports_needed"]
+    echo_table(table[cols].round(4), fmt)
+    if fmt == "table":
+        click.echo(f"\nb = right in run {run_a}, wrong in run {run_b} (broken); c = fixed. macro F1 "
+                   f"{result['macro_f1_a']:.3f} -> {result['macro_f1_b']:.3f}")
+        click.echo("left out: " + "; ".join(f"{k}: {v}" for k, v in result["excluded"].items()))
+        if cases and len(result["cases"]):
+            click.echo("\n== fixed and broken cases ==")
+            echo_table(result["cases"], fmt)
+
+
+@main.command()
+@click.option("--cohort", required=True, help="Cohort whose runs to list.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--per-label", is_flag=True, help="Include every label's accuracy and F1.")
+@study_option
+def history(wb, cohort, fmt, per_label):
+    """Iteration history: macro accuracy and F1 of every run on a cohort, in prompt-version order."""
+    frame = wb.iteration_history(cohort)
+    if not per_label and len(frame):
+        frame = frame[[c for c in frame.columns if ":" not in c]]
+    echo_table(frame.round(4) if len(frame) else frame, fmt)
+
+
+@main.command()
+@click.argument("run_id", type=int)
+@click.option("--label", default=None, help="Only this label.")
+@click.option("--type", "kind", type=click.Choice(["FP", "FN", "failed"]), default=None, help="Only this kind.")
+@click.option("--category", default=None, help="Only cases with a note of this error category.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@study_option
+def disagreements(wb, run_id, label, kind, category, fmt):
+    """The disagreement queue of a run: where the labeller and the reference differ."""
+    frame = wb.disagreements(run_id, label=label, kind=kind, category=category)
+    cols = ["report_id", "label", "type", "reference", "prediction", "votes", "evidence", "status", "notes", "categories"]
+    echo_table(frame[cols], fmt)
+    if fmt == "table":
+        click.echo(f"\n{len(frame)} disagreement(s)")
+
+
+@main.command()
+@click.argument("report_id")
+@click.argument("label")
+@click.option("--category", required=True, help="Error category (see error_categories in workbench.yaml).")
+@click.option("--significance", required=True, type=click.Choice(["changes management", "does not change management", "unsure"]))
+@click.option("--text", default="", help="What went wrong, in your words.")
+@click.option("--reference-wrong", is_flag=True, help="The reference label is wrong: opens an adjudication item.")
+@click.option("--run", "run_id", type=int, default=None, help="The run in which you saw it.")
+@study_option
+def note(wb, report_id, label, category, significance, text, reference_wrong, run_id):
+    """Attach an error note to a (report, label) disagreement."""
+    note_id = wb.add_note(report_id, label, category, significance, text, reference_wrong, run_id)
+    click.echo(f"note {note_id} added" + (" and the item sent to adjudication" if reference_wrong else ""))
+
+
+@main.command("ceiling")
+@click.argument("run_id", type=int)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@study_option
+def ceiling(wb, run_id, fmt):
+    """Human ceiling: labeller kappa beside the readers' Fleiss kappa; accuracy on unanimous vs split items."""
+    echo_table(wb.human_ceiling(run_id).round(4), fmt)
+
+
+# ---------------------------------------------------------------- prompts
+
+
+@main.group()
+def prompts():
+    """Prompt versions: history, differences, revert, policy table, few-shot curation."""
+
+
+@prompts.command("history")
+@click.option("--label", default=None, help="Only versions that changed this label.")
+@study_option
+def prompts_history(wb, label):
+    """Versions of the prompt set, newest first."""
+    echo_table(wb.prompt_history(label)[["short", "when", "author", "message", "labels", "frozen as"]])
+
+
+@prompts.command("show")
+@click.argument("label")
+@click.option("--prompt", "ref", default=None, help="Version (default: latest).")
+@study_option
+def prompts_show(wb, label, ref):
+    """Print one label's prompt file at a version."""
+    from workbench.services.prompting import label_yaml
+
+    click.echo(label_yaml(wb.label_prompt(label, ref)))
+
+
+@prompts.command("diff")
+@click.argument("label")
+@click.argument("ref_a")
+@click.argument("ref_b", required=False)
+@study_option
+def prompts_diff(wb, label, ref_a, ref_b):
+    """Difference of one label between two versions (unified text and fields)."""
+    diff = wb.prompt_diff(label, ref_a, ref_b)
+    click.echo(diff["unified"] or "(no difference)")
+    click.echo(json.dumps(diff["fields"], indent=2, ensure_ascii=False))
+
+
+@prompts.command("revert")
+@click.argument("label")
+@click.argument("ref")
+@click.option("--message", default=None, help="Commit message.")
+@study_option
+def prompts_revert(wb, label, ref, message):
+    """Restore a label's prompt from an earlier version, as a new version."""
+    commit = wb.revert_label(label, ref, message)
+    click.echo(f"reverted {label} to {ref}: new version {commit[:8]}")
+
+
+@prompts.command("policy")
+@click.option("--prompt", "ref", default=None, help="Version (default: latest).")
+@study_option
+def prompts_policy(wb, ref):
+    """Every label's hedge and temporal policy side by side, with inconsistencies flagged."""
+    echo_table(wb.policy_table(ref))
+    findings = wb.policy_conflicts(ref)
+    click.echo(f"\n{len(findings)} finding(s):")
+    for f in findings:
+        click.echo(f"  [{f.kind}] {f.message}")
+
+
+@prompts.command("add-example")
+@click.argument("report_id")
+@click.argument("label")
+@click.option("--why", default="", help="Why this is the right answer (default: the error note).")
+@click.option("--run", "run_id", type=int, default=None, help="Run whose evidence to use.")
+@click.option("--value", type=click.IntRange(0, 1), default=None, help="Answer (default: the reference value).")
+@study_option
+def prompts_add_example(wb, report_id, label, why, run_id, value):
+    """Turn a disagreement into a few-shot example in your draft of the label's prompt."""
+    lp, warnings = wb.add_example_from_case(report_id, label, why, run_id=run_id, value=value)
+    click.echo(f"draft of {lp.label} now has {len(lp.examples)} example(s); save it with `workbench prompts save {lp.label} -m MESSAGE`")
+    for w in warnings:
+        click.echo(f"warning: {w}")
+
+
+@prompts.command("save")
+@click.argument("labels", nargs=-1, required=True)
+@click.option("-m", "--message", required=True, help="What changed and why.")
+@study_option
+def prompts_save(wb, labels, message):
+    """Save your drafts of the given labels as one new prompt version (a Git commit)."""
+    commit = wb.commit_drafts([wb.vocab.label(lab).id for lab in labels], message)
+    click.echo(f"saved version {commit[:8]}")
+
+
+@prompts.command("import-dictionary")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("-m", "--message", default="Import prompt dictionary", show_default=True, help="Commit message.")
+@study_option
+def prompts_import_dictionary(wb, file, message):
+    """Import a {label: guidance} JSON/YAML dictionary as a new version of every label."""
+    commit = wb.import_prompt_dictionary(Path(file), message)
+    click.echo(f"imported as version {commit[:8]}")
+
+
+# ---------------------------------------------------------------- bundles and scoring
+
+
+@main.command()
+@click.option("--prompt", "prompt_ref", default=None, help="Prompt version to freeze (default: latest).")
+@click.option("--name", required=True, help="Bundle name (also an annotated Git tag; never reused).")
+@click.option("--cohort", default=None, help="Development cohort whose run justifies the freeze (default: the study's dev_cohort).")
+@click.option("--ci", type=click.Choice(["wilson", "clopper-pearson"]), default="wilson", show_default=True)
+@study_option
+def freeze(wb, prompt_ref, name, cohort, ci):
+    """Freeze a prompt version into a bundle (canonical JSON + YAML) with a sha256."""
+    info = wb.freeze(name, prompt_ref, cohort=cohort, ci=ci)
+    click.echo(f"froze {name}: sha256 {info['sha256']}\n  {info['json']}\n  {info['yaml']}\n  prompt {info['commit'][:8]}, run {info['run']}")
+
+
+@main.command()
+@click.argument("bundle", type=click.Path(exists=True, dir_okay=False))
+def verify(bundle):
+    """Check a bundle's sha256 against its content."""
+    from workbench.bundle import verify_bundle
+
+    ok, recorded, actual = verify_bundle(Path(bundle))
+    if ok:
+        click.echo(f"ok: {bundle} sha256 {actual}")
+    else:
+        click.echo(f"MODIFIED: recorded sha256 {recorded} but content hashes to {actual}", err=True)
+        raise SystemExit(1)
+
+
+def _generated(values: tuple[str, ...]) -> dict:
+    """Parse NAME=FILE options."""
+    out = {}
+    for item in values:
+        if "=" not in item:
+            raise click.BadParameter(f"{item!r}: use NAME=FILE", param_hint="--generated")
+        name, path = item.split("=", 1)
+        if not Path(path).exists():
+            raise click.BadParameter(f"{path} does not exist", param_hint="--generated")
+        out[name] = Path(path)
+    return out
+
+
+@main.command()
+@click.option("--bundle", "bundle_path", required=True, type=click.Path(exists=True, dir_okay=False), help="Frozen bundle JSON.")
+@click.option("--reference", required=True, type=click.Path(exists=True, dir_okay=False), help="Reference reports (id + text or findings/impression).")
+@click.option("--generated", multiple=True, required=True, help="NAME=FILE of generated reports with the same ids; repeat for several generators.")
+@click.option("--model", default=None, help="Label with another model than the bundle's (recorded in the output).")
+@click.option("--out", type=click.Path(file_okay=False), default=None, help="Folder for CSV and JSON outputs.")
+@click.option("--zero-division", type=click.Choice(["zero", "one", "exclude"]), default="zero", show_default=True,
+              help="F1 of a label with no positive on either side: 0 (as the released Ran Score script), 1, or left out.")
+@click.option("--resamples", type=int, default=1000, show_default=True, help="Bootstrap resamples for the Ran Score interval.")
+@click.option("--study", "study", type=click.Path(file_okay=False), envvar="WORKBENCH_STUDY", default=None,
+              help="Study whose database caches extractions (optional).")
+def score(bundle_path, reference, generated, model, out, zero_division, resamples, study):
+    """Score generated reports against reference reports with a frozen bundle (Ran Score)."""
+    from workbench import scoring
+
+    gens = _generated(generated)
+    if study and (Path(study) / "workbench.yaml").exists():
+        from workbench.services import Workbench
+
+        wb = Workbench(resolve_study_path(study), actor=_cli_actor())
+        wb.migrate()
+        result = wb.score_generated(Path(bundle_path), Path(reference), gens, model=model, out=Path(out) if out else None,
+                                    zero_division=zero_division, n_resamples=resamples)
+    else:
+        result = scoring.score(Path(bundle_path), Path(reference), gens, model=model, out=Path(out) if out else None,
+                               zero_division=zero_division, n_resamples=resamples)
+    click.echo(f"bundle {result.bundle_name} ({result.bundle_sha[:12]}), model {result.model}; "
+               f"reference: {result.reference_stats['extracted']} extracted, {result.reference_stats['reused']} reused from cache")
+    echo_table(result.summary().round(4))
+    for name, g in result.generators.items():
+        click.echo(f"\n== {name}: Ran Score {g.ran_score['estimate']:.4f} [{g.ran_score['lo']:.4f}, {g.ran_score['hi']:.4f}] ==")
+        echo_table(g.per_label.reset_index().round(4))
+    click.echo(f"\nzero division: {scoring.POLICY_TEXT[zero_division]}")
+    if out:
+        click.echo(f"wrote CSV and JSON to {out}")
+
+
+@main.command()
+@click.option("--bundle", "bundle_path", required=True, type=click.Path(exists=True, dir_okay=False), help="Frozen bundle JSON.")
+@click.option("--pairs", type=click.Path(exists=True, dir_okay=False), default=str(DEMO_DIR / "robustness" / "pairs.csv"),
+              show_default=True, help="CSV: pair_id,kind(paraphrase|significant),label,text_a,text_b.")
+def robustness(bundle_path, pairs):
+    """Share of harmless paraphrases labelled the same and significant changes detected, per label."""
+    from workbench import scoring
+
+    result = scoring.robustness(Path(bundle_path), Path(pairs))
+    echo_table(result["per_kind"])
+    click.echo("")
+    echo_table(result["per_label"])
+
+
 @main.command()
 @click.option("--path", "path", type=click.Path(file_okay=False), default=str(PROJECT_ROOT / "sessions" / "demo"),
               show_default=True, help="Where the demo study lives (created when absent).")
