@@ -12,7 +12,7 @@ reply (the configured ``reply`` text), garbage (a truncated HTTP body).
 "Fail N times then succeed" (429, 500) is counted per distinct message list, so every
 request of a batch fails N times and then succeeds.
 
-Stdlib only. Run alone (``python tests/fake_llm_server.py --latency 0.1``) it serves in
+GET /v1/stats returns the counts as JSON. Stdlib only. Run alone (``python tests/fake_llm_server.py --latency 0.1``) it serves in
 the foreground and prints its URL on the first line, which the throughput bench uses to
 keep the server's threads off the measured process's GIL.
 """
@@ -295,7 +295,11 @@ def _make_http_server(fake: FakeLLMServer) -> ThreadingHTTPServer:
                 self.close_connection = True  # the client gave up (timeout): nothing to do
 
         def do_GET(self) -> None:
-            if self.path.rstrip("/") in ("/v1/models", "/models"):
+            if self.path.rstrip("/") in ("/v1/stats", "/stats"):  # for a parent process (the bench)
+                with fake._lock:
+                    stats = {"count": fake.count, "counts": dict(fake.counts), "max_in_flight": fake.max_in_flight}
+                self._send(200, {}, json.dumps(stats).encode())
+            elif self.path.rstrip("/") in ("/v1/models", "/models"):
                 data = {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": "tests"}]}
                 self._send(200, {}, json.dumps(data).encode())
             else:
