@@ -22,7 +22,8 @@ def test_every_command_has_help(path, cmd):
     assert cmd.help and len(cmd.help.strip()) > 10, f"{' '.join(path)} has no help text"
     result = CliRunner().invoke(main, [*path, "--help"])
     assert result.exit_code == 0
-    if not isinstance(cmd, click.Group) and path[0] not in ("init", "demo", "verify", "robustness")  # these work on files, without a study:
+    # init, demo, verify and robustness work on files, without a study
+    if not isinstance(cmd, click.Group) and path[0] not in ("init", "demo", "verify", "robustness"):
         assert "--study" in result.output, f"{' '.join(path)} lacks --study"
 
 
