@@ -35,3 +35,39 @@ def small_study(study):
     study.import_reports(DATA / "reports_small.csv", "dev")
     study.import_readings(DATA / "readings_small.csv")
     return study
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """Base URL of a PostgreSQL server: $WORKBENCH_TEST_PG_URL (CI starts one), else a throwaway one."""
+    url = os.environ.get("WORKBENCH_TEST_PG_URL")
+    if url:
+        yield url
+        return
+    from pg import Server
+
+    try:
+        server = Server().start()
+    except (FileNotFoundError, OSError) as exc:
+        pytest.skip(f"no PostgreSQL server available ({exc}); .ci/run installs and starts one")
+    yield server.base_url()
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server):
+    """A fresh, empty PostgreSQL database for one test."""
+    from pg import fresh_database
+
+    return fresh_database(pg_server)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_study(request, tmp_path):
+    """An empty ranscore-21 study on SQLite and on PostgreSQL (storage tests run on both)."""
+    from workbench.services import init_study
+
+    db_url = request.getfixturevalue("pg_url") if request.param == "postgresql" else None
+    wb = init_study(tmp_path / "study", vocab="ranscore-21", db_url=db_url, rule={"rule": "at_least", "k": 4, "n": 6})
+    yield wb
+    wb.engine.dispose()

@@ -28,18 +28,19 @@ def study_option(func):
 
         wb = Workbench(resolve_study_path(study), actor=_cli_actor())
         wb.migrate()
+        user = os.environ.get("WORKBENCH_USER")
+        if user:  # act with that account's role, so role rules apply to scripts too
+            wb = wb.as_actor(wb.actor_for(user))
         return func(wb, *args, **kwargs)
 
     return wrapper
 
 
 def _cli_actor():
-    """The acting user: $WORKBENCH_USER with its stored role, else the local admin."""
+    """The local operator (an admin: they have the study's files) unless $WORKBENCH_USER names an account."""
     from workbench.services import Actor
 
-    user = os.environ.get("WORKBENCH_USER")
-    role = os.environ.get("WORKBENCH_ROLE", "admin")
-    return Actor(user=user or "local", role=role)
+    return Actor(user="local", role="admin")
 
 
 def echo_table(frame: pd.DataFrame, fmt: str = "table") -> None:
@@ -511,6 +512,75 @@ def robustness(bundle_path, pairs):
     echo_table(result["per_kind"])
     click.echo("")
     echo_table(result["per_label"])
+
+
+# ---------------------------------------------------------------- teams
+
+
+@main.group()
+def user():
+    """Local accounts and roles (reader, adjudicator, prompt_engineer, admin)."""
+
+
+@user.command("add")
+@click.argument("user_id")
+@click.option("--role", required=True, type=click.Choice(["reader", "adjudicator", "prompt_engineer", "admin"]))
+@click.option("--name", default="", help="Full name (used as the Git author of prompt commits).")
+@click.option("--email", default="", help="E-mail (Git author e-mail).")
+@click.option("--password", default=None, help="Password (prompted, hidden, when not given).")
+@click.option("--no-password", is_flag=True, help="No local password (sign-in through OIDC only).")
+@study_option
+def user_add(wb, user_id, role, name, email, password, no_password):
+    """Create an account; the first account must be an admin."""
+    if not no_password and password is None:
+        password = click.prompt("password", hide_input=True, confirmation_prompt=True)
+    wb.add_user(user_id, role, None if no_password else password, name=name, email=email)
+    click.echo(f"added {user_id} ({role})")
+
+
+@user.command("list")
+@study_option
+def user_list(wb):
+    """List accounts and roles."""
+    echo_table(wb.users())
+
+
+@user.command("set-role")
+@click.argument("user_id")
+@click.argument("role", type=click.Choice(["reader", "adjudicator", "prompt_engineer", "admin"]))
+@study_option
+def user_set_role(wb, user_id, role):
+    """Change an account's role."""
+    wb.set_role(user_id, role)
+    click.echo(f"{user_id} is now {role}")
+
+
+@main.command("audit")
+@click.option("--entity", default=None, help="Only one kind: reading, adjudication, note, prompt, bundle, run, user, endpoint.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@study_option
+def audit(wb, entity, fmt):
+    """The append-only audit trail (who, when, old -> new), newest first; export with --format csv."""
+    echo_table(wb.audit_log(entity=entity), fmt)
+
+
+@main.command("allow-endpoint")
+@click.argument("url")
+@study_option
+def allow_endpoint(wb, url):
+    """Allow report text to be sent to an endpoint (URL prefix), e.g. https://api.openai.com."""
+    wb.allow_endpoint(url)
+    click.echo(f"allowed: {url}\nreport text may now be sent there when a run uses it")
+
+
+@main.command("migrate-db")
+@click.option("--to", "to_url", required=True, help="Empty target database, e.g. postgresql+psycopg://user@host/db")
+@study_option
+def migrate_db(wb, to_url):
+    """Move a study's database (e.g. SQLite to PostgreSQL); row counts and checksums compared and printed."""
+    report = wb.migrate_database(to_url)
+    echo_table(report)
+    click.echo(f"all {len(report)} tables match; the study now uses the new database")
 
 
 @main.command()

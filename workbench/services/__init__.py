@@ -8,13 +8,14 @@ from workbench.services.evaluation import Evaluation, EvaluationService
 from workbench.services.freezing import FreezeService
 from workbench.services.prompting import PromptsService
 from workbench.services.runs import RunsService, RunSummary
+from workbench.services.team import TeamService
 from workbench.services.study import (
     PERMISSIONS, ROLES, Actor, ConflictError, ImportSummary, PermissionDenied, StudyService, compose_text,
     init_study, text_hash,
 )
 
 
-class Workbench(FreezeService, EvaluationService, PromptsService, RunsService, StudyService):
+class Workbench(TeamService, FreezeService, EvaluationService, PromptsService, RunsService, StudyService):
     """A study opened for use by one actor."""
 
 
