@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
+from sqlalchemy.exc import IntegrityError
 
 from workbench import importers
 from workbench.core import reference as ref
@@ -83,6 +84,11 @@ class ImportSummary:
         return f"{self.source}: added {self.added}, already present {self.unchanged}{extra}"
 
 
+def _is_integrity_error(exc: BaseException) -> bool:
+    """A unique-constraint violation from SQLAlchemy or straight from a DBAPI cursor (sqlite3, psycopg)."""
+    return isinstance(exc, IntegrityError) or any(c.__name__ == "IntegrityError" for c in type(exc).__mro__)
+
+
 def init_study(root: Path, vocab: str = "ranscore-21", db_url: str | None = None, rule: dict | None = None,
                name: str | None = None, prompt_set: str | None = None):
     """Create a study folder: config, vocabulary copy, seeded prompt repo, database."""
@@ -147,9 +153,9 @@ class StudyService:
         """Bring the database schema up to date."""
         return db.migrate(self.engine)
 
-    def session(self):
-        """One transaction (commit on success, roll back on error)."""
-        return db.session_scope(self.engine)
+    def session(self, write: bool = False):
+        """One transaction (commit on success, roll back on error); write=True for read-then-write."""
+        return db.session_scope(self.engine, write=write)
 
     def require(self, permission: str) -> None:
         """Raise PermissionDenied unless the actor's role allows the action."""
@@ -290,8 +296,19 @@ class StudyService:
         if bad:
             raise StudyError(f"values must be 0 or 1, got {bad}")
         expected_versions = expected_versions or {}
+        try:
+            return self._record_reading(reader, report_id, values, expected_versions)
+        except Exception as exc:
+            if not _is_integrity_error(exc):
+                raise
+            # a concurrent first save of the same report landed first
+            raise ConflictError(f"{report_id}: another save of the same report by {reader} landed first; "
+                                "reload and save again (nothing was saved)") from exc
+
+    def _record_reading(self, reader: str, report_id: str, values: dict[str, int], expected_versions: dict) -> dict:
+        """The transaction of record_reading."""
         changed = {"added": 0, "changed": 0, "unchanged": 0}
-        with self.session() as s:
+        with self.session(write=True) as s:
             if q.get_report(s, report_id) is None:
                 raise StudyError(f"no report {report_id!r}")
             q.ensure_readers(s, [reader])
@@ -318,13 +335,7 @@ class StudyService:
                 q.add_audit(s, self.actor.user, "change", "reading", f"{report_id}/{label}/{reader}", {"value": old_value}, {"value": value})
                 changed["changed"] += 1
             if new_rows:
-                try:
-                    q.insert_readings(s, pd.DataFrame(new_rows))
-                    s.flush()
-                except Exception as exc:  # unique constraint: a concurrent first save of the same report
-                    if "unique" in str(exc).lower() or "duplicate" in str(exc).lower():
-                        raise ConflictError(f"{report_id}: another save of the same report by {reader} landed first; reload (nothing was saved)") from exc
-                    raise
+                q.insert_readings(s, pd.DataFrame(new_rows))
                 q.add_audit(s, self.actor.user, "add", "reading", f"{report_id}/{reader}", None,
                             {r["label"]: r["value"] for r in new_rows})
         return changed

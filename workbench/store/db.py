@@ -40,18 +40,26 @@ def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
     """Per-connection SQLite settings: foreign keys are off unless asked for on every connection."""
+    dbapi_conn.isolation_level = None  # let SQLAlchemy emit BEGIN itself (see _sqlite_begin)
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA busy_timeout=30000")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.close()
+
+
+def _sqlite_begin(conn) -> None:
+    """Writers take the write lock up front (BEGIN IMMEDIATE): two deferred transactions that both
+    read and then write would otherwise fail with 'database is locked' instead of waiting."""
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("wb_write") else "BEGIN")
 
 
 def schema_version(engine: Engine) -> int | None:
@@ -95,9 +103,15 @@ def _set_version(engine: Engine, version: int) -> None:
 
 
 @contextmanager
-def session_scope(engine: Engine) -> Iterator[Session]:
-    """One transaction: commit on success, roll back everything on any error."""
+def session_scope(engine: Engine, write: bool = False) -> Iterator[Session]:
+    """One transaction: commit on success, roll back everything on any error.
+
+    write=True marks a read-then-write transaction: on SQLite it takes the write lock at BEGIN so
+    concurrent writers queue (busy timeout) instead of failing half-way.
+    """
     session = Session(engine, expire_on_commit=False)
+    if write:
+        session.connection(execution_options={"wb_write": True})
     try:
         yield session
         session.commit()

@@ -177,7 +177,16 @@ def ensure_readers(session: Session, reader_ids: Iterable[str], kind: str = "hum
     existing = {r[0] for r in session.execute(select(Reader.id)).all()}
     new = sorted(set(reader_ids) - existing)
     if new:
-        _bulk_insert(session, Reader, [{"id": r, "kind": kind, "created_at": now()} for r in new])
+        # ON CONFLICT DO NOTHING: two first saves by one new reader must not collide (SQLite and PostgreSQL)
+        stamp = now()
+        conn = session.connection()
+        mark = "%s" if conn.dialect.paramstyle in ("format", "pyformat") else "?"
+        cursor = conn.connection.cursor()
+        try:
+            cursor.executemany(f"INSERT INTO reader (id, kind, created_at) VALUES ({mark}, {mark}, {mark}) ON CONFLICT DO NOTHING",
+                               [(r, kind, stamp) for r in new])
+        finally:
+            cursor.close()
     return len(new)
 
 

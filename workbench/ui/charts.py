@@ -1,0 +1,117 @@
+"""Plotly figure builders: pure functions from service tables to figures.
+
+Kept apart from the pages so they can be tested directly (Streamlit's AppTest cannot see plotly
+charts) and reused by notebooks. No streamlit import here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+METRIC_NAMES = {"accuracy": "Accuracy", "f1": "F1", "precision": "Precision", "recall": "Recall",
+                "specificity": "Specificity", "macro_accuracy": "Macro accuracy", "macro_f1": "Macro F1",
+                "micro_f1": "Micro F1"}
+COLOURS = {"a": "#8c8c8c", "b": "#1f77b4", "tp": "#2ca02c", "fp": "#d62728", "fn": "#ff7f0e", "tn": "#c7c7c7"}
+
+
+def _names(labels, names: dict | None) -> list[str]:
+    """Display names for label ids (ids when no name is known)."""
+    names = names or {}
+    return [names.get(lab, lab) for lab in labels]
+
+
+def forest_plot(table: pd.DataFrame, metric: str = "accuracy", names: dict | None = None,
+                title: str | None = None) -> go.Figure:
+    """Per-label estimate with its interval (when the table has METRIC_lo/METRIC_hi), sorted by value.
+
+    table: indexed by label (Evaluation.table). Undefined values (NaN) are left out and listed
+    in the title so a missing point is never mistaken for a zero.
+    """
+    frame = table[[c for c in table.columns if c in (metric, f"{metric}_lo", f"{metric}_hi", "n", "support")]].copy()
+    undefined = [lab for lab in frame.index if pd.isna(frame.loc[lab, metric])]
+    frame = frame.drop(index=undefined).sort_values(metric)
+    x = frame[metric].to_numpy(dtype=float)
+    error = None
+    if f"{metric}_lo" in frame and f"{metric}_hi" in frame:
+        error = dict(type="data", symmetric=False, array=frame[f"{metric}_hi"].to_numpy(dtype=float) - x,
+                     arrayminus=x - frame[f"{metric}_lo"].to_numpy(dtype=float), thickness=1.5, width=4)
+    custom = np.column_stack([frame.get("n", pd.Series(np.nan, index=frame.index)).to_numpy(),
+                              frame.get("support", pd.Series(np.nan, index=frame.index)).to_numpy()])
+    fig = go.Figure(go.Scatter(
+        x=x, y=_names(frame.index, names), mode="markers", name=METRIC_NAMES.get(metric, metric),
+        error_x=error, marker=dict(size=9, color=COLOURS["b"]), customdata=custom,
+        hovertemplate="%{y}: %{x:.3f}<br>n=%{customdata[0]}, support=%{customdata[1]}<extra></extra>"))
+    if len(x):
+        fig.add_vline(x=float(np.mean(x)), line_dash="dash", line_color="grey",
+                      annotation_text=f"macro {np.mean(x):.3f}", annotation_position="top")
+    heading = title or f"{METRIC_NAMES.get(metric, metric)} per label" + (" with 95% intervals" if error else "")
+    if undefined:
+        heading += f" (undefined, not shown: {', '.join(_names(undefined, names))})"
+    fig.update_layout(title=heading, xaxis=dict(title=METRIC_NAMES.get(metric, metric), range=[0, 1.02]),
+                      height=max(300, 24 * len(frame) + 120), margin=dict(l=10, r=10, t=50, b=40), showlegend=False)
+    return fig
+
+
+def history_chart(history: pd.DataFrame, metrics: tuple[str, ...] = ("macro_accuracy", "macro_f1"),
+                  title: str = "Iteration history") -> go.Figure:
+    """One line per metric across runs in prompt-version order (iteration_history's frame)."""
+    fig = go.Figure()
+    if history is None or history.empty:
+        fig.update_layout(title=f"{title}: no finished run yet", height=300)
+        return fig
+    x = [f"v{v} {p} (run {r})" for v, p, r in zip(history["version"], history["prompt"], history["run"])]
+    for metric in metrics:
+        if metric in history:
+            fig.add_trace(go.Scatter(x=x, y=history[metric].to_numpy(dtype=float), mode="lines+markers",
+                                     name=METRIC_NAMES.get(metric, metric.replace(":", " "))))
+    fig.update_layout(title=title, yaxis=dict(title="value", range=[0, 1.02]), xaxis=dict(title="prompt version"),
+                      height=340, margin=dict(l=10, r=10, t=50, b=40), legend=dict(orientation="h"))
+    return fig
+
+
+def confusion_bars(table: pd.DataFrame, names: dict | None = None, include_tn: bool = False) -> go.Figure:
+    """Stacked bars per label: true positives, false positives (invented), false negatives (missed)."""
+    parts = [("tp", "true positive"), ("fp", "false positive"), ("fn", "false negative")]
+    if include_tn:
+        parts.append(("tn", "true negative"))
+    labels = _names(table.index, names)
+    fig = go.Figure([go.Bar(y=labels, x=table[col].to_numpy(dtype=float), name=name, orientation="h",
+                            marker_color=COLOURS[col]) for col, name in parts])
+    fig.update_layout(barmode="stack", title="Confusion counts per label", xaxis=dict(title="items"),
+                      height=max(300, 24 * len(table) + 120), margin=dict(l=10, r=10, t=50, b=40),
+                      legend=dict(orientation="h"), yaxis=dict(autorange="reversed"))
+    return fig
+
+
+def comparison_chart(table: pd.DataFrame, metric: str = "f1", names: dict | None = None,
+                     run_a: str = "A", run_b: str = "B") -> go.Figure:
+    """Before/after per label: run A and run B as points joined by a line (compare_runs' table)."""
+    a, b = table[f"{metric}_a"].to_numpy(dtype=float), table[f"{metric}_b"].to_numpy(dtype=float)
+    labels = _names(table.index, names)
+    seg_x, seg_y = [], []
+    for lab, va, vb in zip(labels, a, b):
+        seg_x += [va, vb, None]
+        seg_y += [lab, lab, None]
+    fig = go.Figure([
+        go.Scatter(x=seg_x, y=seg_y, mode="lines", line=dict(color="lightgrey", width=3), showlegend=False,
+                   hoverinfo="skip", name="change"),
+        go.Scatter(x=a, y=labels, mode="markers", name=f"run {run_a} (before)", marker=dict(size=9, color=COLOURS["a"])),
+        go.Scatter(x=b, y=labels, mode="markers", name=f"run {run_b} (after)", marker=dict(size=9, color=COLOURS["b"])),
+    ])
+    fig.update_layout(title=f"{METRIC_NAMES.get(metric, metric)} before and after", xaxis=dict(range=[0, 1.02]),
+                      height=max(300, 24 * len(table) + 120), margin=dict(l=10, r=10, t=50, b=40),
+                      legend=dict(orientation="h"), yaxis=dict(autorange="reversed"))
+    return fig
+
+
+def score_chart(summary: pd.DataFrame) -> go.Figure:
+    """Ran Score per generator with its bootstrap interval (ScoreResult.summary())."""
+    x = summary["ran_score"].to_numpy(dtype=float)
+    fig = go.Figure(go.Bar(
+        x=summary["generator"], y=x, name="Ran Score",
+        error_y=dict(type="data", symmetric=False, array=summary["ran_score_hi"].to_numpy(dtype=float) - x,
+                     arrayminus=x - summary["ran_score_lo"].to_numpy(dtype=float))))
+    fig.update_layout(title="Ran Score (macro F1) with 95% bootstrap interval", yaxis=dict(range=[0, 1.02]), height=340)
+    return fig

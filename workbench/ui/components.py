@@ -1,0 +1,189 @@
+"""Widgets shared by the pages: report text shown safely, errors shown plainly, run pickers,
+the model notice and the progress panel of background jobs.
+
+Report text is patient text written by other people: it is always shown as text (st.text) or,
+when evidence must be highlighted, escaped first and then marked up (st.html, no Markdown), so a
+report containing HTML or Markdown displays verbatim and cannot inject anything.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from contextlib import contextmanager
+
+import pandas as pd
+import streamlit as st
+
+from workbench.ui import state
+
+REPORT_STYLE = ("white-space: pre-wrap; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; "
+                "font-size: 0.92rem; line-height: 1.45; padding: 0.6rem 0.8rem; border: 1px solid #ddd; "
+                "border-radius: 0.4rem;")
+
+
+def help_line(text: str) -> None:
+    """The one-line help under a page title."""
+    st.caption(text)
+
+
+def flashes() -> None:
+    """Show the messages queued by the previous run."""
+    for kind, message in state.pop_flashes():
+        getattr(st, kind)(message)
+
+
+# ---------------------------------------------------------------- report text
+
+
+def report_text(text: str) -> None:
+    """A whole report, verbatim (no Markdown, no HTML), wrapped, never cut."""
+    with st.container(border=True):
+        st.text(text or "(empty report)", wrap=True)
+
+
+def evidence_spans(text: str, evidence) -> list[tuple[int, int]]:
+    """Where the evidence quotes occur in the text (case-insensitive), merged, in order."""
+    quotes = [evidence] if isinstance(evidence, str) else list(evidence or [])
+    spans = []
+    for quote in quotes:
+        quote = (quote or "").strip()
+        if quote:
+            spans += [(m.start(), m.end()) for m in re.finditer(re.escape(quote), text, flags=re.IGNORECASE)]
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def highlight_html(text: str, evidence) -> str:
+    """The report escaped piece by piece, with the evidence wrapped in <mark>: safe to render as HTML."""
+    out, pos = [], 0
+    for start, end in evidence_spans(text, evidence):
+        out.append(html.escape(text[pos:start]))
+        out.append(f"<mark>{html.escape(text[start:end])}</mark>")
+        pos = end
+    out.append(html.escape(text[pos:]))
+    return f'<div class="wb-report" style="{REPORT_STYLE}">{"".join(out)}</div>'
+
+
+def highlighted_report(text: str, evidence) -> None:
+    """A report with the labeller's evidence highlighted (escaped before any markup is added)."""
+    st.html(highlight_html(text or "(empty report)", evidence))
+    quote = evidence if isinstance(evidence, str) else " / ".join(evidence or [])
+    if quote and not evidence_spans(text, evidence):
+        st.caption("The labeller's evidence is not in the report text (it may have invented it):")
+        st.text(quote)
+
+
+# ---------------------------------------------------------------- errors
+
+
+@contextmanager
+def shown_errors(action: str = ""):
+    """Turn the services' user errors into one clear message on the page instead of a traceback."""
+    from workbench.services import ConflictError, PermissionDenied
+
+    try:
+        yield
+    except PermissionDenied as exc:
+        st.error(f"Not allowed{': ' + action if action else ''}. {exc}")
+    except ConflictError as exc:
+        st.error(f"Someone else saved first{' (' + action + ')' if action else ''}: {exc}. "
+                 "Reload the page (press R) and redo your change; nothing of yours was lost.")
+    except (ValueError, LookupError, OSError) as exc:  # StudyError, PromptError, BundleError, ImportProblems ...
+        st.error(f"{action + ': ' if action else ''}{exc}")
+
+
+# ---------------------------------------------------------------- model notice
+
+
+def model_notice(wb) -> None:
+    """Which model labels, and whether report text leaves this machine."""
+    from workbench.services.runs import RULES_PREFIX, endpoint_label, is_local_model
+
+    settings = wb.labeller_settings()
+    model = settings.get("model", "")
+    if model.startswith(RULES_PREFIX):
+        st.caption(f"Model: **{model}**, a rule-based baseline, not an LLM. Report text stays on this machine.")
+    elif is_local_model(settings):
+        st.caption(f"Model: **{model}** on {endpoint_label(settings)} (this machine).")
+    else:
+        st.warning(f"Model: {model}. Report text is sent to {endpoint_label(settings)}.", icon=":material/public:")
+
+
+# ---------------------------------------------------------------- runs
+
+
+def run_title(row) -> str:
+    """One line naming a run: id, prompt version, model, status."""
+    return f"run {int(row['id'])} · prompt {str(row['prompt_commit'])[:8]} · {row['model']} · {row['status']}"
+
+
+def pick_run(runs: pd.DataFrame, key: str, label: str = "Run", default_index: int = 0, finished: bool = True):
+    """A selectbox of runs (newest first); returns the chosen run id or None."""
+    if finished:
+        runs = runs[runs["status"].isin(["finished", "incomplete"])]
+    if runs.empty:
+        st.info("No finished run yet: start one on the Runs page.")
+        return None
+    titles = {int(r["id"]): run_title(r) for _, r in runs.iterrows()}
+    ids = list(titles)
+    if st.session_state.get(key) not in ids:
+        st.session_state[key] = ids[min(default_index, len(ids) - 1)]
+    return st.selectbox(label, ids, format_func=titles.get, key=key)
+
+
+def latest_run_id(runs: pd.DataFrame):
+    """The newest finished (or incomplete) run, or None."""
+    done = runs[runs["status"].isin(["finished", "incomplete"])]
+    return None if done.empty else int(done.iloc[0]["id"])
+
+
+def pick_cohort(wb, key: str = state.COHORT) -> str | None:
+    """A selectbox of cohorts, defaulting to the study's development cohort."""
+    cohorts = state.read(wb, "cohorts")
+    names = cohorts["name"].tolist()
+    if not names:
+        st.info("No reports yet: import some with `workbench import reports FILE --cohort dev`.")
+        return None
+    if st.session_state.get(key) not in names:
+        st.session_state[key] = wb.config.dev_cohort if wb.config.dev_cohort in names else names[0]
+    counts = dict(zip(cohorts["name"], cohorts["reports"]))
+    return st.selectbox("Cohort", names, key=key, format_func=lambda n: f"{n} ({counts[n]} reports)")
+
+
+# ---------------------------------------------------------------- background jobs
+
+
+def job_panel(job: state.Job, describe) -> None:
+    """Live progress of a background job (polled twice a second); reruns the page when it ends."""
+
+    def body() -> None:
+        if job.running:
+            fraction, text = describe(job.progress)
+            st.progress(min(max(fraction, 0.0), 1.0), text=text)
+            if st.button("Cancel", key=state.widget_key("cancel", job.name), help="Stop after the calls in flight"):
+                job.cancel.set()
+        elif not job.seen:
+            job.seen = True
+            st.rerun()
+
+    if job.running:
+        st.fragment(body, run_every=0.5)()
+    else:
+        job.seen = True
+
+
+def download_csv(frame: pd.DataFrame, file_name: str, label: str = "Download CSV", key: str | None = None) -> None:
+    """A CSV download of a table."""
+    st.download_button(label, frame.to_csv(index=False).encode("utf-8"), file_name=file_name, mime="text/csv",
+                       key=key or state.widget_key("csv", file_name), on_click="ignore")
+
+
+def pct(value) -> str:
+    """A proportion as text (n/a when undefined)."""
+    return "n/a" if value is None or value != value else f"{value:.3f}"

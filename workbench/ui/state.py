@@ -1,0 +1,208 @@
+"""Session state of the app: every key is named here, plus the helpers that read and write it.
+
+Also the two things shared by every session on one study: the revision counter that every write
+increments (cached reads are keyed by it, so a write invalidates them everywhere) and the
+background jobs that keep long runs off the script thread (the page stays usable while a run
+goes on).
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import streamlit as st
+
+# ---------------------------------------------------------------- keys (the only place they are named)
+
+ACTOR = "wb.actor"              # the signed-in Actor (never the Workbench)
+FLASH = "wb.flash"              # messages to show once after a rerun
+JOBS = "wb.jobs"                # name -> Job of this session
+COHORT = "wb.cohort"            # cohort chosen on Home / Annotate / Adjudicate
+READER = "wb.reader"            # reader name in local mode
+NEW_READER = "wb.new_reader"
+ANN_REPORT = "wb.annotate.report"
+ADJ_ITEM = "wb.adjudicate.item"
+RUN = "wb.run"                  # run shown on Runs and Disagreements
+RUN_B = "wb.run_b"              # second run of a comparison
+CI = "wb.ci"
+FOREST_METRIC = "wb.forest_metric"
+CASE = "wb.case"                # (run_id, report_id, label) opened on Disagreements
+DIS_LABEL, DIS_KIND, DIS_CATEGORY = "wb.dis.label", "wb.dis.kind", "wb.dis.category"
+DIS_PICK = "wb.dis.pick"
+PROMPT_LABEL = "wb.prompt.label"
+COMMIT_MESSAGE = "wb.prompt.message"
+REVERT_TO = "wb.prompt.revert_to"
+SCORE_RESULT = "wb.score.result"
+ROBUST_RESULT = "wb.robust.result"
+FROZEN = "wb.freeze.last"
+AUDIT_ENTITY, AUDIT_KEY = "wb.audit.entity", "wb.audit.key"
+SIGNIN_USER, SIGNIN_PASSWORD = "wb.signin.user", "wb.signin.password"
+
+
+def widget_key(*parts: Any) -> str:
+    """A key for a widget whose identity depends on data (e.g. one checkbox per report and label)."""
+    return "wb.w." + ".".join(str(p) for p in parts)
+
+
+# ---------------------------------------------------------------- the Workbench class the app uses
+
+
+def workbench_class():
+    """Workbench with the app's read helpers mixed in (until the lead adds UISupportService to it)."""
+    from workbench.services import Workbench
+    from workbench.services.ui_support import UISupportService
+
+    if issubclass(Workbench, UISupportService):
+        return Workbench
+    global _APP_WORKBENCH
+    if _APP_WORKBENCH is None:
+        _APP_WORKBENCH = type("Workbench", (Workbench, UISupportService), {"__module__": __name__})
+    return _APP_WORKBENCH
+
+
+_APP_WORKBENCH = None
+
+
+# ---------------------------------------------------------------- revision (shared per study)
+
+
+class Revision:
+    """A counter shared by every session on one study: each write increments it."""
+
+    def __init__(self) -> None:
+        self.value = 0
+        self._lock = threading.Lock()
+
+    def bump(self) -> int:
+        """Increment and return the new value."""
+        with self._lock:
+            self.value += 1
+            return self.value
+
+
+def attach_revision(wb, holder: Revision | None = None):
+    """Give a Workbench (and the per-actor copies made from it) one shared revision holder."""
+    wb.ui_revision = holder or getattr(wb, "ui_revision", None) or Revision()
+    return wb
+
+
+def revision(wb) -> int:
+    """The study's current revision."""
+    return wb.ui_revision.value
+
+
+def bump(wb) -> None:
+    """Invalidate every cached read of this study (call after each write)."""
+    wb.ui_revision.bump()
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def _cached_call(study: str, user: str, role: str, rev: int, method: str, args: tuple, kwargs: tuple, _wb=None):
+    return getattr(_wb, method)(*args, **dict(kwargs))
+
+
+def read(wb, method: str, *args, **kwargs):
+    """Call a read-only service method through the bounded cache keyed by study, actor and revision."""
+    return _cached_call(str(wb.root), wb.actor.user, wb.actor.role, revision(wb), method, args,
+                        tuple(sorted(kwargs.items())), _wb=wb)
+
+
+# ---------------------------------------------------------------- flash messages
+
+
+def flash(message: str, kind: str = "success") -> None:
+    """Queue a message to show after the next rerun (kind: success, info, warning, error)."""
+    st.session_state.setdefault(FLASH, []).append((kind, message))
+
+
+def pop_flashes() -> list[tuple[str, str]]:
+    """Messages queued by the previous run, once."""
+    return st.session_state.pop(FLASH, [])
+
+
+# ---------------------------------------------------------------- actor
+
+
+def actor():
+    """The signed-in actor of this session, or None."""
+    return st.session_state.get(ACTOR)
+
+
+def set_actor(value) -> None:
+    """Sign in (or out with None)."""
+    if value is None:
+        st.session_state.pop(ACTOR, None)
+    else:
+        st.session_state[ACTOR] = value
+
+
+# ---------------------------------------------------------------- background jobs
+
+
+@dataclass
+class Job:
+    """A long operation on a worker thread; the page polls it."""
+
+    name: str
+    label: str
+    progress: Any = None
+    result: Any = None
+    error: BaseException | None = None
+    detail: str = ""
+    done: threading.Event = field(default_factory=threading.Event)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    seen: bool = False
+    thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        """True until the work has finished (with a result or an error)."""
+        return not self.done.is_set()
+
+
+def start_job(name: str, label: str, work: Callable[[Job], Any], on_done: Callable[[], None] | None = None) -> Job:
+    """Run work(job) on a daemon thread; work reports progress by setting job.progress."""
+    job = Job(name, label)
+
+    def target() -> None:
+        try:
+            job.result = work(job)
+        except BaseException as exc:  # shown on the page, not lost in a log
+            job.error = exc
+            job.detail = traceback.format_exc()
+        finally:
+            if on_done:
+                on_done()
+            job.done.set()
+
+    job.thread = threading.Thread(target=target, name=f"workbench-{name}", daemon=True)
+    st.session_state.setdefault(JOBS, {})[name] = job
+    job.thread.start()
+    return job
+
+
+def job(name: str) -> Job | None:
+    """This session's job of that name (running or finished), or None."""
+    return st.session_state.get(JOBS, {}).get(name)
+
+
+def clear_job(name: str) -> None:
+    """Forget a finished job."""
+    st.session_state.get(JOBS, {}).pop(name, None)
+
+
+# ---------------------------------------------------------------- navigation
+
+
+def switch_to(url_path: str, values: dict | None = None) -> None:
+    """Set state keys, then open another page of the app (pages are registered by url_path)."""
+    for key, value in (values or {}).items():
+        st.session_state[key] = value
+    st.switch_page(st.Page(_noop, title=url_path, url_path=url_path))
+
+
+def _noop() -> None:
+    """Placeholder callable: a page is identified by its url_path."""
