@@ -32,7 +32,34 @@ def create_demo(root: Path, reset: bool = False, echo: Callable[[str], None] = p
     if (zh / "reports.csv").exists():
         echo(wb.import_reports(zh / "reports.csv", "external-zh", "zh").message())
         echo(wb.import_readings(zh / "readings.csv").message())
-    if run and hasattr(wb, "start_run"):
+    if run:
         summary = wb.start_run(cohort="dev")
-        echo(f"offline labeller run {summary.run_id}: {summary.message()}")
+        echo(f"offline labeller, starter prompts: {summary.message()}")
+        commit = iterate_once(wb)
+        summary = wb.start_run(cohort="dev")
+        echo(f"offline labeller, prompt version {commit[:8]} (iteration 2): {summary.message()}")
     return wb
+
+
+# A first revision as a prompt engineer would make it from the first run's disagreements, so the
+# demo opens with an iteration history and a comparison to look at; the rest is left to the user.
+ITERATION_2 = {
+    "support_devices": ["ETT", "NG tube", "nasogastric tube", "PICC", "tracheostomy tube", "enteric tube", "ICD"],
+    "lung_opacity": ["consolidation", "atelectasis", "air-space disease", "airspace opacity", "air-space opacity"],
+}
+
+
+def iterate_once(wb) -> str:
+    """Commit the demo's second prompt version (look-for phrases found in the disagreements)."""
+    import dataclasses
+
+    from workbench.services import Actor
+
+    engineer = wb.as_actor(Actor("demo-engineer", "prompt_engineer", "Demo prompt engineer", "engineer@demo.invalid"))
+    edited = []
+    for label, phrases in ITERATION_2.items():
+        lp = wb.label_prompt(label)
+        edited.append(dataclasses.replace(lp, look_for=lp.look_for + tuple(p for p in phrases if p not in lp.look_for)))
+    return engineer.save_prompts(
+        edited, "Iteration 2: device abbreviations (ETT, NG tube, PICC); opacity includes consolidation and atelectasis",
+        wb.prompt_commit())

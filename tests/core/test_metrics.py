@@ -430,7 +430,7 @@ def test_compare_labels_counts_tests_and_verdicts(paired):
     assert table["verdict"].to_dict() == {
         "fixed": "better",
         "broke": "worse",
-        "same": "undecided",
+        "same": "no change",
         "few": "undecided",
         "even": "no significant change",
     }

@@ -482,7 +482,8 @@ def compare_labels(
     Only cells evaluable in the reference and in both runs count. b = A right and B wrong
     (broken), c = A wrong and B right (fixed). The verdict uses the Holm-adjusted p-value across
     labels: "better"/"worse" when p_holm < alpha, "no significant change" otherwise, and
-    "undecided" whenever b + c < min_discordant, too few changed cases to judge.
+    "undecided" whenever 0 < b + c < min_discordant, too few changed cases to judge, and "no change"
+    when b + c == 0 (the runs agree on every case of the label).
 
     reports_needed estimates how many *further* reports would be needed for a significant
     verdict if the observed per-report rates of fixed and broken cases held: the discordant
@@ -521,9 +522,10 @@ def compare_labels(
 
 def _verdicts(b: np.ndarray, c: np.ndarray, p_holm: np.ndarray, alpha: float, min_discordant: int) -> np.ndarray:
     significant = p_holm < alpha
+    # b + c == 0: the two runs agree on every case of the label; there is nothing to decide
     return np.select(
-        [b + c < min_discordant, significant & (c > b), significant & (b > c)],
-        ["undecided", "better", "worse"],
+        [b + c == 0, b + c < min_discordant, significant & (c > b), significant & (b > c)],
+        ["no change", "undecided", "better", "worse"],
         default="no significant change",
     ).astype(object)
 

@@ -98,6 +98,23 @@ def shown_errors(action: str = ""):
         st.error(f"{action + ': ' if action else ''}{exc}")
 
 
+def do(wb, action: str, fn, *args, done=None, rerun: bool = True, **kwargs):
+    """Run a write through the services: errors shown; on success bump the revision, queue a message, rerun."""
+    ok, result = False, None
+    with shown_errors(action):
+        result = fn(*args, **kwargs)
+        ok = True
+    if not ok:
+        return None
+    state.bump(wb)
+    message = done(result) if callable(done) else done
+    if message:
+        state.flash(*message) if isinstance(message, tuple) else state.flash(message)
+    if rerun:
+        st.rerun()
+    return result
+
+
 # ---------------------------------------------------------------- model notice
 
 

@@ -1,0 +1,131 @@
+"""The Streamlit app: navigation only. Pages live in app_pages/ as thin render(wb) functions.
+
+The study comes from $WORKBENCH_STUDY (`workbench app` / `workbench demo` set it). The Workbench
+(with its database engine) is the only cached resource; the signed-in actor lives in session
+state and each rerun acts through a cheap per-actor view of the shared Workbench.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+
+import streamlit as st  # noqa: E402
+
+from workbench.ui import components, state  # noqa: E402
+from workbench.ui.app_pages import (  # noqa: E402
+    adjudicate, annotate, audit, disagreements, freeze_score, home, prompts, runs, settings,
+)
+
+# url path, title, icon, module, the permission a role needs to see the page
+PAGES = (
+    ("home", "Home", ":material/home:", home, "read"),
+    ("annotate", "Annotate", ":material/edit_note:", annotate, "annotate"),
+    ("adjudicate", "Adjudicate", ":material/gavel:", adjudicate, "adjudicate"),
+    ("disagreements", "Disagreements", ":material/compare_arrows:", disagreements, "note"),
+    ("prompts", "Prompts", ":material/description:", prompts, "see_unblinded"),
+    ("runs", "Runs", ":material/play_circle:", runs, "see_unblinded"),
+    ("freeze", "Freeze and score", ":material/inventory_2:", freeze_score, "see_unblinded"),
+    ("settings", "Settings", ":material/settings:", settings, "settings"),
+    ("audit", "Audit", ":material/history:", audit, "adjudicate"),
+)
+
+
+@st.cache_resource(max_entries=8, show_spinner="Opening the study ...")
+def open_study(path: str):
+    """The study's Workbench (engine and all), shared by every session."""
+    from pathlib import Path
+
+    wb = state.workbench_class()(Path(path))
+    wb.migrate()
+    return state.attach_revision(wb)
+
+
+def _sign_in(base):
+    """The acting user: the local admin (auth none), or whoever signed in; None while signing in."""
+    from workbench.services import Actor, PermissionDenied
+
+    mode = base.config.auth
+    if mode == "none":
+        return Actor("local", "admin")
+    if state.actor() is not None:
+        return state.actor()
+    st.title("Sign in")
+    if mode == "oidc":
+        if not getattr(st.user, "is_logged_in", False):
+            st.button("Sign in with your organisation", on_click=st.login, type="primary")
+            return None
+        lookup = getattr(base, "actor_for", None)
+        actor = lookup(st.user.get("email") or st.user.get("sub")) if lookup else Actor(str(st.user.get("email")), "reader")
+        state.set_actor(actor)
+        return actor
+    with st.form("signin"):
+        user = st.text_input("User", key=state.SIGNIN_USER)
+        password = st.text_input("Password", type="password", key=state.SIGNIN_PASSWORD)
+        submitted = st.form_submit_button("Sign in", type="primary")
+    if submitted:
+        if not hasattr(base, "authenticate"):
+            st.error("This version of the workbench has no local accounts yet; set auth: none in workbench.yaml.")
+            return None
+        try:
+            state.set_actor(base.authenticate(user, password))
+        except PermissionDenied as exc:
+            st.error(str(exc) or "Wrong user or password.")
+            return None
+        st.rerun()
+    return None
+
+
+def _sidebar(wb) -> None:
+    """Who is acting, which model labels, and a way to pick up changes made outside the app."""
+    st.caption(f"Study **{wb.config.name}** · {wb.vocab.name} ({len(wb.vocab.ids)} labels)")
+    st.caption(f"Acting as **{wb.actor.user}** ({wb.actor.role})")
+    if wb.config.auth != "none" and st.button("Sign out", key=state.widget_key("signout")):
+        state.set_actor(None)
+        if wb.config.auth == "oidc":
+            st.logout()
+        st.rerun()
+    components.model_notice(wb)
+    if st.button("Reload data", key=state.widget_key("reload"), help="Pick up changes made outside this app (CLI, other servers)"):
+        state.bump(wb)
+
+
+def _runner(module, wb):
+    """A page callable bound to this rerun's Workbench."""
+
+    def run() -> None:
+        components.flashes()
+        module.render(wb)
+
+    run.__name__ = f"page_{module.__name__.rsplit('.', 1)[-1]}"
+    return run
+
+
+def main(study: str | None = None, start: str | None = None) -> None:
+    """Build the navigation for the signed-in role and run the chosen page."""
+    from workbench.services import PERMISSIONS
+    from workbench.study import StudyError, resolve_study_path
+
+    st.set_page_config(page_title="Workbench", page_icon=":material/radiology:", layout="wide")
+    try:
+        base = open_study(str(resolve_study_path(study or os.environ.get("WORKBENCH_STUDY"))))
+    except StudyError as exc:
+        st.error(f"Cannot open the study: {exc}")
+        st.stop()
+    actor = _sign_in(base)
+    if actor is None:
+        st.stop()
+    wb = state.attach_revision(base.as_actor(actor), base.ui_revision)
+    allowed = [p for p in PAGES if actor.role in PERMISSIONS[p[4]]]
+    start = start if start in {p[0] for p in allowed} else allowed[0][0]
+    pages = [st.Page(_runner(module, wb), title=title, icon=icon, url_path=url, default=(url == start))
+             for url, title, icon, module, _ in allowed]
+    nav = st.navigation(pages)
+    with st.sidebar:
+        _sidebar(wb)
+    nav.run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Freeze and score: a prompt version becomes a hashed bundle that scores generated reports anywhere."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import streamlit as st
+
+from workbench.ui import charts, components, state
+
+
+def render(wb) -> None:
+    """Freeze a version, download bundles, score generators (Ran Score), check robustness."""
+    st.title("Freeze and score")
+    components.help_line("Freeze a prompt version into a bundle (sha256 over its content), then score generated "
+                         "reports against reference reports with it: per label FP (invented) and FN (missed), Ran Score.")
+    _freeze(wb)
+    bundles = state.read(wb, "bundles")
+    if bundles.empty:
+        st.info("No bundle yet.")
+        return
+    st.dataframe(bundles.drop(columns=["path"]), hide_index=True)
+    paths = dict(zip(bundles["name"], bundles["path"]))
+    name = st.selectbox("Bundle", list(paths), key=state.widget_key("bundle"))
+    st.download_button(f"Download {name}.json", Path(paths[name]).read_bytes(), file_name=f"{name}.json",
+                       mime="application/json", on_click="ignore", key=state.widget_key("dl-bundle", name))
+    score, robust = st.tabs(["Score generated reports", "Robustness"])
+    with score:
+        _score(wb, paths[name])
+    with robust:
+        _robustness(wb, paths[name])
+
+
+def _freeze(wb) -> None:
+    """Name a version and freeze it (needs a finished run of that version on the development cohort)."""
+    history = state.read(wb, "prompt_history")
+    with st.form(state.widget_key("freeze"), clear_on_submit=True):
+        st.markdown("**Freeze a version**")
+        c = st.columns(2)
+        name = c[0].text_input("Bundle name", placeholder="e.g. cxr-v3 (letters, digits, . _ -)")
+        ref = c[1].selectbox("Prompt version", history["commit"].tolist(),
+                             format_func=dict(zip(history["commit"], history["short"] + ": " + history["message"])).get)
+        submitted = st.form_submit_button("Freeze", type="primary")
+    if submitted:
+        components.do(wb, "freezing", wb.freeze, name.strip(), ref,
+                      done=lambda r: f"Frozen {r['name']}: sha256 {r['sha256']} (prompt {r['commit'][:8]}, run {r['run']}).")
+
+
+def _saved(upload, folder: Path) -> Path:
+    """An uploaded file written to a private temporary folder (the importers read files)."""
+    path = folder / Path(upload.name).name
+    path.write_bytes(upload.getvalue())
+    return path
+
+
+def _score(wb, bundle_path: str) -> None:
+    """Upload reference and generated reports; score in the background; show and download results."""
+    job = state.job("score")
+    if job is not None and (job.running or job.error):
+        components.job_panel(job, lambda p: (p[0] / max(p[1], 1), f"{p[0]} of {p[1]} texts") if p else (0.0, "Starting ..."))
+        if job.error:
+            st.error(f"Scoring failed: {job.error}")
+            st.button("Dismiss", on_click=state.clear_job, args=("score",), key=state.widget_key("dismiss-score"))
+        return
+    with st.form(state.widget_key("score-form")):
+        ref = st.file_uploader("Reference reports (CSV/JSONL: id + text, or findings/impression)", type=["csv", "jsonl", "parquet"])
+        gens = st.file_uploader("Generated reports, one file per generator (same ids)", type=["csv", "jsonl", "parquet"],
+                                accept_multiple_files=True)
+        policy = st.radio("Labels with no positive on either side", ["zero", "one", "exclude"], horizontal=True,
+                          help="zero: F1 = 0 as the released Ran Score script; one: F1 = 1; exclude: left out and counted")
+        submitted = st.form_submit_button("Score", type="primary")
+    if submitted and (ref is None or not gens):
+        st.error("Upload the reference reports and at least one generated file.")
+    elif submitted:
+        folder = Path(tempfile.mkdtemp(prefix="workbench-score-"))
+        ref_path, gen_paths = _saved(ref, folder), {Path(g.name).stem: _saved(g, folder) for g in gens}
+        state.start_job("score", "scoring", lambda j: wb.score_generated(
+            bundle_path, ref_path, gen_paths, zero_division=policy,
+            on_progress=lambda done, total: setattr(j, "progress", (done, total))))
+        st.rerun()
+    if job is not None and job.result is not None:
+        _results(job.result)
+
+
+def _results(result) -> None:
+    """Summary (Table 5 layout), Ran Score with interval, per-label FP/FN, downloads."""
+    summary = result.summary()
+    st.dataframe(summary, hide_index=True)
+    st.plotly_chart(charts.score_chart(summary), key="score-chart")
+    for name, g in result.generators.items():
+        r = g.ran_score
+        st.markdown(f"**{name}**: Ran Score {r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}] · {r['policy']}")
+        st.dataframe(g.per_label, column_config={"fp": "FP (invented)", "fn": "FN (missed)"})
+        components.download_csv(g.per_label.reset_index(), f"{name}.per_label.csv", f"{name}: per-label CSV")
+        components.download_csv(g.per_report, f"{name}.per_report.csv", f"{name}: per-report CSV")
+    components.download_csv(summary, "summary.csv", "Summary CSV")
+    st.download_button("Results JSON", json.dumps(result.to_json(), indent=2, default=str).encode("utf-8"),
+                       file_name="results.json", mime="application/json", on_click="ignore", key=state.widget_key("dl-json"))
+
+
+def _robustness(wb, bundle_path: str) -> None:
+    """Same labels for harmless paraphrases, different labels for significant changes."""
+    upload = st.file_uploader("Pairs (pair_id, kind, label, text_a, text_b); default: the shipped synthetic pairs",
+                              type=["csv"], key=state.widget_key("pairs"))
+    if st.button("Check robustness", key=state.widget_key("robust")):
+        pairs = _saved(upload, Path(tempfile.mkdtemp(prefix="workbench-pairs-"))) if upload else None
+        with st.spinner("Labelling the pairs ..."), components.shown_errors("robustness"):
+            st.session_state[state.ROBUST_RESULT] = wb.robustness(bundle_path, pairs)
+    result = st.session_state.get(state.ROBUST_RESULT)
+    if result:
+        st.dataframe(result["per_kind"], hide_index=True)
+        st.dataframe(result["per_label"], hide_index=True)
+        with st.expander("Every pair"):
+            st.dataframe(result["pairs"], hide_index=True)
+        components.download_csv(result["pairs"], "robustness.csv", "Robustness CSV")

@@ -1,0 +1,74 @@
+"""Home: the study at a glance and what needs attention next."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from workbench.ui import charts, components, state
+
+
+def render(wb) -> None:
+    """Cohorts, readers, reference status, prompt version, latest run, history, attention list."""
+    st.title(f"Study: {wb.config.name}")
+    components.help_line("The study at a glance: who has read what, whether the reference is settled, "
+                         "how the current prompts score, and what to look at next.")
+    cohort = components.pick_cohort(wb)
+    if cohort is None:
+        return
+    summary = state.read(wb, "reference_summary", cohort)
+    history = state.read(wb, "prompt_history")
+    runs = state.read(wb, "runs", cohort)
+    latest = components.latest_run_id(runs)
+    ev = state.read(wb, "evaluate_run", latest, n_resamples=0) if latest else None
+    c = st.columns(5)
+    c[0].metric("Reference decided", int(summary["decided"].sum() + summary["adjudicated"].sum()),
+                help="(report, label) items settled by the reader vote or by adjudication")
+    c[1].metric("Waiting for adjudication", int(summary["waiting"].sum()))
+    c[2].metric("Prompt version", f"v{len(history)}", help=f"{history.iloc[0]['short']}: {history.iloc[0]['message']}")
+    c[3].metric("Latest run: macro accuracy", components.pct(ev.averages["macro_accuracy"]) if ev else "no run")
+    c[4].metric("Latest run: macro F1", components.pct(ev.averages["macro_f1"]) if ev else "no run")
+    st.caption(f"Current prompt version {history.iloc[0]['short']} ({history.iloc[0]['when']}, "
+               f"{history.iloc[0]['author']}): {history.iloc[0]['message']}"
+               + (f" · latest run {latest} ({runs.iloc[0]['model']})" if latest else ""))
+    _attention(wb, cohort, latest, ev)
+    st.subheader("Iteration history")
+    st.plotly_chart(charts.history_chart(state.read(wb, "iteration_history", cohort)), key="home-history")
+    _readers(wb, cohort)
+    with st.expander("Reference status per label"):
+        st.dataframe(summary.rename(index=wb.vocab.names()))
+    with st.expander("Cohorts"):
+        st.dataframe(state.read(wb, "cohorts"), hide_index=True)
+
+
+def _attention(wb, cohort: str, latest, ev) -> None:
+    """Lowest-accuracy labels, open adjudications, disagreements nobody has written a note on."""
+    st.subheader("Needs attention")
+    left, right = st.columns(2)
+    with left:
+        if ev is None:
+            st.info("No run yet: start the labeller on the Runs page.")
+        else:
+            worst = ev.table.sort_values("accuracy").head(5)
+            st.markdown("**Labels with the lowest accuracy** (latest run)")
+            st.dataframe(worst[["accuracy", "accuracy_lo", "accuracy_hi", "fp", "fn", "support"]]
+                         .rename(index=wb.vocab.names()), column_config={"accuracy": st.column_config.NumberColumn(format="%.3f"),
+                         "accuracy_lo": st.column_config.NumberColumn("lower", format="%.3f"),
+                         "accuracy_hi": st.column_config.NumberColumn("upper", format="%.3f")})
+    with right:
+        waiting = len(state.read(wb, "adjudication_queue", cohort))
+        st.metric("Open adjudications", waiting)
+        if latest is not None:
+            queue = state.read(wb, "disagreements", latest)
+            st.metric("Disagreements without notes", int((queue["notes"] == 0).sum()), help=f"of {len(queue)} in run {latest}")
+
+
+def _readers(wb, cohort: str) -> None:
+    """Each reader's progress on the cohort."""
+    st.subheader("Readers")
+    progress = state.read(wb, "reader_progress", cohort)
+    if progress.empty:
+        st.info("No readings yet.")
+        return
+    progress = progress.assign(share=progress["reports_complete"] / progress["reports_in_scope"].clip(lower=1))
+    st.dataframe(progress, hide_index=True, column_config={
+        "share": st.column_config.ProgressColumn("complete", min_value=0.0, max_value=1.0, format="percent")})

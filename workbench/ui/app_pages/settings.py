@@ -1,0 +1,56 @@
+"""Settings: the labelling model, concurrency, the reference rule and where report text may go."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from workbench.ui import components, state
+
+RULES_MODEL = "workbench/rules"
+
+
+def render(wb) -> None:
+    """Edit the study's labeller settings, reference rule and allowed endpoints (admin only)."""
+    from workbench.services.runs import endpoint_allowed, endpoint_label, is_local_model
+
+    st.title("Settings")
+    components.help_line("The model that labels, how many calls run at once, the reference rule, and the endpoints "
+                         "report text may be sent to. Changes apply to new runs.")
+    cfg = wb.config
+    lab, rule = dict(cfg.labeller), dict(cfg.reference)
+    with st.form(state.widget_key("settings")):
+        st.markdown("**Labelling model**")
+        model = st.text_input("Model (a litellm model string)", lab.get("model", RULES_MODEL),
+                              help=f"{RULES_MODEL} is a rule-based baseline, not an LLM; e.g. openai/gpt-4o-mini, "
+                                   "openai/Qwen3-14B with an API base, ollama/llama3.1")
+        c = st.columns(3)
+        api_base = c[0].text_input("API base (optional)", lab.get("api_base") or "", placeholder="http://127.0.0.1:8000/v1")
+        key_env = c[1].text_input("API key environment variable (the key itself is never stored)", lab.get("api_key_env") or "")
+        concurrency = c[2].number_input("Concurrent calls", 1, 256, int(lab.get("concurrency", 8)))
+        st.markdown("**Reference rule**")
+        c = st.columns(3)
+        kind = c[0].selectbox("Rule", ["at_least", "majority"], index=["at_least", "majority"].index(rule.get("rule", "at_least")),
+                              format_func={"at_least": "at least K of N agree", "majority": "majority of at least N"}.get)
+        k = c[1].number_input("K", 1, 50, int(rule.get("k", 4)))
+        n = c[2].number_input("N (readers needed)", 1, 50, int(rule.get("n", 6)))
+        endpoints = st.text_area("Allowed endpoints (one prefix per line; governance: admins only)",
+                                 "\n".join(cfg.allowed_endpoints))
+        submitted = st.form_submit_button("Save settings", type="primary")
+    settings = {**lab, "model": model.strip() or RULES_MODEL, "api_base": api_base.strip() or None,
+                "api_key_env": key_env.strip() or None, "concurrency": int(concurrency)}
+    settings = {key: value for key, value in settings.items() if value is not None}
+    allowed = [line.strip() for line in endpoints.splitlines() if line.strip()]
+    if settings["model"].startswith(RULES_MODEL):
+        st.info(f"{settings['model']} is a rule-based baseline, not an LLM. Report text stays on this machine.")
+    elif is_local_model(settings):
+        st.info(f"Report text goes to {endpoint_label(settings)}, on this machine.")
+    else:
+        st.warning(f"Report text will be sent to {endpoint_label(settings)}. Make sure your governance allows it.")
+    if not endpoint_allowed(allowed, settings):
+        st.error(f"{endpoint_label(settings)} is not among the allowed endpoints: runs will be refused until an admin adds it.")
+    if submitted:
+        cfg.labeller = settings
+        cfg.reference = {"rule": kind, "k": int(k), "n": int(n)} if kind == "at_least" else {"rule": kind, "n": int(n)}
+        cfg.allowed_endpoints = allowed
+        components.do(wb, "saving the settings", wb.save_config, done="Settings saved.")
+    st.caption(f"Reference rule now: {wb.rule().describe()} · study file: {wb.paths.config}")
