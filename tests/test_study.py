@@ -135,7 +135,6 @@ def test_record_reading_adds_changes_and_keeps_history(small_study):
     mine = small_study.my_readings("reader-g", "s1").set_index("label")
     result = small_study.record_reading("reader-g", "s1", {"edema": 0}, {"edema": int(mine.loc["edema", "version"])})
     assert result["changed"] == 1
-    audit = small_study.audit_log() if hasattr(small_study, "audit_log") else None
     with small_study.session() as s:
         events = q.list_audit(s, entity="reading")
     assert any('"value": 1' in old for old in events["old"])

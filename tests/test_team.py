@@ -1,6 +1,5 @@
 """Teams: accounts, sign-in, role rules at the service layer, audit trail, governance, migrate-db."""
 
-import pandas as pd
 import pytest
 
 from workbench.services import Actor, PermissionDenied, Workbench

@@ -239,16 +239,14 @@ def _router(litellm, cfg: ModelConfig, key: str | None):
 
 
 def _chain(exc: BaseException):
-    """The exception and everything it was raised from or during (causes and contexts)."""
+    """The exception and what it was raised from, following Python's own traceback rule."""
     seen: set[int] = set()
-    todo = [exc]
-    while todo:
-        link = todo.pop(0)
-        if link is None or id(link) in seen:
-            continue
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
         seen.add(id(link))
         yield link
-        todo += [link.__cause__, link.__context__]
+        link = link.__cause__ if link.__cause__ is not None else (
+            None if link.__suppress_context__ else link.__context__)
 
 
 def classify(exc: BaseException) -> str:

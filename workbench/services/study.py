@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 
 from workbench import importers
 from workbench.core import reference as ref
-from workbench.core.text import compose_text, text_hash
+from workbench.core.text import compose_text, text_hash  # noqa: F401  (re-exported for callers)
 from workbench.core.prompts import PromptSet, TASK_FILE, parse_prompt_set
 from workbench.core.vocab import Vocabulary
 from workbench.store import db, prompt_repo, queries as q

@@ -46,7 +46,9 @@ def _sign_in(base):
     """The acting user: the local admin (auth none), or whoever signed in; None while signing in."""
     from workbench.services import Actor, PermissionDenied
 
-    mode = base.config.auth
+    from workbench.study import load_config
+
+    mode = load_config(base.root).auth  # fresh: Settings may have changed it since the study was opened
     if mode == "none":
         return Actor("local", "admin")
     if state.actor() is not None:

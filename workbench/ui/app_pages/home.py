@@ -29,7 +29,7 @@ def render(wb) -> None:
     c[4].metric("Latest run: macro F1", components.pct(ev.averages["macro_f1"]) if ev else "no run")
     st.caption(f"Current prompt version {history.iloc[0]['short']} ({history.iloc[0]['when']}, "
                f"{history.iloc[0]['author']}): {history.iloc[0]['message']}"
-               + (f" · latest run {latest} ({runs.iloc[0]['model']})" if latest else ""))
+               + (f" · latest run {latest} ({runs.set_index('id').loc[latest, 'model']})" if latest else ""))
     _attention(wb, cohort, latest, ev)
     st.subheader("Iteration history")
     st.plotly_chart(charts.history_chart(state.read(wb, "iteration_history", cohort)), key="home-history")

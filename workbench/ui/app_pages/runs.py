@@ -93,8 +93,10 @@ def _metrics(wb, runs) -> None:
     names = wb.vocab.names()
     st.plotly_chart(charts.forest_plot(ev.table, metric, names), key="runs-forest")
     st.plotly_chart(charts.confusion_bars(ev.table, names), key="runs-confusion")
-    with st.expander("Human ceiling: the labeller beside the readers"), components.shown_errors("human ceiling"):
-        st.dataframe(state.read(wb, "human_ceiling", run_id), hide_index=True)
+    if st.toggle("Human ceiling: the labeller beside the readers (kappas, unanimous vs split votes)",
+                 key=state.widget_key("ceiling")):
+        with components.shown_errors("human ceiling"):
+            st.dataframe(state.read(wb, "human_ceiling", run_id), hide_index=True)
 
 
 def _compare(wb, runs) -> None:

@@ -17,6 +17,7 @@ def render(wb) -> None:
     components.help_line("The model that labels, how many calls run at once, the reference rule, and the endpoints "
                          "report text may be sent to. Changes apply to new runs.")
     cfg = wb.config
+    st.caption(f"Reference rule now: {wb.rule().describe()} · study file: {wb.paths.config}")
     lab, rule = dict(cfg.labeller), dict(cfg.reference)
     with st.form(state.widget_key("settings")):
         st.markdown("**Labelling model**")
@@ -52,5 +53,4 @@ def render(wb) -> None:
         cfg.labeller = settings
         cfg.reference = {"rule": kind, "k": int(k), "n": int(n)} if kind == "at_least" else {"rule": kind, "n": int(n)}
         cfg.allowed_endpoints = allowed
-        components.do(wb, "saving the settings", wb.save_config, done="Settings saved.")
-    st.caption(f"Reference rule now: {wb.rule().describe()} · study file: {wb.paths.config}")
+        components.do(wb, "saving the settings", lambda: (wb.rule(), wb.save_config()), done="Settings saved.")
