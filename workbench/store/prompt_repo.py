@@ -8,6 +8,7 @@ works with no global Git identity (CI) and never touches the project's own repos
 
 from __future__ import annotations
 
+import fcntl
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Iterator
 
 import git
 
-_LOCK = threading.Lock()  # one writer at a time inside a process; Git's index.lock guards across processes
+_LOCK = threading.Lock()  # one writer at a time inside a process (see write_lock for other processes)
 DEFAULT_IDENTITY = ("workbench", "workbench@localhost")
 
 
@@ -35,6 +36,17 @@ class Version:
     when: str
     message: str
     files: tuple[str, ...] = ()
+
+
+@contextmanager
+def write_lock(path: Path) -> Iterator[None]:
+    """Serialise saves: a thread lock inside this process, an flock across processes (several app servers)."""
+    with _LOCK, open(Path(path) / ".git" / "workbench-save.lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @contextmanager
@@ -111,7 +123,7 @@ def commit_files(path: Path, files: dict[str, str], message: str, author: tuple[
     path = Path(path)
     if not message.strip():
         raise PromptRepoError("a prompt revision needs a message saying what changed and why")
-    with _LOCK, open_repo(path) as repo:
+    with write_lock(path), open_repo(path) as repo:
         if base is not None and repo.head.is_valid():
             _check_no_conflict(repo, files, base)
         changed = []
@@ -176,7 +188,7 @@ def ordinal(path: Path, commit: str) -> int:
 
 def create_tag(path: Path, name: str, ref: str, message: str, author: tuple[str, str]) -> str:
     """An annotated tag; refuses to move or reuse a name."""
-    with _LOCK, open_repo(path) as repo:
+    with write_lock(path), open_repo(path) as repo:
         if name in [t.name for t in repo.tags]:
             raise PromptRepoError(f"the name {name!r} is already frozen (tag exists at {repo.tags[name].commit.hexsha[:8]}); choose a new name")
         try:
