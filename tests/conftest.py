@@ -13,6 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATASETS = ROOT.parent / "shared" / "datasets"
 DATA = Path(__file__).resolve().parent / "data"
 
+from fake_llm_server import fake_llm_server  # noqa: E402,F401  (fixture: OpenAI-compatible server on 127.0.0.1)
+
 
 def require_datasets() -> Path:
     """The shared datasets folder, or skip the test with a reason."""

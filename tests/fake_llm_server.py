@@ -12,9 +12,10 @@ reply (the configured ``reply`` text), garbage (a truncated HTTP body).
 "Fail N times then succeed" (429, 500) is counted per distinct message list, so every
 request of a batch fails N times and then succeeds.
 
-GET /v1/stats returns the counts as JSON. Stdlib only. Run alone (``python tests/fake_llm_server.py --latency 0.1``) it serves in
-the foreground and prints its URL on the first line, which the throughput bench uses to
-keep the server's threads off the measured process's GIL.
+GET /v1/stats returns the counts as JSON. Stdlib only. Run alone
+(``python tests/fake_llm_server.py --latency 0.1``) it serves in the foreground and prints
+its URL on the first line; the throughput bench uses that to keep the server's threads off
+the measured process's GIL.
 """
 
 from __future__ import annotations
@@ -61,13 +62,29 @@ def report_part(text: str) -> str:
     return body.split('"""')[0].split("```")[0].strip() if match else body.strip()
 
 
-def keyword_answer(messages: list[dict], keywords: tuple[str, ...]) -> str:
-    """{"value": 1, "evidence": <first sentence with a keyword>} or {"value": 0, ...}."""
-    report = report_part(last_user_text(messages))
+def _keyword_decision(report: str, keywords) -> dict:
     for sentence in re.split(r"(?<=[.!?])\s+|\n+", report):
         if any(k.lower() in sentence.lower() for k in keywords):
-            return json.dumps({"value": 1, "evidence": sentence.strip()})
-    return json.dumps({"value": 0, "evidence": ""})
+            return {"value": 1, "evidence": sentence.strip()}
+    return {"value": 0, "evidence": ""}
+
+
+def keyword_answer(messages: list[dict], keywords) -> str:
+    """A naive deterministic labeller (no negation handling): 1 when a keyword is in the report.
+
+    ``keywords`` is a sequence (one label) or a dict {label: keywords}; with a dict, the labels
+    named in the prompt outside the report are answered: one label gives
+    {"value", "evidence"}, several give the joint form {"labels": {label: {...}}}.
+    """
+    text = last_user_text(messages)
+    report = report_part(text)
+    if not isinstance(keywords, dict):
+        return json.dumps(_keyword_decision(report, keywords))
+    instructions = " ".join(_text_of(m) for m in messages).replace(report, " ").lower()
+    asked = [label for label in keywords if label.lower() in instructions] or list(keywords)
+    if len(asked) == 1:
+        return json.dumps(_keyword_decision(report, keywords[asked[0]]))
+    return json.dumps({"labels": {label: _keyword_decision(report, keywords[label]) for label in asked}})
 
 
 def _tokens(text: str) -> int:
@@ -105,7 +122,7 @@ class FakeLLMServer:
         self,
         *,
         behaviour: str = "ok",
-        keywords: tuple[str, ...] | list[str] = ("effusion",),
+        keywords: tuple[str, ...] | list[str] | dict[str, list[str]] = ("effusion",),
         reply: str | None = None,
         answer_fn: Callable[[list[dict]], str] | None = None,
         latency: float = 0.0,
@@ -115,7 +132,7 @@ class FakeLLMServer:
         slow_s: float = 0.5,
     ) -> None:
         self.behaviour = behaviour
-        self.keywords = tuple(keywords)
+        self.keywords = keywords if isinstance(keywords, dict) else tuple(keywords)
         self.reply = reply
         self.answer_fn = answer_fn
         self.latency = latency
@@ -132,6 +149,7 @@ class FakeLLMServer:
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> "FakeLLMServer":
         """Bind a free port on 127.0.0.1 and serve in a daemon thread."""
+        self._stop.clear()
         self._server = _make_http_server(self)
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="fake-llm-server", daemon=True)

@@ -391,3 +391,51 @@ def test_endpoints_list_becomes_tuple():
     cfg = ModelConfig("openai/x", endpoints=["http://a/v1", "http://b/v1"])
     assert cfg.endpoints == ("http://a/v1", "http://b/v1")
     hash(cfg)
+
+
+def test_cost_for_a_priced_model(server):
+    """litellm prices known model names from its bundled (offline) cost map."""
+    results = run([request("a", REPORTS[0])], cfg_for(server, model="openai/gpt-4o-mini"))
+    assert results["a"].error is None
+    assert results["a"].cost is not None and 0 < results["a"].cost < 0.01
+
+
+def test_fake_server_stats_and_report_extraction(server):
+    import json
+    import urllib.request
+
+    from fake_llm_server import keyword_answer
+
+    messages = [{"role": "user", "content": "Is there an effusion?\nReport: Lungs clear. Trace left effusion."}]
+    assert json.loads(keyword_answer(messages, ("effusion",))) == {"value": 1, "evidence": "Trace left effusion."}
+    run([request("a", "x", "[[behaviour:500:1]]")], cfg_for(server))
+    with urllib.request.urlopen(server.url + "/stats") as response:
+        stats = json.load(response)
+    assert stats["count"] == 2 and stats["counts"] == {"500": 2}
+
+
+def test_fake_server_answers_per_label_and_joint_from_a_keyword_map():
+    from fake_llm_server import keyword_answer
+    from workbench.core.parsing import parse_joint_reply
+
+    keywords = {"pneumothorax": ["pneumothorax"], "cardiomegaly": ["cardiomegaly", "enlarged heart"]}
+    report = "Enlarged heart. Lungs clear."
+    one = [{"role": "user", "content": f"Label: cardiomegaly\nReport: {report}"}]
+    assert parse_reply(keyword_answer(one, keywords), report).value == 1
+    joint = [{"role": "system", "content": "Labels: pneumothorax, cardiomegaly"},
+             {"role": "user", "content": f"Report: {report}"}]
+    decisions = parse_joint_reply(keyword_answer(joint, keywords), list(keywords), report)
+    assert {k: d.value for k, d in decisions.items()} == {"pneumothorax": 0, "cardiomegaly": 1}
+    assert all(d.status == "ok" for d in decisions.values())
+
+
+def test_connection_error_kind_when_called_inside_an_except_block():
+    """Every exception raised inside an except block inherits it as __context__: must not confuse."""
+    with running_server() as srv:
+        url = srv.url
+    cfg = ModelConfig("openai/fake", api_base=url, max_retries=0)
+    try:
+        raise RuntimeError("caller's own handled error")
+    except RuntimeError:
+        results = run([request("a", "x")], cfg)
+    assert results["a"].error_kind == "connection"

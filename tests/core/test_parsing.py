@@ -32,12 +32,14 @@ PER_LABEL = [
     # fenced JSON
     ('```json\n{"value": 1, "evidence": "Small left effusion"}\n```', 1, "ok"),
     ('```\n{"value": 0, "evidence": ""}\n```', 0, "ok"),
-    ('Here is the JSON:\n```json\n{\n  "value": 0,\n  "evidence": ""\n}\n```\nThe report does not mention it.', 0, "ok"),
+    ('Here is the JSON:\n```json\n{\n  "value": 0,\n  "evidence": ""\n}\n```\nThe report does not mention it.',
+     0, "ok"),
     # JSON inside prose
     ('Sure! Here is my assessment.\n{"value": 1, "evidence": "Cardiomegaly."}\nLet me know if you need more.', 1, "ok"),
     ('Based on the findings, {"value": 0, "evidence": ""} is my answer.', 0, "ok"),
     # reasoning models
-    ('<think>The report says small left effusion, so yes.</think>\n{"value": 1, "evidence": "Small left effusion"}', 1, "ok"),
+    ('<think>The report says small left effusion, so yes.</think>\n{"value": 1, "evidence": "Small left effusion"}',
+     1, "ok"),
     ('<think>\nLet me check {"value": 0} hmm no, it is present.\n</think>\n{"value": 1}', 1, "ok"),
     ('Okay, the report mentions effusion.\n</think>\n\n{"value": 1, "evidence": ""}', 1, "ok"),
     # lenient JSON

@@ -1,0 +1,161 @@
+"""How fast does the engine label a cohort, and how much faster than a one-call-at-a-time loop?
+
+Starts the fake OpenAI-compatible server (tests/fake_llm_server.py) in its own process with a
+fixed latency per call (its own process so that its threads do not compete with the measured
+client for the GIL), runs reports x labels calls through workbench.llm.complete_all, and
+prints calls/s and efficiency = (calls x latency / concurrency) / wall time. Then it times a
+plain sequential litellm.completion loop (what the released Ran Score extractor does) on a
+sample and extrapolates to the same number of calls.
+
+    python bench/bench_throughput.py [--reports 300 --labels 20 --latency 0.1 --concurrency 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SYSTEM = (
+    "You are a thoracic radiologist labelling chest X-ray reports. For the finding named below, "
+    "answer 1 when the report states it is present (including improving or small), 0 when it is "
+    "absent, negated, resolved or not mentioned. Hedged wording such as 'cannot exclude' counts as "
+    "described in the label's policy. Reply with JSON only: {\"value\": 0 or 1, \"evidence\": "
+    "\"the exact sentence from the report\"}."
+)
+FINDINGS = [
+    "Small left pleural effusion.", "Heart size is normal.", "No pneumothorax.",
+    "Mild bibasilar atelectasis.", "Right IJ central venous catheter tip in the SVC.",
+    "No focal consolidation.", "Stable mild cardiomegaly.", "Degenerative changes of the spine.",
+]
+
+
+def start_server(latency: float) -> tuple[subprocess.Popen, str]:
+    """The fake server in a child process; returns it and its api_base."""
+    script = ROOT / "tests" / "fake_llm_server.py"
+    proc = subprocess.Popen([sys.executable, str(script), "--latency", str(latency)],
+                            stdout=subprocess.PIPE, text=True)
+    url = proc.stdout.readline().strip()
+    if not url.startswith("http"):
+        proc.kill()
+        raise SystemExit(f"fake server did not start: {url!r}")
+    return proc, url
+
+
+def server_stats(url: str) -> dict:
+    """Request counts and the most requests the server saw in flight at once."""
+    with urllib.request.urlopen(url + "/stats", timeout=5) as response:
+        return json.load(response)
+
+
+def make_requests(n_reports: int, n_labels: int):
+    """reports x labels chat requests of a realistic size."""
+    from workbench.llm import CallRequest
+
+    requests = []
+    for r in range(n_reports):
+        report = " ".join(FINDINGS[(r + k) % len(FINDINGS)] for k in range(6)) + f" (study {r})"
+        for lab in range(n_labels):
+            user = f"Label: finding_{lab}\nDefinition: finding number {lab}.\nReport: {report}"
+            messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+            requests.append(CallRequest(key=f"{r}:{lab}", messages=messages))
+    return requests
+
+
+def bench_engine(url: str, args) -> dict:
+    """Run every call through complete_all; wall time, CPU time and outcome counts."""
+    from workbench.llm import ModelConfig, complete_all_sync
+
+    cfg = ModelConfig(args.model, api_base=url, concurrency=args.concurrency,
+                      timeout_s=30, max_tokens=64)
+    complete_all_sync(make_requests(1, min(args.concurrency, 32)), cfg, lambda q, r: None)  # warm clients
+    requests = make_requests(args.reports, args.labels)
+    done = {"ok": 0, "failed": 0}
+
+    def on_result(req, res) -> None:
+        done["ok" if res.error is None else "failed"] += 1
+
+    before = server_stats(url)["count"]
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    complete_all_sync(requests, cfg, on_result)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    stats = server_stats(url)
+    return {"calls": len(requests), "wall": wall, "cpu": cpu, **done,
+            "http": stats["count"] - before, "max_in_flight": stats["max_in_flight"]}
+
+
+def bench_sequential(url: str, sample: int, model: str) -> float:
+    """Seconds per call of a plain for-loop of litellm.completion (no concurrency)."""
+    from workbench.llm import _litellm
+
+    litellm = _litellm()
+    requests = make_requests(1, sample + 3)
+    call = dict(model=model, api_base=url, api_key="sk-no-key-needed",
+                temperature=0, seed=0, max_tokens=64, num_retries=0)
+    for req in requests[:3]:  # warm the sync client
+        litellm.completion(messages=req.messages, **call)
+    t0 = time.perf_counter()
+    for req in requests[3:]:
+        litellm.completion(messages=req.messages, **call)
+    return (time.perf_counter() - t0) / sample
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run both benchmarks and print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reports", type=int, default=300)
+    parser.add_argument("--labels", type=int, default=20)
+    parser.add_argument("--latency", type=float, default=0.1, help="server seconds per call")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--sequential-sample", type=int, default=100, help="calls timed in the sequential loop")
+    parser.add_argument("--model", default="openai/fake-qwen3-14b",
+                        help="litellm model string sent to the fake server (hosted_vllm/... is a cheaper path)")
+    args = parser.parse_args(argv)
+
+    proc, url = start_server(args.latency)
+    try:
+        t0 = time.perf_counter()
+        from workbench.llm import _litellm
+
+        _litellm()
+        print(f"litellm import: {time.perf_counter() - t0:.1f} s (once per process; kept out of the timings)")
+        print(f"fake server: {url}, {args.latency * 1000:.0f} ms per call, separate process; model {args.model}")
+        print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start "
+              "(other processes on the cores lower every figure below)")
+
+        res = bench_engine(url, args)
+        calls, wall = res["calls"], res["wall"]
+        ideal = calls * args.latency / args.concurrency
+        cpu_ms = 1000 * res["cpu"] / calls
+        print(f"\nengine: {calls} calls ({args.reports} reports x {args.labels} labels), "
+              f"concurrency {args.concurrency}")
+        print(f"  wall {wall:.1f} s, {calls / wall:.0f} calls/s; ideal {ideal:.1f} s "
+              f"({args.concurrency / args.latency:.0f} calls/s)")
+        print(f"  efficiency {ideal / wall:.2f} (target >= 0.8)")
+        print(f"  ok {res['ok']}, failed {res['failed']}, HTTP requests {res['http']}, "
+              f"server max in flight {res['max_in_flight']}")
+        print(f"  client CPU {cpu_ms:.2f} ms per call (litellm + engine) -> one process tops out near "
+              f"{1000 / cpu_ms:.0f} calls/s; the event loop was busy {100 * res['cpu'] / wall:.0f}% of the run")
+
+        per_call = bench_sequential(url, args.sequential_sample, args.model)
+        seq_total = per_call * calls
+        print(f"\nsequential litellm.completion loop: {1000 * per_call:.1f} ms per call, timed on "
+              f"{args.sequential_sample} calls and extrapolated to {calls}: {seq_total:.0f} s "
+              f"({seq_total / 60:.1f} min)")
+        print(f"speed-up of the engine over the loop: {seq_total / wall:.1f}x")
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+    main()
