@@ -69,16 +69,26 @@ def model_config(settings: dict):
     return ModelConfig(**values)
 
 
-def is_local_model(settings: dict) -> bool:
-    """True when report text stays on this machine (offline labeller or a loopback server)."""
+OLLAMA_DEFAULT = "http://localhost:11434"  # litellm's default for ollama/ models
+
+
+def model_endpoints(settings: dict) -> list[str]:
+    """The URLs report text would be sent to ([] for the offline labeller or a provider's own API)."""
     model = settings.get("model", "")
     if model.startswith(RULES_PREFIX):
+        return []
+    bases = [b for b in [settings.get("api_base"), *(settings.get("endpoints") or [])] if b]
+    if not bases and model.startswith(("ollama/", "ollama_chat/")):
+        return [OLLAMA_DEFAULT]
+    return bases
+
+
+def is_local_model(settings: dict) -> bool:
+    """True when report text stays on this machine (offline labeller or a loopback server)."""
+    if settings.get("model", "").startswith(RULES_PREFIX):
         return True
-    bases = [settings.get("api_base")] + list(settings.get("endpoints") or [])
-    bases = [b for b in bases if b]
-    if not bases:
-        return model.startswith("ollama")  # litellm's ollama default is localhost:11434
-    return all((urlparse(b).hostname or "") in ("127.0.0.1", "localhost", "::1") for b in bases)
+    bases = model_endpoints(settings)
+    return bool(bases) and all((urlparse(b).hostname or "") in ("127.0.0.1", "localhost", "::1") for b in bases)
 
 
 def endpoint_label(settings: dict) -> str:
@@ -86,8 +96,7 @@ def endpoint_label(settings: dict) -> str:
     model = settings.get("model", "")
     if model.startswith(RULES_PREFIX):
         return model
-    bases = [settings.get("api_base")] + list(settings.get("endpoints") or [])
-    bases = [b for b in bases if b]
+    bases = model_endpoints(settings)
     if bases:
         return ", ".join(bases)
     provider = model.split("/", 1)[0] if "/" in model else "openai"
@@ -99,8 +108,7 @@ def endpoint_allowed(allowed: list[str], settings: dict) -> bool:
     model = settings.get("model", "")
     if model.startswith(RULES_PREFIX):
         return any(model.startswith(a) or a == model for a in allowed)
-    bases = [settings.get("api_base")] + list(settings.get("endpoints") or [])
-    bases = [b for b in bases if b] or [endpoint_label(settings)]
+    bases = model_endpoints(settings) or [endpoint_label(settings)]
     return all(any(b.startswith(a) for a in allowed) for b in bases)
 
 
