@@ -69,7 +69,13 @@ def model_config(settings: dict):
     return ModelConfig(**values)
 
 
-OLLAMA_DEFAULT = "http://localhost:11434"  # litellm's default for ollama/ models
+# where litellm sends a provider's calls when no api_base is given (what an admin allows)
+PROVIDER_DEFAULTS = {
+    "ollama": "http://localhost:11434", "ollama_chat": "http://localhost:11434",
+    "openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com", "mistral": "https://api.mistral.ai",
+    "deepseek": "https://api.deepseek.com", "groq": "https://api.groq.com", "dashscope": "https://dashscope.aliyuncs.com",
+}
 
 
 def model_endpoints(settings: dict) -> list[str]:
@@ -78,8 +84,10 @@ def model_endpoints(settings: dict) -> list[str]:
     if model.startswith(RULES_PREFIX):
         return []
     bases = [b for b in [settings.get("api_base"), *(settings.get("endpoints") or [])] if b]
-    if not bases and model.startswith(("ollama/", "ollama_chat/")):
-        return [OLLAMA_DEFAULT]
+    if not bases:
+        provider = model.split("/", 1)[0] if "/" in model else "openai"
+        if provider in PROVIDER_DEFAULTS:
+            return [PROVIDER_DEFAULTS[provider]]
     return bases
 
 
