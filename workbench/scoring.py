@@ -154,8 +154,14 @@ def score(bundle, reference, generated: dict, model: str | None = None, out: Pat
         gen_labels = gen_labels.reindex(ref_labels.index)
         table = metrics.label_metrics(ref_labels, gen_labels, zero_division=policy)
         avg = metrics.averages(table, zero_division=policy)
-        boot = metrics.bootstrap_macro_f1(ref_labels, gen_labels, n_resamples=n_resamples, seed=seed, zero_division=policy)
-        ran = {"estimate": avg["macro_f1"], "lo": boot.get("lo"), "hi": boot.get("hi"), "n_resamples": n_resamples,
+        boot = metrics.bootstrap_macro_f1(ref_labels, gen_labels, n_resamples=n_resamples, seed=seed,
+                                          zero_division=policy, method="bc")
+        lo, hi, est = boot.get("lo"), boot.get("hi"), avg["macro_f1"]
+        widened = bool(lo == lo and hi == hi and not lo <= est <= hi)
+        if widened:  # few reports and rare labels: the resampled macro F1 is biased; never report an interval missing the estimate
+            lo, hi = min(lo, est), max(hi, est)
+        ran = {"estimate": est, "lo": lo, "hi": hi, "n_resamples": n_resamples,
+               "interval": "bias-corrected percentile bootstrap over reports" + (", widened to contain the estimate" if widened else ""),
                "seed": seed, "labels": len(table), "labels_undefined": int(table["f1_undefined"].sum()),
                "labels_used": avg["macro_f1_labels_used"], "policy": POLICY_TEXT[zero_division]}
         per_label = table[["support", "tp", "fp", "fn", "tn", "precision", "recall", "f1", "f1_undefined", "accuracy"]].copy()
@@ -194,6 +200,8 @@ def robustness(bundle, pairs, model: str | None = None, cache: ExtractionCache |
     missing = {"pair_id", "kind", "text_a", "text_b"} - set(frame.columns)
     if missing:
         raise ValueError(f"robustness pairs: missing column(s) {sorted(missing)}")
+    if "label" not in frame.columns and (frame["kind"] == "significant").any():
+        raise ValueError("robustness pairs: missing column(s) ['label'] (significant pairs name the label that must change)")
     bad = sorted(set(frame["kind"]) - {"paraphrase", "significant"})
     if bad:
         raise ValueError(f"robustness pairs: kind must be paraphrase or significant, got {bad}")

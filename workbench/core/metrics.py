@@ -353,8 +353,16 @@ def bootstrap_macro_f1(
     seed: int = 0,
     alpha: float = 0.05,
     zero_division: str = "undefined",
+    method: str = "percentile",
 ) -> dict:
-    """Percentile bootstrap interval of macro F1, resampling whole reports (rows), seeded."""
+    """Bootstrap interval of macro F1 resampling whole reports (rows), seeded.
+
+    method "percentile" (default) or "bc" (bias-corrected percentile): under the zero-division
+    policies "zero"/"one" macro F1 is biased in resamples (a rare label loses its only positive
+    and scores 0), so a percentile interval can miss the estimate itself; BC re-centres it.
+    """
+    if method not in ("percentile", "bc"):
+        raise ValueError("method must be 'percentile' or 'bc'")
     policy = _policy(zero_division)
     _check_alpha(alpha)
     if n_resamples < 1:
@@ -375,8 +383,17 @@ def bootstrap_macro_f1(
         values.append(_macro(_f1(tp, fp, fn, policy)[0], axis=1)[0])
     samples = np.concatenate(values)
     finite = samples[~np.isnan(samples)]
-    lo, hi = np.quantile(finite, [alpha / 2, 1 - alpha / 2]) if finite.size else (np.nan, np.nan)
+    q_lo, q_hi = alpha / 2, 1 - alpha / 2
+    if method == "bc" and finite.size:
+        # share of resamples below the estimate (ties half), kept off 0 and 1 so z0 stays finite
+        share = (np.sum(finite < estimate) + 0.5 * np.sum(finite == estimate)) / finite.size
+        share = min(max(share, 1 / (finite.size + 1)), finite.size / (finite.size + 1))
+        z0 = stats.norm.ppf(share)
+        q_lo = float(stats.norm.cdf(2 * z0 + stats.norm.ppf(alpha / 2)))
+        q_hi = float(stats.norm.cdf(2 * z0 + stats.norm.ppf(1 - alpha / 2)))
+    lo, hi = np.quantile(finite, [q_lo, q_hi]) if finite.size else (np.nan, np.nan)
     return {
+        "method": method,
         "estimate": float(estimate),
         "lo": float(lo),
         "hi": float(hi),

@@ -103,8 +103,13 @@ def label_warnings(lp: LabelPrompt, name: str) -> list[Finding]:
 
 
 def _listed(items) -> list[str]:
-    """Items as comparable strings."""
+    """Items as comparable strings (an example as "[value] text")."""
     return [i if isinstance(i, str) else f"[{i.value}] {i.text}" for i in items]
+
+
+def _example_details(examples) -> dict[str, tuple]:
+    """"[value] text" -> (why, source, note) for spotting examples changed in place."""
+    return {f"[{e.value}] {e.text}": (e.why, e.source_report_id, e.note) for e in examples}
 
 
 def diff_label_prompts(old: LabelPrompt | None, new: LabelPrompt | None) -> dict:
@@ -128,6 +133,10 @@ def diff_label_prompts(old: LabelPrompt | None, new: LabelPrompt | None) -> dict
             out["added"][fld] = added
         if removed:
             out["removed"][fld] = removed
+    old_ex, new_ex = _example_details(old.examples), _example_details(new.examples)
+    for key in old_ex.keys() & new_ex.keys():
+        if old_ex[key] != new_ex[key]:  # same example, new explanation, source or note
+            out["changed"][f"example {key}"] = (old_ex[key], new_ex[key])
     return out
 
 

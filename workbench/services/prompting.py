@@ -84,20 +84,25 @@ class PromptsService:
 
     # ------------------------------------------------------------ saving versions
 
-    def save_prompts(self, prompts: list[LabelPrompt], message: str, base_commit: str) -> str:
-        """Commit edited label prompts as one version; refused if any changed since base_commit."""
+    def save_prompts(self, prompts: list[LabelPrompt], message: str, base_commit: str | dict[str, str]) -> str:
+        """Commit edited label prompts as one version; refused if any changed since its base.
+
+        base_commit: the version the edit started from, or {label: version} per label.
+        """
         self.require("edit_prompts")
-        files = {}
-        for lp in prompts:
-            label = self._asked(lp.label)
-            files[f"{label}.yaml"] = label_yaml(lp)
+        head = self.prompt_set()
+        prompts = [lp for lp in prompts if head.labels.get(self._asked(lp.label)) != lp]
+        if not prompts:
+            raise StudyError("nothing to save: the prompts are the same as the current version")
+        files = {f"{lp.label}.yaml": label_yaml(lp) for lp in prompts}
+        bases = ({f"{lab}.yaml": b for lab, b in base_commit.items()} if isinstance(base_commit, dict) else base_commit)
         current = self.prompt_files(None)
         current.update(files)
         from workbench.services.study import _validate_prompt_files
 
         _validate_prompt_files(current, self.vocab)  # the whole set must still parse
         try:
-            commit = prompt_repo.commit_files(self.paths.prompts, files, message, self.actor.identity(), base=base_commit)
+            commit = prompt_repo.commit_files(self.paths.prompts, files, message, self.actor.identity(), base=bases)
         except PromptRepoError as exc:
             raise_conflict(exc)
         with self.session() as s:
@@ -109,16 +114,14 @@ class PromptsService:
 
     def commit_drafts(self, labels: list[str], message: str) -> str:
         """Save this user's drafts of the given labels as one version."""
-        prompts, bases = [], set()
+        prompts, bases = [], {}
         for label in labels:
             lp, base, exists = self.draft(label)
             if not exists:
                 raise StudyError(f"no draft for {label!r}")
             prompts.append(lp)
-            bases.add(base)
-        # each draft names its own base; checking against the oldest catches any change since
-        base = sorted(bases, key=lambda c: prompt_repo.ordinal(self.paths.prompts, c))[0]
-        return self.save_prompts(prompts, message, base)
+            bases[lp.label] = base  # each draft is checked against the version it started from
+        return self.save_prompts(prompts, message, bases)
 
     def revert_label(self, label: str, to_ref: str, message: str | None = None) -> str:
         """Restore one label's prompt from an earlier version as a new commit."""
@@ -235,7 +238,7 @@ class PromptsService:
         example = policy.example_from_case(text, value, why or (note_text or ""), report_id, note_text,
                                            evidence if value == 0 else "")
         lp, base, _ = self.draft(label)
-        if any(ex.source_report_id == report_id and ex.text == example.text for ex in lp.examples):
+        if any(ex.source_report_id == report_id for ex in lp.examples):
             raise StudyError(f"{report_id} is already an example of {label}")
         lp = lp.__class__(**{**lp.__dict__, "examples": lp.examples + (example,)})
         self.save_draft(lp, base)

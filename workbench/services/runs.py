@@ -348,8 +348,8 @@ class RunsService:
 
     def runs(self, cohort: str | None = None) -> pd.DataFrame:
         """Runs newest first."""
+        cid = self.cohort_id(cohort) if cohort else None
         with self.session() as s:
-            cid = q.get_cohort(s, cohort).id if cohort else None
             return q.list_runs(s, cid)
 
     def run_info(self, run_id: int):

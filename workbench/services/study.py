@@ -343,7 +343,7 @@ class StudyService:
     def reader_progress(self, cohort: str | None = None) -> pd.DataFrame:
         """Per reader: reports read completely, partially, and the cohort size."""
         with self.session() as s:
-            cid = q.get_cohort(s, cohort).id if cohort else None
+            cid = self.cohort_id(cohort) if cohort else None
             readings = q.readings_frame(s, cohort_id=cid)
             total = int(q.list_cohorts(s).set_index("name")["reports"].get(cohort, 0)) if cohort else len(q.report_hashes(s))
         n_labels = len(self.vocab.asked_ids)
@@ -425,7 +425,7 @@ class StudyService:
         from workbench.core import agreement
 
         with self.session() as s:
-            cid = q.get_cohort(s, cohort).id if cohort else None
+            cid = self.cohort_id(cohort) if cohort else None
             readings = q.readings_frame(s, cohort_id=cid)
         readings = readings[readings["label"].isin(self.vocab.asked_ids)][["report_id", "label", "reader", "value"]]
         reference = self.reference(cohort, readings=readings)[["report_id", "label", "value"]]

@@ -108,24 +108,31 @@ def read_file(path: Path, name: str, ref: str | None = None) -> str | None:
     """One file's text at a version (None when it does not exist there)."""
     with open_repo(path) as repo:
         try:
-            return (repo.commit(ref or "HEAD").tree / name).data_stream.read().decode("utf-8")
+            tree = repo.commit(ref or "HEAD").tree
+        except (git.BadName, ValueError, git.GitCommandError) as exc:
+            raise PromptRepoError(f"unknown prompt version {ref!r}") from exc
+        try:
+            return (tree / name).data_stream.read().decode("utf-8")
         except KeyError:
             return None
 
 
 def commit_files(path: Path, files: dict[str, str], message: str, author: tuple[str, str],
-                 base: str | None) -> str:
-    """Write files and commit them as one version; refuse when a file changed since `base`.
+                 base: str | dict[str, str] | None) -> str:
+    """Write files and commit them as one version; refuse when a file changed since its base.
 
-    `base` is the version the editor started from; if any file being saved differs between base
-    and HEAD, someone else saved it meanwhile: refuse rather than overwrite their work.
+    `base` is the version the editor started from (one for all files, or one per file); if a
+    file being saved differs between its base and HEAD, someone else saved it meanwhile: refuse
+    rather than overwrite their work.
     """
     path = Path(path)
     if not message.strip():
         raise PromptRepoError("a prompt revision needs a message saying what changed and why")
     with write_lock(path), open_repo(path) as repo:
         if base is not None and repo.head.is_valid():
-            _check_no_conflict(repo, files, base)
+            bases = base if isinstance(base, dict) else {name: base for name in files}
+            for one_base in sorted(set(bases.values())):
+                _check_no_conflict(repo, {n: files[n] for n, b in bases.items() if b == one_base}, one_base)
         changed = []
         for name, content in sorted(files.items()):
             target = path / name
@@ -145,18 +152,20 @@ def _check_no_conflict(repo: git.Repo, files: dict[str, str], base: str) -> None
     """Raise naming every file changed by someone else since base."""
     try:
         base_commit = repo.commit(base)
-    except (git.BadName, ValueError) as exc:
+        base_commit.tree  # noqa: B018  (loads the object: an unknown full sha fails here)
+    except (git.BadName, ValueError, git.GitCommandError) as exc:
         raise PromptRepoError(f"unknown base version {base!r}") from exc
     head = repo.head.commit
     if head.hexsha == base_commit.hexsha:
         return
-    changed = {d.a_path for d in base_commit.diff(head)} | {d.b_path for d in base_commit.diff(head)}
+    diffs = base_commit.diff(head)
+    changed = {d.a_path for d in diffs} | {d.b_path for d in diffs}
     clash = sorted(set(files) & changed)
     if clash:
-        who = head.author.name
+        culprit = next(repo.iter_commits(f"{base_commit.hexsha}..{head.hexsha}", paths=clash, max_count=1), head)
         raise PromptRepoError(
-            f"{', '.join(clash)} changed since version {base[:8]} (latest {head.hexsha[:8]} by {who}: "
-            f"{head.message.strip()[:80]!r}); reload the latest version, re-apply your edit and save again. "
+            f"{', '.join(clash)} changed since version {base[:8]} (by {culprit.author.name} in {culprit.hexsha[:8]}: "
+            f"{culprit.message.strip()[:80]!r}); reload the latest version, re-apply your edit and save again. "
             "Nothing was saved."
         )
 

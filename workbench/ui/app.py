@@ -58,8 +58,12 @@ def _sign_in(base):
         if not getattr(st.user, "is_logged_in", False):
             st.button("Sign in with your organisation", on_click=st.login, type="primary")
             return None
-        lookup = getattr(base, "actor_for", None)
-        actor = lookup(st.user.get("email") or st.user.get("sub")) if lookup else Actor(str(st.user.get("email")), "reader")
+        try:
+            actor = base.actor_for(str(st.user.get("email") or st.user.get("sub")))
+        except PermissionDenied as exc:
+            st.error(str(exc))
+            st.button("Sign out", on_click=st.logout)
+            return None
         state.set_actor(actor)
         return actor
     with st.form("signin"):
@@ -67,9 +71,6 @@ def _sign_in(base):
         password = st.text_input("Password", type="password", key=state.SIGNIN_PASSWORD)
         submitted = st.form_submit_button("Sign in", type="primary")
     if submitted:
-        if not hasattr(base, "authenticate"):
-            st.error("This version of the workbench has no local accounts yet; set auth: none in workbench.yaml.")
-            return None
         try:
             state.set_actor(base.authenticate(user, password))
         except PermissionDenied as exc:
@@ -81,7 +82,7 @@ def _sign_in(base):
 
 def _sidebar(wb) -> None:
     """Who is acting, which model labels, and a way to pick up changes made outside the app."""
-    st.caption(f"Study **{wb.config.name}** · {wb.vocab.name} ({len(wb.vocab.ids)} labels)")
+    st.caption(f"Study **{wb.config.name}** · vocabulary {wb.vocab.name}")
     st.caption(f"Acting as **{wb.actor.user}** ({wb.actor.role})")
     if wb.config.auth != "none" and st.button("Sign out", key=state.widget_key("signout")):
         state.set_actor(None)

@@ -49,7 +49,9 @@ def forest_plot(table: pd.DataFrame, metric: str = "accuracy", names: dict | Non
     heading = title or f"{METRIC_NAMES.get(metric, metric)} per label" + (" with 95% intervals" if error else "")
     if undefined:
         heading += f" (undefined, not shown: {', '.join(_names(undefined, names))})"
-    fig.update_layout(title=heading, xaxis=dict(title=METRIC_NAMES.get(metric, metric), range=[0, 1.02]),
+    low = frame[f"{metric}_lo"].min() if error else (x.min() if len(x) else 0.0)
+    left = max(0.0, np.floor((float(low) - 0.02) * 20) / 20) if len(x) else 0.0  # zoom in, on a 0.05 grid
+    fig.update_layout(title=heading, xaxis=dict(title=METRIC_NAMES.get(metric, metric), range=[left, 1.01]),
                       height=max(300, 24 * len(frame) + 120), margin=dict(l=10, r=10, t=50, b=40), showlegend=False)
     return fig
 

@@ -17,9 +17,8 @@ import streamlit as st
 
 from workbench.ui import state
 
-REPORT_STYLE = ("white-space: pre-wrap; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; "
-                "font-size: 0.92rem; line-height: 1.45; padding: 0.6rem 0.8rem; border: 1px solid #ddd; "
-                "border-radius: 0.4rem;")
+REPORT_STYLE = ("white-space: pre-wrap; line-height: 1.6; padding: 0.75rem 1rem; "
+                "border: 1px solid rgba(49, 51, 63, 0.2); border-radius: 0.5rem;")
 
 
 def help_line(text: str) -> None:
@@ -170,7 +169,7 @@ def pick_cohort(wb, key: str = state.COHORT) -> str | None:
     if st.session_state.get(key) not in names:
         st.session_state[key] = wb.config.dev_cohort if wb.config.dev_cohort in names else names[0]
     counts = dict(zip(cohorts["name"], cohorts["reports"]))
-    return st.selectbox("Cohort", names, key=key, format_func=lambda n: f"{n} ({counts[n]} reports)")
+    return st.selectbox("Cohort", names, key=key, format_func=lambda n: f"{n} ({counts[n]} reports)", width=360)
 
 
 # ---------------------------------------------------------------- background jobs

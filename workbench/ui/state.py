@@ -26,7 +26,7 @@ NEW_READER = "wb.new_reader"
 ANN_REPORT = "wb.annotate.report"
 ADJ_ITEM = "wb.adjudicate.item"
 RUN = "wb.run"                  # run shown on Runs and Disagreements
-RUN_B = "wb.run_b"              # second run of a comparison
+RUN_A, RUN_B = "wb.run_a", "wb.run_b"  # the two runs of a comparison
 CI = "wb.ci"
 FOREST_METRIC = "wb.forest_metric"
 CASE = "wb.case"                # (run_id, report_id, label) opened on Disagreements
@@ -155,6 +155,7 @@ class Job:
     done: threading.Event = field(default_factory=threading.Event)
     cancel: threading.Event = field(default_factory=threading.Event)
     seen: bool = False
+    handled: bool = False           # the page has acted on the result once (e.g. selected the new run)
     thread: threading.Thread | None = None
 
     @property

@@ -50,11 +50,10 @@ def _reader(wb) -> str | None:
     if wb.config.auth != "none":
         return wb.actor.user
     with st.sidebar:
-        known = state.read(wb, "readers")
-        typed = st.text_input("New reader name", key=state.NEW_READER, placeholder="e.g. dr-smith")
-        if typed.strip():
-            return typed.strip()
-        return st.selectbox("Reader", known, key=state.READER, index=None, placeholder="Choose your name")
+        chosen = st.selectbox("Reader", state.read(wb, "readers"), key=state.READER, index=None,
+                              placeholder="Choose your name")
+        typed = st.text_input("... or a new reader name", key=state.NEW_READER, placeholder="e.g. dr-smith")
+        return typed.strip() or chosen
 
 
 def _save(wb, reader: str, report_id: str, mine, queue) -> None:

@@ -31,7 +31,6 @@ def render(wb) -> None:
                f"{history.iloc[0]['author']}): {history.iloc[0]['message']}"
                + (f" · latest run {latest} ({runs.set_index('id').loc[latest, 'model']})" if latest else ""))
     _attention(wb, cohort, latest, ev)
-    st.subheader("Iteration history")
     st.plotly_chart(charts.history_chart(state.read(wb, "iteration_history", cohort)), key="home-history")
     _readers(wb, cohort)
     with st.expander("Reference status per label"):

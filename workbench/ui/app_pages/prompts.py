@@ -9,6 +9,7 @@ from workbench.core.prompts import POLICY_VALUES, TEMPORAL_KEYS, Example, LabelP
 from workbench.ui import components, state
 
 EXAMPLE_COLUMNS = ["text", "value", "why", "source_report_id", "note"]
+TEMPORAL_HINTS = {"resolved": "no longer seen", "stable": "unchanged", "improving": "decreasing", "prior": "history of"}
 
 
 def render(wb) -> None:
@@ -44,10 +45,12 @@ def _editor(wb, lp: LabelPrompt, base: str, exists: bool) -> None:
         definition = st.text_area("Definition", lp.definition)
         look_for = st.text_area("Look for (one phrase per line)", "\n".join(lp.look_for))
         exclusions = st.text_area("Do not label when (one rule per line)", "\n".join(lp.do_not_label_when))
-        c = st.columns(1 + len(TEMPORAL_KEYS))
-        hedged = c[0].selectbox("Hedged wording", POLICY_VALUES, index=POLICY_VALUES.index(lp.hedged),
-                                help="'cannot exclude', 'possible', 'may represent'")
-        temporal = {k: c[i + 1].selectbox(k.capitalize(), POLICY_VALUES, index=POLICY_VALUES.index(v))
+        st.markdown("**Policy**: how each kind of wording counts for this label")
+        c = st.columns(2)
+        hedged = c[0].radio("Hedged ('cannot exclude', 'possible', 'may represent')", POLICY_VALUES,
+                            index=POLICY_VALUES.index(lp.hedged), horizontal=True)
+        temporal = {k: c[(i + 1) % 2].radio(f"{k.capitalize()} ('{TEMPORAL_HINTS[k]}')", POLICY_VALUES,
+                                             index=POLICY_VALUES.index(v), horizontal=True)
                     for i, (k, v) in enumerate(lp.temporal_policy().items())}
         examples = st.data_editor(_examples_frame(lp), num_rows="dynamic", hide_index=True, column_config={
             "value": st.column_config.SelectboxColumn("value", options=[0, 1], required=True),
@@ -97,10 +100,13 @@ def _notes(wb, label: str) -> None:
     queue = state.read(wb, "disagreements", latest, label)
     notes = state.read(wb, "notes", label)
     notes = notes[notes["report_id"].isin(set(queue["report_id"]))]
-    st.caption(f"Run {latest}: {len(queue)} disagreements on this label, {len(notes)} notes")
+    st.caption(f"Run {latest}: {len(queue)} disagreements on this label "
+               f"({int((queue['type'] == 'FP').sum())} FP, {int((queue['type'] == 'FN').sum())} FN), {len(notes)} notes")
     if len(notes):
         st.dataframe(notes["category"].value_counts().rename("notes"))
         st.dataframe(notes[["report_id", "category", "significance", "text", "reference_wrong"]], hide_index=True)
+    if len(queue):
+        st.dataframe(queue[["report_id", "type", "notes", "categories", "evidence"]], hide_index=True, height=240)
 
 
 def _diff(wb, label: str, exists: bool) -> None:

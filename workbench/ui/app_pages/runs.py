@@ -21,6 +21,7 @@ def render(wb) -> None:
     runs = state.read(wb, "runs")
     if runs.empty:
         return
+    _show_new_run(runs)
     with st.expander(f"All runs ({len(runs)})"):
         st.dataframe(runs.assign(prompt_commit=runs["prompt_commit"].str[:8],
                                  labels=runs["labels_json"].str.count(",") + 1)[RUN_COLUMNS], hide_index=True)
@@ -66,6 +67,19 @@ def _start(wb) -> None:
         st.rerun()
 
 
+def _show_new_run(runs) -> None:
+    """Once a run of this session has finished, show it and compare it with the run before it."""
+    job = state.job("run")
+    if job is None or job.running or job.error is not None or job.handled:
+        return
+    job.handled = True
+    run_id = job.result.run_id
+    st.session_state[state.RUN] = st.session_state[state.RUN_B] = run_id
+    previous = _previous_run(runs, run_id)
+    if previous is not None:
+        st.session_state[state.RUN_A] = previous
+
+
 def _describe(p) -> tuple[float, str]:
     if p is None:
         return 0.0, "Preparing the calls ..."
@@ -78,7 +92,8 @@ def _metrics(wb, runs) -> None:
     with c[0]:
         run_id = components.pick_run(runs, state.RUN)
     ci = c[1].radio("Interval", list(CI_METHODS), format_func=CI_METHODS.get, key=state.CI)
-    metric = c[2].radio("Forest plot of", ["accuracy", "f1"], format_func=str.upper, key=state.FOREST_METRIC, horizontal=True)
+    metric = c[2].radio("Forest plot of", ["accuracy", "f1"], format_func={"accuracy": "Accuracy", "f1": "F1"}.get,
+                        key=state.FOREST_METRIC, horizontal=True)
     if run_id is None:
         return
     ev = state.read(wb, "evaluate_run", run_id, ci=ci)
@@ -89,8 +104,12 @@ def _metrics(wb, runs) -> None:
     m[2].metric("Macro F1 interval", f"[{components.pct(b.get('lo'))}, {components.pct(b.get('hi'))}]")
     m[3].metric("Micro F1", components.pct(a["micro_f1"]))
     st.caption("Left out: " + "; ".join(f"{k}: {v}" for k, v in ev.excluded.items()))
-    st.dataframe(ev.paper_table(), hide_index=True)
     names = wb.vocab.names()
+    previous = _previous_run(runs, run_id)
+    table = ev.paper_table(state.read(wb, "evaluate_run", previous, ci=ci, n_resamples=0) if previous else None)
+    st.caption("As the Ran Score paper's Table 4" + (f"; change in F1 against run {previous}" if previous else "")
+               + ". * = undefined (no positive), never shown as 0.")
+    st.dataframe(table.assign(label=table["label"].map(names)), hide_index=True)
     st.plotly_chart(charts.forest_plot(ev.table, metric, names), key="runs-forest")
     st.plotly_chart(charts.confusion_bars(ev.table, names), key="runs-confusion")
     if st.toggle("Human ceiling: the labeller beside the readers (kappas, unanimous vs split votes)",
@@ -99,11 +118,19 @@ def _metrics(wb, runs) -> None:
             st.dataframe(state.read(wb, "human_ceiling", run_id), hide_index=True)
 
 
+def _previous_run(runs, run_id: int):
+    """The finished run before this one on the same cohort (for the change in F1), or None."""
+    done = runs[runs["status"].isin(["finished", "incomplete"])]
+    cohort = done.loc[done["id"] == run_id, "cohort_id"]
+    older = done[(done["cohort_id"] == cohort.iloc[0]) & (done["id"] < run_id)] if len(cohort) else done.iloc[0:0]
+    return int(older.iloc[0]["id"]) if len(older) else None
+
+
 def _compare(wb, runs) -> None:
     """Before/after per label with McNemar; fixed and broken cases open in Disagreements."""
     c = st.columns(2)
     with c[0]:
-        run_a = components.pick_run(runs, state.widget_key("compare-a"), "Before (A)", default_index=1)
+        run_a = components.pick_run(runs, state.RUN_A, "Before (A)", default_index=1)
     with c[1]:
         run_b = components.pick_run(runs, state.RUN_B, "After (B)")
     if run_a is None or run_b is None or run_a == run_b:

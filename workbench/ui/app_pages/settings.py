@@ -35,7 +35,7 @@ def render(wb) -> None:
         k = c[1].number_input("K", 1, 50, int(rule.get("k", 4)))
         n = c[2].number_input("N (readers needed)", 1, 50, int(rule.get("n", 6)))
         endpoints = st.text_area("Allowed endpoints (one prefix per line; governance: admins only)",
-                                 "\n".join(cfg.allowed_endpoints))
+                                 "\n".join(cfg.allowed_endpoints), height=150)
         submitted = st.form_submit_button("Save settings", type="primary")
     settings = {**lab, "model": model.strip() or RULES_MODEL, "api_base": api_base.strip() or None,
                 "api_key_env": key_env.strip() or None, "concurrency": int(concurrency)}
@@ -52,5 +52,14 @@ def render(wb) -> None:
     if submitted:
         cfg.labeller = settings
         cfg.reference = {"rule": kind, "k": int(k), "n": int(n)} if kind == "at_least" else {"rule": kind, "n": int(n)}
-        cfg.allowed_endpoints = allowed
-        components.do(wb, "saving the settings", lambda: (wb.rule(), wb.save_config()), done="Settings saved.")
+        components.do(wb, "saving the settings", _save, wb, allowed, done="Settings saved.")
+
+
+def _save(wb, allowed: list[str]) -> None:
+    """Validate, record endpoint changes in the audit trail (governance), write workbench.yaml."""
+    wb.rule()  # an impossible rule is refused before anything is written
+    for prefix in [p for p in allowed if p not in wb.config.allowed_endpoints]:
+        wb.allow_endpoint(prefix)
+    for prefix in [p for p in list(wb.config.allowed_endpoints) if p not in allowed]:
+        wb.disallow_endpoint(prefix)
+    wb.save_config()
