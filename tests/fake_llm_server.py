@@ -57,9 +57,15 @@ def last_user_text(messages: list[dict]) -> str:
 def report_part(text: str) -> str:
     """The report inside a user message: the text after a 'Report:' line when present."""
     text = MARKER.sub("", text)
-    match = re.search(r"(?im)^\s*(?:radiology\s+)?report\s*:\s*", text)
-    body = text[match.end():] if match else text
-    return body.split('"""')[0].split("```")[0].strip() if match else body.strip()
+    matches = list(re.finditer(r"(?im)^\s*(?:radiology\s+)?report\s*:\s*", text))
+    if not matches:
+        return text.strip()
+    # the LAST "Report:" line is the report; earlier ones belong to few-shot examples
+    body = text[matches[-1].end():].lstrip()
+    for fence in ('"""', "```"):
+        if body.startswith(fence):
+            body = body[len(fence):]
+    return body.split('"""')[0].split("```")[0].strip()
 
 
 def _keyword_decision(report: str, keywords) -> dict:

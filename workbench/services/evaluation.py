@@ -164,7 +164,9 @@ class EvaluationService:
             readings = q.readings_frame(s, cohort_id=run.cohort_id)[["report_id", "label", "reader", "value"]]
         readings = readings[readings["label"].isin(self.vocab.asked_ids)]
         reference = self.reference(cohort, readings=readings)
-        fleiss = agreement.fleiss_kappa_table(readings).set_index("label")
+        fleiss = agreement.fleiss_kappa_table(readings)
+        if "label" in fleiss.columns:
+            fleiss = fleiss.set_index("label")
         rvr = agreement.reader_vs_reference(readings, reference[["report_id", "label", "value"]])
         mean_reader = rvr.groupby("label")["accuracy"].mean()
         split = agreement.vote_split(readings)

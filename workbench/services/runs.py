@@ -117,7 +117,20 @@ def endpoint_allowed(allowed: list[str], settings: dict) -> bool:
     if model.startswith(RULES_PREFIX):
         return any(model.startswith(a) or a == model for a in allowed)
     bases = model_endpoints(settings) or [endpoint_label(settings)]
-    return all(any(b.startswith(a) for a in allowed) for b in bases)
+    return all(any(_url_matches(a, b) for a in allowed) for b in bases)
+
+
+def _url_matches(allowed: str, url: str) -> bool:
+    """Does an endpoint URL fall under an allowed entry? Compared by parts, not as text, so
+    http://127.0.0.1.example.com or http://127.0.0.1:80@evil.com do not pass for http://127.0.0.1."""
+    if "://" not in allowed:
+        return url.startswith(allowed)
+    a, u = urlparse(allowed), urlparse(url)
+    if u.username or u.password or a.scheme != u.scheme or (a.hostname or "") != (u.hostname or ""):
+        return False
+    if a.port is not None and a.port != u.port:
+        return False
+    return (u.path or "/").startswith(a.path or "/")
 
 
 class RunsService:
@@ -196,7 +209,8 @@ class RunsService:
     def _run_params(cfg, settings: dict) -> dict:
         """What is recorded on the run: the answer-changing parameters plus concurrency/endpoints."""
         params = dict(cfg.params())
-        params.update({k: settings[k] for k in ("api_base", "endpoints", "concurrency", "timeout_s", "max_retries") if settings.get(k)})
+        keep = ("api_base", "api_key_env", "endpoints", "concurrency", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s")
+        params.update({k: settings[k] for k in keep if settings.get(k) is not None})
         return params
 
     # ------------------------------------------------------------ execution
@@ -252,7 +266,7 @@ class RunsService:
             progress.done += 1
             progress.made += 1
             if failed:
-                kind = res.error_kind or rows[0]["status"]
+                kind = res.error_kind or next(r["status"] for r in rows if r["value"] is None)
                 summary.failure_kinds[kind] = summary.failure_kinds.get(kind, 0) + 1
                 progress.failures += 1
             if on_progress:
@@ -299,6 +313,8 @@ class RunsService:
         from workbench.core.text import compose_text
 
         params = dict(cfg.params())
+        if cfg.api_base:  # one model name on two servers may be two models: never share their answers
+            params["api_base"] = cfg.api_base
         if cfg.model.startswith(RULES_PREFIX):
             from workbench import rules
 

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Iterable
 
 import pandas as pd
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, select, tuple_, update
 from sqlmodel import Session
 
 from workbench.store.tables import (
@@ -325,9 +325,11 @@ def upsert_predictions(session: Session, run_id: int, rows: list[dict]) -> None:
     """Store predictions, replacing earlier ones for the same (run, report, label)."""
     if not rows:
         return
-    for r in rows:
-        session.execute(delete(Prediction).where(
-            Prediction.run_id == run_id, Prediction.report_id == r["report_id"], Prediction.label == r["label"]))
+    pairs = [(r["report_id"], r["label"]) for r in rows]
+    for i in range(0, len(pairs), 400):  # chunked: one statement per 400 cells, not one per cell
+        session.execute(
+            delete(Prediction).where(Prediction.run_id == run_id, tuple_(Prediction.report_id, Prediction.label).in_(pairs[i:i + 400]))
+            .execution_options(synchronize_session=False))
     _bulk_insert(session, Prediction, [{"run_id": run_id, **r} for r in rows])
 
 

@@ -140,9 +140,14 @@ def _compare(wb, runs) -> None:
         cmp = state.read(wb, "compare_runs", run_a, run_b)
         st.metric("Macro F1", components.pct(cmp["macro_f1_b"]), f"{cmp['macro_f1_b'] - cmp['macro_f1_a']:+.3f} from run {run_a}")
         table = cmp["table"]
+        number = st.column_config.NumberColumn
         st.dataframe(table[["n", "accuracy_a", "accuracy_b", "delta_accuracy", "f1_a", "f1_b", "delta_f1", "b", "c",
-                            "p_value", "p_holm", "verdict"]].rename(columns={"b": "broken", "c": "fixed"}),
-                     column_config={"p_value": st.column_config.NumberColumn("McNemar p", format="%.4f")})
+                            "p_value", "p_holm", "verdict"]].rename(index=wb.vocab.names()),
+                     column_config={**{c: number(format="%.3f") for c in ("accuracy_a", "accuracy_b", "f1_a", "f1_b")},
+                                    "delta_accuracy": number("change in accuracy", format="%+.3f"),
+                                    "delta_f1": number("change in F1", format="%+.3f"), "b": number("broken"),
+                                    "c": number("fixed"), "p_value": number("McNemar p", format="%.4f"),
+                                    "p_holm": number("Holm p", format="%.4f")})
         st.plotly_chart(charts.comparison_chart(table, "f1", wb.vocab.names(), str(run_a), str(run_b)), key="runs-compare")
         _cases(cmp["cases"], run_a, run_b)
 
