@@ -315,6 +315,15 @@ def note(wb, report_id, label, category, significance, text, reference_wrong, ru
     click.echo(f"note {note_id} added" + (" and the item sent to adjudication" if reference_wrong else ""))
 
 
+@main.command("notes")
+@click.option("--run", "run_id", type=int, default=None, help="Only notes on this run's disagreements.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@study_option
+def notes_cmd(wb, run_id, fmt):
+    """Counts of error notes by label and category (all, or on one run's disagreements)."""
+    echo_table(wb.note_counts(run_id), fmt)
+
+
 @main.command("ceiling")
 @click.argument("run_id", type=int)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
