@@ -622,7 +622,7 @@ def _run_app(root: Path, port: int) -> None:
     app_file = Path(__file__).resolve().parent / "ui" / "app.py"
     env = dict(os.environ, WORKBENCH_STUDY=str(root))
     cmd = [sys.executable, "-m", "streamlit", "run", str(app_file), "--server.port", str(port),
-           "--browser.gatherUsageStats", "false", "--server.headless", "true"]
+           "--browser.gatherUsageStats", "false", "--server.headless", "true", "--client.toolbarMode", "minimal"]
     click.echo(f"starting the app on http://localhost:{port} (Ctrl+C to stop)")
     raise SystemExit(subprocess.call(cmd, env=env))
 

@@ -9,13 +9,14 @@ from workbench.services.freezing import FreezeService
 from workbench.services.prompting import PromptsService
 from workbench.services.runs import RunsService, RunSummary
 from workbench.services.team import TeamService
+from workbench.services.ui_support import UISupportService
 from workbench.services.study import (
     PERMISSIONS, ROLES, Actor, ConflictError, ImportSummary, PermissionDenied, StudyService, compose_text,
     init_study, text_hash,
 )
 
 
-class Workbench(TeamService, FreezeService, EvaluationService, PromptsService, RunsService, StudyService):
+class Workbench(UISupportService, TeamService, FreezeService, EvaluationService, PromptsService, RunsService, StudyService):
     """A study opened for use by one actor."""
 
 

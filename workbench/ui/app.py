@@ -119,7 +119,7 @@ def main(study: str | None = None, start: str | None = None) -> None:
     actor = _sign_in(base)
     if actor is None:
         st.stop()
-    wb = state.attach_revision(base.as_actor(actor), base.ui_revision)
+    wb = state.request_scoped(state.attach_revision(base.as_actor(actor), base.ui_revision))
     allowed = [p for p in PAGES if actor.role in PERMISSIONS[p[4]]]
     start = start if start in {p[0] for p in allowed} else allowed[0][0]
     pages = [st.Page(_runner(module, wb), title=title, icon=icon, url_path=url, default=(url == start))

@@ -68,7 +68,10 @@ def history_chart(history: pd.DataFrame, metrics: tuple[str, ...] = ("macro_accu
         if metric in history:
             fig.add_trace(go.Scatter(x=x, y=history[metric].to_numpy(dtype=float), mode="lines+markers",
                                      name=METRIC_NAMES.get(metric, metric.replace(":", " "))))
-    fig.update_layout(title=title, yaxis=dict(title="value", range=[0, 1.02]), xaxis=dict(title="prompt version"),
+    values = history[[m for m in metrics if m in history]].to_numpy(dtype=float)
+    low = np.nanmin(values) if np.isfinite(values).any() else 0.0
+    bottom = max(0.0, np.floor((low - 0.05) * 20) / 20)  # zoomed so a real change is visible; the axis says where
+    fig.update_layout(title=title, yaxis=dict(title="value", range=[bottom, 1.01]), xaxis=dict(title="prompt version"),
                       height=340, margin=dict(l=10, r=10, t=50, b=40), legend=dict(orientation="h"))
     return fig
 

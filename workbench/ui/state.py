@@ -13,6 +13,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import pandas as pd
 import streamlit as st
 
 # ---------------------------------------------------------------- keys (the only place they are named)
@@ -27,6 +28,7 @@ ANN_REPORT = "wb.annotate.report"
 ADJ_ITEM = "wb.adjudicate.item"
 RUN = "wb.run"                  # run shown on Runs and Disagreements
 RUN_A, RUN_B = "wb.run_a", "wb.run_b"  # the two runs of a comparison
+RUNS_TAB, PROMPTS_TAB = "wb.runs.tab", "wb.prompts.tab"  # lazy tabs: only the open one is computed
 CI = "wb.ci"
 FOREST_METRIC = "wb.forest_metric"
 CASE = "wb.case"                # (run_id, report_id, label) opened on Disagreements
@@ -51,19 +53,12 @@ def widget_key(*parts: Any) -> str:
 
 
 def workbench_class():
-    """Workbench with the app's read helpers mixed in (until the lead adds UISupportService to it)."""
+    """The Workbench class the app opens studies with."""
     from workbench.services import Workbench
-    from workbench.services.ui_support import UISupportService
 
-    if issubclass(Workbench, UISupportService):
-        return Workbench
-    global _APP_WORKBENCH
-    if _APP_WORKBENCH is None:
-        _APP_WORKBENCH = type("Workbench", (Workbench, UISupportService), {"__module__": __name__})
-    return _APP_WORKBENCH
+    return Workbench
 
 
-_APP_WORKBENCH = None
 
 
 # ---------------------------------------------------------------- revision (shared per study)
@@ -89,6 +84,39 @@ def attach_revision(wb, holder: Revision | None = None):
     return wb
 
 
+# Pure reads that the services call several times while building one answer (a page's first run
+# on Home computed the reference 8 times at 3,000 reports). Memoised on the Workbench view of one
+# script run only; that view is discarded at the end of the run, so nothing can go stale.
+REQUEST_MEMO = ("reference", "reference_matrix", "prediction_matrix", "predictions", "prompt_set", "run_info")
+
+
+def request_scoped(wb):
+    """Memoise REQUEST_MEMO on this rerun's Workbench view (DataFrames are handed out as copies)."""
+    for name in REQUEST_MEMO:
+        if hasattr(wb, name):
+            setattr(wb, name, _memoised(getattr(wb, name)))
+    return wb
+
+
+def _memoised(method):
+    memo: dict = {}
+    lock = threading.Lock()
+
+    def call(*args, **kwargs):
+        try:
+            key = (args, tuple(sorted(kwargs.items())))
+            hash(key)
+        except TypeError:  # e.g. a DataFrame argument: not memoised
+            return method(*args, **kwargs)
+        with lock:
+            if key not in memo:
+                memo[key] = method(*args, **kwargs)
+            value = memo[key]
+        return value.copy() if isinstance(value, pd.DataFrame) else value
+
+    return call
+
+
 def revision(wb) -> int:
     """The study's current revision."""
     return wb.ui_revision.value
@@ -99,7 +127,7 @@ def bump(wb) -> None:
     wb.ui_revision.bump()
 
 
-@st.cache_data(max_entries=256, show_spinner=False)
+@st.cache_data(max_entries=128, ttl=3600, show_spinner=False)
 def _cached_call(study: str, user: str, role: str, rev: int, method: str, args: tuple, kwargs: tuple, _wb=None):
     return getattr(_wb, method)(*args, **dict(kwargs))
 

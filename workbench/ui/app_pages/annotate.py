@@ -67,7 +67,9 @@ def _save(wb, reader: str, report_id: str, mine, queue) -> None:
         changed = wb.record_reading(reader, report_id, values, expected_versions=versions)
     except ConflictError as exc:
         state.bump(wb)
-        state.flash(f"Not saved: {exc}. The page now shows the stored values; redo your change.", "error")
+        for label in wb.vocab.asked_ids:  # show the stored values again, not the refused ones
+            st.session_state.pop(state.widget_key("ann", reader, report_id, label), None)
+        state.flash(f"Not saved: {exc}. The form now shows the stored values; redo your change.", "error")
         return
     except (PermissionDenied, ValueError) as exc:
         state.flash(f"Not saved: {exc}", "error")

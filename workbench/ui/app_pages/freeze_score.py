@@ -44,8 +44,9 @@ def _freeze(wb) -> None:
                              format_func=dict(zip(history["commit"], history["short"] + ": " + history["message"])).get)
         submitted = st.form_submit_button("Freeze", type="primary")
     if submitted:
-        components.do(wb, "freezing", wb.freeze, name.strip(), ref,
-                      done=lambda r: f"Frozen {r['name']}: sha256 {r['sha256']} (prompt {r['commit'][:8]}, run {r['run']}).")
+        with st.spinner("Freezing: metrics with intervals and bootstrap, tag, bundle ..."):
+            components.do(wb, "freezing", wb.freeze, name.strip(), ref,
+                          done=lambda r: f"Frozen {r['name']}: sha256 {r['sha256']} (prompt {r['commit'][:8]}, run {r['run']}).")
 
 
 def _saved(upload, folder: Path) -> Path:
@@ -76,7 +77,8 @@ def _score(wb, bundle_path: str) -> None:
     elif submitted:
         folder = Path(tempfile.mkdtemp(prefix="workbench-score-"))
         ref_path, gen_paths = _saved(ref, folder), {Path(g.name).stem: _saved(g, folder) for g in gens}
-        state.start_job("score", "scoring", lambda j: wb.score_generated(
+        worker = wb.as_actor(wb.actor)  # a plain view for the worker thread
+        state.start_job("score", "scoring", lambda j: worker.score_generated(
             bundle_path, ref_path, gen_paths, zero_division=policy,
             on_progress=lambda done, total: setattr(j, "progress", (done, total))))
         st.rerun()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from workbench.services import PERMISSIONS
 from workbench.ui import charts, components, state
 
 
@@ -30,7 +31,7 @@ def render(wb) -> None:
     st.caption(f"Current prompt version {history.iloc[0]['short']} ({history.iloc[0]['when']}, "
                f"{history.iloc[0]['author']}): {history.iloc[0]['message']}"
                + (f" · latest run {latest} ({runs.set_index('id').loc[latest, 'model']})" if latest else ""))
-    _attention(wb, cohort, latest, ev)
+    _attention(wb, summary, latest, ev)
     st.plotly_chart(charts.history_chart(state.read(wb, "iteration_history", cohort)), key="home-history")
     _readers(wb, cohort)
     with st.expander("Reference status per label"):
@@ -39,7 +40,7 @@ def render(wb) -> None:
         st.dataframe(state.read(wb, "cohorts"), hide_index=True)
 
 
-def _attention(wb, cohort: str, latest, ev) -> None:
+def _attention(wb, summary, latest, ev) -> None:
     """Lowest-accuracy labels, open adjudications, disagreements nobody has written a note on."""
     st.subheader("Needs attention")
     left, right = st.columns(2)
@@ -54,11 +55,14 @@ def _attention(wb, cohort: str, latest, ev) -> None:
                          "accuracy_lo": st.column_config.NumberColumn("lower", format="%.3f"),
                          "accuracy_hi": st.column_config.NumberColumn("upper", format="%.3f")})
     with right:
-        waiting = len(state.read(wb, "adjudication_queue", cohort))
-        st.metric("Open adjudications", waiting)
+        st.metric("Open adjudications", int(summary["waiting"].sum()))
+        if wb.actor.role in PERMISSIONS["adjudicate"] and st.button("Adjudicate", key=state.widget_key("home-adj")):
+            state.switch_to("adjudicate")
         if latest is not None:
-            queue = state.read(wb, "disagreements", latest)
+            queue = state.read(wb, "disagreements", latest, None, None, None)
             st.metric("Disagreements without notes", int((queue["notes"] == 0).sum()), help=f"of {len(queue)} in run {latest}")
+            if st.button("Review disagreements", key=state.widget_key("home-dis")):
+                state.switch_to("disagreements", {state.RUN: latest})
 
 
 def _readers(wb, cohort: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from workbench.core.prompts import POLICY_VALUES, TEMPORAL_KEYS, Example, LabelPrompt
+from workbench.core.prompts import POLICY_VALUES, Example, LabelPrompt
 from workbench.ui import components, state
 
 EXAMPLE_COLUMNS = ["text", "value", "why", "source_report_id", "note"]
@@ -19,22 +19,30 @@ def render(wb) -> None:
                          "current disagreements, then save it as a new version (a Git commit) and re-run.")
     names = wb.vocab.names()
     label = st.selectbox("Label", wb.vocab.asked_ids, key=state.PROMPT_LABEL, format_func=names.get)
-    edit, history, policy = st.tabs(["Edit", "History", "Policy across labels"])
-    with edit:
-        lp, base, exists = state.read(wb, "draft", label)
-        left, right = st.columns([3, 2])
-        with left:
-            _editor(wb, lp, base, exists)
-        with right:
-            _notes(wb, label)
-        _diff(wb, label, exists)
-        _commit(wb, label, exists)
-    with history:
-        _history(wb, label)
-    with policy:
-        st.dataframe(state.read(wb, "policy_table"), hide_index=True)
-        for finding in state.read(wb, "policy_conflicts"):
-            st.warning(f"{finding.kind}: {finding.message}")
+    edit, history, policy = st.tabs(["Edit", "History", "Policy across labels"], key=state.PROMPTS_TAB, on_change="rerun")
+    if edit.open:
+        with edit:
+            _edit(wb, label)
+    if history.open:
+        with history:
+            _history(wb, label)
+    if policy.open:
+        with policy:
+            st.dataframe(state.read(wb, "policy_table"), hide_index=True)
+            for finding in state.read(wb, "policy_conflicts"):
+                st.warning(f"{finding.kind}: {finding.message}")
+
+
+def _edit(wb, label: str) -> None:
+    """The editor on your draft with the notes beside it, the difference, and saving a version."""
+    lp, base, exists = state.read(wb, "draft", label)
+    left, right = st.columns([3, 2])
+    with left:
+        _editor(wb, lp, base, exists)
+    with right:
+        _notes(wb, label)
+    _diff(wb, label, exists)
+    _commit(wb, label, exists)
 
 
 def _editor(wb, lp: LabelPrompt, base: str, exists: bool) -> None:
@@ -97,7 +105,7 @@ def _notes(wb, label: str) -> None:
     if latest is None:
         st.info("No run yet.")
         return
-    queue = state.read(wb, "disagreements", latest, label)
+    queue = state.read(wb, "disagreements", latest, label, None, None)
     notes = state.read(wb, "notes", label)
     notes = notes[notes["report_id"].isin(set(queue["report_id"]))]
     st.caption(f"Run {latest}: {len(queue)} disagreements on this label "

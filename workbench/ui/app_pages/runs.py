@@ -25,17 +25,26 @@ def render(wb) -> None:
     with st.expander(f"All runs ({len(runs)})"):
         st.dataframe(runs.assign(prompt_commit=runs["prompt_commit"].str[:8],
                                  labels=runs["labels_json"].str.count(",") + 1)[RUN_COLUMNS], hide_index=True)
-    metrics_tab, compare_tab, history_tab = st.tabs(["Metrics of a run", "Compare two runs", "Iteration history"])
-    with metrics_tab:
-        _metrics(wb, runs)
-    with compare_tab:
-        _compare(wb, runs)
-    with history_tab:
-        cohort = components.pick_cohort(wb, key=state.widget_key("history-cohort"))
-        if cohort:
-            history = state.read(wb, "iteration_history", cohort)
-            st.plotly_chart(charts.history_chart(history), key="runs-history")
-            st.dataframe(history, hide_index=True)
+    metrics_tab, compare_tab, history_tab = st.tabs(["Metrics of a run", "Compare two runs", "Iteration history"],
+                                                     key=state.RUNS_TAB, on_change="rerun")
+    if metrics_tab.open:
+        with metrics_tab:
+            _metrics(wb, runs)
+    if compare_tab.open:
+        with compare_tab:
+            _compare(wb, runs)
+    if history_tab.open:
+        with history_tab:
+            _history(wb)
+
+
+def _history(wb) -> None:
+    """Macro accuracy and F1 of every run on a cohort, in prompt-version order."""
+    cohort = components.pick_cohort(wb, key=state.widget_key("history-cohort"))
+    if cohort:
+        history = state.read(wb, "iteration_history", cohort)
+        st.plotly_chart(charts.history_chart(history), key="runs-history")
+        st.dataframe(history, hide_index=True)
 
 
 def _start(wb) -> None:
@@ -61,7 +70,8 @@ def _start(wb) -> None:
         labels = st.multiselect("Labels (none = all)", wb.vocab.asked_ids, format_func=wb.vocab.names().get)
         submitted = st.form_submit_button("Start run", type="primary")
     if submitted:
-        state.start_job("run", f"run on {cohort}", lambda j: wb.start_run(
+        worker = wb.as_actor(wb.actor)  # a plain view for the worker thread (no per-rerun memo)
+        state.start_job("run", f"run on {cohort}", lambda j: worker.start_run(
             cohort, prompt_ref=ref, model=model.strip() or None, labels=labels or None,
             on_progress=lambda p: setattr(j, "progress", p), cancel=j.cancel), on_done=lambda: state.bump(wb))
         st.rerun()
@@ -149,6 +159,7 @@ def _compare(wb, runs) -> None:
                                     "c": number("fixed"), "p_value": number("McNemar p", format="%.4f"),
                                     "p_holm": number("Holm p", format="%.4f")})
         st.plotly_chart(charts.comparison_chart(table, "f1", wb.vocab.names(), str(run_a), str(run_b)), key="runs-compare")
+        st.caption("Left out: " + "; ".join(f"{k}: {v}" for k, v in cmp["excluded"].items()))
         _cases(cmp["cases"], run_a, run_b)
 
 

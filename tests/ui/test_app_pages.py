@@ -1,0 +1,442 @@
+"""Every page of the app through Streamlit's AppTest, on a temporary copy of the demo study.
+
+Each test drives a page's main action through its widgets and checks the database changed as
+expected; one test checks that report text containing HTML and Markdown is shown verbatim.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from workbench.ui import state
+
+PAGES = ["home", "annotate", "adjudicate", "disagreements", "prompts", "runs", "freeze", "settings", "audit"]
+TITLES = {"home": "Study: demo", "annotate": "Annotate", "adjudicate": "Adjudicate", "disagreements": "Disagreements",
+          "prompts": "Prompts", "runs": "Runs", "freeze": "Freeze and score", "settings": "Settings", "audit": "Audit log"}
+EVIL = "<script>alert(1)</script> **bold** <b>not bold</b> [link](http://x) :red[red] $x^2$"
+
+
+@pytest.fixture(scope="session")
+def demo_template(tmp_path_factory) -> Path:
+    """The demo study, built once per session (then copied per test)."""
+    from workbench.demo import create_demo
+
+    root = tmp_path_factory.mktemp("ui-demo") / "demo"
+    wb = create_demo(root, echo=lambda _m: None)
+    wb.engine.dispose()
+    return root
+
+
+@pytest.fixture
+def study(demo_template, tmp_path) -> Path:
+    """A private copy of the demo study."""
+    target = tmp_path / "study"
+    shutil.copytree(demo_template, target)
+    return target
+
+
+def app_script(study_path: str, start: str) -> None:
+    """The app opened on one page (AppTest runs this function's body as the script)."""
+    from workbench.ui import app
+
+    app.main(study=study_path, start=start)
+
+
+def open_page(study: Path, page: str, session: dict | None = None) -> AppTest:
+    """Run the app on a page and check it raised nothing."""
+    at = AppTest.from_function(app_script, args=(str(study), page), default_timeout=30)
+    for key, value in (session or {}).items():
+        at.session_state[key] = value
+    at.run()
+    assert_clean(at)
+    return at
+
+
+def assert_clean(at: AppTest) -> None:
+    """No exception on the page."""
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def workbench(study: Path):
+    from workbench.services import Workbench
+
+    return Workbench(study)
+
+
+def button(at: AppTest, label: str):
+    """The (form submit) button with exactly this label."""
+    found = [b for b in list(at.button) if b.label == label]
+    assert found, f"no button {label!r}; buttons: {[b.label for b in at.button]}"
+    return found[0]
+
+
+def wait_for_job(at: AppTest, name: str, timeout: float = 120) -> None:
+    """Let a background job of the page finish, then rerun the page."""
+    job = at.session_state[state.JOBS][name]
+    assert job.done.wait(timeout), f"job {name} still running after {timeout} s"
+    at.run()
+    assert_clean(at)
+
+
+def all_text(at: AppTest) -> str:
+    """Every markdown, caption, text, alert and html body on the page, joined."""
+    parts = []
+    for kind in ("markdown", "caption", "text", "success", "info", "warning", "error", "html", "code"):
+        parts += [str(e.value) for e in getattr(at, kind)]
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------- every page
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_renders_with_title_and_help(study, page):
+    at = open_page(study, page)
+    assert at.title[0].value == TITLES[page]
+    assert at.caption, "every page has a one-line help caption"
+    assert "rule-based baseline, not an LLM" in all_text(at)  # the model notice in the sidebar
+
+
+def test_app_file_reads_the_study_from_the_environment(study, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_STUDY", str(study))
+    app_file = Path(__file__).resolve().parents[2] / "workbench" / "ui" / "app.py"
+    at = AppTest.from_file(str(app_file), default_timeout=30).run()
+    assert_clean(at)
+    assert at.title[0].value == TITLES["home"]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_on_an_empty_study(tmp_path, page):
+    from workbench.services import init_study
+
+    root = tmp_path / "empty"
+    init_study(root, vocab="ranscore-21").engine.dispose()
+    at = open_page(root, page)
+    assert at.title
+
+
+def test_reader_does_not_see_other_pages(study):
+    from workbench.services import Actor
+
+    path = study / "workbench.yaml"
+    path.write_text(path.read_text().replace("auth: none", "auth: local"))
+    reader = {state.ACTOR: Actor("reader-a", "reader")}
+    assert open_page(study, "settings", reader).title[0].value == TITLES["home"]  # not allowed: falls back
+    assert open_page(study, "annotate", reader).title[0].value == TITLES["annotate"]
+    at = open_page(study, "home")  # nobody signed in: the sign-in form, nothing else
+    assert at.title[0].value == "Sign in"
+
+
+def test_local_sign_in_then_reader_pages_only(study):
+    wb = workbench(study)
+    wb.add_user("boss", "admin", "boss-password")
+    wb.add_user("reader-a", "reader", "reader-password")
+    path = study / "workbench.yaml"
+    path.write_text(path.read_text().replace("auth: none", "auth: local"))
+    at = open_page(study, "settings")
+    assert at.title[0].value == "Sign in"
+    at.text_input(key=state.SIGNIN_USER).input("reader-a")
+    at.text_input(key=state.SIGNIN_PASSWORD).input("wrong-password")
+    button(at, "Sign in").click().run()
+    assert_clean(at)
+    assert at.error and "wrong password" in at.error[0].value
+    at.text_input(key=state.SIGNIN_PASSWORD).input("reader-password")
+    button(at, "Sign in").click().run()
+    assert_clean(at)
+    assert at.title[0].value == TITLES["home"]  # settings is not a reader's page
+    assert "Acting as **reader-a** (reader)" in all_text(at)
+    assert at.session_state[state.ACTOR].role == "reader"
+
+
+def test_reader_sees_only_disagreements_of_reports_they_finished(study):
+    from workbench.services import Actor
+
+    path = study / "workbench.yaml"
+    path.write_text(path.read_text().replace("auth: none", "auth: local"))
+    at = open_page(study, "disagreements", {state.ACTOR: Actor("dr-late", "reader")})
+    assert "0 disagreements" in all_text(at)  # dr-late has read nothing yet: everything stays blinded
+    assert not at.html
+
+
+# ---------------------------------------------------------------- annotate
+
+
+def test_annotate_saves_a_reading_and_moves_on(study):
+    at = open_page(study, "annotate")
+    at.text_input(key=state.NEW_READER).input("dr-new").run()
+    assert_clean(at)
+    report = at.selectbox(key=state.ANN_REPORT).value
+    assert not at.dataframe, "blinding: no table of anybody's readings or answers"
+    assert "reader-a" not in all_text(at)
+    at.checkbox(key=state.widget_key("ann", "dr-new", report, "pleural_effusion")).check()
+    button(at, "Save and next").click().run()
+    assert_clean(at)
+    mine = workbench(study).my_readings("dr-new", report)
+    assert len(mine) == 20
+    assert dict(zip(mine["label"], mine["value"]))["pleural_effusion"] == 1
+    assert int(mine["value"].sum()) == 1
+    assert at.success and "Saved" in at.success[0].value
+    assert at.selectbox(key=state.ANN_REPORT).value != report
+
+
+def test_annotate_conflict_is_refused_with_a_clear_message(study):
+    at = open_page(study, "annotate")
+    at.selectbox(key=state.READER).select("reader-a").run()
+    report = at.selectbox(key=state.ANN_REPORT).value
+    wb = workbench(study)
+    before = wb.my_readings("reader-a", report).set_index("label")["value"].to_dict()
+    wb.record_reading("reader-a", report, {"edema": 1 - before["edema"]})  # someone else saves first
+    at.checkbox(key=state.widget_key("ann", "reader-a", report, "fracture")).check()
+    button(at, "Save and next").click().run()
+    assert_clean(at)
+    assert at.error and "reload" in at.error[0].value.lower()
+    after = wb.my_readings("reader-a", report).set_index("label")["value"].to_dict()
+    assert after["fracture"] == before["fracture"]
+    shown = at.checkbox(key=state.widget_key("ann", "reader-a", report, "edema")).value
+    assert shown == bool(after["edema"]), "the form shows the value the other save stored"
+
+
+# ---------------------------------------------------------------- adjudicate
+
+
+def test_adjudicate_adds_an_adjudication(study):
+    at = open_page(study, "adjudicate")
+    report, label = at.selectbox(key=state.ADJ_ITEM).value
+    at.radio[0].set_value(1)
+    at.text_area[0].input("clear on the lateral view per report wording")
+    button(at, "Save adjudication").click().run()
+    assert_clean(at)
+    history = workbench(study).adjudication_history(report, label)
+    assert len(history) == 1 and int(history["value"].iloc[0]) == 1
+    assert at.selectbox(key=state.ADJ_ITEM).value != (report, label)
+
+
+# ---------------------------------------------------------------- disagreements
+
+
+def test_disagreements_note_and_example(study):
+    at = open_page(study, "disagreements")
+    report, label = at.selectbox(key=state.DIS_PICK).value
+    assert at.html, "the report with the labeller's evidence highlighted"
+    form_selects = [s for s in at.selectbox if s.label == "What went wrong"]
+    form_selects[0].select("negation missed")
+    [r for r in at.radio if r.label == "Clinical significance"][0].set_value("does not change management")
+    [t for t in at.text_area if t.label == "Note"][0].input("missed the collapse wording")
+    button(at, "Save note").click().run()
+    assert_clean(at)
+    wb = workbench(study)
+    notes = wb.notes(label, report)
+    assert len(notes) == 1 and notes["category"].iloc[0] == "negation missed"
+    before = len(wb.draft(label)[0].examples)
+    [t for t in at.text_input if t.label.startswith("Why")][0].input("collapse is atelectasis wording")
+    button(at, "Add as few-shot example").click().run()
+    assert_clean(at)
+    lp, _, exists = wb.draft(label)
+    assert exists and len(lp.examples) == before + 1
+    assert lp.examples[-1].source_report_id == report
+
+
+def test_disagreements_filters(study):
+    at = open_page(study, "disagreements")
+    at.selectbox(key=state.DIS_KIND).select("FP").run()
+    assert_clean(at)
+    table = at.dataframe[0].value
+    assert set(table["type"]) <= {"FP"}
+
+
+# ---------------------------------------------------------------- prompts
+
+
+def test_prompts_draft_then_commit(study):
+    wb = workbench(study)
+    versions = len(wb.prompt_history())
+    at = open_page(study, "prompts", {state.PROMPT_LABEL: "atelectasis"})
+    [t for t in at.text_area if t.label.startswith("Look for")][0].input("atelectasis\ncollapse\nvolume loss")
+    button(at, "Save draft").click().run()
+    assert_clean(at)
+    lp, _, exists = wb.draft("atelectasis")
+    assert exists and "collapse" in lp.look_for
+    at.text_input(key=state.COMMIT_MESSAGE).input("atelectasis: collapse and volume loss are atelectasis")
+    button(at, "Save version").click().run()
+    assert_clean(at)
+    history = wb.prompt_history()
+    assert len(history) == versions + 1
+    assert "collapse" in wb.label_prompt("atelectasis").look_for
+    assert not wb.draft("atelectasis")[2]
+
+
+def test_prompts_conflict_keeps_the_draft(study):
+    wb = workbench(study)
+    at = open_page(study, "prompts", {state.PROMPT_LABEL: "edema"})
+    [t for t in at.text_area if t.label == "Definition"][0].input("Fluid in the lungs (draft).")
+    button(at, "Save draft").click().run()
+    from workbench.services import Actor
+
+    other = wb.as_actor(Actor("other", "prompt_engineer"))
+    lp = other.label_prompt("edema")
+    other.save_prompts([lp.__class__(**{**lp.__dict__, "definition": "Changed by someone else."})], "other",
+                       other.prompt_commit())
+    at.text_input(key=state.COMMIT_MESSAGE).input("mine")
+    button(at, "Save version").click().run()
+    assert_clean(at)
+    assert at.error and "someone else saved first" in at.error[0].value.lower()
+    assert wb.draft("edema")[2], "the draft is kept"
+
+
+# ---------------------------------------------------------------- runs
+
+
+def test_runs_starts_a_run_with_progress(study):
+    wb = workbench(study)
+    before = len(wb.runs())
+    at = open_page(study, "runs")
+    at.multiselect[0].select("atelectasis").select("edema")
+    button(at, "Start run").click().run()
+    assert_clean(at)
+    wait_for_job(at, "run")
+    runs = wb.runs()
+    assert len(runs) == before + 1 and runs.iloc[0]["status"] == "finished"
+    assert any(f"run {runs.iloc[0]['id']} finished" in s.value for s in at.success), all_text(at)
+
+
+def test_runs_compare_opens_a_case_in_disagreements(study):
+    wb = workbench(study)
+    lp = wb.label_prompt("atelectasis")
+    wb.save_prompts([lp.__class__(**{**lp.__dict__, "look_for": lp.look_for + ("collapse",)})], "collapse", wb.prompt_commit())
+    wb.start_run("dev")
+    at = open_page(study, "runs", {state.RUNS_TAB: "Compare two runs"})
+    newest = wb.runs()["id"].tolist()
+    cmp = wb.compare_runs(newest[1], newest[0])
+    assert len(cmp["cases"]) > 0
+    assert "fixed" in all_text(at)
+    button(at, "Open in Disagreements").click().run()
+    assert_clean(at)
+    assert at.title[0].value == "Disagreements"
+    first = cmp["cases"].iloc[0]
+    assert at.selectbox(key=state.DIS_PICK).value == (first["report"], first["label"])
+
+
+def test_runs_clopper_pearson_interval(study):
+    at = open_page(study, "runs")
+    at.radio(key=state.CI).set_value("clopper-pearson").run()
+    assert_clean(at)
+    assert any("[" in str(v) for v in at.dataframe[1].value["accuracy [95% CI]"])
+    at.toggle(key=state.widget_key("ceiling")).set_value(True).run()
+    assert_clean(at)
+    assert not at.error, [e.value for e in at.error]
+    assert "readers_fleiss_kappa" in at.dataframe[-1].value.columns
+
+
+# ---------------------------------------------------------------- freeze and score
+
+
+def test_freeze_makes_a_bundle_and_scores(study, tmp_path):
+    at = open_page(study, "freeze")
+    [t for t in at.text_input if t.label == "Bundle name"][0].input("demo-v1")
+    button(at, "Freeze").click().run()
+    assert_clean(at)
+    assert (study / "bundles" / "demo-v1.json").exists()
+    assert "Frozen demo-v1" in all_text(at)
+    reports = pd.read_csv(Path(__file__).resolve().parents[2] / "annotations" / "demo" / "reports.csv").head(12)
+    generated = reports.assign(impression="No acute cardiopulmonary process.")
+    at.file_uploader[0].upload("reference.csv", reports.to_csv(index=False).encode(), "text/csv")
+    at.file_uploader[1].upload("gen-a.csv", generated.to_csv(index=False).encode(), "text/csv")
+    button(at, "Score").click().run()
+    assert_clean(at)
+    wait_for_job(at, "score")
+    assert "gen-a" in all_text(at) and "Ran Score" in all_text(at)
+    assert len(at.download_button) >= 4
+
+
+def test_robustness_with_shipped_pairs(study):
+    wb = workbench(study)
+    wb.freeze("demo-v1")
+    at = open_page(study, "freeze")
+    button(at, "Check robustness").click().run()
+    assert_clean(at)
+    result = at.session_state[state.ROBUST_RESULT]
+    assert set(result["per_kind"]["kind"]) == {"paraphrase", "significant"}
+
+
+# ---------------------------------------------------------------- settings and audit
+
+
+def test_settings_saves_the_config(study):
+    from workbench.study import load_config
+
+    at = open_page(study, "settings")
+    at.number_input[0].set_value(3)
+    [t for t in at.text_input if t.label.startswith("Model")][0].input("openai/gpt-4o-mini")
+    button(at, "Save settings").click().run()
+    assert_clean(at)
+    cfg = load_config(study)
+    assert cfg.labeller["concurrency"] == 3 and cfg.labeller["model"] == "openai/gpt-4o-mini"
+    text = all_text(at)
+    assert "Report text will be sent to" in text and "not among the allowed endpoints" in text
+
+
+def test_settings_refuses_an_impossible_rule(study):
+    from workbench.study import load_config
+
+    at = open_page(study, "settings")
+    at.number_input[1].set_value(7)  # K = 7 of N = 6
+    button(at, "Save settings").click().run()
+    assert_clean(at)
+    assert at.error
+    assert load_config(study).reference["k"] == 4
+
+
+def test_audit_shows_the_log(study):
+    at = open_page(study, "audit")
+    log = at.dataframe[0].value
+    assert len(log) > 0 and {"actor", "action", "entity"} <= set(log.columns)
+    at.selectbox(key=state.AUDIT_ENTITY).select("run").run()
+    assert_clean(at)
+    assert set(at.dataframe[0].value["entity"]) == {"run"}
+    assert at.download_button
+
+
+def test_settings_endpoint_changes_are_audited(study):
+    at = open_page(study, "settings")
+    area = [t for t in at.text_area if t.label.startswith("Allowed endpoints")][0]
+    area.input(area.value + "\nhttp://10.0.0.5:8000")
+    button(at, "Save settings").click().run()
+    assert_clean(at)
+    wb = workbench(study)
+    assert "http://10.0.0.5:8000" in wb.config.allowed_endpoints
+    assert "http://10.0.0.5:8000" in set(wb.audit_log(entity="endpoint")["entity_key"])
+
+
+# ---------------------------------------------------------------- report text is never rendered
+
+
+def _import_evil_report(study: Path, tmp_path: Path) -> str:
+    wb = workbench(study)
+    pd.DataFrame({"id": ["evil-1"], "findings": [EVIL], "impression": ["Heart size normal."]}).to_csv(
+        tmp_path / "evil.csv", index=False)
+    wb.import_reports(tmp_path / "evil.csv", "evil")
+    rows = [{"report_id": "evil-1", "label": lab, "reader": f"reader-{r}", "value": int(lab == "pleural_effusion")}
+            for lab in wb.vocab.asked_ids for r in "abcdef"]
+    pd.DataFrame(rows).to_csv(tmp_path / "evil_readings.csv", index=False)
+    wb.import_readings(tmp_path / "evil_readings.csv")
+    return wb.start_run("evil").run_id
+
+
+def test_report_with_html_and_markdown_is_shown_verbatim(study, tmp_path):
+    run_id = _import_evil_report(study, tmp_path)
+    at = open_page(study, "annotate", {state.COHORT: "evil"})
+    at.text_input(key=state.NEW_READER).input("dr-x").run()
+    assert_clean(at)
+    texts = [t.value for t in at.text]
+    assert any(EVIL in t for t in texts), texts
+    assert not any("<script>" in m.value or "**bold**" in m.value for m in at.markdown)
+    at = open_page(study, "disagreements", {state.CASE: (run_id, "evil-1", "pleural_effusion")})
+    body = at.html[0].value
+    assert "<script>" not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+    assert "**bold**" in body and "&lt;b&gt;not bold&lt;/b&gt;" in body
+    assert not any("<script>" in m.value for m in at.markdown)
