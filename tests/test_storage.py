@@ -47,6 +47,11 @@ def test_cohorts_reports_readers_readings(any_study):
         assert q.insert_readings(s, readings) == 3
         assert len(q.readings_frame(s, cohort_id=cohort.id)) == 3
         assert len(q.readings_frame(s, report_ids_=["a"], reader="r1")) == 1
+        votes = q.vote_counts(s, cohort_id=cohort.id).set_index(["report_id", "label"])
+        assert votes.loc[("a", "edema"), "positives"] == 1 and votes.loc[("a", "edema"), "n_readers"] == 2
+        assert len(q.vote_counts(s, report_id="b")) == 1
+        per = q.reading_counts(s, cohort_id=cohort.id).set_index(["reader", "report_id"])["labels"].to_dict()
+        assert per == {("r1", "a"): 1, ("r2", "a"): 1, ("r1", "b"): 1}
         reading = q.get_reading(s, "a", "edema", "r1")
         assert q.update_reading(s, reading.id, 0, expected_version=1) is True
         assert q.update_reading(s, reading.id, 1, expected_version=1) is False  # stale version
@@ -89,6 +94,8 @@ def test_runs_predictions_cache(any_study):
         q.upsert_predictions(s, run.id, rows)
         q.upsert_predictions(s, run.id, rows[:1])  # replacing, not duplicating
         assert len(q.predictions_frame(s, run.id)) == 2
+        one = q.predictions_frame(s, run.id, report_id="s1", label="edema")
+        assert len(one) == 1 and one.iloc[0]["evidence_found"] is True
         assert q.done_prediction_keys(s, run.id) == {("s1", "edema")}
         q.put_cached_call(s, "k1", "m", '{"value": 1}', 10, 2, None)
         q.put_cached_call(s, "k1", "m", "other", 1, 1, None)  # first writer wins

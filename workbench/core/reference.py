@@ -81,8 +81,21 @@ def compute_reference(
     created_at/id exists; both are compared by `seq`, a common ordering column when present).
     """
     grouped = readings.groupby(["report_id", "label"], sort=True, observed=True)["value"].agg(["sum", "count"])
-    out = grouped.rename(columns={"sum": "positives", "count": "n_readers"}).reset_index()
+    counts = grouped.rename(columns={"sum": "positives", "count": "n_readers"}).reset_index()
+    return reference_from_counts(counts, rule, adjudications, flags)
+
+
+def reference_from_counts(
+    counts: pd.DataFrame,
+    rule: ReferenceRule,
+    adjudications: pd.DataFrame | None = None,
+    flags: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """compute_reference from per-item vote counts (report_id, label, positives, n_readers),
+    which a database can aggregate far faster than shipping every reading."""
+    out = counts.sort_values(["report_id", "label"]).reset_index(drop=True)
     out["positives"] = out["positives"].astype(int)
+    out["n_readers"] = out["n_readers"].astype(int)
     vote_value, reason = vote(out["positives"].to_numpy(), out["n_readers"].to_numpy(), rule)
     out["vote"] = vote_value
     out["value"] = vote_value

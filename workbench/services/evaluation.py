@@ -79,12 +79,16 @@ class EvaluationService:
             out |= self.prompt_set(commit).example_report_ids()
         return out
 
-    def evaluation_inputs(self, run_id: int, extra_commits: tuple[str, ...] = ()) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-        """(reference, predictions, excluded counts) aligned on the evaluable reports."""
+    def evaluation_inputs(self, run_id: int, extra_commits: tuple[str, ...] = (),
+                          reference: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+        """(reference, predictions, excluded counts) aligned on the evaluable reports.
+
+        reference: the cohort's reference matrix when the caller already has it (history, queue).
+        """
         run = self.run_info(run_id)
         cohort = self._cohort_name(run.cohort_id)
         labels = self._run_labels(run)
-        y_true = self.reference_matrix(cohort)[labels]
+        y_true = (self.reference_matrix(cohort) if reference is None else reference)[labels]
         y_pred = self.prediction_matrix(run_id)[labels]
         leaked = self._leaked_reports(run.prompt_commit, *extra_commits) & set(y_true.index)
         keep = [r for r in y_true.index if r not in leaked]
@@ -105,9 +109,9 @@ class EvaluationService:
     # ------------------------------------------------------------ metrics
 
     def evaluate_run(self, run_id: int, ci: str = "wilson", zero_division: str = "undefined",
-                     n_resamples: int = 1000, seed: int = 0) -> Evaluation:
+                     n_resamples: int = 1000, seed: int = 0, reference: pd.DataFrame | None = None) -> Evaluation:
         """Per-label metrics with intervals, micro/macro averages, bootstrap of macro F1."""
-        y_true, y_pred, excluded = self.evaluation_inputs(run_id)
+        y_true, y_pred, excluded = self.evaluation_inputs(run_id, reference=reference)
         table = metrics.label_metrics(y_true, y_pred, ci=ci, zero_division=zero_division)
         avg = metrics.averages(table, zero_division=zero_division, ci=ci)
         boot = metrics.bootstrap_macro_f1(y_true, y_pred, n_resamples=n_resamples, seed=seed, zero_division=zero_division) \
@@ -140,9 +144,10 @@ class EvaluationService:
         """Every finished run on a cohort in prompt-version order: macro and per-label accuracy and F1."""
         runs = self.runs(cohort)
         runs = runs[runs["status"].isin(["finished", "incomplete"])]
+        reference = self.reference_matrix(cohort) if len(runs) else None  # once for every run
         rows = []
         for run in runs.itertuples(index=False):
-            ev = self.evaluate_run(int(run.id), ci=ci, n_resamples=0)
+            ev = self.evaluate_run(int(run.id), ci=ci, n_resamples=0, reference=reference)
             version = prompt_repo.ordinal(self.paths.prompts, run.prompt_commit)
             row = {"run": int(run.id), "version": version, "prompt": run.prompt_commit[:8], "model": run.model,
                    "started": run.started_at, "macro_accuracy": ev.averages["macro_accuracy"],
@@ -196,7 +201,6 @@ class EvaluationService:
         run = self.run_info(run_id)
         cohort = self._cohort_name(run.cohort_id)
         ref_table = self.reference(cohort)
-        ev = self.evaluate_run(run_id, n_resamples=0)
         preds = self.predictions(run_id)
         merged = preds.merge(ref_table[["report_id", "label", "value", "positives", "n_readers", "status"]],
                              on=["report_id", "label"], how="inner", suffixes=("", "_ref"))
@@ -209,8 +213,10 @@ class EvaluationService:
                                np.where(out["prediction"] == 1, "FP", "FN"))
         out["votes"] = out["positives"].astype(int).astype(str) + " of " + out["n_readers"].astype(int).astype(str)
         out = self._attach_notes(out)
-        error_rate = (1 - ev.table["accuracy"]).to_dict()
-        support = ev.table["support"].to_dict()
+        # label error rate and support over the settled, answered cells (no full evaluation needed)
+        scored = merged[settled & ~failed]
+        error_rate = (scored["prediction"] != scored["reference"]).groupby(scored["label"]).mean().to_dict()
+        support = (scored["reference"] == 1).groupby(scored["label"]).sum().to_dict()
         out["label_error_rate"] = out["label"].map(error_rate)
         out["label_support"] = out["label"].map(support)
         out = out.sort_values(["label_error_rate", "label_support", "label", "report_id"],
@@ -271,9 +277,8 @@ class EvaluationService:
                 raise StudyError(f"no report {report_id!r}")
             votes = q.readings_frame(s, report_ids_=[report_id])
             notes = q.notes_frame(s, label=label, report_id=report_id)
-            preds = q.predictions_frame(s, run_id)
+            pred = q.predictions_frame(s, run_id, report_id=report_id, label=label)
         text = compose_text(report.findings, report.impression, report.text, run.sections.split(","))
-        pred = preds[(preds["report_id"] == report_id) & (preds["label"] == label)]
         messages = []
         if label in self.vocab.asked_ids:
             ps = self.prompt_set(run.prompt_commit)
@@ -282,12 +287,16 @@ class EvaluationService:
                 messages = render_joint_call(ps, {lab: names[lab] for lab in json.loads(run.labels_json)}, text)
             else:
                 messages = render_label_call(ps, label, names[label], text)
-        ref_row = self.reference().set_index(["report_id", "label"])
-        reference = ref_row.loc[(report_id, label)] if (report_id, label) in ref_row.index else None
+        if label in self.vocab.asked_ids:
+            reference = self.item_reference(report_id, label)
+        else:  # a derived label: from the whole report's reference
+            column = self.reference_matrix(self._cohort_name(run.cohort_id))[label]
+            value = column.get(report_id)
+            reference = None if value is None else {"value": None if pd.isna(value) else int(value), "status": "derived"}
         return {
             "report_id": report_id, "label": label, "text": text, "findings": report.findings,
             "impression": report.impression, "votes": votes[votes["label"] == label][["reader", "value"]],
-            "reference": None if reference is None or pd.isna(reference["value"]) else int(reference["value"]),
+            "reference": None if reference is None else reference["value"],
             "reference_status": None if reference is None else reference["status"],
             "prediction": pred.iloc[0].to_dict() if len(pred) else None, "notes": notes, "messages": messages,
         }

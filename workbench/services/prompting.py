@@ -217,14 +217,13 @@ class PromptsService:
             notes = q.notes_frame(s, label=label, report_id=report_id)
             evidence = ""
             if run_id is not None:
-                preds = q.predictions_frame(s, run_id)
-                hit = preds[(preds["report_id"] == report_id) & (preds["label"] == label)]
+                hit = q.predictions_frame(s, run_id, report_id=report_id, label=label)
                 evidence = hit["evidence"].iloc[0] if len(hit) else ""
         if value is None:
-            table = self.reference().set_index(["report_id", "label"])
-            if (report_id, label) not in table.index or pd.isna(table.loc[(report_id, label), "value"]):
+            item = self.item_reference(report_id, label)
+            if item is None or item["value"] is None:
                 raise StudyError(f"{report_id}/{label} has no reference value yet (adjudicate it first) and no value was given")
-            value = int(table.loc[(report_id, label), "value"])
+            value = item["value"]
         note_text = None
         if note_id is not None and len(notes):
             chosen = notes[notes["id"] == note_id]

@@ -342,12 +342,11 @@ class StudyService:
 
     def reader_progress(self, cohort: str | None = None) -> pd.DataFrame:
         """Per reader: reports read completely, partially, and the cohort size."""
+        cid = self.cohort_id(cohort) if cohort else None
         with self.session() as s:
-            cid = self.cohort_id(cohort) if cohort else None
-            readings = q.readings_frame(s, cohort_id=cid)
+            per = q.reading_counts(s, cohort_id=cid)
             total = int(q.list_cohorts(s).set_index("name")["reports"].get(cohort, 0)) if cohort else len(q.report_hashes(s))
         n_labels = len(self.vocab.asked_ids)
-        per = readings.groupby(["reader", "report_id"]).size().reset_index(name="labels")
         out = per.groupby("reader").agg(reports_started=("report_id", "count"),
                                         reports_complete=("labels", lambda x: int((x >= n_labels).sum())))
         out["reports_in_scope"] = total
@@ -362,14 +361,31 @@ class StudyService:
 
     def reference(self, cohort: str | None = None, readings: pd.DataFrame | None = None) -> pd.DataFrame:
         """Per (report, label) of the asked labels: votes, value and status (decided/adjudicated/waiting)."""
+        cid = self.cohort_id(cohort) if cohort else None
         with self.session() as s:
-            cid = self.cohort_id(cohort) if cohort else None
-            if readings is None:
-                readings = q.readings_frame(s, cohort_id=cid)
+            counts = q.vote_counts(s, cohort_id=cid) if readings is None else None
             adj = q.adjudications_frame(s, cid)
             flags = q.flags_frame(s, cid)
-        readings = readings[readings["label"].isin(self.vocab.asked_ids)]
-        return ref.compute_reference(readings, self.rule(), adj, flags)
+        if counts is None:
+            readings = readings[readings["label"].isin(self.vocab.asked_ids)]
+            return ref.compute_reference(readings, self.rule(), adj, flags)
+        counts = counts[counts["label"].isin(self.vocab.asked_ids)]
+        return ref.reference_from_counts(counts, self.rule(), adj, flags)
+
+    def item_reference(self, report_id: str, label: str) -> dict | None:
+        """The reference of one (report, label): value (None while waiting), status, votes."""
+        with self.session() as s:
+            counts = q.vote_counts(s, report_id=report_id)
+            adj = q.adjudications_frame(s)
+            flags = q.flags_frame(s)
+        counts = counts[counts["label"] == label]
+        if counts.empty:
+            return None
+        adj = adj[(adj["report_id"] == report_id) & (adj["label"] == label)]
+        flags = flags[(flags["report_id"] == report_id) & (flags["label"] == label)]
+        row = ref.reference_from_counts(counts, self.rule(), adj, flags).iloc[0]
+        return {"value": None if pd.isna(row["value"]) else int(row["value"]), "status": row["status"],
+                "positives": int(row["positives"]), "n_readers": int(row["n_readers"])}
 
     def reference_matrix(self, cohort: str, reference: pd.DataFrame | None = None) -> pd.DataFrame:
         """Reports x labels reference values (NaN = waiting), derived labels included."""

@@ -219,6 +219,35 @@ def readings_frame(session: Session, cohort_id: int | None = None, report_ids_: 
     return pd.DataFrame(rows, columns=["report_id", "label", "reader", "value", "version"])
 
 
+def vote_counts(session: Session, cohort_id: int | None = None, report_id: str | None = None) -> pd.DataFrame:
+    """Per (report, label): positives and readers, aggregated in the database."""
+    sql = "SELECT r.report_id, r.label, SUM(r.value), COUNT(*) FROM reading r"
+    where, params = [], []
+    if cohort_id is not None:
+        sql += " JOIN report p ON p.id = r.report_id"
+        where.append("p.cohort_id = ?")
+        params.append(cohort_id)
+    if report_id is not None:
+        where.append("r.report_id = ?")
+        params.append(report_id)
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " GROUP BY r.report_id, r.label"
+    rows = _raw_rows(session, sql, tuple(params))
+    return pd.DataFrame(rows, columns=["report_id", "label", "positives", "n_readers"])
+
+
+def reading_counts(session: Session, cohort_id: int | None = None) -> pd.DataFrame:
+    """Per (reader, report): number of labels read, aggregated in the database."""
+    sql = "SELECT r.reader_id, r.report_id, COUNT(*) FROM reading r"
+    params: tuple = ()
+    if cohort_id is not None:
+        sql += " JOIN report p ON p.id = r.report_id WHERE p.cohort_id = ?"
+        params = (cohort_id,)
+    sql += " GROUP BY r.reader_id, r.report_id"
+    return pd.DataFrame(_raw_rows(session, sql, params), columns=["reader", "report_id", "labels"])
+
+
 def insert_readings(session: Session, frame: pd.DataFrame) -> int:
     """Insert validated readings (report_id, label, reader, value)."""
     stamp = now()
@@ -333,12 +362,23 @@ def upsert_predictions(session: Session, run_id: int, rows: list[dict]) -> None:
     _bulk_insert(session, Prediction, [{"run_id": run_id, **r} for r in rows])
 
 
-def predictions_frame(session: Session, run_id: int) -> pd.DataFrame:
-    """A run's predictions as a long frame."""
-    stmt = select(Prediction.report_id, Prediction.label, Prediction.value, Prediction.evidence,
-                  Prediction.evidence_found, Prediction.status, Prediction.detail, Prediction.call_key
-                  ).where(Prediction.run_id == run_id)
-    return _frame(session, stmt, ["report_id", "label", "value", "evidence", "evidence_found", "status", "detail", "call_key"])
+PREDICTION_COLUMNS = ["report_id", "label", "value", "evidence", "evidence_found", "status", "detail", "call_key"]
+
+
+def predictions_frame(session: Session, run_id: int, report_id: str | None = None, label: str | None = None) -> pd.DataFrame:
+    """A run's predictions as a long frame (optionally one report / one cell)."""
+    sql = f"SELECT {', '.join(PREDICTION_COLUMNS)} FROM prediction WHERE run_id = ?"
+    params: list = [run_id]
+    if report_id is not None:
+        sql += " AND report_id = ?"
+        params.append(report_id)
+    if label is not None:
+        sql += " AND label = ?"
+        params.append(label)
+    frame = pd.DataFrame(_raw_rows(session, sql, tuple(params)), columns=PREDICTION_COLUMNS)
+    # SQLite returns 0/1 for booleans; keep the type the ORM gave
+    frame["evidence_found"] = frame["evidence_found"].map(lambda v: None if v is None else bool(v)).astype(object)
+    return frame
 
 
 def done_prediction_keys(session: Session, run_id: int) -> set[tuple[str, str]]:
