@@ -598,7 +598,9 @@ def migrate_db(wb, to_url):
 @click.option("--port", type=int, default=8501, show_default=True)
 @click.option("--no-app", is_flag=True, help="Only create the demo study; do not start the app.")
 @click.option("--reset", is_flag=True, help="Delete and recreate the demo study first.")
-def demo(path, port, no_app, reset):
+@click.option("--address", default="127.0.0.1", show_default=True,
+              help="Interface to serve on; the default keeps report text on this machine (0.0.0.0 serves the network).")
+def demo(path, port, no_app, reset, address):
     """Create the synthetic demo study (offline labeller, SQLite) and start the app on it."""
     from workbench.demo import create_demo
 
@@ -606,24 +608,30 @@ def demo(path, port, no_app, reset):
     wb = create_demo(root, reset=reset, echo=click.echo)
     click.echo(f"demo study ready at {wb.root}")
     if not no_app:
-        _run_app(wb.root, port)
+        _run_app(wb.root, port, address)
 
 
 @main.command()
 @click.option("--port", type=int, default=8501, show_default=True)
+@click.option("--address", default="127.0.0.1", show_default=True,
+              help="Interface to serve on; use 0.0.0.0 for a team server (with auth: local or oidc).")
 @study_option
-def app(wb, port):
+def app(wb, port, address):
     """Start the Streamlit app on a study."""
-    _run_app(wb.root, port)
+    if address not in ("127.0.0.1", "localhost", "::1") and wb.config.auth == "none":
+        click.echo("warning: serving on the network with auth: none; anyone who reaches it can read the reports. "
+                   "Set auth: local (workbench user add ...) or oidc in workbench.yaml.", err=True)
+    _run_app(wb.root, port, address)
 
 
-def _run_app(root: Path, port: int) -> None:
-    """Run Streamlit on the app module with the study in the environment."""
+def _run_app(root: Path, port: int, address: str = "127.0.0.1") -> None:
+    """Run Streamlit on the app module with the study in the environment (loopback by default)."""
     app_file = Path(__file__).resolve().parent / "ui" / "app.py"
     env = dict(os.environ, WORKBENCH_STUDY=str(root))
     cmd = [sys.executable, "-m", "streamlit", "run", str(app_file), "--server.port", str(port),
-           "--browser.gatherUsageStats", "false", "--server.headless", "true", "--client.toolbarMode", "minimal"]
-    click.echo(f"starting the app on http://localhost:{port} (Ctrl+C to stop)")
+           "--server.address", address, "--browser.gatherUsageStats", "false", "--server.headless", "true",
+           "--client.toolbarMode", "minimal"]
+    click.echo(f"starting the app on http://{'localhost' if address == '127.0.0.1' else address}:{port} (Ctrl+C to stop)")
     raise SystemExit(subprocess.call(cmd, env=env))
 
 
