@@ -38,14 +38,17 @@ class Bundle:
 
     @property
     def name(self) -> str:
+        """The bundle's frozen name."""
         return self.content["name"]
 
     @property
     def model(self) -> dict:
+        """Model and parameters recorded at freeze time."""
         return self.content["model"]
 
     @property
     def sections(self) -> list[str]:
+        """Report sections the labeller reads."""
         return self.content.get("sections", ["findings", "impression"])
 
 

@@ -83,14 +83,17 @@ class StudyPaths:
 
     @property
     def config(self) -> Path:
+        """workbench.yaml."""
         return self.root / CONFIG_FILE
 
     @property
     def prompts(self) -> Path:
+        """The study's prompt Git repository."""
         return self.root / PROMPT_REPO_DIR
 
     @property
     def bundles(self) -> Path:
+        """Where frozen bundles are written."""
         return self.root / "bundles"
 
 
