@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import threading
-import types
 from pathlib import Path
 
 import pytest
@@ -306,32 +304,10 @@ def test_explain_lists_every_mention_with_its_outcome():
 
 
 @pytest.fixture
-def llm_types(monkeypatch):
-    """CallRequest and CallResult from workbench.llm, or a stand-in when llm.py is not there yet."""
-    try:
-        from workbench.llm import CallRequest, CallResult
-    except ImportError:
-        @dataclasses.dataclass
-        class CallRequest:
-            key: str
-            messages: list
-            meta: dict = dataclasses.field(default_factory=dict)
+def llm_types():
+    """CallRequest and CallResult of the engine interface (workbench.llm)."""
+    from workbench.llm import CallRequest, CallResult
 
-        @dataclasses.dataclass
-        class CallResult:
-            key: str
-            text: str | None
-            error: str | None
-            error_kind: str | None
-            prompt_tokens: int = 0
-            completion_tokens: int = 0
-            cost: float | None = None
-            latency_s: float = 0.0
-            attempts: int = 1
-
-        module = types.ModuleType("workbench.llm")
-        module.CallRequest, module.CallResult = CallRequest, CallResult
-        monkeypatch.setitem(sys.modules, "workbench.llm", module)
     return CallRequest, CallResult
 
 

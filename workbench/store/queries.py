@@ -195,57 +195,50 @@ def list_readers(session: Session) -> list[str]:
     return [r[0] for r in session.execute(select(Reader.id).order_by(Reader.id)).all()]
 
 
-def readings_frame(session: Session, cohort_id: int | None = None, report_ids_: Iterable[str] | None = None,
-                   reader: str | None = None) -> pd.DataFrame:
-    """Readings as a long frame: report_id, label, reader, value, version."""
-    sql = "SELECT r.report_id, r.label, r.reader_id, r.value, r.version FROM reading r"
-    where, params = [], []
+def _reading_filter(cohort_id: int | None = None, report_ids_: list[str] | None = None, reader: str | None = None,
+                    report_id: str | None = None) -> tuple[str, tuple]:
+    """FROM/JOIN/WHERE over readings (alias r) and its parameters, shared by the reading queries."""
+    sql, where, params = " FROM reading r", [], []
     if cohort_id is not None:
         sql += " JOIN report p ON p.id = r.report_id"
         where.append("p.cohort_id = ?")
         params.append(cohort_id)
     if report_ids_ is not None:
-        ids = list(report_ids_)
-        if not ids:
-            return pd.DataFrame(columns=["report_id", "label", "reader", "value", "version"])
-        where.append(f"r.report_id IN ({', '.join(['?'] * len(ids))})")
-        params.extend(ids)
+        where.append(f"r.report_id IN ({', '.join(['?'] * len(report_ids_))})")
+        params.extend(report_ids_)
+    if report_id is not None:
+        where.append("r.report_id = ?")
+        params.append(report_id)
     if reader is not None:
         where.append("r.reader_id = ?")
         params.append(reader)
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    rows = _raw_rows(session, sql, tuple(params))
-    return pd.DataFrame(rows, columns=["report_id", "label", "reader", "value", "version"])
+    return sql + (" WHERE " + " AND ".join(where) if where else ""), tuple(params)
+
+
+def readings_frame(session: Session, cohort_id: int | None = None, report_ids_: Iterable[str] | None = None,
+                   reader: str | None = None) -> pd.DataFrame:
+    """Readings as a long frame: report_id, label, reader, value, version."""
+    columns = ["report_id", "label", "reader", "value", "version"]
+    ids = None if report_ids_ is None else list(report_ids_)
+    if ids == []:
+        return pd.DataFrame(columns=columns)
+    tail, params = _reading_filter(cohort_id, ids, reader)
+    rows = _raw_rows(session, "SELECT r.report_id, r.label, r.reader_id, r.value, r.version" + tail, params)
+    return pd.DataFrame(rows, columns=columns)
 
 
 def vote_counts(session: Session, cohort_id: int | None = None, report_id: str | None = None) -> pd.DataFrame:
     """Per (report, label): positives and readers, aggregated in the database."""
-    sql = "SELECT r.report_id, r.label, SUM(r.value), COUNT(*) FROM reading r"
-    where, params = [], []
-    if cohort_id is not None:
-        sql += " JOIN report p ON p.id = r.report_id"
-        where.append("p.cohort_id = ?")
-        params.append(cohort_id)
-    if report_id is not None:
-        where.append("r.report_id = ?")
-        params.append(report_id)
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += " GROUP BY r.report_id, r.label"
-    rows = _raw_rows(session, sql, tuple(params))
+    tail, params = _reading_filter(cohort_id, report_id=report_id)
+    rows = _raw_rows(session, "SELECT r.report_id, r.label, SUM(r.value), COUNT(*)" + tail + " GROUP BY r.report_id, r.label", params)
     return pd.DataFrame(rows, columns=["report_id", "label", "positives", "n_readers"])
 
 
 def reading_counts(session: Session, cohort_id: int | None = None) -> pd.DataFrame:
     """Per (reader, report): number of labels read, aggregated in the database."""
-    sql = "SELECT r.reader_id, r.report_id, COUNT(*) FROM reading r"
-    params: tuple = ()
-    if cohort_id is not None:
-        sql += " JOIN report p ON p.id = r.report_id WHERE p.cohort_id = ?"
-        params = (cohort_id,)
-    sql += " GROUP BY r.reader_id, r.report_id"
-    return pd.DataFrame(_raw_rows(session, sql, params), columns=["reader", "report_id", "labels"])
+    tail, params = _reading_filter(cohort_id)
+    rows = _raw_rows(session, "SELECT r.reader_id, r.report_id, COUNT(*)" + tail + " GROUP BY r.reader_id, r.report_id", params)
+    return pd.DataFrame(rows, columns=["reader", "report_id", "labels"])
 
 
 def insert_readings(session: Session, frame: pd.DataFrame) -> int:
