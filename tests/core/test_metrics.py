@@ -547,3 +547,21 @@ def test_subset_accuracy_restricts_to_mask(noisy):
         assert (table.loc[label, "accuracy_lo"], table.loc[label, "accuracy_hi"]) == pytest.approx((lo, hi), abs=1e-12)
     empty = metrics.subset_accuracy(y_true, y_pred, mask & False)
     assert (empty["n"] == 0).all() and empty["accuracy"].isna().all()
+
+
+def test_bootstrap_label_f1_matches_a_plain_loop_and_brackets_the_estimate():
+    """Per-label F1 intervals equal an sklearn loop over the same resampled reports."""
+    from sklearn.metrics import f1_score
+
+    rng = np.random.default_rng(3)
+    t = pd.DataFrame(rng.integers(0, 2, (80, 3)), columns=["a", "b", "c"]).astype(float)
+    p = t.where(rng.random((80, 3)) > 0.2, 1 - t)
+    got = metrics.bootstrap_label_f1(t, p, n_resamples=200, seed=5)
+    draws = np.random.default_rng(5).integers(0, 80, size=(200, 80))
+    for label in t.columns:
+        values = [f1_score(t[label].to_numpy()[d], p[label].to_numpy()[d]) for d in draws]
+        lo, hi = np.quantile(values, [0.025, 0.975])
+        assert got.loc[label, "f1_lo"] == pytest.approx(lo)
+        assert got.loc[label, "f1_hi"] == pytest.approx(hi)
+        est = f1_score(t[label], p[label])
+        assert got.loc[label, "f1_lo"] <= est <= got.loc[label, "f1_hi"]

@@ -21,6 +21,7 @@ The module is pure: numpy, pandas and scipy only, no I/O.
 
 from __future__ import annotations
 
+import warnings
 from enum import StrEnum
 
 import numpy as np
@@ -35,6 +36,7 @@ __all__ = [
     "label_metrics",
     "averages",
     "bootstrap_macro_f1",
+    "bootstrap_label_f1",
     "mcnemar_exact",
     "mcnemar_exact_arrays",
     "holm",
@@ -404,6 +406,37 @@ def bootstrap_macro_f1(
         "n_reports": int(n_rows),
         "n_resamples_undefined": int(samples.size - finite.size),
     }
+
+
+def bootstrap_label_f1(
+    y_true: pd.DataFrame,
+    y_pred: pd.DataFrame,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> pd.DataFrame:
+    """Per-label percentile bootstrap interval of F1 (resampling reports), for forest plots.
+
+    F1 is not a binomial proportion, so it has no Wilson interval; resamples in which a label's
+    F1 is undefined (no positive on either side) are left out of that label's interval.
+    """
+    _check_alpha(alpha)
+    t, p = _aligned(y_true, y_pred, names=("y_true", "y_pred"))
+    n_rows, n_labels = t.shape
+    indicators = np.hstack([(t == 1) & (p == 1), (t == 0) & (p == 1), (t == 1) & (p == 0)]).astype(float)
+    rng = np.random.default_rng(seed)
+    chunk = max(1, _BOOTSTRAP_CELLS // max(n_rows, 1))
+    parts = []
+    for start in range(0, n_resamples, chunk):
+        size = min(chunk, n_resamples - start)
+        counts = _resample_weights(rng, n_rows, size) @ indicators if n_rows else np.zeros((size, 3 * n_labels))
+        tp, fp, fn = counts[:, :n_labels], counts[:, n_labels : 2 * n_labels], counts[:, 2 * n_labels :]
+        parts.append(_f1(tp, fp, fn, ZeroDivisionPolicy.UNDEFINED)[0])
+    samples = np.vstack(parts) if parts else np.zeros((0, n_labels))
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-undefined label gives NaN bounds
+        lo, hi = np.nanquantile(samples, [alpha / 2, 1 - alpha / 2], axis=0) if len(samples) else (np.nan, np.nan)
+    return pd.DataFrame({"f1_lo": lo, "f1_hi": hi}, index=pd.Index(y_true.columns, name="label"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -114,8 +114,11 @@ class EvaluationService:
         y_true, y_pred, excluded = self.evaluation_inputs(run_id, reference=reference)
         table = metrics.label_metrics(y_true, y_pred, ci=ci, zero_division=zero_division)
         avg = metrics.averages(table, zero_division=zero_division, ci=ci)
-        boot = metrics.bootstrap_macro_f1(y_true, y_pred, n_resamples=n_resamples, seed=seed, zero_division=zero_division) \
-            if n_resamples else {}
+        boot = {}
+        if n_resamples:
+            boot = metrics.bootstrap_macro_f1(y_true, y_pred, n_resamples=n_resamples, seed=seed, zero_division=zero_division)
+            # F1 has no binomial interval: a bootstrap over reports gives one per label
+            table = table.join(metrics.bootstrap_label_f1(y_true, y_pred, n_resamples=n_resamples, seed=seed))
         return Evaluation(run_id, table, avg, boot, excluded, ci, zero_division, list(y_true.columns))
 
     def compare_runs(self, run_a: int, run_b: int, mid_p: bool = False, min_discordant: int = 10,

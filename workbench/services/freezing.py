@@ -79,6 +79,7 @@ class FreezeService:
                 {"label": lab, "n": int(t.loc[lab, "n"]), "support": int(t.loc[lab, "support"]),
                  "accuracy": t.loc[lab, "accuracy"], "accuracy_lo": t.loc[lab, "accuracy_lo"], "accuracy_hi": t.loc[lab, "accuracy_hi"],
                  "precision": t.loc[lab, "precision"], "recall": t.loc[lab, "recall"], "f1": t.loc[lab, "f1"],
+                 "f1_lo": t.loc[lab, "f1_lo"] if "f1_lo" in t else None, "f1_hi": t.loc[lab, "f1_hi"] if "f1_hi" in t else None,
                  "f1_undefined": bool(t.loc[lab, "f1_undefined"])}
                 for lab in t.index],
         }
