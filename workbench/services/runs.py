@@ -251,29 +251,48 @@ class RunsService:
         if on_progress:
             on_progress(progress)
 
-        def on_result(req, res) -> None:
-            rows = self._prediction_rows(req, res.text, res)
-            failed = any(r["value"] is None for r in rows)
+        # a paid call is stored the moment it returns (kill -9 loses nothing); the offline labeller's
+        # answers cost nothing to redo, so they are stored in batches (one transaction per 500)
+        batch = 500 if cfg.model.startswith(RULES_PREFIX) else 1
+        pending: list = []
+
+        def flush() -> None:
+            if not pending:
+                return
+            rows = [row for _, _, r in pending for row in r]
+            cost = sum(res.cost for _, res, _ in pending if res.cost is not None)
             with self.session() as s:
                 q.upsert_predictions(s, run_id, rows)
-                if res.text is not None and not failed:
-                    q.put_cached_call(s, req.key, cfg.model, res.text, res.prompt_tokens, res.completion_tokens, res.cost)
-                q.add_run_counts(s, run_id, calls_made=1, prompt_tokens=res.prompt_tokens or 0,
-                                 completion_tokens=res.completion_tokens or 0)
-                if res.cost is not None:
-                    q.update_run(s, run_id, cost=(q.get_run(s, run_id).cost or 0.0) + res.cost)
+                for req, res, r in pending:
+                    if res.text is not None and not any(x["value"] is None for x in r):
+                        q.put_cached_call(s, req.key, cfg.model, res.text, res.prompt_tokens, res.completion_tokens, res.cost)
+                q.add_run_counts(s, run_id, calls_made=len(pending),
+                                 prompt_tokens=sum(res.prompt_tokens or 0 for _, res, _ in pending),
+                                 completion_tokens=sum(res.completion_tokens or 0 for _, res, _ in pending))
+                if any(res.cost is not None for _, res, _ in pending):
+                    q.update_run(s, run_id, cost=(q.get_run(s, run_id).cost or 0.0) + cost)
+            pending.clear()
+
+        def on_result(req, res) -> None:
+            rows = self._prediction_rows(req, res.text, res)
+            pending.append((req, res, rows))
+            if len(pending) >= batch:
+                flush()
             summary.calls_made += 1
             progress.done += 1
             progress.made += 1
-            if failed:
+            if any(r["value"] is None for r in rows):
                 kind = res.error_kind or next(r["status"] for r in rows if r["value"] is None)
                 summary.failure_kinds[kind] = summary.failure_kinds.get(kind, 0) + 1
                 progress.failures += 1
             if on_progress:
                 on_progress(progress)
 
-        if todo:
-            self._engine(cfg)(todo, cfg, on_result, cancel)
+        try:
+            if todo:
+                self._engine(cfg)(todo, cfg, on_result, cancel)
+        finally:
+            flush()  # also when the engine raised: what was answered is kept
         return self._finish(run_id, labels, len(reports), summary, started, cancel)
 
     def _finish(self, run_id: int, labels: list[str], n_reports: int, summary: RunSummary, started: float, cancel) -> RunSummary:
