@@ -348,6 +348,27 @@ def _resample_weights(rng: np.random.Generator, n_rows: int, n_resamples: int) -
     return np.bincount(flat.ravel(), minlength=n_resamples * n_rows).reshape(n_resamples, n_rows)
 
 
+def _indicators(t: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """One column per (count kind, label): TP, FP, FN indicators side by side."""
+    return np.hstack([(t == 1) & (p == 1), (t == 0) & (p == 1), (t == 1) & (p == 0)]).astype(float)
+
+
+def _resampled_counts(t: np.ndarray, p: np.ndarray, n_resamples: int, seed: int):
+    """Yield (tp, fp, fn), each (resamples, labels), for chunks of seeded report resamples.
+
+    A resample's counts are its report weights @ the indicators, so 1,000 resamples are a few
+    matrix products instead of 1,000 x labels metric calls.
+    """
+    n_rows, n_labels = t.shape
+    indicators = _indicators(t, p)
+    rng = np.random.default_rng(seed)
+    chunk = max(1, _BOOTSTRAP_CELLS // max(n_rows, 1))
+    for start in range(0, n_resamples, chunk):
+        size = min(chunk, n_resamples - start)
+        counts = _resample_weights(rng, n_rows, size) @ indicators if n_rows else np.zeros((size, 3 * n_labels))
+        yield counts[:, :n_labels], counts[:, n_labels : 2 * n_labels], counts[:, 2 * n_labels :]
+
+
 def bootstrap_macro_f1(
     y_true: pd.DataFrame,
     y_pred: pd.DataFrame,
@@ -371,18 +392,9 @@ def bootstrap_macro_f1(
         raise ValueError("n_resamples must be at least 1")
     t, p = _aligned(y_true, y_pred, names=("y_true", "y_pred"))
     n_rows, n_labels = t.shape
-    # One indicator column per (count kind, label): a resample's counts are weights @ indicators.
-    indicators = np.hstack([(t == 1) & (p == 1), (t == 0) & (p == 1), (t == 1) & (p == 0)]).astype(float)
-    full = indicators.sum(axis=0)
+    full = _indicators(t, p).sum(axis=0)
     estimate = _macro(_f1(full[:n_labels], full[n_labels : 2 * n_labels], full[2 * n_labels :], policy)[0])[0]
-    rng = np.random.default_rng(seed)
-    chunk = max(1, _BOOTSTRAP_CELLS // max(n_rows, 1))
-    values = []
-    for start in range(0, n_resamples, chunk):
-        size = min(chunk, n_resamples - start)
-        counts = _resample_weights(rng, n_rows, size) @ indicators if n_rows else np.zeros((size, 3 * n_labels))
-        tp, fp, fn = counts[:, :n_labels], counts[:, n_labels : 2 * n_labels], counts[:, 2 * n_labels :]
-        values.append(_macro(_f1(tp, fp, fn, policy)[0], axis=1)[0])
+    values = [_macro(_f1(tp, fp, fn, policy)[0], axis=1)[0] for tp, fp, fn in _resampled_counts(t, p, n_resamples, seed)]
     samples = np.concatenate(values)
     finite = samples[~np.isnan(samples)]
     q_lo, q_hi = alpha / 2, 1 - alpha / 2
@@ -422,17 +434,8 @@ def bootstrap_label_f1(
     """
     _check_alpha(alpha)
     t, p = _aligned(y_true, y_pred, names=("y_true", "y_pred"))
-    n_rows, n_labels = t.shape
-    indicators = np.hstack([(t == 1) & (p == 1), (t == 0) & (p == 1), (t == 1) & (p == 0)]).astype(float)
-    rng = np.random.default_rng(seed)
-    chunk = max(1, _BOOTSTRAP_CELLS // max(n_rows, 1))
-    parts = []
-    for start in range(0, n_resamples, chunk):
-        size = min(chunk, n_resamples - start)
-        counts = _resample_weights(rng, n_rows, size) @ indicators if n_rows else np.zeros((size, 3 * n_labels))
-        tp, fp, fn = counts[:, :n_labels], counts[:, n_labels : 2 * n_labels], counts[:, 2 * n_labels :]
-        parts.append(_f1(tp, fp, fn, ZeroDivisionPolicy.UNDEFINED)[0])
-    samples = np.vstack(parts) if parts else np.zeros((0, n_labels))
+    parts = [_f1(tp, fp, fn, ZeroDivisionPolicy.UNDEFINED)[0] for tp, fp, fn in _resampled_counts(t, p, n_resamples, seed)]
+    samples = np.vstack(parts) if parts else np.zeros((0, t.shape[1]))
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # an all-undefined label gives NaN bounds
         lo, hi = np.nanquantile(samples, [alpha / 2, 1 - alpha / 2], axis=0) if len(samples) else (np.nan, np.nan)
