@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 from pathlib import Path
 
@@ -14,6 +15,16 @@ DATASETS = ROOT.parent / "shared" / "datasets"
 DATA = Path(__file__).resolve().parent / "data"
 
 from fake_llm_server import fake_llm_server  # noqa: E402,F401  (fixture: OpenAI-compatible server on 127.0.0.1)
+
+
+# the small fixture cohort: findings per report, and the (report, label) items its readers call positive
+SMALL_FINDINGS = {row["id"]: row["findings"] for row in csv.DictReader((DATA / "reports_small.csv").open(encoding="utf-8"))}
+SMALL_POSITIVE = {
+    ("s2", "cardiomegaly"), ("s2", "pleural_effusion"), ("s2", "enlarged_cardiomediastinum"),
+    ("s3", "consolidation"), ("s3", "lung_opacity"), ("s4", "support_devices"), ("s5", "cardiomegaly"),
+    ("s6", "atelectasis"), ("s7", "fracture"), ("s7", "pneumothorax"), ("s8", "interstitial_lung_disease"),
+    ("s8", "lung_opacity"),
+}
 
 
 def require_datasets() -> Path:

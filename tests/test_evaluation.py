@@ -31,19 +31,12 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.inter_rater import fleiss_kappa
 from statsmodels.stats.proportion import proportion_confint
 
-from conftest import DATA
+from conftest import DATA, SMALL_FINDINGS as FINDINGS, SMALL_POSITIVE as POSITIVE
 from fake_llm_server import REFUSAL_REPLY, last_user_text, running_server
 from workbench.cli import main
 from workbench.services import Actor, PermissionDenied
 from workbench.study import StudyError
 
-FINDINGS = pd.read_csv(DATA / "reports_small.csv").set_index("id")["findings"].to_dict()
-POSITIVE = {
-    ("s2", "cardiomegaly"), ("s2", "pleural_effusion"), ("s2", "enlarged_cardiomediastinum"),
-    ("s3", "consolidation"), ("s3", "lung_opacity"), ("s4", "support_devices"), ("s5", "cardiomegaly"),
-    ("s6", "atelectasis"), ("s7", "fracture"), ("s7", "pneumothorax"), ("s8", "interstitial_lung_disease"),
-    ("s8", "lung_opacity"),
-}
 LEFT_OUT = ("reports used as few-shot examples (leakage)", "items waiting for adjudication", "failed or missing predictions")
 
 

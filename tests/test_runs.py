@@ -16,20 +16,13 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from conftest import DATA
+from conftest import SMALL_FINDINGS as FINDINGS, SMALL_POSITIVE as POSITIVE
 from fake_llm_server import MALFORMED_REPLY, REFUSAL_REPLY, last_user_text, running_server
 from workbench.cli import main
 from workbench.study import StudyError
 
 ASKED = 20  # ranscore-21: No Finding is derived, never asked
 N_REPORTS = 8
-FINDINGS = pd.read_csv(DATA / "reports_small.csv").set_index("id")["findings"].to_dict()
-POSITIVE = {
-    ("s2", "cardiomegaly"), ("s2", "pleural_effusion"), ("s2", "enlarged_cardiomediastinum"),
-    ("s3", "consolidation"), ("s3", "lung_opacity"), ("s4", "support_devices"), ("s5", "cardiomegaly"),
-    ("s6", "atelectasis"), ("s7", "fracture"), ("s7", "pneumothorax"), ("s8", "interstitial_lung_disease"),
-    ("s8", "lung_opacity"),
-}
 
 
 class Oracle:
