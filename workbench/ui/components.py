@@ -117,6 +117,14 @@ def do(wb, action: str, fn, *args, done=None, rerun: bool = True, **kwargs):
 # ---------------------------------------------------------------- model notice
 
 
+def lazy_tabs(key: str, tabs: dict) -> None:
+    """Tabs whose content is computed only when open (title -> zero-argument draw function)."""
+    for tab, draw in zip(st.tabs(list(tabs), key=key, on_change="rerun"), tabs.values()):
+        if tab.open:
+            with tab:
+                draw()
+
+
 def model_notice(wb) -> None:
     """Which model labels, and whether report text leaves this machine."""
     from workbench.services.runs import RULES_PREFIX, endpoint_label, is_local_model

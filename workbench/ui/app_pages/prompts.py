@@ -19,18 +19,18 @@ def render(wb) -> None:
                          "current disagreements, then save it as a new version (a Git commit) and re-run.")
     names = wb.vocab.names()
     label = st.selectbox("Label", wb.vocab.asked_ids, key=state.PROMPT_LABEL, format_func=names.get)
-    edit, history, policy = st.tabs(["Edit", "History", "Policy across labels"], key=state.PROMPTS_TAB, on_change="rerun")
-    if edit.open:
-        with edit:
-            _edit(wb, label)
-    if history.open:
-        with history:
-            _history(wb, label)
-    if policy.open:
-        with policy:
-            st.dataframe(state.read(wb, "policy_table"), hide_index=True)
-            for finding in state.read(wb, "policy_conflicts"):
-                st.warning(f"{finding.kind}: {finding.message}")
+    components.lazy_tabs(state.PROMPTS_TAB, {
+        "Edit": lambda: _edit(wb, label),
+        "History": lambda: _history(wb, label),
+        "Policy across labels": lambda: _policy(wb),
+    })
+
+
+def _policy(wb) -> None:
+    """Every label's hedge and temporal policy, with the inconsistencies found."""
+    st.dataframe(state.read(wb, "policy_table"), hide_index=True)
+    for finding in state.read(wb, "policy_conflicts"):
+        st.warning(f"{finding.kind}: {finding.message}")
 
 
 def _edit(wb, label: str) -> None:

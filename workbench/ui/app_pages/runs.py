@@ -25,17 +25,11 @@ def render(wb) -> None:
     with st.expander(f"All runs ({len(runs)})"):
         st.dataframe(runs.assign(prompt_commit=runs["prompt_commit"].str[:8],
                                  labels=runs["labels_json"].str.count(",") + 1)[RUN_COLUMNS], hide_index=True)
-    metrics_tab, compare_tab, history_tab = st.tabs(["Metrics of a run", "Compare two runs", "Iteration history"],
-                                                     key=state.RUNS_TAB, on_change="rerun")
-    if metrics_tab.open:
-        with metrics_tab:
-            _metrics(wb, runs)
-    if compare_tab.open:
-        with compare_tab:
-            _compare(wb, runs)
-    if history_tab.open:
-        with history_tab:
-            _history(wb)
+    components.lazy_tabs(state.RUNS_TAB, {
+        "Metrics of a run": lambda: _metrics(wb, runs),
+        "Compare two runs": lambda: _compare(wb, runs),
+        "Iteration history": lambda: _history(wb),
+    })
 
 
 def _history(wb) -> None:
