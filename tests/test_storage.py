@@ -100,6 +100,12 @@ def test_runs_predictions_cache(any_study):
         q.put_cached_call(s, "k1", "m", '{"value": 1}', 10, 2, None)
         q.put_cached_call(s, "k1", "m", "other", 1, 1, None)  # first writer wins
         assert q.cached_calls(s, ["k1", "k9"])["k1"].response == '{"value": 1}'
+        q.put_cached_calls(s, [q.CachedCall("k2", "m", "a", 3, 1, 0.5), q.CachedCall("k1", "m", "x", 0, 0, None)])
+        got = q.cached_calls(s, ["k1", "k2"])
+        assert got["k1"].response == '{"value": 1}' and got["k2"] == q.CachedCall("k2", "m", "a", 3, 1, 0.5)
+        q.upsert_predictions(s, run.id, [{**rows[1], "value": 0, "status": "ok", "detail": "retried"}])
+        again = q.predictions_frame(s, run.id, report_id="s2", label="edema")
+        assert len(again) == 1 and again.iloc[0]["value"] == 0 and again.iloc[0]["detail"] == "retried"
         q.put_extraction(s, "x1", "b" * 64, "t" * 64, '{"edema": 1}')
         assert q.get_extractions(s, ["x1"]) == {"x1": '{"edema": 1}'}
 

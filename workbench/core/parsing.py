@@ -68,6 +68,15 @@ def parse_reply(text: str | None, report_text: str | None = None) -> Decision:
         return Decision(None, "", "call_error", "no reply: the call failed")
     if not isinstance(text, str):
         return _fail(f"reply is not text: {type(text).__name__}")
+    whole = text.strip()
+    if whole[:1] == "{" and whole[-1:] == "}" and "think>" not in whole.lower() and "`" not in whole:
+        # the usual well-formed reply: one JSON object and nothing else (no fences, no thinking)
+        try:
+            obj = json.loads(whole)
+        except (ValueError, RecursionError):
+            obj = None
+        if isinstance(obj, dict):
+            return _from_objects([(obj, False)], whole, report_text)
     body, truncated = _strip_think(text)
     if not body.strip():
         return _fail("reply ended inside <think> (raise max_tokens?)" if truncated else "empty reply")

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
 import string
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 TASK_FILE = "_task.yaml"
@@ -334,6 +336,29 @@ def render_label_call(ps: PromptSet, label_id: str, label_name: str, report: str
     return [{"role": "system", "content": ps.task.system}, {"role": "user", "content": user}]
 
 
+_REPORT_SLOT = "\x00report\x00"  # cannot occur in YAML-loaded prompt text
+
+
+def label_call_renderer(ps: PromptSet, label_id: str, label_name: str) -> Callable[[str], list[dict]]:
+    """render_label_call with the label's part rendered once: report -> the same messages, fast.
+
+    A run renders one call per (report, label); the guidance, examples and template are the same
+    for every report, so they are filled once and only the report is spliced in per call."""
+    lp = ps.label(label_id)
+    values = {"label_name": label_name, "task": lp.task, "guidance": label_guidance(lp, label_name),
+              "examples": render_examples(lp), "output_format": ps.task.output_format}
+    if any(_REPORT_SLOT in str(v) for v in values.values()):  # never in practice; stay exact anyway
+        return lambda report: render_label_call(ps, label_id, label_name, report)
+    parts = _fill(ps.task.per_label_template, {**values, "report": _REPORT_SLOT},
+                  f"{TASK_FILE}: per_label_template").split(_REPORT_SLOT)
+    system = ps.task.system
+
+    def render(report: str) -> list[dict]:
+        return [{"role": "system", "content": system}, {"role": "user", "content": report.join(parts)}]
+
+    return render
+
+
 def render_joint_call(ps: PromptSet, names: dict[str, str], report: str) -> list[dict]:
     """Chat messages asking about every label at once (joint mode)."""
     blocks = []
@@ -356,6 +381,24 @@ def content_hash(obj: object) -> str:
 def call_key(messages: list[dict], params: dict) -> str:
     """Cache key of one call: hash of rendered messages and the parameters that change the answer."""
     return content_hash({"messages": messages, "params": params})
+
+
+def call_keyer(params: dict) -> Callable[[list[dict]], str]:
+    """call_key with the parameters serialised once: messages -> the same key, about 3x faster.
+
+    Builds the canonical JSON of plain {role, content} messages by hand (the string encoder is
+    json's own), so keys stay identical to call_key's and existing call caches stay valid."""
+    tail = ',"params":' + json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "}"
+    enc = json.encoder.encode_basestring  # what json.dumps(ensure_ascii=False) uses for strings
+
+    def key(messages: list[dict]) -> str:
+        if not all(type(m) is dict and m.keys() == {"role", "content"} and type(m["role"]) is str
+                   and type(m["content"]) is str for m in messages):
+            return call_key(messages, params)
+        body = ",".join('{"content":' + enc(m["content"]) + ',"role":' + enc(m["role"]) + "}" for m in messages)
+        return hashlib.sha256(('{"messages":[' + body + "]" + tail).encode("utf-8")).hexdigest()
+
+    return key
 
 
 def prompt_set_from_dictionary(guidance: dict, label_ids: list[str], task: TaskSpec) -> PromptSet:

@@ -14,11 +14,12 @@ from urllib.parse import urlparse
 import pandas as pd
 
 
-from workbench.core.prompts import PromptSet, call_key, render_joint_call, render_label_call
+from workbench.core.prompts import PromptSet, call_keyer, label_call_renderer, render_joint_call
 from workbench.store import queries as q
 from workbench.study import StudyError
 
 RULES_PREFIX = "workbench/"
+PROGRESS_EVERY_S = 0.2  # progress callbacks at most five times a second
 MODEL_FIELDS = ("model", "api_base", "api_key_env", "endpoints", "temperature", "seed", "max_tokens", "timeout_s",
                 "max_retries", "backoff_base_s", "backoff_max_s", "concurrency", "json_mode")
 
@@ -240,20 +241,22 @@ class RunsService:
         todo = [r for r in requests if r.key not in cache]
         reused_rows = []
         for r in requests:
-            if r.key in cache:
-                reused_rows.extend(self._prediction_rows(r, cache[r.key].response, None))
+            hit = cache.get(r.key)
+            if hit is not None:
+                reused_rows.extend(self._prediction_rows(r, hit.response, None))
         summary.calls_reused = total - len(todo)
         with self.session() as s:
             q.upsert_predictions(s, run_id, reused_rows)
             q.update_run(s, run_id, calls_total=run.calls_total or (total + len(done)))
             q.add_run_counts(s, run_id, calls_reused=summary.calls_reused)
         progress = Progress(done=summary.calls_reused, total=total, made=0, reused=summary.calls_reused, failures=0)
+        next_report = [time.monotonic() + PROGRESS_EVERY_S]
         if on_progress:
             on_progress(progress)
 
         # a paid call is stored the moment it returns (kill -9 loses nothing); the offline labeller's
         # answers cost nothing to redo, so they are stored in batches (one transaction per 500)
-        batch = 500 if cfg.model.startswith(RULES_PREFIX) else 1
+        batch = 5000 if cfg.model.startswith(RULES_PREFIX) else 1
         pending: list = []
 
         def flush() -> None:
@@ -263,9 +266,9 @@ class RunsService:
             cost = sum(res.cost for _, res, _ in pending if res.cost is not None)
             with self.session() as s:
                 q.upsert_predictions(s, run_id, rows)
-                for req, res, r in pending:
-                    if res.text is not None and not any(x["value"] is None for x in r):
-                        q.put_cached_call(s, req.key, cfg.model, res.text, res.prompt_tokens, res.completion_tokens, res.cost)
+                q.put_cached_calls(s, [
+                    q.CachedCall(req.key, cfg.model, res.text, res.prompt_tokens, res.completion_tokens, res.cost)
+                    for req, res, r in pending if res.text is not None and not any(x["value"] is None for x in r)])
                 q.add_run_counts(s, run_id, calls_made=len(pending),
                                  prompt_tokens=sum(res.prompt_tokens or 0 for _, res, _ in pending),
                                  completion_tokens=sum(res.completion_tokens or 0 for _, res, _ in pending))
@@ -285,7 +288,8 @@ class RunsService:
                 kind = res.error_kind or next(r["status"] for r in rows if r["value"] is None)
                 summary.failure_kinds[kind] = summary.failure_kinds.get(kind, 0) + 1
                 progress.failures += 1
-            if on_progress:
+            if on_progress and (progress.done == total or time.monotonic() >= next_report[0]):
+                next_report[0] = time.monotonic() + PROGRESS_EVERY_S  # a bar needs a few updates a second, not 43,000
                 on_progress(progress)
 
         try:
@@ -340,6 +344,9 @@ class RunsService:
             params["engine_version"] = getattr(rules, "ENGINE_VERSION", "1")
         names = self.vocab.names()
         cues = ps.task.cue_lists()
+        call_key = call_keyer(params)
+        renderers = {lab: label_call_renderer(ps, lab, names[lab]) for lab in labels} if mode != "joint" else {}
+        prompts = {lab: [ps.label(lab)] for lab in labels}
         out = []
         for row in reports.itertuples(index=False):
             text = compose_text(row.findings, row.impression, row.text, sections)
@@ -348,17 +355,17 @@ class RunsService:
                 if not todo:
                     continue
                 messages = render_joint_call(ps, {lab: names[lab] for lab in todo}, text)
-                out.append(CallRequest(call_key(messages, params), messages, {
+                out.append(CallRequest(call_key(messages), messages, {
                     "report_id": row.report_id, "labels": todo, "report": text, "mode": "joint",
                     "prompts": [ps.label(lab) for lab in todo], "cues": cues}))
                 continue
             for lab in labels:
                 if (row.report_id, lab) in done:
                     continue
-                messages = render_label_call(ps, lab, names[lab], text)
-                out.append(CallRequest(call_key(messages, params), messages, {
+                messages = renderers[lab](text)
+                out.append(CallRequest(call_key(messages), messages, {
                     "report_id": row.report_id, "labels": [lab], "report": text, "mode": "per_label",
-                    "prompts": [ps.label(lab)], "cues": cues}))
+                    "prompts": prompts[lab], "cues": cues}))
         return out
 
     @staticmethod
