@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import click
-import pandas as pd
 
 from workbench.study import PROJECT_ROOT, StudyError, builtin_vocabularies, resolve_study_path
 
@@ -45,6 +44,8 @@ def _cli_actor():
 
 def echo_table(frame: pd.DataFrame, fmt: str = "table") -> None:
     """Print a DataFrame as an aligned table, CSV or JSON."""
+    import pandas as pd  # imported here, not at the top: `workbench --help` stays fast
+
     if fmt == "csv":
         click.echo(frame.to_csv(index=False), nl=False)
     elif fmt == "json":
@@ -58,14 +59,21 @@ class CliGroup(click.Group):
     """Turn known user errors into one clear line and exit code 2 instead of a traceback."""
 
     def invoke(self, ctx):
-        from workbench.importers import ImportProblems
-        from workbench.services import ConflictError, PermissionDenied
-
         try:
             return super().invoke(ctx)
-        except (StudyError, ImportProblems, PermissionDenied, ConflictError, ValueError, KeyError) as exc:
+        except Exception as exc:
+            if not isinstance(exc, _user_errors()):
+                raise
             click.echo(f"error: {exc}", err=True)
             ctx.exit(2)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean a user's mistake (imported only when one is raised: fast start)."""
+    from workbench.importers import ImportProblems
+    from workbench.services import ConflictError, PermissionDenied
+
+    return (StudyError, ImportProblems, PermissionDenied, ConflictError, ValueError, KeyError)
 
 
 @click.group(cls=CliGroup)

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import yaml
 
-from workbench.core.reference import ReferenceRule
 from workbench.core.vocab import Vocabulary, parse_vocabulary
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -68,6 +67,8 @@ class StudyConfig:
         bad = [s for s in cfg.sections if s not in ("findings", "impression", "text")]
         if bad or not cfg.sections:
             raise StudyError(f"{source}: sections must be a non-empty list of findings, impression, text; got {cfg.sections}")
+        from workbench.core.reference import ReferenceRule  # numpy/pandas: not needed for `workbench --help`
+
         try:
             ReferenceRule.from_config(cfg.reference)
         except ValueError as exc:

@@ -15,7 +15,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-import git
+
+
+class _LazyGit:
+    """GitPython, imported on first use: commands that never touch Git start ~0.1 s sooner."""
+
+    def __getattr__(self, name: str):
+        import git as gitpython
+
+        globals()["git"] = gitpython
+        return getattr(gitpython, name)
+
+
+git = _LazyGit()
 
 _LOCK = threading.Lock()  # one writer at a time inside a process (see write_lock for other processes)
 DEFAULT_IDENTITY = ("workbench", "workbench@localhost")
