@@ -62,6 +62,7 @@ class ModelConfig:
     backoff_max_s: float = 30.0
     concurrency: int = 8
     json_mode: bool = False
+    workers: int = 1  # processes that share the calls (workbench/workers.py); 1 = this process only
 
     def __post_init__(self) -> None:
         if not self.model or not isinstance(self.model, str):
@@ -75,6 +76,8 @@ class ModelConfig:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
 
     def params(self) -> dict:
         """The parameters that change an answer (for the cache key); no keys, no endpoints."""
@@ -479,3 +482,8 @@ def check_model(cfg: ModelConfig) -> str:
     if result.error is not None:
         raise LLMError(f"{cfg.model} at {cfg.endpoint_label()}: {result.error}")
     return result.text or ""
+
+
+# the engine's parts, for workbench/workers.py (each worker process runs its own event loop)
+make_caller = _make_caller
+run_one = _run_one

@@ -21,7 +21,7 @@ from workbench.study import StudyError
 RULES_PREFIX = "workbench/"
 PROGRESS_EVERY_S = 0.2  # progress callbacks at most five times a second
 MODEL_FIELDS = ("model", "api_base", "api_key_env", "endpoints", "temperature", "seed", "max_tokens", "timeout_s",
-                "max_retries", "backoff_base_s", "backoff_max_s", "concurrency", "json_mode")
+                "max_retries", "backoff_base_s", "backoff_max_s", "concurrency", "json_mode", "workers")
 
 
 @dataclass
@@ -143,7 +143,8 @@ class RunsService:
         """The study's labeller settings, with a model chosen for this run."""
         settings = dict(self.config.labeller)
         if model and model != settings.get("model"):
-            settings = {k: v for k, v in settings.items() if k in ("concurrency", "temperature", "seed", "max_tokens", "timeout_s", "max_retries")}
+            settings = {k: v for k, v in settings.items() if k in ("concurrency", "temperature", "seed", "max_tokens", "timeout_s", "max_retries",
+                                                                   "workers")}
             settings["model"] = model
         settings.update({k: v for k, v in overrides.items() if v is not None})
         return settings
@@ -210,7 +211,8 @@ class RunsService:
     def _run_params(cfg, settings: dict) -> dict:
         """What is recorded on the run: the answer-changing parameters plus concurrency/endpoints."""
         params = dict(cfg.params())
-        keep = ("api_base", "api_key_env", "endpoints", "concurrency", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s")
+        keep = ("api_base", "api_key_env", "endpoints", "concurrency", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s",
+                "workers")
         params.update({k: settings[k] for k in keep if settings.get(k) is not None})
         return params
 
@@ -325,6 +327,10 @@ class RunsService:
             from workbench import rules
 
             return rules.complete_all
+        if cfg.workers > 1:
+            from workbench import workers
+
+            return workers.complete_all_workers
         from workbench import llm
 
         return llm.complete_all_sync
