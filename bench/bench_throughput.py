@@ -70,12 +70,21 @@ def make_requests(n_reports: int, n_labels: int):
     return requests
 
 
-def bench_engine(url: str, args) -> dict:
-    """Run every call through complete_all; wall time, CPU time and outcome counts."""
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its finished worker processes."""
+    import resource
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def bench_engine(url: str, args, workers: int = 1) -> dict:
+    """Run every call through the engine (K worker processes when workers > 1); wall, CPU, outcomes."""
     from workbench.llm import ModelConfig, complete_all_sync
+    from workbench.workers import complete_all_workers
 
     cfg = ModelConfig(args.model, api_base=url, concurrency=args.concurrency,
-                      timeout_s=30, max_tokens=64)
+                      timeout_s=30, max_tokens=64, workers=workers)
     complete_all_sync(make_requests(1, min(args.concurrency, 32)), cfg, lambda q, r: None)  # warm clients
     requests = make_requests(args.reports, args.labels)
     done = {"ok": 0, "failed": 0}
@@ -84,12 +93,41 @@ def bench_engine(url: str, args) -> dict:
         done["ok" if res.error is None else "failed"] += 1
 
     before = server_stats(url)["count"]
-    cpu0, t0 = time.process_time(), time.perf_counter()
-    complete_all_sync(requests, cfg, on_result)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    cpu0, t0 = _cpu_s(), time.perf_counter()
+    complete_all_workers(requests, cfg, on_result)  # one process when workers == 1
+    wall, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
     stats = server_stats(url)
     return {"calls": len(requests), "wall": wall, "cpu": cpu, **done,
             "http": stats["count"] - before, "max_in_flight": stats["max_in_flight"]}
+
+
+def bench_bare_litellm(url: str, args) -> dict:
+    """A default-settings litellm.acompletion loop at the same concurrency: the CPU yardstick."""
+    import asyncio
+
+    import litellm
+
+    requests = make_requests(args.reports, args.labels)[: args.bare_sample]
+
+    async def go(batch) -> None:
+        sem = asyncio.Semaphore(args.concurrency)
+
+        async def one(req) -> None:
+            async with sem:
+                await litellm.acompletion(model=args.model, messages=req.messages, api_base=url,
+                                          api_key="sk-no-key-needed", temperature=0, max_tokens=64)
+
+        await asyncio.gather(*(one(r) for r in batch))
+
+    kept = litellm.turn_off_message_logging
+    litellm.turn_off_message_logging = False  # litellm's default (the workbench turns it on)
+    try:
+        asyncio.run(go(requests[: args.concurrency]))  # warm
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        asyncio.run(go(requests))
+    finally:
+        litellm.turn_off_message_logging = kept
+    return {"calls": len(requests), "wall": time.perf_counter() - t0, "cpu": time.process_time() - cpu0}
 
 
 def bench_sequential(url: str, sample: int, model: str) -> float:
@@ -116,6 +154,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency", type=float, default=0.1, help="server seconds per call")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--sequential-sample", type=int, default=100, help="calls timed in the sequential loop")
+    parser.add_argument("--workers", type=lambda v: [int(x) for x in v.split(",")], default=[1, 2],
+                        help="worker process counts to time, comma-separated (default 1,2)")
+    parser.add_argument("--bare-sample", type=int, default=1000, help="calls in the default litellm loop")
     parser.add_argument("--model", default="openai/fake-qwen3-14b",
                         help="litellm model string sent to the fake server (hosted_vllm/... is a cheaper path)")
     args = parser.parse_args(argv)
@@ -131,26 +172,35 @@ def main(argv: list[str] | None = None) -> None:
         print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at start "
               "(other processes on the cores lower every figure below)")
 
-        res = bench_engine(url, args)
-        calls, wall = res["calls"], res["wall"]
-        ideal = calls * args.latency / args.concurrency
-        cpu_ms = 1000 * res["cpu"] / calls
-        print(f"\nengine: {calls} calls ({args.reports} reports x {args.labels} labels), "
-              f"concurrency {args.concurrency}")
-        print(f"  wall {wall:.1f} s, {calls / wall:.0f} calls/s; ideal {ideal:.1f} s "
-              f"({args.concurrency / args.latency:.0f} calls/s)")
-        print(f"  efficiency {ideal / wall:.2f} (target >= 0.8)")
-        print(f"  ok {res['ok']}, failed {res['failed']}, HTTP requests {res['http']}, "
-              f"server max in flight {res['max_in_flight']}")
-        print(f"  client CPU {cpu_ms:.2f} ms per call (litellm + engine) -> one process tops out near "
-              f"{1000 / cpu_ms:.0f} calls/s; the event loop was busy {100 * res['cpu'] / wall:.0f}% of the run")
+        bare = bench_bare_litellm(url, args)
+        bare_ms = 1000 * bare["cpu"] / bare["calls"]
+        print(f"\ndefault litellm.acompletion loop ({bare['calls']} calls, concurrency {args.concurrency}): "
+              f"client CPU {bare_ms:.2f} ms per call, {bare['calls'] / bare['wall']:.0f} calls/s")
+        walls = {}
+        for workers in args.workers:
+            res = bench_engine(url, args, workers)
+            calls, wall = res["calls"], res["wall"]
+            walls[workers] = wall
+            ideal = calls * args.latency / args.concurrency
+            cpu_ms = 1000 * res["cpu"] / calls
+            print(f"\nengine, {workers} worker process{'es' if workers > 1 else ''}: {calls} calls "
+                  f"({args.reports} reports x {args.labels} labels), concurrency {args.concurrency}")
+            print(f"  wall {wall:.1f} s, {calls / wall:.0f} calls/s; ideal {ideal:.1f} s "
+                  f"({args.concurrency / args.latency:.0f} calls/s)")
+            print(f"  efficiency {ideal / wall:.2f} (target >= 0.8 at 300 ms per call)")
+            print(f"  ok {res['ok']}, failed {res['failed']}, HTTP requests {res['http']}, "
+                  f"server max in flight {res['max_in_flight']}")
+            print(f"  client CPU {cpu_ms:.2f} ms per call (litellm + engine{' + workers' if workers > 1 else ''}), "
+                  f"{cpu_ms / bare_ms:.2f} of the default litellm loop (target <= 0.7)")
 
         per_call = bench_sequential(url, args.sequential_sample, args.model)
         seq_total = per_call * calls
         print(f"\nsequential litellm.completion loop: {1000 * per_call:.1f} ms per call, timed on "
               f"{args.sequential_sample} calls and extrapolated to {calls}: {seq_total:.0f} s "
               f"({seq_total / 60:.1f} min)")
-        print(f"speed-up of the engine over the loop: {seq_total / wall:.1f}x")
+        for workers, wall in walls.items():
+            print(f"speed-up over the loop with {workers} worker process{'es' if workers > 1 else ''}: "
+                  f"{seq_total / wall:.1f}x (targets: >= 15x with one, >= 22x with two at 100 ms)")
     finally:
         proc.terminate()
         proc.wait(5)

@@ -20,6 +20,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import urlparse
 
 DUMMY_API_KEY = "sk-no-key-needed"  # local OpenAI-compatible servers need a key-shaped string
 RETRYABLE = frozenset({"rate_limit", "server", "timeout", "connection"})
@@ -203,6 +204,7 @@ def _call_kwargs(cfg: ModelConfig) -> dict:
 def _make_caller(cfg: ModelConfig) -> Callable:
     """An async function messages -> litellm ModelResponse, bound to cfg (Router for a pool)."""
     litellm = _litellm()
+    _price_local_model(litellm, cfg)
     key = _api_key(cfg)
     kwargs = _call_kwargs(cfg)
     if len(cfg.endpoints) > 1:
@@ -224,6 +226,29 @@ def _make_caller(cfg: ModelConfig) -> Callable:
         return await litellm.acompletion(model=cfg.model, messages=messages, **kwargs)
 
     return call_one
+
+
+def _price_local_model(litellm, cfg: ModelConfig) -> None:
+    """A model on this machine that litellm has no price for costs nothing: register that.
+
+    Without a registered price litellm tries ~90 pattern matches per call to find one (about a
+    fifth of its client CPU) and still records no cost; a remote model keeps its unknown cost."""
+    bases = cfg.base_urls()
+    local = bases and all((urlparse(b).hostname or "") in ("127.0.0.1", "localhost", "::1") for b in bases)
+    if not local or _has_price(litellm, cfg.model):
+        return
+    provider = provider_of(cfg.model)
+    litellm.register_model({cfg.model: {"input_cost_per_token": 0.0, "output_cost_per_token": 0.0, "mode": "chat",
+                                        "litellm_provider": provider if provider != "unknown" else "openai"}})
+
+
+def _has_price(litellm, model: str) -> bool:
+    """Whether litellm's (offline) cost map prices this model string."""
+    try:
+        info = litellm.get_model_info(model=model)
+    except Exception:  # litellm raises a bare Exception for an unmapped model
+        return False
+    return info.get("input_cost_per_token") is not None
 
 
 def _router(litellm, cfg: ModelConfig, key: str | None):
