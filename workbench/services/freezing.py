@@ -44,7 +44,16 @@ class FreezeService:
             raise StudyError(
                 f"no finished run of prompt version {prompt_commit[:8]} on cohort {cohort!r}: run it first "
                 f"(workbench run --cohort {cohort} --prompt {prompt_commit[:8]}) so the bundle carries the metrics that justify it")
-        return self.run_info(int(runs.iloc[0]["id"]))
+        asked = list(self.vocab.asked_ids)
+        for row in runs.itertuples(index=False):  # newest first: the latest run that covers every asked label
+            if not set(asked) - set(json.loads(row.labels_json)):
+                return self.run_info(int(row.id))
+        latest = int(runs.iloc[0]["id"])
+        missing = [lab for lab in asked if lab not in set(json.loads(runs.iloc[0]["labels_json"]))]
+        raise StudyError(
+            f"run {latest} of prompt version {prompt_commit[:8]} on cohort {cohort!r} does not cover every asked label: "
+            f"{len(missing)} of {len(asked)} missing ({', '.join(missing)}); a bundle is justified by a run of all its labels: "
+            f"run `workbench run --cohort {cohort} --prompt {prompt_commit[:8]}` (cached answers are reused) and freeze again")
 
     def freeze(self, name: str, prompt_ref: str | None = None, cohort: str | None = None,
                frozen_at: str | None = None, ci: str = "wilson") -> dict:
