@@ -365,7 +365,7 @@ def test_check_model(server):
         check_model(ModelConfig("openai/fake", api_base=url, backoff_base_s=0.01))
 
 
-def test_params_and_endpoint_label():
+def test_params_and_endpoint_label(monkeypatch):
     cfg = ModelConfig("openai/qwen3-14b", api_base="http://127.0.0.1:8000/v1", api_key_env="KEY",
                       endpoints=("http://a:8000/v1", "http://b:8000/v1"), seed=7, json_mode=True)
     assert cfg.params() == {"model": "openai/qwen3-14b", "temperature": 0.0, "seed": 7,
@@ -374,10 +374,14 @@ def test_params_and_endpoint_label():
     assert cfg.params() == other_pool.params()  # where it runs does not change the cache key
     assert cfg.endpoint_label() == "pool of 2: http://a:8000/v1, http://b:8000/v1"
     assert ModelConfig("openai/x", api_base="http://127.0.0.1:8000/v1").endpoint_label() == "http://127.0.0.1:8000/v1"
-    assert ModelConfig("openai/gpt-4o-mini").endpoint_label() == "api.openai.com (openai)"
-    assert ModelConfig("gpt-4o-mini").endpoint_label() == "api.openai.com (openai)"
-    assert ModelConfig("anthropic/claude-3-5-haiku").endpoint_label() == "api.anthropic.com (anthropic)"
-    assert ModelConfig("ollama/llama3").endpoint_label() == "localhost:11434 (ollama)"
+    for var in ("OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL", "OLLAMA_API_BASE"):
+        monkeypatch.delenv(var, raising=False)
+    assert ModelConfig("openai/gpt-4o-mini").endpoint_label() == "https://api.openai.com/v1 (provider default)"
+    assert ModelConfig("gpt-4o-mini").endpoint_label() == "https://api.openai.com/v1 (provider default)"
+    assert ModelConfig("anthropic/claude-3-5-haiku").endpoint_label() == "https://api.anthropic.com (provider default)"
+    assert ModelConfig("ollama/llama3").endpoint_label() == "http://localhost:11434 (provider default)"
+    monkeypatch.setenv("OLLAMA_API_BASE", "http://127.0.0.2:9999")  # litellm reads it: so does the label
+    assert ModelConfig("ollama_chat/llama3").endpoint_label() == "http://127.0.0.2:9999 ($OLLAMA_API_BASE)"
     assert ModelConfig("workbench/rules").endpoint_label().startswith("local")
 
 

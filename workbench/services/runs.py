@@ -69,26 +69,21 @@ def model_config(settings: dict):
     return ModelConfig(**values)
 
 
-# where litellm sends a provider's calls when no api_base is given (what an admin allows)
-PROVIDER_DEFAULTS = {
-    "ollama": "http://localhost:11434", "ollama_chat": "http://localhost:11434",
-    "openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com",
-    "gemini": "https://generativelanguage.googleapis.com", "mistral": "https://api.mistral.ai",
-    "deepseek": "https://api.deepseek.com", "groq": "https://api.groq.com", "dashscope": "https://dashscope.aliyuncs.com",
-}
+def _resolved(settings: dict):
+    """The endpoints of a model's settings, resolved the way litellm will (environment included)."""
+    from workbench.llm import resolve_endpoints
+
+    return resolve_endpoints(settings.get("model", ""), settings.get("api_base"), settings.get("endpoints") or ())
 
 
 def model_endpoints(settings: dict) -> list[str]:
-    """The URLs report text would be sent to ([] for the offline labeller or a provider's own API)."""
-    model = settings.get("model", "")
-    if model.startswith(RULES_PREFIX):
+    """The URLs report text would be sent to ([] for the offline labeller or an unresolvable provider)."""
+    from workbench.llm import EndpointError
+
+    try:
+        return [e.url for e in _resolved(settings)]
+    except EndpointError:
         return []
-    bases = [b for b in [settings.get("api_base"), *(settings.get("endpoints") or [])] if b]
-    if not bases:
-        provider = model.split("/", 1)[0] if "/" in model else "openai"
-        if provider in PROVIDER_DEFAULTS:
-            return [PROVIDER_DEFAULTS[provider]]
-    return bases
 
 
 def is_local_model(settings: dict) -> bool:
@@ -100,37 +95,34 @@ def is_local_model(settings: dict) -> bool:
 
 
 def endpoint_label(settings: dict) -> str:
-    """Where report text is sent, as recorded on the run and shown in the app."""
+    """Where report text is sent, as recorded on the run and shown in the app (with its origin
+    when it comes from a provider's environment variable or default)."""
+    from workbench.llm import EndpointError
+
     model = settings.get("model", "")
     if model.startswith(RULES_PREFIX):
         return model
-    bases = model_endpoints(settings)
-    if bases:
-        return ", ".join(bases)
-    provider = model.split("/", 1)[0] if "/" in model else "openai"
-    return f"{provider} (provider default endpoint)"
+    try:
+        return ", ".join(e.label() for e in _resolved(settings))
+    except EndpointError:
+        provider = model.split("/", 1)[0] if "/" in model else "unknown"
+        return f"{provider} (endpoint unknown: give api_base)"
 
 
 def endpoint_allowed(allowed: list[str], settings: dict) -> bool:
-    """Governance: every endpoint of the model must match an allowed prefix."""
+    """Governance: every endpoint the model will use must match an allowed entry."""
     model = settings.get("model", "")
     if model.startswith(RULES_PREFIX):
         return any(model.startswith(a) or a == model for a in allowed)
-    bases = model_endpoints(settings) or [endpoint_label(settings)]
-    return all(any(_url_matches(a, b) for a in allowed) for b in bases)
+    bases = model_endpoints(settings)
+    return bool(bases) and all(any(_url_matches(a, b) for a in allowed) for b in bases)
 
 
 def _url_matches(allowed: str, url: str) -> bool:
-    """Does an endpoint URL fall under an allowed entry? Compared by parts, not as text, so
-    http://127.0.0.1.example.com or http://127.0.0.1:80@evil.com do not pass for http://127.0.0.1."""
-    if "://" not in allowed:
-        return url.startswith(allowed)
-    a, u = urlparse(allowed), urlparse(url)
-    if u.username or u.password or a.scheme != u.scheme or (a.hostname or "") != (u.hostname or ""):
-        return False
-    if a.port is not None and a.port != u.port:
-        return False
-    return (u.path or "/").startswith(a.path or "/")
+    """Does an endpoint URL fall under an allowed entry (see llm.url_allowed)?"""
+    from workbench.llm import url_allowed
+
+    return url_allowed(allowed, url)
 
 
 class RunsService:
@@ -198,6 +190,13 @@ class RunsService:
 
     def _check_endpoint(self, settings: dict) -> None:
         """Refuse to send report text to an endpoint the study does not allow."""
+        from workbench.llm import EndpointError
+
+        if not settings.get("model", "").startswith(RULES_PREFIX):
+            try:
+                _resolved(settings)
+            except EndpointError as exc:
+                raise StudyError(f"report text will not be sent: {exc}") from exc
         if not endpoint_allowed(self.config.allowed_endpoints, settings):
             raise StudyError(
                 f"report text may not be sent to {endpoint_label(settings)}: it is not in this study's allowed endpoints "
@@ -209,6 +208,7 @@ class RunsService:
     def _run_params(cfg, settings: dict) -> dict:
         """What is recorded on the run: the answer-changing parameters plus concurrency/endpoints."""
         params = dict(cfg.params())
+        params["resolved_endpoints"] = model_endpoints(settings)  # a resume must go to the same place
         keep = ("api_base", "api_key_env", "endpoints", "concurrency", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s")
         params.update({k: settings[k] for k in keep if settings.get(k) is not None})
         return params
@@ -229,6 +229,11 @@ class RunsService:
             q.update_run(s, run_id, status="running", finished_at=None)
         settings = self._settings_from_params(params)
         self._check_endpoint(settings)
+        recorded = params.get("resolved_endpoints")
+        if recorded is not None and recorded != model_endpoints(settings):
+            raise StudyError(
+                f"run {run_id} sent report text to {', '.join(recorded) or 'this machine'}; it would now go to "
+                f"{endpoint_label(settings)} (the environment changed): restore it, or start a new run")
         cfg = model_config(settings)
         ps = self.prompt_set(run.prompt_commit)
         sections = run.sections.split(",")
@@ -332,8 +337,9 @@ class RunsService:
         from workbench.core.text import compose_text
 
         params = dict(cfg.params())
-        if cfg.api_base:  # one model name on two servers may be two models: never share their answers
-            params["api_base"] = cfg.api_base
+        ends = cfg.resolved() if not cfg.model.startswith(RULES_PREFIX) else ()
+        if len(ends) == 1 and ends[0].source != "provider default":  # one model name on two servers may be two models
+            params["api_base"] = ends[0].url
         if cfg.model.startswith(RULES_PREFIX):
             from workbench import rules
 
