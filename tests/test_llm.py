@@ -443,3 +443,32 @@ def test_connection_error_kind_when_called_inside_an_except_block():
     except RuntimeError:
         results = run([request("a", "x")], cfg)
     assert results["a"].error_kind == "connection"
+
+
+@pytest.mark.parametrize("base,url,ok", [
+    ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1/chat/completions", True),
+    ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1", True),
+    ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v10/chat/completions", False),
+    ("http://127.0.0.1:8000/v1", "http://127.0.0.2:8000/v1/chat/completions", False),
+    ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8001/v1/chat/completions", False),
+    ("http://127.0.0.1:8000/v1", "https://127.0.0.1:8000/v1/chat/completions", False),
+    ("http://127.0.0.1:8000/v1", "http://evil@127.0.0.1:8000/v1/chat/completions", False),
+    ("https://api.anthropic.com", "https://api.anthropic.com/v1/messages", True),
+    ("https://api.openai.com/v1", "https://api.openai.com:443/v1/chat/completions", True),
+    ("http://localhost:11434", "http://LOCALHOST:11434/api/chat", True),
+])
+def test_url_under_compares_scheme_host_port_and_path_segments(base, url, ok):
+    from workbench.llm import url_under
+
+    assert url_under(base, url) is ok
+
+
+def test_provider_environment_variables_resolve_like_litellm():
+    from workbench.llm import resolve_endpoints
+
+    env = {"OPENAI_API_BASE": "http://b", "OPENAI_BASE_URL": "http://a"}
+    assert [(e.url, e.source) for e in resolve_endpoints("openai/x", env=env)] == [("http://a", "$OPENAI_BASE_URL")]
+    assert resolve_endpoints("gpt-4o-mini", env={"OPENAI_API_BASE": "http://b"})[0].source == "$OPENAI_API_BASE"
+    assert resolve_endpoints("openai/x", api_base="http://c/v1", env=env)[0].url == "http://c/v1"  # settings win
+    assert resolve_endpoints("ollama_chat/x", env={})[0].url == "http://localhost:11434"
+    assert resolve_endpoints("workbench/rules") == ()

@@ -472,33 +472,50 @@ def _generated(values: tuple[str, ...]) -> dict:
     return out
 
 
-@main.command()
-@click.option("--bundle", "bundle_path", required=True, type=click.Path(exists=True, dir_okay=False), help="Frozen bundle JSON.")
-@click.option("--reference", required=True, type=click.Path(exists=True, dir_okay=False), help="Reference reports (id + text or findings/impression).")
-@click.option("--generated", multiple=True, required=True, help="NAME=FILE of generated reports with the same ids; repeat for several generators.")
-@click.option("--model", default=None, help="Label with another model than the bundle's (recorded in the output).")
-@click.option("--out", type=click.Path(file_okay=False), default=None, help="Folder for CSV and JSON outputs.")
-@click.option("--zero-division", type=click.Choice(["zero", "one", "exclude"]), default="zero", show_default=True,
-              help="F1 of a label with no positive on either side: 0 (as the released Ran Score script), 1, or left out.")
-@click.option("--resamples", type=int, default=1000, show_default=True, help="Bootstrap resamples for the Ran Score interval.")
-@click.option("--study", "study", type=click.Path(file_okay=False), envvar="WORKBENCH_STUDY", default=None,
-              help="Study whose database caches extractions (optional).")
-def score(bundle_path, reference, generated, model, out, zero_division, resamples, study):
-    """Score generated reports against reference reports with a frozen bundle (Ran Score)."""
-    from workbench import scoring
+def _allow_options(func):
+    """--api-base, --allow-endpoint (repeatable) and --study for the commands that label texts with a bundle."""
+    func = click.option("--study", "study", type=click.Path(file_okay=False), envvar="WORKBENCH_STUDY", default=None,
+                        help="Study whose database caches extractions and whose allowed endpoints apply (optional).")(func)
+    func = click.option("--allow-endpoint", "allow", multiple=True, metavar="URL",
+                        help="Also allow report text to go to this endpoint (URL prefix) for this command; repeatable. "
+                             "Without it text goes only to the bundle's own local endpoint (or --study's allowed list).")(func)
+    func = click.option("--api-base", default=None, help="Server URL for --model (an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1).")(func)
+    return click.option("--model", default=None, help="Label with another model than the bundle's (recorded in the output).")(func)
 
-    gens = _generated(generated)
+
+def _bundle_study(study):
+    """The Workbench of --study when it names a study folder, else None."""
     if study and (Path(study) / "workbench.yaml").exists():
         from workbench.services import Workbench
 
         wb = Workbench(resolve_study_path(study), actor=_cli_actor())
         wb.migrate()
-        result = wb.score_generated(Path(bundle_path), Path(reference), gens, model=model, out=Path(out) if out else None,
-                                    zero_division=zero_division, n_resamples=resamples)
+        return wb
+    return None
+
+
+@main.command()
+@click.option("--bundle", "bundle_path", required=True, type=click.Path(exists=True, dir_okay=False), help="Frozen bundle JSON.")
+@click.option("--reference", required=True, type=click.Path(exists=True, dir_okay=False), help="Reference reports (id + text or findings/impression).")
+@click.option("--generated", multiple=True, required=True, help="NAME=FILE of generated reports with the same ids; repeat for several generators.")
+@click.option("--out", type=click.Path(file_okay=False), default=None, help="Folder for CSV and JSON outputs.")
+@click.option("--zero-division", type=click.Choice(["zero", "one", "exclude"]), default="zero", show_default=True,
+              help="F1 of a label with no positive on either side: 0 (as the released Ran Score script), 1, or left out.")
+@click.option("--resamples", type=int, default=1000, show_default=True, help="Bootstrap resamples for the Ran Score interval.")
+@_allow_options
+def score(bundle_path, reference, generated, model, api_base, allow, study, out, zero_division, resamples):
+    """Score generated reports against reference reports with a frozen bundle (Ran Score)."""
+    from workbench import scoring
+
+    gens = _generated(generated)
+    wb = _bundle_study(study)
+    common = dict(model=model, out=Path(out) if out else None, zero_division=zero_division, n_resamples=resamples,
+                  api_base=api_base, allow_endpoints=list(allow))
+    if wb is not None:
+        result = wb.score_generated(Path(bundle_path), Path(reference), gens, **common)
     else:
-        result = scoring.score(Path(bundle_path), Path(reference), gens, model=model, out=Path(out) if out else None,
-                               zero_division=zero_division, n_resamples=resamples)
-    click.echo(f"bundle {result.bundle_name} ({result.bundle_sha[:12]}), model {result.model}; "
+        result = scoring.score(Path(bundle_path), Path(reference), gens, **common)
+    click.echo(f"bundle {result.bundle_name} ({result.bundle_sha[:12]}), model {result.model}; report text went to {result.endpoint}; "
                f"reference: {result.reference_stats['extracted']} extracted, {result.reference_stats['reused']} reused from cache")
     echo_table(result.summary().round(4))
     for name, g in result.generators.items():
@@ -513,11 +530,15 @@ def score(bundle_path, reference, generated, model, out, zero_division, resample
 @click.option("--bundle", "bundle_path", required=True, type=click.Path(exists=True, dir_okay=False), help="Frozen bundle JSON.")
 @click.option("--pairs", type=click.Path(exists=True, dir_okay=False), default=str(DEMO_DIR / "robustness" / "pairs.csv"),
               show_default=True, help="CSV: pair_id,kind(paraphrase|significant),label,text_a,text_b.")
-def robustness(bundle_path, pairs):
+@_allow_options
+def robustness(bundle_path, pairs, model, api_base, allow, study):
     """Share of harmless paraphrases labelled the same and significant changes detected, per label."""
     from workbench import scoring
 
-    result = scoring.robustness(Path(bundle_path), Path(pairs))
+    wb = _bundle_study(study)
+    allowed = [*(wb.config.allowed_endpoints if wb is not None else []), *allow]
+    result = scoring.robustness(Path(bundle_path), Path(pairs), model=model, api_base=api_base, allow_endpoints=allowed)
+    click.echo(f"report text went to {result['endpoint']}")
     echo_table(result["per_kind"])
     click.echo("")
     echo_table(result["per_label"])

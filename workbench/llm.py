@@ -396,9 +396,9 @@ def classify(exc: BaseException) -> str:
         return "refused"
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError, openai.APITimeoutError)):
         return "timeout"
-    status = getattr(exc, "status_code", None)
-    if isinstance(status, int) and 300 <= status < 400:
+    if _redirect_status(exc):  # litellm's own HTTP handler wraps it in a status-500 connection error
         return "redirect"
+    status = getattr(exc, "status_code", None)
     if status == 429:
         return "rate_limit"
     if status in (401, 403):
@@ -454,16 +454,26 @@ def _header_sources(exc: BaseException):
         yield {k.lower(): v for k, v in exc.headers.items()}
 
 
+def _redirect_status(exc: BaseException | None) -> int | None:
+    """The 3xx status of a redirect anywhere in the exception chain, None when there is none."""
+    for link in _chain(exc) if exc is not None else ():
+        status = getattr(link, "status_code", None)
+        if isinstance(status, int) and 300 <= status < 400:
+            return status
+    return None
+
+
 def _location(exc: BaseException | None) -> str:
-    """The Location header of a redirect response, when the exception still carries it."""
-    for headers in _header_sources(exc) if exc is not None else ():
-        try:
-            value = headers.get("location")
-        except Exception:
-            continue
-        if value:
-            parts = urlsplit(str(value))
-            return f"{parts.scheme}://{parts.netloc}" if parts.netloc else str(value)[:100]
+    """Scheme and host of a redirect's Location header, when the exception chain still carries it."""
+    for link in _chain(exc) if exc is not None else ():
+        for headers in _header_sources(link):
+            try:
+                value = headers.get("location")
+            except Exception:
+                continue
+            if value:
+                parts = urlsplit(str(value))
+                return f"{parts.scheme}://{parts.netloc}" if parts.netloc else str(value)[:100]
     return ""
 
 
@@ -503,7 +513,7 @@ def describe(kind: str, exc: BaseException | None, attempts: int, cfg: ModelConf
     if kind == "bad_request":
         return f"HTTP {status} bad request (not retried): {detail}"
     if kind == "redirect":
-        target = _location(exc)
+        target, status = _location(exc), _redirect_status(exc)
         return (f"HTTP {status} redirect{' to ' + target if target else ''} not followed: report text is only sent to "
                 f"{cfg.endpoint_label()}, never re-posted to another address (not retried)")
     if kind == "refused":
