@@ -15,6 +15,7 @@ import pandas as pd
 from workbench.study import PROJECT_ROOT, StudyError, builtin_vocabularies, resolve_study_path
 
 DEMO_DIR = PROJECT_ROOT / "annotations"
+EXIT_INCOMPLETE = 3  # the command ran, but failed calls or extractions leave its result incomplete
 
 
 def study_option(func):
@@ -502,15 +503,17 @@ def _bundle_study(study):
 @click.option("--zero-division", type=click.Choice(["zero", "one", "exclude"]), default="zero", show_default=True,
               help="F1 of a label with no positive on either side: 0 (as the released Ran Score script), 1, or left out.")
 @click.option("--resamples", type=int, default=1000, show_default=True, help="Bootstrap resamples for the Ran Score interval.")
+@click.option("--max-failed-share", type=click.FloatRange(0, 1), default=0.10, show_default=True,
+              help="A generator with more than this share of failed (report, label) extractions gets no score (exit code 3).")
 @_allow_options
-def score(bundle_path, reference, generated, model, api_base, allow, study, out, zero_division, resamples):
+def score(bundle_path, reference, generated, model, api_base, allow, study, out, zero_division, resamples, max_failed_share):
     """Score generated reports against reference reports with a frozen bundle (Ran Score)."""
     from workbench import scoring
 
     gens = _generated(generated)
     wb = _bundle_study(study)
     common = dict(model=model, out=Path(out) if out else None, zero_division=zero_division, n_resamples=resamples,
-                  api_base=api_base, allow_endpoints=list(allow))
+                  api_base=api_base, allow_endpoints=list(allow), max_failed_share=max_failed_share)
     if wb is not None:
         result = wb.score_generated(Path(bundle_path), Path(reference), gens, **common)
     else:
@@ -519,11 +522,22 @@ def score(bundle_path, reference, generated, model, api_base, allow, study, out,
                f"reference: {result.reference_stats['extracted']} extracted, {result.reference_stats['reused']} reused from cache")
     echo_table(result.summary().round(4))
     for name, g in result.generators.items():
-        click.echo(f"\n== {name}: Ran Score {g.ran_score['estimate']:.4f} [{g.ran_score['lo']:.4f}, {g.ran_score['hi']:.4f}] ==")
+        r = g.ran_score
+        if r.get("no_score"):
+            click.echo(f"\n== {name}: NO SCORE: {r['no_score']} ==")
+        else:
+            left_out = "" if r["pairs_scored"] == r["pairs_total"] else (
+                f" over {r['pairs_scored']} of {r['pairs_total']} (report, label) pairs: {r['failed_generated']} generated and "
+                f"{r['failed_reference']} reference extractions failed and are left out")
+            click.echo(f"\n== {name}: Ran Score {r['estimate']:.4f} [{r['lo']:.4f}, {r['hi']:.4f}]{left_out} ==")
         echo_table(g.per_label.reset_index().round(4))
     click.echo(f"\nzero division: {scoring.POLICY_TEXT[zero_division]}")
     if out:
         click.echo(f"wrote CSV and JSON to {out}")
+    if result.unscored():
+        for name, why in result.unscored().items():
+            click.echo(f"error: no score for {name}: {why}", err=True)
+        raise SystemExit(EXIT_INCOMPLETE)
 
 
 @main.command()

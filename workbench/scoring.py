@@ -24,6 +24,7 @@ from workbench.core import metrics
 from workbench.labelling import ExtractionCache, MemoryCache, label_texts, nan_to_none
 
 ZERO_DIVISION_CHOICES = ("zero", "one", "exclude")
+MAX_FAILED_SHARE = 0.10  # above this share of failed extractions a generator gets no score
 POLICY_TEXT = {
     "zero": "a label with no positive in either the reference or the generated reports scores F1 = 0 "
             "(as the released Ran Score script, zero_division=0)",
@@ -62,6 +63,11 @@ class ScoreResult:
     reference_stats: dict
     generators: dict = field(default_factory=dict)
     endpoint: str = ""
+    max_failed_share: float = MAX_FAILED_SHARE
+
+    def unscored(self) -> dict[str, str]:
+        """Generators with no score (too many failed extractions) and why."""
+        return {name: g.ran_score["no_score"] for name, g in self.generators.items() if g.ran_score.get("no_score")}
 
     def summary(self) -> pd.DataFrame:
         """Side-by-side table like the paper's Table 5 (one row per generator)."""
@@ -76,6 +82,8 @@ class ScoreResult:
                 "macro_recall": a["macro_recall"], "macro_f1": a["macro_f1"],
                 "ran_score": r["estimate"], "ran_score_lo": r["lo"], "ran_score_hi": r["hi"],
                 "invented_findings_fp": int(g.per_label["fp"].sum()), "missed_findings_fn": int(g.per_label["fn"].sum()),
+                "pairs_scored": r["pairs_scored"], "pairs_total": r["pairs_total"],
+                "failed_generated": r["failed_generated"], "failed_reference": r["failed_reference"],
             })
         return pd.DataFrame(rows)
 
@@ -84,6 +92,7 @@ class ScoreResult:
         return {
             "bundle": {"name": self.bundle_name, "sha256": self.bundle_sha}, "model": self.model, "endpoint": self.endpoint,
             "zero_division": self.zero_division, "zero_division_policy": POLICY_TEXT[self.zero_division],
+            "max_failed_share": self.max_failed_share, "unscored": self.unscored(),
             "reference": self.reference_stats,
             "summary": json.loads(self.summary().to_json(orient="records")),
             "generators": {name: {
@@ -182,10 +191,12 @@ def check_endpoint(cfg, bundle: Bundle, allow_endpoints: list[str] | None = None
 def score(bundle, reference, generated: dict, model: str | None = None, out: Path | None = None,
           zero_division: str = "zero", n_resamples: int = 1000, seed: int = 0,
           cache: ExtractionCache | None = None, api_base: str | None = None, on_progress=None,
-          allow_endpoints: list[str] | None = None) -> ScoreResult:
+          allow_endpoints: list[str] | None = None, max_failed_share: float = MAX_FAILED_SHARE) -> ScoreResult:
     """Score generated reports (name -> file or DataFrame) against reference reports with a bundle.
 
     Report text goes only to the bundle's own local endpoint or one in allow_endpoints (URL prefixes).
+    Failed extractions are counted per generator and label and left out of the metrics; a generator
+    with more than max_failed_share of its (report, label) pairs failed (or all) gets no score.
     """
     if zero_division not in ZERO_DIVISION_CHOICES:
         raise ValueError(f"zero_division must be one of {ZERO_DIVISION_CHOICES}")
@@ -197,7 +208,8 @@ def score(bundle, reference, generated: dict, model: str | None = None, out: Pat
     cache = cache or MemoryCache()
     ref_texts = read_texts(reference, b.sections, "reference")
     ref_labels, ref_stats = label_texts(b.prompts, b.vocab, ref_texts, cfg, b.sha256, cache, on_progress)
-    result = ScoreResult(b.sha256, b.name, cfg.model, zero_division, ref_stats, endpoint=where)
+    result = ScoreResult(b.sha256, b.name, cfg.model, zero_division, ref_stats, endpoint=where,
+                         max_failed_share=max_failed_share)
     policy = "undefined" if zero_division == "exclude" else zero_division
     for name, source in generated.items():
         gen_texts = read_texts(source, b.sections, name)
@@ -216,13 +228,41 @@ def score(bundle, reference, generated: dict, model: str | None = None, out: Pat
                "interval": "bias-corrected percentile bootstrap over reports" + (", widened to contain the estimate" if widened else ""),
                "seed": seed, "labels": len(table), "labels_undefined": int(table["f1_undefined"].sum()),
                "labels_used": avg["macro_f1_labels_used"], "policy": POLICY_TEXT[zero_division]}
+        ran.update(_failure_counts(ref_labels, gen_labels, b.vocab.asked_ids, stats, max_failed_share))
+        if ran["no_score"]:
+            ran.update(estimate=None, lo=None, hi=None)
         per_label = table[["support", "tp", "fp", "fn", "tn", "precision", "recall", "f1", "f1_undefined", "accuracy"]].copy()
         per_label.insert(0, "name", [b.vocab.names()[i] for i in per_label.index])
+        per_label["n_scored"] = table["n"]
+        per_label["failed_generated"] = gen_labels[table.index].isna().sum()
+        per_label["failed_reference"] = ref_labels[table.index].isna().sum()
         per_report = _per_report(ref_labels, gen_labels)
         result.generators[name] = GeneratorScore(name, per_label, avg, ran, per_report, stats)
     if out is not None:
         result.write(Path(out))
     return result
+
+
+def _failure_counts(ref_labels: pd.DataFrame, gen_labels: pd.DataFrame, asked: list[str], stats: dict,
+                    max_failed_share: float) -> dict:
+    """Failed extractions of one generator: counts, the share of (report, label) pairs left out, and
+    why there is no score when too many failed."""
+    ref_failed, gen_failed = ref_labels[asked].isna(), gen_labels[asked].isna()
+    total = int(ref_failed.size)
+    left_out = int((ref_failed | gen_failed).to_numpy().sum())
+    share = left_out / total if total else 0.0
+    no_score = ""
+    counts = f"generated: {int(gen_failed.to_numpy().sum())}, reference: {int(ref_failed.to_numpy().sum())}"
+    if total and left_out == total:
+        no_score = f"all {total} (report, label) pairs have a failed extraction ({counts})"
+    elif share > max_failed_share:
+        no_score = (f"{left_out} of {total} (report, label) pairs have a failed extraction ({counts}; {share:.1%}, "
+                    f"more than the {max_failed_share:.0%} allowed)")
+    if no_score and stats.get("failure_causes"):
+        no_score += "; causes: " + ", ".join(f"{k}: {v}" for k, v in sorted(stats["failure_causes"].items()))
+    return {"pairs_total": total, "pairs_scored": total - left_out, "failed_share": share,
+            "failed_generated": int(gen_failed.to_numpy().sum()), "failed_reference": int(ref_failed.to_numpy().sum()),
+            "no_score": no_score}
 
 
 def _per_report(ref_labels: pd.DataFrame, gen_labels: pd.DataFrame) -> pd.DataFrame:
@@ -235,6 +275,7 @@ def _per_report(ref_labels: pd.DataFrame, gen_labels: pd.DataFrame) -> pd.DataFr
             "invented_findings": ";".join(c for c in ref_labels.columns if g[c] == 1 and r[c] == 0),
             "missed_findings": ";".join(c for c in ref_labels.columns if g[c] == 0 and r[c] == 1),
             "matched_positive": int(((g == 1) & (r == 1)).sum()),
+            "failed_labels": ";".join(c for c in ref_labels.columns if g[c] != g[c] or r[c] != r[c]),
             "reference_labels": json.dumps(nan_to_none(ref_labels.loc[[rid]]).iloc[0].to_dict()),
             "generated_labels": json.dumps(nan_to_none(gen_labels.loc[[rid]]).iloc[0].to_dict()),
         })

@@ -126,11 +126,12 @@ class FreezeService:
     def score_generated(self, bundle_path: Path, reference, generated: dict, model: str | None = None,
                         out: Path | None = None, zero_division: str = "zero", n_resamples: int = 1000,
                         on_progress=None, api_base: str | None = None,
-                        allow_endpoints: list[str] | None = None) -> scoring.ScoreResult:
+                        allow_endpoints: list[str] | None = None,
+                        max_failed_share: float = scoring.MAX_FAILED_SHARE) -> scoring.ScoreResult:
         """Score generators with a bundle, caching extractions in the study database; report text goes
         only to the bundle's own local endpoint, this study's allowed endpoints or those allowed here."""
         b = bundle_mod.load_bundle(Path(bundle_path))
         allowed = [*self.config.allowed_endpoints, *(allow_endpoints or [])]
         return scoring.score(b, reference, generated, model=model, out=out, zero_division=zero_division,
                              n_resamples=n_resamples, cache=StudyExtractionCache(self), on_progress=on_progress,
-                             api_base=api_base, allow_endpoints=allowed)
+                             api_base=api_base, allow_endpoints=allowed, max_failed_share=max_failed_share)
