@@ -5,8 +5,11 @@ store each prediction as it arrives (so a killed run resumes), and count everyth
 from __future__ import annotations
 
 import json
+import os
+import socket
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 from urllib.parse import urlparse
@@ -125,8 +128,91 @@ def _url_matches(allowed: str, url: str) -> bool:
     return url_allowed(allowed, url)
 
 
+class RunLease:
+    """The one executor of a run: a lease on the run row, taken and renewed by conditional UPDATEs.
+
+    A second executor (another process, thread or machine) is refused while the lease is live;
+    a heartbeat renews it every ttl/3, so it only expires when its holder stops (killed, hung,
+    machine gone); then anyone may take the run over. A holder on this machine whose process is
+    gone is taken over at once (the kill -9 case). Clocks: epoch seconds of the executors' machines.
+    """
+
+    def __init__(self, wb, run_id: int, ttl_s: float) -> None:
+        self.wb, self.run_id, self.ttl_s = wb, run_id, ttl_s
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.lost = False
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def take(self) -> None:
+        """Become the executor, or raise StudyError naming the one there is."""
+        now = time.time()
+        with self.wb.session() as s:
+            if q.take_run_lease(s, self.run_id, self.holder, now + self.ttl_s, now):
+                return
+            run = q.get_run(s, self.run_id)
+            holder, until = (run.lease_holder, run.lease_expires_at) if run is not None else (None, None)
+            if holder and _holder_gone(holder) and q.take_run_lease(s, self.run_id, self.holder, now + self.ttl_s, now,
+                                                                    dead_holder=holder):
+                return
+        when = time.strftime("%H:%M:%S UTC", time.gmtime(until)) if until else "soon"
+        raise StudyError(
+            f"run {self.run_id} is already being executed by {holder} (its lease is renewed while it works and runs "
+            f"until {when}): wait for it to finish; if that process is gone, resume after its lease expires")
+
+    def keep(self, stop: threading.Event, cancel: threading.Event | None) -> None:
+        """Renew in the background; set stop when the caller cancels or the lease is lost."""
+        interval = max(self.ttl_s / 3, 0.05)
+
+        def beat() -> None:
+            due = time.monotonic() + interval
+            while not self._done.wait(0.05):
+                if cancel is not None and cancel.is_set():
+                    stop.set()
+                if time.monotonic() < due:
+                    continue
+                due = time.monotonic() + interval
+                try:
+                    with self.wb.session() as s:
+                        held = q.renew_run_lease(s, self.run_id, self.holder, time.time() + self.ttl_s)
+                except Exception:  # a busy database for a moment: try again at the next beat
+                    continue
+                if not held:
+                    self.lost = True
+                    stop.set()
+                    return
+
+        self._thread = threading.Thread(target=beat, name=f"run-{self.run_id}-lease", daemon=True)
+        self._thread.start()
+
+    def release(self) -> None:
+        """Stop renewing and give the run up (if still ours)."""
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self.wb.session() as s:
+            q.release_run_lease(s, self.run_id, self.holder)
+
+
+def _holder_gone(holder: str) -> bool:
+    """True when a lease holder ran on this machine and its process no longer exists."""
+    host, _, rest = holder.partition(":")
+    pid = rest.split(":", 1)[0]
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 class RunsService:
     """Starting, resuming and retrying runs; the call cache."""
+
+    lease_ttl_s = 60.0  # a run's executor renews its lease every third of this
 
     # ------------------------------------------------------------ settings
 
@@ -216,17 +302,32 @@ class RunsService:
     # ------------------------------------------------------------ execution
 
     def _execute(self, run_id: int, on_progress, cancel) -> RunSummary:
-        """Do every call a run still needs; store each answer as it arrives."""
+        """Do every call a run still needs, as its one executor (see RunLease)."""
+        with self.session() as s:
+            if q.get_run(s, run_id) is None:
+                raise StudyError(f"no run {run_id}")
+        lease = RunLease(self, run_id, self.lease_ttl_s)
+        lease.take()
+        stop = threading.Event()
+        lease.keep(stop, cancel)
+        state = {"running": False}
+        try:
+            return self._execute_leased(run_id, on_progress, cancel, stop, lease, state)
+        except BaseException:
+            if state["running"] and not lease.lost:  # never leave a run "running" that nobody executes
+                with self.session() as s:
+                    q.update_run(s, run_id, status="incomplete", finished_at=q.now())
+            raise
+        finally:
+            lease.release()
+
+    def _execute_leased(self, run_id: int, on_progress, cancel, stop, lease, state) -> RunSummary:
+        """The body of _execute, holding the run's lease."""
         started = time.monotonic()
         with self.session() as s:
             run = q.get_run(s, run_id)
-            if run is None:
-                raise StudyError(f"no run {run_id}")
             params = json.loads(run.params_json)
             labels = json.loads(run.labels_json)
-            reports = q.reports_frame(s, cohort_id=run.cohort_id)
-            done = q.done_prediction_keys(s, run_id)
-            q.update_run(s, run_id, status="running", finished_at=None)
         settings = self._settings_from_params(params)
         self._check_endpoint(settings)
         recorded = params.get("resolved_endpoints")
@@ -235,6 +336,11 @@ class RunsService:
                 f"run {run_id} sent report text to {', '.join(recorded) or 'this machine'}; it would now go to "
                 f"{endpoint_label(settings)} (the environment changed): restore it, or start a new run")
         cfg = model_config(settings)
+        with self.session() as s:
+            reports = q.reports_frame(s, cohort_id=run.cohort_id)
+            done = q.done_prediction_keys(s, run_id)
+            q.update_run(s, run_id, status="running", finished_at=None)
+        state["running"] = True
         ps = self.prompt_set(run.prompt_commit)
         sections = run.sections.split(",")
         requests = self._build_requests(ps, reports, labels, run.mode, sections, cfg, done)
@@ -295,10 +401,14 @@ class RunsService:
 
         try:
             if todo:
-                self._engine(cfg)(todo, cfg, on_result, cancel)
+                self._engine(cfg)(todo, cfg, on_result, stop)
         finally:
             flush()  # also when the engine raised: what was answered is kept
-        return self._finish(run_id, labels, len(reports), summary, started, cancel)
+        if lease.lost:  # another executor took the run over (our lease had expired): it sets the status
+            summary.status = "stopped: another executor took the run over"
+            summary.seconds = time.monotonic() - started
+            return summary
+        return self._finish(run_id, labels, len(reports), summary, started, stop)
 
     def _finish(self, run_id: int, labels: list[str], n_reports: int, summary: RunSummary, started: float, cancel) -> RunSummary:
         """Recount failures from the stored predictions and set the run's status."""
@@ -377,10 +487,14 @@ class RunsService:
             detail = (res.error if res is not None else "no reply") or "no reply"
             return [{"report_id": meta["report_id"], "label": lab, "value": None, "evidence": "", "evidence_found": None,
                      "status": "call_error", "detail": detail[:2000], "call_key": req.key} for lab in meta["labels"]]
-        if meta["mode"] == "joint":
-            decisions = parsing.parse_joint_reply(text, meta["labels"], meta["report"])
-        else:
-            decisions = {meta["labels"][0]: parsing.parse_reply(text, meta["report"])}
+        try:
+            if meta["mode"] == "joint":
+                decisions = parsing.parse_joint_reply(text, meta["labels"], meta["report"])
+            else:
+                decisions = {meta["labels"][0]: parsing.parse_reply(text, meta["report"])}
+        except Exception as exc:  # the parser's contract is never to raise; if it does, one failure, not a dead run
+            decisions = {lab: parsing.Decision(None, "", "parse_error", f"parser error ({type(exc).__name__})")
+                         for lab in meta["labels"]}
         return [{"report_id": meta["report_id"], "label": lab, "value": d.value, "evidence": d.evidence,
                  "evidence_found": d.evidence_found, "status": d.status, "detail": d.detail[:2000], "call_key": req.key}
                 for lab, d in decisions.items()]
