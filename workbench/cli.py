@@ -183,9 +183,14 @@ def agreement(wb, cohort, fmt):
 @click.option("--concurrency", type=int, default=None, help="Calls in flight at once.")
 @click.option("--resume", "resume", type=int, default=None, metavar="RUN", help="Finish a stopped run without repeating finished calls.")
 @click.option("--retry-failed", "retry", type=int, default=None, metavar="RUN", help="Call again every failed (report, label) of a run.")
+@click.option("--new", "new", is_flag=True, help="Start a new run even when an identical finished run exists.")
 @study_option
-def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, retry):
-    """Label a cohort with the labeller (cached, resumable); prints calls made and answers reused."""
+def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, retry, new):
+    """Label a cohort with the labeller (cached, resumable); prints calls made and answers reused.
+
+    Exit codes: 0 every call answered; 2 refused before any call (bad option, endpoint not allowed,
+    unknown model, run busy); 3 the run ended with failures or stopped early (causes are printed).
+    """
     bar = _progress_bar()
     if resume is not None or retry is not None:
         summary = (wb.resume_run(resume, on_progress=bar) if resume is not None else wb.retry_failed(retry, on_progress=bar))
@@ -193,10 +198,33 @@ def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, re
         if not cohort:
             raise click.UsageError("--cohort is required for a new run")
         label_list = [x.strip() for x in labels.split(",")] if labels else None
+        same = None if new else wb.unchanged_run(cohort, prompt_ref=prompt_ref, model=model, labels=label_list,
+                                                  api_base=api_base, concurrency=concurrency)
+        if same is not None:
+            click.echo(f"nothing changed since run {same} (same prompt version, model, parameters, endpoint, cohort "
+                       f"reports and labels; it finished without failures): see `workbench metrics {same}`; "
+                       "use --new to label again anyway")
+            return
         summary = wb.start_run(cohort, prompt_ref=prompt_ref, model=model, labels=label_list, on_progress=bar,
                                api_base=api_base, concurrency=concurrency)
     click.echo("", err=True)
     click.echo(summary.message())
+    _report_failures(summary)
+
+
+def _report_failures(summary) -> None:
+    """Distinct failure causes with counts and an example each; exit code 3 when the run is not complete."""
+    if summary.stopped_reason:
+        click.echo(summary.stopped_reason, err=True)
+    if summary.failure_kinds:
+        click.echo(f"failures by cause (details: `workbench disagreements {summary.run_id} --type failed`):", err=True)
+        for line in summary.causes():
+            click.echo(f"  {line}", err=True)
+    elif summary.failures:
+        click.echo(f"{summary.failures} failed (report, label) answer(s) remain from earlier attempts: "
+                   f"`workbench run --retry-failed {summary.run_id}`", err=True)
+    if summary.failures or summary.status != "finished":
+        raise SystemExit(EXIT_INCOMPLETE)
 
 
 def _progress_bar():

@@ -30,7 +30,9 @@ from urllib.parse import urlsplit
 
 DUMMY_API_KEY = "sk-no-key-needed"  # local OpenAI-compatible servers need a key-shaped string
 RETRYABLE = frozenset({"rate_limit", "server", "timeout", "connection"})
-ERROR_KINDS = ("rate_limit", "server", "timeout", "connection", "auth", "bad_request", "redirect", "refused", "other")
+ERROR_KINDS = ("rate_limit", "server", "timeout", "connection", "auth", "not_found", "bad_request", "redirect", "refused",
+               "other")
+UNUSABLE = frozenset({"connection", "auth", "not_found", "refused"})  # the endpoint itself is wrong: no point going on
 _POOL_NAME = "workbench-pool"
 # provider -> (environment variables litellm 1.110 reads for the base URL, in its order; its default
 # base, None when there is none). A provider not listed needs an explicit api_base.
@@ -59,6 +61,10 @@ class LLMError(RuntimeError):
 
 class EndpointError(ValueError):
     """Where report text would be sent cannot be determined (unknown provider, no base URL)."""
+
+
+class UnknownModel(ValueError):
+    """litellm does not know the model string's provider."""
 
 
 class EndpointRefused(ConnectionError):
@@ -307,6 +313,24 @@ def _pinned_check(request) -> bool:
     return True
 
 
+def check_model_name(model: str) -> str:
+    """The litellm provider of a model string, or UnknownModel saying how to write it (checked before
+    anything is said about endpoints: a typo in the name is not a governance problem)."""
+    if model.startswith("workbench/"):
+        return "workbench"
+    litellm = _litellm()
+    try:
+        return litellm.get_llm_provider(model)[1]
+    except Exception as exc:  # litellm raises BadRequestError("LLM Provider NOT provided ...")
+        prefix, _, name = model.rpartition("/")
+        what = f"litellm has no provider {prefix!r}" if prefix else "litellm cannot tell which provider serves it"
+        name = name or model
+        raise UnknownModel(
+            f"model {model!r} is unknown to litellm ({what}): write it as provider/name, e.g. openai/{name} with "
+            f"--api-base URL for an OpenAI-compatible server (vLLM, llama.cpp), ollama/{name}, anthropic/{name}; "
+            "providers: https://docs.litellm.ai/docs/providers") from exc
+
+
 def _check_model_string(cfg: ModelConfig) -> None:
     if cfg.model.startswith("workbench/"):
         raise ValueError(f"{cfg.model!r} is the offline rule-based labeller: it is not sent through litellm")
@@ -405,6 +429,8 @@ def classify(exc: BaseException) -> str:
         return "auth"
     if status == 408:
         return "timeout"
+    if status == 404:
+        return "not_found"
     # litellm reports a refused connection as InternalServerError(500): look at the cause
     for link in _chain(exc):
         if isinstance(link, openai.APITimeoutError):
@@ -512,6 +538,8 @@ def describe(kind: str, exc: BaseException | None, attempts: int, cfg: ModelConf
         return f"HTTP {status} authentication failed{hint}: {detail}"
     if kind == "bad_request":
         return f"HTTP {status} bad request (not retried): {detail}"
+    if kind == "not_found":
+        return f"HTTP 404 not found at {cfg.endpoint_label()} (is the model name {cfg.model!r} served there?): {detail}"
     if kind == "redirect":
         target, status = _location(exc), _redirect_status(exc)
         return (f"HTTP {status} redirect{' to ' + target if target else ''} not followed: report text is only sent to "

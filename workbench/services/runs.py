@@ -39,6 +39,13 @@ class RunSummary:
     status: str = "running"
     seconds: float = 0.0
     failure_kinds: dict = field(default_factory=dict)
+    failure_examples: dict = field(default_factory=dict)
+    stopped_reason: str = ""
+
+    def causes(self) -> list[str]:
+        """One line per distinct cause of this execution's failures: count and one example message."""
+        return [f"{kind}: {n} call(s), e.g. {self.failure_examples.get(kind, '')}"
+                for kind, n in sorted(self.failure_kinds.items(), key=lambda kv: (-kv[1], kv[0]))]
 
     def message(self) -> str:
         """One line for a person."""
@@ -57,6 +64,19 @@ class Progress:
     made: int
     reused: int
     failures: int
+
+
+def _example(detail: str) -> str:
+    """A failure message fit to print: the model's quoted reply (it may quote the report) cut off."""
+    cut = min((i for i in (detail.find(": '"), detail.find(': "')) if i >= 0), default=-1)
+    text = detail[:cut] if cut >= 0 else detail
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _answer_params(params: dict) -> dict:
+    """A run's recorded parameters without those that cannot change an answer (speed, patience)."""
+    return {k: v for k, v in params.items()
+            if k not in ("concurrency", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s")}
 
 
 def model_config(settings: dict):
@@ -233,6 +253,7 @@ class RunsService:
         """Label a cohort with a prompt version and a model; returns the run's counts."""
         self.require("run")
         settings = self.labeller_settings(model, **overrides)
+        self._check_model_name(settings)
         self._check_endpoint(settings)
         commit = self.prompt_commit(prompt_ref)
         ps = self.prompt_set(commit)
@@ -250,6 +271,31 @@ class RunsService:
                         {"model": cfg.model, "endpoint": run.endpoint, "prompt": commit[:12], "cohort": cohort})
             run_id = run.id
         return self._execute(run_id, on_progress, cancel)
+
+    def unchanged_run(self, cohort: str, prompt_ref: str | None = None, model: str | None = None,
+                      labels: list[str] | None = None, mode: str | None = None, **overrides) -> int | None:
+        """The latest finished run without failures that a new run would repeat exactly (same prompt
+        version, model and parameters, endpoint, cohort reports, labels, sections and mode), or None."""
+        settings = self.labeller_settings(model, **overrides)
+        commit = self.prompt_commit(prompt_ref)
+        labels = self._check_labels(labels)
+        cid = self.cohort_id(cohort)
+        params = _answer_params(self._run_params(model_config(settings), settings))
+        mode = mode or self.prompt_set(commit).task.mode
+        with self.session() as s:
+            runs = q.list_runs(s, cid)
+            ids = set(q.report_ids(s, cid))
+            for row in runs.itertuples(index=False):
+                if (row.prompt_commit, row.status, row.failures) != (commit, "finished", 0) or row.mode != mode:
+                    continue
+                run = q.get_run(s, int(row.id))
+                if (_answer_params(json.loads(run.params_json)) != params or sorted(json.loads(run.labels_json)) != sorted(labels)
+                        or run.sections != ",".join(self.config.sections)):
+                    continue
+                preds = q.predictions_frame(s, run.id)
+                if set(preds["report_id"]) == ids and len(preds) == len(ids) * len(labels):
+                    return run.id
+        return None
 
     def resume_run(self, run_id: int, on_progress=None, cancel=None) -> RunSummary:
         """Finish a run that stopped (killed, cancelled, failures): finished calls are not repeated."""
@@ -273,6 +319,16 @@ class RunsService:
                 raise StudyError(f"label {label_id!r} is derived from the others and is not asked")
             out.append(label_id)
         return out
+
+    @staticmethod
+    def _check_model_name(settings: dict) -> None:
+        """A model name litellm does not know is said so first (before any word about endpoints)."""
+        from workbench.llm import UnknownModel, check_model_name
+
+        try:
+            check_model_name(settings.get("model", ""))
+        except UnknownModel as exc:
+            raise StudyError(str(exc)) from exc
 
     def _check_endpoint(self, settings: dict) -> None:
         """Refuse to send report text to an endpoint the study does not allow."""
@@ -384,6 +440,8 @@ class RunsService:
                     q.update_run(s, run_id, cost=(q.get_run(s, run_id).cost or 0.0) + cost)
             pending.clear()
 
+        streak = {"kind": None, "n": 0, "ok": False}
+
         def on_result(req, res) -> None:
             rows = self._prediction_rows(req, res.text, res)
             pending.append((req, res, rows))
@@ -392,10 +450,13 @@ class RunsService:
             summary.calls_made += 1
             progress.done += 1
             progress.made += 1
-            if any(r["value"] is None for r in rows):
-                kind = res.error_kind or next(r["status"] for r in rows if r["value"] is None)
+            failed = next((r for r in rows if r["value"] is None), None)
+            if failed is not None:
+                kind = res.error_kind or failed["status"]
                 summary.failure_kinds[kind] = summary.failure_kinds.get(kind, 0) + 1
+                summary.failure_examples.setdefault(kind, _example(failed["detail"]))
                 progress.failures += 1
+            self._watch_unusable(streak, res, summary, stop)
             if on_progress:
                 on_progress(progress)
 
@@ -410,14 +471,35 @@ class RunsService:
             return summary
         return self._finish(run_id, labels, len(reports), summary, started, stop)
 
+    early_stop_after = 5  # identical endpoint failures in a row, with no success, that stop a run
+
+    def _watch_unusable(self, streak: dict, res, summary: RunSummary, stop: threading.Event) -> None:
+        """Stop a run whose endpoint is plainly unusable (refused, 401/403, 404) instead of trying every call."""
+        from workbench.llm import UNUSABLE
+
+        if res.error is None:
+            streak["ok"] = True
+            return
+        if streak["ok"] or res.error_kind not in UNUSABLE:
+            streak.update(kind=None, n=0)
+            return
+        streak["n"] = streak["n"] + 1 if res.error_kind == streak["kind"] else 1
+        streak["kind"] = res.error_kind
+        if streak["n"] >= self.early_stop_after and not stop.is_set():
+            summary.stopped_reason = (
+                f"stopped early: {streak['n']} calls in a row failed the same way ({res.error_kind}) and none succeeded, "
+                f"so the endpoint looks unusable; the remaining calls were not made. Fix the cause, then "
+                f"`workbench run --resume {summary.run_id}`")
+            stop.set()
+
     def _finish(self, run_id: int, labels: list[str], n_reports: int, summary: RunSummary, started: float, cancel) -> RunSummary:
         """Recount failures from the stored predictions and set the run's status."""
         with self.session() as s:
             preds = q.predictions_frame(s, run_id)
             failures = int(preds["value"].isna().sum())
             complete = len(preds) == n_reports * len(labels)
-            status = "cancelled" if cancel is not None and cancel.is_set() and not complete else (
-                "finished" if complete else "incomplete")
+            cancelled = cancel is not None and cancel.is_set() and not complete and not summary.stopped_reason
+            status = "cancelled" if cancelled else ("finished" if complete else "incomplete")
             q.update_run(s, run_id, failures=failures, status=status, finished_at=q.now())
         summary.failures = failures
         summary.status = status
