@@ -189,6 +189,11 @@ def test_no_route_sends_a_byte_to_a_forbidden_address(local_bundle, forbidden, m
                 assert f"HTTP {status} redirect to {forbidden.url} not followed" in detail, detail
                 refused.append(detail)
             assert redirector.count == 2 * N_REPORTS  # each call once: a redirect is not retried either
+            # a Router pool of two allowed servers, one of which redirects
+            pooled = wb.start_run("dev", labels=["edema"], model="openai/fake", endpoints=[redirector.url, server.url],
+                                  max_retries=0, timeout_s=20)
+            assert set(pooled.failure_kinds) <= {"redirect"} and redirector.count > 2 * N_REPORTS, pooled.failure_kinds
+            refused.append("pool redirect")
         finally:
             redirector.close()
 
@@ -228,8 +233,12 @@ def test_no_route_sends_a_byte_to_a_forbidden_address(local_bundle, forbidden, m
                        re.escape(f"{forbidden.url}/v1 ($OPENAI_BASE_URL)"))
         with pytest.raises(scoring.EndpointNotAllowed):
             scoring.robustness(bundle, PAIRS, model="openai/fake", api_base=forbidden.url)
-        # a study's list applies with --study; the forbidden address is not on it
+        # a study's list applies with --study (and in the app); the forbidden address is not on it
         expect_refusal(cli(*score_args, "--model", "openai/gpt-4o-mini", *study), "may not be sent to")
+        with pytest.raises(scoring.EndpointNotAllowed, match=re.escape(forbidden.url)):
+            wb.score_generated(bundle, REPORTS, {"g": REPORTS}, model="openai/gpt-4o-mini")
+        with pytest.raises(scoring.EndpointNotAllowed, match=re.escape(forbidden.url)):
+            wb.robustness(bundle, PAIRS, model="openai/gpt-4o-mini")
 
     assert (forbidden.connections, forbidden.bytes) == (0, 0)
     assert len(refused) >= 20

@@ -618,9 +618,9 @@ async def complete_all(
     if not requests:
         return
     pinned = cfg.base_urls()  # raises EndpointError before anything is sent
-    call = _make_caller(cfg)
-    token = _PINNED.set(pinned)  # worker tasks copy this context: every request they make is checked
+    token = _PINNED.set(pinned)  # tasks copy this context: every request made for these calls is checked
     try:
+        call = _make_caller(cfg)
         await _run_workers(requests, cfg, call, on_result, cancel)
     finally:
         _PINNED.reset(token)
