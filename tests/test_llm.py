@@ -472,3 +472,19 @@ def test_provider_environment_variables_resolve_like_litellm():
     assert resolve_endpoints("openai/x", api_base="http://c/v1", env=env)[0].url == "http://c/v1"  # settings win
     assert resolve_endpoints("ollama_chat/x", env={})[0].url == "http://localhost:11434"
     assert resolve_endpoints("workbench/rules") == ()
+
+
+@pytest.mark.parametrize("allowed,url,ok", [
+    ("http://127.0.0.1", "http://127.0.0.1:8000/v1", True),  # no port in the entry: every port of the host
+    ("http://127.0.0.1", "http://127.0.0.2:8000/v1", False),
+    ("http://127.0.0.1", "http://127.0.0.1.example.com/v1", False),
+    ("http://127.0.0.1", "http://127.0.0.1:80@evil.com/v1", False),
+    ("https://api.openai.com/v1", "https://api.openai.com/v1", True),
+    ("https://api.openai.com/v1", "https://api.openai.com/v10", False),
+    ("https://api.openai.com", "http://api.openai.com/v1", False),
+    ("workbench/rules", "workbench/rules", True),
+])
+def test_url_allowed_entries(allowed, url, ok):
+    from workbench.llm import url_allowed
+
+    assert url_allowed(allowed, url) is ok

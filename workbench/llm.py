@@ -135,7 +135,8 @@ def url_allowed(allowed: str, url: str) -> bool:
         return False
     if a_port is not None and a_port != u_port:
         return False
-    return (u.path or "/").startswith(a.path or "/")
+    prefix = (a.path or "").rstrip("/")
+    return not prefix or u.path == prefix or u.path.startswith(prefix + "/")  # whole path segments: /v1 is not /v10
 
 
 def url_under(base: str, url: str) -> bool:
