@@ -173,6 +173,13 @@ def test_no_route_sends_a_byte_to_a_forbidden_address(local_bundle, forbidden, m
             expect_refusal(cli("run", "--cohort", "dev", "--labels", "edema", "--model", "openai/gpt-4o-mini", *study),
                            re.escape(f"{forbidden.url}/v1 (${var})"))
 
+    # ... and a configured server wins over them, as litellm is told on every call
+    with monkeypatch.context() as env:
+        for var in ("OPENAI_BASE_URL", "OPENAI_API_BASE", "OLLAMA_API_BASE"):
+            env.setenv(var, forbidden.url + "/v1")
+        configured = wb.start_run("dev", labels=["edema"], model="openai/fake", api_base=server.url, max_retries=0)
+        assert configured.failures == 0 and wb.run_info(configured.run_id).endpoint == server.url
+
     # 2. a Router pool with one forbidden member is refused as a whole
     with pytest.raises(StudyError, match=re.escape(forbidden.url)):
         wb.start_run("dev", labels=["edema"], model="openai/fake", endpoints=[server.url, forbidden.url + "/v1"])
