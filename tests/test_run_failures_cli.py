@@ -76,6 +76,16 @@ def test_unknown_model_is_named_before_any_word_about_endpoints(small_study):
     prefixed = run_cli(small_study, "--cohort", "dev", "--model", "nosuchprovider/x")
     assert prefixed.exit_code == 2 and "litellm has no provider 'nosuchprovider'" in prefixed.output
     assert small_study.runs().empty
+    bundle_score = CliRunner().invoke(main, ["score", "--bundle", str(_rules_bundle(small_study)), "--reference",
+                                             str(small_study.root / "r.csv"), "--generated", f"g={small_study.root / 'r.csv'}",
+                                             "--model", "no-such-model-xyz"])
+    assert bundle_score.exit_code == 2 and "model 'no-such-model-xyz' is unknown to litellm" in bundle_score.output
+
+
+def _rules_bundle(wb):
+    wb.start_run("dev")
+    (wb.root / "r.csv").write_text("id,findings,impression\nr1,No effusion.,Normal.\n", encoding="utf-8")
+    return wb.freeze("rules-v1")["json"]
 
 
 def test_rerunning_with_nothing_changed_points_to_the_earlier_run(small_study):

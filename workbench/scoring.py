@@ -168,10 +168,11 @@ def bundle_local_endpoints(bundle: Bundle) -> list[str]:
 
 def check_endpoint(cfg, bundle: Bundle, allow_endpoints: list[str] | None = None) -> str:
     """Refuse (EndpointNotAllowed) unless every endpoint cfg sends text to is allowed; return where text goes."""
-    from workbench.llm import EndpointError, url_allowed
+    from workbench.llm import EndpointError, check_model_name, url_allowed
 
     if cfg.model.startswith("workbench/"):
         return "this machine (offline rule-based labeller, no network)"
+    check_model_name(cfg.model)  # UnknownModel first: a typo is not a governance problem
     own = bundle_local_endpoints(bundle)
     allowed = [*own, *(allow_endpoints or [])]
     try:
