@@ -181,9 +181,9 @@ def test_no_route_sends_a_byte_to_a_forbidden_address(local_bundle, forbidden, m
         assert configured.failures == 0 and wb.run_info(configured.run_id).endpoint == server.url
 
     # 2. a Router pool with one forbidden member is refused as a whole
-    with pytest.raises(StudyError, match=re.escape(forbidden.url)):
+    with pytest.raises(StudyError, match=re.escape(forbidden.url)) as err:
         wb.start_run("dev", labels=["edema"], model="openai/fake", endpoints=[server.url, forbidden.url + "/v1"])
-    refused.append("pool")
+    refused.append(str(err.value))
 
     # 3. redirects from an allowed server (307 and 308; the OpenAI SDK and litellm's own HTTP handler)
     for status in (307, 308):
@@ -200,7 +200,7 @@ def test_no_route_sends_a_byte_to_a_forbidden_address(local_bundle, forbidden, m
             pooled = wb.start_run("dev", labels=["edema"], model="openai/fake", endpoints=[redirector.url, server.url],
                                   max_retries=0, timeout_s=20)
             assert set(pooled.failure_kinds) <= {"redirect"} and redirector.count > 2 * N_REPORTS, pooled.failure_kinds
-            refused.append("pool redirect")
+            refused.append(f"pool: {redirector.count - 2 * N_REPORTS} redirect(s) from a pool member not followed")
         finally:
             redirector.close()
 
@@ -234,21 +234,25 @@ def test_no_route_sends_a_byte_to_a_forbidden_address(local_bundle, forbidden, m
                        re.escape(f"may not be sent to {forbidden.url}/v1 ($OPENAI_BASE_URL)"), "--allow-endpoint")
         expect_refusal(cli(*score_args, "--model", "openai/fake", "--api-base", forbidden.url + "/v1"),
                        re.escape(f"may not be sent to {forbidden.url}/v1"))
-        with pytest.raises(scoring.EndpointNotAllowed, match=re.escape(forbidden.url)):
+        with pytest.raises(scoring.EndpointNotAllowed, match=re.escape(forbidden.url)) as err:
             scoring.score(bundle, REPORTS, {"g": REPORTS}, model="ollama/llama3", api_base=forbidden.url)
+        refused.append(str(err.value))
         expect_refusal(cli("robustness", "--bundle", str(bundle), "--pairs", str(PAIRS), "--model", "openai/gpt-4o-mini"),
                        re.escape(f"{forbidden.url}/v1 ($OPENAI_BASE_URL)"))
-        with pytest.raises(scoring.EndpointNotAllowed):
+        with pytest.raises(scoring.EndpointNotAllowed, match=re.escape(forbidden.url)) as err:
             scoring.robustness(bundle, PAIRS, model="openai/fake", api_base=forbidden.url)
+        refused.append(str(err.value))
         # a study's list applies with --study (and in the app); the forbidden address is not on it
         expect_refusal(cli(*score_args, "--model", "openai/gpt-4o-mini", *study), "may not be sent to")
-        with pytest.raises(scoring.EndpointNotAllowed, match=re.escape(forbidden.url)):
+        with pytest.raises(scoring.EndpointNotAllowed, match=re.escape(forbidden.url)) as err:
             wb.score_generated(bundle, REPORTS, {"g": REPORTS}, model="openai/gpt-4o-mini")
-        with pytest.raises(scoring.EndpointNotAllowed, match=re.escape(forbidden.url)):
+        refused.append(str(err.value))
+        with pytest.raises(scoring.EndpointNotAllowed, match=re.escape(forbidden.url)) as err:
             wb.robustness(bundle, PAIRS, model="openai/gpt-4o-mini")
+        refused.append(str(err.value))
 
     assert (forbidden.connections, forbidden.bytes) == (0, 0)
-    assert len(refused) >= 20
+    assert len(refused) == 26 and all(refused)  # the attempts counted in the README's Security paragraph
 
 
 # ---------------------------------------------------------------- item 1: the endpoint checked is the one used

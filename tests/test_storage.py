@@ -144,6 +144,18 @@ def test_run_lease_is_taken_by_exactly_one_of_two_executors_and_taken_over_after
         other.engine.dispose()
 
 
+def test_a_version_1_database_gets_the_run_lease_columns(any_study):
+    from sqlalchemy import inspect as sa_inspect, text
+
+    with any_study.engine.begin() as conn:
+        conn.execute(text("ALTER TABLE run DROP COLUMN lease_holder"))
+        conn.execute(text("ALTER TABLE run DROP COLUMN lease_expires_at"))
+        conn.execute(text("UPDATE meta SET value = '1' WHERE key = 'schema_version'"))
+    applied = any_study.migrate()
+    assert "10: run lease: one executor at a time" in applied
+    assert {"lease_holder", "lease_expires_at"} <= {c["name"] for c in sa_inspect(any_study.engine).get_columns("run")}
+
+
 def test_users_and_drafts(any_study):
     any_study.add_user("boss", "admin", "password-123")
     with any_study.session() as s:
