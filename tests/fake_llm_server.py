@@ -6,8 +6,8 @@ prose-wrapped JSON, refusals). A behaviour is chosen per server (``server.behavi
 or per request with a marker in the last user message, e.g. ``[[behaviour:429]]`` or
 ``[[behaviour:429:3]]`` (the number is the fail count for 429/500, seconds for slow/hang).
 
-Behaviours: ok (the keyword answer), slow, 429, 500 (fail N times, then ok), 400 and 401
-(always), hang, malformed (unparseable JSON reply), prose (JSON inside prose), refusal,
+Behaviours: ok (the keyword answer), slow, 429, 500 (fail N times, then ok), 400, 401 and 404
+("model does not exist", always), hang, malformed (unparseable JSON reply), prose (JSON inside prose), refusal,
 reply (the configured ``reply`` text), garbage (a truncated HTTP body).
 "Fail N times then succeed" (429, 500) is counted per distinct message list, so every
 request of a batch fails N times and then succeeds.
@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-BEHAVIOURS = ("ok", "slow", "429", "500", "400", "401", "hang", "malformed", "prose", "refusal", "reply", "garbage")
+BEHAVIOURS = ("ok", "slow", "429", "500", "400", "401", "404", "hang", "malformed", "prose", "refusal", "reply", "garbage")
 MARKER = re.compile(r"\[\[behaviour:([a-z0-9]+)(?::([0-9.]+))?\]\]")
 MALFORMED_REPLY = '{"value": , "evidence": "see report",,'
 REFUSAL_REPLY = "I'm sorry, but I can't help with interpreting medical reports."
@@ -262,7 +262,7 @@ class FakeLLMServer:
             self.wait(arg if arg is not None else self.slow_s)
         elif behaviour == "hang":
             self.wait(arg if arg is not None else self.hang_s)
-        elif behaviour in ("400", "401"):
+        elif behaviour in ("400", "401", "404"):
             return self._error(int(behaviour))
         elif behaviour == "garbage":
             return 200, {}, b'{"id": "chatcmpl-broken", "choices": [ {"mess'
@@ -288,6 +288,8 @@ class FakeLLMServer:
             message, kind = "Invalid request: unsupported parameter", "invalid_request_error"
         elif status == 401:
             message, kind = "Incorrect API key provided", "invalid_api_key"
+        elif status == 404:
+            message, kind = "The model does not exist or you do not have access to it.", "model_not_found"
         else:
             message, kind = "The server had an error while processing your request", "server_error"
         error = {"error": {"message": message, "type": kind, "param": None, "code": kind}}

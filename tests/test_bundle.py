@@ -73,6 +73,19 @@ def test_freeze_needs_a_finished_run_of_that_version_on_the_dev_cohort(small_stu
     assert info["commit"] == seed
 
 
+def test_freeze_refuses_a_run_that_does_not_cover_every_asked_label_and_names_the_missing(small_study):
+    wb = small_study
+    wb.start_run("dev", labels=["edema"])  # 1 of 20 asked labels
+    with pytest.raises(StudyError, match=r"does not cover every asked label: 19 of 20 missing \(atelectasis, ") as err:
+        wb.freeze("v1")
+    missing = str(err.value).split("missing (")[1].split(")")[0].split(", ")
+    assert set(missing) == set(wb.vocab.asked_ids) - {"edema"}
+    assert not (wb.paths.bundles / "v1.json").exists()
+    full = wb.start_run("dev")
+    wb.start_run("dev", labels=["edema"])  # a newer partial run does not hide the full one
+    assert wb.freeze("v1", frozen_at=FROZEN_AT)["run"] == full.run_id
+
+
 def test_freeze_without_the_dev_cohort_is_a_clear_error(study):
     with pytest.raises(StudyError, match="cohort 'dev'"):
         study.freeze("v1")  # a fresh study: no reports imported, no run

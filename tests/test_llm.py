@@ -365,7 +365,7 @@ def test_check_model(server):
         check_model(ModelConfig("openai/fake", api_base=url, backoff_base_s=0.01))
 
 
-def test_params_and_endpoint_label():
+def test_params_and_endpoint_label(monkeypatch):
     cfg = ModelConfig("openai/qwen3-14b", api_base="http://127.0.0.1:8000/v1", api_key_env="KEY",
                       endpoints=("http://a:8000/v1", "http://b:8000/v1"), seed=7, json_mode=True)
     assert cfg.params() == {"model": "openai/qwen3-14b", "temperature": 0.0, "seed": 7,
@@ -374,10 +374,14 @@ def test_params_and_endpoint_label():
     assert cfg.params() == other_pool.params()  # where it runs does not change the cache key
     assert cfg.endpoint_label() == "pool of 2: http://a:8000/v1, http://b:8000/v1"
     assert ModelConfig("openai/x", api_base="http://127.0.0.1:8000/v1").endpoint_label() == "http://127.0.0.1:8000/v1"
-    assert ModelConfig("openai/gpt-4o-mini").endpoint_label() == "api.openai.com (openai)"
-    assert ModelConfig("gpt-4o-mini").endpoint_label() == "api.openai.com (openai)"
-    assert ModelConfig("anthropic/claude-3-5-haiku").endpoint_label() == "api.anthropic.com (anthropic)"
-    assert ModelConfig("ollama/llama3").endpoint_label() == "localhost:11434 (ollama)"
+    for var in ("OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL", "OLLAMA_API_BASE"):
+        monkeypatch.delenv(var, raising=False)
+    assert ModelConfig("openai/gpt-4o-mini").endpoint_label() == "https://api.openai.com/v1 (provider default)"
+    assert ModelConfig("gpt-4o-mini").endpoint_label() == "https://api.openai.com/v1 (provider default)"
+    assert ModelConfig("anthropic/claude-3-5-haiku").endpoint_label() == "https://api.anthropic.com (provider default)"
+    assert ModelConfig("ollama/llama3").endpoint_label() == "http://localhost:11434 (provider default)"
+    monkeypatch.setenv("OLLAMA_API_BASE", "http://127.0.0.2:9999")  # litellm reads it: so does the label
+    assert ModelConfig("ollama_chat/llama3").endpoint_label() == "http://127.0.0.2:9999 ($OLLAMA_API_BASE)"
     assert ModelConfig("workbench/rules").endpoint_label().startswith("local")
 
 
@@ -439,3 +443,48 @@ def test_connection_error_kind_when_called_inside_an_except_block():
     except RuntimeError:
         results = run([request("a", "x")], cfg)
     assert results["a"].error_kind == "connection"
+
+
+@pytest.mark.parametrize("base,url,ok", [
+    ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1/chat/completions", True),
+    ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1", True),
+    ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v10/chat/completions", False),
+    ("http://127.0.0.1:8000/v1", "http://127.0.0.2:8000/v1/chat/completions", False),
+    ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8001/v1/chat/completions", False),
+    ("http://127.0.0.1:8000/v1", "https://127.0.0.1:8000/v1/chat/completions", False),
+    ("http://127.0.0.1:8000/v1", "http://evil@127.0.0.1:8000/v1/chat/completions", False),
+    ("https://api.anthropic.com", "https://api.anthropic.com/v1/messages", True),
+    ("https://api.openai.com/v1", "https://api.openai.com:443/v1/chat/completions", True),
+    ("http://localhost:11434", "http://LOCALHOST:11434/api/chat", True),
+])
+def test_url_under_compares_scheme_host_port_and_path_segments(base, url, ok):
+    from workbench.llm import url_under
+
+    assert url_under(base, url) is ok
+
+
+def test_provider_environment_variables_resolve_like_litellm():
+    from workbench.llm import resolve_endpoints
+
+    env = {"OPENAI_API_BASE": "http://b", "OPENAI_BASE_URL": "http://a"}
+    assert [(e.url, e.source) for e in resolve_endpoints("openai/x", env=env)] == [("http://a", "$OPENAI_BASE_URL")]
+    assert resolve_endpoints("gpt-4o-mini", env={"OPENAI_API_BASE": "http://b"})[0].source == "$OPENAI_API_BASE"
+    assert resolve_endpoints("openai/x", api_base="http://c/v1", env=env)[0].url == "http://c/v1"  # settings win
+    assert resolve_endpoints("ollama_chat/x", env={})[0].url == "http://localhost:11434"
+    assert resolve_endpoints("workbench/rules") == ()
+
+
+@pytest.mark.parametrize("allowed,url,ok", [
+    ("http://127.0.0.1", "http://127.0.0.1:8000/v1", True),  # no port in the entry: every port of the host
+    ("http://127.0.0.1", "http://127.0.0.2:8000/v1", False),
+    ("http://127.0.0.1", "http://127.0.0.1.example.com/v1", False),
+    ("http://127.0.0.1", "http://127.0.0.1:80@evil.com/v1", False),
+    ("https://api.openai.com/v1", "https://api.openai.com/v1", True),
+    ("https://api.openai.com/v1", "https://api.openai.com/v10", False),
+    ("https://api.openai.com", "http://api.openai.com/v1", False),
+    ("workbench/rules", "workbench/rules", True),
+])
+def test_url_allowed_entries(allowed, url, ok):
+    from workbench.llm import url_allowed
+
+    assert url_allowed(allowed, url) is ok

@@ -397,14 +397,14 @@ def test_reference_labels_are_extracted_once_and_cached_by_bundle_and_text(bundl
     assert extraction_rows(wb) == []
 
     first = wb.score_generated(bundle_path, tmp_path / "ref.csv", {"A": tmp_path / "a.csv"}, n_resamples=50)
-    assert first.reference_stats == {"texts": 13, "extracted": 12, "reused": 0, "failures": 0}
+    assert first.reference_stats == {"texts": 13, "extracted": 12, "reused": 0, "failures": 0, "failure_causes": {}}
     ref_hashes = {text_sha(t) for t in ref["text"]}
     rows = extraction_rows(wb)
     assert len(ref_hashes) == 12
     assert sorted(r.text_hash for r in rows if r.text_hash in ref_hashes) == sorted(ref_hashes)  # one row per distinct text
     assert {r.bundle_sha for r in rows} == {first.bundle_sha}
     # generator A shares 9 of its 13 texts with the reference: those are reused, 4 are new
-    assert first.generators["A"].stats == {"texts": 13, "extracted": 4, "reused": 9, "failures": 0}
+    assert first.generators["A"].stats == {"texts": 13, "extracted": 4, "reused": 9, "failures": 0, "failure_causes": {}}
     assert len(rows) == 12 + 4
 
     second = wb.score_generated(bundle_path, tmp_path / "ref.csv", {"B": tmp_path / "b.csv"}, n_resamples=50)

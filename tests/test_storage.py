@@ -110,6 +110,58 @@ def test_runs_predictions_cache(any_study):
         assert q.get_extractions(s, ["x1"]) == {"x1": '{"edema": 1}'}
 
 
+def test_run_lease_is_taken_by_exactly_one_of_two_executors_and_taken_over_after_expiry(any_study):
+    """Two engines on one database race for a run's lease: one wins each round (conditional UPDATE)."""
+    from workbench.services import Workbench
+
+    any_study.import_reports(DATA / "reports_small.csv", "dev")
+    with any_study.session() as s:
+        run = q.add_run(s, cohort_id=q.get_cohort(s, "dev").id, prompt_commit="c" * 40, model="m", params_json="{}",
+                        mode="per_label", labels_json='["edema"]')
+    other = Workbench(any_study.root)  # a second engine: another executor's connections
+    try:
+        for round_ in range(10):
+            now = 1000.0 * (round_ + 1)
+            barrier, won = threading.Barrier(2), []
+
+            def race(wb, holder):
+                barrier.wait()
+                with wb.session() as s:
+                    if q.take_run_lease(s, run.id, holder, now + 30, now):
+                        won.append(holder)
+
+            threads = [threading.Thread(target=race, args=(wb, f"h{i}")) for i, wb in enumerate((any_study, other))]
+            [t.start() for t in threads]
+            [t.join() for t in threads]
+            assert len(won) == 1, won
+            winner, loser = won[0], ({"h0", "h1"} - set(won)).pop()
+            with any_study.session() as s:
+                assert not q.take_run_lease(s, run.id, loser, now + 30, now + 29)  # live: refused
+                assert q.renew_run_lease(s, run.id, winner, now + 60) and not q.renew_run_lease(s, run.id, loser, now + 60)
+                assert q.take_run_lease(s, run.id, winner, now + 90, now + 59)  # the holder may take it again
+                assert q.take_run_lease(s, run.id, loser, now + 200, now + 91)  # expired: taken over
+                assert not q.renew_run_lease(s, run.id, winner, now + 300)  # the old holder learns it lost
+                assert q.take_run_lease(s, run.id, winner, now + 250, now + 100, dead_holder=loser)  # a dead holder
+                q.release_run_lease(s, run.id, loser)  # not ours: nothing happens
+                assert q.get_run(s, run.id).lease_holder == winner
+                q.release_run_lease(s, run.id, winner)
+                assert q.get_run(s, run.id).lease_holder is None
+    finally:
+        other.engine.dispose()
+
+
+def test_a_version_1_database_gets_the_run_lease_columns(any_study):
+    from sqlalchemy import inspect as sa_inspect, text
+
+    with any_study.engine.begin() as conn:
+        conn.execute(text("ALTER TABLE run DROP COLUMN lease_holder"))
+        conn.execute(text("ALTER TABLE run DROP COLUMN lease_expires_at"))
+        conn.execute(text("UPDATE meta SET value = '1' WHERE key = 'schema_version'"))
+    applied = any_study.migrate()
+    assert "10: run lease: one executor at a time" in applied
+    assert {"lease_holder", "lease_expires_at"} <= {c["name"] for c in sa_inspect(any_study.engine).get_columns("run")}
+
+
 def test_users_and_drafts(any_study):
     any_study.add_user("boss", "admin", "password-123")
     with any_study.session() as s:

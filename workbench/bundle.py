@@ -47,6 +47,11 @@ class Bundle:
         return self.content["model"]
 
     @property
+    def endpoint(self) -> dict:
+        """Where the justifying run sent report text ({} for bundles frozen before this was recorded)."""
+        return self.content.get("endpoint") or {}
+
+    @property
     def sections(self) -> list[str]:
         """Report sections the labeller reads."""
         return self.content.get("sections", ["findings", "impression"])
@@ -89,16 +94,20 @@ def vocab_to_dict(vocab: Vocabulary) -> dict:
 
 
 def build_content(name: str, vocab: Vocabulary, prompts: PromptSet, model: dict, parser_version: str,
-                  prompt_commit: str, metrics: dict, frozen_by: str, frozen_at: str, sections: list[str]) -> dict:
-    """Everything a bundle holds, as plain data."""
+                  prompt_commit: str, metrics: dict, frozen_by: str, frozen_at: str, sections: list[str],
+                  endpoint: dict | None = None) -> dict:
+    """Everything a bundle holds, as plain data (endpoint: where the labeller's text went)."""
     if not NAME_PATTERN.match(name):
         raise BundleError(f"bundle name {name!r} must be letters, digits, '.', '_' or '-' (max 100)")
-    return {
+    content = {
         "format": FORMAT, "name": name, "vocabulary": vocab_to_dict(vocab),
         "prompts": {"task": dump_task(prompts.task), "labels": {k: dump_label_prompt(v) for k, v in prompts.labels.items()}},
         "mode": prompts.task.mode, "model": model, "parser_version": parser_version, "prompt_commit": prompt_commit,
         "sections": list(sections), "metrics": metrics, "frozen_by": frozen_by, "frozen_at": frozen_at,
     }
+    if endpoint is not None:
+        content["endpoint"] = endpoint
+    return content
 
 
 def content_sha256(content: dict) -> str:

@@ -14,6 +14,7 @@ import click
 from workbench.study import PROJECT_ROOT, StudyError, builtin_vocabularies, resolve_study_path
 
 DEMO_DIR = PROJECT_ROOT / "annotations"
+EXIT_INCOMPLETE = 3  # the command ran, but failed calls or extractions leave its result incomplete
 
 
 def study_option(func):
@@ -190,9 +191,14 @@ def agreement(wb, cohort, fmt):
 @click.option("--concurrency", type=int, default=None, help="Calls in flight at once.")
 @click.option("--resume", "resume", type=int, default=None, metavar="RUN", help="Finish a stopped run without repeating finished calls.")
 @click.option("--retry-failed", "retry", type=int, default=None, metavar="RUN", help="Call again every failed (report, label) of a run.")
+@click.option("--new", "new", is_flag=True, help="Start a new run even when an identical finished run exists.")
 @study_option
-def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, retry):
-    """Label a cohort with the labeller (cached, resumable); prints calls made and answers reused."""
+def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, retry, new):
+    """Label a cohort with the labeller (cached, resumable); prints calls made and answers reused.
+
+    Exit codes: 0 every call answered; 2 refused before any call (bad option, endpoint not allowed,
+    unknown model, run busy); 3 the run ended with failures or stopped early (causes are printed).
+    """
     bar = _progress_bar()
     if resume is not None or retry is not None:
         summary = (wb.resume_run(resume, on_progress=bar) if resume is not None else wb.retry_failed(retry, on_progress=bar))
@@ -200,10 +206,33 @@ def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, re
         if not cohort:
             raise click.UsageError("--cohort is required for a new run")
         label_list = [x.strip() for x in labels.split(",")] if labels else None
+        same = None if new else wb.unchanged_run(cohort, prompt_ref=prompt_ref, model=model, labels=label_list,
+                                                  api_base=api_base, concurrency=concurrency)
+        if same is not None:
+            click.echo(f"nothing changed since run {same} (same prompt version, model, parameters, endpoint, cohort "
+                       f"reports and labels; it finished without failures): see `workbench metrics {same}`; "
+                       "use --new to label again anyway")
+            return
         summary = wb.start_run(cohort, prompt_ref=prompt_ref, model=model, labels=label_list, on_progress=bar,
                                api_base=api_base, concurrency=concurrency)
     click.echo("", err=True)
     click.echo(summary.message())
+    _report_failures(summary)
+
+
+def _report_failures(summary) -> None:
+    """Distinct failure causes with counts and an example each; exit code 3 when the run is not complete."""
+    if summary.stopped_reason:
+        click.echo(summary.stopped_reason, err=True)
+    if summary.failure_kinds:
+        click.echo(f"failures by cause (details: `workbench disagreements {summary.run_id} --type failed`):", err=True)
+        for line in summary.causes():
+            click.echo(f"  {line}", err=True)
+    elif summary.failures:
+        click.echo(f"{summary.failures} failed (report, label) answer(s) remain from earlier attempts: "
+                   f"`workbench run --retry-failed {summary.run_id}`", err=True)
+    if summary.failures or summary.status != "finished":
+        raise SystemExit(EXIT_INCOMPLETE)
 
 
 def _progress_bar():
@@ -480,52 +509,86 @@ def _generated(values: tuple[str, ...]) -> dict:
     return out
 
 
-@main.command()
-@click.option("--bundle", "bundle_path", required=True, type=click.Path(exists=True, dir_okay=False), help="Frozen bundle JSON.")
-@click.option("--reference", required=True, type=click.Path(exists=True, dir_okay=False), help="Reference reports (id + text or findings/impression).")
-@click.option("--generated", multiple=True, required=True, help="NAME=FILE of generated reports with the same ids; repeat for several generators.")
-@click.option("--model", default=None, help="Label with another model than the bundle's (recorded in the output).")
-@click.option("--out", type=click.Path(file_okay=False), default=None, help="Folder for CSV and JSON outputs.")
-@click.option("--zero-division", type=click.Choice(["zero", "one", "exclude"]), default="zero", show_default=True,
-              help="F1 of a label with no positive on either side: 0 (as the released Ran Score script), 1, or left out.")
-@click.option("--resamples", type=int, default=1000, show_default=True, help="Bootstrap resamples for the Ran Score interval.")
-@click.option("--study", "study", type=click.Path(file_okay=False), envvar="WORKBENCH_STUDY", default=None,
-              help="Study whose database caches extractions (optional).")
-def score(bundle_path, reference, generated, model, out, zero_division, resamples, study):
-    """Score generated reports against reference reports with a frozen bundle (Ran Score)."""
-    from workbench import scoring
+def _allow_options(func):
+    """--api-base, --allow-endpoint (repeatable) and --study for the commands that label texts with a bundle."""
+    func = click.option("--study", "study", type=click.Path(file_okay=False), envvar="WORKBENCH_STUDY", default=None,
+                        help="Study whose database caches extractions and whose allowed endpoints apply (optional).")(func)
+    func = click.option("--allow-endpoint", "allow", multiple=True, metavar="URL",
+                        help="Also allow report text to go to this endpoint (URL prefix) for this command; repeatable. "
+                             "Without it text goes only to the bundle's own local endpoint (or --study's allowed list).")(func)
+    func = click.option("--api-base", default=None, help="Server URL for --model (an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1).")(func)
+    return click.option("--model", default=None, help="Label with another model than the bundle's (recorded in the output).")(func)
 
-    gens = _generated(generated)
+
+def _bundle_study(study):
+    """The Workbench of --study when it names a study folder, else None."""
     if study and (Path(study) / "workbench.yaml").exists():
         from workbench.services import Workbench
 
         wb = Workbench(resolve_study_path(study), actor=_cli_actor())
         wb.migrate()
-        result = wb.score_generated(Path(bundle_path), Path(reference), gens, model=model, out=Path(out) if out else None,
-                                    zero_division=zero_division, n_resamples=resamples)
+        return wb
+    return None
+
+
+@main.command()
+@click.option("--bundle", "bundle_path", required=True, type=click.Path(exists=True, dir_okay=False), help="Frozen bundle JSON.")
+@click.option("--reference", required=True, type=click.Path(exists=True, dir_okay=False), help="Reference reports (id + text or findings/impression).")
+@click.option("--generated", multiple=True, required=True, help="NAME=FILE of generated reports with the same ids; repeat for several generators.")
+@click.option("--out", type=click.Path(file_okay=False), default=None, help="Folder for CSV and JSON outputs.")
+@click.option("--zero-division", type=click.Choice(["zero", "one", "exclude"]), default="zero", show_default=True,
+              help="F1 of a label with no positive on either side: 0 (as the released Ran Score script), 1, or left out.")
+@click.option("--resamples", type=int, default=1000, show_default=True, help="Bootstrap resamples for the Ran Score interval.")
+@click.option("--max-failed-share", type=click.FloatRange(0, 1), default=0.10, show_default=True,
+              help="A generator with more than this share of failed (report, label) extractions gets no score (exit code 3).")
+@_allow_options
+def score(bundle_path, reference, generated, model, api_base, allow, study, out, zero_division, resamples, max_failed_share):
+    """Score generated reports against reference reports with a frozen bundle (Ran Score)."""
+    from workbench import scoring
+
+    gens = _generated(generated)
+    wb = _bundle_study(study)
+    common = dict(model=model, out=Path(out) if out else None, zero_division=zero_division, n_resamples=resamples,
+                  api_base=api_base, allow_endpoints=list(allow), max_failed_share=max_failed_share)
+    if wb is not None:
+        result = wb.score_generated(Path(bundle_path), Path(reference), gens, **common)
     else:
-        result = scoring.score(Path(bundle_path), Path(reference), gens, model=model, out=Path(out) if out else None,
-                               zero_division=zero_division, n_resamples=resamples)
-    click.echo(f"bundle {result.bundle_name} ({result.bundle_sha[:12]}), model {result.model}; "
+        result = scoring.score(Path(bundle_path), Path(reference), gens, **common)
+    click.echo(f"bundle {result.bundle_name} ({result.bundle_sha[:12]}), model {result.model}; report text went to {result.endpoint}; "
                f"reference: {result.reference_stats['extracted']} extracted, {result.reference_stats['reused']} reused from cache")
     echo_table(result.summary().round(4))
     for name, g in result.generators.items():
-        click.echo(f"\n== {name}: Ran Score {g.ran_score['estimate']:.4f} [{g.ran_score['lo']:.4f}, {g.ran_score['hi']:.4f}] ==")
+        r = g.ran_score
+        if r.get("no_score"):
+            click.echo(f"\n== {name}: NO SCORE: {r['no_score']} ==")
+        else:
+            left_out = "" if r["pairs_scored"] == r["pairs_total"] else (
+                f" over {r['pairs_scored']} of {r['pairs_total']} (report, label) pairs: {r['failed_generated']} generated and "
+                f"{r['failed_reference']} reference extractions failed and are left out")
+            click.echo(f"\n== {name}: Ran Score {r['estimate']:.4f} [{r['lo']:.4f}, {r['hi']:.4f}]{left_out} ==")
         echo_table(g.per_label.reset_index().round(4))
     click.echo(f"\nzero division: {scoring.POLICY_TEXT[zero_division]}")
     if out:
         click.echo(f"wrote CSV and JSON to {out}")
+    if result.unscored():
+        for name, why in result.unscored().items():
+            click.echo(f"error: no score for {name}: {why}", err=True)
+        raise SystemExit(EXIT_INCOMPLETE)
 
 
 @main.command()
 @click.option("--bundle", "bundle_path", required=True, type=click.Path(exists=True, dir_okay=False), help="Frozen bundle JSON.")
 @click.option("--pairs", type=click.Path(exists=True, dir_okay=False), default=str(DEMO_DIR / "robustness" / "pairs.csv"),
               show_default=True, help="CSV: pair_id,kind(paraphrase|significant),label,text_a,text_b.")
-def robustness(bundle_path, pairs):
+@_allow_options
+def robustness(bundle_path, pairs, model, api_base, allow, study):
     """Share of harmless paraphrases labelled the same and significant changes detected, per label."""
     from workbench import scoring
 
-    result = scoring.robustness(Path(bundle_path), Path(pairs))
+    wb = _bundle_study(study)
+    allowed = [*(wb.config.allowed_endpoints if wb is not None else []), *allow]
+    result = scoring.robustness(Path(bundle_path), Path(pairs), model=model, api_base=api_base, allow_endpoints=allowed)
+    click.echo(f"report text went to {result['endpoint']}")
     echo_table(result["per_kind"])
     click.echo("")
     echo_table(result["per_label"])

@@ -103,16 +103,20 @@ def label_texts(ps: PromptSet, vocab: Vocabulary, texts: dict[str, str], cfg, bu
     partial: dict[str, dict[str, int | None]] = {k: {} for k in by_key}
     state = {"done": 0}
 
+    causes: dict[str, int] = {}
+
     def on_result(req, res) -> None:
         meta = req.meta
         if res.text is None:
-            for lab in meta["labels"]:
-                partial[meta["ext_key"]][lab] = None
+            decisions = {lab: parsing.Decision(None, "", res.error_kind or "call_error") for lab in meta["labels"]}
         elif meta["mode"] == "joint":
-            for lab, d in parsing.parse_joint_reply(res.text, meta["labels"], meta["report"]).items():
-                partial[meta["ext_key"]][lab] = d.value
+            decisions = parsing.parse_joint_reply(res.text, meta["labels"], meta["report"])
         else:
-            partial[meta["ext_key"]][meta["labels"][0]] = parsing.parse_reply(res.text, meta["report"]).value
+            decisions = {meta["labels"][0]: parsing.parse_reply(res.text, meta["report"])}
+        for lab, d in decisions.items():
+            partial[meta["ext_key"]][lab] = d.value
+            if d.value is None:  # counted by cause, per (text, label): a failure is never a silent 0
+                causes[d.status] = causes.get(d.status, 0) + len(by_key[meta["ext_key"]])
         state["done"] += 1
         if on_progress:
             on_progress(state["done"], len(requests))
@@ -124,12 +128,13 @@ def label_texts(ps: PromptSet, vocab: Vocabulary, texts: dict[str, str], cfg, bu
         values = {lab: partial[key].get(lab) for lab in asked}
         if all(v is not None for v in values.values()):
             cache.put(key, bundle_sha, text_sha(texts[rids[0]]), json.dumps(values, sort_keys=True))
-        failures += sum(v is None for v in values.values())
+        failures += sum(v is None for v in values.values()) * len(rids)
         for rid in rids:
             results[rid] = values
     frame = pd.DataFrame.from_dict(results, orient="index").reindex(index=list(texts), columns=vocab.asked_ids)
     frame = derive_frame(vocab, frame.astype(float))[vocab.ids]
-    stats = {"texts": len(texts), "extracted": len(by_key), "reused": len(texts) - len(todo_ids), "failures": failures}
+    stats = {"texts": len(texts), "extracted": len(by_key), "reused": len(texts) - len(todo_ids), "failures": failures,
+             "failure_causes": causes}
     return frame, stats
 
 

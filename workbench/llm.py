@@ -5,11 +5,17 @@ rest of the workbench, its CLI help and its tests stay fast. The engine runs man
 once under a bound, retries what is worth retrying (429, 5xx, timeouts, connection errors)
 with its own counted backoff that honours Retry-After, and turns every model failure into a
 CallResult instead of an exception: a failed call is data to record, not a crash.
+
+Where report text goes is decided here, once: resolve_endpoints() finds the URL litellm would
+use (settings, else the provider's environment variables litellm reads, else its default), every
+call is made with that URL as api_base, and while calls run an httpx-level guard refuses any
+request to another address and never follows a redirect (a 307/308 would re-post the body).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import email.utils
 import logging
@@ -20,30 +26,125 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit
 
 DUMMY_API_KEY = "sk-no-key-needed"  # local OpenAI-compatible servers need a key-shaped string
 RETRYABLE = frozenset({"rate_limit", "server", "timeout", "connection"})
-ERROR_KINDS = ("rate_limit", "server", "timeout", "connection", "auth", "bad_request", "other")
+ERROR_KINDS = ("rate_limit", "server", "timeout", "connection", "auth", "not_found", "bad_request", "redirect", "refused",
+               "other")
+UNUSABLE = frozenset({"connection", "auth", "not_found", "refused"})  # the endpoint itself is wrong: no point going on
 _POOL_NAME = "workbench-pool"
-_PROVIDER_HOSTS = {
-    "openai": "api.openai.com",
-    "anthropic": "api.anthropic.com",
-    "gemini": "generativelanguage.googleapis.com",
-    "mistral": "api.mistral.ai",
-    "deepseek": "api.deepseek.com",
-    "groq": "api.groq.com",
-    "together_ai": "api.together.xyz",
-    "openrouter": "openrouter.ai",
-    "dashscope": "dashscope.aliyuncs.com",
-    "ollama": "localhost:11434",
-    "ollama_chat": "localhost:11434",
+# provider -> (environment variables litellm 1.110 reads for the base URL, in its order; its default
+# base, None when there is none). A provider not listed needs an explicit api_base.
+PROVIDER_BASES: dict[str, tuple[tuple[str, ...], str | None]] = {
+    "openai": (("OPENAI_BASE_URL", "OPENAI_API_BASE"), "https://api.openai.com/v1"),
+    "ollama": (("OLLAMA_API_BASE",), "http://localhost:11434"),
+    "ollama_chat": (("OLLAMA_API_BASE",), "http://localhost:11434"),
+    "hosted_vllm": (("HOSTED_VLLM_API_BASE",), None),
+    "anthropic": (("ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"), "https://api.anthropic.com"),
+    "azure": (("AZURE_API_BASE",), None),
+    "gemini": (("GEMINI_API_BASE",), "https://generativelanguage.googleapis.com"),
+    "mistral": (("MISTRAL_API_BASE",), "https://api.mistral.ai/v1"),
+    "groq": (("GROQ_API_BASE",), "https://api.groq.com/openai/v1"),
+    "deepseek": (("DEEPSEEK_API_BASE",), "https://api.deepseek.com/beta"),
+    "together_ai": (("TOGETHER_AI_API_BASE",), "https://api.together.ai/v1"),
+    "openrouter": (("OPENROUTER_API_BASE",), "https://openrouter.ai/api/v1"),
 }
+_PINNED: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar("workbench_pinned_endpoints", default=None)
+_GUARD_INSTALLED = False
 _LITELLM = None
 
 
 class LLMError(RuntimeError):
     """A model endpoint could not be used (raised by check_model only)."""
+
+
+class EndpointError(ValueError):
+    """Where report text would be sent cannot be determined (unknown provider, no base URL)."""
+
+
+class UnknownModel(ValueError):
+    """litellm does not know the model string's provider."""
+
+
+class EndpointRefused(ConnectionError):
+    """The guard stopped a request to an address other than the pinned endpoint (nothing was sent)."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A base URL report text is sent to, and where that URL came from."""
+
+    url: str
+    source: str  # "settings", "$OLLAMA_API_BASE" (an environment variable), or "provider default"
+
+    def label(self) -> str:
+        """The URL, with its origin when it did not come from the settings."""
+        return self.url if self.source == "settings" else f"{self.url} ({self.source})"
+
+
+def resolve_endpoints(model: str, api_base: str | None = None, endpoints=(), env=None) -> tuple[Endpoint, ...]:
+    """The base URLs litellm will send this model's calls to: settings, else the provider's
+    environment variables litellm reads, else its default; () for the offline labeller."""
+    if model.startswith("workbench/"):
+        return ()
+    if endpoints:
+        return tuple(Endpoint(str(u), "settings") for u in endpoints)
+    if api_base:
+        return (Endpoint(str(api_base), "settings"),)
+    provider = provider_of(model)
+    if provider not in PROVIDER_BASES:
+        raise EndpointError(
+            f"cannot tell where litellm would send {model!r} (provider {provider!r}): give its api_base explicitly "
+            f"(--api-base URL), or use a provider whose endpoint the workbench resolves: {', '.join(PROVIDER_BASES)}")
+    names, default = PROVIDER_BASES[provider]
+    env = os.environ if env is None else env
+    for name in names:
+        if env.get(name):
+            return (Endpoint(env[name], f"${name}"),)
+    if default is None:
+        raise EndpointError(f"{model!r}: provider {provider!r} has no default endpoint; give its api_base (--api-base URL)"
+                            f" or set ${names[0]}")
+    return (Endpoint(default, "provider default"),)
+
+
+def _split(url: str) -> tuple[str, str, int | None, str]:
+    parts = urlsplit(url)
+    scheme = (parts.scheme or "").lower()
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    except ValueError:
+        port = -1
+    return scheme, (parts.hostname or "").lower(), port, (parts.path or "").rstrip("/")
+
+
+def url_allowed(allowed: str, url: str) -> bool:
+    """Does an endpoint URL fall under an allowed entry? Compared by parts, not as text, so
+    http://127.0.0.1.example.com or http://127.0.0.1:80@evil.com do not pass for http://127.0.0.1;
+    an entry without a port allows every port of its host."""
+    if "://" not in allowed:
+        return url.startswith(allowed)
+    a, u = urlsplit(allowed), urlsplit(url)
+    try:
+        a_port, u_port = a.port, u.port
+    except ValueError:
+        return False
+    if u.username or u.password or "@" in u.netloc or a.scheme.lower() != u.scheme.lower():
+        return False
+    if (a.hostname or "") != (u.hostname or ""):
+        return False
+    if a_port is not None and a_port != u_port:
+        return False
+    prefix = (a.path or "").rstrip("/")
+    return not prefix or u.path == prefix or u.path.startswith(prefix + "/")  # whole path segments: /v1 is not /v10
+
+
+def url_under(base: str, url: str) -> bool:
+    """True when url is the base URL or below it (same scheme, host and port; path under the base's)."""
+    b, u = _split(base), _split(url)
+    if "@" in (urlsplit(url).netloc or "") or not b[1] or b[:3] != u[:3]:
+        return False
+    return u[3] == b[3] or u[3].startswith(b[3] + "/")
 
 
 @dataclass(frozen=True)
@@ -90,25 +191,25 @@ class ModelConfig:
             "json_mode": bool(self.json_mode),
         }
 
+    def resolved(self, env=None) -> tuple[Endpoint, ...]:
+        """The endpoints report text goes to, resolved the way litellm would (see resolve_endpoints)."""
+        return resolve_endpoints(self.model, self.api_base, self.endpoints, env)
+
     def endpoint_label(self) -> str:
         """Where report text goes, for the governance record."""
         if self.model.startswith("workbench/"):
             return "local (rule-based, no network)"
-        if len(self.endpoints) > 1:
-            return f"pool of {len(self.endpoints)}: " + ", ".join(self.endpoints)
-        if self.endpoints:
-            return self.endpoints[0]
-        if self.api_base:
-            return self.api_base
-        provider = provider_of(self.model)
-        host = _PROVIDER_HOSTS.get(provider, f"{provider} default endpoint")
-        return f"{host} ({provider})"
+        try:
+            ends = self.resolved()
+        except EndpointError:
+            return f"{provider_of(self.model)} (endpoint unknown: give api_base)"
+        if len(ends) > 1:
+            return f"pool of {len(ends)}: " + ", ".join(e.label() for e in ends)
+        return ends[0].label()
 
     def base_urls(self) -> tuple[str, ...]:
-        """The explicit endpoints in use (pool, single api_base, or none for provider default)."""
-        if self.endpoints:
-            return self.endpoints
-        return (self.api_base,) if self.api_base else ()
+        """The URLs every call is pinned to (settings, environment or provider default)."""
+        return tuple(e.url for e in self.resolved())
 
 
 def provider_of(model: str) -> str:
@@ -168,8 +269,70 @@ def _litellm():
             litellm.telemetry = False
         for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
             logging.getLogger(name).setLevel(logging.CRITICAL)  # failures are CallResults here
+        _install_guard()
         _LITELLM = litellm
     return _LITELLM
+
+
+def _install_guard() -> None:
+    """Wrap httpx's send (both clients) so that, while calls run, only the pinned endpoints are reached.
+
+    Every HTTP client litellm uses (the OpenAI SDK's, its own handlers', a Router's) sends
+    through httpx.Client.send / AsyncClient.send, so this one place covers every provider and
+    pool: a request to another address is refused before a byte is sent, and a redirect is
+    returned as an error instead of being followed (a 307/308 would re-post the report text).
+    Outside complete_all (no pinned endpoints) httpx behaves as usual.
+    """
+    global _GUARD_INSTALLED
+    if _GUARD_INSTALLED:
+        return
+    import httpx
+
+    async_send, sync_send = httpx.AsyncClient.send, httpx.Client.send
+
+    async def guarded_async_send(self, request, **kwargs):
+        if _pinned_check(request):
+            kwargs["follow_redirects"] = False
+        return await async_send(self, request, **kwargs)
+
+    def guarded_send(self, request, **kwargs):
+        if _pinned_check(request):
+            kwargs["follow_redirects"] = False
+        return sync_send(self, request, **kwargs)
+
+    httpx.AsyncClient.send, httpx.Client.send = guarded_async_send, guarded_send
+    _GUARD_INSTALLED = True
+
+
+def _pinned_check(request) -> bool:
+    """Raise EndpointRefused for a request outside the pinned endpoints; True when a pin is active."""
+    pinned = _PINNED.get()
+    if pinned is None:
+        return False
+    url = str(request.url)
+    if not any(url_under(base, url) for base in pinned):
+        parts = urlsplit(url)
+        raise EndpointRefused(f"refused by the workbench: a request to {parts.scheme}://{parts.netloc} is outside the "
+                              f"checked endpoint ({', '.join(pinned)}); no report text was sent there")
+    return True
+
+
+def check_model_name(model: str) -> str:
+    """The litellm provider of a model string, or UnknownModel saying how to write it (checked before
+    anything is said about endpoints: a typo in the name is not a governance problem)."""
+    if model.startswith("workbench/"):
+        return "workbench"
+    litellm = _litellm()
+    try:
+        return litellm.get_llm_provider(model)[1]
+    except Exception as exc:  # litellm raises BadRequestError("LLM Provider NOT provided ...")
+        prefix, _, name = model.rpartition("/")
+        what = f"litellm has no provider {prefix!r}" if prefix else "litellm cannot tell which provider serves it"
+        name = name or model
+        raise UnknownModel(
+            f"model {model!r} is unknown to litellm ({what}): write it as provider/name, e.g. openai/{name} with "
+            f"--api-base URL for an OpenAI-compatible server (vLLM, llama.cpp), ollama/{name}, anthropic/{name}; "
+            "providers: https://docs.litellm.ai/docs/providers") from exc
 
 
 def _check_model_string(cfg: ModelConfig) -> None:
@@ -183,7 +346,9 @@ def _api_key(cfg: ModelConfig) -> str | None:
         if not key:
             raise ValueError(f"environment variable {cfg.api_key_env} (api_key_env of {cfg.model}) is not set")
         return key
-    return DUMMY_API_KEY if cfg.base_urls() else None  # provider default: litellm reads its own env vars
+    if all(e.source == "settings" for e in cfg.resolved()):
+        return DUMMY_API_KEY  # a configured server: never hand it a provider key litellm finds in the environment
+    return None  # the provider's own endpoint (default or its env var): litellm reads the provider's key
 
 
 def _call_kwargs(cfg: ModelConfig) -> dict:
@@ -216,9 +381,7 @@ def _make_caller(cfg: ModelConfig) -> Callable:
             return await router.acompletion(model=_POOL_NAME, messages=messages, **kwargs)
 
         return call_pool
-    base = cfg.base_urls()[0] if cfg.base_urls() else None
-    if base:
-        kwargs["api_base"] = base
+    kwargs["api_base"] = cfg.base_urls()[0]  # always explicit: what was checked is what is used
     if key:
         kwargs["api_key"] = key
 
@@ -281,8 +444,12 @@ def classify(exc: BaseException) -> str:
     """The error_kind of an exception raised by a litellm call."""
     import openai  # litellm depends on it; it is already imported when this runs
 
+    if any(isinstance(link, EndpointRefused) for link in _chain(exc)) or "refused by the workbench" in str(exc):
+        return "refused"
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError, openai.APITimeoutError)):
         return "timeout"
+    if _redirect_status(exc):  # litellm's own HTTP handler wraps it in a status-500 connection error
+        return "redirect"
     status = getattr(exc, "status_code", None)
     if status == 429:
         return "rate_limit"
@@ -290,6 +457,8 @@ def classify(exc: BaseException) -> str:
         return "auth"
     if status == 408:
         return "timeout"
+    if status == 404:
+        return "not_found"
     # litellm reports a refused connection as InternalServerError(500): look at the cause
     for link in _chain(exc):
         if isinstance(link, openai.APITimeoutError):
@@ -339,6 +508,29 @@ def _header_sources(exc: BaseException):
         yield {k.lower(): v for k, v in exc.headers.items()}
 
 
+def _redirect_status(exc: BaseException | None) -> int | None:
+    """The 3xx status of a redirect anywhere in the exception chain, None when there is none."""
+    for link in _chain(exc) if exc is not None else ():
+        status = getattr(link, "status_code", None)
+        if isinstance(status, int) and 300 <= status < 400:
+            return status
+    return None
+
+
+def _location(exc: BaseException | None) -> str:
+    """Scheme and host of a redirect's Location header, when the exception chain still carries it."""
+    for link in _chain(exc) if exc is not None else ():
+        for headers in _header_sources(link):
+            try:
+                value = headers.get("location")
+            except Exception:
+                continue
+            if value:
+                parts = urlsplit(str(value))
+                return f"{parts.scheme}://{parts.netloc}" if parts.netloc else str(value)[:100]
+    return ""
+
+
 def backoff_s(cfg: ModelConfig, attempt: int, retry_after: float | None) -> float:
     """Wait before the next attempt: Retry-After if given, else full-jitter exponential; capped."""
     if retry_after is not None:
@@ -374,6 +566,16 @@ def describe(kind: str, exc: BaseException | None, attempts: int, cfg: ModelConf
         return f"HTTP {status} authentication failed{hint}: {detail}"
     if kind == "bad_request":
         return f"HTTP {status} bad request (not retried): {detail}"
+    if kind == "not_found":
+        return f"HTTP 404 not found at {cfg.endpoint_label()} (is the model name {cfg.model!r} served there?): {detail}"
+    if kind == "redirect":
+        target, status = _location(exc), _redirect_status(exc)
+        return (f"HTTP {status} redirect{' to ' + target if target else ''} not followed: report text is only sent to "
+                f"{cfg.endpoint_label()}, never re-posted to another address (not retried)")
+    if kind == "refused":
+        text = str(exc)
+        start = text.find("refused by the workbench")
+        return text[start:] if start >= 0 else f"refused by the workbench: {detail}"
     return f"{type(exc).__name__}: {detail}"
 
 
@@ -443,7 +645,16 @@ async def complete_all(
     _check_model_string(cfg)
     if not requests:
         return
-    call = _make_caller(cfg)
+    pinned = cfg.base_urls()  # raises EndpointError before anything is sent
+    token = _PINNED.set(pinned)  # tasks copy this context: every request made for these calls is checked
+    try:
+        call = _make_caller(cfg)
+        await _run_workers(requests, cfg, call, on_result, cancel)
+    finally:
+        _PINNED.reset(token)
+
+
+async def _run_workers(requests, cfg: ModelConfig, call, on_result, cancel) -> None:
     queue = iter(list(requests))
     sem = asyncio.Semaphore(cfg.concurrency)
 
@@ -512,3 +723,8 @@ def check_model(cfg: ModelConfig) -> str:
 # the engine's parts, for workbench/workers.py (each worker process runs its own event loop)
 make_caller = _make_caller
 run_one = _run_one
+
+
+def pin_endpoints(cfg: ModelConfig):
+    """Check every request made from this context against cfg's endpoints, as complete_all does."""
+    return _PINNED.set(cfg.base_urls())

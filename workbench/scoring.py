@@ -4,6 +4,10 @@ Both sides are labelled with the bundle's prompts; per label TP, FP (invented fi
 (missed findings), precision, recall, F1 and support; micro and macro averages; Ran Score =
 macro F1 over the vocabulary's labels under a stated zero-division policy, with a bootstrap
 interval over reports. Usable without a study: `from workbench import score`.
+
+Report text goes only where the command allows: the bundle's own local endpoint (recorded at
+freeze time), endpoints the caller allows (--allow-endpoint, a study's list with --study), or
+the offline labeller; the result says where it went.
 """
 
 from __future__ import annotations
@@ -20,12 +24,20 @@ from workbench.core import metrics
 from workbench.labelling import ExtractionCache, MemoryCache, label_texts, nan_to_none
 
 ZERO_DIVISION_CHOICES = ("zero", "one", "exclude")
+MAX_FAILED_SHARE = 0.10  # above this share of failed extractions a generator gets no score
 POLICY_TEXT = {
     "zero": "a label with no positive in either the reference or the generated reports scores F1 = 0 "
             "(as the released Ran Score script, zero_division=0)",
     "one": "a label with no positive on either side scores F1 = 1 (nothing to find, nothing invented)",
     "exclude": "a label with no positive on either side is left out of the macro average (counted and reported)",
 }
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+class EndpointNotAllowed(ValueError):
+    """Report text would be sent to an endpoint this scoring command does not allow."""
 
 
 @dataclass
@@ -50,6 +62,12 @@ class ScoreResult:
     zero_division: str
     reference_stats: dict
     generators: dict = field(default_factory=dict)
+    endpoint: str = ""
+    max_failed_share: float = MAX_FAILED_SHARE
+
+    def unscored(self) -> dict[str, str]:
+        """Generators with no score (too many failed extractions) and why."""
+        return {name: g.ran_score["no_score"] for name, g in self.generators.items() if g.ran_score.get("no_score")}
 
     def summary(self) -> pd.DataFrame:
         """Side-by-side table like the paper's Table 5 (one row per generator)."""
@@ -64,14 +82,17 @@ class ScoreResult:
                 "macro_recall": a["macro_recall"], "macro_f1": a["macro_f1"],
                 "ran_score": r["estimate"], "ran_score_lo": r["lo"], "ran_score_hi": r["hi"],
                 "invented_findings_fp": int(g.per_label["fp"].sum()), "missed_findings_fn": int(g.per_label["fn"].sum()),
+                "pairs_scored": r["pairs_scored"], "pairs_total": r["pairs_total"],
+                "failed_generated": r["failed_generated"], "failed_reference": r["failed_reference"],
             })
         return pd.DataFrame(rows)
 
     def to_json(self) -> dict:
         """Everything as plain data."""
         return {
-            "bundle": {"name": self.bundle_name, "sha256": self.bundle_sha}, "model": self.model,
+            "bundle": {"name": self.bundle_name, "sha256": self.bundle_sha}, "model": self.model, "endpoint": self.endpoint,
             "zero_division": self.zero_division, "zero_division_policy": POLICY_TEXT[self.zero_division],
+            "max_failed_share": self.max_failed_share, "unscored": self.unscored(),
             "reference": self.reference_stats,
             "summary": json.loads(self.summary().to_json(orient="records")),
             "generators": {name: {
@@ -117,12 +138,18 @@ def _check_ids(reference: dict, generated: dict, name: str) -> None:
 
 
 def model_config_for(bundle: Bundle, model: str | None, api_base: str | None = None):
-    """The bundle's model and parameters, or an override (which the output records)."""
+    """The bundle's model, parameters and recorded endpoint, or an override (which the output records)."""
     from workbench.llm import ModelConfig
 
     recorded = dict(bundle.model)
     if model and model != recorded.get("model"):
         recorded = {"model": model, "temperature": recorded.get("temperature", 0.0), "seed": recorded.get("seed", 0)}
+    elif not api_base:  # where the justifying run sent its text, not the provider's default
+        own = bundle.endpoint
+        if own.get("endpoints"):
+            recorded["endpoints"] = own["endpoints"]
+        elif own.get("api_base"):
+            recorded["api_base"] = own["api_base"]
     if api_base:
         recorded["api_base"] = api_base
     allowed = {f for f in ModelConfig.__dataclass_fields__}
@@ -132,20 +159,58 @@ def model_config_for(bundle: Bundle, model: str | None, api_base: str | None = N
     return ModelConfig(**values)
 
 
+def bundle_local_endpoints(bundle: Bundle) -> list[str]:
+    """The bundle's recorded endpoints that are on this machine (allowed for scoring without asking)."""
+    from urllib.parse import urlparse
+
+    return [u for u in bundle.endpoint.get("resolved") or [] if (urlparse(u).hostname or "") in LOOPBACK_HOSTS]
+
+
+def check_endpoint(cfg, bundle: Bundle, allow_endpoints: list[str] | None = None) -> str:
+    """Refuse (EndpointNotAllowed) unless every endpoint cfg sends text to is allowed; return where text goes."""
+    from workbench.llm import EndpointError, check_model_name, url_allowed
+
+    if cfg.model.startswith("workbench/"):
+        return "this machine (offline rule-based labeller, no network)"
+    check_model_name(cfg.model)  # UnknownModel first: a typo is not a governance problem
+    own = bundle_local_endpoints(bundle)
+    allowed = [*own, *(allow_endpoints or [])]
+    try:
+        ends = cfg.resolved()
+    except EndpointError as exc:
+        raise EndpointNotAllowed(f"report text will not be sent: {exc}") from exc
+    refused = [e for e in ends if not any(url_allowed(a, e.url) for a in allowed)]
+    if refused:
+        extra = f"; allowed here: {', '.join(allow_endpoints)}" if allow_endpoints else ""
+        raise EndpointNotAllowed(
+            f"report text may not be sent to {', '.join(e.label() for e in refused)}: scoring sends text only to the "
+            f"bundle's own local endpoint ({', '.join(own) or 'none recorded'}){extra}. Allow it for this command with "
+            "--allow-endpoint URL (allow_endpoints=[...] in Python), or score with --study S to use that study's allowed endpoints")
+    return cfg.endpoint_label()
+
+
 def score(bundle, reference, generated: dict, model: str | None = None, out: Path | None = None,
           zero_division: str = "zero", n_resamples: int = 1000, seed: int = 0,
-          cache: ExtractionCache | None = None, api_base: str | None = None, on_progress=None) -> ScoreResult:
-    """Score generated reports (name -> file or DataFrame) against reference reports with a bundle."""
+          cache: ExtractionCache | None = None, api_base: str | None = None, on_progress=None,
+          allow_endpoints: list[str] | None = None, max_failed_share: float = MAX_FAILED_SHARE) -> ScoreResult:
+    """Score generated reports (name -> file or DataFrame) against reference reports with a bundle.
+
+    Report text goes only to the bundle's own local endpoint or one in allow_endpoints (URL prefixes).
+    Failed extractions are counted per generator and label and left out of the metrics; a generator
+    with more than max_failed_share of its (report, label) pairs failed (or all) gets no score.
+    """
     if zero_division not in ZERO_DIVISION_CHOICES:
         raise ValueError(f"zero_division must be one of {ZERO_DIVISION_CHOICES}")
     if not generated:
         raise ValueError("give at least one generator: NAME=generated.csv")
     b = bundle if isinstance(bundle, Bundle) else load_bundle(Path(bundle))
     cfg = model_config_for(b, model, api_base)
+    where = check_endpoint(cfg, b, allow_endpoints)
     cache = cache or MemoryCache()
     ref_texts = read_texts(reference, b.sections, "reference")
     ref_labels, ref_stats = label_texts(b.prompts, b.vocab, ref_texts, cfg, b.sha256, cache, on_progress)
-    result = ScoreResult(b.sha256, b.name, cfg.model, zero_division, ref_stats)
+    result = ScoreResult(b.sha256, b.name, cfg.model, zero_division, ref_stats, endpoint=where,
+                         max_failed_share=max_failed_share)
     policy = "undefined" if zero_division == "exclude" else zero_division
     for name, source in generated.items():
         gen_texts = read_texts(source, b.sections, name)
@@ -164,13 +229,41 @@ def score(bundle, reference, generated: dict, model: str | None = None, out: Pat
                "interval": "bias-corrected percentile bootstrap over reports" + (", widened to contain the estimate" if widened else ""),
                "seed": seed, "labels": len(table), "labels_undefined": int(table["f1_undefined"].sum()),
                "labels_used": avg["macro_f1_labels_used"], "policy": POLICY_TEXT[zero_division]}
+        ran.update(_failure_counts(ref_labels, gen_labels, b.vocab.asked_ids, stats, max_failed_share))
+        if ran["no_score"]:
+            ran.update(estimate=None, lo=None, hi=None)
         per_label = table[["support", "tp", "fp", "fn", "tn", "precision", "recall", "f1", "f1_undefined", "accuracy"]].copy()
         per_label.insert(0, "name", [b.vocab.names()[i] for i in per_label.index])
+        per_label["n_scored"] = table["n"]
+        per_label["failed_generated"] = gen_labels[table.index].isna().sum()
+        per_label["failed_reference"] = ref_labels[table.index].isna().sum()
         per_report = _per_report(ref_labels, gen_labels)
         result.generators[name] = GeneratorScore(name, per_label, avg, ran, per_report, stats)
     if out is not None:
         result.write(Path(out))
     return result
+
+
+def _failure_counts(ref_labels: pd.DataFrame, gen_labels: pd.DataFrame, asked: list[str], stats: dict,
+                    max_failed_share: float) -> dict:
+    """Failed extractions of one generator: counts, the share of (report, label) pairs left out, and
+    why there is no score when too many failed."""
+    ref_failed, gen_failed = ref_labels[asked].isna(), gen_labels[asked].isna()
+    total = int(ref_failed.size)
+    left_out = int((ref_failed | gen_failed).to_numpy().sum())
+    share = left_out / total if total else 0.0
+    no_score = ""
+    counts = f"generated: {int(gen_failed.to_numpy().sum())}, reference: {int(ref_failed.to_numpy().sum())}"
+    if total and left_out == total:
+        no_score = f"all {total} (report, label) pairs have a failed extraction ({counts})"
+    elif share > max_failed_share:
+        no_score = (f"{left_out} of {total} (report, label) pairs have a failed extraction ({counts}; {share:.1%}, "
+                    f"more than the {max_failed_share:.0%} allowed)")
+    if no_score and stats.get("failure_causes"):
+        no_score += "; causes: " + ", ".join(f"{k}: {v}" for k, v in sorted(stats["failure_causes"].items()))
+    return {"pairs_total": total, "pairs_scored": total - left_out, "failed_share": share,
+            "failed_generated": int(gen_failed.to_numpy().sum()), "failed_reference": int(ref_failed.to_numpy().sum()),
+            "no_score": no_score}
 
 
 def _per_report(ref_labels: pd.DataFrame, gen_labels: pd.DataFrame) -> pd.DataFrame:
@@ -183,19 +276,23 @@ def _per_report(ref_labels: pd.DataFrame, gen_labels: pd.DataFrame) -> pd.DataFr
             "invented_findings": ";".join(c for c in ref_labels.columns if g[c] == 1 and r[c] == 0),
             "missed_findings": ";".join(c for c in ref_labels.columns if g[c] == 0 and r[c] == 1),
             "matched_positive": int(((g == 1) & (r == 1)).sum()),
+            "failed_labels": ";".join(c for c in ref_labels.columns if g[c] != g[c] or r[c] != r[c]),
             "reference_labels": json.dumps(nan_to_none(ref_labels.loc[[rid]]).iloc[0].to_dict()),
             "generated_labels": json.dumps(nan_to_none(gen_labels.loc[[rid]]).iloc[0].to_dict()),
         })
     return pd.DataFrame(rows)
 
 
-def robustness(bundle, pairs, model: str | None = None, cache: ExtractionCache | None = None) -> dict:
+def robustness(bundle, pairs, model: str | None = None, cache: ExtractionCache | None = None,
+               api_base: str | None = None, allow_endpoints: list[str] | None = None) -> dict:
     """ReEvalMed's point: same labels for harmless paraphrases, different for significant changes.
 
     pairs: a CSV/DataFrame with pair_id, kind (paraphrase | significant), label (for significant),
-    text_a, text_b. Returns overall shares and a per-label table.
+    text_a, text_b. Returns overall shares and a per-label table, and where the text went.
     """
     b = bundle if isinstance(bundle, Bundle) else load_bundle(Path(bundle))
+    cfg = model_config_for(b, model, api_base)
+    where = check_endpoint(cfg, b, allow_endpoints)
     frame = pairs if isinstance(pairs, pd.DataFrame) else importers.read_table(pairs)
     missing = {"pair_id", "kind", "text_a", "text_b"} - set(frame.columns)
     if missing:
@@ -205,7 +302,6 @@ def robustness(bundle, pairs, model: str | None = None, cache: ExtractionCache |
     bad = sorted(set(frame["kind"]) - {"paraphrase", "significant"})
     if bad:
         raise ValueError(f"robustness pairs: kind must be paraphrase or significant, got {bad}")
-    cfg = model_config_for(b, model)
     texts = {}
     for r in frame.itertuples(index=False):
         texts[f"{r.pair_id}:a"], texts[f"{r.pair_id}:b"] = r.text_a, r.text_b
@@ -235,4 +331,4 @@ def robustness(bundle, pairs, model: str | None = None, cache: ExtractionCache |
             flips[lab] = flips.get(lab, 0) + 1
     per_label["paraphrase_flips"] = pd.Series(flips).reindex(per_label.index).fillna(0).astype(int)
     return {"pairs": result, "per_kind": per_kind.reset_index(), "per_label": per_label.reset_index(),
-            "paraphrase_flips": flips}
+            "paraphrase_flips": flips, "endpoint": where}

@@ -110,6 +110,7 @@ def _worker_main(cfg, tasks, results, stop) -> None:
 
 async def _serve(cfg, tasks, results, stop) -> None:
     """Pull chunks as capacity frees up; answer each call with llm's own retry and backoff."""
+    llm.pin_endpoints(cfg)  # before any task exists: the tasks copy this context, so every request is checked
     call = llm.make_caller(cfg)
     loop = asyncio.get_running_loop()
     local: asyncio.Queue = asyncio.Queue(maxsize=2 * CHUNK)

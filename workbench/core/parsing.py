@@ -64,6 +64,13 @@ class Decision:
 
 def parse_reply(text: str | None, report_text: str | None = None) -> Decision:
     """Parse a per-label reply: {"value": 0|1, "evidence": "..."} or a tolerated plain answer."""
+    try:
+        return _parse_reply(text, report_text)
+    except (_TooDeep, RecursionError):  # RecursionError: e.g. repr of a value nested just under the limit
+        return _fail(TOO_DEEP)
+
+
+def _parse_reply(text: str | None, report_text: str | None) -> Decision:
     if text is None:
         return Decision(None, "", "call_error", "no reply: the call failed")
     if not isinstance(text, str):
@@ -88,6 +95,13 @@ def parse_reply(text: str | None, report_text: str | None = None) -> Decision:
 
 def parse_joint_reply(text: str | None, label_ids: list[str], report_text: str | None = None) -> dict[str, Decision]:
     """Parse a joint reply for several labels; a missing label fails alone."""
+    try:
+        return _parse_joint_reply(text, label_ids, report_text)
+    except (_TooDeep, RecursionError):  # RecursionError: e.g. repr of a value nested just under the limit
+        return {lid: _fail(TOO_DEEP) for lid in label_ids}
+
+
+def _parse_joint_reply(text: str | None, label_ids: list[str], report_text: str | None) -> dict[str, Decision]:
     if text is None:
         return {lid: Decision(None, "", "call_error", "no reply: the call failed") for lid in label_ids}
     if not isinstance(text, str):
@@ -129,6 +143,11 @@ def evidence_in_report(evidence: str, report_text: str) -> bool:
 
 
 _MISSING = object()
+TOO_DEEP = "reply is nested too deeply to parse (a model looping on brackets?)"
+
+
+class _TooDeep(Exception):
+    """A reply whose nesting exceeds what the JSON/literal parsers can walk: a parse failure, not a crash."""
 
 
 def _fail(detail: str, status: str = "parse_error") -> Decision:
@@ -204,16 +223,22 @@ def _load(chunk: str) -> tuple[object, bool]:
         return json.loads(chunk), False
     except ValueError:
         pass
+    except RecursionError as exc:
+        raise _TooDeep from exc
     relaxed = re.sub(r",\s*([}\]])", r"\1", chunk)  # trailing commas
     try:
         return json.loads(relaxed), True
     except ValueError:
         pass
+    except RecursionError as exc:
+        raise _TooDeep from exc
     pythonish = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", re.sub(r"\bnull\b", "None", relaxed)))
     try:
         return ast.literal_eval(pythonish), True  # single-quoted keys, Python literals
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+    except (ValueError, SyntaxError, TypeError, MemoryError):
         return None, False
+    except RecursionError as exc:
+        raise _TooDeep from exc
 
 
 def _coerce(value: object) -> tuple[int | None, bool]:

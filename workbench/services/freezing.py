@@ -44,7 +44,16 @@ class FreezeService:
             raise StudyError(
                 f"no finished run of prompt version {prompt_commit[:8]} on cohort {cohort!r}: run it first "
                 f"(workbench run --cohort {cohort} --prompt {prompt_commit[:8]}) so the bundle carries the metrics that justify it")
-        return self.run_info(int(runs.iloc[0]["id"]))
+        asked = list(self.vocab.asked_ids)
+        for row in runs.itertuples(index=False):  # newest first: the latest run that covers every asked label
+            if not set(asked) - set(json.loads(row.labels_json)):
+                return self.run_info(int(row.id))
+        latest = int(runs.iloc[0]["id"])
+        missing = [lab for lab in asked if lab not in set(json.loads(runs.iloc[0]["labels_json"]))]
+        raise StudyError(
+            f"run {latest} of prompt version {prompt_commit[:8]} on cohort {cohort!r} does not cover every asked label: "
+            f"{len(missing)} of {len(asked)} missing ({', '.join(missing)}); a bundle is justified by a run of all its labels: "
+            f"run `workbench run --cohort {cohort} --prompt {prompt_commit[:8]}` (cached answers are reused) and freeze again")
 
     def freeze(self, name: str, prompt_ref: str | None = None, cohort: str | None = None,
                frozen_at: str | None = None, ci: str = "wilson") -> dict:
@@ -84,11 +93,21 @@ class FreezeService:
                 for lab in t.index],
         }
         params = json.loads(run.params_json)
-        model = {k: v for k, v in params.items() if k not in ("api_base", "endpoints", "concurrency")}
+        model = {k: v for k, v in params.items() if k not in ("api_base", "endpoints", "concurrency", "resolved_endpoints")}
         return bundle_mod.build_content(
             name=name, vocab=self.vocab, prompts=self.prompt_set(commit), model=model, parser_version=PARSER_VERSION,
             prompt_commit=commit, metrics=metrics, frozen_by=self.actor.user, frozen_at=frozen_at,
-            sections=run.sections.split(","))
+            sections=run.sections.split(","), endpoint=self._run_endpoint(run, params))
+
+    @staticmethod
+    def _run_endpoint(run, params: dict) -> dict:
+        """Where a run sent report text, as a bundle records it (scoring goes there by default)."""
+        from workbench.services.runs import model_endpoints
+
+        settings = {k: params.get(k) for k in ("model", "api_base", "endpoints")}
+        resolved = params.get("resolved_endpoints")
+        return {"api_base": params.get("api_base"), "endpoints": list(params.get("endpoints") or []),
+                "resolved": list(resolved if resolved is not None else model_endpoints(settings)), "label": run.endpoint}
 
     def bundles(self) -> pd.DataFrame:
         """Bundles of this study with their hashes and whether they verify."""
@@ -106,12 +125,13 @@ class FreezeService:
 
     def score_generated(self, bundle_path: Path, reference, generated: dict, model: str | None = None,
                         out: Path | None = None, zero_division: str = "zero", n_resamples: int = 1000,
-                        on_progress=None) -> scoring.ScoreResult:
-        """Score generators with a bundle, caching extractions in the study database."""
+                        on_progress=None, api_base: str | None = None,
+                        allow_endpoints: list[str] | None = None,
+                        max_failed_share: float = scoring.MAX_FAILED_SHARE) -> scoring.ScoreResult:
+        """Score generators with a bundle, caching extractions in the study database; report text goes
+        only to the bundle's own local endpoint, this study's allowed endpoints or those allowed here."""
         b = bundle_mod.load_bundle(Path(bundle_path))
-        settings = dict(b.model)
-        if model:
-            settings = {"model": model}
-        self._check_endpoint(settings)
+        allowed = [*self.config.allowed_endpoints, *(allow_endpoints or [])]
         return scoring.score(b, reference, generated, model=model, out=out, zero_division=zero_division,
-                             n_resamples=n_resamples, cache=StudyExtractionCache(self), on_progress=on_progress)
+                             n_resamples=n_resamples, cache=StudyExtractionCache(self), on_progress=on_progress,
+                             api_base=api_base, allow_endpoints=allowed, max_failed_share=max_failed_share)

@@ -5,8 +5,11 @@ store each prediction as it arrives (so a killed run resumes), and count everyth
 from __future__ import annotations
 
 import json
+import os
+import socket
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Callable
 from urllib.parse import urlparse
@@ -37,6 +40,13 @@ class RunSummary:
     status: str = "running"
     seconds: float = 0.0
     failure_kinds: dict = field(default_factory=dict)
+    failure_examples: dict = field(default_factory=dict)
+    stopped_reason: str = ""
+
+    def causes(self) -> list[str]:
+        """One line per distinct cause of this execution's failures: count and one example message."""
+        return [f"{kind}: {n} call(s), e.g. {self.failure_examples.get(kind, '')}"
+                for kind, n in sorted(self.failure_kinds.items(), key=lambda kv: (-kv[1], kv[0]))]
 
     def message(self) -> str:
         """One line for a person."""
@@ -57,6 +67,19 @@ class Progress:
     failures: int
 
 
+def _example(detail: str) -> str:
+    """A failure message fit to print: the model's quoted reply (it may quote the report) cut off."""
+    cut = min((i for i in (detail.find(": '"), detail.find(': "')) if i >= 0), default=-1)
+    text = detail[:cut] if cut >= 0 else detail
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _answer_params(params: dict) -> dict:
+    """A run's recorded parameters without those that cannot change an answer (speed, patience)."""
+    return {k: v for k, v in params.items()
+            if k not in ("concurrency", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s")}
+
+
 def model_config(settings: dict):
     """A ModelConfig from the study's labeller settings (unknown keys refused)."""
     from workbench.llm import ModelConfig
@@ -70,26 +93,21 @@ def model_config(settings: dict):
     return ModelConfig(**values)
 
 
-# where litellm sends a provider's calls when no api_base is given (what an admin allows)
-PROVIDER_DEFAULTS = {
-    "ollama": "http://localhost:11434", "ollama_chat": "http://localhost:11434",
-    "openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com",
-    "gemini": "https://generativelanguage.googleapis.com", "mistral": "https://api.mistral.ai",
-    "deepseek": "https://api.deepseek.com", "groq": "https://api.groq.com", "dashscope": "https://dashscope.aliyuncs.com",
-}
+def _resolved(settings: dict):
+    """The endpoints of a model's settings, resolved the way litellm will (environment included)."""
+    from workbench.llm import resolve_endpoints
+
+    return resolve_endpoints(settings.get("model", ""), settings.get("api_base"), settings.get("endpoints") or ())
 
 
 def model_endpoints(settings: dict) -> list[str]:
-    """The URLs report text would be sent to ([] for the offline labeller or a provider's own API)."""
-    model = settings.get("model", "")
-    if model.startswith(RULES_PREFIX):
+    """The URLs report text would be sent to ([] for the offline labeller or an unresolvable provider)."""
+    from workbench.llm import EndpointError
+
+    try:
+        return [e.url for e in _resolved(settings)]
+    except EndpointError:
         return []
-    bases = [b for b in [settings.get("api_base"), *(settings.get("endpoints") or [])] if b]
-    if not bases:
-        provider = model.split("/", 1)[0] if "/" in model else "openai"
-        if provider in PROVIDER_DEFAULTS:
-            return [PROVIDER_DEFAULTS[provider]]
-    return bases
 
 
 def is_local_model(settings: dict) -> bool:
@@ -101,41 +119,121 @@ def is_local_model(settings: dict) -> bool:
 
 
 def endpoint_label(settings: dict) -> str:
-    """Where report text is sent, as recorded on the run and shown in the app."""
+    """Where report text is sent, as recorded on the run and shown in the app (with its origin
+    when it comes from a provider's environment variable or default)."""
+    from workbench.llm import EndpointError
+
     model = settings.get("model", "")
     if model.startswith(RULES_PREFIX):
         return model
-    bases = model_endpoints(settings)
-    if bases:
-        return ", ".join(bases)
-    provider = model.split("/", 1)[0] if "/" in model else "openai"
-    return f"{provider} (provider default endpoint)"
+    try:
+        return ", ".join(e.label() for e in _resolved(settings))
+    except EndpointError:
+        provider = model.split("/", 1)[0] if "/" in model else "unknown"
+        return f"{provider} (endpoint unknown: give api_base)"
 
 
 def endpoint_allowed(allowed: list[str], settings: dict) -> bool:
-    """Governance: every endpoint of the model must match an allowed prefix."""
+    """Governance: every endpoint the model will use must match an allowed entry."""
     model = settings.get("model", "")
     if model.startswith(RULES_PREFIX):
         return any(model.startswith(a) or a == model for a in allowed)
-    bases = model_endpoints(settings) or [endpoint_label(settings)]
-    return all(any(_url_matches(a, b) for a in allowed) for b in bases)
+    bases = model_endpoints(settings)
+    return bool(bases) and all(any(_url_matches(a, b) for a in allowed) for b in bases)
 
 
 def _url_matches(allowed: str, url: str) -> bool:
-    """Does an endpoint URL fall under an allowed entry? Compared by parts, not as text, so
-    http://127.0.0.1.example.com or http://127.0.0.1:80@evil.com do not pass for http://127.0.0.1."""
-    if "://" not in allowed:
-        return url.startswith(allowed)
-    a, u = urlparse(allowed), urlparse(url)
-    if u.username or u.password or a.scheme != u.scheme or (a.hostname or "") != (u.hostname or ""):
+    """Does an endpoint URL fall under an allowed entry (see llm.url_allowed)?"""
+    from workbench.llm import url_allowed
+
+    return url_allowed(allowed, url)
+
+
+class RunLease:
+    """The one executor of a run: a lease on the run row, taken and renewed by conditional UPDATEs.
+
+    A second executor (another process, thread or machine) is refused while the lease is live;
+    a heartbeat renews it every ttl/3, so it only expires when its holder stops (killed, hung,
+    machine gone); then anyone may take the run over. A holder on this machine whose process is
+    gone is taken over at once (the kill -9 case). Clocks: epoch seconds of the executors' machines.
+    """
+
+    def __init__(self, wb, run_id: int, ttl_s: float) -> None:
+        self.wb, self.run_id, self.ttl_s = wb, run_id, ttl_s
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.lost = False
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def take(self) -> None:
+        """Become the executor, or raise StudyError naming the one there is."""
+        now = time.time()
+        with self.wb.session() as s:
+            if q.take_run_lease(s, self.run_id, self.holder, now + self.ttl_s, now):
+                return
+            run = q.get_run(s, self.run_id)
+            holder, until = (run.lease_holder, run.lease_expires_at) if run is not None else (None, None)
+            if holder and _holder_gone(holder) and q.take_run_lease(s, self.run_id, self.holder, now + self.ttl_s, now,
+                                                                    dead_holder=holder):
+                return
+        when = time.strftime("%H:%M:%S UTC", time.gmtime(until)) if until else "soon"
+        raise StudyError(
+            f"run {self.run_id} is already being executed by {holder} (its lease is renewed while it works and runs "
+            f"until {when}): wait for it to finish; if that process is gone, resume after its lease expires")
+
+    def keep(self, stop: threading.Event, cancel: threading.Event | None) -> None:
+        """Renew in the background; set stop when the caller cancels or the lease is lost."""
+        interval = max(self.ttl_s / 3, 0.05)
+
+        def beat() -> None:
+            due = time.monotonic() + interval
+            while not self._done.wait(0.05):
+                if cancel is not None and cancel.is_set():
+                    stop.set()
+                if time.monotonic() < due:
+                    continue
+                due = time.monotonic() + interval
+                try:
+                    with self.wb.session() as s:
+                        held = q.renew_run_lease(s, self.run_id, self.holder, time.time() + self.ttl_s)
+                except Exception:  # a busy database for a moment: try again at the next beat
+                    continue
+                if not held:
+                    self.lost = True
+                    stop.set()
+                    return
+
+        self._thread = threading.Thread(target=beat, name=f"run-{self.run_id}-lease", daemon=True)
+        self._thread.start()
+
+    def release(self) -> None:
+        """Stop renewing and give the run up (if still ours)."""
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self.wb.session() as s:
+            q.release_run_lease(s, self.run_id, self.holder)
+
+
+def _holder_gone(holder: str) -> bool:
+    """True when a lease holder ran on this machine and its process no longer exists."""
+    host, _, rest = holder.partition(":")
+    pid = rest.split(":", 1)[0]
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
         return False
-    if a.port is not None and a.port != u.port:
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
         return False
-    return (u.path or "/").startswith(a.path or "/")
+    return False
 
 
 class RunsService:
     """Starting, resuming and retrying runs; the call cache."""
+
+    lease_ttl_s = 60.0  # a run's executor renews its lease every third of this
 
     # ------------------------------------------------------------ settings
 
@@ -157,6 +255,7 @@ class RunsService:
         """Label a cohort with a prompt version and a model; returns the run's counts."""
         self.require("run")
         settings = self.labeller_settings(model, **overrides)
+        self._check_model_name(settings)
         self._check_endpoint(settings)
         commit = self.prompt_commit(prompt_ref)
         ps = self.prompt_set(commit)
@@ -174,6 +273,31 @@ class RunsService:
                         {"model": cfg.model, "endpoint": run.endpoint, "prompt": commit[:12], "cohort": cohort})
             run_id = run.id
         return self._execute(run_id, on_progress, cancel)
+
+    def unchanged_run(self, cohort: str, prompt_ref: str | None = None, model: str | None = None,
+                      labels: list[str] | None = None, mode: str | None = None, **overrides) -> int | None:
+        """The latest finished run without failures that a new run would repeat exactly (same prompt
+        version, model and parameters, endpoint, cohort reports, labels, sections and mode), or None."""
+        settings = self.labeller_settings(model, **overrides)
+        commit = self.prompt_commit(prompt_ref)
+        labels = self._check_labels(labels)
+        cid = self.cohort_id(cohort)
+        params = _answer_params(self._run_params(model_config(settings), settings))
+        mode = mode or self.prompt_set(commit).task.mode
+        with self.session() as s:
+            runs = q.list_runs(s, cid)
+            ids = set(q.report_ids(s, cid))
+            for row in runs.itertuples(index=False):
+                if (row.prompt_commit, row.status, row.failures) != (commit, "finished", 0) or row.mode != mode:
+                    continue
+                run = q.get_run(s, int(row.id))
+                if (_answer_params(json.loads(run.params_json)) != params or sorted(json.loads(run.labels_json)) != sorted(labels)
+                        or run.sections != ",".join(self.config.sections)):
+                    continue
+                preds = q.predictions_frame(s, run.id)
+                if set(preds["report_id"]) == ids and len(preds) == len(ids) * len(labels):
+                    return run.id
+        return None
 
     def resume_run(self, run_id: int, on_progress=None, cancel=None) -> RunSummary:
         """Finish a run that stopped (killed, cancelled, failures): finished calls are not repeated."""
@@ -198,8 +322,25 @@ class RunsService:
             out.append(label_id)
         return out
 
+    @staticmethod
+    def _check_model_name(settings: dict) -> None:
+        """A model name litellm does not know is said so first (before any word about endpoints)."""
+        from workbench.llm import UnknownModel, check_model_name
+
+        try:
+            check_model_name(settings.get("model", ""))
+        except UnknownModel as exc:
+            raise StudyError(str(exc)) from exc
+
     def _check_endpoint(self, settings: dict) -> None:
         """Refuse to send report text to an endpoint the study does not allow."""
+        from workbench.llm import EndpointError
+
+        if not settings.get("model", "").startswith(RULES_PREFIX):
+            try:
+                _resolved(settings)
+            except EndpointError as exc:
+                raise StudyError(f"report text will not be sent: {exc}") from exc
         if not endpoint_allowed(self.config.allowed_endpoints, settings):
             raise StudyError(
                 f"report text may not be sent to {endpoint_label(settings)}: it is not in this study's allowed endpoints "
@@ -211,6 +352,7 @@ class RunsService:
     def _run_params(cfg, settings: dict) -> dict:
         """What is recorded on the run: the answer-changing parameters plus concurrency/endpoints."""
         params = dict(cfg.params())
+        params["resolved_endpoints"] = model_endpoints(settings)  # a resume must go to the same place
         keep = ("api_base", "api_key_env", "endpoints", "concurrency", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s",
                 "workers")
         params.update({k: settings[k] for k in keep if settings.get(k) is not None})
@@ -219,20 +361,45 @@ class RunsService:
     # ------------------------------------------------------------ execution
 
     def _execute(self, run_id: int, on_progress, cancel) -> RunSummary:
-        """Do every call a run still needs; store each answer as it arrives."""
+        """Do every call a run still needs, as its one executor (see RunLease)."""
+        with self.session() as s:
+            if q.get_run(s, run_id) is None:
+                raise StudyError(f"no run {run_id}")
+        lease = RunLease(self, run_id, self.lease_ttl_s)
+        lease.take()
+        stop = threading.Event()
+        lease.keep(stop, cancel)
+        state = {"running": False}
+        try:
+            return self._execute_leased(run_id, on_progress, cancel, stop, lease, state)
+        except BaseException:
+            if state["running"] and not lease.lost:  # never leave a run "running" that nobody executes
+                with self.session() as s:
+                    q.update_run(s, run_id, status="incomplete", finished_at=q.now())
+            raise
+        finally:
+            lease.release()
+
+    def _execute_leased(self, run_id: int, on_progress, cancel, stop, lease, state) -> RunSummary:
+        """The body of _execute, holding the run's lease."""
         started = time.monotonic()
         with self.session() as s:
             run = q.get_run(s, run_id)
-            if run is None:
-                raise StudyError(f"no run {run_id}")
             params = json.loads(run.params_json)
             labels = json.loads(run.labels_json)
+        settings = self._settings_from_params(params)
+        self._check_endpoint(settings)
+        recorded = params.get("resolved_endpoints")
+        if recorded is not None and recorded != model_endpoints(settings):
+            raise StudyError(
+                f"run {run_id} sent report text to {', '.join(recorded) or 'this machine'}; it would now go to "
+                f"{endpoint_label(settings)} (the environment changed): restore it, or start a new run")
+        cfg = model_config(settings)
+        with self.session() as s:
             reports = q.reports_frame(s, cohort_id=run.cohort_id)
             done = q.done_prediction_keys(s, run_id)
             q.update_run(s, run_id, status="running", finished_at=None)
-        settings = self._settings_from_params(params)
-        self._check_endpoint(settings)
-        cfg = model_config(settings)
+        state["running"] = True
         ps = self.prompt_set(run.prompt_commit)
         sections = run.sections.split(",")
         requests = self._build_requests(ps, reports, labels, run.mode, sections, cfg, done)
@@ -278,6 +445,8 @@ class RunsService:
                     q.update_run(s, run_id, cost=(q.get_run(s, run_id).cost or 0.0) + cost)
             pending.clear()
 
+        streak = {"kind": None, "n": 0, "ok": False}
+
         def on_result(req, res) -> None:
             rows = self._prediction_rows(req, res.text, res)
             pending.append((req, res, rows))
@@ -286,20 +455,48 @@ class RunsService:
             summary.calls_made += 1
             progress.done += 1
             progress.made += 1
-            if any(r["value"] is None for r in rows):
-                kind = res.error_kind or next(r["status"] for r in rows if r["value"] is None)
+            failed = next((r for r in rows if r["value"] is None), None)
+            if failed is not None:
+                kind = res.error_kind or failed["status"]
                 summary.failure_kinds[kind] = summary.failure_kinds.get(kind, 0) + 1
+                summary.failure_examples.setdefault(kind, _example(failed["detail"]))
                 progress.failures += 1
+            self._watch_unusable(streak, res, summary, stop)
             if on_progress and (progress.done == total or time.monotonic() >= next_report[0]):
                 next_report[0] = time.monotonic() + PROGRESS_EVERY_S  # a bar needs a few updates a second, not 43,000
                 on_progress(progress)
 
         try:
             if todo:
-                self._engine(cfg)(todo, cfg, on_result, cancel)
+                self._engine(cfg)(todo, cfg, on_result, stop)
         finally:
             flush()  # also when the engine raised: what was answered is kept
-        return self._finish(run_id, labels, len(reports), summary, started, cancel)
+        if lease.lost:  # another executor took the run over (our lease had expired): it sets the status
+            summary.status = "stopped: another executor took the run over"
+            summary.seconds = time.monotonic() - started
+            return summary
+        return self._finish(run_id, labels, len(reports), summary, started, stop)
+
+    early_stop_after = 5  # identical endpoint failures in a row, with no success, that stop a run
+
+    def _watch_unusable(self, streak: dict, res, summary: RunSummary, stop: threading.Event) -> None:
+        """Stop a run whose endpoint is plainly unusable (refused, 401/403, 404) instead of trying every call."""
+        from workbench.llm import UNUSABLE
+
+        if res.error is None:
+            streak["ok"] = True
+            return
+        if streak["ok"] or res.error_kind not in UNUSABLE:
+            streak.update(kind=None, n=0)
+            return
+        streak["n"] = streak["n"] + 1 if res.error_kind == streak["kind"] else 1
+        streak["kind"] = res.error_kind
+        if streak["n"] >= self.early_stop_after and not stop.is_set():
+            summary.stopped_reason = (
+                f"stopped early: {streak['n']} calls in a row failed the same way ({res.error_kind}) and none succeeded, "
+                f"so the endpoint looks unusable; the remaining calls were not made. Fix the cause, then "
+                f"`workbench run --resume {summary.run_id}`")
+            stop.set()
 
     def _finish(self, run_id: int, labels: list[str], n_reports: int, summary: RunSummary, started: float, cancel) -> RunSummary:
         """Recount failures from the stored predictions and set the run's status."""
@@ -307,8 +504,8 @@ class RunsService:
             preds = q.predictions_frame(s, run_id)
             failures = int(preds["value"].isna().sum())
             complete = len(preds) == n_reports * len(labels)
-            status = "cancelled" if cancel is not None and cancel.is_set() and not complete else (
-                "finished" if complete else "incomplete")
+            cancelled = cancel is not None and cancel.is_set() and not complete and not summary.stopped_reason
+            status = "cancelled" if cancelled else ("finished" if complete else "incomplete")
             q.update_run(s, run_id, failures=failures, status=status, finished_at=q.now())
         summary.failures = failures
         summary.status = status
@@ -342,8 +539,9 @@ class RunsService:
         from workbench.core.text import compose_text
 
         params = dict(cfg.params())
-        if cfg.api_base:  # one model name on two servers may be two models: never share their answers
-            params["api_base"] = cfg.api_base
+        ends = cfg.resolved() if not cfg.model.startswith(RULES_PREFIX) else ()
+        if len(ends) == 1 and ends[0].source != "provider default":  # one model name on two servers may be two models
+            params["api_base"] = ends[0].url
         if cfg.model.startswith(RULES_PREFIX):
             from workbench import rules
 
@@ -384,10 +582,14 @@ class RunsService:
             detail = (res.error if res is not None else "no reply") or "no reply"
             return [{"report_id": meta["report_id"], "label": lab, "value": None, "evidence": "", "evidence_found": None,
                      "status": "call_error", "detail": detail[:2000], "call_key": req.key} for lab in meta["labels"]]
-        if meta["mode"] == "joint":
-            decisions = parsing.parse_joint_reply(text, meta["labels"], meta["report"])
-        else:
-            decisions = {meta["labels"][0]: parsing.parse_reply(text, meta["report"])}
+        try:
+            if meta["mode"] == "joint":
+                decisions = parsing.parse_joint_reply(text, meta["labels"], meta["report"])
+            else:
+                decisions = {meta["labels"][0]: parsing.parse_reply(text, meta["report"])}
+        except Exception as exc:  # the parser's contract is never to raise; if it does, one failure, not a dead run
+            decisions = {lab: parsing.Decision(None, "", "parse_error", f"parser error ({type(exc).__name__})")
+                         for lab in meta["labels"]}
         return [{"report_id": meta["report_id"], "label": lab, "value": d.value, "evidence": d.evidence,
                  "evidence_found": d.evidence_found, "status": d.status, "detail": d.detail[:2000], "call_key": req.key}
                 for lab, d in decisions.items()]

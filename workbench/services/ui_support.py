@@ -60,6 +60,5 @@ class UISupportService:
         from workbench.services.freezing import StudyExtractionCache
 
         b = bundle_mod.load_bundle(Path(bundle_path))
-        self._check_endpoint({"model": model} if model else dict(b.model))
         return scoring.robustness(b, pairs if pairs is not None else ROBUSTNESS_PAIRS, model=model,
-                                  cache=StudyExtractionCache(self))
+                                  cache=StudyExtractionCache(self), allow_endpoints=list(self.config.allowed_endpoints))

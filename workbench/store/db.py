@@ -29,8 +29,20 @@ def _add_column(table: str, column: str, ddl: str) -> Callable[[Connection], Non
 
 
 # (version, description, step); append only. Version 1 is the schema as first created.
+def _steps(*steps: Callable[[Connection], None]) -> Callable[[Connection], None]:
+    """Several steps as one migration step (run in its one transaction)."""
+
+    def step(conn: Connection) -> None:
+        for one in steps:
+            one(conn)
+
+    return step
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None] | None]] = [
     (1, "initial schema", None),
+    (10, "run lease: one executor at a time", _steps(_add_column("run", "lease_holder", "VARCHAR(200)"),
+                                                      _add_column("run", "lease_expires_at", "FLOAT"))),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

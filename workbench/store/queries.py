@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Iterable, NamedTuple
 
 import pandas as pd
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, or_, select, tuple_, update
 from sqlmodel import Session
 
 from workbench.store.tables import (
@@ -337,6 +337,29 @@ def list_runs(session: Session, cohort_id: int | None = None) -> pd.DataFrame:
 def update_run(session: Session, run_id: int, **fields) -> None:
     """Set fields of a run."""
     session.execute(update(Run).where(Run.id == run_id).values(**fields))
+
+
+def take_run_lease(session: Session, run_id: int, holder: str, expires_at: float, now: float,
+                   dead_holder: str | None = None) -> bool:
+    """Become a run's executor in one conditional UPDATE: when nobody holds it, we already do, it
+    expired, or it is held by dead_holder (a process known to be dead). True when taken."""
+    free = [Run.lease_holder.is_(None), Run.lease_holder == holder, Run.lease_expires_at < now]
+    if dead_holder:
+        free.append(Run.lease_holder == dead_holder)
+    stmt = update(Run).where(Run.id == run_id, or_(*free)).values(lease_holder=holder, lease_expires_at=expires_at)
+    return session.execute(stmt.execution_options(synchronize_session=False)).rowcount == 1
+
+
+def renew_run_lease(session: Session, run_id: int, holder: str, expires_at: float) -> bool:
+    """Extend our lease; False when another executor took the run over."""
+    stmt = update(Run).where(Run.id == run_id, Run.lease_holder == holder).values(lease_expires_at=expires_at)
+    return session.execute(stmt.execution_options(synchronize_session=False)).rowcount == 1
+
+
+def release_run_lease(session: Session, run_id: int, holder: str) -> None:
+    """Give the run up (only if we still hold it)."""
+    stmt = update(Run).where(Run.id == run_id, Run.lease_holder == holder).values(lease_holder=None, lease_expires_at=None)
+    session.execute(stmt.execution_options(synchronize_session=False))
 
 
 def add_run_counts(session: Session, run_id: int, **deltas) -> None:

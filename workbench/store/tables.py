@@ -115,6 +115,8 @@ class Run(SQLModel, table=True):
     completion_tokens: int = 0
     cost: Optional[float] = None
     note: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    lease_holder: Optional[str] = Field(default=None, max_length=200)  # the one executor of this run (host:pid:token)
+    lease_expires_at: Optional[float] = None  # epoch seconds; after it another executor may take the run over
 
 
 class Prediction(SQLModel, table=True):

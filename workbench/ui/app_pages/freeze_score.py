@@ -91,9 +91,15 @@ def _results(result) -> None:
     summary = result.summary()
     st.dataframe(summary, hide_index=True)
     st.plotly_chart(charts.score_chart(summary), key="score-chart")
+    st.caption(f"Report text went to {result.endpoint}.")
     for name, g in result.generators.items():
         r = g.ran_score
-        st.markdown(f"**{name}**: Ran Score {r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}] · {r['policy']}")
+        if r.get("no_score"):
+            st.error(f"{name}: no score: {r['no_score']}")
+        else:
+            fewer = "" if r["pairs_scored"] == r["pairs_total"] else (
+                f" · over {r['pairs_scored']} of {r['pairs_total']} (report, label) pairs (failed extractions left out)")
+            st.markdown(f"**{name}**: Ran Score {r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}] · {r['policy']}{fewer}")
         st.dataframe(g.per_label, column_config={"fp": "FP (invented)", "fn": "FN (missed)"})
         components.download_csv(g.per_label.reset_index(), f"{name}.per_label.csv", f"{name}: per-label CSV")
         components.download_csv(g.per_report, f"{name}.per_report.csv", f"{name}: per-report CSV")

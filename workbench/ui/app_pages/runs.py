@@ -49,6 +49,9 @@ def _start(wb) -> None:
         if not job.running:
             if job.error is not None:
                 st.error(f"The run stopped: {job.error}")
+            elif job.result.failures or job.result.status != "finished":  # a run with failures is not a success
+                st.warning(job.result.message())
+                st.text("\n".join(filter(None, [job.result.stopped_reason, *job.result.causes()])))
             else:
                 st.success(job.result.message())
             st.button("Dismiss", key=state.widget_key("dismiss-run"), on_click=state.clear_job, args=("run",))
