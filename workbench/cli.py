@@ -46,7 +46,9 @@ def _cli_actor():
 def echo_table(frame: pd.DataFrame, fmt: str = "table") -> None:
     """Print a DataFrame as an aligned table, CSV or JSON."""
     if fmt == "csv":
-        click.echo(frame.to_csv(index=False), nl=False)
+        from workbench.core.export import to_csv
+
+        click.echo(to_csv(frame), nl=False)
     elif fmt == "json":
         click.echo(frame.to_json(orient="records", indent=2, force_ascii=False))
     else:
