@@ -239,6 +239,43 @@ class TeamService:
         with self.session() as s:
             return q.verify_audit(s)
 
+    def check_bundle(self, path) -> list[dict]:
+        """A bundle against this study: its hash, the annotated tag of its name, the freeze event, the audit chain.
+
+        Each check is {check, ok, detail}. A bundle edited and re-hashed passes its own sha256 but
+        not these: the tag and the audit trail recorded the hash it was frozen with.
+        """
+        import json as _json
+
+        from workbench import bundle as bundle_mod
+        from workbench.store import prompt_repo
+
+        content, recorded = bundle_mod.read_bundle_file(path)
+        actual = bundle_mod.content_sha256(content)
+        name = str(content.get("name", ""))
+        checks = [{"check": "sha256", "ok": actual == recorded, "detail": f"content hashes to {actual}"}]
+        tag = prompt_repo.tag_info(self.paths.prompts, name) if name else None
+        if tag is None:
+            checks.append({"check": "tag", "ok": False, "detail": f"the study has no tag {name!r}: not frozen here"})
+        else:
+            commit, message = tag
+            tagged_sha = re.search(r"sha256 ([0-9a-f]{64})", message or "")
+            ok = commit == content.get("prompt_commit") and (tagged_sha is None or tagged_sha.group(1) == actual)
+            checks.append({"check": "tag", "ok": ok, "detail": (
+                f"tag {name} points at {commit[:8]}" + (f" and records sha256 {tagged_sha.group(1)[:12]}" if tagged_sha else "")
+                + ("" if ok else f"; the bundle says prompt {str(content.get('prompt_commit'))[:8]}, sha256 {actual[:12]}"))})
+        with self.session() as s:
+            events = q.list_audit(s, entity="bundle", key=name)
+        frozen = events[events["action"] == "freeze"]
+        shas = [_json.loads(n).get("sha256") for n in frozen["new"]] if len(frozen) else []
+        checks.append({"check": "audit", "ok": actual in shas, "detail": (
+            f"the freeze of {name} is recorded with this sha256" if actual in shas else
+            f"the audit trail records {name} with sha256 {', '.join(x[:12] for x in shas if x) or '(no freeze event)'}, not {actual[:12]}")})
+        chain = self.verify_audit()
+        checks.append({"check": "audit chain", "ok": chain["ok"],
+                       "detail": f"{chain['events']} events intact" if chain["ok"] else chain["reason"]})
+        return checks
+
     # ------------------------------------------------------------ governance
 
     def allow_endpoint(self, prefix: str) -> None:
