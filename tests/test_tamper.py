@@ -305,3 +305,12 @@ def test_git_rejected_names_are_a_clear_error(small_study, name):
     result = cli(["freeze", "--name", name, "--study", str(small_study.root)])
     assert result.exit_code == 2 and result.output.startswith("error: bundle name") and "Traceback" not in result.output
     assert "GitCommandError" not in result.output
+
+
+def test_the_first_admin_of_a_local_auth_study_is_added_without_credentials(study):
+    path = study.root / "workbench.yaml"
+    path.write_text(path.read_text().replace("auth: none", "auth: local"))
+    first = cli(["user", "add", "boss", "--role", "admin", "--password", "boss-pass-0001", "--study", str(study.root)])
+    assert first.exit_code == 0, first.output
+    second = cli(["user", "add", "eve", "--role", "admin", "--password", "eve-pass-00001", "--study", str(study.root)])
+    assert second.exit_code == 2 and "set WORKBENCH_USER" in second.output

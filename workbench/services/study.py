@@ -7,6 +7,7 @@ write is one transaction, so a rejected import or a failed save leaves nothing h
 
 from __future__ import annotations
 
+import json
 import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -166,19 +167,17 @@ class StudyService:
 
     def _record_settings_drift(self) -> None:
         """Settings changed outside the workbench (workbench.yaml edited): one audit event naming the keys."""
-        import json as _json
-
         snapshot = self._settings_snapshot()
         with self.session() as s:
             stored = q.get_meta(s, "settings")
-            old = _json.loads(stored) if stored else None
+            old = json.loads(stored) if stored else None
             if old == snapshot:
                 return
             if old is not None:
                 changed = sorted(k for k in snapshot if old.get(k) != snapshot[k])
                 q.add_audit(s, "(workbench.yaml edited outside the workbench)", "change", "settings", ",".join(changed),
                             {k: old.get(k) for k in changed}, {k: snapshot[k] for k in changed})
-            q.set_meta(s, "settings", _json.dumps(snapshot, sort_keys=True, default=str))
+            q.set_meta(s, "settings", json.dumps(snapshot, sort_keys=True, default=str))
 
     def session(self, write: bool = False):
         """One transaction (commit on success, roll back on error); write=True for read-then-write.
@@ -248,18 +247,16 @@ class StudyService:
 
     def save_config(self, action: str = "change", entity: str = "settings", key: str | None = None) -> None:
         """Write the study settings; every change is an audit event (who, which keys, old -> new)."""
-        import json as _json
-
         self.require("settings")
         with self.session(write=True) as s:
             stored = q.get_meta(s, "settings")
-            old = _json.loads(stored) if stored else {}
+            old = json.loads(stored) if stored else {}
             new = self._settings_snapshot()
             changed = sorted(k for k in new if old.get(k) != new[k])
             if changed:
                 q.add_audit(s, self.actor.user, action, entity, key or ",".join(changed),
                             {k: old.get(k) for k in changed}, {k: new[k] for k in changed})
-                q.set_meta(s, "settings", _json.dumps(new, sort_keys=True, default=str))
+                q.set_meta(s, "settings", json.dumps(new, sort_keys=True, default=str))
             save_config(self.root, self.config)  # inside the transaction: a failed write records nothing
 
     def rule(self) -> ref.ReferenceRule:

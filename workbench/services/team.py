@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import json
 import re
 import secrets
 from datetime import datetime, timedelta, timezone
@@ -245,8 +246,6 @@ class TeamService:
         Each check is {check, ok, detail}. A bundle edited and re-hashed passes its own sha256 but
         not these: the tag and the audit trail recorded the hash it was frozen with.
         """
-        import json as _json
-
         from workbench import bundle as bundle_mod
         from workbench.store import prompt_repo
 
@@ -267,7 +266,7 @@ class TeamService:
         with self.session() as s:
             events = q.list_audit(s, entity="bundle", key=name)
         frozen = events[events["action"] == "freeze"]
-        shas = [_json.loads(n).get("sha256") for n in frozen["new"]] if len(frozen) else []
+        shas = [json.loads(n).get("sha256") for n in frozen["new"]] if len(frozen) else []
         checks.append({"check": "audit", "ok": actual in shas, "detail": (
             f"the freeze of {name} is recorded with this sha256" if actual in shas else
             f"the audit trail records {name} with sha256 {', '.join(x[:12] for x in shas if x) or '(no freeze event)'}, not {actual[:12]}")})
