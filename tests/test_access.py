@@ -54,7 +54,7 @@ REVEALING = {
     "reference_summary": lambda wb, a, b: wb.reference_summary("dev"),
     "adjudication_queue": lambda wb, a, b: wb.adjudication_queue("dev"),
     "item_reference": lambda wb, a, b: wb.item_reference("s3", "consolidation"),
-    "adjudication_history": lambda wb, a, b: wb.adjudication_history("s3", "consolidation"),
+    "adjudication_history": lambda wb, a, b: wb.adjudication_history("s3", "edema"),
     "item_votes": lambda wb, a, b: wb.item_votes("s3"),
     "my_readings of another reader": lambda wb, a, b: wb.my_readings("reader-a", "s3"),
     "reading_queue of another reader": lambda wb, a, b: wb.reading_queue("reader-a", "dev"),
@@ -91,19 +91,57 @@ def mentions(value, needle: str) -> bool:
     return needle in str(value) if value is not None else False
 
 
+def fingerprint(value) -> str:
+    """A comparable text form of a service result."""
+    if isinstance(value, (pd.DataFrame, pd.Series)):
+        return value.to_csv()
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{fingerprint(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(fingerprint(v) for v in value) + "]"
+    if dataclasses.is_dataclass(value):
+        return fingerprint(dataclasses.asdict(value))
+    return repr(value)
+
+
+def perturb(wb, run_ids, reports) -> None:
+    """Change everything about some reports: new votes, adjudications, notes, flipped labeller answers."""
+    from sqlalchemy import text
+
+    for rid in reports:
+        wb.record_reading("reader-x", rid, {lab: 1 for lab in wb.vocab.asked_ids})
+        wb.adjudicate(rid, "edema", 1, "perturbed")
+        wb.add_note(rid, "edema", "other", "unsure", "perturbed")
+    marks = ", ".join(f"'{r}'" for r in reports)
+    with wb.engine.begin() as conn:  # one run only, so fixed and broken cases change too
+        conn.execute(text(f"UPDATE prediction SET value = 1 - value WHERE value IS NOT NULL AND run_id = {max(run_ids)} "
+                          f"AND report_id IN ({marks})"))
+
+
+def outcome(call):
+    """A call's result, or the kind of refusal."""
+    try:
+        return fingerprint(call())
+    except PermissionDenied:
+        return "refused"
+    except StudyError as exc:  # e.g. nothing left to compare
+        return f"error: {exc}"
+
+
 @pytest.mark.parametrize("name", list(REVEALING))
 def test_guard_no_service_read_reveals_an_unread_report_to_a_reader(team, name):
+    """Nothing about a report the reader has not finished reaches them: its id never shows, and
+    changing everything about the unread reports changes nothing the reader gets."""
     wb, run_a, run_b = team
     reader = as_user(wb, "rdr")
     read_all(reader, "s1")  # finished s1 only; s3 (example, note, disagreements) stays blinded
-    try:
-        result = REVEALING[name](reader, run_a, run_b)
-    except PermissionDenied:
-        return
-    except StudyError as exc:  # e.g. nothing left to compare: fine as long as nothing leaked
-        assert "s3" not in str(exc)
-        return
-    assert not mentions(result, "s3"), f"{name} shows report s3 to a reader who has not read it"
+    unread = [f"s{i}" for i in range(2, 9)]
+    before = outcome(lambda: REVEALING[name](reader, run_a, run_b))
+    for rid in unread:
+        assert rid not in before, f"{name} shows report {rid} to a reader who has not read it"
+    perturb(wb, [run_a, run_b], unread)
+    after = outcome(lambda: REVEALING[name](reader, run_a, run_b))
+    assert after == before, f"{name}: what a reader gets depends on reports they have not read"
 
 
 @pytest.mark.parametrize("name", ["reference", "predictions", "compare_runs cases", "few-shot examples (prompt_set)",
@@ -150,6 +188,15 @@ def test_cli_compare_as_a_reader_shows_no_unread_report(team, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "macro F1" in result.output and "reports you have not finished reading (blinded): 8" in result.output
     assert "s3" not in result.output and "s5" not in result.output
+
+
+def test_a_reader_cannot_read_another_readers_readings(team):
+    wb, _, _ = team
+    reader = as_user(wb, "rdr")
+    read_all(reader, "s3")  # even after finishing the report: other readers' own rows stay theirs
+    with pytest.raises(PermissionDenied):
+        reader.my_readings("reader-a", "s3")
+    assert len(reader.my_readings("rdr", "s3")) == len(wb.vocab.asked_ids)
 
 
 # ---------------------------------------------------------------- who writes a reading (item 9)
