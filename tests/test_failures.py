@@ -141,3 +141,20 @@ def test_sigterm_stops_the_streamlit_server(small_study, tmp_path, command):
             os.killpg(proc.pid, signal.SIGKILL)  # only the group this test started, if anything is left
         except ProcessLookupError:
             pass
+
+
+def test_a_read_only_database_still_answers_reads(small_study):
+    """Reading an archived (read-only) study works, even when its settings changed since the last write."""
+    path = small_study.root / "workbench.yaml"
+    path.write_text(path.read_text().replace("dev_cohort: dev", "dev_cohort: dev2"))
+    keep = small_study.engine.connect()
+    keep.execute(text("SELECT 1"))
+    env = dict(os.environ, WORKBENCH_DATABASE_URL=f"sqlite:///file:{small_study.root / 'workbench.db'}?mode=ro&uri=true")
+    env.pop("WORKBENCH_USER", None)
+    try:
+        result = subprocess.run([sys.executable, "-m", "workbench.cli", "reference", "--study", str(small_study.root)],
+                                env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        keep.close()
+    assert result.returncode == 0, result.stderr
+    assert "pleural_effusion" in result.stdout

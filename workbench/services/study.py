@@ -167,6 +167,17 @@ class StudyService:
 
     def _record_settings_drift(self) -> None:
         """Settings changed outside the workbench (workbench.yaml edited): one audit event naming the keys."""
+        from sqlalchemy.exc import OperationalError
+
+        try:
+            self._record_settings_drift_now()
+        except OperationalError as exc:
+            if "readonly" not in str(exc.orig).lower():
+                raise
+            # a read-only database cannot record it now: the next writable open does (reads go on)
+
+    def _record_settings_drift_now(self) -> None:
+        """The transaction of _record_settings_drift."""
         snapshot = self._settings_snapshot()
         with self.session() as s:
             stored = q.get_meta(s, "settings")
