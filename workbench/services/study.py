@@ -219,10 +219,6 @@ class StudyService:
             raise PermissionDenied(f"the account {self.actor.user} is disabled; ask an admin")
         return Actor(user=user.id, role=user.role, name=user.name, email=user.email, account=True)
 
-    def role(self) -> str:
-        """The acting user's current role (re-read for accounts)."""
-        return self.current_actor().role
-
     def require(self, permission: str) -> None:
         """Raise PermissionDenied unless the actor's current role allows the action."""
         allowed = PERMISSIONS[permission]

@@ -144,9 +144,10 @@ class TeamService:
         from argon2.exceptions import InvalidHashError, VerificationError
 
         self._refuse_if_locked(user_id)
+        dummy = _dummy_hash()  # made on the first sign-in of a process, whoever signs in: no first-call tell
         with self.session() as s:
             user = q.get_user(s, user_id)
-        stored = user.password_hash if user is not None and user.password_hash else _dummy_hash()
+        stored = user.password_hash if user is not None and user.password_hash else dummy
         try:
             ok = _hasher().verify(stored, password or "") and user is not None and bool(user.password_hash)
         except (VerificationError, InvalidHashError):
