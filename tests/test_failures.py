@@ -158,3 +158,13 @@ def test_a_read_only_database_still_answers_reads(small_study):
         keep.close()
     assert result.returncode == 0, result.stderr
     assert "pleural_effusion" in result.stdout
+
+
+def test_a_file_system_error_names_the_path_in_one_line(small_study, tmp_path, monkeypatch):
+    """A bundle folder that cannot be written (here: a file where the folder should be)."""
+    small_study.start_run("dev")
+    (small_study.root / "bundles").write_text("not a folder")
+    monkeypatch.delenv("WORKBENCH_USER", raising=False)
+    result = CliRunner().invoke(main, ["freeze", "--name", "v1", "--study", str(small_study.root)])
+    assert result.exit_code == 1 and result.output.startswith("error: ") and result.output.count("\n") == 1
+    assert "bundles" in result.output and "Traceback" not in result.output

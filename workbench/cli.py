@@ -110,6 +110,8 @@ def _storage_error(exc: BaseException) -> str:
         return "the study's database or folder is read-only: nothing was saved; check its permissions"
     if "locked" in low:
         return "the database is busy (locked by another process); nothing was saved; try again"
+    if isinstance(orig, OSError) and getattr(orig, "filename", None):
+        return f"{orig.strerror or type(orig).__name__}: {orig.filename}"  # a path, never file content
     what = "database" if hasattr(exc, "orig") or "sql" in type(exc).__module__ else "file system"
     return f"the {what} refused the operation ({type(orig).__name__}); nothing was saved"
 
