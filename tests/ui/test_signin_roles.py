@@ -38,3 +38,17 @@ def test_demoted_then_disabled_user_changes_at_the_next_rerun(small_study):
     at.run()
     assert at.title[0].value == "Sign in" and "disabled" in text_of(at)
     assert state.ACTOR not in at.session_state  # signed out
+
+
+def test_an_admin_disables_an_account_in_settings(small_study):
+    wb = small_study
+    wb.add_user("boss", "admin", "boss-pass-0001")
+    wb.add_user("rdr", "reader", "reader-pass-0001")
+    at = AppTest.from_function(app_script, args=(str(wb.root), "settings"), default_timeout=60)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    at.selectbox(key=state.widget_key("account")).select("rdr").run()
+    [b for b in at.button if b.label == "Disable account"][0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert bool(wb.users().set_index("id").loc["rdr", "disabled"])
+    assert "disable" in set(wb.audit_log(entity="user")["action"])
