@@ -107,6 +107,11 @@ def test_bad_names_are_refused(small_study):
     for name in ("", "has space", "../escape", "-dash-first", "x" * 101):
         with pytest.raises(StudyError, match="must be letters, digits"):
             small_study.freeze(name)
+    # names Git refuses as tags are refused up front with a clear reason, nothing written
+    for name, reason in (("a..b", "'..'"), ("x.lock", "'.lock'"), ("trail.", "end with '.'")):
+        with pytest.raises(StudyError, match=reason):
+            small_study.freeze(name)
+    assert not small_study.paths.bundles.exists() or not list(small_study.paths.bundles.iterdir())
 
 
 # ---------------------------------------------------------------- the tag and the files
@@ -117,7 +122,7 @@ def test_freeze_makes_an_annotated_tag_and_canonical_json_plus_yaml(frozen):
     assert info["json"] == wb.paths.bundles / "v1.json" and info["yaml"] == wb.paths.bundles / "v1.yaml"
     commit, message, annotated = tag_of(wb, "v1")
     assert annotated and commit == info["commit"] == wb.prompt_commit()
-    assert message.strip() == "Frozen bundle v1 by local"
+    assert message.strip() == f"Frozen bundle v1 by local\n\nsha256 {info['sha256']}"
     assert info["run"] == run.run_id
 
     data = info["json"].read_bytes()

@@ -23,7 +23,7 @@ def test_every_command_has_help(path, cmd):
     result = CliRunner().invoke(main, [*path, "--help"])
     assert result.exit_code == 0
     # init, demo, verify and robustness work on files, without a study
-    if not isinstance(cmd, click.Group) and path[0] not in ("init", "demo", "verify", "robustness"):
+    if not isinstance(cmd, click.Group) and path[0] not in ("init", "demo", "verify", "robustness", "bundle"):
         assert "--study" in result.output, f"{' '.join(path)} lacks --study"
 
 

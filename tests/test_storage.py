@@ -226,3 +226,72 @@ def test_stress_zero_lost_writes_small(any_study, tmp_path):
     assert result["errors"] == 0, result["first_error"]
     assert result["lost"] == 0 and result["stored"] == 200
     assert result["audit_events"] == 200  # one audit event per write
+
+
+def test_audit_chain_tokens_login_failures_meta(any_study):
+    """The chained audit trail, tokens, failed sign-ins and meta values, on SQLite and PostgreSQL."""
+    from sqlalchemy import text
+
+    with any_study.session() as s:
+        q.add_audit(s, "ann", "add", "note", "s1/edema", None, {"text": "x"})
+        q.add_audit_many(s, [{"at": q.now(), "actor": "ann", "action": "import", "entity": "reports", "entity_key": "dev",
+                              "old_json": "", "new_json": "{}"} for _ in range(3)])
+        result = q.verify_audit(s)
+        assert result["ok"] and result["events"] >= 4
+        rows = s.execute(text("SELECT id, at, actor, action, entity, entity_key, old_json, new_json, prev_hash, hash "
+                              "FROM auditevent ORDER BY id")).all()
+        assert rows[-1][9] == q.audit_event_hash(tuple(rows[-1][:8]), rows[-1][8]) and rows[-1][8] == rows[-2][9]
+        q.set_meta(s, "k", "v1")
+        q.set_meta(s, "k", "v2")
+        assert q.get_meta(s, "k") == "v2" and q.get_meta(s, "missing") is None
+    any_study.add_user("boss", "admin", "boss-pass-0001")
+    with any_study.session() as s:
+        q.add_user_token(s, "boss", "d" * 64)
+        assert q.user_token_digests(s, "boss") == ["d" * 64]
+        assert q.delete_user_tokens(s, "boss") == 1 and q.user_token_digests(s, "boss") == []
+        assert q.record_login_failure(s, "nobody").failures == 1
+        assert q.record_login_failure(s, "nobody").failures == 2
+        assert q.get_login_failure(s, "nobody").failures == 2
+        q.clear_login_failures(s, "nobody")
+        assert q.get_login_failure(s, "nobody") is None
+    with any_study.engine.begin() as conn:
+        conn.execute(text("UPDATE auditevent SET actor = 'mallory' WHERE id = (SELECT MIN(id) FROM auditevent)"))
+    with any_study.session() as s:
+        assert not q.verify_audit(s)["ok"]
+
+
+def test_concurrent_audit_writers_keep_one_chain(any_study):
+    """Separate transactions appending at once (advisory lock on PostgreSQL, write lock on SQLite)."""
+    barrier = threading.Barrier(6)
+
+    def write(i):
+        barrier.wait()
+        for k in range(5):
+            with any_study.session(write=True) as s:
+                q.add_audit(s, f"user-{i}", "add", "note", f"{i}/{k}", None, {"k": k})
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(6)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    with any_study.session() as s:
+        result = q.verify_audit(s)
+    assert result["ok"], result
+
+
+def test_a_version_1_database_migrates_to_the_chain_and_disabled_accounts(any_study):
+    """The steps of versions 20 and 21 on a database made before them (SQLite and PostgreSQL)."""
+    from sqlalchemy import inspect as sa_inspect, text
+
+    any_study.add_user("boss", "admin", "boss-pass-0001")
+    with any_study.engine.begin() as conn:
+        conn.execute(text("ALTER TABLE auditevent DROP COLUMN prev_hash"))
+        conn.execute(text("ALTER TABLE auditevent DROP COLUMN hash"))
+        conn.execute(text('ALTER TABLE "user" DROP COLUMN disabled'))
+        conn.execute(text("DELETE FROM meta WHERE key = 'audit_head'"))
+        conn.execute(text("UPDATE meta SET value = '1' WHERE key = 'schema_version'"))
+    applied = db.migrate(any_study.engine)
+    assert [a.split(":")[0] for a in applied][-2:] == ["20", "21"]
+    assert "disabled" in {c["name"] for c in sa_inspect(any_study.engine).get_columns("user")}
+    with any_study.session() as s:
+        assert q.verify_audit(s)["ok"]
+        assert not q.get_user(s, "boss").disabled

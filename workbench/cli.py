@@ -28,10 +28,7 @@ def study_option(func):
 
         wb = Workbench(resolve_study_path(study), actor=_cli_actor())
         wb.migrate()
-        user = os.environ.get("WORKBENCH_USER")
-        if user:  # act with that account's role, so role rules apply to scripts too
-            wb = wb.as_actor(wb.actor_for(user))
-        return func(wb, *args, **kwargs)
+        return func(wb.as_actor(_signed_in(wb)), *args, **kwargs)
 
     return wrapper
 
@@ -43,12 +40,36 @@ def _cli_actor():
     return Actor(user="local", role="admin")
 
 
+def _signed_in(wb):
+    """Who the command acts as.
+
+    auth none: the local operator, or with $WORKBENCH_USER that account's role (so role rules apply
+    to scripts). auth local/oidc: an account proven by $WORKBENCH_TOKEN (`workbench user token`) or
+    its password (prompted); actions are attributed to it only then. A study without accounts yet
+    is run by the local operator, so the first admin can be added.
+    """
+    user = os.environ.get("WORKBENCH_USER", "").strip()
+    if wb.config.auth == "none":
+        return wb.actor_for(user) if user else wb.actor
+    if wb.users().empty:
+        return wb.actor
+    if not user:
+        raise StudyError(f"this study signs users in (auth: {wb.config.auth}): set WORKBENCH_USER to your account and "
+                         "WORKBENCH_TOKEN to a token from `workbench user token NAME` (or type the password when asked)")
+    token = os.environ.get("WORKBENCH_TOKEN", "").strip()
+    if token:
+        return wb.authenticate_token(user, token)
+    return wb.authenticate(user, click.prompt(f"password for {user}", hide_input=True, err=True))
+
+
 def echo_table(frame: pd.DataFrame, fmt: str = "table") -> None:
     """Print a DataFrame as an aligned table, CSV or JSON."""
     import pandas as pd  # imported here, not at the top: `workbench --help` stays fast
 
     if fmt == "csv":
-        click.echo(frame.to_csv(index=False), nl=False)
+        from workbench.core.export import to_csv
+
+        click.echo(to_csv(frame), nl=False)
     elif fmt == "json":
         click.echo(frame.to_json(orient="records", indent=2, force_ascii=False))
     else:
@@ -63,10 +84,42 @@ class CliGroup(click.Group):
         try:
             return super().invoke(ctx)
         except Exception as exc:
-            if not isinstance(exc, _user_errors()):
-                raise
-            click.echo(f"error: {exc}", err=True)
-            ctx.exit(2)
+            if isinstance(exc, _user_errors()):
+                click.echo(f"error: {exc}", err=True)
+                ctx.exit(2)
+            if isinstance(exc, _storage_errors()):
+                # one line, never the SQL or its parameters (they hold report text); nothing half-written
+                click.echo(f"error: {_storage_error(exc)}", err=True)
+                ctx.exit(1)
+            raise
+
+
+def _storage_errors() -> tuple[type[BaseException], ...]:
+    """Database and disk failures (SQLAlchemy imported only when one is raised: fast start)."""
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+    return (DBAPIError, SQLAlchemyError, OSError)
+
+
+def _storage_error(exc: BaseException) -> str:
+    """A one-line, text-free description of a database or disk failure."""
+    import errno
+
+    orig = getattr(exc, "orig", None) or exc
+    code = getattr(orig, "errno", None)
+    message = str(orig.args[0]) if getattr(orig, "args", None) and isinstance(orig.args[0], str) else type(orig).__name__
+    message = message.splitlines()[0][:200] if message else type(orig).__name__
+    low = message.lower()
+    if code == errno.ENOSPC or "disk is full" in low or "no space" in low:
+        return "the disk is full: nothing was saved; free some space and run the command again"
+    if code in (errno.EROFS, errno.EACCES, errno.EPERM) or "readonly" in low or "read-only" in low:
+        return "the study's database or folder is read-only: nothing was saved; check its permissions"
+    if "locked" in low:
+        return "the database is busy (locked by another process); nothing was saved; try again"
+    if isinstance(orig, OSError) and getattr(orig, "filename", None):
+        return f"{orig.strerror or type(orig).__name__}: {orig.filename}"  # a path, never file content
+    what = "database" if hasattr(exc, "orig") or "sql" in type(exc).__module__ else "file system"
+    return f"the {what} refused the operation ({type(orig).__name__}); nothing was saved"
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -475,24 +528,78 @@ def prompts_import_dictionary(wb, file, message):
 @click.option("--name", required=True, help="Bundle name (also an annotated Git tag; never reused).")
 @click.option("--cohort", default=None, help="Development cohort whose run justifies the freeze (default: the study's dev_cohort).")
 @click.option("--ci", type=click.Choice(["wilson", "clopper-pearson"]), default="wilson", show_default=True)
+@click.option("--sign", "sign_key", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Sign the bundle with this Ed25519 private key (from `workbench bundle keygen`).")
 @study_option
-def freeze(wb, prompt_ref, name, cohort, ci):
+def freeze(wb, prompt_ref, name, cohort, ci, sign_key):
     """Freeze a prompt version into a bundle (canonical JSON + YAML) with a sha256."""
+    from workbench import bundle as bundle_mod
+
+    if sign_key:
+        bundle_mod._load_private(Path(sign_key))  # a bad key is refused before anything is frozen
     info = wb.freeze(name, prompt_ref, cohort=cohort, ci=ci)
     click.echo(f"froze {name}: sha256 {info['sha256']}\n  {info['json']}\n  {info['yaml']}\n  prompt {info['commit'][:8]}, run {info['run']}")
+    if sign_key:
+        click.echo(f"  signed with key {bundle_mod.sign_bundle(info['json'], Path(sign_key))}")
+
+
+@main.group("bundle")
+def bundle_group():
+    """Team signing keys for bundles (Ed25519): a signature says who froze a bundle, the sha256 only that it is intact."""
+
+
+@bundle_group.command("keygen")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False),
+              help="Private key file to create (owner-only); the public key is written beside it as OUT.pub.")
+def bundle_keygen(out):
+    """Create a team signing key pair; keep the private key secret, share the .pub file."""
+    from workbench.bundle import _load_public, _raw_public, generate_key, key_id
+
+    private, public = generate_key(Path(out))
+    click.echo(f"private key: {private} (keep it secret)\npublic key: {public} (share it)\n"
+               f"key id: {key_id(_raw_public(_load_public(public)))}")
+
+
+@bundle_group.command("sign")
+@click.argument("bundle", type=click.Path(exists=True, dir_okay=False))
+@click.option("--key", "key", required=True, type=click.Path(exists=True, dir_okay=False), help="Ed25519 private key.")
+def bundle_sign(bundle, key):
+    """Sign an existing bundle (its hash must verify first)."""
+    from workbench.bundle import sign_bundle
+
+    click.echo(f"signed {bundle} with key {sign_bundle(Path(bundle), Path(key))}")
 
 
 @main.command()
 @click.argument("bundle", type=click.Path(exists=True, dir_okay=False))
-def verify(bundle):
-    """Check a bundle's sha256 against its content."""
-    from workbench.bundle import verify_bundle
+@click.option("--public-key", "public_key", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Also check the bundle's Ed25519 signature with this team public key (who made it).")
+@click.option("--study", "study", type=click.Path(file_okay=False), default=None,
+              help="Also check the bundle against this study: its annotated tag and its audit trail.")
+def verify(bundle, public_key, study):
+    """Check a bundle: sha256 over its exact content (integrity); optionally its signature and its study."""
+    from workbench.bundle import verify_bundle, verify_signature
 
     ok, recorded, actual = verify_bundle(Path(bundle))
     if ok:
         click.echo(f"ok: {bundle} sha256 {actual}")
     else:
         click.echo(f"MODIFIED: recorded sha256 {recorded} but content hashes to {actual}", err=True)
+        raise SystemExit(1)
+    failed = False
+    if public_key:
+        signed, message = verify_signature(Path(bundle), Path(public_key))
+        click.echo(f"{'ok' if signed else 'NOT VERIFIED'}: {message}", err=not signed)
+        failed |= not signed
+    if study:
+        from workbench.services import Workbench
+
+        wb = Workbench(resolve_study_path(study), actor=_cli_actor())
+        wb.migrate()
+        for check in wb.check_bundle(Path(bundle)):
+            click.echo(f"{'ok' if check['ok'] else 'MISMATCH'}: {check['check']}: {check['detail']}", err=not check["ok"])
+            failed |= not check["ok"]
+    if failed:
         raise SystemExit(1)
 
 
@@ -635,12 +742,51 @@ def user_set_role(wb, user_id, role):
     click.echo(f"{user_id} is now {role}")
 
 
-@main.command("audit")
-@click.option("--entity", default=None, help="Only one kind: reading, adjudication, note, prompt, bundle, run, user, endpoint.")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@user.command("disable")
+@click.argument("user_id")
 @study_option
-def audit(wb, entity, fmt):
+def user_disable(wb, user_id):
+    """Disable an account: it can do nothing (app, CLI, tokens) until enabled again."""
+    wb.set_disabled(user_id, True)
+    click.echo(f"{user_id} is disabled")
+
+
+@user.command("enable")
+@click.argument("user_id")
+@study_option
+def user_enable(wb, user_id):
+    """Enable a disabled account again."""
+    wb.set_disabled(user_id, False)
+    click.echo(f"{user_id} is enabled")
+
+
+@user.command("token")
+@click.argument("user_id")
+@click.option("--revoke", is_flag=True, help="Delete every token of the account instead.")
+@study_option
+def user_token(wb, user_id, revoke):
+    """Make a command-line token for your own account (use it as WORKBENCH_TOKEN); shown once."""
+    if revoke:
+        click.echo(f"revoked {wb.revoke_tokens(user_id)} token(s) of {user_id}")
+        return
+    click.echo(wb.create_token(user_id))
+    click.echo(f"(shown once; only its hash is stored) export WORKBENCH_USER={user_id} WORKBENCH_TOKEN=<the token>", err=True)
+
+
+@main.command("audit")
+@click.option("--entity", default=None, help="Only one kind: reading, adjudication, note, prompt, bundle, run, user, endpoint, settings.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--verify", "check", is_flag=True, help="Check the hash chain instead: reports the first broken link (exit 1).")
+@study_option
+def audit(wb, entity, fmt, check):
     """The append-only audit trail (who, when, old -> new), newest first; export with --format csv."""
+    if check:
+        result = wb.verify_audit()
+        if result["ok"]:
+            click.echo(f"ok: {result['events']} audit events, every link of the hash chain intact")
+            return
+        click.echo(f"BROKEN: {result['reason']} (checked {result['events']} events)", err=True)
+        raise SystemExit(1)
     echo_table(wb.audit_log(entity=entity), fmt)
 
 
@@ -678,6 +824,7 @@ def demo(path, port, no_app, reset, address):
     root = Path(path).resolve()
     wb = create_demo(root, reset=reset, echo=click.echo)
     click.echo(f"demo study ready at {wb.root}")
+    wb.engine.dispose()  # no database connection is carried into the server process
     if not no_app:
         _run_app(wb.root, port, address)
 
@@ -686,12 +833,18 @@ def demo(path, port, no_app, reset, address):
 @click.option("--port", type=int, default=8501, show_default=True)
 @click.option("--address", default="127.0.0.1", show_default=True,
               help="Interface to serve on; use 0.0.0.0 for a team server (with auth: local or oidc).")
-@study_option
-def app(wb, port, address):
-    """Start the Streamlit app on a study."""
+@click.option("--study", "study", type=click.Path(file_okay=False), envvar="WORKBENCH_STUDY",
+              help="Study folder (default: $WORKBENCH_STUDY, else the current folder).")
+def app(port, address, study):
+    """Start the Streamlit app on a study (each user signs in in the browser when auth is local or oidc)."""
+    from workbench.services import Workbench
+
+    wb = Workbench(resolve_study_path(study), actor=_cli_actor())
+    wb.migrate()
     if address not in ("127.0.0.1", "localhost", "::1") and wb.config.auth == "none":
         click.echo("warning: serving on the network with auth: none; anyone who reaches it can read the reports. "
                    "Set auth: local (workbench user add ...) or oidc in workbench.yaml.", err=True)
+    wb.engine.dispose()  # no database connection is carried into the server process
     _run_app(wb.root, port, address)
 
 
@@ -703,7 +856,28 @@ def _run_app(root: Path, port: int, address: str = "127.0.0.1") -> None:
            "--server.address", address, "--browser.gatherUsageStats", "false", "--server.headless", "true",
            "--client.toolbarMode", "minimal"]
     click.echo(f"starting the app on http://{'localhost' if address == '127.0.0.1' else address}:{port} (Ctrl+C to stop)")
-    raise SystemExit(subprocess.call(cmd, env=env))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if os.name == "posix":
+        # the command becomes the server (same process id): SIGTERM from systemd, a container or a
+        # shell stops Streamlit itself, and nothing is left holding the port
+        os.execve(sys.executable, cmd, env)
+    raise SystemExit(_call_forwarding_signals(cmd, env))
+
+
+def _call_forwarding_signals(cmd: list[str], env: dict) -> int:
+    """Run a child and pass SIGTERM/SIGINT on to it (where exec is not available); returns its exit code."""
+    import signal
+
+    child = subprocess.Popen(cmd, env=env)
+
+    def forward(signum, _frame):
+        child.send_signal(signum)
+
+    for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGBREAK"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), forward)
+    return child.wait()
 
 
 if __name__ == "__main__":

@@ -384,10 +384,23 @@ def _reports(table: _Table, id_names: tuple[str, ...], allow_empty: bool,
     return out.reset_index(drop=True), problems
 
 
+MAX_ID_CHARS = {"report id": 200, "reader": 100}  # the database columns' sizes
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _id_text_problems(table: _Table, ids: pd.Series, column: str, what: str) -> list[Problem]:
+    """Ids with control characters (tab, newline, NUL ...) or longer than the database keeps are refused."""
+    limit = MAX_ID_CHARS.get(what, 200)
+    control = ids.str.contains(_CONTROL).to_numpy(dtype=bool)
+    problems = table.at(control, column, f"{what} contains a control character (tab, newline, NUL ...); ids are plain text")
+    problems += table.at((ids.str.len() > limit).to_numpy(dtype=bool), column, f"{what} is longer than {limit} characters")
+    return problems
+
+
 def _id_problems(table: _Table, ids: pd.Series, column: str, what: str) -> list[Problem]:
     """Blank and duplicate ids; a duplicate names the row where the id first appeared."""
     blank = (ids == "").to_numpy()
-    problems = table.at(blank, column, f"blank {what}")
+    problems = table.at(blank, column, f"blank {what}") + _id_text_problems(table, ids, column, what)
     dup = ids.duplicated(keep="first").to_numpy() & ~blank
     if dup.any():
         first = pd.Series(table.rows, index=ids.index)[~ids.duplicated(keep="first")]
@@ -482,6 +495,7 @@ def _key_problems(table: _Table, rid: pd.Series, rid_col: str, reader: pd.Series
     blank_rid = (rid == "").to_numpy()
     problems = table.at(blank_rid, rid_col, "blank report id")
     problems += table.at((reader == "").to_numpy(), reader_col, "blank reader")
+    problems += _id_text_problems(table, rid, rid_col, "report id") + _id_text_problems(table, reader, reader_col, "reader")
     if known is not None:
         unknown = ~rid.isin(list(known)).to_numpy() & ~blank_rid
         problems += table.at(unknown, rid_col, [f"unknown report id {r!r} (not in the study nor among the "

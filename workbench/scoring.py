@@ -105,13 +105,15 @@ class ScoreResult:
         """CSV and JSON outputs in a folder; returns the files written."""
         out.mkdir(parents=True, exist_ok=True)
         files = [out / "summary.csv", out / "results.json"]
-        self.summary().to_csv(files[0], index=False)
+        from workbench.core.export import to_csv  # formula cells neutralised (CSV injection)
+
+        to_csv(self.summary(), files[0])
         files[1].write_text(json.dumps(self.to_json(), indent=2, ensure_ascii=False, default=str), encoding="utf-8")
         for name, g in self.generators.items():
             safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
             p1, p2 = out / f"{safe}.per_label.csv", out / f"{safe}.per_report.csv"
-            g.per_label.reset_index().to_csv(p1, index=False)
-            g.per_report.to_csv(p2, index=False)
+            to_csv(g.per_label.reset_index(), p1)
+            to_csv(g.per_report, p2)
             files += [p1, p2]
         return files
 

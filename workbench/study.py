@@ -147,7 +147,7 @@ def database_url(root: Path, cfg: StudyConfig) -> str:
     """The database URL with a relative SQLite path resolved against the study folder."""
     url = os.environ.get("WORKBENCH_DATABASE_URL") or cfg.database
     prefix = "sqlite:///"
-    if url.startswith(prefix) and not url.startswith("sqlite:////") and url != "sqlite:///:memory:":
+    if url.startswith(prefix) and not url.startswith(("sqlite:////", "sqlite:///file:")) and url != "sqlite:///:memory:":
         return prefix + str((root / url[len(prefix):]).resolve())
     return url
 

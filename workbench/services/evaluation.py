@@ -99,6 +99,9 @@ class EvaluationService:
             "items waiting for adjudication": int(y_true[asked].isna().sum().sum()),
             "failed or missing predictions": int(y_pred[asked].isna().sum().sum()),
         }
+        if self.blind_scope() is not None:  # a reader: only the reports they have finished count
+            with self.session() as s:
+                excluded["reports you have not finished reading (blinded)"] = len(q.report_ids(s, run.cohort_id)) - len(y_true) - len(leaked)
         return y_true, y_pred, excluded
 
     def _cohort_name(self, cohort_id: int) -> str:
@@ -170,7 +173,7 @@ class EvaluationService:
         ev = self.evaluate_run(run_id, n_resamples=0)
         with self.session() as s:
             readings = q.readings_frame(s, cohort_id=run.cohort_id)[["report_id", "label", "reader", "value"]]
-        readings = readings[readings["label"].isin(self.vocab.asked_ids)]
+        readings = self._blind_rows(readings[readings["label"].isin(self.vocab.asked_ids)])
         reference = self.reference(cohort, readings=readings)
         fleiss = agreement.fleiss_kappa_table(readings)
         if "label" in fleiss.columns:
@@ -224,8 +227,7 @@ class EvaluationService:
         out["label_support"] = out["label"].map(support)
         out = out.sort_values(["label_error_rate", "label_support", "label", "report_id"],
                               ascending=[False, True, True, True])
-        if self.actor.role == "reader":  # blinding: only reports this reader has finished
-            out = out[out["report_id"].isin(self._completed_reports(self.actor.user))]
+        out = self._blind_rows(out)  # a reader: only reports they have finished
         if label:
             out = out[out["label"] == (self.vocab.resolve(label) or label)]
         if kind:
@@ -260,9 +262,8 @@ class EvaluationService:
 
     def can_see_report(self, report_id: str) -> bool:
         """Blinding: a reader sees others' labels and the labeller's output only after their own."""
-        if self.actor.role != "reader":
-            return True
-        return report_id in self._completed_reports(self.actor.user)
+        scope = self.blind_scope()
+        return scope is None or report_id in scope
 
     def case(self, run_id: int, report_id: str, label: str) -> dict:
         """Everything about one disagreement: text, votes, answer, evidence, notes, the prompt sent."""
@@ -336,9 +337,10 @@ class EvaluationService:
             return note.id
 
     def notes(self, label: str | None = None, report_id: str | None = None) -> pd.DataFrame:
-        """Error notes (oldest first)."""
+        """Error notes (oldest first); a reader sees those on reports they have finished."""
         with self.session() as s:
-            return q.notes_frame(s, label=self.vocab.resolve(label) if label else None, report_id=report_id)
+            notes = q.notes_frame(s, label=self.vocab.resolve(label) if label else None, report_id=report_id)
+        return self._blind_rows(notes)
 
     def note_counts(self, run_id: int | None = None) -> pd.DataFrame:
         """Counts of notes by label and category (for one run's disagreements, or all)."""

@@ -59,8 +59,10 @@ class FreezeService:
                frozen_at: str | None = None, ci: str = "wilson") -> dict:
         """Tag a prompt version and write its bundle (canonical JSON + YAML) with a sha256."""
         self.require("freeze")
-        if not bundle_mod.NAME_PATTERN.match(name):
-            raise StudyError(f"bundle name {name!r} must be letters, digits, '.', '_' or '-'")
+        try:
+            bundle_mod.check_name(name)  # Git's tag-name rules too, before anything is written
+        except bundle_mod.BundleError as exc:
+            raise StudyError(str(exc)) from exc
         if name in prompt_repo.tags(self.paths.prompts) or (self.paths.bundles / f"{name}.json").exists():
             raise StudyError(f"the name {name!r} is already frozen; frozen names cannot be moved or reused")
         commit = self.prompt_commit(prompt_ref)
@@ -68,7 +70,8 @@ class FreezeService:
         content = self.bundle_content(name, commit, run, frozen_at or q.now(), ci)
         bundle_mod.bundle_bytes(content)  # fails early (before the tag) if the content cannot be serialised
         try:
-            prompt_repo.create_tag(self.paths.prompts, name, commit, f"Frozen bundle {name} by {self.actor.user}", self.actor.identity())
+            prompt_repo.create_tag(self.paths.prompts, name, commit, f"Frozen bundle {name} by {self.actor.user}\n\n"
+                                   f"sha256 {bundle_mod.content_sha256(content)}", self.actor.identity())
         except PromptRepoError as exc:
             raise StudyError(str(exc)) from exc
         json_path, yaml_path, sha = bundle_mod.write_bundle(self.paths.bundles, content)

@@ -164,6 +164,7 @@ class PromptsService:
 
     def prompt_diff(self, label: str, ref_a: str, ref_b: str | None = None) -> dict:
         """Difference of one label between two versions: unified text and fields."""
+        self.require("see_unblinded")  # raw files: few-shot examples carry reference answers
         label = self._asked(label)
         name = f"{label}.yaml"
         a = prompt_repo.read_file(self.paths.prompts, name, ref_a) or ""

@@ -611,9 +611,9 @@ class RunsService:
         return run
 
     def predictions(self, run_id: int) -> pd.DataFrame:
-        """A run's predictions (long)."""
+        """A run's predictions (long); a reader sees those of reports they have finished reading."""
         with self.session() as s:
-            return q.predictions_frame(s, run_id)
+            return self._blind_rows(q.predictions_frame(s, run_id))
 
     def prediction_matrix(self, run_id: int) -> pd.DataFrame:
         """Reports x labels predicted values (NaN = failure or not labelled), derived labels filled."""
@@ -624,5 +624,7 @@ class RunsService:
             ids = q.report_ids(s, run.cohort_id)
             preds = q.predictions_frame(s, run_id)
         wide = preds.pivot(index="report_id", columns="label", values="value") if not preds.empty else pd.DataFrame()
+        scope = self.blind_scope()  # a reader: only the reports they have finished reading
+        ids = ids if scope is None else [i for i in ids if i in scope]
         wide = wide.reindex(index=ids, columns=self.vocab.asked_ids).astype(float)
         return derive_frame(self.vocab, wide)[self.vocab.ids]

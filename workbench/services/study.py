@@ -7,8 +7,10 @@ write is one transaction, so a rejected import or a failed save leaves nothing h
 
 from __future__ import annotations
 
+import json
 import shutil
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -45,6 +47,8 @@ class Actor:
     role: str = "admin"
     name: str = ""
     email: str = ""
+    # True for a signed-in account: its role is re-read from the database on every guarded call
+    account: bool = field(default=False, compare=False)
 
     def identity(self) -> tuple[str, str]:
         """(name, email) for Git commits."""
@@ -150,26 +154,117 @@ class StudyService:
         return type(self)(self.root, actor=actor, engine=self.engine)
 
     def migrate(self) -> list[str]:
-        """Bring the database schema up to date."""
-        return db.migrate(self.engine)
+        """Bring the database schema up to date; a workbench.yaml edited by hand is recorded in the audit trail."""
+        applied = db.migrate(self.engine)
+        self._record_settings_drift()
+        return applied
+
+    def _settings_snapshot(self) -> dict:
+        """The study settings as audited (the database URL has its own event: `migrate-db`)."""
+        data = self.config.to_dict()
+        data.pop("database", None)
+        return data
+
+    def _record_settings_drift(self) -> None:
+        """Settings changed outside the workbench (workbench.yaml edited): one audit event naming the keys."""
+        from sqlalchemy.exc import OperationalError
+
+        try:
+            self._record_settings_drift_now()
+        except OperationalError as exc:
+            if "readonly" not in str(exc.orig).lower():
+                raise
+            # a read-only database cannot record it now: the next writable open does (reads go on)
+
+    def _record_settings_drift_now(self) -> None:
+        """The transaction of _record_settings_drift."""
+        snapshot = self._settings_snapshot()
+        with self.session() as s:
+            stored = q.get_meta(s, "settings")
+            old = json.loads(stored) if stored else None
+            if old == snapshot:
+                return
+            if old is not None:
+                changed = sorted(k for k in snapshot if old.get(k) != snapshot[k])
+                q.add_audit(s, "(workbench.yaml edited outside the workbench)", "change", "settings", ",".join(changed),
+                            {k: old.get(k) for k in changed}, {k: snapshot[k] for k in changed})
+            q.set_meta(s, "settings", json.dumps(snapshot, sort_keys=True, default=str))
 
     def session(self, write: bool = False):
-        """One transaction (commit on success, roll back on error); write=True for read-then-write."""
-        return db.session_scope(self.engine, write=write)
+        """One transaction (commit on success, roll back on error); write=True for read-then-write.
+
+        For a signed-in account every transaction first checks the account is still enabled, so a
+        disabled user can do nothing at all, whatever method they call.
+        """
+        if not self.actor.account:
+            return db.session_scope(self.engine, write=write)
+        return self._account_session(write)
+
+    @contextmanager
+    def _account_session(self, write: bool):
+        """A transaction that refuses a disabled (or deleted) account before anything is read."""
+        with db.session_scope(self.engine, write=write) as s:
+            user = q.get_user(s, self.actor.user)
+            if user is None or user.disabled:
+                raise PermissionDenied(f"the account {self.actor.user} is disabled; ask an admin")
+            yield s
+
+    def current_actor(self) -> Actor:
+        """The actor as the database knows them now: a changed role applies at once, a disabled account can do nothing."""
+        if not self.actor.account:
+            return self.actor  # the local operator (auth none) or a script's own Actor
+        with db.session_scope(self.engine) as s:
+            user = q.get_user(s, self.actor.user)
+        if user is None or user.disabled:
+            raise PermissionDenied(f"the account {self.actor.user} is disabled; ask an admin")
+        return Actor(user=user.id, role=user.role, name=user.name, email=user.email, account=True)
 
     def require(self, permission: str) -> None:
-        """Raise PermissionDenied unless the actor's role allows the action."""
+        """Raise PermissionDenied unless the actor's current role allows the action."""
         allowed = PERMISSIONS[permission]
-        if self.actor.role not in allowed:
+        actor = self.current_actor()
+        if actor.role not in allowed:
             raise PermissionDenied(
-                f"{self.actor.user} ({self.actor.role}) may not {permission.replace('_', ' ')}; "
+                f"{actor.user} ({actor.role}) may not {permission.replace('_', ' ')}; "
                 f"this needs one of: {', '.join(sorted(allowed))}"
             )
 
-    def save_config(self) -> None:
-        """Write the study settings."""
+    # ------------------------------------------------------------ blinding (every read that reveals votes,
+    # the reference or the labeller's output goes through these: the CLI, the app and scripts alike)
+
+    def blind_scope(self) -> set[str] | None:
+        """None when the actor may see everything; for a reader, the reports they have finished reading."""
+        actor = self.current_actor()
+        if actor.role != "reader":
+            return None
+        return self._completed_reports(actor.user)
+
+    def _blind_rows(self, frame: pd.DataFrame, column: str = "report_id") -> pd.DataFrame:
+        """Only the rows of reports the actor may see (all of them unless a reader)."""
+        scope = self.blind_scope()
+        if scope is None:
+            return frame
+        return frame[frame[column].isin(scope)].reset_index(drop=True)
+
+    def _require_seen(self, report_id: str) -> None:
+        """Refuse a reader what concerns a report they have not finished reading."""
+        scope = self.blind_scope()
+        if scope is not None and report_id not in scope:
+            raise PermissionDenied("submit your own reading of this report first (blinded until then)")
+
+    def save_config(self, action: str = "change", entity: str = "settings", key: str | None = None) -> None:
+        """Write the study settings; every change is an audit event (who, which keys, old -> new)."""
         self.require("settings")
-        save_config(self.root, self.config)
+        with self.session(write=True) as s:
+            stored = q.get_meta(s, "settings")
+            old = json.loads(stored) if stored else {}
+            new = self._settings_snapshot()
+            changed = sorted(k for k in new if old.get(k) != new[k])
+            if changed:
+                q.add_audit(s, self.actor.user, action, entity, key or ",".join(changed),
+                            {k: old.get(k) for k in changed}, {k: new[k] for k in changed})
+                q.set_meta(s, "settings", json.dumps(new, sort_keys=True, default=str))
+            save_config(self.root, self.config)  # inside the transaction: a failed write records nothing
 
     def rule(self) -> ref.ReferenceRule:
         """The study's reference rule."""
@@ -287,8 +382,12 @@ class StudyService:
         changed it meanwhile the whole save is refused (ConflictError) and nothing is written.
         """
         self.require("annotate")
-        if self.actor.role == "reader" and reader != self.actor.user:
-            raise PermissionDenied(f"{self.actor.user} may only record their own readings, not {reader!r}'s")
+        actor = self.current_actor()
+        # only the reader themself writes their readings (an adjudicator adjudicates instead); the one
+        # exception is the local operator of a single-user study (auth: none), who names the reader
+        if reader != actor.user and (actor.account or actor.role != "admin"):
+            raise PermissionDenied(f"{actor.user} may only record their own readings, not {reader!r}'s"
+                                   + ("; adjudicate the item instead" if actor.role == "adjudicator" else ""))
         unknown = [k for k in values if k not in self.vocab.asked_ids]
         if unknown:
             raise StudyError(f"unknown or derived label(s) {unknown}; readers mark: {', '.join(self.vocab.asked_ids)}")
@@ -353,7 +452,9 @@ class StudyService:
         return out.reset_index()
 
     def my_readings(self, reader: str, report_id: str) -> pd.DataFrame:
-        """A reader's own readings of one report (label, value, version)."""
+        """A reader's own readings of one report (label, value, version); others' only with unblinded access."""
+        if reader != self.current_actor().user:
+            self.require("see_unblinded")
         with self.session() as s:
             return q.readings_frame(s, report_ids_=[report_id], reader=reader)[["label", "value", "version"]]
 
@@ -368,12 +469,13 @@ class StudyService:
             flags = q.flags_frame(s, cid)
         if counts is None:
             readings = readings[readings["label"].isin(self.vocab.asked_ids)]
-            return ref.compute_reference(readings, self.rule(), adj, flags)
+            return self._blind_rows(ref.compute_reference(readings, self.rule(), adj, flags))
         counts = counts[counts["label"].isin(self.vocab.asked_ids)]
-        return ref.reference_from_counts(counts, self.rule(), adj, flags)
+        return self._blind_rows(ref.reference_from_counts(counts, self.rule(), adj, flags))
 
     def item_reference(self, report_id: str, label: str) -> dict | None:
         """The reference of one (report, label): value (None while waiting), status, votes."""
+        self._require_seen(report_id)
         with self.session() as s:
             counts = q.vote_counts(s, report_id=report_id)
             adj = q.adjudications_frame(s)
@@ -393,6 +495,9 @@ class StudyService:
 
         with self.session() as s:
             ids = q.report_ids(s, q.get_cohort(s, cohort).id)
+        scope = self.blind_scope()
+        if scope is not None:
+            ids = [i for i in ids if i in scope]
         reference = self.reference(cohort) if reference is None else reference
         matrix = ref.reference_matrix(reference, ids, self.vocab.asked_ids)
         return derive_frame(self.vocab, matrix)[self.vocab.ids]
@@ -424,6 +529,7 @@ class StudyService:
 
     def adjudication_history(self, report_id: str, label: str) -> pd.DataFrame:
         """Every adjudication of one item, oldest first."""
+        self._require_seen(report_id)
         with self.session() as s:
             adj = q.adjudications_frame(s)
         return adj[(adj["report_id"] == report_id) & (adj["label"] == label)].reset_index(drop=True)
@@ -443,7 +549,7 @@ class StudyService:
         with self.session() as s:
             cid = self.cohort_id(cohort) if cohort else None
             readings = q.readings_frame(s, cohort_id=cid)
-        readings = readings[readings["label"].isin(self.vocab.asked_ids)][["report_id", "label", "reader", "value"]]
+        readings = self._blind_rows(readings[readings["label"].isin(self.vocab.asked_ids)][["report_id", "label", "reader", "value"]])
         reference = self.reference(cohort, readings=readings)[["report_id", "label", "value"]]
         return {
             "fleiss": agreement.fleiss_kappa_table(readings),
@@ -454,12 +560,22 @@ class StudyService:
     # ------------------------------------------------------------ prompts (read side)
 
     def prompt_files(self, ref_: str | None = None) -> dict[str, str]:
-        """The prompt set's YAML texts at a version."""
+        """The prompt set's YAML texts at a version (not for readers: examples carry reference answers)."""
+        self.require("see_unblinded")
         return prompt_repo.read_files(self.paths.prompts, ref_)
 
     def prompt_set(self, ref_: str | None = None) -> PromptSet:
-        """The parsed prompt set at a version (HEAD by default)."""
-        return _validate_prompt_files(self.prompt_files(ref_), self.vocab)
+        """The parsed prompt set at a version (HEAD by default); a reader's copy lacks few-shot examples
+        taken from reports they have not read yet (each carries its reference answer)."""
+        ps = _validate_prompt_files(prompt_repo.read_files(self.paths.prompts, ref_), self.vocab)
+        scope = self.blind_scope()
+        if scope is None or not (ps.example_report_ids() - scope):
+            return ps
+        for lp in list(ps.labels.values()):
+            kept = tuple(ex for ex in lp.examples if not ex.source_report_id or ex.source_report_id in scope)
+            if len(kept) != len(lp.examples):
+                ps = ps.with_label(replace(lp, examples=kept))
+        return ps
 
     def prompt_commit(self, ref_: str | None = None) -> str:
         """Full commit sha of a prompt version."""

@@ -2,11 +2,18 @@
 
 Passwords are hashed with argon2 (argon2-cffi: salted, memory-hard, maintained); roles are
 enforced here in the services layer, so the CLI, the app and any script obey the same rules.
+Sign-in failures look alike and take alike (no user enumeration) and back off in the database.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import hmac
+import json
 import re
+import secrets
+from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 from workbench.services.study import ROLES, Actor, PermissionDenied
@@ -16,7 +23,18 @@ from workbench.store.tables import User
 from workbench.study import StudyError
 
 USER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,99}$")
-MIN_PASSWORD = 8
+MIN_PASSWORD = 12
+# a short list of the passwords tried first by every guessing attack (compared case-insensitively)
+COMMON_PASSWORDS = frozenset({
+    "password", "password1", "password12", "password123", "password1234", "passwordpassword", "123456789012",
+    "1234567890123", "qwertyuiopas", "qwerty123456", "qwertyuiop123", "111111111111", "000000000000",
+    "iloveyou1234", "letmeinletmein", "welcome12345", "administrator", "admin1234567", "changeme1234",
+    "abcdefghijkl", "abc123456789", "trustno1trustno1", "correcthorsebatterystaple", "monkey123456",
+})
+FREE_FAILURES = 5          # failed sign-ins before the back-off starts
+BACKOFF_SECONDS = 30       # first lockout; doubles with every further failure
+MAX_BACKOFF_SECONDS = 900  # at most 15 minutes
+TOKEN_PREFIX = "wbt_"
 
 
 def _hasher():
@@ -24,6 +42,32 @@ def _hasher():
     from argon2 import PasswordHasher
 
     return PasswordHasher()
+
+
+@functools.lru_cache(maxsize=1)
+def _dummy_hash() -> str:
+    """A hash of a random password: unknown users are verified against it, so failures take the same time."""
+    return _hasher().hash(secrets.token_hex(16))
+
+
+def check_password(password: str, user_id: str = "") -> None:
+    """The password rule: at least 12 characters, not only whitespace, not a common password, not the user id."""
+    if len(password) < MIN_PASSWORD:
+        raise StudyError(f"a password needs at least {MIN_PASSWORD} characters")
+    if not password.strip():
+        raise StudyError("a password cannot be only spaces")
+    if password.strip().lower() in COMMON_PASSWORDS or (user_id and password.strip().lower() == user_id.lower()):
+        raise StudyError("that password is among the first ones an attacker tries; choose another")
+
+
+def token_digest(token: str) -> str:
+    """sha256 of a command-line token (tokens are 256 random bits: a fast hash is enough)."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def _seconds_from_now(stamp: str) -> float:
+    """Seconds until a UTC ISO timestamp (negative when past)."""
+    return (datetime.fromisoformat(stamp) - datetime.now(timezone.utc)).total_seconds()
 
 
 class TeamService:
@@ -43,8 +87,8 @@ class TeamService:
             raise StudyError("the first account must be an admin (it manages the others)")
         if not first:
             self.require("manage_users")
-        if password is not None and len(password) < MIN_PASSWORD:
-            raise StudyError(f"a password needs at least {MIN_PASSWORD} characters")
+        if password is not None:
+            check_password(password, user_id)
         digest = _hasher().hash(password) if password else ""
         with self.session() as s:
             if q.get_user(s, user_id) is not None:
@@ -53,7 +97,7 @@ class TeamService:
             q.add_audit(s, self.actor.user, "add", "user", user_id, None, {"role": role, "name": name, "email": email})
 
     def set_role(self, user_id: str, role: str) -> None:
-        """Change a user's role (admins only)."""
+        """Change a user's role (admins only); it applies to their very next action, signed in or not."""
         self.require("manage_users")
         if role not in ROLES:
             raise StudyError(f"role must be one of {', '.join(ROLES)}")
@@ -66,25 +110,113 @@ class TeamService:
             s.add(user)
             q.add_audit(s, self.actor.user, "change", "user", user_id, {"role": old}, {"role": role})
 
+    def set_disabled(self, user_id: str, disabled: bool = True) -> None:
+        """Disable (or enable again) an account (admins only): a disabled user can do nothing, tokens included."""
+        self.require("manage_users")
+        with self.session(write=True) as s:
+            user = q.get_user(s, user_id)
+            if user is None:
+                raise StudyError(f"no user {user_id!r}")
+            if disabled and user.role == "admin":
+                admins = q.list_users(s)
+                active = admins[(admins["role"] == "admin") & ~admins["disabled"].astype(bool)]
+                if set(active["id"]) <= {user_id}:
+                    raise StudyError(f"{user_id} is the last enabled admin; make another admin first")
+            if bool(user.disabled) == disabled:
+                return
+            user.disabled = disabled
+            s.add(user)
+            q.add_audit(s, self.actor.user, "disable" if disabled else "enable", "user", user_id,
+                        {"disabled": not disabled}, {"disabled": disabled})
+
     def users(self) -> pd.DataFrame:
         """Accounts (without password hashes)."""
         with self.session() as s:
             return q.list_users(s)
 
     def authenticate(self, user_id: str, password: str) -> Actor:
-        """Check a local password; returns the Actor to act as. Same message for every failure."""
+        """Check a local password; returns the Actor to act as.
+
+        Every failure looks the same and takes the same time (unknown users are checked against a
+        dummy hash); repeated failures for a user id lock it for a while, recorded in the database
+        so the back-off holds across processes.
+        """
         from argon2.exceptions import InvalidHashError, VerificationError
 
+        self._refuse_if_locked(user_id)
+        dummy = _dummy_hash()  # made on the first sign-in of a process, whoever signs in: no first-call tell
         with self.session() as s:
             user = q.get_user(s, user_id)
-        failure = PermissionDenied("unknown user or wrong password")
-        if user is None or not user.password_hash:
-            raise failure
+        stored = user.password_hash if user is not None and user.password_hash else dummy
         try:
-            _hasher().verify(user.password_hash, password)
+            ok = _hasher().verify(stored, password or "") and user is not None and bool(user.password_hash)
         except (VerificationError, InvalidHashError):
-            raise failure from None
-        return Actor(user=user.id, role=user.role, name=user.name, email=user.email)
+            ok = False
+        if not ok or user.disabled:
+            self._record_failure(user_id)
+            raise PermissionDenied("unknown user or wrong password")
+        self._clear_failures(user_id)
+        return Actor(user=user.id, role=user.role, name=user.name, email=user.email, account=True)
+
+    def authenticate_token(self, user_id: str, token: str) -> Actor:
+        """Check a command-line token of a user (made with `workbench user token`); same failures as passwords."""
+        self._refuse_if_locked(user_id)
+        digest = token_digest(token or "")
+        with self.session() as s:
+            user = q.get_user(s, user_id)
+            stored = q.user_token_digests(s, user_id) if user is not None else []
+        ok = any(hmac.compare_digest(digest, d) for d in stored)
+        if not ok or user is None or user.disabled:
+            self._record_failure(user_id)
+            raise PermissionDenied("unknown user or wrong token")
+        self._clear_failures(user_id)
+        return Actor(user=user.id, role=user.role, name=user.name, email=user.email, account=True)
+
+    def create_token(self, user_id: str) -> str:
+        """A new command-line token for the acting user themself (shown once; only its hash is stored)."""
+        actor = self.current_actor()
+        if actor.user != user_id or not actor.account:
+            raise PermissionDenied(f"a token is made by its owner: sign in as {user_id} (WORKBENCH_USER={user_id}, "
+                                   "then the password) to make one")
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        with self.session() as s:
+            q.add_user_token(s, user_id, token_digest(token))
+            q.add_audit(s, actor.user, "add", "token", user_id, None, {"token": "issued"})
+        return token
+
+    def revoke_tokens(self, user_id: str) -> int:
+        """Delete every token of a user (the user themself or an admin); returns how many."""
+        actor = self.current_actor()
+        if actor.user != user_id:
+            self.require("manage_users")
+        with self.session() as s:
+            n = q.delete_user_tokens(s, user_id)
+            if n:
+                q.add_audit(s, actor.user, "revoke", "token", user_id, {"tokens": n}, {"tokens": 0})
+        return n
+
+    def _refuse_if_locked(self, user_id: str) -> None:
+        """A user id with too many recent failures waits (same answer for known and unknown ids)."""
+        with self.session() as s:
+            row = q.get_login_failure(s, user_id)
+        if row is not None and row.locked_until and _seconds_from_now(row.locked_until) > 0:
+            wait = int(_seconds_from_now(row.locked_until)) + 1
+            raise PermissionDenied(f"too many failed sign-ins for {user_id}; try again in {wait} s")
+
+    def _record_failure(self, user_id: str) -> None:
+        """Count a failed sign-in; from the FREE_FAILURES-th on, lock the id for a doubling time."""
+        with self.session(write=True) as s:
+            row = q.record_login_failure(s, user_id)
+            over = row.failures - FREE_FAILURES
+            if over >= 0:
+                seconds = min(BACKOFF_SECONDS * 2 ** min(over, 10), MAX_BACKOFF_SECONDS)
+                row.locked_until = (datetime.now(timezone.utc) + timedelta(seconds=seconds)).isoformat()
+                s.add(row)
+
+    def _clear_failures(self, user_id: str) -> None:
+        """A successful sign-in resets the count."""
+        with self.session() as s:
+            q.clear_login_failures(s, user_id)
 
     def actor_for(self, user_id: str) -> Actor:
         """The Actor of a known user (OIDC sign-in: the identity provider checked the password)."""
@@ -92,7 +224,9 @@ class TeamService:
             user = q.get_user(s, user_id)
         if user is None:
             raise PermissionDenied(f"{user_id} has no account in this study; an admin adds it with `workbench user add`")
-        return Actor(user=user.id, role=user.role, name=user.name, email=user.email)
+        if user.disabled:
+            raise PermissionDenied(f"the account {user_id} is disabled; ask an admin")
+        return Actor(user=user.id, role=user.role, name=user.name, email=user.email, account=True)
 
     # ------------------------------------------------------------ audit
 
@@ -101,6 +235,46 @@ class TeamService:
         self.require("see_unblinded")
         with self.session() as s:
             return q.list_audit(s, entity=entity, key=key, limit=limit)
+
+    def verify_audit(self) -> dict:
+        """Check the audit hash chain: {ok, events, broken_at, reason} (the first broken link)."""
+        with self.session() as s:
+            return q.verify_audit(s)
+
+    def check_bundle(self, path) -> list[dict]:
+        """A bundle against this study: its hash, the annotated tag of its name, the freeze event, the audit chain.
+
+        Each check is {check, ok, detail}. A bundle edited and re-hashed passes its own sha256 but
+        not these: the tag and the audit trail recorded the hash it was frozen with.
+        """
+        from workbench import bundle as bundle_mod
+        from workbench.store import prompt_repo
+
+        content, recorded = bundle_mod.read_bundle_file(path)
+        actual = bundle_mod.content_sha256(content)
+        name = str(content.get("name", ""))
+        checks = [{"check": "sha256", "ok": actual == recorded, "detail": f"content hashes to {actual}"}]
+        tag = prompt_repo.tag_info(self.paths.prompts, name) if name else None
+        if tag is None:
+            checks.append({"check": "tag", "ok": False, "detail": f"the study has no tag {name!r}: not frozen here"})
+        else:
+            commit, message = tag
+            tagged_sha = re.search(r"sha256 ([0-9a-f]{64})", message or "")
+            ok = commit == content.get("prompt_commit") and (tagged_sha is None or tagged_sha.group(1) == actual)
+            checks.append({"check": "tag", "ok": ok, "detail": (
+                f"tag {name} points at {commit[:8]}" + (f" and records sha256 {tagged_sha.group(1)[:12]}" if tagged_sha else "")
+                + ("" if ok else f"; the bundle says prompt {str(content.get('prompt_commit'))[:8]}, sha256 {actual[:12]}"))})
+        with self.session() as s:
+            events = q.list_audit(s, entity="bundle", key=name)
+        frozen = events[events["action"] == "freeze"]
+        shas = [json.loads(n).get("sha256") for n in frozen["new"]] if len(frozen) else []
+        checks.append({"check": "audit", "ok": actual in shas, "detail": (
+            f"the freeze of {name} is recorded with this sha256" if actual in shas else
+            f"the audit trail records {name} with sha256 {', '.join(x[:12] for x in shas if x) or '(no freeze event)'}, not {actual[:12]}")})
+        chain = self.verify_audit()
+        checks.append({"check": "audit chain", "ok": chain["ok"],
+                       "detail": f"{chain['events']} events intact" if chain["ok"] else chain["reason"]})
+        return checks
 
     # ------------------------------------------------------------ governance
 
@@ -111,21 +285,15 @@ class TeamService:
         if not prefix:
             raise StudyError("give the endpoint URL (or URL prefix) to allow")
         if prefix not in self.config.allowed_endpoints:
-            old = list(self.config.allowed_endpoints)
             self.config.allowed_endpoints.append(prefix)
-            self.save_config()
-            with self.session() as s:
-                q.add_audit(s, self.actor.user, "allow", "endpoint", prefix, {"allowed": old}, {"allowed": self.config.allowed_endpoints})
+            self.save_config("allow", "endpoint", prefix)
 
     def disallow_endpoint(self, prefix: str) -> None:
         """Stop allowing an endpoint."""
         self.require("settings")
         if prefix in self.config.allowed_endpoints:
-            old = list(self.config.allowed_endpoints)
             self.config.allowed_endpoints.remove(prefix)
-            self.save_config()
-            with self.session() as s:
-                q.add_audit(s, self.actor.user, "disallow", "endpoint", prefix, {"allowed": old}, {"allowed": self.config.allowed_endpoints})
+            self.save_config("disallow", "endpoint", prefix)
 
     # ------------------------------------------------------------ moving the database
 

@@ -37,6 +37,8 @@ class UISupportService:
 
     def reading_queue(self, reader: str, cohort: str) -> pd.DataFrame:
         """A cohort's reports in order with how many labels this reader has marked (only their own readings)."""
+        if reader and reader != self.current_actor().user:
+            self.require("see_unblinded")
         with self.session() as s:
             cohort_row = q.get_cohort(s, cohort)
             if cohort_row is None:

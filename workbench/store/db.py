@@ -28,6 +28,29 @@ def _add_column(table: str, column: str, ddl: str) -> Callable[[Connection], Non
     return step
 
 
+def _seal_audit(conn: Connection) -> None:
+    """Add the audit chain columns and chain the events recorded before them (oldest first)."""
+    _add_column("auditevent", "prev_hash", "VARCHAR(64) NOT NULL DEFAULT ''")(conn)
+    _add_column("auditevent", "hash", "VARCHAR(64) NOT NULL DEFAULT ''")(conn)
+    from workbench.store.queries import audit_event_hash
+
+    prev, last = "", None
+    for row in conn.execute(text("SELECT id, at, actor, action, entity, entity_key, old_json, new_json FROM auditevent ORDER BY id")):
+        digest = audit_event_hash(tuple(row), prev)
+        conn.execute(text("UPDATE auditevent SET prev_hash = :p, hash = :h WHERE id = :i"), {"p": prev, "h": digest, "i": row[0]})
+        prev, last = digest, row[0]
+    if last is not None:
+        conn.execute(text("DELETE FROM meta WHERE key = 'audit_head'"))
+        conn.execute(text("INSERT INTO meta (key, value) VALUES ('audit_head', :v)"), {"v": f"{last} {prev}"})
+
+
+def _add_user_disabled(conn: Connection) -> None:
+    """users.disabled ("user" is a reserved word in PostgreSQL: quoted)."""
+    cols = {c["name"] for c in inspect(conn).get_columns("user")}
+    if "disabled" not in cols:
+        conn.execute(text('ALTER TABLE "user" ADD COLUMN disabled BOOLEAN NOT NULL DEFAULT FALSE'))
+
+
 # (version, description, step); append only. Version 1 is the schema as first created.
 def _steps(*steps: Callable[[Connection], None]) -> Callable[[Connection], None]:
     """Several steps as one migration step (run in its one transaction)."""
@@ -43,6 +66,8 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None] | None]] = [
     (1, "initial schema", None),
     (10, "run lease: one executor at a time", _steps(_add_column("run", "lease_holder", "VARCHAR(200)"),
                                                       _add_column("run", "lease_expires_at", "FLOAT"))),
+    (20, "audit events chained by hash", _seal_audit),
+    (21, "accounts can be disabled", _add_user_disabled),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -50,11 +75,12 @@ SCHEMA_VERSION = MIGRATIONS[-1][0]
 def make_engine(url: str) -> Engine:
     """An engine with the settings this workbench relies on (WAL, foreign keys, busy timeout)."""
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        # hide_parameters: SQL parameters hold report text; they must never reach an error message or log
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, hide_parameters=True)
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, hide_parameters=True)
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:

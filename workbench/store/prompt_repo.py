@@ -223,6 +223,15 @@ def create_tag(path: Path, name: str, ref: str, message: str, author: tuple[str,
         return commit.hexsha
 
 
+def tag_info(path: Path, name: str) -> tuple[str, str] | None:
+    """(commit sha, annotated tag message) of a tag, None when there is no such tag."""
+    with open_repo(path) as repo:
+        tag = next((t for t in repo.tags if t.name == name), None)
+        if tag is None:
+            return None
+        return tag.commit.hexsha, (tag.tag.message if tag.tag is not None else "")
+
+
 def tags(path: Path) -> dict[str, str]:
     """Tag name -> commit sha."""
     with open_repo(path) as repo:

@@ -7,16 +7,17 @@ import is all or nothing). Bulk paths use SQLAlchemy Core inserts: 378,000 readi
 from __future__ import annotations
 
 import json
+import hashlib
 from datetime import datetime, timezone
 from typing import Iterable, NamedTuple
 
 import pandas as pd
-from sqlalchemy import delete, func, insert, or_, select, tuple_, update
+from sqlalchemy import delete, func, insert, or_, select, text, tuple_, update
 from sqlmodel import Session
 
 from workbench.store.tables import (
-    Adjudication, AuditEvent, CallCache, Cohort, ErrorNote, Extraction, Flag, Prediction, PromptDraft, Reader,
-    Reading, Report, Run, User,
+    Adjudication, AuditEvent, CallCache, Cohort, ErrorNote, Extraction, Flag, LoginFailure, Meta, Prediction,
+    PromptDraft, Reader, Reading, Report, Run, User, UserToken,
 )
 
 CHUNK = 5000
@@ -71,18 +72,102 @@ def _bulk_insert(session: Session, table, rows: list[dict]) -> None:
 # ---------------------------------------------------------------- audit
 
 
-def add_audit(session: Session, actor: str, action: str, entity: str, key: str, old=None, new=None) -> None:
-    """Append one audit event (never updated or deleted)."""
-    session.add(AuditEvent(
+AUDIT_LOCK = 7_212_016  # PostgreSQL advisory lock id: one writer extends the audit chain at a time
+
+
+def audit_event_hash(row: tuple, prev_hash: str) -> str:
+    """sha256 of one event's canonical content (id, at, actor, action, entity, key, old, new) and the previous hash."""
+    payload = json.dumps([*(str(v) if i == 0 else (v or "") for i, v in enumerate(row)), prev_hash],
+                         ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def _event_row(event: AuditEvent) -> tuple:
+    """The hashed fields of an event, in order."""
+    return (event.id, event.at, event.actor, event.action, event.entity, event.entity_key, event.old_json, event.new_json)
+
+
+def _chain(session: Session, events: list[AuditEvent]) -> None:
+    """Insert events at the end of the chain: each stores the previous event's hash and its own."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": AUDIT_LOCK})
+    session.add_all(events)
+    session.flush()  # ids; on SQLite this also takes the write lock, so the tail read next is the latest
+    first = min(e.id for e in events)
+    prev = session.execute(select(AuditEvent.hash).where(AuditEvent.id < first)
+                           .order_by(AuditEvent.id.desc()).limit(1)).scalar() or ""
+    for event in sorted(events, key=lambda e: e.id):
+        event.prev_hash = prev
+        event.hash = prev = audit_event_hash(_event_row(event), prev)
+    head = session.get(Meta, "audit_head")
+    value = f"{max(e.id for e in events)} {prev}"
+    if head is None:
+        session.add(Meta(key="audit_head", value=value))
+    else:
+        head.value = value
+    session.flush()
+
+
+def _audit_event(actor: str, action: str, entity: str, key: str, old=None, new=None) -> AuditEvent:
+    """An unsaved audit event."""
+    return AuditEvent(
         at=now(), actor=actor or "local", action=action, entity=entity, entity_key=key,
         old_json="" if old is None else json.dumps(old, ensure_ascii=False, sort_keys=True, default=str),
         new_json="" if new is None else json.dumps(new, ensure_ascii=False, sort_keys=True, default=str),
-    ))
+    )
+
+
+def add_audit(session: Session, actor: str, action: str, entity: str, key: str, old=None, new=None) -> None:
+    """Append one audit event to the hash chain (never updated or deleted)."""
+    _chain(session, [_audit_event(actor, action, entity, key, old, new)])
 
 
 def add_audit_many(session: Session, events: list[dict]) -> None:
-    """Append many audit events at once (bulk imports)."""
-    _bulk_insert(session, AuditEvent, events)
+    """Append many audit events at once (bulk imports), chained like single ones."""
+    if events:
+        _chain(session, [AuditEvent(**e) for e in events])
+
+
+def get_meta(session: Session, key: str) -> str | None:
+    """A value of the database's own key/value table."""
+    row = session.get(Meta, key)
+    return None if row is None else row.value
+
+
+def set_meta(session: Session, key: str, value: str) -> None:
+    """Set a key/value fact about the database."""
+    row = session.get(Meta, key)
+    if row is None:
+        session.add(Meta(key=key, value=value))
+    else:
+        row.value = value
+        session.add(row)
+
+
+def verify_audit(session: Session) -> dict:
+    """Walk the chain oldest first: {ok, events, broken_at, reason}; the first broken link is reported."""
+    prev, count, last_id = "", 0, None
+    stmt = select(AuditEvent.id, AuditEvent.at, AuditEvent.actor, AuditEvent.action, AuditEvent.entity,
+                  AuditEvent.entity_key, AuditEvent.old_json, AuditEvent.new_json, AuditEvent.prev_hash,
+                  AuditEvent.hash).order_by(AuditEvent.id)
+    for row in session.execute(stmt.execution_options(yield_per=5000)):
+        count += 1
+        if row.prev_hash != prev:
+            return {"ok": False, "events": count, "broken_at": row.id,
+                    "reason": f"event {row.id} does not follow event {last_id if last_id is not None else '(start)'}: "
+                              "an event before it was deleted or changed"}
+        if audit_event_hash(tuple(row[:8]), prev) != row.hash:
+            return {"ok": False, "events": count, "broken_at": row.id,
+                    "reason": f"event {row.id} was changed after it was recorded (its content does not match its hash)"}
+        prev, last_id = row.hash, row.id
+    head = session.get(Meta, "audit_head")
+    if head is not None and head.value != f"{last_id} {prev}":
+        head_id = head.value.split(" ")[0]
+        return {"ok": False, "events": count, "broken_at": int(head_id) if head_id.isdigit() else None,
+                "reason": f"the trail ends at event {last_id} but event {head_id} was recorded last: events were deleted from the end"}
+    if head is None and count:
+        return {"ok": False, "events": count, "broken_at": None, "reason": "the record of the last event is missing"}
+    return {"ok": True, "events": count, "broken_at": None, "reason": ""}
 
 
 def list_audit(session: Session, entity: str | None = None, key: str | None = None, limit: int = 1000) -> pd.DataFrame:
@@ -500,8 +585,47 @@ def get_user(session: Session, user_id: str) -> User | None:
 
 def list_users(session: Session) -> pd.DataFrame:
     """Users without their password hashes."""
-    stmt = select(User.id, User.name, User.email, User.role, User.created_at).order_by(User.id)
-    return _frame(session, stmt, ["id", "name", "email", "role", "created_at"])
+    stmt = select(User.id, User.name, User.email, User.role, User.created_at, User.disabled).order_by(User.id)
+    frame = _frame(session, stmt, ["id", "name", "email", "role", "created_at", "disabled"])
+    frame["disabled"] = frame["disabled"].astype(bool)
+    return frame
+
+
+def user_token_digests(session: Session, user_id: str) -> list[str]:
+    """sha256 digests of a user's command-line tokens."""
+    return list(session.execute(select(UserToken.token_hash).where(UserToken.user_id == user_id)).scalars())
+
+
+def add_user_token(session: Session, user_id: str, digest: str) -> None:
+    """Store a token's digest (never the token)."""
+    session.add(UserToken(user_id=user_id, token_hash=digest, created_at=now()))
+
+
+def delete_user_tokens(session: Session, user_id: str) -> int:
+    """Delete a user's tokens; returns how many."""
+    return session.execute(delete(UserToken).where(UserToken.user_id == user_id)).rowcount or 0
+
+
+def get_login_failure(session: Session, user_id: str) -> LoginFailure | None:
+    """The failed sign-in record of a user id (known or not)."""
+    return session.get(LoginFailure, user_id[:300])
+
+
+def record_login_failure(session: Session, user_id: str) -> LoginFailure:
+    """Count one more failed sign-in for a user id."""
+    row = session.get(LoginFailure, user_id[:300])
+    if row is None:
+        row = LoginFailure(user_id=user_id[:300], failures=0)
+    row.failures += 1
+    row.last_at = now()
+    session.add(row)
+    session.flush()
+    return row
+
+
+def clear_login_failures(session: Session, user_id: str) -> None:
+    """Forget failed sign-ins of a user id (after a success)."""
+    session.execute(delete(LoginFailure).where(LoginFailure.user_id == user_id[:300]))
 
 
 def count_rows(session: Session, table) -> int:

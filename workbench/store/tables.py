@@ -194,6 +194,7 @@ class User(SQLModel, table=True):
     role: str = Field(max_length=40)
     password_hash: str = Field(default="", max_length=300)
     created_at: str = Field(max_length=40)
+    disabled: bool = False
 
 
 class AuditEvent(SQLModel, table=True):
@@ -207,3 +208,24 @@ class AuditEvent(SQLModel, table=True):
     entity_key: str = Field(max_length=300, index=True)
     old_json: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
     new_json: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    # tamper evidence: each event's hash covers its content and the previous event's hash
+    prev_hash: str = Field(default="", max_length=64)
+    hash: str = Field(default="", max_length=64)
+
+
+class LoginFailure(SQLModel, table=True):
+    """Failed sign-ins per user id (known or not): the back-off holds across processes and servers."""
+
+    user_id: str = Field(primary_key=True, max_length=300)
+    failures: int = 0
+    locked_until: str = Field(default="", max_length=40)
+    last_at: str = Field(default="", max_length=40)
+
+
+class UserToken(SQLModel, table=True):
+    """A command-line token of one user; only its sha256 is stored."""
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    user_id: str = Field(foreign_key="user.id", max_length=100, index=True)
+    token_hash: str = Field(max_length=64, unique=True)
+    created_at: str = Field(max_length=40)

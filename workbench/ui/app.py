@@ -52,7 +52,11 @@ def _sign_in(base):
     if mode == "none":
         return Actor("local", "admin")
     if state.actor() is not None:
-        return state.actor()
+        try:  # the role is re-read on every request: a demoted or disabled user changes at once
+            return base.as_actor(state.actor()).current_actor()
+        except PermissionDenied as exc:
+            state.set_actor(None)
+            st.error(str(exc))
     st.title("Sign in")
     if mode == "oidc":
         if not getattr(st.user, "is_logged_in", False):

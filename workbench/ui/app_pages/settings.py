@@ -53,6 +53,26 @@ def render(wb) -> None:
         cfg.labeller = settings
         cfg.reference = {"rule": kind, "k": int(k), "n": int(n)} if kind == "at_least" else {"rule": kind, "n": int(n)}
         components.do(wb, "saving the settings", _save, wb, allowed, done="Settings saved.")
+    _accounts(wb)
+
+
+def _accounts(wb) -> None:
+    """Accounts and roles; an admin disables (or enables again) an account here or with `workbench user disable`."""
+    users = state.read(wb, "users")
+    if users.empty:
+        return
+    st.markdown("**Accounts**")
+    st.dataframe(users[["id", "name", "role", "disabled"]], hide_index=True)
+    c = st.columns([2, 1])
+    chosen = c[0].selectbox("Account", users["id"].tolist(), index=None, key=state.widget_key("account"),
+                            placeholder="Choose an account")
+    if chosen is None:
+        return
+    disabled = bool(users.set_index("id").loc[chosen, "disabled"])
+    label = "Enable account" if disabled else "Disable account"
+    if c[1].button(label, key=state.widget_key("account-toggle")):
+        components.do(wb, label.lower(), wb.set_disabled, chosen, not disabled,
+                      done=f"{chosen} is {'enabled' if disabled else 'disabled'}.")
 
 
 def _save(wb, allowed: list[str]) -> None:
