@@ -307,6 +307,7 @@ def test_bootstrap_is_reproducible_with_seed(noisy):
 def test_bootstrap_matches_a_naive_loop_with_the_same_draws(noisy):
     y_true, y_pred = noisy
     got = metrics.bootstrap_macro_f1(y_true, y_pred, n_resamples=60, seed=5, zero_division="zero")
+    y_true, y_pred = y_true.sort_index(), y_pred.sort_index()  # resamples are drawn in report-id order
     idx = np.random.default_rng(5).integers(0, len(y_true), size=(60, len(y_true)))
     t, p = y_true.to_numpy(), y_pred.to_numpy()
     scores = []
@@ -319,6 +320,17 @@ def test_bootstrap_matches_a_naive_loop_with_the_same_draws(noisy):
         scores.append(np.mean(per_label))
     lo, hi = np.quantile(scores, [0.025, 0.975])
     assert (got["lo"], got["hi"]) == pytest.approx((lo, hi), abs=1e-12)
+
+
+def test_bootstrap_interval_does_not_depend_on_the_order_of_the_reports(noisy):
+    """Same data in another row order, same seed: the same interval (issue 13, item 10)."""
+    y_true, y_pred = noisy
+    order = np.random.default_rng(1).permutation(len(y_true))
+    first = metrics.bootstrap_macro_f1(y_true, y_pred, n_resamples=200, seed=3)
+    shuffled = metrics.bootstrap_macro_f1(y_true.iloc[order], y_pred.iloc[order], n_resamples=200, seed=3)
+    assert (shuffled["lo"], shuffled["hi"]) == (first["lo"], first["hi"])
+    per_label = metrics.bootstrap_label_f1(y_true, y_pred, n_resamples=200, seed=3)
+    pd.testing.assert_frame_equal(metrics.bootstrap_label_f1(y_true.iloc[order], y_pred.iloc[order], n_resamples=200, seed=3), per_label)
 
 
 def test_bootstrap_estimate_equals_macro_f1_and_sits_in_interval(complete_with_empty_label):
@@ -557,6 +569,7 @@ def test_bootstrap_label_f1_matches_a_plain_loop_and_brackets_the_estimate():
     t = pd.DataFrame(rng.integers(0, 2, (80, 3)), columns=["a", "b", "c"]).astype(float)
     p = t.where(rng.random((80, 3)) > 0.2, 1 - t)
     got = metrics.bootstrap_label_f1(t, p, n_resamples=200, seed=5)
+    t, p = t.rename(index=str).sort_index(), p.rename(index=str).sort_index()  # drawn in report-id order
     draws = np.random.default_rng(5).integers(0, 80, size=(200, 80))
     for label in t.columns:
         values = [f1_score(t[label].to_numpy()[d], p[label].to_numpy()[d]) for d in draws]

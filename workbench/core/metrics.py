@@ -173,6 +173,11 @@ def _aligned(first: pd.DataFrame, *others: pd.DataFrame, names: tuple[str, ...])
     return [_matrix(frame, name) for frame, name in zip(frames, names)]
 
 
+def _by_report_id(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows in report-id order, so a seeded resample draws the same reports whatever the input order."""
+    return frame.iloc[np.argsort(frame.index.astype(str).to_numpy(), kind="stable")]
+
+
 def _confusion(t: np.ndarray, p: np.ndarray) -> dict[str, np.ndarray]:
     # NaN compares unequal to 0 and 1, so a cell missing on either side falls in no cell.
     return {
@@ -378,7 +383,7 @@ def bootstrap_macro_f1(
     zero_division: str = "undefined",
     method: str = "percentile",
 ) -> dict:
-    """Bootstrap interval of macro F1 resampling whole reports (rows), seeded.
+    """Bootstrap interval of macro F1 resampling whole reports (rows, in report-id order), seeded.
 
     method "percentile" (default) or "bc" (bias-corrected percentile): under the zero-division
     policies "zero"/"one" macro F1 is biased in resamples (a rare label loses its only positive
@@ -390,7 +395,7 @@ def bootstrap_macro_f1(
     _check_alpha(alpha)
     if n_resamples < 1:
         raise ValueError("n_resamples must be at least 1")
-    t, p = _aligned(y_true, y_pred, names=("y_true", "y_pred"))
+    t, p = _aligned(_by_report_id(y_true), y_pred, names=("y_true", "y_pred"))
     n_rows, n_labels = t.shape
     full = _indicators(t, p).sum(axis=0)
     estimate = _macro(_f1(full[:n_labels], full[n_labels : 2 * n_labels], full[2 * n_labels :], policy)[0])[0]
@@ -433,7 +438,7 @@ def bootstrap_label_f1(
     F1 is undefined (no positive on either side) are left out of that label's interval.
     """
     _check_alpha(alpha)
-    t, p = _aligned(y_true, y_pred, names=("y_true", "y_pred"))
+    t, p = _aligned(_by_report_id(y_true), y_pred, names=("y_true", "y_pred"))
     parts = [_f1(tp, fp, fn, ZeroDivisionPolicy.UNDEFINED)[0] for tp, fp, fn in _resampled_counts(t, p, n_resamples, seed)]
     samples = np.vstack(parts) if parts else np.zeros((0, t.shape[1]))
     with np.errstate(all="ignore"), warnings.catch_warnings():
