@@ -1,0 +1,64 @@
+"""The command line as a prompt engineer's daily tool (issue 13): one test per numbered item, through the CLI."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from workbench.cli import main
+
+from conftest import DATA
+
+
+def invoke(*args, env=None, input=None):
+    """Run `workbench ARGS` in-process; returns the click Result."""
+    return CliRunner().invoke(main, [str(a) for a in args], env=env, input=input, catch_exceptions=False)
+
+
+def write_csv(path: Path, header: list[str], rows: list[list]) -> Path:
+    """A small CSV file."""
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def read_csv(text: str) -> list[dict]:
+    """CSV output -> rows."""
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+@pytest.fixture
+def cli_study(tmp_path, monkeypatch):
+    """A fresh 4-of-6 ranscore-21 study made with `workbench init`, the small cohort imported."""
+    root = tmp_path / "s"
+    assert invoke("init", root).exit_code == 0
+    monkeypatch.setenv("WORKBENCH_STUDY", str(root))
+    monkeypatch.delenv("WORKBENCH_USER", raising=False)
+    assert invoke("import", "reports", DATA / "reports_small.csv", "--cohort", "dev").exit_code == 0
+    return root
+
+
+# ---------------------------------------------------------------- item 9: the reference with extra or missing readers
+
+
+def test_reference_with_more_readers_than_n_and_early_decisions(cli_study, tmp_path):
+    rows = []
+    # s1/atelectasis: 8 readers, 4-4 (a tie: adjudication); s2/atelectasis: 10 readers, 4 positive
+    # (6 of 10 negative is short of the 7 of 10 that 4 of 6 means: adjudication)
+    rows += [["s1", "atelectasis", f"r{i}", int(i < 4)] for i in range(8)]
+    rows += [["s2", "atelectasis", f"r{i}", int(i < 4)] for i in range(10)]
+    # s3/atelectasis: 5 of 6 read, all positive: the sixth reader cannot change it
+    rows += [["s3", "atelectasis", f"r{i}", 1] for i in range(5)]
+    path = write_csv(tmp_path / "r.csv", ["report_id", "label", "reader", "value"], rows)
+    assert invoke("import", "readings", path).exit_code == 0
+    out = invoke("reference", "--format", "csv")
+    row = next(r for r in read_csv(out.output) if r["label"] == "atelectasis")
+    assert (row["decided"], row["waiting"], row["positive"]) == ("1", "2", "1")
+    table = invoke("reference").output
+    assert "same share" in table  # the rule for extra readers is stated where the figures are
