@@ -62,3 +62,42 @@ def test_reference_with_more_readers_than_n_and_early_decisions(cli_study, tmp_p
     assert (row["decided"], row["waiting"], row["positive"]) == ("1", "2", "1")
     table = invoke("reference").output
     assert "same share" in table  # the rule for extra readers is stated where the figures are
+
+
+# ---------------------------------------------------------------- item 7: imports that guessed wrong
+
+
+def test_parquet_with_float_ids_or_integer_text_is_refused_naming_column_and_type(cli_study, tmp_path):
+    import pandas as pd
+
+    float_ids = tmp_path / "float_ids.parquet"
+    pd.DataFrame({"id": [1.5, 2.5], "text": ["Small effusion.", "Clear lungs."]}).to_parquet(float_ids)
+    result = invoke("import", "reports", float_ids, "--cohort", "p")
+    assert result.exit_code == 2
+    assert "column 'id'" in result.output and "decimal numbers" in result.output
+    int_text = tmp_path / "int_text.parquet"
+    pd.DataFrame({"id": ["a1", "a2"], "text": [123, 456]}).to_parquet(int_text)
+    result = invoke("import", "reports", int_text, "--cohort", "p")
+    assert result.exit_code == 2 and "column 'text'" in result.output and "whole numbers" in result.output
+    # integer ids are fine (stated): they become "7", "8"
+    int_ids = tmp_path / "int_ids.parquet"
+    pd.DataFrame({"id": [7, 8], "text": ["Small effusion.", "Clear lungs."]}).to_parquet(int_ids)
+    assert "added 2" in invoke("import", "reports", int_ids, "--cohort", "p").output
+    assert invoke("reference", "--cohort", "p").exit_code == 0
+
+
+@pytest.mark.parametrize("sep,name", [("\t", "tab"), (";", "semicolon")])
+def test_a_tab_or_semicolon_file_named_csv_is_diagnosed(cli_study, tmp_path, sep, name):
+    path = tmp_path / "reports.csv"
+    path.write_text(f"id{sep}findings{sep}impression\nq1{sep}Small effusion, left.{sep}Effusion.\n"
+                    f"q2{sep}Lungs clear, no effusion.{sep}Normal.\n", encoding="utf-8")
+    result = invoke("import", "reports", path, "--cohort", "q")
+    assert result.exit_code == 2
+    assert f"looks {name}-separated" in result.output and "has no text" not in result.output
+
+
+def test_ids_of_another_cohort_are_named_once_with_a_count(cli_study):
+    result = invoke("import", "reports", DATA / "reports_small.csv", "--cohort", "other")
+    assert result.exit_code == 2
+    assert result.output.count("already belong") == 1
+    assert "8 report id(s) already belong to cohort 'dev'" in result.output
