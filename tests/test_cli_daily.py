@@ -101,3 +101,56 @@ def test_ids_of_another_cohort_are_named_once_with_a_count(cli_study):
     assert result.exit_code == 2
     assert result.output.count("already belong") == 1
     assert "8 report id(s) already belong to cohort 'dev'" in result.output
+
+
+# ---------------------------------------------------------------- item 6: bundle paths, freeze's cohort, whole help lines
+
+
+def test_freeze_uses_the_only_cohort_and_verify_finds_bundles_from_anywhere(tmp_path, monkeypatch):
+    root = tmp_path / "openi-study"
+    assert invoke("init", root).exit_code == 0
+    monkeypatch.setenv("WORKBENCH_STUDY", str(root))
+    monkeypatch.delenv("WORKBENCH_USER", raising=False)
+    assert invoke("import", "reports", DATA / "reports_small.csv", "--cohort", "openi").exit_code == 0
+    assert invoke("run", "--cohort", "openi").exit_code == 0
+    result = invoke("freeze", "--name", "cxr-v1")
+    assert result.exit_code == 0, result.output
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for given in ("bundles/cxr-v1.json", "cxr-v1", "cxr-v1.json", str(root / "bundles" / "cxr-v1.json")):
+        result = invoke("verify", given)
+        assert result.exit_code == 0 and result.output.startswith("ok:"), (given, result.output)
+    result = CliRunner().invoke(main, ["verify", "nope"])
+    assert result.exit_code == 2 and "no bundle 'nope'" in result.output
+
+
+def test_freeze_with_several_cohorts_and_no_dev_names_the_choices(tmp_path, monkeypatch):
+    root = tmp_path / "s2"
+    assert invoke("init", root).exit_code == 0
+    monkeypatch.setenv("WORKBENCH_STUDY", str(root))
+    monkeypatch.delenv("WORKBENCH_USER", raising=False)
+    assert invoke("import", "reports", DATA / "reports_small.csv", "--cohort", "a").exit_code == 0
+    result = CliRunner().invoke(main, ["freeze", "--name", "x"])
+    assert result.exit_code == 2 and "no finished run" in result.output and "'a'" in result.output
+    write_csv(tmp_path / "more.csv", ["id", "text"], [["z1", "Clear lungs."]])
+    assert invoke("import", "reports", tmp_path / "more.csv", "--cohort", "b").exit_code == 0
+    result = CliRunner().invoke(main, ["freeze", "--name", "x"])
+    assert result.exit_code == 2 and "choose one with --cohort: a, b" in result.output
+
+
+def _commands(group=main, prefix=()):
+    import click
+
+    for name, cmd in sorted(group.commands.items()):
+        yield prefix + (name,), cmd, group
+        if isinstance(cmd, click.Group):
+            yield from _commands(cmd, prefix + (name,))
+
+
+def test_help_listings_show_whole_first_sentences():
+    for path, cmd, parent in _commands():
+        first = " ".join(cmd.help.split("\n\n")[0].split())
+        assert first.endswith("."), f"{' '.join(path)}: first paragraph is not a sentence: {first!r}"
+        listing = " ".join(invoke(*path[:-1], "--help").output.split())
+        assert first in listing, f"{' '.join(path)}: listing cuts {first!r}"

@@ -436,7 +436,7 @@ def prompts_import_dictionary(wb, file, message):
 @main.command()
 @click.option("--prompt", "prompt_ref", default=None, help="Prompt version to freeze (default: latest).")
 @click.option("--name", required=True, help="Bundle name (also an annotated Git tag; never reused).")
-@click.option("--cohort", default=None, help="Development cohort whose run justifies the freeze (default: the study's dev_cohort).")
+@click.option("--cohort", default=None, help="Cohort whose run justifies the freeze (default: the study's dev_cohort, else its only cohort).")
 @click.option("--ci", type=click.Choice(["wilson", "clopper-pearson"]), default="wilson", show_default=True)
 @study_option
 def freeze(wb, prompt_ref, name, cohort, ci):
@@ -446,17 +446,32 @@ def freeze(wb, prompt_ref, name, cohort, ci):
 
 
 @main.command()
-@click.argument("bundle", type=click.Path(exists=True, dir_okay=False))
-def verify(bundle):
-    """Check a bundle's sha256 against its content."""
+@click.argument("bundle")
+@click.option("--study", "study", type=click.Path(file_okay=False), envvar="WORKBENCH_STUDY", default=None,
+              help="Study whose bundles/ folder to look in (default: $WORKBENCH_STUDY, else the current folder).")
+def verify(bundle, study):
+    """Check a bundle's sha256 against its content (a path, or a name in the study's bundles/)."""
     from workbench.bundle import verify_bundle
 
+    bundle = find_bundle(bundle, study)
     ok, recorded, actual = verify_bundle(Path(bundle))
     if ok:
         click.echo(f"ok: {bundle} sha256 {actual}")
     else:
         click.echo(f"MODIFIED: recorded sha256 {recorded} but content hashes to {actual}", err=True)
         raise SystemExit(1)
+
+
+def find_bundle(name: str, study: str | None) -> Path:
+    """A bundle path or name, looked up in the current folder, then in the study's bundles/ folder."""
+    root = resolve_study_path(study)
+    tried = []
+    for folder in (Path.cwd(), root, root / "bundles"):
+        for candidate in (folder / name, folder / f"{name}.json"):
+            if candidate.is_file():
+                return candidate
+            tried.append(str(candidate))
+    raise click.UsageError(f"no bundle {name!r}; looked for " + ", ".join(dict.fromkeys(tried)))
 
 
 def _generated(values: tuple[str, ...]) -> dict:
@@ -633,6 +648,18 @@ def _run_app(root: Path, port: int, address: str = "127.0.0.1") -> None:
            "--client.toolbarMode", "minimal"]
     click.echo(f"starting the app on http://{'localhost' if address == '127.0.0.1' else address}:{port} (Ctrl+C to stop)")
     raise SystemExit(subprocess.call(cmd, env=env))
+
+
+def _whole_sentence_summaries(group: click.Group) -> None:
+    """Show each command's whole first paragraph in listings (click cuts it at 45 characters or at 'e.g.')."""
+    for cmd in group.commands.values():
+        if cmd.help and not cmd.short_help:
+            cmd.short_help = " ".join(cmd.help.split("\n\n")[0].split())
+        if isinstance(cmd, click.Group):
+            _whole_sentence_summaries(cmd)
+
+
+_whole_sentence_summaries(main)
 
 
 if __name__ == "__main__":
