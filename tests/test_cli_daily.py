@@ -154,3 +154,133 @@ def test_help_listings_show_whole_first_sentences():
         assert first.endswith("."), f"{' '.join(path)}: first paragraph is not a sentence: {first!r}"
         listing = " ".join(invoke(*path[:-1], "--help").output.split())
         assert first in listing, f"{' '.join(path)}: listing cuts {first!r}"
+
+
+# ---------------------------------------------------------------- item 3: prompts edited without losing anything
+
+
+def _prompt_file(root: Path, label: str = "pneumonia") -> Path:
+    return root / "prompts" / f"{label}.yaml"
+
+
+def _show(label: str = "pneumonia") -> str:
+    result = invoke("prompts", "show", label)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_a_hand_edit_is_committed_by_save_as_written(cli_study):
+    path = _prompt_file(cli_study)
+    edited = path.read_text(encoding="utf-8").replace("hedged: positive", "hedged: negative  # agreed with the readers")
+    path.write_text(edited, encoding="utf-8")
+    status = invoke("prompts", "status").output
+    assert "pneumonia" in status and "edited" in status
+    result = invoke("prompts", "save", "-m", "Hedged pneumonia is negative")
+    assert result.exit_code == 0 and "pneumonia" in result.output, result.output
+    assert "hedged: negative" in _show()
+    assert path.read_text(encoding="utf-8") == edited  # committed as written, comment kept
+    assert "nothing to save" in invoke("prompts", "status").output
+    log = invoke("prompts", "history", "--label", "pneumonia").output
+    assert "Hedged pneumonia is negative" in log
+
+
+def test_a_draft_and_a_different_hand_edit_are_refused_naming_both(cli_study):
+    assert invoke("prompts", "set", "pneumonia", "look_for", "--add", "air bronchograms").exit_code == 0
+    path = _prompt_file(cli_study)
+    edited = path.read_text(encoding="utf-8").replace("hedged: positive", "hedged: negative")
+    path.write_text(edited, encoding="utf-8")
+    assert "differ" in invoke("prompts", "status").output
+    result = CliRunner().invoke(main, ["prompts", "save", "pneumonia", "-m", "x"])
+    assert result.exit_code == 2
+    assert "your draft" in result.output and str(path) in result.output and "Nothing was saved" in result.output
+    assert path.read_text(encoding="utf-8") == edited  # the hand edit is untouched
+    assert "hedged: positive" in _show()  # and nothing was committed
+    # the draft is still there: dropping it lets the hand edit be saved
+    assert "from" in invoke("prompts", "status").output
+    assert invoke("prompts", "discard", "pneumonia").exit_code == 0
+    assert invoke("prompts", "save", "-m", "hand edit wins").exit_code == 0
+    assert "hedged: negative" in _show()
+
+
+def test_other_saves_never_overwrite_a_hand_edit(cli_study):
+    """The app's save path (save_prompts) and revert refuse too, instead of writing over the file."""
+    import dataclasses
+
+    from workbench.services import Workbench
+
+    path = _prompt_file(cli_study)
+    edited = path.read_text(encoding="utf-8").replace("hedged: positive", "hedged: negative")
+    path.write_text(edited, encoding="utf-8")
+    wb = Workbench(cli_study)
+    lp = wb.label_prompt("pneumonia")
+    with pytest.raises(ValueError, match="uncommitted edits"):
+        wb.save_prompts([dataclasses.replace(lp, definition="Lung infection.")], "app save", wb.prompt_commit())
+    assert path.read_text(encoding="utf-8") == edited
+
+
+def test_prompts_set_scalars_temporal_and_list_fields(cli_study):
+    assert invoke("prompts", "set", "pneumonia", "hedged", "negative").exit_code == 0
+    assert invoke("prompts", "set", "pneumonia", "temporal.stable", "negative").exit_code == 0
+    assert invoke("prompts", "set", "pneumonia", "look_for", "--add", "air bronchograms", "--add", "lobar opacity").exit_code == 0
+    assert invoke("prompts", "set", "pneumonia", "look_for", "--remove", "infectious process").exit_code == 0
+    bad = CliRunner().invoke(main, ["prompts", "set", "pneumonia", "hedged", "maybe"])
+    assert bad.exit_code == 2 and "hedged" in bad.output and "positive" in bad.output
+    bad = CliRunner().invoke(main, ["prompts", "set", "pneumonia", "colour", "red"])
+    assert bad.exit_code == 2 and "no field 'colour'" in bad.output
+    assert "from" in invoke("prompts", "status").output  # a draft, started from a version
+    assert invoke("prompts", "save", "pneumonia", "-m", "scripted edit").exit_code == 0
+    shown = _show()
+    assert "hedged: negative" in shown and "stable: negative" in shown
+    assert "air bronchograms" in shown and "lobar opacity" in shown and "infectious process" not in shown
+
+
+EDITOR_SCRIPT = '''
+import pathlib, sys
+path = pathlib.Path(sys.argv[1])
+log = pathlib.Path(sys.argv[2])
+calls = log.read_text().count("call") if log.exists() else 0
+text = path.read_text()
+log.write_text(log.read_text() + "call\\n" + text + "\\n" if log.exists() else "call\\n" + text + "\\n")
+mode = sys.argv[3]
+if mode == "fix-second" and calls == 0:
+    path.write_text(text.replace("hedged: positive", "hedged: maybe"))
+elif mode == "fix-second":
+    path.write_text(text.replace("hedged: maybe", "hedged: negative"))
+elif mode == "always-bad":
+    path.write_text(text.replace("hedged: positive", "hedged: maybe").replace("look_for:", "look_for:\\n  - x" * (calls + 1)))
+'''
+
+
+def _install_editor(tmp_path: Path, mode: str) -> Path:
+    """$EDITOR as a small script (click passes the file name last); returns the log of what it was shown."""
+    import sys
+
+    (tmp_path / "editor.py").write_text(EDITOR_SCRIPT, encoding="utf-8")
+    log = tmp_path / f"editor-{mode}.log"
+    wrapper = tmp_path / f"ed-{mode}.sh"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{tmp_path / "editor.py"}" "$1" "{log}" {mode}\n')
+    wrapper.chmod(0o755)
+    return wrapper, log
+
+
+def test_prompts_edit_validates_and_reopens_with_the_error(cli_study, tmp_path, monkeypatch):
+    wrapper, log = _install_editor(tmp_path, "fix-second")
+    monkeypatch.setenv("EDITOR", str(wrapper))
+    result = invoke("prompts", "edit", "pneumonia")
+    assert result.exit_code == 0, result.output
+    calls = log.read_text().split("call\n")[1:]
+    assert len(calls) == 2 and "not saved" in calls[1] and "hedged" in calls[1]  # re-opened with the error
+    assert "from" in invoke("prompts", "status").output  # kept as a draft
+    assert invoke("prompts", "save", "pneumonia", "-m", "edited in my editor").exit_code == 0
+    shown = _show()
+    assert "hedged: negative" in shown and "workbench:" not in shown
+
+
+def test_prompts_edit_keeps_text_it_could_not_save(cli_study, tmp_path, monkeypatch):
+    wrapper, _ = _install_editor(tmp_path, "always-bad")
+    monkeypatch.setenv("EDITOR", str(wrapper))
+    result = CliRunner().invoke(main, ["prompts", "edit", "pneumonia", "--attempts", "3"])
+    assert result.exit_code == 1 and "not saved" in result.output and "kept in" in result.output
+    kept = list((cli_study / "rejected-edits").glob("pneumonia-*.yaml"))
+    assert len(kept) == 1 and "hedged: maybe" in kept[0].read_text(encoding="utf-8")
+    assert "hedged: positive" in _show()

@@ -411,13 +411,105 @@ def prompts_add_example(wb, report_id, label, why, run_id, value):
 
 
 @prompts.command("save")
-@click.argument("labels", nargs=-1, required=True)
+@click.argument("labels", nargs=-1)
 @click.option("-m", "--message", required=True, help="What changed and why.")
 @study_option
 def prompts_save(wb, labels, message):
-    """Save your drafts of the given labels as one new prompt version (a Git commit)."""
-    commit = wb.commit_drafts([wb.vocab.label(lab).id for lab in labels], message)
-    click.echo(f"saved version {commit[:8]}")
+    """Save drafts and uncommitted edits of the prompt folder (the given labels, or all) as one new version."""
+    commit, saved = wb.save_labels(list(labels) or None, message)
+    click.echo(f"saved version {commit[:8]} ({', '.join(saved)})")
+
+
+@prompts.command("status")
+@study_option
+def prompts_status(wb):
+    """List your drafts and the uncommitted edits in the study's prompt folder, with any problem."""
+    table = wb.prompt_status()
+    if not len(table):
+        click.echo(f"nothing to save: no drafts, and {wb.paths.prompts} matches the latest version")
+        return
+    echo_table(table)
+    click.echo("\nsave with: workbench prompts save [LABEL ...] -m MESSAGE")
+
+
+@prompts.command("edit")
+@click.argument("label")
+@click.option("--attempts", type=int, default=10, show_default=True, help="Re-open the editor at most this often on an invalid file.")
+@study_option
+def prompts_edit(wb, label, attempts):
+    """Open $EDITOR on your draft of a label (or its uncommitted file), validated on close."""
+    from workbench.core.prompts import PromptError
+
+    label = wb.asked_label(label)
+    original, target = wb.editable_text(label)
+    text, error = original, None
+    for _ in range(max(attempts, 1)):
+        shown = text if error is None else _with_error(text, error)
+        edited = click.edit(shown, extension=".yaml", require_save=True)
+        if edited is None:  # closed without saving
+            break
+        text = _without_error(edited)
+        try:
+            wb.store_edited_text(label, text, target)
+        except (PromptError, StudyError) as exc:
+            error = str(exc)
+            continue
+        where = "your draft" if target == "draft" else f"{wb.paths.prompts / (label + '.yaml')}"
+        click.echo(f"{label}: saved to {where}; commit it with `workbench prompts save {label} -m MESSAGE`")
+        return
+    if text == original:
+        click.echo(f"{label}: nothing changed")
+        return
+    kept = _keep_rejected(wb, label, text)
+    raise click.ClickException(f"{label}: not saved ({error or 'editor closed without saving'}); your text is kept in {kept}")
+
+
+ERROR_MARK = "# workbench: "
+
+
+def _with_error(text: str, error: str) -> str:
+    """The buffer re-opened with the validation error on top (removed again on save)."""
+    lines = [f"{ERROR_MARK}{line}" for line in ["not saved: " + error, "fix it and save, or quit without saving to stop"]]
+    return "\n".join(lines) + "\n" + text
+
+
+def _without_error(text: str) -> str:
+    """Drop the lines _with_error added."""
+    return "".join(line for line in text.splitlines(True) if not line.startswith(ERROR_MARK))
+
+
+def _keep_rejected(wb, label: str, text: str) -> Path:
+    """Write an edit that could not be saved next to the study, so it is never lost."""
+    import time as _time
+
+    folder = wb.root / "rejected-edits"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{label}-{_time.strftime('%Y%m%d-%H%M%S')}.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@prompts.command("set")
+@click.argument("label")
+@click.argument("field")
+@click.argument("value", required=False)
+@click.option("--add", "add", multiple=True, help="List fields (look_for, do_not_label_when): add this item; repeatable.")
+@click.option("--remove", "remove", multiple=True, help="List fields: remove this item; repeatable.")
+@study_option
+def prompts_set(wb, label, field, value, add, remove):
+    """Change one field of your draft of a label, e.g. `prompts set pneumonia hedged negative`."""
+    lp, target = wb.set_prompt_field(label, field, value, tuple(add), tuple(remove))
+    where = "draft" if target == "draft" else "uncommitted file"
+    click.echo(f"{lp.label}: {field} updated in your {where}; commit it with `workbench prompts save {lp.label} -m MESSAGE`")
+
+
+@prompts.command("discard")
+@click.argument("label")
+@study_option
+def prompts_discard(wb, label):
+    """Throw away your draft of a label (the prompt folder's files are left alone)."""
+    wb.discard_draft(label)
+    click.echo(f"{label}: draft discarded")
 
 
 @prompts.command("import-dictionary")
