@@ -43,15 +43,35 @@ def _cli_actor():
     return Actor(user="local", role="admin")
 
 
-def echo_table(frame: pd.DataFrame, fmt: str = "table") -> None:
-    """Print a DataFrame as an aligned table, CSV or JSON."""
+def echo_table(frame: pd.DataFrame, fmt: str = "table", *, wide: bool = False, columns: list[str] | None = None,
+               undefined: dict[str, str] | None = None, title: str | None = None) -> None:
+    """Print a DataFrame as a table within 100 columns (every column when wide), CSV or JSON.
+
+    columns: what the table shows by default (CSV, JSON and --wide show every column);
+    undefined: per column, why a value may be undefined (each reason printed once under the table).
+    """
     if fmt == "csv":
         click.echo(frame.to_csv(index=False), nl=False)
     elif fmt == "json":
         click.echo(frame.to_json(orient="records", indent=2, force_ascii=False))
     else:
-        with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 200):
-            click.echo(frame.to_string(index=False))
+        from workbench.terminal import render_table
+
+        if columns is not None and not wide:
+            frame = frame[[c for c in columns if c in frame.columns]]
+        click.echo(render_table(frame, wide=wide, undefined=undefined, title=title))
+
+
+def say(text: str) -> None:
+    """A line of explanation wrapped to the 100-column terminal."""
+    import textwrap
+
+    click.echo(textwrap.fill(text, width=100, break_long_words=False, break_on_hyphens=False))
+
+
+def wide_option(func):
+    """Add --wide (every column, no 100-column limit)."""
+    return click.option("--wide", is_flag=True, help="Every column, without the 100-column limit.")(func)
 
 
 class CliGroup(click.Group):
@@ -163,14 +183,42 @@ def adjudicate(wb, report_id, label, value, reason):
 @main.command()
 @click.option("--cohort", default=None, help="Limit to one cohort.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@wide_option
 @study_option
-def agreement(wb, cohort, fmt):
+def agreement(wb, cohort, fmt, wide):
     """Readers' agreement: Fleiss kappa per label, pairwise Cohen, each reader vs the reference."""
-    tables = wb.agreement(cohort)
+    tables = {name: _with_label_column(frame) for name, frame in wb.agreement(cohort).items()}
+    if fmt == "json":
+        click.echo(json.dumps({name: json.loads(frame.to_json(orient="records")) for name, frame in tables.items()}, indent=2))
+        return
+    if fmt == "csv":
+        for name, frame in tables.items():
+            echo_table(frame.assign(table=name), fmt)
+        return
+    readers = wb.readers()
+    if len(readers) < 2 or all(frame.empty for name, frame in tables.items() if name != "reader_vs_reference"):
+        click.echo(f"one-reader study: agreement between readers needs at least two readers of the same reports; "
+                   f"this study has {len(readers)} reader(s) ({', '.join(readers) or 'none yet'}).")
+        if not tables["reader_vs_reference"].empty:
+            click.echo("")
+            echo_table(tables["reader_vs_reference"], title="each reader against the reference", wide=wide)
+        return
+    shown = {"fleiss": ["label", "fleiss_kappa", "observed_agreement", "positive_rate", "n_items", "n_readers", "note"],
+             "pairwise": ["label", "reader_a", "reader_b", "kappa", "n_items", "agreement", "note"],
+             "reader_vs_reference": ["reader", "label", "n", "accuracy", "accuracy_lo", "accuracy_hi", "kappa", "note"]}
     for name, frame in tables.items():
-        if fmt == "table":
-            click.echo(f"\n== {name.replace('_', ' ')} ==")
-        echo_table(frame, fmt)
+        click.echo("")
+        if frame.empty:
+            click.echo(f"{name.replace('_', ' ')}: nothing to show")
+            continue
+        echo_table(frame, title=name.replace("_", " "), wide=wide, columns=shown.get(name),
+                   undefined={c: "kappa undefined: every reading of the label has the same value (see note)"
+                              for c in ("fleiss_kappa", "kappa")})
+
+
+def _with_label_column(frame: pd.DataFrame) -> pd.DataFrame:
+    """Bring a named index (the label) back as the first column, so no table loses it."""
+    return frame.reset_index() if frame.index.name else frame
 
 
 @main.command()
@@ -199,22 +247,10 @@ def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, re
 
 
 def _progress_bar():
-    """A terminal progress callback (stderr), throttled to a few updates a second."""
-    state = {"last": 0.0}
+    """Run progress on stderr: a rich bar on a terminal, one line per 10% when the output is a log or pipe."""
+    from workbench.terminal import progress_callback
 
-    def show(p) -> None:
-        import time as _t
-
-        now = _t.monotonic()
-        if p.done < p.total and now - state["last"] < 0.2:
-            return
-        state["last"] = now
-        width = 30
-        filled = int(width * p.done / p.total) if p.total else width
-        click.echo(f"\r[{'#' * filled}{'.' * (width - filled)}] {p.done}/{p.total} calls "
-                   f"(made {p.made}, reused {p.reused}, failures {p.failures})", nl=False, err=True)
-
-    return show
+    return progress_callback()
 
 
 # ---------------------------------------------------------------- evaluation
@@ -228,8 +264,9 @@ def _progress_bar():
               help="Precision/recall/F1 with a zero denominator: undefined (marked *, left out of macro means), 0, 1, or left out.")
 @click.option("--full", is_flag=True, help="Every column (counts, specificity, NPV, kappa, intervals) instead of the paper's layout.")
 @click.option("--previous", type=int, default=None, help="Another run to show the change in F1 against.")
+@wide_option
 @study_option
-def metrics(wb, run_id, ci, fmt, zero_division, full, previous):
+def metrics(wb, run_id, ci, fmt, zero_division, full, previous, wide):
     """Per-label metrics of a run against the reference, with 95% intervals."""
     ev = wb.evaluate_run(run_id, ci=ci, zero_division=zero_division)
     prev = wb.evaluate_run(previous, ci=ci, zero_division=zero_division, n_resamples=0) if previous else None
@@ -238,14 +275,17 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous):
                                "averages": ev.averages, "macro_f1_bootstrap": ev.bootstrap,
                                "labels": json.loads(ev.table.reset_index().to_json(orient="records"))}, indent=2, default=str))
         return
-    table = ev.table.reset_index() if full else ev.paper_table(prev)
-    echo_table(table, fmt)
+    table = ev.table.reset_index() if (full or wide) else ev.paper_table(prev)
+    echo_table(table, fmt, wide=full or wide,
+               undefined={c: "undefined: zero denominator (no positives on the side it divides by)"
+                          for c in ("precision", "recall", "f1", "specificity", "npv", "kappa")})
     if fmt == "table":
         a, b = ev.averages, ev.bootstrap
-        click.echo(f"\nmacro F1 {a['macro_f1']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}] (bootstrap over reports, {b['n_resamples']} resamples, seed {b['seed']}); "
-                   f"macro accuracy {a['macro_accuracy']:.3f}; micro F1 {a['micro_f1']:.3f}")
-        click.echo(f"intervals: {ci}; * = undefined (no positives on either side), policy: {zero_division}")
-        click.echo("left out: " + "; ".join(f"{k}: {v}" for k, v in ev.excluded.items()))
+        click.echo("")
+        say(f"macro F1 {a['macro_f1']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}] (bootstrap over reports, {b['n_resamples']} resamples, seed {b['seed']}); "
+            f"macro accuracy {a['macro_accuracy']:.3f}; micro F1 {a['micro_f1']:.3f}")
+        say(f"intervals: {ci}; * = undefined (no positives on either side), policy: {zero_division}")
+        say("left out: " + "; ".join(f"{k}: {v}" for k, v in ev.excluded.items()))
 
 
 @main.command()
@@ -254,21 +294,52 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous):
 @click.option("--mid-p", is_flag=True, help="Mid-p McNemar instead of the exact test.")
 @click.option("--cases/--no-cases", default=True, show_default=True, help="List the fixed and broken cases.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--all", "show_all", is_flag=True, help="Also the labels on which the two runs agree on every report.")
+@wide_option
 @study_option
-def compare(wb, run_a, run_b, mid_p, cases, fmt):
+def compare(wb, run_a, run_b, mid_p, cases, fmt, show_all, wide):
     """Compare two runs on the same cohort: per-label change, McNemar with Holm, fixed and broken cases."""
     result = wb.compare_runs(run_a, run_b, mid_p=mid_p)
     table = result["table"].reset_index()
     cols = ["label", "n", "accuracy_a", "accuracy_b", "delta_accuracy", "f1_a", "f1_b", "delta_f1", "b", "c",
-            "p_value", "p_holm", "verdict", "reports_needed"]
-    echo_table(table[cols].round(4), fmt)
-    if fmt == "table":
-        click.echo(f"\nb = right in run {run_a}, wrong in run {run_b} (broken); c = fixed. macro F1 "
-                   f"{result['macro_f1_a']:.3f} -> {result['macro_f1_b']:.3f}")
-        click.echo("left out: " + "; ".join(f"{k}: {v}" for k, v in result["excluded"].items()))
-        if cases and len(result["cases"]):
-            click.echo("\n== fixed and broken cases ==")
+            "p_value", "p_holm", "verdict", "reports_needed", "reports_note"]
+    if fmt != "table":
+        echo_table(table[cols], fmt)
+        if cases and len(result["cases"]) and fmt == "csv":
             echo_table(result["cases"], fmt)
+        return
+    changed = table[(table["b"] + table["c"]) > 0]
+    shown = table if show_all else changed
+    attrs = result["table"].attrs
+    shown = shown.assign(more_reports=[_needed_text(v, note) for v, note in zip(shown["reports_needed"], shown["reports_note"])])
+    if len(shown):
+        echo_table(shown, wide=wide,
+                   columns=["label", "n", "f1_a", "f1_b", "delta_f1", "b", "c", "p_holm", "verdict", "more_reports"],
+                   undefined={c: "F1 undefined: no positive in the reference or the run on these reports"
+                              for c in ("f1_a", "f1_b", "delta_f1")})
+    hidden = len(table) - len(shown)
+    if len(shown):
+        click.echo("")
+    say(f"{hidden} label(s) with no change hidden (the runs agree on every report; --all shows them)" if hidden
+        else "every label shown")
+    say(f"b = right in run {run_a}, wrong in run {run_b} (broken); c = wrong in run {run_a}, right in run {run_b} "
+        f"(fixed); p_holm = exact McNemar{' (mid-p)' if mid_p else ''}, Holm-adjusted over {len(table)} labels; "
+        "verdict 'undecided' = fewer than 10 changed cases.")
+    say(f"more_reports = further paired reports for 80% power to call the change significant (exact McNemar "
+        f"at alpha {attrs.get('alpha', 0.05)}/{len(table)}, Holm's strictest step) if the observed rates of fixed "
+        "and broken cases held; 0 = the cohort is already large enough.")
+    say(f"macro F1 {result['macro_f1_a']:.3f} -> {result['macro_f1_b']:.3f}")
+    say("left out: " + "; ".join(f"{k}: {v}" for k, v in result["excluded"].items()))
+    if cases and len(result["cases"]):
+        click.echo("")
+        echo_table(result["cases"], title="fixed and broken cases", wide=wide)
+
+
+def _needed_text(value: float, note: str) -> str:
+    """The power figure as a person reads it: a count, or why there is none."""
+    if value == value:
+        return f"{int(value):,}"
+    return "no difference seen" if "no difference" in str(note) else str(note)
 
 
 @main.command()
@@ -281,7 +352,10 @@ def history(wb, cohort, fmt, per_label):
     frame = wb.iteration_history(cohort)
     if not per_label and len(frame):
         frame = frame[[c for c in frame.columns if ":" not in c]]
-    echo_table(frame.round(4) if len(frame) else frame, fmt)
+    if fmt == "table" and not len(frame):
+        click.echo(f"no finished run on cohort {cohort!r} yet: workbench run --cohort {cohort}")
+        return
+    echo_table(frame, fmt, wide=per_label)
 
 
 @main.command()
@@ -290,14 +364,63 @@ def history(wb, cohort, fmt, per_label):
 @click.option("--type", "kind", type=click.Choice(["FP", "FN", "failed"]), default=None, help="Only this kind.")
 @click.option("--category", default=None, help="Only cases with a note of this error category.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--text/--no-text", "show_text", default=None,
+              help="Show each report with the evidence and look-for matches marked (default: on with --label).")
+@wide_option
 @study_option
-def disagreements(wb, run_id, label, kind, category, fmt):
+def disagreements(wb, run_id, label, kind, category, fmt, show_text, wide):
     """The disagreement queue of a run: where the labeller and the reference differ."""
     frame = wb.disagreements(run_id, label=label, kind=kind, category=category)
     cols = ["report_id", "label", "type", "reference", "prediction", "votes", "evidence", "status", "notes", "categories"]
-    echo_table(frame[cols], fmt)
-    if fmt == "table":
-        click.echo(f"\n{len(frame)} disagreement(s)")
+    if fmt != "table":
+        echo_table(frame[cols], fmt)
+        return
+    if show_text is None:
+        show_text = label is not None
+    if show_text:
+        _disagreement_texts(wb, run_id, frame)
+    elif len(frame):
+        echo_table(frame[cols], wide=wide, columns=[c for c in cols if c != "evidence"],
+                   undefined={"prediction": "no answer (the call failed)"})
+    click.echo("")
+    say(f"{len(frame)} disagreement(s)" + ("" if show_text or not len(frame) else
+                                           f"; see the reports with: workbench disagreements {run_id} --label LABEL"))
+    if len(frame):
+        click.echo(f"note one: workbench note REPORT LABEL --run {run_id} \\\n"
+                   "    --category CATEGORY --significance SIGNIFICANCE --text 'what went wrong'")
+        say("categories: " + ", ".join(wb.config.error_categories) +
+            "; significance: changes management, does not change management, unsure")
+
+
+KIND_WORDS = {"FN": "missed", "FP": "false alarm", "failed": "no answer"}
+
+
+def _disagreement_texts(wb, run_id: int, frame: pd.DataFrame) -> None:
+    """Each disagreement with its report: labeller evidence in >>...<<, the prompt's look-for phrases in [...]."""
+    from workbench.terminal import emphasise, wrap
+
+    commit = wb.run_info(run_id).prompt_commit
+    phrases: dict[str, list[str]] = {}
+    for row in frame.itertuples(index=False):
+        if row.label not in phrases:
+            phrases[row.label] = (list(wb.label_prompt(row.label, commit).look_for)
+                                  if row.label in wb.vocab.asked_ids else [])
+        text, found, _ = emphasise(wb.report_text(row.report_id)["text"], row.evidence or "", phrases[row.label])
+        value = "no answer" if row.prediction != row.prediction else int(row.prediction)
+        click.echo("")
+        say(f"{row.report_id}  {row.label}  {row.type} ({KIND_WORDS.get(row.type, row.type)}): reference "
+            f"{int(row.reference)} ({row.votes} readers), labeller {value}"
+            + (f"; {row.notes} note(s): {row.categories}" if row.notes else ""))
+        click.echo(wrap(text))
+        if row.evidence and not found:
+            click.echo(wrap(f"evidence (not found verbatim in the report): {row.evidence}"))
+        elif not row.evidence:
+            click.echo(wrap("evidence: none quoted by the labeller"))
+        click.echo(f"  workbench note {row.report_id} {row.label} --run {run_id} \\\n"
+                   "      --category CATEGORY --significance SIGNIFICANCE --text '...'")
+    if len(frame):
+        click.echo("")
+        say(">>...<< = the labeller's evidence; [...] = a look-for phrase of the prompt version the run used")
 
 
 @main.command()
@@ -327,10 +450,25 @@ def notes_cmd(wb, run_id, fmt):
 @main.command("ceiling")
 @click.argument("run_id", type=int)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@wide_option
 @study_option
-def ceiling(wb, run_id, fmt):
+def ceiling(wb, run_id, fmt, wide):
     """Human ceiling: labeller kappa beside the readers' Fleiss kappa; accuracy on unanimous vs split items."""
-    echo_table(wb.human_ceiling(run_id).round(4), fmt)
+    table = _with_label_column(wb.human_ceiling(run_id))
+    if fmt != "table":
+        echo_table(table, fmt)
+        return
+    notes = [n for n in dict.fromkeys(table.get("fleiss_note", pd.Series(dtype=str)).fillna("")) if n]
+    short = {"readers_fleiss_kappa": "readers_kappa", "mean_reader_accuracy": "readers_acc",
+             "labeller_accuracy": "labeller_acc", "accuracy_unanimous": "acc_unanimous", "accuracy_split": "acc_split"}
+    echo_table(table.drop(columns=["fleiss_note"], errors="ignore").rename(columns=short), wide=wide,
+               columns=["label", "labeller_kappa", "readers_kappa", "acc_unanimous", "acc_split", "n_split"],
+               undefined={"readers_kappa": "; ".join(notes) or "readers' kappa undefined",
+                          "labeller_kappa": "labeller kappa undefined (one value everywhere)",
+                          "acc_unanimous": "no item of this kind", "acc_split": "no item of this kind"})
+    say("readers_kappa = the readers' Fleiss kappa (the human ceiling); acc_unanimous / acc_split = the labeller's "
+        "accuracy on items every reader agreed on / on split votes (n_split of them). --wide adds the readers' mean "
+        "accuracy and the labeller's overall accuracy.")
 
 
 # ---------------------------------------------------------------- prompts

@@ -256,10 +256,14 @@ class PromptsService:
                 self._validated_file_text(label, text, f"{self.paths.prompts.name}/{label}.yaml")
                 files[f"{label}.yaml"], bases[f"{label}.yaml"] = text, head
             elif draft is not None:
+                if draft == self.label_prompt(label, head):  # the draft changes nothing: keep the file as it is
+                    continue
                 files[f"{label}.yaml"], bases[f"{label}.yaml"] = label_yaml(draft), self.draft(label)[1]
             else:
                 raise StudyError(f"nothing to save for {label}: no draft and no uncommitted edit of {label}.yaml")
             saved.append(label)
+        if not files:
+            raise StudyError(f"nothing to save: the draft(s) of {', '.join(wanted)} are the same as the current version")
         current = self.prompt_files(None)
         current.update(files)
         from workbench.services.study import _validate_prompt_files
