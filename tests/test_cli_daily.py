@@ -284,3 +284,108 @@ def test_prompts_edit_keeps_text_it_could_not_save(cli_study, tmp_path, monkeypa
     kept = list((cli_study / "rejected-edits").glob("pneumonia-*.yaml"))
     assert len(kept) == 1 and "hedged: maybe" in kept[0].read_text(encoding="utf-8")
     assert "hedged: positive" in _show()
+
+
+# ---------------------------------------------------------------- items 4 and 5: output a person can read
+
+
+@pytest.fixture(scope="module")
+def demo_study(tmp_path_factory):
+    """The real demo study (two runs of the offline labeller), created once for the read-only output tests."""
+    root = tmp_path_factory.mktemp("demo") / "demo"
+    result = invoke("demo", "--no-app", "--path", root)
+    assert result.exit_code == 0, result.output
+    return root
+
+
+def _demo(demo_study, *args):
+    result = CliRunner().invoke(main, [str(a) for a in args] + ["--study", str(demo_study)])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_disagreements_of_one_label_show_the_report_with_marks_and_the_note_command(demo_study):
+    out = _demo(demo_study, "disagreements", "2", "--label", "lung_opacity")
+    assert "FINDINGS:" in out  # the report text, on by default for one label
+    assert ">>" in out and "<<" in out  # the labeller's evidence marked (false alarms quote it)
+    assert "[atelectasis]" in out or "[consolidation]" in out  # look-for phrases of run 2's prompt marked
+    assert "workbench note demo-" in out and "--run 2" in out
+    assert "1.0" not in out and "0.0" not in out  # values as 0/1
+    table = _demo(demo_study, "disagreements", "2", "--no-text")
+    assert "FINDINGS:" not in table and "1.0" not in table
+    assert "--label LABEL" in table  # how to see the reports
+
+
+def _widest(text: str) -> int:
+    return max((len(line) for line in text.splitlines()), default=0)
+
+
+@pytest.mark.parametrize("args", [("agreement",), ("ceiling", "2"), ("compare", "1", "2"), ("metrics", "2"),
+                                  ("history", "--cohort", "dev"), ("disagreements", "2"),
+                                  ("disagreements", "2", "--label", "support_devices"), ("reference",)])
+def test_every_table_fits_100_columns(demo_study, args):
+    out = _demo(demo_study, *args)
+    assert _widest(out) <= 100, out
+    import re
+
+    assert not re.search(r"\bnan\b", out, flags=re.IGNORECASE)  # no raw NaN
+    assert "Empty DataFrame" not in out
+
+
+def test_wide_shows_every_column(demo_study):
+    narrow = _demo(demo_study, "compare", "1", "2", "--no-cases")
+    wide = _demo(demo_study, "compare", "1", "2", "--no-cases", "--wide")
+    assert "accuracy_a" not in narrow and "accuracy_a" in wide and "p_value" in wide
+    assert _widest(wide) > 100
+
+
+def test_agreement_fleiss_table_has_a_label_column_and_rates_have_3_decimals(demo_study):
+    out = _demo(demo_study, "agreement")
+    fleiss = out.split("pairwise")[0]
+    assert "label" in fleiss.splitlines()[2] and "\natelectasis " in fleiss
+    import re
+
+    assert not re.search(r"\d\.\d{4,}", out)  # 3 decimals for rates
+
+
+def test_compare_hides_labels_without_change_unless_all(demo_study):
+    out = _demo(demo_study, "compare", "1", "2", "--no-cases")
+    assert "support_devices" in out and "lung_opacity" in out
+    assert "\natelectasis " not in out and "no change hidden" in out and "--all" in out
+    assert "more_reports" in out and "80% power" in out  # the power figure, explained once
+    full = _demo(demo_study, "compare", "1", "2", "--no-cases", "--all")
+    assert "\natelectasis " in full and "no difference seen" in full
+
+
+def _one_reader_study(tmp_path, monkeypatch) -> Path:
+    root = tmp_path / "one"
+    assert invoke("init", root, "--rule", "majority", "--n", "1").exit_code == 0
+    monkeypatch.setenv("WORKBENCH_STUDY", str(root))
+    monkeypatch.delenv("WORKBENCH_USER", raising=False)
+    assert invoke("import", "reports", DATA / "reports_small.csv", "--cohort", "dev").exit_code == 0
+    rows = [r for r in csv.DictReader((DATA / "readings_small.csv").open(encoding="utf-8")) if r["reader"] == "reader-a"]
+    path = write_csv(tmp_path / "one.csv", list(rows[0]), [list(r.values()) for r in rows])
+    assert invoke("import", "readings", path).exit_code == 0
+    return root
+
+
+def test_a_one_reader_study_says_so_in_words_and_notes_are_not_repeated(tmp_path, monkeypatch):
+    _one_reader_study(tmp_path, monkeypatch)
+    out = invoke("agreement").output
+    assert "one-reader study" in out and "reader-a" in out
+    assert "Empty DataFrame" not in out and "Columns:" not in out
+    assert invoke("run", "--cohort", "dev").exit_code == 0
+    out = invoke("ceiling", "1").output
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert len(lines) == len(set(lines))  # no line (a note) repeated per label
+    assert _widest(out) <= 100
+
+
+def test_progress_is_a_few_lines_when_the_output_is_not_a_terminal(cli_study):
+    result = CliRunner(mix_stderr=False).invoke(main, ["run", "--cohort", "dev"]) if "mix_stderr" in CliRunner.__init__.__code__.co_varnames \
+        else CliRunner().invoke(main, ["run", "--cohort", "dev"])
+    assert result.exit_code == 0, result.output
+    err = result.stderr if hasattr(result, "stderr") else result.output
+    progress = [line for line in err.splitlines() if "calls (" in line]
+    assert "\r" not in err and 1 <= len(progress) <= 11
+    assert progress[-1].startswith("160/160 calls (100%)")

@@ -164,7 +164,7 @@ def reference(wb, cohort, fmt):
     """Per label: items decided by vote, adjudicated, and waiting for adjudication."""
     summary = wb.reference_summary(cohort)
     summary.index.name = "label"
-    click.echo(f"reference rule: {wb.rule().describe()}") if fmt == "table" else None
+    say(f"reference rule: {wb.rule().describe()}") if fmt == "table" else None
     echo_table(summary.reset_index(), fmt)
 
 
@@ -314,7 +314,7 @@ def compare(wb, run_a, run_b, mid_p, cases, fmt, show_all, wide):
     shown = shown.assign(more_reports=[_needed_text(v, note) for v, note in zip(shown["reports_needed"], shown["reports_note"])])
     if len(shown):
         echo_table(shown, wide=wide,
-                   columns=["label", "n", "f1_a", "f1_b", "delta_f1", "b", "c", "p_holm", "verdict", "more_reports"],
+                   columns=["label", "f1_a", "f1_b", "b", "c", "p_holm", "verdict", "more_reports"],
                    undefined={c: "F1 undefined: no positive in the reference or the run on these reports"
                               for c in ("f1_a", "f1_b", "delta_f1")})
     hidden = len(table) - len(shown)
