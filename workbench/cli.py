@@ -305,8 +305,6 @@ def compare(wb, run_a, run_b, mid_p, cases, fmt, show_all, wide):
             "p_value", "p_holm", "verdict", "reports_needed", "reports_note"]
     if fmt != "table":
         echo_table(table[cols], fmt)
-        if cases and len(result["cases"]) and fmt == "csv":
-            echo_table(result["cases"], fmt)
         return
     changed = table[(table["b"] + table["c"]) > 0]
     shown = table if show_all else changed
