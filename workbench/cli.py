@@ -482,7 +482,9 @@ def prompts():
 @study_option
 def prompts_history(wb, label):
     """Versions of the prompt set, newest first."""
-    echo_table(wb.prompt_history(label)[["short", "when", "author", "message", "labels", "frozen as"]])
+    frame = wb.prompt_history(label)[["short", "when", "author", "message", "labels", "frozen as"]]
+    frame["labels"] = [x if x.count(",") < 3 else f"{x.count(',') + 1} labels" for x in frame["labels"]]
+    echo_table(frame)
 
 
 @prompts.command("show")
@@ -702,6 +704,11 @@ def find_bundle(name: str, study: str | None) -> Path:
     raise click.UsageError(f"no bundle {name!r}; looked for " + ", ".join(dict.fromkeys(tried)))
 
 
+SCORE_SHORT = {"ran_score_lo": "ci_lo", "ran_score_hi": "ci_hi", "invented_findings_fp": "invented_fp",
+               "missed_findings_fn": "missed_fn"}
+SCORE_COLUMNS = ["generator", "reports", "micro_f1", "macro_f1", "ran_score", "ci_lo", "ci_hi", "invented_fp", "missed_fn"]
+
+
 def _generated(values: tuple[str, ...]) -> dict:
     """Parse NAME=FILE options."""
     out = {}
@@ -716,7 +723,7 @@ def _generated(values: tuple[str, ...]) -> dict:
 
 
 @main.command()
-@click.option("--bundle", "bundle_path", required=True, type=click.Path(exists=True, dir_okay=False), help="Frozen bundle JSON.")
+@click.option("--bundle", "bundle_path", required=True, help="Frozen bundle: a path, or a name in the study's bundles/.")
 @click.option("--reference", required=True, type=click.Path(exists=True, dir_okay=False), help="Reference reports (id + text or findings/impression).")
 @click.option("--generated", multiple=True, required=True, help="NAME=FILE of generated reports with the same ids; repeat for several generators.")
 @click.option("--model", default=None, help="Label with another model than the bundle's (recorded in the output).")
@@ -730,6 +737,7 @@ def score(bundle_path, reference, generated, model, out, zero_division, resample
     """Score generated reports against reference reports with a frozen bundle (Ran Score)."""
     from workbench import scoring
 
+    bundle_path = find_bundle(bundle_path, study)
     gens = _generated(generated)
     if study and (Path(study) / "workbench.yaml").exists():
         from workbench.services import Workbench
@@ -743,23 +751,26 @@ def score(bundle_path, reference, generated, model, out, zero_division, resample
                                zero_division=zero_division, n_resamples=resamples)
     click.echo(f"bundle {result.bundle_name} ({result.bundle_sha[:12]}), model {result.model}; "
                f"reference: {result.reference_stats['extracted']} extracted, {result.reference_stats['reused']} reused from cache")
-    echo_table(result.summary().round(4))
+    echo_table(result.summary().rename(columns=SCORE_SHORT), columns=SCORE_COLUMNS)
     for name, g in result.generators.items():
-        click.echo(f"\n== {name}: Ran Score {g.ran_score['estimate']:.4f} [{g.ran_score['lo']:.4f}, {g.ran_score['hi']:.4f}] ==")
-        echo_table(g.per_label.reset_index().round(4))
-    click.echo(f"\nzero division: {scoring.POLICY_TEXT[zero_division]}")
+        click.echo("")
+        echo_table(g.per_label.reset_index(), columns=["label", "support", "tp", "fp", "fn", "precision", "recall", "f1", "accuracy"],
+                   title=f"{name}: Ran Score {g.ran_score['estimate']:.3f} [{g.ran_score['lo']:.3f}, {g.ran_score['hi']:.3f}]")
+    click.echo("")
+    say(f"zero division: {scoring.POLICY_TEXT[zero_division]}")
     if out:
         click.echo(f"wrote CSV and JSON to {out}")
 
 
 @main.command()
-@click.option("--bundle", "bundle_path", required=True, type=click.Path(exists=True, dir_okay=False), help="Frozen bundle JSON.")
+@click.option("--bundle", "bundle_path", required=True, help="Frozen bundle: a path, or a name in the study's bundles/.")
 @click.option("--pairs", type=click.Path(exists=True, dir_okay=False), default=str(DEMO_DIR / "robustness" / "pairs.csv"),
               show_default=True, help="CSV: pair_id,kind(paraphrase|significant),label,text_a,text_b.")
 def robustness(bundle_path, pairs):
     """Share of harmless paraphrases labelled the same and significant changes detected, per label."""
     from workbench import scoring
 
+    bundle_path = find_bundle(bundle_path, None)
     result = scoring.robustness(Path(bundle_path), Path(pairs))
     echo_table(result["per_kind"])
     click.echo("")

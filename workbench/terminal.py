@@ -22,6 +22,7 @@ WIDTH = 100
 DASH = "–"
 TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d)T(\d\d:\d\d)(:\d\d(\.\d+)?)?([+-]\d\d:\d\d|Z)?$")
 P_COLUMNS = ("p_value", "p_holm", "p")
+VALUE_COLUMNS = ("reference", "prediction", "value", "value_a", "value_b", "vote")
 NUMERIC_TEXT = re.compile(r"^[-+]?[\d.,]*[*]?$|^–$")  # "0.909", "0.909*", "–": right-aligned like numbers
 
 
@@ -43,7 +44,9 @@ def _column_kind(name: str, series: pd.Series) -> str:
     if name in P_COLUMNS:
         return "p"
     finite = series.dropna()
-    if pd.api.types.is_integer_dtype(series) or (len(finite) and (finite == finite.round()).all()):
+    whole = bool(len(finite)) and bool((finite == finite.round()).all())
+    # floats that are all 0/1 are rates (recall 1.000) unless the column holds a 0/1 label value
+    if pd.api.types.is_integer_dtype(series) or (whole and (name in VALUE_COLUMNS or (finite.abs() > 1).any())):
         return "int"
     return "rate"
 
