@@ -824,7 +824,7 @@ def user_set_role(wb, user_id, role):
 @study_option
 def audit(wb, entity, fmt):
     """The append-only audit trail (who, when, old -> new), newest first; export with --format csv."""
-    echo_table(wb.audit_log(entity=entity), fmt)
+    echo_table(wb.audit_log(entity=entity), fmt, columns=["id", "at", "actor", "action", "entity", "entity_key"])
 
 
 @main.command("allow-endpoint")

@@ -22,6 +22,7 @@ WIDTH = 100
 DASH = "–"
 TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d)T(\d\d:\d\d)(:\d\d(\.\d+)?)?([+-]\d\d:\d\d|Z)?$")
 P_COLUMNS = ("p_value", "p_holm", "p")
+SHORT_STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d$")
 VALUE_COLUMNS = ("reference", "prediction", "value", "value_a", "value_b", "vote")
 NUMERIC_TEXT = re.compile(r"^[-+]?[\d.,]*[*]?$|^–$")  # "0.909", "0.909*", "–": right-aligned like numbers
 
@@ -104,7 +105,7 @@ def render_table(frame: pd.DataFrame, wide: bool = False, undefined: dict[str, s
                   title_justify="left")
     for position, (col, kind) in enumerate(zip(frame.columns, kinds)):
         # identifiers (no spaces) stay whole; prose columns wrap to make room
-        words = kind == "text" and any(" " in row[position] for row in rows)
+        words = kind == "text" and any(" " in row[position] and not SHORT_STAMP.match(row[position]) for row in rows)
         numeric_text = kind == "text" and all(NUMERIC_TEXT.match(row[position]) for row in rows)
         table.add_column(Text(str(col)), justify="left" if kind == "text" and not numeric_text else "right",
                          overflow="fold", no_wrap=not words)
@@ -184,6 +185,8 @@ class Progress:
         return f"made {p.made}, reused {p.reused}, failures {p.failures}"
 
     def _line(self, p) -> None:
+        if not p.total:
+            return
         share = p.done / p.total if p.total else 1.0
         if share + 1e-12 < self.next_share and p.done < p.total:
             return
