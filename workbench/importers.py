@@ -178,10 +178,14 @@ def _decode(data: bytes, limit: int = 20) -> tuple[str, list[Problem]]:
 
 def _load_csv(text: str, source: str, sep: str) -> _Table:
     """CSV/TSV as strings; rows with too many fields are problems with their row number."""
-    wrong_sep = _separator_problem(text, sep)
+    try:
+        wrong_sep = _separator_problem(text, sep)
+        # newline="": a lone carriage return ends a line, as in the spreadsheet that wrote it
+        header = [h.strip() for h in next(csv.reader(io.StringIO(text, newline=""), delimiter=sep), [])]
+    except csv.Error as exc:
+        _fail(source, f"cannot parse as {'TSV' if sep == chr(9) else 'CSV'}: {exc}")
     if wrong_sep is not None:  # reading on would only produce misleading row problems
         raise ImportProblems(source, [wrong_sep])
-    header = [h.strip() for h in next(csv.reader(io.StringIO(text), delimiter=sep), [])]
     problems = _header_problems(header, sep)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", pd.errors.ParserWarning)
@@ -197,11 +201,20 @@ def _load_csv(text: str, source: str, sep: str) -> _Table:
             problems.append(Problem(int(match.group(1)), None, f"{match.group(2)} (check quoting and "
                                                                    "separators on this row)"))
     frame = _drop_unnamed(frame, header, problems)
+    _refuse_duplicate_columns(frame, source, problems)
     # pandas numbers records as a spreadsheet does (a multi-line quoted cell is one row)
     rows = np.arange(2, 2 + len(frame) + len(skipped))
     if skipped:
         rows = rows[~np.isin(rows, skipped)]
     return _drop_blank_rows(_Table(frame.fillna(""), rows, source, problems))
+
+
+def _refuse_duplicate_columns(frame: pd.DataFrame, source: str, problems: list[Problem]) -> None:
+    """" id" and "id" are one name once stripped: with two such columns nothing can be read reliably."""
+    if frame.columns.has_duplicates:
+        dup = sorted(set(frame.columns[frame.columns.duplicated()]))
+        raise ImportProblems(source, [p for p in problems if "more than once" in p.message]
+                             or [Problem(1, name, "column appears more than once") for name in dup])
 
 
 def _header_problems(header: list[str], sep: str) -> list[Problem]:
@@ -280,6 +293,7 @@ def _load_jsonl(text: str, source: str) -> _Table:
         rows.append(number)
     frame = pd.DataFrame.from_records(records) if records else pd.DataFrame()
     frame.columns = [str(c).strip() for c in frame.columns]
+    _refuse_duplicate_columns(frame, source, problems)
     table = _Table(frame, np.array(rows, dtype=int), source, problems)
     _stringify(table)
     return table
@@ -293,6 +307,7 @@ def _load_parquet(data: bytes, source: str) -> _Table:
         _fail(source, f"cannot read as Parquet: {exc}")
     frame = frame.reset_index(drop=True)
     frame.columns = [str(c).strip() for c in frame.columns]
+    _refuse_duplicate_columns(frame, source, [])
     table = _Table(frame, np.arange(2, 2 + len(frame)), source)
     _stringify(table)
     return table
@@ -305,7 +320,7 @@ def _stringify(table: _Table) -> None:
         series = frame[col]
         table.kinds[col] = pd.api.types.infer_dtype(series, skipna=True)
         if table.kinds[col] in ("string", "empty"):
-            frame[col] = series.fillna("").astype(str)
+            frame[col] = series.astype(object).where(series.notna(), "").astype(str)
             continue
         values = series.astype(object).tolist()
         nested = [i for i, v in enumerate(values) if isinstance(v, (dict, list, np.ndarray))]
