@@ -389,3 +389,30 @@ def test_progress_is_a_few_lines_when_the_output_is_not_a_terminal(cli_study):
     progress = [line for line in err.splitlines() if "calls (" in line]
     assert "\r" not in err and 1 <= len(progress) <= 11
     assert progress[-1].startswith("160/160 calls (100%)")
+
+
+# ---------------------------------------------------------------- item 10: bootstrap intervals do not depend on row order
+
+
+def test_ran_score_interval_is_the_same_whatever_the_order_of_the_rows(cli_study, tmp_path):
+    """`workbench score` on the same reports in another row order gives the same bootstrap interval."""
+    import json
+
+    assert invoke("run", "--cohort", "dev").exit_code == 0
+    assert invoke("freeze", "--name", "order").exit_code == 0
+    scoring = DATA / "scoring"
+    files = {name: list(csv.reader((scoring / f"{name}.csv").open(encoding="utf-8")))
+             for name in ("reference", "generated_a")}
+    intervals = []
+    for order in ("forward", "reversed"):
+        paths = {}
+        for name, rows in files.items():
+            body = rows[1:] if order == "forward" else rows[:0:-1]
+            paths[name] = write_csv(tmp_path / f"{order}-{name}.csv", rows[0], body)
+        out = tmp_path / f"out-{order}"
+        result = invoke("score", "--bundle", "order", "--reference", paths["reference"],
+                        "--generated", f"A={paths['generated_a']}", "--out", out, "--resamples", "300")
+        assert result.exit_code == 0, result.output
+        ran = json.loads((out / "results.json").read_text(encoding="utf-8"))["generators"]["A"]["ran_score"]
+        intervals.append((ran["estimate"], ran["lo"], ran["hi"]))
+    assert intervals[0] == intervals[1]
