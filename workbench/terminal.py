@@ -204,8 +204,8 @@ class Progress:
             self.bar = RichProgress(TextColumn("calls"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                                     TextColumn("{task.description}"), console=Console(file=self.stream),
                                     transient=False)
+            self.task = self.bar.add_task(self._describe(p), total=p.total, completed=p.done)
             self.bar.start()
-            self.task = self.bar.add_task(self._describe(p), total=p.total)
         now = time.monotonic()
         if p.done < p.total and now - self.last < 0.1:
             return
