@@ -373,7 +373,10 @@ def _type_problems(table: _Table, column: str | None, allowed: tuple[str, ...], 
     if kind is None or kind in allowed:
         return []
     want = "text or whole numbers" if "integer" in allowed else "text"
-    return [Problem(None, column, f"holds {KIND_WORDS.get(kind, kind)} ({kind}); {what} must be {want}. "
+    hint = ""
+    if kind == "floating" and table.frame[column].str.fullmatch(r"-?\d+\.0|").all():
+        hint = " (whole numbers stored as decimals, as a missing value makes Parquet and pandas do)"
+    return [Problem(None, column, f"holds {KIND_WORDS.get(kind, kind)} ({kind}){hint}; {what} must be {want}. "
                                   "Convert the column and export again")]
 
 
