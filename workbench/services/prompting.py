@@ -146,7 +146,7 @@ class PromptsService:
 
     def prompt_status(self) -> pd.DataFrame:
         """Per label with a draft or an uncommitted edit: what exists, whether it is valid, whether they clash."""
-        drafts = self.drafts().set_index("label") if len(self.drafts()) else pd.DataFrame(columns=["base_commit"])
+        drafts = self.drafts().set_index("label")
         changes = prompt_repo.working_changes(self.paths.prompts)
         labels = sorted(set(drafts.index) | {n[:-5] for n in changes if n != "_task.yaml"})
         rows = []
