@@ -322,7 +322,8 @@ def _widest(text: str) -> int:
 
 @pytest.mark.parametrize("args", [("agreement",), ("ceiling", "2"), ("compare", "1", "2"), ("metrics", "2"),
                                   ("history", "--cohort", "dev"), ("disagreements", "2"),
-                                  ("disagreements", "2", "--label", "support_devices"), ("reference",)])
+                                  ("disagreements", "2", "--label", "support_devices"), ("reference",),
+                                  ("prompts", "policy"), ("prompts", "history"), ("notes",), ("audit",)])
 def test_every_table_fits_100_columns(demo_study, args):
     out = _demo(demo_study, *args)
     assert _widest(out) <= 100, out

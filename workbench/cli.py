@@ -69,6 +69,14 @@ def say(text: str) -> None:
     click.echo(textwrap.fill(text, width=100, break_long_words=False, break_on_hyphens=False))
 
 
+def wrap_item(text: str) -> str:
+    """A list item wrapped to 100 columns, continuation lines indented under it."""
+    import textwrap
+
+    return textwrap.fill(text, width=100, initial_indent="  ", subsequent_indent="    ",
+                         break_long_words=False, break_on_hyphens=False)
+
+
 def wide_option(func):
     """Add --wide (every column, no 100-column limit)."""
     return click.option("--wide", is_flag=True, help="Every column, without the 100-column limit.")(func)
@@ -442,7 +450,14 @@ def note(wb, report_id, label, category, significance, text, reference_wrong, ru
 @study_option
 def notes_cmd(wb, run_id, fmt):
     """Counts of error notes by label and category (all, or on one run's disagreements)."""
-    echo_table(wb.note_counts(run_id), fmt)
+    counts = wb.note_counts(run_id)
+    if fmt != "table":
+        echo_table(counts, fmt)
+    elif len(counts):  # one row per (label, category): categories as columns would not fit
+        long = counts.melt(id_vars="label", var_name="category", value_name="notes")
+        echo_table(long[long["notes"] > 0].sort_values(["label", "notes"], ascending=[True, False]))
+    else:
+        click.echo("no error notes yet" + (f" on run {run_id}'s disagreements" if run_id is not None else ""))
 
 
 @main.command("ceiling")
@@ -523,14 +538,18 @@ def prompts_revert(wb, label, ref, message):
 
 @prompts.command("policy")
 @click.option("--prompt", "ref", default=None, help="Version (default: latest).")
+@wide_option
 @study_option
-def prompts_policy(wb, ref):
+def prompts_policy(wb, ref, wide):
     """Every label's hedge and temporal policy side by side, with inconsistencies flagged."""
-    echo_table(wb.policy_table(ref))
+    table = wb.policy_table(ref).replace({"positive": "pos", "negative": "neg"})
+    echo_table(table, wide=wide, columns=["label", "hedged", "resolved", "stable", "improving", "prior", "look_for", "examples"])
+    say("pos/neg = what hedged wording (\"cannot exclude\") and temporal wording (resolved, stable, improving, prior) "
+        "count as; look_for / examples = how many phrases and few-shot examples. --wide adds exclusions.")
     findings = wb.policy_conflicts(ref)
     click.echo(f"\n{len(findings)} finding(s):")
     for f in findings:
-        click.echo(f"  [{f.kind}] {f.message}")
+        click.echo(wrap_item(f"[{f.kind}] {f.message}"))
 
 
 @prompts.command("add-example")
