@@ -416,3 +416,16 @@ def test_ran_score_interval_is_the_same_whatever_the_order_of_the_rows(cli_study
         ran = json.loads((out / "results.json").read_text(encoding="utf-8"))["generators"]["A"]["ran_score"]
         intervals.append((ran["estimate"], ran["lo"], ran["hi"]))
     assert intervals[0] == intervals[1]
+
+
+def test_disagreements_show_failed_calls_even_where_the_reference_waits(cli_study, fake_llm_server):
+    """A failed call on an item waiting for adjudication is shown, not a crash on its missing reference."""
+    assert invoke("import", "readings", DATA / "readings_small.csv").exit_code == 0
+    fake_llm_server.behaviour = "malformed"
+    CliRunner().invoke(main, ["run", "--cohort", "dev", "--labels", "pneumonia", "--model", "openai/fake",
+                              "--api-base", fake_llm_server.url])  # its exit code is the run command's business
+    result = CliRunner().invoke(main, ["disagreements", "1", "--label", "pneumonia", "--type", "failed"])
+    assert result.exit_code == 0, result.output
+    assert "failed (no answer)" in result.output and "labeller no answer" in result.output
+    assert "reference waiting for adjudication" in result.output  # the 3-3 item of the small cohort
+    assert "8 disagreement(s)" in result.output

@@ -412,10 +412,11 @@ def _disagreement_texts(wb, run_id: int, frame: pd.DataFrame) -> None:
             phrases[row.label] = (list(wb.label_prompt(row.label, commit).look_for)
                                   if row.label in wb.vocab.asked_ids else [])
         text, found, _ = emphasise(wb.report_text(row.report_id)["text"], row.evidence or "", phrases[row.label])
-        value = "no answer" if row.prediction != row.prediction else int(row.prediction)
+        value = "no answer" if pd.isna(row.prediction) else int(row.prediction)
+        reference = "waiting for adjudication" if pd.isna(row.reference) else int(row.reference)
         click.echo("")
         say(f"{row.report_id}  {row.label}  {row.type} ({KIND_WORDS.get(row.type, row.type)}): reference "
-            f"{int(row.reference)} ({row.votes} readers), labeller {value}"
+            f"{reference} ({row.votes} readers), labeller {value}"
             + (f"; {row.notes} note(s): {row.categories}" if row.notes else ""))
         click.echo(wrap(text))
         if row.evidence and not found:
