@@ -62,10 +62,13 @@ def _signed_in(wb):
     return wb.authenticate(user, click.prompt(f"password for {user}", hide_input=True, err=True))
 
 
-def echo_table(frame: pd.DataFrame, fmt: str = "table") -> None:
-    """Print a DataFrame as an aligned table, CSV or JSON."""
-    import pandas as pd  # imported here, not at the top: `workbench --help` stays fast
+def echo_table(frame: pd.DataFrame, fmt: str = "table", *, wide: bool = False, columns: list[str] | None = None,
+               undefined: dict[str, str] | None = None, title: str | None = None) -> None:
+    """Print a DataFrame as a table within 100 columns (every column when wide), CSV or JSON.
 
+    columns: what the table shows by default (CSV, JSON and --wide show every column);
+    undefined: per column, why a value may be undefined (each reason printed once under the table).
+    """
     if fmt == "csv":
         from workbench.core.export import to_csv
 
@@ -73,8 +76,31 @@ def echo_table(frame: pd.DataFrame, fmt: str = "table") -> None:
     elif fmt == "json":
         click.echo(frame.to_json(orient="records", indent=2, force_ascii=False))
     else:
-        with pd.option_context("display.max_rows", None, "display.max_columns", None, "display.width", 200):
-            click.echo(frame.to_string(index=False))
+        from workbench.terminal import render_table
+
+        if columns is not None and not wide:
+            frame = frame[[c for c in columns if c in frame.columns]]
+        click.echo(render_table(frame, wide=wide, undefined=undefined, title=title))
+
+
+def say(text: str) -> None:
+    """A line of explanation wrapped to the 100-column terminal."""
+    import textwrap
+
+    click.echo(textwrap.fill(text, width=100, break_long_words=False, break_on_hyphens=False))
+
+
+def wrap_item(text: str) -> str:
+    """A list item wrapped to 100 columns, continuation lines indented under it."""
+    import textwrap
+
+    return textwrap.fill(text, width=100, initial_indent="  ", subsequent_indent="    ",
+                         break_long_words=False, break_on_hyphens=False)
+
+
+def wide_option(func):
+    """Add --wide (every column, no 100-column limit)."""
+    return click.option("--wide", is_flag=True, help="Every column, without the 100-column limit.")(func)
 
 
 class CliGroup(click.Group):
@@ -206,7 +232,7 @@ def reference(wb, cohort, fmt):
     """Per label: items decided by vote, adjudicated, and waiting for adjudication."""
     summary = wb.reference_summary(cohort)
     summary.index.name = "label"
-    click.echo(f"reference rule: {wb.rule().describe()}") if fmt == "table" else None
+    say(f"reference rule: {wb.rule().describe()}") if fmt == "table" else None
     echo_table(summary.reset_index(), fmt)
 
 
@@ -225,14 +251,42 @@ def adjudicate(wb, report_id, label, value, reason):
 @main.command()
 @click.option("--cohort", default=None, help="Limit to one cohort.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@wide_option
 @study_option
-def agreement(wb, cohort, fmt):
+def agreement(wb, cohort, fmt, wide):
     """Readers' agreement: Fleiss kappa per label, pairwise Cohen, each reader vs the reference."""
-    tables = wb.agreement(cohort)
+    tables = {name: _with_label_column(frame) for name, frame in wb.agreement(cohort).items()}
+    if fmt == "json":
+        click.echo(json.dumps({name: json.loads(frame.to_json(orient="records")) for name, frame in tables.items()}, indent=2))
+        return
+    if fmt == "csv":
+        for name, frame in tables.items():
+            echo_table(frame.assign(table=name), fmt)
+        return
+    readers = wb.readers()
+    if len(readers) < 2 or all(frame.empty for name, frame in tables.items() if name != "reader_vs_reference"):
+        click.echo(f"one-reader study: agreement between readers needs at least two readers of the same reports; "
+                   f"this study has {len(readers)} reader(s) ({', '.join(readers) or 'none yet'}).")
+        if not tables["reader_vs_reference"].empty:
+            click.echo("")
+            echo_table(tables["reader_vs_reference"], title="each reader against the reference", wide=wide)
+        return
+    shown = {"fleiss": ["label", "fleiss_kappa", "observed_agreement", "positive_rate", "n_items", "n_readers", "note"],
+             "pairwise": ["label", "reader_a", "reader_b", "kappa", "n_items", "agreement", "note"],
+             "reader_vs_reference": ["reader", "label", "n", "accuracy", "accuracy_lo", "accuracy_hi", "kappa", "note"]}
     for name, frame in tables.items():
-        if fmt == "table":
-            click.echo(f"\n== {name.replace('_', ' ')} ==")
-        echo_table(frame, fmt)
+        click.echo("")
+        if frame.empty:
+            click.echo(f"{name.replace('_', ' ')}: nothing to show")
+            continue
+        echo_table(frame, title=name.replace("_", " "), wide=wide, columns=shown.get(name),
+                   undefined={c: "kappa undefined: every reading of the label has the same value (see note)"
+                              for c in ("fleiss_kappa", "kappa")})
+
+
+def _with_label_column(frame: pd.DataFrame) -> pd.DataFrame:
+    """Bring a named index (the label) back as the first column, so no table loses it."""
+    return frame.reset_index() if frame.index.name else frame
 
 
 @main.command()
@@ -289,22 +343,10 @@ def _report_failures(summary) -> None:
 
 
 def _progress_bar():
-    """A terminal progress callback (stderr), throttled to a few updates a second."""
-    state = {"last": 0.0}
+    """Run progress on stderr: a rich bar on a terminal, one line per 10% when the output is a log or pipe."""
+    from workbench.terminal import progress_callback
 
-    def show(p) -> None:
-        import time as _t
-
-        now = _t.monotonic()
-        if p.done < p.total and now - state["last"] < 0.2:
-            return
-        state["last"] = now
-        width = 30
-        filled = int(width * p.done / p.total) if p.total else width
-        click.echo(f"\r[{'#' * filled}{'.' * (width - filled)}] {p.done}/{p.total} calls "
-                   f"(made {p.made}, reused {p.reused}, failures {p.failures})", nl=False, err=True)
-
-    return show
+    return progress_callback()
 
 
 # ---------------------------------------------------------------- evaluation
@@ -318,8 +360,9 @@ def _progress_bar():
               help="Precision/recall/F1 with a zero denominator: undefined (marked *, left out of macro means), 0, 1, or left out.")
 @click.option("--full", is_flag=True, help="Every column (counts, specificity, NPV, kappa, intervals) instead of the paper's layout.")
 @click.option("--previous", type=int, default=None, help="Another run to show the change in F1 against.")
+@wide_option
 @study_option
-def metrics(wb, run_id, ci, fmt, zero_division, full, previous):
+def metrics(wb, run_id, ci, fmt, zero_division, full, previous, wide):
     """Per-label metrics of a run against the reference, with 95% intervals."""
     ev = wb.evaluate_run(run_id, ci=ci, zero_division=zero_division)
     prev = wb.evaluate_run(previous, ci=ci, zero_division=zero_division, n_resamples=0) if previous else None
@@ -328,14 +371,17 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous):
                                "averages": ev.averages, "macro_f1_bootstrap": ev.bootstrap,
                                "labels": json.loads(ev.table.reset_index().to_json(orient="records"))}, indent=2, default=str))
         return
-    table = ev.table.reset_index() if full else ev.paper_table(prev)
-    echo_table(table, fmt)
+    table = ev.table.reset_index() if (full or wide) else ev.paper_table(prev)
+    echo_table(table, fmt, wide=full or wide,
+               undefined={c: "undefined: zero denominator (no positives on the side it divides by)"
+                          for c in ("precision", "recall", "f1", "specificity", "npv", "kappa")})
     if fmt == "table":
         a, b = ev.averages, ev.bootstrap
-        click.echo(f"\nmacro F1 {a['macro_f1']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}] (bootstrap over reports, {b['n_resamples']} resamples, seed {b['seed']}); "
-                   f"macro accuracy {a['macro_accuracy']:.3f}; micro F1 {a['micro_f1']:.3f}")
-        click.echo(f"intervals: {ci}; * = undefined (no positives on either side), policy: {zero_division}")
-        click.echo("left out: " + "; ".join(f"{k}: {v}" for k, v in ev.excluded.items()))
+        click.echo("")
+        say(f"macro F1 {a['macro_f1']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}] (bootstrap over reports, {b['n_resamples']} resamples, seed {b['seed']}); "
+            f"macro accuracy {a['macro_accuracy']:.3f}; micro F1 {a['micro_f1']:.3f}")
+        say(f"intervals: {ci}; * = undefined (no positives on either side), policy: {zero_division}")
+        say("left out: " + "; ".join(f"{k}: {v}" for k, v in ev.excluded.items()))
 
 
 @main.command()
@@ -344,21 +390,50 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous):
 @click.option("--mid-p", is_flag=True, help="Mid-p McNemar instead of the exact test.")
 @click.option("--cases/--no-cases", default=True, show_default=True, help="List the fixed and broken cases.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--all", "show_all", is_flag=True, help="Also the labels on which the two runs agree on every report.")
+@wide_option
 @study_option
-def compare(wb, run_a, run_b, mid_p, cases, fmt):
+def compare(wb, run_a, run_b, mid_p, cases, fmt, show_all, wide):
     """Compare two runs on the same cohort: per-label change, McNemar with Holm, fixed and broken cases."""
     result = wb.compare_runs(run_a, run_b, mid_p=mid_p)
     table = result["table"].reset_index()
     cols = ["label", "n", "accuracy_a", "accuracy_b", "delta_accuracy", "f1_a", "f1_b", "delta_f1", "b", "c",
-            "p_value", "p_holm", "verdict", "reports_needed"]
-    echo_table(table[cols].round(4), fmt)
-    if fmt == "table":
-        click.echo(f"\nb = right in run {run_a}, wrong in run {run_b} (broken); c = fixed. macro F1 "
-                   f"{result['macro_f1_a']:.3f} -> {result['macro_f1_b']:.3f}")
-        click.echo("left out: " + "; ".join(f"{k}: {v}" for k, v in result["excluded"].items()))
-        if cases and len(result["cases"]):
-            click.echo("\n== fixed and broken cases ==")
-            echo_table(result["cases"], fmt)
+            "p_value", "p_holm", "verdict", "reports_needed", "reports_note"]
+    if fmt != "table":
+        echo_table(table[cols], fmt)
+        return
+    changed = table[(table["b"] + table["c"]) > 0]
+    shown = table if show_all else changed
+    attrs = result["table"].attrs
+    shown = shown.assign(more_reports=[_needed_text(v, note) for v, note in zip(shown["reports_needed"], shown["reports_note"])])
+    if len(shown):
+        echo_table(shown, wide=wide,
+                   columns=["label", "f1_a", "f1_b", "b", "c", "p_holm", "verdict", "more_reports"],
+                   undefined={c: "F1 undefined: no positive in the reference or the run on these reports"
+                              for c in ("f1_a", "f1_b", "delta_f1")})
+    hidden = len(table) - len(shown)
+    if len(shown):
+        click.echo("")
+    say(f"{hidden} label(s) with no change hidden (the runs agree on every report; --all shows them)" if hidden
+        else "every label shown")
+    say(f"b = right in run {run_a}, wrong in run {run_b} (broken); c = wrong in run {run_a}, right in run {run_b} "
+        f"(fixed); p_holm = exact McNemar{' (mid-p)' if mid_p else ''}, Holm-adjusted over {len(table)} labels; "
+        "verdict 'undecided' = fewer than 10 changed cases.")
+    say(f"more_reports = further paired reports for 80% power to call the change significant (exact McNemar "
+        f"at alpha {attrs.get('alpha', 0.05)}/{len(table)}, Holm's strictest step) if the observed rates of fixed "
+        "and broken cases held; 0 = the cohort is already large enough.")
+    say(f"macro F1 {result['macro_f1_a']:.3f} -> {result['macro_f1_b']:.3f}")
+    say("left out: " + "; ".join(f"{k}: {v}" for k, v in result["excluded"].items()))
+    if cases and len(result["cases"]):
+        click.echo("")
+        echo_table(result["cases"], title="fixed and broken cases", wide=wide)
+
+
+def _needed_text(value: float, note: str) -> str:
+    """The power figure as a person reads it: a count, or why there is none."""
+    if value == value:
+        return f"{int(value):,}"
+    return "no difference seen" if "no difference" in str(note) else str(note)
 
 
 @main.command()
@@ -371,7 +446,10 @@ def history(wb, cohort, fmt, per_label):
     frame = wb.iteration_history(cohort)
     if not per_label and len(frame):
         frame = frame[[c for c in frame.columns if ":" not in c]]
-    echo_table(frame.round(4) if len(frame) else frame, fmt)
+    if fmt == "table" and not len(frame):
+        click.echo(f"no finished run on cohort {cohort!r} yet: workbench run --cohort {cohort}")
+        return
+    echo_table(frame, fmt, wide=per_label)
 
 
 @main.command()
@@ -380,14 +458,64 @@ def history(wb, cohort, fmt, per_label):
 @click.option("--type", "kind", type=click.Choice(["FP", "FN", "failed"]), default=None, help="Only this kind.")
 @click.option("--category", default=None, help="Only cases with a note of this error category.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--text/--no-text", "show_text", default=None,
+              help="Show each report with the evidence and look-for matches marked (default: on with --label).")
+@wide_option
 @study_option
-def disagreements(wb, run_id, label, kind, category, fmt):
+def disagreements(wb, run_id, label, kind, category, fmt, show_text, wide):
     """The disagreement queue of a run: where the labeller and the reference differ."""
     frame = wb.disagreements(run_id, label=label, kind=kind, category=category)
     cols = ["report_id", "label", "type", "reference", "prediction", "votes", "evidence", "status", "notes", "categories"]
-    echo_table(frame[cols], fmt)
-    if fmt == "table":
-        click.echo(f"\n{len(frame)} disagreement(s)")
+    if fmt != "table":
+        echo_table(frame[cols], fmt)
+        return
+    if show_text is None:
+        show_text = label is not None
+    if show_text:
+        _disagreement_texts(wb, run_id, frame)
+    elif len(frame):
+        echo_table(frame[cols], wide=wide, columns=[c for c in cols if c != "evidence"],
+                   undefined={"prediction": "no answer (the call failed)"})
+    click.echo("")
+    say(f"{len(frame)} disagreement(s)" + ("" if show_text or not len(frame) else
+                                           f"; see the reports with: workbench disagreements {run_id} --label LABEL"))
+    if len(frame):
+        click.echo(f"note one: workbench note REPORT LABEL --run {run_id} \\\n"
+                   "    --category CATEGORY --significance SIGNIFICANCE --text 'what went wrong'")
+        say("categories: " + ", ".join(wb.config.error_categories) +
+            "; significance: changes management, does not change management, unsure")
+
+
+KIND_WORDS = {"FN": "missed", "FP": "false alarm", "failed": "no answer"}
+
+
+def _disagreement_texts(wb, run_id: int, frame: pd.DataFrame) -> None:
+    """Each disagreement with its report: labeller evidence in >>...<<, the prompt's look-for phrases in [...]."""
+    from workbench.terminal import emphasise, wrap
+
+    commit = wb.run_info(run_id).prompt_commit
+    phrases: dict[str, list[str]] = {}
+    for row in frame.itertuples(index=False):
+        if row.label not in phrases:
+            phrases[row.label] = (list(wb.label_prompt(row.label, commit).look_for)
+                                  if row.label in wb.vocab.asked_ids else [])
+        text, found, _ = emphasise(wb.report_text(row.report_id)["text"], row.evidence or "", phrases[row.label])
+        value = "no answer" if pd.isna(row.prediction) else int(row.prediction)
+        reference = "waiting for adjudication" if pd.isna(row.reference) else int(row.reference)
+        click.echo("")
+        say(f"{row.report_id}  {row.label}  {row.type} ({KIND_WORDS.get(row.type, row.type)}): reference "
+            f"{reference} ({row.votes} readers), labeller {value}"
+            + (f"; {row.notes} note(s): {row.categories}" if row.notes else ""))
+        click.echo(wrap(text))
+        if row.evidence and not found:
+            click.echo(wrap(f"evidence (not found verbatim in the report): {row.evidence}"))
+        elif not row.evidence:
+            click.echo(wrap("evidence: none quoted by the labeller"))
+        click.echo(f"  workbench note {row.report_id} {row.label} --run {run_id} \\\n"
+                   "      --category CATEGORY --significance SIGNIFICANCE --text '...'")
+    if len(frame):
+        click.echo("")
+        say(">>...<< = the labeller's evidence; [...] = a look-for phrase of the prompt version the run used")
 
 
 @main.command()
@@ -411,16 +539,38 @@ def note(wb, report_id, label, category, significance, text, reference_wrong, ru
 @study_option
 def notes_cmd(wb, run_id, fmt):
     """Counts of error notes by label and category (all, or on one run's disagreements)."""
-    echo_table(wb.note_counts(run_id), fmt)
+    counts = wb.note_counts(run_id)
+    if fmt != "table":
+        echo_table(counts, fmt)
+    elif len(counts):  # one row per (label, category): categories as columns would not fit
+        long = counts.melt(id_vars="label", var_name="category", value_name="notes")
+        echo_table(long[long["notes"] > 0].sort_values(["label", "notes"], ascending=[True, False]))
+    else:
+        click.echo("no error notes yet" + (f" on run {run_id}'s disagreements" if run_id is not None else ""))
 
 
 @main.command("ceiling")
 @click.argument("run_id", type=int)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@wide_option
 @study_option
-def ceiling(wb, run_id, fmt):
+def ceiling(wb, run_id, fmt, wide):
     """Human ceiling: labeller kappa beside the readers' Fleiss kappa; accuracy on unanimous vs split items."""
-    echo_table(wb.human_ceiling(run_id).round(4), fmt)
+    table = _with_label_column(wb.human_ceiling(run_id))
+    if fmt != "table":
+        echo_table(table, fmt)
+        return
+    notes = [n for n in dict.fromkeys(table.get("fleiss_note", pd.Series(dtype=str)).fillna("")) if n]
+    short = {"readers_fleiss_kappa": "readers_kappa", "mean_reader_accuracy": "readers_acc",
+             "labeller_accuracy": "labeller_acc", "accuracy_unanimous": "acc_unanimous", "accuracy_split": "acc_split"}
+    echo_table(table.drop(columns=["fleiss_note"], errors="ignore").rename(columns=short), wide=wide,
+               columns=["label", "labeller_kappa", "readers_kappa", "acc_unanimous", "acc_split", "n_split"],
+               undefined={"readers_kappa": "; ".join(notes) or "readers' kappa undefined",
+                          "labeller_kappa": "labeller kappa undefined (one value everywhere)",
+                          "acc_unanimous": "no item of this kind", "acc_split": "no item of this kind"})
+    say("readers_kappa = the readers' Fleiss kappa (the human ceiling); acc_unanimous / acc_split = the labeller's "
+        "accuracy on items every reader agreed on / on split votes (n_split of them). --wide adds the readers' mean "
+        "accuracy and the labeller's overall accuracy.")
 
 
 # ---------------------------------------------------------------- prompts
@@ -436,7 +586,9 @@ def prompts():
 @study_option
 def prompts_history(wb, label):
     """Versions of the prompt set, newest first."""
-    echo_table(wb.prompt_history(label)[["short", "when", "author", "message", "labels", "frozen as"]])
+    frame = wb.prompt_history(label)[["short", "when", "author", "message", "labels", "frozen as"]]
+    frame["labels"] = [x if x.count(",") < 3 else f"{x.count(',') + 1} labels" for x in frame["labels"]]
+    echo_table(frame)
 
 
 @prompts.command("show")
@@ -475,14 +627,18 @@ def prompts_revert(wb, label, ref, message):
 
 @prompts.command("policy")
 @click.option("--prompt", "ref", default=None, help="Version (default: latest).")
+@wide_option
 @study_option
-def prompts_policy(wb, ref):
+def prompts_policy(wb, ref, wide):
     """Every label's hedge and temporal policy side by side, with inconsistencies flagged."""
-    echo_table(wb.policy_table(ref))
+    table = wb.policy_table(ref).replace({"positive": "pos", "negative": "neg"})
+    echo_table(table, wide=wide, columns=["label", "hedged", "resolved", "stable", "improving", "prior", "look_for", "examples"])
+    say("pos/neg = what hedged wording (\"cannot exclude\") and temporal wording (resolved, stable, improving, prior) "
+        "count as; look_for / examples = how many phrases and few-shot examples. --wide adds exclusions.")
     findings = wb.policy_conflicts(ref)
     click.echo(f"\n{len(findings)} finding(s):")
     for f in findings:
-        click.echo(f"  [{f.kind}] {f.message}")
+        click.echo(wrap_item(f"[{f.kind}] {f.message}"))
 
 
 @prompts.command("add-example")
@@ -501,13 +657,105 @@ def prompts_add_example(wb, report_id, label, why, run_id, value):
 
 
 @prompts.command("save")
-@click.argument("labels", nargs=-1, required=True)
+@click.argument("labels", nargs=-1)
 @click.option("-m", "--message", required=True, help="What changed and why.")
 @study_option
 def prompts_save(wb, labels, message):
-    """Save your drafts of the given labels as one new prompt version (a Git commit)."""
-    commit = wb.commit_drafts([wb.vocab.label(lab).id for lab in labels], message)
-    click.echo(f"saved version {commit[:8]}")
+    """Save drafts and uncommitted edits of the prompt folder (the given labels, or all) as one new version."""
+    commit, saved = wb.save_labels(list(labels) or None, message)
+    click.echo(f"saved version {commit[:8]} ({', '.join(saved)})")
+
+
+@prompts.command("status")
+@study_option
+def prompts_status(wb):
+    """List your drafts and the uncommitted edits in the study's prompt folder, with any problem."""
+    table = wb.prompt_status()
+    if not len(table):
+        click.echo(f"nothing to save: no drafts, and {wb.paths.prompts} matches the latest version")
+        return
+    echo_table(table)
+    click.echo("\nsave with: workbench prompts save [LABEL ...] -m MESSAGE")
+
+
+@prompts.command("edit")
+@click.argument("label")
+@click.option("--attempts", type=int, default=10, show_default=True, help="Re-open the editor at most this often on an invalid file.")
+@study_option
+def prompts_edit(wb, label, attempts):
+    """Open $EDITOR on your draft of a label (or its uncommitted file), validated on close."""
+    from workbench.core.prompts import PromptError
+
+    label = wb.asked_label(label)
+    original, target = wb.editable_text(label)
+    text, error = original, None
+    for _ in range(max(attempts, 1)):
+        shown = text if error is None else _with_error(text, error)
+        edited = click.edit(shown, extension=".yaml", require_save=True)
+        if edited is None:  # closed without saving
+            break
+        text = _without_error(edited)
+        try:
+            wb.store_edited_text(label, text, target)
+        except (PromptError, StudyError) as exc:
+            error = str(exc)
+            continue
+        where = "your draft" if target == "draft" else f"{wb.paths.prompts / (label + '.yaml')}"
+        click.echo(f"{label}: saved to {where}; commit it with `workbench prompts save {label} -m MESSAGE`")
+        return
+    if text == original:
+        click.echo(f"{label}: nothing changed")
+        return
+    kept = _keep_rejected(wb, label, text)
+    raise click.ClickException(f"{label}: not saved ({error or 'editor closed without saving'}); your text is kept in {kept}")
+
+
+ERROR_MARK = "# workbench: "
+
+
+def _with_error(text: str, error: str) -> str:
+    """The buffer re-opened with the validation error on top (removed again on save)."""
+    lines = [f"{ERROR_MARK}{line}" for line in ["not saved: " + error, "fix it and save, or quit without saving to stop"]]
+    return "\n".join(lines) + "\n" + text
+
+
+def _without_error(text: str) -> str:
+    """Drop the lines _with_error added."""
+    return "".join(line for line in text.splitlines(True) if not line.startswith(ERROR_MARK))
+
+
+def _keep_rejected(wb, label: str, text: str) -> Path:
+    """Write an edit that could not be saved next to the study, so it is never lost."""
+    import time as _time
+
+    folder = wb.root / "rejected-edits"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{label}-{_time.strftime('%Y%m%d-%H%M%S')}.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@prompts.command("set")
+@click.argument("label")
+@click.argument("field")
+@click.argument("value", required=False)
+@click.option("--add", "add", multiple=True, help="List fields (look_for, do_not_label_when): add this item; repeatable.")
+@click.option("--remove", "remove", multiple=True, help="List fields: remove this item; repeatable.")
+@study_option
+def prompts_set(wb, label, field, value, add, remove):
+    """Change one field of your draft of a label, e.g. `prompts set pneumonia hedged negative`."""
+    lp, target = wb.set_prompt_field(label, field, value, tuple(add), tuple(remove))
+    where = "draft" if target == "draft" else "uncommitted file"
+    click.echo(f"{lp.label}: {field} updated in your {where}; commit it with `workbench prompts save {lp.label} -m MESSAGE`")
+
+
+@prompts.command("discard")
+@click.argument("label")
+@study_option
+def prompts_discard(wb, label):
+    """Throw away your draft of a label (the prompt folder's files are left alone)."""
+    wb.discard_draft(label)
+    click.echo(f"{label}: draft discarded")
 
 
 @prompts.command("import-dictionary")
@@ -526,7 +774,7 @@ def prompts_import_dictionary(wb, file, message):
 @main.command()
 @click.option("--prompt", "prompt_ref", default=None, help="Prompt version to freeze (default: latest).")
 @click.option("--name", required=True, help="Bundle name (also an annotated Git tag; never reused).")
-@click.option("--cohort", default=None, help="Development cohort whose run justifies the freeze (default: the study's dev_cohort).")
+@click.option("--cohort", default=None, help="Cohort whose run justifies the freeze (default: the study's dev_cohort, else its only cohort).")
 @click.option("--ci", type=click.Choice(["wilson", "clopper-pearson"]), default="wilson", show_default=True)
 @click.option("--sign", "sign_key", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Sign the bundle with this Ed25519 private key (from `workbench bundle keygen`).")
@@ -571,15 +819,18 @@ def bundle_sign(bundle, key):
 
 
 @main.command()
-@click.argument("bundle", type=click.Path(exists=True, dir_okay=False))
+@click.argument("bundle")
 @click.option("--public-key", "public_key", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Also check the bundle's Ed25519 signature with this team public key (who made it).")
 @click.option("--study", "study", type=click.Path(file_okay=False), default=None,
-              help="Also check the bundle against this study: its annotated tag and its audit trail.")
+              help="Also check the bundle against this study: its annotated tag and its audit trail (a bundle name "
+                   "is looked up in its bundles/, else in $WORKBENCH_STUDY's).")
 def verify(bundle, public_key, study):
-    """Check a bundle: sha256 over its exact content (integrity); optionally its signature and its study."""
+    """Check a bundle (a path, or a name in the study's bundles/): sha256 over its exact content (integrity); optionally its signature and its study."""
     from workbench.bundle import verify_bundle, verify_signature
 
+
+    bundle = find_bundle(bundle, study or os.environ.get("WORKBENCH_STUDY"))
     ok, recorded, actual = verify_bundle(Path(bundle))
     if ok:
         click.echo(f"ok: {bundle} sha256 {actual}")
@@ -601,6 +852,24 @@ def verify(bundle, public_key, study):
             failed |= not check["ok"]
     if failed:
         raise SystemExit(1)
+
+
+def find_bundle(name: str, study: str | None) -> Path:
+    """A bundle path or name, looked up in the current folder, then in the study's bundles/ folder."""
+    root = resolve_study_path(study)
+    tried = []
+    for folder in (Path.cwd(), root, root / "bundles"):
+        for candidate in (folder / name, folder / f"{name}.json"):
+            if candidate.is_file():
+                return candidate
+            tried.append(str(candidate))
+    raise click.UsageError(f"no bundle {name!r}; looked for " + ", ".join(dict.fromkeys(tried)))
+
+
+SCORE_SHORT = {"ran_score_lo": "ci_lo", "ran_score_hi": "ci_hi", "invented_findings_fp": "invented_fp",
+               "missed_findings_fn": "missed_fn", "failed_generated": "failed_gen", "failed_reference": "failed_ref"}
+SCORE_COLUMNS = ["generator", "reports", "macro_f1", "ran_score", "ci_lo", "ci_hi", "invented_fp", "missed_fn",
+                 "failed_gen", "failed_ref"]
 
 
 def _generated(values: tuple[str, ...]) -> dict:
@@ -639,7 +908,7 @@ def _bundle_study(study):
 
 
 @main.command()
-@click.option("--bundle", "bundle_path", required=True, type=click.Path(exists=True, dir_okay=False), help="Frozen bundle JSON.")
+@click.option("--bundle", "bundle_path", required=True, help="Frozen bundle: a path, or a name in the study's bundles/.")
 @click.option("--reference", required=True, type=click.Path(exists=True, dir_okay=False), help="Reference reports (id + text or findings/impression).")
 @click.option("--generated", multiple=True, required=True, help="NAME=FILE of generated reports with the same ids; repeat for several generators.")
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Folder for CSV and JSON outputs.")
@@ -653,6 +922,7 @@ def score(bundle_path, reference, generated, model, api_base, allow, study, out,
     """Score generated reports against reference reports with a frozen bundle (Ran Score)."""
     from workbench import scoring
 
+    bundle_path = find_bundle(bundle_path, study)
     gens = _generated(generated)
     wb = _bundle_study(study)
     common = dict(model=model, out=Path(out) if out else None, zero_division=zero_division, n_resamples=resamples,
@@ -663,18 +933,21 @@ def score(bundle_path, reference, generated, model, api_base, allow, study, out,
         result = scoring.score(Path(bundle_path), Path(reference), gens, **common)
     click.echo(f"bundle {result.bundle_name} ({result.bundle_sha[:12]}), model {result.model}; report text went to {result.endpoint}; "
                f"reference: {result.reference_stats['extracted']} extracted, {result.reference_stats['reused']} reused from cache")
-    echo_table(result.summary().round(4))
+    echo_table(result.summary().rename(columns=SCORE_SHORT), columns=SCORE_COLUMNS)
     for name, g in result.generators.items():
         r = g.ran_score
         if r.get("no_score"):
-            click.echo(f"\n== {name}: NO SCORE: {r['no_score']} ==")
+            title = f"{name}: NO SCORE: {r['no_score']}"
         else:
             left_out = "" if r["pairs_scored"] == r["pairs_total"] else (
                 f" over {r['pairs_scored']} of {r['pairs_total']} (report, label) pairs: {r['failed_generated']} generated and "
                 f"{r['failed_reference']} reference extractions failed and are left out")
-            click.echo(f"\n== {name}: Ran Score {r['estimate']:.4f} [{r['lo']:.4f}, {r['hi']:.4f}]{left_out} ==")
-        echo_table(g.per_label.reset_index().round(4))
-    click.echo(f"\nzero division: {scoring.POLICY_TEXT[zero_division]}")
+            title = f"{name}: Ran Score {r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]{left_out}"
+        click.echo("")
+        echo_table(g.per_label.reset_index(), title=title,
+                   columns=["label", "support", "tp", "fp", "fn", "precision", "recall", "f1", "failed_generated", "failed_reference"])
+    click.echo("")
+    say(f"zero division: {scoring.POLICY_TEXT[zero_division]}")
     if out:
         click.echo(f"wrote CSV and JSON to {out}")
     if result.unscored():
@@ -684,7 +957,7 @@ def score(bundle_path, reference, generated, model, api_base, allow, study, out,
 
 
 @main.command()
-@click.option("--bundle", "bundle_path", required=True, type=click.Path(exists=True, dir_okay=False), help="Frozen bundle JSON.")
+@click.option("--bundle", "bundle_path", required=True, help="Frozen bundle: a path, or a name in the study's bundles/.")
 @click.option("--pairs", type=click.Path(exists=True, dir_okay=False), default=str(DEMO_DIR / "robustness" / "pairs.csv"),
               show_default=True, help="CSV: pair_id,kind(paraphrase|significant),label,text_a,text_b.")
 @_allow_options
@@ -692,6 +965,7 @@ def robustness(bundle_path, pairs, model, api_base, allow, study):
     """Share of harmless paraphrases labelled the same and significant changes detected, per label."""
     from workbench import scoring
 
+    bundle_path = find_bundle(bundle_path, study)
     wb = _bundle_study(study)
     allowed = [*(wb.config.allowed_endpoints if wb is not None else []), *allow]
     result = scoring.robustness(Path(bundle_path), Path(pairs), model=model, api_base=api_base, allow_endpoints=allowed)
@@ -787,7 +1061,7 @@ def audit(wb, entity, fmt, check):
             return
         click.echo(f"BROKEN: {result['reason']} (checked {result['events']} events)", err=True)
         raise SystemExit(1)
-    echo_table(wb.audit_log(entity=entity), fmt)
+    echo_table(wb.audit_log(entity=entity), fmt, columns=["id", "at", "actor", "action", "entity", "entity_key"])
 
 
 @main.command("allow-endpoint")
@@ -878,6 +1152,18 @@ def _call_forwarding_signals(cmd: list[str], env: dict) -> int:
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), forward)
     return child.wait()
+
+
+def _whole_sentence_summaries(group: click.Group) -> None:
+    """Show each command's whole first paragraph in listings (click cuts it at 45 characters or at 'e.g.')."""
+    for cmd in group.commands.values():
+        if cmd.help and not cmd.short_help:
+            cmd.short_help = " ".join(cmd.help.split("\n\n")[0].split())
+        if isinstance(cmd, click.Group):
+            _whole_sentence_summaries(cmd)
+
+
+_whole_sentence_summaries(main)
 
 
 if __name__ == "__main__":

@@ -86,6 +86,7 @@ class _Table:
     rows: np.ndarray
     source: str
     problems: list[Problem] = field(default_factory=list)
+    kinds: dict[str, str] = field(default_factory=dict)  # typed files (JSONL/Parquet): column -> pandas inferred kind
 
     def column(self, *names: str) -> str | None:
         """The actual header matching any of names (case-insensitive, first name wins)."""
@@ -177,7 +178,14 @@ def _decode(data: bytes, limit: int = 20) -> tuple[str, list[Problem]]:
 
 def _load_csv(text: str, source: str, sep: str) -> _Table:
     """CSV/TSV as strings; rows with too many fields are problems with their row number."""
-    header = [h.strip() for h in next(csv.reader(io.StringIO(text), delimiter=sep), [])]
+    try:
+        wrong_sep = _separator_problem(text, sep)
+        # newline="": a lone carriage return ends a line, as in the spreadsheet that wrote it
+        header = [h.strip() for h in next(csv.reader(io.StringIO(text, newline=""), delimiter=sep), [])]
+    except csv.Error as exc:
+        _fail(source, f"cannot parse as {'TSV' if sep == chr(9) else 'CSV'}: {exc}")
+    if wrong_sep is not None:  # reading on would only produce misleading row problems
+        raise ImportProblems(source, [wrong_sep])
     problems = _header_problems(header, sep)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", pd.errors.ParserWarning)
@@ -193,11 +201,20 @@ def _load_csv(text: str, source: str, sep: str) -> _Table:
             problems.append(Problem(int(match.group(1)), None, f"{match.group(2)} (check quoting and "
                                                                    "separators on this row)"))
     frame = _drop_unnamed(frame, header, problems)
+    _refuse_duplicate_columns(frame, source, problems)
     # pandas numbers records as a spreadsheet does (a multi-line quoted cell is one row)
     rows = np.arange(2, 2 + len(frame) + len(skipped))
     if skipped:
         rows = rows[~np.isin(rows, skipped)]
     return _drop_blank_rows(_Table(frame.fillna(""), rows, source, problems))
+
+
+def _refuse_duplicate_columns(frame: pd.DataFrame, source: str, problems: list[Problem]) -> None:
+    """" id" and "id" are one name once stripped: with two such columns nothing can be read reliably."""
+    if frame.columns.has_duplicates:
+        dup = sorted(set(frame.columns[frame.columns.duplicated()]))
+        raise ImportProblems(source, [p for p in problems if "more than once" in p.message]
+                             or [Problem(1, name, "column appears more than once") for name in dup])
 
 
 def _header_problems(header: list[str], sep: str) -> list[Problem]:
@@ -207,10 +224,27 @@ def _header_problems(header: list[str], sep: str) -> list[Problem]:
         if name and name in seen:
             problems.append(Problem(1, name, "column appears more than once in the header"))
         seen.add(name)
-    if sep == "," and len(header) == 1 and ";" in header[0]:
-        problems.append(Problem(1, None, "the header is one column containing ';': the file looks "
-                                         "semicolon-separated; save it comma-separated"))
     return problems
+
+
+SEPARATOR_NAMES = {",": "comma", "\t": "tab", ";": "semicolon", "|": "pipe"}
+
+
+def _separator_problem(text: str, sep: str) -> Problem | None:
+    """A file whose header is one column with `sep` but several with another separator was saved with that one."""
+    lines = [line for line in text.splitlines()[:50] if line.strip()]
+    if not lines or len(next(csv.reader([lines[0]], delimiter=sep), [])) > 1:
+        return None
+    for other, name in SEPARATOR_NAMES.items():
+        if other == sep:
+            continue
+        widths = {len(row) for row in csv.reader(lines[:20], delimiter=other)}
+        if min(widths) > 1:
+            hint = "save it as .tsv or comma-separated" if other == "\t" else "save it comma-separated (or as .tsv)"
+            return Problem(1, None, f"the file looks {name}-separated (the header splits into "
+                                    f"{len(next(csv.reader([lines[0]], delimiter=other)))} columns at {name}s, "
+                                    f"1 at {SEPARATOR_NAMES[sep]}s); {hint}")
+    return None
 
 
 def _drop_unnamed(frame: pd.DataFrame, header: list[str], problems: list[Problem]) -> pd.DataFrame:
@@ -259,6 +293,7 @@ def _load_jsonl(text: str, source: str) -> _Table:
         rows.append(number)
     frame = pd.DataFrame.from_records(records) if records else pd.DataFrame()
     frame.columns = [str(c).strip() for c in frame.columns]
+    _refuse_duplicate_columns(frame, source, problems)
     table = _Table(frame, np.array(rows, dtype=int), source, problems)
     _stringify(table)
     return table
@@ -272,6 +307,7 @@ def _load_parquet(data: bytes, source: str) -> _Table:
         _fail(source, f"cannot read as Parquet: {exc}")
     frame = frame.reset_index(drop=True)
     frame.columns = [str(c).strip() for c in frame.columns]
+    _refuse_duplicate_columns(frame, source, [])
     table = _Table(frame, np.arange(2, 2 + len(frame)), source)
     _stringify(table)
     return table
@@ -282,8 +318,9 @@ def _stringify(table: _Table) -> None:
     frame = table.frame
     for col in list(frame.columns):
         series = frame[col]
-        if pd.api.types.infer_dtype(series, skipna=True) in ("string", "empty"):
-            frame[col] = series.fillna("").astype(str)
+        table.kinds[col] = pd.api.types.infer_dtype(series, skipna=True)
+        if table.kinds[col] in ("string", "empty"):
+            frame[col] = series.astype(object).where(series.notna(), "").astype(str)
             continue
         values = series.astype(object).tolist()
         nested = [i for i, v in enumerate(values) if isinstance(v, (dict, list, np.ndarray))]
@@ -319,6 +356,28 @@ def _raise_if(source: str, problems: list[Problem]) -> None:
     for p in problems:
         order.setdefault(p.source, len(order))
     raise ImportProblems(source, sorted(problems, key=lambda p: (order[p.source], p.row or 0)))
+
+
+# What a typed column may hold: ids are text or whole numbers (7 -> "7"); text is text.
+ID_KINDS = ("string", "empty", "integer")
+TEXT_KINDS = ("string", "empty")
+KIND_WORDS = {"floating": "decimal numbers", "integer": "whole numbers", "mixed-integer": "numbers mixed with text",
+              "mixed-integer-float": "whole and decimal numbers", "boolean": "true/false values", "mixed": "mixed types",
+              "decimal": "decimal numbers", "datetime": "dates", "datetime64": "dates", "date": "dates",
+              "bytes": "bytes", "timedelta": "durations", "timedelta64": "durations"}
+
+
+def _type_problems(table: _Table, column: str | None, allowed: tuple[str, ...], what: str) -> list[Problem]:
+    """A typed (JSONL/Parquet) column whose values are not of the allowed kind: one problem naming column and type."""
+    kind = table.kinds.get(column) if column is not None else None
+    if kind is None or kind in allowed:
+        return []
+    want = "text or whole numbers" if "integer" in allowed else "text"
+    hint = ""
+    if kind == "floating" and table.frame[column].str.fullmatch(r"-?\d+\.0|").all():
+        hint = " (whole numbers stored as decimals, as a missing value makes Parquet and pandas do)"
+    return [Problem(None, column, f"holds {KIND_WORDS.get(kind, kind)} ({kind}){hint}; {what} must be {want}. "
+                                  "Convert the column and export again")]
 
 
 def _require_rows(table: _Table) -> None:
@@ -372,6 +431,11 @@ def _reports(table: _Table, id_names: tuple[str, ...], allow_empty: bool,
             out[name] = table.frame[col]
         elif name in extra:
             out[name] = pd.Series([""] * n, dtype=str)
+    typed = _type_problems(table, id_col, ID_KINDS, "report ids")
+    for col in (text_col, *sections.values()):
+        typed += _type_problems(table, col, TEXT_KINDS, "report text")
+    if typed:  # values were guessed from numbers: nothing further is meaningful
+        _raise_if(table.source, table.problems + typed)
     problems = _id_problems(table, out["report_id"], id_col, "report id")
     empty = np.ones(n, dtype=bool)
     for name in ("text",) + SECTION_COLUMNS:
@@ -492,6 +556,9 @@ def _check_choices(uncertain_as: str | None, blank_as: str) -> None:
 def _key_problems(table: _Table, rid: pd.Series, rid_col: str, reader: pd.Series, reader_col: str,
                   known: set[str] | None) -> list[Problem]:
     """Blank report ids and readers, and report ids the study does not have."""
+    typed = _type_problems(table, rid_col, ID_KINDS, "report ids") + _type_problems(table, reader_col, ID_KINDS, "readers")
+    if typed:
+        _raise_if(table.source, table.problems + typed)
     blank_rid = (rid == "").to_numpy()
     problems = table.at(blank_rid, rid_col, "blank report id")
     problems += table.at((reader == "").to_numpy(), reader_col, "blank reader")

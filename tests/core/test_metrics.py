@@ -307,6 +307,7 @@ def test_bootstrap_is_reproducible_with_seed(noisy):
 def test_bootstrap_matches_a_naive_loop_with_the_same_draws(noisy):
     y_true, y_pred = noisy
     got = metrics.bootstrap_macro_f1(y_true, y_pred, n_resamples=60, seed=5, zero_division="zero")
+    y_true, y_pred = y_true.sort_index(), y_pred.sort_index()  # resamples are drawn in report-id order
     idx = np.random.default_rng(5).integers(0, len(y_true), size=(60, len(y_true)))
     t, p = y_true.to_numpy(), y_pred.to_numpy()
     scores = []
@@ -319,6 +320,17 @@ def test_bootstrap_matches_a_naive_loop_with_the_same_draws(noisy):
         scores.append(np.mean(per_label))
     lo, hi = np.quantile(scores, [0.025, 0.975])
     assert (got["lo"], got["hi"]) == pytest.approx((lo, hi), abs=1e-12)
+
+
+def test_bootstrap_interval_does_not_depend_on_the_order_of_the_reports(noisy):
+    """Same data in another row order, same seed: the same interval (issue 13, item 10)."""
+    y_true, y_pred = noisy
+    order = np.random.default_rng(1).permutation(len(y_true))
+    first = metrics.bootstrap_macro_f1(y_true, y_pred, n_resamples=200, seed=3)
+    shuffled = metrics.bootstrap_macro_f1(y_true.iloc[order], y_pred.iloc[order], n_resamples=200, seed=3)
+    assert (shuffled["lo"], shuffled["hi"]) == (first["lo"], first["hi"])
+    per_label = metrics.bootstrap_label_f1(y_true, y_pred, n_resamples=200, seed=3)
+    pd.testing.assert_frame_equal(metrics.bootstrap_label_f1(y_true.iloc[order], y_pred.iloc[order], n_resamples=200, seed=3), per_label)
 
 
 def test_bootstrap_estimate_equals_macro_f1_and_sits_in_interval(complete_with_empty_label):
@@ -454,53 +466,54 @@ def test_compare_labels_uses_only_cells_evaluable_everywhere(paired):
     assert metrics.compare_labels(y_true, a, b).iloc[0]["n"] == 120 - 9
 
 
-def test_reports_needed_follows_the_documented_scan(paired):
+def _simulated_power(n, p_broken, p_fixed, alpha, min_discordant, sims=4000, seed=0):
+    """Share of simulated studies of n paired reports whose exact McNemar p < alpha (statsmodels' test)."""
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(n, [p_broken, p_fixed, 1 - p_broken - p_fixed], size=sims)
+    b, c = counts[:, 0], counts[:, 1]
+    pairs = {pair: mcnemar([[0, pair[0]], [pair[1], 0]], exact=True).pvalue for pair in set(zip(b.tolist(), c.tolist()))}
+    p = np.array([pairs[pair] for pair in zip(b.tolist(), c.tolist())])
+    return float(np.mean((p < alpha) & (b + c >= min_discordant)))
+
+
+@pytest.mark.parametrize("b,c,n", [(2, 6, 120), (5, 12, 300), (10, 30, 300), (3, 90, 300), (40, 55, 300)])
+def test_reports_needed_gives_80_percent_power_in_simulation(b, c, n):
+    """At n + reports_needed, simulated studies reach significance under Holm's alpha / m about 80% of the time."""
+    m = 21
+    alpha = 0.05 / m
+    total = metrics.reports_for_power(b / n, c / n, alpha, 0.8, min_discordant=10)
+    assert metrics.mcnemar_power(total, b / n, c / n, alpha, 10) >= 0.8 > metrics.mcnemar_power(total - 1, b / n, c / n, alpha, 10) - 0.01
+    simulated = _simulated_power(total, b / n, c / n, alpha, 10)
+    assert simulated == pytest.approx(0.8, abs=0.03), (total, simulated)
+    # the old figure (just significant at the observed split, unadjusted alpha) had about half that power
+    assert _simulated_power(max(math.ceil(total * 0.4), 1), b / n, c / n, alpha, 10, sims=1000) < 0.7
+
+
+def test_exact_power_agrees_with_connor_for_large_samples():
+    """For many discordant pairs the exact test needs a little more than Connor's (1987) normal approximation."""
+    p10, p01, alpha = 0.05, 0.08, 0.05
+    za, zb = stats.norm.isf(alpha / 2), stats.norm.isf(0.2)
+    psi, delta = p10 + p01, p01 - p10
+    connor = (za * math.sqrt(psi) + zb * math.sqrt(psi - delta**2)) ** 2 / delta**2
+    exact = metrics.reports_for_power(p10, p01, alpha)
+    assert connor <= exact <= connor * 1.06  # 1,185 vs 1,131.4: the exact test is a little conservative
+
+
+def test_reports_needed_uses_holm_alpha_and_counts_only_further_reports(paired):
     y_true, a, b = paired
-    row = metrics.compare_labels(y_true, a, b).loc["few"]  # b = 2, c = 6 of 120 reports
-    share, rate = 2 / 8, 8 / 120
-    total = 10  # scan starts at max(b + c, min_discordant)
-    while True:
-        smaller = round(share * total)
-        if mcnemar([[0, smaller], [total - smaller, 0]], exact=True).pvalue < 0.05:
-            break
-        total += 1
-    assert row["reports_needed"] == math.ceil(total / rate) - 120
-    assert row["reports_needed"] > 0 and row["reports_note"] == ""
-
-
-def _brute_force_needed(b: int, c: int, n: int, alpha: float = 0.05, min_discordant: int = 10) -> int:
-    """Every total of discordant pairs from the start, the first with exact p < alpha."""
-    totals = np.arange(max(b + c, min_discordant), 50_000)
-    smaller = np.round(min(b, c) / (b + c) * totals)
-    p = np.minimum(1.0, 2 * stats.binom.cdf(smaller, totals, 0.5))
-    total = int(totals[np.argmax(p < alpha)])
-    return max(math.ceil(total * n / (b + c)) - n, 0)
-
-
-NEEDED_PLAN = {
-    "strong_but_few": (0, 7),
-    "weak": (5, 7),
-    "jump": (10, 13),
-    "wide": (40, 55),
-    "big": (3, 90),
-    "several_chunks": (100, 105),
-}
-
-
-def test_reports_needed_equals_brute_force_over_a_grid():
-    table = metrics.compare_labels(*_paired(300, NEEDED_PLAN, seed=1))
-    for label, (b, c) in NEEDED_PLAN.items():
-        assert table.loc[label, "reports_needed"] == _brute_force_needed(b, c, 300), label
-    # 0 of 7 is already p < 0.05 but below min_discordant: more reports are still needed.
-    assert table.loc["strong_but_few", "verdict"] == "undecided"
-    assert table.loc["strong_but_few", "reports_needed"] > 0
+    table = metrics.compare_labels(y_true, a, b)
+    m = len(table)
+    assert table.attrs["alpha_power"] == pytest.approx(0.05 / m)
+    row = table.loc["few"]  # b = 2, c = 6 of 120 reports
+    total = metrics.reports_for_power(2 / 120, 6 / 120, 0.05 / m, 0.8, min_discordant=10)
+    assert row["reports_needed"] == total - 120 and row["reports_note"] == ""
 
 
 def test_reports_needed_undefined_without_imbalance(paired):
     table = metrics.compare_labels(*paired)
-    assert np.isnan(table.loc["same", "reports_needed"]) and "no discordant" in table.loc["same", "reports_note"]
+    assert np.isnan(table.loc["same", "reports_needed"]) and "no difference seen" in table.loc["same", "reports_note"]
     assert np.isnan(table.loc["even", "reports_needed"])
-    assert "as many fixed as broken" in table.loc["even", "reports_note"]
+    assert "no difference seen" in table.loc["even", "reports_note"]
     assert table.loc["fixed", "reports_needed"] == 0
 
 
@@ -557,6 +570,7 @@ def test_bootstrap_label_f1_matches_a_plain_loop_and_brackets_the_estimate():
     t = pd.DataFrame(rng.integers(0, 2, (80, 3)), columns=["a", "b", "c"]).astype(float)
     p = t.where(rng.random((80, 3)) > 0.2, 1 - t)
     got = metrics.bootstrap_label_f1(t, p, n_resamples=200, seed=5)
+    t, p = t.rename(index=str).sort_index(), p.rename(index=str).sort_index()  # drawn in report-id order
     draws = np.random.default_rng(5).integers(0, 80, size=(200, 80))
     for label in t.columns:
         values = [f1_score(t[label].to_numpy()[d], p[label].to_numpy()[d]) for d in draws]

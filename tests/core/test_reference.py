@@ -15,9 +15,25 @@ VOTES = [
     (ReferenceRule("at_least", 4, 6), 3, 6, NAN, "no decisive vote"),   # 3-3 tie
     (ReferenceRule("at_least", 4, 6), 2, 6, 0.0, ""),
     (ReferenceRule("at_least", 4, 6), 0, 6, 0.0, ""),
-    (ReferenceRule("at_least", 4, 6), 4, 5, NAN, "too few readers"),
+    # fewer than N readers: decided once the readers still to come cannot change the outcome
+    (ReferenceRule("at_least", 4, 6), 5, 5, 1.0, ""),
+    (ReferenceRule("at_least", 4, 6), 4, 5, 1.0, ""),
+    (ReferenceRule("at_least", 4, 6), 4, 4, 1.0, ""),
+    (ReferenceRule("at_least", 4, 6), 1, 5, 0.0, ""),                  # 4 negatives; 1 + 1 < 4
+    (ReferenceRule("at_least", 4, 6), 2, 5, NAN, "too few readers"),   # 3-2: 3-3 or 2-4 to come
+    (ReferenceRule("at_least", 4, 6), 3, 5, NAN, "too few readers"),
+    (ReferenceRule("at_least", 4, 6), 0, 3, NAN, "too few readers"),
+    (ReferenceRule("at_least", 5, 6), 3, 5, NAN, "no decisive vote"),  # neither side can reach 5
+    # more than N readers: the same share, ceil(K * n / N) of n; ties and smaller shares wait
     (ReferenceRule("at_least", 4, 6), 5, 7, 1.0, ""),
-    (ReferenceRule("at_least", 4, 6), 3, 7, 0.0, ""),
+    (ReferenceRule("at_least", 4, 6), 3, 7, NAN, "no decisive vote"),  # 4 of 7 negative < 5 of 7
+    (ReferenceRule("at_least", 4, 6), 2, 7, 0.0, ""),
+    (ReferenceRule("at_least", 4, 6), 4, 8, NAN, "no decisive vote"),  # a 4-4 tie
+    (ReferenceRule("at_least", 4, 6), 4, 10, NAN, "no decisive vote"), # a 4-6 split: 6 of 10 < 7 of 10
+    (ReferenceRule("at_least", 4, 6), 7, 10, 1.0, ""),
+    (ReferenceRule("at_least", 4, 6), 3, 10, 0.0, ""),
+    (ReferenceRule("at_least", 6, 6), 6, 7, NAN, "no decisive vote"),  # unanimity stays unanimity
+    (ReferenceRule("at_least", 6, 6), 7, 7, 1.0, ""),
     (ReferenceRule("at_least", 1, 1), 1, 1, 1.0, ""),
     (ReferenceRule("at_least", 1, 1), 0, 1, 0.0, ""),
     (ReferenceRule("majority", 2, 3), 2, 3, 1.0, ""),
@@ -36,6 +52,12 @@ def test_vote_truth_table(rule, pos, n, value, reason):
     else:
         assert got[0] == value
     assert why[0] == reason
+
+
+def test_more_readers_than_n_never_decide_a_minority():
+    """vote([4, 4], [8, 10], 4 of 6) decided both positive before (issue 13, item 9)."""
+    value, reason = vote(np.array([4, 4]), np.array([8, 10]), ReferenceRule("at_least", 4, 6))
+    assert np.isnan(value).all() and list(reason) == ["no decisive vote"] * 2
 
 
 @pytest.mark.parametrize("kind,k,n", [("at_least", 0, 6), ("at_least", 7, 6), ("nope", 1, 1), ("majority", 1, 0)])

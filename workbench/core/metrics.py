@@ -173,6 +173,11 @@ def _aligned(first: pd.DataFrame, *others: pd.DataFrame, names: tuple[str, ...])
     return [_matrix(frame, name) for frame, name in zip(frames, names)]
 
 
+def _by_report_id(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows in report-id order, so a seeded resample draws the same reports whatever the input order."""
+    return frame.iloc[np.argsort(frame.index.astype(str).to_numpy(), kind="stable")]
+
+
 def _confusion(t: np.ndarray, p: np.ndarray) -> dict[str, np.ndarray]:
     # NaN compares unequal to 0 and 1, so a cell missing on either side falls in no cell.
     return {
@@ -378,7 +383,7 @@ def bootstrap_macro_f1(
     zero_division: str = "undefined",
     method: str = "percentile",
 ) -> dict:
-    """Bootstrap interval of macro F1 resampling whole reports (rows), seeded.
+    """Bootstrap interval of macro F1 resampling whole reports (rows, in report-id order), seeded.
 
     method "percentile" (default) or "bc" (bias-corrected percentile): under the zero-division
     policies "zero"/"one" macro F1 is biased in resamples (a rare label loses its only positive
@@ -390,7 +395,7 @@ def bootstrap_macro_f1(
     _check_alpha(alpha)
     if n_resamples < 1:
         raise ValueError("n_resamples must be at least 1")
-    t, p = _aligned(y_true, y_pred, names=("y_true", "y_pred"))
+    t, p = _aligned(_by_report_id(y_true), y_pred, names=("y_true", "y_pred"))
     n_rows, n_labels = t.shape
     full = _indicators(t, p).sum(axis=0)
     estimate = _macro(_f1(full[:n_labels], full[n_labels : 2 * n_labels], full[2 * n_labels :], policy)[0])[0]
@@ -433,7 +438,7 @@ def bootstrap_label_f1(
     F1 is undefined (no positive on either side) are left out of that label's interval.
     """
     _check_alpha(alpha)
-    t, p = _aligned(y_true, y_pred, names=("y_true", "y_pred"))
+    t, p = _aligned(_by_report_id(y_true), y_pred, names=("y_true", "y_pred"))
     parts = [_f1(tp, fp, fn, ZeroDivisionPolicy.UNDEFINED)[0] for tp, fp, fn in _resampled_counts(t, p, n_resamples, seed)]
     samples = np.vstack(parts) if parts else np.zeros((0, t.shape[1]))
     with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -488,39 +493,82 @@ def holm(pvalues) -> np.ndarray:
     return out
 
 
-# Discordant pairs scanned at most when estimating reports_needed.
-_MAX_DISCORDANT = 5_000_000
+# Paired reports considered at most when looking for the size with the wanted power.
+_MAX_REPORTS = 10_000_000
+POWER = 0.8
 
 
-def _discordant_needed(smaller_share: float, start: int, alpha: float) -> int | None:
-    """Smallest total of discordant pairs D >= start whose exact p at this split is < alpha."""
-    # The normal approximation puts the answer near (z / effect)^2; starting the exact scan at
-    # half of it skips a long stretch where p is far above alpha.
-    effect = 1 - 2 * smaller_share
-    approx = (-special.ndtri(alpha / 2) / effect) ** 2
-    low = max(start, int(0.5 * approx)) if approx > 200 else start
-    width = 1024
-    while low <= _MAX_DISCORDANT:
-        totals = np.arange(low, low + width)
-        p = mcnemar_exact_arrays(np.round(smaller_share * totals), totals - np.round(smaller_share * totals))
-        hits = np.flatnonzero(p < alpha)
-        if hits.size:
-            return int(totals[hits[0]])
-        low, width = low + width, width * 2
-    return None
+def mcnemar_power(n: int, p_broken: float, p_fixed: float, alpha: float, min_discordant: int = 0) -> float:
+    """Power of the exact two-sided McNemar test (p < alpha) with n paired reports.
+
+    Each report is discordant "broken" with probability p_broken and "fixed" with p_fixed; the
+    number of discordant pairs D is binomial(n, p_broken + p_fixed) and, given D, the broken
+    count binomial(D, p_broken / (p_broken + p_fixed)). Power sums, over D >= min_discordant
+    (the verdict needs that many), P(D) times the chance that the smaller count falls in the
+    exact test's rejection region. Computed exactly (no simulation), vectorised over D.
+    """
+    from scipy import stats
+
+    psi = p_broken + p_fixed
+    if n <= 0 or psi <= 0:
+        return 0.0
+    sd = np.sqrt(n * psi * (1 - psi))
+    lo = max(int(n * psi - 9 * sd) - 1, min_discordant, 1)
+    hi = min(int(n * psi + 9 * sd) + 2, n)
+    if lo > hi:
+        return 0.0
+    d = np.arange(lo, hi + 1)
+    # largest smaller count with exact p < alpha: cdf(k; D, 1/2) < alpha / 2
+    k = stats.binom.ppf(alpha / 2, d, 0.5).astype(np.int64)
+    k -= (stats.binom.cdf(k, d, 0.5) >= alpha / 2)
+    q = p_broken / psi
+    reject = np.where(k >= 0, stats.binom.cdf(k, d, q) + stats.binom.sf(d - k - 1, d, q), 0.0)
+    return float(np.sum(stats.binom.pmf(d, n, psi) * reject))
+
+
+def _connor_size(p_broken: float, p_fixed: float, alpha: float, power: float) -> float:
+    """Connor's (1987) normal-approximation sample size for McNemar's test (a starting point)."""
+    psi, delta = p_broken + p_fixed, p_fixed - p_broken
+    za, zb = -special.ndtri(alpha / 2), -special.ndtri(1 - power)  # = stats.norm.isf
+    return (za * np.sqrt(psi) + zb * np.sqrt(psi - delta**2)) ** 2 / delta**2
+
+
+def reports_for_power(p_broken: float, p_fixed: float, alpha: float, power: float = POWER,
+                      min_discordant: int = 0) -> int | None:
+    """Paired reports at which the exact McNemar test reaches `power` (None above _MAX_REPORTS).
+
+    Starts from Connor's approximation, doubles until the exact power is reached, then bisects
+    for the smallest such size (the exact power zig-zags slightly with n; bisection finds a
+    crossing, which a test checks against simulation).
+    """
+    if p_broken == p_fixed:
+        return None
+    start = max(int(_connor_size(p_broken, p_fixed, alpha, power)), min_discordant, 1)
+    lo, hi = max(start // 2, 1), start
+    while mcnemar_power(hi, p_broken, p_fixed, alpha, min_discordant) < power:
+        lo, hi = hi, hi * 2
+        if hi > _MAX_REPORTS:
+            return None
+    if mcnemar_power(lo, p_broken, p_fixed, alpha, min_discordant) >= power:
+        lo = 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if mcnemar_power(mid, p_broken, p_fixed, alpha, min_discordant) >= power:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def _reports_needed(b: int, c: int, n: int, alpha: float, min_discordant: int) -> tuple[float, str]:
     if b + c == 0:
-        return np.nan, "no discordant pairs: the runs agree on every report"
+        return np.nan, "no difference seen: the runs agree on every report"
     if b == c:
-        return np.nan, "as many fixed as broken: more reports at this rate would not show a difference"
-    start = max(b + c, min_discordant)
-    needed = _discordant_needed(min(b, c) / (b + c), start, alpha)
-    if needed is None:
-        return np.nan, f"more than {_MAX_DISCORDANT} discordant pairs would be needed"
-    total_reports = int(np.ceil(needed * n / (b + c)))
-    return float(max(total_reports - n, 0)), ""
+        return np.nan, "no difference seen: as many fixed as broken"
+    total = reports_for_power(b / n, c / n, alpha, POWER, min_discordant)
+    if total is None:
+        return np.nan, f"more than {_MAX_REPORTS:,} reports would be needed"
+    return float(max(total - n, 0)), ""
 
 
 def compare_labels(
@@ -540,12 +588,13 @@ def compare_labels(
     "undecided" whenever 0 < b + c < min_discordant, too few changed cases to judge, and "no change"
     when b + c == 0 (the runs agree on every case of the label).
 
-    reports_needed estimates how many *further* reports would be needed for a significant
-    verdict if the observed per-report rates of fixed and broken cases held: the discordant
-    pairs are scaled up keeping the observed split (the smaller count rounded), the smallest
-    total D >= max(b + c, min_discordant) with exact McNemar p < alpha (unadjusted) is found by
-    scanning, and reports_needed = ceil(D * n / (b + c)) - n (0 when already significant with
-    enough pairs). It is NaN, with a reason in reports_note, when b + c == 0 or b == c.
+    reports_needed is a power figure: the additional paired reports (beyond n) at which the exact
+    McNemar test would reach 80% power if the observed per-report rates of broken (b / n) and
+    fixed (c / n) cases held, at alpha / m, the strictest Holm step over the m labels compared
+    (so the verdict, which uses Holm, would be "better"/"worse" with at least that chance
+    whatever the other labels do), counting only samples with at least min_discordant changed
+    cases. 0 means the current size already has that power. It is NaN, with "no difference
+    seen" in reports_note, when b + c == 0 or b == c. alpha_power holds the level used.
     """
     policy = _policy(zero_division)
     _check_alpha(alpha)
@@ -567,11 +616,13 @@ def compare_labels(
     out["p_value"] = mcnemar_exact_arrays(broken, fixed, mid_p)
     out["p_holm"] = holm(out["p_value"])
     out["verdict"] = _verdicts(broken, fixed, out["p_holm"], alpha, min_discordant)
-    needed = [_reports_needed(int(x), int(y), int(m), alpha, min_discordant) for x, y, m in zip(broken, fixed, n)]
+    alpha_power = alpha / max(int(np.sum(~np.isnan(out["p_value"]))), 1)  # Holm's strictest step
+    needed = [_reports_needed(int(x), int(y), int(m), alpha_power, min_discordant) for x, y, m in zip(broken, fixed, n)]
     out["reports_needed"] = np.array([value for value, _ in needed], dtype=float)
     out["reports_note"] = np.array([note for _, note in needed], dtype=object)
     table = pd.DataFrame(out, index=pd.Index(y_true.columns, name="label"))
-    table.attrs.update(mid_p=mid_p, alpha=alpha, min_discordant=min_discordant, zero_division=policy.value)
+    table.attrs.update(mid_p=mid_p, alpha=alpha, min_discordant=min_discordant, zero_division=policy.value,
+                       alpha_power=alpha_power, power=POWER)
     return table
 
 

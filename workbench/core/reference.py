@@ -39,7 +39,8 @@ class ReferenceRule:
         """Human wording of the rule."""
         if self.kind == "majority":
             return f"majority of at least {self.n} reader(s); ties wait for adjudication"
-        return f"at least {self.k} of {self.n} readers agree; otherwise adjudication"
+        return (f"at least {self.k} of {self.n} readers agree (with more readers, the same share of all of them); "
+                "otherwise adjudication")
 
     @classmethod
     def from_config(cls, data: dict) -> "ReferenceRule":
@@ -51,19 +52,32 @@ class ReferenceRule:
 
 
 def vote(positives: np.ndarray, n: np.ndarray, rule: ReferenceRule) -> tuple[np.ndarray, np.ndarray]:
-    """Vectorised vote: (value with NaN where undecided, reason code array)."""
-    positives = np.asarray(positives)
-    n = np.asarray(n)
+    """Vectorised vote: (value with NaN where undecided, reason code array).
+
+    at_least K of N: with n = N readers a side needs K votes. With more than N readers a side
+    needs the same share, ceil(K * n / N) of n votes (4 of 6 -> 5 of 7, 7 of 10), so extra
+    readers never turn a minority into a decision; anything short of that waits for
+    adjudication. With fewer than N readers an item is decided as soon as the readers still to
+    come cannot change the outcome (5 of 6 read, 5 positive, K = 4), and marked "no decisive
+    vote" as soon as neither side can still reach K. The positive side is checked first, as
+    with n = N (it matters only for K <= N / 2). majority: more than half of at least N readers.
+    """
+    positives = np.asarray(positives).astype(np.int64)
+    n = np.asarray(n).astype(np.int64)
     negatives = n - positives
     value = np.full(positives.shape, np.nan)
+    too_few = n < rule.n
     if rule.kind == "at_least":
-        value[positives >= rule.k] = 1.0
-        value[(negatives >= rule.k) & (positives < rule.k)] = 0.0
+        needed = np.where(n > rule.n, -(-rule.k * n // rule.n), rule.k)
+        still_to_come = np.maximum(rule.n - n, 0)
+        value[positives >= needed] = 1.0
+        value[(negatives >= needed) & (positives + still_to_come < needed)] = 0.0
+        undecidable = (positives + still_to_come < needed) & (negatives + still_to_come < needed)
+        too_few = too_few & np.isnan(value) & ~undecidable
     else:
         value[positives * 2 > n] = 1.0
         value[negatives * 2 > n] = 0.0
-    too_few = n < rule.n
-    value[too_few] = np.nan
+        value[too_few] = np.nan
     reason = np.where(too_few, "too few readers", np.where(np.isnan(value), "no decisive vote", ""))
     return value, reason
 

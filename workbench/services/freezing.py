@@ -37,7 +37,7 @@ class FreezeService:
 
     def justifying_run(self, prompt_commit: str, cohort: str | None = None):
         """The latest finished run of this prompt version on the development cohort."""
-        cohort = cohort or self.config.dev_cohort
+        cohort = cohort or self.default_cohort()
         runs = self.runs(cohort)
         runs = runs[(runs["prompt_commit"] == prompt_commit) & (runs["status"] == "finished")]
         if runs.empty:
@@ -54,6 +54,16 @@ class FreezeService:
             f"run {latest} of prompt version {prompt_commit[:8]} on cohort {cohort!r} does not cover every asked label: "
             f"{len(missing)} of {len(asked)} missing ({', '.join(missing)}); a bundle is justified by a run of all its labels: "
             f"run `workbench run --cohort {cohort} --prompt {prompt_commit[:8]}` (cached answers are reused) and freeze again")
+
+    def default_cohort(self) -> str:
+        """The study's development cohort when it exists, else the only cohort; else an error naming the choices."""
+        names = self.cohorts()["name"].tolist()
+        if self.config.dev_cohort in names:
+            return self.config.dev_cohort
+        if len(names) == 1:
+            return names[0]
+        raise StudyError(f"no development cohort {self.config.dev_cohort!r} (dev_cohort in workbench.yaml); "
+                         f"choose one with --cohort: {', '.join(names) or '(none yet: import reports first)'}")
 
     def freeze(self, name: str, prompt_ref: str | None = None, cohort: str | None = None,
                frozen_at: str | None = None, ci: str = "wilson") -> dict:

@@ -46,6 +46,10 @@ class PromptsService:
         """One label's prompt at a version."""
         return self.prompt_set(ref_).label(self._asked(label))
 
+    def asked_label(self, label: str) -> str:
+        """A label id or name resolved to an asked label's id (a clear error otherwise)."""
+        return self._asked(label)
+
     def _asked(self, label: str) -> str:
         """Resolve an asked label id (derived labels have no prompt)."""
         label_id = self.vocab.resolve(label)
@@ -122,6 +126,159 @@ class PromptsService:
             prompts.append(lp)
             bases[lp.label] = base  # each draft is checked against the version it started from
         return self.save_prompts(prompts, message, bases)
+
+    # ------------------------------------------------------------ working-tree edits (editor, git, scripts)
+
+    def working_edit(self, label: str) -> str | None:
+        """The uncommitted text of a label's file in the study's prompt folder (None when it matches the latest version)."""
+        name = f"{self._asked(label)}.yaml"
+        changes = prompt_repo.working_changes(self.paths.prompts)
+        return changes.get(name) if name in changes else None
+
+    def _validated_file_text(self, label: str, text: str | None, source: str) -> LabelPrompt:
+        """Parse a label's text (a file or an editor buffer); the label inside must be the file's label."""
+        if text is None:
+            raise StudyError(f"{source} was deleted; restore it (git -C {self.paths.prompts} checkout -- {label}.yaml)")
+        lp = parse_label_yaml(text, source)
+        if lp.label != label:
+            raise PromptError(f"{source}: label is {lp.label!r} but the file is {label}.yaml")
+        return lp
+
+    def prompt_status(self) -> pd.DataFrame:
+        """Per label with a draft or an uncommitted edit: what exists, whether it is valid, whether they clash."""
+        drafts = self.drafts().set_index("label")
+        changes = prompt_repo.working_changes(self.paths.prompts)
+        labels = sorted(set(drafts.index) | {n[:-5] for n in changes if n != "_task.yaml"})
+        rows = []
+        for label in labels:
+            name = f"{label}.yaml"
+            draft = self.draft(label)[0] if label in drafts.index else None
+            edit = "deleted" if name in changes and changes[name] is None else ("edited" if name in changes else "")
+            problem = ""
+            if name in changes:
+                try:
+                    lp = self._validated_file_text(label, changes[name], f"{self.paths.prompts.name}/{name}")
+                    if draft is not None and lp != draft:
+                        problem = "draft and file differ: keep one (prompts discard LABEL, or restore the file)"
+                except (PromptError, StudyError) as exc:
+                    problem = str(exc)
+            rows.append({"label": label,
+                         "draft": f"from {drafts.loc[label, 'base_commit'][:8]}" if draft is not None else "",
+                         "file": edit, "problem": problem})
+        if "_task.yaml" in changes:
+            rows.append({"label": "_task", "draft": "", "file": "edited" if changes["_task.yaml"] else "deleted",
+                         "problem": "the shared task file: commit it with git"})
+        return pd.DataFrame(rows, columns=["label", "draft", "file", "problem"])
+
+    def _refuse_clash(self, label: str) -> tuple[LabelPrompt | None, str | None, bool]:
+        """(draft or None, uncommitted file text or None, file edited); refuses when both exist and differ."""
+        lp, _, has_draft = self.draft(label)
+        text = self.working_edit(label)
+        edited = f"{label}.yaml" in prompt_repo.working_changes(self.paths.prompts)
+        if has_draft and edited:
+            file_lp = self._validated_file_text(label, text, f"{self.paths.prompts}/{label}.yaml")
+            if file_lp != lp:
+                raise StudyError(
+                    f"{label}: your draft (see workbench prompts status) and the uncommitted edit of "
+                    f"{self.paths.prompts / (label + '.yaml')} differ; keep one: `workbench prompts discard {label}` "
+                    f"drops the draft, `git -C {self.paths.prompts} checkout -- {label}.yaml` drops the file edit. "
+                    "Nothing was saved.")
+        return (lp if has_draft else None), text, edited
+
+    def editable_text(self, label: str) -> tuple[str, str]:
+        """(text to edit, where it goes: 'file' when the folder has an uncommitted edit of the label, else 'draft')."""
+        label = self._asked(label)
+        draft, text, edited = self._refuse_clash(label)
+        if edited and draft is None:
+            if text is None:
+                raise StudyError(f"{self.paths.prompts / (label + '.yaml')} was deleted; restore it first")
+            return text, "file"
+        return label_yaml(self.draft(label)[0]), "draft"
+
+    def store_edited_text(self, label: str, text: str, target: str) -> LabelPrompt:
+        """Validate an edited text and keep it: as the uncommitted file, or as this user's draft."""
+        self.require("edit_prompts")
+        label = self._asked(label)
+        lp = self._validated_file_text(label, text, f"{label}.yaml")
+        if target == "file":
+            (self.paths.prompts / f"{label}.yaml").write_text(text, encoding="utf-8")
+        else:
+            _, base, _ = self.draft(label)
+            self.save_draft(lp, base)
+        return lp
+
+    def set_prompt_field(self, label: str, field: str, value: str | None = None,
+                         add: tuple[str, ...] = (), remove: tuple[str, ...] = ()) -> tuple[LabelPrompt, str]:
+        """Change one field of a label's draft (or its uncommitted file): scalars set, list fields add/remove."""
+        from workbench.core.prompts import dump_label_prompt
+
+        label = self._asked(label)
+        text, target = self.editable_text(label)
+        data = dump_label_prompt(self._validated_file_text(label, text, f"{label}.yaml"))
+        lists = ("look_for", "do_not_label_when")
+        keys = [k for k in data if k not in ("label", "examples", "temporal", *lists)] + ["notes"] + [f"temporal.{k}" for k in data["temporal"]]
+        if field in lists:
+            if value is not None or not (add or remove):
+                raise StudyError(f"{field} is a list: use --add TEXT or --remove TEXT")
+            missing = [item for item in remove if item not in data[field]]
+            if missing:
+                raise StudyError(f"{label}: {field} has no {missing[0]!r}; it has {data[field]}")
+            data[field] = [x for x in data[field] if x not in remove] + [x for x in add if x not in data[field]]
+        elif field in keys:
+            if value is None or add or remove:
+                raise StudyError(f"{field} takes one value: workbench prompts set {label} {field} VALUE")
+            if field.startswith("temporal."):
+                data["temporal"][field.split(".", 1)[1]] = value
+            else:
+                data[field] = value
+        else:
+            raise StudyError(f"no field {field!r}; fields: {', '.join(dict.fromkeys(keys + list(lists)))} "
+                             "(examples: workbench prompts add-example)")
+        new_text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
+        return self.store_edited_text(label, new_text, target), target
+
+    def save_labels(self, labels: list[str] | None, message: str) -> tuple[str, list[str]]:
+        """Save drafts and uncommitted file edits of the given labels (default: all) as one version.
+
+        A label with both a draft and a different file edit is refused with both named; a file
+        edit is validated and committed as written (comments and layout kept).
+        """
+        self.require("edit_prompts")
+        status = self.prompt_status()
+        wanted = [self._asked(x) for x in labels] if labels else [x for x in status["label"] if x != "_task"]
+        if not wanted:
+            raise StudyError("nothing to save: no drafts and no uncommitted edits in the prompt folder")
+        files, bases, saved = {}, {}, []
+        head = self.prompt_commit()
+        for label in wanted:
+            draft, text, edited = self._refuse_clash(label)
+            if edited:
+                self._validated_file_text(label, text, f"{self.paths.prompts.name}/{label}.yaml")
+                files[f"{label}.yaml"], bases[f"{label}.yaml"] = text, head
+            elif draft is not None:
+                if draft == self.label_prompt(label, head):  # the draft changes nothing: keep the file as it is
+                    continue
+                files[f"{label}.yaml"], bases[f"{label}.yaml"] = label_yaml(draft), self.draft(label)[1]
+            else:
+                raise StudyError(f"nothing to save for {label}: no draft and no uncommitted edit of {label}.yaml")
+            saved.append(label)
+        if not files:
+            raise StudyError(f"nothing to save: the draft(s) of {', '.join(wanted)} are the same as the current version")
+        current = self.prompt_files(None)
+        current.update(files)
+        from workbench.services.study import _validate_prompt_files
+
+        _validate_prompt_files(current, self.vocab)
+        try:
+            commit = prompt_repo.commit_files(self.paths.prompts, files, message, self.actor.identity(), base=bases)
+        except PromptRepoError as exc:
+            raise_conflict(exc)
+        with self.session() as s:
+            for label in saved:
+                q.delete_draft(s, label, self.actor.user)
+                q.add_audit(s, self.actor.user, "save", "prompt", label, {"base": bases[f"{label}.yaml"]},
+                            {"commit": commit, "message": message})
+        return commit, saved
 
     def revert_label(self, label: str, to_ref: str, message: str | None = None) -> str:
         """Restore one label's prompt from an earlier version as a new commit."""

@@ -302,14 +302,15 @@ class StudyService:
             cohort_row, _ = q.get_or_create_cohort(s, cohort, language)
             existing = q.report_hashes(s)
             known = frame["report_id"].map(lambda r: existing.get(r))
-            problems = []
+            problems, elsewhere = [], {}
             for pos, (rid, hit, h) in enumerate(zip(frame["report_id"], known, frame["text_hash"])):
                 if hit is None:
                     continue
                 if hit[1] != cohort_row.id:
-                    problems.append(importers.Problem(pos + 2, "id", f"report id {rid!r} already belongs to another cohort"))
+                    elsewhere.setdefault(hit[1], []).append(rid)
                 elif hit[0] != h:
                     problems.append(importers.Problem(pos + 2, "id", f"report {rid!r} is already imported with a different text; give the new text a new id"))
+            problems += _other_cohort_problems(s, elsewhere, cohort)
             if problems:
                 raise importers.ImportProblems(source, problems)
             new = frame[known.isna()]
@@ -583,3 +584,15 @@ class StudyService:
 
 
 __all__ = ["Actor", "init_study", "ImportSummary", "PermissionDenied", "ConflictError", "TASK_FILE"]
+
+
+def _other_cohort_problems(session, elsewhere: dict[int, list[str]], cohort: str) -> list:
+    """One problem per other cohort holding some of the ids: its name, how many, the first few."""
+    names = dict(zip(*[q.list_cohorts(session)[c] for c in ("id", "name")])) if elsewhere else {}
+    problems = []
+    for cohort_id, ids in elsewhere.items():
+        sample = ", ".join(repr(i) for i in ids[:3]) + (", ..." if len(ids) > 3 else "")
+        problems.append(importers.Problem(None, "id", f"{len(ids)} report id(s) already belong to cohort "
+                                                      f"{names.get(cohort_id, cohort_id)!r} ({sample}); a report "
+                                                      f"belongs to one cohort: nothing was imported into {cohort!r}"))
+    return problems

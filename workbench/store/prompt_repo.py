@@ -145,19 +145,75 @@ def commit_files(path: Path, files: dict[str, str], message: str, author: tuple[
             bases = base if isinstance(base, dict) else {name: base for name in files}
             for one_base in sorted(set(bases.values())):
                 _check_no_conflict(repo, {n: files[n] for n, b in bases.items() if b == one_base}, one_base)
+        _check_working_tree(path, repo, files)
         changed = []
+        head = repo.head.commit.tree if repo.head.is_valid() else None
         for name, content in sorted(files.items()):
             target = path / name
             old = target.read_text(encoding="utf-8") if target.exists() else None
             if old != content:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(content, encoding="utf-8")
+            if _blob_text(head, name) != content:  # a committed working-tree edit is a change too
                 changed.append(name)
         if not changed and repo.head.is_valid():
             raise PromptRepoError("nothing to save: the files are the same as the current version")
         repo.index.add(sorted(files))
         commit = repo.index.commit(message.strip(), author=_actor(author), committer=_actor(author))
         return commit.hexsha
+
+
+def working_changes(path: Path) -> dict[str, str | None]:
+    """YAML files whose text in the folder differs from the latest version: name -> text (None = deleted).
+
+    These are a user's edits made with their editor or git, not yet committed; a save must
+    commit them or refuse, never overwrite them.
+    """
+    path = Path(path)
+    committed = read_files(path, None) if _has_head(path) else {}
+    on_disk = {f.relative_to(path).as_posix(): f for f in path.rglob("*.yaml") if ".git" not in f.relative_to(path).parts}
+    out: dict[str, str | None] = {}
+    for name in sorted(set(committed) | set(on_disk)):
+        text = on_disk[name].read_text(encoding="utf-8", errors="replace") if name in on_disk else None
+        if text != committed.get(name):
+            out[name] = text
+    return out
+
+
+def _has_head(path: Path) -> bool:
+    """Whether the repo has a first commit."""
+    with open_repo(path) as repo:
+        return repo.head.is_valid()
+
+
+def _blob_text(tree, name: str) -> str | None:
+    """A file's text in a commit tree (None when absent or no tree)."""
+    if tree is None:
+        return None
+    try:
+        return (tree / name).data_stream.read().decode("utf-8")
+    except KeyError:
+        return None
+
+
+def _check_working_tree(path: Path, repo: git.Repo, files: dict[str, str]) -> None:
+    """Refuse to overwrite an uncommitted edit of a file being saved with different content."""
+    head = repo.head.commit.tree if repo.head.is_valid() else None
+    clash = []
+    for name, content in sorted(files.items()):
+        target = Path(path) / name
+        if not target.exists():
+            continue
+        committed = _blob_text(head, name)
+        text = target.read_text(encoding="utf-8", errors="replace")
+        if text != committed and text != content:
+            clash.append(name)
+    if clash:
+        raise PromptRepoError(
+            f"{', '.join(clash)} in {path} has uncommitted edits that differ from what is being saved; "
+            "save those edits first (workbench prompts save LABEL -m MESSAGE) or restore the file "
+            f"(git -C {path} checkout -- FILE). Nothing was saved."
+        )
 
 
 def _check_no_conflict(repo: git.Repo, files: dict[str, str], base: str) -> None:

@@ -1,0 +1,109 @@
+"""The README cannot drift: every `workbench ...` command in its bash blocks runs against a fresh demo
+study, and every command of the CLI is listed in its Commands table."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from workbench.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+# Commands the test does not run, each with the reason; everything else in a ```bash block must
+# run and exit 0. An entry that no longer appears in the README fails the test too.
+SKIPPED = {
+    "workbench demo": "starts the app, a server that runs until it is stopped (the test makes the demo with --no-app)",
+    "workbench import openi reports.csv labels14.csv --cohort openi --study studies/openi":
+        "needs the OpenI download (reports.csv, labels14.csv), which is not shipped",
+}
+# What the README says a command shows on the demo data (checked on its output).
+CLAIMS = {
+    "workbench compare 2 3": r"support_devices\s+\S+\s+\S+\s+0\s+8\s",  # 8 fixed, 0 broken
+    "workbench history --cohort dev": r"0\.780\s+\S+\s*\n.*0\.810",
+}
+# Shipped folders the README's commands name, linked into the temporary working folder.
+SHIPPED = ("tests", "annotations")
+
+
+def bash_commands(text: str) -> list[str]:
+    """Every line of the README's ```bash blocks, continuation lines joined, comments dropped."""
+    lines = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            tokens = shlex.split(line, comments=True)
+            if tokens:
+                lines.append(" ".join(shlex.quote(t) for t in tokens))
+    return lines
+
+
+def test_every_readme_command_runs_on_a_fresh_demo_study(tmp_path, monkeypatch):
+    commands = bash_commands(README.read_text(encoding="utf-8"))
+    workbench = [c for c in commands if c.startswith("workbench ")]
+    assert len(workbench) > 30, "the README lost its worked examples"
+    for stale in set(SKIPPED) - set(workbench):
+        pytest.fail(f"SKIPPED names a command no longer in the README: {stale!r}")
+    for name in SHIPPED:
+        (tmp_path / name).symlink_to(ROOT / name, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WORKBENCH_STUDY", raising=False)
+    monkeypatch.delenv("WORKBENCH_USER", raising=False)
+    ran = []
+    for line in commands:
+        tokens = shlex.split(line)
+        if tokens[0] == "export":
+            name, value = tokens[1].split("=", 1)
+            monkeypatch.setenv(name, value)
+            continue
+        if tokens[0] != "workbench" or line in SKIPPED:
+            continue
+        args = tokens[1:]
+        if args[:1] == ["demo"]:  # the fresh demo study goes into this temporary folder, not the project's sessions/
+            args += ["--path", str(tmp_path / "sessions" / "demo")]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, f"README command failed: {line}\n{result.output}"
+        if line in CLAIMS and line not in ran:
+            assert re.search(CLAIMS[line], result.output), f"{line}: the README's claim does not hold:\n{result.output}"
+        if line == "workbench run --cohort dev" and "run 3 " in result.output:
+            assert "180 made" in result.output, result.output  # only the support_devices calls
+        ran.append(line)
+    assert len(ran) == len(workbench) - len(SKIPPED)
+    assert set(CLAIMS) <= set(ran)
+    # the worked example's claims hold on the demo data
+    assert (tmp_path / "sessions" / "demo" / "bundles" / "cxr-v1.json").exists()
+    assert (tmp_path / "scores" / "summary.csv").exists()
+
+
+def _leaf_commands(group=main, prefix=()):
+    for name, cmd in sorted(group.commands.items()):
+        if isinstance(cmd, click.Group):
+            yield from _leaf_commands(cmd, prefix + (name,))
+        else:
+            yield " ".join(prefix + (name,))
+
+
+def test_every_command_is_in_the_readme_commands_table():
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Commands"):]
+    section = section[:section.index("\n## ", 5)]
+    missing = [c for c in _leaf_commands() if c not in section]
+    assert not missing, f"commands missing from the README's Commands table: {missing}"
+
+
+def test_worked_example_figures_match_the_demo(tmp_path):
+    """The numbers the README quotes for the demo study are the demo's."""
+    result = CliRunner().invoke(main, ["demo", "--no-app", "--path", str(tmp_path / "demo")])
+    assert result.exit_code == 0, result.output
+    history = CliRunner().invoke(main, ["history", "--cohort", "dev", "--format", "csv", "--study", str(tmp_path / "demo")])
+    f1 = [round(float(line.split(",")[6]), 3) for line in history.output.splitlines()[1:]]
+    text = README.read_text(encoding="utf-8")
+    assert f"macro F1 {f1[0]:.3f} -> {f1[1]:.3f}" in text
+    assert os.path.exists(ROOT / "docs" / "app-disagreements.png") and "docs/app-disagreements.png" in text
