@@ -31,6 +31,8 @@ def _add_column(table: str, column: str, ddl: str) -> Callable[[Connection], Non
 # (version, description, step); append only. Version 1 is the schema as first created.
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None] | None]] = [
     (1, "initial schema", None),
+    (40, "cohort roles (development, validation, test, external); split members and test looks (new tables)",
+     _add_column("cohort", "role", "VARCHAR(20) NOT NULL DEFAULT 'development'")),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
