@@ -21,7 +21,7 @@ import pandas as pd
 import yaml
 
 from workbench.core.prompts import (
-    Example, LabelPrompt, POLICY_VALUES, PromptError, TEMPORAL_KEYS, dump_label_prompt, parse_label_prompt,
+    DEFAULT_CUES, Example, LabelPrompt, POLICY_VALUES, PromptError, TEMPORAL_KEYS, dump_label_prompt, parse_label_prompt,
 )
 
 EDIT_FIELDS = ("definition", "look_for", "do_not_label_when", "hedged", "temporal", "examples")
@@ -38,6 +38,10 @@ while within into onto over under upon again also only very more most less least
 should would will shall has have had do does did noted seen see shows show demonstrates demonstrated identified
 evidence findings impression left right bilateral mild mildly moderate severe small large minimal stable
 unchanged new otherwise normal limits size appearance likely possible xxxx""".split())
+# where, not what: a look-for phrase made only of these (and stopwords) names no finding
+LOCATION_WORDS = frozenset("""upper lower middle mid lobe lobes lingula lingular base bases basal basilar apex apices
+apical hilar hilum perihilar lung lungs zone zones field fields chest thorax side sided anterior posterior lateral
+medial superior inferior central peripheral region area""".split())
 HEDGE_CATEGORIES = ("hedging", "uncertain")
 MIN_PRECISION = 0.6  # share of tuning reports containing a look-for candidate that have the finding
 TEMPORAL_CATEGORIES = ("temporal",)
@@ -230,7 +234,7 @@ def _covered(phrase: str, lp: LabelPrompt) -> bool:
 
 def mine_candidates(lp: LabelPrompt, cases: pd.DataFrame, positives_text: list[str], negatives_text: list[str],
                     notes: pd.DataFrame | None = None, max_n: int = 3, min_df: int = 2,
-                    per_kind: int = 25) -> list[Candidate]:
+                    per_kind: int = 25, cues: dict | None = None) -> list[Candidate]:
     """Candidate single changes from the tuning disagreements (and their notes), most promising first.
 
     cases: report_id, text, reference, prediction, evidence (FN: reference 1, FP: prediction 1).
@@ -240,23 +244,33 @@ def mine_candidates(lp: LabelPrompt, cases: pd.DataFrame, positives_text: list[s
     fn = cases[(cases["reference"] == 1) & (cases["prediction"] == 0)]
     fp = cases[(cases["reference"] == 0) & (cases["prediction"] == 1)]
     out: list[Candidate] = []
-    out += _look_for_candidates(lp, fn, positives_text, negatives_text, max_n, min_df, per_kind)
+    cue_words = {w for phrases in (cues or DEFAULT_CUES).values() for p in phrases for w in _WORDS.findall(p.lower())}
+    out += _look_for_candidates(lp, fn, positives_text, negatives_text, max_n, min_df, per_kind, cue_words)
     out += _exclusion_candidates(lp, fp, cases, max_n + 1, min_df, per_kind)
     out += _example_candidates(lp, fp, min_df)
-    out += _note_candidates(lp, fn, fp, notes)
+    out += _note_candidates(lp, fn, fp, notes, cue_words)
     out += _policy_candidates(lp, notes, cases)
-    seen, unique = set(), []
+    seen: dict[LabelPrompt, Candidate] = {}
     for cand in out:
-        if cand.prompt != lp and cand.prompt not in seen:
-            seen.add(cand.prompt)
-            unique.append(cand)
-    return unique
+        if cand.prompt == lp:
+            continue
+        first = seen.setdefault(cand.prompt, cand)
+        if first is not cand and cand.origin == "note":  # the same change, also asked for by a note
+            first.origin, first.note_ids = "note", tuple(sorted(set(first.note_ids) | set(cand.note_ids)))
+    return list(seen.values())
 
 
-def _look_for_candidates(lp, fn, pos_texts, neg_texts, max_n, min_df, per_kind) -> list[Candidate]:
-    """Phrases frequent across false-negative reports and rare in reports without the finding."""
+def _look_for_candidates(lp, fn, pos_texts, neg_texts, max_n, min_df, per_kind, cue_words) -> list[Candidate]:
+    """Phrases frequent across false-negative reports and rare in reports without the finding.
+
+    A phrase with a cue word in it ("represent mild pulmonary" from "may represent mild pulmonary
+    edema") is left out: as a look-for phrase it would hide the cue from the labeller (cues inside a
+    mention are ignored) instead of naming the finding; the policy flips are the honest way.
+    """
     df = Counter(g for text in fn["text"] for g in _ngrams(text, max_n))
-    frequent = [g for g, c in df.items() if c >= min_df and not _covered(g, lp)]
+    frequent = [g for g, c in df.items() if c >= min_df and not _covered(g, lp)
+                and not any(w in cue_words for w in g.split())
+                and any(w not in STOPWORDS and w not in LOCATION_WORDS for w in g.split())]
     if not frequent:
         return []
     pos_low, neg_low = [t.lower() for t in pos_texts], [t.lower() for t in neg_texts]
@@ -296,7 +310,7 @@ def _exclusion_candidates(lp, fp, cases, max_n, min_df, per_kind) -> list[Candid
         if score <= 0:
             break
         rule = f"the report only mentions '{g}'"
-        out.append(Candidate("do_not_label_when", rule, replace(lp, do_not_label_when=lp.do_not_label_when + (rule,))))
+        out.append(Candidate("do_not_label_when", g, replace(lp, do_not_label_when=lp.do_not_label_when + (rule,))))
     return out
 
 
@@ -321,15 +335,17 @@ def _example_candidates(lp, fp, min_df) -> list[Candidate]:
     return out
 
 
-def _note_candidates(lp, fn, fp, notes: pd.DataFrame) -> list[Candidate]:
-    """Quoted text in the error notes: look-for phrases on missed findings, exclusions on false ones."""
+def _note_candidates(lp, fn, fp, notes: pd.DataFrame, cue_words: set[str]) -> list[Candidate]:
+    """Quoted text in the error notes: look-for phrases on missed findings, exclusions on false ones
+    (a quoted cue such as 'may represent' is a policy matter, left to the policy flips)."""
     out = []
     for frame, kind in ((fn, "look_for"), (fp, "do_not_label_when")):
         mine = notes[notes["report_id"].isin(set(frame["report_id"]))]
         for note_id, text in zip(mine["id"], mine["text"]):
             for quote in _QUOTES.findall(str(text or "")):
                 quote = quote.strip()
-                if kind == "look_for" and not _covered(quote, lp):
+                if kind == "look_for" and not _covered(quote, lp) and not any(
+                        w in cue_words for w in _WORDS.findall(quote.lower())):
                     new = replace(lp, look_for=lp.look_for + (quote,))
                 elif kind == "do_not_label_when":
                     quote = quote.replace("'", "")
@@ -429,7 +445,10 @@ def offline_propose(lp: LabelPrompt, tuning: Tuning, label_fn: LabelFn, candidat
     if not good:
         return ProposalResult("empty", f"no candidate change fixes {min_fixed} or more tuning cases without "
                                        f"breaking others ({len(candidates)} tried)")
-    good.sort(key=lambda c: (c.fixed - 2 * c.broken, c.origin == "note", -len(c.text.split())), reverse=True)
+    # best net gain first; then what the notes asked for; then a phrase or rule before an example (an
+    # example's report leaves evaluation); then the shorter phrase
+    good.sort(key=lambda c: (c.fixed - 2 * c.broken, c.origin == "note", c.kind != "example", -len(c.text.split())),
+              reverse=True)
     current_lp, current_pred, current_f1, used = lp, tuning.prediction.copy(), base_f1, []
     for cand in good:
         if len(used) >= keep:

@@ -332,15 +332,16 @@ class OptimisingService:
         pos = cases.loc[cases["reference"] == 1, "text"].tolist()
         neg = cases.loc[cases["reference"] == 0, "text"].tolist()
         shown = cases[(cases["reference"] == 1) | (cases["prediction"] == 1)]
-        candidates = proposals.mine_candidates(lp, shown, pos, neg, notes)
+        candidates = proposals.mine_candidates(lp, shown, pos, neg, notes, cues=cues)
         return proposals.offline_propose(lp, tuning, label_fn, candidates, source="offline proposer")
 
-    def _llm_proposal(self, ps, label: str, cases: pd.DataFrame, notes: pd.DataFrame, model: str | None) -> proposals.ProposalResult:
+    def _llm_proposal(self, ps, label: str, cases: pd.DataFrame, notes: pd.DataFrame, model: str | None,
+                      api_base: str | None = None) -> proposals.ProposalResult:
         """One reflective call: the label's prompt, the failing tuning cases, the notes; a strict structured edit back."""
         from workbench import llm
         from workbench.services.runs import model_config
 
-        settings = self.labeller_settings(model, max_tokens=PROPOSER_MAX_TOKENS)
+        settings = self.labeller_settings(model, max_tokens=PROPOSER_MAX_TOKENS, api_base=api_base)
         if settings.get("model", "").startswith("workbench/"):
             raise StudyError("the model proposer needs a language model; the study's labeller is the offline one "
                              "(use --proposer offline, or --model openai/NAME with --api-base)")
@@ -380,7 +381,8 @@ class OptimisingService:
                 **{**result.edit.__dict__, "note_ids": tuple(int(i) for i in notes["id"])}))
         return result
 
-    def suggest(self, label: str, run_id: int | None = None, proposer: str = "auto", model: str | None = None) -> dict:
+    def suggest(self, label: str, run_id: int | None = None, proposer: str = "auto", model: str | None = None,
+                api_base: str | None = None) -> dict:
         """Propose a revision of one label from its tuning disagreements and notes, evaluated on tuning and
         validation before it is shown; stored as a proposal (offered only when validation does not drop)."""
         self.require("edit_prompts")
@@ -388,17 +390,18 @@ class OptimisingService:
         run = self.run_info(run_id) if run_id is not None else self._latest_dev_run()
         ps = self.prompt_set(run.prompt_commit)
         cases, notes = self._tuning_material(run, label)
-        result = self._propose(ps, label, cases, notes, proposer, model)
+        result = self._propose(ps, label, cases, notes, proposer, model, api_base)
         return self._record(run, label, result, ps)
 
-    def _propose(self, ps, label, cases, notes, proposer: str, model: str | None) -> proposals.ProposalResult:
+    def _propose(self, ps, label, cases, notes, proposer: str, model: str | None,
+                 api_base: str | None = None) -> proposals.ProposalResult:
         """Dispatch to the model proposer or the offline one."""
         if proposer not in PROPOSERS:
             raise StudyError(f"proposer must be one of {', '.join(PROPOSERS)}, got {proposer!r}")
         use_llm = proposer == "llm" or (proposer == "auto" and (model or not str(
             self.config.labeller.get("model", "")).startswith("workbench/")))
         if use_llm:
-            return self._llm_proposal(ps, label, cases, notes, model)
+            return self._llm_proposal(ps, label, cases, notes, model, api_base)
         return self._offline_proposal(ps, label, cases, notes)
 
     def _latest_dev_run(self):
@@ -522,7 +525,8 @@ class OptimisingService:
     # ------------------------------------------------------------ optimise rounds
 
     def optimise(self, labels: list[str] | None = None, rounds: int = 3, run_id: int | None = None,
-                 proposer: str = "auto", model: str | None = None, on_progress=None, save_drafts: bool = True) -> dict:
+                 proposer: str = "auto", model: str | None = None, on_progress=None, save_drafts: bool = True,
+                 api_base: str | None = None) -> dict:
         """suggest -> evaluate -> keep if validation does not drop, for K rounds; a report per round; the
         best version is left as drafts for a person to save."""
         self.require("edit_prompts")
@@ -547,7 +551,7 @@ class OptimisingService:
                 if on_progress:
                     on_progress(f"round {k}: {label}")
                 cases, notes = self._tuning_material(run, label, current[label], evidence[label])
-                result = self._propose(ps, label, cases, notes, proposer, model)
+                result = self._propose(ps, label, cases, notes, proposer, model, api_base)
                 if result.status != "ok":
                     entry["rejected"].append({"label": label, "status": result.status, "detail": result.detail})
                     continue
@@ -592,7 +596,7 @@ class OptimisingService:
         """Stored optimisation reports, newest first."""
         with self.session() as s:
             frame = q.optimisations_frame(s)
-        frame["report"] = frame.pop("report_json").map(json.loads)
+        frame["report"] = [{**json.loads(text), "id": int(i)} for i, text in zip(frame["id"], frame.pop("report_json"))]
         return frame
 
 
@@ -704,4 +708,62 @@ def _proposer_messages(lp: LabelPrompt, name: str, failing: pd.DataFrame, notes:
     return [{"role": "system", "content": PROPOSER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
-__all__ = ["OptimisingService", "ROLES", "PROPOSERS"]
+def _f(value) -> str:
+    """A figure for text output."""
+    return "n/a" if value is None or value != value else f"{value:.3f}"
+
+
+def suggestion_text(result: dict) -> str:
+    """A suggestion as text for a terminal: status, changes, evaluation per part, diff."""
+    head = f"proposal #{result['proposal']} for {result['label']} (run {result['run']}): {result['proposal_status']}"
+    if result["status"] != "ok":
+        return f"{head}\n{result['status']}: {result['detail']}"
+    edit, ev = result["edit"], result["evaluation"]
+    lines = [head, f"proposer: {edit['source']}", "changes:"] + [f"  {c}" for c in edit["changes"]]
+    if edit["note_ids"]:
+        lines.append("from error notes: " + ", ".join(f"#{n}" for n in edit["note_ids"]))
+    if edit["rationale"]:
+        lines.append(f"rationale: {edit['rationale']}")
+    for part, m in ev["parts"].items():
+        lines.append(f"{part}: F1 {_f(m['f1_before'])} -> {_f(m['f1_after'])} on {m['reports']} reports; fixed "
+                     f"{m['fixed']} ({', '.join(m['fixed_cases'][:10])}), broken {m['broken']} ({', '.join(m['broken_cases'][:10])})"
+                     + (f"; McNemar p = {_f(m['p_value'])}, {m['verdict']}" if part == "validation" else ""))
+    c = ev["calls"]
+    lines.append(f"calls: {c['made']} made, {c['reused']} reused from the cache")
+    lines.append(ev["why"] + (f"; accept with: workbench accept {result['proposal']}" if result["offered"] else ""))
+    lines.append(result["diff"])
+    return "\n".join(lines)
+
+
+def report_markdown(report: dict) -> str:
+    """An optimisation report as Markdown: per round what changed, tuning and validation F1, McNemar on validation."""
+    def macro(m: dict) -> str:
+        return (f"tuning {_f(m['tuning']['macro_f1'])} [{_f(m['tuning']['lo'])}, {_f(m['tuning']['hi'])}], validation "
+                f"{_f(m['validation']['macro_f1'])} [{_f(m['validation']['lo'])}, {_f(m['validation']['hi'])}], gap {_f(m['gap'])}")
+
+    lines = [f"# Optimisation report #{report.get('id', '')} (run {report['run']}, version {report['base_commit'][:8]})", "",
+             f"Macro F1 (zero_division=0, bootstrap 95% intervals) at the start: {macro(report['start'])}", ""]
+    for entry in report["rounds"]:
+        lines.append(f"## Round {entry['round']}")
+        for ch in entry["changes"]:
+            lines.append(f"- **{ch['label']}** ({ch['source']}): tuning F1 {_f(ch['tuning_f1'][0])} -> {_f(ch['tuning_f1'][1])}, "
+                         f"validation F1 {_f(ch['validation_f1'][0])} -> {_f(ch['validation_f1'][1])}; McNemar on validation: "
+                         f"fixed {ch['validation_mcnemar']['fixed']}, broken {ch['validation_mcnemar']['broken']}, "
+                         f"p = {_f(ch['validation_mcnemar']['p_value'])} ({ch['validation_mcnemar']['verdict']})")
+            lines += [f"    - {c}" for c in ch["changes"]]
+            if ch["note_ids"]:
+                lines.append("    - from error notes " + ", ".join(f"#{n}" for n in ch["note_ids"]))
+        kept_out = [r for r in entry["rejected"] if r.get("status") == "validation worse"]
+        for r in kept_out:
+            lines.append(f"- {r['label']}: not kept, validation F1 {_f(r['validation_f1'][0])} -> {_f(r['validation_f1'][1])}")
+        if not entry["changes"]:
+            lines.append("- no change kept")
+        lines.append(f"\nAfter round {entry['round']}: {macro(entry['metrics'])}\n")
+    lines.append(f"At the end: {macro(report['end'])}")
+    calls = report["calls"]
+    lines.append(f"\nCalls made {calls['made']}, reused from the cache {calls['reused']}; {report['seconds']} s. "
+                 + (f"Left as drafts (not saved): {', '.join(report['drafts'])}." if report["drafts"] else "No draft left."))
+    return "\n".join(lines)
+
+
+__all__ = ["OptimisingService", "ROLES", "PROPOSERS", "suggestion_text", "report_markdown"]
