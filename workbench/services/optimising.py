@@ -202,6 +202,10 @@ class OptimisingService:
 
     # ------------------------------------------------------------ metrics by part
 
+    def run_cohort(self, run_id: int) -> str:
+        """The name of the cohort a run labelled."""
+        return self._cohort_name(self.run_info(run_id).cohort_id)
+
     def evaluate_parts(self, run_id: int, ci: str = "wilson", n_resamples: int = 1000, zero_division: str = "undefined") -> dict:
         """Per part (tuning, validation): per-label metrics with intervals, macro F1 with a bootstrap interval."""
         run = self.run_info(run_id)

@@ -1,0 +1,116 @@
+"""Optimise: the tuning/validation split, metrics on both parts with the gap, optimisation rounds and
+their reports, and the looks at locked test cohorts."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from workbench.ui import charts, components, state
+
+
+def render(wb) -> None:
+    """Split, parts side by side, optimise, reports, test looks."""
+    st.title("Optimise")
+    components.help_line("Tune on the tuning part, check on the validation part: proposals are offered only when "
+                         "validation does not drop, and the gap between the two is the overfitting signal.")
+    components.lazy_tabs(state.widget_key("optimise-tab"), {
+        "Split": lambda: _split(wb),
+        "Tuning and validation": lambda: _parts(wb),
+        "Optimise": lambda: _optimise(wb),
+        "Reports": lambda: _reports(wb),
+        "Test cohorts": lambda: _looks(wb),
+    })
+
+
+def _split(wb) -> None:
+    """The development cohort's split, or the form that makes it."""
+    cohort = components.pick_cohort(wb)
+    if not cohort:
+        return
+    role = state.read(wb, "cohort_role", cohort)
+    st.caption(f"Role of {cohort}: **{role}**")
+    if role != "development":
+        return
+    if state.read(wb, "split_parts", cohort):
+        summary = state.read(wb, "split_summary", cohort)
+        sizes = summary.attrs.get("reports", {})
+        st.markdown(f"{sizes.get('tuning', 0)} tuning and {sizes.get('validation', 0)} validation reports")
+        st.dataframe(summary, hide_index=True)
+        return
+    with st.form(state.widget_key("split", cohort)):
+        fraction = st.slider("Validation share", 0.1, 0.5, 0.3, 0.05)
+        seed = st.number_input("Seed", 0, 10_000, 0)
+        submitted = st.form_submit_button("Split into tuning and validation", type="primary")
+    if submitted:
+        components.do(wb, "splitting", wb.split_cohort, cohort, validation=fraction, seed=int(seed),
+                      done=f"{cohort} split (seed {int(seed)}).")
+
+
+def _parts(wb) -> None:
+    """Per-label F1 on both parts with intervals, and the history with the gap."""
+    run_id = components.pick_run(state.read(wb, "runs"), state.OPT_RUN)
+    if run_id is None:
+        return
+    with components.shown_errors("measuring the parts"):
+        parts = state.read(wb, "evaluate_parts", run_id)
+        cols = st.columns(2)
+        for col, (part, m) in zip(cols, parts.items()):
+            col.metric(f"{part} macro F1 ({m['reports']} reports)", components.pct(m["macro_f1"]),
+                       help=f"95% bootstrap interval {m['macro_f1_lo']:.3f} to {m['macro_f1_hi']:.3f}")
+        frame = pd.DataFrame({f"{p} {c}": parts[p]["table"][c] for p in parts for c in ("support", "f1", "f1_lo", "f1_hi")})
+        frame["gap"] = frame["tuning f1"] - frame["validation f1"]
+        st.dataframe(frame.round(3))
+        history = state.read(wb, "history_by_part", state.read(wb, "run_cohort", run_id))
+        st.plotly_chart(charts.parts_history_chart(history), key="optimise-history")
+        st.dataframe(history, hide_index=True)
+
+
+def _optimise(wb) -> None:
+    """Rounds of suggest -> evaluate -> keep, in the background; the best version left as drafts."""
+    job = state.job("optimise")
+    if job is not None:
+        components.job_panel(job, lambda p: (0.5, str(p or "starting ...")))
+        if not job.running:
+            if job.error is not None:
+                st.error(f"Optimisation stopped: {job.error}")
+            else:
+                st.session_state[state.OPT_REPORT] = job.result["id"]
+                st.success(f"Report #{job.result['id']}: drafts left for {', '.join(job.result['drafts']) or 'no label'}.")
+            st.button("Dismiss", key=state.widget_key("dismiss-optimise"), on_click=state.clear_job, args=("optimise",))
+        return
+    names = wb.vocab.names()
+    with st.form(state.widget_key("optimise-form")):
+        labels = st.multiselect("Labels (none = every label)", wb.vocab.asked_ids, format_func=names.get)
+        rounds = st.number_input("Rounds", 1, 10, 3)
+        proposer = st.radio("Proposer", ["auto", "offline", "llm"], horizontal=True)
+        submitted = st.form_submit_button("Optimise", type="primary")
+    if submitted:
+        worker = wb.as_actor(wb.actor)  # a plain view for the worker thread (no per-rerun memo)
+        state.start_job("optimise", "optimise", lambda j: worker.optimise(
+            labels or None, rounds=int(rounds), proposer=proposer, on_progress=lambda m: setattr(j, "progress", m)),
+            on_done=lambda: state.bump(wb))
+        st.rerun()
+
+
+def _reports(wb) -> None:
+    """Stored optimisation reports (the same text as `workbench optimise`)."""
+    from workbench.services.optimising import report_markdown
+
+    reports = state.read(wb, "optimisation_reports")
+    if reports.empty:
+        st.info("No optimisation yet.")
+        return
+    ids = reports["id"].tolist()
+    chosen = st.selectbox("Report", ids, index=ids.index(st.session_state.get(state.OPT_REPORT, ids[0]))
+                          if st.session_state.get(state.OPT_REPORT) in ids else 0,
+                          format_func=lambda i: f"#{i} by {reports.set_index('id').loc[i, 'created_by']}")
+    st.markdown(report_markdown(reports.set_index("id").loc[chosen, "report"]))
+
+
+def _looks(wb) -> None:
+    """Every look at a locked test cohort: who, when, which bundle."""
+    looks = state.read(wb, "test_looks")
+    st.caption("A test cohort's metrics are computed only for frozen bundles (`workbench test-look BUNDLE --cohort "
+               "NAME`); every look is recorded and counted.")
+    st.dataframe(looks, hide_index=True)
