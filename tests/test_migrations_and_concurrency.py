@@ -19,11 +19,12 @@ def test_an_old_study_opens_after_a_schema_change(study, monkeypatch):
     def add_column(conn):
         conn.execute(text("ALTER TABLE cohort ADD COLUMN description TEXT"))
 
-    monkeypatch.setattr(db, "MIGRATIONS", db.MIGRATIONS + [(2, "cohort description", add_column)])
-    monkeypatch.setattr(db, "SCHEMA_VERSION", 2)
+    tomorrow = db.SCHEMA_VERSION + 1
+    monkeypatch.setattr(db, "MIGRATIONS", db.MIGRATIONS + [(tomorrow, "cohort description", add_column)])
+    monkeypatch.setattr(db, "SCHEMA_VERSION", tomorrow)
     reopened = Workbench(study.root)
-    assert reopened.migrate() == ["2: cohort description"]
-    assert db.schema_version(reopened.engine) == 2
+    assert reopened.migrate() == [f"{tomorrow}: cohort description"]
+    assert db.schema_version(reopened.engine) == tomorrow
     assert "description" in {c["name"] for c in inspect(reopened.engine).get_columns("cohort")}
     assert list(reopened.cohorts()["name"]) == ["old"]
     assert reopened.migrate() == []  # idempotent

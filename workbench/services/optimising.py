@@ -119,7 +119,9 @@ class OptimisingService:
 
     def require_tuning_report(self, report_id: str) -> None:
         """Refuse to read a validation or test report for curation or suggestions."""
-        if report_id not in self.tuning_reports([report_id]):
+        with self.session() as s:
+            known = len(q.report_cohort_roles(s, [report_id])) > 0
+        if known and report_id not in self.tuning_reports([report_id]):  # an unknown id gets the caller's own error
             raise StudyError(f"{report_id} is in a validation or test set: it is only measured, never used to tune prompts")
 
     def queue_reports(self, run) -> set[str] | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sqlalchemy import Column, Index, Text, UniqueConstraint
+from sqlalchemy import Column, Index, String, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -26,7 +26,7 @@ class Cohort(SQLModel, table=True):
     name: str = Field(index=True, unique=True, max_length=200)
     language: str = Field(default="en", max_length=16)
     created_at: str = Field(max_length=40)
-    role: str = Field(default="development", max_length=20)
+    role: str = Field(default="development", sa_column=Column(String(20), nullable=False, server_default="development"))
 
 
 class Report(SQLModel, table=True):
