@@ -402,3 +402,31 @@ def test_suggest_needs_a_split(tmp_path):
     run = wb.start_run("dev").run_id
     with pytest.raises(StudyError, match="split 'dev'"):
         wb.suggest("cardiomegaly", run, proposer="offline")
+
+
+def test_offline_proposer_recurring_sentence_becomes_a_positive_example():
+    """No short phrase separates the missed wording from normal reports; the whole recurring sentence does."""
+    from workbench import rules
+    from workbench.core.prompts import DEFAULT_CUES
+
+    texts = (["Heart size is mildly increased. Lungs are clear."] * 3 + ["Heart size is normal."] * 3
+             + ["Mildly increased interstitial markings."] * 3 + ["Cardiomegaly."] * 2)
+    reference = np.array([1] * 3 + [0] * 6 + [1] * 2)
+
+    def label_fn(lp, batch):
+        return np.array([rules.label_one(t, lp, DEFAULT_CUES)["value"] for t in batch])
+
+    ids = [f"r{i}" for i in range(len(texts))]
+    prediction = label_fn(LP, texts)
+    assert prediction.tolist() == [0] * 9 + [1] * 2
+    cases = pd.DataFrame({"report_id": ids, "text": texts, "reference": reference, "prediction": prediction,
+                          "evidence": [""] * 9 + ["Cardiomegaly"] * 2})
+    candidates = proposals.mine_candidates(LP, cases, [t for t, v in zip(texts, reference) if v],
+                                           [t for t, v in zip(texts, reference) if not v])
+    assert not [c for c in candidates if c.kind == "look_for"]  # every short phrase is as common without it
+    result = proposals.offline_propose(LP, proposals.Tuning(ids, texts, reference, prediction), label_fn, candidates)
+    assert result.status == "ok", result.detail
+    example = result.edit.fields["examples"][0]
+    assert example == {"text": "Heart size is mildly increased", "value": 1, "source_report_id": "r0",
+                       "why": "a recurring wording of the finding (3 missed tuning reports)"}
+    assert proposals.f1_of(reference, label_fn(proposals.apply_edit(LP, result.edit.fields), texts)) == 1.0

@@ -248,6 +248,7 @@ def mine_candidates(lp: LabelPrompt, cases: pd.DataFrame, positives_text: list[s
     out += _look_for_candidates(lp, fn, positives_text, negatives_text, max_n, min_df, per_kind, cue_words)
     out += _exclusion_candidates(lp, fp, cases, max_n + 1, min_df, per_kind)
     out += _example_candidates(lp, fp, min_df)
+    out += _positive_example_candidates(lp, fn, positives_text, negatives_text, min_df, cue_words)
     out += _note_candidates(lp, fn, fp, notes, cue_words)
     out += _policy_candidates(lp, notes, cases)
     seen: dict[LabelPrompt, Candidate] = {}
@@ -335,6 +336,42 @@ def _example_candidates(lp, fp, min_df) -> list[Candidate]:
     return out
 
 
+def _sentences(text: str) -> list[str]:
+    """The sentences of a report, trimmed of end punctuation."""
+    return [x.strip(" .;:") for x in re.split(r"(?<=[.!?;])\s+|\n+", text) if x.strip(" .;:")]
+
+
+def _positive_example_candidates(lp, fn, pos_texts, neg_texts, min_df, cue_words) -> list[Candidate]:
+    """A value-1 example from a sentence that recurs word for word in several missed reports (templated
+    wording such as "The heart is mildly enlarged") and mostly in reports that have the finding."""
+    df: Counter = Counter()
+    first: dict[str, tuple[str, str]] = {}
+    for rid, text in zip(fn["report_id"], fn["text"]):
+        for sent in set(_sentences(text)):
+            words = _WORDS.findall(sent.lower())
+            if len(words) < 3 or "xxxx" in words or any(w in cue_words for w in words):
+                continue
+            key = " ".join(words)
+            df[key] += 1
+            first.setdefault(key, (str(rid), sent))
+    if not df:
+        return []
+    pos_norm = [" ".join(_WORDS.findall(t.lower())) for t in pos_texts]
+    neg_norm = [" ".join(_WORDS.findall(t.lower())) for t in neg_texts]
+    out = []
+    for key, count in df.most_common(10):
+        if count < min_df:
+            break
+        pos, neg = sum(key in t for t in pos_norm), sum(key in t for t in neg_norm)
+        if pos / (pos + neg) < MIN_PRECISION:
+            continue
+        rid, sent = first[key]
+        ex = Example(text=sent, value=1, why=f"a recurring wording of the finding ({count} missed tuning reports)",
+                     source_report_id=rid)
+        out.append(Candidate("positive_example", key, replace(lp, examples=lp.examples + (ex,))))
+    return out
+
+
 def _note_candidates(lp, fn, fp, notes: pd.DataFrame, cue_words: set[str]) -> list[Candidate]:
     """Quoted text in the error notes: look-for phrases on missed findings, exclusions on false ones
     (a quoted cue such as 'may represent' is a policy matter, left to the policy flips)."""
@@ -390,6 +427,7 @@ class Tuning:
 
     def __post_init__(self) -> None:
         self.lower = [" ".join(t.lower().split()) for t in self.texts]
+        self.words = [" ".join(_WORDS.findall(t)) for t in self.lower]
         self.index = {rid: i for i, rid in enumerate(self.ids)}
 
 
@@ -398,6 +436,8 @@ def _could_change(cand: Candidate, base: LabelPrompt, tuning: Tuning, pred: np.n
     if cand.kind == "look_for":
         stem = _stem(cand.text)
         return np.array([i for i, t in enumerate(tuning.lower) if stem in t and pred[i] == 0], dtype=int)
+    if cand.kind == "positive_example":  # text is the sentence's words, lower-case, single-spaced
+        return np.array([i for i, t in enumerate(tuning.words) if cand.text in t and pred[i] == 0], dtype=int)
     if cand.kind in ("do_not_label_when", "example"):
         return np.flatnonzero(pred == 1)
     stems = [_stem(p) for p in base.look_for] + [_stem(e.text) for e in base.examples if e.value == 1]
@@ -447,8 +487,8 @@ def offline_propose(lp: LabelPrompt, tuning: Tuning, label_fn: LabelFn, candidat
                                        f"breaking others ({len(candidates)} tried)")
     # best net gain first; then what the notes asked for; then a phrase or rule before an example (an
     # example's report leaves evaluation); then the shorter phrase
-    good.sort(key=lambda c: (c.fixed - 2 * c.broken, c.origin == "note", c.kind != "example", -len(c.text.split())),
-              reverse=True)
+    good.sort(key=lambda c: (c.fixed - 2 * c.broken, c.origin == "note", "example" not in c.kind,
+                             -len(c.text.split())), reverse=True)
     current_lp, current_pred, current_f1, used = lp, tuning.prediction.copy(), base_f1, []
     for cand in good:
         if len(used) >= keep:

@@ -550,6 +550,7 @@ class OptimisingService:
         report = {"run": run.id, "base_commit": run.prompt_commit, "labels": labels, "rounds": [],
                   "proposer": proposer, "calls": {"made": 0, "reused": 0, "cost": 0.0}}
         report["start"] = _macro_by_part(y_true, current, parts, labels)
+        rejected: dict = {}
         for k in range(1, rounds + 1):
             entry = {"round": k, "changes": [], "rejected": []}
             previous = current.copy()
@@ -562,6 +563,9 @@ class OptimisingService:
                     entry["rejected"].append({"label": label, "status": result.status, "detail": result.detail})
                     continue
                 new_lp = proposals.apply_edit(ps.label(label), result.edit.fields)
+                if new_lp in rejected:  # the same material gives the same proposal: do not pay to evaluate it again
+                    entry["rejected"].append({"label": label, "status": "already rejected", "detail": rejected[new_lp]})
+                    continue
                 ev = self.evaluate_edit(run.id, new_lp, base_ps=ps, base_pred=current[label])
                 for key in ("made", "reused"):
                     report["calls"][key] += ev["calls"][key]
@@ -572,6 +576,7 @@ class OptimisingService:
                            "validation_mcnemar": {k2: ev["parts"]["validation"][k2] for k2 in ("fixed", "broken", "p_value", "verdict")}}
                 if not ev["offered"]:
                     entry["rejected"].append({**summary, "status": "validation worse", "detail": ev["why"]})
+                    rejected[new_lp] = f"rejected in round {k}: {ev['why']}"
                     continue
                 ps = ps.with_label(new_lp)
                 values = pd.Series(ev["values"], dtype=float)
@@ -759,9 +764,11 @@ def report_markdown(report: dict) -> str:
             lines += [f"    - {c}" for c in ch["changes"]]
             if ch["note_ids"]:
                 lines.append("    - from error notes " + ", ".join(f"#{n}" for n in ch["note_ids"]))
-        kept_out = [r for r in entry["rejected"] if r.get("status") == "validation worse"]
-        for r in kept_out:
-            lines.append(f"- {r['label']}: not kept, validation F1 {_f(r['validation_f1'][0])} -> {_f(r['validation_f1'][1])}")
+        for r in entry["rejected"]:
+            if r.get("status") == "validation worse":
+                lines.append(f"- {r['label']}: not kept, validation F1 {_f(r['validation_f1'][0])} -> {_f(r['validation_f1'][1])}")
+            elif r.get("status") == "already rejected":
+                lines.append(f"- {r['label']}: the same proposal again ({r['detail']}); not evaluated again")
         if not entry["changes"]:
             lines.append("- no change kept")
         lines.append(f"\nAfter round {entry['round']}: {macro(entry['metrics'])}\n")
