@@ -430,3 +430,43 @@ def test_offline_proposer_recurring_sentence_becomes_a_positive_example():
     assert example == {"text": "Heart size is mildly increased", "value": 1, "source_report_id": "r0",
                        "why": "a recurring wording of the finding (3 missed tuning reports)"}
     assert proposals.f1_of(reference, label_fn(proposals.apply_edit(LP, result.edit.fields), texts)) == 1.0
+
+
+# ---------------------------------------------------------------- the commands
+
+
+def test_cli_split_suggest_accept_optimise_and_test_look(opt_study):
+    from click.testing import CliRunner
+
+    from workbench.cli import main
+
+    wb = opt_study
+
+    def cli(*args):
+        result = CliRunner().invoke(main, [*args, "--study", str(wb.root)])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert "already split" in CliRunner().invoke(main, ["split", "dev", "--seed", "4", "--study", str(wb.root)]).output
+    assert "tuning and" in cli("split", "dev")  # the same split again: its summary
+    out = cli("split-metrics", str(wb.first_run))
+    assert "validation_f1" in out and "gap (tuning - validation)" in out
+    assert "gap" in cli("split-history", "dev")
+    out = cli("suggest", "cardiomegaly", "--run", str(wb.first_run), "--proposer", "offline")
+    assert "+ look-for: silhouette is enlarged" in out and "validation: F1" in out and "workbench accept" in out
+    pid = wb.proposals("cardiomegaly")["id"].iloc[0]
+    assert "is now your draft of cardiomegaly" in cli("accept", str(pid))
+    out = cli("suggest", "all", "--run", str(wb.first_run), "--proposer", "offline")
+    assert all(f"for {lab} (run" in out for lab in ("cardiomegaly", "mass", "edema", "consolidation"))
+    wb.discard_draft("cardiomegaly")
+    report = wb.root / "report.md"
+    out = cli("optimise", "--labels", "cardiomegaly,mass", "--rounds", "2", "--proposer", "offline", "--out", str(report))
+    assert "## Round 1" in out and report.read_text().startswith("# Optimisation report")
+    saved = wb.commit_drafts(["cardiomegaly", "mass"], "optimised")
+    second = wb.start_run("dev", prompt_ref=saved).run_id
+    out = cli("split-compare", str(wb.first_run), str(second))
+    assert "validation verdict" in out and "validation: macro F1" in out
+    cli("cohort-role", "test", "test")
+    wb.freeze("v2", saved)
+    assert "test looked at 1 time" in cli("test-look", "v2", "--cohort", "test")
+    assert "v2" in cli("test-looks")

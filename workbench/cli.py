@@ -610,6 +610,23 @@ def split_metrics(wb, run_id, fmt):
         click.echo(f"gap (tuning - validation): {parts['tuning']['macro_f1'] - parts['validation']['macro_f1']:+.3f}")
 
 
+@main.command("split-compare")
+@click.argument("run_a", type=int)
+@click.argument("run_b", type=int)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@study_option
+def split_compare(wb, run_a, run_b, fmt):
+    """Compare two runs on tuning and on validation side by side: per-label F1 change and exact McNemar."""
+    result = wb.compare_by_part(run_a, run_b)
+    cols = ["f1_a", "f1_b", "delta_f1", "b", "c", "p_value", "verdict"]
+    frame = pd.concat({part: r["table"][cols] for part, r in result.items()}, axis=1)
+    frame.columns = [f"{p} {c}" for p, c in frame.columns]
+    echo_table(frame.reset_index().round(4), fmt)
+    if fmt == "table":
+        for part, r in result.items():
+            click.echo(f"{part}: macro F1 {r['macro_f1_a']:.3f} -> {r['macro_f1_b']:.3f}")
+
+
 @main.command("split-history")
 @click.argument("cohort")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
@@ -628,16 +645,19 @@ def split_history(wb, cohort, fmt):
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @study_option
 def suggest(wb, label, run_id, proposer, model, fmt):
-    """Propose a revision of LABEL from its tuning disagreements and error notes, evaluated before it is shown."""
+    """Propose a revision of LABEL (or `all` failing labels) from its tuning disagreements and error notes,
+    evaluated on tuning and validation before it is shown."""
     from workbench.services.optimising import suggestion_text
 
-    result = wb.suggest(label, run_id=run_id, proposer=proposer, model=model)
-    if fmt == "json":
+    results = (wb.suggest_failing(run_id, proposer=proposer, model=model) if label == "all"
+               else [wb.suggest(label, run_id=run_id, proposer=proposer, model=model)])
+    for result in results:
         result.get("evaluation", {}).pop("values", None)
         result.get("evaluation", {}).pop("evidence", None)
-        click.echo(json.dumps(result, indent=2, default=str))
+    if fmt == "json":
+        click.echo(json.dumps(results if label == "all" else results[0], indent=2, default=str))
     else:
-        click.echo(suggestion_text(result))
+        click.echo("\n\n".join(suggestion_text(r) for r in results) or "no label has a disagreement on the tuning part")
 
 
 @main.command()

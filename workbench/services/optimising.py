@@ -218,6 +218,25 @@ class OptimisingService:
         return {part: _part_metrics(y_true, y_pred, [r for r in y_true.index if parts.get(r) == part], ci,
                                     n_resamples, zero_division) for part in splits.PARTS}
 
+    def compare_by_part(self, run_a: int, run_b: int) -> dict:
+        """Two runs on a split cohort: per part, macro F1 of each and the per-label McNemar table (Holm within the part)."""
+        a, b = self.run_info(run_a), self.run_info(run_b)
+        if a.cohort_id != b.cohort_id:
+            raise StudyError(f"runs {run_a} and {run_b} are on different cohorts")
+        parts = self.split_parts(self._cohort_name(a.cohort_id))
+        if not parts:
+            raise StudyError("the runs' cohort is not split into tuning and validation parts (workbench split)")
+        y_true, pred_a, _ = self.evaluation_inputs(run_a, extra_commits=(b.prompt_commit,))
+        _, pred_b, _ = self.evaluation_inputs(run_b, extra_commits=(a.prompt_commit,))
+        labels = [lab for lab in y_true.columns if lab in pred_b.columns]
+        out = {}
+        for part in splits.PARTS:
+            ids = [r for r in y_true.index if parts.get(r) == part]
+            table = metrics.compare_labels(y_true.loc[ids, labels], pred_a.loc[ids, labels], pred_b.reindex(ids)[labels])
+            out[part] = {"table": table, "macro_f1_a": _num(np.nanmean(table["f1_a"])),
+                         "macro_f1_b": _num(np.nanmean(table["f1_b"]))}
+        return out
+
     def history_by_part(self, cohort: str) -> pd.DataFrame:
         """Every finished run on a split cohort: macro F1 on tuning and on validation, and the gap between them."""
         parts = self.split_parts(cohort)
@@ -386,6 +405,14 @@ class OptimisingService:
             result = proposals.ProposalResult(result.status, result.detail, proposals.Edit(
                 **{**result.edit.__dict__, "note_ids": tuple(int(i) for i in notes["id"])}))
         return result
+
+    def suggest_failing(self, run_id: int | None = None, proposer: str = "auto", model: str | None = None,
+                        api_base: str | None = None) -> list[dict]:
+        """A suggestion for every label with a disagreement on the tuning part."""
+        run = self.run_info(run_id) if run_id is not None else self._latest_dev_run()
+        queue = self.disagreements(run.id)
+        failing = [lab for lab in self.vocab.asked_ids if lab in set(queue["label"])]
+        return [self.suggest(lab, run.id, proposer, model, api_base) for lab in failing]
 
     def suggest(self, label: str, run_id: int | None = None, proposer: str = "auto", model: str | None = None,
                 api_base: str | None = None) -> dict:
