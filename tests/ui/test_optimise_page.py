@@ -54,3 +54,15 @@ def test_parts_history_chart_has_both_parts_and_the_gap():
     fig = charts.parts_history_chart(history)
     assert [t.name for t in fig.data] == ["tuning", "validation", "gap (tuning - validation)"]
     assert list(fig.data[2].y) == [0.05, 0.1]
+
+
+def test_optimise_page_on_an_empty_study(tmp_path):
+    from test_app_pages import open_page as open_
+
+    from workbench.services import init_study
+
+    root = tmp_path / "empty"
+    init_study(root, vocab="ranscore-21").engine.dispose()
+    for tab in ("Split", "Tuning and validation", "Optimise", "Reports", "Test cohorts"):
+        at = open_(root, "optimise", {state.widget_key("optimise-tab"): tab})
+        assert at.title[0].value == "Optimise"
