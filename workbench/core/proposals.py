@@ -139,7 +139,7 @@ def parse_reply(text: str | None, lp: LabelPrompt, allowed_sources: set[str], so
     data = _load_mapping(body)
     if data is None:
         if _REFUSAL.search(text):
-            return ProposalResult("refusal", "the model declined to propose a revision: " + text.strip()[:200])
+            return ProposalResult("refusal", "the model declined to propose a revision")  # its words may quote a report
         return ProposalResult("malformed", "the reply is not a JSON or YAML mapping {edit, rationale}")
     unknown = sorted(set(data) - set(REPLY_KEYS))
     if unknown:

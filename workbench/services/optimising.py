@@ -311,14 +311,18 @@ class OptimisingService:
 
     # ------------------------------------------------------------ suggestions
 
-    def _tuning_material(self, run, label: str, pred: pd.Series | None = None, evidence: pd.Series | None = None):
-        """The tuning part for one label: reference, predictions, texts, evidence and usable notes."""
+    def _tuning_material(self, run, label: str, pred: pd.Series | None = None, evidence: pd.Series | None = None,
+                         inputs: tuple | None = None):
+        """The tuning part for one label: reference, predictions, texts, evidence and usable notes.
+
+        inputs: the run's (reference, predictions) when the caller already has them (optimise rounds).
+        """
         cohort = self._cohort_name(run.cohort_id)
         parts = self.split_parts(cohort)
         if not parts:
             raise StudyError(f"split {cohort!r} into tuning and validation parts first: workbench split {cohort} "
                              "--validation 0.3 --seed 0 (suggestions are checked on the validation part)")
-        y_true, y_pred, _ = self.evaluation_inputs(run.id)
+        y_true, y_pred = inputs if inputs is not None else self.evaluation_inputs(run.id)[:2]
         ids = [r for r in y_true.index if parts.get(r) == "tuning"]
         ids = sorted(self.tuning_reports(ids), key=ids.index)  # belt and braces: never a validation or test report
         notes = self.notes(label)
@@ -458,17 +462,19 @@ class OptimisingService:
         else:
             status = result.status
         edit = result.edit.to_dict() if result.edit else {}
+        stored = {k: v for k, v in evaluation.items() if k not in ("values", "evidence")}  # per-report answers: not kept
         with self.session() as s:
             row = q.add_proposal(s, label=label, author=self.actor.user, source=edit.get("source", "") or "none",
                                  status=status, base_commit=run.prompt_commit, run_id=run.id,
                                  edit_json=json.dumps(edit, default=_plain),
-                                 evaluation_json=json.dumps(evaluation, default=_plain),
+                                 evaluation_json=json.dumps(stored, default=_plain),
                                  note_ids_json=json.dumps(edit.get("note_ids", [])))
             out["proposal"] = row.id
         out["proposal_status"] = status
         return out
 
-    def evaluate_edit(self, run_id: int, new_lp: LabelPrompt, base_ps=None, base_pred: pd.Series | None = None) -> dict:
+    def evaluate_edit(self, run_id: int, new_lp: LabelPrompt, base_ps=None, base_pred: pd.Series | None = None,
+                      inputs: tuple | None = None) -> dict:
         """Label tuning and validation with the revised label (through the call cache); per part: F1 before
         and after, fixed and broken cases; on validation the exact McNemar verdict. Offered only when
         validation does not get worse."""
@@ -478,7 +484,7 @@ class OptimisingService:
         label = new_lp.label
         base_ps = base_ps or self.prompt_set(run.prompt_commit)
         new_ps = base_ps.with_label(new_lp)
-        y_true, y_pred, _ = self.evaluation_inputs(run_id)
+        y_true, y_pred = inputs if inputs is not None else self.evaluation_inputs(run_id)[:2]
         leaked = new_ps.example_report_ids() | base_ps.example_report_ids()
         ids = [r for r in y_true.index if r in parts and r not in leaked and not pd.isna(y_true.loc[r, label])]
         before = (y_pred[label] if base_pred is None else base_pred).reindex(ids)
@@ -584,7 +590,7 @@ class OptimisingService:
             for label in labels:
                 if on_progress:
                     on_progress(f"round {k}: {label}")
-                cases, notes = self._tuning_material(run, label, current[label], evidence[label])
+                cases, notes = self._tuning_material(run, label, current[label], evidence[label], (y_true, y_pred))
                 result = self._propose(ps, label, cases, notes, proposer, model, api_base)
                 if result.status != "ok":
                     entry["rejected"].append({"label": label, "status": result.status, "detail": result.detail})
@@ -593,7 +599,7 @@ class OptimisingService:
                 if new_lp in rejected:  # the same material gives the same proposal: do not pay to evaluate it again
                     entry["rejected"].append({"label": label, "status": "already rejected", "detail": rejected[new_lp]})
                     continue
-                ev = self.evaluate_edit(run.id, new_lp, base_ps=ps, base_pred=current[label])
+                ev = self.evaluate_edit(run.id, new_lp, base_ps=ps, base_pred=current[label], inputs=(y_true, y_pred))
                 for key in ("made", "reused"):
                     report["calls"][key] += ev["calls"][key]
                 report["calls"]["cost"] += ev["calls"]["cost"]
