@@ -66,3 +66,15 @@ def test_optimise_page_on_an_empty_study(tmp_path):
     for tab in ("Split", "Tuning and validation", "Optimise", "Reports", "Test cohorts"):
         at = open_(root, "optimise", {state.widget_key("optimise-tab"): tab})
         assert at.title[0].value == "Optimise"
+
+
+def test_two_runs_compared_on_both_parts(study):  # noqa: F811
+    wb = workbench(study)
+    wb.split_cohort("dev", 0.3, 0)
+    runs = wb.runs("dev")
+    newest, older = int(runs.iloc[0]["id"]), int(runs.iloc[1]["id"])
+    at = open_page(study, "optimise", {state.widget_key("optimise-tab"): "Tuning and validation", state.OPT_RUN: newest,
+                                       state.OPT_COMPARE: older})
+    frames = [d.value for d in at.dataframe if "validation verdict" in d.value.columns]
+    assert frames and {"tuning delta_f1", "validation p_value"} <= set(frames[0].columns)
+    assert any("validation: macro F1" in c.value for c in at.caption)

@@ -43,7 +43,7 @@ FROZEN = "wb.freeze.last"
 AUDIT_ENTITY, AUDIT_KEY = "wb.audit.entity", "wb.audit.key"
 SIGNIN_USER, SIGNIN_PASSWORD = "wb.signin.user", "wb.signin.password"
 SUGGESTION = "wb.suggestion"    # the last "Suggest a revision" result of this session
-OPT_RUN, OPT_REPORT = "wb.optimise.run", "wb.optimise.report"
+OPT_RUN, OPT_REPORT, OPT_COMPARE = "wb.optimise.run", "wb.optimise.report", "wb.optimise.compare"
 
 
 def widget_key(*parts: Any) -> str:

@@ -64,6 +64,27 @@ def _parts(wb) -> None:
         history = state.read(wb, "history_by_part", state.read(wb, "run_cohort", run_id))
         st.plotly_chart(charts.parts_history_chart(history), key="optimise-history")
         st.dataframe(history, hide_index=True)
+        _compare(wb, run_id)
+
+
+def _compare(wb, run_id: int) -> None:
+    """This run against another on the same cohort, tuning and validation side by side (exact McNemar)."""
+    runs = state.read(wb, "runs")
+    cohort_id = state.read(wb, "run_info", run_id).cohort_id
+    others = runs[(runs["id"] != run_id) & (runs["cohort_id"] == cohort_id) & runs["status"].isin(["finished", "incomplete"])]
+    if others.empty:
+        return
+    other = st.selectbox("Compare with an earlier run", others["id"].tolist(), index=None, key=state.OPT_COMPARE,
+                         format_func=lambda i: components.run_title(others.set_index("id").loc[i].to_dict() | {"id": i}))
+    if other is None:
+        return
+    result = state.read(wb, "compare_by_part", int(other), run_id)
+    cols = ["f1_a", "f1_b", "delta_f1", "b", "c", "p_value", "verdict"]
+    frame = pd.concat({part: r["table"][cols] for part, r in result.items()}, axis=1)
+    frame.columns = [f"{p} {c}" for p, c in frame.columns]
+    st.caption(" · ".join(f"{p}: macro F1 {r['macro_f1_a']:.3f} -> {r['macro_f1_b']:.3f}" for p, r in result.items())
+               + " · b = broken, c = fixed")
+    st.dataframe(frame.round(3))
 
 
 def _optimise(wb) -> None:
