@@ -335,6 +335,10 @@ def test_optimise_rounds_report_and_drafts(opt_study):
     assert {m["label"] for m in first["validation_mcnemar"]} == {"cardiomegaly", "mass", "edema"}
     assert all(m["broken"] == 0 for m in first["validation_mcnemar"])
     assert len(report["rounds"]) < 3  # the second round found nothing more and stopped
+    commit = wb.commit_drafts(report["drafts"], "Optimised")
+    message = wb.prompt_history().set_index("commit").loc[commit, "message"]
+    assert f"optimise (report #{report['id']})" in message
+
     stored = wb.optimisation_reports()
     assert stored.iloc[0]["report"]["id"] == report["id"]
     from workbench.services.optimising import report_markdown
@@ -476,3 +480,18 @@ def test_cli_split_suggest_accept_optimise_and_test_look(opt_study):
     wb.freeze("v2", saved)
     assert "test looked at 1 time" in cli("test-look", "v2", "--cohort", "test")
     assert "v2" in cli("test-looks")
+
+
+def test_optimise_never_overwrites_a_persons_draft_and_discard_forgets_the_proposal(opt_study):
+    import dataclasses
+
+    wb = opt_study
+    mine = dataclasses.replace(wb.label_prompt("cardiomegaly"), definition="My own careful wording.")
+    wb.save_draft(mine, wb.prompt_commit())
+    report = wb.optimise(labels=["cardiomegaly", "mass"], rounds=1, proposer="offline")
+    assert report["not_drafted"] == ["cardiomegaly"] and report["drafts"] == ["mass"]
+    assert wb.draft("cardiomegaly")[0].definition == "My own careful wording."
+    wb.discard_draft("mass")
+    assert wb.proposals("mass", status="accepted").empty and len(wb.proposals("mass", status="discarded")) == 1
+    commit = wb.commit_drafts(["cardiomegaly"], "Only my wording")
+    assert "Proposed revisions" not in wb.prompt_history().set_index("commit").loc[commit, "message"]

@@ -63,8 +63,8 @@ class OptimisingService:
         with self.session() as s:
             old = q.cohort_roles(s)[cohort]
             if old == "test" and role != "test":
-                raise StudyError(f"{cohort!r} is a locked test cohort; its role cannot be changed (looks: "
-                                 f"{len(q.looks_frame(s))})")
+                looks = int((q.looks_frame(s)["cohort_id"] == cid).sum())
+                raise StudyError(f"{cohort!r} is a locked test cohort; its role cannot be changed (looked at {looks} times)")
             if role != "development" and len(q.split_frame(s, cid)):
                 raise StudyError(f"{cohort!r} is split into tuning and validation parts; only a development cohort is split")
             q.set_cohort_role(s, cid, role)
@@ -552,7 +552,7 @@ class OptimisingService:
         lines = []
         for row in accepted.itertuples(index=False):
             notes = json.loads(row.note_ids_json or "[]")
-            lines.append(f"{row.label}: proposal #{row.id} by the {row.source}"
+            lines.append(f"{row.label}: proposal #{row.id} by {'the ' if 'proposer' in row.source else ''}{row.source}"
                          + (f", from error notes {', '.join('#' + str(n) for n in notes)}" if notes else ", from the disagreements (no notes)"))
         full = message + ("\n\nProposed revisions:\n" + "\n".join(lines) if lines else "")
         commit = super().commit_drafts(labels, full)
@@ -623,18 +623,35 @@ class OptimisingService:
                 break  # nothing more to propose: later rounds would see the same material
         report["end"] = _macro_by_part(y_true, current, parts, labels)
         report["seconds"] = round(time.perf_counter() - started, 2)
-        report["drafts"] = []
         changed = [lab for lab in labels if ps.label(lab) != base_ps.label(lab)]
-        if save_drafts:
-            for lab in changed:
-                self.save_draft(ps.label(lab), run.prompt_commit)
-                report["drafts"].append(lab)
+        mine = set(self.drafts()["label"]) if save_drafts else set()
+        report["drafts"] = [lab for lab in changed if save_drafts and lab not in mine]
+        report["not_drafted"] = [lab for lab in changed if lab in mine]  # never overwrite a person's own draft
         report["final_prompts"] = {lab: dump_label_prompt(ps.label(lab)) for lab in changed}
+        notes = {lab: sorted({n for e in report["rounds"] for c in e["changes"] if c["label"] == lab for n in c["note_ids"]})
+                 for lab in changed}
         with self.session() as s:
             report["id"] = q.add_optimisation(s, self.actor.user, run.id, json.dumps(report, default=_plain))
+            for lab in report["drafts"]:  # an accepted proposal per draft: the saved version's message cites it
+                edit = proposals.Edit(lab, proposals.edit_fields(base_ps.label(lab), ps.label(lab)),
+                                      f"optimise report #{report['id']}", f"optimise (report #{report['id']})",
+                                      tuple(notes[lab]), proposals.describe(base_ps.label(lab), ps.label(lab)))
+                q.add_proposal(s, label=lab, author=self.actor.user, source=edit.source, status="accepted",
+                               base_commit=run.prompt_commit, run_id=run.id, edit_json=json.dumps(edit.to_dict()),
+                               note_ids_json=json.dumps(list(edit.note_ids)))
             q.add_audit(s, self.actor.user, "optimise", "prompt", ",".join(labels), None,
                         {"report": report["id"], "rounds": len(report["rounds"]), "drafts": report["drafts"]})
+        for lab in report["drafts"]:
+            self.save_draft(ps.label(lab), run.prompt_commit)
         return report
+
+    def discard_draft(self, label: str) -> None:
+        """Throw a draft away; a proposal accepted into it no longer speaks for the next saved version."""
+        super().discard_draft(label)
+        with self.session() as s:
+            accepted = q.proposals_frame(s, label=self._asked(label), status="accepted", author=self.actor.user)
+            for pid in accepted["id"]:
+                q.update_proposal(s, int(pid), status="discarded")
 
     def optimisation_reports(self) -> pd.DataFrame:
         """Stored optimisation reports, newest first."""
