@@ -203,3 +203,15 @@ def test_cohort_roles_splits_looks_proposals_optimisations(any_study):
         assert q.proposals_frame(s, status="offered").empty
         oid = q.add_optimisation(s, "me", run.id, json.dumps({"rounds": []}))
         assert q.optimisations_frame(s).set_index("id").loc[oid, "report_json"] == '{"rounds": []}'
+
+
+def test_put_cached_calls_in_bulk_first_writer_wins(any_study):
+    with any_study.session() as s:
+        q.put_cached_call(s, "k1", "m", "first", 1, 1, None)
+    with any_study.session() as s:
+        q.put_cached_calls(s, "m", [("k1", "second", 2, 2, 0.5), ("k2", "new", 3, 4, 0.25)])
+        q.put_cached_calls(s, "m", [])
+    with any_study.session() as s:
+        cached = q.cached_calls(s, ["k1", "k2"])
+    assert cached["k1"].response == "first" and cached["k2"].response == "new"
+    assert (cached["k2"].prompt_tokens, cached["k2"].completion_tokens, cached["k2"].cost) == (3, 4, 0.25)

@@ -296,14 +296,16 @@ class OptimisingService:
 
         if todo:
             self._engine(cfg)(todo, cfg, on_result, None)
+        store = []
+        for req, res, r in answered:
+            rows += r
+            counts["cost"] += res.cost or 0.0
+            counts["prompt_tokens"] += res.prompt_tokens or 0
+            counts["completion_tokens"] += res.completion_tokens or 0
+            if res.text is not None and not any(x["value"] is None for x in r):  # failures are never cached
+                store.append((req.key, res.text, res.prompt_tokens, res.completion_tokens, res.cost))
         with self.session() as s:
-            for req, res, r in answered:
-                rows += r
-                counts["cost"] += res.cost or 0.0
-                counts["prompt_tokens"] += res.prompt_tokens or 0
-                counts["completion_tokens"] += res.completion_tokens or 0
-                if res.text is not None and not any(x["value"] is None for x in r):
-                    q.put_cached_call(s, req.key, cfg.model, res.text, res.prompt_tokens, res.completion_tokens, res.cost)
+            q.put_cached_calls(s, cfg.model, store)
         frame = pd.DataFrame(rows, columns=["report_id", "label", "value", "evidence", "evidence_found", "status",
                                             "detail", "call_key"])
         frame = frame[frame["label"] == label].drop_duplicates("report_id").set_index("report_id")
@@ -324,10 +326,11 @@ class OptimisingService:
                              "--validation 0.3 --seed 0 (suggestions are checked on the validation part)")
         y_true, y_pred = inputs if inputs is not None else self.evaluation_inputs(run.id)[:2]
         ids = [r for r in y_true.index if parts.get(r) == "tuning"]
-        ids = sorted(self.tuning_reports(ids), key=ids.index)  # belt and braces: never a validation or test report
+        allowed = self.tuning_reports(ids)  # belt and braces: never a validation or test report
         notes = self.notes(label)
         wrong = set(notes.loc[notes["reference_wrong"].astype(bool), "report_id"])
-        ids = [r for r in ids if r not in wrong and not pd.isna(y_true.loc[r, label])]
+        known = y_true[label].notna()
+        ids = [r for r in ids if r in allowed and r not in wrong and known.loc[r]]
         notes = notes[notes["report_id"].isin(set(ids)) & ~notes["reference_wrong"].astype(bool)]
         values = (y_pred[label] if pred is None else pred).reindex(ids)
         ids = [r for r in ids if not pd.isna(values.loc[r])]
@@ -339,7 +342,8 @@ class OptimisingService:
         with self.session() as s:
             reports = q.reports_frame(s, ids=ids).set_index("report_id")
         sections = run.sections.split(",")
-        texts = {r: compose_text(row.findings, row.impression, row.text, sections) for r, row in reports.iterrows()}
+        texts = {row.Index: compose_text(row.findings, row.impression, row.text, sections)
+                 for row in reports.itertuples()}
         cases = pd.DataFrame({"report_id": ids, "text": [texts[r] for r in ids],
                               "reference": y_true.loc[ids, label].astype(int).to_numpy(),
                               "prediction": values.loc[ids].astype(int).to_numpy(),
@@ -486,7 +490,8 @@ class OptimisingService:
         new_ps = base_ps.with_label(new_lp)
         y_true, y_pred = inputs if inputs is not None else self.evaluation_inputs(run_id)[:2]
         leaked = new_ps.example_report_ids() | base_ps.example_report_ids()
-        ids = [r for r in y_true.index if r in parts and r not in leaked and not pd.isna(y_true.loc[r, label])]
+        known = y_true[label].notna()
+        ids = [r for r in y_true.index if r in parts and r not in leaked and known.loc[r]]
         before = (y_pred[label] if base_pred is None else base_pred).reindex(ids)
         started = time.perf_counter()
         after, counts = self._label_with(run, new_ps, label, ids)

@@ -599,3 +599,20 @@ def optimisations_frame(session: Session) -> pd.DataFrame:
     """Optimisation reports newest first (with their JSON)."""
     cols = [Optimisation.id, Optimisation.created_by, Optimisation.created_at, Optimisation.run_id, Optimisation.report_json]
     return _frame(session, select(*cols).order_by(Optimisation.id.desc()), [c.key for c in cols])
+
+
+def put_cached_calls(session: Session, model: str, rows: list[tuple]) -> None:
+    """Store many answers at once: rows of (key, response, prompt_tokens, completion_tokens, cost); first writer wins."""
+    if not rows:
+        return
+    conn = session.connection()
+    mark = "%s" if conn.dialect.paramstyle in ("format", "pyformat") else "?"
+    stamp = now()
+    cursor = conn.connection.cursor()
+    try:  # ON CONFLICT DO NOTHING: another process may have stored the same call meanwhile (SQLite and PostgreSQL)
+        cursor.executemany(
+            f"INSERT INTO callcache (key, model, response, prompt_tokens, completion_tokens, cost, created_at) "
+            f"VALUES ({', '.join([mark] * 7)}) ON CONFLICT DO NOTHING",
+            [(k, model, r, int(p or 0), int(c or 0), cost, stamp) for k, r, p, c, cost in rows])
+    finally:
+        cursor.close()
