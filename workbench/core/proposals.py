@@ -21,7 +21,7 @@ import pandas as pd
 import yaml
 
 from workbench.core.prompts import (
-    DEFAULT_CUES, Example, LabelPrompt, POLICY_VALUES, PromptError, TEMPORAL_KEYS, dump_label_prompt, parse_label_prompt,
+    DEFAULT_CUES, Example, LabelPrompt, PromptError, TEMPORAL_KEYS, dump_label_prompt, parse_label_prompt,
 )
 
 EDIT_FIELDS = ("definition", "look_for", "do_not_label_when", "hedged", "temporal", "examples")
@@ -534,4 +534,4 @@ def _combine(current: LabelPrompt, base: LabelPrompt, single: LabelPrompt) -> La
 
 
 __all__ = ["Edit", "EditError", "ProposalResult", "Candidate", "Tuning", "apply_edit", "edit_fields", "describe",
-           "parse_reply", "mine_candidates", "offline_propose", "f1_of", "POLICY_VALUES"]
+           "parse_reply", "mine_candidates", "offline_propose", "f1_of"]

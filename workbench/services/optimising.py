@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextvars
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -24,7 +23,7 @@ from workbench.core.prompts import LabelPrompt, call_key, dump_label_prompt
 from workbench.store import queries as q
 from workbench.study import StudyError
 
-ROLES = ("development", "validation", "test", "external")
+COHORT_ROLES = ("development", "validation", "test", "external")
 PROPOSERS = ("auto", "offline", "llm")
 PROPOSER_MAX_TOKENS = 2000
 MAX_CASES = 20          # failing cases shown to a model in one proposal call
@@ -57,8 +56,8 @@ class OptimisingService:
     def set_cohort_role(self, cohort: str, role: str) -> None:
         """Give a cohort a role; a test cohort is locked from then on."""
         self.require("import")
-        if role not in ROLES:
-            raise StudyError(f"cohort role must be one of {', '.join(ROLES)}, got {role!r}")
+        if role not in COHORT_ROLES:
+            raise StudyError(f"cohort role must be one of {', '.join(COHORT_ROLES)}, got {role!r}")
         cid = self.cohort_id(cohort)
         with self.session() as s:
             old = q.cohort_roles(s)[cohort]
@@ -834,4 +833,4 @@ def report_markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["OptimisingService", "ROLES", "PROPOSERS", "suggestion_text", "report_markdown"]
+__all__ = ["OptimisingService", "COHORT_ROLES", "PROPOSERS", "suggestion_text", "report_markdown"]
