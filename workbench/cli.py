@@ -605,9 +605,11 @@ def split_metrics(wb, run_id, fmt):
     frame["gap"] = frame["tuning_f1"] - frame["validation_f1"]
     echo_table(frame.reset_index().round(3), fmt)
     if fmt == "table":
+        from workbench.services.optimising import fmt_figure as f
+
         for p, m in parts.items():
-            click.echo(f"{p}: {m['reports']} reports, macro F1 {m['macro_f1']:.3f} [{m['macro_f1_lo']:.3f}, {m['macro_f1_hi']:.3f}]")
-        click.echo(f"gap (tuning - validation): {parts['tuning']['macro_f1'] - parts['validation']['macro_f1']:+.3f}")
+            click.echo(f"{p}: {m['reports']} reports, macro F1 {f(m['macro_f1'])} [{f(m['macro_f1_lo'])}, {f(m['macro_f1_hi'])}]")
+        click.echo(f"gap (tuning - validation): {f(parts['tuning']['macro_f1'] - parts['validation']['macro_f1'])}")
 
 
 @main.command("split-compare")
@@ -623,8 +625,10 @@ def split_compare(wb, run_a, run_b, fmt):
     frame.columns = [f"{p} {c}" for p, c in frame.columns]
     echo_table(frame.reset_index().round(4), fmt)
     if fmt == "table":
+        from workbench.services.optimising import fmt_figure as f
+
         for part, r in result.items():
-            click.echo(f"{part}: macro F1 {r['macro_f1_a']:.3f} -> {r['macro_f1_b']:.3f}")
+            click.echo(f"{part}: macro F1 {f(r['macro_f1_a'])} -> {f(r['macro_f1_b'])}")
 
 
 @main.command("split-history")
@@ -702,9 +706,11 @@ def test_look(wb, bundle, cohort, fmt):
     if fmt == "json":
         click.echo(json.dumps(figures, indent=2, default=str))
         return
+    from workbench.services.optimising import fmt_figure as f
+
     echo_table(pd.DataFrame(figures["per_label"]).round(3))
-    click.echo(f"\n{bundle} on {cohort}: macro F1 {figures['macro_f1']:.3f} [{figures['macro_f1_lo']:.3f}, "
-               f"{figures['macro_f1_hi']:.3f}]; {figures['message']}")
+    click.echo(f"\n{bundle} on {cohort}: macro F1 {f(figures['macro_f1'])} [{f(figures['macro_f1_lo'])}, "
+               f"{f(figures['macro_f1_hi'])}]; {figures['message']}")
 
 
 @main.command("test-looks")

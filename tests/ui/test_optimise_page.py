@@ -78,3 +78,22 @@ def test_two_runs_compared_on_both_parts(study):  # noqa: F811
     frames = [d.value for d in at.dataframe if "validation verdict" in d.value.columns]
     assert frames and {"tuning delta_f1", "validation p_value"} <= set(frames[0].columns)
     assert any("validation: macro F1" in c.value for c in at.caption)
+
+
+def test_role_then_counted_look_from_the_page(study, tmp_path):  # noqa: F811
+
+    wb = workbench(study)
+    held = tmp_path / "held.csv"
+    held.write_text("id,findings,impression\nh1,Heart is enlarged.,Cardiomegaly.\nh2,Lungs are clear.,Normal.\n")
+    wb.import_reports(held, "held")
+    at = open_page(study, "optimise", {state.COHORT: "held"})
+    at.selectbox[-1].set_value("test")
+    button(at, "Set role").click().run()
+    assert_clean(at)
+    assert workbench(study).cohort_role("held") == "test"
+    workbench(study).freeze("v-look", workbench(study).runs("dev").iloc[0]["prompt_commit"])
+    at = open_page(study, "optimise", {state.widget_key("optimise-tab"): "Test cohorts"})
+    button(at, "Measure (counted look)").click().run()
+    assert_clean(at)
+    assert any("test looked at 1 time" in s.value for s in at.success)
+    assert workbench(study).test_looks()["bundle"].tolist() == ["v-look"]

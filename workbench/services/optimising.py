@@ -773,8 +773,8 @@ def _proposer_messages(lp: LabelPrompt, name: str, failing: pd.DataFrame, notes:
     return [{"role": "system", "content": PROPOSER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
-def _f(value) -> str:
-    """A figure for text output."""
+def fmt_figure(value) -> str:
+    """A figure for text output ("n/a" when undefined)."""
     return "n/a" if value is None or value != value else f"{value:.3f}"
 
 
@@ -790,9 +790,9 @@ def suggestion_text(result: dict) -> str:
     if edit["rationale"]:
         lines.append(f"rationale: {edit['rationale']}")
     for part, m in ev["parts"].items():
-        lines.append(f"{part}: F1 {_f(m['f1_before'])} -> {_f(m['f1_after'])} on {m['reports']} reports; fixed "
+        lines.append(f"{part}: F1 {fmt_figure(m['f1_before'])} -> {fmt_figure(m['f1_after'])} on {m['reports']} reports; fixed "
                      f"{m['fixed']} ({', '.join(m['fixed_cases'][:10])}), broken {m['broken']} ({', '.join(m['broken_cases'][:10])})"
-                     + (f"; McNemar p = {_f(m['p_value'])}, {m['verdict']}" if part == "validation" else ""))
+                     + (f"; McNemar p = {fmt_figure(m['p_value'])}, {m['verdict']}" if part == "validation" else ""))
     c = ev["calls"]
     lines.append(f"calls: {c['made']} made, {c['reused']} reused from the cache")
     lines.append(ev["why"] + (f"; accept with: workbench accept {result['proposal']}" if result["offered"] else ""))
@@ -803,24 +803,24 @@ def suggestion_text(result: dict) -> str:
 def report_markdown(report: dict) -> str:
     """An optimisation report as Markdown: per round what changed, tuning and validation F1, McNemar on validation."""
     def macro(m: dict) -> str:
-        return (f"tuning {_f(m['tuning']['macro_f1'])} [{_f(m['tuning']['lo'])}, {_f(m['tuning']['hi'])}], validation "
-                f"{_f(m['validation']['macro_f1'])} [{_f(m['validation']['lo'])}, {_f(m['validation']['hi'])}], gap {_f(m['gap'])}")
+        return (f"tuning {fmt_figure(m['tuning']['macro_f1'])} [{fmt_figure(m['tuning']['lo'])}, {fmt_figure(m['tuning']['hi'])}], validation "
+                f"{fmt_figure(m['validation']['macro_f1'])} [{fmt_figure(m['validation']['lo'])}, {fmt_figure(m['validation']['hi'])}], gap {fmt_figure(m['gap'])}")
 
     lines = [f"# Optimisation report #{report.get('id', '')} (run {report['run']}, version {report['base_commit'][:8]})", "",
              f"Macro F1 (zero_division=0, bootstrap 95% intervals) at the start: {macro(report['start'])}", ""]
     for entry in report["rounds"]:
         lines.append(f"## Round {entry['round']}")
         for ch in entry["changes"]:
-            lines.append(f"- **{ch['label']}** ({ch['source']}): tuning F1 {_f(ch['tuning_f1'][0])} -> {_f(ch['tuning_f1'][1])}, "
-                         f"validation F1 {_f(ch['validation_f1'][0])} -> {_f(ch['validation_f1'][1])}; McNemar on validation: "
+            lines.append(f"- **{ch['label']}** ({ch['source']}): tuning F1 {fmt_figure(ch['tuning_f1'][0])} -> {fmt_figure(ch['tuning_f1'][1])}, "
+                         f"validation F1 {fmt_figure(ch['validation_f1'][0])} -> {fmt_figure(ch['validation_f1'][1])}; McNemar on validation: "
                          f"fixed {ch['validation_mcnemar']['fixed']}, broken {ch['validation_mcnemar']['broken']}, "
-                         f"p = {_f(ch['validation_mcnemar']['p_value'])} ({ch['validation_mcnemar']['verdict']})")
+                         f"p = {fmt_figure(ch['validation_mcnemar']['p_value'])} ({ch['validation_mcnemar']['verdict']})")
             lines += [f"    - {c}" for c in ch["changes"]]
             if ch["note_ids"]:
                 lines.append("    - from error notes " + ", ".join(f"#{n}" for n in ch["note_ids"]))
         for r in entry["rejected"]:
             if r.get("status") == "validation worse":
-                lines.append(f"- {r['label']}: not kept, validation F1 {_f(r['validation_f1'][0])} -> {_f(r['validation_f1'][1])}")
+                lines.append(f"- {r['label']}: not kept, validation F1 {fmt_figure(r['validation_f1'][0])} -> {fmt_figure(r['validation_f1'][1])}")
             elif r.get("status") == "already rejected":
                 lines.append(f"- {r['label']}: the same proposal again ({r['detail']}); not evaluated again")
         if not entry["changes"]:
@@ -833,4 +833,4 @@ def report_markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["OptimisingService", "COHORT_ROLES", "PROPOSERS", "suggestion_text", "report_markdown"]
+__all__ = ["OptimisingService", "COHORT_ROLES", "PROPOSERS", "suggestion_text", "report_markdown", "fmt_figure"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from workbench.services.optimising import COHORT_ROLES, fmt_figure, report_markdown
 from workbench.ui import charts, components, state
 
 
@@ -30,6 +31,7 @@ def _split(wb) -> None:
         return
     role = state.read(wb, "cohort_role", cohort)
     st.caption(f"Role of {cohort}: **{role}**")
+    _role_form(wb, cohort, role)
     if role != "development":
         return
     if state.read(wb, "split_parts", cohort):
@@ -47,6 +49,17 @@ def _split(wb) -> None:
                       done=f"{cohort} split (seed {int(seed)}).")
 
 
+def _role_form(wb, cohort: str, role: str) -> None:
+    """Change a cohort's role (a test cohort stays locked)."""
+    if role == "test":
+        return
+    with st.form(state.widget_key("role", cohort)):
+        new = st.selectbox("Role", COHORT_ROLES, index=COHORT_ROLES.index(role))
+        submitted = st.form_submit_button("Set role")
+    if submitted and new != role:
+        components.do(wb, "setting the role", wb.set_cohort_role, cohort, new, done=f"{cohort} is now a {new} cohort.")
+
+
 def _parts(wb) -> None:
     """Per-label F1 on both parts with intervals, and the history with the gap."""
     run_id = components.pick_run(state.read(wb, "runs"), state.OPT_RUN)
@@ -57,7 +70,7 @@ def _parts(wb) -> None:
         cols = st.columns(2)
         for col, (part, m) in zip(cols, parts.items()):
             col.metric(f"{part} macro F1 ({m['reports']} reports)", components.pct(m["macro_f1"]),
-                       help=f"95% bootstrap interval {m['macro_f1_lo']:.3f} to {m['macro_f1_hi']:.3f}")
+                       help=f"95% bootstrap interval {fmt_figure(m['macro_f1_lo'])} to {fmt_figure(m['macro_f1_hi'])}")
         frame = pd.DataFrame({f"{p} {c}": parts[p]["table"][c] for p in parts for c in ("support", "f1", "f1_lo", "f1_hi")})
         frame["gap"] = frame["tuning f1"] - frame["validation f1"]
         st.dataframe(frame.round(3))
@@ -82,7 +95,8 @@ def _compare(wb, run_id: int) -> None:
     cols = ["f1_a", "f1_b", "delta_f1", "b", "c", "p_value", "verdict"]
     frame = pd.concat({part: r["table"][cols] for part, r in result.items()}, axis=1)
     frame.columns = [f"{p} {c}" for p, c in frame.columns]
-    st.caption(" · ".join(f"{p}: macro F1 {r['macro_f1_a']:.3f} -> {r['macro_f1_b']:.3f}" for p, r in result.items())
+    st.caption(" · ".join(f"{p}: macro F1 {fmt_figure(r['macro_f1_a'])} -> {fmt_figure(r['macro_f1_b'])}"
+                          for p, r in result.items())
                + " · b = broken, c = fixed")
     st.dataframe(frame.round(3))
 
@@ -116,8 +130,6 @@ def _optimise(wb) -> None:
 
 def _reports(wb) -> None:
     """Stored optimisation reports (the same text as `workbench optimise`)."""
-    from workbench.services.optimising import report_markdown
-
     reports = state.read(wb, "optimisation_reports")
     if reports.empty:
         st.info("No optimisation yet.")
@@ -130,8 +142,24 @@ def _reports(wb) -> None:
 
 
 def _looks(wb) -> None:
-    """Every look at a locked test cohort: who, when, which bundle."""
-    looks = state.read(wb, "test_looks")
-    st.caption("A test cohort's metrics are computed only for frozen bundles (`workbench test-look BUNDLE --cohort "
-               "NAME`); every look is recorded and counted.")
-    st.dataframe(looks, hide_index=True)
+    """Measure a frozen bundle on a locked test cohort (a counted look), and every look so far."""
+    st.caption("A test cohort's metrics are computed only for frozen bundles; every look is recorded (who, when, "
+               "which bundle) and counted.")
+    cohorts = state.read(wb, "cohorts")["name"].tolist()
+    tests = [c for c in cohorts if state.read(wb, "cohort_role", c) == "test"]
+    bundles = state.read(wb, "bundles")
+    if tests and len(bundles):
+        with st.form(state.widget_key("look")):
+            cohort = st.selectbox("Test cohort", tests)
+            bundle = st.selectbox("Frozen bundle", bundles["name"].tolist())
+            submitted = st.form_submit_button("Measure (counted look)", type="primary")
+        if submitted:
+            figures = components.do(wb, "measuring the test cohort", wb.test_look, bundle, cohort, rerun=False)
+            if figures:
+                f = fmt_figure
+                st.success(f"{bundle} on {cohort}: macro F1 {f(figures['macro_f1'])} [{f(figures['macro_f1_lo'])}, "
+                           f"{f(figures['macro_f1_hi'])}]; {figures['message']}")
+                st.dataframe(pd.DataFrame(figures["per_label"]), hide_index=True)
+    else:
+        st.info("Give a cohort the test role (Split tab) and freeze a bundle to measure it.")
+    st.dataframe(state.read(wb, "test_looks"), hide_index=True)
