@@ -495,3 +495,34 @@ def test_optimise_never_overwrites_a_persons_draft_and_discard_forgets_the_propo
     assert wb.proposals("mass", status="accepted").empty and len(wb.proposals("mass", status="discarded")) == 1
     commit = wb.commit_drafts(["cardiomegaly"], "Only my wording")
     assert "Proposed revisions" not in wb.prompt_history().set_index("commit").loc[commit, "message"]
+
+
+def test_proposal_evaluated_by_a_model_labeller_over_http_through_the_cache(opt_study, fake_llm_server):
+    """The run's labeller is a model: the proposal's calls go to it over HTTP once, then come from the cache."""
+    from fake_llm_server import last_user_text, report_part
+
+    from workbench.services.optimising import PROPOSER_SYSTEM
+
+    wb, server = opt_study, fake_llm_server
+    proposal = {"edit": {"look_for": ["cardiomegaly", "silhouette is enlarged"]}, "rationale": "missed wording"}
+
+    def answer(messages):
+        if messages[0]["content"] == PROPOSER_SYSTEM:
+            return json.dumps(proposal)
+        user = last_user_text(messages)
+        report = report_part(user)
+        follows = '"silhouette is enlarged"' in user.replace(report, "")  # a model that reads its look-for list
+        return json.dumps({"value": int(follows and "silhouette is enlarged" in report.lower()), "evidence": ""})
+
+    server.answer_fn = answer
+    settings = {"model": "openai/fake", "api_base": server.url, "concurrency": 4, "max_retries": 0}
+    run = wb.start_run("dev", labels=["cardiomegaly"], **settings)
+    assert run.status == "finished" and server.count == 68
+    result = wb.suggest("cardiomegaly", run.run_id, proposer="llm", model="openai/fake", api_base=server.url)
+    assert result["status"] == "ok" and result["offered"], result
+    calls = result["evaluation"]["calls"]
+    assert calls["made"] == calls["calls"] == 68 and server.count == 68 + 1 + 68
+    val = result["evaluation"]["parts"]["validation"]
+    assert val["f1_before"] == 0.0 and val["f1_after"] == 1.0 and val["broken"] == 0
+    again = wb.suggest("cardiomegaly", run.run_id, proposer="llm", model="openai/fake", api_base=server.url)
+    assert again["evaluation"]["calls"]["made"] == 0 and server.count == 68 + 1 + 68  # nothing new over HTTP
