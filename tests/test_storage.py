@@ -209,8 +209,8 @@ def test_put_cached_calls_in_bulk_first_writer_wins(any_study):
     with any_study.session() as s:
         q.put_cached_call(s, "k1", "m", "first", 1, 1, None)
     with any_study.session() as s:
-        q.put_cached_calls(s, "m", [("k1", "second", 2, 2, 0.5), ("k2", "new", 3, 4, 0.25)])
-        q.put_cached_calls(s, "m", [])
+        q.put_cached_calls(s, [("k1", "m", "second", 2, 2, 0.5), ("k2", "m", "new", 3, 4, 0.25)])
+        q.put_cached_calls(s, [])
     with any_study.session() as s:
         cached = q.cached_calls(s, ["k1", "k2"])
     assert cached["k1"].response == "first" and cached["k2"].response == "new"

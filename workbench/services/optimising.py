@@ -302,9 +302,9 @@ class OptimisingService:
             counts["prompt_tokens"] += res.prompt_tokens or 0
             counts["completion_tokens"] += res.completion_tokens or 0
             if res.text is not None and not any(x["value"] is None for x in r):  # failures are never cached
-                store.append((req.key, res.text, res.prompt_tokens, res.completion_tokens, res.cost))
+                store.append((req.key, cfg.model, res.text, res.prompt_tokens or 0, res.completion_tokens or 0, res.cost))
         with self.session() as s:
-            q.put_cached_calls(s, cfg.model, store)
+            q.put_cached_calls(s, store)
         frame = pd.DataFrame(rows, columns=["report_id", "label", "value", "evidence", "evidence_found", "status",
                                             "detail", "call_key"])
         frame = frame[frame["label"] == label].drop_duplicates("report_id").set_index("report_id")

@@ -601,9 +601,11 @@ def optimisations_frame(session: Session) -> pd.DataFrame:
     return _frame(session, select(*cols).order_by(Optimisation.id.desc()), [c.key for c in cols])
 
 
-def put_cached_calls(session: Session, model: str, rows: list[tuple]) -> None:
-    """Store many answers at once: rows of (key, response, prompt_tokens, completion_tokens, cost); first writer wins."""
-    if not rows:
+
+def put_cached_calls(session: Session, calls: list[tuple]) -> None:
+    """Store many model answers at once: (key, model, response, prompt_tokens, completion_tokens, cost) each;
+    first writer wins. (main has the same function with the same argument shape: keep that one on merge.)"""
+    if not calls:
         return
     conn = session.connection()
     mark = "%s" if conn.dialect.paramstyle in ("format", "pyformat") else "?"
@@ -612,7 +614,6 @@ def put_cached_calls(session: Session, model: str, rows: list[tuple]) -> None:
     try:  # ON CONFLICT DO NOTHING: another process may have stored the same call meanwhile (SQLite and PostgreSQL)
         cursor.executemany(
             f"INSERT INTO callcache (key, model, response, prompt_tokens, completion_tokens, cost, created_at) "
-            f"VALUES ({', '.join([mark] * 7)}) ON CONFLICT DO NOTHING",
-            [(k, model, r, int(p or 0), int(c or 0), cost, stamp) for k, r, p, c, cost in rows])
+            f"VALUES ({', '.join([mark] * 7)}) ON CONFLICT DO NOTHING", [(*c, stamp) for c in calls])
     finally:
         cursor.close()
