@@ -295,3 +295,49 @@ def test_a_version_1_database_migrates_to_the_chain_and_disabled_accounts(any_st
     with any_study.session() as s:
         assert q.verify_audit(s)["ok"]
         assert not q.get_user(s, "boss").disabled
+
+def test_cohort_roles_splits_looks_proposals_optimisations(any_study):
+    with any_study.session() as s:
+        cohort, _ = q.get_or_create_cohort(s, "dev", "en")
+        test, _ = q.get_or_create_cohort(s, "held", "en")
+        frame = pd.DataFrame({"report_id": ["a", "b", "c"], "text": ["", "", ""], "findings": ["x", "y", "z"],
+                              "impression": ["", "", ""], "language": ["en"] * 3, "text_hash": ["h1", "h2", "h3"]})
+        q.insert_reports(s, cohort.id, frame.iloc[:2], 0)
+        q.insert_reports(s, test.id, frame.iloc[2:], 0)
+        assert q.cohort_roles(s) == {"dev": "development", "held": "development"}
+        q.set_cohort_role(s, test.id, "test")
+        assert q.cohort_roles(s)["held"] == "test"
+        q.put_split(s, cohort.id, {"a": "tuning", "b": "validation"}, 0, 0.3, "me")
+        q.put_split(s, cohort.id, {"a": "validation", "b": "tuning"}, 1, 0.5, "me")  # replaces, never adds
+        split = q.split_frame(s, cohort.id).set_index("report_id")
+        assert split["part"].to_dict() == {"a": "validation", "b": "tuning"} and set(split["seed"]) == {1}
+        roles = q.report_cohort_roles(s, ["a", "c", "zz"]).set_index("report_id")
+        assert roles.loc["a", "part"] == "validation" and roles.loc["c", "role"] == "test"
+        assert pd.isna(roles.loc["c", "part"]) and "zz" not in roles.index
+        run = q.add_run(s, cohort_id=test.id, prompt_commit="c" * 40, model="m", params_json="{}", mode="per_label",
+                        labels_json="[]")
+        q.add_look(s, test.id, "v1", "f" * 64, run.id, "dr-a")
+        q.add_look(s, test.id, "v2", "e" * 64, None, "dr-b")
+        assert q.looks_frame(s)["bundle"].tolist() == ["v1", "v2"]
+        assert q.looks_frame(s, "v1")["actor"].tolist() == ["dr-a"]
+        p = q.add_proposal(s, label="edema", author="me", source="offline", status="offered", base_commit="c" * 40,
+                           run_id=run.id, edit_json="{}", note_ids_json="[1, 2]")
+        assert q.get_proposal(s, p.id).status == "offered"
+        q.update_proposal(s, p.id, status="saved", commit="d" * 40)
+        assert q.get_proposal(s, p.id).commit == "d" * 40
+        assert q.proposals_frame(s, label="edema", status="saved", author="me")["id"].tolist() == [p.id]
+        assert q.proposals_frame(s, status="offered").empty
+        oid = q.add_optimisation(s, "me", run.id, json.dumps({"rounds": []}))
+        assert q.optimisations_frame(s).set_index("id").loc[oid, "report_json"] == '{"rounds": []}'
+
+
+def test_put_cached_calls_in_bulk_first_writer_wins(any_study):
+    with any_study.session() as s:
+        q.put_cached_call(s, "k1", "m", "first", 1, 1, None)
+    with any_study.session() as s:
+        q.put_cached_calls(s, [("k1", "m", "second", 2, 2, 0.5), ("k2", "m", "new", 3, 4, 0.25)])
+        q.put_cached_calls(s, [])
+    with any_study.session() as s:
+        cached = q.cached_calls(s, ["k1", "k2"])
+    assert cached["k1"].response == "first" and cached["k2"].response == "new"
+    assert (cached["k2"].prompt_tokens, cached["k2"].completion_tokens, cached["k2"].cost) == (3, 4, 0.25)

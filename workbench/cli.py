@@ -13,6 +13,19 @@ import click
 
 from workbench.study import PROJECT_ROOT, StudyError, builtin_vocabularies, resolve_study_path
 
+
+class _LazyPandas:
+    """pandas, imported on first use: `workbench --help` and other light commands start ~0.3 s sooner."""
+
+    def __getattr__(self, name: str):
+        import pandas
+
+        globals()["pd"] = pandas
+        return getattr(pandas, name)
+
+
+pd = _LazyPandas()
+
 DEMO_DIR = PROJECT_ROOT / "annotations"
 EXIT_INCOMPLETE = 3  # the command ran, but failed calls or extractions leave its result incomplete
 
@@ -1014,6 +1027,167 @@ def user_set_role(wb, user_id, role):
     """Change an account's role."""
     wb.set_role(user_id, role)
     click.echo(f"{user_id} is now {role}")
+
+
+# ---------------------------------------------------------------- assisted optimisation (cohort roles, splits, suggestions)
+
+
+@main.command("cohort-role")
+@click.argument("cohort")
+@click.argument("role", type=click.Choice(["development", "validation", "test", "external"]))
+@study_option
+def cohort_role(wb, cohort, role):
+    """Give a cohort a role; a test cohort is locked (metrics only through frozen bundles, every look counted)."""
+    wb.set_cohort_role(cohort, role)
+    click.echo(f"{cohort}: {role}")
+
+
+@main.command()
+@click.argument("cohort")
+@click.option("--validation", type=float, default=0.3, show_default=True, help="Share of reports in the validation part.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed (the same seed gives the same split).")
+@click.option("--force", is_flag=True, help="Replace an existing split with a different one (recorded in the audit).")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@study_option
+def split(wb, cohort, validation, seed, force, fmt):
+    """Divide a development cohort into tuning and validation parts, stratified by label, reproducible by seed."""
+    summary = wb.split_cohort(cohort, validation=validation, seed=seed, force=force)
+    echo_table(summary.round(3), fmt)
+    if fmt == "table":
+        sizes = summary.attrs.get("reports", {})
+        click.echo(f"\n{cohort}: {sizes.get('tuning', 0)} tuning and {sizes.get('validation', 0)} validation reports "
+                   f"(seed {seed}); suggestions and the disagreement queue read only the tuning part")
+
+
+@main.command("split-metrics")
+@click.argument("run_id", type=int)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@study_option
+def split_metrics(wb, run_id, fmt):
+    """Per-label F1 of a run on the tuning and validation parts side by side, with intervals and the gap."""
+    import pandas as pd
+
+    parts = wb.evaluate_parts(run_id)
+    frame = pd.DataFrame({f"{p}_{c}": parts[p]["table"][c] for p in parts for c in ("support", "f1", "f1_lo", "f1_hi")})
+    frame["gap"] = frame["tuning_f1"] - frame["validation_f1"]
+    echo_table(frame.reset_index().round(3), fmt)
+    if fmt == "table":
+        from workbench.services.optimising import fmt_figure as f
+
+        for p, m in parts.items():
+            click.echo(f"{p}: {m['reports']} reports, macro F1 {f(m['macro_f1'])} [{f(m['macro_f1_lo'])}, {f(m['macro_f1_hi'])}]")
+        click.echo(f"gap (tuning - validation): {f(parts['tuning']['macro_f1'] - parts['validation']['macro_f1'])}")
+
+
+@main.command("split-compare")
+@click.argument("run_a", type=int)
+@click.argument("run_b", type=int)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@study_option
+def split_compare(wb, run_a, run_b, fmt):
+    """Compare two runs on tuning and on validation side by side: per-label F1 change and exact McNemar."""
+    result = wb.compare_by_part(run_a, run_b)
+    cols = ["f1_a", "f1_b", "delta_f1", "b", "c", "p_value", "verdict"]
+    frame = pd.concat({part: r["table"][cols] for part, r in result.items()}, axis=1)
+    frame.columns = [f"{p} {c}" for p, c in frame.columns]
+    echo_table(frame.reset_index().round(4), fmt)
+    if fmt == "table":
+        from workbench.services.optimising import fmt_figure as f
+
+        for part, r in result.items():
+            click.echo(f"{part}: macro F1 {f(r['macro_f1_a'])} -> {f(r['macro_f1_b'])}")
+
+
+@main.command("split-history")
+@click.argument("cohort")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@study_option
+def split_history(wb, cohort, fmt):
+    """Iteration history on tuning and validation with the gap between them (the overfitting signal)."""
+    echo_table(wb.history_by_part(cohort).round(4), fmt)
+
+
+@main.command()
+@click.argument("label")
+@click.option("--run", "run_id", type=int, default=None, help="Run whose disagreements to learn from (default: latest on the dev cohort).")
+@click.option("--proposer", type=click.Choice(["auto", "offline", "llm"]), default="auto", show_default=True,
+              help="llm: one reflective call to a model; offline: mined from the disagreements, scored with the rule-based labeller; auto: llm when a model is configured.")
+@click.option("--model", default=None, help="Model for the llm proposer (default: the study's labeller).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@study_option
+def suggest(wb, label, run_id, proposer, model, fmt):
+    """Propose a revision of LABEL (or `all` failing labels) from its tuning disagreements and error notes,
+    evaluated on tuning and validation before it is shown."""
+    from workbench.services.optimising import suggestion_text
+
+    results = (wb.suggest_failing(run_id, proposer=proposer, model=model) if label == "all"
+               else [wb.suggest(label, run_id=run_id, proposer=proposer, model=model)])
+    for result in results:
+        result.get("evaluation", {}).pop("values", None)
+        result.get("evaluation", {}).pop("evidence", None)
+    if fmt == "json":
+        click.echo(json.dumps(results if label == "all" else results[0], indent=2, default=str))
+    else:
+        click.echo("\n\n".join(suggestion_text(r) for r in results) or "no label has a disagreement on the tuning part")
+
+
+@main.command()
+@click.argument("proposal_id", type=int)
+@study_option
+def accept(wb, proposal_id):
+    """Accept an offered proposal: it becomes your draft (save it with `workbench prompts save`)."""
+    lp = wb.accept_proposal(proposal_id)
+    click.echo(f"proposal {proposal_id} is now your draft of {lp.label}; review it, then "
+               f"`workbench prompts save {lp.label} -m MESSAGE` (the message will name the notes it came from)")
+
+
+@main.command()
+@click.option("--labels", default=None, help="Comma-separated labels (default: every asked label).")
+@click.option("--rounds", type=int, default=3, show_default=True, help="Rounds of suggest -> evaluate -> keep.")
+@click.option("--run", "run_id", type=int, default=None, help="Run to start from (default: latest on the dev cohort).")
+@click.option("--proposer", type=click.Choice(["auto", "offline", "llm"]), default="auto", show_default=True)
+@click.option("--model", default=None, help="Model for the llm proposer.")
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the report here (.md or .json).")
+@study_option
+def optimise(wb, labels, rounds, run_id, proposer, model, out):
+    """Rounds of suggest -> evaluate -> keep if validation does not drop; the best version is left as drafts."""
+    from workbench.services.optimising import report_markdown
+
+    label_list = [x.strip() for x in labels.split(",")] if labels else None
+    report = wb.optimise(label_list, rounds=rounds, run_id=run_id, proposer=proposer, model=model,
+                         on_progress=lambda m: click.echo(m, err=True))
+    text = report_markdown(report)
+    click.echo(text)
+    if out:
+        Path(out).write_text(json.dumps(report, indent=2, default=str) if out.endswith(".json") else text, encoding="utf-8")
+
+
+@main.command("test-look")
+@click.argument("bundle")
+@click.option("--cohort", required=True, help="The test cohort.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@study_option
+def test_look(wb, bundle, cohort, fmt):
+    """Measure a frozen bundle on a locked test cohort (the look is recorded and counted)."""
+    import pandas as pd
+
+    figures = wb.test_look(bundle, cohort, on_progress=_progress_bar())
+    if fmt == "json":
+        click.echo(json.dumps(figures, indent=2, default=str))
+        return
+    from workbench.services.optimising import fmt_figure as f
+
+    echo_table(pd.DataFrame(figures["per_label"]).round(3))
+    click.echo(f"\n{bundle} on {cohort}: macro F1 {f(figures['macro_f1'])} [{f(figures['macro_f1_lo'])}, "
+               f"{f(figures['macro_f1_hi'])}]; {figures['message']}")
+
+
+@main.command("test-looks")
+@click.option("--bundle", default=None, help="Only this bundle.")
+@study_option
+def test_looks(wb, bundle):
+    """Every look at a test cohort: who, when, which bundle."""
+    echo_table(wb.test_looks(bundle))
 
 
 @user.command("disable")

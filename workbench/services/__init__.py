@@ -6,6 +6,7 @@ study). Its methods come from one mixin per area so each file stays readable.
 
 from workbench.services.evaluation import Evaluation, EvaluationService
 from workbench.services.freezing import FreezeService
+from workbench.services.optimising import OptimisingService
 from workbench.services.prompting import PromptsService
 from workbench.services.runs import RunsService, RunSummary
 from workbench.services.team import TeamService
@@ -16,8 +17,13 @@ from workbench.services.study import (
 )
 
 
-class Workbench(UISupportService, TeamService, FreezeService, EvaluationService, PromptsService, RunsService, StudyService):
-    """A study opened for use by one actor."""
+class Workbench(OptimisingService, UISupportService, TeamService, FreezeService, EvaluationService, PromptsService,
+                RunsService, StudyService):
+    """A study opened for use by one actor.
+
+    OptimisingService comes first: its bundles() adds test-look counts and its commit_drafts() records
+    where an accepted proposal came from, both around the methods of the mixins after it.
+    """
 
 
 __all__ = ["Workbench", "Actor", "init_study", "ImportSummary", "PermissionDenied", "ConflictError", "RunSummary", "Evaluation",

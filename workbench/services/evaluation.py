@@ -86,6 +86,7 @@ class EvaluationService:
         reference: the cohort's reference matrix when the caller already has it (history, queue).
         """
         run = self.run_info(run_id)
+        self.check_test_lock(run)  # a test cohort is measured only through a frozen bundle's counted look
         cohort = self._cohort_name(run.cohort_id)
         labels = self._run_labels(run)
         y_true = (self.reference_matrix(cohort) if reference is None else reference)[labels]
@@ -208,6 +209,8 @@ class EvaluationService:
         cohort = self._cohort_name(run.cohort_id)
         ref_table = self.reference(cohort)
         preds = self.predictions(run_id)
+        shown = self.queue_reports(run)  # only the tuning part: validation and test reports never reach the queue
+        preds = preds if shown is None else preds[preds["report_id"].isin(shown)]
         merged = preds.merge(ref_table[["report_id", "label", "value", "positives", "n_readers", "status"]],
                              on=["report_id", "label"], how="inner", suffixes=("", "_ref"))
         merged = merged.rename(columns={"value": "prediction", "value_ref": "reference", "status_ref": "reference_status"})

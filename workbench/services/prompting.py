@@ -368,6 +368,7 @@ class PromptsService:
         """
         self.require("edit_prompts")
         label = self._asked(label)
+        self.require_tuning_report(report_id)  # validation and test reports are never taught to the labeller
         with self.session() as s:
             report = q.get_report(s, report_id)
             if report is None:

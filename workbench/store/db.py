@@ -68,6 +68,8 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None] | None]] = [
                                                       _add_column("run", "lease_expires_at", "FLOAT"))),
     (20, "audit events chained by hash", _seal_audit),
     (21, "accounts can be disabled", _add_user_disabled),
+    (40, "cohort roles (development, validation, test, external); split members and test looks (new tables)",
+     _add_column("cohort", "role", "VARCHAR(20) NOT NULL DEFAULT 'development'")),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

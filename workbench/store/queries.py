@@ -19,6 +19,7 @@ from workbench.store.tables import (
     Adjudication, AuditEvent, CallCache, Cohort, ErrorNote, Extraction, Flag, LoginFailure, Meta, Prediction,
     PromptDraft, Reader, Reading, Report, Run, User, UserToken,
 )
+from workbench.store.tables import CohortLook, Optimisation, Proposal, SplitMember
 
 CHUNK = 5000
 
@@ -663,3 +664,130 @@ def list_drafts(session: Session, author: str | None = None) -> pd.DataFrame:
     if author:
         stmt = stmt.where(PromptDraft.author == author)
     return _frame(session, stmt.order_by(PromptDraft.label), ["label", "author", "base_commit", "updated_at"])
+
+
+# ---------------------------------------------------------------- cohort roles, splits, test looks, proposals
+
+
+def cohort_roles(session: Session) -> dict[str, str]:
+    """cohort name -> role."""
+    return {r[0]: r[1] for r in session.execute(select(Cohort.name, Cohort.role)).all()}
+
+
+def set_cohort_role(session: Session, cohort_id: int, role: str) -> None:
+    """Change a cohort's role."""
+    session.execute(update(Cohort).where(Cohort.id == cohort_id).values(role=role))
+
+
+def put_split(session: Session, cohort_id: int, assignment: dict[str, str], seed: int, fraction: float,
+              actor: str) -> None:
+    """Replace a cohort's split membership with a new assignment (one transaction)."""
+    session.execute(delete(SplitMember).where(SplitMember.cohort_id == cohort_id))
+    stamp = now()
+    _bulk_insert(session, SplitMember, [
+        {"report_id": rid, "cohort_id": cohort_id, "part": part, "seed": seed, "validation_fraction": fraction,
+         "created_by": actor, "created_at": stamp} for rid, part in assignment.items()])
+
+
+def split_frame(session: Session, cohort_id: int | None = None) -> pd.DataFrame:
+    """Split membership: report_id, cohort_id, part, seed, validation_fraction, created_at."""
+    cols = [SplitMember.report_id, SplitMember.cohort_id, SplitMember.part, SplitMember.seed,
+            SplitMember.validation_fraction, SplitMember.created_at]
+    stmt = select(*cols)
+    if cohort_id is not None:
+        stmt = stmt.where(SplitMember.cohort_id == cohort_id)
+    return _frame(session, stmt, [c.key for c in cols])
+
+
+def report_cohort_roles(session: Session, ids: Iterable[str]) -> pd.DataFrame:
+    """For report ids: cohort role and split part (None when the cohort is not split)."""
+    ids = list(ids)
+    rows = []
+    for i in range(0, len(ids), 900):
+        stmt = (select(Report.id, Cohort.role, SplitMember.part)
+                .join(Cohort, Cohort.id == Report.cohort_id)
+                .join(SplitMember, SplitMember.report_id == Report.id, isouter=True)
+                .where(Report.id.in_(ids[i:i + 900])))
+        rows += session.execute(stmt).all()
+    return pd.DataFrame(rows, columns=["report_id", "role", "part"])
+
+
+def add_look(session: Session, cohort_id: int, bundle: str, bundle_sha: str, run_id: int | None, actor: str) -> None:
+    """Record one look at a test cohort's metrics."""
+    session.add(CohortLook(cohort_id=cohort_id, bundle=bundle, bundle_sha=bundle_sha, run_id=run_id, actor=actor, at=now()))
+
+
+def looks_frame(session: Session, bundle: str | None = None) -> pd.DataFrame:
+    """Looks at test cohorts, oldest first."""
+    cols = [CohortLook.id, CohortLook.cohort_id, CohortLook.bundle, CohortLook.bundle_sha, CohortLook.run_id,
+            CohortLook.actor, CohortLook.at]
+    stmt = select(*cols)
+    if bundle:
+        stmt = stmt.where(CohortLook.bundle == bundle)
+    return _frame(session, stmt.order_by(CohortLook.id), [c.key for c in cols])
+
+
+def add_proposal(session: Session, **fields) -> Proposal:
+    """Store a proposal."""
+    stamp = now()
+    row = Proposal(created_at=stamp, updated_at=stamp, **fields)
+    session.add(row)
+    session.flush()
+    return row
+
+
+def get_proposal(session: Session, proposal_id: int) -> Proposal | None:
+    """One proposal."""
+    return session.get(Proposal, proposal_id)
+
+
+def update_proposal(session: Session, proposal_id: int, **fields) -> None:
+    """Change a proposal's status (and commit)."""
+    session.execute(update(Proposal).where(Proposal.id == proposal_id).values(updated_at=now(), **fields))
+
+
+def proposals_frame(session: Session, label: str | None = None, status: str | None = None,
+                    author: str | None = None) -> pd.DataFrame:
+    """Proposals newest first."""
+    cols = [Proposal.id, Proposal.label, Proposal.author, Proposal.source, Proposal.status, Proposal.base_commit,
+            Proposal.run_id, Proposal.note_ids_json, Proposal.commit, Proposal.created_at, Proposal.updated_at]
+    stmt = select(*cols)
+    if label:
+        stmt = stmt.where(Proposal.label == label)
+    if status:
+        stmt = stmt.where(Proposal.status == status)
+    if author:
+        stmt = stmt.where(Proposal.author == author)
+    return _frame(session, stmt.order_by(Proposal.id.desc()), [c.key for c in cols])
+
+
+def add_optimisation(session: Session, created_by: str, run_id: int, report_json: str) -> int:
+    """Store an optimisation report; returns its id."""
+    row = Optimisation(created_by=created_by, created_at=now(), run_id=run_id, report_json=report_json)
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def optimisations_frame(session: Session) -> pd.DataFrame:
+    """Optimisation reports newest first (with their JSON)."""
+    cols = [Optimisation.id, Optimisation.created_by, Optimisation.created_at, Optimisation.run_id, Optimisation.report_json]
+    return _frame(session, select(*cols).order_by(Optimisation.id.desc()), [c.key for c in cols])
+
+
+
+def put_cached_calls(session: Session, calls: list[tuple]) -> None:
+    """Store many model answers at once: (key, model, response, prompt_tokens, completion_tokens, cost) each;
+    first writer wins. (main has the same function with the same argument shape: keep that one on merge.)"""
+    if not calls:
+        return
+    conn = session.connection()
+    mark = "%s" if conn.dialect.paramstyle in ("format", "pyformat") else "?"
+    stamp = now()
+    cursor = conn.connection.cursor()
+    try:  # ON CONFLICT DO NOTHING: another process may have stored the same call meanwhile (SQLite and PostgreSQL)
+        cursor.executemany(
+            f"INSERT INTO callcache (key, model, response, prompt_tokens, completion_tokens, cost, created_at) "
+            f"VALUES ({', '.join([mark] * 7)}) ON CONFLICT DO NOTHING", [(*c, stamp) for c in calls])
+    finally:
+        cursor.close()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sqlalchemy import Column, Index, Text, UniqueConstraint
+from sqlalchemy import Column, Index, String, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -26,6 +26,7 @@ class Cohort(SQLModel, table=True):
     name: str = Field(index=True, unique=True, max_length=200)
     language: str = Field(default="en", max_length=16)
     created_at: str = Field(max_length=40)
+    role: str = Field(default="development", sa_column=Column(String(20), nullable=False, server_default="development"))
 
 
 class Report(SQLModel, table=True):
@@ -229,3 +230,55 @@ class UserToken(SQLModel, table=True):
     user_id: str = Field(foreign_key="user.id", max_length=100, index=True)
     token_hash: str = Field(max_length=64, unique=True)
     created_at: str = Field(max_length=40)
+
+
+class SplitMember(SQLModel, table=True):
+    """Which part (tuning or validation) of its development cohort a report belongs to."""
+
+    report_id: str = Field(primary_key=True, foreign_key="report.id", max_length=200)
+    cohort_id: int = Field(foreign_key="cohort.id", index=True)
+    part: str = Field(max_length=20)
+    seed: int = 0
+    validation_fraction: float = 0.3
+    created_by: str = Field(default="", max_length=100)
+    created_at: str = Field(max_length=40)
+
+
+class CohortLook(SQLModel, table=True):
+    """One look at a locked test cohort's metrics: who, when, through which frozen bundle."""
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    cohort_id: int = Field(foreign_key="cohort.id", index=True)
+    bundle: str = Field(max_length=200, index=True)
+    bundle_sha: str = Field(max_length=64)
+    run_id: Optional[int] = Field(default=None, foreign_key="run.id")
+    actor: str = Field(max_length=100)
+    at: str = Field(max_length=40)
+
+
+class Proposal(SQLModel, table=True):
+    """A proposed revision of one label's prompt, with its evaluation and what became of it."""
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    label: str = Field(max_length=100, index=True)
+    author: str = Field(max_length=100)
+    source: str = Field(max_length=300)
+    status: str = Field(max_length=20)
+    base_commit: str = Field(max_length=64)
+    run_id: Optional[int] = Field(default=None, foreign_key="run.id")
+    edit_json: str = Field(sa_column=Column(Text, nullable=False))
+    evaluation_json: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    note_ids_json: str = Field(default="[]", sa_column=Column(Text, nullable=False, default="[]"))
+    commit: str = Field(default="", max_length=64)
+    created_at: str = Field(max_length=40)
+    updated_at: str = Field(max_length=40)
+
+
+class Optimisation(SQLModel, table=True):
+    """The report of one `optimise` job: per round, what changed and how tuning and validation moved."""
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    created_by: str = Field(max_length=100)
+    created_at: str = Field(max_length=40)
+    run_id: int = Field(foreign_key="run.id")
+    report_json: str = Field(sa_column=Column(Text, nullable=False))

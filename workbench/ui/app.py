@@ -15,7 +15,7 @@ import streamlit as st  # noqa: E402
 
 from workbench.ui import components, state  # noqa: E402
 from workbench.ui.app_pages import (  # noqa: E402
-    adjudicate, annotate, audit, disagreements, freeze_score, home, prompts, runs, settings,
+    adjudicate, annotate, audit, disagreements, freeze_score, home, optimise, prompts, runs, settings,
 )
 
 # url path, title, icon, module, the permission a role needs to see the page
@@ -26,6 +26,7 @@ PAGES = (
     ("disagreements", "Disagreements", ":material/compare_arrows:", disagreements, "note"),
     ("prompts", "Prompts", ":material/description:", prompts, "see_unblinded"),
     ("runs", "Runs", ":material/play_circle:", runs, "see_unblinded"),
+    ("optimise", "Optimise", ":material/tune:", optimise, "see_unblinded"),
     ("freeze", "Freeze and score", ":material/inventory_2:", freeze_score, "see_unblinded"),
     ("settings", "Settings", ":material/settings:", settings, "settings"),
     ("audit", "Audit", ":material/history:", audit, "adjudicate"),

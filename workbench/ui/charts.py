@@ -120,3 +120,17 @@ def score_chart(summary: pd.DataFrame) -> go.Figure:
                      arrayminus=x - summary["ran_score_lo"].to_numpy(dtype=float))))
     fig.update_layout(title="Ran Score (macro F1) with 95% bootstrap interval", yaxis=dict(range=[0, 1.02]), height=340)
     return fig
+
+
+def parts_history_chart(history: pd.DataFrame) -> go.Figure:
+    """Macro F1 on tuning and on validation per prompt version, with the gap (the overfitting signal)."""
+    fig = go.Figure()
+    x = [f"v{v} (run {r})" for v, r in zip(history["version"], history["run"])] if len(history) else []
+    for col, name, colour in (("tuning_macro_f1", "tuning", COLOURS["a"]), ("validation_macro_f1", "validation", COLOURS["b"])):
+        fig.add_trace(go.Scatter(x=x, y=history[col] if len(history) else [], mode="lines+markers", name=name,
+                                 line={"color": colour}))
+    fig.add_trace(go.Bar(x=x, y=history["gap"] if len(history) else [], name="gap (tuning - validation)",
+                         marker_color=COLOURS["fn"], opacity=0.5, yaxis="y2"))
+    fig.update_layout(title="Macro F1 on tuning and validation", yaxis={"title": "Macro F1"},
+                      yaxis2={"title": "gap", "overlaying": "y", "side": "right"}, legend={"orientation": "h"})
+    return fig

@@ -42,6 +42,8 @@ ROBUST_RESULT = "wb.robust.result"
 FROZEN = "wb.freeze.last"
 AUDIT_ENTITY, AUDIT_KEY = "wb.audit.entity", "wb.audit.key"
 SIGNIN_USER, SIGNIN_PASSWORD = "wb.signin.user", "wb.signin.password"
+SUGGESTION = "wb.suggestion"    # the last "Suggest a revision" result of this session
+OPT_RUN, OPT_REPORT, OPT_COMPARE = "wb.optimise.run", "wb.optimise.report", "wb.optimise.compare"
 
 
 def widget_key(*parts: Any) -> str:

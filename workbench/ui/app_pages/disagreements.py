@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from workbench.ui import components, state
+from workbench.ui import components, state, suggestions
 
 MAX_OPTIONS = 300
 
@@ -32,6 +32,7 @@ def render(wb) -> None:
     st.caption(f"{len(queue)} disagreements, labels with the highest error rate first")
     st.dataframe(queue[["report_id", "label", "type", "reference", "prediction", "votes", "notes", "categories",
                         "evidence"]], hide_index=True, height=220)
+    suggestions.panel(wb, label, run_id)
     options = list(zip(queue["report_id"], queue["label"]))[:MAX_OPTIONS]
     if opened and (opened[1], opened[2]) not in options:
         options.insert(0, (opened[1], opened[2]))

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from workbench.core.prompts import POLICY_VALUES, Example, LabelPrompt
-from workbench.ui import components, state
+from workbench.ui import components, state, suggestions
 
 EXAMPLE_COLUMNS = ["text", "value", "why", "source_report_id", "note"]
 TEMPORAL_HINTS = {"resolved": "no longer seen", "stable": "unchanged", "improving": "decreasing", "prior": "history of"}
@@ -42,6 +42,7 @@ def _edit(wb, label: str) -> None:
     with right:
         _notes(wb, label)
     _diff(wb, label, exists)
+    suggestions.panel(wb, label)
     _commit(wb, label, exists)
 
 

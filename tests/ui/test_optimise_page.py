@@ -1,0 +1,99 @@
+"""The Optimise page and the "Suggest a revision" panel through AppTest, on a copy of the demo study."""
+
+from __future__ import annotations
+
+from test_app_pages import assert_clean, button, demo_template, open_page, study, workbench  # noqa: F401
+
+from workbench.ui import charts, state
+
+
+def test_split_from_the_page_then_parts_side_by_side(study):  # noqa: F811
+    at = open_page(study, "optimise")
+    assert at.title[0].value == "Optimise" and at.caption
+    button(at, "Split into tuning and validation").click().run()
+    assert_clean(at)
+    parts = workbench(study).split_parts("dev")
+    assert parts and set(parts.values()) == {"tuning", "validation"}
+    at = open_page(study, "optimise", {state.widget_key("optimise-tab"): "Tuning and validation"})
+    assert any("validation macro F1" in m.label for m in at.metric)
+
+
+def test_suggest_on_prompts_page_then_accept_into_the_draft(study):  # noqa: F811
+    wb = workbench(study)
+    wb.split_cohort("dev", 0.3, 0)
+    queue = wb.disagreements(int(wb.runs("dev").iloc[0]["id"]))
+    label = queue["label"].value_counts().index[0]
+    at = open_page(study, "prompts", {state.PROMPT_LABEL: label})
+    button(at, "Suggest a revision").click().run()
+    assert_clean(at)
+    result = at.session_state[state.SUGGESTION]
+    assert result["label"] == label and result["proposal"]
+    assert result["status"] == "ok" and result["offered"], result  # the demo's first run has fixable errors
+    assert any("F1 before" in d.value.columns for d in at.dataframe)
+    button(at, "Accept as my draft").click().run()
+    assert_clean(at)
+    assert workbench(study).draft(label)[2]
+    assert workbench(study).proposal(result["proposal"])["status"] == "accepted"
+
+
+def test_suggest_on_disagreements_page_refuses_without_split(study):  # noqa: F811
+    wb = workbench(study)
+    run_id = int(wb.runs("dev").iloc[0]["id"])
+    label = wb.disagreements(run_id)["label"].iloc[0]
+    at = open_page(study, "disagreements", {state.RUN: run_id, state.DIS_LABEL: label})
+    button(at, "Suggest a revision").click().run()
+    assert_clean(at)
+    assert any("split" in e.value for e in at.error)
+
+
+def test_parts_history_chart_has_both_parts_and_the_gap():
+    import pandas as pd
+
+    history = pd.DataFrame({"run": [1, 2], "version": [1, 2], "prompt": ["a", "b"], "tuning_macro_f1": [0.7, 0.8],
+                            "validation_macro_f1": [0.65, 0.7], "gap": [0.05, 0.1]})
+    fig = charts.parts_history_chart(history)
+    assert [t.name for t in fig.data] == ["tuning", "validation", "gap (tuning - validation)"]
+    assert list(fig.data[2].y) == [0.05, 0.1]
+
+
+def test_optimise_page_on_an_empty_study(tmp_path):
+    from test_app_pages import open_page as open_
+
+    from workbench.services import init_study
+
+    root = tmp_path / "empty"
+    init_study(root, vocab="ranscore-21").engine.dispose()
+    for tab in ("Split", "Tuning and validation", "Optimise", "Reports", "Test cohorts"):
+        at = open_(root, "optimise", {state.widget_key("optimise-tab"): tab})
+        assert at.title[0].value == "Optimise"
+
+
+def test_two_runs_compared_on_both_parts(study):  # noqa: F811
+    wb = workbench(study)
+    wb.split_cohort("dev", 0.3, 0)
+    runs = wb.runs("dev")
+    newest, older = int(runs.iloc[0]["id"]), int(runs.iloc[1]["id"])
+    at = open_page(study, "optimise", {state.widget_key("optimise-tab"): "Tuning and validation", state.OPT_RUN: newest,
+                                       state.OPT_COMPARE: older})
+    frames = [d.value for d in at.dataframe if "validation verdict" in d.value.columns]
+    assert frames and {"tuning delta_f1", "validation p_value"} <= set(frames[0].columns)
+    assert any("validation: macro F1" in c.value for c in at.caption)
+
+
+def test_role_then_counted_look_from_the_page(study, tmp_path):  # noqa: F811
+
+    wb = workbench(study)
+    held = tmp_path / "held.csv"
+    held.write_text("id,findings,impression\nh1,Heart is enlarged.,Cardiomegaly.\nh2,Lungs are clear.,Normal.\n")
+    wb.import_reports(held, "held")
+    at = open_page(study, "optimise", {state.COHORT: "held"})
+    at.selectbox[-1].set_value("test")
+    button(at, "Set role").click().run()
+    assert_clean(at)
+    assert workbench(study).cohort_role("held") == "test"
+    workbench(study).freeze("v-look", workbench(study).runs("dev").iloc[0]["prompt_commit"])
+    at = open_page(study, "optimise", {state.widget_key("optimise-tab"): "Test cohorts"})
+    button(at, "Measure (counted look)").click().run()
+    assert_clean(at)
+    assert any("test looked at 1 time" in s.value for s in at.success)
+    assert workbench(study).test_looks()["bundle"].tolist() == ["v-look"]

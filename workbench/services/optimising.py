@@ -1,0 +1,836 @@
+"""Assisted optimisation: cohort roles and tuning/validation splits, the locked test cohort, revisions
+proposed from the error notes (a model's reflective proposal or the offline proposer), each one
+evaluated on tuning and validation before it is shown, and `optimise` rounds.
+
+What may be read where is decided here: suggestions and few-shot curation read only the tuning
+part of a development cohort; the validation part is only ever measured; a test cohort's
+metrics are computed only through a frozen bundle and every such look is recorded and counted.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import time
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from workbench import bundle as bundle_mod
+from workbench.core import metrics, proposals, splits
+from workbench.core.prompts import LabelPrompt, call_key, dump_label_prompt
+from workbench.store import queries as q
+from workbench.study import StudyError
+
+COHORT_ROLES = ("development", "validation", "test", "external")
+PROPOSERS = ("auto", "offline", "llm")
+PROPOSER_MAX_TOKENS = 2000
+MAX_CASES = 20          # failing cases shown to a model in one proposal call
+MAX_CASE_CHARS = 1500
+_TEST_LOOK: contextvars.ContextVar[str | None] = contextvars.ContextVar("workbench_test_look", default=None)
+
+PROPOSER_SYSTEM = (
+    "You improve the prompt of one label of a chest X-ray report labeller. You are shown the label's current "
+    "prompt (YAML), reports it answered wrongly on the tuning set, the labeller's answers and the radiologists' "
+    "error notes. Propose a revision that fixes these errors without breaking correct answers. Reply with ONE "
+    "JSON object and nothing else: {\"edit\": {...}, \"rationale\": \"...\"}. \"edit\" holds only the fields you "
+    "change, each with its full new value: definition (text), look_for (list of phrases), do_not_label_when "
+    "(list of rules; put exact phrases in single quotes), hedged (positive|negative), temporal (mapping of "
+    "resolved/stable/improving/prior to positive|negative), examples (list of {text, value 0|1, why, "
+    "source_report_id}); a new example must come from one of the cases shown, with its id."
+)
+
+
+class OptimisingService:
+    """Splits, the test-cohort lock, suggestions and optimisation rounds."""
+
+    # ------------------------------------------------------------ cohort roles and splits
+
+    def cohort_role(self, cohort: str) -> str:
+        """A cohort's role (development, validation, test or external)."""
+        self.cohort_id(cohort)  # clear error for an unknown cohort
+        with self.session() as s:
+            return q.cohort_roles(s)[cohort]
+
+    def set_cohort_role(self, cohort: str, role: str) -> None:
+        """Give a cohort a role; a test cohort is locked from then on."""
+        self.require("import")
+        if role not in COHORT_ROLES:
+            raise StudyError(f"cohort role must be one of {', '.join(COHORT_ROLES)}, got {role!r}")
+        cid = self.cohort_id(cohort)
+        with self.session() as s:
+            old = q.cohort_roles(s)[cohort]
+            if old == "test" and role != "test":
+                looks = int((q.looks_frame(s)["cohort_id"] == cid).sum())
+                raise StudyError(f"{cohort!r} is a locked test cohort; its role cannot be changed (looked at {looks} times)")
+            if role != "development" and len(q.split_frame(s, cid)):
+                raise StudyError(f"{cohort!r} is split into tuning and validation parts; only a development cohort is split")
+            q.set_cohort_role(s, cid, role)
+            q.add_audit(s, self.actor.user, "set role", "cohort", cohort, {"role": old}, {"role": role})
+
+    def split_cohort(self, cohort: str, validation: float = 0.3, seed: int = 0, force: bool = False) -> pd.DataFrame:
+        """Divide a development cohort into tuning and validation parts, stratified by label; recorded."""
+        self.require("run")
+        if self.cohort_role(cohort) != "development":
+            raise StudyError(f"only a development cohort is split; {cohort!r} is a {self.cohort_role(cohort)} cohort")
+        cid = self.cohort_id(cohort)
+        existing = self.split_parts(cohort)
+        if existing and not force:
+            with self.session() as s:
+                row = q.split_frame(s, cid).iloc[0]
+            if int(row["seed"]) == seed and abs(float(row["validation_fraction"]) - validation) < 1e-9:
+                return self.split_summary(cohort)
+            raise StudyError(f"{cohort!r} is already split (seed {int(row['seed'])}, validation "
+                             f"{float(row['validation_fraction']):g}); re-splitting after tuning lets tuned-on reports "
+                             "into validation: pass --force to do it anyway (recorded in the audit)")
+        reference = self.reference_matrix(cohort)[self.vocab.asked_ids]
+        assignment = splits.stratified_split(reference, validation, seed)
+        with self.session() as s:
+            q.put_split(s, cid, assignment, seed, validation, self.actor.user)
+            counts = pd.Series(assignment).value_counts().to_dict()
+            q.add_audit(s, self.actor.user, "split", "cohort", cohort, {"previous": len(existing)} if existing else None,
+                        {"seed": seed, "validation": validation, **{k: int(v) for k, v in counts.items()}})
+        return self.split_summary(cohort)
+
+    def split_parts(self, cohort: str) -> dict[str, str]:
+        """report id -> tuning/validation ({} when the cohort is not split)."""
+        with self.session() as s:
+            frame = q.split_frame(s, self.cohort_id(cohort))
+        return dict(zip(frame["report_id"], frame["part"]))
+
+    def split_summary(self, cohort: str) -> pd.DataFrame:
+        """Per label: positives in tuning and in validation."""
+        parts = self.split_parts(cohort)
+        if not parts:
+            raise StudyError(f"{cohort!r} is not split yet: workbench split {cohort} --validation 0.3 --seed 0")
+        reference = self.reference_matrix(cohort)[self.vocab.asked_ids]
+        return splits.split_summary(reference, parts)
+
+    def tuning_reports(self, report_ids) -> set[str]:
+        """The given reports that suggestions and curation may read: a development cohort's tuning part
+        (or an unsplit development cohort), or an external cohort; never validation or test."""
+        with self.session() as s:
+            roles = q.report_cohort_roles(s, report_ids)
+        dev = roles["role"] == "development"
+        ok = (dev & (roles["part"].isna() | (roles["part"] == "tuning"))) | (roles["role"] == "external")
+        return set(roles.loc[ok, "report_id"])
+
+    def require_tuning_report(self, report_id: str) -> None:
+        """Refuse to read a validation or test report for curation or suggestions."""
+        with self.session() as s:
+            known = len(q.report_cohort_roles(s, [report_id])) > 0
+        if known and report_id not in self.tuning_reports([report_id]):  # an unknown id gets the caller's own error
+            raise StudyError(f"{report_id} is in a validation or test set: it is only measured, never used to tune prompts")
+
+    def queue_reports(self, run) -> set[str] | None:
+        """Reports the disagreement queue may show for a run (None: every report of its cohort)."""
+        role = self.cohort_role(self._cohort_name(run.cohort_id))
+        if role in ("test", "validation"):
+            raise StudyError(f"run {run.id} is on a {role} cohort: its disagreements are never shown "
+                             "(they would leak into the prompts)")
+        parts = self.split_parts(self._cohort_name(run.cohort_id)) if role == "development" else {}
+        return {rid for rid, part in parts.items() if part == "tuning"} if parts else None
+
+    # ------------------------------------------------------------ the test-cohort lock
+
+    def check_test_lock(self, run) -> None:
+        """Metrics of a test cohort only through a frozen bundle's counted look."""
+        if self.cohort_role(self._cohort_name(run.cohort_id)) != "test":
+            return
+        if _TEST_LOOK.get() != run.prompt_commit:
+            raise StudyError(
+                f"run {run.id} is on the locked test cohort {self._cohort_name(run.cohort_id)!r}: its metrics are "
+                "shown only for a frozen bundle, and every look is counted: workbench test-look BUNDLE --cohort NAME")
+
+    def test_look(self, bundle: str, cohort: str, ci: str = "wilson", on_progress=None) -> dict:
+        """Measure a frozen bundle on a test cohort; the look is recorded (who, when, which bundle) and counted."""
+        self.require("run")
+        if self.cohort_role(cohort) != "test":
+            raise StudyError(f"{cohort!r} is not a test cohort (its role is {self.cohort_role(cohort)})")
+        path = self.paths.bundles / f"{bundle}.json"
+        if not path.exists():
+            raise StudyError(f"no frozen bundle {bundle!r}; freeze a version first (workbench freeze)")
+        b = bundle_mod.load_bundle(path)
+        commit = b.content["prompt_commit"]
+        run = self._test_run(cohort, commit, b.model, on_progress)
+        token = _TEST_LOOK.set(commit)
+        try:
+            ev = self.evaluate_run(run.id, ci=ci)
+        finally:
+            _TEST_LOOK.reset(token)
+        with self.session() as s:
+            q.add_look(s, self.cohort_id(cohort), bundle, b.sha256, run.id, self.actor.user)
+            looks = int((q.looks_frame(s, bundle)["bundle"] == bundle).sum())
+            q.add_audit(s, self.actor.user, "look", "test cohort", f"{cohort}/{bundle}", None,
+                        {"bundle": bundle, "sha256": b.sha256, "run": run.id, "looks": looks})
+        figures = _figures(ev, cohort, run.id)
+        figures.update(bundle=bundle, sha256=b.sha256, looks=looks, message=f"test looked at {looks} time{'s' * (looks != 1)}")
+        self._write_test_sidecar(bundle, figures)
+        return figures
+
+    def _test_run(self, cohort: str, commit: str, model: dict, on_progress):
+        """The finished run of a bundle's version on the test cohort (labelled now when there is none)."""
+        runs = self.runs(cohort)
+        runs = runs[(runs["prompt_commit"] == commit) & (runs["status"] == "finished") & (runs["model"] == model.get("model"))]
+        if len(runs):
+            return self.run_info(int(runs.iloc[0]["id"]))
+        summary = self.start_run(cohort, prompt_ref=commit, model=model.get("model"), on_progress=on_progress)
+        if summary.status != "finished":
+            raise StudyError(f"the test run {summary.run_id} did not finish ({summary.message()})")
+        return self.run_info(summary.run_id)
+
+    def _write_test_sidecar(self, bundle: str, figures: dict) -> None:
+        """The bundle's test figures and look count beside it (outside the hashed content: the count grows)."""
+        path = self.paths.bundles / f"{bundle}.test.yaml"
+        data = {"note": "test-cohort figures of this bundle; not part of its hashed content", **figures}
+        tmp = path.with_suffix(".yaml.tmp")
+        tmp.write_text(yaml.safe_dump(json.loads(json.dumps(data, default=_plain)), sort_keys=False), encoding="utf-8")
+        tmp.replace(path)
+
+    def test_looks(self, bundle: str | None = None) -> pd.DataFrame:
+        """Every look at a test cohort (who, when, which bundle)."""
+        with self.session() as s:
+            return q.looks_frame(s, bundle)
+
+    def bundles(self) -> pd.DataFrame:
+        """Bundles with how often each was used to look at a test cohort."""
+        frame = super().bundles()
+        if len(frame):
+            counts = self.test_looks()["bundle"].value_counts()
+            frame["test_looks"] = frame["name"].map(counts).fillna(0).astype(int)
+        return frame
+
+    # ------------------------------------------------------------ metrics by part
+
+    def run_cohort(self, run_id: int) -> str:
+        """The name of the cohort a run labelled."""
+        return self._cohort_name(self.run_info(run_id).cohort_id)
+
+    def evaluate_parts(self, run_id: int, ci: str = "wilson", n_resamples: int = 1000, zero_division: str = "undefined") -> dict:
+        """Per part (tuning, validation): per-label metrics with intervals, macro F1 with a bootstrap interval."""
+        run = self.run_info(run_id)
+        parts = self.split_parts(self._cohort_name(run.cohort_id))
+        if not parts:
+            raise StudyError("the run's cohort is not split into tuning and validation parts (workbench split)")
+        y_true, y_pred, _ = self.evaluation_inputs(run_id)
+        return {part: _part_metrics(y_true, y_pred, [r for r in y_true.index if parts.get(r) == part], ci,
+                                    n_resamples, zero_division) for part in splits.PARTS}
+
+    def compare_by_part(self, run_a: int, run_b: int) -> dict:
+        """Two runs on a split cohort: per part, macro F1 of each and the per-label McNemar table (Holm within the part)."""
+        a, b = self.run_info(run_a), self.run_info(run_b)
+        if a.cohort_id != b.cohort_id:
+            raise StudyError(f"runs {run_a} and {run_b} are on different cohorts")
+        parts = self.split_parts(self._cohort_name(a.cohort_id))
+        if not parts:
+            raise StudyError("the runs' cohort is not split into tuning and validation parts (workbench split)")
+        y_true, pred_a, _ = self.evaluation_inputs(run_a, extra_commits=(b.prompt_commit,))
+        _, pred_b, _ = self.evaluation_inputs(run_b, extra_commits=(a.prompt_commit,))
+        labels = [lab for lab in y_true.columns if lab in pred_b.columns]
+        out = {}
+        for part in splits.PARTS:
+            ids = [r for r in y_true.index if parts.get(r) == part]
+            table = metrics.compare_labels(y_true.loc[ids, labels], pred_a.loc[ids, labels], pred_b.reindex(ids)[labels])
+            out[part] = {"table": table, "macro_f1_a": _num(np.nanmean(table["f1_a"])),
+                         "macro_f1_b": _num(np.nanmean(table["f1_b"]))}
+        return out
+
+    def history_by_part(self, cohort: str) -> pd.DataFrame:
+        """Every finished run on a split cohort: macro F1 on tuning and on validation, and the gap between them."""
+        parts = self.split_parts(cohort)
+        if not parts:
+            raise StudyError(f"{cohort!r} is not split yet: workbench split {cohort}")
+        runs = self.runs(cohort)
+        runs = runs[runs["status"].isin(["finished", "incomplete"])]
+        reference = self.reference_matrix(cohort) if len(runs) else None
+        rows = []
+        from workbench.store import prompt_repo
+
+        for run in runs.itertuples(index=False):
+            y_true, y_pred, _ = self.evaluation_inputs(int(run.id), reference=reference)
+            row = {"run": int(run.id), "version": prompt_repo.ordinal(self.paths.prompts, run.prompt_commit),
+                   "prompt": run.prompt_commit[:8]}
+            for part in splits.PARTS:
+                keep = [r for r in y_true.index if parts.get(r) == part]
+                table = metrics.label_metrics(y_true.loc[keep], y_pred.loc[keep])
+                row[f"{part}_macro_f1"] = metrics.averages(table)["macro_f1"]
+            row["gap"] = row["tuning_macro_f1"] - row["validation_macro_f1"]
+            rows.append(row)
+        frame = pd.DataFrame(rows, columns=["run", "version", "prompt", "tuning_macro_f1", "validation_macro_f1", "gap"])
+        return frame.sort_values(["version", "run"]).reset_index(drop=True)
+
+    # ------------------------------------------------------------ labelling a candidate prompt through the cache
+
+    def _label_with(self, run, ps, label: str, report_ids: list[str]) -> tuple[pd.DataFrame, dict]:
+        """(report_id -> value, evidence) of one label under prompt set ps, and the call counts.
+
+        Same engine, governance, call cache and parser as a run: only calls whose rendered messages
+        changed are made.
+        """
+        from workbench.services.runs import model_config
+
+        settings = self._settings_from_params(json.loads(run.params_json))
+        self._check_endpoint(settings)
+        cfg = model_config(settings)
+        with self.session() as s:
+            reports = q.reports_frame(s, ids=report_ids)
+        labels = [label] if run.mode == "per_label" else json.loads(run.labels_json)
+        requests = self._build_requests(ps, reports, labels, run.mode, run.sections.split(","), cfg, set())
+        with self.session() as s:
+            cache = q.cached_calls(s, [r.key for r in requests])
+        rows: list[dict] = []
+        todo = []
+        for r in requests:
+            if r.key in cache:
+                rows += self._prediction_rows(r, cache[r.key].response, None)
+            else:
+                todo.append(r)
+        counts = {"calls": len(requests), "made": len(todo), "reused": len(requests) - len(todo), "cost": 0.0,
+                  "prompt_tokens": 0, "completion_tokens": 0}
+        answered: list = []
+
+        def on_result(req, res) -> None:
+            answered.append((req, res, self._prediction_rows(req, res.text, res)))
+
+        if todo:
+            self._engine(cfg)(todo, cfg, on_result, None)
+        store = []
+        for req, res, r in answered:
+            rows += r
+            counts["cost"] += res.cost or 0.0
+            counts["prompt_tokens"] += res.prompt_tokens or 0
+            counts["completion_tokens"] += res.completion_tokens or 0
+            if res.text is not None and not any(x["value"] is None for x in r):  # failures are never cached
+                store.append((req.key, cfg.model, res.text, res.prompt_tokens or 0, res.completion_tokens or 0, res.cost))
+        with self.session() as s:
+            q.put_cached_calls(s, store)
+        frame = pd.DataFrame(rows, columns=["report_id", "label", "value", "evidence", "evidence_found", "status",
+                                            "detail", "call_key"])
+        frame = frame[frame["label"] == label].drop_duplicates("report_id").set_index("report_id")
+        return frame.reindex(report_ids)[["value", "evidence"]], counts
+
+    # ------------------------------------------------------------ suggestions
+
+    def _tuning_material(self, run, label: str, pred: pd.Series | None = None, evidence: pd.Series | None = None,
+                         inputs: tuple | None = None):
+        """The tuning part for one label: reference, predictions, texts, evidence and usable notes.
+
+        inputs: the run's (reference, predictions) when the caller already has them (optimise rounds).
+        """
+        cohort = self._cohort_name(run.cohort_id)
+        parts = self.split_parts(cohort)
+        if not parts:
+            raise StudyError(f"split {cohort!r} into tuning and validation parts first: workbench split {cohort} "
+                             "--validation 0.3 --seed 0 (suggestions are checked on the validation part)")
+        y_true, y_pred = inputs if inputs is not None else self.evaluation_inputs(run.id)[:2]
+        ids = [r for r in y_true.index if parts.get(r) == "tuning"]
+        allowed = self.tuning_reports(ids)  # belt and braces: never a validation or test report
+        notes = self.notes(label)
+        wrong = set(notes.loc[notes["reference_wrong"].astype(bool), "report_id"])
+        known = y_true[label].notna()
+        ids = [r for r in ids if r in allowed and r not in wrong and known.loc[r]]
+        notes = notes[notes["report_id"].isin(set(ids)) & ~notes["reference_wrong"].astype(bool)]
+        values = (y_pred[label] if pred is None else pred).reindex(ids)
+        ids = [r for r in ids if not pd.isna(values.loc[r])]
+        if evidence is None:
+            preds = self.predictions(run.id)
+            evidence = preds[preds["label"] == label].set_index("report_id")["evidence"]
+        from workbench.core.text import compose_text
+
+        with self.session() as s:
+            reports = q.reports_frame(s, ids=ids).set_index("report_id")
+        sections = run.sections.split(",")
+        texts = {row.Index: compose_text(row.findings, row.impression, row.text, sections)
+                 for row in reports.itertuples()}
+        cases = pd.DataFrame({"report_id": ids, "text": [texts[r] for r in ids],
+                              "reference": y_true.loc[ids, label].astype(int).to_numpy(),
+                              "prediction": values.loc[ids].astype(int).to_numpy(),
+                              "evidence": [str(evidence.get(r, "") or "") for r in ids]})
+        return cases, notes
+
+    def _offline_proposal(self, ps, label: str, cases: pd.DataFrame, notes: pd.DataFrame) -> proposals.ProposalResult:
+        """Mine candidates from the tuning disagreements and notes; score them with the rule-based labeller."""
+        from workbench import rules
+
+        cues = ps.task.cue_lists()
+        lp = ps.label(label)
+
+        def label_fn(prompt: LabelPrompt, texts: list[str]) -> np.ndarray:
+            return np.array([rules.label_one(t, prompt, cues)["value"] for t in texts], dtype=int)
+
+        tuning = proposals.Tuning(cases["report_id"].tolist(), cases["text"].tolist(),
+                                  cases["reference"].to_numpy(), cases["prediction"].to_numpy())
+        pos = cases.loc[cases["reference"] == 1, "text"].tolist()
+        neg = cases.loc[cases["reference"] == 0, "text"].tolist()
+        shown = cases[(cases["reference"] == 1) | (cases["prediction"] == 1)]
+        candidates = proposals.mine_candidates(lp, shown, pos, neg, notes, cues=cues)
+        return proposals.offline_propose(lp, tuning, label_fn, candidates, source="offline proposer")
+
+    def _llm_proposal(self, ps, label: str, cases: pd.DataFrame, notes: pd.DataFrame, model: str | None,
+                      api_base: str | None = None) -> proposals.ProposalResult:
+        """One reflective call: the label's prompt, the failing tuning cases, the notes; a strict structured edit back."""
+        from workbench import llm
+        from workbench.services.runs import model_config
+
+        settings = self.labeller_settings(model, max_tokens=PROPOSER_MAX_TOKENS, api_base=api_base)
+        if settings.get("model", "").startswith("workbench/"):
+            raise StudyError("the model proposer needs a language model; the study's labeller is the offline one "
+                             "(use --proposer offline, or --model openai/NAME with --api-base)")
+        self._check_endpoint(settings)
+        cfg = model_config(settings)
+        failing = cases[cases["reference"] != cases["prediction"]].head(MAX_CASES)
+        if failing.empty:
+            return proposals.ProposalResult("empty", "no failing tuning case for this label")
+        messages = _proposer_messages(ps.label(label), self.vocab.names()[label], failing, notes)
+        params = dict(cfg.params(), purpose="proposer")
+        if cfg.api_base:
+            params["api_base"] = cfg.api_base
+        key = call_key(messages, params)
+        with self.session() as s:
+            cached = q.cached_calls(s, [key]).get(key)
+        source = f"model proposer ({cfg.model})"
+        res = None
+        if cached is not None:
+            text = cached.response
+        else:
+            results: list = []
+            llm.complete_all_sync([llm.CallRequest(key, messages)], cfg, lambda _r, x: results.append(x))
+            res = results[0]
+            if res.text is None:
+                return proposals.ProposalResult("call_error", res.error or "no reply")
+            text = res.text
+        result = proposals.parse_reply(text, ps.label(label), set(failing["report_id"]), source)
+        with self.session() as s:
+            if res is not None and result.status == "ok":  # a malformed reply is not kept: asking again may help
+                q.put_cached_call(s, key, cfg.model, text, res.prompt_tokens, res.completion_tokens, res.cost)
+            q.add_audit(s, self.actor.user, "propose", "prompt", label, None, {
+                "proposer": source, "status": result.status, "cached": cached is not None, "cases": len(failing),
+                "prompt_tokens": getattr(res, "prompt_tokens", 0), "completion_tokens": getattr(res, "completion_tokens", 0),
+                "cost": getattr(res, "cost", None)})
+        if result.edit is not None:
+            result = proposals.ProposalResult(result.status, result.detail, proposals.Edit(
+                **{**result.edit.__dict__, "note_ids": tuple(int(i) for i in notes["id"])}))
+        return result
+
+    def suggest_failing(self, run_id: int | None = None, proposer: str = "auto", model: str | None = None,
+                        api_base: str | None = None) -> list[dict]:
+        """A suggestion for every label with a disagreement on the tuning part."""
+        run = self.run_info(run_id) if run_id is not None else self._latest_dev_run()
+        queue = self.disagreements(run.id)
+        failing = [lab for lab in self.vocab.asked_ids if lab in set(queue["label"])]
+        return [self.suggest(lab, run.id, proposer, model, api_base) for lab in failing]
+
+    def suggest(self, label: str, run_id: int | None = None, proposer: str = "auto", model: str | None = None,
+                api_base: str | None = None) -> dict:
+        """Propose a revision of one label from its tuning disagreements and notes, evaluated on tuning and
+        validation before it is shown; stored as a proposal (offered only when validation does not drop)."""
+        self.require("edit_prompts")
+        label = self._asked(label)
+        run = self.run_info(run_id) if run_id is not None else self._latest_dev_run()
+        ps = self.prompt_set(run.prompt_commit)
+        cases, notes = self._tuning_material(run, label)
+        result = self._propose(ps, label, cases, notes, proposer, model, api_base)
+        return self._record(run, label, result, ps)
+
+    def _propose(self, ps, label, cases, notes, proposer: str, model: str | None,
+                 api_base: str | None = None) -> proposals.ProposalResult:
+        """Dispatch to the model proposer or the offline one."""
+        if proposer not in PROPOSERS:
+            raise StudyError(f"proposer must be one of {', '.join(PROPOSERS)}, got {proposer!r}")
+        use_llm = proposer == "llm" or (proposer == "auto" and (model or not str(
+            self.config.labeller.get("model", "")).startswith("workbench/")))
+        if use_llm:
+            return self._llm_proposal(ps, label, cases, notes, model, api_base)
+        return self._offline_proposal(ps, label, cases, notes)
+
+    def _latest_dev_run(self):
+        """The newest finished run on the development cohort."""
+        runs = self.runs(self.config.dev_cohort)
+        runs = runs[runs["status"] == "finished"]
+        if runs.empty:
+            raise StudyError(f"no finished run on {self.config.dev_cohort!r}: run the labeller first (or pass --run N)")
+        return self.run_info(int(runs.iloc[0]["id"]))
+
+    def _record(self, run, label: str, result: proposals.ProposalResult, ps) -> dict:
+        """Evaluate an ok proposal, store it with its verdict, and return what the engineer is shown."""
+        out = {"label": label, "status": result.status, "detail": result.detail, "run": run.id}
+        evaluation = {}
+        if result.status == "ok":
+            new_lp = proposals.apply_edit(ps.label(label), result.edit.fields)
+            evaluation = self.evaluate_edit(run.id, new_lp)
+            out.update(edit=result.edit.to_dict(), evaluation=evaluation, offered=evaluation["offered"],
+                       diff=_yaml_diff(ps.label(label), new_lp))
+            status = "offered" if evaluation["offered"] else "not offered"
+        else:
+            status = result.status
+        edit = result.edit.to_dict() if result.edit else {}
+        stored = {k: v for k, v in evaluation.items() if k not in ("values", "evidence")}  # per-report answers: not kept
+        with self.session() as s:
+            row = q.add_proposal(s, label=label, author=self.actor.user, source=edit.get("source", "") or "none",
+                                 status=status, base_commit=run.prompt_commit, run_id=run.id,
+                                 edit_json=json.dumps(edit, default=_plain),
+                                 evaluation_json=json.dumps(stored, default=_plain),
+                                 note_ids_json=json.dumps(edit.get("note_ids", [])))
+            out["proposal"] = row.id
+        out["proposal_status"] = status
+        return out
+
+    def evaluate_edit(self, run_id: int, new_lp: LabelPrompt, base_ps=None, base_pred: pd.Series | None = None,
+                      inputs: tuple | None = None) -> dict:
+        """Label tuning and validation with the revised label (through the call cache); per part: F1 before
+        and after, fixed and broken cases; on validation the exact McNemar verdict. Offered only when
+        validation does not get worse."""
+        run = self.run_info(run_id)
+        cohort = self._cohort_name(run.cohort_id)
+        parts = self.split_parts(cohort)
+        label = new_lp.label
+        base_ps = base_ps or self.prompt_set(run.prompt_commit)
+        new_ps = base_ps.with_label(new_lp)
+        y_true, y_pred = inputs if inputs is not None else self.evaluation_inputs(run_id)[:2]
+        leaked = new_ps.example_report_ids() | base_ps.example_report_ids()
+        known = y_true[label].notna()
+        ids = [r for r in y_true.index if r in parts and r not in leaked and known.loc[r]]
+        before = (y_pred[label] if base_pred is None else base_pred).reindex(ids)
+        started = time.perf_counter()
+        after, counts = self._label_with(run, new_ps, label, ids)
+        counts["seconds"] = round(time.perf_counter() - started, 3)
+        out = {"label": label, "calls": counts, "parts": {}}
+        for part in splits.PARTS:
+            keep = [r for r in ids if parts[r] == part]
+            out["parts"][part] = _compare_part(y_true.loc[keep, [label]], before.loc[keep].to_frame(label),
+                                               after.loc[keep, "value"].astype(float).to_frame(label))
+        val = out["parts"]["validation"]
+        worse = (val["delta_f1"] == val["delta_f1"] and val["delta_f1"] < 0) or val["verdict"] == "worse" or (
+            val["delta_f1"] != val["delta_f1"] and val["broken"] > val["fixed"])
+        out["offered"] = not worse
+        out["why"] = ("validation gets worse: not offered" if worse else
+                      "validation does not drop" + (f" (McNemar: {val['verdict']})" if val["verdict"] else ""))
+        out["values"] = after["value"].to_dict()
+        out["evidence"] = after["evidence"].to_dict()
+        return out
+
+    def proposals(self, label: str | None = None, status: str | None = None) -> pd.DataFrame:
+        """Stored proposals, newest first."""
+        with self.session() as s:
+            return q.proposals_frame(s, self._asked(label) if label else None, status)
+
+    def proposal(self, proposal_id: int) -> dict:
+        """One stored proposal with its edit and evaluation."""
+        with self.session() as s:
+            row = q.get_proposal(s, proposal_id)
+        if row is None:
+            raise StudyError(f"no proposal {proposal_id}")
+        evaluation = json.loads(row.evaluation_json or "{}")
+        evaluation.pop("values", None)
+        evaluation.pop("evidence", None)
+        return {"id": row.id, "label": row.label, "author": row.author, "source": row.source, "status": row.status,
+                "base_commit": row.base_commit, "run": row.run_id, "edit": json.loads(row.edit_json or "{}"),
+                "evaluation": evaluation, "note_ids": json.loads(row.note_ids_json or "[]"), "commit": row.commit}
+
+    def accept_proposal(self, proposal_id: int) -> LabelPrompt:
+        """Turn an offered proposal into this user's draft (never a commit by itself)."""
+        self.require("edit_prompts")
+        p = self.proposal(proposal_id)
+        if p["status"] != "offered":
+            raise StudyError(f"proposal {proposal_id} is {p['status']}: only a proposal that does not make validation "
+                             "worse can be accepted")
+        _, _, exists = self.draft(p["label"])
+        if exists:
+            raise StudyError(f"you already have a draft of {p['label']}: save or discard it first")
+        base = self.label_prompt(p["label"], p["base_commit"])
+        lp = proposals.apply_edit(base, p["edit"]["fields"])
+        self.save_draft(lp, p["base_commit"])
+        with self.session() as s:
+            q.update_proposal(s, proposal_id, status="accepted")
+            q.add_audit(s, self.actor.user, "accept", "proposal", str(proposal_id), None,
+                        {"label": p["label"], "source": p["source"], "notes": p["note_ids"]})
+        return lp
+
+    def commit_drafts(self, labels: list[str], message: str) -> str:
+        """Save drafts as one version; a draft that came from a proposal says so (and which notes) in the message."""
+        with self.session() as s:
+            accepted = q.proposals_frame(s, status="accepted", author=self.actor.user)
+        wanted = {self._asked(lab) for lab in labels}
+        accepted = accepted[accepted["label"].isin(wanted)].drop_duplicates("label")
+        lines = []
+        for row in accepted.itertuples(index=False):
+            notes = json.loads(row.note_ids_json or "[]")
+            lines.append(f"{row.label}: proposal #{row.id} by {'the ' if 'proposer' in row.source else ''}{row.source}"
+                         + (f", from error notes {', '.join('#' + str(n) for n in notes)}" if notes else ", from the disagreements (no notes)"))
+        full = message + ("\n\nProposed revisions:\n" + "\n".join(lines) if lines else "")
+        commit = super().commit_drafts(labels, full)
+        with self.session() as s:
+            for row in accepted.itertuples(index=False):
+                q.update_proposal(s, int(row.id), status="saved", commit=commit)
+        return commit
+
+    # ------------------------------------------------------------ optimise rounds
+
+    def optimise(self, labels: list[str] | None = None, rounds: int = 3, run_id: int | None = None,
+                 proposer: str = "auto", model: str | None = None, on_progress=None, save_drafts: bool = True,
+                 api_base: str | None = None) -> dict:
+        """suggest -> evaluate -> keep if validation does not drop, for K rounds; a report per round; the
+        best version is left as drafts for a person to save."""
+        self.require("edit_prompts")
+        if rounds < 1:
+            raise StudyError("rounds must be at least 1")
+        run = self.run_info(run_id) if run_id is not None else self._latest_dev_run()
+        labels = [self._asked(lab) for lab in labels] if labels else list(self.vocab.asked_ids)
+        started = time.perf_counter()
+        base_ps = ps = self.prompt_set(run.prompt_commit)
+        y_true, y_pred, _ = self.evaluation_inputs(run.id)
+        parts = self.split_parts(self._cohort_name(run.cohort_id))
+        preds = self.predictions(run.id)
+        evidence = {lab: preds[preds["label"] == lab].set_index("report_id")["evidence"] for lab in labels}
+        current = y_pred.copy()
+        report = {"run": run.id, "base_commit": run.prompt_commit, "labels": labels, "rounds": [],
+                  "proposer": proposer, "calls": {"made": 0, "reused": 0, "cost": 0.0}}
+        report["start"] = _macro_by_part(y_true, current, parts, labels)
+        rejected: dict = {}
+        for k in range(1, rounds + 1):
+            entry = {"round": k, "changes": [], "rejected": []}
+            previous = current.copy()
+            for label in labels:
+                if on_progress:
+                    on_progress(f"round {k}: {label}")
+                cases, notes = self._tuning_material(run, label, current[label], evidence[label], (y_true, y_pred))
+                result = self._propose(ps, label, cases, notes, proposer, model, api_base)
+                if result.status != "ok":
+                    entry["rejected"].append({"label": label, "status": result.status, "detail": result.detail})
+                    continue
+                new_lp = proposals.apply_edit(ps.label(label), result.edit.fields)
+                if new_lp in rejected:  # the same material gives the same proposal: do not pay to evaluate it again
+                    entry["rejected"].append({"label": label, "status": "already rejected", "detail": rejected[new_lp]})
+                    continue
+                ev = self.evaluate_edit(run.id, new_lp, base_ps=ps, base_pred=current[label], inputs=(y_true, y_pred))
+                for key in ("made", "reused"):
+                    report["calls"][key] += ev["calls"][key]
+                report["calls"]["cost"] += ev["calls"]["cost"]
+                summary = {"label": label, "changes": list(result.edit.changes), "note_ids": list(result.edit.note_ids),
+                           "rationale": result.edit.rationale, "source": result.edit.source,
+                           **{f"{p}_f1": [ev["parts"][p]["f1_before"], ev["parts"][p]["f1_after"]] for p in splits.PARTS},
+                           "validation_mcnemar": {k2: ev["parts"]["validation"][k2] for k2 in ("fixed", "broken", "p_value", "verdict")}}
+                if not ev["offered"]:
+                    entry["rejected"].append({**summary, "status": "validation worse", "detail": ev["why"]})
+                    rejected[new_lp] = f"rejected in round {k}: {ev['why']}"
+                    continue
+                ps = ps.with_label(new_lp)
+                values = pd.Series(ev["values"], dtype=float)
+                current.loc[values.index, label] = values
+                evidence[label] = pd.concat([evidence[label].drop(values.index, errors="ignore"), pd.Series(ev["evidence"])])
+                entry["changes"].append(summary)
+            entry["metrics"] = _macro_by_part(y_true, current, parts, labels)
+            entry["validation_mcnemar"] = _mcnemar_table(y_true, previous, current, parts, labels)
+            report["rounds"].append(entry)
+            if not entry["changes"]:
+                break  # nothing more to propose: later rounds would see the same material
+        report["end"] = _macro_by_part(y_true, current, parts, labels)
+        report["seconds"] = round(time.perf_counter() - started, 2)
+        changed = [lab for lab in labels if ps.label(lab) != base_ps.label(lab)]
+        mine = set(self.drafts()["label"]) if save_drafts else set()
+        report["drafts"] = [lab for lab in changed if save_drafts and lab not in mine]
+        report["not_drafted"] = [lab for lab in changed if lab in mine]  # never overwrite a person's own draft
+        report["final_prompts"] = {lab: dump_label_prompt(ps.label(lab)) for lab in changed}
+        notes = {lab: sorted({n for e in report["rounds"] for c in e["changes"] if c["label"] == lab for n in c["note_ids"]})
+                 for lab in changed}
+        with self.session() as s:
+            report["id"] = q.add_optimisation(s, self.actor.user, run.id, json.dumps(report, default=_plain))
+            for lab in report["drafts"]:  # an accepted proposal per draft: the saved version's message cites it
+                edit = proposals.Edit(lab, proposals.edit_fields(base_ps.label(lab), ps.label(lab)),
+                                      f"optimise report #{report['id']}", f"optimise (report #{report['id']})",
+                                      tuple(notes[lab]), proposals.describe(base_ps.label(lab), ps.label(lab)))
+                q.add_proposal(s, label=lab, author=self.actor.user, source=edit.source, status="accepted",
+                               base_commit=run.prompt_commit, run_id=run.id, edit_json=json.dumps(edit.to_dict()),
+                               note_ids_json=json.dumps(list(edit.note_ids)))
+            q.add_audit(s, self.actor.user, "optimise", "prompt", ",".join(labels), None,
+                        {"report": report["id"], "rounds": len(report["rounds"]), "drafts": report["drafts"]})
+        for lab in report["drafts"]:
+            self.save_draft(ps.label(lab), run.prompt_commit)
+        return report
+
+    def discard_draft(self, label: str) -> None:
+        """Throw a draft away; a proposal accepted into it no longer speaks for the next saved version."""
+        super().discard_draft(label)
+        with self.session() as s:
+            accepted = q.proposals_frame(s, label=self._asked(label), status="accepted", author=self.actor.user)
+            for pid in accepted["id"]:
+                q.update_proposal(s, int(pid), status="discarded")
+
+    def optimisation_reports(self) -> pd.DataFrame:
+        """Stored optimisation reports, newest first."""
+        with self.session() as s:
+            frame = q.optimisations_frame(s)
+        frame["report"] = [{**json.loads(text), "id": int(i)} for i, text in zip(frame["id"], frame.pop("report_json"))]
+        return frame
+
+
+# ---------------------------------------------------------------- helpers (pure)
+
+
+def _plain(obj):
+    """JSON fallback for numpy scalars and similar."""
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return None if np.isnan(obj) else float(obj)
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    return str(obj)
+
+
+def _num(value) -> float | None:
+    """A float, or None for NaN (JSON has no NaN)."""
+    value = float(value)
+    return None if value != value else value
+
+
+def _part_metrics(y_true, y_pred, ids, ci, n_resamples, zero_division) -> dict:
+    """Per-label table and macro F1 with a bootstrap interval on some reports."""
+    t, p = y_true.loc[ids], y_pred.loc[ids]
+    table = metrics.label_metrics(t, p, ci=ci, zero_division=zero_division)
+    avg = metrics.averages(table, zero_division=zero_division, ci=ci)
+    boot = metrics.bootstrap_macro_f1(t, p, n_resamples=n_resamples, zero_division=zero_division) if n_resamples and len(ids) else {}
+    if n_resamples and len(ids):
+        table = table.join(metrics.bootstrap_label_f1(t, p, n_resamples=n_resamples))
+    return {"reports": len(ids), "table": table, "macro_f1": avg["macro_f1"], "macro_f1_lo": boot.get("lo"),
+            "macro_f1_hi": boot.get("hi"), "averages": avg}
+
+
+def _macro_by_part(y_true, y_pred, parts, labels, n_resamples: int = 1000) -> dict:
+    """Macro F1 (zero_division=zero, as Ran Score) with a bootstrap interval, per part, over the given labels."""
+    out = {}
+    for part in splits.PARTS:
+        ids = [r for r in y_true.index if parts.get(r) == part]
+        t, p = y_true.loc[ids, labels], y_pred.loc[ids, labels]
+        table = metrics.label_metrics(t, p, zero_division="zero")
+        boot = metrics.bootstrap_macro_f1(t, p, n_resamples=n_resamples, zero_division="zero")
+        out[part] = {"macro_f1": _num(table["f1"].mean()), "lo": _num(boot.get("lo", np.nan)),
+                     "hi": _num(boot.get("hi", np.nan)), "per_label": {k: _num(v) for k, v in table["f1"].items()}}
+    out["gap"] = None if out["tuning"]["macro_f1"] is None else _num(out["tuning"]["macro_f1"] - out["validation"]["macro_f1"])
+    return out
+
+
+def _mcnemar_table(y_true, before, after, parts, labels) -> list[dict]:
+    """Per changed label on validation: fixed, broken, exact McNemar p, Holm-adjusted p and verdict."""
+    ids = [r for r in y_true.index if parts.get(r) == "validation"]
+    changed = [lab for lab in labels if not before.loc[ids, lab].equals(after.loc[ids, lab])]
+    if not changed:
+        return []
+    table = metrics.compare_labels(y_true.loc[ids, changed], before.loc[ids, changed], after.loc[ids, changed])
+    return [{"label": lab, "fixed": int(r.c), "broken": int(r.b), "p_value": _num(r.p_value), "p_holm": _num(r.p_holm),
+             "verdict": r.verdict, "f1_before": _num(r.f1_a), "f1_after": _num(r.f1_b)}
+            for lab, r in zip(table.index, table.itertuples(index=False))]
+
+
+def _compare_part(y_true: pd.DataFrame, before: pd.DataFrame, after: pd.DataFrame) -> dict:
+    """F1 before and after, fixed and broken cases and the exact McNemar verdict for one label on one part."""
+    table = metrics.compare_labels(y_true, before, after)
+    row = table.iloc[0]
+    cases = metrics.fixed_and_broken(y_true, before, after)
+    return {"reports": int(row["n"]), "f1_before": _num(row["f1_a"]), "f1_after": _num(row["f1_b"]),
+            "delta_f1": _num(row["delta_f1"]) if row["delta_f1"] == row["delta_f1"] else float("nan"),
+            "fixed": int(row["c"]), "broken": int(row["b"]), "p_value": _num(row["p_value"]), "verdict": row["verdict"],
+            "fixed_cases": cases.loc[cases["change"] == "fixed", "report"].tolist(),
+            "broken_cases": cases.loc[cases["change"] == "broken", "report"].tolist()}
+
+
+def _figures(ev, cohort: str, run_id: int) -> dict:
+    """A bundle's figures on a cohort: macro F1 with interval, per label with intervals."""
+    t = ev.table
+    return {"cohort": cohort, "run": run_id, "macro_f1": _num(ev.averages["macro_f1"]),
+            "macro_f1_lo": _num(ev.bootstrap.get("lo", np.nan)), "macro_f1_hi": _num(ev.bootstrap.get("hi", np.nan)),
+            "per_label": [{"label": lab, "n": int(t.loc[lab, "n"]), "support": int(t.loc[lab, "support"]),
+                           "accuracy": _num(t.loc[lab, "accuracy"]), "accuracy_lo": _num(t.loc[lab, "accuracy_lo"]),
+                           "accuracy_hi": _num(t.loc[lab, "accuracy_hi"]), "f1": _num(t.loc[lab, "f1"]),
+                           "f1_lo": _num(t.loc[lab, "f1_lo"]) if "f1_lo" in t else None,
+                           "f1_hi": _num(t.loc[lab, "f1_hi"]) if "f1_hi" in t else None} for lab in t.index]}
+
+
+def _yaml_diff(old: LabelPrompt, new: LabelPrompt) -> str:
+    """Unified diff of the label's YAML."""
+    import difflib
+
+    from workbench.services.prompting import label_yaml
+
+    a, b = label_yaml(old), label_yaml(new)
+    return "".join(difflib.unified_diff(a.splitlines(True), b.splitlines(True), fromfile=f"{old.label}.yaml",
+                                        tofile=f"{new.label}.yaml (proposed)"))
+
+
+def _proposer_messages(lp: LabelPrompt, name: str, failing: pd.DataFrame, notes: pd.DataFrame) -> list[dict]:
+    """The reflective proposer's messages: current prompt, failing tuning cases with answers and notes."""
+    from workbench.services.prompting import label_yaml
+
+    parts = [f"Label: {name} ({lp.label})", "Current prompt (YAML):", label_yaml(lp), "Failing tuning cases:"]
+    for row in failing.itertuples(index=False):
+        kind = "missed finding (labeller said 0, reference 1)" if row.reference == 1 else "false finding (labeller said 1, reference 0)"
+        mine = notes[notes["report_id"] == row.report_id]
+        note_lines = [f"  - note #{int(n.id)} [{n.category}; {n.significance}] {n.text}" for n in mine.itertuples(index=False)]
+        parts.append(f"Case {row.report_id}: {kind}\n  report: {row.text[:MAX_CASE_CHARS]}\n"
+                     f"  labeller's evidence: {row.evidence or '(none)'}" + ("\n" + "\n".join(note_lines) if note_lines else ""))
+    parts.append('Reply with one JSON object: {"edit": {...fields you change...}, "rationale": "..."}')
+    return [{"role": "system", "content": PROPOSER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def fmt_figure(value) -> str:
+    """A figure for text output ("n/a" when undefined)."""
+    return "n/a" if value is None or value != value else f"{value:.3f}"
+
+
+def suggestion_text(result: dict) -> str:
+    """A suggestion as text for a terminal: status, changes, evaluation per part, diff."""
+    head = f"proposal #{result['proposal']} for {result['label']} (run {result['run']}): {result['proposal_status']}"
+    if result["status"] != "ok":
+        return f"{head}\n{result['status']}: {result['detail']}"
+    edit, ev = result["edit"], result["evaluation"]
+    lines = [head, f"proposer: {edit['source']}", "changes:"] + [f"  {c}" for c in edit["changes"]]
+    if edit["note_ids"]:
+        lines.append("from error notes: " + ", ".join(f"#{n}" for n in edit["note_ids"]))
+    if edit["rationale"]:
+        lines.append(f"rationale: {edit['rationale']}")
+    for part, m in ev["parts"].items():
+        lines.append(f"{part}: F1 {fmt_figure(m['f1_before'])} -> {fmt_figure(m['f1_after'])} on {m['reports']} reports; fixed "
+                     f"{m['fixed']} ({', '.join(m['fixed_cases'][:10])}), broken {m['broken']} ({', '.join(m['broken_cases'][:10])})"
+                     + (f"; McNemar p = {fmt_figure(m['p_value'])}, {m['verdict']}" if part == "validation" else ""))
+    c = ev["calls"]
+    lines.append(f"calls: {c['made']} made, {c['reused']} reused from the cache")
+    lines.append(ev["why"] + (f"; accept with: workbench accept {result['proposal']}" if result["offered"] else ""))
+    lines.append(result["diff"])
+    return "\n".join(lines)
+
+
+def report_markdown(report: dict) -> str:
+    """An optimisation report as Markdown: per round what changed, tuning and validation F1, McNemar on validation."""
+    def macro(m: dict) -> str:
+        return (f"tuning {fmt_figure(m['tuning']['macro_f1'])} [{fmt_figure(m['tuning']['lo'])}, {fmt_figure(m['tuning']['hi'])}], validation "
+                f"{fmt_figure(m['validation']['macro_f1'])} [{fmt_figure(m['validation']['lo'])}, {fmt_figure(m['validation']['hi'])}], gap {fmt_figure(m['gap'])}")
+
+    lines = [f"# Optimisation report #{report.get('id', '')} (run {report['run']}, version {report['base_commit'][:8]})", "",
+             f"Macro F1 (zero_division=0, bootstrap 95% intervals) at the start: {macro(report['start'])}", ""]
+    for entry in report["rounds"]:
+        lines.append(f"## Round {entry['round']}")
+        for ch in entry["changes"]:
+            lines.append(f"- **{ch['label']}** ({ch['source']}): tuning F1 {fmt_figure(ch['tuning_f1'][0])} -> {fmt_figure(ch['tuning_f1'][1])}, "
+                         f"validation F1 {fmt_figure(ch['validation_f1'][0])} -> {fmt_figure(ch['validation_f1'][1])}; McNemar on validation: "
+                         f"fixed {ch['validation_mcnemar']['fixed']}, broken {ch['validation_mcnemar']['broken']}, "
+                         f"p = {fmt_figure(ch['validation_mcnemar']['p_value'])} ({ch['validation_mcnemar']['verdict']})")
+            lines += [f"    - {c}" for c in ch["changes"]]
+            if ch["note_ids"]:
+                lines.append("    - from error notes " + ", ".join(f"#{n}" for n in ch["note_ids"]))
+        for r in entry["rejected"]:
+            if r.get("status") == "validation worse":
+                lines.append(f"- {r['label']}: not kept, validation F1 {fmt_figure(r['validation_f1'][0])} -> {fmt_figure(r['validation_f1'][1])}")
+            elif r.get("status") == "already rejected":
+                lines.append(f"- {r['label']}: the same proposal again ({r['detail']}); not evaluated again")
+        if not entry["changes"]:
+            lines.append("- no change kept")
+        lines.append(f"\nAfter round {entry['round']}: {macro(entry['metrics'])}\n")
+    lines.append(f"At the end: {macro(report['end'])}")
+    calls = report["calls"]
+    lines.append(f"\nCalls made {calls['made']}, reused from the cache {calls['reused']}; {report['seconds']} s. "
+                 + (f"Left as drafts (not saved): {', '.join(report['drafts'])}." if report["drafts"] else "No draft left."))
+    return "\n".join(lines)
+
+
+__all__ = ["OptimisingService", "COHORT_ROLES", "PROPOSERS", "suggestion_text", "report_markdown", "fmt_figure"]

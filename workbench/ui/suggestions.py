@@ -1,0 +1,52 @@
+"""The "Suggest a revision" panel: a proposal for one label, evaluated on tuning and validation,
+shown with its diff, fixed and broken cases and the McNemar verdict, accepted into the draft.
+
+One function the Prompts and Disagreements pages call with one line, so those pages stay thin.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from workbench.ui import components, state
+
+
+def panel(wb, label: str | None, run_id: int | None = None) -> None:
+    """A "Suggest a revision" button for a label; the last suggestion of this session beneath it."""
+    if not label or label not in wb.vocab.asked_ids:
+        return
+    with st.expander(f"Suggest a revision of {wb.vocab.names().get(label, label)}", expanded=False):
+        st.caption("Proposed from this label's disagreements on the tuning part and their error notes, then checked "
+                   "on tuning and validation. Accepting makes it your draft; nothing is saved by itself.")
+        if st.button("Suggest a revision", key=state.widget_key("suggest", label, run_id)):
+            with components.shown_errors("suggesting a revision"), st.spinner("Proposing and evaluating ..."):
+                st.session_state[state.SUGGESTION] = wb.suggest(label, run_id)
+        result = st.session_state.get(state.SUGGESTION)
+        if result and result["label"] == label:
+            show(wb, result)
+
+
+def show(wb, result: dict) -> None:
+    """A proposal: status, changes, per-part evaluation, diff, and accept when it is offered."""
+    if result["status"] != "ok":
+        st.warning(f"No revision to offer ({result['status']}): {result['detail']}")
+        return
+    edit, ev = result["edit"], result["evaluation"]
+    st.markdown(f"**Proposal #{result['proposal']}** by the {edit['source']}"
+                + (f", from error notes {', '.join('#' + str(n) for n in edit['note_ids'])}" if edit["note_ids"] else ""))
+    st.text("\n".join(edit["changes"]))
+    rows = [{"part": part, "reports": m["reports"], "F1 before": m["f1_before"], "F1 after": m["f1_after"],
+             "fixed": m["fixed"], "broken": m["broken"], "McNemar p": m["p_value"], "verdict": m["verdict"],
+             "fixed cases": ", ".join(m["fixed_cases"][:20]), "broken cases": ", ".join(m["broken_cases"][:20])}
+            for part, m in ev["parts"].items()]
+    st.dataframe(pd.DataFrame(rows), hide_index=True)
+    st.caption(f"{ev['calls']['made']} calls made, {ev['calls']['reused']} answers reused from the cache")
+    st.code(result["diff"] or "(no difference)", language="diff", wrap_lines=True)
+    if not result["offered"]:
+        st.error(f"Not offered: {ev['why']}.")
+        return
+    st.success(ev["why"])
+    if st.button("Accept as my draft", key=state.widget_key("accept", result["proposal"]), type="primary"):
+        components.do(wb, "accepting the proposal", wb.accept_proposal, result["proposal"],
+                      done=f"Proposal #{result['proposal']} is your draft of {result['label']}: review and save it on Prompts.")
