@@ -166,39 +166,103 @@ def test_reader_sees_only_disagreements_of_reports_they_finished(study):
 # ---------------------------------------------------------------- annotate
 
 
+def _tick(at: AppTest, label: str):
+    """Press a label's toggle button."""
+    return at.button(key=state.widget_key("tick", label)).click().run()
+
+
 def test_annotate_saves_a_reading_and_moves_on(study):
     at = open_page(study, "annotate")
     at.text_input(key=state.NEW_READER).input("dr-new").run()
     assert_clean(at)
-    report = at.selectbox(key=state.ANN_REPORT).value
-    assert not at.dataframe, "blinding: no table of anybody's readings or answers"
+    report = at.session_state[state.ANN_REPORT]
+    assert not at.dataframe or "reader" not in str(at.dataframe[0].value.columns), "blinding: nobody else's readings"
     assert "reader-a" not in all_text(at)
-    at.checkbox(key=state.widget_key("ann", "dr-new", report, "pleural_effusion")).check()
+    assert "0 of 180 read" in all_text(at) or any("0 of 180 read" in str(p.proto.text) for p in at.get("progress"))
+    _tick(at, "pleural_effusion")
+    assert_clean(at)
+    wb = workbench(study)
+    assert wb.reading_draft("dr-new", report) == {**{lab: 0 for lab in wb.vocab.asked_ids}, "pleural_effusion": 1}
+    assert at.button(key=state.widget_key("tick", "pleural_effusion")).label.startswith("☑")
     button(at, "Save and next").click().run()
     assert_clean(at)
-    mine = workbench(study).my_readings("dr-new", report)
+    mine = wb.my_readings("dr-new", report)
     assert len(mine) == 20
     assert dict(zip(mine["label"], mine["value"]))["pleural_effusion"] == 1
     assert int(mine["value"].sum()) == 1
+    assert wb.reading_draft("dr-new", report) is None, "the draft is dropped once saved"
     assert at.success and "Saved" in at.success[0].value
-    assert at.selectbox(key=state.ANN_REPORT).value != report
+    assert at.session_state[state.ANN_REPORT] != report
+
+
+def test_annotate_every_label_has_a_visible_key_and_navigation_keys(study):
+    at = open_page(study, "annotate")
+    at.text_input(key=state.NEW_READER).input("dr-keys").run()
+    wb = workbench(study)
+    keys = [at.button(key=state.widget_key("tick", lab)).proto.shortcut for lab in wb.vocab.asked_ids]
+    assert all(keys) and len(set(keys)) == len(keys), keys
+    assert not {"c", "r", "s", "enter", "left", "right"} & set(keys)
+    assert button(at, "Save and next").proto.shortcut == "enter"
+    assert button(at, "Previous").proto.shortcut == "left" and button(at, "Next").proto.shortcut == "right"
+
+
+def test_annotate_ticks_survive_navigation_and_reload(study):
+    at = open_page(study, "annotate")
+    at.text_input(key=state.NEW_READER).input("dr-draft").run()
+    report = at.session_state[state.ANN_REPORT]
+    _tick(at, "edema")
+    _tick(at, "cardiomegaly")
+    button(at, "Next").click().run()
+    assert_clean(at)
+    assert at.session_state[state.ANN_REPORT] != report
+    assert "1 drafts" in all_text(at) or any("1 drafts" in str(p.proto.text) for p in at.get("progress"))
+    button(at, "Previous").click().run()
+    assert at.session_state[state.ANN_REPORT] == report
+    assert at.button(key=state.widget_key("tick", "edema")).label.startswith("☑")
+    assert at.button(key=state.widget_key("tick", "cardiomegaly")).label.startswith("☑")
+    assert at.button(key=state.widget_key("tick", "fracture")).label.startswith("☐")
+    # a new session (reload, lost connection): the draft is still there, nothing was saved as a reading
+    again = open_page(study, "annotate", {state.NEW_READER: "dr-draft"})
+    assert again.session_state[state.ANN_REPORT] == report
+    assert again.button(key=state.widget_key("tick", "edema")).label.startswith("☑")
+    assert len(workbench(study).my_readings("dr-draft", report)) == 0
+    table = [d.value for d in again.dataframe if "state" in d.value.columns][0]
+    assert set(table["state"]) == {"✎ draft (not saved)", "· unread"}
 
 
 def test_annotate_conflict_is_refused_with_a_clear_message(study):
     at = open_page(study, "annotate")
     at.selectbox(key=state.READER).select("reader-a").run()
-    report = at.selectbox(key=state.ANN_REPORT).value
+    report = at.session_state[state.ANN_REPORT]
     wb = workbench(study)
     before = wb.my_readings("reader-a", report).set_index("label")["value"].to_dict()
+    _tick(at, "fracture")
     wb.record_reading("reader-a", report, {"edema": 1 - before["edema"]})  # someone else saves first
-    at.checkbox(key=state.widget_key("ann", "reader-a", report, "fracture")).check()
     button(at, "Save and next").click().run()
     assert_clean(at)
-    assert at.error and "reload" in at.error[0].value.lower()
+    assert at.error and "save again" in at.error[0].value.lower()
     after = wb.my_readings("reader-a", report).set_index("label")["value"].to_dict()
-    assert after["fracture"] == before["fracture"]
-    shown = at.checkbox(key=state.widget_key("ann", "reader-a", report, "edema")).value
-    assert shown == bool(after["edema"]), "the form shows the value the other save stored"
+    assert after["fracture"] == before["fracture"], "nothing of the refused save was written"
+    assert wb.reading_draft("reader-a", report)["fracture"] == 1 - before["fracture"], "the ticks are kept as a draft"
+
+
+def test_annotate_admin_assigns_work_lists_and_a_reader_sees_only_theirs(study):
+    from workbench.services import Actor
+
+    at = open_page(study, "annotate")
+    form_inputs = [t for t in at.text_input if t.label.startswith("Readers")]
+    form_inputs[0].input("dr-1, dr-2, dr-3")
+    [n for n in at.number_input if n.label.startswith("Readers per report")][0].set_value(2)
+    button(at, "Assign").click().run()
+    assert_clean(at)
+    wb = workbench(study)
+    status = wb.work_list_status("dev")
+    assert sorted(status["assigned"]) == [120, 120, 120]
+    path = study / "workbench.yaml"
+    path.write_text(path.read_text().replace("auth: none", "auth: local"))
+    at = open_page(study, "annotate", {state.ACTOR: Actor("dr-2", "reader")})
+    assert any("0 of 120 read" in str(p.proto.text) for p in at.get("progress"))
+    assert at.session_state[state.ANN_REPORT] in set(wb.as_actor(Actor("dr-2", "reader")).work_list("dr-2", "dev")["report_id"])
 
 
 # ---------------------------------------------------------------- adjudicate
@@ -440,3 +504,53 @@ def test_report_with_html_and_markdown_is_shown_verbatim(study, tmp_path):
     assert "<script>" not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
     assert "**bold**" in body and "&lt;b&gt;not bold&lt;/b&gt;" in body
     assert not any("<script>" in m.value for m in at.markdown)
+
+
+# ---------------------------------------------------------------- text from users and files is never Markdown
+
+INJECT = "![x](http://127.0.0.2/x.png) **bold**"
+
+
+def _rendered_markdown(at: AppTest) -> list[str]:
+    """Every body Streamlit renders as Markdown (markdown, captions, alerts, titles, metric help)."""
+    parts = []
+    for kind in ("markdown", "caption", "success", "info", "warning", "error", "title", "subheader", "header"):
+        parts += [str(e.value) for e in getattr(at, kind)]
+    parts += [str(m.proto.help) for m in at.metric]
+    return parts
+
+
+def test_commit_message_and_report_id_are_not_markdown(study, tmp_path):
+    from workbench.ui.components import md
+
+    wb = workbench(study)
+    lp = wb.label_prompt("edema")
+    wb.save_prompts([lp.__class__(**{**lp.__dict__, "definition": "Fluid."})], INJECT, wb.prompt_commit())
+    at = open_page(study, "home")
+    shown = _rendered_markdown(at)
+    assert not any(INJECT in s for s in shown), "raw Markdown from a commit message reached the page"
+    assert any(md(INJECT) in s for s in shown), "the commit message is shown, escaped"
+    # a report id: the case heading and the 'saved' message
+    pd.DataFrame({"id": [INJECT], "findings": ["Small left pleural effusion."], "impression": [""]}).to_csv(
+        tmp_path / "inj.csv", index=False)
+    wb.import_reports(tmp_path / "inj.csv", "inj")
+    at = open_page(study, "annotate", {state.COHORT: "inj"})
+    at.text_input(key=state.NEW_READER).input("dr-inj").run()
+    assert_clean(at)
+    shown = _rendered_markdown(at)
+    assert not any(INJECT in s for s in shown), shown
+    assert any(md(INJECT) in s for s in shown)
+
+
+def test_md_escapes_every_markdown_construct():
+    import re
+
+    from workbench.ui.components import md
+
+    for raw in ["**b**", "_i_", "`c`", "[l](http://h)", "![i](http://h/x.png)", ":red[r]", "$x^2$", "# h", "<b>x</b>",
+                "http://127.0.0.2/x", "a\\*b", "1. item"]:
+        out = md(raw)
+        tokens = re.findall(r"\\.|.", out, flags=re.S)  # an escape pair or one character
+        assert "".join(t[-1] for t in tokens) == raw, (raw, out)
+        bare = [t for t in tokens if len(t) == 1 and t in "\\*_`[]()!:$#<>.-"]
+        assert not bare, (raw, out, bare)

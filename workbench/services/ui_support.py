@@ -1,14 +1,16 @@
-"""Small read-side use-cases the app needs and the other services do not offer yet.
+"""Use-cases of the reading room the other services do not offer: reports to read, a reader's
+work list with server-side drafts (ticks survive navigation, reload and a lost connection),
+admin-assigned work lists with an overlap target, and the reading pace.
 
-Kept in a separate mixin so the lead can fold it into `Workbench` (``class Workbench(...,
-UISupportService)``); until then the app mixes it in itself (workbench/ui/state.py). Nothing here
-writes except through the existing services.
+Drafts and work lists have their own tables; a reading becomes complete only through
+record_reading, so the reference and every metric see saved readings only.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from workbench.core.text import compose_text
@@ -16,6 +18,20 @@ from workbench.store import queries as q
 from workbench.study import PROJECT_ROOT, StudyError
 
 ROBUSTNESS_PAIRS = PROJECT_ROOT / "annotations" / "robustness" / "pairs.csv"
+COMPLETED, DRAFT, UNREAD = "completed", "draft", "unread"
+PACE_GAP_S = 15 * 60  # a pause longer than this between two saves is a break, not reading time
+
+
+def reading_pace(saved_at, remaining: int) -> dict:
+    """Median seconds per report from the gaps between consecutive saves (breaks left out), and the time left."""
+    times = pd.to_datetime(pd.Series(list(saved_at)).dropna(), utc=True, format="ISO8601").sort_values()
+    gaps = times.diff().dt.total_seconds().dropna()
+    gaps = gaps[(gaps > 0) & (gaps <= PACE_GAP_S)].tail(50)
+    if gaps.empty:
+        return {"seconds_per_report": None, "reports_per_hour": None, "left_seconds": None, "based_on": 0}
+    per = float(np.median(gaps))
+    return {"seconds_per_report": per, "reports_per_hour": 3600.0 / per, "left_seconds": per * remaining,
+            "based_on": int(len(gaps))}
 
 
 class UISupportService:
@@ -48,6 +64,139 @@ class UISupportService:
         out = pd.DataFrame({"report_id": ids})
         out["marked"] = out["report_id"].map(marked).fillna(0).astype(int)
         out["complete"] = out["marked"] >= len(self.vocab.asked_ids)
+        return out
+
+    # ------------------------------------------------------------ reading room: drafts
+
+    def _check_own_reading(self, reader: str) -> None:
+        """Only readers themselves (or an admin/adjudicator acting for a local name) touch a reader's drafts."""
+        self.require("annotate")
+        if not reader or not str(reader).strip():
+            raise StudyError("choose a reader name first")
+        if self.actor.role == "reader" and reader != self.actor.user:
+            from workbench.services.study import PermissionDenied
+
+            raise PermissionDenied(f"{self.actor.user} may only read as themself, not as {reader!r}")
+
+    def _check_values(self, values: dict) -> dict[str, int]:
+        """Label -> 0/1 for asked labels only (a clear error naming what is wrong)."""
+        unknown = [k for k in values if k not in self.vocab.asked_ids]
+        if unknown:
+            raise StudyError(f"unknown or derived label(s) {unknown}")
+        bad = {k: v for k, v in values.items() if v not in (0, 1, True, False)}
+        if bad:
+            raise StudyError(f"values must be 0 or 1, got {bad}")
+        return {k: int(v) for k, v in values.items()}
+
+    def reading_draft(self, reader: str, report_id: str) -> dict | None:
+        """A reader's unsaved ticks on one report (label -> 0/1), or None."""
+        self._check_own_reading(reader)
+        with self.session() as s:
+            return q.get_reading_draft(s, reader, report_id)
+
+    def save_reading_draft(self, reader: str, report_id: str, values: dict) -> None:
+        """Keep a reader's ticks server-side the moment they change (not a reading until submitted)."""
+        self._check_own_reading(reader)
+        values = self._check_values(values)
+        with self.session(write=True) as s:
+            if q.get_report(s, report_id) is None:
+                raise StudyError(f"no report {report_id!r}")
+            q.put_reading_draft(s, reader, report_id, values)
+
+    def reading_draft_ids(self, reader: str) -> list[str]:
+        """Reports on which this reader has unsaved ticks."""
+        self._check_own_reading(reader)
+        with self.session() as s:
+            return q.reading_draft_ids(s, reader)
+
+    def submit_reading(self, reader: str, report_id: str, values: dict, expected_versions: dict | None = None) -> dict:
+        """Save a report's reading (every asked label: unticked = 0) and drop its draft."""
+        self._check_own_reading(reader)
+        values = self._check_values(values)
+        full = {lab: values.get(lab, 0) for lab in self.vocab.asked_ids}
+        changed = self.record_reading(reader, report_id, full, expected_versions=expected_versions)
+        with self.session() as s:
+            q.delete_reading_draft(s, reader, report_id)
+        return changed
+
+    # ------------------------------------------------------------ reading room: work lists
+
+    def work_list(self, reader: str, cohort: str, drafts: bool = True) -> pd.DataFrame:
+        """The reader's reports in a stable order: their assigned ones (when the cohort has work lists)
+        or every report, with state completed / draft / unread, labels saved and when."""
+        self._check_own_reading(reader)
+        with self.session() as s:
+            cohort_row = q.get_cohort(s, cohort)
+            if cohort_row is None:
+                raise StudyError(f"no cohort {cohort!r}")
+            if q.get_work_list(s, cohort_row.id) is not None:
+                ids = q.assignments_frame(s, cohort_row.id, reader=reader)["report_id"].tolist()
+            else:
+                ids = q.report_ids(s, cohort_row.id)
+            counts = q.reader_report_counts(s, reader, cohort_row.id).set_index("report_id")
+            draft_ids = set(q.reading_draft_ids(s, reader)) if drafts else set()
+        out = pd.DataFrame({"report_id": ids})
+        out["labels_saved"] = out["report_id"].map(counts["labels"]).fillna(0).astype(int)
+        out["saved_at"] = out["report_id"].map(counts["saved_at"])
+        complete = out["labels_saved"] >= len(self.vocab.asked_ids)
+        out["state"] = np.where(complete, COMPLETED, UNREAD)
+        out.loc[out["report_id"].isin(draft_ids), "state"] = DRAFT
+        return out
+
+    def assign_work(self, cohort: str, readers: list[str], overlap: int) -> dict:
+        """Give each report of a cohort to `overlap` readers, balancing the lists (admins only).
+
+        Existing assignments are kept (a reader may have read them already); only missing places
+        are filled, each by the listed reader with the fewest reports so far.
+        """
+        self.require("settings")
+        readers = list(dict.fromkeys(r.strip() for r in readers if r and r.strip()))
+        if not readers:
+            raise StudyError("name at least one reader to assign reports to")
+        if not 1 <= int(overlap) <= len(readers):
+            raise StudyError(f"the overlap (readers per report) must be between 1 and {len(readers)} (the readers named), got {overlap}")
+        overlap = int(overlap)
+        with self.session(write=True) as s:
+            cohort_row = q.get_cohort(s, cohort)
+            if cohort_row is None:
+                raise StudyError(f"no cohort {cohort!r}")
+            existing = q.assignments_frame(s, cohort_row.id)
+            have = existing.groupby("report_id")["reader"].apply(set).to_dict()
+            load = {r: int((existing["reader"] == r).sum()) for r in readers}
+            new: list[tuple[str, str]] = []
+            for report_id in q.report_ids(s, cohort_row.id):
+                taken = have.get(report_id, set())
+                for _ in range(max(0, overlap - len(taken))):
+                    free = [r for r in readers if r not in taken]
+                    if not free:
+                        break
+                    pick = min(free, key=lambda r: (load[r], readers.index(r)))
+                    taken = taken | {pick}
+                    load[pick] += 1
+                    new.append((report_id, pick))
+            q.ensure_readers(s, readers)
+            q.add_assignments(s, cohort_row.id, new, self.actor.user)
+            q.put_work_list(s, cohort_row.id, overlap, self.actor.user)
+            q.add_audit(s, self.actor.user, "assign", "work_list", cohort, None,
+                        {"readers": readers, "overlap": overlap, "added": len(new)})
+        return {"added": len(new), "per_reader": load}
+
+    def work_list_status(self, cohort: str) -> pd.DataFrame:
+        """Per reader with a work list on the cohort: reports assigned and completed; empty without work lists."""
+        with self.session() as s:
+            cohort_row = q.get_cohort(s, cohort)
+            if cohort_row is None:
+                raise StudyError(f"no cohort {cohort!r}")
+            settings = q.get_work_list(s, cohort_row.id)
+            assigned = q.assignments_frame(s, cohort_row.id)
+            counts = q.reading_counts(s, cohort_id=cohort_row.id)
+        if settings is None:
+            return pd.DataFrame(columns=["reader", "assigned", "completed", "overlap"])
+        done = counts[counts["labels"] >= len(self.vocab.asked_ids)][["reader", "report_id"]]
+        merged = assigned.merge(done.assign(completed=1), on=["reader", "report_id"], how="left")
+        out = merged.groupby("reader").agg(assigned=("report_id", "count"), completed=("completed", "sum")).reset_index()
+        out["completed"] = out["completed"].fillna(0).astype(int)
+        out["overlap"] = settings.overlap
         return out
 
     def default_robustness_pairs(self) -> Path:

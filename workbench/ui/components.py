@@ -26,10 +26,20 @@ def help_line(text: str) -> None:
     st.caption(text)
 
 
+# Every ASCII punctuation character may be backslash-escaped in CommonMark; Streamlit's own
+# extensions (:colour[...], :emoji:, $math$, autolinked URLs) start with one of these too.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=\"'^@/;%,?])")
+
+
+def md(value) -> str:
+    """Text from users or files made safe to put inside Markdown: it shows as typed, never as markup."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", str(value)).replace("\n", "  \n")
+
+
 def flashes() -> None:
-    """Show the messages queued by the previous run."""
+    """Show the messages queued by the previous run (they quote ids and names: shown as text)."""
     for kind, message in state.pop_flashes():
-        getattr(st, kind)(message)
+        getattr(st, kind)(md(message))
 
 
 # ---------------------------------------------------------------- report text
@@ -89,12 +99,12 @@ def shown_errors(action: str = ""):
     try:
         yield
     except PermissionDenied as exc:
-        st.error(f"Not allowed{': ' + action if action else ''}. {exc}")
+        st.error(md(f"Not allowed{': ' + action if action else ''}. {exc}"))
     except ConflictError as exc:
-        st.error(f"Someone else saved first{' (' + action + ')' if action else ''}: {exc}. "
-                 "Reload the page (press R) and redo your change; nothing of yours was lost.")
+        st.error(md(f"Someone else saved first{' (' + action + ')' if action else ''}: {exc}. "
+                    "Reload the page (press R) and redo your change; nothing of yours was lost."))
     except (ValueError, LookupError, OSError) as exc:  # StudyError, PromptError, BundleError, ImportProblems ...
-        st.error(f"{action + ': ' if action else ''}{exc}")
+        st.error(md(f"{action + ': ' if action else ''}{exc}"))
 
 
 def do(wb, action: str, fn, *args, done=None, rerun: bool = True, **kwargs):
@@ -132,11 +142,11 @@ def model_notice(wb) -> None:
     settings = wb.labeller_settings()
     model = settings.get("model", "")
     if model.startswith(RULES_PREFIX):
-        st.caption(f"Model: **{model}**, a rule-based baseline, not an LLM. Report text stays on this machine.")
+        st.caption(f"Model: **{md(model)}**, a rule-based baseline, not an LLM. Report text stays on this machine.")
     elif is_local_model(settings):
-        st.caption(f"Model: **{model}** on {endpoint_label(settings)} (this machine).")
+        st.caption(f"Model: **{md(model)}** on {md(endpoint_label(settings))} (this machine).")
     else:
-        st.warning(f"Model: {model}. Report text is sent to {endpoint_label(settings)}.", icon=":material/public:")
+        st.warning(md(f"Model: {model}. Report text is sent to {endpoint_label(settings)}."), icon="🌐")
 
 
 # ---------------------------------------------------------------- runs

@@ -30,7 +30,7 @@ def render(wb) -> None:
     report_id, label = item
     left, right = st.columns([3, 2])
     with left:
-        st.subheader(f"{report_id}: {names.get(label, label)}")
+        st.subheader(components.md(f"{report_id}: {names.get(label, label)}"))
         components.report_text(state.read(wb, "report_text", report_id)["text"])
     with right, components.shown_errors("reading the votes"):
         votes = state.read(wb, "item_votes", report_id)

@@ -52,7 +52,7 @@ def _case(wb, run_id: int, report_id: str, label: str) -> None:
     pred = case["prediction"] or {}
     left, right = st.columns([3, 2])
     with left:
-        st.subheader(f"{report_id}: {wb.vocab.names().get(label, label)}")
+        st.subheader(components.md(f"{report_id}: {wb.vocab.names().get(label, label)}"))
         st.markdown(f"Labeller **{_value(pred.get('value'))}** ({pred.get('status', 'no answer')}) · reference "
                     f"**{_value(case['reference'])}** ({case['reference_status']})")
         components.highlighted_report(case["text"], pred.get("evidence") or "")

@@ -62,7 +62,7 @@ def _score(wb, bundle_path: str) -> None:
     if job is not None and (job.running or job.error):
         components.job_panel(job, lambda p: (p[0] / max(p[1], 1), f"{p[0]} of {p[1]} texts") if p else (0.0, "Starting ..."))
         if job.error:
-            st.error(f"Scoring failed: {job.error}")
+            st.error(components.md(f"Scoring failed: {job.error}"))
             st.button("Dismiss", on_click=state.clear_job, args=("score",), key=state.widget_key("dismiss-score"))
         return
     with st.form(state.widget_key("score-form")):
@@ -93,7 +93,7 @@ def _results(result) -> None:
     st.plotly_chart(charts.score_chart(summary), key="score-chart")
     for name, g in result.generators.items():
         r = g.ran_score
-        st.markdown(f"**{name}**: Ran Score {r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}] · {r['policy']}")
+        st.markdown(f"**{components.md(name)}**: Ran Score {r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}] · {r['policy']}")
         st.dataframe(g.per_label, column_config={"fp": "FP (invented)", "fn": "FN (missed)"})
         components.download_csv(g.per_label.reset_index(), f"{name}.per_label.csv", f"{name}: per-label CSV")
         components.download_csv(g.per_report, f"{name}.per_report.csv", f"{name}: per-report CSV")

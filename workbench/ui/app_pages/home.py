@@ -10,7 +10,7 @@ from workbench.ui import charts, components, state
 
 def render(wb) -> None:
     """Cohorts, readers, reference status, prompt version, latest run, history, attention list."""
-    st.title(f"Study: {wb.config.name}")
+    st.title(f"Study: {components.md(wb.config.name)}")
     components.help_line("The study at a glance: who has read what, whether the reference is settled, "
                          "how the current prompts score, and what to look at next.")
     cohort = components.pick_cohort(wb)
@@ -25,12 +25,12 @@ def render(wb) -> None:
     c[0].metric("Reference decided", int(summary["decided"].sum() + summary["adjudicated"].sum()),
                 help="(report, label) items settled by the reader vote or by adjudication")
     c[1].metric("Waiting for adjudication", int(summary["waiting"].sum()))
-    c[2].metric("Prompt version", f"v{len(history)}", help=f"{history.iloc[0]['short']}: {history.iloc[0]['message']}")
+    c[2].metric("Prompt version", f"v{len(history)}", help=components.md(f"{history.iloc[0]['short']}: {history.iloc[0]['message']}"))
     c[3].metric("Latest run: macro accuracy", components.pct(ev.averages["macro_accuracy"]) if ev else "no run")
     c[4].metric("Latest run: macro F1", components.pct(ev.averages["macro_f1"]) if ev else "no run")
-    st.caption(f"Current prompt version {history.iloc[0]['short']} ({history.iloc[0]['when']}, "
-               f"{history.iloc[0]['author']}): {history.iloc[0]['message']}"
-               + (f" · latest run {latest} ({runs.set_index('id').loc[latest, 'model']})" if latest else ""))
+    st.caption(components.md(f"Current prompt version {history.iloc[0]['short']} ({history.iloc[0]['when']}, "
+                             f"{history.iloc[0]['author']}): {history.iloc[0]['message']}"
+                             + (f" · latest run {latest} ({runs.set_index('id').loc[latest, 'model']})" if latest else "")))
     _attention(wb, summary, latest, ev)
     st.plotly_chart(charts.history_chart(state.read(wb, "iteration_history", cohort)), key="home-history")
     _readers(wb, cohort)

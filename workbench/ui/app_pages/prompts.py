@@ -30,7 +30,7 @@ def _policy(wb) -> None:
     """Every label's hedge and temporal policy, with the inconsistencies found."""
     st.dataframe(state.read(wb, "policy_table"), hide_index=True)
     for finding in state.read(wb, "policy_conflicts"):
-        st.warning(f"{finding.kind}: {finding.message}")
+        st.warning(components.md(f"{finding.kind}: {finding.message}"))
 
 
 def _edit(wb, label: str) -> None:

@@ -48,9 +48,9 @@ def _start(wb) -> None:
         components.job_panel(job, _describe)
         if not job.running:
             if job.error is not None:
-                st.error(f"The run stopped: {job.error}")
+                st.error(components.md(f"The run stopped: {job.error}"))
             else:
-                st.success(job.result.message())
+                st.success(components.md(job.result.message()))
             st.button("Dismiss", key=state.widget_key("dismiss-run"), on_click=state.clear_job, args=("run",))
         return
     versions = state.read(wb, "prompt_history")
