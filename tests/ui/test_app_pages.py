@@ -191,7 +191,7 @@ def test_annotate_saves_a_reading_and_moves_on(study):
     assert dict(zip(mine["label"], mine["value"]))["pleural_effusion"] == 1
     assert int(mine["value"].sum()) == 1
     assert wb.reading_draft("dr-new", report) is None, "the draft is dropped once saved"
-    assert at.success and "Saved" in at.success[0].value
+    assert at.toast and "Saved" in at.toast[0].value
     assert at.session_state[state.ANN_REPORT] != report
 
 
@@ -203,7 +203,7 @@ def test_annotate_every_label_has_a_visible_key_and_navigation_keys(study):
     assert all(keys) and len(set(keys)) == len(keys), keys
     assert not {"c", "r", "s", "enter", "left", "right"} & set(keys)
     assert button(at, "Save and next").proto.shortcut == "enter"
-    assert button(at, "Previous").proto.shortcut == "left" and button(at, "Next").proto.shortcut == "right"
+    assert button(at, "Back").proto.shortcut == "left" and button(at, "Next").proto.shortcut == "right"
 
 
 def test_annotate_ticks_survive_navigation_and_reload(study):
@@ -216,7 +216,7 @@ def test_annotate_ticks_survive_navigation_and_reload(study):
     assert_clean(at)
     assert at.session_state[state.ANN_REPORT] != report
     assert "1 drafts" in all_text(at) or any("1 drafts" in str(p.proto.text) for p in at.get("progress"))
-    button(at, "Previous").click().run()
+    button(at, "Back").click().run()
     assert at.session_state[state.ANN_REPORT] == report
     assert at.button(key=state.widget_key("tick", "edema")).label.startswith("☑")
     assert at.button(key=state.widget_key("tick", "cardiomegaly")).label.startswith("☑")
@@ -227,7 +227,7 @@ def test_annotate_ticks_survive_navigation_and_reload(study):
     assert again.button(key=state.widget_key("tick", "edema")).label.startswith("☑")
     assert len(workbench(study).my_readings("dr-draft", report)) == 0
     table = [d.value for d in again.dataframe if "state" in d.value.columns][0]
-    assert set(table["state"]) == {"✎ draft (not saved)", "· unread"}
+    assert set(table["state"]) == {"✎ draft (not saved)", "○ unread"}
 
 
 def test_annotate_conflict_is_refused_with_a_clear_message(study):
@@ -526,20 +526,23 @@ def test_commit_message_and_report_id_are_not_markdown(study, tmp_path):
     wb = workbench(study)
     lp = wb.label_prompt("edema")
     wb.save_prompts([lp.__class__(**{**lp.__dict__, "definition": "Fluid."})], INJECT, wb.prompt_commit())
+    pd.DataFrame({"id": [INJECT], "findings": ["Small left pleural effusion."], "impression": [""]}).to_csv(
+        tmp_path / "inj.csv", index=False)
+    wb.import_reports(tmp_path / "inj.csv", "inj")
     at = open_page(study, "home")
     shown = _rendered_markdown(at)
     assert not any(INJECT in s for s in shown), "raw Markdown from a commit message reached the page"
     assert any(md(INJECT) in s for s in shown), "the commit message is shown, escaped"
-    # a report id: the case heading and the 'saved' message
-    pd.DataFrame({"id": [INJECT], "findings": ["Small left pleural effusion."], "impression": [""]}).to_csv(
-        tmp_path / "inj.csv", index=False)
-    wb.import_reports(tmp_path / "inj.csv", "inj")
+    # a report id: the report heading and the 'saved' message
     at = open_page(study, "annotate", {state.COHORT: "inj"})
     at.text_input(key=state.NEW_READER).input("dr-inj").run()
     assert_clean(at)
     shown = _rendered_markdown(at)
     assert not any(INJECT in s for s in shown), shown
-    assert any(md(INJECT) in s for s in shown)
+    assert any(md(INJECT) in s for s in shown), shown
+    at.button(key=state.widget_key("ann-save")).click().run()
+    assert_clean(at)
+    assert at.toast and md(INJECT) in at.toast[0].value and INJECT not in at.toast[0].value
 
 
 def test_md_escapes_every_markdown_construct():

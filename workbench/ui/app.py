@@ -95,6 +95,17 @@ def _sidebar(wb) -> None:
         state.bump(wb)
 
 
+def _requested_page() -> str | None:
+    """The page named in the browser's URL path, if any."""
+    from urllib.parse import urlparse
+
+    try:
+        path = urlparse(st.context.url or "").path.strip("/").rsplit("/", 1)[-1]
+    except Exception:  # no browser context (AppTest, bare mode)
+        return None
+    return path if path in {p[0] for p in PAGES} else None
+
+
 def _runner(module, wb):
     """A page callable bound to this rerun's Workbench."""
 
@@ -117,6 +128,10 @@ def main(study: str | None = None, start: str | None = None) -> None:
     except StudyError as exc:
         st.error(components.md(f"Cannot open the study: {exc}"))
         st.stop()
+    if state.actor() is None and base.config.auth != "none":
+        start = start or _requested_page()  # a deep link (e.g. /annotate) survives the sign-in form
+        st.session_state.setdefault(state.START_PAGE, start)
+    start = start or st.session_state.get(state.START_PAGE)
     actor = _sign_in(base)
     if actor is None:
         st.stop()

@@ -39,7 +39,7 @@ def md(value) -> str:
 def flashes() -> None:
     """Show the messages queued by the previous run (they quote ids and names: shown as text)."""
     for kind, message in state.pop_flashes():
-        getattr(st, kind)(md(message))
+        getattr(st, kind)(md(message), **({"icon": "✅"} if kind == "toast" else {}))
 
 
 # ---------------------------------------------------------------- report text

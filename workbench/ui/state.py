@@ -19,6 +19,7 @@ import streamlit as st
 # ---------------------------------------------------------------- keys (the only place they are named)
 
 ACTOR = "wb.actor"              # the signed-in Actor (never the Workbench)
+START_PAGE = "wb.start_page"    # the page the browser asked for before signing in
 FLASH = "wb.flash"              # messages to show once after a rerun
 JOBS = "wb.jobs"                # name -> Job of this session
 COHORT = "wb.cohort"            # cohort chosen on Home / Annotate / Adjudicate
@@ -142,7 +143,7 @@ def read(wb, method: str, *args, **kwargs):
 
 
 def flash(message: str, kind: str = "success") -> None:
-    """Queue a message to show after the next rerun (kind: success, info, warning, error)."""
+    """Queue a message to show after the next rerun (kind: success, info, warning, error, toast)."""
     st.session_state.setdefault(FLASH, []).append((kind, message))
 
 

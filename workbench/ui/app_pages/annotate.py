@@ -14,18 +14,19 @@ from workbench.ui import components, state
 # S skips, the arrows move, Enter saves)
 LABEL_KEYS = list("1234567890") + list("qwetyuiopadfghjklzxvbnm")
 STATE_TEXT = {"completed": "✓ saved", "edited": "✓ saved, ✎ changes not saved", "draft": "✎ draft (not saved)",
-              "unread": "· unread"}
+              "unread": "○ unread"}
 READ = ("completed", "edited")
 
 
 def render(wb) -> None:
     """The work list, one report, a key per label, save and next."""
     st.title("Annotate")
-    components.help_line("Read the report and press the key of every finding it describes (unticked = 0); Enter "
-                         "saves and opens the next unread report, ← → move, S skips. Ticks are kept as your draft "
-                         "at once. You see only your own readings: other readers and the labeller stay hidden.")
+    components.help_line("Press the key shown on every finding the report describes (unticked = 0). Enter saves "
+                         "and opens the next unread report; ← → move; S skips. Ticks are kept as your draft at once. "
+                         "Blinded: other readers and the labeller stay hidden.")
     reader = _reader(wb)
-    cohort = components.pick_cohort(wb)
+    with st.sidebar:
+        cohort = components.pick_cohort(wb)
     if cohort is not None and wb.actor.role == "admin":
         _work_lists(wb, cohort)
     if not reader or cohort is None:
@@ -52,14 +53,14 @@ def _annotate(wb, reader: str, cohort: str, work, drafts: set) -> None:
     pos = ids.index(report_id)
     _progress(wb, reader, cohort, work, pos)
     values, versions = _current(wb, reader, report_id, report_id in drafts)
-    left, right = st.columns([3, 2])
+    left, right = st.columns([1, 1])
     with left:
-        st.subheader(components.md(f"{report_id}"))
+        st.markdown(f"#### {components.md(report_id)}")
         st.caption(components.md(f"Report {pos + 1} of {len(ids)} · " + STATE_TEXT[work["state"].iloc[pos]]))
         components.report_text(state.read(wb, "report_text", report_id)["text"])
     with right:
-        _labels(wb, reader, report_id, values)
         _buttons(wb, reader, report_id, values, versions, ids, work)
+        _labels(wb, reader, report_id, values)
     _queue(work)
 
 
@@ -87,15 +88,14 @@ def _labels(wb, reader: str, report_id: str, values: dict) -> None:
     """One toggle button per label with its key; a tick is stored as a draft at once."""
     names = wb.vocab.names()
     ticked = sum(values.values())
-    st.markdown(f"**Findings** · {ticked} ticked · unticked = 0"
-                + "".join(f" · {components.md(names[d])} is derived" for d in wb.vocab.derived_ids))
-    columns = st.columns(2)
-    for i, label in enumerate(wb.vocab.asked_ids):
-        on = bool(values[label])
-        key = LABEL_KEYS[i] if i < len(LABEL_KEYS) else None
-        columns[i % 2].button(("☑ " if on else "☐ ") + components.md(names[label]), key=state.widget_key("tick", label),
-                              type="primary" if on else "secondary", shortcut=key, width="stretch",
-                              on_click=_toggle, args=(wb, reader, report_id, values, label))
+    st.caption(f"**Findings** · {ticked} ticked · unticked = 0"
+               + "".join(f" · {components.md(names[d])} is derived" for d in wb.vocab.derived_ids))
+    with st.container(horizontal=True, gap="small"):  # chips that wrap: all 20 fit beside the report at 1440x900
+        for i, label in enumerate(wb.vocab.asked_ids):
+            on = bool(values[label])
+            st.button(("☑ " if on else "☐ ") + components.md(names[label]), key=state.widget_key("tick", label),
+                      type="primary" if on else "secondary", shortcut=LABEL_KEYS[i] if i < len(LABEL_KEYS) else None,
+                      on_click=_toggle, args=(wb, reader, report_id, values, label))
 
 
 def _current(wb, reader: str, report_id: str, has_draft: bool = True) -> tuple[dict, dict]:
@@ -120,14 +120,14 @@ def _toggle(wb, reader: str, report_id: str, values: dict, label: str) -> None:
 def _buttons(wb, reader: str, report_id: str, values: dict, versions: dict, ids: list, work) -> None:
     """Save and next, previous, next, skip."""
     pos = ids.index(report_id)
-    st.button("Save and next", key=state.widget_key("ann-save"), type="primary", shortcut="Enter", width="stretch",
-              on_click=_save, args=(wb, reader, report_id, values, versions, work))
-    c = st.columns(3)
-    c[0].button("Previous", key=state.widget_key("ann-prev"), shortcut="Left", width="stretch", disabled=pos == 0,
+    c = st.columns([1, 1, 1, 2], gap="small")
+    c[3].button("Save and next", key=state.widget_key("ann-save"), type="primary", shortcut="Enter", width="stretch",
+                on_click=_save, args=(wb, reader, report_id, values, versions, work))
+    c[0].button("Back", key=state.widget_key("ann-prev"), shortcut="Left", width="stretch", disabled=pos == 0,
                 on_click=_go, args=(ids[max(pos - 1, 0)],))
     c[1].button("Next", key=state.widget_key("ann-next"), shortcut="Right", width="stretch", disabled=pos == len(ids) - 1,
                 on_click=_go, args=(ids[min(pos + 1, len(ids) - 1)],))
-    c[2].button("Skip", key=state.widget_key("ann-skip"), shortcut="S", width="stretch", help="Next report not saved yet",
+    c[2].button("Skip", key=state.widget_key("ann-skip"), shortcut="S", width="stretch", help="The next report not saved yet",
                 on_click=_go, args=(_next_open(work, report_id) or ids[min(pos + 1, len(ids) - 1)],))
 
 
@@ -160,7 +160,7 @@ def _save(wb, reader: str, report_id: str, values: dict, versions: dict, work) -
         return
     state.bump(wb)
     state.flash(f"Saved {report_id} for {reader}: {changed['added']} new, {changed['changed']} changed, "
-                f"{changed['unchanged']} unchanged.")
+                f"{changed['unchanged']} unchanged.", "toast")  # a toast: the next report keeps its place on screen
     following = _next_open(work.assign(state=work["state"].where(work["report_id"] != report_id, "completed")), report_id)
     if following:
         st.session_state[state.ANN_REPORT] = following
