@@ -8,6 +8,7 @@ record_reading, so the reference and every metric see saved readings only.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -198,6 +199,52 @@ class UISupportService:
         out["completed"] = out["completed"].fillna(0).astype(int)
         out["overlap"] = settings.overlap
         return out
+
+    # ------------------------------------------------------------ disagreements: order and highlights
+
+    QUEUE_ORDERS = {
+        "errors": "labels with the highest error rate first (then fewest positives), reports in cohort order",
+        "broken": "cases the last prompt change broke first (against the run before this one), then by label error rate",
+    }
+
+    def previous_run(self, run_id: int) -> int | None:
+        """The finished run before this one on the same cohort, or None."""
+        run = self.run_info(run_id)
+        runs = self.runs()
+        done = runs[runs["status"].isin(["finished", "incomplete"]) & (runs["cohort_id"] == run.cohort_id) & (runs["id"] < run_id)]
+        return int(done["id"].max()) if len(done) else None
+
+    def disagreement_queue(self, run_id: int, label: str | None = None, kind: str | None = None,
+                           category: str | None = None, order: str = "errors") -> tuple[pd.DataFrame, str]:
+        """The disagreement queue in the chosen order, with a sentence saying which order is used."""
+        if order not in self.QUEUE_ORDERS:
+            raise StudyError(f"order must be one of {', '.join(self.QUEUE_ORDERS)}, got {order!r}")
+        queue = self.disagreements(run_id, label, kind, category)
+        queue["broken_by_last_change"] = False
+        if order == "errors":
+            return queue, self.QUEUE_ORDERS[order]
+        previous = self.previous_run(run_id)
+        if previous is None:
+            return queue, "no earlier run on this cohort: " + self.QUEUE_ORDERS["errors"]
+        cases = self.compare_runs(previous, run_id)["cases"]
+        broken = set(zip(*(cases.loc[cases["change"] == "broken", c] for c in ("report", "label"))))
+        queue["broken_by_last_change"] = [k in broken for k in zip(queue["report_id"], queue["label"])]
+        queue = queue.sort_values("broken_by_last_change", ascending=False, kind="stable").reset_index(drop=True)
+        return queue, self.QUEUE_ORDERS[order] + f" (run {previous} -> {run_id}: {int(queue['broken_by_last_change'].sum())} broken)"
+
+    def label_phrases(self, label: str, prompt_ref: str | None = None) -> list[str]:
+        """What to look for in a report for a label: its prompt's look-for phrases and its name."""
+        names = self.vocab.names()
+        label = self.vocab.resolve(label) or label
+        phrases = [names.get(label, label)]
+        words = re.findall(r"[A-Za-z]+", phrases[0])
+        if len(words) > 1:  # a close synonym: the name's main word ("Pleural Effusion" -> "effusion")
+            head = max(words, key=len)
+            if len(head) >= 5:
+                phrases.append(head[:-1] if head.endswith("s") else head)
+        if label in self.vocab.asked_ids:
+            phrases += list(self.label_prompt(label, prompt_ref).look_for)
+        return list(dict.fromkeys(p.strip() for p in phrases if p and p.strip()))
 
     def default_robustness_pairs(self) -> Path:
         """The shipped synthetic paraphrase / significant-change pairs."""

@@ -21,6 +21,12 @@ REPORT_STYLE = ("white-space: pre-wrap; line-height: 1.6; padding: 0.75rem 1rem;
                 "border: 1px solid rgba(49, 51, 63, 0.2); border-radius: 0.5rem;")
 
 
+def compact_chips() -> None:
+    """Smaller buttons inside containers keyed chips-*: a whole key-driven form fits on one screen."""
+    st.html("<style>[class*='st-key-chips'] button {min-height: 2rem; padding: 0.1rem 0.6rem;}"
+            "[class*='st-key-chips'] button p {font-size: 0.9rem;}</style>")
+
+
 def help_line(text: str) -> None:
     """The one-line help under a page title."""
     st.caption(text)
@@ -59,6 +65,27 @@ def evidence_spans(text: str, evidence) -> list[tuple[int, int]]:
         quote = (quote or "").strip()
         if quote:
             spans += [(m.start(), m.end()) for m in re.finditer(re.escape(quote), text, flags=re.IGNORECASE)]
+    return _merge(spans)
+
+
+# Okabe-Ito colours (safe for the common colour-vision deficiencies), lightened for a text background
+EVIDENCE_STYLE = "background: #F0E442; color: inherit; padding: 0 2px;"            # yellow
+LOOK_FOR_STYLE = "background: #A6D8F5; color: inherit; padding: 0 2px; border-bottom: 2px dotted #0072B2;"  # sky blue
+
+
+def phrase_spans(text: str, phrases) -> list[tuple[int, int]]:
+    """Where a label's phrases occur as whole words (case-insensitive, plural allowed), merged, in order."""
+    spans = []
+    for phrase in phrases or []:
+        words = [re.escape(w) for w in str(phrase).split()]
+        if not words:
+            continue
+        pattern = r"(?<!\w)" + r"\s+".join(words) + r"(?:e?s)?(?!\w)"
+        spans += [(m.start(), m.end()) for m in re.finditer(pattern, text, flags=re.IGNORECASE)]
+    return _merge(spans)
+
+
+def _merge(spans) -> list[tuple[int, int]]:
     merged: list[tuple[int, int]] = []
     for start, end in sorted(spans):
         if merged and start <= merged[-1][1]:
@@ -68,22 +95,39 @@ def evidence_spans(text: str, evidence) -> list[tuple[int, int]]:
     return merged
 
 
-def highlight_html(text: str, evidence) -> str:
-    """The report escaped piece by piece, with the evidence wrapped in <mark>: safe to render as HTML."""
+def highlight_html(text: str, evidence, phrases=()) -> str:
+    """The report escaped piece by piece, the labeller's evidence and the label's look-for phrases
+    marked in two colours (evidence wins where they overlap): safe to render as HTML."""
+    marks = [(a, b, "evidence") for a, b in evidence_spans(text, evidence)]
+    taken = marks[:]
+    for a, b in phrase_spans(text, phrases):
+        if not any(a < e and s < b for s, e, _ in taken):
+            marks.append((a, b, "look-for"))
     out, pos = [], 0
-    for start, end in evidence_spans(text, evidence):
+    for start, end, kind in sorted(marks):
+        style, title = (EVIDENCE_STYLE, "the labeller's quoted evidence") if kind == "evidence" else \
+            (LOOK_FOR_STYLE, "a look-for phrase of this label")
         out.append(html.escape(text[pos:start]))
-        out.append(f"<mark>{html.escape(text[start:end])}</mark>")
+        out.append(f'<mark class="wb-{kind}" title="{title}" style="{style}">{html.escape(text[start:end])}</mark>')
         pos = end
     out.append(html.escape(text[pos:]))
     return f'<div class="wb-report" style="{REPORT_STYLE}">{"".join(out)}</div>'
 
 
-def highlighted_report(text: str, evidence) -> None:
-    """A report with the labeller's evidence highlighted (escaped before any markup is added)."""
-    st.html(highlight_html(text or "(empty report)", evidence))
+def highlighted_report(text: str, evidence, phrases=()) -> None:
+    """A report with the labeller's evidence and the label's phrases highlighted, and a legend saying which is which."""
+    st.html(highlight_html(text or "(empty report)", evidence, phrases))
     quote = evidence if isinstance(evidence, str) else " / ".join(evidence or [])
-    if quote and not evidence_spans(text, evidence):
+    found_ev, found_lf = bool(evidence_spans(text, evidence)), bool(phrase_spans(text, phrases))
+    legend = []
+    if found_ev:
+        legend.append(f'<mark style="{EVIDENCE_STYLE}">yellow</mark> = the labeller\'s quoted evidence')
+    if found_lf:
+        legend.append(f'<mark style="{LOOK_FOR_STYLE}">blue</mark> = this label\'s look-for phrases or name found in the text')
+    if not legend:
+        legend.append("Nothing highlighted: no evidence quoted and none of this label's phrases occur in the text.")
+    st.html('<div style="font-size: 0.85rem; opacity: 0.8">' + " · ".join(legend) + "</div>")
+    if quote and not found_ev:
         st.caption("The labeller's evidence is not in the report text (it may have invented it):")
         st.text(quote)
 

@@ -90,7 +90,8 @@ def _labels(wb, reader: str, report_id: str, values: dict) -> None:
     ticked = sum(values.values())
     st.caption(f"**Findings** · {ticked} ticked · unticked = 0"
                + "".join(f" · {components.md(names[d])} is derived" for d in wb.vocab.derived_ids))
-    with st.container(horizontal=True, gap="small"):  # chips that wrap: all 20 fit beside the report at 1440x900
+    components.compact_chips()
+    with st.container(horizontal=True, gap="small", key="chips-labels"):  # chips that wrap: all 20 fit beside the report at 1440x900
         for i, label in enumerate(wb.vocab.asked_ids):
             on = bool(values[label])
             st.button(("☑ " if on else "☐ ") + components.md(names[label]), key=state.widget_key("tick", label),
@@ -171,11 +172,13 @@ def _queue(work) -> None:
     with st.expander(f"Work list: {int(work['state'].isin(READ).sum())} saved, "
                      f"{int((work['state'] == 'draft').sum())} drafts, {int((work['state'] == 'unread').sum())} unread"):
         table = work.assign(position=range(1, len(work) + 1), state=work["state"].map(STATE_TEXT))
+        clicks = st.session_state.get(state.ANN_CLICKED, 0)  # a new key after each click clears the selection
         event = st.dataframe(table[["position", "report_id", "state"]], hide_index=True, height=260,
-                             on_select="rerun", selection_mode="single-row", key=state.widget_key("ann-queue"),
+                             on_select="rerun", selection_mode="single-row", key=state.widget_key("ann-queue", clicks),
                              column_config={"report_id": "report", "position": "#"})
         rows = event.selection.rows if event else []
-        if rows and work["report_id"].iloc[rows[0]] != st.session_state.get(state.ANN_REPORT):
+        if rows:
+            st.session_state[state.ANN_CLICKED] = clicks + 1
             st.session_state[state.ANN_REPORT] = work["report_id"].iloc[rows[0]]
             st.rerun()
 

@@ -170,4 +170,4 @@ def _cases(cases, run_a: int, run_b: int) -> None:
     if picked or st.button("Open in Disagreements", key=state.widget_key("open-case")):
         row = cases.iloc[picked[0] if picked else choice]
         run = run_a if row["change"] == "fixed" else run_b  # where it was a disagreement
-        state.switch_to("disagreements", {state.CASE: (run, row["report"], row["label"])})
+        state.switch_to("disagreements", {state.CASE: (run, row["report"], row["label"], (run_a, run_b))})
