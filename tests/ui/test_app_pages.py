@@ -159,7 +159,7 @@ def test_reader_sees_only_disagreements_of_reports_they_finished(study):
     path = study / "workbench.yaml"
     path.write_text(path.read_text().replace("auth: none", "auth: local"))
     at = open_page(study, "disagreements", {state.ACTOR: Actor("dr-late", "reader")})
-    assert "0 disagreements" in all_text(at)  # dr-late has read nothing yet: everything stays blinded
+    assert "0 of 0 with a note" in all_text(at)  # dr-late has read nothing yet: everything stays blinded
     assert not at.html
 
 
@@ -283,19 +283,64 @@ def test_adjudicate_adds_an_adjudication(study):
 # ---------------------------------------------------------------- disagreements
 
 
-def test_disagreements_note_and_example(study):
-    at = open_page(study, "disagreements")
-    report, label = at.selectbox(key=state.DIS_PICK).value
-    assert at.html, "the report with the labeller's evidence highlighted"
-    form_selects = [s for s in at.selectbox if s.label == "What went wrong"]
-    form_selects[0].select("negation missed")
-    [r for r in at.radio if r.label == "Clinical significance"][0].set_value("does not change management")
-    [t for t in at.text_area if t.label == "Note"][0].input("missed the collapse wording")
-    button(at, "Save note").click().run()
+def _note(at: AppTest, category_index: int, significance: str, wrong: bool = False) -> AppTest:
+    """Compose a quick note by its buttons (as the keys do) and save it."""
+    at.button(key=state.widget_key("dis-cat", category_index)).click().run()
+    at.button(key=state.widget_key("dis-sig", significance)).click().run()
+    if wrong:
+        at.button(key=state.widget_key("dis-wrong")).click().run()
+    at.button(key=state.widget_key("dis-save")).click().run()
     assert_clean(at)
+    return at
+
+
+def test_disagreements_note_moves_to_the_next_case_without_a_note(study):
     wb = workbench(study)
+    queue = wb.disagreements(int(wb.runs().iloc[0]["id"]))
+    # a later case already has a note: saving must skip it
+    wb.add_note(queue["report_id"].iloc[1], queue["label"].iloc[1], "other", "unsure", "seen already")
+    at = open_page(study, "disagreements")
+    report, label = at.session_state[state.DIS_PICK]
+    assert (report, label) == (queue["report_id"].iloc[0], queue["label"].iloc[0])
+    assert at.html, "the report with the labeller's evidence highlighted"
+    assert f"1 of {len(queue)} with a note" in all_text(at)
+    at.text_area(key=state.widget_key("dis-text", report, label)).input("missed the collapse wording")
+    _note(at, 0, "does not change management")
     notes = wb.notes(label, report)
     assert len(notes) == 1 and notes["category"].iloc[0] == "negation missed"
+    assert notes["text"].iloc[0] == "missed the collapse wording"
+    assert at.session_state[state.DIS_PICK] == (queue["report_id"].iloc[2], queue["label"].iloc[2])
+    assert f"2 of {len(queue)} with a note" in all_text(at)
+
+
+def test_disagreements_keys_are_shown_on_the_buttons(study):
+    at = open_page(study, "disagreements")
+    wb = workbench(study)
+    keys = [at.button(key=state.widget_key("dis-cat", i)).proto.shortcut for i in range(len(wb.config.error_categories))]
+    assert keys == list("1234567890")
+    assert at.button(key=state.widget_key("dis-sig", "changes management")).proto.shortcut == "m"
+    assert at.button(key=state.widget_key("dis-save")).proto.shortcut == "enter"
+    assert at.button(key=state.widget_key("dis-next")).proto.shortcut == "right"
+
+
+def test_disagreements_reference_wrong_keeps_the_position(study):
+    at = open_page(study, "disagreements")
+    at.button(key=state.widget_key("dis-next")).click().run()
+    at.button(key=state.widget_key("dis-next")).click().run()
+    report, label = at.session_state[state.DIS_PICK]
+    assert at.session_state[state.DIS_POS] == 2
+    wb = workbench(study)
+    queue = wb.disagreements(int(wb.runs().iloc[0]["id"]))
+    _note(at, 8, "changes management", wrong=True)
+    assert wb.notes(label, report)["reference_wrong"].iloc[0]
+    assert (report, label) not in set(zip(*(wb.disagreements(int(wb.runs().iloc[0]["id"]))[c] for c in ("report_id", "label"))))
+    assert at.session_state[state.DIS_PICK] == (queue["report_id"].iloc[3], queue["label"].iloc[3]), "not back to the top"
+
+
+def test_disagreements_example(study):
+    at = open_page(study, "disagreements")
+    report, label = at.session_state[state.DIS_PICK]
+    wb = workbench(study)
     before = len(wb.draft(label)[0].examples)
     [t for t in at.text_input if t.label.startswith("Why")][0].input("collapse is atelectasis wording")
     button(at, "Add as few-shot example").click().run()
@@ -305,12 +350,26 @@ def test_disagreements_note_and_example(study):
     assert lp.examples[-1].source_report_id == report
 
 
-def test_disagreements_filters(study):
+def test_disagreements_filters_and_order(study):
     at = open_page(study, "disagreements")
     at.selectbox(key=state.DIS_KIND).select("FP").run()
     assert_clean(at)
     table = at.dataframe[0].value
     assert set(table["type"]) <= {"FP"}
+    at.radio(key=state.DIS_ORDER).set_value("broken").run()
+    assert_clean(at)
+    assert "broken" in all_text(at)
+
+
+def test_highlights_say_what_they_are():
+    from workbench.ui.components import highlight_html, phrase_spans
+
+    text = "Small left pleural effusions. No pneumothorax."
+    body = highlight_html(text, "No pneumothorax", ["Pleural Effusion"])
+    assert '<mark class="wb-evidence"' in body and "No pneumothorax</mark>" in body
+    assert '<mark class="wb-look-for"' in body and "pleural effusions</mark>" in body
+    assert phrase_spans("an effusion", ["effusion"]) == [(3, 11)]
+    assert phrase_spans("noneffusion", ["effusion"]) == [], "whole words only"
 
 
 # ---------------------------------------------------------------- prompts
@@ -382,7 +441,9 @@ def test_runs_compare_opens_a_case_in_disagreements(study):
     assert_clean(at)
     assert at.title[0].value == "Disagreements"
     first = cmp["cases"].iloc[0]
-    assert at.selectbox(key=state.DIS_PICK).value == (first["report"], first["label"])
+    assert at.session_state[state.DIS_PICK] == (first["report"], first["label"])
+    assert "Before and after" in all_text(at), "both runs' answers and the prompt diff"
+    assert any("look_for" in c.value or "collapse" in c.value for c in at.code), [c.value for c in at.code]
 
 
 def test_runs_clopper_pearson_interval(study):
