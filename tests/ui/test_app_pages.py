@@ -268,16 +268,38 @@ def test_annotate_admin_assigns_work_lists_and_a_reader_sees_only_theirs(study):
 # ---------------------------------------------------------------- adjudicate
 
 
-def test_adjudicate_adds_an_adjudication(study):
+def test_adjudicate_by_keys_flagged_first_then_next(study):
+    wb = workbench(study)
+    before = wb.adjudication_worklist("dev")
+    tie = before[before["why"] == "tie"].iloc[0]
+    decided = wb.reference("dev")
+    decided = decided[decided["status"] == "decided"].iloc[0]
+    wb.add_note(decided["report_id"], decided["label"], "reference label wrong", "changes management", "looks wrong",
+                reference_wrong=True)
     at = open_page(study, "adjudicate")
-    report, label = at.selectbox(key=state.ADJ_ITEM).value
-    at.radio[0].set_value(1)
-    at.text_area[0].input("clear on the lateral view per report wording")
-    button(at, "Save adjudication").click().run()
+    assert at.session_state[state.ADJ_ITEM] == (decided["report_id"], decided["label"]), "flagged items first"
+    queue = wb.adjudication_worklist("dev")
+    assert list(queue["why"].iloc[:2]) == ["flagged: the reference may be wrong", "tie"]
+    assert queue.iloc[1]["report_id"] == tie["report_id"]
+    assert at.button(key=state.widget_key("adj-value", 1)).proto.shortcut == "1"
+    assert at.button(key=state.widget_key("adj-reason", 0)).proto.shortcut == "q"
+    assert at.button(key=state.widget_key("adj-save")).proto.shortcut == "enter"
+    at.button(key=state.widget_key("adj-save")).click().run()
+    assert at.error and "Choose the value" in at.error[0].value
+    at.button(key=state.widget_key("adj-value", 0)).click().run()
+    at.button(key=state.widget_key("adj-reason", 2)).click().run()
+    at.button(key=state.widget_key("adj-save")).click().run()
     assert_clean(at)
-    history = workbench(study).adjudication_history(report, label)
-    assert len(history) == 1 and int(history["value"].iloc[0]) == 1
-    assert at.selectbox(key=state.ADJ_ITEM).value != (report, label)
+    history = wb.adjudication_history(decided["report_id"], decided["label"])
+    assert len(history) == 1 and int(history["value"].iloc[0]) == 0
+    assert history["reason"].iloc[0] == "Hedged wording counts as absent under the study policy"
+    assert at.session_state[state.ADJ_ITEM] == (tie["report_id"], tie["label"]), "the next item, not the top"
+    # free text only is enough; preset plus text are joined
+    at.button(key=state.widget_key("adj-value", 1)).click().run()
+    at.text_area(key=state.widget_key("adj-text", tie["report_id"], tie["label"])).input("clear on re-reading")
+    at.button(key=state.widget_key("adj-save")).click().run()
+    assert_clean(at)
+    assert wb.adjudication_history(tie["report_id"], tie["label"])["reason"].iloc[0] == "clear on re-reading"
 
 
 # ---------------------------------------------------------------- disagreements

@@ -246,6 +246,17 @@ class UISupportService:
             phrases += list(self.label_prompt(label, prompt_ref).look_for)
         return list(dict.fromkeys(p.strip() for p in phrases if p and p.strip()))
 
+    # ------------------------------------------------------------ adjudication order
+
+    def adjudication_worklist(self, cohort: str | None = None) -> pd.DataFrame:
+        """Items waiting for a senior reader: flagged ones first, then ties, then too few readers; why each waits."""
+        queue = self.adjudication_queue(cohort)
+        tie = (queue["positives"] * 2 == queue["n_readers"]) & (queue["n_readers"] > 0)
+        queue["why"] = np.where(queue["flagged"], "flagged: the reference may be wrong",
+                                np.where(tie, "tie", queue["reason"].replace("", "waiting")))
+        queue["rank"] = np.where(queue["flagged"], 0, np.where(tie, 1, 2))
+        return queue.sort_values("rank", kind="stable").drop(columns="rank").reset_index(drop=True)
+
     def default_robustness_pairs(self) -> Path:
         """The shipped synthetic paraphrase / significant-change pairs."""
         return ROBUSTNESS_PAIRS

@@ -262,6 +262,31 @@ def download_csv(frame: pd.DataFrame, file_name: str, label: str = "Download CSV
                        key=key or state.widget_key("csv", file_name), on_click="ignore")
 
 
+def viewer_timezone() -> str:
+    """The browser's timezone (IANA name), UTC when unknown."""
+    try:
+        return st.context.timezone or "UTC"
+    except Exception:  # no browser (AppTest, bare mode)
+        return "UTC"
+
+
+def when(value, tz: str | None = None) -> str:
+    """A stored UTC timestamp as the viewer's local time to the minute, with the zone's abbreviation."""
+    stamps = when_column(pd.Series([value]), tz)
+    return stamps.iloc[0]
+
+
+def when_column(values: pd.Series, tz: str | None = None) -> pd.Series:
+    """Stored UTC timestamps as the viewer's local time to the minute ('' when missing or unreadable)."""
+    tz = tz or viewer_timezone()
+    stamps = pd.to_datetime(values, utc=True, errors="coerce", format="ISO8601")
+    try:
+        local = stamps.dt.tz_convert(tz)
+    except Exception:  # an unknown zone name from the browser
+        local, tz = stamps, "UTC"
+    return local.dt.strftime("%Y-%m-%d %H:%M %Z").fillna("")
+
+
 def pct(value) -> str:
     """A proportion as text (n/a when undefined)."""
     return "n/a" if value is None or value != value else f"{value:.3f}"
