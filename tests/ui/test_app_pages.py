@@ -468,6 +468,28 @@ def test_runs_compare_opens_a_case_in_disagreements(study):
     assert any("look_for" in c.value or "collapse" in c.value for c in at.code), [c.value for c in at.code]
 
 
+def test_runs_compare_sorted_by_change_with_verdict_and_explained_numbers(study):
+    wb = workbench(study)
+    lp = wb.label_prompt("atelectasis")
+    wb.save_prompts([lp.__class__(**{**lp.__dict__, "look_for": lp.look_for + ("collapse",)})], "collapse", wb.prompt_commit())
+    wb.start_run("dev")
+    at = open_page(study, "runs", {state.RUNS_TAB: "Compare two runs"})
+    table = [d.value for d in at.dataframe if "verdict" in d.value.columns][0]
+    assert list(table.columns[:3]) == ["label", "verdict", "change in F1"], "the verdict sits next to the label"
+    view = wb.compare_view(*wb.runs()["id"].tolist()[1::-1])
+    changed = view["table"][view["table"]["changed"]]
+    assert len(table) == len(changed) < len(view["table"]), "only changed labels by default"
+    significant = table["verdict"].isin(["better", "worse"]).to_numpy()
+    assert not (significant[1:] & ~significant[:-1]).any(), "significant rows first"
+    rest = table[~significant]["change in F1"].abs().fillna(0).to_numpy()
+    assert (rest[:-1] >= rest[1:]).all(), "then by size of the change"
+    assert "The Metrics tab scores each run alone" in all_text(at)
+    assert (view["table"]["delta_f1_lo"] <= view["table"]["delta_f1"] + 1e-12).all()
+    at.toggle(key=state.widget_key("only-changed")).set_value(False).run()
+    assert_clean(at)
+    assert len([d.value for d in at.dataframe if "verdict" in d.value.columns][0]) == len(view["table"])
+
+
 def test_runs_clopper_pearson_interval(study):
     at = open_page(study, "runs")
     at.radio(key=state.CI).set_value("clopper-pearson").run()

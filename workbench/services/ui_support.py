@@ -257,6 +257,36 @@ class UISupportService:
         queue["rank"] = np.where(queue["flagged"], 0, np.where(tie, 1, 2))
         return queue.sort_values("rank", kind="stable").drop(columns="rank").reset_index(drop=True)
 
+    # ------------------------------------------------------------ comparison, as the Compare tab shows it
+
+    SIGNIFICANT = ("better", "worse")
+
+    def compare_view(self, run_a: int, run_b: int, n_resamples: int = 1000, seed: int = 0) -> dict:
+        """compare_runs plus a paired bootstrap interval of each label's change in F1, rows sorted by
+        change (significant first, then the largest change), and what each macro figure counts."""
+        from workbench.core import metrics
+
+        cmp = self.compare_runs(run_a, run_b)
+        a, b = self.run_info(run_a), self.run_info(run_b)
+        y_true, pred_a, _ = self.evaluation_inputs(run_a, extra_commits=(b.prompt_commit,))
+        _, pred_b, _ = self.evaluation_inputs(run_b, extra_commits=(a.prompt_commit,))
+        labels = list(cmp["table"].index)
+        pred_b = pred_b.reindex(index=y_true.index)
+        interval = metrics.bootstrap_delta_f1(y_true[labels], pred_a[labels], pred_b[labels], n_resamples=n_resamples, seed=seed)
+        table = cmp["table"].join(interval)
+        table["significant"] = table["verdict"].isin(self.SIGNIFICANT)
+        table["changed"] = (table["b"] + table["c"] > 0) | (table["delta_f1"].fillna(0) != 0)
+        table["size"] = table["delta_f1"].abs().fillna(table["delta_accuracy"].abs()).fillna(0)
+        table = table.sort_values(["significant", "size"], ascending=[False, False], kind="stable").drop(columns="size")
+        alone = {}
+        for key, run_id in (("a", run_a), ("b", run_b)):
+            ev = self.evaluate_run(run_id, n_resamples=0)
+            t_alone, _, _ = self.evaluation_inputs(run_id)
+            alone[key] = {"macro_f1": ev.averages["macro_f1"], "reports": len(t_alone)}
+        leaked = len(self._leaked_reports(a.prompt_commit, b.prompt_commit) & set(self.reference_matrix(self._cohort_name(a.cohort_id)).index))
+        counts = {"reports": len(y_true), "labels": len(labels), "leaked_either": leaked, "alone": alone}
+        return {**cmp, "table": table, "counts": counts}
+
     def default_robustness_pairs(self) -> Path:
         """The shipped synthetic paraphrase / significant-change pairs."""
         return ROBUSTNESS_PAIRS

@@ -287,6 +287,20 @@ def when_column(values: pd.Series, tz: str | None = None) -> pd.Series:
     return local.dt.strftime("%Y-%m-%d %H:%M %Z").fillna("")
 
 
+def history_table(history: pd.DataFrame, names: dict) -> pd.DataFrame:
+    """The iteration history with readable column names, local times and per-label F1 under display names."""
+    if history is None or history.empty:
+        return pd.DataFrame()
+    out = pd.DataFrame({"run": history["run"], "prompt version": "v" + history["version"].astype(str) + " " + history["prompt"],
+                        "model": history["model"], "started": when_column(history["started"]),
+                        "macro F1": history["macro_f1"].round(3), "macro accuracy": history["macro_accuracy"].round(3),
+                        "micro F1": history["micro_f1"].round(3)})
+    for column in [c for c in history.columns if c.startswith("f1:")]:
+        label = column.split(":", 1)[1]
+        out[f"F1 {names.get(label, label)}"] = history[column].round(3)
+    return out
+
+
 def pct(value) -> str:
     """A proportion as text (n/a when undefined)."""
     return "n/a" if value is None or value != value else f"{value:.3f}"
