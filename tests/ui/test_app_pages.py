@@ -563,11 +563,22 @@ def test_settings_refuses_an_impossible_rule(study):
 def test_audit_shows_the_log(study):
     at = open_page(study, "audit")
     log = at.dataframe[0].value
-    assert len(log) > 0 and {"actor", "action", "entity"} <= set(log.columns)
+    assert len(log) > 0 and {"who", "action", "entity", "change (old → new)"} <= set(log.columns)
+    assert not log["change (old → new)"].str.contains('{"', regex=False).any(), "readable, not raw JSON"
+    assert log["when"].str.match(r"^\d{4}-\d\d-\d\d \d\d:\d\d [A-Z]+$").all(), "to the minute, with the zone"
     at.selectbox(key=state.AUDIT_ENTITY).select("run").run()
     assert_clean(at)
     assert set(at.dataframe[0].value["entity"]) == {"run"}
     assert at.download_button
+
+
+def test_audit_change_reads_as_old_to_new():
+    from workbench.ui.components import audit_change
+
+    assert audit_change('{"value": 0}', '{"value": 1}') == "value: 0 → 1"
+    assert audit_change("", '{"edema": 1, "fracture": 0}') == "edema: 1; fracture: 0"
+    assert audit_change('{"allowed": ["a"]}', '{"allowed": ["a", "b"]}') == "allowed: a → a, b"
+    assert audit_change('{"role": "reader", "x": 1}', '{"role": "admin", "x": 1}') == "role: reader → admin"
 
 
 def test_settings_endpoint_changes_are_audited(study):
@@ -662,3 +673,16 @@ def test_md_escapes_every_markdown_construct():
         assert "".join(t[-1] for t in tokens) == raw, (raw, out)
         bare = [t for t in tokens if len(t) == 1 and t in "\\*_`[]()!:$#<>.-"]
         assert not bare, (raw, out, bare)
+
+
+def test_home_leads_with_f1_and_shows_prevalence(study):
+    at = open_page(study, "home")
+    labels = [m.label for m in at.metric]
+    assert labels.index("Latest run: macro F1") < labels.index("Latest run: macro accuracy")
+    worst = [d.value for d in at.dataframe if "F1" in d.value.columns][0]
+    assert list(worst.columns[:2]) == ["label", "F1"] and {"precision", "recall", "accuracy", "prevalence"} <= set(worst.columns)
+    f1 = pd.to_numeric(worst["F1"], errors="coerce").fillna(-1).to_numpy()
+    assert (f1[:-1] <= f1[1:]).all(), "lowest F1 first"
+    wb = workbench(study)
+    assert set(worst["label"]) <= set(wb.vocab.names().values()), "display names, not ids"
+    assert "Labels with the lowest F1" in all_text(at)

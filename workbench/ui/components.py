@@ -287,6 +287,53 @@ def when_column(values: pd.Series, tz: str | None = None) -> pd.Series:
     return local.dt.strftime("%Y-%m-%d %H:%M %Z").fillna("")
 
 
+def audit_change(old_json: str, new_json: str) -> str:
+    """An audit event's old and new values as one readable line: 'value: 0 → 1; reason: ...'."""
+    import json
+
+    def load(text):
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+    def show(value) -> str:
+        if isinstance(value, list):
+            return ", ".join(show(v) for v in value) or "(none)"
+        if isinstance(value, dict):
+            return "; ".join(f"{k}: {show(v)}" for k, v in value.items())
+        return "(empty)" if value in ("", None) else str(value)
+
+    old, new = load(old_json), load(new_json)
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = list(dict.fromkeys([*old, *new]))
+        parts = [f"{k}: {show(old.get(k))} → {show(new.get(k))}" if k in old and old.get(k) != new.get(k)
+                 else f"{k}: {show(new[k])}" for k in keys if k in new and (k not in old or old.get(k) != new.get(k))]
+        parts += [f"{k}: {show(old[k])} → (removed)" for k in keys if k not in new]
+        return "; ".join(parts) or "no change"
+    if old is None:
+        return show(new) if new is not None else ""
+    return f"{show(old)} → {show(new)}"
+
+
+def label_quality(table: pd.DataFrame, names: dict) -> pd.DataFrame:
+    """Per label F1 first, then precision, recall, accuracy, prevalence and counts (Evaluation.table rows)."""
+    def fmt(values):
+        return [("n/a" if v != v else f"{v:.3f}") for v in values]
+
+    out = pd.DataFrame({"label": [names.get(lab, lab) for lab in table.index], "F1": fmt(table["f1"])})
+    if "f1_lo" in table:
+        out["F1 95% interval"] = [f"[{lo:.3f}, {hi:.3f}]" if lo == lo else "n/a" for lo, hi in zip(table["f1_lo"], table["f1_hi"])]
+    return out.assign(**{
+        "precision": fmt(table["precision"]), "recall": fmt(table["recall"]), "accuracy": fmt(table["accuracy"]),
+        "prevalence": fmt(table["support"] / table["n"].where(table["n"] > 0)),
+        "positives": table["support"].to_numpy(), "false positives": table["fp"].to_numpy(),
+        "false negatives": table["fn"].to_numpy(), "items": table["n"].to_numpy(),
+    })
+
+
 def history_table(history: pd.DataFrame, names: dict) -> pd.DataFrame:
     """The iteration history with readable column names, local times and per-label F1 under display names."""
     if history is None or history.empty:
