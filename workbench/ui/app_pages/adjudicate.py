@@ -142,7 +142,7 @@ def _save(wb, queue, pos: int) -> None:
         state.flash(f"Not saved: {exc}", "error")
         return
     state.bump(wb)
-    state.flash(f"Adjudicated {item[0]} / {item[1]} = {chosen['value']}.", "toast")
+    state.flash(f"Adjudicated {item[0]} / {wb.vocab.names().get(item[1], item[1])} = {chosen['value']}.", "toast")
     if pos + 1 < len(queue):  # the decided item leaves the queue: the next one moves into its place
         st.session_state[state.ADJ_ITEM] = (queue["report_id"].iloc[pos + 1], queue["label"].iloc[pos + 1])
     chosen.clear()

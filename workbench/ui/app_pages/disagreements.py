@@ -186,7 +186,7 @@ def _save_note(wb, run_id: int, item: tuple, text: str, queue, pos: int) -> None
         state.flash(f"Not saved: {exc}", "error")
         return
     state.bump(wb)
-    state.flash(f"Note saved on {item[0]} / {item[1]}.", "toast")
+    state.flash(f"Note saved on {item[0]} / {wb.vocab.names().get(item[1], item[1])}.", "toast")
     later = [i for i in list(range(pos + 1, len(queue))) + list(range(0, pos)) if queue["notes"].iloc[i] == 0]
     if later:
         _go(queue, later[0])

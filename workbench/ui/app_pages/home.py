@@ -30,7 +30,7 @@ def render(wb) -> None:
                 help="mean over labels of each label's F1: how good the labeller is at finding each finding")
     c[4].metric("Latest run: macro accuracy", components.pct(ev.averages["macro_accuracy"]) if ev else "no run",
                 help="high whenever findings are rare, even if most positives are missed: read it beside F1")
-    st.caption(components.md(f"Current prompt version {history.iloc[0]['short']} ({history.iloc[0]['when']}, "
+    st.caption(components.md(f"Current prompt version {history.iloc[0]['short']} ({components.when(history.iloc[0]['when'])}, "
                              f"{history.iloc[0]['author']}): {history.iloc[0]['message']}"
                              + (f" · latest run {latest} ({runs.set_index('id').loc[latest, 'model']})" if latest else "")))
     _attention(wb, summary, latest, ev)

@@ -154,7 +154,8 @@ def _commit(wb, label: str, exists: bool) -> None:
 def _history(wb, label: str) -> None:
     """Versions of this label, newest first, with the difference to the current one and revert."""
     history = state.read(wb, "prompt_history", label)
-    st.dataframe(history[["short", "when", "author", "message", "labels", "frozen as"]], hide_index=True)
+    st.dataframe(history.assign(when=components.when_column(history["when"]))[["short", "when", "author", "message", "labels", "frozen as"]]
+                 .rename(columns={"short": "version"}), hide_index=True)
     if len(history) < 2:
         return
     commits = history["commit"].tolist()[1:]
