@@ -250,6 +250,7 @@ def test_annotate_admin_assigns_work_lists_and_a_reader_sees_only_theirs(study):
     from workbench.services import Actor
 
     at = open_page(study, "annotate")
+    at.toggle(key=state.widget_key("work-lists", "dev")).set_value(True).run()
     form_inputs = [t for t in at.text_input if t.label.startswith("Readers")]
     form_inputs[0].input("dr-1, dr-2, dr-3")
     [n for n in at.number_input if n.label.startswith("Readers per report")][0].set_value(2)

@@ -189,10 +189,10 @@ class UISupportService:
             if cohort_row is None:
                 raise StudyError(f"no cohort {cohort!r}")
             settings = q.get_work_list(s, cohort_row.id)
+            if settings is None:
+                return pd.DataFrame(columns=["reader", "assigned", "completed", "overlap"])
             assigned = q.assignments_frame(s, cohort_row.id)
             counts = q.reading_counts(s, cohort_id=cohort_row.id)
-        if settings is None:
-            return pd.DataFrame(columns=["reader", "assigned", "completed", "overlap"])
         done = counts[counts["labels"] >= len(self.vocab.asked_ids)][["reader", "report_id"]]
         merged = assigned.merge(done.assign(completed=1), on=["reader", "report_id"], how="left")
         out = merged.groupby("reader").agg(assigned=("report_id", "count"), completed=("completed", "sum")).reset_index()
@@ -231,6 +231,13 @@ class UISupportService:
         queue["broken_by_last_change"] = [k in broken for k in zip(queue["report_id"], queue["label"])]
         queue = queue.sort_values("broken_by_last_change", ascending=False, kind="stable").reset_index(drop=True)
         return queue, self.QUEUE_ORDERS[order] + f" (run {previous} -> {run_id}: {int(queue['broken_by_last_change'].sum())} broken)"
+
+    def with_fresh_notes(self, queue: pd.DataFrame, category: str | None = None) -> pd.DataFrame:
+        """A queue with its note counts and categories read now (one query), then filtered by category."""
+        out = self._attach_notes(queue.drop(columns=["notes", "categories"], errors="ignore"))
+        if category:
+            out = out[out["categories"].str.contains(category, regex=False)]
+        return out.reset_index(drop=True)
 
     def label_phrases(self, label: str, prompt_ref: str | None = None) -> list[str]:
         """What to look for in a report for a label: its prompt's look-for phrases and its name."""

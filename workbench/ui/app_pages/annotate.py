@@ -196,7 +196,9 @@ def _reader(wb) -> str | None:
 
 def _work_lists(wb, cohort: str) -> None:
     """Admins: give each report of the cohort to N readers (the overlap target)."""
-    with st.expander("Work lists (admin): assign reports to readers"):
+    if not st.toggle("Work lists (admin): assign reports to readers", key=state.widget_key("work-lists", cohort)):
+        return  # the status counts every reading of the cohort: only when asked for
+    with st.container(border=True):
         status = state.read(wb, "work_list_status", cohort)
         if len(status):
             st.caption(f"Each report goes to {int(status['overlap'].iloc[0])} readers; readers see only their list.")

@@ -32,7 +32,7 @@ def render(wb) -> None:
         st.session_state[state.DIS_PICK] = (opened[1], opened[2])
         st.session_state[state.DIS_COMPARE] = opened[3] if len(opened) > 3 else None
     with st.sidebar:
-        run_id = components.pick_run(state.read(wb, "runs"), state.RUN)
+        run_id = components.pick_run(state.read_stable(wb, "runs"), state.RUN)
         if run_id is None:
             return
         label = st.selectbox("Label", wb.vocab.ids, index=None, key=state.DIS_LABEL, format_func=names.get,
@@ -43,7 +43,9 @@ def render(wb) -> None:
                                 placeholder="any (or none yet)")
         order = st.radio("Order", list(ORDERS), format_func=ORDERS.get, key=state.DIS_ORDER)
     with components.shown_errors("reading the queue"):
-        queue, order_text = state.read(wb, "disagreement_queue", run_id, label, kind, category, order=order)
+        # the queue behind the notes is kept across note saves; its note counts are read fresh
+        base, order_text = state.read_stable(wb, "disagreement_queue", run_id, label, kind, None, order=order)
+        queue = wb.with_fresh_notes(base, category)
         _page(wb, run_id, queue, order_text, names)
 
 
@@ -66,7 +68,7 @@ def _page(wb, run_id: int, queue, order_text: str, names: dict) -> None:
     with left:
         _queue_table(queue, names, pos)
     with components.shown_errors("opening the case"):
-        case = state.read(wb, "case", run_id, *pick)
+        case = {**state.read_stable(wb, "case", run_id, *pick), "notes": wb.notes(pick[1], pick[0])}
         with middle:
             _report(wb, run_id, case, names, queue, pos)
         with right:
@@ -113,9 +115,9 @@ def _report(wb, run_id: int, case: dict, names: dict, queue, pos: int) -> None:
         st.button("Next", key=state.widget_key("dis-next"), shortcut="Right", disabled=pos >= total - 1,
                   on_click=_go, args=(queue, min(pos + 1, total - 1)))
     pred = case["prediction"] or {}
-    run = state.read(wb, "run_info", run_id)
+    run = state.read_stable(wb, "run_info", run_id)
     with components.shown_errors("finding the label's phrases"):
-        phrases = state.read(wb, "label_phrases", case["label"], run.prompt_commit)
+        phrases = state.read_stable(wb, "label_phrases", case["label"], run.prompt_commit)
     components.highlighted_report(case["text"], pred.get("evidence") or "", phrases)
 
 
@@ -185,7 +187,7 @@ def _save_note(wb, run_id: int, item: tuple, text: str, queue, pos: int) -> None
     except (PermissionError, ValueError, LookupError) as exc:
         state.flash(f"Not saved: {exc}", "error")
         return
-    state.bump(wb)
+    state.bump(wb, notes_only=not chosen.get("wrong"))  # a flag changes the reference: everything is read again
     state.flash(f"Note saved on {item[0]} / {wb.vocab.names().get(item[1], item[1])}.", "toast")
     later = [i for i in list(range(pos + 1, len(queue))) + list(range(0, pos)) if queue["notes"].iloc[i] == 0]
     if later:
@@ -203,13 +205,13 @@ def _compare_panel(wb, case: dict) -> None:
         st.markdown(f"**Before and after** · run {run_a} → run {run_b}")
         c = st.columns(2)
         for col, run_id, title in ((c[0], run_a, "Before"), (c[1], run_b, "After")):
-            other = state.read(wb, "case", run_id, case["report_id"], case["label"])
+            other = state.read_stable(wb, "case", run_id, case["report_id"], case["label"])
             pred = other["prediction"] or {}
             col.markdown(f"{title} (run {run_id}): **{_value(pred.get('value'))}**")
             col.text(pred.get("evidence") or "(no evidence quoted)")
         if case["label"] in wb.vocab.asked_ids:
-            commit_a, commit_b = state.read(wb, "run_info", run_a).prompt_commit, state.read(wb, "run_info", run_b).prompt_commit
-            diff = state.read(wb, "prompt_diff", case["label"], commit_a, commit_b)
+            commit_a, commit_b = state.read_stable(wb, "run_info", run_a).prompt_commit, state.read_stable(wb, "run_info", run_b).prompt_commit
+            diff = state.read_stable(wb, "prompt_diff", case["label"], commit_a, commit_b)
             st.caption(f"Prompt of this label, {commit_a[:8]} → {commit_b[:8]}:")
             st.code(diff["unified"] or "(the prompt of this label did not change)", language="diff", wrap_lines=True)
         st.button("Stop comparing", key=state.widget_key("dis-stop-compare"),
