@@ -80,7 +80,8 @@ def serve(study: Path):
 
 
 def settle(pg) -> None:
-    """The script run has finished and nothing on the page is stale."""
+    """The script run has finished and nothing on the page is stale (a key's rerun may start a moment later)."""
+    pg.wait_for_timeout(300)
     pg.locator('[data-testid="stStatusWidget"]').wait_for(state="detached", timeout=120_000)
     pg.wait_for_function("document.querySelectorAll('[data-stale=\"true\"]').length === 0", timeout=120_000)
 
@@ -133,6 +134,7 @@ def time_triage(pg, n: int) -> list[float]:
         for key in ("1", "n"):
             pg.keyboard.press(key)
             settle(pg)
+        assert pg.locator('button[kind="primary"]', has_text="does not change management").count() == 1, "N did not register"
         started = time.perf_counter()
         pg.keyboard.press("Enter")
         pg.wait_for_function(

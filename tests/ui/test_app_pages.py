@@ -687,3 +687,12 @@ def test_home_leads_with_f1_and_shows_prevalence(study):
     wb = workbench(study)
     assert set(worst["label"]) <= set(wb.vocab.names().values()), "display names, not ids"
     assert "Labels with the lowest F1" in all_text(at)
+
+
+def test_long_queues_are_windowed_around_the_open_item():
+    from workbench.ui.components import window
+
+    assert window(3000, 0) == (0, 100)
+    assert window(3000, 1500) == (1480, 1580)
+    assert window(3000, 2999) == (2900, 3000)
+    assert window(40, 30) == (0, 40)

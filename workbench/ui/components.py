@@ -27,6 +27,14 @@ def compact_chips() -> None:
             "[class*='st-key-chips'] button p {font-size: 0.9rem;}</style>")
 
 
+def window(n_rows: int, pos: int, size: int = 100, before: int = 20) -> tuple[int, int]:
+    """The slice of a long queue to send to the browser: `size` rows around position pos.
+
+    A 3,000-row table re-sent on every key press costs more than the rest of the page."""
+    start = max(0, min(pos - before, n_rows - size))
+    return start, min(n_rows, start + size)
+
+
 def help_line(text: str) -> None:
     """The one-line help under a page title."""
     st.caption(text)

@@ -171,15 +171,20 @@ def _queue(work) -> None:
     """The whole work list with each report's state; click a row to open it."""
     with st.expander(f"Work list: {int(work['state'].isin(READ).sum())} saved, "
                      f"{int((work['state'] == 'draft').sum())} drafts, {int((work['state'] == 'unread').sum())} unread"):
-        table = work.assign(position=range(1, len(work) + 1), state=work["state"].map(STATE_TEXT))
+        pos = work["report_id"].tolist().index(st.session_state[state.ANN_REPORT])
+        start, end = components.window(len(work), pos)
+        part = work.iloc[start:end]
+        table = part.assign(position=range(start + 1, end + 1), state=part["state"].map(STATE_TEXT))
         clicks = st.session_state.get(state.ANN_CLICKED, 0)  # a new key after each click clears the selection
         event = st.dataframe(table[["position", "report_id", "state"]], hide_index=True, height=260,
                              on_select="rerun", selection_mode="single-row", key=state.widget_key("ann-queue", clicks),
                              column_config={"report_id": "report", "position": "#"})
+        if end - start < len(work):
+            st.caption(f"Reports {start + 1}-{end} of {len(work)} around the open one.")
         rows = event.selection.rows if event else []
         if rows:
             st.session_state[state.ANN_CLICKED] = clicks + 1
-            st.session_state[state.ANN_REPORT] = work["report_id"].iloc[rows[0]]
+            st.session_state[state.ANN_REPORT] = work["report_id"].iloc[start + rows[0]]
             st.rerun()
 
 

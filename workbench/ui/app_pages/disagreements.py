@@ -83,18 +83,21 @@ def _page(wb, run_id: int, queue, order_text: str, names: dict) -> None:
 
 
 def _queue_table(queue, names: dict, pos: int) -> None:
-    """The filtered queue; clicking a row opens that case."""
-    table = queue.assign(label=queue["label"].map(names), note=queue["notes"].map(lambda n: "✓" if n else ""),
-                         case=range(1, len(queue) + 1))
-    cols = ["case", "report_id", "label", "type", "note"]
+    """The filtered queue around the open case; clicking a row opens that case."""
+    start, end = components.window(len(queue), pos)
+    part = queue.iloc[start:end]
+    table = part.assign(label=part["label"].map(names), note=part["notes"].map(lambda n: "✓" if n else ""),
+                        case=range(start + 1, end + 1))
     clicks = st.session_state.get(state.DIS_CLICKED, 0)  # a new key after each click clears the old selection
-    event = st.dataframe(table[cols], hide_index=True, height=560, on_select="rerun", selection_mode="single-row",
-                         key=state.widget_key("dis-queue", clicks),
+    event = st.dataframe(table[["case", "report_id", "label", "type", "note"]], hide_index=True, height=560,
+                         on_select="rerun", selection_mode="single-row", key=state.widget_key("dis-queue", clicks),
                          column_config={"report_id": "report", "case": "#", "type": "type", "note": "note"})
+    if end - start < len(queue):
+        st.caption(f"Cases {start + 1}-{end} of {len(queue)} around the open one; ← → or the filters reach the rest.")
     rows = event.selection.rows if event else []
     if rows:
         st.session_state[state.DIS_CLICKED] = clicks + 1
-        _go(queue, rows[0])
+        _go(queue, start + rows[0])
         st.rerun()
 
 
