@@ -239,7 +239,7 @@ class UISupportService:
         out = queue.copy()
         if notes.empty:
             out["notes"], out["categories"] = 0, ""
-        else:  # look the (small) note table up by key: a merge over a 20,000-row queue costs more
+        else:  # look the (small) note table up by key: a merge over a 10,000-row queue costs more
             agg = notes.groupby(["report_id", "label"]).agg(
                 notes=("id", "count"), categories=("category", lambda x: ", ".join(sorted(set(x)))))
             keys = pd.MultiIndex.from_arrays([out["report_id"].to_numpy(), out["label"].to_numpy()])
