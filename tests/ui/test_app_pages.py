@@ -84,9 +84,14 @@ def wait_for_job(at: AppTest, name: str, timeout: float = 120) -> None:
 
 
 def all_text(at: AppTest) -> str:
-    """Every markdown, caption, text, alert and html body on the page, joined."""
+    """Every markdown, caption, text, alert and html body on the page, joined, as a reader sees it
+    (Markdown backslash escapes of text from users and files removed)."""
+    import re
+
     parts = []
-    for kind in ("markdown", "caption", "text", "success", "info", "warning", "error", "html", "code"):
+    for kind in ("markdown", "caption", "success", "info", "warning", "error", "toast"):
+        parts += [re.sub(r"\\(.)", r"\1", str(e.value)) for e in getattr(at, kind)]
+    for kind in ("text", "html", "code"):
         parts += [str(e.value) for e in getattr(at, kind)]
     return "\n".join(parts)
 
@@ -499,7 +504,7 @@ def test_runs_clopper_pearson_interval(study):
     at.toggle(key=state.widget_key("ceiling")).set_value(True).run()
     assert_clean(at)
     assert not at.error, [e.value for e in at.error]
-    assert "readers_fleiss_kappa" in at.dataframe[-1].value.columns
+    assert "readers' Fleiss kappa" in at.dataframe[-1].value.columns
 
 
 # ---------------------------------------------------------------- freeze and score

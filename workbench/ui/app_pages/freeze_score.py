@@ -21,7 +21,12 @@ def render(wb) -> None:
     if bundles.empty:
         st.info("No bundle yet.")
         return
-    st.dataframe(bundles.drop(columns=["path"]), hide_index=True)
+    shown = bundles.drop(columns=["path"])
+    if "frozen_at" in shown:
+        shown["frozen_at"] = components.when_column(shown["frozen_at"])
+    st.dataframe(shown.rename(columns={"prompt_commit": "prompt version", "macro_f1": "macro F1", "frozen_by": "frozen by",
+                                       "frozen_at": "frozen"}), hide_index=True,
+                 column_config={"macro F1": st.column_config.NumberColumn(format="%.3f")})
     paths = dict(zip(bundles["name"], bundles["path"]))
     name = st.selectbox("Bundle", list(paths), key=state.widget_key("bundle"))
     st.download_button(f"Download {name}.json", Path(paths[name]).read_bytes(), file_name=f"{name}.json",
@@ -83,10 +88,10 @@ def _score(wb, bundle_path: str) -> None:
             on_progress=lambda done, total: setattr(j, "progress", (done, total))))
         st.rerun()
     if job is not None and job.result is not None:
-        _results(job.result)
+        _results(job.result, wb.vocab.names())
 
 
-def _results(result) -> None:
+def _results(result, names: dict) -> None:
     """Summary (Table 5 layout), Ran Score with interval, per-label FP/FN, downloads."""
     summary = result.summary()
     st.dataframe(summary, hide_index=True)
@@ -94,7 +99,8 @@ def _results(result) -> None:
     for name, g in result.generators.items():
         r = g.ran_score
         st.markdown(f"**{components.md(name)}**: Ran Score {r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}] · {r['policy']}")
-        st.dataframe(g.per_label, column_config={"fp": "FP (invented)", "fn": "FN (missed)"})
+        st.dataframe(g.per_label.rename(index=lambda lab: names.get(lab, lab)),
+                     column_config={"fp": "FP (invented)", "fn": "FN (missed)"})
         components.download_csv(g.per_label.reset_index(), f"{name}.per_label.csv", f"{name}: per-label CSV")
         components.download_csv(g.per_report, f"{name}.per_report.csv", f"{name}: per-report CSV")
     components.download_csv(summary, "summary.csv", "Summary CSV")

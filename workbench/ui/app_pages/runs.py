@@ -10,6 +10,10 @@ from workbench.ui import charts, components, state
 CI_METHODS = {"wilson": "Wilson", "clopper-pearson": "Clopper-Pearson (as the Ran Score paper)"}
 RUN_COLUMNS = ["id", "status", "model", "endpoint", "prompt_commit", "labels", "calls_total", "calls_made",
                "calls_reused", "failures", "started_at", "created_by"]
+CEILING_NAMES = {"labeller_kappa": "labeller kappa", "readers_fleiss_kappa": "readers' Fleiss kappa", "fleiss_note": "note",
+                 "mean_reader_accuracy": "mean reader accuracy", "labeller_accuracy": "labeller accuracy",
+                 "accuracy_unanimous": "labeller accuracy, unanimous votes", "n_unanimous": "items, unanimous",
+                 "accuracy_split": "labeller accuracy, split votes", "n_split": "items, split"}
 RUN_NAMES = {"id": "run", "prompt_commit": "prompt version", "calls_total": "calls", "calls_made": "calls made",
              "calls_reused": "from cache", "started_at": "started", "created_by": "started by"}
 
@@ -130,7 +134,9 @@ def _metrics(wb, runs) -> None:
     if st.toggle("Human ceiling: the labeller beside the readers (kappas, unanimous vs split votes)",
                  key=state.widget_key("ceiling")):
         with components.shown_errors("human ceiling"):
-            st.dataframe(state.read(wb, "human_ceiling", run_id), hide_index=True)
+            ceiling = state.read(wb, "human_ceiling", run_id)
+            st.dataframe(ceiling.assign(label=ceiling["label"].map(lambda lab: names.get(lab, lab))).rename(columns=CEILING_NAMES)
+                         .round(3), hide_index=True)
 
 
 def _previous_run(runs, run_id: int):
