@@ -298,7 +298,7 @@ def test_adjudicate_by_keys_flagged_first_then_next(study):
     assert_clean(at)
     history = wb.adjudication_history(decided["report_id"], decided["label"])
     assert len(history) == 1 and int(history["value"].iloc[0]) == 0
-    assert history["reason"].iloc[0] == "Hedged wording counts as absent under the study policy"
+    assert history["reason"].iloc[0] == "Hedged wording: absent per study policy"
     assert at.session_state[state.ADJ_ITEM] == (tie["report_id"], tie["label"]), "the next item, not the top"
     # free text only is enough; preset plus text are joined
     at.button(key=state.widget_key("adj-value", 1)).click().run()

@@ -11,10 +11,10 @@ import streamlit as st
 from workbench.ui import components, state
 
 REASONS = [
-    "The report wording states it; a reader missed it",
-    "Hedged wording counts as present under the study policy",
-    "Hedged wording counts as absent under the study policy",
-    "Resolved or prior finding: absent under the study policy",
+    "Stated in the report; a reader missed it",
+    "Hedged wording: present per study policy",
+    "Hedged wording: absent per study policy",
+    "Resolved or prior: absent per study policy",
     "The finding belongs to another label",
     "Report ambiguous: senior reading",
 ]
