@@ -701,3 +701,17 @@ def test_long_queues_are_windowed_around_the_open_item():
     assert window(3000, 1500) == (1480, 1580)
     assert window(3000, 2999) == (2900, 3000)
     assert window(40, 30) == (0, 40)
+
+
+def test_prompt_field_changes_read_as_text(study):
+    from workbench.core.policy import diff_label_prompts
+    from workbench.ui.components import field_changes
+
+    assert field_changes({}) == []
+    lines = field_changes({"changed": {"definition": ("Old.", "New.")}, "added": {"look_for": ["collapse"]},
+                           "removed": {"do_not_label_when": ["scar"]}})
+    assert lines == ["definition: Old. → New.", "look for: + collapse", "do not label when: − scar"]
+    assert field_changes({"created": True}) == ["the label's prompt was created"]
+    old = workbench(study).label_prompt("edema")
+    new = old.__class__(**{**old.__dict__, "look_for": old.look_for + ("bat wing",)})
+    assert field_changes(diff_label_prompts(old, new)) == ["look for: + bat wing"]

@@ -326,6 +326,26 @@ def audit_change(old_json: str, new_json: str) -> str:
     return f"{show(old)} → {show(new)}"
 
 
+FIELD_NAMES = {"task": "question", "definition": "definition", "hedged": "hedged wording", "notes": "notes",
+               "look_for": "look for", "do_not_label_when": "do not label when", "examples": "few-shot examples"}
+
+
+def field_changes(fields: dict) -> list[str]:
+    """A prompt's field-level difference (policy.diff_label_prompts) as lines a person reads: old → new, + added, − removed."""
+    if not fields:
+        return []
+    if fields.get("created") or fields.get("deleted"):
+        return ["the label's prompt was " + ("created" if fields.get("created") else "deleted")]
+
+    def name(field: str) -> str:
+        return FIELD_NAMES.get(field, field.replace("temporal.", "temporal wording: "))
+
+    lines = [f"{name(f)}: {a!s} → {b!s}" for f, (a, b) in fields.get("changed", {}).items()]
+    lines += [f"{name(f)}: + {item}" for f, items in fields.get("added", {}).items() for item in items]
+    lines += [f"{name(f)}: − {item}" for f, items in fields.get("removed", {}).items() for item in items]
+    return lines
+
+
 def label_quality(table: pd.DataFrame, names: dict) -> pd.DataFrame:
     """Per label F1 first, then precision, recall, accuracy, prevalence and counts (Evaluation.table rows)."""
     def fmt(values):

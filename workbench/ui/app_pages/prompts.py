@@ -129,7 +129,10 @@ def _diff(wb, label: str, exists: bool) -> None:
         diff, title = state.read(wb, "prompt_diff", label, previous, None), f"Last change (from {previous[:8]})"
     with st.expander(title, expanded=exists):
         st.code(diff["unified"] or "(no difference)", language="diff", wrap_lines=True)
-        st.json(diff["fields"], expanded=False)
+        changes = components.field_changes(diff["fields"])
+        if changes:
+            st.caption("Field by field:")
+            st.text("\n".join(changes))
 
 
 def _commit(wb, label: str, exists: bool) -> None:
