@@ -266,7 +266,7 @@ def job_panel(job: state.Job, describe) -> None:
 
 def download_csv(frame: pd.DataFrame, file_name: str, label: str = "Download CSV", key: str | None = None) -> None:
     """A CSV download of a table."""
-    st.download_button(label, frame.to_csv(index=False).encode("utf-8"), file_name=file_name, mime="text/csv",
+    st.download_button(md(label), frame.to_csv(index=False).encode("utf-8"), file_name=file_name, mime="text/csv",
                        key=key or state.widget_key("csv", file_name), on_click="ignore")
 
 

@@ -195,7 +195,8 @@ def _reader(wb) -> str | None:
     with st.sidebar:
         chosen = st.selectbox("Reader", state.read(wb, "readers"), key=state.READER, index=None,
                               placeholder="Choose your name")
-        typed = st.text_input("... or a new reader name", key=state.NEW_READER, placeholder="e.g. dr-smith")
+        typed = st.text_input("... or a new reader name", key=state.NEW_READER, placeholder="e.g. dr-smith",
+                              help="After Enter, press Tab (or click the report) so that the keys reach the labels.")
         return typed.strip() or chosen
 
 

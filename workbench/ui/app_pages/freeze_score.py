@@ -29,7 +29,7 @@ def render(wb) -> None:
                  column_config={"macro F1": st.column_config.NumberColumn(format="%.3f")})
     paths = dict(zip(bundles["name"], bundles["path"]))
     name = st.selectbox("Bundle", list(paths), key=state.widget_key("bundle"))
-    st.download_button(f"Download {name}.json", Path(paths[name]).read_bytes(), file_name=f"{name}.json",
+    st.download_button(components.md(f"Download {name}.json"), Path(paths[name]).read_bytes(), file_name=f"{name}.json",
                        mime="application/json", on_click="ignore", key=state.widget_key("dl-bundle", name))
     score, robust = st.tabs(["Score generated reports", "Robustness"])
     with score:
