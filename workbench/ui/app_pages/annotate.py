@@ -27,15 +27,15 @@ def render(wb) -> None:
     reader = _reader(wb)
     with st.sidebar:
         cohort = components.pick_cohort(wb)
-    if cohort is not None and wb.actor.role == "admin":
-        _work_lists(wb, cohort)
     if not reader or cohort is None:
         st.info("Choose or type your reader name in the sidebar to start.")
-        return
-    with components.shown_errors("opening your work list"):
-        work = state.read(wb, "work_list", reader, cohort, drafts=False)
-        drafts = set(wb.reading_draft_ids(reader))
-        _annotate(wb, reader, cohort, work, drafts)
+    else:
+        with components.shown_errors("opening your work list"):
+            work = state.read(wb, "work_list", reader, cohort, drafts=False)
+            drafts = set(wb.reading_draft_ids(reader))
+            _annotate(wb, reader, cohort, work, drafts)
+    if cohort is not None and wb.actor.role == "admin":
+        _work_lists(wb, cohort)
 
 
 def _annotate(wb, reader: str, cohort: str, work, drafts: set) -> None:
