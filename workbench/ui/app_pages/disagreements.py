@@ -8,6 +8,7 @@ next case without a note, arrows move through the filtered queue.
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
 from workbench.ui import components, state
@@ -80,6 +81,21 @@ def _page(wb, run_id: int, queue, order_text: str, names: dict) -> None:
                 st.caption(message["role"])
                 st.text(message["content"])
         _example_form(wb, run_id, *pick)
+    _warm_next(wb, run_id, queue, pos)
+
+
+def _warm_next(wb, run_id: int, queue, pos: int) -> None:
+    """Read the case that Enter will open next while the reader is still on this one (the page is
+    already drawn), so saving a note shows the next case without waiting for the database."""
+    following = _next_without_note(queue, pos)
+    if following is None:
+        return
+    report_id, label = queue["report_id"].iloc[following], queue["label"].iloc[following]
+    try:
+        state.read_stable(wb, "case", run_id, report_id, label)
+        state.read_stable(wb, "label_phrases", label, state.read_stable(wb, "run_info", run_id).prompt_commit)
+    except (PermissionError, ValueError, LookupError):
+        pass  # it is shown (with its error) when opened
 
 
 def _queue_table(queue, names: dict, pos: int) -> None:
@@ -192,10 +208,17 @@ def _save_note(wb, run_id: int, item: tuple, text: str, queue, pos: int) -> None
         return
     state.bump(wb, notes_only=not chosen.get("wrong"))  # a flag changes the reference: everything is read again
     state.flash(f"Note saved on {item[0]} / {wb.vocab.names().get(item[1], item[1])}.", "toast")
-    later = [i for i in list(range(pos + 1, len(queue))) + list(range(0, pos)) if queue["notes"].iloc[i] == 0]
-    if later:
-        _go(queue, later[0])
+    following = _next_without_note(queue, pos)
+    if following is not None:
+        _go(queue, following)
     chosen.clear()
+
+
+def _next_without_note(queue, pos: int) -> int | None:
+    """The first position after pos (wrapping) whose case has no note yet (vectorised: queues run to 10,000s)."""
+    order = np.r_[pos + 1:len(queue), 0:pos]
+    free = order[queue["notes"].to_numpy()[order] == 0]
+    return int(free[0]) if len(free) else None
 
 
 def _compare_panel(wb, case: dict) -> None:
