@@ -376,6 +376,12 @@ def history_table(history: pd.DataFrame, names: dict) -> pd.DataFrame:
     return out
 
 
+def decimals(frame: pd.DataFrame, **extra) -> dict:
+    """column_config showing every float column of a table with 3 decimals (plus any extra settings)."""
+    floats = {c: st.column_config.NumberColumn(format="%.3f") for c in frame.columns if pd.api.types.is_float_dtype(frame[c])}
+    return {**floats, **extra}
+
+
 def pct(value) -> str:
     """A proportion as text (n/a when undefined)."""
     return "n/a" if value is None or value != value else f"{value:.3f}"

@@ -94,13 +94,13 @@ def _score(wb, bundle_path: str) -> None:
 def _results(result, names: dict) -> None:
     """Summary (Table 5 layout), Ran Score with interval, per-label FP/FN, downloads."""
     summary = result.summary()
-    st.dataframe(summary, hide_index=True)
+    st.dataframe(summary, hide_index=True, column_config=components.decimals(summary))
     st.plotly_chart(charts.score_chart(summary), key="score-chart")
     for name, g in result.generators.items():
         r = g.ran_score
         st.markdown(f"**{components.md(name)}**: Ran Score {r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}] · {r['policy']}")
         st.dataframe(g.per_label.rename(index=lambda lab: names.get(lab, lab)),
-                     column_config={"fp": "FP (invented)", "fn": "FN (missed)"})
+                     column_config=components.decimals(g.per_label, fp="FP (invented)", fn="FN (missed)"))
         components.download_csv(g.per_label.reset_index(), f"{name}.per_label.csv", f"{name}: per-label CSV")
         components.download_csv(g.per_report, f"{name}.per_report.csv", f"{name}: per-report CSV")
     components.download_csv(summary, "summary.csv", "Summary CSV")
@@ -118,8 +118,8 @@ def _robustness(wb, bundle_path: str) -> None:
             st.session_state[state.ROBUST_RESULT] = wb.robustness(bundle_path, pairs)
     result = st.session_state.get(state.ROBUST_RESULT)
     if result:
-        st.dataframe(result["per_kind"], hide_index=True)
-        st.dataframe(result["per_label"], hide_index=True)
+        st.dataframe(result["per_kind"], hide_index=True, column_config=components.decimals(result["per_kind"]))
+        st.dataframe(result["per_label"], hide_index=True, column_config=components.decimals(result["per_label"]))
         with st.expander("Every pair"):
             st.dataframe(result["pairs"], hide_index=True)
         components.download_csv(result["pairs"], "robustness.csv", "Robustness CSV")
