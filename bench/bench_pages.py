@@ -27,17 +27,17 @@ PAGE_TARGET_S, SAVE_TARGET_S = 1.5, 0.3
 EDITS = [("pleural_effusion", "effusions"), ("atelectasis", "volume loss")]
 
 
-def build_study(folder: Path) -> Path:
+def build_study(folder: Path, n_reports: int = 3000) -> Path:
     """The generated study with three runs that differ (prompt edits between them)."""
     from synthetic import write_study_inputs
     from workbench.services import init_study
 
-    inputs = write_study_inputs(folder / "inputs")
+    inputs = write_study_inputs(folder / "inputs", n_reports=n_reports)
     wb = init_study(folder / "study", vocab=str(inputs["vocab"]), prompt_set=str(inputs["prompts"]), name="bench")
     started = time.perf_counter()
     wb.import_reports(inputs["reports"], "dev")
     wb.import_readings(inputs["readings"])
-    print(f"  imported 3,000 reports and {inputs['n_readings']:,} readings in {time.perf_counter() - started:.1f} s")
+    print(f"  imported {n_reports:,} reports and {inputs['n_readings']:,} readings in {time.perf_counter() - started:.1f} s")
     for i in range(3):
         if i:
             label, phrase = EDITS[i - 1]
@@ -106,7 +106,7 @@ def time_annotation_saves(study: Path, reader: str | None, n: int = 5) -> list[f
         save = [b for b in at.button if b.label == "Save and next"][0]
         save.click()
         out.append(timed_run(at))
-        assert at.success and "Saved" in at.success[0].value, [e.value for e in at.error]
+        assert at.toast and "Saved" in at.toast[0].value, [e.value for e in at.error]
     return out
 
 

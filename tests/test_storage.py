@@ -341,3 +341,34 @@ def test_put_cached_calls_in_bulk_first_writer_wins(any_study):
         cached = q.cached_calls(s, ["k1", "k2"])
     assert cached["k1"].response == "first" and cached["k2"].response == "new"
     assert (cached["k2"].prompt_tokens, cached["k2"].completion_tokens, cached["k2"].cost) == (3, 4, 0.25)
+
+
+def test_reading_drafts_and_work_lists(any_study):
+    with any_study.session() as s:
+        cohort, _ = q.get_or_create_cohort(s, "dev", "en")
+        frame = pd.DataFrame({"report_id": ["a", "b", "c"], "text": ["", "", ""], "findings": ["x", "y", "z"],
+                              "impression": ["", "", ""], "language": ["en"] * 3, "text_hash": ["h1", "h2", "h3"]})
+        q.insert_reports(s, cohort.id, frame, 0)
+    with any_study.session() as s:
+        assert q.get_reading_draft(s, "dr", "a") is None
+        q.put_reading_draft(s, "dr", "a", {"edema": 1})
+        q.put_reading_draft(s, "dr", "a", {"edema": 0, "fracture": 1})  # an upsert, not a second row
+        q.put_reading_draft(s, "dr", "b", {"edema": 1})
+    with any_study.session() as s:
+        assert q.get_reading_draft(s, "dr", "a") == {"edema": 0, "fracture": 1}
+        assert sorted(q.reading_draft_ids(s, "dr")) == ["a", "b"]
+        q.delete_reading_draft(s, "dr", "a")
+    with any_study.session() as s:
+        assert q.reading_draft_ids(s, "dr") == ["b"]
+        q.ensure_readers(s, ["dr"])
+        q.insert_readings(s, pd.DataFrame({"report_id": ["a", "a"], "label": ["edema", "fracture"], "reader": ["dr", "dr"],
+                                           "value": [1, 0]}))
+        counts = q.reader_report_counts(s, "dr", cohort.id)
+        assert counts[["report_id", "labels"]].values.tolist() == [["a", 2]] and counts["saved_at"].iloc[0]
+        assert q.get_work_list(s, cohort.id) is None
+        q.put_work_list(s, cohort.id, 2, "boss")
+        assert q.add_assignments(s, cohort.id, [("b", "dr"), ("a", "dr"), ("a", "other")], "boss") == 3
+    with any_study.session() as s:
+        assert q.get_work_list(s, cohort.id).overlap == 2
+        assert q.assignments_frame(s, cohort.id).values.tolist() == [["a", "dr"], ["a", "other"], ["b", "dr"]]
+        assert q.assignments_frame(s, cohort.id, reader="dr")["report_id"].tolist() == ["a", "b"]

@@ -579,3 +579,21 @@ def test_bootstrap_label_f1_matches_a_plain_loop_and_brackets_the_estimate():
         assert got.loc[label, "f1_hi"] == pytest.approx(hi)
         est = f1_score(t[label], p[label])
         assert got.loc[label, "f1_lo"] <= est <= got.loc[label, "f1_hi"]
+
+
+def test_bootstrap_delta_f1_matches_a_paired_sklearn_loop():
+    """The change-in-F1 interval equals an sklearn loop scoring both runs on the same resampled reports."""
+    from sklearn.metrics import f1_score
+
+    rng = np.random.default_rng(4)
+    t = pd.DataFrame(rng.integers(0, 2, (90, 3)), columns=["a", "b", "c"]).astype(float)
+    pa = t.where(rng.random((90, 3)) > 0.3, 1 - t)
+    pb = t.where(rng.random((90, 3)) > 0.1, 1 - t)
+    got = metrics.bootstrap_delta_f1(t, pa, pb, n_resamples=200, seed=7)
+    draws = np.random.default_rng(7).integers(0, 90, size=(200, 90))
+    for label in t.columns:
+        y, a, b = (f[label].to_numpy() for f in (t, pa, pb))
+        deltas = [f1_score(y[d], b[d]) - f1_score(y[d], a[d]) for d in draws]
+        lo, hi = np.quantile(deltas, [0.025, 0.975])
+        assert (got.loc[label, "delta_f1_lo"], got.loc[label, "delta_f1_hi"]) == pytest.approx((lo, hi))
+    assert (got["delta_f1_lo"] > 0).any(), "run B is clearly better on some label"

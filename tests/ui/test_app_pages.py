@@ -84,9 +84,14 @@ def wait_for_job(at: AppTest, name: str, timeout: float = 120) -> None:
 
 
 def all_text(at: AppTest) -> str:
-    """Every markdown, caption, text, alert and html body on the page, joined."""
+    """Every markdown, caption, text, alert and html body on the page, joined, as a reader sees it
+    (Markdown backslash escapes of text from users and files removed)."""
+    import re
+
     parts = []
-    for kind in ("markdown", "caption", "text", "success", "info", "warning", "error", "html", "code"):
+    for kind in ("markdown", "caption", "success", "info", "warning", "error", "toast"):
+        parts += [re.sub(r"\\(.)", r"\1", str(e.value)) for e in getattr(at, kind)]
+    for kind in ("text", "html", "code"):
         parts += [str(e.value) for e in getattr(at, kind)]
     return "\n".join(parts)
 
@@ -159,79 +164,211 @@ def test_reader_sees_only_disagreements_of_reports_they_finished(study):
     path = study / "workbench.yaml"
     path.write_text(path.read_text().replace("auth: none", "auth: local"))
     at = open_page(study, "disagreements", {state.ACTOR: Actor("dr-late", "reader")})
-    assert "0 disagreements" in all_text(at)  # dr-late has read nothing yet: everything stays blinded
+    assert "0 of 0 with a note" in all_text(at)  # dr-late has read nothing yet: everything stays blinded
     assert not at.html
 
 
 # ---------------------------------------------------------------- annotate
 
 
+def _tick(at: AppTest, label: str):
+    """Press a label's toggle button."""
+    return at.button(key=state.widget_key("tick", label)).click().run()
+
+
 def test_annotate_saves_a_reading_and_moves_on(study):
     at = open_page(study, "annotate")
     at.text_input(key=state.NEW_READER).input("dr-new").run()
     assert_clean(at)
-    report = at.selectbox(key=state.ANN_REPORT).value
-    assert not at.dataframe, "blinding: no table of anybody's readings or answers"
+    report = at.session_state[state.ANN_REPORT]
+    assert not at.dataframe or "reader" not in str(at.dataframe[0].value.columns), "blinding: nobody else's readings"
     assert "reader-a" not in all_text(at)
-    at.checkbox(key=state.widget_key("ann", "dr-new", report, "pleural_effusion")).check()
+    assert "0 of 180 read" in all_text(at) or any("0 of 180 read" in str(p.proto.text) for p in at.get("progress"))
+    _tick(at, "pleural_effusion")
+    assert_clean(at)
+    wb = workbench(study)
+    assert wb.reading_draft("dr-new", report) == {**{lab: 0 for lab in wb.vocab.asked_ids}, "pleural_effusion": 1}
+    assert at.button(key=state.widget_key("tick", "pleural_effusion")).label.startswith("☑")
     button(at, "Save and next").click().run()
     assert_clean(at)
-    mine = workbench(study).my_readings("dr-new", report)
+    mine = wb.my_readings("dr-new", report)
     assert len(mine) == 20
     assert dict(zip(mine["label"], mine["value"]))["pleural_effusion"] == 1
     assert int(mine["value"].sum()) == 1
-    assert at.success and "Saved" in at.success[0].value
-    assert at.selectbox(key=state.ANN_REPORT).value != report
+    assert wb.reading_draft("dr-new", report) is None, "the draft is dropped once saved"
+    assert at.toast and "Saved" in at.toast[0].value
+    assert at.session_state[state.ANN_REPORT] != report
+
+
+def test_annotate_every_label_has_a_visible_key_and_navigation_keys(study):
+    at = open_page(study, "annotate")
+    at.text_input(key=state.NEW_READER).input("dr-keys").run()
+    wb = workbench(study)
+    keys = [at.button(key=state.widget_key("tick", lab)).proto.shortcut for lab in wb.vocab.asked_ids]
+    assert all(keys) and len(set(keys)) == len(keys), keys
+    assert not {"c", "r", "s", "enter", "left", "right"} & set(keys)
+    assert button(at, "Save and next").proto.shortcut == "enter"
+    assert button(at, "Back").proto.shortcut == "left" and button(at, "Next").proto.shortcut == "right"
+
+
+def test_annotate_ticks_survive_navigation_and_reload(study):
+    at = open_page(study, "annotate")
+    at.text_input(key=state.NEW_READER).input("dr-draft").run()
+    report = at.session_state[state.ANN_REPORT]
+    _tick(at, "edema")
+    _tick(at, "cardiomegaly")
+    button(at, "Next").click().run()
+    assert_clean(at)
+    assert at.session_state[state.ANN_REPORT] != report
+    assert "1 drafts" in all_text(at) or any("1 drafts" in str(p.proto.text) for p in at.get("progress"))
+    button(at, "Back").click().run()
+    assert at.session_state[state.ANN_REPORT] == report
+    assert at.button(key=state.widget_key("tick", "edema")).label.startswith("☑")
+    assert at.button(key=state.widget_key("tick", "cardiomegaly")).label.startswith("☑")
+    assert at.button(key=state.widget_key("tick", "fracture")).label.startswith("☐")
+    # a new session (reload, lost connection): the draft is still there, nothing was saved as a reading
+    again = open_page(study, "annotate", {state.NEW_READER: "dr-draft"})
+    assert again.session_state[state.ANN_REPORT] == report
+    assert again.button(key=state.widget_key("tick", "edema")).label.startswith("☑")
+    assert len(workbench(study).my_readings("dr-draft", report)) == 0
+    table = [d.value for d in again.dataframe if "state" in d.value.columns][0]
+    assert set(table["state"]) == {"✎ draft (not saved)", "○ unread"}
 
 
 def test_annotate_conflict_is_refused_with_a_clear_message(study):
     at = open_page(study, "annotate")
     at.selectbox(key=state.READER).select("reader-a").run()
-    report = at.selectbox(key=state.ANN_REPORT).value
+    report = at.session_state[state.ANN_REPORT]
     wb = workbench(study)
     before = wb.my_readings("reader-a", report).set_index("label")["value"].to_dict()
+    _tick(at, "fracture")
     wb.record_reading("reader-a", report, {"edema": 1 - before["edema"]})  # someone else saves first
-    at.checkbox(key=state.widget_key("ann", "reader-a", report, "fracture")).check()
     button(at, "Save and next").click().run()
     assert_clean(at)
-    assert at.error and "reload" in at.error[0].value.lower()
+    assert at.error and "save again" in at.error[0].value.lower()
     after = wb.my_readings("reader-a", report).set_index("label")["value"].to_dict()
-    assert after["fracture"] == before["fracture"]
-    shown = at.checkbox(key=state.widget_key("ann", "reader-a", report, "edema")).value
-    assert shown == bool(after["edema"]), "the form shows the value the other save stored"
+    assert after["fracture"] == before["fracture"], "nothing of the refused save was written"
+    assert wb.reading_draft("reader-a", report)["fracture"] == 1 - before["fracture"], "the ticks are kept as a draft"
+
+
+def test_annotate_admin_assigns_work_lists_and_a_reader_sees_only_theirs(study):
+    from workbench.services import Actor
+
+    at = open_page(study, "annotate")
+    at.toggle(key=state.widget_key("work-lists", "dev")).set_value(True).run()
+    form_inputs = [t for t in at.text_input if t.label.startswith("Readers")]
+    form_inputs[0].input("dr-1, dr-2, dr-3")
+    [n for n in at.number_input if n.label.startswith("Readers per report")][0].set_value(2)
+    button(at, "Assign").click().run()
+    assert_clean(at)
+    wb = workbench(study)
+    status = wb.work_list_status("dev")
+    assert sorted(status["assigned"]) == [120, 120, 120]
+    path = study / "workbench.yaml"
+    path.write_text(path.read_text().replace("auth: none", "auth: local"))
+    at = open_page(study, "annotate", {state.ACTOR: Actor("dr-2", "reader")})
+    assert any("0 of 120 read" in str(p.proto.text) for p in at.get("progress"))
+    assert at.session_state[state.ANN_REPORT] in set(wb.as_actor(Actor("dr-2", "reader")).work_list("dr-2", "dev")["report_id"])
 
 
 # ---------------------------------------------------------------- adjudicate
 
 
-def test_adjudicate_adds_an_adjudication(study):
+def test_adjudicate_by_keys_flagged_first_then_next(study):
+    wb = workbench(study)
+    before = wb.adjudication_worklist("dev")
+    tie = before[before["why"] == "tie"].iloc[0]
+    decided = wb.reference("dev")
+    decided = decided[decided["status"] == "decided"].iloc[0]
+    wb.add_note(decided["report_id"], decided["label"], "reference label wrong", "changes management", "looks wrong",
+                reference_wrong=True)
     at = open_page(study, "adjudicate")
-    report, label = at.selectbox(key=state.ADJ_ITEM).value
-    at.radio[0].set_value(1)
-    at.text_area[0].input("clear on the lateral view per report wording")
-    button(at, "Save adjudication").click().run()
+    assert at.session_state[state.ADJ_ITEM] == (decided["report_id"], decided["label"]), "flagged items first"
+    queue = wb.adjudication_worklist("dev")
+    assert list(queue["why"].iloc[:2]) == ["flagged: the reference may be wrong", "tie"]
+    assert queue.iloc[1]["report_id"] == tie["report_id"]
+    assert at.button(key=state.widget_key("adj-value", 1)).proto.shortcut == "1"
+    assert at.button(key=state.widget_key("adj-reason", 0)).proto.shortcut == "q"
+    assert at.button(key=state.widget_key("adj-save")).proto.shortcut == "enter"
+    at.button(key=state.widget_key("adj-save")).click().run()
+    assert at.error and "Choose the value" in at.error[0].value
+    at.button(key=state.widget_key("adj-value", 0)).click().run()
+    at.button(key=state.widget_key("adj-reason", 2)).click().run()
+    at.button(key=state.widget_key("adj-save")).click().run()
     assert_clean(at)
-    history = workbench(study).adjudication_history(report, label)
-    assert len(history) == 1 and int(history["value"].iloc[0]) == 1
-    assert at.selectbox(key=state.ADJ_ITEM).value != (report, label)
+    history = wb.adjudication_history(decided["report_id"], decided["label"])
+    assert len(history) == 1 and int(history["value"].iloc[0]) == 0
+    assert history["reason"].iloc[0] == "Hedged wording: absent per study policy"
+    assert at.session_state[state.ADJ_ITEM] == (tie["report_id"], tie["label"]), "the next item, not the top"
+    # free text only is enough; preset plus text are joined
+    at.button(key=state.widget_key("adj-value", 1)).click().run()
+    at.text_area(key=state.widget_key("adj-text", tie["report_id"], tie["label"])).input("clear on re-reading")
+    at.button(key=state.widget_key("adj-save")).click().run()
+    assert_clean(at)
+    assert wb.adjudication_history(tie["report_id"], tie["label"])["reason"].iloc[0] == "clear on re-reading"
 
 
 # ---------------------------------------------------------------- disagreements
 
 
-def test_disagreements_note_and_example(study):
-    at = open_page(study, "disagreements")
-    report, label = at.selectbox(key=state.DIS_PICK).value
-    assert at.html, "the report with the labeller's evidence highlighted"
-    form_selects = [s for s in at.selectbox if s.label == "What went wrong"]
-    form_selects[0].select("negation missed")
-    [r for r in at.radio if r.label == "Clinical significance"][0].set_value("does not change management")
-    [t for t in at.text_area if t.label == "Note"][0].input("missed the collapse wording")
-    button(at, "Save note").click().run()
+def _note(at: AppTest, category_index: int, significance: str, wrong: bool = False) -> AppTest:
+    """Compose a quick note by its buttons (as the keys do) and save it."""
+    at.button(key=state.widget_key("dis-cat", category_index)).click().run()
+    at.button(key=state.widget_key("dis-sig", significance)).click().run()
+    if wrong:
+        at.button(key=state.widget_key("dis-wrong")).click().run()
+    at.button(key=state.widget_key("dis-save")).click().run()
     assert_clean(at)
+    return at
+
+
+def test_disagreements_note_moves_to_the_next_case_without_a_note(study):
     wb = workbench(study)
+    queue = wb.disagreements(int(wb.runs().iloc[0]["id"]))
+    # a later case already has a note: saving must skip it
+    wb.add_note(queue["report_id"].iloc[1], queue["label"].iloc[1], "other", "unsure", "seen already")
+    at = open_page(study, "disagreements")
+    report, label = at.session_state[state.DIS_PICK]
+    assert (report, label) == (queue["report_id"].iloc[0], queue["label"].iloc[0])
+    assert at.html, "the report with the labeller's evidence highlighted"
+    assert f"1 of {len(queue)} with a note" in all_text(at)
+    at.text_area(key=state.widget_key("dis-text", report, label)).input("missed the collapse wording")
+    _note(at, 0, "does not change management")
     notes = wb.notes(label, report)
     assert len(notes) == 1 and notes["category"].iloc[0] == "negation missed"
+    assert notes["text"].iloc[0] == "missed the collapse wording"
+    assert at.session_state[state.DIS_PICK] == (queue["report_id"].iloc[2], queue["label"].iloc[2])
+    assert f"2 of {len(queue)} with a note" in all_text(at)
+
+
+def test_disagreements_keys_are_shown_on_the_buttons(study):
+    at = open_page(study, "disagreements")
+    wb = workbench(study)
+    keys = [at.button(key=state.widget_key("dis-cat", i)).proto.shortcut for i in range(len(wb.config.error_categories))]
+    assert keys == list("1234567890")
+    assert at.button(key=state.widget_key("dis-sig", "changes management")).proto.shortcut == "m"
+    assert at.button(key=state.widget_key("dis-save")).proto.shortcut == "enter"
+    assert at.button(key=state.widget_key("dis-next")).proto.shortcut == "right"
+
+
+def test_disagreements_reference_wrong_keeps_the_position(study):
+    at = open_page(study, "disagreements")
+    at.button(key=state.widget_key("dis-next")).click().run()
+    at.button(key=state.widget_key("dis-next")).click().run()
+    report, label = at.session_state[state.DIS_PICK]
+    assert at.session_state[state.DIS_POS] == 2
+    wb = workbench(study)
+    queue = wb.disagreements(int(wb.runs().iloc[0]["id"]))
+    _note(at, 8, "changes management", wrong=True)
+    assert wb.notes(label, report)["reference_wrong"].iloc[0]
+    assert (report, label) not in set(zip(*(wb.disagreements(int(wb.runs().iloc[0]["id"]))[c] for c in ("report_id", "label"))))
+    assert at.session_state[state.DIS_PICK] == (queue["report_id"].iloc[3], queue["label"].iloc[3]), "not back to the top"
+
+
+def test_disagreements_example(study):
+    at = open_page(study, "disagreements")
+    report, label = at.session_state[state.DIS_PICK]
+    wb = workbench(study)
     before = len(wb.draft(label)[0].examples)
     [t for t in at.text_input if t.label.startswith("Why")][0].input("collapse is atelectasis wording")
     button(at, "Add as few-shot example").click().run()
@@ -241,12 +378,26 @@ def test_disagreements_note_and_example(study):
     assert lp.examples[-1].source_report_id == report
 
 
-def test_disagreements_filters(study):
+def test_disagreements_filters_and_order(study):
     at = open_page(study, "disagreements")
     at.selectbox(key=state.DIS_KIND).select("FP").run()
     assert_clean(at)
     table = at.dataframe[0].value
     assert set(table["type"]) <= {"FP"}
+    at.radio(key=state.DIS_ORDER).set_value("broken").run()
+    assert_clean(at)
+    assert "broken" in all_text(at)
+
+
+def test_highlights_say_what_they_are():
+    from workbench.ui.components import highlight_html, phrase_spans
+
+    text = "Small left pleural effusions. No pneumothorax."
+    body = highlight_html(text, "No pneumothorax", ["Pleural Effusion"])
+    assert '<mark class="wb-evidence"' in body and "No pneumothorax</mark>" in body
+    assert '<mark class="wb-look-for"' in body and "pleural effusions</mark>" in body
+    assert phrase_spans("an effusion", ["effusion"]) == [(3, 11)]
+    assert phrase_spans("noneffusion", ["effusion"]) == [], "whole words only"
 
 
 # ---------------------------------------------------------------- prompts
@@ -318,7 +469,31 @@ def test_runs_compare_opens_a_case_in_disagreements(study):
     assert_clean(at)
     assert at.title[0].value == "Disagreements"
     first = cmp["cases"].iloc[0]
-    assert at.selectbox(key=state.DIS_PICK).value == (first["report"], first["label"])
+    assert at.session_state[state.DIS_PICK] == (first["report"], first["label"])
+    assert "Before and after" in all_text(at), "both runs' answers and the prompt diff"
+    assert any("look_for" in c.value or "collapse" in c.value for c in at.code), [c.value for c in at.code]
+
+
+def test_runs_compare_sorted_by_change_with_verdict_and_explained_numbers(study):
+    wb = workbench(study)
+    lp = wb.label_prompt("atelectasis")
+    wb.save_prompts([lp.__class__(**{**lp.__dict__, "look_for": lp.look_for + ("collapse",)})], "collapse", wb.prompt_commit())
+    wb.start_run("dev")
+    at = open_page(study, "runs", {state.RUNS_TAB: "Compare two runs"})
+    table = [d.value for d in at.dataframe if "verdict" in d.value.columns][0]
+    assert list(table.columns[:3]) == ["label", "verdict", "change in F1"], "the verdict sits next to the label"
+    view = wb.compare_view(*wb.runs()["id"].tolist()[1::-1])
+    changed = view["table"][view["table"]["changed"]]
+    assert len(table) == len(changed) < len(view["table"]), "only changed labels by default"
+    significant = table["verdict"].isin(["better", "worse"]).to_numpy()
+    assert not (significant[1:] & ~significant[:-1]).any(), "significant rows first"
+    rest = table[~significant]["change in F1"].abs().fillna(0).to_numpy()
+    assert (rest[:-1] >= rest[1:]).all(), "then by size of the change"
+    assert "The Metrics tab scores each run alone" in all_text(at)
+    assert (view["table"]["delta_f1_lo"] <= view["table"]["delta_f1"] + 1e-12).all()
+    at.toggle(key=state.widget_key("only-changed")).set_value(False).run()
+    assert_clean(at)
+    assert len([d.value for d in at.dataframe if "verdict" in d.value.columns][0]) == len(view["table"])
 
 
 def test_runs_clopper_pearson_interval(study):
@@ -329,7 +504,7 @@ def test_runs_clopper_pearson_interval(study):
     at.toggle(key=state.widget_key("ceiling")).set_value(True).run()
     assert_clean(at)
     assert not at.error, [e.value for e in at.error]
-    assert "readers_fleiss_kappa" in at.dataframe[-1].value.columns
+    assert "readers' Fleiss kappa" in at.dataframe[-1].value.columns
 
 
 # ---------------------------------------------------------------- freeze and score
@@ -394,11 +569,22 @@ def test_settings_refuses_an_impossible_rule(study):
 def test_audit_shows_the_log(study):
     at = open_page(study, "audit")
     log = at.dataframe[0].value
-    assert len(log) > 0 and {"actor", "action", "entity"} <= set(log.columns)
+    assert len(log) > 0 and {"who", "action", "entity", "change (old → new)"} <= set(log.columns)
+    assert not log["change (old → new)"].str.contains('{"', regex=False).any(), "readable, not raw JSON"
+    assert log["when"].str.match(r"^\d{4}-\d\d-\d\d \d\d:\d\d [A-Z]+$").all(), "to the minute, with the zone"
     at.selectbox(key=state.AUDIT_ENTITY).select("run").run()
     assert_clean(at)
     assert set(at.dataframe[0].value["entity"]) == {"run"}
     assert at.download_button
+
+
+def test_audit_change_reads_as_old_to_new():
+    from workbench.ui.components import audit_change
+
+    assert audit_change('{"value": 0}', '{"value": 1}') == "value: 0 → 1"
+    assert audit_change("", '{"edema": 1, "fracture": 0}') == "edema: 1; fracture: 0"
+    assert audit_change('{"allowed": ["a"]}', '{"allowed": ["a", "b"]}') == "allowed: a → a, b"
+    assert audit_change('{"role": "reader", "x": 1}', '{"role": "admin", "x": 1}') == "role: reader → admin"
 
 
 def test_settings_endpoint_changes_are_audited(study):
@@ -440,3 +626,92 @@ def test_report_with_html_and_markdown_is_shown_verbatim(study, tmp_path):
     assert "<script>" not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
     assert "**bold**" in body and "&lt;b&gt;not bold&lt;/b&gt;" in body
     assert not any("<script>" in m.value for m in at.markdown)
+
+
+# ---------------------------------------------------------------- text from users and files is never Markdown
+
+INJECT = "![x](http://127.0.0.2/x.png) **bold**"
+
+
+def _rendered_markdown(at: AppTest) -> list[str]:
+    """Every body Streamlit renders as Markdown (markdown, captions, alerts, titles, metric help)."""
+    parts = []
+    for kind in ("markdown", "caption", "success", "info", "warning", "error", "title", "subheader", "header"):
+        parts += [str(e.value) for e in getattr(at, kind)]
+    parts += [str(m.proto.help) for m in at.metric]
+    return parts
+
+
+def test_commit_message_and_report_id_are_not_markdown(study, tmp_path):
+    from workbench.ui.components import md
+
+    wb = workbench(study)
+    lp = wb.label_prompt("edema")
+    wb.save_prompts([lp.__class__(**{**lp.__dict__, "definition": "Fluid."})], INJECT, wb.prompt_commit())
+    pd.DataFrame({"id": [INJECT], "findings": ["Small left pleural effusion."], "impression": [""]}).to_csv(
+        tmp_path / "inj.csv", index=False)
+    wb.import_reports(tmp_path / "inj.csv", "inj")
+    at = open_page(study, "home")
+    shown = _rendered_markdown(at)
+    assert not any(INJECT in s for s in shown), "raw Markdown from a commit message reached the page"
+    assert any(md(INJECT) in s for s in shown), "the commit message is shown, escaped"
+    # a report id: the report heading and the 'saved' message
+    at = open_page(study, "annotate", {state.COHORT: "inj"})
+    at.text_input(key=state.NEW_READER).input("dr-inj").run()
+    assert_clean(at)
+    shown = _rendered_markdown(at)
+    assert not any(INJECT in s for s in shown), shown
+    assert any(md(INJECT) in s for s in shown), shown
+    at.button(key=state.widget_key("ann-save")).click().run()
+    assert_clean(at)
+    assert at.toast and md(INJECT) in at.toast[0].value and INJECT not in at.toast[0].value
+
+
+def test_md_escapes_every_markdown_construct():
+    import re
+
+    from workbench.ui.components import md
+
+    for raw in ["**b**", "_i_", "`c`", "[l](http://h)", "![i](http://h/x.png)", ":red[r]", "$x^2$", "# h", "<b>x</b>",
+                "http://127.0.0.2/x", "a\\*b", "1. item"]:
+        out = md(raw)
+        tokens = re.findall(r"\\.|.", out, flags=re.S)  # an escape pair or one character
+        assert "".join(t[-1] for t in tokens) == raw, (raw, out)
+        bare = [t for t in tokens if len(t) == 1 and t in "\\*_`[]()!:$#<>.-"]
+        assert not bare, (raw, out, bare)
+
+
+def test_home_leads_with_f1_and_shows_prevalence(study):
+    at = open_page(study, "home")
+    labels = [m.label for m in at.metric]
+    assert labels.index("Latest run: macro F1") < labels.index("Latest run: macro accuracy")
+    worst = [d.value for d in at.dataframe if "F1" in d.value.columns][0]
+    assert list(worst.columns[:2]) == ["label", "F1"] and {"precision", "recall", "accuracy", "prevalence"} <= set(worst.columns)
+    f1 = pd.to_numeric(worst["F1"], errors="coerce").fillna(-1).to_numpy()
+    assert (f1[:-1] <= f1[1:]).all(), "lowest F1 first"
+    wb = workbench(study)
+    assert set(worst["label"]) <= set(wb.vocab.names().values()), "display names, not ids"
+    assert "Labels with the lowest F1" in all_text(at)
+
+
+def test_long_queues_are_windowed_around_the_open_item():
+    from workbench.ui.components import window
+
+    assert window(3000, 0) == (0, 100)
+    assert window(3000, 1500) == (1480, 1580)
+    assert window(3000, 2999) == (2900, 3000)
+    assert window(40, 30) == (0, 40)
+
+
+def test_prompt_field_changes_read_as_text(study):
+    from workbench.core.policy import diff_label_prompts
+    from workbench.ui.components import field_changes
+
+    assert field_changes({}) == []
+    lines = field_changes({"changed": {"definition": ("Old.", "New.")}, "added": {"look_for": ["collapse"]},
+                           "removed": {"do_not_label_when": ["scar"]}})
+    assert lines == ["definition: Old. → New.", "look for: + collapse", "do not label when: − scar"]
+    assert field_changes({"created": True}) == ["the label's prompt was created"]
+    old = workbench(study).label_prompt("edema")
+    new = old.__class__(**{**old.__dict__, "look_for": old.look_for + ("bat wing",)})
+    assert field_changes(diff_label_prompts(old, new)) == ["look for: + bat wing"]

@@ -52,6 +52,11 @@ def study(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def server(study):
     """`streamlit run` on the app with WORKBENCH_STUDY set; yields the base URL."""
+    yield from serve(study)
+
+
+def serve(study: Path):
+    """Run the app on a study until the generator is closed; yields its base URL."""
     port = _free_port()
     env = {**os.environ, "WORKBENCH_STUDY": str(study), "LITELLM_OFFLINE_MODE": "true"}
     cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "workbench" / "ui" / "app.py"),
@@ -82,19 +87,27 @@ def server(study):
 
 
 @pytest.fixture(scope="module")
-def page(server):
-    from playwright.sync_api import sync_playwright
-
+def page(server, browser):
     if ARTIFACTS.exists():
         shutil.rmtree(ARTIFACTS)
     ARTIFACTS.mkdir(parents=True)
+    pg = browser.new_page(viewport={"width": 1400, "height": 2000}, accept_downloads=True)
+    pg.set_default_timeout(TIMEOUT_MS)
+    pg.goto(server)
+    yield pg
+    pg.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One Chromium for the module (Playwright's sync API allows one driver at a time)."""
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": 2000}, accept_downloads=True)
-        pg.set_default_timeout(TIMEOUT_MS)
-        pg.goto(server)
-        yield pg
-        browser.close()
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
 
 
 def settle(pg) -> None:
@@ -127,6 +140,13 @@ def choose(pg, label: str, option: str) -> None:
     settle(pg)
 
 
+def keyed_button(pg, label: str):
+    """A button by its label; buttons with a keyboard shortcut also show the key after the label."""
+    import re
+
+    return pg.get_by_role("button", name=re.compile("^" + re.escape(label) + r"(\s|$)")).first
+
+
 def see(pg, text: str) -> None:
     pg.get_by_text(text).first.wait_for()
 
@@ -144,35 +164,37 @@ def test_the_whole_loop(page, study):
     goto(pg, "Annotate")
     pg.get_by_label("... or a new reader name", exact=True).fill("dr-browser")
     pg.keyboard.press("Enter")
-    see(pg, "dr-browser: 0 of 180 reports complete")
-    pg.get_by_text("Pleural Effusion", exact=True).click()
+    see(pg, "dr-browser: 0 of 180 read")
+    keyed_button(pg, "☐ Pleural Effusion").click()
+    settle(pg)
     shot(pg, "02-annotate")
-    pg.get_by_role("button", name="Save and next", exact=True).click()
+    keyed_button(pg, "Save and next").click()
     see(pg, "Saved demo-001 for dr-browser")
     assert len(wb.my_readings("dr-browser", "demo-001")) == 20
     shot(pg, "03-annotate-saved")
 
-    # open the first Lung Opacity disagreement and write an error note
+    # open the first Lung Opacity disagreement, make it a few-shot example, write an error note
     goto(pg, "Disagreements")
     label = "lung_opacity"
     choose(pg, "Label", "Lung Opacity")
     report = wb.disagreements(int(wb.runs().iloc[0]["id"]), label).iloc[0]["report_id"]
-    see(pg, f"{report}: Lung Opacity")
+    see(pg, f"Case 1 of")
+    see(pg, f"{report} · Lung Opacity")
     pg.locator(".wb-report").wait_for()
     shot(pg, "04-disagreement")
-    choose(pg, "What went wrong", "synonym or abbreviation")
-    pg.get_by_text("does not change management", exact=True).click()
-    pg.get_by_label("Note", exact=True).fill("collapse of a lobe is an opacity")
-    pg.get_by_role("button", name="Save note", exact=True).click()
-    see(pg, f"Note saved on {report} / {label}")
-    assert len(wb.notes(label, report)) == 1
-    shot(pg, "05-note-saved")
-
-    # one click: the case becomes a few-shot example in the draft
     pg.get_by_role("button", name="Add as few-shot example", exact=True).click()
     see(pg, f"Added {report} to your draft of {label}")
     assert wb.draft(label)[2]
-    shot(pg, "06-example-added")
+    shot(pg, "05-example-added")
+    keyed_button(pg, "synonym or abbreviation").click()
+    settle(pg)
+    keyed_button(pg, "does not change management").click()
+    settle(pg)
+    pg.get_by_label("Note (optional)", exact=True).fill("collapse of a lobe is an opacity")
+    keyed_button(pg, "Save, next").click()
+    see(pg, f"Note saved on {report} / Lung Opacity")
+    assert len(wb.notes(label, report)) == 1
+    shot(pg, "06-note-saved")
 
     # save the prompt as a new version
     versions = len(wb.prompt_history())
@@ -244,3 +266,183 @@ def test_report_markup_is_not_rendered_in_the_browser(page, study, tmp_path):
     assert pg.evaluate("window.__pwned === undefined")
     assert pg.locator("strong", has_text="bold").count() == 0
     shot(pg, "12-markup-shown-as-text")
+
+
+# ---------------------------------------------------------------- the reading room, keyboard first
+
+INJECT = "![x](http://127.0.0.2/x.png) **bold**"
+# counts every pointer event from the moment a document starts: the keyboard walks assert it stays 0
+# (a click that Enter on a focused link fires has detail 0: only a real pointer click has detail > 0)
+MOUSE_SPY = """
+window.__mouse = 0;
+for (const kind of ['mousedown', 'mouseup', 'click', 'pointerdown', 'dblclick', 'contextmenu', 'wheel']) {
+  document.addEventListener(kind, (e) => {
+    if (e.isTrusted && (kind !== 'click' || e.detail > 0)) window.__mouse += 1;
+  }, true);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def team_study(tmp_path_factory) -> Path:
+    """The demo study with sign-in: an admin and a reader; one commit message tries Markdown injection."""
+    from workbench.demo import create_demo
+
+    root = tmp_path_factory.mktemp("keyboard") / "demo"
+    wb = create_demo(root, echo=lambda _m: None)
+    wb.add_user("boss", "admin", "boss-password-1")
+    wb.add_user("dr-kbd", "reader", "reader-password-1")
+    lp = wb.label_prompt("edema")
+    wb.save_prompts([lp.__class__(**{**lp.__dict__, "definition": lp.definition + " "})], INJECT, wb.prompt_commit())
+    config = root / "workbench.yaml"
+    config.write_text(config.read_text().replace("auth: none", "auth: local"))
+    wb.engine.dispose()
+    return root
+
+
+@pytest.fixture(scope="module")
+def team_server(team_study):
+    yield from serve(team_study)
+
+
+class Watch:
+    """What a browser page did: hosts it asked, console errors, pointer events."""
+
+    def __init__(self, pg, base: str):
+        self.base_host = base.split("/")[2]
+        self.hosts: set[str] = set()
+        self.errors: list[str] = []
+        pg.on("request", lambda r: self.hosts.add(r.url.split("/")[2] if "://" in r.url else r.url.split(":")[0]))
+        pg.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        pg.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    def check(self, pg) -> None:
+        """Only the app's own host was asked (data: URLs aside), nothing logged an error."""
+        assert self.hosts <= {self.base_host, "data"}, self.hosts
+        assert not self.errors, self.errors
+
+
+def sign_in(pg, base: str, user: str, password: str) -> None:
+    """Open the app and sign in with the keyboard (focus is given to the first field, no mouse)."""
+    pg.goto(base)
+    field = pg.get_by_label("User", exact=True)
+    field.wait_for()
+    settle(pg)  # the form is drawn and idle: keys typed now reach it
+    field.focus()
+    pg.keyboard.type(user)
+    pg.keyboard.press("Tab")
+    pg.keyboard.type(password)
+    pg.keyboard.press("Enter")
+    try:
+        pg.get_by_role("heading", name="Study: demo", exact=True).wait_for()
+    except Exception:
+        pg.screenshot(path=str(ARTIFACTS / f"sign-in-failed-{user}.png"))
+        raise
+    settle(pg)
+
+
+def open_by_keyboard(pg, title: str) -> None:
+    """Open a page from the sidebar with the keyboard: focus its link, press Enter."""
+    pg.get_by_test_id("stSidebarNav").get_by_role("link", name=title).focus()
+    pg.keyboard.press("Enter")
+    pg.get_by_role("heading", name=title, exact=True).wait_for()
+    settle(pg)
+
+
+def heading(pg) -> str:
+    """The report id shown on Annotate."""
+    return pg.locator("h4").first.inner_text().strip()
+
+
+def new_page(browser, base: str):
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    context.add_init_script(MOUSE_SPY)
+    pg = context.new_page()
+    pg.set_default_timeout(TIMEOUT_MS)
+    return context, pg, Watch(pg, base)
+
+
+def test_reader_annotates_five_reports_with_the_keyboard_alone(browser, team_server, team_study):
+    from workbench.services import Actor, Workbench
+    from workbench.ui.app_pages.annotate import LABEL_KEYS
+
+    wb = Workbench(team_study).as_actor(Actor("dr-kbd", "reader"))
+    asked = wb.vocab.asked_ids
+    context, pg, watch = new_page(browser, team_server)
+    sign_in(pg, team_server, "dr-kbd", "reader-password-1")
+    assert pg.locator("img[src*='127.0.0.2']").count() == 0 and pg.locator("strong", has_text="bold").count() == 0
+    open_by_keyboard(pg, "Annotate")
+    plans = [[0, 3], [], [7], [1, 2, 12], [19]]  # label positions to tick on each report
+    presses = []
+    for ticks in plans:
+        report = heading(pg)
+        count = 0
+        for i in ticks:
+            pg.keyboard.press(LABEL_KEYS[i])
+            count += 1
+            settle(pg)
+        pg.keyboard.press("Enter")
+        count += 1
+        pg.wait_for_function("(r) => document.querySelector('h4') && document.querySelector('h4').innerText.trim() !== r",
+                             arg=report)
+        settle(pg)
+        presses.append(count)
+        saved = wb.my_readings("dr-kbd", report).set_index("label")["value"].to_dict()
+        assert saved == {lab: int(j in ticks) for j, lab in enumerate(asked)}, report
+    assert all(n <= len(t) + 2 for n, t in zip(presses, plans)), presses
+    shot(pg, "20-keyboard-annotate")
+    # mid-report: tick two, leave the app (a reload: new session, sign in again), come back: the ticks are there
+    report = heading(pg)
+    pg.keyboard.press(LABEL_KEYS[4])
+    settle(pg)
+    pg.keyboard.press(LABEL_KEYS[5])
+    settle(pg)
+    assert pg.evaluate("window.__mouse") == 0, "no mouse event after the page loaded"
+    sign_in(pg, team_server, "dr-kbd", "reader-password-1")
+    open_by_keyboard(pg, "Annotate")
+    assert heading(pg) == report
+    ticked = keyed_button(pg, "☑ " + wb.vocab.names()[asked[4]])
+    ticked.wait_for()
+    assert keyed_button(pg, "☑ " + wb.vocab.names()[asked[5]]).count() == 1
+    assert wb.reading_draft("dr-kbd", report) == {lab: int(j in (4, 5)) for j, lab in enumerate(asked)}
+    assert len(wb.my_readings("dr-kbd", report)) == 0, "a draft is not a reading"
+    assert pg.evaluate("window.__mouse") == 0, "no mouse event after the page loaded"
+    watch.check(pg)
+    context.close()
+
+
+def test_triage_five_disagreements_with_the_keyboard_then_open_one_by_click(browser, team_server, team_study):
+    from workbench.services import Workbench
+
+    wb = Workbench(team_study)
+    before = len(wb.notes())
+    context, pg, watch = new_page(browser, team_server)
+    sign_in(pg, team_server, "boss", "boss-password-1")
+    open_by_keyboard(pg, "Disagreements")
+    case = pg.locator("text=/^Case \\d+ of \\d+/").first
+    for n in range(5):
+        shown = case.inner_text()
+        for key in ("3", "n", "Enter"):
+            pg.keyboard.press(key)
+            settle(pg)
+        pg.wait_for_function("(t) => !document.body.innerText.includes(t)", arg=shown.split("·")[0].strip() + " ·")
+        settle(pg)
+    notes = wb.notes()
+    assert len(notes) == before + 5
+    assert set(notes["category"].iloc[-5:]) == {"synonym or abbreviation"}
+    assert set(notes["significance"].iloc[-5:]) == {"does not change management"}
+    assert pg.evaluate("window.__mouse") == 0, "triaged with the keyboard alone"
+    shot(pg, "21-keyboard-triage")
+    # a click on a queue row opens that case
+    queue, _ = wb.disagreement_queue(int(wb.runs().iloc[0]["id"]))
+    grid = pg.get_by_test_id("stDataFrame").first
+    box = grid.bounding_box()
+    row = 7
+    pg.mouse.click(box["x"] + 18, box["y"] + 35 * (row + 1) + 17)  # header row, then 35 px per row
+    settle(pg)
+    see(pg, f"Case {row + 1} of {len(queue)}")
+    see(pg, f"{queue['report_id'].iloc[row]} · {wb.vocab.names()[queue['label'].iloc[row]]}")
+    assert pg.evaluate("window.__mouse") > 0, "the spy does see a real click"
+    shot(pg, "22-row-click")
+    watch.check(pg)
+    context.close()

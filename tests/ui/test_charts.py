@@ -45,8 +45,8 @@ def test_history_chart_lines_per_metric():
     history = pd.DataFrame({"run": [1, 2], "version": [1, 2], "prompt": ["aaaa1111", "bbbb2222"],
                             "macro_accuracy": [0.9, 0.95], "macro_f1": [0.75, 0.9]})
     fig = charts.history_chart(history)
-    assert [t.name for t in fig.data] == ["Macro accuracy", "Macro F1"]
-    assert list(fig.data[1].y) == [0.75, 0.9]
+    assert [t.name for t in fig.data] == ["Macro F1", "Macro accuracy"], "F1 leads"
+    assert list(fig.data[0].y) == [0.75, 0.9]
     assert list(fig.data[0].x) == ["v1 aaaa1111 (run 1)", "v2 bbbb2222 (run 2)"]
 
 
@@ -77,3 +77,23 @@ def test_score_chart_interval():
     (bar,) = charts.score_chart(summary).data
     assert list(bar.y) == [0.6, 0.7]
     assert list(bar.error_y.array) == pytest.approx([0.1, 0.1]) and list(bar.error_y.arrayminus) == pytest.approx([0.1, 0.05])
+
+
+def test_delta_chart_centres_on_zero_with_intervals_and_verdict_colours():
+    table = pd.DataFrame({"delta_f1": [0.2, -0.05, 0.0], "delta_f1_lo": [0.1, -0.12, -0.02],
+                          "delta_f1_hi": [0.3, 0.01, 0.02], "verdict": ["better", "no significant change", "no change"]},
+                         index=pd.Index(["edema", "fracture", "mass"], name="label"))
+    fig = charts.delta_chart(table, {"edema": "Edema"})
+    (trace,) = fig.data
+    assert list(trace.y) == ["Edema", "fracture", "mass"]
+    assert list(trace.error_x.array) == pytest.approx([0.1, 0.06, 0.02])
+    assert list(trace.error_x.arrayminus) == pytest.approx([0.1, 0.07, 0.02])
+    low, high = fig.layout.xaxis.range
+    assert low == -high and high >= 0.3, "symmetric around 0, wide enough for every interval"
+    assert trace.marker.color[0] == charts.VERDICT_COLOURS["better"] != trace.marker.color[1]
+    assert any(shape.x0 == 0 == shape.x1 for shape in fig.layout.shapes)
+
+
+def test_palette_is_okabe_ito():
+    assert set(charts.COLOURS.values()) - {"#DDDDDD"} <= set(charts.OKABE_ITO.values())
+    assert set(charts.VERDICT_COLOURS.values()) <= set(charts.OKABE_ITO.values())

@@ -680,3 +680,39 @@ def subset_accuracy(
         },
         index=pd.Index(y_true.columns, name="label"),
     )
+
+
+def bootstrap_delta_f1(
+    y_true: pd.DataFrame,
+    pred_a: pd.DataFrame,
+    pred_b: pd.DataFrame,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> pd.DataFrame:
+    """Paired percentile bootstrap interval of each label's change in F1 (B - A), resampling reports.
+
+    Both runs are scored on the same resampled reports, so the interval is of the paired change;
+    a cell missing in either run (failed call, waiting reference) counts in neither.
+    """
+    _check_alpha(alpha)
+    t, a, b = _aligned(y_true, pred_a, pred_b, names=("y_true", "pred_a", "pred_b"))
+    missing = np.isnan(t) | np.isnan(a) | np.isnan(b)
+    t, a, b = (np.where(missing, np.nan, m) for m in (t, a, b))
+    indicators = np.hstack([_indicators(t, a), _indicators(t, b)])
+    n_rows, n_labels = t.shape
+    rng = np.random.default_rng(seed)
+    chunk = max(1, _BOOTSTRAP_CELLS // max(n_rows, 1))
+    parts = []
+    for start in range(0, n_resamples, chunk):
+        size = min(chunk, n_resamples - start)
+        counts = _resample_weights(rng, n_rows, size) @ indicators
+        k = n_labels
+        f1_a = _f1(counts[:, :k], counts[:, k:2 * k], counts[:, 2 * k:3 * k], ZeroDivisionPolicy.UNDEFINED)[0]
+        f1_b = _f1(counts[:, 3 * k:4 * k], counts[:, 4 * k:5 * k], counts[:, 5 * k:], ZeroDivisionPolicy.UNDEFINED)[0]
+        parts.append(f1_b - f1_a)
+    samples = np.vstack(parts) if parts else np.zeros((0, n_labels))
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a label undefined in every resample gives NaN bounds
+        lo, hi = np.nanquantile(samples, [alpha / 2, 1 - alpha / 2], axis=0) if len(samples) else (np.nan, np.nan)
+    return pd.DataFrame({"delta_f1_lo": lo, "delta_f1_hi": hi}, index=pd.Index(y_true.columns, name="label"))

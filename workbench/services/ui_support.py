@@ -1,14 +1,17 @@
-"""Small read-side use-cases the app needs and the other services do not offer yet.
+"""Use-cases of the reading room the other services do not offer: reports to read, a reader's
+work list with server-side drafts (ticks survive navigation, reload and a lost connection),
+admin-assigned work lists with an overlap target, and the reading pace.
 
-Kept in a separate mixin so the lead can fold it into `Workbench` (``class Workbench(...,
-UISupportService)``); until then the app mixes it in itself (workbench/ui/state.py). Nothing here
-writes except through the existing services.
+Drafts and work lists have their own tables; a reading becomes complete only through
+record_reading, so the reference and every metric see saved readings only.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from workbench.core.text import compose_text
@@ -16,6 +19,20 @@ from workbench.store import queries as q
 from workbench.study import PROJECT_ROOT, StudyError
 
 ROBUSTNESS_PAIRS = PROJECT_ROOT / "annotations" / "robustness" / "pairs.csv"
+COMPLETED, DRAFT, UNREAD = "completed", "draft", "unread"
+PACE_GAP_S = 15 * 60  # a pause longer than this between two saves is a break, not reading time
+
+
+def reading_pace(saved_at, remaining: int) -> dict:
+    """Median seconds per report from the gaps between consecutive saves (breaks left out), and the time left."""
+    times = pd.to_datetime(pd.Series(list(saved_at)).dropna(), utc=True, format="ISO8601").sort_values()
+    gaps = times.diff().dt.total_seconds().dropna()
+    gaps = gaps[(gaps > 0) & (gaps <= PACE_GAP_S)].tail(50)
+    if gaps.empty:
+        return {"seconds_per_report": None, "reports_per_hour": None, "left_seconds": None, "based_on": 0}
+    per = float(np.median(gaps))
+    return {"seconds_per_report": per, "reports_per_hour": 3600.0 / per, "left_seconds": per * remaining,
+            "based_on": int(len(gaps))}
 
 
 class UISupportService:
@@ -51,6 +68,243 @@ class UISupportService:
         out["marked"] = out["report_id"].map(marked).fillna(0).astype(int)
         out["complete"] = out["marked"] >= len(self.vocab.asked_ids)
         return out
+
+    # ------------------------------------------------------------ reading room: drafts
+
+    def _check_own_reading(self, reader: str) -> None:
+        """Only readers themselves (or an admin/adjudicator acting for a local name) touch a reader's drafts."""
+        self.require("annotate")
+        if not reader or not str(reader).strip():
+            raise StudyError("choose a reader name first")
+        if self.actor.role == "reader" and reader != self.actor.user:
+            from workbench.services.study import PermissionDenied
+
+            raise PermissionDenied(f"{self.actor.user} may only read as themself, not as {reader!r}")
+
+    def _check_values(self, values: dict) -> dict[str, int]:
+        """Label -> 0/1 for asked labels only (a clear error naming what is wrong)."""
+        unknown = [k for k in values if k not in self.vocab.asked_ids]
+        if unknown:
+            raise StudyError(f"unknown or derived label(s) {unknown}")
+        bad = {k: v for k, v in values.items() if v not in (0, 1, True, False)}
+        if bad:
+            raise StudyError(f"values must be 0 or 1, got {bad}")
+        return {k: int(v) for k, v in values.items()}
+
+    def reading_draft(self, reader: str, report_id: str) -> dict | None:
+        """A reader's unsaved ticks on one report (label -> 0/1), or None."""
+        self._check_own_reading(reader)
+        with self.session() as s:
+            return q.get_reading_draft(s, reader, report_id)
+
+    def save_reading_draft(self, reader: str, report_id: str, values: dict) -> None:
+        """Keep a reader's ticks server-side the moment they change (not a reading until submitted)."""
+        self._check_own_reading(reader)
+        values = self._check_values(values)
+        with self.session(write=True) as s:
+            if q.get_report(s, report_id) is None:
+                raise StudyError(f"no report {report_id!r}")
+            q.put_reading_draft(s, reader, report_id, values)
+
+    def reading_draft_ids(self, reader: str) -> list[str]:
+        """Reports on which this reader has unsaved ticks."""
+        self._check_own_reading(reader)
+        with self.session() as s:
+            return q.reading_draft_ids(s, reader)
+
+    def submit_reading(self, reader: str, report_id: str, values: dict, expected_versions: dict | None = None) -> dict:
+        """Save a report's reading (every asked label: unticked = 0) and drop its draft."""
+        self._check_own_reading(reader)
+        values = self._check_values(values)
+        full = {lab: values.get(lab, 0) for lab in self.vocab.asked_ids}
+        changed = self.record_reading(reader, report_id, full, expected_versions=expected_versions)
+        with self.session() as s:
+            q.delete_reading_draft(s, reader, report_id)
+        return changed
+
+    # ------------------------------------------------------------ reading room: work lists
+
+    def work_list(self, reader: str, cohort: str, drafts: bool = True) -> pd.DataFrame:
+        """The reader's reports in a stable order: their assigned ones (when the cohort has work lists)
+        or every report, with state completed / draft / unread, labels saved and when."""
+        self._check_own_reading(reader)
+        with self.session() as s:
+            cohort_row = q.get_cohort(s, cohort)
+            if cohort_row is None:
+                raise StudyError(f"no cohort {cohort!r}")
+            if q.get_work_list(s, cohort_row.id) is not None:
+                ids = q.assignments_frame(s, cohort_row.id, reader=reader)["report_id"].tolist()
+            else:
+                ids = q.report_ids(s, cohort_row.id)
+            counts = q.reader_report_counts(s, reader, cohort_row.id).set_index("report_id")
+            draft_ids = set(q.reading_draft_ids(s, reader)) if drafts else set()
+        out = pd.DataFrame({"report_id": ids})
+        out["labels_saved"] = out["report_id"].map(counts["labels"]).fillna(0).astype(int)
+        out["saved_at"] = out["report_id"].map(counts["saved_at"])
+        complete = out["labels_saved"] >= len(self.vocab.asked_ids)
+        out["state"] = np.where(complete, COMPLETED, UNREAD)
+        out.loc[out["report_id"].isin(draft_ids), "state"] = DRAFT
+        return out
+
+    def assign_work(self, cohort: str, readers: list[str], overlap: int) -> dict:
+        """Give each report of a cohort to `overlap` readers, balancing the lists (admins only).
+
+        Existing assignments are kept (a reader may have read them already); only missing places
+        are filled, each by the listed reader with the fewest reports so far.
+        """
+        self.require("settings")
+        readers = list(dict.fromkeys(r.strip() for r in readers if r and r.strip()))
+        if not readers:
+            raise StudyError("name at least one reader to assign reports to")
+        if not 1 <= int(overlap) <= len(readers):
+            raise StudyError(f"the overlap (readers per report) must be between 1 and {len(readers)} (the readers named), got {overlap}")
+        overlap = int(overlap)
+        with self.session(write=True) as s:
+            cohort_row = q.get_cohort(s, cohort)
+            if cohort_row is None:
+                raise StudyError(f"no cohort {cohort!r}")
+            existing = q.assignments_frame(s, cohort_row.id)
+            have = existing.groupby("report_id")["reader"].apply(set).to_dict()
+            load = {r: int((existing["reader"] == r).sum()) for r in readers}
+            new: list[tuple[str, str]] = []
+            for report_id in q.report_ids(s, cohort_row.id):
+                taken = have.get(report_id, set())
+                for _ in range(max(0, overlap - len(taken))):
+                    free = [r for r in readers if r not in taken]
+                    if not free:
+                        break
+                    pick = min(free, key=lambda r: (load[r], readers.index(r)))
+                    taken = taken | {pick}
+                    load[pick] += 1
+                    new.append((report_id, pick))
+            q.ensure_readers(s, readers)
+            q.add_assignments(s, cohort_row.id, new, self.actor.user)
+            q.put_work_list(s, cohort_row.id, overlap, self.actor.user)
+            q.add_audit(s, self.actor.user, "assign", "work_list", cohort, None,
+                        {"readers": readers, "overlap": overlap, "added": len(new)})
+        return {"added": len(new), "per_reader": load}
+
+    def work_list_status(self, cohort: str) -> pd.DataFrame:
+        """Per reader with a work list on the cohort: reports assigned and completed; empty without work lists."""
+        with self.session() as s:
+            cohort_row = q.get_cohort(s, cohort)
+            if cohort_row is None:
+                raise StudyError(f"no cohort {cohort!r}")
+            settings = q.get_work_list(s, cohort_row.id)
+            if settings is None:
+                return pd.DataFrame(columns=["reader", "assigned", "completed", "overlap"])
+            assigned = q.assignments_frame(s, cohort_row.id)
+            counts = q.reading_counts(s, cohort_id=cohort_row.id)
+        done = counts[counts["labels"] >= len(self.vocab.asked_ids)][["reader", "report_id"]]
+        merged = assigned.merge(done.assign(completed=1), on=["reader", "report_id"], how="left")
+        out = merged.groupby("reader").agg(assigned=("report_id", "count"), completed=("completed", "sum")).reset_index()
+        out["completed"] = out["completed"].fillna(0).astype(int)
+        out["overlap"] = settings.overlap
+        return out
+
+    # ------------------------------------------------------------ disagreements: order and highlights
+
+    QUEUE_ORDERS = {
+        "errors": "labels with the highest error rate first (then fewest positives), reports in cohort order",
+        "broken": "cases the last prompt change broke first (against the run before this one), then by label error rate",
+    }
+
+    def previous_run(self, run_id: int) -> int | None:
+        """The finished run before this one on the same cohort, or None."""
+        run = self.run_info(run_id)
+        runs = self.runs()
+        done = runs[runs["status"].isin(["finished", "incomplete"]) & (runs["cohort_id"] == run.cohort_id) & (runs["id"] < run_id)]
+        return int(done["id"].max()) if len(done) else None
+
+    def disagreement_queue(self, run_id: int, label: str | None = None, kind: str | None = None,
+                           category: str | None = None, order: str = "errors") -> tuple[pd.DataFrame, str]:
+        """The disagreement queue in the chosen order, with a sentence saying which order is used."""
+        if order not in self.QUEUE_ORDERS:
+            raise StudyError(f"order must be one of {', '.join(self.QUEUE_ORDERS)}, got {order!r}")
+        queue = self.disagreements(run_id, label, kind, category)
+        queue["broken_by_last_change"] = False
+        if order == "errors":
+            return queue, self.QUEUE_ORDERS[order]
+        previous = self.previous_run(run_id)
+        if previous is None:
+            return queue, "no earlier run on this cohort: " + self.QUEUE_ORDERS["errors"]
+        cases = self.compare_runs(previous, run_id)["cases"]
+        broken = set(zip(*(cases.loc[cases["change"] == "broken", c] for c in ("report", "label"))))
+        queue["broken_by_last_change"] = [k in broken for k in zip(queue["report_id"], queue["label"])]
+        queue = queue.sort_values("broken_by_last_change", ascending=False, kind="stable").reset_index(drop=True)
+        return queue, self.QUEUE_ORDERS[order] + f" (run {previous} -> {run_id}: {int(queue['broken_by_last_change'].sum())} broken)"
+
+    def with_fresh_notes(self, queue: pd.DataFrame, category: str | None = None) -> pd.DataFrame:
+        """A queue with its note counts and categories read now (one query), then filtered by category."""
+        with self.session() as s:
+            notes = q.notes_frame(s)
+        out = queue.copy()
+        if notes.empty:
+            out["notes"], out["categories"] = 0, ""
+        else:  # look the (small) note table up by key: a merge over a 10,000-row queue costs more
+            agg = notes.groupby(["report_id", "label"]).agg(
+                notes=("id", "count"), categories=("category", lambda x: ", ".join(sorted(set(x)))))
+            keys = pd.MultiIndex.from_arrays([out["report_id"].to_numpy(), out["label"].to_numpy()])
+            out["notes"] = agg["notes"].reindex(keys).fillna(0).astype(int).to_numpy()
+            out["categories"] = agg["categories"].reindex(keys).fillna("").to_numpy()
+        if category:
+            out = out[out["categories"].str.contains(category, regex=False)]
+        return out.reset_index(drop=True)
+
+    def label_phrases(self, label: str, prompt_ref: str | None = None) -> list[str]:
+        """What to look for in a report for a label: its prompt's look-for phrases and its name."""
+        names = self.vocab.names()
+        label = self.vocab.resolve(label) or label
+        phrases = [names.get(label, label)]
+        words = re.findall(r"[A-Za-z]+", phrases[0])
+        if len(words) > 1:  # a close synonym: the name's main word ("Pleural Effusion" -> "effusion")
+            head = max(words, key=len)
+            if len(head) >= 5:
+                phrases.append(head[:-1] if head.endswith("s") else head)
+        if label in self.vocab.asked_ids:
+            phrases += list(self.label_prompt(label, prompt_ref).look_for)
+        return list(dict.fromkeys(p.strip() for p in phrases if p and p.strip()))
+
+    # ------------------------------------------------------------ adjudication order
+
+    def adjudication_worklist(self, cohort: str | None = None) -> pd.DataFrame:
+        """Items waiting for a senior reader: flagged ones first, then ties, then too few readers; why each waits."""
+        queue = self.adjudication_queue(cohort)
+        tie = (queue["positives"] * 2 == queue["n_readers"]) & (queue["n_readers"] > 0)
+        queue["why"] = np.where(queue["flagged"], "flagged: the reference may be wrong",
+                                np.where(tie, "tie", queue["reason"].replace("", "waiting")))
+        queue["rank"] = np.where(queue["flagged"], 0, np.where(tie, 1, 2))
+        return queue.sort_values("rank", kind="stable").drop(columns="rank").reset_index(drop=True)
+
+    # ------------------------------------------------------------ comparison, as the Compare tab shows it
+
+    SIGNIFICANT = ("better", "worse")
+
+    def compare_view(self, run_a: int, run_b: int, n_resamples: int = 1000, seed: int = 0) -> dict:
+        """compare_runs plus a paired bootstrap interval of each label's change in F1, rows sorted by
+        change (significant first, then the largest change), and what each macro figure counts."""
+        from workbench.core import metrics
+
+        cmp = self.compare_runs(run_a, run_b)
+        a, b = self.run_info(run_a), self.run_info(run_b)
+        y_true, pred_a, _ = self.evaluation_inputs(run_a, extra_commits=(b.prompt_commit,))
+        _, pred_b, _ = self.evaluation_inputs(run_b, extra_commits=(a.prompt_commit,))
+        labels = list(cmp["table"].index)
+        pred_b = pred_b.reindex(index=y_true.index)
+        interval = metrics.bootstrap_delta_f1(y_true[labels], pred_a[labels], pred_b[labels], n_resamples=n_resamples, seed=seed)
+        table = cmp["table"].join(interval)
+        table["significant"] = table["verdict"].isin(self.SIGNIFICANT)
+        table["changed"] = (table["b"] + table["c"] > 0) | (table["delta_f1"].fillna(0) != 0)
+        table["size"] = table["delta_f1"].abs().fillna(table["delta_accuracy"].abs()).fillna(0)
+        table = table.sort_values(["significant", "size"], ascending=[False, False], kind="stable").drop(columns="size")
+        alone = {}
+        for key, run_id in (("a", run_a), ("b", run_b)):
+            ev = self.evaluate_run(run_id, n_resamples=0)
+            t_alone, _, _ = self.evaluation_inputs(run_id)
+            alone[key] = {"macro_f1": ev.averages["macro_f1"], "reports": len(t_alone)}
+        leaked = len(self._leaked_reports(a.prompt_commit, b.prompt_commit) & set(self.reference_matrix(self._cohort_name(a.cohort_id)).index))
+        counts = {"reports": len(y_true), "labels": len(labels), "leaked_either": leaked, "alone": alone}
+        return {**cmp, "table": table, "counts": counts}
 
     def default_robustness_pairs(self) -> Path:
         """The shipped synthetic paraphrase / significant-change pairs."""

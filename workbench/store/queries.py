@@ -776,18 +776,90 @@ def optimisations_frame(session: Session) -> pd.DataFrame:
 
 
 
-def put_cached_calls(session: Session, calls: list[tuple]) -> None:
-    """Store many model answers at once: (key, model, response, prompt_tokens, completion_tokens, cost) each;
-    first writer wins. (main has the same function with the same argument shape: keep that one on merge.)"""
-    if not calls:
-        return
-    conn = session.connection()
-    mark = "%s" if conn.dialect.paramstyle in ("format", "pyformat") else "?"
+# ---------------------------------------------------------------- reading room (drafts and work lists)
+
+
+def get_reading_draft(session: Session, reader: str, report_id: str) -> dict | None:
+    """A reader's unsaved ticks on one report (label -> 0/1), or None."""
+    from workbench.store.tables import ReadingDraft
+
+    stmt = select(ReadingDraft.values_json).where(ReadingDraft.reader_id == reader, ReadingDraft.report_id == report_id)
+    row = session.execute(stmt).first()
+    return None if row is None else json.loads(row[0])
+
+
+def put_reading_draft(session: Session, reader: str, report_id: str, values: dict) -> None:
+    """Create or replace a reader's draft in one statement (two tabs saving at once cannot collide)."""
+    _raw_rows_write(session, "INSERT INTO readingdraft (reader_id, report_id, values_json, updated_at) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (reader_id, report_id) DO UPDATE SET values_json = excluded.values_json, "
+                    "updated_at = excluded.updated_at", (reader, report_id, json.dumps(values, sort_keys=True), now()))
+
+
+def delete_reading_draft(session: Session, reader: str, report_id: str) -> None:
+    """Drop a draft (its reading was saved)."""
+    from workbench.store.tables import ReadingDraft
+
+    session.execute(delete(ReadingDraft).where(ReadingDraft.reader_id == reader, ReadingDraft.report_id == report_id))
+
+
+def reading_draft_ids(session: Session, reader: str) -> list[str]:
+    """Reports on which a reader has an unsaved draft."""
+    from workbench.store.tables import ReadingDraft
+
+    return [r[0] for r in session.execute(select(ReadingDraft.report_id).where(ReadingDraft.reader_id == reader)).all()]
+
+
+def reader_report_counts(session: Session, reader: str, cohort_id: int) -> pd.DataFrame:
+    """Per report of a cohort: how many labels one reader has saved, and when last."""
+    rows = _raw_rows(session, "SELECT r.report_id, COUNT(*), MAX(r.updated_at) FROM reading r JOIN report p ON p.id = r.report_id "
+                     "WHERE p.cohort_id = ? AND r.reader_id = ? GROUP BY r.report_id", (cohort_id, reader))
+    return pd.DataFrame(rows, columns=["report_id", "labels", "saved_at"])
+
+
+def get_work_list(session: Session, cohort_id: int):
+    """A cohort's work-list settings (overlap), or None when readers may read every report."""
+    from workbench.store.tables import WorkList
+
+    return session.get(WorkList, cohort_id)
+
+
+def put_work_list(session: Session, cohort_id: int, overlap: int, created_by: str) -> None:
+    """Set a cohort's overlap target."""
+    from workbench.store.tables import WorkList
+
+    row = session.get(WorkList, cohort_id) or WorkList(cohort_id=cohort_id, overlap=overlap, created_by=created_by, updated_at=now())
+    row.overlap, row.created_by, row.updated_at = overlap, created_by, now()
+    session.add(row)
+
+
+def assignments_frame(session: Session, cohort_id: int, reader: str | None = None) -> pd.DataFrame:
+    """Work-list assignments of a cohort (report_id, reader) in report order."""
+    from workbench.store.tables import WorkAssignment
+
+    stmt = (select(WorkAssignment.report_id, WorkAssignment.reader_id).join(Report, Report.id == WorkAssignment.report_id)
+            .where(WorkAssignment.cohort_id == cohort_id))
+    if reader is not None:
+        stmt = stmt.where(WorkAssignment.reader_id == reader)
+    return _frame(session, stmt.order_by(Report.seq, WorkAssignment.reader_id), ["report_id", "reader"])
+
+
+def add_assignments(session: Session, cohort_id: int, rows: list[tuple[str, str]], assigned_by: str) -> int:
+    """Put (report_id, reader) pairs on work lists."""
+    from workbench.store.tables import WorkAssignment
+
     stamp = now()
+    _bulk_insert(session, WorkAssignment, [{"cohort_id": cohort_id, "report_id": r, "reader_id": d, "assigned_by": assigned_by,
+                                            "created_at": stamp} for r, d in rows])
+    return len(rows)
+
+
+def _raw_rows_write(session: Session, sql: str, params: tuple) -> None:
+    """One write statement on the DBAPI cursor (placeholders adapted to the driver)."""
+    conn = session.connection()
+    if conn.dialect.paramstyle in ("format", "pyformat"):
+        sql = sql.replace("?", "%s")
     cursor = conn.connection.cursor()
-    try:  # ON CONFLICT DO NOTHING: another process may have stored the same call meanwhile (SQLite and PostgreSQL)
-        cursor.executemany(
-            f"INSERT INTO callcache (key, model, response, prompt_tokens, completion_tokens, cost, created_at) "
-            f"VALUES ({', '.join([mark] * 7)}) ON CONFLICT DO NOTHING", [(*c, stamp) for c in calls])
+    try:
+        cursor.execute(sql, params)
     finally:
         cursor.close()

@@ -282,3 +282,41 @@ class Optimisation(SQLModel, table=True):
     created_at: str = Field(max_length=40)
     run_id: int = Field(foreign_key="run.id")
     report_json: str = Field(sa_column=Column(Text, nullable=False))
+
+
+
+
+# ---------------------------------------------------------------- reading room (drafts and work lists)
+
+
+class ReadingDraft(SQLModel, table=True):
+    """A reader's ticks on a report not saved yet: kept the moment they change, so nothing is lost."""
+
+    __table_args__ = (UniqueConstraint("reader_id", "report_id", name="uq_reading_draft"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    reader_id: str = Field(max_length=100, index=True)
+    report_id: str = Field(foreign_key="report.id", max_length=200)
+    values_json: str = Field(sa_column=Column(Text, nullable=False))
+    updated_at: str = Field(max_length=40)
+
+
+class WorkList(SQLModel, table=True):
+    """A cohort's work lists: how many readers each report should get (Prodigy's feed_overlap)."""
+
+    cohort_id: int = Field(foreign_key="cohort.id", primary_key=True)
+    overlap: int
+    created_by: str = Field(max_length=100)
+    updated_at: str = Field(max_length=40)
+
+
+class WorkAssignment(SQLModel, table=True):
+    """One report on one reader's work list."""
+
+    __table_args__ = (UniqueConstraint("report_id", "reader_id", name="uq_work_assignment"),
+                      Index("ix_work_assignment_reader", "cohort_id", "reader_id"))
+    id: Optional[int] = Field(default=None, primary_key=True)
+    cohort_id: int = Field(foreign_key="cohort.id")
+    report_id: str = Field(foreign_key="report.id", max_length=200)
+    reader_id: str = Field(max_length=100)
+    assigned_by: str = Field(max_length=100)
+    created_at: str = Field(max_length=40)

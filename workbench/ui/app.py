@@ -18,18 +18,19 @@ from workbench.ui.app_pages import (  # noqa: E402
     adjudicate, annotate, audit, disagreements, freeze_score, home, optimise, prompts, runs, settings,
 )
 
-# url path, title, icon, module, the permission a role needs to see the page
+# url path, title, icon, module, the permission a role needs to see the page. Icons are emoji: a
+# ":material/...:" page icon makes the browser fetch the favicon from an outside font server.
 PAGES = (
-    ("home", "Home", ":material/home:", home, "read"),
-    ("annotate", "Annotate", ":material/edit_note:", annotate, "annotate"),
-    ("adjudicate", "Adjudicate", ":material/gavel:", adjudicate, "adjudicate"),
-    ("disagreements", "Disagreements", ":material/compare_arrows:", disagreements, "note"),
-    ("prompts", "Prompts", ":material/description:", prompts, "see_unblinded"),
-    ("runs", "Runs", ":material/play_circle:", runs, "see_unblinded"),
-    ("optimise", "Optimise", ":material/tune:", optimise, "see_unblinded"),
-    ("freeze", "Freeze and score", ":material/inventory_2:", freeze_score, "see_unblinded"),
-    ("settings", "Settings", ":material/settings:", settings, "settings"),
-    ("audit", "Audit", ":material/history:", audit, "adjudicate"),
+    ("home", "Home", "🏠", home, "read"),
+    ("annotate", "Annotate", "📝", annotate, "annotate"),
+    ("adjudicate", "Adjudicate", "⚖️", adjudicate, "adjudicate"),
+    ("disagreements", "Disagreements", "🔀", disagreements, "note"),
+    ("prompts", "Prompts", "📄", prompts, "see_unblinded"),
+    ("runs", "Runs", "▶️", runs, "see_unblinded"),
+    ("optimise", "Optimise", "🎯", optimise, "see_unblinded"),
+    ("freeze", "Freeze and score", "📦", freeze_score, "see_unblinded"),
+    ("settings", "Settings", "⚙️", settings, "settings"),
+    ("audit", "Audit", "🕘", audit, "adjudicate"),
 )
 
 
@@ -66,7 +67,7 @@ def _sign_in(base):
         try:
             actor = base.actor_for(str(st.user.get("email") or st.user.get("sub")))
         except PermissionDenied as exc:
-            st.error(str(exc))
+            st.error(components.md(str(exc)))
             st.button("Sign out", on_click=st.logout)
             return None
         state.set_actor(actor)
@@ -79,7 +80,7 @@ def _sign_in(base):
         try:
             state.set_actor(base.authenticate(user, password))
         except PermissionDenied as exc:
-            st.error(str(exc) or "Wrong user or password.")
+            st.error(components.md(str(exc) or "Wrong user or password."))
             return None
         st.rerun()
     return None
@@ -87,8 +88,8 @@ def _sign_in(base):
 
 def _sidebar(wb) -> None:
     """Who is acting, which model labels, and a way to pick up changes made outside the app."""
-    st.caption(f"Study **{wb.config.name}** · vocabulary {wb.vocab.name}")
-    st.caption(f"Acting as **{wb.actor.user}** ({wb.actor.role})")
+    st.caption(f"Study **{components.md(wb.config.name)}** · vocabulary {components.md(wb.vocab.name)}")
+    st.caption(f"Acting as **{components.md(wb.actor.user)}** ({wb.actor.role})")
     if wb.config.auth != "none" and st.button("Sign out", key=state.widget_key("signout")):
         state.set_actor(None)
         if wb.config.auth == "oidc":
@@ -97,6 +98,17 @@ def _sidebar(wb) -> None:
     components.model_notice(wb)
     if st.button("Reload data", key=state.widget_key("reload"), help="Pick up changes made outside this app (CLI, other servers)"):
         state.bump(wb)
+
+
+def _requested_page() -> str | None:
+    """The page named in the browser's URL path, if any."""
+    from urllib.parse import urlparse
+
+    try:
+        path = urlparse(st.context.url or "").path.strip("/").rsplit("/", 1)[-1]
+    except Exception:  # no browser context (AppTest, bare mode)
+        return None
+    return path if path in {p[0] for p in PAGES} else None
 
 
 def _runner(module, wb):
@@ -115,12 +127,16 @@ def main(study: str | None = None, start: str | None = None) -> None:
     from workbench.services import PERMISSIONS
     from workbench.study import StudyError, resolve_study_path
 
-    st.set_page_config(page_title="Workbench", page_icon=":material/radiology:", layout="wide")
+    st.set_page_config(page_title="Workbench", page_icon="🩻", layout="wide")
     try:
         base = open_study(str(resolve_study_path(study or os.environ.get("WORKBENCH_STUDY"))))
     except StudyError as exc:
-        st.error(f"Cannot open the study: {exc}")
+        st.error(components.md(f"Cannot open the study: {exc}"))
         st.stop()
+    if state.actor() is None and base.config.auth != "none":
+        start = start or _requested_page()  # a deep link (e.g. /annotate) survives the sign-in form
+        st.session_state.setdefault(state.START_PAGE, start)
+    start = start or st.session_state.get(state.START_PAGE)
     actor = _sign_in(base)
     if actor is None:
         st.stop()

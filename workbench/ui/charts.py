@@ -13,7 +13,14 @@ import plotly.graph_objects as go
 METRIC_NAMES = {"accuracy": "Accuracy", "f1": "F1", "precision": "Precision", "recall": "Recall",
                 "specificity": "Specificity", "macro_accuracy": "Macro accuracy", "macro_f1": "Macro F1",
                 "micro_f1": "Micro F1"}
-COLOURS = {"a": "#8c8c8c", "b": "#1f77b4", "tp": "#2ca02c", "fp": "#d62728", "fn": "#ff7f0e", "tn": "#c7c7c7"}
+# Okabe-Ito: distinguishable with the common colour-vision deficiencies (never red against green)
+OKABE_ITO = {"black": "#000000", "orange": "#E69F00", "sky_blue": "#56B4E9", "bluish_green": "#009E73",
+             "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "reddish_purple": "#CC79A7",
+             "grey": "#999999"}
+COLOURS = {"a": OKABE_ITO["grey"], "b": OKABE_ITO["blue"], "tp": OKABE_ITO["bluish_green"], "fp": OKABE_ITO["vermillion"],
+           "fn": OKABE_ITO["orange"], "tn": "#DDDDDD"}
+VERDICT_COLOURS = {"better": OKABE_ITO["blue"], "worse": OKABE_ITO["vermillion"], "other": OKABE_ITO["grey"]}
+LINE_COLOURS = [OKABE_ITO[c] for c in ("blue", "orange", "bluish_green", "reddish_purple", "sky_blue", "vermillion")]
 
 
 def _names(labels, names: dict | None) -> list[str]:
@@ -22,7 +29,7 @@ def _names(labels, names: dict | None) -> list[str]:
     return [names.get(lab, lab) for lab in labels]
 
 
-def forest_plot(table: pd.DataFrame, metric: str = "accuracy", names: dict | None = None,
+def forest_plot(table: pd.DataFrame, metric: str = "f1", names: dict | None = None,
                 title: str | None = None) -> go.Figure:
     """Per-label estimate with its interval (when the table has METRIC_lo/METRIC_hi), sorted by value.
 
@@ -56,7 +63,7 @@ def forest_plot(table: pd.DataFrame, metric: str = "accuracy", names: dict | Non
     return fig
 
 
-def history_chart(history: pd.DataFrame, metrics: tuple[str, ...] = ("macro_accuracy", "macro_f1"),
+def history_chart(history: pd.DataFrame, metrics: tuple[str, ...] = ("macro_f1", "macro_accuracy"),
                   title: str = "Iteration history") -> go.Figure:
     """One line per metric across runs in prompt-version order (iteration_history's frame)."""
     fig = go.Figure()
@@ -67,7 +74,8 @@ def history_chart(history: pd.DataFrame, metrics: tuple[str, ...] = ("macro_accu
     for metric in metrics:
         if metric in history:
             fig.add_trace(go.Scatter(x=x, y=history[metric].to_numpy(dtype=float), mode="lines+markers",
-                                     name=METRIC_NAMES.get(metric, metric.replace(":", " "))))
+                                     name=METRIC_NAMES.get(metric, metric.replace(":", " ")),
+                                     line=dict(color=LINE_COLOURS[len(fig.data) % len(LINE_COLOURS)])))
     values = history[[m for m in metrics if m in history]].to_numpy(dtype=float)
     low = np.nanmin(values) if np.isfinite(values).any() else 0.0
     bottom = max(0.0, np.floor((low - 0.05) * 20) / 20)  # zoomed so a real change is visible; the axis says where
@@ -133,4 +141,31 @@ def parts_history_chart(history: pd.DataFrame) -> go.Figure:
                          marker_color=COLOURS["fn"], opacity=0.5, yaxis="y2"))
     fig.update_layout(title="Macro F1 on tuning and validation", yaxis={"title": "Macro F1"},
                       yaxis2={"title": "gap", "overlaying": "y", "side": "right"}, legend={"orientation": "h"})
+
+
+def delta_chart(table: pd.DataFrame, names: dict | None = None, metric: str = "f1") -> go.Figure:
+    """Each label's change (B - A) with its paired 95% interval around a line at 0 (compare_view's table),
+    coloured by verdict: better, worse, or not significant."""
+    delta = table[f"delta_{metric}"].to_numpy(dtype=float)
+    lo_col, hi_col = f"delta_{metric}_lo", f"delta_{metric}_hi"
+    error = None
+    if lo_col in table and hi_col in table:
+        error = dict(type="data", symmetric=False, array=table[hi_col].to_numpy(dtype=float) - delta,
+                     arrayminus=delta - table[lo_col].to_numpy(dtype=float), thickness=1.5, width=4)
+    verdict = table["verdict"].astype(str).to_numpy()
+    colours = [VERDICT_COLOURS.get(v, VERDICT_COLOURS["other"]) for v in verdict]
+    labels = _names(table.index, names)
+    fig = go.Figure(go.Scatter(
+        x=delta, y=labels, mode="markers", error_x=error, marker=dict(size=10, color=colours, symbol=[
+            "triangle-right" if v == "better" else "triangle-left" if v == "worse" else "circle" for v in verdict]),
+        customdata=verdict, hovertemplate="%{y}: %{x:+.3f} (%{customdata})<extra></extra>", name="change"))
+    fig.add_vline(x=0, line_color="#000000", line_width=1)
+    span = np.nanmax(np.abs(np.concatenate([delta, table[lo_col].to_numpy(dtype=float), table[hi_col].to_numpy(dtype=float)])
+                            if error else delta)) if len(delta) and np.isfinite(delta).any() else 0.1
+    span = max(0.05, float(np.ceil(span * 20) / 20))
+    fig.update_layout(title=f"Change in {METRIC_NAMES.get(metric, metric)} (after - before) with 95% paired bootstrap interval",
+                      xaxis=dict(title=f"change in {METRIC_NAMES.get(metric, metric)}", range=[-span, span], zeroline=False,
+                                 tickformat="+.2f"),
+                      height=max(300, 24 * len(table) + 120), margin=dict(l=10, r=10, t=50, b=40), showlegend=False,
+                      yaxis=dict(autorange="reversed"))
     return fig

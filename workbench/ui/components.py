@@ -21,15 +21,39 @@ REPORT_STYLE = ("white-space: pre-wrap; line-height: 1.6; padding: 0.75rem 1rem;
                 "border: 1px solid rgba(49, 51, 63, 0.2); border-radius: 0.5rem;")
 
 
+def compact_chips() -> None:
+    """Smaller buttons inside containers keyed chips-*: a whole key-driven form fits on one screen."""
+    st.html("<style>[class*='st-key-chips'] button {min-height: 2rem; padding: 0.1rem 0.6rem;}"
+            "[class*='st-key-chips'] button p {font-size: 0.9rem;}</style>")
+
+
+def window(n_rows: int, pos: int, size: int = 100, before: int = 20) -> tuple[int, int]:
+    """The slice of a long queue to send to the browser: `size` rows around position pos.
+
+    A 3,000-row table re-sent on every key press costs more than the rest of the page."""
+    start = max(0, min(pos - before, n_rows - size))
+    return start, min(n_rows, start + size)
+
+
 def help_line(text: str) -> None:
     """The one-line help under a page title."""
     st.caption(text)
 
 
+# Every ASCII punctuation character may be backslash-escaped in CommonMark; Streamlit's own
+# extensions (:colour[...], :emoji:, $math$, autolinked URLs) start with one of these too.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$:&=\"'^@/;%,?])")
+
+
+def md(value) -> str:
+    """Text from users or files made safe to put inside Markdown: it shows as typed, never as markup."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", str(value)).replace("\n", "  \n")
+
+
 def flashes() -> None:
-    """Show the messages queued by the previous run."""
+    """Show the messages queued by the previous run (they quote ids and names: shown as text)."""
     for kind, message in state.pop_flashes():
-        getattr(st, kind)(message)
+        getattr(st, kind)(md(message), **({"icon": "✅"} if kind == "toast" else {}))
 
 
 # ---------------------------------------------------------------- report text
@@ -49,6 +73,27 @@ def evidence_spans(text: str, evidence) -> list[tuple[int, int]]:
         quote = (quote or "").strip()
         if quote:
             spans += [(m.start(), m.end()) for m in re.finditer(re.escape(quote), text, flags=re.IGNORECASE)]
+    return _merge(spans)
+
+
+# Okabe-Ito colours (safe for the common colour-vision deficiencies), lightened for a text background
+EVIDENCE_STYLE = "background: #F0E442; color: inherit; padding: 0 2px;"            # yellow
+LOOK_FOR_STYLE = "background: #A6D8F5; color: inherit; padding: 0 2px; border-bottom: 2px dotted #0072B2;"  # sky blue
+
+
+def phrase_spans(text: str, phrases) -> list[tuple[int, int]]:
+    """Where a label's phrases occur as whole words (case-insensitive, plural allowed), merged, in order."""
+    spans = []
+    for phrase in phrases or []:
+        words = [re.escape(w) for w in str(phrase).split()]
+        if not words:
+            continue
+        pattern = r"(?<!\w)" + r"\s+".join(words) + r"(?:e?s)?(?!\w)"
+        spans += [(m.start(), m.end()) for m in re.finditer(pattern, text, flags=re.IGNORECASE)]
+    return _merge(spans)
+
+
+def _merge(spans) -> list[tuple[int, int]]:
     merged: list[tuple[int, int]] = []
     for start, end in sorted(spans):
         if merged and start <= merged[-1][1]:
@@ -58,22 +103,39 @@ def evidence_spans(text: str, evidence) -> list[tuple[int, int]]:
     return merged
 
 
-def highlight_html(text: str, evidence) -> str:
-    """The report escaped piece by piece, with the evidence wrapped in <mark>: safe to render as HTML."""
+def highlight_html(text: str, evidence, phrases=()) -> str:
+    """The report escaped piece by piece, the labeller's evidence and the label's look-for phrases
+    marked in two colours (evidence wins where they overlap): safe to render as HTML."""
+    marks = [(a, b, "evidence") for a, b in evidence_spans(text, evidence)]
+    taken = marks[:]
+    for a, b in phrase_spans(text, phrases):
+        if not any(a < e and s < b for s, e, _ in taken):
+            marks.append((a, b, "look-for"))
     out, pos = [], 0
-    for start, end in evidence_spans(text, evidence):
+    for start, end, kind in sorted(marks):
+        style, title = (EVIDENCE_STYLE, "the labeller's quoted evidence") if kind == "evidence" else \
+            (LOOK_FOR_STYLE, "a look-for phrase of this label")
         out.append(html.escape(text[pos:start]))
-        out.append(f"<mark>{html.escape(text[start:end])}</mark>")
+        out.append(f'<mark class="wb-{kind}" title="{title}" style="{style}">{html.escape(text[start:end])}</mark>')
         pos = end
     out.append(html.escape(text[pos:]))
     return f'<div class="wb-report" style="{REPORT_STYLE}">{"".join(out)}</div>'
 
 
-def highlighted_report(text: str, evidence) -> None:
-    """A report with the labeller's evidence highlighted (escaped before any markup is added)."""
-    st.html(highlight_html(text or "(empty report)", evidence))
+def highlighted_report(text: str, evidence, phrases=()) -> None:
+    """A report with the labeller's evidence and the label's phrases highlighted, and a legend saying which is which."""
+    st.html(highlight_html(text or "(empty report)", evidence, phrases))
     quote = evidence if isinstance(evidence, str) else " / ".join(evidence or [])
-    if quote and not evidence_spans(text, evidence):
+    found_ev, found_lf = bool(evidence_spans(text, evidence)), bool(phrase_spans(text, phrases))
+    legend = []
+    if found_ev:
+        legend.append(f'<mark style="{EVIDENCE_STYLE}">yellow</mark> = the labeller\'s quoted evidence')
+    if found_lf:
+        legend.append(f'<mark style="{LOOK_FOR_STYLE}">blue</mark> = this label\'s look-for phrases or name found in the text')
+    if not legend:
+        legend.append("Nothing highlighted: no evidence quoted and none of this label's phrases occur in the text.")
+    st.html('<div style="font-size: 0.85rem; opacity: 0.8">' + " · ".join(legend) + "</div>")
+    if quote and not found_ev:
         st.caption("The labeller's evidence is not in the report text (it may have invented it):")
         st.text(quote)
 
@@ -89,12 +151,12 @@ def shown_errors(action: str = ""):
     try:
         yield
     except PermissionDenied as exc:
-        st.error(f"Not allowed{': ' + action if action else ''}. {exc}")
+        st.error(md(f"Not allowed{': ' + action if action else ''}. {exc}"))
     except ConflictError as exc:
-        st.error(f"Someone else saved first{' (' + action + ')' if action else ''}: {exc}. "
-                 "Reload the page (press R) and redo your change; nothing of yours was lost.")
+        st.error(md(f"Someone else saved first{' (' + action + ')' if action else ''}: {exc}. "
+                    "Reload the page (press R) and redo your change; nothing of yours was lost."))
     except (ValueError, LookupError, OSError) as exc:  # StudyError, PromptError, BundleError, ImportProblems ...
-        st.error(f"{action + ': ' if action else ''}{exc}")
+        st.error(md(f"{action + ': ' if action else ''}{exc}"))
 
 
 def do(wb, action: str, fn, *args, done=None, rerun: bool = True, **kwargs):
@@ -132,11 +194,11 @@ def model_notice(wb) -> None:
     settings = wb.labeller_settings()
     model = settings.get("model", "")
     if model.startswith(RULES_PREFIX):
-        st.caption(f"Model: **{model}**, a rule-based baseline, not an LLM. Report text stays on this machine.")
+        st.caption(f"Model: **{md(model)}**, a rule-based baseline, not an LLM. Report text stays on this machine.")
     elif is_local_model(settings):
-        st.caption(f"Model: **{model}** on {endpoint_label(settings)} (this machine).")
+        st.caption(f"Model: **{md(model)}** on {md(endpoint_label(settings))} (this machine).")
     else:
-        st.warning(f"Model: {model}. Report text is sent to {endpoint_label(settings)}.", icon=":material/public:")
+        st.warning(md(f"Model: {model}. Report text is sent to {endpoint_label(settings)}."), icon="🌐")
 
 
 # ---------------------------------------------------------------- runs
@@ -206,8 +268,120 @@ def download_csv(frame: pd.DataFrame, file_name: str, label: str = "Download CSV
     """A CSV download of a table."""
     from workbench.core.export import to_csv
 
-    st.download_button(label, to_csv(frame).encode("utf-8"), file_name=file_name, mime="text/csv",
+    st.download_button(md(label), to_csv(frame).encode("utf-8"), file_name=file_name, mime="text/csv",
                        key=key or state.widget_key("csv", file_name), on_click="ignore")
+
+
+def viewer_timezone() -> str:
+    """The browser's timezone (IANA name), UTC when unknown."""
+    try:
+        return st.context.timezone or "UTC"
+    except Exception:  # no browser (AppTest, bare mode)
+        return "UTC"
+
+
+def when(value, tz: str | None = None) -> str:
+    """A stored UTC timestamp as the viewer's local time to the minute, with the zone's abbreviation."""
+    stamps = when_column(pd.Series([value]), tz)
+    return stamps.iloc[0]
+
+
+def when_column(values: pd.Series, tz: str | None = None) -> pd.Series:
+    """Stored UTC timestamps as the viewer's local time to the minute ('' when missing or unreadable)."""
+    tz = tz or viewer_timezone()
+    stamps = pd.to_datetime(values, utc=True, errors="coerce", format="ISO8601")
+    try:
+        local = stamps.dt.tz_convert(tz)
+    except Exception:  # an unknown zone name from the browser
+        local, tz = stamps, "UTC"
+    return local.dt.strftime("%Y-%m-%d %H:%M %Z").fillna("")
+
+
+def audit_change(old_json: str, new_json: str) -> str:
+    """An audit event's old and new values as one readable line: 'value: 0 → 1; reason: ...'."""
+    import json
+
+    def load(text):
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+    def show(value) -> str:
+        if isinstance(value, list):
+            return ", ".join(show(v) for v in value) or "(none)"
+        if isinstance(value, dict):
+            return "; ".join(f"{k}: {show(v)}" for k, v in value.items())
+        return "(empty)" if value in ("", None) else str(value)
+
+    old, new = load(old_json), load(new_json)
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = list(dict.fromkeys([*old, *new]))
+        parts = [f"{k}: {show(old.get(k))} → {show(new.get(k))}" if k in old and old.get(k) != new.get(k)
+                 else f"{k}: {show(new[k])}" for k in keys if k in new and (k not in old or old.get(k) != new.get(k))]
+        parts += [f"{k}: {show(old[k])} → (removed)" for k in keys if k not in new]
+        return "; ".join(parts) or "no change"
+    if old is None:
+        return show(new) if new is not None else ""
+    return f"{show(old)} → {show(new)}"
+
+
+FIELD_NAMES = {"task": "question", "definition": "definition", "hedged": "hedged wording", "notes": "notes",
+               "look_for": "look for", "do_not_label_when": "do not label when", "examples": "few-shot examples"}
+
+
+def field_changes(fields: dict) -> list[str]:
+    """A prompt's field-level difference (policy.diff_label_prompts) as lines a person reads: old → new, + added, − removed."""
+    if not fields:
+        return []
+    if fields.get("created") or fields.get("deleted"):
+        return ["the label's prompt was " + ("created" if fields.get("created") else "deleted")]
+
+    def name(field: str) -> str:
+        return FIELD_NAMES.get(field, field.replace("temporal.", "temporal wording: "))
+
+    lines = [f"{name(f)}: {a!s} → {b!s}" for f, (a, b) in fields.get("changed", {}).items()]
+    lines += [f"{name(f)}: + {item}" for f, items in fields.get("added", {}).items() for item in items]
+    lines += [f"{name(f)}: − {item}" for f, items in fields.get("removed", {}).items() for item in items]
+    return lines
+
+
+def label_quality(table: pd.DataFrame, names: dict) -> pd.DataFrame:
+    """Per label F1 first, then precision, recall, accuracy, prevalence and counts (Evaluation.table rows)."""
+    def fmt(values):
+        return [("n/a" if v != v else f"{v:.3f}") for v in values]
+
+    out = pd.DataFrame({"label": [names.get(lab, lab) for lab in table.index], "F1": fmt(table["f1"])})
+    if "f1_lo" in table:
+        out["F1 95% interval"] = [f"[{lo:.3f}, {hi:.3f}]" if lo == lo else "n/a" for lo, hi in zip(table["f1_lo"], table["f1_hi"])]
+    return out.assign(**{
+        "precision": fmt(table["precision"]), "recall": fmt(table["recall"]), "accuracy": fmt(table["accuracy"]),
+        "prevalence": fmt(table["support"] / table["n"].where(table["n"] > 0)),
+        "positives": table["support"].to_numpy(), "false positives": table["fp"].to_numpy(),
+        "false negatives": table["fn"].to_numpy(), "items": table["n"].to_numpy(),
+    })
+
+
+def history_table(history: pd.DataFrame, names: dict) -> pd.DataFrame:
+    """The iteration history with readable column names, local times and per-label F1 under display names."""
+    if history is None or history.empty:
+        return pd.DataFrame()
+    out = pd.DataFrame({"run": history["run"], "prompt version": "v" + history["version"].astype(str) + " " + history["prompt"],
+                        "model": history["model"], "started": when_column(history["started"]),
+                        "macro F1": history["macro_f1"].round(3), "macro accuracy": history["macro_accuracy"].round(3),
+                        "micro F1": history["micro_f1"].round(3)})
+    for column in [c for c in history.columns if c.startswith("f1:")]:
+        label = column.split(":", 1)[1]
+        out[f"F1 {names.get(label, label)}"] = history[column].round(3)
+    return out
+
+
+def decimals(frame: pd.DataFrame, **extra) -> dict:
+    """column_config showing every float column of a table with 3 decimals (plus any extra settings)."""
+    floats = {c: st.column_config.NumberColumn(format="%.3f") for c in frame.columns if pd.api.types.is_float_dtype(frame[c])}
+    return {**floats, **extra}
 
 
 def pct(value) -> str:

@@ -8,6 +8,7 @@ goes on).
 
 from __future__ import annotations
 
+import re
 import threading
 import traceback
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ import streamlit as st
 # ---------------------------------------------------------------- keys (the only place they are named)
 
 ACTOR = "wb.actor"              # the signed-in Actor (never the Workbench)
+START_PAGE = "wb.start_page"    # the page the browser asked for before signing in
 FLASH = "wb.flash"              # messages to show once after a rerun
 JOBS = "wb.jobs"                # name -> Job of this session
 COHORT = "wb.cohort"            # cohort chosen on Home / Annotate / Adjudicate
@@ -26,6 +28,9 @@ READER = "wb.reader"            # reader name in local mode
 NEW_READER = "wb.new_reader"
 ANN_REPORT = "wb.annotate.report"
 ADJ_ITEM = "wb.adjudicate.item"
+ADJ_POS = "wb.adjudicate.pos"           # its place in the queue (kept when the item leaves it)
+ADJ_CHOICE = "wb.adjudicate.choice"     # value and preset reason being chosen for the open item
+ADJ_CLICKED = "wb.adjudicate.clicked"   # row clicks handled
 RUN = "wb.run"                  # run shown on Runs and Disagreements
 RUN_A, RUN_B = "wb.run_a", "wb.run_b"  # the two runs of a comparison
 RUNS_TAB, PROMPTS_TAB = "wb.runs.tab", "wb.prompts.tab"  # lazy tabs: only the open one is computed
@@ -33,7 +38,13 @@ CI = "wb.ci"
 FOREST_METRIC = "wb.forest_metric"
 CASE = "wb.case"                # (run_id, report_id, label) opened on Disagreements
 DIS_LABEL, DIS_KIND, DIS_CATEGORY = "wb.dis.label", "wb.dis.kind", "wb.dis.category"
-DIS_PICK = "wb.dis.pick"
+DIS_PICK = "wb.dis.pick"        # (report_id, label) of the open case
+DIS_POS = "wb.dis.pos"          # its place in the filtered queue (kept when the case leaves the queue)
+DIS_ORDER = "wb.dis.order"      # queue order: errors | broken
+DIS_NOTE = "wb.dis.note"        # the quick note being composed: item, category, significance, wrong
+DIS_COMPARE = "wb.dis.compare"  # (run_a, run_b) when the case was opened from Compare
+DIS_CLICKED = "wb.dis.clicked"  # row clicks handled (keys the queue table so a click is consumed once)
+ANN_CLICKED = "wb.annotate.clicked"
 PROMPT_LABEL = "wb.prompt.label"
 COMMIT_MESSAGE = "wb.prompt.message"
 REVERT_TO = "wb.prompt.revert_to"
@@ -67,16 +78,21 @@ def workbench_class():
 
 
 class Revision:
-    """A counter shared by every session on one study: each write increments it."""
+    """Counters shared by every session on one study: each write increments `value`; writes that
+    change more than error notes also increment `data` (reads that ignore notes are keyed by it,
+    so triaging a disagreement does not recompute the reference and the queue behind it)."""
 
     def __init__(self) -> None:
         self.value = 0
+        self.data = 0
         self._lock = threading.Lock()
 
-    def bump(self) -> int:
+    def bump(self, notes_only: bool = False) -> int:
         """Increment and return the new value."""
         with self._lock:
             self.value += 1
+            if not notes_only:
+                self.data += 1
             return self.value
 
 
@@ -93,11 +109,39 @@ REQUEST_MEMO = ("reference", "reference_matrix", "prediction_matrix", "predictio
 
 
 def request_scoped(wb):
-    """Memoise REQUEST_MEMO on this rerun's Workbench view (DataFrames are handed out as copies)."""
+    """Memoise REQUEST_MEMO on this rerun's Workbench view (DataFrames are handed out as copies),
+    and the prompt set of a full commit sha across reruns (a commit's content never changes)."""
     for name in REQUEST_MEMO:
         if hasattr(wb, name):
             setattr(wb, name, _memoised(getattr(wb, name)))
+    if hasattr(wb, "prompt_set"):
+        wb.prompt_set = _by_commit(str(wb.root), wb.prompt_set)
     return wb
+
+
+_COMMIT_MEMO: dict = {}
+_COMMIT_LOCK = threading.Lock()
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _by_commit(root: str, method):
+    """prompt_set(ref) memoised process-wide when ref is a full sha (bounded; other refs pass through)."""
+
+    def call(ref_=None):
+        if not (isinstance(ref_, str) and _SHA.match(ref_)):
+            return method(ref_)
+        key = (root, ref_)
+        with _COMMIT_LOCK:
+            if key in _COMMIT_MEMO:
+                return _COMMIT_MEMO[key]
+        value = method(ref_)
+        with _COMMIT_LOCK:
+            if len(_COMMIT_MEMO) >= 64:
+                _COMMIT_MEMO.pop(next(iter(_COMMIT_MEMO)))
+            _COMMIT_MEMO[key] = value
+        return value
+
+    return call
 
 
 def _memoised(method):
@@ -124,13 +168,13 @@ def revision(wb) -> int:
     return wb.ui_revision.value
 
 
-def bump(wb) -> None:
-    """Invalidate every cached read of this study (call after each write)."""
-    wb.ui_revision.bump()
+def bump(wb, notes_only: bool = False) -> None:
+    """Invalidate cached reads of this study (call after each write; notes_only after a plain error note)."""
+    wb.ui_revision.bump(notes_only)
 
 
 @st.cache_data(max_entries=128, ttl=3600, show_spinner=False)
-def _cached_call(study: str, user: str, role: str, rev: int, method: str, args: tuple, kwargs: tuple, _wb=None):
+def _cached_call(study: str, user: str, role: str, rev, method: str, args: tuple, kwargs: tuple, _wb=None):
     return getattr(_wb, method)(*args, **dict(kwargs))
 
 
@@ -140,11 +184,17 @@ def read(wb, method: str, *args, **kwargs):
                         tuple(sorted(kwargs.items())), _wb=wb)
 
 
+def read_stable(wb, method: str, *args, **kwargs):
+    """As read(), for reads whose result does not depend on error notes (kept across note saves)."""
+    return _cached_call(str(wb.root), wb.actor.user, wb.actor.role, f"data-{wb.ui_revision.data}", method, args,
+                        tuple(sorted(kwargs.items())), _wb=wb)
+
+
 # ---------------------------------------------------------------- flash messages
 
 
 def flash(message: str, kind: str = "success") -> None:
-    """Queue a message to show after the next rerun (kind: success, info, warning, error)."""
+    """Queue a message to show after the next rerun (kind: success, info, warning, error, toast)."""
     st.session_state.setdefault(FLASH, []).append((kind, message))
 
 

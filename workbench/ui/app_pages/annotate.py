@@ -1,4 +1,8 @@
-"""Annotate: one reader, one report, every label in one form; blinded to everyone else."""
+"""Annotate: one report per screen from the reader's work list, keyboard first, blinded.
+
+Every tick is kept at once as the reader's server-side draft, so moving between reports,
+reloading or losing the connection never loses it; a reading counts only once saved.
+"""
 
 from __future__ import annotations
 
@@ -6,43 +10,182 @@ import streamlit as st
 
 from workbench.ui import components, state
 
+# one key per label, in vocabulary order: digits, then letters (Streamlit reserves C and R;
+# S skips, the arrows move, Enter saves)
+LABEL_KEYS = list("1234567890") + list("qwetyuiopadfghjklzxvbnm")
+STATE_TEXT = {"completed": "✓ saved", "edited": "✓ saved, ✎ changes not saved", "draft": "✎ draft (not saved)",
+              "unread": "○ unread"}
+READ = ("completed", "edited")
+
 
 def render(wb) -> None:
-    """Read the whole report, tick what it describes, save; only your own readings are shown."""
+    """The work list, one report, a key per label, save and next."""
     st.title("Annotate")
-    components.help_line("Read the report and tick every finding it describes (unticked = 0). You see only your "
-                         "own readings: other readers' labels and the labeller's answers stay hidden.")
+    components.help_line("Press the key shown on every finding the report describes (unticked = 0). Enter saves "
+                         "and opens the next unread report; ← → move; S skips. Ticks are kept as your draft at once. "
+                         "Blinded: other readers and the labeller stay hidden.")
     reader = _reader(wb)
-    cohort = components.pick_cohort(wb)
+    with st.sidebar:
+        cohort = components.pick_cohort(wb)
     if not reader or cohort is None:
         st.info("Choose or type your reader name in the sidebar to start.")
+    else:
+        with components.shown_errors("opening your work list"):
+            work = state.read(wb, "work_list", reader, cohort, drafts=False)
+            drafts = set(wb.reading_draft_ids(reader))
+            _annotate(wb, reader, cohort, work, drafts)
+    if cohort is not None and wb.actor.role == "admin":
+        _work_lists(wb, cohort)
+
+
+def _annotate(wb, reader: str, cohort: str, work, drafts: set) -> None:
+    """The report on screen with its label keys and the navigation."""
+    if work.empty:
+        st.info(f"Your work list on {components.md(cohort)} is empty.")
         return
-    queue = state.read(wb, "reading_queue", reader, cohort)
-    if queue.empty:
-        st.info(f"Cohort {cohort} has no reports.")
-        return
-    done = int(queue["complete"].sum())
-    st.progress(done / len(queue), text=f"{reader}: {done} of {len(queue)} reports complete")
-    marks = dict(zip(queue["report_id"], queue["marked"]))
-    n_labels = len(wb.vocab.asked_ids)
-    if st.session_state.get(state.ANN_REPORT) not in marks:
-        pending = queue.loc[~queue["complete"], "report_id"]
-        st.session_state[state.ANN_REPORT] = pending.iloc[0] if len(pending) else queue["report_id"].iloc[0]
-    report_id = st.selectbox("Report", list(marks), key=state.ANN_REPORT, format_func=lambda r: (
-        f"{r}  ✓ done" if marks[r] >= n_labels else f"{r}  ({marks[r]} of {n_labels} marked)" if marks[r] else r))
-    components.report_text(state.read(wb, "report_text", report_id)["text"])
-    mine = state.read(wb, "my_readings", reader, report_id)
-    prior = dict(zip(mine["label"], mine["value"]))
+    work = work.assign(state=[(("edited" if s == "completed" else "draft") if r in drafts else s)
+                              for r, s in zip(work["report_id"], work["state"])])
+    ids = work["report_id"].tolist()
+    if st.session_state.get(state.ANN_REPORT) not in ids:
+        pending = work.loc[~work["state"].isin(READ), "report_id"]
+        st.session_state[state.ANN_REPORT] = pending.iloc[0] if len(pending) else ids[0]
+    report_id = st.session_state[state.ANN_REPORT]
+    pos = ids.index(report_id)
+    _progress(wb, reader, cohort, work, pos)
+    values, versions = _current(wb, reader, report_id, report_id in drafts)
+    left, right = st.columns([1, 1])
+    with left:
+        st.markdown(f"#### {components.md(report_id)}")
+        st.caption(components.md(f"Report {pos + 1} of {len(ids)} · " + STATE_TEXT[work["state"].iloc[pos]]))
+        components.report_text(state.read(wb, "report_text", report_id)["text"])
+    with right:
+        _buttons(wb, reader, report_id, values, versions, ids, work)
+        _labels(wb, reader, report_id, values)
+    _queue(work)
+
+
+def _progress(wb, reader: str, cohort: str, work, pos: int) -> None:
+    """n of N read, drafts, and the reader's pace."""
+    from workbench.services.ui_support import reading_pace
+
+    done = int(work["state"].isin(READ).sum())
+    n_drafts = int((work["state"] == "draft").sum())
+    pace = reading_pace(work["saved_at"], len(work) - done)
+    text = f"{components.md(reader)}: {done} of {len(work)} read · {n_drafts} drafts"
+    if pace["seconds_per_report"]:
+        text += (f" · pace {pace['seconds_per_report']:.0f} s per report ({pace['reports_per_hour']:.0f} an hour), "
+                 f"about {_duration(pace['left_seconds'])} left")
+    st.progress(done / len(work), text=text)
+
+
+def _duration(seconds: float) -> str:
+    """Seconds as '2 h 05 min' or '7 min'."""
+    minutes = int(round(seconds / 60))
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+
+
+def _labels(wb, reader: str, report_id: str, values: dict) -> None:
+    """One toggle button per label with its key; a tick is stored as a draft at once."""
     names = wb.vocab.names()
-    with st.form(state.widget_key("annotate", reader, report_id), border=True):
-        st.caption("Tick = the report describes it (1). Tab moves, Space ticks, Enter on the button saves. "
-                   + "".join(f"{names[d]} is derived (1 when nothing else is ticked). " for d in wb.vocab.derived_ids))
-        columns = st.columns(3)
+    ticked = sum(values.values())
+    st.caption(f"**Findings** · {ticked} ticked · unticked = 0"
+               + "".join(f" · {components.md(names[d])} is derived" for d in wb.vocab.derived_ids))
+    components.compact_chips()
+    with st.container(horizontal=True, gap="small", key="chips-labels"):  # chips that wrap: all 20 fit beside the report at 1440x900
         for i, label in enumerate(wb.vocab.asked_ids):
-            columns[i % 3].checkbox(names[label], value=bool(prior.get(label, 0)),
-                                    key=state.widget_key("ann", reader, report_id, label))
-        st.form_submit_button("Save and next", type="primary", on_click=_save,
-                              args=(wb, reader, report_id, mine, queue))
+            on = bool(values[label])
+            st.button(("☑ " if on else "☐ ") + components.md(names[label]), key=state.widget_key("tick", label),
+                      type="primary" if on else "secondary", shortcut=LABEL_KEYS[i] if i < len(LABEL_KEYS) else None,
+                      on_click=_toggle, args=(wb, reader, report_id, values, label))
+
+
+def _current(wb, reader: str, report_id: str, has_draft: bool = True) -> tuple[dict, dict]:
+    """The ticks shown (the draft, else the saved reading, else all 0) and the saved versions."""
+    mine = state.read(wb, "my_readings", reader, report_id)
+    saved = dict(zip(mine["label"], mine["value"].astype(int)))
+    draft = wb.reading_draft(reader, report_id) if has_draft else None
+    values = {lab: int((draft if draft is not None else saved).get(lab, 0)) for lab in wb.vocab.asked_ids}
+    return values, {lab: int(v) for lab, v in zip(mine["label"], mine["version"])}
+
+
+def _toggle(wb, reader: str, report_id: str, values: dict, label: str) -> None:
+    """Flip one label and keep the whole report's ticks as the draft (read afresh: keys may come fast)."""
+    values, _ = _current(wb, reader, report_id)
+    new = {**values, label: 1 - int(values[label])}
+    try:
+        wb.save_reading_draft(reader, report_id, new)
+    except (PermissionError, ValueError, LookupError) as exc:
+        state.flash(f"Not kept: {exc}", "error")
+
+
+def _buttons(wb, reader: str, report_id: str, values: dict, versions: dict, ids: list, work) -> None:
+    """Save and next, previous, next, skip."""
+    pos = ids.index(report_id)
+    c = st.columns([1, 1, 1, 2], gap="small")
+    c[3].button("Save and next", key=state.widget_key("ann-save"), type="primary", shortcut="Enter", width="stretch",
+                on_click=_save, args=(wb, reader, report_id, values, versions, work))
+    c[0].button("Back", key=state.widget_key("ann-prev"), shortcut="Left", width="stretch", disabled=pos == 0,
+                on_click=_go, args=(ids[max(pos - 1, 0)],))
+    c[1].button("Next", key=state.widget_key("ann-next"), shortcut="Right", width="stretch", disabled=pos == len(ids) - 1,
+                on_click=_go, args=(ids[min(pos + 1, len(ids) - 1)],))
+    c[2].button("Skip", key=state.widget_key("ann-skip"), shortcut="S", width="stretch", help="The next report not saved yet",
+                on_click=_go, args=(_next_open(work, report_id) or ids[min(pos + 1, len(ids) - 1)],))
+
+
+def _go(report_id: str) -> None:
+    st.session_state[state.ANN_REPORT] = report_id
+
+
+def _next_open(work, report_id: str) -> str | None:
+    """The next report after this one (wrapping) that is not saved yet."""
+    ids = work["report_id"].tolist()
+    pos = ids.index(report_id)
+    order = work.iloc[list(range(pos + 1, len(work))) + list(range(0, pos))]
+    pending = order.loc[~order["state"].isin(READ), "report_id"]
+    return pending.iloc[0] if len(pending) else None
+
+
+def _save(wb, reader: str, report_id: str, values: dict, versions: dict, work) -> None:
+    """Button callback: record the reading (drops the draft), then open the next unsaved report."""
+    from workbench.services import ConflictError, PermissionDenied
+
+    values, _ = _current(wb, reader, report_id)  # afresh: a tick may have landed after this button was drawn
+    try:
+        changed = wb.submit_reading(reader, report_id, values, expected_versions=versions)
+    except ConflictError as exc:
+        state.bump(wb)
+        state.flash(f"Not saved: {exc}. Your ticks are kept as a draft; check them and save again.", "error")
+        return
+    except (PermissionDenied, ValueError) as exc:
+        state.flash(f"Not saved: {exc}", "error")
+        return
+    state.bump(wb)
+    state.flash(f"Saved {report_id} for {reader}: {changed['added']} new, {changed['changed']} changed, "
+                f"{changed['unchanged']} unchanged.", "toast")  # a toast: the next report keeps its place on screen
+    following = _next_open(work.assign(state=work["state"].where(work["report_id"] != report_id, "completed")), report_id)
+    if following:
+        st.session_state[state.ANN_REPORT] = following
+
+
+def _queue(work) -> None:
+    """The whole work list with each report's state; click a row to open it."""
+    with st.expander(f"Work list: {int(work['state'].isin(READ).sum())} saved, "
+                     f"{int((work['state'] == 'draft').sum())} drafts, {int((work['state'] == 'unread').sum())} unread"):
+        pos = work["report_id"].tolist().index(st.session_state[state.ANN_REPORT])
+        start, end = components.window(len(work), pos)
+        part = work.iloc[start:end]
+        table = part.assign(position=range(start + 1, end + 1), state=part["state"].map(STATE_TEXT))
+        clicks = st.session_state.get(state.ANN_CLICKED, 0)  # a new key after each click clears the selection
+        event = st.dataframe(table[["position", "report_id", "state"]], hide_index=True, height=260,
+                             on_select="rerun", selection_mode="single-row", key=state.widget_key("ann-queue", clicks),
+                             column_config={"report_id": "report", "position": "#"})
+        if end - start < len(work):
+            st.caption(f"Reports {start + 1}-{end} of {len(work)} around the open one.")
+        rows = event.selection.rows if event else []
+        if rows:
+            st.session_state[state.ANN_CLICKED] = clicks + 1
+            st.session_state[state.ANN_REPORT] = work["report_id"].iloc[start + rows[0]]
+            st.rerun()
 
 
 def _reader(wb) -> str | None:
@@ -52,34 +195,26 @@ def _reader(wb) -> str | None:
     with st.sidebar:
         chosen = st.selectbox("Reader", state.read(wb, "readers"), key=state.READER, index=None,
                               placeholder="Choose your name")
-        typed = st.text_input("... or a new reader name", key=state.NEW_READER, placeholder="e.g. dr-smith")
+        typed = st.text_input("... or a new reader name", key=state.NEW_READER, placeholder="e.g. dr-smith",
+                              help="After Enter, press Tab (or click the report) so that the keys reach the labels.")
         return typed.strip() or chosen
 
 
-def _save(wb, reader: str, report_id: str, mine, queue) -> None:
-    """Form callback: record the reading, then move to the next unfinished report."""
-    from workbench.services import ConflictError, PermissionDenied
-
-    values = {lab: int(bool(st.session_state[state.widget_key("ann", reader, report_id, lab)]))
-              for lab in wb.vocab.asked_ids}
-    versions = {lab: int(v) for lab, v in zip(mine["label"], mine["version"])}
-    try:
-        changed = wb.record_reading(reader, report_id, values, expected_versions=versions)
-    except ConflictError as exc:
-        state.bump(wb)
-        for label in wb.vocab.asked_ids:  # show the stored values again, not the refused ones
-            st.session_state.pop(state.widget_key("ann", reader, report_id, label), None)
-        state.flash(f"Not saved: {exc}. The form now shows the stored values; redo your change.", "error")
-        return
-    except (PermissionDenied, ValueError) as exc:
-        state.flash(f"Not saved: {exc}", "error")
-        return
-    state.bump(wb)
-    state.flash(f"Saved {report_id} for {reader}: {changed['added']} new, {changed['changed']} changed, "
-                f"{changed['unchanged']} unchanged.")
-    ids = queue["report_id"].tolist()
-    later = queue.iloc[ids.index(report_id) + 1:]
-    pending = later.loc[~later["complete"], "report_id"].tolist() or \
-        queue.loc[~queue["complete"] & (queue["report_id"] != report_id), "report_id"].tolist()
-    if pending:
-        st.session_state[state.ANN_REPORT] = pending[0]
+def _work_lists(wb, cohort: str) -> None:
+    """Admins: give each report of the cohort to N readers (the overlap target)."""
+    if not st.toggle("Work lists (admin): assign reports to readers", key=state.widget_key("work-lists", cohort)):
+        return  # the status counts every reading of the cohort: only when asked for
+    with st.container(border=True):
+        status = state.read(wb, "work_list_status", cohort)
+        if len(status):
+            st.caption(f"Each report goes to {int(status['overlap'].iloc[0])} readers; readers see only their list.")
+            st.dataframe(status, hide_index=True)
+        else:
+            st.caption("No work lists on this cohort: every reader reads every report.")
+        with st.form(state.widget_key("assign", cohort)):
+            readers = st.text_input("Readers (comma-separated user ids)", ", ".join(status["reader"]) if len(status) else "")
+            overlap = st.number_input("Readers per report (overlap)", min_value=1, value=2, step=1)
+            submitted = st.form_submit_button("Assign")
+        if submitted:
+            components.do(wb, "assigning work lists", wb.assign_work, cohort, readers.split(","), int(overlap),
+                          done=lambda r: f"Assigned {r['added']} report places.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from workbench.ui import components, state
@@ -23,6 +24,9 @@ def render(wb) -> None:
     key = c[1].text_input("Key (e.g. demo-001/edema)", key=state.AUDIT_KEY).strip() or None
     with components.shown_errors("reading the audit log"):
         log = state.read(wb, "audit_log", entity=entity, key=key)
-        st.caption(f"{len(log)} events, newest first")
-        st.dataframe(log, hide_index=True)
-        components.download_csv(log, "audit.csv", "Download CSV")
+        st.caption(f"{len(log)} events, newest first · times in your timezone ({components.md(components.viewer_timezone())})")
+        shown = pd.DataFrame({"when": components.when_column(log["at"]), "who": log["actor"], "action": log["action"],
+                              "entity": log["entity"], "key": log["entity_key"],
+                              "change (old → new)": [components.audit_change(o, n) for o, n in zip(log["old"], log["new"])]})
+        st.dataframe(shown, hide_index=True, column_config={"change (old → new)": st.column_config.TextColumn(width="large")})
+        components.download_csv(log, "audit.csv", "Download CSV (exact stored values, UTC)")

@@ -1,105 +1,258 @@
-"""Disagreements: where the labeller and the reference differ, one case at a time, with error notes."""
+"""Disagreements: triage where the labeller and the reference differ, one case per screen.
+
+Filters live in the sidebar; the queue (click a row), the report and the note form sit side by
+side so a case is read and noted without scrolling at 1440x900. Keys: 1-9/0 choose what went
+wrong, M/N/U the clinical significance, W "the reference is wrong", Enter saves and opens the
+next case without a note, arrows move through the filtered queue.
+"""
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
 from workbench.ui import components, state, suggestions
 
-MAX_OPTIONS = 300
+CATEGORY_KEYS = list("1234567890")
+SIGNIFICANCE_KEYS = {"changes management": "M", "does not change management": "N", "unsure": "U"}
+KIND_TEXT = {"FP": "FP: labeller said 1", "FN": "FN: labeller said 0", "failed": "failed call"}
+ORDERS = {"errors": "Labels with most errors first", "broken": "Broken by the last prompt change first"}
 
 
 def render(wb) -> None:
-    """Filter a run's queue, open a case, write an error note, turn the case into a few-shot example."""
+    """Filter a run's queue, open a case, note what went wrong, move on."""
     st.title("Disagreements")
-    components.help_line("Each row is a (report, label) where the labeller's answer differs from the reference. "
-                         "Open one, say what went wrong, and add it as a few-shot example if it teaches something.")
+    components.help_line("Each row is a (report, label) where the labeller's answer differs from the reference. Click a "
+                         "row or use ← →; keys 1-9/0 say what went wrong, M/N/U how much it matters, Enter saves and "
+                         "opens the next case without a note.")
     names = wb.vocab.names()
     opened = st.session_state.pop(state.CASE, None)  # sent here from the Runs page
     if opened:
         st.session_state[state.RUN], st.session_state[state.DIS_LABEL] = opened[0], opened[2]
         st.session_state[state.DIS_KIND] = st.session_state[state.DIS_CATEGORY] = None
-    run_id = components.pick_run(state.read(wb, "runs"), state.RUN)
-    if run_id is None:
-        return
-    c = st.columns(3)
-    label = c[0].selectbox("Label", wb.vocab.ids, index=None, key=state.DIS_LABEL, format_func=names.get, placeholder="all labels")
-    kind = c[1].selectbox("Type", ["FP", "FN", "failed"], index=None, key=state.DIS_KIND, placeholder="FP, FN and failed",
-                          format_func={"FP": "FP: labeller said 1", "FN": "FN: labeller said 0", "failed": "failed call"}.get)
-    category = c[2].selectbox("Error category", wb.config.error_categories, index=None, key=state.DIS_CATEGORY,
-                              placeholder="any (or none yet)")
-    queue = state.read(wb, "disagreements", run_id, label, kind, category)
-    st.caption(f"{len(queue)} disagreements, labels with the highest error rate first")
-    st.dataframe(queue[["report_id", "label", "type", "reference", "prediction", "votes", "notes", "categories",
-                        "evidence"]], hide_index=True, height=220)
+        st.session_state[state.DIS_PICK] = (opened[1], opened[2])
+        st.session_state[state.DIS_COMPARE] = opened[3] if len(opened) > 3 else None
+    with st.sidebar:
+        run_id = components.pick_run(state.read_stable(wb, "runs"), state.RUN)
+        if run_id is None:
+            return
+        label = st.selectbox("Label", wb.vocab.ids, index=None, key=state.DIS_LABEL, format_func=names.get,
+                             placeholder="all labels")
+        kind = st.selectbox("Type", list(KIND_TEXT), index=None, key=state.DIS_KIND, placeholder="FP, FN and failed",
+                            format_func=KIND_TEXT.get)
+        category = st.selectbox("Error category", wb.config.error_categories, index=None, key=state.DIS_CATEGORY,
+                                placeholder="any (or none yet)")
+        order = st.radio("Order", list(ORDERS), format_func=ORDERS.get, key=state.DIS_ORDER)
+    with components.shown_errors("reading the queue"):
+        # the queue behind the notes is kept across note saves; its note counts are read fresh
+        base, order_text = state.read_stable(wb, "disagreement_queue", run_id, label, kind, None, order=order)
+        queue = wb.with_fresh_notes(base, category)
+        _page(wb, run_id, queue, order_text, names)
     suggestions.panel(wb, label, run_id)
-    options = list(zip(queue["report_id"], queue["label"]))[:MAX_OPTIONS]
-    if opened and (opened[1], opened[2]) not in options:
-        options.insert(0, (opened[1], opened[2]))
-    if not options:
+
+
+def _page(wb, run_id: int, queue, order_text: str, names: dict) -> None:
+    """Counts, then queue | report | answer and note form."""
+    noted = int((queue["notes"] > 0).sum())
+    st.markdown(f"**{noted} of {len(queue)} with a note** · order: {components.md(order_text)}")
+    if queue.empty:
         st.success("No disagreement matches these filters.")
         return
-    if opened or st.session_state.get(state.DIS_PICK) not in options:
-        st.session_state[state.DIS_PICK] = (opened[1], opened[2]) if opened else options[0]
-    picked = st.selectbox(f"Case (first {MAX_OPTIONS} shown; filter to narrow)" if len(queue) > MAX_OPTIONS else "Case",
-                          options, key=state.DIS_PICK, format_func=lambda o: f"{o[0]} · {names.get(o[1], o[1])}")
-    with components.shown_errors("opening the case"):
-        _case(wb, run_id, *picked)
-
-
-def _case(wb, run_id: int, report_id: str, label: str) -> None:
-    """The report with evidence, votes, answer, prompt, notes; the note form and the example button."""
-    case = state.read(wb, "case", run_id, report_id, label)
-    pred = case["prediction"] or {}
-    left, right = st.columns([3, 2])
+    keys = list(zip(queue["report_id"], queue["label"]))
+    pick = st.session_state.get(state.DIS_PICK)
+    if pick not in keys:  # gone from the queue (e.g. flagged): stay at the same place, never jump to the top
+        pos = min(int(st.session_state.get(state.DIS_POS, 0)), len(keys) - 1)
+        pick = keys[pos]
+    pos = keys.index(pick)
+    st.session_state[state.DIS_PICK], st.session_state[state.DIS_POS] = pick, pos
+    components.compact_chips()
+    left, middle, right = st.columns([2, 3, 4])
     with left:
-        st.subheader(f"{report_id}: {wb.vocab.names().get(label, label)}")
-        st.markdown(f"Labeller **{_value(pred.get('value'))}** ({pred.get('status', 'no answer')}) · reference "
-                    f"**{_value(case['reference'])}** ({case['reference_status']})")
-        components.highlighted_report(case["text"], pred.get("evidence") or "")
-        if pred.get("detail"):
-            st.caption("Parser detail:")
-            st.text(pred["detail"])
+        _queue_table(queue, names, pos)
+    with components.shown_errors("opening the case"):
+        case = {**state.read_stable(wb, "case", run_id, *pick), "notes": wb.notes(pick[1], pick[0])}
+        with middle:
+            _report(wb, run_id, case, names, queue, pos)
+        with right:
+            _answer(wb, run_id, case)
+            _note_form(wb, run_id, case, queue, pos)
+        _compare_panel(wb, case)
         with st.expander("The prompt that produced this answer"):
             for message in case["messages"]:
                 st.caption(message["role"])
                 st.text(message["content"])
-    with right:
-        st.markdown("**Reader votes**")
-        st.dataframe(case["votes"], hide_index=True)
-        st.markdown(f"**Error notes** ({len(case['notes'])})")
-        if len(case["notes"]):
-            st.dataframe(case["notes"][["author", "category", "significance", "text", "reference_wrong"]], hide_index=True)
-        _note_form(wb, run_id, report_id, label)
-        _example_form(wb, run_id, report_id, label)
+        _example_form(wb, run_id, *pick)
+    _warm_next(wb, run_id, queue, pos)
+
+
+def _warm_next(wb, run_id: int, queue, pos: int) -> None:
+    """Read the case that Enter will open next while the reader is still on this one (the page is
+    already drawn), so saving a note shows the next case without waiting for the database."""
+    following = _next_without_note(queue, pos)
+    if following is None:
+        return
+    report_id, label = queue["report_id"].iloc[following], queue["label"].iloc[following]
+    try:
+        state.read_stable(wb, "case", run_id, report_id, label)
+        state.read_stable(wb, "label_phrases", label, state.read_stable(wb, "run_info", run_id).prompt_commit)
+    except (PermissionError, ValueError, LookupError):
+        pass  # it is shown (with its error) when opened
+
+
+def _queue_table(queue, names: dict, pos: int) -> None:
+    """The filtered queue around the open case; clicking a row opens that case."""
+    start, end = components.window(len(queue), pos)
+    part = queue.iloc[start:end]
+    table = part.assign(label=part["label"].map(names), note=part["notes"].map(lambda n: "✓" if n else ""),
+                        case=range(start + 1, end + 1))
+    clicks = st.session_state.get(state.DIS_CLICKED, 0)  # a new key after each click clears the old selection
+    event = st.dataframe(table[["case", "report_id", "label", "type", "note"]], hide_index=True, height=560,
+                         on_select="rerun", selection_mode="single-row", key=state.widget_key("dis-queue", clicks),
+                         column_config={"report_id": "report", "case": "#", "type": "type", "note": "note"})
+    if end - start < len(queue):
+        st.caption(f"Cases {start + 1}-{end} of {len(queue)} around the open one; ← → or the filters reach the rest.")
+    rows = event.selection.rows if event else []
+    if rows:
+        st.session_state[state.DIS_CLICKED] = clicks + 1
+        _go(queue, start + rows[0])
+        st.rerun()
+
+
+def _go(queue, pos: int) -> None:
+    """Open the case at a queue position."""
+    st.session_state[state.DIS_PICK] = (queue["report_id"].iloc[pos], queue["label"].iloc[pos])
+    st.session_state[state.DIS_POS] = pos
+
+
+def _report(wb, run_id: int, case: dict, names: dict, queue, pos: int) -> None:
+    """Heading, navigation, and the report with labelled highlights."""
+    total = len(queue)
+    with st.container(horizontal=True, gap="small", vertical_alignment="center"):
+        st.markdown(f"**Case {pos + 1} of {total}** · {components.md(case['report_id'])} · "
+                    f"{components.md(names.get(case['label'], case['label']))}")
+        st.button("Previous", key=state.widget_key("dis-prev"), shortcut="Left", disabled=pos == 0,
+                  on_click=_go, args=(queue, max(pos - 1, 0)))
+        st.button("Next", key=state.widget_key("dis-next"), shortcut="Right", disabled=pos >= total - 1,
+                  on_click=_go, args=(queue, min(pos + 1, total - 1)))
+    pred = case["prediction"] or {}
+    run = state.read_stable(wb, "run_info", run_id)
+    with components.shown_errors("finding the label's phrases"):
+        phrases = state.read_stable(wb, "label_phrases", case["label"], run.prompt_commit)
+    components.highlighted_report(case["text"], pred.get("evidence") or "", phrases)
 
 
 def _value(v) -> str:
     return "no answer" if v is None or v != v else str(int(v))
 
 
-def _note_form(wb, run_id: int, report_id: str, label: str) -> None:
-    """Record what went wrong and how much it matters."""
+def _answer(wb, run_id: int, case: dict) -> None:
+    """The labeller's answer and evidence beside the reference and the votes."""
+    pred = case["prediction"] or {}
+    votes = case["votes"]
+    positive = int(votes["value"].sum()) if len(votes) else 0
+    st.markdown(f"Labeller (run {run_id}): **{_value(pred.get('value'))}** ({components.md(pred.get('status', 'no answer'))})"
+                f" · reference: **{_value(case['reference'])}** ({components.md(case['reference_status'])})"
+                f" · votes: {positive} of {len(votes)} positive")
+    if pred.get("detail"):
+        st.caption("Parser detail:")
+        st.text(pred["detail"])
+    if len(case["notes"]):
+        notes = case["notes"]
+        st.caption(f"{len(notes)} earlier note(s): " + components.md("; ".join(
+            f"{a}: {c} ({s})" for a, c, s in zip(notes["author"], notes["category"], notes["significance"]))))
+
+
+def _note_form(wb, run_id: int, case: dict, queue, pos: int) -> None:
+    """Quick note: category and significance by key, optional text, Enter saves and moves on."""
     from workbench.study import SIGNIFICANCE
 
-    with st.form(state.widget_key("note", run_id, report_id, label), clear_on_submit=True):
-        category = st.selectbox("What went wrong", wb.config.error_categories, index=None)
-        significance = st.radio("Clinical significance", SIGNIFICANCE, index=None)
-        text = st.text_area("Note", placeholder="e.g. 'no longer seen' means resolved")
-        wrong = st.checkbox("The reference is wrong (sends the item to adjudication)")
-        submitted = st.form_submit_button("Save note", type="primary")
-    if submitted and (category is None or significance is None):
-        st.error("Choose what went wrong and its clinical significance.")
-    elif submitted:
-        components.do(wb, "saving the note", wb.add_note, report_id, label, category, significance, text,
-                      reference_wrong=wrong, run_id=run_id, done=f"Note saved on {report_id} / {label}.")
+    item = (case["report_id"], case["label"])
+    chosen = st.session_state.setdefault(state.DIS_NOTE, {})
+    if chosen.get("item") != item:
+        chosen.clear()
+        chosen.update(item=item, category=None, significance=None, wrong=False)
+    st.caption("**What went wrong** (key)")
+    with st.container(horizontal=True, gap="small", key="chips-category"):
+        for i, category in enumerate(wb.config.error_categories):
+            st.button(components.md(category), key=state.widget_key("dis-cat", i),
+                      type="primary" if chosen["category"] == category else "secondary",
+                      shortcut=CATEGORY_KEYS[i] if i < len(CATEGORY_KEYS) else None,
+                      on_click=chosen.update, kwargs={"category": category})
+    st.caption("**Clinical significance** (key)")
+    with st.container(horizontal=True, gap="small", key="chips-significance"):
+        for value in SIGNIFICANCE:
+            st.button(components.md(value), key=state.widget_key("dis-sig", value),
+                      type="primary" if chosen["significance"] == value else "secondary",
+                      shortcut=SIGNIFICANCE_KEYS.get(value), on_click=chosen.update, kwargs={"significance": value})
+        st.button(("☑ " if chosen["wrong"] else "☐ ") + "the reference is wrong", key=state.widget_key("dis-wrong"),
+                  shortcut="W", help="Sends the item to adjudication",
+                  on_click=lambda: chosen.update(wrong=not chosen["wrong"]))
+    c = st.columns([3, 2], vertical_alignment="bottom")
+    text = c[0].text_area("Note (optional)", key=state.widget_key("dis-text", *item), height=68,
+                          placeholder="e.g. 'no longer seen' means resolved")
+    c[1].button("Save, next", key=state.widget_key("dis-save"), type="primary", shortcut="Enter",
+                on_click=_save_note, args=(wb, run_id, item, text, queue, pos), width="stretch")
+
+
+def _save_note(wb, run_id: int, item: tuple, text: str, queue, pos: int) -> None:
+    """Save, then open the next case (after this one) that has no note yet; the place in the queue is kept."""
+    chosen = st.session_state.get(state.DIS_NOTE, {})
+    text = st.session_state.get(state.widget_key("dis-text", *item), text) or ""
+    if chosen.get("category") is None or chosen.get("significance") is None:
+        state.flash("Choose what went wrong (1-9, 0) and its clinical significance (M, N, U) first.", "error")
+        return
+    try:
+        wb.add_note(item[0], item[1], chosen["category"], chosen["significance"], text,
+                    reference_wrong=bool(chosen.get("wrong")), run_id=run_id)
+    except (PermissionError, ValueError, LookupError) as exc:
+        state.flash(f"Not saved: {exc}", "error")
+        return
+    state.bump(wb, notes_only=not chosen.get("wrong"))  # a flag changes the reference: everything is read again
+    state.flash(f"Note saved on {item[0]} / {wb.vocab.names().get(item[1], item[1])}.", "toast")
+    following = _next_without_note(queue, pos)
+    if following is not None:
+        _go(queue, following)
+    chosen.clear()
+
+
+def _next_without_note(queue, pos: int) -> int | None:
+    """The first position after pos (wrapping) whose case has no note yet (vectorised: queues run to 10,000s)."""
+    order = np.r_[pos + 1:len(queue), 0:pos]
+    free = order[queue["notes"].to_numpy()[order] == 0]
+    return int(free[0]) if len(free) else None
+
+
+def _compare_panel(wb, case: dict) -> None:
+    """A case opened from Compare: both runs' answers and evidence, and the label's prompt diff."""
+    pair = st.session_state.get(state.DIS_COMPARE)
+    if not pair:
+        return
+    run_a, run_b = pair
+    with st.container(border=True):
+        st.markdown(f"**Before and after** · run {run_a} → run {run_b}")
+        c = st.columns(2)
+        for col, run_id, title in ((c[0], run_a, "Before"), (c[1], run_b, "After")):
+            other = state.read_stable(wb, "case", run_id, case["report_id"], case["label"])
+            pred = other["prediction"] or {}
+            col.markdown(f"{title} (run {run_id}): **{_value(pred.get('value'))}**")
+            col.text(pred.get("evidence") or "(no evidence quoted)")
+        if case["label"] in wb.vocab.asked_ids:
+            commit_a, commit_b = state.read_stable(wb, "run_info", run_a).prompt_commit, state.read_stable(wb, "run_info", run_b).prompt_commit
+            diff = state.read_stable(wb, "prompt_diff", case["label"], commit_a, commit_b)
+            st.caption(f"Prompt of this label, {commit_a[:8]} → {commit_b[:8]}:")
+            st.code(diff["unified"] or "(the prompt of this label did not change)", language="diff", wrap_lines=True)
+            if diff["fields"]:
+                st.text("\n".join(components.field_changes(diff["fields"])))
+        st.button("Stop comparing", key=state.widget_key("dis-stop-compare"),
+                  on_click=lambda: st.session_state.update({state.DIS_COMPARE: None}))
 
 
 def _example_form(wb, run_id: int, report_id: str, label: str) -> None:
     """One click: this case becomes a few-shot example in your draft of the label's prompt."""
-    with st.form(state.widget_key("example", run_id, report_id, label), clear_on_submit=True):
-        why = st.text_input("Why (shown to the model with the example)", placeholder="optional; the latest note is used")
-        submitted = st.form_submit_button("Add as few-shot example")
+    with st.form(state.widget_key("example", run_id, report_id, label), clear_on_submit=True, border=False):
+        c = st.columns([3, 1], vertical_alignment="bottom")
+        why = c[0].text_input("Why (shown to the model with the example)", placeholder="optional; the latest note is used")
+        submitted = c[1].form_submit_button("Add as few-shot example")
     if submitted:
         components.do(wb, "adding the example", wb.add_example_from_case, report_id, label, why, run_id=run_id,
                       done=lambda res: (f"Added {report_id} to your draft of {label} (see Prompts). Warning: "

@@ -21,10 +21,15 @@ def render(wb) -> None:
     if bundles.empty:
         st.info("No bundle yet.")
         return
-    st.dataframe(bundles.drop(columns=["path"]), hide_index=True)
+    shown = bundles.drop(columns=["path"])
+    if "frozen_at" in shown:
+        shown["frozen_at"] = components.when_column(shown["frozen_at"])
+    st.dataframe(shown.rename(columns={"prompt_commit": "prompt version", "macro_f1": "macro F1", "frozen_by": "frozen by",
+                                       "frozen_at": "frozen"}), hide_index=True,
+                 column_config={"macro F1": st.column_config.NumberColumn(format="%.3f")})
     paths = dict(zip(bundles["name"], bundles["path"]))
     name = st.selectbox("Bundle", list(paths), key=state.widget_key("bundle"))
-    st.download_button(f"Download {name}.json", Path(paths[name]).read_bytes(), file_name=f"{name}.json",
+    st.download_button(components.md(f"Download {name}.json"), Path(paths[name]).read_bytes(), file_name=f"{name}.json",
                        mime="application/json", on_click="ignore", key=state.widget_key("dl-bundle", name))
     score, robust = st.tabs(["Score generated reports", "Robustness"])
     with score:
@@ -62,7 +67,7 @@ def _score(wb, bundle_path: str) -> None:
     if job is not None and (job.running or job.error):
         components.job_panel(job, lambda p: (p[0] / max(p[1], 1), f"{p[0]} of {p[1]} texts") if p else (0.0, "Starting ..."))
         if job.error:
-            st.error(f"Scoring failed: {job.error}")
+            st.error(components.md(f"Scoring failed: {job.error}"))
             st.button("Dismiss", on_click=state.clear_job, args=("score",), key=state.widget_key("dismiss-score"))
         return
     with st.form(state.widget_key("score-form")):
@@ -83,24 +88,25 @@ def _score(wb, bundle_path: str) -> None:
             on_progress=lambda done, total: setattr(j, "progress", (done, total))))
         st.rerun()
     if job is not None and job.result is not None:
-        _results(job.result)
+        _results(job.result, wb.vocab.names())
 
 
-def _results(result) -> None:
+def _results(result, names: dict) -> None:
     """Summary (Table 5 layout), Ran Score with interval, per-label FP/FN, downloads."""
     summary = result.summary()
-    st.dataframe(summary, hide_index=True)
+    st.dataframe(summary, hide_index=True, column_config=components.decimals(summary))
     st.plotly_chart(charts.score_chart(summary), key="score-chart")
     st.caption(f"Report text went to {result.endpoint}.")
     for name, g in result.generators.items():
         r = g.ran_score
         if r.get("no_score"):
-            st.error(f"{name}: no score: {r['no_score']}")
+            st.error(components.md(f"{name}: no score: {r['no_score']}"))
         else:
             fewer = "" if r["pairs_scored"] == r["pairs_total"] else (
                 f" · over {r['pairs_scored']} of {r['pairs_total']} (report, label) pairs (failed extractions left out)")
-            st.markdown(f"**{name}**: Ran Score {r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}] · {r['policy']}{fewer}")
-        st.dataframe(g.per_label, column_config={"fp": "FP (invented)", "fn": "FN (missed)"})
+            st.markdown(f"**{components.md(name)}**: Ran Score {r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}] · {r['policy']}{fewer}")
+        st.dataframe(g.per_label.rename(index=lambda lab: names.get(lab, lab)),
+                     column_config=components.decimals(g.per_label, fp="FP (invented)", fn="FN (missed)"))
         components.download_csv(g.per_label.reset_index(), f"{name}.per_label.csv", f"{name}: per-label CSV")
         components.download_csv(g.per_report, f"{name}.per_report.csv", f"{name}: per-report CSV")
     components.download_csv(summary, "summary.csv", "Summary CSV")
@@ -118,8 +124,8 @@ def _robustness(wb, bundle_path: str) -> None:
             st.session_state[state.ROBUST_RESULT] = wb.robustness(bundle_path, pairs)
     result = st.session_state.get(state.ROBUST_RESULT)
     if result:
-        st.dataframe(result["per_kind"], hide_index=True)
-        st.dataframe(result["per_label"], hide_index=True)
+        st.dataframe(result["per_kind"], hide_index=True, column_config=components.decimals(result["per_kind"]))
+        st.dataframe(result["per_label"], hide_index=True, column_config=components.decimals(result["per_label"]))
         with st.expander("Every pair"):
             st.dataframe(result["pairs"], hide_index=True)
         components.download_csv(result["pairs"], "robustness.csv", "Robustness CSV")

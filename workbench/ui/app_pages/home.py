@@ -10,7 +10,7 @@ from workbench.ui import charts, components, state
 
 def render(wb) -> None:
     """Cohorts, readers, reference status, prompt version, latest run, history, attention list."""
-    st.title(f"Study: {wb.config.name}")
+    st.title(f"Study: {components.md(wb.config.name)}")
     components.help_line("The study at a glance: who has read what, whether the reference is settled, "
                          "how the current prompts score, and what to look at next.")
     cohort = components.pick_cohort(wb)
@@ -25,35 +25,36 @@ def render(wb) -> None:
     c[0].metric("Reference decided", int(summary["decided"].sum() + summary["adjudicated"].sum()),
                 help="(report, label) items settled by the reader vote or by adjudication")
     c[1].metric("Waiting for adjudication", int(summary["waiting"].sum()))
-    c[2].metric("Prompt version", f"v{len(history)}", help=f"{history.iloc[0]['short']}: {history.iloc[0]['message']}")
-    c[3].metric("Latest run: macro accuracy", components.pct(ev.averages["macro_accuracy"]) if ev else "no run")
-    c[4].metric("Latest run: macro F1", components.pct(ev.averages["macro_f1"]) if ev else "no run")
-    st.caption(f"Current prompt version {history.iloc[0]['short']} ({history.iloc[0]['when']}, "
-               f"{history.iloc[0]['author']}): {history.iloc[0]['message']}"
-               + (f" · latest run {latest} ({runs.set_index('id').loc[latest, 'model']})" if latest else ""))
+    c[2].metric("Prompt version", f"v{len(history)}", help=components.md(f"{history.iloc[0]['short']}: {history.iloc[0]['message']}"))
+    c[3].metric("Latest run: macro F1", components.pct(ev.averages["macro_f1"]) if ev else "no run",
+                help="mean over labels of each label's F1: how good the labeller is at finding each finding")
+    c[4].metric("Latest run: macro accuracy", components.pct(ev.averages["macro_accuracy"]) if ev else "no run",
+                help="high whenever findings are rare, even if most positives are missed: read it beside F1")
+    st.caption(components.md(f"Current prompt version {history.iloc[0]['short']} ({components.when(history.iloc[0]['when'])}, "
+                             f"{history.iloc[0]['author']}): {history.iloc[0]['message']}"
+                             + (f" · latest run {latest} ({runs.set_index('id').loc[latest, 'model']})" if latest else "")))
     _attention(wb, summary, latest, ev)
     st.plotly_chart(charts.history_chart(state.read(wb, "iteration_history", cohort)), key="home-history")
     _readers(wb, cohort)
     with st.expander("Reference status per label"):
-        st.dataframe(summary.rename(index=wb.vocab.names()))
+        settled = (summary["decided"] + summary["adjudicated"]).where(lambda x: x > 0)
+        st.dataframe(summary.assign(prevalence=(summary["positive"] / settled).round(3))
+                     .rename(index=wb.vocab.names()).rename_axis("label"))
     with st.expander("Cohorts"):
         st.dataframe(state.read(wb, "cohorts"), hide_index=True)
 
 
 def _attention(wb, summary, latest, ev) -> None:
-    """Lowest-accuracy labels, open adjudications, disagreements nobody has written a note on."""
+    """Lowest-F1 labels, open adjudications, disagreements nobody has written a note on."""
     st.subheader("Needs attention")
     left, right = st.columns(2)
     with left:
         if ev is None:
             st.info("No run yet: start the labeller on the Runs page.")
         else:
-            worst = ev.table.sort_values("accuracy").head(5)
-            st.markdown("**Labels with the lowest accuracy** (latest run)")
-            st.dataframe(worst[["accuracy", "accuracy_lo", "accuracy_hi", "fp", "fn", "support"]]
-                         .rename(index=wb.vocab.names()), column_config={"accuracy": st.column_config.NumberColumn(format="%.3f"),
-                         "accuracy_lo": st.column_config.NumberColumn("lower", format="%.3f"),
-                         "accuracy_hi": st.column_config.NumberColumn("upper", format="%.3f")})
+            worst = ev.table.sort_values("f1", na_position="first").head(5)
+            st.markdown("**Labels with the lowest F1** (latest run; undefined F1 first)")
+            st.dataframe(components.label_quality(worst, wb.vocab.names()), hide_index=True)
     with right:
         st.metric("Open adjudications", int(summary["waiting"].sum()))
         if wb.actor.role in PERMISSIONS["adjudicate"] and st.button("Adjudicate", key=state.widget_key("home-adj")):
@@ -73,5 +74,6 @@ def _readers(wb, cohort: str) -> None:
         st.info("No readings yet.")
         return
     progress = progress.assign(share=progress["reports_complete"] / progress["reports_in_scope"].clip(lower=1))
-    st.dataframe(progress, hide_index=True, column_config={
+    st.dataframe(progress.rename(columns={"reports_started": "reports started", "reports_complete": "reports complete",
+                                          "reports_in_scope": "reports in cohort"}), hide_index=True, column_config={
         "share": st.column_config.ProgressColumn("complete", min_value=0.0, max_value=1.0, format="percent")})

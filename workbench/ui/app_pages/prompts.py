@@ -30,7 +30,7 @@ def _policy(wb) -> None:
     """Every label's hedge and temporal policy, with the inconsistencies found."""
     st.dataframe(state.read(wb, "policy_table"), hide_index=True)
     for finding in state.read(wb, "policy_conflicts"):
-        st.warning(f"{finding.kind}: {finding.message}")
+        st.warning(components.md(f"{finding.kind}: {finding.message}"))
 
 
 def _edit(wb, label: str) -> None:
@@ -130,7 +130,10 @@ def _diff(wb, label: str, exists: bool) -> None:
         diff, title = state.read(wb, "prompt_diff", label, previous, None), f"Last change (from {previous[:8]})"
     with st.expander(title, expanded=exists):
         st.code(diff["unified"] or "(no difference)", language="diff", wrap_lines=True)
-        st.json(diff["fields"], expanded=False)
+        changes = components.field_changes(diff["fields"])
+        if changes:
+            st.caption("Field by field:")
+            st.text("\n".join(changes))
 
 
 def _commit(wb, label: str, exists: bool) -> None:
@@ -155,7 +158,8 @@ def _commit(wb, label: str, exists: bool) -> None:
 def _history(wb, label: str) -> None:
     """Versions of this label, newest first, with the difference to the current one and revert."""
     history = state.read(wb, "prompt_history", label)
-    st.dataframe(history[["short", "when", "author", "message", "labels", "frozen as"]], hide_index=True)
+    st.dataframe(history.assign(when=components.when_column(history["when"]))[["short", "when", "author", "message", "labels", "frozen as"]]
+                 .rename(columns={"short": "version"}), hide_index=True)
     if len(history) < 2:
         return
     commits = history["commit"].tolist()[1:]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import streamlit as st
 
 from workbench.ui import charts, components, state
@@ -9,6 +10,12 @@ from workbench.ui import charts, components, state
 CI_METHODS = {"wilson": "Wilson", "clopper-pearson": "Clopper-Pearson (as the Ran Score paper)"}
 RUN_COLUMNS = ["id", "status", "model", "endpoint", "prompt_commit", "labels", "calls_total", "calls_made",
                "calls_reused", "failures", "started_at", "created_by"]
+CEILING_NAMES = {"labeller_kappa": "labeller kappa", "readers_fleiss_kappa": "readers' Fleiss kappa", "fleiss_note": "note",
+                 "mean_reader_accuracy": "mean reader accuracy", "labeller_accuracy": "labeller accuracy",
+                 "accuracy_unanimous": "labeller accuracy, unanimous votes", "n_unanimous": "items, unanimous",
+                 "accuracy_split": "labeller accuracy, split votes", "n_split": "items, split"}
+RUN_NAMES = {"id": "run", "prompt_commit": "prompt version", "calls_total": "calls", "calls_made": "calls made",
+             "calls_reused": "from cache", "started_at": "started", "created_by": "started by"}
 
 
 def render(wb) -> None:
@@ -23,8 +30,9 @@ def render(wb) -> None:
         return
     _show_new_run(runs)
     with st.expander(f"All runs ({len(runs)})"):
-        st.dataframe(runs.assign(prompt_commit=runs["prompt_commit"].str[:8],
-                                 labels=runs["labels_json"].str.count(",") + 1)[RUN_COLUMNS], hide_index=True)
+        st.dataframe(runs.assign(prompt_commit=runs["prompt_commit"].str[:8], started_at=components.when_column(runs["started_at"]),
+                                 labels=runs["labels_json"].str.count(",") + 1)[RUN_COLUMNS].rename(columns=RUN_NAMES),
+                     hide_index=True)
     components.lazy_tabs(state.RUNS_TAB, {
         "Metrics of a run": lambda: _metrics(wb, runs),
         "Compare two runs": lambda: _compare(wb, runs),
@@ -38,7 +46,7 @@ def _history(wb) -> None:
     if cohort:
         history = state.read(wb, "iteration_history", cohort)
         st.plotly_chart(charts.history_chart(history), key="runs-history")
-        st.dataframe(history, hide_index=True)
+        st.dataframe(components.history_table(history, wb.vocab.names()), hide_index=True)
 
 
 def _start(wb) -> None:
@@ -48,12 +56,12 @@ def _start(wb) -> None:
         components.job_panel(job, _describe)
         if not job.running:
             if job.error is not None:
-                st.error(f"The run stopped: {job.error}")
+                st.error(components.md(f"The run stopped: {job.error}"))
             elif job.result.failures or job.result.status != "finished":  # a run with failures is not a success
-                st.warning(job.result.message())
+                st.warning(components.md(job.result.message()))
                 st.text("\n".join(filter(None, [job.result.stopped_reason, *job.result.causes()])))
             else:
-                st.success(job.result.message())
+                st.success(components.md(job.result.message()))
             st.button("Dismiss", key=state.widget_key("dismiss-run"), on_click=state.clear_job, args=("run",))
         return
     versions = state.read(wb, "prompt_history")
@@ -99,30 +107,39 @@ def _metrics(wb, runs) -> None:
     with c[0]:
         run_id = components.pick_run(runs, state.RUN)
     ci = c[1].radio("Interval", list(CI_METHODS), format_func=CI_METHODS.get, key=state.CI)
-    metric = c[2].radio("Forest plot of", ["accuracy", "f1"], format_func={"accuracy": "Accuracy", "f1": "F1"}.get,
-                        key=state.FOREST_METRIC, horizontal=True)
+    metric = c[2].radio("Forest plot of", ["f1", "accuracy", "precision", "recall"], key=state.FOREST_METRIC, horizontal=True,
+                        format_func={"accuracy": "Accuracy", "f1": "F1", "precision": "Precision", "recall": "Recall"}.get)
     if run_id is None:
         return
     ev = state.read(wb, "evaluate_run", run_id, ci=ci)
     a, b = ev.averages, ev.bootstrap
     m = st.columns(4)
-    m[0].metric("Macro accuracy", components.pct(a["macro_accuracy"]))
-    m[1].metric("Macro F1", components.pct(a["macro_f1"]), help="bootstrap 95% interval over reports")
-    m[2].metric("Macro F1 interval", f"[{components.pct(b.get('lo'))}, {components.pct(b.get('hi'))}]")
-    m[3].metric("Micro F1", components.pct(a["micro_f1"]))
+    m[0].metric("Macro F1", components.pct(a["macro_f1"]), help="mean over labels of each label's F1")
+    m[1].metric("Macro F1 interval", f"[{components.pct(b.get('lo'))}, {components.pct(b.get('hi'))}]",
+                help="bootstrap 95% interval over reports")
+    m[2].metric("Micro F1", components.pct(a["micro_f1"]))
+    m[3].metric("Macro accuracy", components.pct(a["macro_accuracy"]),
+                help="at low prevalence accuracy stays high even when most positives are missed: read F1 and recall")
     st.caption("Left out: " + "; ".join(f"{k}: {v}" for k, v in ev.excluded.items()))
     names = wb.vocab.names()
     previous = _previous_run(runs, run_id)
     table = ev.paper_table(state.read(wb, "evaluate_run", previous, ci=ci, n_resamples=0) if previous else None)
     st.caption("As the Ran Score paper's Table 4" + (f"; change in F1 against run {previous}" if previous else "")
                + ". * = undefined (no positive), never shown as 0.")
-    st.dataframe(table.assign(label=table["label"].map(names)), hide_index=True)
+    table = table.assign(label=table["label"].map(names),
+                         prevalence=[f"{sup / n:.3f}" if n else "n/a" for sup, n in zip(table["support"], table["n"])])
+    lead = ["label", "F1", "precision", "recall", "accuracy [95% CI]", "prevalence", "support", "n", "FP", "FN"]
+    st.dataframe(table[lead + [c for c in table.columns if c not in lead]], hide_index=True,
+                 column_config={"support": st.column_config.NumberColumn("positives", help="reference positives"),
+                                "n": st.column_config.NumberColumn("items", help="reports with a settled reference and an answer")})
     st.plotly_chart(charts.forest_plot(ev.table, metric, names), key="runs-forest")
     st.plotly_chart(charts.confusion_bars(ev.table, names), key="runs-confusion")
     if st.toggle("Human ceiling: the labeller beside the readers (kappas, unanimous vs split votes)",
                  key=state.widget_key("ceiling")):
         with components.shown_errors("human ceiling"):
-            st.dataframe(state.read(wb, "human_ceiling", run_id), hide_index=True)
+            ceiling = state.read(wb, "human_ceiling", run_id)
+            st.dataframe(ceiling.assign(label=ceiling["label"].map(lambda lab: names.get(lab, lab))).rename(columns=CEILING_NAMES)
+                         .round(3), hide_index=True)
 
 
 def _previous_run(runs, run_id: int):
@@ -134,7 +151,7 @@ def _previous_run(runs, run_id: int):
 
 
 def _compare(wb, runs) -> None:
-    """Before/after per label with McNemar; fixed and broken cases open in Disagreements."""
+    """Per label before/after, sorted by change with its interval; fixed and broken cases open in Disagreements."""
     c = st.columns(2)
     with c[0]:
         run_a = components.pick_run(runs, state.RUN_A, "Before (A)", default_index=1)
@@ -144,33 +161,73 @@ def _compare(wb, runs) -> None:
         st.info("Choose two different runs on the same cohort.")
         return
     with components.shown_errors("comparing"):
-        cmp = state.read(wb, "compare_runs", run_a, run_b)
-        st.metric("Macro F1", components.pct(cmp["macro_f1_b"]), f"{cmp['macro_f1_b'] - cmp['macro_f1_a']:+.3f} from run {run_a}")
-        table = cmp["table"]
-        number = st.column_config.NumberColumn
-        st.dataframe(table[["n", "accuracy_a", "accuracy_b", "delta_accuracy", "f1_a", "f1_b", "delta_f1", "b", "c",
-                            "p_value", "p_holm", "verdict"]].rename(index=wb.vocab.names()),
-                     column_config={**{c: number(format="%.3f") for c in ("accuracy_a", "accuracy_b", "f1_a", "f1_b")},
-                                    "delta_accuracy": number("change in accuracy", format="%+.3f"),
-                                    "delta_f1": number("change in F1", format="%+.3f"), "b": number("broken"),
-                                    "c": number("fixed"), "p_value": number("McNemar p", format="%.4f"),
-                                    "p_holm": number("Holm p", format="%.4f")})
-        st.plotly_chart(charts.comparison_chart(table, "f1", wb.vocab.names(), str(run_a), str(run_b)), key="runs-compare")
+        cmp = state.read(wb, "compare_view", run_a, run_b)
+        table, counts, names = cmp["table"], cmp["counts"], wb.vocab.names()
+        significant = table[table["significant"]]
+        m = st.columns(3)
+        m[0].metric("Macro F1 (both runs' reports)", components.pct(cmp["macro_f1_b"]),
+                    f"{cmp['macro_f1_b'] - cmp['macro_f1_a']:+.3f} from run {run_a}")
+        m[1].metric("Labels significantly better / worse", f"{int((significant['verdict'] == 'better').sum())} / "
+                    f"{int((significant['verdict'] == 'worse').sum())}", help="McNemar exact test, Holm-adjusted over labels")
+        m[2].metric("Fixed / broken items", f"{int(table['c'].sum())} / {int(table['b'].sum())}")
+        _explain_numbers(cmp, counts, run_a, run_b)
+        only = st.toggle("Only labels that changed", value=True, key=state.widget_key("only-changed"))
+        shown = table[table["changed"]] if only else table
+        st.caption(f"{len(shown)} of {len(table)} labels · sorted by change: significant first, then the largest change "
+                   "in F1 · shaded rows are significant (blue better, orange worse)")
+        st.dataframe(_compare_table(shown, names), hide_index=True, height=min(38 + 35 * max(len(shown), 1), 420))
+        if len(shown):
+            st.plotly_chart(charts.delta_chart(shown, names), key="runs-compare")
         st.caption("Left out: " + "; ".join(f"{k}: {v}" for k, v in cmp["excluded"].items()))
-        _cases(cmp["cases"], run_a, run_b)
+        _cases(cmp["cases"], run_a, run_b, names)
 
 
-def _cases(cases, run_a: int, run_b: int) -> None:
+def _explain_numbers(cmp: dict, counts: dict, run_a: int, run_b: int) -> None:
+    """Why the macro F1 here can differ from the Metrics tab: which reports and labels each counts."""
+    alone = counts["alone"]
+    st.caption(
+        f"Here both runs are scored on the same {counts['reports']} reports and {counts['labels']} labels: reports used as "
+        f"few-shot examples in either prompt version are left out ({counts['leaked_either']}), and macro F1 is the mean of "
+        f"the per-label F1 that is defined in each run. The Metrics tab scores each run alone, leaving out only its own "
+        f"version's examples: run {run_a} macro F1 {components.pct(alone['a']['macro_f1'])} on {alone['a']['reports']} "
+        f"reports, run {run_b} {components.pct(alone['b']['macro_f1'])} on {alone['b']['reports']} reports. "
+        f"Per-label 'items' count (report, label) pairs with a settled reference and an answer from both runs.")
+
+
+def _compare_table(table, names: dict):
+    """Readable columns, 3 decimals, the verdict next to the label, significant rows shaded."""
+    out = pd.DataFrame({
+        "label": [names.get(lab, lab) for lab in table.index],
+        "verdict": table["verdict"].to_numpy(),
+        "change in F1": table["delta_f1"].to_numpy(),
+        "95% interval": [f"[{lo:+.3f}, {hi:+.3f}]" if lo == lo else "n/a"
+                         for lo, hi in zip(table["delta_f1_lo"], table["delta_f1_hi"])],
+        "F1 before": table["f1_a"].to_numpy(), "F1 after": table["f1_b"].to_numpy(),
+        "change in accuracy": table["delta_accuracy"].to_numpy(),
+        "fixed": table["c"].to_numpy(), "broken": table["b"].to_numpy(),
+        "McNemar p": table["p_value"].to_numpy(), "Holm p": table["p_holm"].to_numpy(), "items": table["n"].to_numpy(),
+    })
+    shade = {"better": "background-color: #CCE3F0", "worse": "background-color: #F9DCC4"}
+    return (out.style.apply(lambda row: [shade.get(row["verdict"], "")] * len(row), axis=1)
+            .format({"change in F1": "{:+.3f}", "change in accuracy": "{:+.3f}", "F1 before": "{:.3f}",
+                     "F1 after": "{:.3f}", "McNemar p": "{:.3f}", "Holm p": "{:.3f}"}, na_rep="n/a"))
+
+
+def _cases(cases, run_a: int, run_b: int, names: dict) -> None:
     """Fixed and broken cases; one click opens one in the Disagreements page."""
-    st.markdown(f"**{int((cases['change'] == 'fixed').sum())} fixed, {int((cases['change'] == 'broken').sum())} broken**")
+    st.markdown(f"**{int((cases['change'] == 'fixed').sum())} fixed, {int((cases['change'] == 'broken').sum())} broken**"
+                " · click a row to open the case with both runs' answers and the prompt change")
     if cases.empty:
         return
-    event = st.dataframe(cases, hide_index=True, on_select="rerun", selection_mode="single-row",
+    shown = cases.assign(label=cases["label"].map(names)).rename(columns={
+        "value_a": f"run {run_a} (before)", "value_b": f"run {run_b} (after)"})
+    event = st.dataframe(shown, hide_index=True, on_select="rerun", selection_mode="single-row",
                          key=state.widget_key("cases-table"), height=240)
     picked = event.selection.rows if event else []
     options = list(range(len(cases)))
-    choice = st.selectbox("Case", options, format_func=lambda i: " · ".join(map(str, cases.iloc[i][["change", "report", "label"]])))
+    choice = st.selectbox("Case", options, format_func=lambda i: " · ".join(
+        [cases["change"].iloc[i], str(cases["report"].iloc[i]), names.get(cases["label"].iloc[i], cases["label"].iloc[i])]))
     if picked or st.button("Open in Disagreements", key=state.widget_key("open-case")):
         row = cases.iloc[picked[0] if picked else choice]
         run = run_a if row["change"] == "fixed" else run_b  # where it was a disagreement
-        state.switch_to("disagreements", {state.CASE: (run, row["report"], row["label"])})
+        state.switch_to("disagreements", {state.CASE: (run, row["report"], row["label"], (run_a, run_b))})

@@ -17,7 +17,7 @@ def render(wb) -> None:
     components.help_line("The model that labels, how many calls run at once, the reference rule, and the endpoints "
                          "report text may be sent to. Changes apply to new runs.")
     cfg = wb.config
-    st.caption(f"Reference rule now: {wb.rule().describe()} · study file: {wb.paths.config}")
+    st.caption(components.md(f"Reference rule now: {wb.rule().describe()} · study file: {wb.paths.config}"))
     lab, rule = dict(cfg.labeller), dict(cfg.reference)
     with st.form(state.widget_key("settings")):
         st.markdown("**Labelling model**")
@@ -42,13 +42,13 @@ def render(wb) -> None:
     settings = {key: value for key, value in settings.items() if value is not None}
     allowed = [line.strip() for line in endpoints.splitlines() if line.strip()]
     if settings["model"].startswith(RULES_MODEL):
-        st.info(f"{settings['model']} is a rule-based baseline, not an LLM. Report text stays on this machine.")
+        st.info(components.md(f"{settings['model']} is a rule-based baseline, not an LLM. Report text stays on this machine."))
     elif is_local_model(settings):
-        st.info(f"Report text goes to {endpoint_label(settings)}, on this machine.")
+        st.info(components.md(f"Report text goes to {endpoint_label(settings)}, on this machine."))
     else:
-        st.warning(f"Report text will be sent to {endpoint_label(settings)}. Make sure your governance allows it.")
+        st.warning(components.md(f"Report text will be sent to {endpoint_label(settings)}. Make sure your governance allows it."))
     if not endpoint_allowed(allowed, settings):
-        st.error(f"{endpoint_label(settings)} is not among the allowed endpoints: runs will be refused until an admin adds it.")
+        st.error(components.md(f"{endpoint_label(settings)} is not among the allowed endpoints: runs will be refused until an admin adds it."))
     if submitted:
         cfg.labeller = settings
         cfg.reference = {"rule": kind, "k": int(k), "n": int(n)} if kind == "at_least" else {"rule": kind, "n": int(n)}
