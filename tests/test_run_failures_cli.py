@@ -39,6 +39,9 @@ def test_closed_port_stops_early_and_exits_nonzero_with_the_cause(small_study):
     run = small_study.run_info(run_id)
     assert run.status == "incomplete" and run.calls_made < ALL_CALLS / 4  # not every call was tried
     assert f"`workbench run --resume {run_id}`" in result.output
+    metrics = CliRunner().invoke(main, ["metrics", str(run_id), "--study", str(small_study.root)])
+    assert metrics.exit_code == 0 and "nan" not in metrics.output  # an all-failed run has no silent or NaN F1
+    assert "macro F1 undefined" in metrics.output and f"--retry-failed {run_id}" in metrics.output
 
 
 @pytest.mark.parametrize("behaviour,kind,example", [

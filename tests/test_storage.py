@@ -290,11 +290,12 @@ def test_a_version_1_database_migrates_to_the_chain_and_disabled_accounts(any_st
         conn.execute(text("DELETE FROM meta WHERE key = 'audit_head'"))
         conn.execute(text("UPDATE meta SET value = '1' WHERE key = 'schema_version'"))
     applied = db.migrate(any_study.engine)
-    assert [a.split(":")[0] for a in applied][-2:] == ["20", "21"]
+    assert {"20", "21"} <= {a.split(":")[0] for a in applied}  # later versions (other tables) may follow
     assert "disabled" in {c["name"] for c in sa_inspect(any_study.engine).get_columns("user")}
     with any_study.session() as s:
         assert q.verify_audit(s)["ok"]
         assert not q.get_user(s, "boss").disabled
+
 
 def test_cohort_roles_splits_looks_proposals_optimisations(any_study):
     with any_study.session() as s:

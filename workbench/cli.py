@@ -391,8 +391,12 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous, wide):
     if fmt == "table":
         a, b = ev.averages, ev.bootstrap
         click.echo("")
-        say(f"macro F1 {a['macro_f1']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}] (bootstrap over reports, {b['n_resamples']} resamples, seed {b['seed']}); "
-            f"macro accuracy {a['macro_accuracy']:.3f}; micro F1 {a['micro_f1']:.3f}")
+        if a["macro_f1"] != a["macro_f1"]:  # NaN: no pair could be scored (e.g. every call failed)
+            say(f"macro F1 undefined: no (report, label) pair has both a labeller answer and a decided reference; failed "
+                f"calls are left out, never counted as 0. Fix the cause, then `workbench run --retry-failed {run_id}`.")
+        else:
+            say(f"macro F1 {a['macro_f1']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}] (bootstrap over reports, {b['n_resamples']} "
+                f"resamples, seed {b['seed']}); macro accuracy {a['macro_accuracy']:.3f}; micro F1 {a['micro_f1']:.3f}")
         say(f"intervals: {ci}; * = undefined (no positives on either side), policy: {zero_division}")
         say("left out: " + "; ".join(f"{k}: {v}" for k, v in ev.excluded.items()))
 
@@ -949,14 +953,16 @@ def score(bundle_path, reference, generated, model, api_base, allow, study, out,
     echo_table(result.summary().rename(columns=SCORE_SHORT), columns=SCORE_COLUMNS)
     for name, g in result.generators.items():
         r = g.ran_score
-        if r.get("no_score"):
-            title = f"{name}: NO SCORE: {r['no_score']}"
+        click.echo("")
+        if r.get("no_score"):  # whole lines, never wrapped into a table title: scripts and people grep them
+            click.echo(f"== {name}: NO SCORE: {r['no_score']} ==")
+            title = f"{name}: per label (no score)"
         else:
             left_out = "" if r["pairs_scored"] == r["pairs_total"] else (
                 f" over {r['pairs_scored']} of {r['pairs_total']} (report, label) pairs: {r['failed_generated']} generated and "
                 f"{r['failed_reference']} reference extractions failed and are left out")
-            title = f"{name}: Ran Score {r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]{left_out}"
-        click.echo("")
+            click.echo(f"== {name}: Ran Score {r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]{left_out} ==")
+            title = f"{name}: per label"
         echo_table(g.per_label.reset_index(), title=title,
                    columns=["label", "support", "tp", "fp", "fn", "precision", "recall", "f1", "failed_generated", "failed_reference"])
     click.echo("")
@@ -1090,7 +1096,9 @@ def split_compare(wb, run_a, run_b, fmt):
     cols = ["f1_a", "f1_b", "delta_f1", "b", "c", "p_value", "verdict"]
     frame = pd.concat({part: r["table"][cols] for part, r in result.items()}, axis=1)
     frame.columns = [f"{p} {c}" for p, c in frame.columns]
-    echo_table(frame.reset_index().round(4), fmt)
+    frame.index.name = "label"
+    echo_table(frame.reset_index().round(3), fmt,  # 100 columns: the change and verdict per part (CSV/JSON: all)
+               columns=["label", "tuning delta_f1", "tuning verdict", "validation delta_f1", "validation verdict"])
     if fmt == "table":
         from workbench.services.optimising import fmt_figure as f
 

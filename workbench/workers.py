@@ -64,6 +64,9 @@ def complete_all_workers(
             proc.join(timeout=30)
             if proc.is_alive():
                 proc.kill()
+        for q in (tasks, results):  # chunks nobody took (a cancel) must not keep this process from exiting
+            q.cancel_join_thread()
+            q.close()
 
 
 def _collect(by_key: dict, procs: list, results, on_result, cancel, stop) -> None:

@@ -56,6 +56,17 @@ class RunSummary:
                 + (f" ({', '.join(f'{k}: {v}' for k, v in self.failure_kinds.items())})" if self.failure_kinds else ""))
 
 
+class AnyEvent:
+    """Set as soon as any of its events is set (what the engines ask through is_set())."""
+
+    def __init__(self, *events: threading.Event | None) -> None:
+        self._events = [e for e in events if e is not None]
+
+    def is_set(self) -> bool:
+        """True when any event is set."""
+        return any(e.is_set() for e in self._events)
+
+
 @dataclass
 class Progress:
     """Progress of a run for a bar: done of total, with counts so far."""
@@ -446,6 +457,7 @@ class RunsService:
             pending.clear()
 
         streak = {"kind": None, "n": 0, "ok": False}
+        halt = AnyEvent(stop, cancel)  # the caller's cancel is seen at once, not at the lease's next beat
 
         def on_result(req, res) -> None:
             rows = self._prediction_rows(req, res.text, res)
@@ -468,14 +480,14 @@ class RunsService:
 
         try:
             if todo:
-                self._engine(cfg)(todo, cfg, on_result, stop)
+                self._engine(cfg)(todo, cfg, on_result, halt)
         finally:
             flush()  # also when the engine raised: what was answered is kept
         if lease.lost:  # another executor took the run over (our lease had expired): it sets the status
             summary.status = "stopped: another executor took the run over"
             summary.seconds = time.monotonic() - started
             return summary
-        return self._finish(run_id, labels, len(reports), summary, started, stop)
+        return self._finish(run_id, labels, len(reports), summary, started, halt)
 
     early_stop_after = 5  # identical endpoint failures in a row, with no success, that stop a run
 

@@ -141,6 +141,7 @@ def parts_history_chart(history: pd.DataFrame) -> go.Figure:
                          marker_color=COLOURS["fn"], opacity=0.5, yaxis="y2"))
     fig.update_layout(title="Macro F1 on tuning and validation", yaxis={"title": "Macro F1"},
                       yaxis2={"title": "gap", "overlaying": "y", "side": "right"}, legend={"orientation": "h"})
+    return fig
 
 
 def delta_chart(table: pd.DataFrame, names: dict | None = None, metric: str = "f1") -> go.Figure:
