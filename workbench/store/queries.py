@@ -512,6 +512,12 @@ def cached_calls(session: Session, keys: Iterable[str]) -> dict[str, CachedCall]
     keys = list(set(keys))
     out: dict[str, CachedCall] = {}
     sql_cols = ", ".join(CACHE_COLUMNS)
+    if session.connection().dialect.name == "postgresql":
+        # one join against the key array: a long IN list is compared row by row when the planner has no
+        # statistics yet (a table filled in the same session), 0.9 s per 900 keys at 43,000 rows
+        sql = (f"SELECT {', '.join('c.' + c for c in CACHE_COLUMNS)} FROM callcache c "
+               "JOIN unnest(?::text[]) AS k(key) ON c.key = k.key")
+        return {row[0]: CachedCall(*row) for row in _raw_rows(session, sql, (keys,))}
     for i in range(0, len(keys), 900):  # SQLite's bound-parameter limit
         chunk = keys[i:i + 900]
         sql = f"SELECT {sql_cols} FROM callcache WHERE key IN ({', '.join('?' * len(chunk))})"
