@@ -46,6 +46,7 @@ def prepare(folder: Path, n_reports: int = 3000) -> Path:
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(study, work)
     wb = Workbench(work)
+    wb.migrate()  # a study built by an older workbench is brought up to date first
     wb.add_user("bench-admin", "admin", "admin-password-1")
     wb = wb.as_actor(wb.actor_for("bench-admin"))
     wb.add_user(READER[0], "reader", READER[1])
