@@ -251,8 +251,20 @@ def test_no_route_sends_a_byte_to_a_forbidden_address(local_bundle, forbidden, m
             wb.robustness(bundle, PAIRS, model="openai/gpt-4o-mini")
         refused.append(str(err.value))
 
+    # 7. suggestions from the model proposer (the tuning part's failing cases and notes go in its one call)
+    wb.split_cohort("dev", validation=0.3, seed=0)
+    first_run = int(wb.runs("dev")["id"].min())
+    with monkeypatch.context() as env:
+        env.setenv("OPENAI_API_KEY", "sk-secret")
+        env.setenv("OPENAI_BASE_URL", forbidden.url + "/v1")
+        expect_refusal(cli("suggest", "edema", "--run", str(first_run), "--proposer", "llm", "--model", "openai/gpt-4o-mini",
+                           *study), re.escape(f"may not be sent to {forbidden.url}/v1 ($OPENAI_BASE_URL)"))
+    with pytest.raises(StudyError, match=re.escape(forbidden.url)) as err:
+        wb.suggest("edema", run_id=first_run, proposer="llm", model="openai/fake", api_base=forbidden.url + "/v1")
+    refused.append(str(err.value))
+
     assert (forbidden.connections, forbidden.bytes) == (0, 0)
-    assert len(refused) == 26 and all(refused)  # the attempts counted in the README's Security paragraph
+    assert len(refused) == 28 and all(refused)  # the attempts counted in the README's Security paragraph
 
 
 # ---------------------------------------------------------------- item 1: the endpoint checked is the one used
