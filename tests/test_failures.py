@@ -168,3 +168,6 @@ def test_a_file_system_error_names_the_path_in_one_line(small_study, tmp_path, m
     result = CliRunner().invoke(main, ["freeze", "--name", "v1", "--study", str(small_study.root)])
     assert result.exit_code == 1 and result.output.startswith("error: ") and result.output.count("\n") == 1
     assert "bundles" in result.output and "Traceback" not in result.output
+    (small_study.root / "bundles").unlink()  # the failed freeze left no tag behind: the name is still free
+    again = CliRunner().invoke(main, ["freeze", "--name", "v1", "--study", str(small_study.root)])
+    assert again.exit_code == 0 and (small_study.root / "bundles" / "v1.json").exists(), again.output

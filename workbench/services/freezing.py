@@ -84,9 +84,13 @@ class FreezeService:
                                    f"sha256 {bundle_mod.content_sha256(content)}", self.actor.identity())
         except PromptRepoError as exc:
             raise StudyError(str(exc)) from exc
-        json_path, yaml_path, sha = bundle_mod.write_bundle(self.paths.bundles, content)
-        with self.session() as s:
-            q.add_audit(s, self.actor.user, "freeze", "bundle", name, None, {"sha256": sha, "commit": commit, "run": run.id})
+        try:
+            json_path, yaml_path, sha = bundle_mod.write_bundle(self.paths.bundles, content)
+            with self.session() as s:
+                q.add_audit(s, self.actor.user, "freeze", "bundle", name, None, {"sha256": sha, "commit": commit, "run": run.id})
+        except BaseException:
+            prompt_repo.delete_tag(self.paths.prompts, name)  # no bundle, no tag: the name stays free to use
+            raise
         return {"name": name, "sha256": sha, "json": json_path, "yaml": yaml_path, "commit": commit, "run": run.id}
 
     def bundle_content(self, name: str, commit: str, run, frozen_at: str, ci: str = "wilson") -> dict:

@@ -279,6 +279,13 @@ def create_tag(path: Path, name: str, ref: str, message: str, author: tuple[str,
         return commit.hexsha
 
 
+def delete_tag(path: Path, name: str) -> None:
+    """Remove a tag (only to undo a freeze whose bundle could not be written)."""
+    with write_lock(path), open_repo(path) as repo:
+        if name in [t.name for t in repo.tags]:
+            repo.delete_tag(repo.tags[name])
+
+
 def tag_info(path: Path, name: str) -> tuple[str, str] | None:
     """(commit sha, annotated tag message) of a tag, None when there is no such tag."""
     with open_repo(path) as repo:
