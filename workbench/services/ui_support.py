@@ -38,6 +38,15 @@ def reading_pace(saved_at, remaining: int) -> dict:
 class UISupportService:
     """Reports to read, a reader's own queue, readers, robustness with the study's cache."""
 
+    def start_run_detached(self, cohort: str, on_progress=None, cancel=None, **run_kwargs):
+        """start_run in its own process (services/background.py): the app stays responsive."""
+        from workbench.services.background import start_run_in_process
+
+        self.require("run")
+        return start_run_in_process(self.root, self.actor, on_progress=on_progress, cancel=cancel, cohort=cohort,
+                                    **run_kwargs)
+
+
     def readers(self) -> list[str]:
         """Every reader id known to the study (for choosing a name in local mode)."""
         with self.session() as s:

@@ -75,8 +75,9 @@ def _start(wb) -> None:
         labels = st.multiselect("Labels (none = all)", wb.vocab.asked_ids, format_func=wb.vocab.names().get)
         submitted = st.form_submit_button("Start run", type="primary")
     if submitted:
-        worker = wb.as_actor(wb.actor)  # a plain view for the worker thread (no per-rerun memo)
-        state.start_job("run", f"run on {cohort}", lambda j: worker.start_run(
+        worker = wb.as_actor(wb.actor)  # a plain view for the waiting thread (no per-rerun memo)
+        # the run itself goes to its own process: the server (every page, every user) stays responsive
+        state.start_job("run", f"run on {cohort}", lambda j: worker.start_run_detached(
             cohort, prompt_ref=ref, model=model.strip() or None, labels=labels or None,
             on_progress=lambda p: setattr(j, "progress", p), cancel=j.cancel), on_done=lambda: state.bump(wb))
         st.rerun()
