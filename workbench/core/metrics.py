@@ -364,14 +364,27 @@ def _resampled_counts(t: np.ndarray, p: np.ndarray, n_resamples: int, seed: int)
     A resample's counts are its report weights @ the indicators, so 1,000 resamples are a few
     matrix products instead of 1,000 x labels metric calls.
     """
-    n_rows, n_labels = t.shape
-    indicators = _indicators(t, p)
+    n_labels = t.shape[1]
+    for counts in _resampled_sums(_indicators(t, p), n_resamples, seed):
+        yield counts[:, :n_labels], counts[:, n_labels : 2 * n_labels], counts[:, 2 * n_labels :]
+
+
+def _resampled_sums(indicators: np.ndarray, n_resamples: int, seed: int):
+    """Yield (resamples, columns) sums of the indicator columns over seeded report resamples, in chunks."""
+    n_rows = indicators.shape[0]
     rng = np.random.default_rng(seed)
     chunk = max(1, _BOOTSTRAP_CELLS // max(n_rows, 1))
     for start in range(0, n_resamples, chunk):
         size = min(chunk, n_resamples - start)
-        counts = _resample_weights(rng, n_rows, size) @ indicators if n_rows else np.zeros((size, 3 * n_labels))
-        yield counts[:, :n_labels], counts[:, n_labels : 2 * n_labels], counts[:, 2 * n_labels :]
+        yield _resample_weights(rng, n_rows, size) @ indicators if n_rows else np.zeros((size, indicators.shape[1]))
+
+
+def _percentile_bounds(parts: list[np.ndarray], n_labels: int, alpha: float) -> tuple:
+    """Per-column percentile interval of resampled values; undefined (NaN) resamples left out."""
+    samples = np.vstack(parts) if parts else np.zeros((0, n_labels))
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a label undefined in every resample gives NaN bounds
+        return np.nanquantile(samples, [alpha / 2, 1 - alpha / 2], axis=0) if len(samples) else (np.nan, np.nan)
 
 
 def bootstrap_macro_f1(
@@ -440,10 +453,7 @@ def bootstrap_label_f1(
     _check_alpha(alpha)
     t, p = _aligned(_by_report_id(y_true), y_pred, names=("y_true", "y_pred"))
     parts = [_f1(tp, fp, fn, ZeroDivisionPolicy.UNDEFINED)[0] for tp, fp, fn in _resampled_counts(t, p, n_resamples, seed)]
-    samples = np.vstack(parts) if parts else np.zeros((0, t.shape[1]))
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # an all-undefined label gives NaN bounds
-        lo, hi = np.nanquantile(samples, [alpha / 2, 1 - alpha / 2], axis=0) if len(samples) else (np.nan, np.nan)
+    lo, hi = _percentile_bounds(parts, t.shape[1], alpha)
     return pd.DataFrame({"f1_lo": lo, "f1_hi": hi}, index=pd.Index(y_true.columns, name="label"))
 
 
@@ -699,20 +709,11 @@ def bootstrap_delta_f1(
     t, a, b = _aligned(y_true, pred_a, pred_b, names=("y_true", "pred_a", "pred_b"))
     missing = np.isnan(t) | np.isnan(a) | np.isnan(b)
     t, a, b = (np.where(missing, np.nan, m) for m in (t, a, b))
-    indicators = np.hstack([_indicators(t, a), _indicators(t, b)])
-    n_rows, n_labels = t.shape
-    rng = np.random.default_rng(seed)
-    chunk = max(1, _BOOTSTRAP_CELLS // max(n_rows, 1))
+    k = t.shape[1]
     parts = []
-    for start in range(0, n_resamples, chunk):
-        size = min(chunk, n_resamples - start)
-        counts = _resample_weights(rng, n_rows, size) @ indicators
-        k = n_labels
+    for counts in _resampled_sums(np.hstack([_indicators(t, a), _indicators(t, b)]), n_resamples, seed):
         f1_a = _f1(counts[:, :k], counts[:, k:2 * k], counts[:, 2 * k:3 * k], ZeroDivisionPolicy.UNDEFINED)[0]
         f1_b = _f1(counts[:, 3 * k:4 * k], counts[:, 4 * k:5 * k], counts[:, 5 * k:], ZeroDivisionPolicy.UNDEFINED)[0]
         parts.append(f1_b - f1_a)
-    samples = np.vstack(parts) if parts else np.zeros((0, n_labels))
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a label undefined in every resample gives NaN bounds
-        lo, hi = np.nanquantile(samples, [alpha / 2, 1 - alpha / 2], axis=0) if len(samples) else (np.nan, np.nan)
+    lo, hi = _percentile_bounds(parts, k, alpha)
     return pd.DataFrame({"delta_f1_lo": lo, "delta_f1_hi": hi}, index=pd.Index(y_true.columns, name="label"))
