@@ -14,6 +14,7 @@ import pytest
 from workbench.core.prompts import TEMPORAL_KEYS
 from workbench.services import Actor, PermissionDenied
 from workbench.study import StudyError
+from workbench.store import queries as q
 
 ANN = Actor("ann", "prompt_engineer", name="Ann Smith", email="ann@example.org")
 LEAKAGE = "reports used as few-shot examples (leakage)"
@@ -128,6 +129,27 @@ def test_committed_example_is_left_out_of_evaluation(ann, run_id):
     assert int(after.table.loc["consolidation", "support"]) == 0  # s3 was its only positive
     # the old version's run is unaffected by a later version's examples
     assert ann.evaluate_run(run_id).excluded[LEAKAGE] == 0
+
+
+def test_example_record_falls_back_to_git_and_is_not_blinded(ann, run_id, small_study):
+    """Runs from before the example record (or any missing row) read Git once; a reader who
+    evaluates first must not record their blinded copy for everyone."""
+    from sqlalchemy import delete
+
+    from workbench.store.tables import PromptVersionExamples
+
+    ann.add_example_from_case("s3", "consolidation", "present", run_id=run_id)
+    ann.commit_drafts(["consolidation"], "Example from s3")
+    run2 = ann.start_run("dev").run_id
+    commit = ann.run_info(run2).prompt_commit
+    with ann.session() as s:
+        s.execute(delete(PromptVersionExamples))  # as in a study older than the record
+    reader = small_study.as_actor(Actor("r1", "reader"))  # r1 has not finished s3
+    assert reader.prompt_set(commit).example_report_ids() == set()  # the reader's copy is blinded
+    assert reader._version_examples(commit) == {"s3"}
+    with ann.session() as s:
+        assert q.version_examples(s, commit) == {"s3"}
+    assert ann.evaluate_run(run2).excluded[LEAKAGE] == 1
 
 
 @pytest.mark.parametrize("role", ["reader", "adjudicator"])

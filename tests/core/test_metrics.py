@@ -597,3 +597,12 @@ def test_bootstrap_delta_f1_matches_a_paired_sklearn_loop():
         lo, hi = np.quantile(deltas, [0.025, 0.975])
         assert (got.loc[label, "delta_f1_lo"], got.loc[label, "delta_f1_hi"]) == pytest.approx((lo, hi))
     assert (got["delta_f1_lo"] > 0).any(), "run B is clearly better on some label"
+
+
+def test_tabled_normal_critical_values_are_scipys_bit_for_bit():
+    """The critical values kept as constants (so `metrics` need not import scipy) are ndtri's exactly."""
+    from scipy import special
+
+    for alpha, crit in metrics._NORMAL_CRIT.items():
+        assert crit == -special.ndtri(alpha / 2.0)
+    assert metrics._normal_crit(0.1) == -special.ndtri(0.05)  # an untabled alpha still goes to scipy

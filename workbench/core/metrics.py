@@ -26,7 +26,22 @@ from enum import StrEnum
 
 import numpy as np
 import pandas as pd
-from scipy import special  # scipy.stats costs ~0.5 s more to import: only McNemar needs it
+# scipy.special and scipy.stats are imported where used (_special()): `metrics` with the default
+# 95% Wilson intervals needs neither, and importing scipy is a sizeable part of a cold start.
+_NORMAL_CRIT = {0.05: 1.9599639845400545}  # -scipy.special.ndtri(alpha / 2), bit for bit (tested)
+
+
+def _special():
+    """scipy.special, imported on first use."""
+    from scipy import special
+
+    return special
+
+
+def _normal_crit(alpha: float) -> float:
+    """Two-sided standard normal critical value, -ndtri(alpha/2) (the usual alpha from the table)."""
+    crit = _NORMAL_CRIT.get(alpha)
+    return crit if crit is not None else float(-_special().ndtri(alpha / 2.0))
 
 __all__ = [
     "ZeroDivisionPolicy",
@@ -116,7 +131,7 @@ def proportion_ci_arrays(
 def _wilson(k: np.ndarray, n: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     # Same operations in the same order as statsmodels, so results agree to the last bit.
     q = k / n
-    crit = -special.ndtri(alpha / 2.0)  # = stats.norm.isf, bit for bit
+    crit = _normal_crit(alpha)  # = stats.norm.isf, bit for bit
     crit2 = crit**2
     denom = 1 + crit2 / n
     center = (q + crit2 / (2 * n)) / denom
@@ -125,6 +140,7 @@ def _wilson(k: np.ndarray, n: np.ndarray, alpha: float) -> tuple[np.ndarray, np.
 
 
 def _clopper_pearson(k: np.ndarray, n: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    special = _special()
     lo = special.betaincinv(k, n - k + 1, alpha / 2.0)  # = stats.beta.ppf
     hi = special.betainccinv(k + 1, n - k, alpha / 2.0)  # = stats.beta.isf
     # The beta quantiles are NaN at the edges, where the exact bounds are 0 and 1.
@@ -420,6 +436,7 @@ def bootstrap_macro_f1(
         # share of resamples below the estimate (ties half), kept off 0 and 1 so z0 stays finite
         share = (np.sum(finite < estimate) + 0.5 * np.sum(finite == estimate)) / finite.size
         share = min(max(share, 1 / (finite.size + 1)), finite.size / (finite.size + 1))
+        special = _special()
         z0 = special.ndtri(share)  # ndtri/ndtr are stats.norm.ppf/cdf
         q_lo = float(special.ndtr(2 * z0 + special.ndtri(alpha / 2)))
         q_hi = float(special.ndtr(2 * z0 + special.ndtri(1 - alpha / 2)))
@@ -539,6 +556,7 @@ def mcnemar_power(n: int, p_broken: float, p_fixed: float, alpha: float, min_dis
 def _connor_size(p_broken: float, p_fixed: float, alpha: float, power: float) -> float:
     """Connor's (1987) normal-approximation sample size for McNemar's test (a starting point)."""
     psi, delta = p_broken + p_fixed, p_fixed - p_broken
+    special = _special()
     za, zb = -special.ndtri(alpha / 2), -special.ndtri(1 - power)  # = stats.norm.isf
     return (za * np.sqrt(psi) + zb * np.sqrt(psi - delta**2)) ** 2 / delta**2
 

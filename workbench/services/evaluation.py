@@ -9,6 +9,7 @@ left out, and every output says how many.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +19,8 @@ from workbench.core import agreement, metrics
 from workbench.core.prompts import render_joint_call, render_label_call
 from workbench.store import prompt_repo, queries as q
 from workbench.study import SIGNIFICANCE, StudyError
+
+_FULL_SHA = re.compile(r"[0-9a-f]{40}")  # a commit id, which names content that never changes
 
 
 @dataclass
@@ -76,8 +79,23 @@ class EvaluationService:
         """Report ids used as few-shot examples in any of the given prompt versions."""
         out: set[str] = set()
         for commit in commits:
-            out |= self.prompt_set(commit).example_report_ids()
+            out |= self._version_examples(commit)
         return out
+
+    def _version_examples(self, commit: str) -> set[str]:
+        """A prompt version's example report ids: from the database, else from Git (then recorded).
+
+        Read from the full prompt set, not a reader's blinded copy: the record is shared by everyone."""
+        if not _FULL_SHA.fullmatch(commit or ""):  # a ref like HEAD can move: never cached
+            return self.prompt_set(commit).example_report_ids()
+        with self.session() as s:
+            known = q.version_examples(s, commit)
+        if known is not None:
+            return known
+        ids = self.unblinded_prompt_set(commit).example_report_ids()
+        with self.session() as s:
+            q.put_version_examples(s, commit, ids)
+        return ids
 
     def evaluation_inputs(self, run_id: int, extra_commits: tuple[str, ...] = (),
                           reference: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict]:

@@ -269,11 +269,12 @@ class RunsService:
         self._check_model_name(settings)
         self._check_endpoint(settings)
         commit = self.prompt_commit(prompt_ref)
-        ps = self.prompt_set(commit)
+        ps = self.unblinded_prompt_set(commit)  # runners are never blinded; the example record is shared
         labels = self._check_labels(labels)
         cid = self.cohort_id(cohort)
         cfg = model_config(settings)
         with self.session() as s:
+            q.put_version_examples(s, commit, ps.example_report_ids())  # so evaluating needs no Git
             run = q.add_run(
                 s, cohort_id=cid, prompt_commit=commit, prompt_ref=prompt_ref or "HEAD", model=cfg.model,
                 params_json=json.dumps(self._run_params(cfg, settings), sort_keys=True), mode=mode or ps.task.mode,

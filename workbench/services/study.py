@@ -137,12 +137,14 @@ def _validate_prompt_files(files: dict[str, str], vocab: Vocabulary) -> PromptSe
 class StudyService:
     """A study opened for use; the CLI, the app and the tests all go through it."""
 
-    def __init__(self, root: Path, actor: Actor | None = None, engine=None):
+    def __init__(self, root: Path, actor: Actor | None = None, engine=None,
+                 config: StudyConfig | None = None, vocab: Vocabulary | None = None):
         self.root = Path(root).resolve()
         self.paths = StudyPaths(self.root)
-        self.config: StudyConfig = load_config(self.root)
+        self.config: StudyConfig = config or load_config(self.root)
         vocab_file = self.root / self.config.vocabulary
-        self.vocab: Vocabulary = load_vocabulary_file(vocab_file if vocab_file.exists() else find_vocabulary_file(self.config.vocabulary))
+        self.vocab: Vocabulary = vocab or load_vocabulary_file(
+            vocab_file if vocab_file.exists() else find_vocabulary_file(self.config.vocabulary))
         self.url = database_url(self.root, self.config)
         self.engine = engine or db.make_engine(self.url)
         self.actor = actor or Actor()
@@ -151,7 +153,7 @@ class StudyService:
 
     def as_actor(self, actor: Actor):
         """The same study (sharing its engine) acting as another user."""
-        return type(self)(self.root, actor=actor, engine=self.engine)
+        return type(self)(self.root, actor=actor, engine=self.engine, config=self.config, vocab=self.vocab)
 
     def migrate(self) -> list[str]:
         """Bring the database schema up to date; a workbench.yaml edited by hand is recorded in the audit trail."""
@@ -568,7 +570,7 @@ class StudyService:
     def prompt_set(self, ref_: str | None = None) -> PromptSet:
         """The parsed prompt set at a version (HEAD by default); a reader's copy lacks few-shot examples
         taken from reports they have not read yet (each carries its reference answer)."""
-        ps = _validate_prompt_files(prompt_repo.read_files(self.paths.prompts, ref_), self.vocab)
+        ps = self.unblinded_prompt_set(ref_)
         scope = self.blind_scope()
         if scope is None or not (ps.example_report_ids() - scope):
             return ps
@@ -577,6 +579,10 @@ class StudyService:
             if len(kept) != len(lp.examples):
                 ps = ps.with_label(replace(lp, examples=kept))
         return ps
+
+    def unblinded_prompt_set(self, ref_: str | None = None) -> PromptSet:
+        """The parsed prompt set at a version with every example: for bookkeeping the user never sees."""
+        return _validate_prompt_files(prompt_repo.read_files(self.paths.prompts, ref_), self.vocab)
 
     def prompt_commit(self, ref_: str | None = None) -> str:
         """Full commit sha of a prompt version."""

@@ -19,7 +19,7 @@ from workbench.store.tables import (
     Adjudication, AuditEvent, CallCache, Cohort, ErrorNote, Extraction, Flag, LoginFailure, Meta, Prediction,
     PromptDraft, Reader, Reading, Report, Run, User, UserToken,
 )
-from workbench.store.tables import CohortLook, Optimisation, Proposal, SplitMember
+from workbench.store.tables import CohortLook, Optimisation, PromptVersionExamples, Proposal, SplitMember
 
 CHUNK = 5000
 
@@ -869,3 +869,18 @@ def _raw_rows_write(session: Session, sql: str, params: tuple) -> None:
         cursor.execute(sql, params)
     finally:
         cursor.close()
+
+
+# ---------------------------------------------------------------- prompt versions
+
+
+def version_examples(session: Session, commit: str) -> set[str] | None:
+    """The few-shot example report ids recorded for a prompt commit, or None if not recorded yet."""
+    row = session.get(PromptVersionExamples, commit)
+    return None if row is None else set(json.loads(row.report_ids))
+
+
+def put_version_examples(session: Session, commit: str, report_ids: set[str]) -> None:
+    """Record a prompt commit's example report ids (first writer wins: the answer cannot differ)."""
+    _raw_insert(session, "promptversionexamples", ["prompt_commit", "report_ids"],
+                [(commit, json.dumps(sorted(report_ids)))], "ON CONFLICT (prompt_commit) DO NOTHING")

@@ -320,3 +320,11 @@ class WorkAssignment(SQLModel, table=True):
     reader_id: str = Field(max_length=100)
     assigned_by: str = Field(max_length=100)
     created_at: str = Field(max_length=40)
+
+
+class PromptVersionExamples(SQLModel, table=True):
+    """Which reports a prompt version uses as few-shot examples (a commit never changes, so this is
+    read from Git once; evaluation then needs no Git at all)."""
+
+    prompt_commit: str = Field(primary_key=True, max_length=64)
+    report_ids: str = Field(sa_column=Column(Text, nullable=False))  # JSON list, sorted

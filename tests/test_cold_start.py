@@ -1,0 +1,46 @@
+"""Cold starts: the everyday read commands import only what they use (issue 14, item 3).
+
+The figures live in bench/bench_cli.py; these tests pin the cause: a module that a command does
+not need must not be imported by it, so a refactor that pulls one back in fails here, not on a
+stopwatch.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ("scipy", "git", "litellm", "plotly", "streamlit", "statsmodels", "sklearn")
+
+PROBE = """
+import json, sys
+from workbench.cli import main
+try:
+    main(sys.argv[1:], standalone_mode=False)
+finally:
+    sys.stdout.flush()
+    print("\\nMODULES " + json.dumps(sorted({m.split('.')[0] for m in sys.modules})), file=sys.stderr)
+"""
+
+
+def _loaded(*argv: str) -> set[str]:
+    """Top-level modules loaded by one fresh `workbench ARGV` process."""
+    done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = [ln for ln in done.stderr.splitlines() if ln.startswith("MODULES ")][-1]
+    return set(json.loads(line.removeprefix("MODULES ")))
+
+
+def test_metrics_imports_no_statistics_git_or_model_libraries(small_study):
+    """`workbench metrics RUN` (Wilson intervals, bootstrap F1) needs neither scipy nor Git nor litellm."""
+    run = small_study.start_run("dev")
+    loaded = _loaded("metrics", str(run.run_id), "--study", str(small_study.paths.root))
+    assert "pandas" in loaded  # the probe really ran the command
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_help_imports_nothing_heavy():
+    """`workbench --help` loads neither pandas nor the database layer."""
+    loaded = _loaded("--help")
+    assert not loaded & {*HEAVY, "pandas", "sqlalchemy", "sqlmodel"}, sorted(loaded & {*HEAVY, "pandas", "sqlalchemy"})
