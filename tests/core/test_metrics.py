@@ -331,6 +331,10 @@ def test_bootstrap_interval_does_not_depend_on_the_order_of_the_reports(noisy):
     assert (shuffled["lo"], shuffled["hi"]) == (first["lo"], first["hi"])
     per_label = metrics.bootstrap_label_f1(y_true, y_pred, n_resamples=200, seed=3)
     pd.testing.assert_frame_equal(metrics.bootstrap_label_f1(y_true.iloc[order], y_pred.iloc[order], n_resamples=200, seed=3), per_label)
+    other = y_pred.iloc[::-1].copy()  # a second run: reversed rows, some answers flipped
+    other.iloc[::7] = 1 - other.iloc[::7]
+    delta = metrics.bootstrap_delta_f1(y_true, y_pred, other, n_resamples=200, seed=3)
+    pd.testing.assert_frame_equal(metrics.bootstrap_delta_f1(y_true.iloc[order], y_pred, other, n_resamples=200, seed=3), delta)
 
 
 def test_bootstrap_estimate_equals_macro_f1_and_sits_in_interval(complete_with_empty_label):
@@ -591,6 +595,7 @@ def test_bootstrap_delta_f1_matches_a_paired_sklearn_loop():
     pb = t.where(rng.random((90, 3)) > 0.1, 1 - t)
     got = metrics.bootstrap_delta_f1(t, pa, pb, n_resamples=200, seed=7)
     draws = np.random.default_rng(7).integers(0, 90, size=(200, 90))
+    t, pa, pb = (f.rename(index=str).sort_index() for f in (t, pa, pb))  # drawn in report-id order
     for label in t.columns:
         y, a, b = (f[label].to_numpy() for f in (t, pa, pb))
         deltas = [f1_score(y[d], b[d]) - f1_score(y[d], a[d]) for d in draws]

@@ -724,7 +724,7 @@ def bootstrap_delta_f1(
     a cell missing in either run (failed call, waiting reference) counts in neither.
     """
     _check_alpha(alpha)
-    t, a, b = _aligned(y_true, pred_a, pred_b, names=("y_true", "pred_a", "pred_b"))
+    t, a, b = _aligned(_by_report_id(y_true), pred_a, pred_b, names=("y_true", "pred_a", "pred_b"))
     missing = np.isnan(t) | np.isnan(a) | np.isnan(b)
     t, a, b = (np.where(missing, np.nan, m) for m in (t, a, b))
     k = t.shape[1]
