@@ -250,6 +250,7 @@ def mine_candidates(lp: LabelPrompt, cases: pd.DataFrame, positives_text: list[s
     out: list[Candidate] = []
     cue_words = {w for phrases in (cues or DEFAULT_CUES).values() for p in phrases for w in _WORDS.findall(p.lower())}
     out += _look_for_candidates(lp, fn, positives_text, negatives_text, max_n, min_df, per_kind, cue_words)
+    out += _variant_candidates(lp, fn, min_df, cue_words)
     out += _exclusion_candidates(lp, fp, cases, max_n + 1, min_df, per_kind)
     out += _example_candidates(lp, fp, min_df)
     out += _positive_example_candidates(lp, fn, positives_text, negatives_text, min_df, cue_words)
@@ -294,6 +295,32 @@ def _look_for_candidates(lp, fn, pos_texts, neg_texts, max_n, min_df, per_kind, 
     for score, _, g in sorted(ranked, reverse=True)[:per_kind]:
         new = replace(lp, look_for=lp.look_for + (g,))
         out.append(Candidate("look_for", g, new))
+    return out
+
+
+def _variant_candidates(lp, fn, min_df: int, cue_words: set[str], gap: int = 2) -> list[Candidate]:
+    """A multi-word look-for phrase with a word or two inside it, as the missed reports write it.
+
+    "heart is enlarged" does not match "heart is mildly enlarged" (the labeller matches phrases word
+    for word), so the wording found in at least min_df missed reports becomes a look-for candidate.
+    """
+    df: Counter = Counter()
+    for phrase in lp.look_for:
+        words = _WORDS.findall(phrase.lower())
+        if len(words) < 2:
+            continue
+        filler = r"(?:\s+[a-z-]+){0,%d}\s+" % gap
+        pattern = re.compile(r"\b" + filler.join(re.escape(w) for w in words) + r"\w*\b")
+        for text in fn["text"]:
+            low = " ".join(_WORDS.findall(text.lower()))
+            df.update({m.group(0) for m in pattern.finditer(low)})
+    out = []
+    for variant, count in df.most_common():
+        if count < min_df:
+            break
+        if _covered(variant, lp) or any(w in cue_words or w == "xxxx" for w in variant.split()):
+            continue
+        out.append(Candidate("look_for", variant, replace(lp, look_for=lp.look_for + (variant,))))
     return out
 
 
@@ -607,9 +634,9 @@ def offline_propose(lp: LabelPrompt, tuning: Tuning, label_fn: LabelFn, candidat
             if not (f1 >= current_f1 and f > b and _acceptable(f, b, min_fixed, broken_ratio)
                     and _consistent(tuning, fixed, broken, cand.origin)):
                 continue
-            # best net gain; then what the notes asked for; then a phrase or rule before an example (an
+            # best net gain; then what a note or a phrase list asked for; then a phrase or rule before an example (an
             # example's report leaves evaluation); then the shorter phrase
-            key = (f - 2 * b, cand.origin == "note", "example" not in cand.kind, -len(cand.text.split()))
+            key = (f - 2 * b, cand.origin in OUTSIDE_ORIGINS, "example" not in cand.kind, -len(cand.text.split()))
             ranked.append((key, -order, cand, combined, new, f1))  # ties: the order mined
         ranked.sort(key=lambda r: r[:2], reverse=True)
         skip = max(level - 1, 0) if not used else 0  # the better single changes were turned down already
