@@ -572,10 +572,10 @@ def _repaired(cand: Candidate, base: LabelPrompt, tuning: Tuning, label_fn: "Lab
     df = Counter(g for c in clauses for g in _ngrams(c, 3) | {h for h in hedges if h in c})
     tp_low = [" ".join(_mention_sentences(tuning.texts[i], cand.prompt)).lower() for i in tp]
     existing = {p.lower() for p in base.look_for}
-    scored = sorted(((c - sum(g in t for t in tp_low), -len(g.split()), g) for g, c in df.items()
+    scored = sorted(((c - sum(g in t for t in tp_low), g in hedges, -len(g.split()), g) for g, c in df.items()
                      if c >= min_df and g not in existing and "'" not in g), reverse=True)
     prompt, pred, added = cand.prompt, flipped, []
-    for _, _, g in scored[:per_kind]:  # the labeller decides; the order only says what to try first
+    for *_, g in scored[:per_kind]:  # the labeller decides; the order only says what to try first
         rule = f"the report only mentions '{g}'"
         trial = replace(prompt, do_not_label_when=prompt.do_not_label_when + (rule,))
         rows = np.flatnonzero(pred == 1)
