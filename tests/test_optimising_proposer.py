@@ -214,3 +214,123 @@ def test_after_a_rejection_one_clean_change_then_the_next_best():
     assert second.edit.fields == {"look_for": ["cardiomegaly", "cardiac bulk"]}  # no policy flip at a safer level
     third, _ = _propose(CARDIO, rows, candidates(), level=3)
     assert third.status == "empty"
+
+
+# ---------------------------------------------------------------- in a study: rounds after a rejection, and what the proposer reads
+
+
+@pytest.fixture
+def quirk_study(tmp_path):
+    """A chestxray14 study where one mined phrase is a quirk of the tuning part.
+
+    Cardiomegaly is written "Cardiomegaly." (the starter prompt finds it), "The cardiac silhouette is
+    enlarged." (missed everywhere) and "Heart quirk noted." (missed; on tuning only ever with the
+    finding). On validation every report without the finding also says "Heart quirk noted.", so a
+    proposal that adds the quirk makes validation worse; the silhouette wording alone makes it better.
+    Validation texts carry "Quokka sign.", the test cohort's "Wombat sign.": neither may reach the proposer.
+    """
+    from test_optimising import LABELS14, _write
+
+    from workbench.core import splits
+    from workbench.services import init_study
+
+    ids = [f"r{i:03d}" for i in range(150)]
+    ref = pd.DataFrame({lab: [int(lab == "cardiomegaly" and i < 50) for i in range(150)] for lab in LABELS14}, index=ids)
+    parts = splits.stratified_split(ref, 0.3, 0)
+    counts = {"tuning": 0, "validation": 0}
+    rows = []
+    for rid in ids:
+        part = parts[rid]
+        if ref.loc[rid, "cardiomegaly"]:
+            k = counts[part]
+            counts[part] += 1
+            cut = (14, 28) if part == "tuning" else (6, 12)
+            text = ("Cardiomegaly." if k < cut[0] else "The cardiac silhouette is enlarged." if k < cut[1]
+                    else "Heart quirk noted.")
+        else:
+            text = "Lungs are clear." if part == "tuning" else "Heart quirk noted. Lungs are clear."
+        rows.append((rid, text + (" Quokka sign." if part == "validation" else "")))
+    assert counts == {"tuning": 35, "validation": 15}
+    wb = init_study(tmp_path / "study", vocab="chestxray14", rule={"rule": "majority", "n": 1})
+    reports, readings = _write(tmp_path, "dev", rows, ref)
+    wb.import_reports(reports, "dev")
+    wb.import_readings(readings)
+    test_rows = [(f"t{i}", "Heart quirk noted. Wombat sign.") for i in range(3)]
+    test_ref = pd.DataFrame({lab: [0] * 3 for lab in LABELS14}, index=[r for r, _ in test_rows])
+    t_reports, t_readings = _write(tmp_path, "test", test_rows, test_ref)
+    wb.import_reports(t_reports, "test")
+    wb.import_readings(t_readings)
+    wb.set_cohort_role("test", "test")
+    wb.split_cohort("dev", validation=0.3, seed=0)
+    wb.parts = parts
+    wb.first_run = wb.start_run("dev", labels=["cardiomegaly"]).run_id
+    return wb
+
+
+def test_a_rejected_label_gets_a_smaller_safer_proposal_next_round(quirk_study):
+    wb = quirk_study
+    report = wb.optimise(labels=["cardiomegaly"], rounds=3, proposer="offline")
+    first, second = report["rounds"][0], report["rounds"][1]
+    assert not first["changes"]
+    turned_down = [r for r in first["rejected"] if r["status"] == "validation worse"]
+    assert turned_down and any("quirk" in c for c in turned_down[0]["changes"])  # the quirk came with it
+    assert turned_down[0]["validation_f1"][1] < turned_down[0]["validation_f1"][0]
+    kept = second["changes"]
+    assert len(kept) == 1 and kept[0]["validation_f1"][1] > kept[0]["validation_f1"][0]
+    assert len(kept[0]["changes"]) == 1 and "quirk" not in kept[0]["changes"][0]  # one clean change
+    final = report["final_prompts"]["cardiomegaly"]["look_for"]
+    assert not any("quirk" in p for p in final)
+    assert report["end"]["validation"]["per_label"]["cardiomegaly"] == pytest.approx(24 / 27)  # 12 found, 3 missed
+
+
+def test_the_proposer_reads_and_labels_only_tuning_reports(quirk_study, monkeypatch):
+    """Every text the offline proposer mines or labels, over optimise rounds with a rejection and a
+    safer retry and a suggestion, is a tuning report's; validation and test are only measured."""
+    wb = quirk_study
+    seen: dict[str, list] = {"ids": [], "texts": []}
+    mine, propose = proposals.mine_candidates, proposals.offline_propose
+
+    def spy_mine(lp, cases, pos, neg, *args, **kw):
+        seen["ids"] += list(cases["report_id"])
+        seen["texts"] += list(cases["text"]) + list(pos) + list(neg)
+        return mine(lp, cases, pos, neg, *args, **kw)
+
+    def spy_propose(lp, tuning, fn, candidates, **kw):
+        seen["ids"] += list(tuning.ids)
+        seen["texts"] += list(tuning.texts)
+
+        def watched(prompt, texts):
+            seen["texts"].extend(texts)
+            return fn(prompt, texts)
+
+        return propose(lp, tuning, watched, candidates, **kw)
+
+    monkeypatch.setattr(proposals, "mine_candidates", spy_mine)
+    monkeypatch.setattr(proposals, "offline_propose", spy_propose)
+    wb.optimise(labels=["cardiomegaly"], rounds=3, proposer="offline")
+    wb.suggest("cardiomegaly", wb.first_run, proposer="offline")
+    tuning = {rid for rid, part in wb.parts.items() if part == "tuning"}
+    assert seen["texts"] and set(seen["ids"]) <= tuning
+    assert not any("quokka" in t.lower() or "wombat" in t.lower() for t in seen["texts"])
+
+
+def test_a_proposals_validation_cases_are_shown_as_counts_and_ids_never_text(quirk_study):
+    """Showing validation report text invites tuning to validation: the command line shows its fixed
+    and broken cases by id only (text and JSON output)."""
+    from click.testing import CliRunner
+
+    from workbench.cli import main
+
+    wb = quirk_study
+    outputs = []
+    for fmt in ("text", "json"):
+        result = CliRunner().invoke(main, ["suggest", "cardiomegaly", "--run", str(wb.first_run), "--proposer", "offline",
+                                           "--format", fmt, "--study", str(wb.root)])
+        assert result.exit_code == 0, result.output
+        outputs.append(result.output)
+    proposal = wb.proposal(int(wb.proposals("cardiomegaly")["id"].iloc[0]))
+    broken = proposal["evaluation"]["parts"]["validation"]["broken_cases"]
+    assert broken and all(wb.parts[r] == "validation" for r in broken)
+    for out in outputs:
+        assert broken[0] in out  # by id
+        assert "quokka" not in out.lower() and "lungs are clear" not in out.lower()  # never by text
