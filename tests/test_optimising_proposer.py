@@ -132,6 +132,32 @@ def test_hedge_flip_is_repaired_by_the_cues_the_reference_does_not_count():
     assert (after == tuning.reference).all()
 
 
+def test_hedge_convention_pooled_over_labels():
+    """How the reference treats each hedge cue, from every label's hedged mentions; too rare a cue is left out."""
+    clauses = ([("Probable small effusion", 1)] * 3 + [("Atelectasis versus scarring", 1)] * 2
+               + [("Nodule versus vessel", 0)] + [("Which could represent edema", 0)] * 3
+               + [("Concerning for pneumonia", 1), ("Concerning for a mass", 0)])
+    convention = proposals.hedge_convention(clauses, DEFAULT_CUES)
+    assert convention == {"probable": True, "versus": True, "could represent": False}
+    label = [("Probable effusion", 1), ("Could represent effusion", 0), ("Could represent effusion", 1)]
+    assert proposals.uncounted_hedges(convention, label) == ("could represent",)
+    assert proposals.uncounted_hedges(convention, [("Could represent effusion", 0)]) is None  # nothing to count
+    assert proposals.uncounted_hedges(convention, [("Probable effusion", 1)]) == ()
+
+
+def test_convention_candidate_counts_hedges_except_the_uncounted_cues():
+    lp = _lp("effusion", ["pleural effusion", "effusion"])
+    rows = [(rid, "Probable small pleural effusion.", 1) for rid in _ids((2, 2), "fn")]
+    rows += [(rid, "Blunting which could represent a pleural effusion.", 0) for rid in _ids((1, 1), "hedge")]
+    rows += [(rid, "Large pleural effusion.", 1) for rid in _ids((2, 2), "tp")]
+    tuning, cases = _tuning(rows, lp)
+    candidates = proposals.mine_candidates(lp, cases, [], [], cues=DEFAULT_CUES, uncounted_hedges=("could represent",))
+    convention = [c for c in candidates if c.origin == "hedge convention"]
+    assert [c.text for c in convention] == ["hedged wording: positive except 'could represent'"]
+    result = proposals.offline_propose(lp, tuning, label_fn, convention, cues=DEFAULT_CUES)
+    assert result.edit.fields == {"do_not_label_when": ["the report only mentions 'could represent'"], "hedged": "positive"}
+
+
 # ---------------------------------------------------------------- look-for variants
 
 

@@ -236,13 +236,16 @@ def _covered(phrase: str, lp: LabelPrompt) -> bool:
 
 def mine_candidates(lp: LabelPrompt, cases: pd.DataFrame, positives_text: list[str], negatives_text: list[str],
                     notes: pd.DataFrame | None = None, max_n: int = 3, min_df: int = 2,
-                    per_kind: int = 25, cues: dict | None = None, phrases: dict | None = None) -> list[Candidate]:
+                    per_kind: int = 25, cues: dict | None = None, phrases: dict | None = None,
+                    uncounted_hedges: tuple[str, ...] | None = None) -> list[Candidate]:
     """Candidate single changes from the tuning disagreements (and their notes), most promising first.
 
     cases: report_id, text, reference, prediction, evidence (FN: reference 1, FP: prediction 1).
     positives_text / negatives_text: every tuning report's text by reference value (for precision).
     phrases: an outside phrase list for this label ({"mention": [...], "unmention": [...]}, e.g. the
     CheXpert labeler's), tried as look-for and do-not-label candidates like mined ones.
+    uncounted_hedges: hedge cues the reference does not count (see hedge_convention) that hedge this
+    label's mentions on tuning: "hedged wording counts, except these" is tried as one candidate.
     """
     notes = notes if notes is not None else pd.DataFrame(columns=["id", "report_id", "category", "text"])
     fn = cases[(cases["reference"] == 1) & (cases["prediction"] == 0)]
@@ -257,6 +260,8 @@ def mine_candidates(lp: LabelPrompt, cases: pd.DataFrame, positives_text: list[s
     out += _note_candidates(lp, fn, fp, notes, cue_words)
     out += _policy_candidates(lp, notes, cases)
     out += _phrase_list_candidates(lp, phrases or {})
+    if uncounted_hedges is not None:
+        out += _convention_candidates(lp, uncounted_hedges)
     seen: dict[LabelPrompt, Candidate] = {}
     for cand in out:
         if cand.prompt == lp:
@@ -424,6 +429,45 @@ def _note_candidates(lp, fn, fp, notes: pd.DataFrame, cue_words: set[str]) -> li
                     continue
                 out.append(Candidate(kind, quote, new, origin="note", note_ids=(int(note_id),)))
     return out
+
+
+def hedge_convention(clauses: list[tuple[str, int]], cues: dict, min_support: int = 3) -> dict[str, bool]:
+    """Which hedge cues the reference counts as the finding: cue -> True when most hedged mentions
+    under it are positive in the reference, False when most are not.
+
+    clauses: (clause with a hedged mention, reference) pooled over every label's tuning reports: how
+    annotators treat "versus" or "could represent" is a habit of the reference, not of one label, and
+    pooling gives each cue the support one label alone rarely has. Cues seen fewer than min_support
+    times are left out; where a cue sits inside a longer one ("may" in "may represent") the longer wins.
+    """
+    hedges = sorted({h.lower() for h in cues.get("hedge", ())}, key=len, reverse=True)
+    counts: dict[str, list[int]] = {}
+    for clause, reference in clauses:
+        text = f" {' '.join(_WORDS.findall(clause.lower()))} "
+        for cue in hedges:
+            if f" {cue} " in text:
+                counts.setdefault(cue, [0, 0])[int(reference)] += 1
+                text = text.replace(f" {cue} ", " | ")
+    return {cue: pos >= neg for cue, (neg, pos) in counts.items() if pos + neg >= min_support}
+
+
+def uncounted_hedges(convention: dict[str, bool], clauses: list[tuple[str, int]]) -> tuple[str, ...] | None:
+    """The cues the reference does not count that hedge one label's mentions where its reference is 0
+    (those would become false findings); None when no cue it counts hedges the label's mentions (then
+    counting hedged wording would change nothing)."""
+    texts = [(f" {' '.join(_WORDS.findall(c.lower()))} ", int(r)) for c, r in clauses]
+    if not any(convention[c] and f" {c} " in t for c in convention for t, _ in texts):
+        return None
+    return tuple(c for c in sorted(convention) if not convention[c] and any(f" {c} " in t for t, r in texts if r == 0))
+
+
+def _convention_candidates(lp, uncounted: tuple[str, ...]) -> list[Candidate]:
+    """Hedged wording counts except under the cues the reference does not count (as do-not-label phrases)."""
+    rules = tuple(f"the report only mentions '{c}'" for c in uncounted if c and "'" not in c)
+    new = replace(lp, hedged="positive", do_not_label_when=lp.do_not_label_when + tuple(
+        r for r in rules if r not in lp.do_not_label_when))
+    text = "hedged wording: positive" + (f" except {', '.join(repr(c) for c in uncounted)}" if uncounted else "")
+    return [Candidate("hedged", text, new, origin="hedge convention")]
 
 
 def _phrase_list_candidates(lp, phrases: dict) -> list[Candidate]:
@@ -634,9 +678,11 @@ def offline_propose(lp: LabelPrompt, tuning: Tuning, label_fn: LabelFn, candidat
             if not (f1 >= current_f1 and f > b and _acceptable(f, b, min_fixed, broken_ratio)
                     and _consistent(tuning, fixed, broken, cand.origin)):
                 continue
-            # best net gain; then what a note or a phrase list asked for; then a phrase or rule before an example (an
+            # best net gain, less one case for each item beyond the first (a small edit generalises better);
+            # then what a note or a phrase list asked for; then a phrase or rule before an example (an
             # example's report leaves evaluation); then the shorter phrase
-            key = (f - 2 * b, cand.origin in OUTSIDE_ORIGINS, "example" not in cand.kind, -len(cand.text.split()))
+            key = (f - 2 * b - _size(lp, cand.prompt) + 1, cand.origin in OUTSIDE_ORIGINS, "example" not in cand.kind,
+                   -len(cand.text.split()))
             ranked.append((key, -order, cand, combined, new, f1))  # ties: the order mined
         ranked.sort(key=lambda r: r[:2], reverse=True)
         skip = max(level - 1, 0) if not used else 0  # the better single changes were turned down already
@@ -653,6 +699,13 @@ def offline_propose(lp: LabelPrompt, tuning: Tuning, label_fn: LabelFn, candidat
     edit = Edit(lp.label, edit_fields(lp, current_lp), rationale, source, note_ids, describe(lp, current_lp))
     apply_edit(lp, edit.fields)  # the combined edit must pass the strict validation like any other
     return ProposalResult("ok", "", edit)
+
+
+def _size(base: LabelPrompt, new: LabelPrompt) -> int:
+    """How many items an edit adds or changes: phrases, rules, examples, policies."""
+    return (len(set(new.look_for) - set(base.look_for)) + len(set(new.do_not_label_when) - set(base.do_not_label_when))
+            + len(set(new.examples) - set(base.examples)) + int(new.hedged != base.hedged)
+            + sum(a != b for a, b in zip(new.temporal_policy().values(), base.temporal_policy().values())))
 
 
 def _acceptable(fixed: int, broken: int, min_fixed: int, broken_ratio: float) -> bool:
@@ -676,4 +729,4 @@ def _combine(current: LabelPrompt, base: LabelPrompt, single: LabelPrompt) -> La
 
 
 __all__ = ["Edit", "EditError", "ProposalResult", "Candidate", "Tuning", "apply_edit", "edit_fields", "describe",
-           "parse_reply", "mine_candidates", "offline_propose", "f1_of"]
+           "parse_reply", "mine_candidates", "offline_propose", "f1_of", "hedge_convention", "uncounted_hedges"]

@@ -361,8 +361,26 @@ class OptimisingService:
             raise StudyError(f"phrase list {str(path)!r} not found (a CSV with observation, list, raw_phrase)")
         return read_phrase_lists(path, self.vocab)
 
+    def _hedge_clauses(self, ps, label: str, cases: pd.DataFrame) -> list[tuple[str, int]]:
+        """(clause, reference) for every tuning mention of a label that hedged wording sets aside."""
+        import dataclasses
+
+        from workbench import rules
+
+        cues = ps.task.cue_lists()
+        lp = dataclasses.replace(ps.label(label), hedged="negative")
+        return [(d["clause"], int(ref)) for text, ref in zip(cases["text"], cases["reference"])
+                for d in rules.explain(text, lp, cues) if d["outcome"] == "hedged"]
+
+    def _hedge_convention(self, run, ps, material: dict) -> dict:
+        """Per label, the hedge cues the reference does not count (None: none it counts hedges the label),
+        from every label's hedged mentions on tuning, pooled; material: label -> its tuning cases."""
+        clauses = {lab: self._hedge_clauses(ps, lab, cases) for lab, cases in material.items()}
+        convention = proposals.hedge_convention([c for rows in clauses.values() for c in rows], ps.task.cue_lists())
+        return {lab: proposals.uncounted_hedges(convention, rows) for lab, rows in clauses.items()}
+
     def _offline_proposal(self, ps, label: str, cases: pd.DataFrame, notes: pd.DataFrame, level: int = 0,
-                          phrases: dict | None = None) -> proposals.ProposalResult:
+                          phrases: dict | None = None, hedges: dict | None = None) -> proposals.ProposalResult:
         """Mine candidates from the tuning disagreements and notes (and an outside phrase list); score
         them with the rule-based labeller on tuning only."""
         from workbench import rules
@@ -378,7 +396,8 @@ class OptimisingService:
         pos = cases.loc[cases["reference"] == 1, "text"].tolist()
         neg = cases.loc[cases["reference"] == 0, "text"].tolist()
         shown = cases[(cases["reference"] == 1) | (cases["prediction"] == 1)]
-        candidates = proposals.mine_candidates(lp, shown, pos, neg, notes, cues=cues, phrases=(phrases or {}).get(label))
+        candidates = proposals.mine_candidates(lp, shown, pos, neg, notes, cues=cues, phrases=(phrases or {}).get(label),
+                                               uncounted_hedges=(hedges or {}).get(label))
         return proposals.offline_propose(lp, tuning, label_fn, candidates, source="offline proposer", level=level,
                                          cues=cues)
 
@@ -445,19 +464,29 @@ class OptimisingService:
         run = self.run_info(run_id) if run_id is not None else self._latest_dev_run()
         ps = self.prompt_set(run.prompt_commit)
         cases, notes = self._tuning_material(run, label)
-        result = self._propose(ps, label, cases, notes, proposer, model, api_base, phrases=self.phrase_lists(phrase_list))
+        hedges = None
+        if not self._uses_model(proposer, model):
+            inputs = self.evaluation_inputs(run.id)[:2]
+            material = {lab: cases if lab == label else self._tuning_material(run, lab, inputs=inputs)[0]
+                        for lab in self.vocab.asked_ids if lab in inputs[1].columns}
+            hedges = self._hedge_convention(run, ps, material)
+        result = self._propose(ps, label, cases, notes, proposer, model, api_base, phrases=self.phrase_lists(phrase_list),
+                               hedges=hedges)
         return self._record(run, label, result, ps)
 
-    def _propose(self, ps, label, cases, notes, proposer: str, model: str | None, api_base: str | None = None,
-                 level: int = 0, phrases: dict | None = None) -> proposals.ProposalResult:
-        """Dispatch to the model proposer or the offline one (level > 0: a smaller edit after a rejection)."""
+    def _uses_model(self, proposer: str, model: str | None) -> bool:
+        """Whether a suggestion goes to the model proposer (else the offline one)."""
         if proposer not in PROPOSERS:
             raise StudyError(f"proposer must be one of {', '.join(PROPOSERS)}, got {proposer!r}")
-        use_llm = proposer == "llm" or (proposer == "auto" and (model or not str(
+        return proposer == "llm" or (proposer == "auto" and bool(model or not str(
             self.config.labeller.get("model", "")).startswith("workbench/")))
-        if use_llm:
+
+    def _propose(self, ps, label, cases, notes, proposer: str, model: str | None, api_base: str | None = None,
+                 level: int = 0, phrases: dict | None = None, hedges: dict | None = None) -> proposals.ProposalResult:
+        """Dispatch to the model proposer or the offline one (level > 0: a smaller edit after a rejection)."""
+        if self._uses_model(proposer, model):
             return self._llm_proposal(ps, label, cases, notes, model, api_base)
-        return self._offline_proposal(ps, label, cases, notes, level, phrases)
+        return self._offline_proposal(ps, label, cases, notes, level, phrases, hedges)
 
     def _latest_dev_run(self):
         """The newest finished run on the development cohort."""
@@ -606,6 +635,11 @@ class OptimisingService:
         rejected: dict = {}
         refusals: dict[str, int] = {}  # label -> proposals of it that validation turned down so far
         phrases = self.phrase_lists(phrase_list)
+        hedges = None
+        if not self._uses_model(proposer, model):  # how the reference treats hedges, from every label's tuning part
+            material = {lab: self._tuning_material(run, lab, inputs=(y_true, y_pred))[0]
+                        for lab in self.vocab.asked_ids if lab in y_pred.columns}
+            hedges = self._hedge_convention(run, ps, material)
         for k in range(1, rounds + 1):
             entry = {"round": k, "changes": [], "rejected": []}
             previous = current.copy()
@@ -614,7 +648,7 @@ class OptimisingService:
                     on_progress(f"round {k}: {label}")
                 cases, notes = self._tuning_material(run, label, current[label], evidence[label], (y_true, y_pred))
                 result = self._propose(ps, label, cases, notes, proposer, model, api_base,
-                                       level=refusals.get(label, 0), phrases=phrases)
+                                       level=refusals.get(label, 0), phrases=phrases, hedges=hedges)
                 if result.status != "ok":
                     entry["rejected"].append({"label": label, "status": result.status, "detail": result.detail})
                     continue
