@@ -224,7 +224,7 @@ def test_phrase_list_synonym_and_unmention_are_proposed():
 # ---------------------------------------------------------------- after a rejection: smaller and safer
 
 
-def test_after_a_rejection_one_clean_change_then_the_next_best():
+def test_after_a_rejection_one_clean_change_then_the_next_best_not_turned_down():
     rows = [(rid, "The heart is huge.", 1) for rid in _ids((3, 3), "a")]
     rows += [(rid, "Cardiac bulk.", 1) for rid in _ids((2, 1), "b")]
     rows += [(rid, "Possible cardiomegaly.", 1) for rid in _ids((2, 2), "c")]
@@ -236,9 +236,11 @@ def test_after_a_rejection_one_clean_change_then_the_next_best():
     assert full.edit.fields == {"look_for": ["cardiomegaly", "heart is huge", "cardiac bulk"], "hedged": "positive"}
     first, _ = _propose(CARDIO, rows, candidates(), level=1)
     assert first.edit.fields == {"look_for": ["cardiomegaly", "heart is huge"]}  # the best clean change alone
-    second, _ = _propose(CARDIO, rows, candidates(), level=2)
+    turned_down = frozenset({proposals.apply_edit(CARDIO, first.edit.fields)})
+    second, _ = _propose(CARDIO, rows, candidates(), level=2, avoid=turned_down)
     assert second.edit.fields == {"look_for": ["cardiomegaly", "cardiac bulk"]}  # no policy flip at a safer level
-    third, _ = _propose(CARDIO, rows, candidates(), level=3)
+    turned_down |= {proposals.apply_edit(CARDIO, second.edit.fields)}
+    third, _ = _propose(CARDIO, rows, candidates(), level=3, avoid=turned_down)
     assert third.status == "empty"
 
 

@@ -4,8 +4,11 @@ An edit replaces some fields of one label's prompt (definition, look-for phrases
 rules, hedge and temporal policy, few-shot examples) and must still pass the strict prompt
 validation; a model's reply that is not exactly such an edit is reported (malformed, empty,
 refusal), never applied. The offline proposer mines candidate changes from the tuning part's
-disagreements and error notes, scores each with the real labeller (a function passed in: core
-calls no labeller) and keeps the few that fix tuning errors without adding new ones.
+disagreements and error notes (and, when given, an outside phrase list and the reference's hedge
+convention pooled over every label), scores each with the real labeller (a function passed in: core
+calls no labeller) on tuning only, and combines the few that fix tuning errors without adding new
+ones, greedily. A trade mined from tuning must hold on both halves of tuning (a cross-validation
+inside it), so the validation part is never used to choose: it is only the keep/reject gate.
 """
 
 from __future__ import annotations
@@ -636,15 +639,16 @@ def _repaired(cand: Candidate, base: LabelPrompt, tuning: Tuning, label_fn: "Lab
 
 def offline_propose(lp: LabelPrompt, tuning: Tuning, label_fn: LabelFn, candidates: list[Candidate],
                     min_fixed: int = 2, broken_ratio: float = 0.25, keep: int = 4, source: str = "offline",
-                    level: int = 0, min_df: int = 2, per_kind: int = 25, cues: dict | None = None) -> ProposalResult:
+                    level: int = 0, min_df: int = 2, per_kind: int = 25, cues: dict | None = None,
+                    avoid: frozenset = frozenset()) -> ProposalResult:
     """Score candidates on tuning with the real labeller; combine the best few into one edit, greedily.
 
     A candidate counts when it fixes at least min_fixed tuning cases, breaks at most broken_ratio of
     what it fixes, and helps on each half of tuning by itself. Candidates are then added one at a time,
     each step taking the best one scored against the prompt built so far, while each still fixes
-    enough. level > 0 asks for a smaller, safer edit (after level proposals were rejected on validation):
-    no policy flip, one change that breaks no tuning case: the best such change, then (level 2) the
-    next best, and so on.
+    enough. level > 0 asks for a smaller, safer edit (after a proposal was rejected on validation): no
+    policy flip, one change that breaks no tuning case. avoid: label prompts already turned down; a
+    step that would build one of them takes the next best change instead.
     """
     base_f1 = f1_of(tuning.reference, tuning.prediction)
     pool = list(candidates)
@@ -675,8 +679,8 @@ def offline_propose(lp: LabelPrompt, tuning: Tuning, label_fn: LabelFn, candidat
             f, b = int(fixed.sum()), int(broken.sum())
             f1 = f1_of(tuning.reference, new)
             # fewer errors at equal F1 counts too (false positives on a label with no positive at all)
-            if not (f1 >= current_f1 and f > b and _acceptable(f, b, min_fixed, broken_ratio)
-                    and _consistent(tuning, fixed, broken, cand.origin)):
+            if combined in avoid or not (f1 >= current_f1 and f > b and _acceptable(f, b, min_fixed, broken_ratio)
+                                         and _consistent(tuning, fixed, broken, cand.origin)):
                 continue
             # best net gain, less one case for each item beyond the first (a small edit generalises better);
             # then what a note or a phrase list asked for; then a phrase or rule before an example (an
@@ -684,11 +688,9 @@ def offline_propose(lp: LabelPrompt, tuning: Tuning, label_fn: LabelFn, candidat
             key = (f - 2 * b - _size(lp, cand.prompt) + 1, cand.origin in OUTSIDE_ORIGINS, "example" not in cand.kind,
                    -len(cand.text.split()))
             ranked.append((key, -order, cand, combined, new, f1))  # ties: the order mined
-        ranked.sort(key=lambda r: r[:2], reverse=True)
-        skip = max(level - 1, 0) if not used else 0  # the better single changes were turned down already
-        if len(ranked) <= skip:
+        if not ranked:
             break
-        _, _, cand, current_lp, current_pred, current_f1 = ranked[skip]
+        _, _, cand, current_lp, current_pred, current_f1 = max(ranked, key=lambda r: r[:2])
         used.append(cand)
         good = [c for c in good if c is not cand and not (c.kind == cand.kind == "hedged")]  # one hedge policy
     if not used:

@@ -380,7 +380,8 @@ class OptimisingService:
         return {lab: proposals.uncounted_hedges(convention, rows) for lab, rows in clauses.items()}
 
     def _offline_proposal(self, ps, label: str, cases: pd.DataFrame, notes: pd.DataFrame, level: int = 0,
-                          phrases: dict | None = None, hedges: dict | None = None) -> proposals.ProposalResult:
+                          phrases: dict | None = None, hedges: dict | None = None,
+                          avoid: frozenset = frozenset()) -> proposals.ProposalResult:
         """Mine candidates from the tuning disagreements and notes (and an outside phrase list); score
         them with the rule-based labeller on tuning only."""
         from workbench import rules
@@ -399,7 +400,7 @@ class OptimisingService:
         candidates = proposals.mine_candidates(lp, shown, pos, neg, notes, cues=cues, phrases=(phrases or {}).get(label),
                                                uncounted_hedges=(hedges or {}).get(label))
         return proposals.offline_propose(lp, tuning, label_fn, candidates, source="offline proposer", level=level,
-                                         cues=cues)
+                                         cues=cues, avoid=avoid)
 
     def _llm_proposal(self, ps, label: str, cases: pd.DataFrame, notes: pd.DataFrame, model: str | None,
                       api_base: str | None = None) -> proposals.ProposalResult:
@@ -482,11 +483,12 @@ class OptimisingService:
             self.config.labeller.get("model", "")).startswith("workbench/")))
 
     def _propose(self, ps, label, cases, notes, proposer: str, model: str | None, api_base: str | None = None,
-                 level: int = 0, phrases: dict | None = None, hedges: dict | None = None) -> proposals.ProposalResult:
+                 level: int = 0, phrases: dict | None = None, hedges: dict | None = None,
+                 avoid: frozenset = frozenset()) -> proposals.ProposalResult:
         """Dispatch to the model proposer or the offline one (level > 0: a smaller edit after a rejection)."""
         if self._uses_model(proposer, model):
             return self._llm_proposal(ps, label, cases, notes, model, api_base)
-        return self._offline_proposal(ps, label, cases, notes, level, phrases, hedges)
+        return self._offline_proposal(ps, label, cases, notes, level, phrases, hedges, avoid)
 
     def _latest_dev_run(self):
         """The newest finished run on the development cohort."""
@@ -648,7 +650,8 @@ class OptimisingService:
                     on_progress(f"round {k}: {label}")
                 cases, notes = self._tuning_material(run, label, current[label], evidence[label], (y_true, y_pred))
                 result = self._propose(ps, label, cases, notes, proposer, model, api_base,
-                                       level=refusals.get(label, 0), phrases=phrases, hedges=hedges)
+                                       level=refusals.get(label, 0), phrases=phrases, hedges=hedges,
+                                       avoid=frozenset(rejected))
                 if result.status != "ok":
                     entry["rejected"].append({"label": label, "status": result.status, "detail": result.detail})
                     continue
