@@ -454,23 +454,28 @@ class OptimisingService:
         run = self.run_info(run_id) if run_id is not None else self._latest_dev_run()
         queue = self.disagreements(run.id)
         failing = [lab for lab in self.vocab.asked_ids if lab in set(queue["label"])]
-        return [self.suggest(lab, run.id, proposer, model, api_base, phrase_list) for lab in failing]
+        hedges = None if self._uses_model(proposer, model) or not failing else self._run_hedge_convention(run)
+        return [self.suggest(lab, run.id, proposer, model, api_base, phrase_list, hedges=hedges) for lab in failing]
+
+    def _run_hedge_convention(self, run) -> dict:
+        """The hedge convention from every predicted label's tuning part of a run (see _hedge_convention)."""
+        inputs = self.evaluation_inputs(run.id)[:2]
+        material = {lab: self._tuning_material(run, lab, inputs=inputs)[0]
+                    for lab in self.vocab.asked_ids if lab in inputs[1].columns}
+        return self._hedge_convention(run, self.prompt_set(run.prompt_commit), material)
 
     def suggest(self, label: str, run_id: int | None = None, proposer: str = "auto", model: str | None = None,
-                api_base: str | None = None, phrase_list=None) -> dict:
+                api_base: str | None = None, phrase_list=None, hedges: dict | None = None) -> dict:
         """Propose a revision of one label from its tuning disagreements and notes, evaluated on tuning and
-        validation before it is shown; stored as a proposal (offered only when validation does not drop)."""
+        validation before it is shown; stored as a proposal (offered only when validation does not drop).
+        hedges: the run's hedge convention when the caller has it (suggest_failing computes it once)."""
         self.require("edit_prompts")
         label = self._asked(label)
         run = self.run_info(run_id) if run_id is not None else self._latest_dev_run()
         ps = self.prompt_set(run.prompt_commit)
         cases, notes = self._tuning_material(run, label)
-        hedges = None
-        if not self._uses_model(proposer, model):
-            inputs = self.evaluation_inputs(run.id)[:2]
-            material = {lab: cases if lab == label else self._tuning_material(run, lab, inputs=inputs)[0]
-                        for lab in self.vocab.asked_ids if lab in inputs[1].columns}
-            hedges = self._hedge_convention(run, ps, material)
+        if hedges is None and not self._uses_model(proposer, model):
+            hedges = self._run_hedge_convention(run)
         result = self._propose(ps, label, cases, notes, proposer, model, api_base, phrases=self.phrase_lists(phrase_list),
                                hedges=hedges)
         return self._record(run, label, result, ps)
@@ -637,11 +642,8 @@ class OptimisingService:
         rejected: dict = {}
         refusals: dict[str, int] = {}  # label -> proposals of it that validation turned down so far
         phrases = self.phrase_lists(phrase_list)
-        hedges = None
-        if not self._uses_model(proposer, model):  # how the reference treats hedges, from every label's tuning part
-            material = {lab: self._tuning_material(run, lab, inputs=(y_true, y_pred))[0]
-                        for lab in self.vocab.asked_ids if lab in y_pred.columns}
-            hedges = self._hedge_convention(run, ps, material)
+        # how the reference treats hedges, from every label's tuning part (offline proposer only)
+        hedges = None if self._uses_model(proposer, model) else self._run_hedge_convention(run)
         for k in range(1, rounds + 1):
             entry = {"round": k, "changes": [], "rejected": []}
             previous = current.copy()
