@@ -28,6 +28,8 @@ from workbench.services import init_study  # noqa: E402
 from workbench.services.optimising import report_markdown  # noqa: E402
 
 DATASET = ROOT.parent / "shared" / "datasets" / "openi"
+# CheXpert labeler's phrase lists: read where they lie when present (synonym candidates), never copied
+PHRASES = ROOT.parent / "shared" / "datasets" / "chexpert-labeler" / "phrases.csv"
 TARGET = 0.04
 
 
@@ -50,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", type=pathlib.Path, default=DATASET, help="folder with reports.csv and labels14.csv")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--phrases", type=pathlib.Path, default=PHRASES if PHRASES.exists() else None,
+                    help="outside phrase list for synonym candidates (default: CheXpert labeler's, when present)")
+    ap.add_argument("--no-phrases", action="store_true", help="propose from the disagreements alone")
     ap.add_argument("--keep", type=pathlib.Path, default=None, help="build the study here (default: a temporary folder)")
     args = ap.parse_args(argv)
     if not (args.dataset / "reports.csv").exists():
@@ -65,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     before, macro_before = per_label(wb, first.run_id)
 
     t0 = time.perf_counter()
-    report = wb.optimise(rounds=args.rounds, run_id=first.run_id, proposer="offline")
+    phrases = None if args.no_phrases else args.phrases
+    report = wb.optimise(rounds=args.rounds, run_id=first.run_id, proposer="offline", phrase_list=phrases)
     optimise_s = time.perf_counter() - t0
     labels = report["drafts"]
     commit = wb.commit_drafts(labels, "Optimised by the offline proposer (bench)") if labels else None
@@ -81,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         "validation F1 before": _ci(before, "validation"), "validation F1 after": _ci(after, "validation"),
     }, index=[names[i] for i in before.index])
     print(f"OpenI: {sizes['tuning']} tuning + {sizes['validation']} validation reports (stratified, seed 0); "
-          f"offline rule-based labeller; offline proposer from the disagreements alone (no notes); {args.rounds} rounds")
+          f"offline rule-based labeller; offline proposer from the disagreements (no notes)"
+          f"{f' and the phrase list {phrases}' if phrases else ' alone'}; {args.rounds} rounds")
     with pd.option_context("display.width", 200, "display.max_columns", None):
         print(table.to_string())
     print(f"\nmacro F1 before (starter prompts): {fmt_macro(macro_before)}")

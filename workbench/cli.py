@@ -1122,14 +1122,16 @@ def split_history(wb, cohort, fmt):
               help="llm: one reflective call to a model; offline: mined from the disagreements, scored with the rule-based labeller; auto: llm when a model is configured.")
 @click.option("--model", default=None, help="Model for the llm proposer (default: the study's labeller).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--phrases", "phrase_list", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Outside phrase list (CheXpert labeler CSV: observation, list, raw_phrase) read in place: its synonyms are tried as offline candidates.")
 @study_option
-def suggest(wb, label, run_id, proposer, model, fmt):
+def suggest(wb, label, run_id, proposer, model, fmt, phrase_list):
     """Propose a revision of LABEL (or `all` failing labels) from its tuning disagreements and error notes,
     evaluated on tuning and validation before it is shown."""
     from workbench.services.optimising import suggestion_text
 
-    results = (wb.suggest_failing(run_id, proposer=proposer, model=model) if label == "all"
-               else [wb.suggest(label, run_id=run_id, proposer=proposer, model=model)])
+    results = (wb.suggest_failing(run_id, proposer=proposer, model=model, phrase_list=phrase_list) if label == "all"
+               else [wb.suggest(label, run_id=run_id, proposer=proposer, model=model, phrase_list=phrase_list)])
     for result in results:
         result.get("evaluation", {}).pop("values", None)
         result.get("evaluation", {}).pop("evidence", None)
@@ -1156,14 +1158,16 @@ def accept(wb, proposal_id):
 @click.option("--proposer", type=click.Choice(["auto", "offline", "llm"]), default="auto", show_default=True)
 @click.option("--model", default=None, help="Model for the llm proposer.")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the report here (.md or .json).")
+@click.option("--phrases", "phrase_list", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Outside phrase list (CheXpert labeler CSV: observation, list, raw_phrase) read in place: its synonyms are tried as offline candidates.")
 @study_option
-def optimise(wb, labels, rounds, run_id, proposer, model, out):
+def optimise(wb, labels, rounds, run_id, proposer, model, out, phrase_list):
     """Rounds of suggest -> evaluate -> keep if validation does not drop; the best version is left as drafts."""
     from workbench.services.optimising import report_markdown
 
     label_list = [x.strip() for x in labels.split(",")] if labels else None
     report = wb.optimise(label_list, rounds=rounds, run_id=run_id, proposer=proposer, model=model,
-                         on_progress=lambda m: click.echo(m, err=True))
+                         on_progress=lambda m: click.echo(m, err=True), phrase_list=phrase_list)
     text = report_markdown(report)
     click.echo(text)
     if out:

@@ -808,3 +808,47 @@ def _parse_yaml(text: str, source: str):
 def _fail_row(source: str, row: int | None, message: str) -> None:
     """Raise a single problem at a line."""
     raise ImportProblems(source, [Problem(row, None, message)])
+
+
+# ---------------------------------------------------------------------------------------------
+# outside phrase lists (synonyms for the offline proposer)
+
+PHRASE_LIST_COLUMNS = ("observation", "list", "raw_phrase")
+PHRASE_LISTS = ("mention", "unmention")
+
+
+def read_phrase_lists(path, vocab: Vocabulary) -> dict[str, dict[str, list[str]]]:
+    """A CheXpert-labeler-style phrase table (observation, list, raw_phrase[, matched_as]) as
+    {label id: {"mention": [...], "unmention": [...]}}; observations that name no label are left out.
+
+    An observation names a label when the words of one contain the words of the other ("Pleural
+    Effusion" -> effusion); the table is read where it lies at run time, never copied into a study.
+    """
+    table = _load(path)
+    frame, problems = table.frame, list(table.problems)
+    missing = [c for c in PHRASE_LIST_COLUMNS if c not in frame.columns]
+    if missing:
+        _raise_if(table.source, problems + [Problem(None, c, "missing column (needs observation, list, raw_phrase)")
+                                            for c in missing])
+    _require_rows(table)
+    kind = _stripped(table, "list").str.lower()
+    problems += table.at(~kind.isin(PHRASE_LISTS), "list", "must be 'mention' or 'unmention'")
+    phrase = frame["matched_as"] if "matched_as" in frame.columns else frame["raw_phrase"]
+    phrase = phrase.where(phrase.str.strip() != "", frame["raw_phrase"]).str.replace("_", " ").str.strip()
+    problems += table.at(phrase == "", "raw_phrase", "is empty")
+    _raise_if(table.source, problems)
+    words = {lab.id: _name_words(lab.name) | _name_words(lab.id) for lab in vocab.labels if not lab.derived}
+    out: dict[str, dict[str, list[str]]] = {}
+    for obs, k, p in zip(frame["observation"], kind, phrase):
+        ow = _name_words(obs)
+        for lab, lw in words.items():
+            if ow and (ow <= lw or lw <= ow):
+                lists = out.setdefault(lab, {"mention": [], "unmention": []})
+                if p not in lists[k]:
+                    lists[k].append(p)
+    return out
+
+
+def _name_words(name: str) -> frozenset[str]:
+    """The lower-case words of a label or observation name ("Pleural_Thickening" -> pleural, thickening)."""
+    return frozenset(re.findall(r"[a-z0-9]+", str(name).lower().replace("_", " ")))

@@ -97,3 +97,42 @@ def test_role_then_counted_look_from_the_page(study, tmp_path):  # noqa: F811
     assert_clean(at)
     assert any("test looked at 1 time" in s.value for s in at.success)
     assert workbench(study).test_looks()["bundle"].tolist() == ["v-look"]
+
+
+def test_suggestion_panel_shows_validation_cases_by_id_never_by_text(study):  # noqa: F811
+    """Validation report text on screen invites tuning to validation: the panel shows those cases as
+    counts and ids, and no sentence found only in validation reports appears anywhere on the page."""
+    import re
+
+    from workbench.core.text import compose_text
+    from workbench.store import queries as q
+
+    wb = workbench(study)
+    wb.split_cohort("dev", 0.3, 0)
+    parts = wb.split_parts("dev")
+    run_id = int(wb.runs("dev").iloc[0]["id"])
+    label = wb.disagreements(run_id)["label"].value_counts().index[0]
+    at = open_page(study, "prompts", {state.PROMPT_LABEL: label})
+    button(at, "Suggest a revision").click().run()
+    assert_clean(at)
+    result = at.session_state[state.SUGGESTION]
+    assert result["status"] == "ok", result
+    with wb.session() as s:
+        reports = q.reports_frame(s, ids=list(parts))
+    texts = {part: [] for part in ("tuning", "validation")}
+    for row in reports.itertuples(index=False):
+        texts[parts[row.report_id]].append(compose_text(row.findings, row.impression, row.text, ["findings", "impression"]))
+    tuning_text = "\n".join(texts["tuning"]).lower()  # a phrase mined from tuning may also be a validation sentence
+    only_validation = {x.strip() for t in texts["validation"] for x in re.split(r"[.\n]", t)
+                       if len(x.strip()) > 15 and x.strip().lower() not in tuning_text}
+    assert only_validation  # the check below can fail
+    shown = [e.value for kind in ("markdown", "text", "code", "caption", "success", "error", "warning")
+             for e in getattr(at, kind)]
+    frames = [d.value for d in at.dataframe]
+    shown += [str(v) for f in frames for v in f.astype(str).to_numpy().ravel()]
+    page = "\n".join(map(str, shown))
+    assert not [x for x in only_validation if x in page]
+    row = next(f for f in frames if "part" in f.columns).set_index("part").loc["validation"]
+    for cell in ("fixed cases", "broken cases"):
+        ids = [x.strip() for x in row[cell].split(",") if x.strip()]
+        assert all(parts.get(i) == "validation" for i in ids)  # ids, each a validation report's

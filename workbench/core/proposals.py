@@ -4,14 +4,18 @@ An edit replaces some fields of one label's prompt (definition, look-for phrases
 rules, hedge and temporal policy, few-shot examples) and must still pass the strict prompt
 validation; a model's reply that is not exactly such an edit is reported (malformed, empty,
 refusal), never applied. The offline proposer mines candidate changes from the tuning part's
-disagreements and error notes, scores each with the real labeller (a function passed in: core
-calls no labeller) and keeps the few that fix tuning errors without adding new ones.
+disagreements and error notes (and, when given, an outside phrase list and the reference's hedge
+convention pooled over every label), scores each with the real labeller (a function passed in: core
+calls no labeller) on tuning only, and combines the few that fix tuning errors without adding new
+ones, greedily. A trade mined from tuning must hold on both halves of tuning (a cross-validation
+inside it), so the validation part is never used to choose: it is only the keep/reject gate.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -45,6 +49,7 @@ medial superior inferior central peripheral region area""".split())
 HEDGE_CATEGORIES = ("hedging", "uncertain")
 MIN_PRECISION = 0.6  # share of tuning reports containing a look-for candidate that have the finding
 TEMPORAL_CATEGORIES = ("temporal",)
+OUTSIDE_ORIGINS = ("note", "phrase list")  # candidates not mined from the tuning reports' wording
 
 
 class EditError(ValueError):
@@ -234,11 +239,16 @@ def _covered(phrase: str, lp: LabelPrompt) -> bool:
 
 def mine_candidates(lp: LabelPrompt, cases: pd.DataFrame, positives_text: list[str], negatives_text: list[str],
                     notes: pd.DataFrame | None = None, max_n: int = 3, min_df: int = 2,
-                    per_kind: int = 25, cues: dict | None = None) -> list[Candidate]:
+                    per_kind: int = 25, cues: dict | None = None, phrases: dict | None = None,
+                    uncounted_hedges: tuple[str, ...] | None = None) -> list[Candidate]:
     """Candidate single changes from the tuning disagreements (and their notes), most promising first.
 
     cases: report_id, text, reference, prediction, evidence (FN: reference 1, FP: prediction 1).
     positives_text / negatives_text: every tuning report's text by reference value (for precision).
+    phrases: an outside phrase list for this label ({"mention": [...], "unmention": [...]}, e.g. the
+    CheXpert labeler's), tried as look-for and do-not-label candidates like mined ones.
+    uncounted_hedges: hedge cues the reference does not count (see hedge_convention) that hedge this
+    label's mentions on tuning: "hedged wording counts, except these" is tried as one candidate.
     """
     notes = notes if notes is not None else pd.DataFrame(columns=["id", "report_id", "category", "text"])
     fn = cases[(cases["reference"] == 1) & (cases["prediction"] == 0)]
@@ -246,18 +256,23 @@ def mine_candidates(lp: LabelPrompt, cases: pd.DataFrame, positives_text: list[s
     out: list[Candidate] = []
     cue_words = {w for phrases in (cues or DEFAULT_CUES).values() for p in phrases for w in _WORDS.findall(p.lower())}
     out += _look_for_candidates(lp, fn, positives_text, negatives_text, max_n, min_df, per_kind, cue_words)
+    out += _variant_candidates(lp, fn, min_df, cue_words)
     out += _exclusion_candidates(lp, fp, cases, max_n + 1, min_df, per_kind)
     out += _example_candidates(lp, fp, min_df)
     out += _positive_example_candidates(lp, fn, positives_text, negatives_text, min_df, cue_words)
     out += _note_candidates(lp, fn, fp, notes, cue_words)
     out += _policy_candidates(lp, notes, cases)
+    out += _phrase_list_candidates(lp, phrases or {})
+    if uncounted_hedges is not None:
+        out += _convention_candidates(lp, uncounted_hedges)
     seen: dict[LabelPrompt, Candidate] = {}
     for cand in out:
         if cand.prompt == lp:
             continue
         first = seen.setdefault(cand.prompt, cand)
-        if first is not cand and cand.origin == "note":  # the same change, also asked for by a note
-            first.origin, first.note_ids = "note", tuple(sorted(set(first.note_ids) | set(cand.note_ids)))
+        if first is not cand and cand.origin in OUTSIDE_ORIGINS and first.origin != "note":
+            # the same change, also asked for by a note or an outside phrase list
+            first.origin, first.note_ids = cand.origin, tuple(sorted(set(first.note_ids) | set(cand.note_ids)))
     return list(seen.values())
 
 
@@ -288,6 +303,32 @@ def _look_for_candidates(lp, fn, pos_texts, neg_texts, max_n, min_df, per_kind, 
     for score, _, g in sorted(ranked, reverse=True)[:per_kind]:
         new = replace(lp, look_for=lp.look_for + (g,))
         out.append(Candidate("look_for", g, new))
+    return out
+
+
+def _variant_candidates(lp, fn, min_df: int, cue_words: set[str], gap: int = 2) -> list[Candidate]:
+    """A multi-word look-for phrase with a word or two inside it, as the missed reports write it.
+
+    "heart is enlarged" does not match "heart is mildly enlarged" (the labeller matches phrases word
+    for word), so the wording found in at least min_df missed reports becomes a look-for candidate.
+    """
+    df: Counter = Counter()
+    for phrase in lp.look_for:
+        words = _WORDS.findall(phrase.lower())
+        if len(words) < 2:
+            continue
+        filler = r"(?:\s+[a-z-]+){0,%d}\s+" % gap
+        pattern = re.compile(r"\b" + filler.join(re.escape(w) for w in words) + r"\w*\b")
+        for text in fn["text"]:
+            low = " ".join(_WORDS.findall(text.lower()))
+            df.update({m.group(0) for m in pattern.finditer(low)})
+    out = []
+    for variant, count in df.most_common():
+        if count < min_df:
+            break
+        if _covered(variant, lp) or any(w in cue_words or w == "xxxx" for w in variant.split()):
+            continue
+        out.append(Candidate("look_for", variant, replace(lp, look_for=lp.look_for + (variant,))))
     return out
 
 
@@ -393,6 +434,62 @@ def _note_candidates(lp, fn, fp, notes: pd.DataFrame, cue_words: set[str]) -> li
     return out
 
 
+def hedge_convention(clauses: list[tuple[str, int]], cues: dict, min_support: int = 3) -> dict[str, bool]:
+    """Which hedge cues the reference counts as the finding: cue -> True when most hedged mentions
+    under it are positive in the reference, False when most are not.
+
+    clauses: (clause with a hedged mention, reference) pooled over every label's tuning reports: how
+    annotators treat "versus" or "could represent" is a habit of the reference, not of one label, and
+    pooling gives each cue the support one label alone rarely has. Cues seen fewer than min_support
+    times are left out; where a cue sits inside a longer one ("may" in "may represent") the longer wins.
+    """
+    hedges = sorted({h.lower() for h in cues.get("hedge", ())}, key=len, reverse=True)
+    counts: dict[str, list[int]] = {}
+    for clause, reference in clauses:
+        text = f" {' '.join(_WORDS.findall(clause.lower()))} "
+        for cue in hedges:
+            if f" {cue} " in text:
+                counts.setdefault(cue, [0, 0])[int(reference)] += 1
+                text = text.replace(f" {cue} ", " | ")
+    return {cue: pos >= neg for cue, (neg, pos) in counts.items() if pos + neg >= min_support}
+
+
+def uncounted_hedges(convention: dict[str, bool], clauses: list[tuple[str, int]]) -> tuple[str, ...] | None:
+    """The cues the reference does not count that hedge one label's mentions where its reference is 0
+    (those would become false findings); None when no cue it counts hedges the label's mentions (then
+    counting hedged wording would change nothing)."""
+    texts = [(f" {' '.join(_WORDS.findall(c.lower()))} ", int(r)) for c, r in clauses]
+    if not any(convention[c] and f" {c} " in t for c in convention for t, _ in texts):
+        return None
+    return tuple(c for c in sorted(convention) if not convention[c] and any(f" {c} " in t for t, r in texts if r == 0))
+
+
+def _convention_candidates(lp, uncounted: tuple[str, ...]) -> list[Candidate]:
+    """Hedged wording counts except under the cues the reference does not count (as do-not-label phrases)."""
+    rules = tuple(f"the report only mentions '{c}'" for c in uncounted if c and "'" not in c)
+    new = replace(lp, hedged="positive", do_not_label_when=lp.do_not_label_when + tuple(
+        r for r in rules if r not in lp.do_not_label_when))
+    text = "hedged wording: positive" + (f" except {', '.join(repr(c) for c in uncounted)}" if uncounted else "")
+    return [Candidate("hedged", text, new, origin="hedge convention")]
+
+
+def _phrase_list_candidates(lp, phrases: dict) -> list[Candidate]:
+    """Synonyms from an outside phrase list as look-for candidates, its "unmention" phrases as exclusions."""
+    out = []
+    existing = {p.lower() for p in lp.look_for}
+    for phrase in phrases.get("mention", ()):
+        phrase = " ".join(str(phrase).split())
+        if phrase and phrase.lower() not in existing and not _covered(phrase, lp):
+            out.append(Candidate("look_for", phrase, replace(lp, look_for=lp.look_for + (phrase,)), origin="phrase list"))
+    for phrase in phrases.get("unmention", ()):
+        phrase = " ".join(str(phrase).replace("'", "").split())
+        if phrase:
+            rule = f"the report only mentions '{phrase}'"
+            out.append(Candidate("do_not_label_when", phrase, replace(lp, do_not_label_when=lp.do_not_label_when + (rule,)),
+                                 origin="phrase list"))
+    return out
+
+
 def _policy_candidates(lp, notes: pd.DataFrame, cases: pd.DataFrame) -> list[Candidate]:
     """Flips of the hedge and temporal policies; those the notes' categories point at say so."""
     mine = notes[notes["report_id"].isin(set(cases["report_id"]))]
@@ -429,6 +526,7 @@ class Tuning:
         self.lower = [" ".join(t.lower().split()) for t in self.texts]
         self.words = [" ".join(_WORDS.findall(t)) for t in self.lower]
         self.index = {rid: i for i, rid in enumerate(self.ids)}
+        self.halves = _halves(self.ids)
 
 
 def _could_change(cand: Candidate, base: LabelPrompt, tuning: Tuning, pred: np.ndarray) -> np.ndarray:
@@ -464,45 +562,137 @@ def _score(prompt: LabelPrompt, rows: np.ndarray, tuning: Tuning, current: np.nd
     return new
 
 
-def offline_propose(lp: LabelPrompt, tuning: Tuning, label_fn: LabelFn, candidates: list[Candidate],
-                    min_fixed: int = 2, broken_ratio: float = 0.25, keep: int = 4,
-                    source: str = "offline") -> ProposalResult:
-    """Score candidates on tuning with the real labeller; combine the best few into one edit.
+POLICY_KINDS = ("hedged", "temporal")
 
-    A candidate is kept when it fixes at least min_fixed tuning cases and breaks at most
-    broken_ratio of what it fixes; kept candidates are added best first while each still raises
-    tuning F1 by fixing at least min_fixed more cases.
+
+def _halves(ids: list[str]) -> np.ndarray:
+    """A fixed two-way division of tuning reports by id (0/1), the same on every machine and run."""
+    return np.array([zlib.crc32(str(r).encode("utf-8")) % 2 for r in ids], dtype=int)
+
+
+def _change(tuning: Tuning, before: np.ndarray, after: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Boolean masks of tuning cases fixed and broken going from before to after."""
+    right_a, right_b = before == tuning.reference, after == tuning.reference
+    return ~right_a & right_b, right_a & ~right_b
+
+
+def _consistent(tuning: Tuning, fixed: np.ndarray, broken: np.ndarray, origin: str = "disagreements") -> bool:
+    """Whether a change mined from tuning holds on each half of tuning on its own: it loses on neither
+    half, and one that breaks a tuning case must win on both.
+
+    A trade (fixes here, breaks there) whose gain sits in one half only is a quirk of a few reports
+    rather than a habit of the writing, and is what fails on new reports: the halves are a cheap
+    cross-validation inside tuning, so validation stays only the gate. What a note or an outside phrase
+    list asked for was not picked from these reports: it needs no halves.
+    """
+    if origin in OUTSIDE_ORIGINS:
+        return True
+    halves = tuning.halves
+    net = [int((fixed & (halves == h)).sum()) - int((broken & (halves == h)).sum()) for h in (0, 1)]
+    return min(net) > 0 if broken.any() else min(net) >= 0
+
+
+def _mention_sentences(text: str, lp: LabelPrompt) -> list[str]:
+    """The sentences of a report that contain one of the label's look-for phrases."""
+    stems = [_stem(p) for p in lp.look_for] + [_stem(e.text) for e in lp.examples if e.value == 1]
+    return [s for s in _sentences(text) if any(st in s.lower() for st in stems)]
+
+
+def _repaired(cand: Candidate, base: LabelPrompt, tuning: Tuning, label_fn: "LabelFn", min_df: int,
+              per_kind: int, cues: dict) -> Candidate | None:
+    """A policy flip plus the exclusions that take back the false findings it creates.
+
+    Flipping "hedged wording" to positive fixes the hedges the reference counts ("probable effusion")
+    and breaks those it does not ("could reflect effusion"); the cues around the newly false findings,
+    mined from their mention sentences, become do-not-label phrases, kept while each fixes enough.
+    """
+    rows = _could_change(cand, base, tuning, tuning.prediction)
+    flipped = _score(cand.prompt, rows, tuning, tuning.prediction, label_fn)
+    new_fp = np.flatnonzero((flipped == 1) & (tuning.prediction == 0) & (tuning.reference == 0))
+    if len(new_fp) < min_df:
+        return None
+    tp = np.flatnonzero((flipped == 1) & (tuning.reference == 1))
+    clauses = [" ".join(_mention_sentences(tuning.texts[i], cand.prompt)).lower() for i in new_fp]
+    words = [" ".join(_WORDS.findall(c)) for c in clauses]
+    # the hedge cues themselves ("could represent", "possible") are what usually separates the two kinds
+    hedges = {h.lower() for h in cues.get("hedge", ()) if any(f" {h.lower()} " in f" {w} " for w in words)}
+    df = Counter(g for c in clauses for g in _ngrams(c, 3) | {h for h in hedges if h in c})
+    tp_low = [" ".join(_mention_sentences(tuning.texts[i], cand.prompt)).lower() for i in tp]
+    existing = {p.lower() for p in base.look_for}
+    scored = sorted(((c - sum(g in t for t in tp_low), g in hedges, -len(g.split()), g) for g, c in df.items()
+                     if c >= min_df and g not in existing and "'" not in g), reverse=True)
+    prompt, pred, added = cand.prompt, flipped, []
+    for *_, g in scored[:per_kind]:  # the labeller decides; the order only says what to try first
+        rule = f"the report only mentions '{g}'"
+        trial = replace(prompt, do_not_label_when=prompt.do_not_label_when + (rule,))
+        rows = np.flatnonzero(pred == 1)
+        new = _score(trial, rows, tuning, pred, label_fn)
+        fixed, broken = _change(tuning, pred, new)
+        if fixed.sum() >= min_df and broken.sum() * 2 < fixed.sum():
+            prompt, pred = trial, new
+            added.append(g)
+    if not added:
+        return None
+    return Candidate(cand.kind, f"{cand.text} with exclusions {', '.join(repr(a) for a in added)}", prompt,
+                     origin=cand.origin, note_ids=cand.note_ids)
+
+
+def offline_propose(lp: LabelPrompt, tuning: Tuning, label_fn: LabelFn, candidates: list[Candidate],
+                    min_fixed: int = 2, broken_ratio: float = 0.25, keep: int = 4, source: str = "offline",
+                    level: int = 0, min_df: int = 2, per_kind: int = 25, cues: dict | None = None,
+                    avoid: frozenset = frozenset()) -> ProposalResult:
+    """Score candidates on tuning with the real labeller; combine the best few into one edit, greedily.
+
+    A candidate counts when it fixes at least min_fixed tuning cases, breaks at most broken_ratio of
+    what it fixes, and helps on each half of tuning by itself. Candidates are then added one at a time,
+    each step taking the best one scored against the prompt built so far, while each still fixes
+    enough. level > 0 asks for a smaller, safer edit (after a proposal was rejected on validation): no
+    policy flip, one change that breaks no tuning case. avoid: label prompts already turned down; a
+    step that would build one of them takes the next best change instead.
     """
     base_f1 = f1_of(tuning.reference, tuning.prediction)
+    pool = list(candidates)
+    if level > 0:
+        pool = [c for c in pool if c.kind not in POLICY_KINDS]
+        keep, broken_ratio = 1, 0.0
+    else:
+        pool += [r for c in candidates if c.kind == "hedged"
+                 and (r := _repaired(c, lp, tuning, label_fn, min_df, per_kind, cues or DEFAULT_CUES)) is not None]
     good = []
-    for cand in candidates:
+    for cand in pool:
         rows = _could_change(cand, lp, tuning, tuning.prediction)
-        new = _score(cand.prompt, rows, tuning, tuning.prediction, label_fn)
-        right_a, right_b = tuning.prediction == tuning.reference, new == tuning.reference
-        cand.fixed, cand.broken = int((~right_a & right_b).sum()), int((right_a & ~right_b).sum())
-        if _acceptable(cand.fixed, cand.broken, min_fixed, broken_ratio):
+        fixed, broken = _change(tuning, tuning.prediction, _score(cand.prompt, rows, tuning, tuning.prediction, label_fn))
+        cand.fixed, cand.broken = int(fixed.sum()), int(broken.sum())
+        if _acceptable(cand.fixed, cand.broken, min_fixed, broken_ratio) and _consistent(tuning, fixed, broken, cand.origin):
             good.append(cand)
     if not good:
-        return ProposalResult("empty", f"no candidate change fixes {min_fixed} or more tuning cases without "
-                                       f"breaking others ({len(candidates)} tried)")
-    # best net gain first; then what the notes asked for; then a phrase or rule before an example (an
-    # example's report leaves evaluation); then the shorter phrase
-    good.sort(key=lambda c: (c.fixed - 2 * c.broken, c.origin == "note", "example" not in c.kind,
-                             -len(c.text.split())), reverse=True)
+        return ProposalResult("empty", f"no candidate change fixes {min_fixed} or more tuning cases on both halves "
+                                       f"of tuning without breaking others ({len(pool)} tried)")
     current_lp, current_pred, current_f1, used = lp, tuning.prediction.copy(), base_f1, []
-    for cand in good:
-        if len(used) >= keep:
+    while good and len(used) < keep:
+        ranked = []
+        for order, cand in enumerate(good):
+            combined = _combine(current_lp, lp, cand.prompt)
+            rows = _could_change(cand, current_lp, tuning, current_pred)
+            new = _score(combined, rows, tuning, current_pred, label_fn)
+            fixed, broken = _change(tuning, current_pred, new)
+            f, b = int(fixed.sum()), int(broken.sum())
+            f1 = f1_of(tuning.reference, new)
+            # fewer errors at equal F1 counts too (false positives on a label with no positive at all)
+            if combined in avoid or not (f1 >= current_f1 and f > b and _acceptable(f, b, min_fixed, broken_ratio)
+                                         and _consistent(tuning, fixed, broken, cand.origin)):
+                continue
+            # best net gain, less one case for each item beyond the first (a small edit generalises better);
+            # then what a note or a phrase list asked for; then a phrase or rule before an example (an
+            # example's report leaves evaluation); then the shorter phrase
+            key = (f - 2 * b - _size(lp, cand.prompt) + 1, cand.origin in OUTSIDE_ORIGINS, "example" not in cand.kind,
+                   -len(cand.text.split()))
+            ranked.append((key, -order, cand, combined, new, f1))  # ties: the order mined
+        if not ranked:
             break
-        combined = _combine(current_lp, lp, cand.prompt)
-        rows = _could_change(cand, current_lp, tuning, current_pred)
-        new = _score(combined, rows, tuning, current_pred, label_fn)
-        right_a, right_b = current_pred == tuning.reference, new == tuning.reference
-        fixed, broken = int((~right_a & right_b).sum()), int((right_a & ~right_b).sum())
-        f1 = f1_of(tuning.reference, new)
-        # fewer errors at equal F1 counts too (false positives on a label with no positive at all)
-        if f1 >= current_f1 and fixed > broken and _acceptable(fixed, broken, min_fixed, broken_ratio):
-            current_lp, current_pred, current_f1 = combined, new, f1
-            used.append(cand)
+        _, _, cand, current_lp, current_pred, current_f1 = max(ranked, key=lambda r: r[:2])
+        used.append(cand)
+        good = [c for c in good if c is not cand and not (c.kind == cand.kind == "hedged")]  # one hedge policy
     if not used:
         return ProposalResult("empty", "no combination of candidates raised tuning F1")
     note_ids = tuple(sorted({i for c in used for i in c.note_ids}))
@@ -511,6 +701,13 @@ def offline_propose(lp: LabelPrompt, tuning: Tuning, label_fn: LabelFn, candidat
     edit = Edit(lp.label, edit_fields(lp, current_lp), rationale, source, note_ids, describe(lp, current_lp))
     apply_edit(lp, edit.fields)  # the combined edit must pass the strict validation like any other
     return ProposalResult("ok", "", edit)
+
+
+def _size(base: LabelPrompt, new: LabelPrompt) -> int:
+    """How many items an edit adds or changes: phrases, rules, examples, policies."""
+    return (len(set(new.look_for) - set(base.look_for)) + len(set(new.do_not_label_when) - set(base.do_not_label_when))
+            + len(set(new.examples) - set(base.examples)) + int(new.hedged != base.hedged)
+            + sum(a != b for a, b in zip(new.temporal_policy().values(), base.temporal_policy().values())))
 
 
 def _acceptable(fixed: int, broken: int, min_fixed: int, broken_ratio: float) -> bool:
@@ -534,4 +731,4 @@ def _combine(current: LabelPrompt, base: LabelPrompt, single: LabelPrompt) -> La
 
 
 __all__ = ["Edit", "EditError", "ProposalResult", "Candidate", "Tuning", "apply_edit", "edit_fields", "describe",
-           "parse_reply", "mine_candidates", "offline_propose", "f1_of"]
+           "parse_reply", "mine_candidates", "offline_propose", "f1_of", "hedge_convention", "uncounted_hedges"]

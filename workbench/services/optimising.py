@@ -349,8 +349,41 @@ class OptimisingService:
                               "evidence": [str(evidence.get(r, "") or "") for r in ids]})
         return cases, notes
 
-    def _offline_proposal(self, ps, label: str, cases: pd.DataFrame, notes: pd.DataFrame) -> proposals.ProposalResult:
-        """Mine candidates from the tuning disagreements and notes; score them with the rule-based labeller."""
+    def phrase_lists(self, path) -> dict[str, dict[str, list[str]]]:
+        """An outside phrase table (CheXpert labeler format) read where it lies, by label id ({} for None)."""
+        if path is None:
+            return {}
+        from pathlib import Path
+
+        from workbench.importers import read_phrase_lists
+
+        if not Path(path).is_file():
+            raise StudyError(f"phrase list {str(path)!r} not found (a CSV with observation, list, raw_phrase)")
+        return read_phrase_lists(path, self.vocab)
+
+    def _hedge_clauses(self, ps, label: str, cases: pd.DataFrame) -> list[tuple[str, int]]:
+        """(clause, reference) for every tuning mention of a label that hedged wording sets aside."""
+        import dataclasses
+
+        from workbench import rules
+
+        cues = ps.task.cue_lists()
+        lp = dataclasses.replace(ps.label(label), hedged="negative")
+        return [(d["clause"], int(ref)) for text, ref in zip(cases["text"], cases["reference"])
+                for d in rules.explain(text, lp, cues) if d["outcome"] == "hedged"]
+
+    def _hedge_convention(self, run, ps, material: dict) -> dict:
+        """Per label, the hedge cues the reference does not count (None: none it counts hedges the label),
+        from every label's hedged mentions on tuning, pooled; material: label -> its tuning cases."""
+        clauses = {lab: self._hedge_clauses(ps, lab, cases) for lab, cases in material.items()}
+        convention = proposals.hedge_convention([c for rows in clauses.values() for c in rows], ps.task.cue_lists())
+        return {lab: proposals.uncounted_hedges(convention, rows) for lab, rows in clauses.items()}
+
+    def _offline_proposal(self, ps, label: str, cases: pd.DataFrame, notes: pd.DataFrame, level: int = 0,
+                          phrases: dict | None = None, hedges: dict | None = None,
+                          avoid: frozenset = frozenset()) -> proposals.ProposalResult:
+        """Mine candidates from the tuning disagreements and notes (and an outside phrase list); score
+        them with the rule-based labeller on tuning only."""
         from workbench import rules
 
         cues = ps.task.cue_lists()
@@ -364,8 +397,10 @@ class OptimisingService:
         pos = cases.loc[cases["reference"] == 1, "text"].tolist()
         neg = cases.loc[cases["reference"] == 0, "text"].tolist()
         shown = cases[(cases["reference"] == 1) | (cases["prediction"] == 1)]
-        candidates = proposals.mine_candidates(lp, shown, pos, neg, notes, cues=cues)
-        return proposals.offline_propose(lp, tuning, label_fn, candidates, source="offline proposer")
+        candidates = proposals.mine_candidates(lp, shown, pos, neg, notes, cues=cues, phrases=(phrases or {}).get(label),
+                                               uncounted_hedges=(hedges or {}).get(label))
+        return proposals.offline_propose(lp, tuning, label_fn, candidates, source="offline proposer", level=level,
+                                         cues=cues, avoid=avoid)
 
     def _llm_proposal(self, ps, label: str, cases: pd.DataFrame, notes: pd.DataFrame, model: str | None,
                       api_base: str | None = None) -> proposals.ProposalResult:
@@ -414,35 +449,51 @@ class OptimisingService:
         return result
 
     def suggest_failing(self, run_id: int | None = None, proposer: str = "auto", model: str | None = None,
-                        api_base: str | None = None) -> list[dict]:
+                        api_base: str | None = None, phrase_list=None) -> list[dict]:
         """A suggestion for every label with a disagreement on the tuning part."""
         run = self.run_info(run_id) if run_id is not None else self._latest_dev_run()
         queue = self.disagreements(run.id)
         failing = [lab for lab in self.vocab.asked_ids if lab in set(queue["label"])]
-        return [self.suggest(lab, run.id, proposer, model, api_base) for lab in failing]
+        hedges = None if self._uses_model(proposer, model) or not failing else self._run_hedge_convention(run)
+        return [self.suggest(lab, run.id, proposer, model, api_base, phrase_list, hedges=hedges) for lab in failing]
+
+    def _run_hedge_convention(self, run) -> dict:
+        """The hedge convention from every predicted label's tuning part of a run (see _hedge_convention)."""
+        inputs = self.evaluation_inputs(run.id)[:2]
+        material = {lab: self._tuning_material(run, lab, inputs=inputs)[0]
+                    for lab in self.vocab.asked_ids if lab in inputs[1].columns}
+        return self._hedge_convention(run, self.prompt_set(run.prompt_commit), material)
 
     def suggest(self, label: str, run_id: int | None = None, proposer: str = "auto", model: str | None = None,
-                api_base: str | None = None) -> dict:
+                api_base: str | None = None, phrase_list=None, hedges: dict | None = None) -> dict:
         """Propose a revision of one label from its tuning disagreements and notes, evaluated on tuning and
-        validation before it is shown; stored as a proposal (offered only when validation does not drop)."""
+        validation before it is shown; stored as a proposal (offered only when validation does not drop).
+        hedges: the run's hedge convention when the caller has it (suggest_failing computes it once)."""
         self.require("edit_prompts")
         label = self._asked(label)
         run = self.run_info(run_id) if run_id is not None else self._latest_dev_run()
         ps = self.prompt_set(run.prompt_commit)
         cases, notes = self._tuning_material(run, label)
-        result = self._propose(ps, label, cases, notes, proposer, model, api_base)
+        if hedges is None and not self._uses_model(proposer, model):
+            hedges = self._run_hedge_convention(run)
+        result = self._propose(ps, label, cases, notes, proposer, model, api_base, phrases=self.phrase_lists(phrase_list),
+                               hedges=hedges)
         return self._record(run, label, result, ps)
 
-    def _propose(self, ps, label, cases, notes, proposer: str, model: str | None,
-                 api_base: str | None = None) -> proposals.ProposalResult:
-        """Dispatch to the model proposer or the offline one."""
+    def _uses_model(self, proposer: str, model: str | None) -> bool:
+        """Whether a suggestion goes to the model proposer (else the offline one)."""
         if proposer not in PROPOSERS:
             raise StudyError(f"proposer must be one of {', '.join(PROPOSERS)}, got {proposer!r}")
-        use_llm = proposer == "llm" or (proposer == "auto" and (model or not str(
+        return proposer == "llm" or (proposer == "auto" and bool(model or not str(
             self.config.labeller.get("model", "")).startswith("workbench/")))
-        if use_llm:
+
+    def _propose(self, ps, label, cases, notes, proposer: str, model: str | None, api_base: str | None = None,
+                 level: int = 0, phrases: dict | None = None, hedges: dict | None = None,
+                 avoid: frozenset = frozenset()) -> proposals.ProposalResult:
+        """Dispatch to the model proposer or the offline one (level > 0: a smaller edit after a rejection)."""
+        if self._uses_model(proposer, model):
             return self._llm_proposal(ps, label, cases, notes, model, api_base)
-        return self._offline_proposal(ps, label, cases, notes)
+        return self._offline_proposal(ps, label, cases, notes, level, phrases, hedges, avoid)
 
     def _latest_dev_run(self):
         """The newest finished run on the development cohort."""
@@ -569,9 +620,10 @@ class OptimisingService:
 
     def optimise(self, labels: list[str] | None = None, rounds: int = 3, run_id: int | None = None,
                  proposer: str = "auto", model: str | None = None, on_progress=None, save_drafts: bool = True,
-                 api_base: str | None = None) -> dict:
+                 api_base: str | None = None, phrase_list=None) -> dict:
         """suggest -> evaluate -> keep if validation does not drop, for K rounds; a report per round; the
-        best version is left as drafts for a person to save."""
+        best version is left as drafts for a person to save. A label whose proposal validation rejected
+        gets a smaller, safer one in the next round (the offline proposer; a model is asked again)."""
         self.require("edit_prompts")
         if rounds < 1:
             raise StudyError("rounds must be at least 1")
@@ -588,6 +640,10 @@ class OptimisingService:
                   "proposer": proposer, "calls": {"made": 0, "reused": 0, "cost": 0.0}}
         report["start"] = _macro_by_part(y_true, current, parts, labels)
         rejected: dict = {}
+        refusals: dict[str, int] = {}  # label -> proposals of it that validation turned down so far
+        phrases = self.phrase_lists(phrase_list)
+        # how the reference treats hedges, from every label's tuning part (offline proposer only)
+        hedges = None if self._uses_model(proposer, model) else self._run_hedge_convention(run)
         for k in range(1, rounds + 1):
             entry = {"round": k, "changes": [], "rejected": []}
             previous = current.copy()
@@ -595,13 +651,16 @@ class OptimisingService:
                 if on_progress:
                     on_progress(f"round {k}: {label}")
                 cases, notes = self._tuning_material(run, label, current[label], evidence[label], (y_true, y_pred))
-                result = self._propose(ps, label, cases, notes, proposer, model, api_base)
+                result = self._propose(ps, label, cases, notes, proposer, model, api_base,
+                                       level=refusals.get(label, 0), phrases=phrases, hedges=hedges,
+                                       avoid=frozenset(rejected))
                 if result.status != "ok":
                     entry["rejected"].append({"label": label, "status": result.status, "detail": result.detail})
                     continue
                 new_lp = proposals.apply_edit(ps.label(label), result.edit.fields)
                 if new_lp in rejected:  # the same material gives the same proposal: do not pay to evaluate it again
                     entry["rejected"].append({"label": label, "status": "already rejected", "detail": rejected[new_lp]})
+                    refusals[label] = refusals.get(label, 0) + 1
                     continue
                 ev = self.evaluate_edit(run.id, new_lp, base_ps=ps, base_pred=current[label], inputs=(y_true, y_pred))
                 for key in ("made", "reused"):
@@ -614,6 +673,7 @@ class OptimisingService:
                 if not ev["offered"]:
                     entry["rejected"].append({**summary, "status": "validation worse", "detail": ev["why"]})
                     rejected[new_lp] = f"rejected in round {k}: {ev['why']}"
+                    refusals[label] = refusals.get(label, 0) + 1
                     continue
                 ps = ps.with_label(new_lp)
                 values = pd.Series(ev["values"], dtype=float)
@@ -623,7 +683,8 @@ class OptimisingService:
             entry["metrics"] = _macro_by_part(y_true, current, parts, labels)
             entry["validation_mcnemar"] = _mcnemar_table(y_true, previous, current, parts, labels)
             report["rounds"].append(entry)
-            if not entry["changes"]:
+            retry = any(r.get("status") in ("validation worse", "already rejected") for r in entry["rejected"])
+            if not entry["changes"] and not retry:
                 break  # nothing more to propose: later rounds would see the same material
         report["end"] = _macro_by_part(y_true, current, parts, labels)
         report["seconds"] = round(time.perf_counter() - started, 2)
