@@ -44,3 +44,22 @@ def test_help_imports_nothing_heavy():
     """`workbench --help` loads neither pandas nor the database layer."""
     loaded = _loaded("--help")
     assert not loaded & {*HEAVY, "pandas", "sqlalchemy", "sqlmodel"}, sorted(loaded & {*HEAVY, "pandas", "sqlalchemy"})
+
+
+def test_vocabulary_is_parsed_once_while_unchanged_and_again_after_an_edit(tmp_path):
+    """The app opens the study on every rerun: the vocabulary is parsed once, yet an edit is seen."""
+    import os
+    import shutil
+
+    from workbench.study import find_vocabulary_file, load_vocabulary_file
+
+    path = tmp_path / "vocab.yaml"
+    shutil.copy(find_vocabulary_file("ranscore-21"), path)
+    first = load_vocabulary_file(path)
+    assert load_vocabulary_file(path) is first  # not parsed again
+    label = first.asked_ids[0]
+    text = path.read_text()
+    name = first.names()[label]
+    path.write_text(text.replace(f"name: {name}", f"name: {name} (edited)", 1))
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000))
+    assert load_vocabulary_file(path).names()[label] == f"{name} (edited)"

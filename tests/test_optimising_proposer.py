@@ -362,3 +362,15 @@ def test_a_proposals_validation_cases_are_shown_as_counts_and_ids_never_text(qui
     for out in outputs:
         assert broken[0] in out  # by id
         assert "quokka" not in out.lower() and "lungs are clear" not in out.lower()  # never by text
+
+
+def test_a_validation_case_cannot_be_opened_by_its_id(quirk_study):
+    """The ids shown for validation cases do not open their text (case view, CLI --text, the app)."""
+    from workbench.study import StudyError
+
+    wb = quirk_study
+    validation = sorted(r for r, part in wb.parts.items() if part == "validation")
+    tuning = sorted(r for r, part in wb.parts.items() if part == "tuning")
+    with pytest.raises(StudyError, match="not in the tuning part"):
+        wb.case(wb.first_run, validation[0], "cardiomegaly")
+    assert wb.case(wb.first_run, tuning[0], "cardiomegaly")["text"]

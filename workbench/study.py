@@ -120,7 +120,20 @@ def safe_load_fast(text: str):
     return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 (a safe loader)
 
 
+_VOCABULARIES: dict[tuple[str, int, int], Vocabulary] = {}  # (path, mtime_ns, size) -> parsed (it is frozen)
+
+
 def load_vocabulary_file(path: Path) -> Vocabulary:
+    """Read and validate a vocabulary YAML file (parsed once while the file is unchanged: the app opens
+    the study on every rerun)."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    if key not in _VOCABULARIES:
+        _VOCABULARIES[key] = _read_vocabulary_file(path)
+    return _VOCABULARIES[key]
+
+
+def _read_vocabulary_file(path: Path) -> Vocabulary:
     """Read and validate a vocabulary YAML file."""
     try:
         data = safe_load_fast(path.read_text(encoding="utf-8"))

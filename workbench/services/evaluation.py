@@ -303,6 +303,10 @@ class EvaluationService:
             votes = q.readings_frame(s, report_ids_=[report_id])
             notes = q.notes_frame(s, label=label, report_id=report_id)
             pred = q.predictions_frame(s, run_id, report_id=report_id, label=label)
+        shown = self.queue_reports(run)  # validation and test text never reaches the person tuning prompts
+        if shown is not None and report_id not in shown:
+            raise StudyError(f"report {report_id!r} is not in the tuning part of its cohort: validation cases are "
+                             "shown by id only, so the prompts are not tuned to them")
         text = compose_text(report.findings, report.impression, report.text, run.sections.split(","))
         messages = []
         if label in self.vocab.asked_ids:

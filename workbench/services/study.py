@@ -137,14 +137,12 @@ def _validate_prompt_files(files: dict[str, str], vocab: Vocabulary) -> PromptSe
 class StudyService:
     """A study opened for use; the CLI, the app and the tests all go through it."""
 
-    def __init__(self, root: Path, actor: Actor | None = None, engine=None,
-                 config: StudyConfig | None = None, vocab: Vocabulary | None = None):
+    def __init__(self, root: Path, actor: Actor | None = None, engine=None):
         self.root = Path(root).resolve()
         self.paths = StudyPaths(self.root)
-        self.config: StudyConfig = config or load_config(self.root)
+        self.config: StudyConfig = load_config(self.root)
         vocab_file = self.root / self.config.vocabulary
-        self.vocab: Vocabulary = vocab or load_vocabulary_file(
-            vocab_file if vocab_file.exists() else find_vocabulary_file(self.config.vocabulary))
+        self.vocab: Vocabulary = load_vocabulary_file(vocab_file if vocab_file.exists() else find_vocabulary_file(self.config.vocabulary))
         self.url = database_url(self.root, self.config)
         self.engine = engine or db.make_engine(self.url)
         self.actor = actor or Actor()
@@ -153,7 +151,7 @@ class StudyService:
 
     def as_actor(self, actor: Actor):
         """The same study (sharing its engine) acting as another user."""
-        return type(self)(self.root, actor=actor, engine=self.engine, config=self.config, vocab=self.vocab)
+        return type(self)(self.root, actor=actor, engine=self.engine)  # settings re-read: an edit takes effect
 
     def migrate(self) -> list[str]:
         """Bring the database schema up to date; a workbench.yaml edited by hand is recorded in the audit trail."""
