@@ -26,7 +26,20 @@ from enum import StrEnum
 
 import numpy as np
 import pandas as pd
-from scipy import special  # scipy.stats costs ~0.5 s more to import: only McNemar needs it
+
+
+class _LazySpecial:
+    """scipy.special, imported on first use (scipy.stats costs ~0.5 s more: only McNemar needs it), so that
+    commands that compute no interval (`workbench run`) do not pay its ~0.2 s import."""
+
+    def __getattr__(self, name: str):
+        from scipy import special as loaded
+
+        globals()["special"] = loaded
+        return getattr(loaded, name)
+
+
+special = _LazySpecial()
 
 __all__ = [
     "ZeroDivisionPolicy",
