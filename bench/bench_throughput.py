@@ -13,6 +13,7 @@ sample and extrapolates to the same number of calls.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -122,9 +123,10 @@ def bench_bare_litellm(url: str, args) -> dict:
     kept = litellm.turn_off_message_logging
     litellm.turn_off_message_logging = False  # litellm's default (the workbench turns it on)
     try:
-        asyncio.run(go(requests[: args.concurrency]))  # warm
-        cpu0, t0 = time.process_time(), time.perf_counter()
-        asyncio.run(go(requests))
+        with litellm_defaults():
+            asyncio.run(go(requests[: args.concurrency]))  # warm
+            cpu0, t0 = time.process_time(), time.perf_counter()
+            asyncio.run(go(requests))
     finally:
         litellm.turn_off_message_logging = kept
     return {"calls": len(requests), "wall": time.perf_counter() - t0, "cpu": time.process_time() - cpu0}
@@ -138,12 +140,25 @@ def bench_sequential(url: str, sample: int, model: str) -> float:
     requests = make_requests(1, sample + 3)
     call = dict(model=model, api_base=url, api_key="sk-no-key-needed",
                 temperature=0, seed=0, max_tokens=64, num_retries=0)
-    for req in requests[:3]:  # warm the sync client
-        litellm.completion(messages=req.messages, **call)
-    t0 = time.perf_counter()
-    for req in requests[3:]:
-        litellm.completion(messages=req.messages, **call)
+    with litellm_defaults():
+        for req in requests[:3]:  # warm the sync client
+            litellm.completion(messages=req.messages, **call)
+        t0 = time.perf_counter()
+        for req in requests[3:]:
+            litellm.completion(messages=req.messages, **call)
     return (time.perf_counter() - t0) / sample
+
+
+@contextlib.contextmanager
+def litellm_defaults():
+    """litellm as installed: the OpenAI SDK path for openai/ models (the workbench chooses litellm's own
+    HTTP handler through an environment variable litellm reads at every call)."""
+    kept = os.environ.pop("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", None)
+    try:
+        yield
+    finally:
+        if kept is not None:
+            os.environ["EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER"] = kept
 
 
 def main(argv: list[str] | None = None) -> None:

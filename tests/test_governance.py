@@ -13,6 +13,7 @@ import json
 import re
 import socket
 import threading
+import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pandas as pd
@@ -347,3 +348,49 @@ def test_a_remote_bundle_is_not_scored_without_being_allowed(local_bundle, monke
     frame = pd.read_csv(PAIRS)
     with pytest.raises(scoring.EndpointNotAllowed, match="allow_endpoints"):
         scoring.robustness(bundle, frame, model="openai/gpt-4o-mini")
+
+
+# ---------------------------------------------------------------- the guard on both HTTP paths of openai/ models
+
+
+@pytest.mark.parametrize("own_handler", ["true", "false"])
+def test_the_guard_covers_litellms_own_http_handler_and_the_openai_sdk(own_handler, forbidden, monkeypatch):
+    """openai/ models go through litellm's own HTTP handler by default (less client CPU) or, with
+    EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER=false, the OpenAI SDK: the httpx guard sees both, so a
+    request to another address is refused unsent and a redirect is not followed."""
+    import asyncio
+
+    from workbench import llm
+
+    monkeypatch.setenv("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", own_handler)  # litellm reads it at every call
+    litellm = llm._litellm()
+    with running_server() as server:
+        cfg = ModelConfig("openai/fake", api_base=server.url, max_retries=0, timeout_s=10)
+        message = [{"role": "user", "content": "Report: secret text"}]
+
+        async def stray_call():  # a call made while the engine's pin is active, to somewhere else
+            token = llm.pin_endpoints(cfg)
+            try:
+                await litellm.acompletion(model="openai/fake", messages=message, api_base=forbidden.url + "/v1",
+                                          api_key="sk-x", num_retries=0, max_retries=0, timeout=10)
+            finally:
+                llm._PINNED.reset(token)
+
+        with pytest.raises(Exception) as err:
+            asyncio.run(stray_call())
+        assert llm.classify(err.value) == "refused"
+        handler_frames = [frame for link in llm._chain(err.value) for frame in traceback.extract_tb(link.__traceback__)
+                          if "llm_http_handler" in frame.filename]
+        assert bool(handler_frames) is (own_handler == "true")  # the path this case is about was the one taken
+        results = []
+        complete_all_sync([CallRequest("k", message)], cfg, lambda _req, res: results.append(res))
+        assert results[0].error is None and server.count == 1  # the pinned server itself is reached
+    redirector = Redirector(forbidden.url, 307)
+    try:
+        results = []
+        complete_all_sync([CallRequest("k", message)], ModelConfig("openai/fake", api_base=redirector.url, max_retries=2,
+                                                                   timeout_s=10), lambda _req, res: results.append(res))
+        assert results[0].error_kind == "redirect" and redirector.count == 1
+    finally:
+        redirector.close()
+    assert (forbidden.connections, forbidden.bytes) == (0, 0)

@@ -437,8 +437,11 @@ def test_fake_server_answers_per_label_and_joint_from_a_keyword_map():
     assert all(d.status == "ok" for d in decisions.values())
 
 
-def test_connection_error_kind_when_called_inside_an_except_block():
-    """Every exception raised inside an except block inherits it as __context__: must not confuse."""
+@pytest.mark.parametrize("own_handler", ["true", "false"])
+def test_connection_error_kind_when_called_inside_an_except_block(own_handler, monkeypatch):
+    """Every exception raised inside an except block inherits it as __context__: must not confuse,
+    through litellm's own HTTP handler (the default here) and through the OpenAI SDK."""
+    monkeypatch.setenv("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", own_handler)  # litellm reads it at every call
     with running_server() as srv:
         url = srv.url
     cfg = ModelConfig("openai/fake", api_base=url, max_retries=0)
@@ -447,6 +450,15 @@ def test_connection_error_kind_when_called_inside_an_except_block():
     except RuntimeError:
         results = run([request("a", "x")], cfg)
     assert results["a"].error_kind == "connection"
+
+
+@pytest.mark.parametrize("own_handler", ["true", "false"])
+def test_a_real_server_500_stays_a_server_error_with_either_http_path(own_handler, monkeypatch):
+    monkeypatch.setenv("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", own_handler)
+    with running_server() as srv:
+        results = run([request("a", "x", "[[behaviour:500:9]]")], cfg_for(srv, max_retries=1))
+        assert srv.count == 2  # retried once: a server error is worth another try
+    assert results["a"].error_kind == "server" and results["a"].attempts == 2
 
 
 @pytest.mark.parametrize("base,url,ok", [

@@ -215,6 +215,67 @@ def test_storing_reused_answers_is_not_one_statement_per_cell(small_study):
     assert statements.count("DELETE") <= 10, f"{statements.count('DELETE')} DELETE statements for one cached run"
 
 
+def test_a_cached_rerun_stored_in_several_batches_equals_the_first_run(small_study, monkeypatch):
+    from workbench.services import runs
+
+    wb = small_study
+    first = wb.start_run("dev")
+    monkeypatch.setattr(runs, "REUSE_BATCH", 7)  # 160 cached answers in 23 writes by the writer thread
+    again = wb.start_run("dev")
+    assert (again.calls_made, again.calls_reused, again.failures, again.status) == (0, N_REPORTS * ASKED, 0, "finished")
+    assert wb.run_info(again.run_id).calls_reused == N_REPORTS * ASKED  # counted with each batch, none twice
+    columns = ["report_id", "label", "value", "evidence", "evidence_found", "status", "detail", "call_key"]
+    before, after = (wb.predictions(r).sort_values(["report_id", "label"])[columns].reset_index(drop=True)
+                     for r in (first.run_id, again.run_id))
+    pd.testing.assert_frame_equal(before, after)
+
+
+def test_the_run_writer_raises_the_first_failed_write_and_skips_the_rest():
+    from workbench.services.runs import RunWriter
+
+    done: list[int] = []
+
+    def fail() -> None:
+        raise OSError("disk full")
+
+    writer = RunWriter()
+    writer.submit(lambda: done.append(1))
+    writer.submit(fail)
+    writer.submit(lambda: done.append(3))  # queued before the failure is seen: skipped, not run after it
+    with pytest.raises(OSError, match="disk full"):
+        writer.close()
+    assert done == [1]
+    quiet = RunWriter()
+    quiet.submit(fail)
+    quiet.close(raise_error=False)  # the run is already failing: its own error is the one raised
+    with pytest.raises(OSError, match="disk full"):
+        quiet.submit(lambda: done.append(4))
+    assert done == [1]
+
+
+def test_a_failed_write_of_the_offline_labeller_ends_the_run_incomplete(small_study, monkeypatch):
+    from workbench.store import queries as q
+
+    wb = small_study
+    real = q.upsert_predictions
+    calls = {"n": 0}
+
+    def flaky(session, run_id, rows):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError("database went away")
+        return real(session, run_id, rows)
+
+    monkeypatch.setattr(q, "upsert_predictions", flaky)
+    with pytest.raises(OSError, match="database went away"):
+        wb.start_run("dev")
+    run = wb.runs("dev").iloc[0]
+    assert run["status"] == "incomplete"  # never left "running" with nobody executing it
+    monkeypatch.setattr(q, "upsert_predictions", real)
+    resumed = wb.resume_run(int(run["id"]))
+    assert resumed.status == "finished" and resumed.failures == 0
+
+
 # ---------------------------------------------------------------- through litellm and HTTP
 
 

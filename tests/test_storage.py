@@ -106,6 +106,9 @@ def test_runs_predictions_cache(any_study):
         q.upsert_predictions(s, run.id, [{**rows[1], "value": 0, "status": "ok", "detail": "retried"}])
         again = q.predictions_frame(s, run.id, report_id="s2", label="edema")
         assert len(again) == 1 and again.iloc[0]["value"] == 0 and again.iloc[0]["detail"] == "retried"
+        assert q.prediction_tally(s, run.id) == (2, 0)
+        q.upsert_predictions(s, run.id, [{**rows[0], "value": None, "status": "call_error"}])
+        assert q.prediction_tally(s, run.id) == (2, 1) and q.prediction_tally(s, run.id + 1) == (0, 0)
         q.put_extraction(s, "x1", "b" * 64, "t" * 64, '{"edema": 1}')
         assert q.get_extractions(s, ["x1"]) == {"x1": '{"edema": 1}'}
 
@@ -160,6 +163,22 @@ def test_a_version_1_database_gets_the_run_lease_columns(any_study):
     applied = any_study.migrate()
     assert "10: run lease: one executor at a time" in applied
     assert {"lease_holder", "lease_expires_at"} <= {c["name"] for c in sa_inspect(any_study.engine).get_columns("run")}
+
+
+def test_a_version_40_database_loses_the_unread_prediction_indexes(any_study):
+    from sqlalchemy import inspect as sa_inspect, text
+
+    with any_study.engine.begin() as conn:  # the indexes a database created before version 70 has
+        conn.execute(text("CREATE INDEX ix_prediction_run_id ON prediction (run_id)"))
+        conn.execute(text("CREATE INDEX ix_prediction_call_key ON prediction (call_key)"))
+        conn.execute(text("UPDATE meta SET value = '40' WHERE key = 'schema_version'"))
+    assert {"ix_prediction_run_id", "ix_prediction_call_key"} <= {i["name"] for i in sa_inspect(any_study.engine).get_indexes("prediction")}
+    assert any(step.startswith("70: ") for step in any_study.migrate())
+    inspector = sa_inspect(any_study.engine)
+    assert {i["name"] for i in inspector.get_indexes("prediction")} & {"ix_prediction_run_id", "ix_prediction_call_key"} == set()
+    unique = inspector.get_unique_constraints("prediction")  # what a run's predictions are read by
+    assert any(u["column_names"] == ["run_id", "report_id", "label"] for u in unique)
+    assert db.schema_version(any_study.engine) == db.SCHEMA_VERSION and any_study.migrate() == []
 
 
 def test_users_and_drafts(any_study):
@@ -373,3 +392,45 @@ def test_reading_drafts_and_work_lists(any_study):
         assert q.get_work_list(s, cohort.id).overlap == 2
         assert q.assignments_frame(s, cohort.id).values.tolist() == [["a", "dr"], ["a", "other"], ["b", "dr"]]
         assert q.assignments_frame(s, cohort.id, reader="dr")["report_id"].tolist() == ["a", "b"]
+
+
+def test_bulk_writes_above_the_copy_threshold(any_study, monkeypatch):
+    """Batches large enough for PostgreSQL's COPY path store exactly what row-by-row inserts store:
+    awkward text, NULLs, booleans, a key twice in one batch (last wins for predictions, first for the cache)."""
+    copies = []
+    real_copy = q._pg_copy_insert
+    monkeypatch.setattr(q, "_pg_copy_insert", lambda cur, table, *a: (copies.append(table), real_copy(cur, table, *a)))
+    n = q.COPY_MIN_ROWS + 50
+    ids = [f"r{i}" for i in range(n)]
+    odd = "tab\there, new\nline, back\\slash \\N, quote \" ' , comma; \u00e9\u4e2d\U0001F600 \\."
+    with any_study.session() as s:
+        cohort, _ = q.get_or_create_cohort(s, "dev", "en")
+        q.insert_reports(s, cohort.id, pd.DataFrame({
+            "report_id": ids, "text": [odd] * n, "findings": [""] * n, "impression": [""] * n, "language": ["en"] * n,
+            "text_hash": [f"h{i}" for i in range(n)]}), 0)
+        readings = pd.DataFrame({"report_id": ids, "label": ["edema"] * n, "reader": ["r1"] * n, "value": [i % 2 for i in range(n)]})
+        q.ensure_readers(s, ["r1"])
+        assert q.insert_readings(s, readings) == n
+        run = q.add_run(s, cohort_id=cohort.id, prompt_commit="c" * 40, model="m", params_json="{}", mode="per_label",
+                        labels_json='["edema"]')
+        rows = [{"report_id": r, "label": "edema", "value": i % 2 if i % 7 else None, "evidence": odd if i % 3 else "",
+                 "evidence_found": [True, False, None][i % 3], "status": "ok", "detail": "", "call_key": f"k{i}"}
+                for i, r in enumerate(ids)]
+        q.upsert_predictions(s, run.id, rows + [{**rows[0], "value": 1, "detail": "the later row"}])
+        q.put_cached_calls(s, [q.CachedCall("k0", "m", "first", 1, 1, None)])
+        q.put_cached_calls(s, [q.CachedCall(f"k{i}", "m", odd + str(i), i, 2 * i, i / 8 if i % 2 else None) for i in range(n)]
+                           + [q.CachedCall("k1", "m", "second in the batch", 0, 0, None)])
+    with any_study.session() as s:
+        stored = q.predictions_frame(s, run.id).set_index("report_id")
+        cached = q.cached_calls(s, [f"k{i}" for i in range(n)] + ["line\nbreak"])
+        assert len(q.readings_frame(s, cohort_id=cohort.id)) == n
+    assert len(stored) == n and stored.loc["r0", "value"] == 1 and stored.loc["r0", "detail"] == "the later row"
+    for i in range(1, n):
+        row = stored.loc[f"r{i}"]
+        assert (None if pd.isna(row["value"]) else row["value"]) == (i % 2 if i % 7 else None)
+        assert row["evidence"] == (odd if i % 3 else "") and row["evidence_found"] == [True, False, None][i % 3]
+    assert cached["k0"].response == "first" and cached["k1"].response == odd + "1"
+    assert cached[f"k{n - 1}"] == q.CachedCall(f"k{n - 1}", "m", odd + str(n - 1), n - 1, 2 * (n - 1), (n - 1) / 8)
+    assert len(cached) == n
+    if any_study.url.startswith("postgresql"):
+        assert copies == ["reading", "prediction", "callcache"]

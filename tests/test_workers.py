@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 
 import pytest
@@ -41,17 +42,20 @@ def test_every_call_answered_once_by_two_processes_in_this_thread():
         req.messages[-1]["content"] = "[[behaviour:400]] " + req.messages[-1]["content"]
     seen: dict[str, object] = {}
     threads = set()
+    spawned = set()
 
     def on_result(req, res):
         assert req.key == res.key and res.key not in seen, "on_result called twice for one call"
         seen[res.key] = res
         threads.add(threading.get_ident())
+        spawned.update(p.name for p in multiprocessing.active_children() if p.name.startswith("workbench-labeller"))
 
     with running_server(latency=0.01, answer_fn=lambda messages: messages[-1]["content"][-40:]) as srv:
         workers.complete_all_workers(calls, cfg(srv.url), on_result)
         assert srv.count == n  # no call made twice, none lost
         assert srv.max_in_flight <= 8  # the concurrency is split across the workers, not multiplied
     assert len(seen) == n and threads == {threading.get_ident()}  # one writer: the calling thread
+    assert spawned == {"workbench-labeller-1"}  # two workers: this process and one spawned process
     for i, req in enumerate(calls):
         res = seen[req.key]
         if i % 10 == 0:

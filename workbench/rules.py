@@ -451,6 +451,10 @@ def is_rules_model(model: str) -> bool:
     return str(model).startswith(MODEL_PREFIX)
 
 
+_ABSENT = {"value": 0, "evidence": ""}
+_ABSENT_JSON = json.dumps(_ABSENT, ensure_ascii=False)
+
+
 def answer(meta: dict) -> str:
     """The JSON reply a well-behaved model would give for one request's meta."""
     for key in ("report", "mode", "prompts", "cues"):
@@ -460,7 +464,10 @@ def answer(meta: dict) -> str:
     if mode == "per_label":
         if len(prompts) != 1:
             raise ValueError(f"rules engine: per_label mode needs exactly one prompt, got {len(prompts)}")
-        return json.dumps(label_one(meta["report"], prompts[0], meta["cues"]), ensure_ascii=False)
+        decision = label_one(meta["report"], prompts[0], meta["cues"])
+        if decision == _ABSENT:  # most answers of a run: the same text, serialised once
+            return _ABSENT_JSON
+        return json.dumps(decision, ensure_ascii=False)
     if mode == "joint":
         return json.dumps({"labels": label_report(meta["report"], prompts, meta["cues"])}, ensure_ascii=False)
     raise ValueError(f"rules engine: unknown mode {mode!r} (per_label or joint)")

@@ -2,11 +2,12 @@
 
 litellm costs a few milliseconds of client CPU per call, so against a fast server (a vLLM pool,
 100 ms per call, 32 in flight) one process saturates a core long before the server does. Here K
-spawned processes (spawn, not fork: litellm's clients and threads do not survive a fork) each run
-their own event loop with a share of the concurrency, take small chunks of calls from one queue
-as they free up, and send every CallResult back through a second queue to the calling thread,
-which stays the only writer (it calls on_result, exactly as llm.complete_all does). litellm stays
-the only model layer: the workers call workbench.llm, nothing else.
+workers (K - 1 spawned processes, spawn, not fork: litellm's clients and threads do not survive a
+fork; and a thread of the calling process, which labels at once while the others spend seconds
+importing litellm) each run their own event loop with a share of the concurrency, take small
+chunks of calls from one queue as they free up, and send every CallResult back through a second
+queue to the calling thread, which stays the only writer (it calls on_result, exactly as
+llm.complete_all does). litellm stays the only model layer: the workers call workbench.llm.
 """
 
 from __future__ import annotations
@@ -52,17 +53,22 @@ def complete_all_workers(
         tasks.put([(r.key, r.messages) for r in chunk])
     for _ in range(workers):
         tasks.put(None)  # one end marker per worker
+    # this process is one of the K: it labels from the same queue at once, while each spawned process
+    # spends seconds importing litellm before its first call, then shares the calls with them
     procs = [ctx.Process(target=_worker_main, args=(share, tasks, results, stop), daemon=True,
-                         name=f"workbench-labeller-{i}") for i in range(workers)]
+                         name=f"workbench-labeller-{i}") for i in range(1, workers)]
     for proc in procs:
         proc.start()
+    procs.append(threading.Thread(target=_worker_main, args=(share, tasks, results, stop), daemon=True,
+                                  name="workbench-labeller-0"))
+    procs[-1].start()
     try:
         _collect(by_key, procs, results, on_result, cancel, stop)
     finally:
         stop.set()
         for proc in procs:
             proc.join(timeout=30)
-            if proc.is_alive():
+            if proc.is_alive() and hasattr(proc, "kill"):  # a process; this process's own thread ends with it
                 proc.kill()
         for q in (tasks, results):  # chunks nobody took (a cancel) must not keep this process from exiting
             q.cancel_join_thread()
@@ -88,7 +94,7 @@ def _collect(by_key: dict, procs: list, results, on_result, cancel, stop) -> Non
         if req is not None:
             on_result(req, item)
     if pending and not (cancel is not None and cancel.is_set()):
-        codes = ", ".join(str(p.exitcode) for p in procs)
+        codes = ", ".join(str(getattr(p, "exitcode", "thread")) for p in procs)
         raise RuntimeError(f"labeller workers ended with {len(pending)} calls unanswered (exit codes {codes})")
 
 
@@ -104,7 +110,7 @@ def _drain(results, pending: dict, on_result) -> None:
 
 
 def _worker_main(cfg, tasks, results, stop) -> None:
-    """One worker process: its own event loop, cfg.concurrency calls in flight."""
+    """One worker (a spawned process, or a thread of the calling one): its own event loop, cfg.concurrency calls in flight."""
     try:
         asyncio.run(_serve(cfg, tasks, results, stop))
     except BaseException as exc:  # reported to the parent, which raises it there

@@ -39,3 +39,28 @@ def test_replies_the_fast_path_leaves_to_the_tolerant_path():
     assert parsing.parse_reply(fenced, REPORT).value == 1
     assert parsing.parse_reply(thinking, REPORT).value == 1
     assert parsing.parse_reply('{"value": 1,}', REPORT).status == "ok_tolerant"  # trailing comma: lenient
+
+
+def test_reply_memo_decides_as_parse_reply_whatever_the_order():
+    reports = [REPORT, "No effusion. Normal heart.", "", None, "Tube in place; \"quoted\" effusion"]
+    replies = REPLIES + [None, "yes", "I cannot help", '{"value": 1, "evidence": "effusion"}', "<think>x</think>1"]
+    memo = parsing.ReplyMemo()
+    for _ in range(2):  # the second pass answers from the memo where it may
+        for report in reports:
+            for text in replies:
+                assert memo.parse(text, report) == parsing.parse_reply(text, report), (text, report)
+
+
+def test_reply_memo_never_reuses_evidence_checked_against_another_report():
+    memo = parsing.ReplyMemo()
+    reply = '{"value": 1, "evidence": "pleural effusion"}'
+    assert memo.parse(reply, REPORT).evidence_found is True
+    assert memo.parse(reply, "Clear lungs.").evidence_found is False
+    assert memo.parse('{"value": 0, "evidence": ""}', REPORT) is memo.parse('{"value": 0, "evidence": ""}', "Other.")
+
+
+def test_reply_memo_is_bounded():
+    memo = parsing.ReplyMemo(limit=3)
+    for i in range(10):
+        assert memo.parse(f'{{"value": 0, "evidence": "", "n": {i}}}', REPORT).value == 0
+    assert len(memo._seen) == 3

@@ -3,13 +3,16 @@ a different key would silently throw away every cached (paid) answer."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
 import pytest
 import yaml
 
-from workbench.core.prompts import call_key, call_keyer, label_call_renderer, parse_prompt_set, render_label_call
+from workbench.core.prompts import (
+    call_key, call_keyer, label_call_keyer, label_call_renderer, parse_prompt_set, render_label_call, report_json,
+)
 from workbench.core.vocab import parse_vocabulary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,3 +59,32 @@ def test_call_keyer_falls_back_for_other_message_shapes():
     params = {"model": "m"}
     odd = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}, {"role": "user", "content": "x", "name": "n"}]
     assert call_keyer(params)(odd) == call_key(odd, params)
+
+
+@pytest.mark.parametrize("name", ["ranscore-21", "chexpert-14", "chestxray14"])
+def test_label_call_keyer_gives_the_plain_messages_and_call_key(name):
+    vocab, ps = _set(name)
+    names = vocab.names()
+    params = {"model": "workbench/rules", "temperature": 0.0, "note": "\u00e9 \"q\" {report}"}
+    rng = random.Random(1)
+    alphabet = "abc {}\"\\\n\t\u00e9\u4e2d\U0001F600\x00\x1f/<>&'\u2028"
+    reports = REPORTS + ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60))) for _ in range(40)]
+    for label_id in vocab.asked_ids:
+        keyed = label_call_keyer(ps, label_id, names[label_id], params)
+        for report in reports:
+            messages = render_label_call(ps, label_id, names[label_id], report)
+            assert keyed(report, report_json(report)) == (messages, call_key(messages, params))
+
+
+def test_label_call_keyer_with_the_report_twice_or_not_at_all():
+    vocab, ps = _set("chestxray14")
+    label_id = vocab.asked_ids[0]
+    name = vocab.names()[label_id]
+    params = {"model": "m"}
+    for template in ("{report}\n{task}\n{guidance}\n{examples}\n{label_name}\n{output_format}\nagain: {report}!",
+                     "{report}", "{task} {guidance} {examples} {label_name} {output_format} (no report)"):
+        odd = dataclasses.replace(ps, task=dataclasses.replace(ps.task, per_label_template=template))
+        keyed = label_call_keyer(odd, label_id, name, params)
+        for report in REPORTS:
+            messages = render_label_call(odd, label_id, name, report)
+            assert keyed(report, report_json(report)) == (messages, call_key(messages, params))

@@ -93,6 +93,26 @@ def _parse_reply(text: str | None, report_text: str | None) -> Decision:
     return _from_text(body, report_text)
 
 
+class ReplyMemo:
+    """parse_reply over many replies: a decision that quotes no evidence does not depend on the report
+    (only evidence is looked up in it), so a reply seen before with no evidence ({"value": 0,
+    "evidence": ""} thousands of times in a run) is parsed once."""
+
+    def __init__(self, limit: int = 20_000) -> None:
+        self._seen: dict[str, Decision] = {}
+        self._limit = limit
+
+    def parse(self, text: str | None, report_text: str | None) -> Decision:
+        """parse_reply(text, report_text), remembered when the report cannot change it."""
+        seen = self._seen.get(text) if isinstance(text, str) else None
+        if seen is not None:
+            return seen
+        decision = parse_reply(text, report_text)
+        if isinstance(text, str) and not decision.evidence and len(self._seen) < self._limit:
+            self._seen[text] = decision
+        return decision
+
+
 def parse_joint_reply(text: str | None, label_ids: list[str], report_text: str | None = None) -> dict[str, Decision]:
     """Parse a joint reply for several labels; a missing label fails alone."""
     try:

@@ -339,19 +339,28 @@ def render_label_call(ps: PromptSet, label_id: str, label_name: str, report: str
 _REPORT_SLOT = "\x00report\x00"  # cannot occur in YAML-loaded prompt text
 
 
+def _label_call_parts(ps: PromptSet, label_id: str, label_name: str) -> tuple[str, list[str]] | None:
+    """A per-label call's system message and its user message split where the report goes (None when a
+    prompt value itself contains the split marker, so splitting would be ambiguous)."""
+    lp = ps.label(label_id)
+    values = {"label_name": label_name, "task": lp.task, "guidance": label_guidance(lp, label_name),
+              "examples": render_examples(lp), "output_format": ps.task.output_format}
+    if any(_REPORT_SLOT in str(v) for v in values.values()) or _REPORT_SLOT in str(ps.task.system):
+        return None
+    parts = _fill(ps.task.per_label_template, {**values, "report": _REPORT_SLOT},
+                  f"{TASK_FILE}: per_label_template").split(_REPORT_SLOT)
+    return ps.task.system, parts
+
+
 def label_call_renderer(ps: PromptSet, label_id: str, label_name: str) -> Callable[[str], list[dict]]:
     """render_label_call with the label's part rendered once: report -> the same messages, fast.
 
     A run renders one call per (report, label); the guidance, examples and template are the same
     for every report, so they are filled once and only the report is spliced in per call."""
-    lp = ps.label(label_id)
-    values = {"label_name": label_name, "task": lp.task, "guidance": label_guidance(lp, label_name),
-              "examples": render_examples(lp), "output_format": ps.task.output_format}
-    if any(_REPORT_SLOT in str(v) for v in values.values()):  # never in practice; stay exact anyway
+    split = _label_call_parts(ps, label_id, label_name)
+    if split is None:  # never in practice; stay exact anyway
         return lambda report: render_label_call(ps, label_id, label_name, report)
-    parts = _fill(ps.task.per_label_template, {**values, "report": _REPORT_SLOT},
-                  f"{TASK_FILE}: per_label_template").split(_REPORT_SLOT)
-    system = ps.task.system
+    system, parts = split
 
     def render(report: str) -> list[dict]:
         return [{"role": "system", "content": system}, {"role": "user", "content": report.join(parts)}]
@@ -399,6 +408,45 @@ def call_keyer(params: dict) -> Callable[[list[dict]], str]:
         return hashlib.sha256(('{"messages":[' + body + "]" + tail).encode("utf-8")).hexdigest()
 
     return key
+
+
+def report_json(report: str) -> bytes:
+    """A report as it appears inside a call's canonical JSON (escaped, UTF-8, without quotes): made once per
+    report and shared by all its labels' keys (see label_call_keyer)."""
+    return json.encoder.encode_basestring(report)[1:-1].encode("utf-8")
+
+
+def label_call_keyer(ps: PromptSet, label_id: str, label_name: str,
+                     params: dict) -> Callable[[str, bytes], tuple[list[dict], str]]:
+    """label_call_renderer and call_keyer in one: (report, report_json(report)) -> (messages, call_key).
+
+    A per-label call's canonical JSON is the same text for every report except where the report is
+    spliced in, and json escapes character by character, so the escaped report is spliced into the
+    escaped template: the hash of everything before the report is computed once per label and copied
+    per call. Keys are identical to call_key's (tested), so existing call caches stay valid."""
+    split = _label_call_parts(ps, label_id, label_name)
+    if split is None or not isinstance(split[0], str) or len(split[1]) < 2:  # < 2: a template without {report}
+        render, keyer = label_call_renderer(ps, label_id, label_name), call_keyer(params)
+        return lambda report, _json=b"": (lambda messages: (messages, keyer(messages)))(render(report))
+    system, parts = split
+    enc = json.encoder.encode_basestring
+    escaped = [enc(part)[1:-1].encode("utf-8") for part in parts]
+    head = ('{"messages":[{"content":' + enc(system) + ',"role":"system"},{"content":"').encode("utf-8")
+    tail = ('","role":"user"}],"params":' + json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            + "}").encode("utf-8")
+    start = hashlib.sha256(head + escaped[0])
+    middles, last = escaped[1:-1], escaped[-1] + tail
+
+    def render_and_key(report: str, report_bytes: bytes) -> tuple[list[dict], str]:
+        digest = start.copy()
+        digest.update(report_bytes)
+        for middle in middles:  # a template naming {report} more than once
+            digest.update(middle)
+            digest.update(report_bytes)
+        digest.update(last)
+        return [{"role": "system", "content": system}, {"role": "user", "content": report.join(parts)}], digest.hexdigest()
+
+    return render_and_key
 
 
 def prompt_set_from_dictionary(guidance: dict, label_ids: list[str], task: TaskSpec) -> PromptSet:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import socket
 import threading
 import time
@@ -17,7 +18,8 @@ from urllib.parse import urlparse
 import pandas as pd
 
 
-from workbench.core.prompts import PromptSet, call_keyer, label_call_renderer, render_joint_call
+from workbench.core import parsing
+from workbench.core.prompts import PromptSet, call_keyer, label_call_keyer, render_joint_call, report_json
 from workbench.store import queries as q
 from workbench.study import StudyError
 
@@ -54,6 +56,48 @@ class RunSummary:
                 f"{self.calls_reused} answers reused from the cache, {self.already_done} already done, "
                 f"{self.failures} failures in {self.seconds:.1f} s"
                 + (f" ({', '.join(f'{k}: {v}' for k, v in self.failure_kinds.items())})" if self.failure_kinds else ""))
+
+
+REUSE_BATCH = 8000  # cached answers per write: parsing the next batch overlaps the database storing this one
+
+
+class RunWriter:
+    """A run's database writes in one background thread, in order, so the database stores one batch
+    while the run parses or labels the next (two cores: about a second saved on 43,000 answers).
+
+    The queue holds at most two batches (memory stays flat); the first error stops later writes and
+    is raised to the run at the next submit or at close. Paid answers are not written here: the
+    engine stores each one in its own thread the moment it returns."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=2)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="run-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Queue one write (a function doing one transaction); raises an earlier write's error."""
+        self._raise()
+        self._queue.put(job)
+
+    def close(self, raise_error: bool = True) -> None:
+        """Wait until every queued write is done; raise the first error unless told not to."""
+        self._queue.put(None)
+        self._thread.join()
+        if raise_error:
+            self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _loop(self) -> None:
+        while (job := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    job()
+                except BaseException as exc:  # raised in the run's thread, not lost in this one
+                    self._error = exc
 
 
 class AnyEvent:
@@ -416,52 +460,77 @@ class RunsService:
         sections = run.sections.split(",")
         requests = self._build_requests(ps, reports, labels, run.mode, sections, cfg, done)
         summary = RunSummary(run_id, calls_total=len(requests), already_done=len(done))
-        total = len(requests)
         with self.session() as s:
             cache = q.cached_calls(s, [r.key for r in requests])
         todo = [r for r in requests if r.key not in cache]
-        reused_rows = []
-        for r in requests:
-            hit = cache.get(r.key)
-            if hit is not None:
-                reused_rows.extend(self._prediction_rows(r, hit.response, None))
-        summary.calls_reused = total - len(todo)
-        with self.session() as s:
-            q.upsert_predictions(s, run_id, reused_rows)
-            q.update_run(s, run_id, calls_total=run.calls_total or (total + len(done)))
-            q.add_run_counts(s, run_id, calls_reused=summary.calls_reused)
+        summary.calls_reused = len(requests) - len(todo)
+        with self.session(write=True) as s:
+            q.update_run(s, run_id, calls_total=run.calls_total or (len(requests) + len(done)))
+        halt = AnyEvent(stop, cancel)  # the caller's cancel is seen at once, not at the lease's next beat
+        writer = RunWriter()  # the database stores one batch while the next is parsed or labelled
+        written = False
+        try:
+            self._label(run_id, cfg, requests, cache, todo, summary, on_progress, stop, halt, writer)
+            written = True
+        finally:
+            writer.close(raise_error=written)  # every write done (or its error raised) before the run is counted
+        if lease.lost:  # another executor took the run over (our lease had expired): it sets the status
+            summary.status = "stopped: another executor took the run over"
+            summary.seconds = time.monotonic() - started
+            return summary
+        return self._finish(run_id, labels, len(reports), summary, started, halt)
+
+    def _label(self, run_id: int, cfg, requests: list, cache: dict, todo: list, summary: RunSummary, on_progress,
+               stop: threading.Event, halt, writer: "RunWriter") -> None:
+        """Store the cached answers, then call the engine for the rest, storing each answer (see RunWriter)."""
+        memo = parsing.ReplyMemo()
+
+        def store_reused(rows: list[dict], n_calls: int) -> None:
+            with self.session(write=True) as s:
+                q.upsert_predictions(s, run_id, rows)
+                q.add_run_counts(s, run_id, calls_reused=n_calls)
+
+        self._reuse_cached(requests, cache, memo, lambda rows, n: writer.submit(lambda: store_reused(rows, n)))
+        total = len(requests)
         progress = Progress(done=summary.calls_reused, total=total, made=0, reused=summary.calls_reused, failures=0)
         next_report = [time.monotonic() + PROGRESS_EVERY_S]
         if on_progress:
             on_progress(progress)
 
-        # a paid call is stored the moment it returns (kill -9 loses nothing); the offline labeller's
-        # answers cost nothing to redo, so they are stored in batches (one transaction per 500)
-        batch = 5000 if cfg.model.startswith(RULES_PREFIX) else 1
+        # a paid call is stored the moment it returns, in the engine's thread (kill -9 loses nothing); the
+        # offline labeller's answers cost nothing to redo, so the writer thread stores them in batches
+        offline = cfg.model.startswith(RULES_PREFIX)
+        batch = 5000 if offline else 1
         pending: list = []
 
         def flush() -> None:
             if not pending:
                 return
-            rows = [row for _, _, r in pending for row in r]
-            cost = sum(res.cost for _, res, _ in pending if res.cost is not None)
-            with self.session() as s:
+            answered = pending[:]
+            pending.clear()
+            if offline:
+                writer.submit(lambda: store(answered))
+            else:
+                store(answered)
+
+        def store(answered: list) -> None:
+            rows = [row for _, _, r in answered for row in r]
+            cost = sum(res.cost for _, res, _ in answered if res.cost is not None)
+            with self.session(write=True) as s:
                 q.upsert_predictions(s, run_id, rows)
                 q.put_cached_calls(s, [
                     q.CachedCall(req.key, cfg.model, res.text, res.prompt_tokens, res.completion_tokens, res.cost)
-                    for req, res, r in pending if res.text is not None and not any(x["value"] is None for x in r)])
-                q.add_run_counts(s, run_id, calls_made=len(pending),
-                                 prompt_tokens=sum(res.prompt_tokens or 0 for _, res, _ in pending),
-                                 completion_tokens=sum(res.completion_tokens or 0 for _, res, _ in pending))
-                if any(res.cost is not None for _, res, _ in pending):
+                    for req, res, r in answered if res.text is not None and not any(x["value"] is None for x in r)])
+                q.add_run_counts(s, run_id, calls_made=len(answered),
+                                 prompt_tokens=sum(res.prompt_tokens or 0 for _, res, _ in answered),
+                                 completion_tokens=sum(res.completion_tokens or 0 for _, res, _ in answered))
+                if any(res.cost is not None for _, res, _ in answered):
                     q.update_run(s, run_id, cost=(q.get_run(s, run_id).cost or 0.0) + cost)
-            pending.clear()
 
         streak = {"kind": None, "n": 0, "ok": False}
-        halt = AnyEvent(stop, cancel)  # the caller's cancel is seen at once, not at the lease's next beat
 
         def on_result(req, res) -> None:
-            rows = self._prediction_rows(req, res.text, res)
+            rows = self._prediction_rows(req, res.text, res, memo)
             pending.append((req, res, rows))
             if len(pending) >= batch:
                 flush()
@@ -484,11 +553,22 @@ class RunsService:
                 self._engine(cfg)(todo, cfg, on_result, halt)
         finally:
             flush()  # also when the engine raised: what was answered is kept
-        if lease.lost:  # another executor took the run over (our lease had expired): it sets the status
-            summary.status = "stopped: another executor took the run over"
-            summary.seconds = time.monotonic() - started
-            return summary
-        return self._finish(run_id, labels, len(reports), summary, started, halt)
+
+    def _reuse_cached(self, requests: list, cache: dict, memo, write: Callable[[list[dict], int], None]) -> None:
+        """Prediction rows of the calls answered from the cache, handed to write in batches as they are parsed."""
+        rows: list[dict] = []
+        n_calls = 0
+        for r in requests:
+            hit = cache.get(r.key)
+            if hit is None:
+                continue
+            rows.extend(self._prediction_rows(r, hit.response, None, memo))
+            n_calls += 1
+            if len(rows) >= REUSE_BATCH:
+                write(rows, n_calls)
+                rows, n_calls = [], 0
+        if rows:
+            write(rows, n_calls)
 
     early_stop_after = 5  # identical endpoint failures in a row, with no success, that stop a run
 
@@ -514,9 +594,8 @@ class RunsService:
     def _finish(self, run_id: int, labels: list[str], n_reports: int, summary: RunSummary, started: float, cancel) -> RunSummary:
         """Recount failures from the stored predictions and set the run's status."""
         with self.session() as s:
-            preds = q.predictions_frame(s, run_id)
-            failures = int(preds["value"].isna().sum())
-            complete = len(preds) == n_reports * len(labels)
+            stored, failures = q.prediction_tally(s, run_id)
+            complete = stored == n_reports * len(labels)
             cancelled = cancel is not None and cancel.is_set() and not complete and not summary.stopped_reason
             status = "cancelled" if cancelled else ("finished" if complete else "incomplete")
             q.update_run(s, run_id, failures=failures, status=status, finished_at=q.now())
@@ -562,11 +641,12 @@ class RunsService:
         names = self.vocab.names()
         cues = ps.task.cue_lists()
         call_key = call_keyer(params)
-        renderers = {lab: label_call_renderer(ps, lab, names[lab]) for lab in labels} if mode != "joint" else {}
+        keyed = {lab: label_call_keyer(ps, lab, names[lab], params) for lab in labels} if mode != "joint" else {}
         prompts = {lab: [ps.label(lab)] for lab in labels}
         out = []
         for row in reports.itertuples(index=False):
             text = compose_text(row.findings, row.impression, row.text, sections)
+            text_json = report_json(text) if mode != "joint" else b""
             if mode == "joint":
                 todo = [lab for lab in labels if (row.report_id, lab) not in done]
                 if not todo:
@@ -579,15 +659,17 @@ class RunsService:
             for lab in labels:
                 if (row.report_id, lab) in done:
                     continue
-                messages = renderers[lab](text)
-                out.append(CallRequest(call_key(messages), messages, {
+                messages, key = keyed[lab](text, text_json)
+                out.append(CallRequest(key, messages, {
                     "report_id": row.report_id, "labels": [lab], "report": text, "mode": "per_label",
                     "prompts": prompts[lab], "cues": cues}))
         return out
 
     @staticmethod
-    def _prediction_rows(req, text: str | None, res) -> list[dict]:
-        """Parse a reply into prediction rows; a failed call is a recorded failure, never a 0."""
+    def _prediction_rows(req, text: str | None, res, memo=None) -> list[dict]:
+        """Parse a reply into prediction rows; a failed call is a recorded failure, never a 0.
+
+        memo: a parsing.ReplyMemo shared by a run's calls (identical evidence-free replies parsed once)."""
         from workbench.core import parsing
 
         meta = req.meta
@@ -599,7 +681,8 @@ class RunsService:
             if meta["mode"] == "joint":
                 decisions = parsing.parse_joint_reply(text, meta["labels"], meta["report"])
             else:
-                decisions = {meta["labels"][0]: parsing.parse_reply(text, meta["report"])}
+                parse = memo.parse if memo is not None else parsing.parse_reply
+                decisions = {meta["labels"][0]: parse(text, meta["report"])}
         except Exception as exc:  # the parser's contract is never to raise; if it does, one failure, not a dead run
             decisions = {lab: parsing.Decision(None, "", "parse_error", f"parser error ({type(exc).__name__})")
                          for lab in meta["labels"]}

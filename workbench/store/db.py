@@ -51,6 +51,15 @@ def _add_user_disabled(conn: Connection) -> None:
         conn.execute(text('ALTER TABLE "user" ADD COLUMN disabled BOOLEAN NOT NULL DEFAULT FALSE'))
 
 
+def _drop_index(name: str) -> Callable[[Connection], None]:
+    """A migration step dropping an index when it is there (same statement on SQLite and PostgreSQL)."""
+
+    def step(conn: Connection) -> None:
+        conn.execute(text(f"DROP INDEX IF EXISTS {name}"))
+
+    return step
+
+
 # (version, description, step); append only. Version 1 is the schema as first created.
 def _steps(*steps: Callable[[Connection], None]) -> Callable[[Connection], None]:
     """Several steps as one migration step (run in its one transaction)."""
@@ -70,6 +79,9 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None] | None]] = [
     (21, "accounts can be disabled", _add_user_disabled),
     (40, "cohort roles (development, validation, test, external); split members and test looks (new tables)",
      _add_column("cohort", "role", "VARCHAR(20) NOT NULL DEFAULT 'development'")),
+    (70, "predictions lose two indexes nothing reads (run_id is uq_prediction's first column; call_key is never "
+         "searched): a 43,000-answer run writes a quarter less", _steps(_drop_index("ix_prediction_run_id"),
+                                                                       _drop_index("ix_prediction_call_key"))),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -125,7 +125,7 @@ class Prediction(SQLModel, table=True):
 
     __table_args__ = (UniqueConstraint("run_id", "report_id", "label", name="uq_prediction"),)
     id: Optional[int] = Field(default=None, primary_key=True)
-    run_id: int = Field(foreign_key="run.id", index=True)
+    run_id: int = Field(foreign_key="run.id")  # indexed as uq_prediction's first column
     report_id: str = Field(foreign_key="report.id", max_length=200)
     label: str = Field(max_length=100)
     value: Optional[int] = None
@@ -133,7 +133,7 @@ class Prediction(SQLModel, table=True):
     evidence_found: Optional[bool] = None
     status: str = Field(max_length=20)
     detail: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
-    call_key: str = Field(max_length=64, index=True)
+    call_key: str = Field(max_length=64)  # not indexed: nothing searches by it, and every answer would pay
 
 
 class CallCache(SQLModel, table=True):
