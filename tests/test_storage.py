@@ -434,3 +434,15 @@ def test_bulk_writes_above_the_copy_threshold(any_study, monkeypatch):
     assert len(cached) == n
     if any_study.url.startswith("postgresql"):
         assert copies == ["reading", "prediction", "callcache"]
+
+
+def test_prompt_version_examples_first_writer_wins(any_study):
+    commit = "a" * 40
+    with any_study.session() as s:
+        assert q.version_examples(s, commit) is None  # not recorded yet: the caller reads Git
+        q.put_version_examples(s, commit, {"r2", "r1"})
+        q.put_version_examples(s, commit, {"other"})  # a commit's examples cannot differ: ignored
+    with any_study.session() as s:
+        assert q.version_examples(s, commit) == {"r1", "r2"}
+        q.put_version_examples(s, "b" * 40, set())
+        assert q.version_examples(s, "b" * 40) == set()  # none recorded differs from not recorded
