@@ -65,6 +65,17 @@ def copy_study(template: Path, target: Path):
     return Workbench(target)
 
 
+@pytest.fixture(scope="session")
+def demo_template(tmp_path_factory) -> Path:
+    """The demo study (two runs of the offline labeller), built once per session: copy it before writing."""
+    from workbench.demo import create_demo
+
+    root = tmp_path_factory.mktemp("demo-template") / "demo"
+    with fast_password_hashing():
+        create_demo(root, echo=lambda _m: None).engine.dispose()
+    return root
+
+
 @pytest.fixture
 def study(study_templates, tmp_path):
     """An empty ranscore-21 study (4 of 6 rule) on SQLite in a temporary folder."""

@@ -40,12 +40,10 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory) -> Path:
-    """A fresh demo study for the server."""
-    from workbench.demo import create_demo
-
+def study(demo_template, tmp_path_factory) -> Path:
+    """A fresh copy of the demo study for the server."""
     root = tmp_path_factory.mktemp("browser") / "demo"
-    create_demo(root, echo=lambda _m: None).engine.dispose()
+    shutil.copytree(demo_template, root)
     return root
 
 
@@ -284,12 +282,13 @@ for (const kind of ['mousedown', 'mouseup', 'click', 'pointerdown', 'dblclick', 
 
 
 @pytest.fixture(scope="module")
-def team_study(tmp_path_factory) -> Path:
+def team_study(demo_template, tmp_path_factory) -> Path:
     """The demo study with sign-in: an admin and a reader; one commit message tries Markdown injection."""
-    from workbench.demo import create_demo
+    from workbench.services import Workbench
 
     root = tmp_path_factory.mktemp("keyboard") / "demo"
-    wb = create_demo(root, echo=lambda _m: None)
+    shutil.copytree(demo_template, root)
+    wb = Workbench(root)
     wb.add_user("boss", "admin", "boss-password-1")
     wb.add_user("dr-kbd", "reader", "reader-password-1")
     lp = wb.label_prompt("edema")
