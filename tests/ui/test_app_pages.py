@@ -38,7 +38,7 @@ def app_script(study_path: str, start: str) -> None:
 
 def open_page(study: Path, page: str, session: dict | None = None) -> AppTest:
     """Run the app on a page and check it raised nothing."""
-    at = AppTest.from_function(app_script, args=(str(study), page), default_timeout=30)
+    at = AppTest.from_function(app_script, args=(str(study), page), default_timeout=60)
     for key, value in (session or {}).items():
         at.session_state[key] = value
     at.run()
@@ -99,7 +99,7 @@ def test_page_renders_with_title_and_help(study, page):
 def test_app_file_reads_the_study_from_the_environment(study, monkeypatch):
     monkeypatch.setenv("WORKBENCH_STUDY", str(study))
     app_file = Path(__file__).resolve().parents[2] / "workbench" / "ui" / "app.py"
-    at = AppTest.from_file(str(app_file), default_timeout=30).run()
+    at = AppTest.from_file(str(app_file), default_timeout=60).run()
     assert_clean(at)
     assert at.title[0].value == TITLES["home"]
 

@@ -110,7 +110,8 @@ def browser():
 
 def settle(pg) -> None:
     """Wait until the script run has finished (Streamlit shows a status widget while running)."""
-    pg.wait_for_timeout(300)
+    pg.wait_for_timeout(300)  # a click's rerun request reaches the server (the page shows no sign of it before)
+    pg.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for(timeout=TIMEOUT_MS)
     pg.locator('[data-testid="stStatusWidget"]').wait_for(state="detached", timeout=TIMEOUT_MS)
     pg.wait_for_function("document.querySelectorAll('[data-stale=\"true\"]').length === 0", timeout=TIMEOUT_MS)
     assert pg.locator('[data-testid="stException"]').count() == 0, pg.locator('[data-testid="stException"]').first.inner_text()
@@ -118,7 +119,8 @@ def settle(pg) -> None:
 
 def shot(pg, name: str) -> None:
     settle(pg)
-    pg.wait_for_timeout(700)  # the last deltas are painted after the status widget goes
+    # the last deltas are painted after the status widget goes: two animation frames later they are
+    pg.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
     pg.screenshot(path=str(ARTIFACTS / f"{name}.png"))
 
 
