@@ -154,3 +154,9 @@ def any_study(request, tmp_path):
     wb = init_study(tmp_path / "study", vocab="ranscore-21", db_url=db_url, rule={"rule": "at_least", "k": 4, "n": 6})
     yield wb
     wb.engine.dispose()
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker more than there are cores, so a core does not idle while a worker waits on
+    a browser, a server or a child process."""
+    return (os.cpu_count() or 1) + 1
