@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -34,20 +36,83 @@ def require_datasets() -> Path:
     return DATASETS
 
 
-@pytest.fixture
-def study(tmp_path):
-    """An empty ranscore-21 study (4 of 6 rule) on SQLite in a temporary folder."""
+STUDY_RULE = {"rule": "at_least", "k": 4, "n": 6}
+
+
+@pytest.fixture(scope="session")
+def study_templates(tmp_path_factory):
+    """Studies built once per session and copied per test: {"empty": folder, "small": folder}."""
     from workbench.services import init_study
 
-    return init_study(tmp_path / "study", vocab="ranscore-21", rule={"rule": "at_least", "k": 4, "n": 6})
+    base = tmp_path_factory.mktemp("templates")
+    empty = init_study(base / "empty" / "study", vocab="ranscore-21", rule=STUDY_RULE)
+    empty.engine.dispose()
+    shutil.copytree(base / "empty", base / "small")
+    from workbench.services import Workbench
+
+    small = Workbench(base / "small" / "study")
+    small.import_reports(DATA / "reports_small.csv", "dev")
+    small.import_readings(DATA / "readings_small.csv")
+    small.engine.dispose()
+    return {"empty": base / "empty" / "study", "small": base / "small" / "study"}
+
+
+def copy_study(template: Path, target: Path):
+    """A private, writable copy of a template study (a study folder holds only relative paths)."""
+    from workbench.services import Workbench
+
+    shutil.copytree(template, target)
+    return Workbench(target)
+
+
+@pytest.fixture(scope="session")
+def demo_template(tmp_path_factory) -> Path:
+    """The demo study (two runs of the offline labeller), built once per session: copy it before writing."""
+    from workbench.demo import create_demo
+
+    root = tmp_path_factory.mktemp("demo-template") / "demo"
+    with fast_password_hashing():
+        create_demo(root, echo=lambda _m: None).engine.dispose()
+    return root
 
 
 @pytest.fixture
-def small_study(study):
+def study(study_templates, tmp_path):
+    """An empty ranscore-21 study (4 of 6 rule) on SQLite in a temporary folder."""
+    return copy_study(study_templates["empty"], tmp_path / "study")
+
+
+@pytest.fixture
+def small_study(study_templates, tmp_path):
     """The study with the small fixture cohort 'dev' (8 reports, 6 readers) imported."""
-    study.import_reports(DATA / "reports_small.csv", "dev")
-    study.import_readings(DATA / "readings_small.csv")
-    return study
+    return copy_study(study_templates["small"], tmp_path / "study")
+
+
+def fast_password_hasher():
+    """Real argon2 with the smallest work factor (the default costs 0.3 s of CPU per hash or sign-in)."""
+    from argon2 import PasswordHasher
+
+    return PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
+
+
+@contextlib.contextmanager
+def fast_password_hashing():
+    """Within the block the workbench hashes and checks passwords with fast_password_hasher()."""
+    from workbench.services import team
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(team, "_hasher", fast_password_hasher)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(request):
+    """Every test hashes passwords fast, except those marked real_argon2 (the product's parameters)."""
+    if request.node.get_closest_marker("real_argon2"):
+        yield
+        return
+    with fast_password_hashing():
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -80,7 +145,18 @@ def any_study(request, tmp_path):
     """An empty ranscore-21 study on SQLite and on PostgreSQL (storage tests run on both)."""
     from workbench.services import init_study
 
-    db_url = request.getfixturevalue("pg_url") if request.param == "postgresql" else None
+    if request.param == "sqlite":
+        wb = copy_study(request.getfixturevalue("study_templates")["empty"], tmp_path / "study")
+        yield wb
+        wb.engine.dispose()
+        return
+    db_url = request.getfixturevalue("pg_url")
     wb = init_study(tmp_path / "study", vocab="ranscore-21", db_url=db_url, rule={"rule": "at_least", "k": 4, "n": 6})
     yield wb
     wb.engine.dispose()
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker more than there are cores, so a core does not idle while a worker waits on
+    a browser, a server or a child process."""
+    return (os.cpu_count() or 1) + 1

@@ -219,6 +219,21 @@ class FakeLLMServer:
                 return True
             return False
 
+    def settle(self, quiet_s: float = 0.5, timeout_s: float = 60.0) -> None:
+        """Wait until no request is being answered and none arrived for quiet_s (requests a killed
+        client sent just before it died still reach the server), at most timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        last, since = -1, time.monotonic()
+        while time.monotonic() < deadline:
+            with self._lock:
+                busy, count = self.in_flight > 0, self.count
+            if busy or count != last:
+                last, since = count, time.monotonic()
+            elif time.monotonic() - since >= quiet_s:
+                return
+            time.sleep(0.02)
+        raise TimeoutError(f"the fake server was still busy after {timeout_s} s")
+
     def wait(self, seconds: float) -> None:
         """Sleep, but wake early when the server stops."""
         if seconds > 0:

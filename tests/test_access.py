@@ -17,13 +17,30 @@ from workbench.services import PermissionDenied, Workbench
 from workbench.services import team as team_mod
 from workbench.study import StudyError
 
+from conftest import copy_study, fast_password_hashing
+
 READER_PW = "reader-pass-0001"
 
 
+@pytest.fixture(scope="module")
+def team_template(study_templates, tmp_path_factory):
+    """The small study with accounts, a finished run, a few-shot example from s3 and an error note on s3,
+    built once for the module."""
+    with fast_password_hashing():
+        wb = copy_study(study_templates["small"], tmp_path_factory.mktemp("access") / "study")
+        built = _build_team(wb)
+    wb.engine.dispose()
+    return built
+
+
 @pytest.fixture
-def team(small_study):
-    """The small study with accounts, a finished run, a few-shot example from s3 and an error note on s3."""
-    wb = small_study
+def team(team_template, tmp_path):
+    """A private copy of the team study, with the ids of its two runs."""
+    root, run_a, run_b = team_template
+    return copy_study(root, tmp_path / "study"), run_a, run_b
+
+
+def _build_team(wb):
     wb.add_user("boss", "admin", "boss-pass-0001")
     wb.add_user("rdr", "reader", READER_PW)
     wb.add_user("adj", "adjudicator", "adj-pass-00001")
@@ -34,7 +51,7 @@ def team(small_study):
     run_a = wb.start_run("dev")
     run_b = wb.start_run("dev", labels=["consolidation", "edema"])
     wb.add_note("s3", "consolidation", "other", "unsure", "seen on s3")
-    return wb, run_a.run_id, run_b.run_id
+    return wb.root, run_a.run_id, run_b.run_id
 
 
 def as_user(wb, user):

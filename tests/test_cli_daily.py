@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import shutil
 from pathlib import Path
 
 import pytest
@@ -290,11 +291,10 @@ def test_prompts_edit_keeps_text_it_could_not_save(cli_study, tmp_path, monkeypa
 
 
 @pytest.fixture(scope="module")
-def demo_study(tmp_path_factory):
-    """The real demo study (two runs of the offline labeller), created once for the read-only output tests."""
+def demo_study(demo_template, tmp_path_factory):
+    """The real demo study (two runs of the offline labeller), copied once for the read-only output tests."""
     root = tmp_path_factory.mktemp("demo") / "demo"
-    result = invoke("demo", "--no-app", "--path", root)
-    assert result.exit_code == 0, result.output
+    shutil.copytree(demo_template, root)
     return root
 
 

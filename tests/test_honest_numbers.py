@@ -203,7 +203,7 @@ def test_two_real_processes_resume_the_same_run_one_is_refused(small_study):
             if first.poll() is None:
                 os.kill(first.pid, signal.SIGKILL)
                 first.wait(timeout=30)
-        time.sleep(0.3)  # requests in flight at the kill reach the server
+        server.settle()  # requests in flight at the kill reach the server
         third = subprocess.run(command("run", "--resume", str(run_id), "--study", str(wb.root)),
                                cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=240)
         assert third.returncode == 0, third.stderr  # ... which a resume on this machine takes over at once

@@ -85,7 +85,7 @@ def test_sigkill_then_resume_repeats_no_finished_call(small_study):
                 os.kill(first.pid, signal.SIGKILL)
                 first.wait(timeout=30)
         assert first.returncode == -signal.SIGKILL
-        time.sleep(0.5)  # let the server finish the requests that were in flight at the kill
+        server.settle()  # the server finishes the requests that were in flight at the kill
         before_resume = server.count
         run_id, done_at_kill = stored(db)
         assert 10 <= done_at_kill < N_CALLS

@@ -37,6 +37,22 @@ def test_passwords_are_salted_argon2_hashes(team):
     assert a.startswith("$argon2") and b.startswith("$argon2") and a != b  # same password, different salt
 
 
+
+@pytest.mark.real_argon2
+def test_stored_hashes_use_argon2_cffi_default_parameters_and_sign_in_with_them(study):
+    """The other tests hash with the smallest work factor (conftest); the product keeps argon2-cffi's defaults."""
+    from argon2 import PasswordHasher, extract_parameters
+
+    from workbench.store import queries as q
+
+    study.add_user("boss", "admin", "correct horse 1")
+    with study.session() as s:
+        stored = q.get_user(s, "boss").password_hash
+    assert extract_parameters(stored) == extract_parameters(PasswordHasher().hash("x"))
+    assert study.authenticate("boss", "correct horse 1").user == "boss"
+    with pytest.raises(PermissionDenied, match="unknown user or wrong password"):
+        study.authenticate("boss", "correct horse 2")
+
 def test_authenticate(team):
     actor = team.authenticate("reader-1", "password-123")
     assert actor == Actor("reader-1", "reader", "reader one", "reader@example.org")

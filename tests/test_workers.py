@@ -14,6 +14,35 @@ from workbench.llm import CallRequest, ModelConfig
 REPORTS = ["Small left pleural effusion.", "No effusion or pneumothorax.", "Lungs are clear.", "Moderate right effusion."]
 
 
+@pytest.fixture(autouse=True)
+def plain_main(monkeypatch):
+    """A spawned child re-runs the parent's __main__ script; after an AppTest in this process that is
+    the app's temporary script (Streamlit sets sys.modules["__main__"]), which fails in the child.
+    The tests here are about the workers, so they start from a plain __main__ (see the xfail below)."""
+    import sys
+    import types
+
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))
+
+
+@pytest.mark.xfail(strict=True, reason="workers re-run the host's __main__ script in each child: a Streamlit "
+                   "script (sys.modules['__main__'] while a page runs) or any unguarded script is executed again")
+def test_workers_do_not_re_run_the_hosts_main_script(monkeypatch, tmp_path):
+    import sys
+    import types
+
+    script = tmp_path / "host_script.py"
+    script.write_text("raise SystemExit('the host script ran again in a labeller worker')\n", encoding="utf-8")
+    host = types.ModuleType("__main__")
+    host.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", host)
+    seen = []
+    with running_server(latency=0.0) as srv:
+        workers.complete_all_workers(requests(2 * workers.MIN_CALLS_PER_WORKER), cfg(srv.url),
+                                     lambda req, res: seen.append(res))
+    assert len(seen) == 2 * workers.MIN_CALLS_PER_WORKER
+
+
 def requests(n: int) -> list[CallRequest]:
     return [CallRequest(f"k{i}", [{"role": "system", "content": "Answer in JSON."},
                                   {"role": "user", "content": f"Label: pleural effusion\nReport {i}: {REPORTS[i % 4]}"}])

@@ -21,17 +21,6 @@ TITLES = {"home": "Study: demo", "annotate": "Annotate", "adjudicate": "Adjudica
 EVIL = "<script>alert(1)</script> **bold** <b>not bold</b> [link](http://x) :red[red] $x^2$"
 
 
-@pytest.fixture(scope="session")
-def demo_template(tmp_path_factory) -> Path:
-    """The demo study, built once per session (then copied per test)."""
-    from workbench.demo import create_demo
-
-    root = tmp_path_factory.mktemp("ui-demo") / "demo"
-    wb = create_demo(root, echo=lambda _m: None)
-    wb.engine.dispose()
-    return root
-
-
 @pytest.fixture
 def study(demo_template, tmp_path) -> Path:
     """A private copy of the demo study."""
@@ -49,7 +38,7 @@ def app_script(study_path: str, start: str) -> None:
 
 def open_page(study: Path, page: str, session: dict | None = None) -> AppTest:
     """Run the app on a page and check it raised nothing."""
-    at = AppTest.from_function(app_script, args=(str(study), page), default_timeout=30)
+    at = AppTest.from_function(app_script, args=(str(study), page), default_timeout=60)
     for key, value in (session or {}).items():
         at.session_state[key] = value
     at.run()
@@ -110,17 +99,15 @@ def test_page_renders_with_title_and_help(study, page):
 def test_app_file_reads_the_study_from_the_environment(study, monkeypatch):
     monkeypatch.setenv("WORKBENCH_STUDY", str(study))
     app_file = Path(__file__).resolve().parents[2] / "workbench" / "ui" / "app.py"
-    at = AppTest.from_file(str(app_file), default_timeout=30).run()
+    at = AppTest.from_file(str(app_file), default_timeout=60).run()
     assert_clean(at)
     assert at.title[0].value == TITLES["home"]
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_page_on_an_empty_study(tmp_path, page):
-    from workbench.services import init_study
-
+def test_page_on_an_empty_study(study_templates, tmp_path, page):
     root = tmp_path / "empty"
-    init_study(root, vocab="ranscore-21").engine.dispose()
+    shutil.copytree(study_templates["empty"], root)
     at = open_page(root, page)
     assert at.title
 

@@ -40,12 +40,10 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def study(tmp_path_factory) -> Path:
-    """A fresh demo study for the server."""
-    from workbench.demo import create_demo
-
+def study(demo_template, tmp_path_factory) -> Path:
+    """A fresh copy of the demo study for the server."""
     root = tmp_path_factory.mktemp("browser") / "demo"
-    create_demo(root, echo=lambda _m: None).engine.dispose()
+    shutil.copytree(demo_template, root)
     return root
 
 
@@ -112,7 +110,8 @@ def browser():
 
 def settle(pg) -> None:
     """Wait until the script run has finished (Streamlit shows a status widget while running)."""
-    pg.wait_for_timeout(300)
+    pg.wait_for_timeout(300)  # a click's rerun request reaches the server (the page shows no sign of it before)
+    pg.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for(timeout=TIMEOUT_MS)
     pg.locator('[data-testid="stStatusWidget"]').wait_for(state="detached", timeout=TIMEOUT_MS)
     pg.wait_for_function("document.querySelectorAll('[data-stale=\"true\"]').length === 0", timeout=TIMEOUT_MS)
     assert pg.locator('[data-testid="stException"]').count() == 0, pg.locator('[data-testid="stException"]').first.inner_text()
@@ -120,7 +119,8 @@ def settle(pg) -> None:
 
 def shot(pg, name: str) -> None:
     settle(pg)
-    pg.wait_for_timeout(700)  # the last deltas are painted after the status widget goes
+    # the last deltas are painted after the status widget goes: two animation frames later they are
+    pg.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
     pg.screenshot(path=str(ARTIFACTS / f"{name}.png"))
 
 
@@ -284,12 +284,13 @@ for (const kind of ['mousedown', 'mouseup', 'click', 'pointerdown', 'dblclick', 
 
 
 @pytest.fixture(scope="module")
-def team_study(tmp_path_factory) -> Path:
+def team_study(demo_template, tmp_path_factory) -> Path:
     """The demo study with sign-in: an admin and a reader; one commit message tries Markdown injection."""
-    from workbench.demo import create_demo
+    from workbench.services import Workbench
 
     root = tmp_path_factory.mktemp("keyboard") / "demo"
-    wb = create_demo(root, echo=lambda _m: None)
+    shutil.copytree(demo_template, root)
+    wb = Workbench(root)
     wb.add_user("boss", "admin", "boss-password-1")
     wb.add_user("dr-kbd", "reader", "reader-password-1")
     lp = wb.label_prompt("edema")

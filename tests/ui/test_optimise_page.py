@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from test_app_pages import assert_clean, button, demo_template, open_page, study, workbench  # noqa: F401
+from test_app_pages import assert_clean, button, open_page, study, workbench  # noqa: F401
 
 from workbench.ui import charts, state
 

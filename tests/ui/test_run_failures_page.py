@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from test_app_pages import all_text, assert_clean, button, demo_template, open_page, study, wait_for_job, workbench  # noqa: F401
+from test_app_pages import all_text, assert_clean, button, open_page, study, wait_for_job, workbench  # noqa: F401
 
 
 def test_a_run_against_a_closed_port_is_a_warning_with_its_cause(study):
