@@ -869,3 +869,31 @@ def _raw_rows_write(session: Session, sql: str, params: tuple) -> None:
         cursor.execute(sql, params)
     finally:
         cursor.close()
+
+
+# ---------------------------------------------------------------- readings: what changed since a look (page caches)
+
+
+def reading_watermark(session: Session) -> tuple:
+    """(count, highest id, latest updated_at) of all readings: changes whenever a reading is added or changed."""
+    row = _raw_rows(session, "SELECT COUNT(*), MAX(id), MAX(updated_at) FROM reading")[0]
+    return int(row[0]), row[1], row[2]
+
+
+def reports_read_since(session: Session, stamp: str) -> list[str]:
+    """Reports with a reading added or changed at or after `stamp` (an ISO time; uses ix_reading_updated_at)."""
+    return [r[0] for r in _raw_rows(session, "SELECT DISTINCT report_id FROM reading WHERE updated_at >= ?", (stamp,))]
+
+
+def vote_counts_of(session: Session, report_ids_: list[str]) -> pd.DataFrame:
+    """vote_counts for some reports only (chunked IN lists)."""
+    parts = [_raw_rows(session, "SELECT r.report_id, r.label, SUM(r.value), COUNT(*)" + tail + " GROUP BY r.report_id, r.label", params)
+             for tail, params in (_reading_filter(report_ids_=report_ids_[i:i + 500]) for i in range(0, len(report_ids_), 500))]
+    return pd.DataFrame([row for part in parts for row in part], columns=["report_id", "label", "positives", "n_readers"])
+
+
+def reading_counts_of(session: Session, report_ids_: list[str]) -> pd.DataFrame:
+    """reading_counts for some reports only (chunked IN lists)."""
+    parts = [_raw_rows(session, "SELECT r.reader_id, r.report_id, COUNT(*)" + tail + " GROUP BY r.reader_id, r.report_id", params)
+             for tail, params in (_reading_filter(report_ids_=report_ids_[i:i + 500]) for i in range(0, len(report_ids_), 500))]
+    return pd.DataFrame([row for part in parts for row in part], columns=["reader", "report_id", "labels"])
