@@ -5,7 +5,9 @@ a saved reading used to aggregate all 378,000 readings and load every run's pred
 These memos survive that bump: a finished run's predictions never change (a resumed run is
 'running' again, without a finish time), and the readings' aggregates are refreshed for the
 reports whose readings changed since the last look (found through ix_reading_updated_at), then
-checked against the table's totals and recomputed whole when anything does not add up.
+checked against the table's count and recomputed whole when it does not add up. The workbench
+never deletes a reading and stamps every change; a reading changed in the database by hand
+without a new updated_at is not seen until the process restarts.
 """
 
 from __future__ import annotations
@@ -95,14 +97,14 @@ def reading_aggregate(engine, session, name: str, whole: Callable, some: Callabl
     if entry is not None and entry[0] == mark:
         return entry[1]
     frame = None
-    since = _earlier(entry[0][2]) if entry is not None and entry[0][2] is not None else None
-    if since is not None and mark[2] is not None and mark[2] >= entry[0][2]:
+    since = _earlier(entry[0][1]) if entry is not None and entry[0][1] is not None else None
+    if since is not None and mark[1] is not None and mark[1] >= entry[0][1]:
         changed = q.reports_read_since(session, since)
         if len(changed) <= MAX_DELTA_REPORTS:
             old = entry[1]
             frame = pd.concat([old[~old["report_id"].isin(changed)], some(session, changed)], ignore_index=True)
-            if int(frame[count_column].sum()) != mark[0]:
-                frame = None  # something changed without a newer stamp (or was deleted): count it all again
+            if int(frame[count_column].sum()) != q.count_readings(session):
+                frame = None  # something changed without a newer stamp: count it all again
     if frame is None:
         frame = whole(session)
     READING_AGGREGATES.put(key, (mark, frame))
