@@ -120,3 +120,26 @@ def test_memo_is_bounded():
     for i in range(3):
         kept.put(i, i)
     assert kept.get(0) is None and kept.get(1) == 1 and kept.get(2) == 2
+
+
+def test_metrics_follow_a_reading_that_changes_a_reference_value(dev):
+    """Metrics are kept by the content they were computed from: a save that flips a reference value changes them."""
+    run_id = dev.start_run(cohort="dev").run_id
+    before = dev.evaluate_run(run_id, n_resamples=50)
+    ref = dev.reference("dev")
+    item = ref[(ref["status"] == "decided") & (ref["label"] == "atelectasis")].iloc[0]
+    flip = 1 - int(item["value"])
+    readers = dev.my_readings  # every reader of that report votes the other way: the reference value flips
+    with dev.session() as s:
+        names = q.readings_frame(s, report_ids_=[item["report_id"]])["reader"].unique()
+    for reader in names:
+        values = dict(zip(*readers(reader, item["report_id"])[["label", "value"]].T.to_numpy()))
+        values["atelectasis"] = flip
+        dev.record_reading(reader, item["report_id"], {k: int(v) for k, v in values.items()})
+    assert _item(dev.reference("dev"), item["report_id"], "atelectasis")["value"] == flip
+    after = dev.evaluate_run(run_id, n_resamples=50)
+    support = lambda ev: int(ev.table.loc["atelectasis", "support"])  # noqa: E731
+    assert support(after) == support(before) + (1 if flip else -1)
+    fresh_table = dev.evaluate_run(run_id, n_resamples=50).table
+    fresh_table["f1"] = -1.0  # a caller changing its copy changes nothing kept
+    pd.testing.assert_frame_equal(dev.evaluate_run(run_id, n_resamples=50).table, after.table)

@@ -2,7 +2,8 @@
 
 The app's page cache is keyed by a revision that every write bumps, so the first page opened after
 a saved reading used to aggregate all 378,000 readings and load every run's predictions again.
-These memos survive that bump: a finished run's predictions never change (a resumed run is
+These memos survive that bump: metrics are kept by the content of the reference and predictions
+they were computed from (a saved reading rarely changes a reference value); a finished run's predictions never change (a resumed run is
 'running' again, without a finish time), and the readings' aggregates are refreshed for the
 reports whose readings changed since the last look (found through ix_reading_updated_at), then
 checked against the table's count and recomputed whole when it does not add up. The workbench
@@ -12,6 +13,7 @@ without a new updated_at is not seen until the process restarts.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict
 from datetime import datetime, timedelta
@@ -59,6 +61,16 @@ class Memo:
 
 RUN_PREDICTIONS = Memo(24)
 READING_AGGREGATES = Memo(16)
+EVALUATIONS = Memo(64)  # metrics of (reference, predictions) by content: most saved readings leave the values as they were
+
+
+def frame_digest(*frames: pd.DataFrame) -> str:
+    """sha256 over frames' column names, index and values: equal content, equal digest."""
+    digest = hashlib.sha256()
+    for frame in frames:
+        digest.update("\x1f".join(map(str, frame.columns)).encode() + b"\x1e")
+        digest.update(pd.util.hash_pandas_object(frame, index=True).to_numpy().tobytes())
+    return digest.hexdigest()
 
 
 def database_key(engine) -> str:
