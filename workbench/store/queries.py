@@ -887,7 +887,9 @@ def count_readings(session: Session) -> int:
 
 def reports_read_since(session: Session, stamp: str) -> list[str]:
     """Reports with a reading added or changed at or after `stamp` (an ISO time; uses ix_reading_updated_at)."""
-    return [r[0] for r in _raw_rows(session, "SELECT DISTINCT report_id FROM reading WHERE updated_at >= ?", (stamp,))]
+    # no DISTINCT: SQLite would scan the unique index for it instead of seeking ix_reading_updated_at
+    rows = _raw_rows(session, "SELECT report_id FROM reading WHERE updated_at >= ?", (stamp,))
+    return list(dict.fromkeys(r[0] for r in rows))
 
 
 def vote_counts_of(session: Session, report_ids_: list[str]) -> pd.DataFrame:
