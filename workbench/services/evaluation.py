@@ -219,6 +219,9 @@ class EvaluationService:
         preds = self.predictions(run_id)
         shown = self.queue_reports(run)  # only the tuning part: validation and test reports never reach the queue
         preds = preds if shown is None else preds[preds["report_id"].isin(shown)]
+        if label:  # one label's queue (its error rate and support are its own): 1/21 of the rows to merge
+            one = self.vocab.resolve(label) or label
+            preds, ref_table = preds[preds["label"] == one], ref_table[ref_table["label"] == one]
         merged = preds.merge(ref_table[["report_id", "label", "value", "positives", "n_readers", "status"]],
                              on=["report_id", "label"], how="inner", suffixes=("", "_ref"))
         merged = merged.rename(columns={"value": "prediction", "value_ref": "reference", "status_ref": "reference_status"})
