@@ -94,8 +94,8 @@ def time_pages(study: Path) -> list[tuple[str, float, float]]:
     rows = []
     for page in PAGES:
         st.cache_data.clear()
-        memo.RUN_PREDICTIONS.clear()
-        memo.READING_AGGREGATES.clear()
+        for kept in (memo.RUN_PREDICTIONS, memo.READING_AGGREGATES, memo.EVALUATIONS):
+            kept.clear()
         at = AppTest.from_function(app_script, args=(str(study), page), default_timeout=300)
         if page == "annotate":
             at.session_state[state.READER] = "reader-a"  # a reader with 3,000 reports read
