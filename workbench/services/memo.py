@@ -59,7 +59,7 @@ class Memo:
             self._items.clear()
 
 
-RUN_PREDICTIONS = Memo(24)
+RUN_PREDICTIONS = Memo(8)  # about 11 MB each for 3,000 reports x 21 labels
 READING_AGGREGATES = Memo(16)
 EVALUATIONS = Memo(64)  # metrics of (reference, predictions) by content: most saved readings leave the values as they were
 
