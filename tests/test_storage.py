@@ -6,6 +6,7 @@ import threading
 
 import pandas as pd
 import pytest
+from sqlalchemy import select
 
 from workbench.store import db, queries as q
 from workbench.store.tables import Reading, Report
@@ -20,6 +21,11 @@ def test_every_storage_function_is_tested_here():
     source = open(__file__, encoding="utf-8").read()
     untested = sorted(n for n in public if f"q.{n}(" not in source)
     assert untested == [], f"storage functions without a test: {untested}"
+
+
+def reading_stamp(s, report_id: str, reader: str) -> str:
+    """updated_at of one reading."""
+    return s.execute(select(Reading.updated_at).where(Reading.report_id == report_id, Reading.reader_id == reader)).scalar_one()
 
 
 def test_schema_version_and_migrate_idempotent(any_study):
@@ -56,6 +62,11 @@ def test_cohorts_reports_readers_readings(any_study):
         assert q.update_reading(s, reading.id, 0, expected_version=1) is True
         assert q.update_reading(s, reading.id, 1, expected_version=1) is False  # stale version
         assert q.count_rows(s, Reading) == 3 and q.count_rows(s, Report) == 2
+        top, stamp = q.reading_watermark(s)
+        assert q.count_readings(s) == 3 and top == max(r[0] for r in s.execute(select(Reading.id)).all()) and stamp == reading_stamp(s, "a", "r1")
+        assert q.reports_read_since(s, stamp) == ["a"] and sorted(q.reports_read_since(s, "2000-01-01")) == ["a", "b"]
+        assert q.vote_counts_of(s, ["b"]).to_dict("records") == [{"report_id": "b", "label": "edema", "positives": 1, "n_readers": 1}]
+        assert q.reading_counts_of(s, ["a"]).set_index(["reader", "report_id"])["labels"].to_dict() == {("r1", "a"): 1, ("r2", "a"): 1}
 
 
 def test_adjudications_flags_notes_audit(any_study):

@@ -133,15 +133,23 @@ class EvaluationService:
     def evaluate_run(self, run_id: int, ci: str = "wilson", zero_division: str = "undefined",
                      n_resamples: int = 1000, seed: int = 0, reference: pd.DataFrame | None = None) -> Evaluation:
         """Per-label metrics with intervals, micro/macro averages, bootstrap of macro F1."""
+        from workbench.services import memo
+
         y_true, y_pred, excluded = self.evaluation_inputs(run_id, reference=reference)
-        table = metrics.label_metrics(y_true, y_pred, ci=ci, zero_division=zero_division)
-        avg = metrics.averages(table, zero_division=zero_division, ci=ci)
-        boot = {}
-        if n_resamples:
-            boot = metrics.bootstrap_macro_f1(y_true, y_pred, n_resamples=n_resamples, seed=seed, zero_division=zero_division)
-            # F1 has no binomial interval: a bootstrap over reports gives one per label
-            table = table.join(metrics.bootstrap_label_f1(y_true, y_pred, n_resamples=n_resamples, seed=seed))
-        return Evaluation(run_id, table, avg, boot, excluded, ci, zero_division, list(y_true.columns))
+        key = (memo.frame_digest(y_true, y_pred), ci, zero_division, n_resamples, seed)
+        kept = memo.EVALUATIONS.get(key)
+        if kept is None:
+            table = metrics.label_metrics(y_true, y_pred, ci=ci, zero_division=zero_division)
+            avg = metrics.averages(table, zero_division=zero_division, ci=ci)
+            boot = {}
+            if n_resamples:
+                boot = metrics.bootstrap_macro_f1(y_true, y_pred, n_resamples=n_resamples, seed=seed, zero_division=zero_division)
+                # F1 has no binomial interval: a bootstrap over reports gives one per label
+                table = table.join(metrics.bootstrap_label_f1(y_true, y_pred, n_resamples=n_resamples, seed=seed))
+            kept = (table, avg, boot)
+            memo.EVALUATIONS.put(key, kept)
+        table, avg, boot = kept
+        return Evaluation(run_id, table.copy(), dict(avg), dict(boot), excluded, ci, zero_division, list(y_true.columns))
 
     def compare_runs(self, run_a: int, run_b: int, mid_p: bool = False, min_discordant: int = 10,
                      zero_division: str = "undefined") -> dict:
@@ -229,6 +237,9 @@ class EvaluationService:
         preds = self.predictions(run_id)
         shown = self.queue_reports(run)  # only the tuning part: validation and test reports never reach the queue
         preds = preds if shown is None else preds[preds["report_id"].isin(shown)]
+        if label:  # one label's queue (its error rate and support are its own): 1/21 of the rows to merge
+            one = self.vocab.resolve(label) or label
+            preds, ref_table = preds[preds["label"] == one], ref_table[ref_table["label"] == one]
         merged = preds.merge(ref_table[["report_id", "label", "value", "positives", "n_readers", "status"]],
                              on=["report_id", "label"], how="inner", suffixes=("", "_ref"))
         merged = merged.rename(columns={"value": "prediction", "value_ref": "reference", "status_ref": "reference_status"})

@@ -708,17 +708,21 @@ class RunsService:
 
     def predictions(self, run_id: int) -> pd.DataFrame:
         """A run's predictions (long); a reader sees those of reports they have finished reading."""
+        from workbench.services import memo
+
+        run = self.run_info(run_id)
         with self.session() as s:
-            return self._blind_rows(q.predictions_frame(s, run_id))
+            return self._blind_rows(memo.run_predictions(self.engine, s, run))
 
     def prediction_matrix(self, run_id: int) -> pd.DataFrame:
         """Reports x labels predicted values (NaN = failure or not labelled), derived labels filled."""
         from workbench.core.vocab import derive_frame
+        from workbench.services import memo
 
         run = self.run_info(run_id)
         with self.session() as s:
             ids = q.report_ids(s, run.cohort_id)
-            preds = q.predictions_frame(s, run_id)
+            preds = memo.run_predictions(self.engine, s, run)
         wide = preds.pivot(index="report_id", columns="label", values="value") if not preds.empty else pd.DataFrame()
         scope = self.blind_scope()  # a reader: only the reports they have finished reading
         ids = ids if scope is None else [i for i in ids if i in scope]

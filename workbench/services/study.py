@@ -442,9 +442,13 @@ class StudyService:
 
     def reader_progress(self, cohort: str | None = None) -> pd.DataFrame:
         """Per reader: reports read completely, partially, and the cohort size."""
+        from workbench.services import memo
+
         cid = self.cohort_id(cohort) if cohort else None
         with self.session() as s:
-            per = q.reading_counts(s, cohort_id=cid)
+            per = memo.reading_counts(self.engine, s)
+            if cid is not None:
+                per = per[per["report_id"].isin(q.report_ids(s, cid))]
             total = int(q.list_cohorts(s).set_index("name")["reports"].get(cohort, 0)) if cohort else len(q.report_hashes(s))
         n_labels = len(self.vocab.asked_ids)
         out = per.groupby("reader").agg(reports_started=("report_id", "count"),
@@ -463,9 +467,13 @@ class StudyService:
 
     def reference(self, cohort: str | None = None, readings: pd.DataFrame | None = None) -> pd.DataFrame:
         """Per (report, label) of the asked labels: votes, value and status (decided/adjudicated/waiting)."""
+        from workbench.services import memo
+
         cid = self.cohort_id(cohort) if cohort else None
         with self.session() as s:
-            counts = q.vote_counts(s, cohort_id=cid) if readings is None else None
+            counts = memo.vote_counts(self.engine, s) if readings is None else None
+            if counts is not None and cid is not None:
+                counts = counts[counts["report_id"].isin(q.report_ids(s, cid))]
             adj = q.adjudications_frame(s, cid)
             flags = q.flags_frame(s, cid)
         if counts is None:

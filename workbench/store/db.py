@@ -79,6 +79,8 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None] | None]] = [
     (21, "accounts can be disabled", _add_user_disabled),
     (40, "cohort roles (development, validation, test, external); split members and test looks (new tables)",
      _add_column("cohort", "role", "VARCHAR(20) NOT NULL DEFAULT 'development'")),
+    (60, "readings indexed by when they changed (pages refresh the reference for those reports only)",
+     lambda conn: conn.execute(text("CREATE INDEX IF NOT EXISTS ix_reading_updated_at ON reading (updated_at)"))),
     (70, "predictions lose two indexes nothing reads (run_id is uq_prediction's first column; call_key is never "
          "searched): a 43,000-answer run writes a quarter less", _steps(_drop_index("ix_prediction_run_id"),
                                                                        _drop_index("ix_prediction_call_key"))),

@@ -926,3 +926,37 @@ def put_version_examples(session: Session, commit: str, report_ids: set[str]) ->
     """Record a prompt commit's example report ids (first writer wins: the answer cannot differ)."""
     _raw_insert(session, "promptversionexamples", ["prompt_commit", "report_ids"],
                 [(commit, json.dumps(sorted(report_ids)))], "ON CONFLICT (prompt_commit) DO NOTHING")
+
+# ---------------------------------------------------------------- readings: what changed since a look (page caches)
+
+
+def reading_watermark(session: Session) -> tuple:
+    """(highest id, latest updated_at) of all readings: changes whenever a reading is added or changed (two index look-ups)."""
+    row = _raw_rows(session, "SELECT MAX(id), MAX(updated_at) FROM reading")[0]
+    return row[0], row[1]
+
+
+def count_readings(session: Session) -> int:
+    """How many readings there are."""
+    return int(_raw_rows(session, "SELECT COUNT(*) FROM reading")[0][0])
+
+
+def reports_read_since(session: Session, stamp: str) -> list[str]:
+    """Reports with a reading added or changed at or after `stamp` (an ISO time; uses ix_reading_updated_at)."""
+    # no DISTINCT: SQLite would scan the unique index for it instead of seeking ix_reading_updated_at
+    rows = _raw_rows(session, "SELECT report_id FROM reading WHERE updated_at >= ?", (stamp,))
+    return list(dict.fromkeys(r[0] for r in rows))
+
+
+def vote_counts_of(session: Session, report_ids_: list[str]) -> pd.DataFrame:
+    """vote_counts for some reports only (chunked IN lists)."""
+    parts = [_raw_rows(session, "SELECT r.report_id, r.label, SUM(r.value), COUNT(*)" + tail + " GROUP BY r.report_id, r.label", params)
+             for tail, params in (_reading_filter(report_ids_=report_ids_[i:i + 500]) for i in range(0, len(report_ids_), 500))]
+    return pd.DataFrame([row for part in parts for row in part], columns=["report_id", "label", "positives", "n_readers"])
+
+
+def reading_counts_of(session: Session, report_ids_: list[str]) -> pd.DataFrame:
+    """reading_counts for some reports only (chunked IN lists)."""
+    parts = [_raw_rows(session, "SELECT r.reader_id, r.report_id, COUNT(*)" + tail + " GROUP BY r.reader_id, r.report_id", params)
+             for tail, params in (_reading_filter(report_ids_=report_ids_[i:i + 500]) for i in range(0, len(report_ids_), 500))]
+    return pd.DataFrame([row for part in parts for row in part], columns=["reader", "report_id", "labels"])

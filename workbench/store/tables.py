@@ -62,7 +62,7 @@ class Reading(SQLModel, table=True):
     value: int
     version: int = Field(default=1)
     created_at: str = Field(max_length=40)
-    updated_at: str = Field(max_length=40)
+    updated_at: str = Field(max_length=40, index=True)  # what changed since a look (services/memo.py)
 
 
 class Adjudication(SQLModel, table=True):
