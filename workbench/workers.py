@@ -13,11 +13,14 @@ llm.complete_all does). litellm stays the only model layer: the workers call wor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import multiprocessing
 import queue as queue_module
+import sys
 import threading
 import time
+import types
 from collections.abc import Callable
 
 from workbench import llm
@@ -30,6 +33,19 @@ def worker_count(cfg: "llm.ModelConfig", n_calls: int) -> int:
     """How many processes to use for n_calls: cfg.workers, fewer when there is too little work."""
     wanted = max(1, int(getattr(cfg, "workers", 1) or 1))
     return max(1, min(wanted, n_calls // MIN_CALLS_PER_WORKER, cfg.concurrency))
+
+
+@contextlib.contextmanager
+def _plain_main():
+    """Start children from a bare __main__: spawn re-runs the host's main script in each child, and in
+    the app that is a Streamlit page (it would run again, with its side effects, in every worker)."""
+    host = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if host is not None:
+            sys.modules["__main__"] = host
 
 
 def complete_all_workers(
@@ -57,8 +73,9 @@ def complete_all_workers(
     # spends seconds importing litellm before its first call, then shares the calls with them
     procs = [ctx.Process(target=_worker_main, args=(share, tasks, results, stop), daemon=True,
                          name=f"workbench-labeller-{i}") for i in range(1, workers)]
-    for proc in procs:
-        proc.start()
+    with _plain_main():
+        for proc in procs:
+            proc.start()
     procs.append(threading.Thread(target=_worker_main, args=(share, tasks, results, stop), daemon=True,
                                   name="workbench-labeller-0"))
     procs[-1].start()

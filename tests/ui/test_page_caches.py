@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from test_app_pages import (  # noqa: F401  (fixtures)
-    all_text, assert_clean, button, demo_template, open_page, study, wait_for_job, workbench,
+    all_text, assert_clean, button, open_page, study, wait_for_job, workbench,
 )
 
 from workbench.ui import state
