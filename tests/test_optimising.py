@@ -49,6 +49,18 @@ def _plan() -> tuple[list[tuple[str, str]], pd.DataFrame]:
     return rows, pd.DataFrame.from_dict(ref, orient="index")[LABELS14]
 
 
+def split_study(tmp_path, rows, ref: pd.DataFrame, test_rows, test_ref: pd.DataFrame):
+    """A chestxray14 study with cohort dev (split 70/30, seed 0) and a test cohort, one gold reader each."""
+    wb = init_study(tmp_path / "study", vocab="chestxray14", rule={"rule": "majority", "n": 1})
+    for name, cohort_rows, cohort_ref in (("dev", rows, ref), ("test", test_rows, test_ref)):
+        reports, readings = _write(tmp_path, name, cohort_rows, cohort_ref)
+        wb.import_reports(reports, name)
+        wb.import_readings(readings)
+    wb.set_cohort_role("test", "test")
+    wb.split_cohort("dev", validation=0.3, seed=0)
+    return wb
+
+
 def _write(tmp_path, name: str, rows, ref: pd.DataFrame) -> tuple:
     """Reports and single-reader readings as CSV files."""
     reports, readings = tmp_path / f"{name}_reports.csv", tmp_path / f"{name}_readings.csv"
@@ -70,17 +82,9 @@ def opt_study(tmp_path):
     parts = splits.stratified_split(ref, 0.3, 0)
     rows = [(rid, f"{text} {SECRET_VALIDATION.capitalize()} sign." if parts[rid] == "validation" else text)
             for rid, text in rows]
-    wb = init_study(tmp_path / "study", vocab="chestxray14", rule={"rule": "majority", "n": 1})
-    reports, readings = _write(tmp_path, "dev", rows, ref)
-    wb.import_reports(reports, "dev")
-    wb.import_readings(readings)
     test_rows = [(f"t{i}", f"The cardiac silhouette is enlarged. {SECRET_TEST.capitalize()} sign.") for i in range(6)]
     test_ref = pd.DataFrame({lab: [int(lab == "cardiomegaly")] * 6 for lab in LABELS14}, index=[r for r, _ in test_rows])
-    t_reports, t_readings = _write(tmp_path, "test", test_rows, test_ref)
-    wb.import_reports(t_reports, "test")
-    wb.import_readings(t_readings)
-    wb.set_cohort_role("test", "test")
-    wb.split_cohort("dev", validation=0.3, seed=0)
+    wb = split_study(tmp_path, rows, ref, test_rows, test_ref)
     wb.expected_parts = parts
     wb.first_run = wb.start_run("dev").run_id
     return wb

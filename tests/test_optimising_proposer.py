@@ -257,10 +257,9 @@ def quirk_study(tmp_path):
     proposal that adds the quirk makes validation worse; the silhouette wording alone makes it better.
     Validation texts carry "Quokka sign.", the test cohort's "Wombat sign.": neither may reach the proposer.
     """
-    from test_optimising import LABELS14, _write
+    from test_optimising import LABELS14, split_study
 
     from workbench.core import splits
-    from workbench.services import init_study
 
     ids = [f"r{i:03d}" for i in range(150)]
     ref = pd.DataFrame({lab: [int(lab == "cardiomegaly" and i < 50) for i in range(150)] for lab in LABELS14}, index=ids)
@@ -279,17 +278,9 @@ def quirk_study(tmp_path):
             text = "Lungs are clear." if part == "tuning" else "Heart quirk noted. Lungs are clear."
         rows.append((rid, text + (" Quokka sign." if part == "validation" else "")))
     assert counts == {"tuning": 35, "validation": 15}
-    wb = init_study(tmp_path / "study", vocab="chestxray14", rule={"rule": "majority", "n": 1})
-    reports, readings = _write(tmp_path, "dev", rows, ref)
-    wb.import_reports(reports, "dev")
-    wb.import_readings(readings)
     test_rows = [(f"t{i}", "Heart quirk noted. Wombat sign.") for i in range(3)]
     test_ref = pd.DataFrame({lab: [0] * 3 for lab in LABELS14}, index=[r for r, _ in test_rows])
-    t_reports, t_readings = _write(tmp_path, "test", test_rows, test_ref)
-    wb.import_reports(t_reports, "test")
-    wb.import_readings(t_readings)
-    wb.set_cohort_role("test", "test")
-    wb.split_cohort("dev", validation=0.3, seed=0)
+    wb = split_study(tmp_path, rows, ref, test_rows, test_ref)
     wb.parts = parts
     wb.first_run = wb.start_run("dev", labels=["cardiomegaly"]).run_id
     return wb

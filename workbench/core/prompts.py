@@ -427,7 +427,12 @@ def label_call_keyer(ps: PromptSet, label_id: str, label_name: str,
     split = _label_call_parts(ps, label_id, label_name)
     if split is None or not isinstance(split[0], str) or len(split[1]) < 2:  # < 2: a template without {report}
         render, keyer = label_call_renderer(ps, label_id, label_name), call_keyer(params)
-        return lambda report, _json=b"": (lambda messages: (messages, keyer(messages)))(render(report))
+
+        def render_then_key(report: str, _report_bytes: bytes = b"") -> tuple[list[dict], str]:
+            messages = render(report)
+            return messages, keyer(messages)
+
+        return render_then_key
     system, parts = split
     enc = json.encoder.encode_basestring
     escaped = [enc(part)[1:-1].encode("utf-8") for part in parts]

@@ -372,7 +372,7 @@ class OptimisingService:
         return [(d["clause"], int(ref)) for text, ref in zip(cases["text"], cases["reference"])
                 for d in rules.explain(text, lp, cues) if d["outcome"] == "hedged"]
 
-    def _hedge_convention(self, run, ps, material: dict) -> dict:
+    def _hedge_convention(self, ps, material: dict) -> dict:
         """Per label, the hedge cues the reference does not count (None: none it counts hedges the label),
         from every label's hedged mentions on tuning, pooled; material: label -> its tuning cases."""
         clauses = {lab: self._hedge_clauses(ps, lab, cases) for lab, cases in material.items()}
@@ -462,7 +462,7 @@ class OptimisingService:
         inputs = self.evaluation_inputs(run.id)[:2]
         material = {lab: self._tuning_material(run, lab, inputs=inputs)[0]
                     for lab in self.vocab.asked_ids if lab in inputs[1].columns}
-        return self._hedge_convention(run, self.prompt_set(run.prompt_commit), material)
+        return self._hedge_convention(self.prompt_set(run.prompt_commit), material)
 
     def suggest(self, label: str, run_id: int | None = None, proposer: str = "auto", model: str | None = None,
                 api_base: str | None = None, phrase_list=None, hedges: dict | None = None) -> dict:

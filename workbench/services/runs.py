@@ -483,14 +483,14 @@ class RunsService:
     def _label(self, run_id: int, cfg, requests: list, cache: dict, todo: list, summary: RunSummary, on_progress,
                stop: threading.Event, halt, writer: "RunWriter") -> None:
         """Store the cached answers, then call the engine for the rest, storing each answer (see RunWriter)."""
-        memo = parsing.ReplyMemo()
+        replies = parsing.ReplyMemo()
 
         def store_reused(rows: list[dict], n_calls: int) -> None:
             with self.session(write=True) as s:
                 q.upsert_predictions(s, run_id, rows)
                 q.add_run_counts(s, run_id, calls_reused=n_calls)
 
-        self._reuse_cached(requests, cache, memo, lambda rows, n: writer.submit(lambda: store_reused(rows, n)))
+        self._reuse_cached(requests, cache, replies, lambda rows, n: writer.submit(lambda: store_reused(rows, n)))
         total = len(requests)
         progress = Progress(done=summary.calls_reused, total=total, made=0, reused=summary.calls_reused, failures=0)
         next_report = [time.monotonic() + PROGRESS_EVERY_S]
@@ -530,7 +530,7 @@ class RunsService:
         streak = {"kind": None, "n": 0, "ok": False}
 
         def on_result(req, res) -> None:
-            rows = self._prediction_rows(req, res.text, res, memo)
+            rows = self._prediction_rows(req, res.text, res, replies)
             pending.append((req, res, rows))
             if len(pending) >= batch:
                 flush()
@@ -554,7 +554,7 @@ class RunsService:
         finally:
             flush()  # also when the engine raised: what was answered is kept
 
-    def _reuse_cached(self, requests: list, cache: dict, memo, write: Callable[[list[dict], int], None]) -> None:
+    def _reuse_cached(self, requests: list, cache: dict, replies, write: Callable[[list[dict], int], None]) -> None:
         """Prediction rows of the calls answered from the cache, handed to write in batches as they are parsed."""
         rows: list[dict] = []
         n_calls = 0
@@ -562,7 +562,7 @@ class RunsService:
             hit = cache.get(r.key)
             if hit is None:
                 continue
-            rows.extend(self._prediction_rows(r, hit.response, None, memo))
+            rows.extend(self._prediction_rows(r, hit.response, None, replies))
             n_calls += 1
             if len(rows) >= REUSE_BATCH:
                 write(rows, n_calls)
@@ -666,12 +666,10 @@ class RunsService:
         return out
 
     @staticmethod
-    def _prediction_rows(req, text: str | None, res, memo=None) -> list[dict]:
+    def _prediction_rows(req, text: str | None, res, replies=None) -> list[dict]:
         """Parse a reply into prediction rows; a failed call is a recorded failure, never a 0.
 
-        memo: a parsing.ReplyMemo shared by a run's calls (identical evidence-free replies parsed once)."""
-        from workbench.core import parsing
-
+        replies: a parsing.ReplyMemo shared by a run's calls (identical evidence-free replies parsed once)."""
         meta = req.meta
         if text is None:
             detail = (res.error if res is not None else "no reply") or "no reply"
@@ -681,7 +679,7 @@ class RunsService:
             if meta["mode"] == "joint":
                 decisions = parsing.parse_joint_reply(text, meta["labels"], meta["report"])
             else:
-                parse = memo.parse if memo is not None else parsing.parse_reply
+                parse = replies.parse if replies is not None else parsing.parse_reply
                 decisions = {meta["labels"][0]: parse(text, meta["report"])}
         except Exception as exc:  # the parser's contract is never to raise; if it does, one failure, not a dead run
             decisions = {lab: parsing.Decision(None, "", "parse_error", f"parser error ({type(exc).__name__})")

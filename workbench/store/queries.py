@@ -347,18 +347,30 @@ def readings_frame(session: Session, cohort_id: int | None = None, report_ids_: 
     return pd.DataFrame(rows, columns=columns)
 
 
+def _reading_groups(session: Session, select: str, group_by: str, columns: list[str], cohort_id: int | None = None,
+                    report_id: str | None = None, report_ids_: list[str] | None = None) -> pd.DataFrame:
+    """One aggregate over readings per group, in the database; a list of report ids goes in chunks of 500."""
+    chunks = [None] if report_ids_ is None else [report_ids_[i:i + 500] for i in range(0, len(report_ids_), 500)]
+    rows: list = []
+    for chunk in chunks:
+        tail, params = _reading_filter(cohort_id, report_ids_=chunk, report_id=report_id)
+        rows += _raw_rows(session, select + tail + " GROUP BY " + group_by, params)
+    return pd.DataFrame(rows, columns=columns)
+
+
+_VOTES = ("SELECT r.report_id, r.label, SUM(r.value), COUNT(*)", "r.report_id, r.label",
+          ["report_id", "label", "positives", "n_readers"])
+_LABELS_READ = ("SELECT r.reader_id, r.report_id, COUNT(*)", "r.reader_id, r.report_id", ["reader", "report_id", "labels"])
+
+
 def vote_counts(session: Session, cohort_id: int | None = None, report_id: str | None = None) -> pd.DataFrame:
     """Per (report, label): positives and readers, aggregated in the database."""
-    tail, params = _reading_filter(cohort_id, report_id=report_id)
-    rows = _raw_rows(session, "SELECT r.report_id, r.label, SUM(r.value), COUNT(*)" + tail + " GROUP BY r.report_id, r.label", params)
-    return pd.DataFrame(rows, columns=["report_id", "label", "positives", "n_readers"])
+    return _reading_groups(session, *_VOTES, cohort_id, report_id)
 
 
 def reading_counts(session: Session, cohort_id: int | None = None) -> pd.DataFrame:
     """Per (reader, report): number of labels read, aggregated in the database."""
-    tail, params = _reading_filter(cohort_id)
-    rows = _raw_rows(session, "SELECT r.reader_id, r.report_id, COUNT(*)" + tail + " GROUP BY r.reader_id, r.report_id", params)
-    return pd.DataFrame(rows, columns=["reader", "report_id", "labels"])
+    return _reading_groups(session, *_LABELS_READ, cohort_id)
 
 
 def insert_readings(session: Session, frame: pd.DataFrame) -> int:
@@ -927,6 +939,7 @@ def put_version_examples(session: Session, commit: str, report_ids: set[str]) ->
     _raw_insert(session, "promptversionexamples", ["prompt_commit", "report_ids"],
                 [(commit, json.dumps(sorted(report_ids)))], "ON CONFLICT (prompt_commit) DO NOTHING")
 
+
 # ---------------------------------------------------------------- readings: what changed since a look (page caches)
 
 
@@ -949,14 +962,10 @@ def reports_read_since(session: Session, stamp: str) -> list[str]:
 
 
 def vote_counts_of(session: Session, report_ids_: list[str]) -> pd.DataFrame:
-    """vote_counts for some reports only (chunked IN lists)."""
-    parts = [_raw_rows(session, "SELECT r.report_id, r.label, SUM(r.value), COUNT(*)" + tail + " GROUP BY r.report_id, r.label", params)
-             for tail, params in (_reading_filter(report_ids_=report_ids_[i:i + 500]) for i in range(0, len(report_ids_), 500))]
-    return pd.DataFrame([row for part in parts for row in part], columns=["report_id", "label", "positives", "n_readers"])
+    """vote_counts for some reports only."""
+    return _reading_groups(session, *_VOTES, report_ids_=report_ids_)
 
 
 def reading_counts_of(session: Session, report_ids_: list[str]) -> pd.DataFrame:
-    """reading_counts for some reports only (chunked IN lists)."""
-    parts = [_raw_rows(session, "SELECT r.reader_id, r.report_id, COUNT(*)" + tail + " GROUP BY r.reader_id, r.report_id", params)
-             for tail, params in (_reading_filter(report_ids_=report_ids_[i:i + 500]) for i in range(0, len(report_ids_), 500))]
-    return pd.DataFrame([row for part in parts for row in part], columns=["reader", "report_id", "labels"])
+    """reading_counts for some reports only."""
+    return _reading_groups(session, *_LABELS_READ, report_ids_=report_ids_)
