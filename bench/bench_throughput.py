@@ -161,6 +161,21 @@ def litellm_defaults():
             os.environ["EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER"] = kept
 
 
+def print_efficiency(args) -> None:
+    """The engine (one worker) against a slower server: how close to concurrency / latency it gets."""
+    proc, url = start_server(args.efficiency_latency)
+    try:
+        slow = argparse.Namespace(**{**vars(args), "reports": args.efficiency_reports})
+        res = bench_engine(url, slow, workers=1)
+        ideal = res["calls"] * args.efficiency_latency / args.concurrency
+        print(f"\nengine, 1 worker process, {args.efficiency_latency * 1000:.0f} ms per call: {res['calls']} calls, "
+              f"concurrency {args.concurrency}, wall {res['wall']:.1f} s, ideal {ideal:.1f} s; "
+              f"efficiency {ideal / res['wall']:.2f} (target >= 0.8); ok {res['ok']}, failed {res['failed']}")
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run both benchmarks and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -172,6 +187,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=lambda v: [int(x) for x in v.split(",")], default=[1, 2],
                         help="worker process counts to time, comma-separated (default 1,2)")
     parser.add_argument("--bare-sample", type=int, default=1000, help="calls in the default litellm loop")
+    parser.add_argument("--efficiency-latency", type=float, default=0.3,
+                        help="server seconds per call of the efficiency pass (one worker, --efficiency-reports x "
+                             "--labels calls; 0 skips it)")
+    parser.add_argument("--efficiency-reports", type=int, default=150)
     parser.add_argument("--model", default="openai/fake-qwen3-14b",
                         help="litellm model string sent to the fake server (hosted_vllm/... is a cheaper path)")
     args = parser.parse_args(argv)
@@ -207,6 +226,9 @@ def main(argv: list[str] | None = None) -> None:
                   f"server max in flight {res['max_in_flight']}")
             print(f"  client CPU {cpu_ms:.2f} ms per call (litellm + engine{' + workers' if workers > 1 else ''}), "
                   f"{cpu_ms / bare_ms:.2f} of the default litellm loop (target <= 0.7)")
+
+        if args.efficiency_latency:
+            print_efficiency(args)
 
         per_call = bench_sequential(url, args.sequential_sample, args.model)
         seq_total = per_call * calls

@@ -6,11 +6,18 @@ import contextlib
 import csv
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+# Bytecode kept, as on a user's machine. This machine's environment sets PYTHONDONTWRITEBYTECODE=1:
+# with it every xdist worker rewrote every test module's asserts from source at each run, and every
+# `workbench` child process compiled the package again (together about a tenth of the suite's CPU).
+# The workers and child processes inherit the environment from here.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASETS = ROOT.parent / "shared" / "datasets"
@@ -154,6 +161,36 @@ def any_study(request, tmp_path):
     wb = init_study(tmp_path / "study", vocab="ranscore-21", db_url=db_url, rule={"rule": "at_least", "k": 4, "n": 6})
     yield wb
     wb.engine.dispose()
+
+
+# The files that take longest (seconds summed over their tests, quiet machine, December 2026). They are
+# collected first so that, under `-n auto --dist loadfile`, each starts on a fresh worker while the
+# many short files fill the other workers, instead of one of them starting last and running alone
+# (xdist's own reorder, by number of tests, put the 67 s browser file near the end). Order only:
+# a file missing here runs after these, in its usual place.
+LONGEST_FILES = (
+    "tests/ui/test_browser.py", "tests/test_honest_numbers.py", "tests/test_import_fuzz.py",
+    "tests/ui/test_app_pages.py", "tests/test_optimising.py", "tests/test_governance.py", "tests/test_workers.py",
+    "tests/test_resume_kill.py", "tests/core/test_parsing_fuzz.py", "tests/test_runs.py", "tests/test_llm.py",
+    "tests/test_cli_daily.py", "tests/ui/test_run_failures_page.py", "tests/test_storage.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Longest files first (see LONGEST_FILES); a stable sort keeps every file's own test order."""
+    if _shuffled(config):
+        return  # a shuffled run (pytest-random-order) keeps its own order
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
+def _shuffled(config) -> bool:
+    """Whether pytest-random-order shuffles this run (--random-order or --random-order-bucket)."""
+    try:
+        from random_order.config import Config
+    except ImportError:
+        return False
+    return Config(config).bucket_type != "none"
 
 
 def pytest_xdist_auto_num_workers(config):

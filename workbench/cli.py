@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from workbench import runtime
 from workbench.study import PROJECT_ROOT, StudyError, builtin_vocabularies, resolve_study_path
 
 
@@ -177,6 +178,8 @@ def main():
     Start with `workbench demo` (the app on a synthetic demo study, offline), or create your own
     study with `workbench init PATH --vocab ranscore-21`.
     """
+    runtime.single_threaded_blas()  # before any command imports numpy
+    runtime.short_lived()
 
 
 @main.command()

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlparse, urlsplit
 
+from workbench.runtime import fewer_collections
+
 DUMMY_API_KEY = "sk-no-key-needed"  # local OpenAI-compatible servers need a key-shaped string
 RETRYABLE = frozenset({"rate_limit", "server", "timeout", "connection"})
 ERROR_KINDS = ("rate_limit", "server", "timeout", "connection", "auth", "not_found", "bad_request", "redirect", "refused",
@@ -50,6 +52,10 @@ PROVIDER_BASES: dict[str, tuple[tuple[str, ...], str | None]] = {
     "together_ai": (("TOGETHER_AI_API_BASE",), "https://api.together.ai/v1"),
     "openrouter": (("OPENROUTER_API_BASE",), "https://openrouter.ai/api/v1"),
 }
+# litellm's callback lists: whatever is registered in one receives each call's logging payload.
+_PAYLOAD_RECEIVERS = ("callbacks", "success_callback", "failure_callback", "input_callback", "service_callback",
+                      "audit_log_callbacks", "_async_success_callback", "_async_failure_callback",
+                      "_async_input_callback")
 _PINNED: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar("workbench_pinned_endpoints", default=None)
 _GUARD_INSTALLED = False
 _LITELLM = None
@@ -268,7 +274,7 @@ def _litellm():
         import litellm
 
         litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banners on errors
-        litellm.turn_off_message_logging = True  # report text stays out of litellm's log payloads
+        litellm.turn_off_message_logging = True  # until a call has checked that nothing receives them (see _refuse_payload_receivers)
         if hasattr(litellm, "telemetry"):
             litellm.telemetry = False
         for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
@@ -276,6 +282,35 @@ def _litellm():
         _install_guard()
         _LITELLM = litellm
     return _LITELLM
+
+
+def _refuse_payload_receivers(litellm) -> None:
+    """Refuse the call (nothing sent) while any litellm callback is registered; else skip the payload's redaction.
+
+    litellm hands every registered callback the call's logging payload, and with message logging
+    off it still includes the raw request body (additional_args.complete_input_dict: the report
+    text, and the API key) - measured with litellm 1.110. A callback is a route off the machine no
+    admin allowed, so the engine makes no call while one is registered, checked before every call
+    (one registered mid-run stops the calls after it; a reply already in flight may still be
+    logged to it). With none registered the payload goes nowhere, so litellm's redaction of it
+    (three deep copies per call, about a tenth of the client's CPU) is switched off.
+    """
+    receivers = [cb for name in _PAYLOAD_RECEIVERS for cb in (getattr(litellm, name, None) or ())]
+    if receivers:
+        names = ", ".join(sorted({_callback_name(cb) for cb in receivers}))
+        raise EndpointRefused(
+            f"refused by the workbench: a litellm logging callback is registered in this process ({names}); litellm "
+            "hands callbacks each call's request body, report text included, even with message logging off, so no "
+            "call is made while one is registered (remove it from litellm.callbacks / success_callback); no report "
+            "text was sent")
+    litellm.turn_off_message_logging = False
+
+
+def _callback_name(callback) -> str:
+    """A litellm callback as a user would recognise it: its name ("langfuse"), function or class."""
+    if isinstance(callback, str):
+        return callback
+    return getattr(callback, "__name__", None) or type(callback).__name__
 
 
 def _install_guard() -> None:
@@ -382,6 +417,7 @@ def _make_caller(cfg: ModelConfig) -> Callable:
             router = _router(litellm, cfg, key)
 
         async def call_pool(messages: list[dict]):
+            _refuse_payload_receivers(litellm)
             return await router.acompletion(model=_POOL_NAME, messages=messages, **kwargs)
 
         return call_pool
@@ -390,6 +426,7 @@ def _make_caller(cfg: ModelConfig) -> Callable:
         kwargs["api_key"] = key
 
     async def call_one(messages: list[dict]):
+        _refuse_payload_receivers(litellm)
         return await litellm.acompletion(model=cfg.model, messages=messages, **kwargs)
 
     return call_one
@@ -660,7 +697,8 @@ async def complete_all(
     token = _PINNED.set(pinned)  # tasks copy this context: every request made for these calls is checked
     try:
         call = _make_caller(cfg)
-        await _run_workers(requests, cfg, call, on_result, cancel)
+        with fewer_collections():
+            await _run_workers(requests, cfg, call, on_result, cancel)
     finally:
         _PINNED.reset(token)
 

@@ -20,6 +20,7 @@ import pandas as pd
 
 from workbench.core import parsing
 from workbench.core.prompts import PromptSet, call_keyer, label_call_keyer, render_joint_call, report_json
+from workbench.runtime import fewer_collections
 from workbench.store import queries as q
 from workbench.study import StudyError
 
@@ -427,7 +428,8 @@ class RunsService:
         lease.keep(stop, cancel)
         state = {"running": False}
         try:
-            return self._execute_leased(run_id, on_progress, cancel, stop, lease, state)
+            with fewer_collections():  # tens of thousands of short-lived rows and replies: see workbench.runtime
+                return self._execute_leased(run_id, on_progress, cancel, stop, lease, state)
         except BaseException:
             if state["running"] and not lease.lost:  # never leave a run "running" that nobody executes
                 with self.session() as s:

@@ -11,6 +11,10 @@ import os
 
 os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 
+from workbench import runtime  # noqa: E402
+
+runtime.single_threaded_blas()  # takes effect if numpy is not loaded yet; `workbench app` sets it for the server
+
 import streamlit as st  # noqa: E402
 
 from workbench.ui import components, state  # noqa: E402
