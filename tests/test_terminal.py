@@ -9,7 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench.terminal import DASH, Progress, emphasise, format_value, render_table
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workbench.terminal import DASH, WIDTH, Progress, _plain_table, _rich_table, emphasise, format_value, render_table
 
 
 @pytest.mark.parametrize("value,kind,text", [
@@ -29,6 +32,29 @@ def test_tables_fit_and_explain_undefined_values_once():
     assert out.count("no positives on either side") == 1 and "empty" not in out
     assert "pulmonary_vascular_abnormal" in out and " 1 " in out + " " and "0.500" in out
     assert "empty" in render_table(frame, wide=True)
+
+
+CELL = st.text(alphabet=st.sampled_from(list("abcXYZ019 .,*_-[]%") + [DASH, "’"]), max_size=14)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 7).flatmap(lambda n: st.tuples(
+    st.lists(CELL, min_size=n, max_size=n), st.lists(st.lists(CELL, min_size=n, max_size=n), max_size=6),
+    st.lists(st.booleans(), min_size=n, max_size=n))), st.booleans())
+def test_a_table_that_fits_is_drawn_exactly_as_rich_draws_it(table, wide):
+    """The plain path (no rich import) must be indistinguishable from rich wherever it is taken."""
+    header, rows, right = table
+    plain = _plain_table(header, rows, right, None if wide else WIDTH)
+    if plain is not None:
+        assert plain == _rich_table(header, rows, ["text"] * len(header), right, wide, None)
+
+
+def test_the_plain_path_is_taken_for_tables_that_fit_and_left_to_rich_otherwise():
+    header, right = ["label", "f1"], [False, True]
+    assert _plain_table(header, [["edema", "0.500"]], right, WIDTH) is not None
+    assert _plain_table(header, [["x" * 120, "0.500"]], right, WIDTH) is None  # rich folds it to fit
+    assert _plain_table(header, [["胸水", "0.500"]], right, WIDTH) is None  # two cells per character
+    assert _plain_table(header, [["a\tb", "0.500"]], right, WIDTH) is None
 
 
 def test_evidence_and_look_for_phrases_are_marked_on_word_boundaries():

@@ -24,6 +24,7 @@ TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d)T(\d\d:\d\d)(:\d\d(\.\d+)?)?([+-]\d\d
 P_COLUMNS = ("p_value", "p_holm", "p")
 SHORT_STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d$")
 VALUE_COLUMNS = ("reference", "prediction", "value", "value_a", "value_b", "vote")
+_NARROW = frozenset(DASH + "–—’‘“”…·×±≤≥") | frozenset(chr(c) for c in range(32, 127))  # one terminal cell each
 NUMERIC_TEXT = re.compile(r"^[-+]?[\d.,]*[*]?$|^–$")  # "0.909", "0.909*", "–": right-aligned like numbers
 
 
@@ -93,30 +94,55 @@ def undefined_notes(columns: list[str], explained: dict[str, str] | None) -> lis
 def render_table(frame: pd.DataFrame, wide: bool = False, undefined: dict[str, str] | None = None,
                  title: str | None = None) -> str:
     """A DataFrame as a plain-text table within WIDTH columns (no limit when wide), with notes on dashes."""
+    if not wide:  # a column with nothing in it only takes width
+        frame = frame[[c for c in frame.columns if not (frame[c].astype(str).str.strip() == "").all()]]
+    rows, kinds, missing = formatted(frame)
+    header = [str(col) for col in frame.columns]
+    right = [kind != "text" or all(NUMERIC_TEXT.match(row[i]) for row in rows) for i, kind in enumerate(kinds)]
+    text = _plain_table(header, rows, right, None if wide else WIDTH) if title is None else None
+    if text is None:
+        text = _rich_table(header, rows, kinds, right, wide, title)
+    return "\n".join(text.splitlines() + undefined_notes(missing, undefined))
+
+
+def _plain_table(header: list[str], rows: list[list[str]], right: list[bool], width: int | None) -> str | None:
+    """The table as rich draws it (box SIMPLE_HEAD, no edges) when nothing needs wrapping, else None.
+
+    Most tables fit as they are; drawing those here keeps rich (~50 ms to import and lay out)
+    off `workbench metrics` and friends. Identical output to rich's is tested."""
+    cells = [header, *rows]
+    if not all(header) or not all(set(cell) <= _NARROW and cell == cell.strip() for row in cells for cell in row):
+        return None  # no column, a blank heading, spaces at a cell's ends, wide or control characters: rich's rules
+    widths = [max(1, *(len(row[i]) for row in cells)) for i in range(len(header))]
+    if width is not None and sum(widths) + 2 * (len(widths) - 1) > width:
+        return None  # rich wraps or folds columns to fit
+    def line(row: list[str]) -> str:
+        return "  ".join(cell.rjust(w) if r else cell.ljust(w) for cell, w, r in zip(row, widths, right)).rstrip()
+    rule = "─" * (sum(widths) + 2 * (len(widths) - 1))
+    return "\n".join([line(header), rule, *(line(row) for row in rows)])
+
+
+def _rich_table(header: list[str], rows: list[list[str]], kinds: list[str], right: list[bool], wide: bool,
+                title: str | None) -> str:
+    """The table laid out by rich: long cells wrap or fold to fit the width."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    if not wide:  # a column with nothing in it only takes width
-        frame = frame[[c for c in frame.columns if not (frame[c].astype(str).str.strip() == "").all()]]
-    rows, kinds, missing = formatted(frame)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), title=title,
                   title_justify="left")
-    for position, (col, kind) in enumerate(zip(frame.columns, kinds)):
+    for position, (col, kind) in enumerate(zip(header, kinds)):
         # identifiers (no spaces) stay whole; prose columns wrap to make room
         words = kind == "text" and any(" " in row[position] and not SHORT_STAMP.match(row[position]) for row in rows)
-        numeric_text = kind == "text" and all(NUMERIC_TEXT.match(row[position]) for row in rows)
-        table.add_column(Text(str(col)), justify="left" if kind == "text" and not numeric_text else "right",
-                         overflow="fold", no_wrap=not words)
+        table.add_column(Text(col), justify="right" if right[position] else "left", overflow="fold", no_wrap=not words)
     for row in rows:
         table.add_row(*[Text(cell) for cell in row])
     buffer = io.StringIO()
     console = Console(file=buffer, width=100_000 if wide else WIDTH, color_system=None, highlight=False,
                       emoji=False, markup=False, force_terminal=False, legacy_windows=False)
     console.print(table)
-    lines = [line.rstrip() for line in buffer.getvalue().splitlines()]
-    return "\n".join(lines + undefined_notes(missing, undefined))
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())
 
 
 def wrap(text: str, indent: str = "  ", width: int = WIDTH) -> str:
