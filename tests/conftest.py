@@ -172,7 +172,11 @@ LONGEST_FILES = (
     "tests/ui/test_browser.py", "tests/test_honest_numbers.py", "tests/test_import_fuzz.py",
     "tests/ui/test_app_pages.py", "tests/test_optimising.py", "tests/test_governance.py", "tests/test_workers.py",
     "tests/test_resume_kill.py", "tests/core/test_parsing_fuzz.py", "tests/test_runs.py", "tests/test_llm.py",
-    "tests/test_cli_daily.py", "tests/ui/test_run_failures_page.py", "tests/test_storage.py",
+    "tests/test_cli_daily.py", "tests/ui/test_run_failures_page.py", "tests/test_storage.py", "tests/test_failures.py",
+    "tests/test_team.py", "tests/ui/test_optimise_page.py", "tests/test_evaluation.py", "tests/test_run_failures_cli.py",
+    "tests/test_prompt_repo.py", "tests/test_optimising_openi.py", "tests/test_readme.py", "tests/ui/test_page_caches.py",
+    "tests/core/test_metrics.py", "tests/test_page_memo.py", "tests/test_access.py", "tests/test_bundle.py",
+    "tests/test_background_runs.py", "tests/test_scoring.py", "tests/test_prompting.py",
 )
 
 

@@ -383,3 +383,11 @@ def test_prompt_errors_name_file_and_key(case, edit, expected):
     message = str(err.value)
     for fragment in expected:
         assert fragment in message, (case, message)
+
+
+def test_the_suite_schedule_names_only_test_files_that_exist():
+    """conftest's LONGEST_FILES orders the run; a renamed file would silently fall back to the end."""
+    from conftest import LONGEST_FILES, ROOT
+
+    assert [name for name in LONGEST_FILES if not (ROOT / name).is_file()] == []
+    assert len(set(LONGEST_FILES)) == len(LONGEST_FILES)
