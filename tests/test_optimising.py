@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import copy_study
 from workbench.core import proposals, splits
 from workbench.services import init_study
 from workbench.study import StudyError
@@ -75,18 +76,29 @@ def _write(tmp_path, name: str, rows, ref: pd.DataFrame) -> tuple:
     return reports, readings
 
 
-@pytest.fixture
-def opt_study(tmp_path):
-    """A chestxray14 study: dev (split 70/30, seed 0; validation texts carry a secret word), a test cohort, one run."""
+@pytest.fixture(scope="module")
+def opt_template(tmp_path_factory):
+    """The fixture study, built once for this file (tests write to it, so each gets a copy)."""
+    base = tmp_path_factory.mktemp("opt-template")
     rows, ref = _plan()
     parts = splits.stratified_split(ref, 0.3, 0)
     rows = [(rid, f"{text} {SECRET_VALIDATION.capitalize()} sign." if parts[rid] == "validation" else text)
             for rid, text in rows]
     test_rows = [(f"t{i}", f"The cardiac silhouette is enlarged. {SECRET_TEST.capitalize()} sign.") for i in range(6)]
     test_ref = pd.DataFrame({lab: [int(lab == "cardiomegaly")] * 6 for lab in LABELS14}, index=[r for r, _ in test_rows])
-    wb = split_study(tmp_path, rows, ref, test_rows, test_ref)
+    wb = split_study(base, rows, ref, test_rows, test_ref)
+    first_run = wb.start_run("dev").run_id
+    wb.engine.dispose()
+    return base / "study", parts, first_run
+
+
+@pytest.fixture
+def opt_study(opt_template, tmp_path):
+    """A chestxray14 study: dev (split 70/30, seed 0; validation texts carry a secret word), a test cohort, one run."""
+    folder, parts, first_run = opt_template
+    wb = copy_study(folder, tmp_path / "study")
     wb.expected_parts = parts
-    wb.first_run = wb.start_run("dev").run_id
+    wb.first_run = first_run
     return wb
 
 
