@@ -1,7 +1,8 @@
 """How the workbench tunes its own process: the garbage collector during runs, BLAS threads.
 
-Fewer cyclic garbage collections while a run's many short-lived objects come and go. CPython starts a young-generation collection every 700 net container allocations, and each one
-walks every object allocated since; a litellm call allocates thousands (its logging object, the
+Fewer cyclic garbage collections while a run's many short-lived objects come and go. CPython
+starts a young-generation collection every 700 net container allocations, and each one walks
+every object allocated since; a litellm call allocates thousands (its logging object, the
 pydantic response, cost records), and a labelled report hundreds. During a run that is hundreds
 of collections per second that find next to nothing: raising the first threshold for the run's
 duration cut the client's CPU per call by about a tenth (bench/bench_throughput.py). Reference
@@ -30,8 +31,7 @@ def fewer_collections():
     with _LOCK:
         if _DEPTH == 0:
             _SAVED = gc.get_threshold()
-            if _SAVED[0] and _SAVED[0] < RUN_THRESHOLDS[0]:  # 0 means collection is off: leave that alone
-                gc.set_threshold(*RUN_THRESHOLDS)
+            _raise_thresholds()
         _DEPTH += 1
     try:
         yield
@@ -53,5 +53,10 @@ def single_threaded_blas() -> None:
 
 def short_lived() -> None:
     """For a one-command process (the CLI): young-generation collections as during a run, for its whole life."""
+    _raise_thresholds()
+
+
+def _raise_thresholds() -> None:
+    """RUN_THRESHOLDS, unless collection is off (0) or already set to run less often: not ours to change."""
     if 0 < gc.get_threshold()[0] < RUN_THRESHOLDS[0]:
         gc.set_threshold(*RUN_THRESHOLDS)

@@ -114,12 +114,14 @@ def _plain_table(header: list[str], rows: list[list[str]], right: list[bool], wi
     if not all(header) or not all(set(cell) <= _NARROW and cell == cell.strip() for row in cells for cell in row):
         return None  # no column, a blank heading, spaces at a cell's ends, wide or control characters: rich's rules
     widths = [max(1, *(len(row[i]) for row in cells)) for i in range(len(header))]
-    if width is not None and sum(widths) + 2 * (len(widths) - 1) > width:
+    total = sum(widths) + 2 * (len(widths) - 1)  # two spaces between columns (padding, then rich's separator)
+    if width is not None and total > width:
         return None  # rich wraps or folds columns to fit
+
     def line(row: list[str]) -> str:
         return "  ".join(cell.rjust(w) if r else cell.ljust(w) for cell, w, r in zip(row, widths, right)).rstrip()
-    rule = "─" * (sum(widths) + 2 * (len(widths) - 1))
-    return "\n".join([line(header), rule, *(line(row) for row in rows)])
+
+    return "\n".join([line(header), "─" * total, *(line(row) for row in rows)])
 
 
 def _rich_table(header: list[str], rows: list[list[str]], kinds: list[str], right: list[bool], wide: bool,

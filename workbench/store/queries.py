@@ -561,6 +561,8 @@ CACHE_COLUMNS = ["key", "model", "response", "prompt_tokens", "completion_tokens
 def cached_calls(session: Session, keys: Iterable[str]) -> dict[str, CachedCall]:
     """Cached answers for the given call keys."""
     keys = list(set(keys))
+    if not keys:
+        return {}
     out: dict[str, CachedCall] = {}
     sql_cols = ", ".join(CACHE_COLUMNS)
     if session.connection().dialect.name == "postgresql":
@@ -571,7 +573,7 @@ def cached_calls(session: Session, keys: Iterable[str]) -> dict[str, CachedCall]
         plain = joined.count("\n") == len(keys) - 1  # no key holds a newline (call keys are hex digests)
         sql = (f"SELECT {', '.join('c.' + c for c in CACHE_COLUMNS)} FROM callcache c "
                f"JOIN unnest({'string_to_array(?, chr(10))' if plain else '?::text[]'}) AS k(key) ON c.key = k.key")
-        return {row[0]: CachedCall(*row) for row in _raw_rows(session, sql, (joined if plain else keys,))} if keys else {}
+        return {row[0]: CachedCall(*row) for row in _raw_rows(session, sql, (joined if plain else keys,))}
     for i in range(0, len(keys), 900):  # SQLite's bound-parameter limit
         chunk = keys[i:i + 900]
         sql = f"SELECT {sql_cols} FROM callcache WHERE key IN ({', '.join('?' * len(chunk))})"
