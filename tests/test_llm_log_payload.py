@@ -26,6 +26,18 @@ def litellm():
     return _litellm()
 
 
+@pytest.fixture(autouse=True)
+def callback_lists_restored(litellm):
+    """Every litellm callback list as it was before the test: litellm copies a callback it has used into
+    its other lists, so removing it from the one it was added to is not enough."""
+    from workbench.llm import _PAYLOAD_RECEIVERS
+
+    kept = {name: list(getattr(litellm, name)) for name in _PAYLOAD_RECEIVERS}
+    yield
+    for name, callbacks in kept.items():
+        getattr(litellm, name)[:] = callbacks
+
+
 @pytest.fixture
 def server():
     with running_server() as srv:
