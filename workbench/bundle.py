@@ -26,13 +26,14 @@ import yaml
 
 from workbench.core.prompts import PromptSet, dump_label_prompt, dump_task, parse_label_prompt, parse_task
 from workbench.core.vocab import Vocabulary, parse_vocabulary
+from workbench.errors import WorkbenchError
 
 FORMAT = "workbench-bundle/1"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 SIGNATURE_ALGORITHM = "ed25519"
 
 
-class BundleError(ValueError):
+class BundleError(WorkbenchError, ValueError):
     """A bundle file is malformed or its hash does not match its content."""
 
 

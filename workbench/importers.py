@@ -24,6 +24,7 @@ import pandas as pd
 import yaml
 
 from workbench.core.vocab import Vocabulary
+from workbench.errors import WorkbenchError
 
 TABLE_EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 ID_COLUMNS = ("id", "report_id", "uid")
@@ -60,7 +61,7 @@ class Problem:
         return f"{where}: {self.message}"
 
 
-class ImportProblems(ValueError):
+class ImportProblems(WorkbenchError, ValueError):
     """Every problem found in an input file; str() lists them (capped), .problems keeps all."""
 
     def __init__(self, source: str, problems: list[Problem]):

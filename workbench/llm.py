@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlparse, urlsplit
 
 from workbench.runtime import fewer_collections
+from workbench.errors import WorkbenchError
 
 DUMMY_API_KEY = "sk-no-key-needed"  # local OpenAI-compatible servers need a key-shaped string
 RETRYABLE = frozenset({"rate_limit", "server", "timeout", "connection"})
@@ -61,19 +62,19 @@ _GUARD_INSTALLED = False
 _LITELLM = None
 
 
-class LLMError(RuntimeError):
+class LLMError(WorkbenchError, RuntimeError):
     """A model endpoint could not be used (raised by check_model only)."""
 
 
-class EndpointError(ValueError):
+class EndpointError(WorkbenchError, ValueError):
     """Where report text would be sent cannot be determined (unknown provider, no base URL)."""
 
 
-class UnknownModel(ValueError):
+class UnknownModel(WorkbenchError, ValueError):
     """litellm does not know the model string's provider."""
 
 
-class EndpointRefused(ConnectionError):
+class EndpointRefused(WorkbenchError, ConnectionError):
     """The guard stopped a request to an address other than the pinned endpoint (nothing was sent)."""
 
 

@@ -22,6 +22,7 @@ from workbench import importers
 from workbench.bundle import Bundle, load_bundle
 from workbench.core import metrics
 from workbench.labelling import ExtractionCache, MemoryCache, label_texts, nan_to_none
+from workbench.errors import WorkbenchError
 
 ZERO_DIVISION_CHOICES = ("zero", "one", "exclude")
 MAX_FAILED_SHARE = 0.10  # above this share of failed extractions a generator gets no score
@@ -36,7 +37,7 @@ POLICY_TEXT = {
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
-class EndpointNotAllowed(ValueError):
+class EndpointNotAllowed(WorkbenchError, ValueError):
     """Report text would be sent to an endpoint this scoring command does not allow."""
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from workbench.core.vocab import Vocabulary, parse_vocabulary
+from workbench.errors import WorkbenchError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 VOCAB_DIR = PROJECT_ROOT / "vocab"
@@ -29,7 +30,7 @@ SIGNIFICANCE = ["changes management", "does not change management", "unsure"]
 LOCAL_ENDPOINTS = ["workbench/rules", "http://127.0.0.1", "http://localhost", "https://127.0.0.1", "https://localhost"]
 
 
-class StudyError(ValueError):
+class StudyError(WorkbenchError, ValueError):
     """A study folder or its settings are wrong; the message says what to do."""
 
 

@@ -15,6 +15,7 @@ import json.encoder
 import string
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from workbench.errors import WorkbenchError
 
 TASK_FILE = "_task.yaml"
 POLICY_VALUES = ("positive", "negative")
@@ -49,7 +50,7 @@ DEFAULT_CUES: dict[str, tuple[str, ...]] = {
 }
 
 
-class PromptError(ValueError):
+class PromptError(WorkbenchError, ValueError):
     """A prompt file is malformed or a template is wrong; the message names file and key."""
 
 

@@ -27,6 +27,7 @@ import yaml
 from workbench.core.prompts import (
     DEFAULT_CUES, Example, LabelPrompt, PromptError, TEMPORAL_KEYS, dump_label_prompt, parse_label_prompt,
 )
+from workbench.errors import WorkbenchError
 
 EDIT_FIELDS = ("definition", "look_for", "do_not_label_when", "hedged", "temporal", "examples")
 REPLY_KEYS = ("edit", "rationale")
@@ -52,7 +53,7 @@ TEMPORAL_CATEGORIES = ("temporal",)
 OUTSIDE_ORIGINS = ("note", "phrase list")  # candidates not mined from the tuning reports' wording
 
 
-class EditError(ValueError):
+class EditError(WorkbenchError, ValueError):
     """A proposed edit is not a valid revision of the label's prompt; the message says why."""
 
 

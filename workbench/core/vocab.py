@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from workbench.errors import WorkbenchError
 
 ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 LABEL_KEYS = {"id", "name", "category", "definition", "derived", "ignore_for_derived"}
@@ -15,7 +16,7 @@ VOCAB_KEYS = {"id", "name", "description", "source", "labels"}
 DERIVED_RULES = {"none_of_others"}
 
 
-class VocabularyError(ValueError):
+class VocabularyError(WorkbenchError, ValueError):
     """A vocabulary file is malformed; the message names the file and key."""
 
 

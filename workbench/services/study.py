@@ -27,15 +27,16 @@ from workbench.study import (
     PROMPTS_DIR, StudyConfig, StudyError, StudyPaths, VOCAB_FILE, database_url, find_vocabulary_file,
     load_config, load_vocabulary_file, save_config,
 )
+from workbench.errors import WorkbenchError
 
 ROLES = ("reader", "adjudicator", "prompt_engineer", "admin")
 
 
-class PermissionDenied(PermissionError):
+class PermissionDenied(WorkbenchError, PermissionError):
     """The signed-in user's role does not allow this action."""
 
 
-class ConflictError(RuntimeError):
+class ConflictError(WorkbenchError, RuntimeError):
     """Someone else changed the same thing first; the message says what to redo."""
 
 

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
+from workbench.errors import WorkbenchError
 
 
 
@@ -33,7 +34,7 @@ _LOCK = threading.Lock()  # one writer at a time inside a process (see write_loc
 DEFAULT_IDENTITY = ("workbench", "workbench@localhost")
 
 
-class PromptRepoError(ValueError):
+class PromptRepoError(WorkbenchError, ValueError):
     """A prompt-repo operation was refused (conflict, unknown version, frozen name taken)."""
 
 

@@ -1,0 +1,19 @@
+"""The one base of every exception the workbench raises on purpose.
+
+A `WorkbenchError` is a user's mistake or a refused action: the CLI prints its message on one line
+and exits 2, and pages show it in an error box. Anything else that escapes is a bug: the CLI
+prints the traceback and asks for a report (exit 1). This module imports nothing, so the pure
+`core` may use it too.
+"""
+
+
+class WorkbenchError(Exception):
+    """Base of every project exception: its message says what was wrong and what to do."""
+
+
+class UserError(WorkbenchError, ValueError):
+    """A value the user gave is wrong (unknown label, cohort, run or reader; a bad option)."""
+
+
+class NotFound(WorkbenchError, LookupError):
+    """Something the user named does not exist; the message lists what does."""
