@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from workbench import runtime
+from workbench.errors import WorkbenchError
 from workbench.study import PROJECT_ROOT, StudyError, builtin_vocabularies, resolve_study_path
 
 
@@ -118,20 +119,32 @@ def wide_option(func):
 
 
 class CliGroup(click.Group):
-    """Turn known user errors into one clear line and exit code 2 instead of a traceback."""
+    """One line for a user's mistake (exit 2) or a storage failure (exit 1); a traceback for a bug (exit 1)."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Abort, click.exceptions.Exit):
+            raise
+        except WorkbenchError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(2)
         except Exception as exc:
-            if isinstance(exc, _user_errors()):
-                click.echo(f"error: {exc}", err=True)
-                ctx.exit(2)
             if isinstance(exc, _storage_errors()):
                 # one line, never the SQL or its parameters (they hold report text); nothing half-written
                 click.echo(f"error: {_storage_error(exc)}", err=True)
                 ctx.exit(1)
-            raise
+            _report_bug()
+            ctx.exit(1)
+
+
+def _report_bug() -> None:
+    """Print the traceback of the exception being handled and ask for a report: it is not the user's mistake."""
+    import traceback
+
+    traceback.print_exc(file=sys.stderr)
+    click.echo("error: this is a bug in the workbench, not a mistake of yours; please report it with the "
+               "traceback above", err=True)
 
 
 def _storage_errors() -> tuple[type[BaseException], ...]:
@@ -160,14 +173,6 @@ def _storage_error(exc: BaseException) -> str:
         return f"{orig.strerror or type(orig).__name__}: {orig.filename}"  # a path, never file content
     what = "database" if hasattr(exc, "orig") or "sql" in type(exc).__module__ else "file system"
     return f"the {what} refused the operation ({type(orig).__name__}); nothing was saved"
-
-
-def _user_errors() -> tuple[type[BaseException], ...]:
-    """The exceptions that mean a user's mistake (imported only when one is raised: fast start)."""
-    from workbench.importers import ImportProblems
-    from workbench.services import ConflictError, PermissionDenied
-
-    return (StudyError, ImportProblems, PermissionDenied, ConflictError, ValueError, KeyError)
 
 
 @click.group(cls=CliGroup)

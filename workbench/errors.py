@@ -15,5 +15,9 @@ class UserError(WorkbenchError, ValueError):
     """A value the user gave is wrong (unknown label, cohort, run or reader; a bad option)."""
 
 
-class NotFound(WorkbenchError, LookupError):
+class NotFound(WorkbenchError, KeyError):
     """Something the user named does not exist; the message lists what does."""
+
+    def __str__(self) -> str:
+        # KeyError quotes its message ("'unknown label x'"); a user reads the sentence as written
+        return str(self.args[0]) if self.args else ""

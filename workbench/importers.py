@@ -24,7 +24,7 @@ import pandas as pd
 import yaml
 
 from workbench.core.vocab import Vocabulary
-from workbench.errors import WorkbenchError
+from workbench.errors import UserError, WorkbenchError
 
 TABLE_EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 ID_COLUMNS = ("id", "report_id", "uid")
@@ -549,9 +549,9 @@ def read_readings_wide(path, vocab: Vocabulary, uncertain_as: str | None, known_
 def _check_choices(uncertain_as: str | None, blank_as: str) -> None:
     """Programmer errors: an option outside its allowed values."""
     if uncertain_as not in UNCERTAIN_CHOICES:
-        raise ValueError(f"uncertain_as must be one of {UNCERTAIN_CHOICES}, not {uncertain_as!r}")
+        raise UserError(f"uncertain_as must be one of {UNCERTAIN_CHOICES}, not {uncertain_as!r}")
     if blank_as not in BLANK_CHOICES:
-        raise ValueError(f"blank_as must be one of {BLANK_CHOICES}, not {blank_as!r}")
+        raise UserError(f"blank_as must be one of {BLANK_CHOICES}, not {blank_as!r}")
 
 
 def _key_problems(table: _Table, rid: pd.Series, rid_col: str, reader: pd.Series, reader_col: str,

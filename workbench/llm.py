@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlparse, urlsplit
 
 from workbench.runtime import fewer_collections
-from workbench.errors import WorkbenchError
+from workbench.errors import UserError, WorkbenchError
 
 DUMMY_API_KEY = "sk-no-key-needed"  # local OpenAI-compatible servers need a key-shaped string
 RETRYABLE = frozenset({"rate_limit", "server", "timeout", "connection"})
@@ -175,18 +175,18 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if not self.model or not isinstance(self.model, str):
-            raise ValueError("ModelConfig.model must be a non-empty string")
+            raise UserError("ModelConfig.model must be a non-empty string")
         object.__setattr__(self, "endpoints", tuple(self.endpoints or ()))
         if self.concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+            raise UserError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+            raise UserError(f"timeout_s must be > 0, got {self.timeout_s}")
         if self.max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+            raise UserError(f"max_retries must be >= 0, got {self.max_retries}")
         if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+            raise UserError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if self.workers < 1:
-            raise ValueError(f"workers must be >= 1, got {self.workers}")
+            raise UserError(f"workers must be >= 1, got {self.workers}")
 
     def params(self) -> dict:
         """The parameters that change an answer (for the cache key); no keys, no endpoints."""
@@ -377,14 +377,14 @@ def check_model_name(model: str) -> str:
 
 def _check_model_string(cfg: ModelConfig) -> None:
     if cfg.model.startswith("workbench/"):
-        raise ValueError(f"{cfg.model!r} is the offline rule-based labeller: it is not sent through litellm")
+        raise UserError(f"{cfg.model!r} is the offline rule-based labeller: it is not sent through litellm")
 
 
 def _api_key(cfg: ModelConfig) -> str | None:
     if cfg.api_key_env:
         key = os.environ.get(cfg.api_key_env)
         if not key:
-            raise ValueError(f"environment variable {cfg.api_key_env} (api_key_env of {cfg.model}) is not set")
+            raise UserError(f"environment variable {cfg.api_key_env} (api_key_env of {cfg.model}) is not set")
         return key
     if all(e.source == "settings" for e in cfg.resolved()):
         return DUMMY_API_KEY  # a configured server: never hand it a provider key litellm finds in the environment

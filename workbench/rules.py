@@ -65,6 +65,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.core.prompts import LabelPrompt
+from workbench.errors import UserError
 
 RULES_MODEL = "workbench/rules"
 # Part of every call-cache key of this engine: any change to these rules changes the answers, so
@@ -484,7 +485,7 @@ def complete_all(requests: list, cfg, on_result, cancel=None) -> None:
 
     model = getattr(cfg, "model", RULES_MODEL)
     if model != RULES_MODEL:
-        raise ValueError(f"rules engine: unknown offline model {model!r} (only {RULES_MODEL!r})")
+        raise UserError(f"rules engine: unknown offline model {model!r} (only {RULES_MODEL!r})")
     for request in requests:
         if cancel is not None and cancel.is_set():
             return

@@ -22,7 +22,7 @@ from workbench import importers
 from workbench.bundle import Bundle, load_bundle
 from workbench.core import metrics
 from workbench.labelling import ExtractionCache, MemoryCache, label_texts, nan_to_none
-from workbench.errors import WorkbenchError
+from workbench.errors import UserError, WorkbenchError
 
 ZERO_DIVISION_CHOICES = ("zero", "one", "exclude")
 MAX_FAILED_SHARE = 0.10  # above this share of failed extractions a generator gets no score
@@ -137,7 +137,7 @@ def _check_ids(reference: dict, generated: dict, name: str) -> None:
             parts.append(f"{len(missing)} reference id(s) have no generated report (e.g. {', '.join(missing[:5])})")
         if extra:
             parts.append(f"{len(extra)} generated id(s) are not in the reference (e.g. {', '.join(extra[:5])})")
-        raise ValueError(f"generator {name!r}: " + "; ".join(parts))
+        raise UserError(f"generator {name!r}: " + "; ".join(parts))
 
 
 def model_config_for(bundle: Bundle, model: str | None, api_base: str | None = None):
@@ -203,9 +203,9 @@ def score(bundle, reference, generated: dict, model: str | None = None, out: Pat
     with more than max_failed_share of its (report, label) pairs failed (or all) gets no score.
     """
     if zero_division not in ZERO_DIVISION_CHOICES:
-        raise ValueError(f"zero_division must be one of {ZERO_DIVISION_CHOICES}")
+        raise UserError(f"zero_division must be one of {ZERO_DIVISION_CHOICES}")
     if not generated:
-        raise ValueError("give at least one generator: NAME=generated.csv")
+        raise UserError("give at least one generator: NAME=generated.csv")
     b = bundle if isinstance(bundle, Bundle) else load_bundle(Path(bundle))
     cfg = model_config_for(b, model, api_base)
     where = check_endpoint(cfg, b, allow_endpoints)
@@ -299,12 +299,12 @@ def robustness(bundle, pairs, model: str | None = None, cache: ExtractionCache |
     frame = pairs if isinstance(pairs, pd.DataFrame) else importers.read_table(pairs)
     missing = {"pair_id", "kind", "text_a", "text_b"} - set(frame.columns)
     if missing:
-        raise ValueError(f"robustness pairs: missing column(s) {sorted(missing)}")
+        raise UserError(f"robustness pairs: missing column(s) {sorted(missing)}")
     if "label" not in frame.columns and (frame["kind"] == "significant").any():
-        raise ValueError("robustness pairs: missing column(s) ['label'] (significant pairs name the label that must change)")
+        raise UserError("robustness pairs: missing column(s) ['label'] (significant pairs name the label that must change)")
     bad = sorted(set(frame["kind"]) - {"paraphrase", "significant"})
     if bad:
-        raise ValueError(f"robustness pairs: kind must be paraphrase or significant, got {bad}")
+        raise UserError(f"robustness pairs: kind must be paraphrase or significant, got {bad}")
     texts = {}
     for r in frame.itertuples(index=False):
         texts[f"{r.pair_id}:a"], texts[f"{r.pair_id}:b"] = r.text_a, r.text_b
@@ -320,7 +320,7 @@ def robustness(bundle, pairs, model: str | None = None, cache: ExtractionCache |
         else:
             label = b.vocab.resolve(str(r.label or ""))
             if label is None:
-                raise ValueError(f"robustness pair {r.pair_id}: unknown label {r.label!r}")
+                raise UserError(f"robustness pair {r.pair_id}: unknown label {r.label!r}")
             rows.append({"pair_id": r.pair_id, "kind": r.kind, "label": label, "correct": bool(a[label] != bb[label]),
                          "detail": f"{label}: {a[label]} -> {bb[label]}"})
     result = pd.DataFrame(rows)

@@ -26,6 +26,7 @@ from enum import StrEnum
 
 import numpy as np
 import pandas as pd
+from workbench.errors import UserError
 # scipy.special and scipy.stats are imported where used (_special()): `metrics` with the default
 # 95% Wilson intervals needs neither, and importing scipy is a sizeable part of a cold start.
 _NORMAL_CRIT = {0.05: 1.9599639845400545}  # -scipy.special.ndtri(alpha / 2), bit for bit (tested)
@@ -102,12 +103,12 @@ def _ci_method(method: str) -> str:
     try:
         return _CI_METHODS[method.lower()]
     except (KeyError, AttributeError):
-        raise ValueError(f"unknown interval method {method!r}; use one of {sorted(_CI_METHODS)}")
+        raise UserError(f"unknown interval method {method!r}; use one of {sorted(_CI_METHODS)}")
 
 
 def _check_alpha(alpha: float) -> None:
     if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
+        raise UserError(f"alpha must be between 0 and 1, got {alpha}")
 
 
 def proportion_ci_arrays(
@@ -163,7 +164,7 @@ def _policy(zero_division: str) -> ZeroDivisionPolicy:
         return ZeroDivisionPolicy(zero_division)
     except ValueError:
         options = [p.value for p in ZeroDivisionPolicy]
-        raise ValueError(f"unknown zero_division {zero_division!r}; use one of {options}") from None
+        raise UserError(f"unknown zero_division {zero_division!r}; use one of {options}") from None
 
 
 def _matrix(frame: pd.DataFrame, name: str) -> np.ndarray:

@@ -15,7 +15,7 @@ import json.encoder
 import string
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from workbench.errors import WorkbenchError
+from workbench.errors import NotFound, WorkbenchError
 
 TASK_FILE = "_task.yaml"
 POLICY_VALUES = ("positive", "negative")
@@ -114,7 +114,7 @@ class PromptSet:
     def label(self, label_id: str) -> LabelPrompt:
         """The prompt of one label; KeyError names it."""
         if label_id not in self.labels:
-            raise KeyError(f"prompt set has no prompt for label {label_id!r}")
+            raise NotFound(f"prompt set has no prompt for label {label_id!r}")
         return self.labels[label_id]
 
     def example_report_ids(self) -> set[str]:

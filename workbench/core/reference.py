@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from workbench.errors import UserError
 
 RULES = ("at_least", "majority")
 
@@ -31,9 +32,9 @@ class ReferenceRule:
 
     def __post_init__(self) -> None:
         if self.kind not in RULES:
-            raise ValueError(f"reference rule must be one of {RULES}, got {self.kind!r}")
+            raise UserError(f"reference rule must be one of {RULES}, got {self.kind!r}")
         if self.n < 1 or (self.kind == "at_least" and not 1 <= self.k <= self.n):
-            raise ValueError(f"reference rule needs 1 <= K <= N, got K={self.k} N={self.n}")
+            raise UserError(f"reference rule needs 1 <= K <= N, got K={self.k} N={self.n}")
 
     def describe(self) -> str:
         """Human wording of the rule."""

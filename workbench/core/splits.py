@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from workbench.errors import UserError
 
 PARTS = ("tuning", "validation")
 
@@ -25,7 +26,7 @@ def stratified_split(reference: pd.DataFrame, validation: float, seed: int = 0) 
     The same reference, fraction and seed always give the same split (report order does not matter).
     """
     if not 0 < validation < 1:
-        raise ValueError(f"the validation fraction must be between 0 and 1 (exclusive), got {validation}")
+        raise UserError(f"the validation fraction must be between 0 and 1 (exclusive), got {validation}")
     if reference.index.has_duplicates:
         raise ValueError("reference has a report id twice")
     ref = reference.sort_index()

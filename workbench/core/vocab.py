@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from workbench.errors import WorkbenchError
+from workbench.errors import NotFound, WorkbenchError
 
 ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 LABEL_KEYS = {"id", "name", "category", "definition", "derived", "ignore_for_derived"}
@@ -63,7 +63,7 @@ class Vocabulary:
         """Look a label up by id or display name (case-insensitive); KeyError names it."""
         found = self.resolve(key)
         if found is None:
-            raise KeyError(f"unknown label {key!r} in vocabulary {self.id!r}")
+            raise NotFound(f"unknown label {key!r} in vocabulary {self.id!r}")
         return self.labels[self.ids.index(found)]
 
     def resolve(self, key: str) -> str | None:

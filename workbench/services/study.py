@@ -27,7 +27,7 @@ from workbench.study import (
     PROMPTS_DIR, StudyConfig, StudyError, StudyPaths, VOCAB_FILE, database_url, find_vocabulary_file,
     load_config, load_vocabulary_file, save_config,
 )
-from workbench.errors import WorkbenchError
+from workbench.errors import UserError, WorkbenchError
 
 ROLES = ("reader", "adjudicator", "prompt_engineer", "admin")
 
@@ -348,7 +348,7 @@ class StudyService:
         elif fmt == "wide":
             frame = importers.read_readings_wide(path, self.vocab, uncertain_as, known, blank_as=blank_as)
         else:
-            raise ValueError(f"format must be 'long' or 'wide', got {fmt!r}")
+            raise UserError(f"format must be 'long' or 'wide', got {fmt!r}")
         return self._store_readings(frame, Path(path).name)
 
     def _store_readings(self, frame: pd.DataFrame, source: str, kind: str = "human") -> ImportSummary:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 import pandas as pd
 import streamlit as st
 
+from workbench.errors import WorkbenchError
 from workbench.ui import state
 
 REPORT_STYLE = ("white-space: pre-wrap; line-height: 1.6; padding: 0.75rem 1rem; "
@@ -155,7 +156,9 @@ def shown_errors(action: str = ""):
     except ConflictError as exc:
         st.error(md(f"Someone else saved first{' (' + action + ')' if action else ''}: {exc}. "
                     "Reload the page (press R) and redo your change; nothing of yours was lost."))
-    except (ValueError, LookupError, OSError) as exc:  # StudyError, PromptError, BundleError, ImportProblems ...
+    except WorkbenchError as exc:  # StudyError, PromptError, BundleError, ImportProblems ...: the user's to fix
+        st.error(md(f"{action + ': ' if action else ''}{exc}"))
+    except OSError as exc:  # a full or read-only disk: said without a traceback; anything else is a bug Streamlit shows
         st.error(md(f"{action + ': ' if action else ''}{exc}"))
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from workbench.errors import WorkbenchError
 from workbench.ui import components, state
 
 REASONS = [
@@ -138,7 +139,7 @@ def _save(wb, queue, pos: int) -> None:
         return
     try:
         wb.adjudicate(item[0], item[1], int(chosen["value"]), reason)
-    except (PermissionError, ValueError, LookupError) as exc:
+    except WorkbenchError as exc:
         state.flash(f"Not saved: {exc}", "error")
         return
     state.bump(wb)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from workbench.errors import WorkbenchError
 from workbench.ui import components, state
 
 # one key per label, in vocabulary order: digits, then letters (Streamlit reserves C and R;
@@ -114,7 +115,7 @@ def _toggle(wb, reader: str, report_id: str, values: dict, label: str) -> None:
     new = {**values, label: 1 - int(values[label])}
     try:
         wb.save_reading_draft(reader, report_id, new)
-    except (PermissionError, ValueError, LookupError) as exc:
+    except WorkbenchError as exc:
         state.flash(f"Not kept: {exc}", "error")
 
 
@@ -147,7 +148,7 @@ def _next_open(work, report_id: str) -> str | None:
 
 def _save(wb, reader: str, report_id: str, values: dict, versions: dict, work) -> None:
     """Button callback: record the reading (drops the draft), then open the next unsaved report."""
-    from workbench.services import ConflictError, PermissionDenied
+    from workbench.services import ConflictError
 
     values, _ = _current(wb, reader, report_id)  # afresh: a tick may have landed after this button was drawn
     try:
@@ -156,7 +157,7 @@ def _save(wb, reader: str, report_id: str, values: dict, versions: dict, work) -
         state.bump(wb)
         state.flash(f"Not saved: {exc}. Your ticks are kept as a draft; check them and save again.", "error")
         return
-    except (PermissionDenied, ValueError) as exc:
+    except WorkbenchError as exc:
         state.flash(f"Not saved: {exc}", "error")
         return
     state.bump(wb)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from workbench.errors import WorkbenchError
 from workbench.ui import components, state, suggestions
 
 CATEGORY_KEYS = list("1234567890")
@@ -95,7 +96,7 @@ def _warm_next(wb, run_id: int, queue, pos: int) -> None:
     try:
         state.read_stable(wb, "case", run_id, report_id, label)
         state.read_stable(wb, "label_phrases", label, state.read_stable(wb, "run_info", run_id).prompt_commit)
-    except (PermissionError, ValueError, LookupError):
+    except WorkbenchError:
         pass  # it is shown (with its error) when opened
 
 
@@ -204,7 +205,7 @@ def _save_note(wb, run_id: int, item: tuple, text: str, queue, pos: int) -> None
     try:
         wb.add_note(item[0], item[1], chosen["category"], chosen["significance"], text,
                     reference_wrong=bool(chosen.get("wrong")), run_id=run_id)
-    except (PermissionError, ValueError, LookupError) as exc:
+    except WorkbenchError as exc:
         state.flash(f"Not saved: {exc}", "error")
         return
     state.bump(wb, notes_only=not chosen.get("wrong"))  # a flag changes the reference: everything is read again

@@ -7,6 +7,7 @@ import streamlit as st
 
 from workbench.core.prompts import POLICY_VALUES, Example, LabelPrompt
 from workbench.ui import components, state, suggestions
+from workbench.errors import UserError
 
 EXAMPLE_COLUMNS = ["text", "value", "why", "source_report_id", "note"]
 TEMPORAL_HINTS = {"resolved": "no longer seen", "stable": "unchanged", "improving": "decreasing", "prior": "history of"}
@@ -92,7 +93,7 @@ def _examples(frame: pd.DataFrame) -> tuple[Example, ...]:
         if not str(row["text"]).strip():
             continue
         if row["value"] in ("", None):
-            raise ValueError(f"the example {str(row['text'])[:40]!r} needs a value (0 or 1)")
+            raise UserError(f"the example {str(row['text'])[:40]!r} needs a value (0 or 1)")
         out.append(Example(text=str(row["text"]).strip(), value=int(row["value"]), why=str(row["why"]).strip(),
                            source_report_id=str(row["source_report_id"]).strip() or None,
                            note=str(row["note"]).strip() or None))
