@@ -391,3 +391,14 @@ def test_the_suite_schedule_names_only_test_files_that_exist():
 
     assert [name for name in LONGEST_FILES if not (ROOT / name).is_file()] == []
     assert len(set(LONGEST_FILES)) == len(LONGEST_FILES)
+
+
+def test_the_demo_files_are_what_make_demo_generates_from_its_sentence_tables():
+    """annotations/make_demo.py --check regenerates every demo file from annotations/sentences/ in memory."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "annotations" / "make_demo.py"
+    result = subprocess.run([sys.executable, str(script), "--check", "--quiet"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert (script.parent / "sentences" / "en.yaml").exists()

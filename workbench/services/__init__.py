@@ -21,8 +21,7 @@ class Workbench(OptimisingService, UISupportService, TeamService, FreezeService,
                 RunsService, StudyService):
     """A study opened for use by one actor.
 
-    OptimisingService comes first: its bundles() adds test-look counts and its commit_drafts() records
-    where an accepted proposal came from, both around the methods of the mixins after it.
+    OptimisingService comes first: its bundles() adds test-look counts around FreezeService's.
     """
 
 

@@ -598,24 +598,6 @@ class OptimisingService:
                         {"label": p["label"], "source": p["source"], "notes": p["note_ids"]})
         return lp
 
-    def commit_drafts(self, labels: list[str], message: str) -> str:
-        """Save drafts as one version; a draft that came from a proposal says so (and which notes) in the message."""
-        with self.session() as s:
-            accepted = q.proposals_frame(s, status="accepted", author=self.actor.user)
-        wanted = {self._asked(lab) for lab in labels}
-        accepted = accepted[accepted["label"].isin(wanted)].drop_duplicates("label")
-        lines = []
-        for row in accepted.itertuples(index=False):
-            notes = json.loads(row.note_ids_json or "[]")
-            lines.append(f"{row.label}: proposal #{row.id} by {'the ' if 'proposer' in row.source else ''}{row.source}"
-                         + (f", from error notes {', '.join('#' + str(n) for n in notes)}" if notes else ", from the disagreements (no notes)"))
-        full = message + ("\n\nProposed revisions:\n" + "\n".join(lines) if lines else "")
-        commit = super().commit_drafts(labels, full)
-        with self.session() as s:
-            for row in accepted.itertuples(index=False):
-                q.update_proposal(s, int(row.id), status="saved", commit=commit)
-        return commit
-
     # ------------------------------------------------------------ optimise rounds
 
     def optimise(self, labels: list[str] | None = None, rounds: int = 3, run_id: int | None = None,
@@ -709,14 +691,6 @@ class OptimisingService:
         for lab in report["drafts"]:
             self.save_draft(ps.label(lab), run.prompt_commit)
         return report
-
-    def discard_draft(self, label: str) -> None:
-        """Throw a draft away; a proposal accepted into it no longer speaks for the next saved version."""
-        super().discard_draft(label)
-        with self.session() as s:
-            accepted = q.proposals_frame(s, label=self._asked(label), status="accepted", author=self.actor.user)
-            for pid in accepted["id"]:
-                q.update_proposal(s, int(pid), status="discarded")
 
     def optimisation_reports(self) -> pd.DataFrame:
         """Stored optimisation reports, newest first."""

@@ -9,6 +9,7 @@ meanwhile (nothing is lost: the draft stays for the user to re-apply).
 from __future__ import annotations
 
 import difflib
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -35,6 +36,14 @@ def parse_label_yaml(text: str, source: str) -> LabelPrompt:
     except yaml.YAMLError as exc:
         raise PromptError(f"{source}: not valid YAML ({exc})") from exc
     return parse_label_prompt(data, source)
+
+
+def _provenance_line(row) -> str:
+    """One line of a commit message naming the accepted proposal a label's new version came from."""
+    notes = json.loads(row.note_ids_json or "[]")
+    source = f"{'the ' if 'proposer' in row.source else ''}{row.source}"
+    origin = f", from error notes {', '.join('#' + str(n) for n in notes)}" if notes else ", from the disagreements (no notes)"
+    return f"{row.label}: proposal #{row.id} by {source}{origin}"
 
 
 class PromptsService:
@@ -77,9 +86,13 @@ class PromptsService:
             q.put_draft(s, label, self.actor.user, base_commit, text)
 
     def discard_draft(self, label: str) -> None:
-        """Throw a draft away."""
+        """Throw a draft away; a proposal accepted into it no longer speaks for the next saved version."""
+        label = self._asked(label)
         with self.session() as s:
-            q.delete_draft(s, self._asked(label), self.actor.user)
+            q.delete_draft(s, label, self.actor.user)
+            accepted = q.proposals_frame(s, label=label, status="accepted", author=self.actor.user)
+            for pid in accepted["id"]:
+                q.update_proposal(s, int(pid), status="discarded")
 
     def drafts(self) -> pd.DataFrame:
         """This user's open drafts."""
@@ -105,16 +118,7 @@ class PromptsService:
         from workbench.services.study import _validate_prompt_files
 
         _validate_prompt_files(current, self.vocab)  # the whole set must still parse
-        try:
-            commit = prompt_repo.commit_files(self.paths.prompts, files, message, self.actor.identity(), base=bases)
-        except PromptRepoError as exc:
-            raise_conflict(exc)
-        with self.session() as s:
-            for lp in prompts:
-                q.delete_draft(s, lp.label, self.actor.user)
-                q.add_audit(s, self.actor.user, "save", "prompt", lp.label, {"base": base_commit},
-                            {"commit": commit, "message": message})
-        return commit
+        return self._commit_version(files, bases, message, [lp.label for lp in prompts])
 
     def commit_drafts(self, labels: list[str], message: str) -> str:
         """Save this user's drafts of the given labels as one version."""
@@ -269,16 +273,35 @@ class PromptsService:
         from workbench.services.study import _validate_prompt_files
 
         _validate_prompt_files(current, self.vocab)
+        return self._commit_version(files, bases, message, saved), saved
+
+    def _commit_version(self, files: dict[str, str], bases, message: str, labels: list[str]) -> str:
+        """The one way a prompt version is committed (save, hand edits, accepted proposals, the app).
+
+        A label whose draft holds an accepted proposal is named in the message with the proposal and its
+        error notes, and the proposal is marked saved with the commit; drafts are dropped; each label is audited.
+        """
+        labels = [self._asked(lab) for lab in labels]
+        with self.session() as s:
+            accepted = q.proposals_frame(s, status="accepted", author=self.actor.user)
+            drafts = {lab: row.content for lab in labels if (row := q.get_draft(s, lab, self.actor.user)) is not None}
+        # a proposal speaks for a version only when its draft is what is committed (not a revert or a hand edit)
+        from_draft = [lab for lab in labels if drafts.get(lab) is not None and files.get(f"{lab}.yaml") == drafts[lab]]
+        accepted = accepted[accepted["label"].isin(from_draft)].drop_duplicates("label")
+        lines = [_provenance_line(row) for row in accepted.itertuples(index=False)]
+        full = message + ("\n\nProposed revisions:\n" + "\n".join(lines) if lines else "")
         try:
-            commit = prompt_repo.commit_files(self.paths.prompts, files, message, self.actor.identity(), base=bases)
+            commit = prompt_repo.commit_files(self.paths.prompts, files, full, self.actor.identity(), base=bases)
         except PromptRepoError as exc:
             raise_conflict(exc)
         with self.session() as s:
-            for label in saved:
+            for label in labels:
+                base = bases.get(f"{label}.yaml") if isinstance(bases, dict) else bases
                 q.delete_draft(s, label, self.actor.user)
-                q.add_audit(s, self.actor.user, "save", "prompt", label, {"base": bases[f"{label}.yaml"]},
-                            {"commit": commit, "message": message})
-        return commit, saved
+                q.add_audit(s, self.actor.user, "save", "prompt", label, {"base": base}, {"commit": commit, "message": message})
+            for row in accepted.itertuples(index=False):
+                q.update_proposal(s, int(row.id), status="saved", commit=commit)
+        return commit
 
     def revert_label(self, label: str, to_ref: str, message: str | None = None) -> str:
         """Restore one label's prompt from an earlier version as a new commit."""
