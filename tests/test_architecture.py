@@ -56,3 +56,9 @@ def test_nothing_imports_ui_or_cli():
         if any(n.startswith("workbench.ui") or n == "workbench.cli" for n in names):
             offenders.append(str(p.relative_to(PKG)))
     assert offenders == []
+
+
+def test_only_store_imports_sqlalchemy():
+    offenders = sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
+                       if "store" not in p.parts and any(n.split(".")[0] == "sqlalchemy" for n in imported_modules(p)))
+    assert offenders == []

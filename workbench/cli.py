@@ -148,10 +148,10 @@ def _report_bug() -> None:
 
 
 def _storage_errors() -> tuple[type[BaseException], ...]:
-    """Database and disk failures (SQLAlchemy imported only when one is raised: fast start)."""
-    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+    """Database and disk failures (the store is imported only when one is raised: fast start)."""
+    from workbench.store import db
 
-    return (DBAPIError, SQLAlchemyError, OSError)
+    return db.storage_errors()
 
 
 def _storage_error(exc: BaseException) -> str:

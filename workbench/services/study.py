@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
-from sqlalchemy.exc import IntegrityError
 
 from workbench import importers
 from workbench.core import reference as ref
@@ -91,7 +90,7 @@ class ImportSummary:
 
 def _is_integrity_error(exc: BaseException) -> bool:
     """A unique-constraint violation from SQLAlchemy or straight from a DBAPI cursor (sqlite3, psycopg)."""
-    return isinstance(exc, IntegrityError) or any(c.__name__ == "IntegrityError" for c in type(exc).__mro__)
+    return db.is_integrity_error(exc)
 
 
 def init_study(root: Path, vocab: str = "ranscore-21", db_url: str | None = None, rule: dict | None = None,
@@ -168,12 +167,10 @@ class StudyService:
 
     def _record_settings_drift(self) -> None:
         """Settings changed outside the workbench (workbench.yaml edited): one audit event naming the keys."""
-        from sqlalchemy.exc import OperationalError
-
         try:
             self._record_settings_drift_now()
-        except OperationalError as exc:
-            if "readonly" not in str(exc.orig).lower():
+        except Exception as exc:
+            if not db.is_read_only_error(exc):
                 raise
             # a read-only database cannot record it now: the next writable open does (reads go on)
 

@@ -174,3 +174,24 @@ def session_scope(engine: Engine, write: bool = False) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+def is_integrity_error(exc: BaseException) -> bool:
+    """A unique-constraint violation from SQLAlchemy or straight from a DBAPI cursor (sqlite3, psycopg)."""
+    from sqlalchemy.exc import IntegrityError
+
+    return isinstance(exc, IntegrityError) or any(c.__name__ == "IntegrityError" for c in type(exc).__mro__)
+
+
+def is_read_only_error(exc: BaseException) -> bool:
+    """The database refused a write because it (or its folder) is read-only."""
+    from sqlalchemy.exc import OperationalError
+
+    return isinstance(exc, OperationalError) and "readonly" in str(exc.orig).lower()
+
+
+def storage_errors() -> tuple[type[BaseException], ...]:
+    """Database and disk failures (SQLAlchemy imported only when one is raised: fast start)."""
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+    return (DBAPIError, SQLAlchemyError, OSError)
