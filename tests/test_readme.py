@@ -1,5 +1,6 @@
-"""The README cannot drift: every `workbench ...` command in its bash blocks runs against a fresh demo
-study, and every command of the CLI is listed in its Commands table."""
+"""The README and the tutorial cannot drift: every `workbench ...` command in their bash blocks runs against a
+fresh demo study (the README alone; the tutorial, then the optimisation page, on another), and the figures they
+quote are the demo's. docs/cli.md, the generated reference, is checked in tests/test_docs.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import shlex
 import shutil
 from pathlib import Path
 
-import click
 import pytest
 from click.testing import CliRunner
 
@@ -17,11 +17,12 @@ from workbench.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+# Pages whose ```bash blocks run in order on one fresh demo study each.
+WALKS = {"readme": [README], "tutorial": [ROOT / "docs" / "tutorial.md", ROOT / "docs" / "optimisation.md"]}
 
 # Commands the test does not run, each with the reason; everything else in a ```bash block must
 # run and exit 0. An entry that no longer appears in the README fails the test too.
 SKIPPED = {
-    "workbench demo": "starts the app, a server that runs until it is stopped (the test makes the demo with --no-app)",
     "workbench import openi reports.csv labels14.csv --cohort openi --study studies/openi":
         "needs the OpenI download (reports.csv, labels14.csv), which is not shipped",
     "workbench cohort-role held-out test": "needs a held-out cohort of the reader's own (the demo has one cohort)",
@@ -48,12 +49,24 @@ def bash_commands(text: str) -> list[str]:
     return lines
 
 
-def test_every_readme_command_runs_on_a_fresh_demo_study(tmp_path, monkeypatch):
-    commands = bash_commands(README.read_text(encoding="utf-8"))
+def _walk_commands(pages) -> list[str]:
+    """The bash lines of the pages, in order."""
+    return [line for page in pages for line in bash_commands(page.read_text(encoding="utf-8"))]
+
+
+def test_the_pages_keep_their_worked_examples():
+    every = [c for pages in WALKS.values() for c in _walk_commands(pages) if c.startswith("workbench ")]
+    assert len(every) > 40, "the README and the tutorial lost their worked examples"
+    for stale in set(SKIPPED) - set(every):
+        pytest.fail(f"SKIPPED names a command no longer in the pages: {stale!r}")
+    assert set(CLAIMS) <= set(every)
+    assert len([c for c in _walk_commands(WALKS["readme"]) if c.startswith("workbench ")]) >= 10
+
+
+@pytest.mark.parametrize("walk", sorted(WALKS))
+def test_every_command_of_the_pages_runs_on_a_fresh_demo_study(walk, tmp_path, monkeypatch):
+    commands = _walk_commands(WALKS[walk])
     workbench = [c for c in commands if c.startswith("workbench ")]
-    assert len(workbench) > 30, "the README lost its worked examples"
-    for stale in set(SKIPPED) - set(workbench):
-        pytest.fail(f"SKIPPED names a command no longer in the README: {stale!r}")
     for name in SHIPPED:
         (tmp_path / name).symlink_to(ROOT / name, target_is_directory=True)
     monkeypatch.chdir(tmp_path)
@@ -72,33 +85,17 @@ def test_every_readme_command_runs_on_a_fresh_demo_study(tmp_path, monkeypatch):
         if args[:1] == ["demo"]:  # the fresh demo study goes into this temporary folder, not the project's sessions/
             args += ["--path", str(tmp_path / "sessions" / "demo")]
         result = CliRunner().invoke(main, args)
-        assert result.exit_code == 0, f"README command failed: {line}\n{result.output}"
+        assert result.exit_code == 0, f"command failed: {line}\n{result.output}"
         if line in CLAIMS and line not in ran:
-            assert re.search(CLAIMS[line], result.output), f"{line}: the README's claim does not hold:\n{result.output}"
+            assert re.search(CLAIMS[line], result.output), f"{line}: the claim does not hold:\n{result.output}"
         if line == "workbench run --cohort dev" and "run 3 " in result.output:
             assert "180 made" in result.output, result.output  # only the support_devices calls
         ran.append(line)
-    assert len(ran) == len(workbench) - len(SKIPPED)
-    assert set(CLAIMS) <= set(ran)
+    assert len(ran) == len([c for c in workbench if c not in SKIPPED])
     # the worked example's claims hold on the demo data
     assert (tmp_path / "sessions" / "demo" / "bundles" / "cxr-v1.json").exists()
-    assert (tmp_path / "scores" / "summary.csv").exists()
-
-
-def _leaf_commands(group=main, prefix=()):
-    for name, cmd in sorted(group.commands.items()):
-        if isinstance(cmd, click.Group):
-            yield from _leaf_commands(cmd, prefix + (name,))
-        else:
-            yield " ".join(prefix + (name,))
-
-
-def test_every_command_is_in_the_readme_commands_table():
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Commands"):]
-    section = section[:section.index("\n## ", 5)]
-    missing = [c for c in _leaf_commands() if c not in section]
-    assert not missing, f"commands missing from the README's Commands table: {missing}"
+    if walk == "readme":
+        assert (tmp_path / "scores" / "summary.csv").exists()
 
 
 def test_worked_example_figures_match_the_demo(demo_template, tmp_path):
@@ -106,6 +103,7 @@ def test_worked_example_figures_match_the_demo(demo_template, tmp_path):
     shutil.copytree(demo_template, tmp_path / "demo")
     history = CliRunner().invoke(main, ["history", "--cohort", "dev", "--format", "csv", "--study", str(tmp_path / "demo")])
     f1 = [round(float(line.split(",")[6]), 3) for line in history.output.splitlines()[1:]]
+    for page in (README, ROOT / "docs" / "tutorial.md"):
+        assert f"macro F1 {f1[0]:.3f} -> {f1[1]:.3f}" in page.read_text(encoding="utf-8"), page.name
     text = README.read_text(encoding="utf-8")
-    assert f"macro F1 {f1[0]:.3f} -> {f1[1]:.3f}" in text
     assert os.path.exists(ROOT / "docs" / "app-disagreements.png") and "docs/app-disagreements.png" in text
