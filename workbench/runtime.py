@@ -1,4 +1,5 @@
-"""How the workbench tunes its own process: the garbage collector during runs, BLAS threads.
+"""How the workbench tunes its own process: the garbage collector during runs, BLAS threads, and the one
+way a heavy import is deferred (`lazy_module`).
 
 Fewer cyclic garbage collections while a run's many short-lived objects come and go. CPython
 starts a young-generation collection every 700 net container allocations, and each one walks
@@ -14,8 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib.util
 import os
+import sys
 import threading
+import types
 
 RUN_THRESHOLDS = (50_000, 20, 10)  # young generation every 50,000 allocations; older ones as CPython's ratio
 
@@ -60,3 +64,20 @@ def _raise_thresholds() -> None:
     """RUN_THRESHOLDS, unless collection is off (0) or already set to run less often: not ours to change."""
     if 0 < gc.get_threshold()[0] < RUN_THRESHOLDS[0]:
         gc.set_threshold(*RUN_THRESHOLDS)
+
+
+def lazy_module(name: str) -> types.ModuleType:
+    """`name` as a module that imports itself on first attribute use (stdlib LazyLoader).
+
+    The one documented way the workbench defers a heavy import at a boundary (pandas in the CLI, so
+    `workbench --help` starts without it); litellm and scipy stay behind the functions that call them.
+    """
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    loader = importlib.util.LazyLoader(spec.loader)
+    spec.loader = loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
