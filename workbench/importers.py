@@ -472,8 +472,8 @@ def _id_text_problems(table: _Table, ids: pd.Series, column: str, what: str) -> 
     limit = MAX_ID_CHARS.get(what, 200)
     hidden = ids.str.contains(HIDDEN).to_numpy(dtype=bool)
     problems = table.at(hidden, column, [
-        f"{what} contains {first_hidden(i)}: no control, zero-width or direction characters (tab, newline, NUL, "
-        "right-to-left override ...); ids are plain text" for i in ids[hidden]])
+        f"{what} contains a control character or one that hides or reorders text ({first_hidden(i)}); ids are "
+        "plain text (no tab, newline, NUL, zero-width space, right-to-left override ...)" for i in ids[hidden]])
     problems += table.at((ids.str.len() > limit).to_numpy(dtype=bool), column, f"{what} is longer than {limit} characters")
     return problems
 

@@ -230,7 +230,6 @@ def _nearly_full(folder: Path) -> bool:
 
 def _freeze_faults() -> tuple[type[BaseException], ...]:
     """What can fail while freezing and is the disk's or a refusal's fault, not a bug."""
-    from git.exc import GitError
     from sqlalchemy.exc import SQLAlchemyError
 
-    return (OSError, GitError, SQLAlchemyError, PromptRepoError, bundle_mod.BundleError, StudyError)
+    return (OSError, *prompt_repo.git_errors(), SQLAlchemyError, PromptRepoError, bundle_mod.BundleError, StudyError)

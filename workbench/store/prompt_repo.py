@@ -329,6 +329,11 @@ def create_tag(path: Path, name: str, ref: str, message: str, author: tuple[str,
         return commit.hexsha
 
 
+def git_errors() -> tuple[type[BaseException], ...]:
+    """What Git itself raises (a refused write, a full disk), for callers that undo their work on it."""
+    return (git.GitError,)
+
+
 def delete_tag(path: Path, name: str) -> None:
     """Remove a tag (only to undo a freeze whose bundle could not be written)."""
     with write_lock(path), open_repo(path) as repo:
