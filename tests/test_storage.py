@@ -279,6 +279,10 @@ def test_audit_chain_tokens_login_failures_meta(any_study):
         q.add_user_token(s, "boss", "d" * 64)
         assert q.user_token_digests(s, "boss") == ["d" * 64]
         assert q.delete_user_tokens(s, "boss") == 1 and q.user_token_digests(s, "boss") == []
+        q.add_user_token(s, "boss", "e" * 64, "2099-01-01T00:00:00+00:00")
+        (digest, created, expires), = q.user_tokens(s, "boss")
+        assert digest == "e" * 64 and created and expires == "2099-01-01T00:00:00+00:00"
+        assert q.revoke_credentials(s, "boss") == 1 and q.user_tokens(s, "boss") == []
         assert q.record_login_failure(s, "nobody").failures == 1
         assert q.record_login_failure(s, "nobody").failures == 2
         assert q.get_login_failure(s, "nobody").failures == 2

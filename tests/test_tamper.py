@@ -172,10 +172,10 @@ def local_auth(small_study):
 
 def test_workbench_user_alone_no_longer_acts_as_an_account(local_auth):
     study = ["--study", str(local_auth.root)]
-    result = cli(["user", "add", "mallory", "--role", "admin", "--password", "mallory-pass-01", *study],
-                 env={"WORKBENCH_USER": "boss"}, input="wrong-password-1\n")
+    result = cli(["user", "add", "mallory", "--role", "admin", "--password-stdin", *study],
+                 env={"WORKBENCH_USER": "boss"}, input="wrong-password-1\nmallory-pass-01\n")
     assert result.exit_code == 2 and "unknown user or wrong password" in result.output
-    result = cli(["user", "add", "mallory", "--role", "admin", "--password", "mallory-pass-01", *study])
+    result = cli(["user", "add", "mallory", "--role", "admin", "--password-stdin", *study], input="mallory-pass-01\n")
     assert result.exit_code == 2 and "set WORKBENCH_USER" in result.output
     assert "mallory" not in set(local_auth.users()["id"])
 
@@ -311,7 +311,7 @@ def test_git_rejected_names_are_a_clear_error(small_study, name):
 def test_the_first_admin_of_a_local_auth_study_is_added_without_credentials(study):
     path = study.root / "workbench.yaml"
     path.write_text(path.read_text().replace("auth: none", "auth: local"))
-    first = cli(["user", "add", "boss", "--role", "admin", "--password", "boss-pass-0001", "--study", str(study.root)])
+    first = cli(["user", "add", "boss", "--role", "admin", "--password-stdin", "--study", str(study.root)], input="boss-pass-0001\n")
     assert first.exit_code == 0, first.output
-    second = cli(["user", "add", "eve", "--role", "admin", "--password", "eve-pass-00001", "--study", str(study.root)])
+    second = cli(["user", "add", "eve", "--role", "admin", "--password-stdin", "--study", str(study.root)], input="eve-pass-00001\n")
     assert second.exit_code == 2 and "set WORKBENCH_USER" in second.output

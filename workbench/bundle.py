@@ -187,8 +187,13 @@ def write_bundle(folder: Path, content: dict) -> tuple[Path, Path, str]:
     tmp = json_path.with_suffix(".json.tmp")
     tmp.write_bytes(data)
     tmp.replace(json_path)
-    yaml_path.write_text(text, encoding="utf-8")
+    _write_readable(yaml_path, text)
     return json_path, yaml_path, sha
+
+
+def _write_readable(path: Path, text: str) -> None:
+    """The readable YAML copy, written after the canonical JSON (a step of its own: freeze undoes both)."""
+    path.write_text(text, encoding="utf-8")
 
 
 def read_bundle_whole(path: Path) -> dict:

@@ -201,9 +201,19 @@ def import_():
     """Import reports, readings or an OpenI dataset into the study."""
 
 
+def _cohort_name(ctx, param, value):
+    """--cohort checked before any file is read: short, one line, nothing hidden (services check it again)."""
+    from workbench.core.names import check_cohort_name
+
+    try:
+        return check_cohort_name(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
 @import_.command("reports")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--cohort", required=True, help="Cohort name (created when new), e.g. dev, test, external.")
+@click.option("--cohort", required=True, callback=_cohort_name, help="Cohort name (created when new), e.g. dev, test, external.")
 @click.option("--language", default="en", show_default=True, help="Language of the reports.")
 @study_option
 def import_reports(wb, file, cohort, language):
@@ -214,7 +224,7 @@ def import_reports(wb, file, cohort, language):
 @import_.command("openi")
 @click.argument("reports", type=click.Path(exists=True, dir_okay=False))
 @click.argument("labels", type=click.Path(exists=True, dir_okay=False))
-@click.option("--cohort", required=True, help="Cohort name for the OpenI reports.")
+@click.option("--cohort", required=True, callback=_cohort_name, help="Cohort name for the OpenI reports.")
 @study_option
 def import_openi(wb, reports, labels, cohort):
     """Import OpenI reports.csv and labels14.csv (gold standard as reader 'openi-gold')."""
@@ -1000,20 +1010,70 @@ def user():
     """Local accounts and roles (reader, adjudicator, prompt_engineer, admin)."""
 
 
+def password_options(func):
+    """--password-stdin, and the refused --password VALUE (kept hidden so old scripts get an explanation)."""
+    func = click.option("--password-stdin", is_flag=True,
+                        help="Read the password from the first line of stdin (scripts) instead of a hidden prompt.")(func)
+    return click.option("--password", default=None, hidden=True, expose_value=False, callback=_refuse_password_value,
+                        help="Refused: see --password-stdin.")(func)
+
+
+def _refuse_password_value(ctx, param, value) -> None:
+    """A password given as an option shows in `ps` and the shell history: refuse it (before any sign-in) and say what to do."""
+    if value is not None:
+        raise click.UsageError("--password VALUE is no longer accepted: a password on the command line shows in `ps` "
+                               "and the shell history. Type it at the hidden prompt, or pipe it with --password-stdin "
+                               "(e.g. `printf '%s\\n' \"$PW\" | workbench user add ... --password-stdin`)")
+
+
+def _stdin_line(what: str) -> str:
+    """One line of stdin (the newline removed); an empty stream is an error."""
+    line = sys.stdin.readline()
+    if not line:
+        raise click.UsageError(f"--password-stdin: no {what} on stdin (expected one line)")
+    return line.rstrip("\r\n")
+
+
+def _new_password(from_stdin: bool, what: str) -> str:
+    """A new password: from stdin, or typed twice at a hidden prompt."""
+    if from_stdin:
+        return _stdin_line(what)
+    return click.prompt(what, hide_input=True, confirmation_prompt=True, err=True)
+
+
 @user.command("add")
 @click.argument("user_id")
 @click.option("--role", required=True, type=click.Choice(["reader", "adjudicator", "prompt_engineer", "admin"]))
 @click.option("--name", default="", help="Full name (used as the Git author of prompt commits).")
 @click.option("--email", default="", help="E-mail (Git author e-mail).")
-@click.option("--password", default=None, help="Password (prompted, hidden, when not given).")
+@password_options
 @click.option("--no-password", is_flag=True, help="No local password (sign-in through OIDC only).")
 @study_option
-def user_add(wb, user_id, role, name, email, password, no_password):
-    """Create an account; the first account must be an admin."""
-    if not no_password and password is None:
-        password = click.prompt("password", hide_input=True, confirmation_prompt=True)
-    wb.add_user(user_id, role, None if no_password else password, name=name, email=email)
+def user_add(wb, user_id, role, name, email, password_stdin, no_password):
+    """Create an account; the first account must be an admin. The password is typed at a hidden prompt
+    (twice) or read from the first line of stdin with --password-stdin, never given as an option."""
+    password = None if no_password else _new_password(password_stdin, "password")
+    wb.add_user(user_id, role, password, name=name, email=email)
     click.echo(f"added {user_id} ({role})")
+
+
+@user.command("passwd")
+@click.argument("user_id")
+@password_options
+@study_option
+def user_passwd(wb, user_id, password_stdin):
+    """Change a password (yours: the current one first; an admin: anyone's). Ends the account's tokens.
+
+    With --password-stdin the first line of stdin is the new password; for your own account the first
+    line is the current password and the second the new one.
+    """
+    actor = wb.current_actor()
+    own = actor.account and actor.user == user_id
+    current = None
+    if own:
+        current = _stdin_line("current password") if password_stdin else click.prompt("current password", hide_input=True, err=True)
+    wb.set_password(user_id, _new_password(password_stdin, "new password"), current=current)
+    click.echo(f"password of {user_id} changed; its command-line tokens are revoked (make a new one with `workbench user token {user_id}`)")
 
 
 @user.command("list")
@@ -1221,14 +1281,17 @@ def user_enable(wb, user_id):
 @user.command("token")
 @click.argument("user_id")
 @click.option("--revoke", is_flag=True, help="Delete every token of the account instead.")
+@click.option("--days", type=click.IntRange(1, 365), default=90, show_default=True,
+              help="Days until the token expires (disable, a password or role change end it sooner).")
 @study_option
-def user_token(wb, user_id, revoke):
+def user_token(wb, user_id, revoke, days):
     """Make a command-line token for your own account (use it as WORKBENCH_TOKEN); shown once."""
     if revoke:
         click.echo(f"revoked {wb.revoke_tokens(user_id)} token(s) of {user_id}")
         return
-    click.echo(wb.create_token(user_id))
-    click.echo(f"(shown once; only its hash is stored) export WORKBENCH_USER={user_id} WORKBENCH_TOKEN=<the token>", err=True)
+    click.echo(wb.create_token(user_id, days=days))
+    click.echo(f"(shown once; only its hash is stored; expires in {days} days) "
+               f"export WORKBENCH_USER={user_id} WORKBENCH_TOKEN=<the token>", err=True)
 
 
 @main.command("audit")

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from workbench.core.names import HIDDEN, TEXT_CONTROL, first_hidden
 from workbench.core.vocab import Vocabulary
 from workbench.errors import UserError, WorkbenchError
 
@@ -445,19 +446,34 @@ def _reports(table: _Table, id_names: tuple[str, ...], allow_empty: bool,
         out["empty"] = empty
     else:
         problems += table.at(empty, None, "report has no text (text, findings and impression are all empty)")
-    problems += _oversized(table, out)
+    problems += _oversized(table, out) + _control_problems(table, out, {"text": text_col, **sections})
     return out.reset_index(drop=True), problems
 
 
+def _control_problems(table: _Table, out: pd.DataFrame, columns: dict[str, str | None]) -> list[Problem]:
+    """Report text with a C0 control other than tab and line breaks (a NUL: PostgreSQL refuses it), per cell."""
+    problems = []
+    for name, col in columns.items():
+        if col is None:
+            continue
+        bad = out[name].str.contains(TEXT_CONTROL).to_numpy(dtype=bool)
+        problems += table.at(bad, col, [f"report text contains {first_hidden(t, TEXT_CONTROL)}; only tab, newline "
+                                        "and carriage return are allowed among control characters: remove it and import again"
+                                        for t in out[name][bad]])
+    return problems
+
+
 MAX_ID_CHARS = {"report id": 200, "reader": 100}  # the database columns' sizes
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def _id_text_problems(table: _Table, ids: pd.Series, column: str, what: str) -> list[Problem]:
-    """Ids with control characters (tab, newline, NUL ...) or longer than the database keeps are refused."""
+    """Ids with control, zero-width or direction characters (an id that could look like another on screen)
+    or longer than the database keeps are refused."""
     limit = MAX_ID_CHARS.get(what, 200)
-    control = ids.str.contains(_CONTROL).to_numpy(dtype=bool)
-    problems = table.at(control, column, f"{what} contains a control character (tab, newline, NUL ...); ids are plain text")
+    hidden = ids.str.contains(HIDDEN).to_numpy(dtype=bool)
+    problems = table.at(hidden, column, [
+        f"{what} contains a control character or one that hides or reorders text ({first_hidden(i)}); ids are "
+        "plain text (no tab, newline, NUL, zero-width space, right-to-left override ...)" for i in ids[hidden]])
     problems += table.at((ids.str.len() > limit).to_numpy(dtype=bool), column, f"{what} is longer than {limit} characters")
     return problems
 

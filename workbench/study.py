@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from workbench.core.vocab import Vocabulary, parse_vocabulary
+from workbench.core.vocab import MAX_LABELS, Vocabulary, VocabularyError, parse_vocabulary
 from workbench.errors import WorkbenchError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -121,6 +121,30 @@ def safe_load_fast(text: str):
     return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 (a safe loader)
 
 
+def _refuse_too_many_labels(text: str, source: str) -> None:
+    """Count the top-level `labels` items from the YAML event stream and stop past MAX_LABELS: building
+    100,000 labels as Python objects takes a minute before parse_vocabulary could refuse them."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    depth, key, in_labels, count = 0, None, False, 0
+    for ev in yaml.parse(text, Loader=loader):
+        if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            if in_labels and depth == 2:
+                count += 1
+            in_labels = in_labels or (depth == 1 and key == "labels" and isinstance(ev, yaml.SequenceStartEvent))
+            depth, key = depth + 1, None
+        elif isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+            in_labels = in_labels and depth >= 2
+        elif isinstance(ev, yaml.ScalarEvent):
+            if in_labels and depth == 2:
+                count += 1
+            elif depth == 1:
+                key = ev.value if key is None else None  # a top-level key, then its value
+        if count > MAX_LABELS:
+            raise VocabularyError(f"{source}: more than {MAX_LABELS:,} labels; a vocabulary holds at most {MAX_LABELS:,} "
+                                  "(split it into several studies or keep the labels you read)")
+
+
 _VOCABULARIES: dict[tuple[str, int, int], Vocabulary] = {}  # (path, mtime_ns, size) -> parsed (it is frozen)
 
 
@@ -137,7 +161,9 @@ def load_vocabulary_file(path: Path) -> Vocabulary:
 def _read_vocabulary_file(path: Path) -> Vocabulary:
     """Read and validate a vocabulary YAML file."""
     try:
-        data = safe_load_fast(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        _refuse_too_many_labels(text, str(path))
+        data = safe_load_fast(text)
     except yaml.YAMLError as exc:
         raise StudyError(f"{path}: not valid YAML ({exc})") from exc
     return parse_vocabulary(data, str(path))

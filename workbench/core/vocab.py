@@ -7,6 +7,7 @@ so that a user editing their own vocabulary file sees exactly what to fix.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from workbench.errors import NotFound, WorkbenchError
 
@@ -14,6 +15,9 @@ ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 LABEL_KEYS = {"id", "name", "category", "definition", "derived", "ignore_for_derived"}
 VOCAB_KEYS = {"id", "name", "description", "source", "labels"}
 DERIVED_RULES = {"none_of_others"}
+# a labeller asks one question per label per report: beyond this a study is not workable, and the
+# check comes before any label is parsed so a runaway file is refused at once
+MAX_LABELS = 1000
 
 
 class VocabularyError(WorkbenchError, ValueError):
@@ -96,6 +100,9 @@ def parse_vocabulary(data: object, source: str = "<vocabulary>") -> Vocabulary:
             raise VocabularyError(f"{source}: missing key {key!r}")
     if not isinstance(data["labels"], list) or not data["labels"]:
         raise VocabularyError(f"{source}: 'labels' must be a non-empty list")
+    if len(data["labels"]) > MAX_LABELS:
+        raise VocabularyError(f"{source}: {len(data['labels']):,} labels; a vocabulary holds at most {MAX_LABELS:,} "
+                              "(split it into several studies or keep the labels you read)")
     labels = tuple(_parse_label(item, f"{source}: labels[{i}]") for i, item in enumerate(data["labels"]))
     _check_unique(labels, source)
     ids = {lab.id for lab in labels}
@@ -139,8 +146,8 @@ def _parse_label(item: object, where: str) -> Label:
 def _check_unique(labels: tuple[Label, ...], source: str) -> None:
     """Ids and display names must be unique."""
     seen: dict[str, str] = {}
-    ids = [lab.id for lab in labels]
-    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    counts = Counter(lab.id for lab in labels)  # one pass: list.count per label made this quadratic
+    dupes = sorted(i for i, n in counts.items() if n > 1)
     if dupes:
         raise VocabularyError(f"{source}: label id {dupes[0]!r} is used more than once")
     for lab in labels:

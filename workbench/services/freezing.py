@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -67,31 +70,78 @@ class FreezeService:
 
     def freeze(self, name: str, prompt_ref: str | None = None, cohort: str | None = None,
                frozen_at: str | None = None, ci: str = "wilson") -> dict:
-        """Tag a prompt version and write its bundle (canonical JSON + YAML) with a sha256."""
+        """Tag a prompt version and write its bundle (canonical JSON + YAML) with a sha256: all or nothing.
+
+        Steps: tag, bundle files, audit event. The audit event's commit is the point of no return; any
+        failure before it (a full disk, a refused write, a kill) leaves no tag, no file and no event, and
+        a freeze killed outright is undone by the next freeze of its name (see _undo_incomplete_freeze).
+        """
         self.require("freeze")
         try:
             bundle_mod.check_name(name)  # Git's tag-name rules too, before anything is written
         except bundle_mod.BundleError as exc:
             raise StudyError(str(exc)) from exc
+        self._undo_incomplete_freeze(name)
         if name in prompt_repo.tags(self.paths.prompts) or (self.paths.bundles / f"{name}.json").exists():
             raise StudyError(f"the name {name!r} is already frozen; frozen names cannot be moved or reused")
         commit = self.prompt_commit(prompt_ref)
         run = self.justifying_run(commit, cohort)
         content = self.bundle_content(name, commit, run, frozen_at or q.now(), ci)
         bundle_mod.bundle_bytes(content)  # fails early (before the tag) if the content cannot be serialised
+        sha = bundle_mod.content_sha256(content)
         try:
-            prompt_repo.create_tag(self.paths.prompts, name, commit, f"Frozen bundle {name} by {self.actor.user}\n\n"
-                                   f"sha256 {bundle_mod.content_sha256(content)}", self.actor.identity())
-        except PromptRepoError as exc:
-            raise StudyError(str(exc)) from exc
-        try:
+            prompt_repo.create_tag(self.paths.prompts, name, commit, _freeze_message(name, self.actor.user, sha),
+                                   self.actor.identity())
             json_path, yaml_path, sha = bundle_mod.write_bundle(self.paths.bundles, content)
             with self.session() as s:
                 q.add_audit(s, self.actor.user, "freeze", "bundle", name, None, {"sha256": sha, "commit": commit, "run": run.id})
-        except BaseException:
-            prompt_repo.delete_tag(self.paths.prompts, name)  # no bundle, no tag: the name stays free to use
-            raise
+        except BaseException as exc:
+            left = self._remove_freeze(name, sha)
+            if not isinstance(exc, _freeze_faults()):
+                raise  # a kill (KeyboardInterrupt ...) or a bug: undone, then passed on
+            raise StudyError(f"freeze of {name!r} failed: {_one_line(exc, self.root)}; {left or 'nothing was kept (no tag, no bundle, no audit event)'}; "
+                             "the name is still free: fix the cause and freeze again") from exc
         return {"name": name, "sha256": sha, "json": json_path, "yaml": yaml_path, "commit": commit, "run": run.id}
+
+    def _undo_incomplete_freeze(self, name: str) -> None:
+        """A tag this workbench made for `name` with no freeze event recorded is a freeze that was killed
+        before its end: remove it and the bundle files it made (they carry the tag's sha256), nothing else."""
+        tag = prompt_repo.tag_info(self.paths.prompts, name)
+        if tag is None:
+            return
+        found = re.fullmatch(rf"Frozen bundle {re.escape(name)} by .*\n\nsha256 ([0-9a-f]{{64}})\s*", tag[1] or "", re.S)
+        if found is None:
+            return  # a tag made by hand or by an older version: the name stays taken
+        with self.session() as s:
+            events = q.list_audit(s, entity="bundle", key=name)
+        if (events["action"] == "freeze").any():
+            return
+        left = self._remove_freeze(name, found.group(1))
+        if left:
+            raise StudyError(f"an interrupted freeze of {name!r} left files that could not be removed: {left}")
+
+    def _remove_freeze(self, name: str, sha: str) -> str:
+        """Remove what a freeze of `name` with content `sha` wrote (files, then the tag), never another freeze's;
+        '' when all is gone, else what is left and how to remove it by hand."""
+        left = []
+        folder = self.paths.bundles
+        json_path = folder / f"{name}.json"
+        try:
+            ours = not json_path.exists() or bundle_mod.read_bundle_file(json_path)[1] == sha
+        except bundle_mod.BundleError:
+            ours = True  # a half-written file: only this freeze writes the name's files
+        for path in (json_path, folder / f"{name}.yaml", folder / f"{name}.json.tmp") if ours else ():
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                left.append(f"remove {path}")
+        try:
+            tag = prompt_repo.tag_info(self.paths.prompts, name)
+            if tag is not None and f"sha256 {sha}" in (tag[1] or ""):
+                prompt_repo.delete_tag(self.paths.prompts, name)
+        except Exception:  # noqa: BLE001 (whatever Git says, the user is told what is left)
+            left.append(f"git -C {self.paths.prompts} tag -d {name}")
+        return ("could not undo everything: " + "; ".join(left)) if left else ""
 
     def bundle_content(self, name: str, commit: str, run, frozen_at: str, ci: str = "wilson") -> dict:
         """The bundle's content for a prompt version and the run that justified it."""
@@ -152,3 +202,34 @@ class FreezeService:
         return scoring.score(b, reference, generated, model=model, out=out, zero_division=zero_division,
                              n_resamples=n_resamples, cache=StudyExtractionCache(self), on_progress=on_progress,
                              api_base=api_base, allow_endpoints=allowed, max_failed_share=max_failed_share)
+
+
+def _freeze_message(name: str, user: str, sha: str) -> str:
+    """The annotated tag's message: who froze the name and the sha256 of its content."""
+    return f"Frozen bundle {name} by {user}\n\nsha256 {sha}"
+
+
+def _one_line(exc: BaseException, folder: Path) -> str:
+    """A failure as one line: a full disk named as such (Git often says only "couldn't write"), else the
+    first line of the message."""
+    text = (getattr(exc, "stderr", None) or str(exc)).strip()  # Git's own words, not the command line
+    low = text.lower()
+    if getattr(exc, "errno", None) == errno.ENOSPC or "no space left" in low or "disk is full" in low or _nearly_full(folder):
+        return "the disk is full"
+    line = next((part.strip() for part in text.splitlines() if part.strip()), type(exc).__name__)
+    return line.removeprefix("stderr: ")[:300]
+
+
+def _nearly_full(folder: Path) -> bool:
+    """Under 1 MiB free where the study lives: a failed write there is the disk's fault."""
+    try:
+        return shutil.disk_usage(folder).free < 1 << 20
+    except OSError:
+        return False
+
+
+def _freeze_faults() -> tuple[type[BaseException], ...]:
+    """What can fail while freezing and is the disk's or a refusal's fault, not a bug."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    return (OSError, *prompt_repo.git_errors(), SQLAlchemyError, PromptRepoError, bundle_mod.BundleError, StudyError)

@@ -21,6 +21,7 @@ from workbench import bundle as bundle_mod
 from workbench.core import metrics, proposals, splits
 from workbench.core.prompts import LabelPrompt, call_key, dump_label_prompt
 from workbench.store import queries as q
+from workbench.errors import UserError
 from workbench.study import StudyError
 
 COHORT_ROLES = ("development", "validation", "test", "external")
@@ -472,6 +473,7 @@ class OptimisingService:
         self.require("edit_prompts")
         label = self._asked(label)
         run = self.run_info(run_id) if run_id is not None else self._latest_dev_run()
+        self._require_run_covers(run, [label], "suggest")
         ps = self.prompt_set(run.prompt_commit)
         cases, notes = self._tuning_material(run, label)
         if hedges is None and not self._uses_model(proposer, model):
@@ -494,6 +496,20 @@ class OptimisingService:
         if self._uses_model(proposer, model):
             return self._llm_proposal(ps, label, cases, notes, model, api_base)
         return self._offline_proposal(ps, label, cases, notes, level, phrases, hedges, avoid)
+
+    def _require_run_covers(self, run, labels: list[str], command: str) -> None:
+        """Refuse, naming the labels and the command to run, when the run has no predictions for some of labels."""
+        covered = json.loads(run.labels_json or "[]")
+        missing = [lab for lab in labels if lab not in set(covered)]
+        if not missing:
+            return
+        cohort = self._cohort_name(run.cohort_id)
+        instead = (f", or {command} only what it covers: --labels {','.join(covered)}" if command == "optimise" and covered else "")
+        raise UserError(
+            f"run {run.id} labelled {len(covered)} of {len(self.vocab.asked_ids)} asked labels and lacks "
+            f"{len(missing)} that {command} needs: {', '.join(missing)}; label them first with "
+            f"`workbench run --cohort {cohort} --prompt {run.prompt_commit[:8]}` (cached answers are reused) "
+            f"and {command} with --run of that run{instead}")
 
     def _latest_dev_run(self):
         """The newest finished run on the development cohort."""
@@ -611,6 +627,7 @@ class OptimisingService:
             raise StudyError("rounds must be at least 1")
         run = self.run_info(run_id) if run_id is not None else self._latest_dev_run()
         labels = [self._asked(lab) for lab in labels] if labels else list(self.vocab.asked_ids)
+        self._require_run_covers(run, labels, "optimise")
         started = time.perf_counter()
         base_ps = ps = self.prompt_set(run.prompt_commit)
         y_true, y_pred, _ = self.evaluation_inputs(run.id)

@@ -205,6 +205,7 @@ class PromptsService:
         label = self._asked(label)
         lp = self._validated_file_text(label, text, f"{label}.yaml")
         if target == "file":
+            prompt_repo.check_regular_files(self.paths.prompts)  # never write through a link to a file elsewhere
             (self.paths.prompts / f"{label}.yaml").write_text(text, encoding="utf-8")
         else:
             _, base, _ = self.draft(label)

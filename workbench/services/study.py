@@ -19,6 +19,7 @@ import yaml
 from workbench import importers
 from workbench.core import reference as ref
 from workbench.core.text import compose_text, text_hash  # noqa: F401  (re-exported for callers)
+from workbench.core.names import HIDDEN, check_cohort_name, first_hidden
 from workbench.core.prompts import PromptSet, TASK_FILE, parse_prompt_set
 from workbench.core.vocab import Vocabulary
 from workbench.store import db, prompt_repo, queries as q
@@ -296,7 +297,10 @@ class StudyService:
         if "language" not in frame or (frame["language"] == "").all():
             frame["language"] = language
         frame["text_hash"] = [text_hash("\x1f".join(t)) for t in zip(frame["findings"], frame["impression"], frame["text"])]
+        _refuse_hidden_ids(frame["report_id"], source)
         with self.session() as s:
+            if q.get_cohort(s, cohort) is None:
+                check_cohort_name(cohort)  # a new cohort; one that exists keeps the name it has
             cohort_row, _ = q.get_or_create_cohort(s, cohort, language)
             existing = q.report_hashes(s)
             known = frame["report_id"].map(lambda r: existing.get(r))
@@ -606,3 +610,13 @@ def _other_cohort_problems(session, elsewhere: dict[int, list[str]], cohort: str
                                                       f"{names.get(cohort_id, cohort_id)!r} ({sample}); a report "
                                                       f"belongs to one cohort: nothing was imported into {cohort!r}"))
     return problems
+
+
+def _refuse_hidden_ids(ids: pd.Series, source: str) -> None:
+    """Report ids from any caller: nothing that could make one id look like another (the importers say it per row)."""
+    hidden = ids.astype(str).str.contains(HIDDEN)
+    if hidden.any():
+        rid = ids[hidden].iloc[0]
+        raise importers.ImportProblems(source, [importers.Problem(
+            None, "report_id", f"report id {rid.encode('unicode_escape').decode('ascii')!r} contains {first_hidden(rid)}; "
+                               "ids are plain text")])

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 import pandas as pd
 from workbench.services.study import ROLES, Actor, PermissionDenied
 from workbench.store import db, queries as q
-from workbench.store.transfer import copy_tables, is_empty
+from workbench.store.transfer import copy_tables, find_nul_text, is_empty
 from workbench.store.tables import User
 from workbench.study import StudyError
 
@@ -35,6 +35,8 @@ FREE_FAILURES = 5          # failed sign-ins before the back-off starts
 BACKOFF_SECONDS = 30       # first lockout; doubles with every further failure
 MAX_BACKOFF_SECONDS = 900  # at most 15 minutes
 TOKEN_PREFIX = "wbt_"
+DEFAULT_TOKEN_DAYS = 90    # a command-line token's life unless its owner asks for another
+MAX_TOKEN_DAYS = 365
 
 
 def _hasher():
@@ -63,6 +65,13 @@ def check_password(password: str, user_id: str = "") -> None:
 def token_digest(token: str) -> str:
     """sha256 of a command-line token (tokens are 256 random bits: a fast hash is enough)."""
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def token_expiry(created_at: str, expires_at: str) -> str:
+    """When a token expires: its own expiry, or DEFAULT_TOKEN_DAYS after it was made (tokens older than expiry)."""
+    if expires_at:
+        return expires_at
+    return (datetime.fromisoformat(created_at) + timedelta(days=DEFAULT_TOKEN_DAYS)).isoformat(timespec="seconds")
 
 
 def _seconds_from_now(stamp: str) -> float:
@@ -106,9 +115,12 @@ class TeamService:
             if user is None:
                 raise StudyError(f"no user {user_id!r}")
             old = user.role
+            if old == role:
+                return
             user.role = role
             s.add(user)
             q.add_audit(s, self.actor.user, "change", "user", user_id, {"role": old}, {"role": role})
+            self._revoke(s, user_id, "role change")  # a token made for one role never acts with another
 
     def set_disabled(self, user_id: str, disabled: bool = True) -> None:
         """Disable (or enable again) an account (admins only): a disabled user can do nothing, tokens included."""
@@ -128,6 +140,41 @@ class TeamService:
             s.add(user)
             q.add_audit(s, self.actor.user, "disable" if disabled else "enable", "user", user_id,
                         {"disabled": not disabled}, {"disabled": disabled})
+            if disabled:  # gone, not paused: enabling the account again does not revive an old token
+                self._revoke(s, user_id, "disabled")
+
+    def set_password(self, user_id: str, password: str, current: str | None = None) -> None:
+        """Change a local password and end the account's other credentials (tokens).
+
+        Your own password needs the current one (a stolen token must not be enough to take the
+        account); an admin resets someone else's without it.
+        """
+        actor = self.current_actor()
+        own = actor.account and actor.user == user_id
+        if not own:
+            self.require("manage_users")
+        with self.session() as s:
+            if q.get_user(s, user_id) is None:
+                raise StudyError(f"no user {user_id!r}")
+        if own:
+            if current is None:
+                raise PermissionDenied("changing your own password needs your current password")
+            self.authenticate(user_id, current)  # same back-off and failure as a sign-in
+        check_password(password, user_id)
+        digest = _hasher().hash(password)
+        with self.session(write=True) as s:
+            user = q.get_user(s, user_id)
+            user.password_hash = digest
+            s.add(user)
+            q.add_audit(s, actor.user, "change", "password", user_id, None, {"password": "changed"})
+            self._revoke(s, user_id, "password change")
+
+    def _revoke(self, s, user_id: str, why: str) -> int:
+        """Every credential of a user ends (q.revoke_credentials), recorded with the reason."""
+        n = q.revoke_credentials(s, user_id)
+        if n:
+            q.add_audit(s, self.current_actor().user, "revoke", "token", user_id, {"tokens": n}, {"tokens": 0, "why": why})
+        return n
 
     def users(self) -> pd.DataFrame:
         """Accounts (without password hashes)."""
@@ -164,24 +211,32 @@ class TeamService:
         digest = token_digest(token or "")
         with self.session() as s:
             user = q.get_user(s, user_id)
-            stored = q.user_token_digests(s, user_id) if user is not None else []
-        ok = any(hmac.compare_digest(digest, d) for d in stored)
-        if not ok or user is None or user.disabled:
+            stored = q.user_tokens(s, user_id) if user is not None else []
+        match = next((row for row in stored if hmac.compare_digest(digest, row[0])), None)
+        if match is None or user is None or user.disabled:
             self._record_failure(user_id)
             raise PermissionDenied("unknown user or wrong token")
+        expires = token_expiry(match[1], match[2])
+        if _seconds_from_now(expires) <= 0:
+            self._record_failure(user_id)
+            raise PermissionDenied(f"this token of {user_id} expired on {expires[:10]}; sign in with your password "
+                                   f"and make a new one (workbench user token {user_id})")
         self._clear_failures(user_id)
         return Actor(user=user.id, role=user.role, name=user.name, email=user.email, account=True)
 
-    def create_token(self, user_id: str) -> str:
-        """A new command-line token for the acting user themself (shown once; only its hash is stored)."""
+    def create_token(self, user_id: str, days: int = DEFAULT_TOKEN_DAYS) -> str:
+        """A new command-line token for the acting user themself, valid for `days` (shown once; only its hash is stored)."""
         actor = self.current_actor()
         if actor.user != user_id or not actor.account:
             raise PermissionDenied(f"a token is made by its owner: sign in as {user_id} (WORKBENCH_USER={user_id}, "
                                    "then the password) to make one")
+        if not 1 <= int(days) <= MAX_TOKEN_DAYS:
+            raise StudyError(f"a token lives 1 to {MAX_TOKEN_DAYS} days, not {days}")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        expires = (datetime.now(timezone.utc) + timedelta(days=int(days))).isoformat(timespec="seconds")
         with self.session() as s:
-            q.add_user_token(s, user_id, token_digest(token))
-            q.add_audit(s, actor.user, "add", "token", user_id, None, {"token": "issued"})
+            q.add_user_token(s, user_id, token_digest(token), expires)
+            q.add_audit(s, actor.user, "add", "token", user_id, None, {"token": "issued", "expires_at": expires})
         return token
 
     def revoke_tokens(self, user_id: str) -> int:
@@ -190,7 +245,7 @@ class TeamService:
         if actor.user != user_id:
             self.require("manage_users")
         with self.session() as s:
-            n = q.delete_user_tokens(s, user_id)
+            n = q.revoke_credentials(s, user_id)
             if n:
                 q.add_audit(s, actor.user, "revoke", "token", user_id, {"tokens": n}, {"tokens": 0})
         return n
@@ -303,6 +358,11 @@ class TeamService:
         The target must be empty. The study switches to the new URL only when every table matches.
         """
         self.require("settings")
+        nul = find_nul_text(self.engine)
+        if nul:  # before the target is touched: it stays empty for the next attempt
+            raise StudyError(f"NUL character(s) in the study's text, which PostgreSQL cannot store: {'; '.join(nul)}; "
+                             "nothing was copied (the target is untouched). Remove the NUL in this study's database first (in "
+                             "SQLite: UPDATE report SET findings = replace(findings, char(0), '') WHERE id = '...'), then migrate again")
         target = db.make_engine(to_url)
         try:
             if not is_empty(target):

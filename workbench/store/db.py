@@ -84,6 +84,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None] | None]] = [
     (70, "predictions lose two indexes nothing reads (run_id is uq_prediction's first column; call_key is never "
          "searched): a 43,000-answer run writes a quarter less", _steps(_drop_index("ix_prediction_run_id"),
                                                                        _drop_index("ix_prediction_call_key"))),
+    (85, "command-line tokens expire", _add_column("usertoken", "expires_at", "VARCHAR(40) NOT NULL DEFAULT ''")),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

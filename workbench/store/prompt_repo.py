@@ -9,6 +9,8 @@ works with no global Git identity (CI) and never touches the project's own repos
 from __future__ import annotations
 
 import fcntl
+import os
+import stat
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -74,6 +76,50 @@ def open_repo(path: Path) -> Iterator[git.Repo]:
         repo.close()
 
 
+SYMLINK_MODE = 0o120000  # a Git tree entry that is a symbolic link
+
+
+def check_regular_files(path: Path) -> None:
+    """Refuse a prompt folder holding anything but regular files and folders (outside .git), naming each.
+
+    A symbolic link would be validated through what it points to and committed as a link (mode
+    120000): every later read of that version gets the link's target path, not a prompt.
+    """
+    path = Path(path)
+    bad = []
+    for root, dirs, files in os.walk(path, followlinks=False):
+        here = Path(root)
+        if here == path and ".git" in dirs:
+            dirs.remove(".git")
+        for name in sorted(dirs + files):
+            entry = here / name
+            kind = _odd_kind(entry)
+            if kind:
+                bad.append(f"{entry.relative_to(path).as_posix()} is {kind}")
+    if bad:
+        raise PromptRepoError(
+            f"the prompt folder {path} holds only regular files: {'; '.join(bad)}. Replace each link with a copy of "
+            "its file (cp --remove-destination TARGET FILE) or remove it, then save again. Nothing was saved.")
+
+
+def _odd_kind(entry: Path) -> str | None:
+    """'a symbolic link (to X)', 'a named pipe' ... for what a prompt folder must not hold; None for a file or folder."""
+    st = entry.lstat()
+    if stat.S_ISLNK(st.st_mode):
+        return f"a symbolic link (to {os.readlink(entry)})"
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return None
+    return "not a regular file (a pipe, socket or device)"
+
+
+def _blob_of(item, where: str):
+    """A tree entry that is a regular file, or PromptRepoError naming a committed link."""
+    if item.mode == SYMLINK_MODE:
+        raise PromptRepoError(f"{item.path} is a symbolic link in prompt version {where}; the workbench reads only "
+                              "regular files: save the file itself as a new version (it refuses links now)")
+    return item
+
+
 def init_repo(path: Path, files: dict[str, str], message: str, author: tuple[str, str] = DEFAULT_IDENTITY) -> str:
     """Create the repo, write the seed files, commit them; returns the commit sha."""
     path = Path(path)
@@ -111,7 +157,7 @@ def read_files(path: Path, ref: str | None = None) -> dict[str, str]:
         except (git.BadName, ValueError, git.GitCommandError) as exc:
             raise PromptRepoError(f"unknown prompt version {ref!r}") from exc
         return {
-            blob.path: blob.data_stream.read().decode("utf-8")
+            blob.path: _blob_of(blob, commit.hexsha[:8]).data_stream.read().decode("utf-8")
             for blob in commit.tree.traverse()
             if blob.type == "blob" and blob.path.endswith(".yaml")
         }
@@ -125,9 +171,10 @@ def read_file(path: Path, name: str, ref: str | None = None) -> str | None:
         except (git.BadName, ValueError, git.GitCommandError) as exc:
             raise PromptRepoError(f"unknown prompt version {ref!r}") from exc
         try:
-            return (tree / name).data_stream.read().decode("utf-8")
+            item = tree / name
         except KeyError:
             return None
+        return _blob_of(item, str(ref or "HEAD")).data_stream.read().decode("utf-8")
 
 
 def commit_files(path: Path, files: dict[str, str], message: str, author: tuple[str, str],
@@ -142,6 +189,7 @@ def commit_files(path: Path, files: dict[str, str], message: str, author: tuple[
     if not message.strip():
         raise PromptRepoError("a prompt revision needs a message saying what changed and why")
     with write_lock(path), open_repo(path) as repo:
+        check_regular_files(path)  # under the lock: what is validated is what is committed
         if base is not None and repo.head.is_valid():
             bases = base if isinstance(base, dict) else {name: base for name in files}
             for one_base in sorted(set(bases.values())):
@@ -171,6 +219,7 @@ def working_changes(path: Path) -> dict[str, str | None]:
     commit them or refuse, never overwrite them.
     """
     path = Path(path)
+    check_regular_files(path)
     committed = read_files(path, None) if _has_head(path) else {}
     on_disk = {f.relative_to(path).as_posix(): f for f in path.rglob("*.yaml") if ".git" not in f.relative_to(path).parts}
     out: dict[str, str | None] = {}
@@ -278,6 +327,11 @@ def create_tag(path: Path, name: str, ref: str, message: str, author: tuple[str,
             cw.set_value("user", "email", author[1] or DEFAULT_IDENTITY[1])
         repo.create_tag(name, ref=commit, message=message)
         return commit.hexsha
+
+
+def git_errors() -> tuple[type[BaseException], ...]:
+    """What Git itself raises (a refused write, a full disk), for callers that undo their work on it."""
+    return (git.GitError,)
 
 
 def delete_tag(path: Path, name: str) -> None:

@@ -659,9 +659,24 @@ def user_token_digests(session: Session, user_id: str) -> list[str]:
     return list(session.execute(select(UserToken.token_hash).where(UserToken.user_id == user_id)).scalars())
 
 
-def add_user_token(session: Session, user_id: str, digest: str) -> None:
-    """Store a token's digest (never the token)."""
-    session.add(UserToken(user_id=user_id, token_hash=digest, created_at=now()))
+def user_tokens(session: Session, user_id: str) -> list[tuple[str, str, str]]:
+    """(sha256 digest, created_at, expires_at) of each of a user's command-line tokens."""
+    stmt = select(UserToken.token_hash, UserToken.created_at, UserToken.expires_at).where(UserToken.user_id == user_id)
+    return [tuple(row) for row in session.execute(stmt)]
+
+
+def add_user_token(session: Session, user_id: str, digest: str, expires_at: str = "") -> None:
+    """Store a token's digest (never the token) and when it expires."""
+    session.add(UserToken(user_id=user_id, token_hash=digest, created_at=now(), expires_at=expires_at))
+
+
+def revoke_credentials(session: Session, user_id: str) -> int:
+    """End every credential of a user but the password itself (today: command-line tokens); returns how many.
+
+    The one place every revoking event goes through (disable, password change, role change, a user's
+    own revoke): a new kind of credential (web sessions) is revoked by adding it here.
+    """
+    return delete_user_tokens(session, user_id)
 
 
 def delete_user_tokens(session: Session, user_id: str) -> int:

@@ -230,6 +230,9 @@ class UserToken(SQLModel, table=True):
     user_id: str = Field(foreign_key="user.id", max_length=100, index=True)
     token_hash: str = Field(max_length=64, unique=True)
     created_at: str = Field(max_length=40)
+    # UTC ISO time after which the token is refused; "" on tokens made before expiry existed
+    # (they expire DEFAULT_TOKEN_DAYS after created_at)
+    expires_at: str = Field(default="", sa_column=Column(String(40), nullable=False, server_default=""))
 
 
 class SplitMember(SQLModel, table=True):

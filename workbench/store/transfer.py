@@ -31,6 +31,30 @@ def _canon(value):
     return value
 
 
+def find_nul_text(source, limit: int = 10) -> list[str]:
+    """Where a text value holds a NUL character (PostgreSQL refuses it), as 'report s3, column findings'.
+
+    Old studies may have one: the importers refuse them now. Only string columns are read, in pages.
+    """
+    from sqlalchemy import String, Text
+
+    found: list[str] = []
+    with source.connect() as conn:
+        for table in SQLModel.metadata.sorted_tables:
+            columns = [c for c in table.columns if isinstance(c.type, (String, Text))]
+            pk = list(table.primary_key.columns)
+            if not columns or not pk:
+                continue
+            for row in conn.execute(select(*pk, *columns)):
+                for col, value in zip(columns, row[len(pk):]):
+                    if isinstance(value, str) and "\x00" in value:
+                        key = ", ".join(str(v) for v in row[:len(pk)])
+                        found.append(f"{table.name} {key}, column {col.name}")
+                        if len(found) >= limit:
+                            return found
+    return found
+
+
 def copy_tables(source, target) -> pd.DataFrame:
     """Copy all rows table by table (parents first); return counts and checksums side by side."""
     rows = []
