@@ -60,3 +60,14 @@ def _raise_thresholds() -> None:
     """RUN_THRESHOLDS, unless collection is off (0) or already set to run less often: not ours to change."""
     if 0 < gc.get_threshold()[0] < RUN_THRESHOLDS[0]:
         gc.set_threshold(*RUN_THRESHOLDS)
+
+
+class AnyEvent:
+    """Set as soon as any of its events is set (what the engines ask through is_set())."""
+
+    def __init__(self, *events: threading.Event | None) -> None:
+        self._events = [e for e in events if e is not None]
+
+    def is_set(self) -> bool:
+        """True when any event is set."""
+        return any(e.is_set() for e in self._events)

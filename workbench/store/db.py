@@ -7,7 +7,11 @@ number; an older one runs every step after its recorded version, in one transact
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Callable, Iterator
 
 from sqlalchemy import event, inspect, text
@@ -88,15 +92,50 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None] | None]] = [
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 
+BUSY_TIMEOUT_S = 30.0  # a writer waits this long for SQLite's write lock ($WORKBENCH_DB_WAIT_S), then fails
+WAIT_NOTICE_S = 1.0  # a wait longer than this is said, so a command that waits is not taken for a hung one
+_log = logging.getLogger("workbench.db")
+
+
 def make_engine(url: str) -> Engine:
     """An engine with the settings this workbench relies on (WAL, foreign keys, busy timeout)."""
     if url.startswith("sqlite"):
+        _create_private(url)
         # hide_parameters: SQL parameters hold report text; they must never reach an error message or log
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, hide_parameters=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy_timeout_s()},
+                               hide_parameters=True)
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, hide_parameters=True)
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL (None for another database or an in-memory one)."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or url == "sqlite:///:memory:" or url.startswith("sqlite:///file:"):
+        return None
+    return Path(url[len(prefix):])
+
+
+def _create_private(url: str) -> None:
+    """Create a new SQLite file readable by its owner only (0600): it holds report text and password
+    hashes; SQLite gives its -wal and -shm files the same mode. An existing file is left as it is."""
+    path = sqlite_file(url)
+    if path is None or path.exists() or not path.parent.is_dir():
+        return
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:  # another process made it first: its mode is its own
+        pass
+
+
+def busy_timeout_s() -> float:
+    """How long a SQLite writer waits for another's write lock before it gives up ($WORKBENCH_DB_WAIT_S, default 30 s)."""
+    try:
+        return max(0.1, float(os.environ.get("WORKBENCH_DB_WAIT_S", "") or BUSY_TIMEOUT_S))
+    except ValueError:
+        return BUSY_TIMEOUT_S
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
@@ -105,7 +144,7 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s() * 1000)}")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.close()
 
@@ -157,6 +196,22 @@ def _set_version(engine: Engine, version: int) -> None:
 
 
 @contextmanager
+def _said_if_waiting(engine: Engine) -> Iterator[None]:
+    """Say on stderr (the 'workbench' logger) when taking SQLite's write lock takes longer than a moment."""
+    if engine.dialect.name != "sqlite":
+        yield
+        return
+    notice = threading.Timer(WAIT_NOTICE_S, _log.warning, args=(
+        f"waiting for the database: another process is writing to it (giving up after {busy_timeout_s():g} s) ...",))
+    notice.daemon = True
+    notice.start()
+    try:
+        yield
+    finally:
+        notice.cancel()
+
+
+@contextmanager
 def session_scope(engine: Engine, write: bool = False) -> Iterator[Session]:
     """One transaction: commit on success, roll back everything on any error.
 
@@ -165,7 +220,8 @@ def session_scope(engine: Engine, write: bool = False) -> Iterator[Session]:
     """
     session = Session(engine, expire_on_commit=False)
     if write:
-        session.connection(execution_options={"wb_write": True})
+        with _said_if_waiting(engine):
+            session.connection(execution_options={"wb_write": True})
     try:
         yield session
         session.commit()
