@@ -19,9 +19,10 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import ROOT
-from workbench.cli import app_environment, main
+from workbench.cli import main
 from workbench.services import init_study
-from workbench.study import NO_AUTH_ON_NETWORK
+
+NO_AUTH_ON_NETWORK = "WORKBENCH_NO_AUTH_ON_NETWORK"  # what `workbench app --no-auth-on-network` tells the server
 
 
 def cli(*args: str, env: dict | None = None):
@@ -92,7 +93,11 @@ def test_a_run_whose_database_write_fails_midway_is_never_left_running(small_stu
 # ---------------------------------------------------------------- item 8: the app on the network without sign-in
 
 
-def test_app_on_the_network_without_auth_is_refused_unless_asked(small_study):
+def test_app_on_the_network_without_auth_is_refused_unless_asked(small_study, monkeypatch):
+    def no_server(*_args):
+        raise AssertionError("a server was started")  # `workbench app` becomes the server (execve): never in a test
+
+    monkeypatch.setattr(os, "execve", no_server)
     refused = cli("app", "--address", "0.0.0.0", "--study", str(small_study.root))
     assert refused.exit_code == 2, refused.output
     assert "refusing to serve on 0.0.0.0 with auth: none" in refused.output and "--no-auth-on-network" in refused.output
@@ -100,6 +105,8 @@ def test_app_on_the_network_without_auth_is_refused_unless_asked(small_study):
     assert demo.exit_code == 2 and "refusing to serve on 192.0.2.2" in demo.output
     assert not (small_study.root.parent / "demo").exists()  # refused before anything was created
     # asked for: the server is told, so every page says so; loopback needs nothing
+    from workbench.cli import app_environment
+
     env = app_environment(small_study.root, "0.0.0.0", open_network=True)
     assert env[NO_AUTH_ON_NETWORK] == "0.0.0.0"
     assert NO_AUTH_ON_NETWORK not in app_environment(small_study.root, "127.0.0.1")
