@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
@@ -197,18 +198,50 @@ def _set_version(engine: Engine, version: int) -> None:
 
 @contextmanager
 def _said_if_waiting(engine: Engine) -> Iterator[None]:
-    """Say on stderr (the 'workbench' logger) when taking SQLite's write lock takes longer than a moment."""
+    """Say on stderr (the 'workbench.db' logger) when taking SQLite's write lock takes longer than a moment.
+
+    A wait is a dict entry that one watcher thread per process looks at a few times a second: a
+    timer thread per transaction would cost a paid run's every stored answer about half a millisecond."""
     if engine.dialect.name != "sqlite":
         yield
         return
-    notice = threading.Timer(WAIT_NOTICE_S, _log.warning, args=(
-        f"waiting for the database: another process is writing to it (giving up after {busy_timeout_s():g} s) ...",))
-    notice.daemon = True
-    notice.start()
+    token = object()
+    _WAITS[token] = time.monotonic()
+    _start_watcher()
     try:
         yield
     finally:
-        notice.cancel()
+        _WAITS.pop(token, None)
+
+
+_WAITS: dict[object, float] = {}  # a transaction waiting for the write lock -> since when (monotonic)
+_WATCHER_PID: int | None = None  # the process whose watcher thread runs (a forked worker starts its own)
+_WATCHER_LOCK = threading.Lock()
+
+
+def _start_watcher() -> None:
+    """Start this process's wait watcher once."""
+    global _WATCHER_PID
+    if _WATCHER_PID == os.getpid():
+        return
+    with _WATCHER_LOCK:
+        if _WATCHER_PID != os.getpid():
+            threading.Thread(target=_watch_waits, name="workbench-db-wait", daemon=True).start()
+            _WATCHER_PID = os.getpid()
+
+
+def _watch_waits() -> None:
+    """Log once per wait that has lasted WAIT_NOTICE_S."""
+    said: set[int] = set()
+    while True:
+        time.sleep(0.25)
+        now, waits = time.monotonic(), list(_WAITS.items())
+        for token, since in waits:
+            if now - since >= WAIT_NOTICE_S and id(token) not in said:
+                said.add(id(token))
+                _log.warning(f"waiting for the database: another process is writing to it (giving up after "
+                             f"{busy_timeout_s():g} s) ...")
+        said &= {id(token) for token, _ in waits}
 
 
 @contextmanager
