@@ -181,12 +181,6 @@ def allowed_proxies(allowed: Iterable[str], env: Mapping[str, str]) -> tuple[str
     return tuple(sorted({url for url in proxies_in(env).values() if may_send(allowed, [url])}))
 
 
-def unallowed_proxies(allowed: Iterable[str], env: Mapping[str, str]) -> dict[str, str]:
-    """The proxy variables set in env whose proxy is not allowed (the calls bypass them)."""
-    allowed = list(allowed)
-    return {name: url for name, url in proxies_in(env).items() if not may_send(allowed, [url])}
-
-
 def normal_address(address: str) -> str:
     """An IP address in one spelling (an IPv4-mapped IPv6 address as IPv4); other text unchanged."""
     try:
@@ -224,4 +218,4 @@ def peers_of(url: str, resolver: Resolver | None = None) -> frozenset[tuple[str,
 
 __all__ = ["LOOPBACK_HOSTS", "LOOPBACK_ADDRESSES", "PROVIDER_BASES", "PROXY_VARIABLES", "Endpoint", "EndpointError",
            "provider_of", "resolve", "host_of", "is_local", "is_loopback_host", "all_local", "url_allowed", "may_send", "url_under",
-           "proxies_in", "allowed_proxies", "unallowed_proxies", "normal_address", "is_address", "peers_of"]
+           "proxies_in", "allowed_proxies", "normal_address", "is_address", "peers_of"]
