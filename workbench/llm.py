@@ -6,10 +6,12 @@ once under a bound, retries what is worth retrying (429, 5xx, timeouts, connecti
 with its own counted backoff that honours Retry-After, and turns every model failure into a
 CallResult instead of an exception: a failed call is data to record, not a crash.
 
-Where report text goes is decided here, once: resolve_endpoints() finds the URL litellm would
-use (settings, else the provider's environment variables litellm reads, else its default), every
-call is made with that URL as api_base, and while calls run an httpx-level guard refuses any
-request to another address and never follows a redirect (a 307/308 would re-post the body).
+Where report text goes is decided here, once: resolve_endpoints() (rules in workbench/endpoints.py)
+finds the URL litellm would use (settings, else the provider's environment variables litellm reads,
+else its default), every call is made with that URL as api_base, and while calls run a guard refuses
+any request to another URL, never follows a redirect (a 307/308 would re-post the body), bypasses
+proxy variables nobody allowed, and refuses any socket connect to an address the checked endpoint is
+not at (see _install_guard and docs/security.md).
 """
 
 from __future__ import annotations
