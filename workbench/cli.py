@@ -13,7 +13,7 @@ import click
 
 from workbench import runtime
 from workbench.errors import WorkbenchError
-from workbench.study import PROJECT_ROOT, StudyError, builtin_vocabularies, resolve_study_path
+from workbench.study import NO_AUTH_ON_NETWORK, PROJECT_ROOT, StudyError, builtin_vocabularies, resolve_study_path
 
 
 pd = runtime.lazy_module("pandas")  # imported on first use: `workbench --help` starts ~0.3 s sooner
@@ -32,10 +32,17 @@ def study_option(func):
         from workbench.services import Workbench
 
         wb = Workbench(resolve_study_path(study), actor=_cli_actor())
+        _warn_open_files(wb)
         wb.migrate()
         return func(wb.as_actor(_signed_in(wb)), *args, **kwargs)
 
     return wrapper
+
+
+def _warn_open_files(wb) -> None:
+    """Say (never change) when the study's folder or database can be read by other users."""
+    for warning in wb.permission_warnings():
+        click.echo(f"warning: {warning}", err=True)
 
 
 def _cli_actor():
@@ -158,7 +165,10 @@ def _storage_error(exc: BaseException) -> str:
     if code in (errno.EROFS, errno.EACCES, errno.EPERM) or "readonly" in low or "read-only" in low:
         return "the study's database or folder is read-only: nothing was saved; check its permissions"
     if "locked" in low:
-        return "the database is busy (locked by another process); nothing was saved; try again"
+        from workbench.store.db import busy_timeout_s
+
+        return (f"the database stayed busy for {busy_timeout_s():g} s (another process is writing to it); this "
+                "command's last change was not saved; try again when the other one is done")
     if isinstance(orig, OSError) and getattr(orig, "filename", None):
         return f"{orig.strerror or type(orig).__name__}: {orig.filename}"  # a path, never file content
     what = "database" if hasattr(exc, "orig") or "sql" in type(exc).__module__ else "file system"
@@ -1338,16 +1348,19 @@ def migrate_db(wb, to_url):
 @click.option("--reset", is_flag=True, help="Delete and recreate the demo study first.")
 @click.option("--address", default="127.0.0.1", show_default=True,
               help="Interface to serve on; the default keeps report text on this machine (0.0.0.0 serves the network).")
-def demo(path, port, no_app, reset, address):
+@click.option("--no-auth-on-network", "open_network", is_flag=True,
+              help="Serve the demo (auth: none) on a non-loopback --address anyway.")
+def demo(path, port, no_app, reset, address, open_network):
     """Create the synthetic demo study (offline labeller, SQLite) and start the app on it."""
     from workbench.demo import create_demo
 
+    open_network = check_network_auth(address, "none", open_network) if not no_app else False  # the demo has no sign-in
     root = Path(path).resolve()
     wb = create_demo(root, reset=reset, echo=click.echo)
     click.echo(f"demo study ready at {wb.root}")
     wb.engine.dispose()  # no database connection is carried into the server process
     if not no_app:
-        _run_app(wb.root, port, address)
+        _run_app(wb.root, port, address, open_network)
 
 
 @main.command()
@@ -1356,23 +1369,49 @@ def demo(path, port, no_app, reset, address):
               help="Interface to serve on; use 0.0.0.0 for a team server (with auth: local or oidc).")
 @click.option("--study", "study", type=click.Path(file_okay=False), envvar="WORKBENCH_STUDY",
               help="Study folder (default: $WORKBENCH_STUDY, else the current folder).")
-def app(port, address, study):
+@click.option("--no-auth-on-network", "open_network", is_flag=True,
+              help="Serve a study with auth: none on a non-loopback --address anyway (everyone who reaches it reads every report; the app says so on every page).")
+def app(port, address, study, open_network):
     """Start the Streamlit app on a study (each user signs in in the browser when auth is local or oidc)."""
     from workbench.services import Workbench
 
     wb = Workbench(resolve_study_path(study), actor=_cli_actor())
+    _warn_open_files(wb)
     wb.migrate()
-    if address not in ("127.0.0.1", "localhost", "::1") and wb.config.auth == "none":
-        click.echo("warning: serving on the network with auth: none; anyone who reaches it can read the reports. "
-                   "Set auth: local (workbench user add ...) or oidc in workbench.yaml.", err=True)
+    open_network = check_network_auth(address, wb.config.auth, open_network)
     wb.engine.dispose()  # no database connection is carried into the server process
-    _run_app(wb.root, port, address)
+    _run_app(wb.root, port, address, open_network)
 
 
-def _run_app(root: Path, port: int, address: str = "127.0.0.1") -> None:
+def check_network_auth(address: str, auth: str, open_network: bool) -> bool:
+    """Refuse to serve a study without sign-in beyond this machine unless asked; True when it will be."""
+    from workbench.endpoints import is_loopback_host
+
+    if is_loopback_host(address) or auth != "none":
+        return False
+    if not open_network:
+        raise StudyError(
+            f"refusing to serve on {address} with auth: none: anyone who reaches it could read every report. Set "
+            "auth: local (`workbench user add ...`) or oidc in workbench.yaml, serve on 127.0.0.1, or pass "
+            "--no-auth-on-network to serve it anyway (the app then says so on every page)")
+    click.echo(f"warning: serving on {address} with auth: none (--no-auth-on-network): anyone who reaches it can "
+               "read every report", err=True)
+    return True
+
+
+def app_environment(root: Path, address: str, open_network: bool = False) -> dict:
+    """The app server's environment: the study, and whether it is served to the network without sign-in."""
+    env = dict(os.environ, WORKBENCH_STUDY=str(root))
+    env.pop(NO_AUTH_ON_NETWORK, None)
+    if open_network:
+        env[NO_AUTH_ON_NETWORK] = address
+    return env
+
+
+def _run_app(root: Path, port: int, address: str = "127.0.0.1", open_network: bool = False) -> None:
     """Run Streamlit on the app module with the study in the environment (loopback by default)."""
     app_file = Path(__file__).resolve().parent / "ui" / "app.py"
-    env = dict(os.environ, WORKBENCH_STUDY=str(root))
+    env = app_environment(root, address, open_network)
     cmd = [sys.executable, "-m", "streamlit", "run", str(app_file), "--server.port", str(port),
            "--server.address", address, "--browser.gatherUsageStats", "false", "--server.headless", "true",
            "--client.toolbarMode", "minimal"]

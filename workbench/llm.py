@@ -6,10 +6,12 @@ once under a bound, retries what is worth retrying (429, 5xx, timeouts, connecti
 with its own counted backoff that honours Retry-After, and turns every model failure into a
 CallResult instead of an exception: a failed call is data to record, not a crash.
 
-Where report text goes is decided here, once: resolve_endpoints() finds the URL litellm would
-use (settings, else the provider's environment variables litellm reads, else its default), every
-call is made with that URL as api_base, and while calls run an httpx-level guard refuses any
-request to another address and never follows a redirect (a 307/308 would re-post the body).
+Where report text goes is decided here, once: resolve_endpoints() (rules in workbench/endpoints.py)
+finds the URL litellm would use (settings, else the provider's environment variables litellm reads,
+else its default), every call is made with that URL as api_base, and while calls run a guard refuses
+any request to another URL, never follows a redirect (a 307/308 would re-post the body), bypasses
+proxy variables nobody allowed, and refuses any socket connect to an address the checked endpoint is
+not at (see _install_guard and docs/security.md).
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from urllib.parse import urlparse, urlsplit
+from urllib.parse import urlsplit
 
-from workbench.runtime import fewer_collections
+from workbench.endpoints import (PROVIDER_BASES, Endpoint, EndpointError, all_local, is_address, normal_address,  # noqa: F401
+                                 peers_of, provider_of, resolve, url_allowed, url_under)
 from workbench.errors import UserError, WorkbenchError
+from workbench.runtime import AnyEvent, fewer_collections
 
 DUMMY_API_KEY = "sk-no-key-needed"  # local OpenAI-compatible servers need a key-shaped string
 RETRYABLE = frozenset({"rate_limit", "server", "timeout", "connection"})
@@ -37,37 +41,21 @@ ERROR_KINDS = ("rate_limit", "server", "timeout", "connection", "auth", "not_fou
                "other")
 UNUSABLE = frozenset({"connection", "auth", "not_found", "refused"})  # the endpoint itself is wrong: no point going on
 _POOL_NAME = "workbench-pool"
-# provider -> (environment variables litellm 1.110 reads for the base URL, in its order; its default
-# base, None when there is none). A provider not listed needs an explicit api_base.
-PROVIDER_BASES: dict[str, tuple[tuple[str, ...], str | None]] = {
-    "openai": (("OPENAI_BASE_URL", "OPENAI_API_BASE"), "https://api.openai.com/v1"),
-    "ollama": (("OLLAMA_API_BASE",), "http://localhost:11434"),
-    "ollama_chat": (("OLLAMA_API_BASE",), "http://localhost:11434"),
-    "hosted_vllm": (("HOSTED_VLLM_API_BASE",), None),
-    "anthropic": (("ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL"), "https://api.anthropic.com"),
-    "azure": (("AZURE_API_BASE",), None),
-    "gemini": (("GEMINI_API_BASE",), "https://generativelanguage.googleapis.com"),
-    "mistral": (("MISTRAL_API_BASE",), "https://api.mistral.ai/v1"),
-    "groq": (("GROQ_API_BASE",), "https://api.groq.com/openai/v1"),
-    "deepseek": (("DEEPSEEK_API_BASE",), "https://api.deepseek.com/beta"),
-    "together_ai": (("TOGETHER_AI_API_BASE",), "https://api.together.ai/v1"),
-    "openrouter": (("OPENROUTER_API_BASE",), "https://openrouter.ai/api/v1"),
-}
+REFUSED_IN_A_ROW = 5  # refusals with no success that stop the engine: every call would be refused
 # litellm's callback lists: whatever is registered in one receives each call's logging payload.
 _PAYLOAD_RECEIVERS = ("callbacks", "success_callback", "failure_callback", "input_callback", "service_callback",
                       "audit_log_callbacks", "_async_success_callback", "_async_failure_callback",
                       "_async_input_callback")
-_PINNED: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar("workbench_pinned_endpoints", default=None)
+_PINNED: contextvars.ContextVar["Pin | None"] = contextvars.ContextVar("workbench_pinned_endpoints", default=None)
+# the refusals of the attempt under way (a list per attempt; the tasks it spawns share it): a refused
+# connect is raised deep inside httpx/aiohttp, whose wrappers may drop its type and message
+_REFUSALS: contextvars.ContextVar[list | None] = contextvars.ContextVar("workbench_refusals", default=None)
 _GUARD_INSTALLED = False
 _LITELLM = None
 
 
 class LLMError(WorkbenchError, RuntimeError):
     """A model endpoint could not be used (raised by check_model only)."""
-
-
-class EndpointError(WorkbenchError, ValueError):
-    """Where report text would be sent cannot be determined (unknown provider, no base URL)."""
 
 
 class UnknownModel(WorkbenchError, ValueError):
@@ -78,80 +66,9 @@ class EndpointRefused(WorkbenchError, ConnectionError):
     """The guard stopped a request to an address other than the pinned endpoint (nothing was sent)."""
 
 
-@dataclass(frozen=True)
-class Endpoint:
-    """A base URL report text is sent to, and where that URL came from."""
-
-    url: str
-    source: str  # "settings", "$OLLAMA_API_BASE" (an environment variable), or "provider default"
-
-    def label(self) -> str:
-        """The URL, with its origin when it did not come from the settings."""
-        return self.url if self.source == "settings" else f"{self.url} ({self.source})"
-
-
 def resolve_endpoints(model: str, api_base: str | None = None, endpoints=(), env=None) -> tuple[Endpoint, ...]:
-    """The base URLs litellm will send this model's calls to: settings, else the provider's
-    environment variables litellm reads, else its default; () for the offline labeller."""
-    if model.startswith("workbench/"):
-        return ()
-    if endpoints:
-        return tuple(Endpoint(str(u), "settings") for u in endpoints)
-    if api_base:
-        return (Endpoint(str(api_base), "settings"),)
-    provider = provider_of(model)
-    if provider not in PROVIDER_BASES:
-        raise EndpointError(
-            f"cannot tell where litellm would send {model!r} (provider {provider!r}): give its api_base explicitly "
-            f"(--api-base URL), or use a provider whose endpoint the workbench resolves: {', '.join(PROVIDER_BASES)}")
-    names, default = PROVIDER_BASES[provider]
-    env = os.environ if env is None else env
-    for name in names:
-        if env.get(name):
-            return (Endpoint(env[name], f"${name}"),)
-    if default is None:
-        raise EndpointError(f"{model!r}: provider {provider!r} has no default endpoint; give its api_base (--api-base URL)"
-                            f" or set ${names[0]}")
-    return (Endpoint(default, "provider default"),)
-
-
-def _split(url: str) -> tuple[str, str, int | None, str]:
-    parts = urlsplit(url)
-    scheme = (parts.scheme or "").lower()
-    try:
-        port = parts.port or {"http": 80, "https": 443}.get(scheme)
-    except ValueError:
-        port = -1
-    return scheme, (parts.hostname or "").lower(), port, (parts.path or "").rstrip("/")
-
-
-def url_allowed(allowed: str, url: str) -> bool:
-    """Does an endpoint URL fall under an allowed entry? Compared by parts, not as text, so
-    http://127.0.0.1.example.com or http://127.0.0.1:80@evil.com do not pass for http://127.0.0.1;
-    an entry without a port allows every port of its host."""
-    if "://" not in allowed:
-        return url.startswith(allowed)
-    a, u = urlsplit(allowed), urlsplit(url)
-    try:
-        a_port, u_port = a.port, u.port
-    except ValueError:
-        return False
-    if u.username or u.password or "@" in u.netloc or a.scheme.lower() != u.scheme.lower():
-        return False
-    if (a.hostname or "") != (u.hostname or ""):
-        return False
-    if a_port is not None and a_port != u_port:
-        return False
-    prefix = (a.path or "").rstrip("/")
-    return not prefix or u.path == prefix or u.path.startswith(prefix + "/")  # whole path segments: /v1 is not /v10
-
-
-def url_under(base: str, url: str) -> bool:
-    """True when url is the base URL or below it (same scheme, host and port; path under the base's)."""
-    b, u = _split(base), _split(url)
-    if "@" in (urlsplit(url).netloc or "") or not b[1] or b[:3] != u[:3]:
-        return False
-    return u[3] == b[3] or u[3].startswith(b[3] + "/")
+    """The base URLs litellm will send this model's calls to (endpoints.resolve on this process's environment)."""
+    return resolve(model, api_base, endpoints, os.environ if env is None else env)
 
 
 @dataclass(frozen=True)
@@ -172,11 +89,15 @@ class ModelConfig:
     concurrency: int = 8
     json_mode: bool = False
     workers: int = 1  # processes that share the calls (workbench/workers.py); 1 = this process only
+    # proxy URLs the caller checked against its allowed endpoints: only these may carry the calls; a
+    # proxy variable naming any other is bypassed (the calls connect directly), see _install_guard
+    proxies: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.model or not isinstance(self.model, str):
             raise UserError("ModelConfig.model must be a non-empty string")
         object.__setattr__(self, "endpoints", tuple(self.endpoints or ()))
+        object.__setattr__(self, "proxies", tuple(self.proxies or ()))
         if self.concurrency < 1:
             raise UserError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.timeout_s <= 0:
@@ -217,17 +138,6 @@ class ModelConfig:
     def base_urls(self) -> tuple[str, ...]:
         """The URLs every call is pinned to (settings, environment or provider default)."""
         return tuple(e.url for e in self.resolved())
-
-
-def provider_of(model: str) -> str:
-    """The litellm provider prefix of a model string, guessed for bare OpenAI/Anthropic names."""
-    if "/" in model:
-        return model.split("/", 1)[0]
-    if model.startswith(("gpt-", "o1", "o3", "o4", "chatgpt-")):
-        return "openai"
-    if model.startswith("claude"):
-        return "anthropic"
-    return "unknown"
 
 
 @dataclass
@@ -314,14 +224,56 @@ def _callback_name(callback) -> str:
     return getattr(callback, "__name__", None) or type(callback).__name__
 
 
+@dataclass(frozen=True)
+class Pin:
+    """What the calls of one complete_all may reach: these base URLs, at these socket addresses."""
+
+    urls: tuple[str, ...]
+    proxies: tuple[str, ...] = ()
+    names: tuple[tuple[str, int], ...] = ()  # (host name, port) of URLs named by a name other than localhost
+    peers: frozenset = frozenset()  # (address, port) pairs a socket may connect to
+
+    @classmethod
+    def of(cls, cfg: "ModelConfig") -> "Pin":
+        """The pin of a config: its endpoints and allowed proxies, with the addresses they resolve to now."""
+        urls = cfg.base_urls()
+        targets = (*urls, *cfg.proxies)
+        peers = frozenset().union(*(peers_of(u, _system_resolver) for u in targets))
+        names = tuple(sorted({(p.hostname.lower(), p.port or {"http": 80, "https": 443}.get(p.scheme, 0))
+                              for p in map(urlsplit, targets) if p.hostname and not peers_of(p.geturl())}))
+        return cls(urls, cfg.proxies, names, peers)
+
+    def admits(self, address: str, port: int) -> bool:
+        """May a socket connect here? A pinned address, or (DNS answers change) one that a pinned name
+        resolves to right now; "localhost" and IP literals never depend on the resolver."""
+        peer = (normal_address(address), port)
+        if peer in self.peers:
+            return True
+        return any(p == port and peer in peers_of(f"http://{host}:{p}", _system_resolver) for host, p in self.names)
+
+
+def _system_resolver(host: str, port: int) -> list[str]:
+    """The addresses the system resolver gives for a name ([] when it gives none)."""
+    import socket
+
+    try:
+        return [info[4][0] for info in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)]
+    except (OSError, UnicodeError):
+        return []
+
+
 def _install_guard() -> None:
-    """Wrap httpx's send (both clients) so that, while calls run, only the pinned endpoints are reached.
+    """Check every route a packet can take while calls run: the request URL, the proxy, the socket.
 
     Every HTTP client litellm uses (the OpenAI SDK's, its own handlers', a Router's) sends
-    through httpx.Client.send / AsyncClient.send, so this one place covers every provider and
-    pool: a request to another address is refused before a byte is sent, and a redirect is
-    returned as an error instead of being followed (a 307/308 would re-post the report text).
-    Outside complete_all (no pinned endpoints) httpx behaves as usual.
+    through httpx.Client.send / AsyncClient.send: a request to another URL is refused before a
+    byte is sent, and a redirect is returned as an error instead of being followed (a 307/308
+    would re-post the report text). httpx then picks a transport: a proxy from HTTP(S)_PROXY /
+    ALL_PROXY (any case) is used only when the caller allowed it (cfg.proxies); any other is
+    bypassed, so the call goes direct. Last, whatever library and route is used (aiohttp, a
+    proxy, a name that resolves somewhere else), the socket's connect is refused unless its peer
+    address is one the pinned endpoints (or allowed proxies) are at. Outside complete_all (no
+    pin) everything behaves as usual.
     """
     global _GUARD_INSTALLED
     if _GUARD_INSTALLED:
@@ -341,19 +293,93 @@ def _install_guard() -> None:
         return sync_send(self, request, **kwargs)
 
     httpx.AsyncClient.send, httpx.Client.send = guarded_async_send, guarded_send
+    for client in (httpx.AsyncClient, httpx.Client):
+        client._transport_for_url = _unproxied(client._transport_for_url)
+    _unproxy_aiohttp()
+    _guard_sockets()
     _GUARD_INSTALLED = True
+
+
+def _unproxied(transport_for_url):
+    """httpx's transport choice, with a proxy nobody allowed replaced by the direct transport."""
+
+    def choose(self, url):
+        transport = transport_for_url(self, url)
+        pin = _PINNED.get()
+        if pin is not None and not pin.proxies and transport is not self._transport:
+            return self._transport  # an environment proxy mount: the calls go direct (the socket check still holds)
+        return transport
+
+    return choose
+
+
+def _unproxy_aiohttp() -> None:
+    """litellm's aiohttp transport reads the proxy variables itself, per request: none unless allowed."""
+    from litellm.llms.custom_httpx import aiohttp_transport
+
+    transport = getattr(aiohttp_transport, "LiteLLMAiohttpTransport", None)
+    proxy_settings = getattr(transport, "_get_proxy_settings", None)
+    if proxy_settings is None:  # another litellm: its proxy is then refused at connect, never used unchecked
+        return
+
+    async def no_unallowed_proxy(self, request):
+        pin = _PINNED.get()
+        if pin is not None and not pin.proxies:
+            return None
+        return await proxy_settings(self, request)
+
+    transport._get_proxy_settings = no_unallowed_proxy
+
+
+def _guard_sockets() -> None:
+    """Wrap socket.connect / connect_ex: while a pin is active, a TCP peer must be a pinned address."""
+    import socket
+
+    connect, connect_ex = socket.socket.connect, socket.socket.connect_ex
+
+    def guarded_connect(self, address):
+        return connect(self, _checked_peer(self, address))
+
+    def guarded_connect_ex(self, address):
+        return connect_ex(self, _checked_peer(self, address))
+
+    socket.socket.connect, socket.socket.connect_ex = guarded_connect, guarded_connect_ex
+
+
+def _checked_peer(sock, address):
+    """The address to connect to, or EndpointRefused when a pin is active and it is not a pinned one."""
+    import socket
+
+    pin = _PINNED.get()
+    if pin is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return address
+    host, port = address[0], address[1]
+    candidates = [host] if is_address(host) else _system_resolver(host, port)  # a name: connect to what was checked
+    for candidate in candidates:
+        if pin.admits(candidate, port):
+            return (candidate, port, *address[2:])
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    via = f" or the allowed proxies ({', '.join(pin.proxies)})" if pin.proxies else ""
+    refusal = EndpointRefused(
+        f"refused by the workbench: a connection to {shown} is not to an address of the checked endpoint "
+        f"({', '.join(pin.urls)}){via} (a proxy variable, a redirect or a name that resolves elsewhere); no report "
+        "text was sent there")
+    attempt = _REFUSALS.get()
+    if attempt is not None:
+        attempt.append(refusal)
+    raise refusal
 
 
 def _pinned_check(request) -> bool:
     """Raise EndpointRefused for a request outside the pinned endpoints; True when a pin is active."""
-    pinned = _PINNED.get()
-    if pinned is None:
+    pin = _PINNED.get()
+    if pin is None:
         return False
     url = str(request.url)
-    if not any(url_under(base, url) for base in pinned):
+    if not any(url_under(base, url) for base in pin.urls):
         parts = urlsplit(url)
         raise EndpointRefused(f"refused by the workbench: a request to {parts.scheme}://{parts.netloc} is outside the "
-                              f"checked endpoint ({', '.join(pinned)}); no report text was sent there")
+                              f"checked endpoint ({', '.join(pin.urls)}); no report text was sent there")
     return True
 
 
@@ -439,8 +465,7 @@ def _price_local_model(litellm, cfg: ModelConfig) -> None:
     Without a registered price litellm tries ~90 pattern matches per call to find one (about a
     fifth of its client CPU) and still records no cost; a remote model keeps its unknown cost."""
     bases = cfg.base_urls()
-    local = bases and all((urlparse(b).hostname or "") in ("127.0.0.1", "localhost", "::1") for b in bases)
-    if not local or _has_price(litellm, cfg.model):
+    if not all_local(bases) or _has_price(litellm, cfg.model):
         return
     provider = provider_of(cfg.model)
     litellm.register_model({cfg.model: {"input_cost_per_token": 0.0, "output_cost_per_token": 0.0, "mode": "chat",
@@ -644,9 +669,12 @@ async def _run_one(call: Callable, req: CallRequest, cfg: ModelConfig, cancel: t
     attempt = 0
     while True:
         attempt += 1
+        refusals: list[EndpointRefused] = []
+        _REFUSALS.set(refusals)
         try:
             response = await asyncio.wait_for(call(req.messages), timeout=cfg.timeout_s)
         except Exception as exc:  # every model failure becomes data; see classify()
+            exc = refusals[0] if refusals else exc  # the guard's own words, whatever the library wrapped them in
             kind = classify(exc)
             stop = kind not in RETRYABLE or attempt > cfg.max_retries or (cancel is not None and cancel.is_set())
             if stop:
@@ -694,14 +722,54 @@ async def complete_all(
     _check_model_string(cfg)
     if not requests:
         return
-    pinned = cfg.base_urls()  # raises EndpointError before anything is sent
-    token = _PINNED.set(pinned)  # tasks copy this context: every request made for these calls is checked
+    pin = Pin.of(cfg)  # raises EndpointError before anything is sent
+    token = _PINNED.set(pin)  # tasks copy this context: every request and connection made for these calls is checked
+    refused = RefusalWatch(on_result, cancel)
     try:
         call = _make_caller(cfg)
         with fewer_collections():
-            await _run_workers(requests, cfg, call, on_result, cancel)
+            await _run_workers(requests, cfg, call, refused.on_result, refused.stop)
     finally:
         _PINNED.reset(token)
+    refused.raise_if_stopped(len(requests))
+
+
+class CallsRefused(WorkbenchError, ValueError):
+    """The engine stopped: every call it made was refused by the guard (nothing was sent); a user's
+    setting to fix (a proxy variable, a hosts file), so not an OSError the CLI would call a disk fault."""
+
+
+class RefusalWatch:
+    """Stop the engine after REFUSED_IN_A_ROW refused calls with none answered: the rest would be refused too.
+
+    The caller's cancel still stops it as before; when the caller itself stopped on the refusals (a
+    run does, with its own words) nothing is raised, else CallsRefused says why after in-flight calls end.
+    """
+
+    def __init__(self, on_result: Callable, cancel: threading.Event | None) -> None:
+        self.forward, self.cancel = on_result, cancel
+        self.own = threading.Event()
+        self.stop = AnyEvent(self.own, cancel)
+        self.in_a_row, self.answered, self.first, self.seen = 0, False, None, 0
+
+    def on_result(self, req: CallRequest, res: CallResult) -> None:
+        """Count the result, then hand it on."""
+        self.seen += 1
+        if res.error_kind == "refused" and not self.answered:
+            self.in_a_row += 1
+            self.first = self.first or res.error
+        else:
+            self.answered, self.in_a_row = True, 0
+        self.forward(req, res)
+        if self.in_a_row >= REFUSED_IN_A_ROW:
+            self.own.set()
+
+    def raise_if_stopped(self, total: int) -> None:
+        """CallsRefused when this watch stopped the engine and the caller did not stop it first."""
+        if self.own.is_set() and not (self.cancel is not None and self.cancel.is_set()) and self.seen < total:
+            raise CallsRefused(
+                f"stopped early: {self.in_a_row} calls in a row were refused and none was answered, so the remaining "
+                f"{total - self.seen} were not made: {self.first}")
 
 
 async def _run_workers(requests, cfg: ModelConfig, call, on_result, cancel) -> None:
@@ -776,5 +844,5 @@ run_one = _run_one
 
 
 def pin_endpoints(cfg: ModelConfig):
-    """Check every request made from this context against cfg's endpoints, as complete_all does."""
-    return _PINNED.set(cfg.base_urls())
+    """Check every request and connection made from this context against cfg's endpoints, as complete_all does."""
+    return _PINNED.set(Pin.of(cfg))

@@ -66,6 +66,17 @@ def _raise_thresholds() -> None:
         gc.set_threshold(*RUN_THRESHOLDS)
 
 
+class AnyEvent:
+    """Set as soon as any of its events is set (what the engines ask through is_set())."""
+
+    def __init__(self, *events: threading.Event | None) -> None:
+        self._events = [e for e in events if e is not None]
+
+    def is_set(self) -> bool:
+        """True when any event is set."""
+        return any(e.is_set() for e in self._events)
+
+
 def lazy_module(name: str) -> types.ModuleType:
     """`name` as a module that imports itself on first attribute use (stdlib LazyLoader).
 

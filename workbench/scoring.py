@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench import importers
+from workbench import endpoints, importers
 from workbench.bundle import Bundle, load_bundle
 from workbench.core import metrics
 from workbench.labelling import ExtractionCache, MemoryCache, label_texts, nan_to_none
@@ -32,9 +32,6 @@ POLICY_TEXT = {
     "one": "a label with no positive on either side scores F1 = 1 (nothing to find, nothing invented)",
     "exclude": "a label with no positive on either side is left out of the macro average (counted and reported)",
 }
-
-
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 class EndpointNotAllowed(WorkbenchError, ValueError):
@@ -164,14 +161,12 @@ def model_config_for(bundle: Bundle, model: str | None, api_base: str | None = N
 
 def bundle_local_endpoints(bundle: Bundle) -> list[str]:
     """The bundle's recorded endpoints that are on this machine (allowed for scoring without asking)."""
-    from urllib.parse import urlparse
-
-    return [u for u in bundle.endpoint.get("resolved") or [] if (urlparse(u).hostname or "") in LOOPBACK_HOSTS]
+    return [u for u in bundle.endpoint.get("resolved") or [] if endpoints.is_local(u)]
 
 
 def check_endpoint(cfg, bundle: Bundle, allow_endpoints: list[str] | None = None) -> str:
     """Refuse (EndpointNotAllowed) unless every endpoint cfg sends text to is allowed; return where text goes."""
-    from workbench.llm import EndpointError, check_model_name, url_allowed
+    from workbench.llm import EndpointError, check_model_name
 
     if cfg.model.startswith("workbench/"):
         return "this machine (offline rule-based labeller, no network)"
@@ -182,7 +177,7 @@ def check_endpoint(cfg, bundle: Bundle, allow_endpoints: list[str] | None = None
         ends = cfg.resolved()
     except EndpointError as exc:
         raise EndpointNotAllowed(f"report text will not be sent: {exc}") from exc
-    refused = [e for e in ends if not any(url_allowed(a, e.url) for a in allowed)]
+    refused = [e for e in ends if not endpoints.may_send(allowed, [e.url])]
     if refused:
         extra = f"; allowed here: {', '.join(allow_endpoints)}" if allow_endpoints else ""
         raise EndpointNotAllowed(
@@ -190,6 +185,14 @@ def check_endpoint(cfg, bundle: Bundle, allow_endpoints: list[str] | None = None
             f"bundle's own local endpoint ({', '.join(own) or 'none recorded'}){extra}. Allow it for this command with "
             "--allow-endpoint URL (allow_endpoints=[...] in Python), or score with --study S to use that study's allowed endpoints")
     return cfg.endpoint_label()
+
+
+def routed(cfg, allow_endpoints: list[str] | None):
+    """cfg with the proxies it may go through: only those allowed for this command (any other is bypassed)."""
+    import dataclasses
+    import os
+
+    return dataclasses.replace(cfg, proxies=endpoints.allowed_proxies(allow_endpoints or [], os.environ))
 
 
 def score(bundle, reference, generated: dict, model: str | None = None, out: Path | None = None,
@@ -209,6 +212,7 @@ def score(bundle, reference, generated: dict, model: str | None = None, out: Pat
     b = bundle if isinstance(bundle, Bundle) else load_bundle(Path(bundle))
     cfg = model_config_for(b, model, api_base)
     where = check_endpoint(cfg, b, allow_endpoints)
+    cfg = routed(cfg, allow_endpoints)
     cache = cache or MemoryCache()
     ref_texts = read_texts(reference, b.sections, "reference")
     ref_labels, ref_stats = label_texts(b.prompts, b.vocab, ref_texts, cfg, b.sha256, cache, on_progress)
@@ -296,6 +300,7 @@ def robustness(bundle, pairs, model: str | None = None, cache: ExtractionCache |
     b = bundle if isinstance(bundle, Bundle) else load_bundle(Path(bundle))
     cfg = model_config_for(b, model, api_base)
     where = check_endpoint(cfg, b, allow_endpoints)
+    cfg = routed(cfg, allow_endpoints)
     frame = pairs if isinstance(pairs, pd.DataFrame) else importers.read_table(pairs)
     missing = {"pair_id", "kind", "text_a", "text_b"} - set(frame.columns)
     if missing:

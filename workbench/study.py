@@ -27,6 +27,7 @@ DEFAULT_CATEGORIES = [
     "report ambiguous", "reference label wrong", "other",
 ]
 SIGNIFICANCE = ["changes management", "does not change management", "unsure"]
+NO_AUTH_ON_NETWORK = "WORKBENCH_NO_AUTH_ON_NETWORK"  # set by `workbench app --no-auth-on-network` to the address served
 LOCAL_ENDPOINTS = ["workbench/rules", "http://127.0.0.1", "http://localhost", "https://127.0.0.1", "https://localhost"]
 
 
@@ -196,6 +197,23 @@ def database_url(root: Path, cfg: StudyConfig) -> str:
     if url.startswith(prefix) and not url.startswith(("sqlite:////", "sqlite:///file:")) and url != "sqlite:///:memory:":
         return prefix + str((root / url[len(prefix):]).resolve())
     return url
+
+
+def permission_warnings(root: Path, db: Path | None) -> list[str]:
+    """What about the study's folder and database file lets other users of this machine read it (said, never changed)."""
+    import stat
+
+    checks = [(root, 0o700, "study folder"), *([(db, 0o600, "database")] if db is not None else [])]
+    found = []
+    for path, private, what in checks:
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except OSError:
+            continue
+        if mode & 0o077:
+            found.append(f"the {what} {path} can be read by other users of this machine (mode {mode:04o}; it holds "
+                         f"report text{' and password hashes' if what == 'database' else ''}): `chmod {private:o} {path}`")
+    return found
 
 
 def resolve_study_path(path: str | os.PathLike | None) -> Path:

@@ -13,14 +13,14 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable
-from urllib.parse import urlparse
 
 import pandas as pd
 
 
+from workbench import endpoints
 from workbench.core import parsing
 from workbench.core.prompts import PromptSet, call_keyer, label_call_keyer, render_joint_call, report_json
-from workbench.runtime import fewer_collections
+from workbench.runtime import AnyEvent, fewer_collections
 from workbench.store import queries as q
 from workbench.study import StudyError
 
@@ -101,17 +101,6 @@ class RunWriter:
                     self._error = exc
 
 
-class AnyEvent:
-    """Set as soon as any of its events is set (what the engines ask through is_set())."""
-
-    def __init__(self, *events: threading.Event | None) -> None:
-        self._events = [e for e in events if e is not None]
-
-    def is_set(self) -> bool:
-        """True when any event is set."""
-        return any(e.is_set() for e in self._events)
-
-
 @dataclass
 class Progress:
     """Progress of a run for a bar: done of total, with counts so far."""
@@ -158,11 +147,9 @@ def _resolved(settings: dict):
 
 def model_endpoints(settings: dict) -> list[str]:
     """The URLs report text would be sent to ([] for the offline labeller or an unresolvable provider)."""
-    from workbench.llm import EndpointError
-
     try:
         return [e.url for e in _resolved(settings)]
-    except EndpointError:
+    except endpoints.EndpointError:
         return []
 
 
@@ -170,21 +157,18 @@ def is_local_model(settings: dict) -> bool:
     """True when report text stays on this machine (offline labeller or a loopback server)."""
     if settings.get("model", "").startswith(RULES_PREFIX):
         return True
-    bases = model_endpoints(settings)
-    return bool(bases) and all((urlparse(b).hostname or "") in ("127.0.0.1", "localhost", "::1") for b in bases)
+    return endpoints.all_local(model_endpoints(settings))
 
 
 def endpoint_label(settings: dict) -> str:
     """Where report text is sent, as recorded on the run and shown in the app (with its origin
     when it comes from a provider's environment variable or default)."""
-    from workbench.llm import EndpointError
-
     model = settings.get("model", "")
     if model.startswith(RULES_PREFIX):
         return model
     try:
         return ", ".join(e.label() for e in _resolved(settings))
-    except EndpointError:
+    except endpoints.EndpointError:
         provider = model.split("/", 1)[0] if "/" in model else "unknown"
         return f"{provider} (endpoint unknown: give api_base)"
 
@@ -194,15 +178,7 @@ def endpoint_allowed(allowed: list[str], settings: dict) -> bool:
     model = settings.get("model", "")
     if model.startswith(RULES_PREFIX):
         return any(model.startswith(a) or a == model for a in allowed)
-    bases = model_endpoints(settings)
-    return bool(bases) and all(any(_url_matches(a, b) for a in allowed) for b in bases)
-
-
-def _url_matches(allowed: str, url: str) -> bool:
-    """Does an endpoint URL fall under an allowed entry (see llm.url_allowed)?"""
-    from workbench.llm import url_allowed
-
-    return url_allowed(allowed, url)
+    return endpoints.may_send(allowed, model_endpoints(settings))
 
 
 class RunLease:
@@ -318,18 +294,22 @@ class RunsService:
         labels = self._check_labels(labels)
         cid = self.cohort_id(cohort)
         cfg = model_config(settings)
-        with self.session() as s:
+        # the row, its lease and its audit event in one transaction: a run that cannot start leaves nothing,
+        # and one that starts is ours from its first moment (see _execute: it never stays "running")
+        lease = RunLease(self, 0, self.lease_ttl_s)
+        with self.session(write=True) as s:
             q.put_version_examples(s, commit, ps.example_report_ids())  # so evaluating needs no Git
             run = q.add_run(
                 s, cohort_id=cid, prompt_commit=commit, prompt_ref=prompt_ref or "HEAD", model=cfg.model,
                 params_json=json.dumps(self._run_params(cfg, settings), sort_keys=True), mode=mode or ps.task.mode,
                 labels_json=json.dumps(labels), sections=",".join(self.config.sections),
                 endpoint=endpoint_label(settings), created_by=self.actor.user,
+                lease_holder=lease.holder, lease_expires_at=time.time() + self.lease_ttl_s,
             )
             q.add_audit(s, self.actor.user, "start", "run", str(run.id), None,
                         {"model": cfg.model, "endpoint": run.endpoint, "prompt": commit[:12], "cohort": cohort})
-            run_id = run.id
-        return self._execute(run_id, on_progress, cancel)
+            run_id = lease.run_id = run.id
+        return self._execute(run_id, on_progress, cancel, lease=lease, started=True)
 
     def unchanged_run(self, cohort: str, prompt_ref: str | None = None, model: str | None = None,
                       labels: list[str] | None = None, mode: str | None = None, **overrides) -> int | None:
@@ -405,6 +385,12 @@ class RunsService:
                 "`workbench allow-endpoint URL`."
             )
 
+    def _routed(self, cfg):
+        """cfg with the proxies it may go through: only those the study allows (any other is bypassed)."""
+        import dataclasses
+
+        return dataclasses.replace(cfg, proxies=endpoints.allowed_proxies(self.config.allowed_endpoints, os.environ))
+
     @staticmethod
     def _run_params(cfg, settings: dict) -> dict:
         """What is recorded on the run: the answer-changing parameters plus concurrency/endpoints."""
@@ -417,22 +403,24 @@ class RunsService:
 
     # ------------------------------------------------------------ execution
 
-    def _execute(self, run_id: int, on_progress, cancel) -> RunSummary:
-        """Do every call a run still needs, as its one executor (see RunLease)."""
+    def _execute(self, run_id: int, on_progress, cancel, lease: "RunLease | None" = None,
+                 started: bool = False) -> RunSummary:
+        """Do every call a run still needs, as its one executor (see RunLease); started: a new run's row
+        was created "running" with this lease held."""
         with self.session() as s:
             if q.get_run(s, run_id) is None:
                 raise StudyError(f"no run {run_id}")
-        lease = RunLease(self, run_id, self.lease_ttl_s)
+        lease = lease or RunLease(self, run_id, self.lease_ttl_s)
         lease.take()
         stop = threading.Event()
         lease.keep(stop, cancel)
-        state = {"running": False}
+        state = {"running": started}
         try:
             with fewer_collections():  # tens of thousands of short-lived rows and replies: see workbench.runtime
                 return self._execute_leased(run_id, on_progress, cancel, stop, lease, state)
         except BaseException:
             if state["running"] and not lease.lost:  # never leave a run "running" that nobody executes
-                with self.session() as s:
+                with self.session(write=True) as s:
                     q.update_run(s, run_id, status="incomplete", finished_at=q.now())
             raise
         finally:
@@ -452,8 +440,8 @@ class RunsService:
             raise StudyError(
                 f"run {run_id} sent report text to {', '.join(recorded) or 'this machine'}; it would now go to "
                 f"{endpoint_label(settings)} (the environment changed): restore it, or start a new run")
-        cfg = model_config(settings)
-        with self.session() as s:
+        cfg = self._routed(model_config(settings))
+        with self.session(write=True) as s:  # read, then write: it takes the write lock first (waits, bounded)
             reports = q.reports_frame(s, cohort_id=run.cohort_id)
             done = q.done_prediction_keys(s, run_id)
             q.update_run(s, run_id, status="running", finished_at=None)
@@ -595,7 +583,7 @@ class RunsService:
 
     def _finish(self, run_id: int, labels: list[str], n_reports: int, summary: RunSummary, started: float, cancel) -> RunSummary:
         """Recount failures from the stored predictions and set the run's status."""
-        with self.session() as s:
+        with self.session(write=True) as s:
             stored, failures = q.prediction_tally(s, run_id)
             complete = stored == n_reports * len(labels)
             cancelled = cancel is not None and cancel.is_set() and not complete and not summary.stopped_reason

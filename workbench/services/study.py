@@ -25,7 +25,7 @@ from workbench.core.vocab import Vocabulary
 from workbench.store import db, prompt_repo, queries as q
 from workbench.study import (
     PROMPTS_DIR, StudyConfig, StudyError, StudyPaths, VOCAB_FILE, database_url, find_vocabulary_file,
-    load_config, load_vocabulary_file, save_config,
+    load_config, load_vocabulary_file, permission_warnings, save_config,
 )
 from workbench.errors import UserError, WorkbenchError
 
@@ -107,7 +107,9 @@ def init_study(root: Path, vocab: str = "ranscore-21", db_url: str | None = None
         raise StudyError(f"no starter prompt set {seed_dir.name!r} in {PROMPTS_DIR}; pass --prompts NAME")
     seed_files = {p.name: p.read_text(encoding="utf-8") for p in sorted(seed_dir.glob("*.yaml"))}
     _validate_prompt_files(seed_files, vocabulary)
-    root.mkdir(parents=True, exist_ok=True)
+    if not root.exists():
+        root.mkdir(parents=True, mode=0o700)
+        root.chmod(0o700)  # whatever the umask: the folder holds the database and the reports' text
     shutil.copyfile(vocab_path, root / VOCAB_FILE)
     cfg = StudyConfig(name=name or root.name)
     if db_url:
@@ -153,6 +155,10 @@ class StudyService:
     def as_actor(self, actor: Actor):
         """The same study (sharing its engine) acting as another user."""
         return type(self)(self.root, actor=actor, engine=self.engine)  # settings re-read: an edit takes effect
+
+    def permission_warnings(self) -> list[str]:
+        """What lets other users of this machine read the study's folder or database (said, never changed)."""
+        return permission_warnings(self.root, db.sqlite_file(self.url))
 
     def migrate(self) -> list[str]:
         """Bring the database schema up to date; a workbench.yaml edited by hand is recorded in the audit trail."""

@@ -7,7 +7,12 @@ number; an older one runs every step after its recorded version, in one transact
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
+import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Callable, Iterator
 
 from sqlalchemy import event, inspect, text
@@ -89,15 +94,50 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None] | None]] = [
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 
+BUSY_TIMEOUT_S = 30.0  # a writer waits this long for SQLite's write lock ($WORKBENCH_DB_WAIT_S), then fails
+WAIT_NOTICE_S = 1.0  # a wait longer than this is said, so a command that waits is not taken for a hung one
+_log = logging.getLogger("workbench.db")
+
+
 def make_engine(url: str) -> Engine:
     """An engine with the settings this workbench relies on (WAL, foreign keys, busy timeout)."""
     if url.startswith("sqlite"):
+        _create_private(url)
         # hide_parameters: SQL parameters hold report text; they must never reach an error message or log
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, hide_parameters=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy_timeout_s()},
+                               hide_parameters=True)
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, hide_parameters=True)
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file of a SQLite URL (None for another database or an in-memory one)."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or url == "sqlite:///:memory:" or url.startswith("sqlite:///file:"):
+        return None
+    return Path(url[len(prefix):])
+
+
+def _create_private(url: str) -> None:
+    """Create a new SQLite file readable by its owner only (0600): it holds report text and password
+    hashes; SQLite gives its -wal and -shm files the same mode. An existing file is left as it is."""
+    path = sqlite_file(url)
+    if path is None or path.exists() or not path.parent.is_dir():
+        return
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:  # another process made it first: its mode is its own
+        pass
+
+
+def busy_timeout_s() -> float:
+    """How long a SQLite writer waits for another's write lock before it gives up ($WORKBENCH_DB_WAIT_S, default 30 s)."""
+    try:
+        return max(0.1, float(os.environ.get("WORKBENCH_DB_WAIT_S", "") or BUSY_TIMEOUT_S))
+    except ValueError:
+        return BUSY_TIMEOUT_S
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
@@ -106,7 +146,7 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s() * 1000)}")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.close()
 
@@ -158,6 +198,54 @@ def _set_version(engine: Engine, version: int) -> None:
 
 
 @contextmanager
+def _said_if_waiting(engine: Engine) -> Iterator[None]:
+    """Say on stderr (the 'workbench.db' logger) when taking SQLite's write lock takes longer than a moment.
+
+    A wait is a dict entry that one watcher thread per process looks at a few times a second: a
+    timer thread per transaction would cost a paid run's every stored answer about half a millisecond."""
+    if engine.dialect.name != "sqlite":
+        yield
+        return
+    token = object()
+    _WAITS[token] = time.monotonic()
+    _start_watcher()
+    try:
+        yield
+    finally:
+        _WAITS.pop(token, None)
+
+
+_WAITS: dict[object, float] = {}  # a transaction waiting for the write lock -> since when (monotonic)
+_WATCHER_PID: int | None = None  # the process whose watcher thread runs (a forked worker starts its own)
+_WATCHER_LOCK = threading.Lock()
+
+
+def _start_watcher() -> None:
+    """Start this process's wait watcher once."""
+    global _WATCHER_PID
+    if _WATCHER_PID == os.getpid():
+        return
+    with _WATCHER_LOCK:
+        if _WATCHER_PID != os.getpid():
+            threading.Thread(target=_watch_waits, name="workbench-db-wait", daemon=True).start()
+            _WATCHER_PID = os.getpid()
+
+
+def _watch_waits() -> None:
+    """Log once per wait that has lasted WAIT_NOTICE_S."""
+    said: set[int] = set()
+    while True:
+        time.sleep(0.25)
+        now, waits = time.monotonic(), list(_WAITS.items())
+        for token, since in waits:
+            if now - since >= WAIT_NOTICE_S and id(token) not in said:
+                said.add(id(token))
+                _log.warning(f"waiting for the database: another process is writing to it (giving up after "
+                             f"{busy_timeout_s():g} s) ...")
+        said &= {id(token) for token, _ in waits}
+
+
+@contextmanager
 def session_scope(engine: Engine, write: bool = False) -> Iterator[Session]:
     """One transaction: commit on success, roll back everything on any error.
 
@@ -166,7 +254,8 @@ def session_scope(engine: Engine, write: bool = False) -> Iterator[Session]:
     """
     session = Session(engine, expire_on_commit=False)
     if write:
-        session.connection(execution_options={"wb_write": True})
+        with _said_if_waiting(engine):
+            session.connection(execution_options={"wb_write": True})
     try:
         yield session
         session.commit()

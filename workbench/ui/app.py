@@ -137,6 +137,7 @@ def main(study: str | None = None, start: str | None = None) -> None:
     except StudyError as exc:
         st.error(components.md(f"Cannot open the study: {exc}"))
         st.stop()
+    components.exposure_notices(base)
     if state.actor() is None and base.config.auth != "none":
         start = start or _requested_page()  # a deep link (e.g. /annotate) survives the sign-in form
         st.session_state.setdefault(state.START_PAGE, start)

@@ -51,6 +51,26 @@ def md(value) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\1", str(value)).replace("\n", "  \n")
 
 
+def exposure_notices(wb) -> None:
+    """Say on every page what exposes the study: served to the network without sign-in, files others can read."""
+    import os
+
+    from workbench.study import NO_AUTH_ON_NETWORK
+
+    address = os.environ.get(NO_AUTH_ON_NETWORK)
+    if address and wb.config.auth == "none":
+        st.error(md(f"Served on the network ({address}) without sign-in (auth: none, started with --no-auth-on-network): "
+                    "anyone who reaches this address can read every report. Set auth: local or oidc in Settings."),
+                 icon="⚠️")
+    for warning in wb.permission_warnings():
+        st.warning(md(warning))
+
+
+def user_text(value) -> None:
+    """Text a user wrote (a commit message, a note) shown as plain text: no Markdown, no links made of URLs."""
+    st.text(str(value))
+
+
 def flashes() -> None:
     """Show the messages queued by the previous run (they quote ids and names: shown as text)."""
     for kind, message in state.pop_flashes():

@@ -98,10 +98,13 @@ def _votes(wb, report_id: str, label: str) -> None:
     notes = state.read(wb, "notes", label, report_id)
     for note in notes.itertuples(index=False):
         st.caption(components.md(f"Note by {note.author}: {note.category} ({note.significance})"
-                                 + (" · reference wrong" if note.reference_wrong else "") + (f": {note.text}" if note.text else "")))
+                                 + (" · reference wrong" if note.reference_wrong else "")))
+        if note.text:
+            components.user_text(note.text)
     history = state.read(wb, "adjudication_history", report_id, label)
     for h in history.itertuples(index=False):
-        st.caption(components.md(f"Earlier: {int(h.value)} by {h.adjudicator} ({components.when(h.created_at)}): {h.reason}"))
+        st.caption(components.md(f"Earlier: {int(h.value)} by {h.adjudicator} ({components.when(h.created_at)}), reason:"))
+        components.user_text(h.reason)
 
 
 def _decide(wb, queue, pos: int) -> None:

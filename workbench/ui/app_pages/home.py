@@ -25,14 +25,15 @@ def render(wb) -> None:
     c[0].metric("Reference decided", int(summary["decided"].sum() + summary["adjudicated"].sum()),
                 help="(report, label) items settled by the reader vote or by adjudication")
     c[1].metric("Waiting for adjudication", int(summary["waiting"].sum()))
-    c[2].metric("Prompt version", f"v{len(history)}", help=components.md(f"{history.iloc[0]['short']}: {history.iloc[0]['message']}"))
+    c[2].metric("Prompt version", f"v{len(history)}", help=f"commit {history.iloc[0]['short']} (its message is below)")
     c[3].metric("Latest run: macro F1", components.pct(ev.averages["macro_f1"]) if ev else "no run",
                 help="mean over labels of each label's F1: how good the labeller is at finding each finding")
     c[4].metric("Latest run: macro accuracy", components.pct(ev.averages["macro_accuracy"]) if ev else "no run",
                 help="high whenever findings are rare, even if most positives are missed: read it beside F1")
     st.caption(components.md(f"Current prompt version {history.iloc[0]['short']} ({components.when(history.iloc[0]['when'])}, "
-                             f"{history.iloc[0]['author']}): {history.iloc[0]['message']}"
+                             f"{history.iloc[0]['author']}), its message:"
                              + (f" · latest run {latest} ({runs.set_index('id').loc[latest, 'model']})" if latest else "")))
+    components.user_text(history.iloc[0]["message"])
     _attention(wb, summary, latest, ev)
     st.plotly_chart(charts.history_chart(state.read(wb, "iteration_history", cohort)), key="home-history")
     _readers(wb, cohort)
