@@ -13,7 +13,7 @@ import pandas as pd
 from workbench import bundle as bundle_mod
 from workbench import scoring
 from workbench.core.parsing import PARSER_VERSION
-from workbench.store import prompt_repo, queries as q
+from workbench.store import db, prompt_repo, queries as q
 from workbench.store.prompt_repo import PromptRepoError
 from workbench.study import StudyError
 
@@ -230,6 +230,4 @@ def _nearly_full(folder: Path) -> bool:
 
 def _freeze_faults() -> tuple[type[BaseException], ...]:
     """What can fail while freezing and is the disk's or a refusal's fault, not a bug."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    return (OSError, *prompt_repo.git_errors(), SQLAlchemyError, PromptRepoError, bundle_mod.BundleError, StudyError)
+    return (*db.storage_errors(), *prompt_repo.git_errors(), PromptRepoError, bundle_mod.BundleError, StudyError)
