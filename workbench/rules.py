@@ -64,7 +64,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.core.prompts import LabelPrompt
+from workbench.core.prompts import ATTRIBUTE_CUE_PREFIX, LabelPrompt
 
 RULES_MODEL = "workbench/rules"
 # Part of every call-cache key of this engine: any change to these rules changes the answers, so
@@ -381,7 +381,7 @@ def explain(report: str, lp: LabelPrompt, cues: dict[str, tuple[str, ...]]) -> l
     for pattern in comp.force:
         for m in pattern.finditer(report):
             out.append({"start": m.start(), "end": m.end(), "clause": report[m.start():m.end()],
-                        "mention": m.group(0), "outcome": "positive", "rule": "example"})
+                        "mention": m.group(0), "outcome": "positive", "rule": "example", "at": m.span()})
     if comp.mention is None or comp.mention.search(report) is None:
         return sorted(out, key=lambda d: d["start"])
     spans = cs.split(report)
@@ -401,7 +401,7 @@ def explain(report: str, lp: LabelPrompt, cues: dict[str, tuple[str, ...]]) -> l
             else:
                 outcome, rule = _judge(text, m.span(), info, comp), "cues"
             out.append({"start": a, "end": b, "clause": text, "mention": m.group(0),
-                        "outcome": outcome, "rule": rule})
+                        "outcome": outcome, "rule": rule, "at": (a + m.start(), a + m.end())})
     return sorted(out, key=lambda d: d["start"])
 
 
@@ -426,21 +426,110 @@ def _suppressed_clauses(report: str, spans: list[tuple[int, int]], comp: _Label)
     return hit
 
 
-def label_one(report: str, lp: LabelPrompt, cues: dict[str, tuple[str, ...]]) -> dict:
-    """Label one report for one label: {"value": 0|1, "evidence": clause verbatim from the report}."""
+def label_one(report: str, lp: LabelPrompt, cues: dict[str, tuple[str, ...]], spec: tuple = ()) -> dict:
+    """Label one report for one label: {"value": 0|1, "evidence": clause verbatim from the report}, plus
+    "attributes" for a positive answer when the label has attributes (spec)."""
     comp = _label(lp)
     if not comp.force and (comp.mention is None or comp.mention.search(report) is None):
         return {"value": 0, "evidence": ""}
     mentions = explain(report, lp, cues)
-    for d in mentions:
-        if d["outcome"] == "positive":
-            return {"value": 1, "evidence": d["clause"]}
+    positive = [d for d in mentions if d["outcome"] == "positive"]
+    if positive:
+        out = {"value": 1, "evidence": positive[0]["clause"]}
+        if spec:
+            out["attributes"] = attributes_of(report, positive, cues, spec)
+        return out
     return {"value": 0, "evidence": mentions[0]["clause"] if mentions else ""}
 
 
-def label_report(report: str, prompts, cues: dict[str, tuple[str, ...]]) -> dict[str, dict]:
-    """Label one report for several labels: {label id: {"value", "evidence"}}."""
-    return {lp.label: label_one(report, lp, cues) for lp in prompts}
+def label_report(report: str, prompts, cues: dict[str, tuple[str, ...]], specs: dict | None = None) -> dict[str, dict]:
+    """Label one report for several labels: {label id: {"value", "evidence"[, "attributes"]}}."""
+    specs = specs or {}
+    return {lp.label: label_one(report, lp, cues, specs.get(lp.label, ())) for lp in prompts}
+
+
+# ---------------------------------------------------------------- attributes
+
+
+# Words that only modify or place a finding: a coordinated chunk made of these and attribute cues belongs
+# to the finding next to it ("small right and moderate left effusions", "effusions, left greater than
+# right"); a chunk with any other word names another finding and its attributes stay its own.
+MODIFIER_WORDS = frozenset("""
+a an the this these there is are was were be been seen noted present identified again also now still
+on in at of to than from into within involving along greater larger more less worse equal similar
+side sides lung lungs base bases basal basilar apex apices apical hemithorax hemithoraces lobe lobes
+lower upper middle mid zone zones field fields region regions lingula lingular perihilar hilar
+posterior anterior lateral medial costophrenic angle angles pleural space spaces lobar segmental
+subsegmental
+""".split())
+_COORDINATION = re.compile(r",|(?<!\w)(?:and|with|or|plus|as well as)(?!\w)", re.IGNORECASE)
+
+
+def _attribute_patterns(cues: dict, spec: tuple) -> list[tuple[str, list[tuple[str, re.Pattern]]]]:
+    """(attribute, [(value, compiled cue alternation)]) for the attributes of spec that have cues."""
+    key = (tuple(sorted((k, tuple(v)) for k, v in cues.items() if k.startswith(ATTRIBUTE_CUE_PREFIX))), spec)
+    found = _ATTRIBUTE_PATTERNS.get(key)
+    if found is None:
+        found = []
+        for name, values in spec:
+            pats = [(v, _alternation(cues.get(f"{ATTRIBUTE_CUE_PREFIX}{name}:{v}", ()), plural=False)) for v in values]
+            pats = [(v, p) for v, p in pats if p is not None]
+            if pats:
+                found.append((name, pats))
+        if len(_ATTRIBUTE_PATTERNS) >= 256:
+            _ATTRIBUTE_PATTERNS.clear()
+        _ATTRIBUTE_PATTERNS[key] = found
+    return found
+
+
+_ATTRIBUTE_PATTERNS: dict = {}
+
+
+def _modifier_only(text: str, patterns) -> bool:
+    """Whether a chunk holds only attribute cues and placing words (no finding of its own)."""
+    rest = text
+    for _, pats in patterns:
+        for _, pat in pats:
+            rest = pat.sub(" ", rest)
+    words = [w.lower() for w in _WORD.findall(rest)]
+    return all(w in MODIFIER_WORDS for w in words)
+
+
+def attribute_scope(clause: str, start: int, end: int, patterns) -> str:
+    """The part of a clause that describes the mention at [start, end): its coordinated chunk plus
+    neighbouring chunks that hold no other finding."""
+    cuts = [0] + [x for m in _COORDINATION.finditer(clause) for x in m.span()] + [len(clause)]
+    chunks = list(zip(cuts[::2], cuts[1::2]))
+    here = next((i for i, (a, b) in enumerate(chunks) if a <= start < b or (a < end <= b)), 0)
+    lo = hi = here
+    while lo > 0 and _modifier_only(clause[chunks[lo - 1][0]:chunks[lo - 1][1]], patterns):
+        lo -= 1
+    while hi + 1 < len(chunks) and _modifier_only(clause[chunks[hi + 1][0]:chunks[hi + 1][1]], patterns):
+        hi += 1
+    return clause[chunks[lo][0]:chunks[hi][1]]
+
+
+def attributes_of(report: str, positives: list[dict], cues: dict, spec: tuple) -> dict[str, str]:
+    """Attribute values of a positive finding read from the scope of each positive mention; several
+    mentions combine (left + right is bilateral, the largest severity wins). Attributes without a cue
+    in scope are left out (not stated)."""
+    from workbench.core.attributes import combine
+
+    patterns = _attribute_patterns(cues, spec)
+    seen: dict[str, list[str]] = {}
+    for d in positives:
+        clause_start = d["start"]
+        ms, me = d.get("at", (d["start"], d["end"]))
+        scope = attribute_scope(d["clause"], ms - clause_start, me - clause_start, patterns)
+        for name, pats in patterns:
+            hits = sorted((m.start(), value) for value, pat in pats for m in pat.finditer(scope))
+            seen.setdefault(name, []).extend(v for _, v in hits)
+    out = {}
+    for name, _ in spec:
+        value = combine(name, seen.get(name, []))
+        if value is not None:
+            out[name] = value
+    return out
 
 
 # ---------------------------------------------------------------- engine interface
@@ -464,12 +553,13 @@ def answer(meta: dict) -> str:
     if mode == "per_label":
         if len(prompts) != 1:
             raise ValueError(f"rules engine: per_label mode needs exactly one prompt, got {len(prompts)}")
-        decision = label_one(meta["report"], prompts[0], meta["cues"])
+        decision = label_one(meta["report"], prompts[0], meta["cues"], (meta.get("attributes") or {}).get(prompts[0].label, ()))
         if decision == _ABSENT:  # most answers of a run: the same text, serialised once
             return _ABSENT_JSON
         return json.dumps(decision, ensure_ascii=False)
     if mode == "joint":
-        return json.dumps({"labels": label_report(meta["report"], prompts, meta["cues"])}, ensure_ascii=False)
+        return json.dumps({"labels": label_report(meta["report"], prompts, meta["cues"], meta.get("attributes"))},
+                          ensure_ascii=False)
     raise ValueError(f"rules engine: unknown mode {mode!r} (per_label or joint)")
 
 

@@ -132,7 +132,7 @@ def _validate_prompt_files(files: dict[str, str], vocab: Vocabulary) -> PromptSe
             parsed[name] = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise StudyError(f"{name}: not valid YAML ({exc})") from exc
-    return parse_prompt_set(parsed, vocab.asked_ids, vocab.derived_ids)
+    return parse_prompt_set(parsed, vocab.asked_ids, vocab.derived_ids, attributes=vocab.attribute_specs())
 
 
 class StudyService:
