@@ -509,11 +509,16 @@ def attribute_scope(clause: str, start: int, end: int, patterns) -> str:
     return clause[chunks[lo][0]:chunks[hi][1]]
 
 
+def _values_in(text: str, pats) -> list[str]:
+    """The values whose cues occur in text, in text order."""
+    return [v for _, v in sorted((m.start(), value) for value, pat in pats for m in pat.finditer(text))]
+
+
 def attributes_of(report: str, positives: list[dict], cues: dict, spec: tuple) -> dict[str, str]:
     """Attribute values of a positive finding read from the scope of each positive mention; several
     mentions combine (left + right is bilateral, the largest severity wins). Attributes without a cue
     in scope are left out (not stated)."""
-    from workbench.core.attributes import combine
+    from workbench.core.attributes import CATEGORY, combine
 
     patterns = _attribute_patterns(cues, spec)
     seen: dict[str, list[str]] = {}
@@ -522,8 +527,12 @@ def attributes_of(report: str, positives: list[dict], cues: dict, spec: tuple) -
         ms, me = d.get("at", (d["start"], d["end"]))
         scope = attribute_scope(d["clause"], ms - clause_start, me - clause_start, patterns)
         for name, pats in patterns:
-            hits = sorted((m.start(), value) for value, pat in pats for m in pat.finditer(scope))
-            seen.setdefault(name, []).extend(v for _, v in hits)
+            found = _values_in(scope, pats)
+            if not found and CATEGORY.get(name) == "laterality/location":
+                # a place stated once in a clause places every finding there that states none of its own:
+                # "consolidation and atelectasis in the right base", "left base opacity, likely atelectasis"
+                found = _values_in(d["clause"], pats)
+            seen.setdefault(name, []).extend(found)
     out = {}
     for name, _ in spec:
         value = combine(name, seen.get(name, []))
