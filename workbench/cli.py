@@ -1343,6 +1343,39 @@ def _call_forwarding_signals(cmd: list[str], env: dict) -> int:
     return child.wait()
 
 
+@main.command("attributes")
+@click.argument("run_id", type=int)
+@click.option("--label", default=None, help="One label (id or display name); default every label with attributes.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--metrics", "show_metrics", is_flag=True,
+              help="Accuracy and coverage per label and attribute on matched findings, with 95% Wilson intervals.")
+@wide_option
+@study_option
+def attributes_cmd(wb, run_id, label, fmt, show_metrics, wide):
+    """Finding attributes (side, severity, change ...) of a run: one row per (report, label, attribute)
+    with the labeller's value, the reference value when there is one, and the evidence."""
+    if show_metrics:
+        result = wb.attribute_metrics(run_id, label)
+        if fmt == "json":
+            click.echo(json.dumps({"run": run_id, "rule": result["rule"], "parse_failures": result["parse_failures"],
+                                   "attributes": json.loads(result["table"].to_json(orient="records")),
+                                   "confusion": json.loads(result["confusion"].to_json(orient="records"))}, indent=2))
+            return
+        echo_table(result["table"].round(3), fmt, wide=wide,
+                   columns=["label", "attribute", "reference", "n", "correct", "accuracy", "accuracy_lo", "accuracy_hi",
+                            "coverage"])
+        if fmt == "table":
+            click.echo("")
+            say(result["rule"] + f"; attribute parse failures (recorded, never guessed): {result['parse_failures']}")
+        return
+    rows = wb.attribute_rows(run_id, label)
+    echo_table(rows, fmt, wide=wide)
+    if fmt == "table":
+        matched = rows["reference"].notna() & rows["value"].notna()
+        say(f"{len(rows)} row(s); {int(matched.sum())} with both values, "
+            f"{int((matched & (rows['value'] != rows['reference'])).sum())} disagree (`--metrics` for accuracy)")
+
+
 def _whole_sentence_summaries(group: click.Group) -> None:
     """Show each command's whole first paragraph in listings (click cuts it at 45 characters or at 'e.g.')."""
     for cmd in group.commands.values():

@@ -154,7 +154,7 @@ def matched_rows(pred_presence: pd.DataFrame, ref_presence: pd.DataFrame, pred_a
     import pandas as pd
 
     rows = []
-    pv, rv = _lookup(pred_attrs), _lookup(ref_attrs)
+    pv, rv = lookup(pred_attrs), lookup(ref_attrs)
     for label, spec in specs.items():
         if label not in pred_presence.columns or label not in ref_presence.columns:
             continue
@@ -165,7 +165,7 @@ def matched_rows(pred_presence: pd.DataFrame, ref_presence: pd.DataFrame, pred_a
     return pd.DataFrame(rows, columns=["report_id", "label", "attribute", "value", "reference"])
 
 
-def _lookup(frame: pd.DataFrame) -> dict:
+def lookup(frame: pd.DataFrame) -> dict:
     """(report_id, label, attribute) -> value of a long attribute frame."""
     if frame is None or frame.empty:
         return {}
