@@ -352,3 +352,37 @@ def test_llm_attributes_good_malformed_and_missing_through_http(study):
     assert bad["status"] == "attribute_parse_error" and "'both' is not one of left, right, bilateral" in bad["detail"]
     assert stored[stored["report_id"] == "r4"].empty  # missing: no values, no failure
     assert study.attribute_metrics(run.run_id)["parse_failures"] == 1
+
+
+# ---------------------------------------------------------------- scoring generated reports
+
+
+def test_scoring_reports_entity_f1_attribute_accuracy_and_report_errors(study, tmp_path):
+    from workbench import scoring
+
+    study.start_run("dev")
+    info = study.freeze("attrs", frozen_at="2026-03-01T12:00:00+00:00")
+    reference = pd.DataFrame(REPORTS, columns=["id", "findings", "impression"])
+    generated = pd.DataFrame([("r1", "Small right pleural effusion.", ""),  # side and severity wrong: 2 mismatches
+                              ("r2", "Small left effusion.", ""),           # invented effusion: 1 FP
+                              ("r3", "Left pleural effusion.", ""),          # side wrong: 1 mismatch
+                              ("r4", "Moderate cardiomegaly.", "")],         # missed atelectasis: 1 FN
+                             columns=["id", "findings", "impression"])
+    reference.to_csv(tmp_path / "reference.csv", index=False)
+    generated.to_csv(tmp_path / "generated.csv", index=False)
+    result = scoring.score(info["json"], tmp_path / "reference.csv", {"G": tmp_path / "generated.csv"}, n_resamples=50,
+                           out=tmp_path / "out")
+    g = result.generators["G"]
+    errors = g.per_report.set_index("report_id")
+    assert errors["errors"].to_dict() == {"r1": 2, "r2": 1, "r3": 1, "r4": 1}
+    assert errors.loc["r1", "attribute_mismatches"] == 2 and errors.loc["r4", "fn"] == 1
+    assert g.report_errors["total"] == 5 and g.report_errors["mean"] == 1.25 and "presence FP + presence FN" in g.report_errors["rule"]
+    side = g.attributes.set_index(["label", "attribute"]).loc[("effusion", "side")]
+    assert (side["n"], side["correct"]) == (2, 0)
+    summary = result.summary().iloc[0]
+    assert summary["mean_report_errors"] == 1.25 and summary["side_accuracy"] == 0.0 and summary["side_n"] == 2
+    written = json.loads((tmp_path / "out" / "results.json").read_text())["generators"]["G"]
+    assert written["report_errors"]["total"] == 5 and "matched" in written["attributes"]["rule"]
+    assert {r["label"] for r in written["entity_f1"]["per_label"]} >= {"effusion", "atelectasis"}
+    rows = list(csv.DictReader((tmp_path / "out" / "G.attributes.csv").open()))
+    assert {(r["label"], r["attribute"]) for r in rows} >= {("effusion", "side"), ("all", "side")}

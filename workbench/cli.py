@@ -968,8 +968,10 @@ def score(bundle_path, reference, generated, model, api_base, allow, study, out,
             title = f"{name}: per label"
         echo_table(g.per_label.reset_index(), title=title,
                    columns=["label", "support", "tp", "fp", "fn", "precision", "recall", "f1", "failed_generated", "failed_reference"])
+        _echo_attribute_scores(name, g)
     click.echo("")
     say(f"zero division: {scoring.POLICY_TEXT[zero_division]}")
+    say(scoring.ENTITY_F1_RULE)
     if out:
         click.echo(f"wrote CSV and JSON to {out}")
     if result.unscored():
@@ -1374,6 +1376,22 @@ def attributes_cmd(wb, run_id, label, fmt, show_metrics, wide):
         matched = rows["reference"].notna() & rows["value"].notna()
         say(f"{len(rows)} row(s); {int(matched.sum())} with both values, "
             f"{int((matched & (rows['value'] != rows['reference'])).sum())} disagree (`--metrics` for accuracy)")
+
+
+def _echo_attribute_scores(name: str, g) -> None:
+    """A generator's attribute accuracy per label on matched findings and its report-level error count."""
+    if len(g.attributes):
+        click.echo("")
+        shown = g.attributes[g.attributes["reference"] > 0].round(3)
+        echo_table(shown, title=f"{name}: attributes on matched findings (support = reference values)",
+                   columns=["label", "attribute", "reference", "n", "accuracy", "accuracy_lo", "accuracy_hi", "coverage"])
+        say("attribute accuracy per label and attribute, micro-pooled over labels in the 'all' rows; n = matched "
+            "findings (both reports positive) where both give the attribute a value; 95% Wilson intervals")
+    e = g.report_errors
+    if e:
+        click.echo(f"{name}: report-level errors {e['total']} over {e['reports']} reports (mean {e['mean']:.2f}: "
+                   f"{e['fp']} invented + {e['fn']} missed + {e['attribute_mismatches']} attribute mismatches)"
+                   if e["reports"] else f"{name}: no report without a failed extraction to count errors on")
 
 
 def _whole_sentence_summaries(group: click.Group) -> None:
