@@ -386,3 +386,18 @@ def test_scoring_reports_entity_f1_attribute_accuracy_and_report_errors(study, t
     assert {r["label"] for r in written["entity_f1"]["per_label"]} >= {"effusion", "atelectasis"}
     rows = list(csv.DictReader((tmp_path / "out" / "G.attributes.csv").open()))
     assert {(r["label"], r["attribute"]) for r in rows} >= {("effusion", "side"), ("all", "side")}
+
+
+def test_attribute_disagreements_join_the_queue_with_their_category(study):
+    run = study.start_run("dev", labels=["effusion", "cardiomegaly", "atelectasis"])
+    queue = study.disagreements(run.run_id, kind="attribute")
+    rows = {(r.report_id, r.label, r.attribute): r for r in queue.itertuples(index=False)}
+    assert set(rows) == {("r3", "effusion", "side"), ("r4", "cardiomegaly", "severity")}
+    assert rows[("r3", "effusion", "side")].attribute_category == "laterality/location"
+    assert rows[("r4", "cardiomegaly", "severity")].detail == "severity: labeller moderate, reference mild"
+    assert "severity" in study.config.error_categories and "comparison" in study.config.error_categories
+    study.add_note("r4", "cardiomegaly", "severity", "does not change management", "graded one step up", run_id=run.run_id)
+    noted = study.disagreements(run.run_id, category="severity")
+    assert list(noted["type"]) == ["attribute"]
+    assert len(study.disagreements(run.run_id)) == len(study.disagreements(run.run_id, kind="FP")) + \
+        len(study.disagreements(run.run_id, kind="FN")) + len(study.disagreements(run.run_id, kind="failed")) + 2

@@ -475,7 +475,8 @@ def history(wb, cohort, fmt, per_label):
 @main.command()
 @click.argument("run_id", type=int)
 @click.option("--label", default=None, help="Only this label.")
-@click.option("--type", "kind", type=click.Choice(["FP", "FN", "failed"]), default=None, help="Only this kind.")
+@click.option("--type", "kind", type=click.Choice(["FP", "FN", "failed", "attribute"]), default=None,
+              help="Only this kind (attribute: a matched finding whose side, severity or change differs).")
 @click.option("--category", default=None, help="Only cases with a note of this error category.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--text/--no-text", "show_text", default=None,
@@ -486,6 +487,8 @@ def disagreements(wb, run_id, label, kind, category, fmt, show_text, wide):
     """The disagreement queue of a run: where the labeller and the reference differ."""
     frame = wb.disagreements(run_id, label=label, kind=kind, category=category)
     cols = ["report_id", "label", "type", "reference", "prediction", "votes", "evidence", "status", "notes", "categories"]
+    if (frame["type"] == "attribute").any():  # which attribute differs and the category a note on it takes
+        cols += ["detail", "attribute_category"]
     if fmt != "table":
         echo_table(frame[cols], fmt)
         return
@@ -506,7 +509,7 @@ def disagreements(wb, run_id, label, kind, category, fmt, show_text, wide):
             "; significance: changes management, does not change management, unsure")
 
 
-KIND_WORDS = {"FN": "missed", "FP": "false alarm", "failed": "no answer"}
+KIND_WORDS = {"FN": "missed", "FP": "false alarm", "failed": "no answer", "attribute": "attribute differs"}
 
 
 def _disagreement_texts(wb, run_id: int, frame: pd.DataFrame) -> None:

@@ -23,7 +23,7 @@ VOCAB_FILE = "vocabulary.yaml"
 PROMPT_REPO_DIR = "prompts"
 DEFAULT_CATEGORIES = [
     "negation missed", "hedging/uncertainty", "synonym or abbreviation", "temporal wording",
-    "device or post-procedure", "laterality/location", "overlapping label definitions",
+    "device or post-procedure", "laterality/location", "severity", "comparison", "overlapping label definitions",
     "report ambiguous", "reference label wrong", "other",
 ]
 SIGNIFICANCE = ["changes management", "does not change management", "unsure"]
