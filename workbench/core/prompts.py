@@ -224,15 +224,16 @@ def parse_task(data: object, source: str = TASK_FILE) -> TaskSpec:
 
 
 def _attribute_cues(data: object, source: str) -> tuple:
-    """attribute_cues: {attribute: {value: [phrases]}} in file order (names are checked against the vocabulary
-    by parse_prompt_set, which knows it)."""
+    """attribute_cues: {attribute: {value: [phrases]}} (names are checked against the vocabulary by
+    parse_prompt_set, which knows it)."""
     if data is None:
         return ()
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise PromptError(f"{source}: attribute_cues must map an attribute to {{value: [phrases]}}")
+    # sorted: a frozen bundle stores the task as canonical (sorted-key) JSON, and must load back equal
     return tuple((str(name), tuple((str(value), _str_list(phrases, f"{source}: attribute_cues.{name}.{value}"))
-                                   for value, phrases in values.items()))
-                 for name, values in data.items())
+                                   for value, phrases in sorted(values.items())))
+                 for name, values in sorted(data.items()))
 
 
 def check_attribute_cues(task: TaskSpec, attributes: dict, source: str = TASK_FILE) -> None:
