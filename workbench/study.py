@@ -48,9 +48,12 @@ class StudyConfig:
     allowed_endpoints: list = field(default_factory=lambda: list(LOCAL_ENDPOINTS))
     auth: str = "none"
     dev_cohort: str = "dev"
+    # Annotate offers a picker for the attributes (side, severity ...) of each ticked label; off by default
+    # so presence-only reading stays as fast
+    annotate_attributes: bool = False
 
     KEYS = ("name", "vocabulary", "database", "reference", "sections", "labeller", "error_categories",
-            "allowed_endpoints", "auth", "dev_cohort")
+            "allowed_endpoints", "auth", "dev_cohort", "annotate_attributes")
 
     def to_dict(self) -> dict:
         """Plain data for YAML."""
