@@ -23,8 +23,10 @@ VOCAB_FILE = "vocabulary.yaml"
 PROMPT_REPO_DIR = "prompts"
 DEFAULT_CATEGORIES = [
     "negation missed", "hedging/uncertainty", "synonym or abbreviation", "temporal wording",
-    "device or post-procedure", "laterality/location", "severity", "comparison", "overlapping label definitions",
+    "device or post-procedure", "laterality/location", "overlapping label definitions",
     "report ambiguous", "reference label wrong", "other",
+    # attribute disagreements (a matched finding's severity or change differs; side is laterality/location)
+    "severity", "comparison",
 ]
 SIGNIFICANCE = ["changes management", "does not change management", "unsure"]
 LOCAL_ENDPOINTS = ["workbench/rules", "http://127.0.0.1", "http://localhost", "https://127.0.0.1", "https://localhost"]
