@@ -401,3 +401,25 @@ def test_attribute_disagreements_join_the_queue_with_their_category(study):
     assert list(noted["type"]) == ["attribute"]
     assert len(study.disagreements(run.run_id)) == len(study.disagreements(run.run_id, kind="FP")) + \
         len(study.disagreements(run.run_id, kind="FN")) + len(study.disagreements(run.run_id, kind="failed")) + 2
+
+
+def test_import_openi_reads_mesh_qualifiers_as_attribute_gold(tmp_path):
+    from workbench.services import init_study
+
+    wb = init_study(tmp_path / "study", vocab="chestxray14", rule={"rule": "majority", "n": 1})
+    reports = pd.DataFrame({"uid": [1, 2], "MeSH": ["Pleural Effusion/right/small;Pleural Effusion/left/large",
+                                                    "Cardiomegaly/borderline;Calcinosis/lung/left"],
+                            "findings": ["Small right and large left effusions.", "Borderline heart size."],
+                            "impression": ["", ""]})
+    reports.to_csv(tmp_path / "reports.csv", index=False)
+    header = "filename," + ",".join(["Atelectasis", "Cardiomegaly", "Effusion", "Infiltration", "Mass", "Nodule",
+                                     "Pneumonia", "Pneumothorax", "Consolidation", "Edema", "Emphysema", "Fibrosis",
+                                     "Pleural_Thickening", "Hernia"]) + ",normal\n"
+    (tmp_path / "labels14.csv").write_text(header + "CXR1,0,0,1" + ",0" * 11 + ",0\nCXR2,0,1" + ",0" * 12 + ",0\n")
+    summary = wb.import_openi(tmp_path / "reports.csv", tmp_path / "labels14.csv", "dev")
+    assert summary.details["attribute values (MeSH)"] == 3
+    ref = wb.reference_attributes("dev")
+    assert set(zip(ref["report_id"], ref["label"], ref["attribute"], ref["reference"])) == {
+        ("1", "effusion", "side", "bilateral"), ("1", "effusion", "severity", "severe"),
+        ("2", "cardiomegaly", "severity", "mild")}
+    wb.engine.dispose()
