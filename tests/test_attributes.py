@@ -423,3 +423,14 @@ def test_import_openi_reads_mesh_qualifiers_as_attribute_gold(tmp_path):
         ("1", "effusion", "side", "bilateral"), ("1", "effusion", "severity", "severe"),
         ("2", "cardiomegaly", "severity", "mild")}
     wb.engine.dispose()
+
+
+def test_offline_joint_answer_carries_attributes_the_parser_reads_back():
+    prompts = [PS.label("effusion"), PS.label("cardiomegaly")]
+    text = "Moderate cardiomegaly. Small left effusion."
+    specs = {k: PS.attributes[k] for k in ("effusion", "cardiomegaly")}
+    reply = rules.answer({"report": text, "mode": "joint", "prompts": prompts, "cues": PS.task.cue_lists(),
+                          "attributes": specs})
+    out = parse_joint_reply(reply, ["effusion", "cardiomegaly"], text, specs)
+    assert out["effusion"].attributes == (("side", "left"), ("severity", "mild"))
+    assert out["cardiomegaly"].attributes == (("severity", "moderate"),)
