@@ -262,8 +262,9 @@ class EvaluationService:
         out = self._blind_rows(out)  # a reader: only reports they have finished
         out["attribute"], out["attribute_category"] = "", ""
         if kind in (None, "attribute") and self.vocab.attribute_specs():
-            out = pd.concat([out, self._attribute_disagreements(run_id, merged, label, shown, error_rate, support)],
-                            ignore_index=True)
+            extra = self._attribute_disagreements(run_id, merged, label, shown, error_rate, support)
+            if len(extra):
+                out = pd.concat([out, extra], ignore_index=True)
         if label:
             out = out[out["label"] == (self.vocab.resolve(label) or label)]
         if kind:
@@ -286,6 +287,11 @@ class EvaluationService:
         if label:
             one = self.vocab.resolve(label) or label
             specs = {k: v for k, v in specs.items() if k == one}
+        columns = ["report_id", "label", "type", "reference", "prediction", "votes", "reference_status", "evidence",
+                   "evidence_found", "status", "detail", "label_error_rate", "label_support", "attribute",
+                   "attribute_category", "notes", "categories"]
+        if self.reference_attributes(self._cohort_name(self.run_info(run_id).cohort_id)).empty:
+            return pd.DataFrame(columns=columns)  # no reader gave an attribute: nothing to compare (and no matrices built)
         y_pred, y_true, pred_attrs, ref_attrs = self.attribute_inputs(run_id)
         wrong = core.mismatches(core.matched_rows(y_pred, y_true, pred_attrs, ref_attrs, specs))
         if shown is not None:
@@ -304,9 +310,7 @@ class EvaluationService:
                 "detail": f"{r.attribute}: labeller {r.value}, reference {r.reference}",
                 "label_error_rate": error_rate.get(r.label), "label_support": support.get(r.label),
                 "attribute": r.attribute, "attribute_category": r.category})
-        frame = pd.DataFrame(rows, columns=["report_id", "label", "type", "reference", "prediction", "votes",
-                                            "reference_status", "evidence", "evidence_found", "status", "detail",
-                                            "label_error_rate", "label_support", "attribute", "attribute_category"])
+        frame = pd.DataFrame(rows, columns=columns[:-2])
         return self._attach_notes(frame) if len(frame) else frame.assign(notes=0, categories="")
 
     def _attach_notes(self, frame: pd.DataFrame) -> pd.DataFrame:
