@@ -310,8 +310,9 @@ def test_cli_writes_readable_csv_and_json(bundle_path, tmp_path, monkeypatch):
     assert res.exit_code == 0, res.output
     assert "Ran Score 0.444" in res.output and "Ran Score 0.414" in res.output
     assert "zero_division=0" in res.output and f"wrote CSV and JSON to {out}" in res.output
-    assert sorted(p.name for p in out.iterdir()) == ["A.per_label.csv", "A.per_report.csv", "B.per_label.csv",
-                                                     "B.per_report.csv", "results.json", "summary.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["A.attributes.csv", "A.per_label.csv", "A.per_report.csv",
+                                                     "B.attributes.csv", "B.per_label.csv", "B.per_report.csv",
+                                                     "results.json", "summary.csv"]
     summary = pd.read_csv(out / "summary.csv")
     assert summary["generator"].tolist() == ["A", "B"]
     assert summary["ran_score"].tolist() == pytest.approx([float(HAND_RAN["A"]["zero"]), float(HAND_RAN["B"]["zero"])])
@@ -397,14 +398,16 @@ def test_reference_labels_are_extracted_once_and_cached_by_bundle_and_text(bundl
     assert extraction_rows(wb) == []
 
     first = wb.score_generated(bundle_path, tmp_path / "ref.csv", {"A": tmp_path / "a.csv"}, n_resamples=50)
-    assert first.reference_stats == {"texts": 13, "extracted": 12, "reused": 0, "failures": 0, "failure_causes": {}}
+    assert first.reference_stats == {"texts": 13, "extracted": 12, "reused": 0, "failures": 0, "failure_causes": {},
+                                     "attribute_parse_failures": 0}
     ref_hashes = {text_sha(t) for t in ref["text"]}
     rows = extraction_rows(wb)
     assert len(ref_hashes) == 12
     assert sorted(r.text_hash for r in rows if r.text_hash in ref_hashes) == sorted(ref_hashes)  # one row per distinct text
     assert {r.bundle_sha for r in rows} == {first.bundle_sha}
     # generator A shares 9 of its 13 texts with the reference: those are reused, 4 are new
-    assert first.generators["A"].stats == {"texts": 13, "extracted": 4, "reused": 9, "failures": 0, "failure_causes": {}}
+    assert first.generators["A"].stats == {"texts": 13, "extracted": 4, "reused": 9, "failures": 0, "failure_causes": {},
+                                          "attribute_parse_failures": 0}
     assert len(rows) == 12 + 4
 
     second = wb.score_generated(bundle_path, tmp_path / "ref.csv", {"B": tmp_path / "b.csv"}, n_resamples=50)

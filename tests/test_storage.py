@@ -461,3 +461,31 @@ def test_prompt_version_examples_first_writer_wins(any_study):
         assert q.version_examples(s, commit) == {"r1", "r2"}
         q.put_version_examples(s, "b" * 40, set())
         assert q.version_examples(s, "b" * 40) == set()  # none recorded differs from not recorded
+
+
+def test_prediction_and_reading_attributes(any_study):
+    any_study.import_reports(DATA / "reports_small.csv", "dev")
+    with any_study.session() as s:
+        cohort = q.get_cohort(s, "dev")
+        run = q.add_run(s, cohort_id=cohort.id, prompt_commit="c" * 40, model="m", params_json="{}", mode="per_label",
+                        labels_json='["pleural_effusion"]')
+        rows = [{"report_id": f"s{i % 8 + 1}", "label": "pleural_effusion", "attribute": a, "value": v, "status": "ok",
+                 "detail": ""} for i in range(8) for a, v in (("side", "left"), ("severity", "mild"))]
+        q.upsert_prediction_attributes(s, run.id, rows * 13)  # 208 rows: PostgreSQL's COPY path, last row of a key wins
+        q.upsert_prediction_attributes(s, run.id, [{**rows[0], "attribute": "", "value": None,
+                                                    "status": "attribute_parse_error", "detail": "not an object"}])
+        stored = q.prediction_attributes_frame(s, run.id)
+        assert len(stored) == 15  # s1's two values were replaced by its parse failure
+        assert stored[stored["report_id"] == "s1"]["status"].tolist() == ["attribute_parse_error"]
+        assert len(q.prediction_attributes_frame(s, run.id, label="edema")) == 0
+        q.ensure_readers(s, ["ann"])
+        frame = pd.DataFrame([("s1", "pleural_effusion", "ann", "side", "left"), ("s2", "pleural_effusion", "ann", "side", "right")],
+                             columns=q.READING_ATTRIBUTE_COLUMNS)
+        assert q.put_reading_attributes(s, frame) == 2
+        q.put_reading_attributes(s, frame.assign(value="bilateral").iloc[:1])  # replaced, not duplicated
+        q.put_reading_attributes(s, frame.iloc[:1].assign(reader="senior"), adjudicated=True)
+        mine = q.reading_attributes_frame(s, cohort.id)
+        assert sorted(mine["value"]) == ["bilateral", "right"]
+        assert q.reading_attributes_frame(s, adjudicated=True)["reader"].tolist() == ["senior"]
+        q.delete_reading_attributes(s, "s1", "pleural_effusion", "ann")
+        assert q.reading_attributes_frame(s)["report_id"].tolist() == ["s2"]

@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 from workbench.core.prompts import PromptSet, dump_label_prompt, dump_task, parse_label_prompt, parse_task
-from workbench.core.vocab import Vocabulary, parse_vocabulary
+from workbench.core.vocab import STANDARD_ATTRIBUTES, Vocabulary, parse_vocabulary
 from workbench.errors import WorkbenchError
 
 FORMAT = "workbench-bundle/1"
@@ -119,8 +119,14 @@ def vocab_to_dict(vocab: Vocabulary) -> dict:
             item["derived"] = lab.derived
         if lab.ignore_for_derived:
             item["ignore_for_derived"] = list(lab.ignore_for_derived)
+        if lab.attributes:
+            item["attributes"] = list(lab.attributes)
         labels.append(item)
-    return {"id": vocab.id, "name": vocab.name, "description": vocab.description, "source": vocab.source, "labels": labels}
+    out = {"id": vocab.id, "name": vocab.name, "description": vocab.description, "source": vocab.source, "labels": labels}
+    own = {name: list(values) for name, values in vocab.attribute_values if STANDARD_ATTRIBUTES.get(name) != values}
+    if own:  # a study's own attributes (zone ...); the standard ones are known to every reader of the bundle
+        out["attributes"] = own
+    return out
 
 
 def build_content(name: str, vocab: Vocabulary, prompts: PromptSet, model: dict, parser_version: str,
@@ -231,7 +237,9 @@ def load_bundle(path: Path) -> Bundle:
     vocab = parse_vocabulary(content["vocabulary"], f"{path}: vocabulary")
     task = parse_task(content["prompts"]["task"], f"{path}: task")
     labels = {k: parse_label_prompt(v, f"{path}: prompts.{k}") for k, v in content["prompts"]["labels"].items()}
-    return Bundle(sha256=actual, content=content, vocab=vocab, prompts=PromptSet(task=task, labels=labels))
+    attributes = {k: v for k, v in vocab.attribute_specs().items() if k in labels}
+    return Bundle(sha256=actual, content=content, vocab=vocab,
+                  prompts=PromptSet(task=task, labels=labels, attributes=attributes))
 
 
 # ---------------------------------------------------------------- signatures (Ed25519, a team key)

@@ -490,7 +490,8 @@ def history(wb, cohort, fmt, per_label):
 @main.command()
 @click.argument("run_id", type=int)
 @click.option("--label", default=None, help="Only this label.")
-@click.option("--type", "kind", type=click.Choice(["FP", "FN", "failed"]), default=None, help="Only this kind.")
+@click.option("--type", "kind", type=click.Choice(["FP", "FN", "failed", "attribute"]), default=None,
+              help="Only this kind (attribute: a matched finding whose side, severity or change differs).")
 @click.option("--category", default=None, help="Only cases with a note of this error category.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--text/--no-text", "show_text", default=None,
@@ -501,6 +502,8 @@ def disagreements(wb, run_id, label, kind, category, fmt, show_text, wide):
     """The disagreement queue of a run: where the labeller and the reference differ."""
     frame = wb.disagreements(run_id, label=label, kind=kind, category=category)
     cols = ["report_id", "label", "type", "reference", "prediction", "votes", "evidence", "status", "notes", "categories"]
+    if (frame["type"] == "attribute").any():  # which attribute differs and the category a note on it takes
+        cols += ["detail", "attribute_category"]
     if fmt != "table":
         echo_table(frame[cols], fmt)
         return
@@ -521,7 +524,7 @@ def disagreements(wb, run_id, label, kind, category, fmt, show_text, wide):
             "; significance: changes management, does not change management, unsure")
 
 
-KIND_WORDS = {"FN": "missed", "FP": "false alarm", "failed": "no answer"}
+KIND_WORDS = {"FN": "missed", "FP": "false alarm", "failed": "no answer", "attribute": "attribute differs"}
 
 
 def _disagreement_texts(wb, run_id: int, frame: pd.DataFrame) -> None:
@@ -983,8 +986,10 @@ def score(bundle_path, reference, generated, model, api_base, allow, study, out,
             title = f"{name}: per label"
         echo_table(g.per_label.reset_index(), title=title,
                    columns=["label", "support", "tp", "fp", "fn", "precision", "recall", "f1", "failed_generated", "failed_reference"])
+        _echo_attribute_scores(name, g)
     click.echo("")
     say(f"zero division: {scoring.POLICY_TEXT[zero_division]}")
+    say(scoring.ENTITY_F1_RULE)
     if out:
         click.echo(f"wrote CSV and JSON to {out}")
     if result.unscored():
@@ -1438,6 +1443,55 @@ def _call_forwarding_signals(cmd: list[str], env: dict) -> int:
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), forward)
     return child.wait()
+
+
+@main.command("attributes")
+@click.argument("run_id", type=int)
+@click.option("--label", default=None, help="One label (id or display name); default every label with attributes.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--metrics", "show_metrics", is_flag=True,
+              help="Accuracy and coverage per label and attribute on matched findings, with 95% Wilson intervals.")
+@wide_option
+@study_option
+def attributes_cmd(wb, run_id, label, fmt, show_metrics, wide):
+    """Finding attributes (side, severity, change ...) of a run: one row per (report, label, attribute)
+    with the labeller's value, the reference value when there is one, and the evidence."""
+    if show_metrics:
+        result = wb.attribute_metrics(run_id, label)
+        if fmt == "json":
+            click.echo(json.dumps({"run": run_id, "rule": result["rule"], "parse_failures": result["parse_failures"],
+                                   "attributes": json.loads(result["table"].to_json(orient="records")),
+                                   "confusion": json.loads(result["confusion"].to_json(orient="records"))}, indent=2))
+            return
+        echo_table(result["table"].round(3), fmt, wide=wide,
+                   columns=["label", "attribute", "reference", "n", "correct", "accuracy", "accuracy_lo", "accuracy_hi",
+                            "coverage"])
+        if fmt == "table":
+            click.echo("")
+            say(result["rule"] + f"; attribute parse failures (recorded, never guessed): {result['parse_failures']}")
+        return
+    rows = wb.attribute_rows(run_id, label)
+    echo_table(rows, fmt, wide=wide)
+    if fmt == "table":
+        matched = rows["reference"].notna() & rows["value"].notna()
+        say(f"{len(rows)} row(s); {int(matched.sum())} with both values, "
+            f"{int((matched & (rows['value'] != rows['reference'])).sum())} disagree (`--metrics` for accuracy)")
+
+
+def _echo_attribute_scores(name: str, g) -> None:
+    """A generator's attribute accuracy per label on matched findings and its report-level error count."""
+    if len(g.attributes):
+        click.echo("")
+        shown = g.attributes[g.attributes["reference"] > 0].round(3)
+        echo_table(shown, title=f"{name}: attributes on matched findings (support = reference values)",
+                   columns=["label", "attribute", "reference", "n", "accuracy", "accuracy_lo", "accuracy_hi", "coverage"])
+        say("attribute accuracy per label and attribute, micro-pooled over labels in the 'all' rows; n = matched "
+            "findings (both reports positive) where both give the attribute a value; 95% Wilson intervals")
+    e = g.report_errors
+    if e:
+        click.echo(f"{name}: report-level errors {e['total']} over {e['reports']} reports (mean {e['mean']:.2f}: "
+                   f"{e['fp']} invented + {e['fn']} missed + {e['attribute_mismatches']} attribute mismatches)"
+                   if e["reports"] else f"{name}: no report without a failed extraction to count errors on")
 
 
 def _whole_sentence_summaries(group: click.Group) -> None:

@@ -549,7 +549,8 @@ def read_readings_wide(path, vocab: Vocabulary, uncertain_as: str | None, known_
     if missing:
         _raise_if(table.source, table.problems + [Problem(None, None, "missing column(s): " + ", ".join(missing))])
     ignored = {c.strip().lower() for c in ignore_columns}
-    headers = [c for c in table.frame.columns if c not in (id_col, reader_col) and c.lower() not in ignored]
+    headers = [c for c in table.frame.columns if c not in (id_col, reader_col) and c.lower() not in ignored
+               and _attribute_header(c, vocab) is None]  # "<label>.<attribute>" columns: read_reading_attributes
     label_of, problems = _label_columns(headers, vocab)
     if not headers:
         problems.append(Problem(None, None, "no label columns (wide format: one column per label)"))
@@ -702,6 +703,83 @@ def _finish(out: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"report_id": out["report_id"].astype(str), "label": out["label"].astype(str),
                          "reader": out["reader"].astype(str), "value": out["value"].astype("int64"),
                          "row": out["row"].astype("int64")})
+
+
+# ---------------------------------------------------------------------------------------------
+# finding attributes of readings (side, severity, change, a study's own)
+
+ATTRIBUTE_COLUMNS = ["report_id", "label", "reader", "attribute", "value"]
+
+
+def _attribute_header(header: str, vocab: Vocabulary) -> str | None:
+    """The attribute a wide-format "<label>.<attribute>" header names, or None for any other header."""
+    if "." not in str(header):
+        return None
+    name = str(header).rsplit(".", 1)[1].strip().lower()
+    return name if name in dict(vocab.attribute_values) else None
+
+
+def read_reading_attributes(path, vocab: Vocabulary, fmt: str, readings: pd.DataFrame) -> pd.DataFrame:
+    """Attribute values in a readings file: long format, a column per attribute (`side`, `severity`, ...);
+    wide format, a column "<label>.<attribute>" (`Effusion.side`). A value needs a ticked label that carries
+    the attribute and one of its values; anything else is refused with its row and column."""
+    table = _load(path)
+    names = dict(vocab.attribute_values)
+    if fmt == "long":
+        columns = {c: (None, c.strip().lower()) for c in table.frame.columns if c.strip().lower() in names}
+    else:
+        columns = {c: (str(c).rsplit(".", 1)[0], _attribute_header(c, vocab)) for c in table.frame.columns
+                   if _attribute_header(c, vocab)}
+    if not columns:
+        return pd.DataFrame(columns=ATTRIBUTE_COLUMNS)
+    rid = _stripped(table, table.column("report_id", *ID_COLUMNS))
+    reader = _stripped(table, table.column("reader")) if table.column("reader") else pd.Series("", index=rid.index)
+    ticked = {(r, lab, d) for r, lab, d, v in readings[["report_id", "label", "reader", "value"]].itertuples(index=False) if v == 1}
+    labels = _stripped(table, table.column("label")) if fmt == "long" else None
+    rows, problems = [], []
+    for col, (label_key, attribute) in columns.items():
+        cells = _stripped(table, col)
+        for pos in [i for i, v in enumerate(cells) if v]:
+            key = label_key if label_key is not None else labels.iloc[pos]
+            label = vocab.resolve(key) or key
+            value = cells.iloc[pos].lower()
+            message = _attribute_problem(vocab, label, attribute, value)
+            if message is None and (rid.iloc[pos], label, reader.iloc[pos]) not in ticked:
+                message = f"{attribute} {value!r} given for {label!r}, which this reader did not tick (value 1)"
+            if message:
+                problems.append(Problem(int(table.rows[pos]), col, message))
+            else:
+                rows.append((rid.iloc[pos], label, reader.iloc[pos], attribute, value))
+    _raise_if(table.source, problems)
+    return pd.DataFrame(rows, columns=ATTRIBUTE_COLUMNS)
+
+
+def _attribute_problem(vocab: Vocabulary, label: str, attribute: str, value: str) -> str | None:
+    """Why a label's attribute value is not accepted, or None."""
+    from workbench.core.vocab import VocabularyError
+
+    if label not in vocab.ids:
+        return f"unknown label {label!r}"
+    try:
+        vocab.check_attribute(label, attribute, value)
+    except VocabularyError as exc:
+        return str(exc)
+    return None
+
+
+def read_openi_attributes(reports_path, vocab: Vocabulary) -> pd.DataFrame:
+    """Attribute gold of OpenI's MeSH column ("Pleural Effusion/right/small") for the reader openi-gold."""
+    from workbench.core.attributes import mesh_attributes
+
+    table = _load(reports_path)
+    uid, mesh = table.column("uid"), table.column("MeSH")
+    if uid is None or mesh is None:
+        return pd.DataFrame(columns=ATTRIBUTE_COLUMNS)
+    specs = vocab.attribute_specs()
+    rows = [(rid, label, OPENI_READER, name, value)
+            for rid, cell in zip(_stripped(table, uid), _stripped(table, mesh))
+            for label, found in mesh_attributes(cell, specs).items() for name, value in found.items()]
+    return pd.DataFrame(rows, columns=ATTRIBUTE_COLUMNS)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -70,6 +70,18 @@ def label_texts(ps: PromptSet, vocab: Vocabulary, texts: dict[str, str], cfg, bu
 
     Returns (labels, stats) with stats: texts, extracted, reused, failures.
     """
+    labels, _, stats = label_texts_with_attributes(ps, vocab, texts, cfg, bundle_sha, cache, on_progress)
+    return labels, stats
+
+
+ATTRIBUTES_KEY = "_attributes"  # beside the label values in a cached extraction: {label: {attribute: value}}
+
+
+def label_texts_with_attributes(ps: PromptSet, vocab: Vocabulary, texts: dict[str, str], cfg, bundle_sha: str,
+                                cache: ExtractionCache | None = None,
+                                on_progress: Callable[[int, int], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """label_texts plus the attributes of positive findings: (labels, attributes long frame with report_id,
+    label, attribute, value, stats); stats also counts attribute parse failures."""
     from workbench.llm import CallRequest
 
     cache = cache or MemoryCache()
@@ -80,9 +92,11 @@ def label_texts(ps: PromptSet, vocab: Vocabulary, texts: dict[str, str], cfg, bu
     names = vocab.names()
     cues = ps.task.cue_lists()
     results: dict[str, dict[str, int | None]] = {}
+    found: dict[str, dict] = {}  # report id -> {label: {attribute: value}}
     for rid, key in keys.items():
         if key in cached:
             results[rid] = json.loads(cached[key])
+            found[rid] = results[rid].pop(ATTRIBUTES_KEY, {})
     todo_ids = sorted({rid for rid in texts if rid not in results})
     # texts that repeat (same text under two ids) are labelled once
     by_key: dict[str, list[str]] = {}
@@ -94,14 +108,17 @@ def label_texts(ps: PromptSet, vocab: Vocabulary, texts: dict[str, str], cfg, bu
         if ps.task.mode == "joint":
             messages = render_joint_call(ps, {lab: names[lab] for lab in asked}, text)
             requests.append(CallRequest(call_key(messages, params), messages, {
-                "ext_key": key, "labels": asked, "report": text, "mode": "joint", "prompts": [ps.label(a) for a in asked], "cues": cues}))
+                "ext_key": key, "labels": asked, "report": text, "mode": "joint", "prompts": [ps.label(a) for a in asked], "cues": cues,
+                "attributes": {a: ps.attributes[a] for a in asked if a in ps.attributes}}))
         else:
             for lab in asked:
                 messages = render_label_call(ps, lab, names[lab], text)
                 requests.append(CallRequest(call_key(messages, params), messages, {
-                    "ext_key": key, "labels": [lab], "report": text, "mode": "per_label", "prompts": [ps.label(lab)], "cues": cues}))
+                    "ext_key": key, "labels": [lab], "report": text, "mode": "per_label", "prompts": [ps.label(lab)], "cues": cues,
+                    "attributes": {lab: ps.attributes[lab]} if lab in ps.attributes else {}}))
     partial: dict[str, dict[str, int | None]] = {k: {} for k in by_key}
-    state = {"done": 0}
+    partial_attrs: dict[str, dict[str, dict[str, str]]] = {k: {} for k in by_key}
+    state = {"done": 0, "attribute_failures": 0}
 
     causes: dict[str, int] = {}
 
@@ -110,11 +127,16 @@ def label_texts(ps: PromptSet, vocab: Vocabulary, texts: dict[str, str], cfg, bu
         if res.text is None:
             decisions = {lab: parsing.Decision(None, "", res.error_kind or "call_error") for lab in meta["labels"]}
         elif meta["mode"] == "joint":
-            decisions = parsing.parse_joint_reply(res.text, meta["labels"], meta["report"])
+            decisions = parsing.parse_joint_reply(res.text, meta["labels"], meta["report"], meta["attributes"])
         else:
-            decisions = {meta["labels"][0]: parsing.parse_reply(res.text, meta["report"])}
+            lab0 = meta["labels"][0]
+            decisions = {lab0: parsing.parse_reply(res.text, meta["report"], meta["attributes"].get(lab0, ()))}
         for lab, d in decisions.items():
             partial[meta["ext_key"]][lab] = d.value
+            if d.attributes:
+                partial_attrs[meta["ext_key"]][lab] = dict(d.attributes)
+            if d.attribute_error:  # counted, never guessed; the presence value still counts
+                state["attribute_failures"] += len(by_key[meta["ext_key"]])
             if d.value is None:  # counted by cause, per (text, label): a failure is never a silent 0
                 causes[d.status] = causes.get(d.status, 0) + len(by_key[meta["ext_key"]])
         state["done"] += 1
@@ -127,15 +149,19 @@ def label_texts(ps: PromptSet, vocab: Vocabulary, texts: dict[str, str], cfg, bu
     for key, rids in by_key.items():
         values = {lab: partial[key].get(lab) for lab in asked}
         if all(v is not None for v in values.values()):
-            cache.put(key, bundle_sha, text_sha(texts[rids[0]]), json.dumps(values, sort_keys=True))
+            stored = {**values, ATTRIBUTES_KEY: partial_attrs[key]} if partial_attrs[key] else values
+            cache.put(key, bundle_sha, text_sha(texts[rids[0]]), json.dumps(stored, sort_keys=True))
         failures += sum(v is None for v in values.values()) * len(rids)
         for rid in rids:
             results[rid] = values
+            found[rid] = partial_attrs[key]
     frame = pd.DataFrame.from_dict(results, orient="index").reindex(index=list(texts), columns=vocab.asked_ids)
     frame = derive_frame(vocab, frame.astype(float))[vocab.ids]
     stats = {"texts": len(texts), "extracted": len(by_key), "reused": len(texts) - len(todo_ids), "failures": failures,
-             "failure_causes": causes}
-    return frame, stats
+             "failure_causes": causes, "attribute_parse_failures": state["attribute_failures"]}
+    rows = [(rid, lab, name, value) for rid in texts for lab, values in found.get(rid, {}).items()
+            for name, value in values.items()]
+    return frame, pd.DataFrame(rows, columns=["report_id", "label", "attribute", "value"]), stats
 
 
 def nan_to_none(frame: pd.DataFrame) -> pd.DataFrame:
@@ -143,4 +169,4 @@ def nan_to_none(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.astype(object).where(frame.notna(), None).map(lambda v: v if v is None else int(v))
 
 
-__all__ = ["label_texts", "MemoryCache", "extraction_key", "text_sha", "engine_for", "nan_to_none", "np"]
+__all__ = ["label_texts", "label_texts_with_attributes", "MemoryCache", "extraction_key", "text_sha", "engine_for", "nan_to_none", "np"]

@@ -64,7 +64,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from workbench.core.prompts import LabelPrompt
+from workbench.core.prompts import ATTRIBUTE_CUE_PREFIX, LabelPrompt
 from workbench.errors import UserError
 
 RULES_MODEL = "workbench/rules"
@@ -382,7 +382,7 @@ def explain(report: str, lp: LabelPrompt, cues: dict[str, tuple[str, ...]]) -> l
     for pattern in comp.force:
         for m in pattern.finditer(report):
             out.append({"start": m.start(), "end": m.end(), "clause": report[m.start():m.end()],
-                        "mention": m.group(0), "outcome": "positive", "rule": "example"})
+                        "mention": m.group(0), "outcome": "positive", "rule": "example", "at": m.span()})
     if comp.mention is None or comp.mention.search(report) is None:
         return sorted(out, key=lambda d: d["start"])
     spans = cs.split(report)
@@ -402,7 +402,7 @@ def explain(report: str, lp: LabelPrompt, cues: dict[str, tuple[str, ...]]) -> l
             else:
                 outcome, rule = _judge(text, m.span(), info, comp), "cues"
             out.append({"start": a, "end": b, "clause": text, "mention": m.group(0),
-                        "outcome": outcome, "rule": rule})
+                        "outcome": outcome, "rule": rule, "at": (a + m.start(), a + m.end())})
     return sorted(out, key=lambda d: d["start"])
 
 
@@ -427,21 +427,133 @@ def _suppressed_clauses(report: str, spans: list[tuple[int, int]], comp: _Label)
     return hit
 
 
-def label_one(report: str, lp: LabelPrompt, cues: dict[str, tuple[str, ...]]) -> dict:
-    """Label one report for one label: {"value": 0|1, "evidence": clause verbatim from the report}."""
+def label_one(report: str, lp: LabelPrompt, cues: dict[str, tuple[str, ...]], spec: tuple = ()) -> dict:
+    """Label one report for one label: {"value": 0|1, "evidence": clause verbatim from the report}, plus
+    "attributes" for a positive answer when the label has attributes (spec)."""
     comp = _label(lp)
     if not comp.force and (comp.mention is None or comp.mention.search(report) is None):
         return {"value": 0, "evidence": ""}
     mentions = explain(report, lp, cues)
-    for d in mentions:
-        if d["outcome"] == "positive":
-            return {"value": 1, "evidence": d["clause"]}
+    positive = [d for d in mentions if d["outcome"] == "positive"]
+    if positive:
+        out = {"value": 1, "evidence": positive[0]["clause"]}
+        if spec:
+            out["attributes"] = attributes_of(report, positive, cues, spec)
+        return out
     return {"value": 0, "evidence": mentions[0]["clause"] if mentions else ""}
 
 
-def label_report(report: str, prompts, cues: dict[str, tuple[str, ...]]) -> dict[str, dict]:
-    """Label one report for several labels: {label id: {"value", "evidence"}}."""
-    return {lp.label: label_one(report, lp, cues) for lp in prompts}
+def label_report(report: str, prompts, cues: dict[str, tuple[str, ...]], specs: dict | None = None) -> dict[str, dict]:
+    """Label one report for several labels: {label id: {"value", "evidence"[, "attributes"]}}."""
+    specs = specs or {}
+    return {lp.label: label_one(report, lp, cues, specs.get(lp.label, ())) for lp in prompts}
+
+
+# ---------------------------------------------------------------- attributes
+
+
+# Words that only modify or place a finding: a coordinated chunk made of these and attribute cues belongs
+# to the finding next to it ("small right and moderate left effusions", "effusions, left greater than
+# right"); a chunk with any other word names another finding and its attributes stay its own.
+MODIFIER_WORDS = frozenset("""
+a an the this these there is are was were be been seen noted present identified again also now still
+on in at of to than from into within involving along greater larger more less worse equal similar
+side sides lung lungs base bases basal basilar apex apices apical hemithorax hemithoraces lobe lobes
+lower upper middle mid zone zones field fields region regions lingula lingular perihilar hilar
+posterior anterior lateral medial costophrenic angle angles pleural space spaces lobar segmental
+subsegmental
+""".split())
+_COORDINATION = re.compile(r",|(?<!\w)(?:and|with|or|plus|as well as)(?!\w)", re.IGNORECASE)
+
+
+def _attribute_patterns(cues: dict, spec: tuple) -> tuple[list, re.Pattern | None]:
+    """([(attribute, (pattern, value of each group))], one pattern of every cue) for the attributes of
+    spec that have cues; cached per cue dict object (a run passes the same dict with every request, and
+    cue dicts are built afresh, never changed in place)."""
+    hit = _ATTRIBUTE_PATTERNS.get((id(cues), spec))
+    if hit is not None and hit[0] is cues:
+        return hit[1]
+    found, phrases = [], []
+    for name, values in spec:
+        pairs = [(w.strip(), v) for v in values for w in cues.get(f"{ATTRIBUTE_CUE_PREFIX}{name}:{v}", ()) if w.strip()]
+        if not pairs:
+            continue
+        pairs.sort(key=lambda pv: (-len(pv[0]), pv[0].lower()))  # longest first, as _alternation does
+        phrases += [w for w, _ in pairs]
+        # one pattern per attribute, a group per phrase: the matched group says which value it names
+        pattern = re.compile("|".join(f"({phrase_pattern(w, plural=False)})" for w, _ in pairs), re.IGNORECASE)
+        firsts = frozenset(_WORD.findall(w)[0].lower() for w, _ in pairs if _WORD.search(w))
+        found.append((name, (pattern, [v for _, v in pairs], firsts)))
+    if len(_ATTRIBUTE_PATTERNS) >= 256:
+        _ATTRIBUTE_PATTERNS.clear()
+    result = (found, _alternation(phrases, plural=False))
+    _ATTRIBUTE_PATTERNS[(id(cues), spec)] = (cues, result)  # the dict is kept, so its id is not reused
+    return result
+
+
+_ATTRIBUTE_PATTERNS: dict = {}
+
+
+def _modifier_only(text: str, any_cue: re.Pattern | None) -> bool:
+    """Whether a chunk holds only attribute cues and placing words (no finding of its own)."""
+    rest = any_cue.sub(" ", text) if any_cue is not None else text
+    return all(w.lower() in MODIFIER_WORDS for w in _WORD.findall(rest))
+
+
+def attribute_scope(clause: str, start: int, end: int, any_cue: re.Pattern | None) -> str:
+    """The part of a clause that describes the mention at [start, end): its coordinated chunk plus
+    neighbouring chunks that hold no other finding."""
+    cuts = [0] + [x for m in _COORDINATION.finditer(clause) for x in m.span()] + [len(clause)]
+    chunks = list(zip(cuts[::2], cuts[1::2]))
+    here = next((i for i, (a, b) in enumerate(chunks) if a <= start < b or (a < end <= b)), 0)
+    lo = hi = here
+    while lo > 0 and _modifier_only(clause[chunks[lo - 1][0]:chunks[lo - 1][1]], any_cue):
+        lo -= 1
+    while hi + 1 < len(chunks) and _modifier_only(clause[chunks[hi + 1][0]:chunks[hi + 1][1]], any_cue):
+        hi += 1
+    return clause[chunks[lo][0]:chunks[hi][1]]
+
+
+def _values_in(text: str, compiled) -> list[str]:
+    """The values whose cues occur in text, in text order."""
+    pattern, values, firsts = compiled
+    out, end = [], -1
+    for word in _WORD.finditer(text):  # try the pattern only where a cue can start: 10x faster than finditer
+        if word.start() >= end and word.group().lower() in firsts:
+            m = pattern.match(text, word.start())
+            if m:
+                out.append(values[m.lastindex - 1])
+                end = m.end()
+    return out
+
+
+def attributes_of(report: str, positives: list[dict], cues: dict, spec: tuple) -> dict[str, str]:
+    """Attribute values of a positive finding read from the scope of each positive mention; several
+    mentions combine (left + right is bilateral, the largest severity wins). Attributes without a cue
+    in scope are left out (not stated)."""
+    from workbench.core.attributes import CATEGORY, combine
+
+    patterns, any_cue = _attribute_patterns(cues, spec)
+    if not patterns:
+        return {}
+    seen: dict[str, list[str]] = {}
+    for d in positives:
+        clause_start = d["start"]
+        ms, me = d.get("at", (d["start"], d["end"]))
+        scope = attribute_scope(d["clause"], ms - clause_start, me - clause_start, any_cue)
+        for name, pats in patterns:
+            found = _values_in(scope, pats)
+            if not found and CATEGORY.get(name) == "laterality/location":
+                # a place stated once in a clause places every finding there that states none of its own:
+                # "consolidation and atelectasis in the right base", "left base opacity, likely atelectasis"
+                found = _values_in(d["clause"], pats)
+            seen.setdefault(name, []).extend(found)
+    out = {}
+    for name, _ in spec:
+        value = combine(name, seen.get(name, []))
+        if value is not None:
+            out[name] = value
+    return out
 
 
 # ---------------------------------------------------------------- engine interface
@@ -465,12 +577,13 @@ def answer(meta: dict) -> str:
     if mode == "per_label":
         if len(prompts) != 1:
             raise ValueError(f"rules engine: per_label mode needs exactly one prompt, got {len(prompts)}")
-        decision = label_one(meta["report"], prompts[0], meta["cues"])
+        decision = label_one(meta["report"], prompts[0], meta["cues"], (meta.get("attributes") or {}).get(prompts[0].label, ()))
         if decision == _ABSENT:  # most answers of a run: the same text, serialised once
             return _ABSENT_JSON
         return json.dumps(decision, ensure_ascii=False)
     if mode == "joint":
-        return json.dumps({"labels": label_report(meta["report"], prompts, meta["cues"])}, ensure_ascii=False)
+        return json.dumps({"labels": label_report(meta["report"], prompts, meta["cues"], meta.get("attributes"))},
+                          ensure_ascii=False)
     raise ValueError(f"rules engine: unknown mode {mode!r} (per_label or joint)")
 
 

@@ -20,8 +20,9 @@ import pandas as pd
 
 from workbench import endpoints, importers
 from workbench.bundle import Bundle, load_bundle
+from workbench.core import attributes as attribute_scores
 from workbench.core import metrics
-from workbench.labelling import ExtractionCache, MemoryCache, label_texts, nan_to_none
+from workbench.labelling import ExtractionCache, MemoryCache, label_texts, label_texts_with_attributes, nan_to_none
 from workbench.errors import UserError, WorkbenchError
 
 ZERO_DIVISION_CHOICES = ("zero", "one", "exclude")
@@ -48,6 +49,9 @@ class GeneratorScore:
     ran_score: dict
     per_report: pd.DataFrame
     stats: dict
+    # accuracy per (label, attribute) on matched findings (empty when the bundle's vocabulary has no attributes)
+    attributes: pd.DataFrame = field(default_factory=pd.DataFrame)
+    report_errors: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -82,6 +86,7 @@ class ScoreResult:
                 "invented_findings_fp": int(g.per_label["fp"].sum()), "missed_findings_fn": int(g.per_label["fn"].sum()),
                 "pairs_scored": r["pairs_scored"], "pairs_total": r["pairs_total"],
                 "failed_generated": r["failed_generated"], "failed_reference": r["failed_reference"],
+                **_attribute_summary(g),
             })
         return pd.DataFrame(rows)
 
@@ -96,6 +101,11 @@ class ScoreResult:
             "generators": {name: {
                 "per_label": json.loads(g.per_label.reset_index().to_json(orient="records")),
                 "averages": g.averages, "ran_score": g.ran_score, "stats": g.stats,
+                "entity_f1": {"per_label": json.loads(g.per_label[["support", "tp", "fp", "fn", "f1"]].reset_index()
+                                                      .to_json(orient="records")), "rule": ENTITY_F1_RULE},
+                "attributes": {"per_label": json.loads(g.attributes.to_json(orient="records")) if len(g.attributes) else [],
+                               "rule": attribute_scores.ACCURACY_RULE},
+                "report_errors": g.report_errors,
             } for name, g in self.generators.items()},
         }
 
@@ -113,7 +123,42 @@ class ScoreResult:
             to_csv(g.per_label.reset_index(), p1)
             to_csv(g.per_report, p2)
             files += [p1, p2]
+            if len(g.attributes):
+                p3 = out / f"{safe}.attributes.csv"
+                to_csv(g.attributes, p3)
+                files.append(p3)
         return files
+
+
+ENTITY_F1_RULE = ("entity F1 per label = 2TP / (2TP + FP + FN) over reports, a finding counted once per report "
+                  "whatever its attributes; support = reference positives")
+
+
+def _attribute_summary(g: GeneratorScore) -> dict:
+    """Summary columns: mean report-level errors and the pooled accuracy of each attribute."""
+    out = {"mean_report_errors": g.report_errors.get("mean")}
+    if len(g.attributes):
+        pooled = g.attributes[g.attributes["label"] == "all"]
+        for row in pooled.itertuples(index=False):
+            out[f"{row.attribute}_accuracy"] = row.accuracy
+            out[f"{row.attribute}_n"] = int(row.n)
+    return out
+
+
+def _attribute_scores(b: Bundle, ref_labels: pd.DataFrame, gen_labels: pd.DataFrame, ref_attrs: pd.DataFrame,
+                      gen_attrs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """(accuracy per label and attribute on matched findings, per-report errors, the report-error summary)."""
+    asked = [lab for lab in b.vocab.asked_ids if lab in ref_labels.columns]
+    matched = attribute_scores.matched_rows(gen_labels, ref_labels, gen_attrs, ref_attrs, b.prompts.attributes)
+    table = attribute_scores.attribute_accuracy(matched)
+    scored = ref_labels[asked].notna().all(axis=1) & gen_labels[asked].notna().all(axis=1)
+    errors = attribute_scores.report_errors(gen_labels[scored], ref_labels[scored], matched, asked)
+    summary = {"mean": float(errors["errors"].mean()) if len(errors) else None, "total": int(errors["errors"].sum()),
+               "fp": int(errors["fp"].sum()), "fn": int(errors["fn"].sum()),
+               "attribute_mismatches": int(errors["attribute_mismatches"].sum()), "reports": int(len(errors)),
+               "reports_left_out": int((~scored).sum()),
+               "rule": attribute_scores.REPORT_ERROR_RULE + "; mean over reports with no failed extraction"}
+    return table, errors, summary
 
 
 def read_texts(path_or_frame, sections: list[str], what: str) -> dict[str, str]:
@@ -215,14 +260,16 @@ def score(bundle, reference, generated: dict, model: str | None = None, out: Pat
     cfg = routed(cfg, allow_endpoints)
     cache = cache or MemoryCache()
     ref_texts = read_texts(reference, b.sections, "reference")
-    ref_labels, ref_stats = label_texts(b.prompts, b.vocab, ref_texts, cfg, b.sha256, cache, on_progress)
+    ref_labels, ref_attrs, ref_stats = label_texts_with_attributes(b.prompts, b.vocab, ref_texts, cfg, b.sha256, cache,
+                                                                   on_progress)
     result = ScoreResult(b.sha256, b.name, cfg.model, zero_division, ref_stats, endpoint=where,
                          max_failed_share=max_failed_share)
     policy = "undefined" if zero_division == "exclude" else zero_division
     for name, source in generated.items():
         gen_texts = read_texts(source, b.sections, name)
         _check_ids(ref_texts, gen_texts, name)
-        gen_labels, stats = label_texts(b.prompts, b.vocab, gen_texts, cfg, b.sha256, cache, on_progress)
+        gen_labels, gen_attrs, stats = label_texts_with_attributes(b.prompts, b.vocab, gen_texts, cfg, b.sha256, cache,
+                                                                   on_progress)
         gen_labels = gen_labels.reindex(ref_labels.index)
         table = metrics.label_metrics(ref_labels, gen_labels, zero_division=policy)
         avg = metrics.averages(table, zero_division=policy)
@@ -245,7 +292,9 @@ def score(bundle, reference, generated: dict, model: str | None = None, out: Pat
         per_label["failed_generated"] = gen_labels[table.index].isna().sum()
         per_label["failed_reference"] = ref_labels[table.index].isna().sum()
         per_report = _per_report(ref_labels, gen_labels)
-        result.generators[name] = GeneratorScore(name, per_label, avg, ran, per_report, stats)
+        attr_table, errors, error_summary = _attribute_scores(b, ref_labels, gen_labels, ref_attrs, gen_attrs)
+        per_report = per_report.join(errors, on="report_id")
+        result.generators[name] = GeneratorScore(name, per_label, avg, ran, per_report, stats, attr_table, error_summary)
     if out is not None:
         result.write(Path(out))
     return result

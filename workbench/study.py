@@ -25,6 +25,8 @@ DEFAULT_CATEGORIES = [
     "negation missed", "hedging/uncertainty", "synonym or abbreviation", "temporal wording",
     "device or post-procedure", "laterality/location", "overlapping label definitions",
     "report ambiguous", "reference label wrong", "other",
+    # attribute disagreements (a matched finding's severity or change differs; side is laterality/location)
+    "severity", "comparison",
 ]
 SIGNIFICANCE = ["changes management", "does not change management", "unsure"]
 NO_AUTH_ON_NETWORK = "WORKBENCH_NO_AUTH_ON_NETWORK"  # set by `workbench app --no-auth-on-network` to the address served
@@ -49,9 +51,12 @@ class StudyConfig:
     allowed_endpoints: list = field(default_factory=lambda: list(LOCAL_ENDPOINTS))
     auth: str = "none"
     dev_cohort: str = "dev"
+    # Annotate offers a picker for the attributes (side, severity ...) of each ticked label; off by default
+    # so presence-only reading stays as fast
+    annotate_attributes: bool = False
 
     KEYS = ("name", "vocabulary", "database", "reference", "sections", "labeller", "error_categories",
-            "allowed_endpoints", "auth", "dev_cohort")
+            "allowed_endpoints", "auth", "dev_cohort", "annotate_attributes")
 
     def to_dict(self) -> dict:
         """Plain data for YAML."""

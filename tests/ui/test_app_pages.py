@@ -332,7 +332,7 @@ def test_disagreements_keys_are_shown_on_the_buttons(study):
     at = open_page(study, "disagreements")
     wb = workbench(study)
     keys = [at.button(key=state.widget_key("dis-cat", i)).proto.shortcut for i in range(len(wb.config.error_categories))]
-    assert keys == list("1234567890")
+    assert keys[:10] == list("1234567890") and len(set(filter(None, keys))) == len(list(filter(None, keys)))
     assert at.button(key=state.widget_key("dis-sig", "changes management")).proto.shortcut == "m"
     assert at.button(key=state.widget_key("dis-save")).proto.shortcut == "enter"
     assert at.button(key=state.widget_key("dis-next")).proto.shortcut == "right"

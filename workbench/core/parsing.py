@@ -13,7 +13,9 @@ import ast
 import json
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from workbench.core.attributes import ATTRIBUTE_PARSE_ERROR, AttributeParseError, Spec, parse_attributes
 
 PARSER_VERSION = "1"
 STATUSES = ("ok", "ok_tolerant", "parse_error", "refusal", "call_error")
@@ -52,6 +54,10 @@ class Decision:
     status: str
     detail: str = ""
     evidence_found: bool | None = None
+    # (attribute, value) pairs of a positive finding; a malformed `attributes` object leaves them empty
+    # and says why in attribute_error, while the presence value still counts
+    attributes: tuple[tuple[str, str], ...] = ()
+    attribute_error: str = ""
 
     @property
     def ok(self) -> bool:
@@ -62,15 +68,16 @@ class Decision:
 # -- public API ---------------------------------------------------------------------------
 
 
-def parse_reply(text: str | None, report_text: str | None = None) -> Decision:
-    """Parse a per-label reply: {"value": 0|1, "evidence": "..."} or a tolerated plain answer."""
+def parse_reply(text: str | None, report_text: str | None = None, spec: Spec = ()) -> Decision:
+    """Parse a per-label reply: {"value": 0|1, "evidence": "...", "attributes": {...}} or a tolerated plain
+    answer; spec: the label's attributes (none asked when empty: an `attributes` object is then ignored)."""
     try:
-        return _parse_reply(text, report_text)
+        return _parse_reply(text, report_text, spec)
     except (_TooDeep, RecursionError):  # RecursionError: e.g. repr of a value nested just under the limit
         return _fail(TOO_DEEP)
 
 
-def _parse_reply(text: str | None, report_text: str | None) -> Decision:
+def _parse_reply(text: str | None, report_text: str | None, spec: Spec = ()) -> Decision:
     if text is None:
         return Decision(None, "", "call_error", "no reply: the call failed")
     if not isinstance(text, str):
@@ -83,13 +90,13 @@ def _parse_reply(text: str | None, report_text: str | None) -> Decision:
         except (ValueError, RecursionError):
             obj = None
         if isinstance(obj, dict):
-            return _from_objects([(obj, False)], whole, report_text)
+            return _from_objects([(obj, False)], whole, report_text, spec)
     body, truncated = _strip_think(text)
     if not body.strip():
         return _fail("reply ended inside <think> (raise max_tokens?)" if truncated else "empty reply")
     objects = _json_objects(body)
     if objects:
-        return _from_objects(objects, body, report_text)
+        return _from_objects(objects, body, report_text, spec)
     return _from_text(body, report_text)
 
 
@@ -102,26 +109,29 @@ class ReplyMemo:
         self._seen: dict[str, Decision] = {}
         self._limit = limit
 
-    def parse(self, text: str | None, report_text: str | None) -> Decision:
-        """parse_reply(text, report_text), remembered when the report cannot change it."""
-        seen = self._seen.get(text) if isinstance(text, str) else None
+    def parse(self, text: str | None, report_text: str | None, spec: Spec = ()) -> Decision:
+        """parse_reply(text, report_text, spec), remembered when the report cannot change it."""
+        key = (text, spec) if spec else text  # the same reply can fit one label's attributes and not another's
+        seen = self._seen.get(key) if isinstance(text, str) else None
         if seen is not None:
             return seen
-        decision = parse_reply(text, report_text)
+        decision = parse_reply(text, report_text, spec)
         if isinstance(text, str) and not decision.evidence and len(self._seen) < self._limit:
-            self._seen[text] = decision
+            self._seen[key] = decision
         return decision
 
 
-def parse_joint_reply(text: str | None, label_ids: list[str], report_text: str | None = None) -> dict[str, Decision]:
-    """Parse a joint reply for several labels; a missing label fails alone."""
+def parse_joint_reply(text: str | None, label_ids: list[str], report_text: str | None = None,
+                      specs: dict[str, Spec] | None = None) -> dict[str, Decision]:
+    """Parse a joint reply for several labels; a missing label fails alone; specs: label -> its attributes."""
     try:
-        return _parse_joint_reply(text, label_ids, report_text)
+        return _parse_joint_reply(text, label_ids, report_text, specs or {})
     except (_TooDeep, RecursionError):  # RecursionError: e.g. repr of a value nested just under the limit
         return {lid: _fail(TOO_DEEP) for lid in label_ids}
 
 
-def _parse_joint_reply(text: str | None, label_ids: list[str], report_text: str | None) -> dict[str, Decision]:
+def _parse_joint_reply(text: str | None, label_ids: list[str], report_text: str | None,
+                       specs: dict[str, Spec]) -> dict[str, Decision]:
     if text is None:
         return {lid: Decision(None, "", "call_error", "no reply: the call failed") for lid in label_ids}
     if not isinstance(text, str):
@@ -137,7 +147,7 @@ def _parse_joint_reply(text: str | None, label_ids: list[str], report_text: str 
     for lid in label_ids:
         key = lid if lid in mapping else None
         entry = mapping[key] if key is not None else index.get(_norm_key(lid), _MISSING)
-        out[lid] = _decision_from_entry(entry, lid, report_text, tolerant)
+        out[lid] = _decision_from_entry(entry, lid, report_text, tolerant, specs.get(lid, ()))
     return out
 
 
@@ -302,7 +312,21 @@ def _value_from_dict(obj: dict) -> tuple[object, str | None]:
     return _MISSING, None
 
 
-def _from_objects(objects: list[tuple[dict, bool]], body: str, report_text: str | None) -> Decision:
+def _with_attributes(decision: Decision, entry: object, spec: Spec) -> Decision:
+    """Attach a positive answer's attributes; a malformed object is an attribute parse failure, never a guess.
+
+    A negative answer carries no attributes (whatever it sends), and a missing object gives none."""
+    if not spec or decision.value != 1 or not isinstance(entry, dict) or "attributes" not in entry:
+        return decision
+    try:
+        values = parse_attributes(entry["attributes"], spec)
+    except AttributeParseError as exc:
+        return replace(decision, attribute_error=f"{ATTRIBUTE_PARSE_ERROR}: {exc}")
+    order = [name for name, _ in spec]
+    return replace(decision, attributes=tuple(sorted(values.items(), key=lambda kv: order.index(kv[0]))))
+
+
+def _from_objects(objects: list[tuple[dict, bool]], body: str, report_text: str | None, spec: Spec = ()) -> Decision:
     candidates = []
     for obj, lenient in objects:
         raw, key = _value_from_dict(obj)
@@ -322,7 +346,7 @@ def _from_objects(objects: list[tuple[dict, bool]], body: str, report_text: str 
     if others - {value}:
         return _fail(f"conflicting JSON objects give both 0 and 1: {_quote(body)}")
     status = "ok" if key == "value" and strict and not lenient else "ok_tolerant"
-    return _with_evidence(value, _evidence_of(obj), status, report_text)
+    return _with_attributes(_with_evidence(value, _evidence_of(obj), status, report_text), obj, spec)
 
 
 # -- helpers: plain text ---------------------------------------------------------------------
@@ -376,7 +400,7 @@ def _joint_mapping(body: str, label_ids: list[str]) -> tuple[dict | None, bool]:
     return (lines, True) if lines else (None, False)
 
 
-def _decision_from_entry(entry: object, lid: str, report_text: str | None, tolerant: bool) -> Decision:
+def _decision_from_entry(entry: object, lid: str, report_text: str | None, tolerant: bool, spec: Spec = ()) -> Decision:
     if entry is _MISSING:
         return _fail(f"label {lid!r} missing from the reply")
     evidence: tuple[str, list[str]] = ("", [])
@@ -393,4 +417,4 @@ def _decision_from_entry(entry: object, lid: str, report_text: str | None, toler
     if value is None:
         return _fail(f"label {lid!r}: value must be 0 or 1, got {raw!r}")
     status = "ok" if strict_key and strict and not tolerant else "ok_tolerant"
-    return _with_evidence(value, evidence, status, report_text)
+    return _with_attributes(_with_evidence(value, evidence, status, report_text), entry, spec)

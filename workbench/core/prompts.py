@@ -26,10 +26,11 @@ LABEL_OPTIONAL = ("notes",)
 EXAMPLE_REQUIRED = ("text", "value", "why")
 EXAMPLE_OPTIONAL = ("source_report_id", "note")
 TASK_REQUIRED = ("mode", "system", "per_label_template", "joint_template", "output_format", "joint_output_format")
-TASK_OPTIONAL = ("cues", "description")
+TASK_OPTIONAL = ("cues", "attribute_cues", "description")
 PER_LABEL_FIELDS = {"label_name", "task", "guidance", "examples", "report", "output_format"}
 JOINT_FIELDS = {"labels_guidance", "label_ids", "report", "output_format"}
 CUE_KEYS = ("negation", "hedge", "resolved", "stable", "improving", "prior", "scope_break")
+ATTRIBUTE_CUE_PREFIX = "attribute:"
 
 # Default cue lists for the offline labeller and for the policy sentences; a task file may override.
 DEFAULT_CUES: dict[str, tuple[str, ...]] = {
@@ -96,11 +97,16 @@ class TaskSpec:
     joint_output_format: str
     cues: tuple[tuple[str, tuple[str, ...]], ...] = ()
     description: str = ""
+    # attribute -> ((value, phrases), ...): the words the offline labeller reads an attribute from
+    attribute_cues: tuple[tuple[str, tuple[tuple[str, tuple[str, ...]], ...]], ...] = ()
 
     def cue_lists(self) -> dict[str, tuple[str, ...]]:
-        """Cue lists with defaults filled in."""
+        """Cue lists with defaults filled in; attribute cues ride along as "attribute:<name>:<value>"."""
         out = dict(DEFAULT_CUES)
         out.update(dict(self.cues))
+        for name, values in self.attribute_cues:
+            for value, phrases in values:
+                out[f"{ATTRIBUTE_CUE_PREFIX}{name}:{value}"] = phrases
         return out
 
 
@@ -110,6 +116,8 @@ class PromptSet:
 
     task: TaskSpec
     labels: dict = field(default_factory=dict)
+    # label id -> its attributes and their values (from the vocabulary); a label absent here is asked none
+    attributes: dict = field(default_factory=dict)
 
     def label(self, label_id: str) -> LabelPrompt:
         """The prompt of one label; KeyError names it."""
@@ -211,7 +219,36 @@ def parse_task(data: object, source: str = TASK_FILE) -> TaskSpec:
         joint_output_format=str(d["joint_output_format"]).strip(),
         cues=tuple((k, _str_list(v, f"{source}: cues.{k}")) for k, v in sorted(cues.items())),
         description=str(d.get("description") or "").strip(),
+        attribute_cues=_attribute_cues(d.get("attribute_cues"), source),
     )
+
+
+def _attribute_cues(data: object, source: str) -> tuple:
+    """attribute_cues: {attribute: {value: [phrases]}} (names are checked against the vocabulary by
+    parse_prompt_set, which knows it)."""
+    if data is None:
+        return ()
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise PromptError(f"{source}: attribute_cues must map an attribute to {{value: [phrases]}}")
+    # sorted: a frozen bundle stores the task as canonical (sorted-key) JSON, and must load back equal
+    return tuple((str(name), tuple((str(value), _str_list(phrases, f"{source}: attribute_cues.{name}.{value}"))
+                                   for value, phrases in sorted(values.items())))
+                 for name, values in sorted(data.items()))
+
+
+def check_attribute_cues(task: TaskSpec, attributes: dict, source: str = TASK_FILE) -> None:
+    """Every attribute and value named in attribute_cues exists in the vocabulary (an unknown one is a typo)."""
+    known: dict[str, tuple[str, ...]] = {}
+    for spec in attributes.values():
+        known.update(dict(spec))
+    for name, values in task.attribute_cues:
+        if name not in known:
+            raise PromptError(f"{source}: attribute_cues: unknown attribute {name!r} "
+                              f"(the vocabulary's labels carry: {', '.join(known) or 'none'})")
+        for value, _ in values:
+            if value not in known[name]:
+                raise PromptError(f"{source}: attribute_cues.{name}: unknown value {value!r} "
+                                  f"(allowed: {', '.join(known[name])})")
 
 
 def check_template(template: object, allowed: set[str], where: str) -> None:
@@ -230,11 +267,16 @@ def check_template(template: object, allowed: set[str], where: str) -> None:
         raise PromptError(f"{where}: the template must contain {{report}}")
 
 
-def parse_prompt_set(files: dict[str, object], label_ids: list[str], derived_ids: list[str] = ()) -> PromptSet:
-    """Build a PromptSet from {filename: parsed YAML}; every asked label needs exactly one file."""
+def parse_prompt_set(files: dict[str, object], label_ids: list[str], derived_ids: list[str] = (),
+                     attributes: dict | None = None) -> PromptSet:
+    """Build a PromptSet from {filename: parsed YAML}; every asked label needs exactly one file.
+
+    attributes: label id -> attribute spec (Vocabulary.attribute_specs()); None asks for no attributes."""
     if TASK_FILE not in files:
         raise PromptError(f"prompt set: missing {TASK_FILE}")
     task = parse_task(files[TASK_FILE], TASK_FILE)
+    if attributes is not None:
+        check_attribute_cues(task, attributes)
     labels: dict[str, LabelPrompt] = {}
     for name, data in sorted(files.items()):
         if name == TASK_FILE:
@@ -250,7 +292,8 @@ def parse_prompt_set(files: dict[str, object], label_ids: list[str], derived_ids
     missing = [i for i in label_ids if i not in labels]
     if missing:
         raise PromptError(f"prompt set: no prompt file for label(s) {', '.join(missing)}")
-    return PromptSet(task=task, labels={i: labels[i] for i in label_ids})
+    return PromptSet(task=task, labels={i: labels[i] for i in label_ids},
+                     attributes={k: v for k, v in (attributes or {}).items() if k in label_ids})
 
 
 # ---------------------------------------------------------------- dumping
@@ -286,6 +329,8 @@ def dump_task(task: TaskSpec) -> dict:
                  "joint_output_format": task.joint_output_format}
     if task.cues:
         out["cues"] = {k: list(v) for k, v in task.cues}
+    if task.attribute_cues:
+        out["attribute_cues"] = {name: {value: list(p) for value, p in values} for name, values in task.attribute_cues}
     if task.description:
         out["description"] = task.description
     return out
@@ -294,8 +339,9 @@ def dump_task(task: TaskSpec) -> dict:
 # ---------------------------------------------------------------- rendering
 
 
-def label_guidance(lp: LabelPrompt, label_name: str) -> str:
-    """The per-label guidance block: definition, look-for, exclusions, hedge and temporal policy."""
+def label_guidance(lp: LabelPrompt, label_name: str, spec: tuple = ()) -> str:
+    """The per-label guidance block: definition, look-for, exclusions, hedge and temporal policy, and the
+    attributes a positive answer carries (spec: the label's attributes, none when empty)."""
     lines = [f"Definition of {label_name}: {lp.definition}"]
     if lp.look_for:
         lines.append("Look specifically for phrases such as: " + "; ".join(f'"{p}"' for p in lp.look_for) + ".")
@@ -305,6 +351,10 @@ def label_guidance(lp: LabelPrompt, label_name: str) -> str:
     lines.append(f'Hedged wording ("cannot exclude", "possible", "may represent"): count as {hedge}.')
     temporal = ", ".join(f"{k} -> {'1' if v == 'positive' else '0'}" for k, v in lp.temporal)
     lines.append(f"Temporal wording: {temporal}.")
+    if spec:
+        listed = "; ".join(f"{name} ({', '.join(values)})" for name, values in spec)
+        lines.append(f"Attributes of a positive {label_name}: {listed}. Give each one the report states for this "
+                     "finding, null when it does not; no attributes for a 0.")
     return "\n".join(lines)
 
 
@@ -331,7 +381,8 @@ def render_label_call(ps: PromptSet, label_id: str, label_name: str, report: str
     """Chat messages asking about one label (per-label mode)."""
     lp = ps.label(label_id)
     user = _fill(ps.task.per_label_template, {
-        "label_name": label_name, "task": lp.task, "guidance": label_guidance(lp, label_name),
+        "label_name": label_name, "task": lp.task,
+        "guidance": label_guidance(lp, label_name, ps.attributes.get(label_id, ())),
         "examples": render_examples(lp), "report": report, "output_format": ps.task.output_format,
     }, f"{TASK_FILE}: per_label_template")
     return [{"role": "system", "content": ps.task.system}, {"role": "user", "content": user}]
@@ -344,7 +395,8 @@ def _label_call_parts(ps: PromptSet, label_id: str, label_name: str) -> tuple[st
     """A per-label call's system message and its user message split where the report goes (None when a
     prompt value itself contains the split marker, so splitting would be ambiguous)."""
     lp = ps.label(label_id)
-    values = {"label_name": label_name, "task": lp.task, "guidance": label_guidance(lp, label_name),
+    values = {"label_name": label_name, "task": lp.task,
+              "guidance": label_guidance(lp, label_name, ps.attributes.get(label_id, ())),
               "examples": render_examples(lp), "output_format": ps.task.output_format}
     if any(_REPORT_SLOT in str(v) for v in values.values()) or _REPORT_SLOT in str(ps.task.system):
         return None
@@ -374,7 +426,8 @@ def render_joint_call(ps: PromptSet, names: dict[str, str], report: str) -> list
     blocks = []
     for label_id, name in names.items():
         lp = ps.label(label_id)
-        blocks.append(f"## {label_id} ({name})\n{lp.task}\n{label_guidance(lp, name)}\n{render_examples(lp)}")
+        guidance = label_guidance(lp, name, ps.attributes.get(label_id, ()))
+        blocks.append(f"## {label_id} ({name})\n{lp.task}\n{guidance}\n{render_examples(lp)}")
     user = _fill(ps.task.joint_template, {
         "labels_guidance": "\n\n".join(blocks), "label_ids": ", ".join(names),
         "report": report, "output_format": ps.task.joint_output_format,

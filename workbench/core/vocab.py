@@ -12,12 +12,20 @@ from dataclasses import dataclass, field
 from workbench.errors import NotFound, WorkbenchError
 
 ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
-LABEL_KEYS = {"id", "name", "category", "definition", "derived", "ignore_for_derived"}
-VOCAB_KEYS = {"id", "name", "description", "source", "labels"}
+LABEL_KEYS = {"id", "name", "category", "definition", "derived", "ignore_for_derived", "attributes"}
+VOCAB_KEYS = {"id", "name", "description", "source", "labels", "attributes"}
 DERIVED_RULES = {"none_of_others"}
 # a labeller asks one question per label per report: beyond this a study is not workable, and the
 # check comes before any label is parsed so a runaway file is refused at once
 MAX_LABELS = 1000
+
+# Attributes every vocabulary may use (SPEC-CXR's location, severity and comparison); a vocabulary's
+# own top-level `attributes:` mapping adds more (zone: [upper, middle, lower]) or narrows one of these.
+STANDARD_ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    "side": ("left", "right", "bilateral"),
+    "severity": ("mild", "moderate", "severe"),
+    "change": ("new", "worse", "better", "unchanged", "resolved"),
+}
 
 
 class VocabularyError(WorkbenchError, ValueError):
@@ -35,6 +43,8 @@ class Label:
     derived: str | None = None
     # labels that do not cancel a derived label (CheXpert: support devices leave No Finding alone)
     ignore_for_derived: tuple[str, ...] = ()
+    # names of the attributes a positive finding of this label carries (side, severity, ...)
+    attributes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,8 @@ class Vocabulary:
     description: str = ""
     source: str = ""
     _index: dict = field(default_factory=dict, compare=False, repr=False)
+    # attribute name -> its closed set of values (the standard ones plus the vocabulary's own)
+    attribute_values: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def ids(self) -> list[str]:
@@ -82,6 +94,26 @@ class Vocabulary:
         """id -> display name."""
         return {lab.id: lab.name for lab in self.labels}
 
+    def attribute_spec(self, label_id: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """The attributes of one label with their allowed values, in the label's order (hashable)."""
+        values = dict(self.attribute_values)
+        return tuple((name, values[name]) for name in self.label(label_id).attributes)
+
+    def attribute_specs(self) -> dict[str, tuple[tuple[str, tuple[str, ...]], ...]]:
+        """label id -> attribute_spec, for every asked label that has attributes."""
+        return {lab.id: self.attribute_spec(lab.id) for lab in self.labels if lab.attributes and not lab.derived}
+
+    def check_attribute(self, label_id: str, attribute: str, value: str | None = None) -> None:
+        """Raise VocabularyError unless the label carries the attribute and value is one of its values."""
+        spec = dict(self.attribute_spec(label_id))
+        if attribute not in spec:
+            allowed = ", ".join(spec) or "none"
+            raise VocabularyError(f"label {label_id!r} has no attribute {attribute!r} in vocabulary {self.id!r} "
+                                  f"(its attributes: {allowed})")
+        if value is not None and value not in spec[attribute]:
+            raise VocabularyError(f"{label_id}.{attribute}: unknown value {value!r}; "
+                                  f"allowed: {', '.join(spec[attribute])}")
+
 
 def _norm(text: str) -> str:
     """Normalise a label key for lookup."""
@@ -110,10 +142,39 @@ def parse_vocabulary(data: object, source: str = "<vocabulary>") -> Vocabulary:
         for other in lab.ignore_for_derived:
             if other not in ids:
                 raise VocabularyError(f"{source}: label {lab.id!r} ignore_for_derived names unknown label {other!r}")
+    values = _parse_attribute_values(data.get("attributes"), source)
+    for lab in labels:
+        for name in lab.attributes:
+            if name not in values:
+                raise VocabularyError(f"{source}: label {lab.id!r} names unknown attribute {name!r}; known: "
+                                      f"{', '.join(values)} (declare your own under the top-level 'attributes:')")
+        if lab.derived and lab.attributes:
+            raise VocabularyError(f"{source}: label {lab.id!r} is derived and cannot carry attributes")
     return Vocabulary(
         id=str(data["id"]), name=str(data["name"]), labels=labels,
         description=str(data.get("description", "")), source=str(data.get("source", "")),
+        attribute_values=tuple(values.items()),
     )
+
+
+def _parse_attribute_values(data: object, source: str) -> dict[str, tuple[str, ...]]:
+    """The standard attributes plus a vocabulary's own {name: [values]} (which may redefine one)."""
+    values = dict(STANDARD_ATTRIBUTES)
+    if data is None:
+        return values
+    if not isinstance(data, dict):
+        raise VocabularyError(f"{source}: 'attributes' must map an attribute name to its list of values")
+    for name, items in data.items():
+        where = f"{source}: attributes.{name}"
+        if not ID_PATTERN.match(str(name)):
+            raise VocabularyError(f"{where}: attribute name must be snake_case (a-z, 0-9, _)")
+        if (not isinstance(items, list) or not items
+                or not all(isinstance(v, str) and ID_PATTERN.match(v) for v in items)):
+            raise VocabularyError(f"{where}: must be a non-empty list of snake_case values (e.g. [upper, lower])")
+        if len(set(items)) != len(items):
+            raise VocabularyError(f"{where}: a value is listed twice")
+        values[str(name)] = tuple(items)
+    return values
 
 
 def _parse_label(item: object, where: str) -> Label:
@@ -136,10 +197,15 @@ def _parse_label(item: object, where: str) -> Label:
         raise VocabularyError(f"{where}: ignore_for_derived must be a list of label ids")
     if ignore and not derived:
         raise VocabularyError(f"{where}: ignore_for_derived only applies to a derived label")
+    attributes = item.get("attributes", []) or []
+    if not isinstance(attributes, list) or not all(isinstance(a, str) for a in attributes):
+        raise VocabularyError(f"{where}: attributes must be a list of attribute names (e.g. [side, severity])")
+    if len(set(attributes)) != len(attributes):
+        raise VocabularyError(f"{where}: an attribute is listed twice")
     return Label(
         id=str(item["id"]), name=str(item["name"]), category=str(item["category"]),
         definition=str(item["definition"]).strip(), derived=derived,
-        ignore_for_derived=tuple(str(x) for x in ignore),
+        ignore_for_derived=tuple(str(x) for x in ignore), attributes=tuple(attributes),
     )
 
 

@@ -4,6 +4,7 @@
 study). Its methods come from one mixin per area so each file stays readable.
 """
 
+from workbench.services.attributes import AttributesService
 from workbench.services.evaluation import Evaluation, EvaluationService
 from workbench.services.freezing import FreezeService
 from workbench.services.optimising import OptimisingService
@@ -18,7 +19,7 @@ from workbench.services.study import (
 
 
 class Workbench(OptimisingService, UISupportService, TeamService, FreezeService, EvaluationService, PromptsService,
-                RunsService, StudyService):
+                RunsService, AttributesService, StudyService):
     """A study opened for use by one actor.
 
     OptimisingService comes first: its bundles() adds test-look counts around FreezeService's.

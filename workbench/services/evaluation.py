@@ -260,15 +260,58 @@ class EvaluationService:
         out = out.sort_values(["label_error_rate", "label_support", "label", "report_id"],
                               ascending=[False, True, True, True])
         out = self._blind_rows(out)  # a reader: only reports they have finished
+        out["attribute"], out["attribute_category"] = "", ""
+        if kind in (None, "attribute") and self.vocab.attribute_specs():
+            extra = self._attribute_disagreements(run_id, merged, label, shown, error_rate, support)
+            if len(extra):
+                out = pd.concat([out, extra], ignore_index=True)
         if label:
             out = out[out["label"] == (self.vocab.resolve(label) or label)]
         if kind:
             out = out[out["type"] == kind]
         if category:
-            out = out[out["categories"].str.contains(category, regex=False)]
+            out = out[out["categories"].str.contains(category, regex=False)
+                      | (out["attribute_category"] == category)]
         cols = ["report_id", "label", "type", "reference", "prediction", "votes", "reference_status", "evidence",
-                "evidence_found", "status", "detail", "notes", "categories", "label_error_rate", "label_support"]
+                "evidence_found", "status", "detail", "notes", "categories", "label_error_rate", "label_support",
+                "attribute", "attribute_category"]
         return out[cols].reset_index(drop=True)
+
+    def _attribute_disagreements(self, run_id: int, merged: pd.DataFrame, label: str | None, shown,
+                                 error_rate: dict, support: dict) -> pd.DataFrame:
+        """Queue rows of matched findings whose attribute differs from the reference's, type "attribute", with
+        their error category (laterality/location, severity, comparison) for the radiologist's note."""
+        from workbench.core import attributes as core
+
+        specs = self.vocab.attribute_specs()
+        if label:
+            one = self.vocab.resolve(label) or label
+            specs = {k: v for k, v in specs.items() if k == one}
+        columns = ["report_id", "label", "type", "reference", "prediction", "votes", "reference_status", "evidence",
+                   "evidence_found", "status", "detail", "label_error_rate", "label_support", "attribute",
+                   "attribute_category", "notes", "categories"]
+        if self.reference_attributes(self._cohort_name(self.run_info(run_id).cohort_id)).empty:
+            return pd.DataFrame(columns=columns)  # no reader gave an attribute: nothing to compare (and no matrices built)
+        y_pred, y_true, pred_attrs, ref_attrs = self.attribute_inputs(run_id)
+        wrong = core.mismatches(core.matched_rows(y_pred, y_true, pred_attrs, ref_attrs, specs))
+        if shown is not None:
+            wrong = wrong[wrong["report_id"].isin(shown)]
+        wrong = self._blind_rows(wrong)
+        base = merged.set_index(["report_id", "label"])
+        rows = []
+        for r in wrong.itertuples(index=False):
+            cell = base.loc[(r.report_id, r.label)] if (r.report_id, r.label) in base.index else None
+            rows.append({
+                "report_id": r.report_id, "label": r.label, "type": "attribute", "reference": 1, "prediction": 1,
+                "votes": "" if cell is None else f"{int(cell['positives'])} of {int(cell['n_readers'])}",
+                "reference_status": "" if cell is None else cell["reference_status"],
+                "evidence": "" if cell is None else cell["evidence"],
+                "evidence_found": None if cell is None else cell["evidence_found"], "status": "ok",
+                "detail": f"{r.attribute}: labeller {r.value}, reference {r.reference}",
+                "label_error_rate": error_rate.get(r.label), "label_support": support.get(r.label),
+                "attribute": r.attribute, "attribute_category": r.category})
+        frame = pd.DataFrame(rows, columns=columns[:-2])
+        return self._attach_notes(frame) if len(frame) else frame.assign(notes=0, categories="")
 
     def _attach_notes(self, frame: pd.DataFrame) -> pd.DataFrame:
         """Count of notes and their categories per (report, label), across runs."""

@@ -112,6 +112,19 @@ class Progress:
     failures: int
 
 
+def attribute_rows(rows: list[dict]) -> list[dict]:
+    """The attribute rows of parsed prediction rows: one per value, or one attribute parse failure."""
+    out = []
+    for r in rows:
+        if r.get("attribute_error"):
+            out.append({"report_id": r["report_id"], "label": r["label"], "attribute": "", "value": None,
+                        "status": "attribute_parse_error", "detail": r["attribute_error"][:2000]})
+        for name, value in r.get("attributes", ()):
+            out.append({"report_id": r["report_id"], "label": r["label"], "attribute": name, "value": value,
+                        "status": "ok", "detail": ""})
+    return out
+
+
 def _example(detail: str) -> str:
     """A failure message fit to print: the model's quoted reply (it may quote the report) cut off."""
     cut = min((i for i in (detail.find(": '"), detail.find(': "')) if i >= 0), default=-1)
@@ -478,6 +491,7 @@ class RunsService:
         def store_reused(rows: list[dict], n_calls: int) -> None:
             with self.session(write=True) as s:
                 q.upsert_predictions(s, run_id, rows)
+                q.upsert_prediction_attributes(s, run_id, attribute_rows(rows))
                 q.add_run_counts(s, run_id, calls_reused=n_calls)
 
         self._reuse_cached(requests, cache, replies, lambda rows, n: writer.submit(lambda: store_reused(rows, n)))
@@ -508,6 +522,7 @@ class RunsService:
             cost = sum(res.cost for _, res, _ in answered if res.cost is not None)
             with self.session(write=True) as s:
                 q.upsert_predictions(s, run_id, rows)
+                q.upsert_prediction_attributes(s, run_id, attribute_rows(rows))
                 q.put_cached_calls(s, [
                     q.CachedCall(req.key, cfg.model, res.text, res.prompt_tokens, res.completion_tokens, res.cost)
                     for req, res, r in answered if res.text is not None and not any(x["value"] is None for x in r)])
@@ -630,9 +645,11 @@ class RunsService:
             params["engine_version"] = getattr(rules, "ENGINE_VERSION", "1")
         names = self.vocab.names()
         cues = ps.task.cue_lists()
+        specs = ps.attributes  # label -> its attributes: the parser checks them, the offline labeller reads them
         call_key = call_keyer(params)
         keyed = {lab: label_call_keyer(ps, lab, names[lab], params) for lab in labels} if mode != "joint" else {}
         prompts = {lab: [ps.label(lab)] for lab in labels}
+        label_specs = {lab: ({lab: specs[lab]} if lab in specs else {}) for lab in labels}
         out = []
         for row in reports.itertuples(index=False):
             text = compose_text(row.findings, row.impression, row.text, sections)
@@ -644,7 +661,8 @@ class RunsService:
                 messages = render_joint_call(ps, {lab: names[lab] for lab in todo}, text)
                 out.append(CallRequest(call_key(messages), messages, {
                     "report_id": row.report_id, "labels": todo, "report": text, "mode": "joint",
-                    "prompts": [ps.label(lab) for lab in todo], "cues": cues}))
+                    "prompts": [ps.label(lab) for lab in todo], "cues": cues,
+                    "attributes": {lab: specs[lab] for lab in todo if lab in specs}}))
                 continue
             for lab in labels:
                 if (row.report_id, lab) in done:
@@ -652,7 +670,7 @@ class RunsService:
                 messages, key = keyed[lab](text, text_json)
                 out.append(CallRequest(key, messages, {
                     "report_id": row.report_id, "labels": [lab], "report": text, "mode": "per_label",
-                    "prompts": prompts[lab], "cues": cues}))
+                    "prompts": prompts[lab], "cues": cues, "attributes": label_specs[lab]}))
         return out
 
     @staticmethod
@@ -665,20 +683,30 @@ class RunsService:
             detail = (res.error if res is not None else "no reply") or "no reply"
             return [{"report_id": meta["report_id"], "label": lab, "value": None, "evidence": "", "evidence_found": None,
                      "status": "call_error", "detail": detail[:2000], "call_key": req.key} for lab in meta["labels"]]
+        specs = meta.get("attributes") or {}
         try:
             if meta["mode"] == "joint":
-                decisions = parsing.parse_joint_reply(text, meta["labels"], meta["report"])
+                decisions = parsing.parse_joint_reply(text, meta["labels"], meta["report"], specs)
             else:
                 parse = replies.parse if replies is not None else parsing.parse_reply
-                decisions = {meta["labels"][0]: parse(text, meta["report"])}
+                decisions = {meta["labels"][0]: parse(text, meta["report"], specs.get(meta["labels"][0], ()))}
         except Exception as exc:  # the parser's contract is never to raise; if it does, one failure, not a dead run
             decisions = {lab: parsing.Decision(None, "", "parse_error", f"parser error ({type(exc).__name__})")
                          for lab in meta["labels"]}
         return [{"report_id": meta["report_id"], "label": lab, "value": d.value, "evidence": d.evidence,
-                 "evidence_found": d.evidence_found, "status": d.status, "detail": d.detail[:2000], "call_key": req.key}
+                 "evidence_found": d.evidence_found, "status": d.status, "detail": d.detail[:2000], "call_key": req.key,
+                 **({"attributes": d.attributes, "attribute_error": d.attribute_error}
+                    if d.attributes or d.attribute_error else {})}
                 for lab, d in decisions.items()]
 
     # ------------------------------------------------------------ reading runs
+
+    def prediction_attributes(self, run_id: int, label: str | None = None) -> pd.DataFrame:
+        """A run's attribute values (report_id, label, attribute, value, status, detail), blinded like predictions."""
+        self.run_info(run_id)
+        with self.session() as s:
+            frame = q.prediction_attributes_frame(s, run_id, label)
+        return self._blind_rows(frame)
 
     def runs(self, cohort: str | None = None) -> pd.DataFrame:
         """Runs newest first."""

@@ -134,7 +134,7 @@ def _validate_prompt_files(files: dict[str, str], vocab: Vocabulary) -> PromptSe
             parsed[name] = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise StudyError(f"{name}: not valid YAML ({exc})") from exc
-    return parse_prompt_set(parsed, vocab.asked_ids, vocab.derived_ids)
+    return parse_prompt_set(parsed, vocab.asked_ids, vocab.derived_ids, attributes=vocab.attribute_specs())
 
 
 class StudyService:
@@ -338,10 +338,12 @@ class StudyService:
                              f"({self.vocab.id}) lacks; create the study with --vocab chestxray14")
         if "empty" in reports:
             reports = reports.drop(columns=["empty"])
+        gold_attributes = importers.read_openi_attributes(reports_path, self.vocab)
         summary = self._store_reports(reports, cohort, "en", Path(reports_path).name)
         gold = self._store_readings(readings, Path(labels_path).name, kind="gold")
         summary.details["readings added"] = gold.added
         summary.details["readings already present"] = gold.unchanged
+        summary.details["attribute values (MeSH)"] = self._store_reading_attributes(gold_attributes, Path(reports_path).name)
         return summary
 
     def import_readings(self, path: Path, fmt: str = "long", uncertain_as: str | None = None,
@@ -356,7 +358,20 @@ class StudyService:
             frame = importers.read_readings_wide(path, self.vocab, uncertain_as, known, blank_as=blank_as)
         else:
             raise UserError(f"format must be 'long' or 'wide', got {fmt!r}")
-        return self._store_readings(frame, Path(path).name)
+        attributes = importers.read_reading_attributes(path, self.vocab, fmt, frame)  # refused before anything is written
+        summary = self._store_readings(frame, Path(path).name)
+        if not attributes.empty:
+            summary.details["attribute values"] = self._store_reading_attributes(attributes, Path(path).name)
+        return summary
+
+    def _store_reading_attributes(self, frame: pd.DataFrame, source: str) -> int:
+        """Write readers' attribute values (a re-import replaces a reader's value); returns how many."""
+        if frame.empty:
+            return 0
+        with self.session(write=True) as s:
+            stored = q.put_reading_attributes(s, frame)
+            q.add_audit(s, self.actor.user, "import", "reading attributes", source, None, {"values": stored})
+        return stored
 
     def _store_readings(self, frame: pd.DataFrame, source: str, kind: str = "human") -> ImportSummary:
         """Write validated readings; an existing different value is refused (use annotate to change)."""

@@ -986,3 +986,66 @@ def vote_counts_of(session: Session, report_ids_: list[str]) -> pd.DataFrame:
 def reading_counts_of(session: Session, report_ids_: list[str]) -> pd.DataFrame:
     """reading_counts for some reports only."""
     return _reading_groups(session, *_LABELS_READ, report_ids_=report_ids_)
+
+
+# ---------------------------------------------------------------- finding attributes
+
+
+PREDICTION_ATTRIBUTE_COLUMNS = ["report_id", "label", "attribute", "value", "status", "detail"]
+READING_ATTRIBUTE_COLUMNS = ["report_id", "label", "reader", "attribute", "value"]
+
+
+def upsert_prediction_attributes(session: Session, run_id: int, rows: list[dict]) -> None:
+    """Store a run's attribute rows, first clearing what the same (run, report, label) cells had before
+    (a re-labelled cell may now have fewer attributes)."""
+    if not rows:
+        return
+    cells = sorted({(r["report_id"], r["label"]) for r in rows})
+    for i in range(0, len(cells), 400):
+        chunk = cells[i:i + 400]
+        where = " OR ".join(["(report_id = ? AND label = ?)"] * len(chunk))
+        _raw_rows_write(session, f"DELETE FROM predictionattribute WHERE run_id = ? AND ({where})",
+                        (run_id, *[x for cell in chunk for x in cell]))
+    data = [(run_id, *(r[c] for c in PREDICTION_ATTRIBUTE_COLUMNS)) for r in rows if r.get("attribute") is not None]
+    _raw_insert(session, "predictionattribute", ["run_id", *PREDICTION_ATTRIBUTE_COLUMNS], data,
+                "ON CONFLICT (run_id, report_id, label, attribute) DO UPDATE SET value = excluded.value, "
+                "status = excluded.status, detail = excluded.detail", key=4)
+
+
+def prediction_attributes_frame(session: Session, run_id: int, label: str | None = None) -> pd.DataFrame:
+    """A run's attribute rows (report_id, label, attribute, value, status, detail)."""
+    sql = f"SELECT {', '.join(PREDICTION_ATTRIBUTE_COLUMNS)} FROM predictionattribute WHERE run_id = ?"
+    params: list = [run_id]
+    if label is not None:
+        sql += " AND label = ?"
+        params.append(label)
+    return pd.DataFrame(_raw_rows(session, sql + " ORDER BY id", tuple(params)), columns=PREDICTION_ATTRIBUTE_COLUMNS)
+
+
+def put_reading_attributes(session: Session, frame: pd.DataFrame, adjudicated: bool = False) -> int:
+    """Insert or replace readers' attribute values (report_id, label, reader, attribute, value)."""
+    if frame.empty:
+        return 0
+    stamp = now()
+    rows = [(r, lab, reader, a, v, adjudicated, stamp) for r, lab, reader, a, v in
+            frame[READING_ATTRIBUTE_COLUMNS].itertuples(index=False)]
+    _raw_insert(session, "readingattribute",
+                ["report_id", "label", "reader_id", "attribute", "value", "adjudicated", "updated_at"], rows,
+                "ON CONFLICT (report_id, label, reader_id, attribute, adjudicated) DO UPDATE SET "
+                "value = excluded.value, updated_at = excluded.updated_at", key=5)
+    return len(rows)
+
+
+def delete_reading_attributes(session: Session, report_id: str, label: str, reader: str) -> None:
+    """Forget one reader's attribute values of one (report, label) (the tick was removed or re-set)."""
+    _raw_rows_write(session, "DELETE FROM readingattribute WHERE report_id = ? AND label = ? AND reader_id = ? "
+                             "AND adjudicated = ?", (report_id, label, reader, False))
+
+
+def reading_attributes_frame(session: Session, cohort_id: int | None = None, adjudicated: bool = False) -> pd.DataFrame:
+    """Readers' (or adjudicators') attribute values: report_id, label, reader, attribute, value, oldest first."""
+    sql = ("SELECT a.report_id, a.label, a.reader_id, a.attribute, a.value FROM readingattribute a"
+           + (" JOIN report p ON p.id = a.report_id WHERE p.cohort_id = ? AND" if cohort_id is not None else " WHERE")
+           + " a.adjudicated = ? ORDER BY a.updated_at, a.id")
+    params = ((cohort_id,) if cohort_id is not None else ()) + (adjudicated,)
+    return pd.DataFrame(_raw_rows(session, sql, params), columns=READING_ATTRIBUTE_COLUMNS)

@@ -331,3 +331,38 @@ class PromptVersionExamples(SQLModel, table=True):
 
     prompt_commit: str = Field(primary_key=True, max_length=64)
     report_ids: str = Field(sa_column=Column(Text, nullable=False))  # JSON list, sorted
+
+
+# ---------------------------------------------------------------- finding attributes (side, severity, change ...)
+
+
+class PredictionAttribute(SQLModel, table=True):
+    """One attribute value the labeller gave a positive (run, report, label); kept beside Prediction so the
+    hot table stays as it is. A malformed `attributes` object is one row with attribute "" and status
+    attribute_parse_error (the presence answer still counts)."""
+
+    __table_args__ = (UniqueConstraint("run_id", "report_id", "label", "attribute", name="uq_prediction_attribute"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id")  # indexed as the unique constraint's first column
+    report_id: str = Field(foreign_key="report.id", max_length=200)
+    label: str = Field(max_length=100)
+    attribute: str = Field(max_length=100)
+    value: Optional[str] = Field(default=None, max_length=100)
+    status: str = Field(default="ok", max_length=40)
+    detail: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+
+
+class ReadingAttribute(SQLModel, table=True):
+    """One reader's value of one attribute of a label they ticked; adjudicated rows settle a tied vote."""
+
+    __table_args__ = (UniqueConstraint("report_id", "label", "reader_id", "attribute", "adjudicated",
+                                       name="uq_reading_attribute"),
+                      Index("ix_reading_attribute_item", "report_id", "label"))
+    id: Optional[int] = Field(default=None, primary_key=True)
+    report_id: str = Field(foreign_key="report.id", max_length=200)
+    label: str = Field(max_length=100)
+    reader_id: str = Field(max_length=100)
+    attribute: str = Field(max_length=100)
+    value: str = Field(max_length=100)
+    adjudicated: bool = False
+    updated_at: str = Field(max_length=40)

@@ -62,7 +62,30 @@ def _annotate(wb, reader: str, cohort: str, work, drafts: set) -> None:
     with right:
         _buttons(wb, reader, report_id, values, versions, ids, work)
         _labels(wb, reader, report_id, values)
+        if wb.config.annotate_attributes:
+            _attributes(wb, report_id, values)
     _queue(work)
+
+
+def _attributes(wb, report_id: str, values: dict) -> None:
+    """A compact picker per ticked label with attributes (saved with the reading by Save and next)."""
+    specs = {lab: spec for lab, spec in wb.vocab.attribute_specs().items() if values.get(lab)}
+    if not specs:
+        return
+    names = wb.vocab.names()
+    st.caption("**Attributes** of the ticked findings (optional; saved with the reading)")
+    for label, spec in specs.items():
+        with st.container(horizontal=True, gap="small"):
+            st.markdown(components.md(names[label]))
+            for name, choices in spec:
+                st.segmented_control(name, list(choices), key=state.widget_key("attr", report_id, label, name),
+                                     label_visibility="collapsed")
+
+
+def _picked_attributes(wb, report_id: str, values: dict) -> dict[str, dict[str, str | None]]:
+    """label -> {attribute: value or None} as picked on screen for the ticked labels."""
+    return {label: {name: st.session_state.get(state.widget_key("attr", report_id, label, name)) for name, _ in spec}
+            for label, spec in wb.vocab.attribute_specs().items() if values.get(label)}
 
 
 def _progress(wb, reader: str, cohort: str, work, pos: int) -> None:
@@ -160,6 +183,9 @@ def _save(wb, reader: str, report_id: str, values: dict, versions: dict, work) -
     except WorkbenchError as exc:
         state.flash(f"Not saved: {exc}", "error")
         return
+    if wb.config.annotate_attributes:
+        for label, picked in _picked_attributes(wb, report_id, values).items():
+            wb.record_reading_attributes(reader, report_id, label, picked)
     state.bump(wb)
     state.flash(f"Saved {report_id} for {reader}: {changed['added']} new, {changed['changed']} changed, "
                 f"{changed['unchanged']} unchanged.", "toast")  # a toast: the next report keeps its place on screen

@@ -16,7 +16,8 @@ from workbench.ui import components, state, suggestions
 
 CATEGORY_KEYS = list("1234567890")
 SIGNIFICANCE_KEYS = {"changes management": "M", "does not change management": "N", "unsure": "U"}
-KIND_TEXT = {"FP": "FP: labeller said 1", "FN": "FN: labeller said 0", "failed": "failed call"}
+KIND_TEXT = {"FP": "FP: labeller said 1", "FN": "FN: labeller said 0", "failed": "failed call",
+             "attribute": "attribute: side, severity or change differs"}
 ORDERS = {"errors": "Labels with most errors first", "broken": "Broken by the last prompt change first"}
 
 
@@ -39,7 +40,7 @@ def render(wb) -> None:
             return
         label = st.selectbox("Label", wb.vocab.ids, index=None, key=state.DIS_LABEL, format_func=names.get,
                              placeholder="all labels")
-        kind = st.selectbox("Type", list(KIND_TEXT), index=None, key=state.DIS_KIND, placeholder="FP, FN and failed",
+        kind = st.selectbox("Type", list(KIND_TEXT), index=None, key=state.DIS_KIND, placeholder="FP, FN, failed and attribute",
                             format_func=KIND_TEXT.get)
         category = st.selectbox("Error category", wb.config.error_categories, index=None, key=state.DIS_CATEGORY,
                                 placeholder="any (or none yet)")

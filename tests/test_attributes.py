@@ -1,0 +1,436 @@
+"""Finding attributes end to end: vocabulary, parsing, the offline labeller, storage, imports, metrics, CLI."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pandas as pd
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from fake_llm_server import last_user_text, running_server
+from workbench import rules
+from workbench.core import attributes as attrs
+from workbench.core.parsing import parse_joint_reply, parse_reply
+from workbench.core.prompts import PromptError, parse_prompt_set
+from workbench.core.vocab import VocabularyError, parse_vocabulary
+from conftest import ROOT
+
+SIDE = ("side", ("left", "right", "bilateral"))
+SEVERITY = ("severity", ("mild", "moderate", "severe"))
+SPEC = (SIDE, SEVERITY)
+
+
+def chestxray14():
+    """The shipped chestxray14 vocabulary and starter prompts, attributes included."""
+    vocab = parse_vocabulary(yaml.safe_load((ROOT / "vocab" / "chestxray14.yaml").read_text()), "chestxray14")
+    files = {p.name: yaml.safe_load(p.read_text()) for p in (ROOT / "prompts" / "chestxray14").glob("*.yaml")}
+    return vocab, parse_prompt_set(files, vocab.asked_ids, attributes=vocab.attribute_specs())
+
+
+VOCAB, PS = chestxray14()
+
+
+def mini_vocab(**label) -> dict:
+    """A one-label vocabulary as parsed YAML."""
+    return {"id": "v", "name": "V", "labels": [{"id": "effusion", "name": "Effusion", "category": "pleura",
+                                                  "definition": "Fluid.", **label}]}
+
+
+# ---------------------------------------------------------------- vocabulary
+
+
+def test_shipped_vocabularies_have_sensible_defaults():
+    for name in ("ranscore-21", "chexpert-14", "chestxray14"):
+        v = parse_vocabulary(yaml.safe_load((ROOT / "vocab" / f"{name}.yaml").read_text()), name)
+        specs = {k: dict(s) for k, s in v.attribute_specs().items()}
+        assert "side" not in specs["cardiomegaly"] and "severity" in specs["cardiomegaly"]
+        effusion = "effusion" if name == "chestxray14" else "pleural_effusion"
+        assert specs[effusion]["side"] == ("left", "right", "bilateral")
+        assert specs[effusion]["change"] == ("new", "worse", "better", "unchanged", "resolved")
+        if "support_devices" in specs:
+            assert set(specs["support_devices"]) == {"change"}
+        assert "no_finding" not in specs
+
+
+def test_a_study_adds_its_own_attribute():
+    data = mini_vocab(attributes=["side", "zone"])
+    data["attributes"] = {"zone": ["upper", "middle", "lower"]}
+    v = parse_vocabulary(data)
+    assert v.attribute_spec("effusion") == (SIDE, ("zone", ("upper", "middle", "lower")))
+    v.check_attribute("effusion", "zone", "lower")
+    with pytest.raises(VocabularyError, match="unknown value 'apical'; allowed: upper, middle, lower"):
+        v.check_attribute("effusion", "zone", "apical")
+    with pytest.raises(VocabularyError, match="has no attribute 'change'"):
+        v.check_attribute("effusion", "change", "new")
+
+
+def test_unknown_attribute_in_a_vocabulary_is_a_clear_error():
+    with pytest.raises(VocabularyError, match="names unknown attribute 'laterality'.*top-level 'attributes:'"):
+        parse_vocabulary(mini_vocab(attributes=["laterality"]), "v.yaml")
+    bad = mini_vocab()
+    bad["attributes"] = {"zone": []}
+    with pytest.raises(VocabularyError, match="attributes.zone: must be a non-empty list"):
+        parse_vocabulary(bad, "v.yaml")
+
+
+def test_attribute_cues_must_name_known_attributes_and_values():
+    files = {p.name: yaml.safe_load(p.read_text()) for p in (ROOT / "prompts" / "chestxray14").glob("*.yaml")}
+    files["_task.yaml"]["attribute_cues"]["side"]["up"] = ["upward"]
+    with pytest.raises(PromptError, match="attribute_cues.side: unknown value 'up'"):
+        parse_prompt_set(files, VOCAB.asked_ids, attributes=VOCAB.attribute_specs())
+    files["_task.yaml"]["attribute_cues"] = {"laterality": {"left": ["left"]}}
+    with pytest.raises(PromptError, match="unknown attribute 'laterality'"):
+        parse_prompt_set(files, VOCAB.asked_ids, attributes=VOCAB.attribute_specs())
+
+
+def test_the_model_is_told_the_attributes_of_a_label():
+    from workbench.core.prompts import render_label_call
+
+    user = render_label_call(PS, "effusion", "Effusion", "Small left effusion.")[1]["content"]
+    assert "Attributes of a positive Effusion: side (left, right, bilateral); severity (mild, moderate, severe); " \
+           "change (new, worse, better, unchanged, resolved)" in user
+    assert '"attributes"' in user
+    assert "Attributes of a positive" not in render_label_call(PS, "hernia", "Hernia", "x")[1]["content"].replace(
+        "Attributes of a positive Hernia: change", "")
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def test_a_good_attributes_object_is_read():
+    d = parse_reply('{"value": 1, "evidence": "left effusion", "attributes": {"side": "Left", "severity": null}}',
+                    "Small left effusion.", SPEC)
+    assert (d.value, d.status, d.attributes, d.attribute_error) == (1, "ok", (("side", "left"),), "")
+
+
+@pytest.mark.parametrize("raw,why", [
+    ('"left"', "must be a JSON object"),
+    ('{"side": "up"}', "'up' is not one of left, right, bilateral"),
+    ('{"laterality": "left"}', "unknown attribute 'laterality'"),
+    ('{"side": 1}', "must be a string or null"),
+])
+def test_a_malformed_attributes_object_is_an_attribute_failure_and_the_presence_still_counts(raw, why):
+    d = parse_reply(f'{{"value": 1, "evidence": "", "attributes": {raw}}}', "x", SPEC)
+    assert d.value == 1 and d.ok and d.attributes == ()
+    assert d.attribute_error.startswith("attribute_parse_error") and why in d.attribute_error
+
+
+def test_missing_attributes_give_none_and_a_negative_carries_none():
+    assert parse_reply('{"value": 1, "evidence": ""}', "x", SPEC).attributes == ()
+    assert parse_reply('{"value": 1, "evidence": ""}', "x", SPEC).attribute_error == ""
+    negative = parse_reply('{"value": 0, "evidence": "", "attributes": {"side": "left"}}', "x", SPEC)
+    assert negative.attributes == () and negative.attribute_error == ""
+
+
+def test_joint_replies_carry_attributes_per_label():
+    text = json.dumps({"labels": {"effusion": {"value": 1, "evidence": "", "attributes": {"side": "right"}},
+                                  "cardiomegaly": {"value": 1, "evidence": "", "attributes": {"side": "left"}}}})
+    out = parse_joint_reply(text, ["effusion", "cardiomegaly"], "x",
+                            {"effusion": SPEC, "cardiomegaly": (SEVERITY,)})
+    assert out["effusion"].attributes == (("side", "right"),)
+    assert "unknown attribute 'side'" in out["cardiomegaly"].attribute_error and out["cardiomegaly"].value == 1
+
+
+# ---------------------------------------------------------------- the offline labeller
+
+
+def offline(text: str, label: str = "effusion") -> dict:
+    """The offline labeller's answer for one label with the chestxray14 starter prompts."""
+    return rules.label_one(text, PS.label(label), PS.task.cue_lists(), PS.attributes[label])
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Small right and moderate left pleural effusions.", {"side": "bilateral", "severity": "moderate"}),
+    ("Bilateral pleural effusions, left greater than right.", {"side": "bilateral"}),
+    ("Pleural effusions, left greater than right.", {"side": "bilateral"}),
+    ("Small left pleural effusion.", {"side": "left", "severity": "mild"}),
+    ("Large right effusion. Small left effusion.", {"side": "bilateral", "severity": "severe"}),
+    ("Right lower lobe atelectasis and small left pleural effusion.", {"side": "left", "severity": "mild"}),
+    ("Stable moderate right pleural effusion.", {"side": "right", "severity": "moderate", "change": "unchanged"}),
+    ("Pleural effusion.", {}),
+])
+def test_offline_attributes_come_from_the_clause_of_the_finding(text, expected):
+    answer = offline(text)
+    assert answer["value"] == 1 and answer["attributes"] == expected
+
+
+@pytest.mark.parametrize("text", [
+    "No left pleural effusion.", "Possible small right pleural effusion.",
+    "A small left effusion cannot be excluded.", "The left effusion has resolved.",
+])
+def test_negated_and_hedged_findings_carry_no_attributes(text):
+    assert offline(text) in ({"value": 0, "evidence": text.rstrip(".")}, {"value": 0, "evidence": ""})
+
+
+def test_attributes_stay_with_their_own_finding():
+    text = "Moderate cardiomegaly. Small left effusion."
+    assert offline(text, "cardiomegaly")["attributes"] == {"severity": "moderate"}  # cardiomegaly has no side
+    assert offline("Left lower lobe atelectasis. Moderate right effusion.", "atelectasis")["attributes"] == {"side": "left"}
+
+
+def test_a_place_stated_once_places_each_finding_of_the_clause():
+    assert offline("Consolidation and atelectasis in the right lung base.", "atelectasis")["attributes"] == {"side": "right"}
+
+
+# ---------------------------------------------------------------- core: gold, reference, scoring
+
+
+def test_mesh_qualifiers_give_attribute_gold():
+    specs = VOCAB.attribute_specs()
+    mesh = "Pleural Effusion/right/small;Pleural Effusion/left/moderate;Cardiomegaly/borderline;" \
+           "Pulmonary Atelectasis/base/left/mild;Nodule/lung/right/small;Calcinosis/lung/left"
+    assert attrs.mesh_attributes(mesh, specs) == {
+        "effusion": {"side": "bilateral", "severity": "moderate"}, "cardiomegaly": {"severity": "mild"},
+        "atelectasis": {"side": "left", "severity": "mild"}, "nodule": {"side": "right"}}  # nodule: no severity
+
+
+def test_attribute_reference_is_the_majority_of_readers_who_ticked_ties_to_adjudication():
+    readings = pd.DataFrame([("r1", "effusion", d, v) for d, v in (("a", 1), ("b", 1), ("c", 1), ("d", 0))]
+                            + [("r2", "effusion", d, 1) for d in ("a", "b")],
+                            columns=["report_id", "label", "reader", "value"])
+    values = pd.DataFrame([("r1", "effusion", "a", "side", "left"), ("r1", "effusion", "b", "side", "left"),
+                           ("r1", "effusion", "c", "side", "right"), ("r1", "effusion", "d", "side", "right"),
+                           ("r1", "effusion", "d", "side", "right"),  # d did not tick: not counted
+                           ("r2", "effusion", "a", "side", "left"), ("r2", "effusion", "b", "side", "right")],
+                          columns=["report_id", "label", "reader", "attribute", "value"])
+    out = attrs.reference_attributes(readings, values).set_index("report_id")
+    assert out.loc["r1", "reference"] == "left" and out.loc["r1", "votes"] == 3
+    assert pd.isna(out.loc["r2", "reference"]) and out.loc["r2", "tie"]
+    adjudicated = pd.DataFrame([("r2", "effusion", "side", "right")], columns=["report_id", "label", "attribute", "value"])
+    assert attrs.reference_attributes(readings, values, adjudicated).set_index("report_id").loc["r2", "reference"] == "right"
+
+
+def test_accuracy_on_matched_findings_with_wilson_intervals_and_report_errors():
+    ids = ["r1", "r2", "r3", "r4"]
+    pred = pd.DataFrame({"effusion": [1, 1, 1, 0]}, index=ids)
+    ref = pd.DataFrame({"effusion": [1, 1, 0, 1]}, index=ids)
+    long = ["report_id", "label", "attribute", "value"]
+    pa = pd.DataFrame([("r1", "effusion", "side", "left"), ("r2", "effusion", "side", "left"),
+                       ("r3", "effusion", "side", "right")], columns=long)
+    ra = pd.DataFrame([("r1", "effusion", "side", "left"), ("r2", "effusion", "side", "right"),
+                       ("r4", "effusion", "side", "left")], columns=long)
+    matched = attrs.matched_rows(pred, ref, pa, ra, {"effusion": (SIDE,)})
+    assert list(matched["report_id"]) == ["r1", "r2"]  # r3 is an invention, r4 a miss: not attribute errors
+    row = attrs.attribute_accuracy(matched).set_index(["label", "attribute"]).loc[("effusion", "side")]
+    from workbench.core.metrics import proportion_ci
+
+    assert (row["n"], row["correct"], row["accuracy"], row["coverage"]) == (2, 1, 0.5, 1.0)
+    assert (row["accuracy_lo"], row["accuracy_hi"]) == pytest.approx(proportion_ci(1, 2))
+    assert row["category"] == "laterality/location"
+    errors = attrs.report_errors(pred, ref, matched, ["effusion"])
+    assert errors["errors"].to_dict() == {"r1": 0, "r2": 1, "r3": 1, "r4": 1}
+    assert attrs.confusion(matched).set_index(["reference", "value"])["n"].to_dict() == {("left", "left"): 1, ("right", "left"): 1}
+
+
+# ---------------------------------------------------------------- a study: storage, imports, CLI
+
+REPORTS = [("r1", "Small right and moderate left pleural effusions.", "No pneumothorax."),
+           ("r2", "No pleural effusion. Heart size is normal.", "Normal."),
+           ("r3", "Bilateral effusions, left greater than right.", "Possible right pneumothorax."),
+           ("r4", "Moderate cardiomegaly. Left lower lobe atelectasis.", "")]
+
+
+@pytest.fixture
+def study(tmp_path):
+    """A chestxray14 study (majority of 1 reader) with four reports and readings with attributes."""
+    from workbench.services import init_study
+
+    wb = init_study(tmp_path / "study", vocab="chestxray14", rule={"rule": "majority", "n": 1})
+    path = tmp_path / "reports.csv"
+    with path.open("w", newline="") as f:
+        csv.writer(f).writerows([("id", "findings", "impression"), *REPORTS])
+    wb.import_reports(path, "dev")
+    readings = tmp_path / "readings.csv"
+    readings.write_text("report_id,label,reader,value,side,severity\n"
+                        "r1,Effusion,ann,1,bilateral,moderate\n"
+                        "r3,Effusion,ann,1,left,\n"
+                        "r4,Cardiomegaly,ann,1,,mild\n"
+                        "r4,atelectasis,ann,1,left,\n"
+                        "r2,Effusion,ann,0,,\n")
+    summary = wb.import_readings(readings)
+    assert summary.details["attribute values"] == 5
+    yield wb
+    wb.engine.dispose()
+
+
+def test_offline_run_stores_attributes_and_the_cli_lists_them(study):
+    from workbench.cli import main
+
+    run = study.start_run("dev", labels=["effusion", "cardiomegaly", "atelectasis"])
+    stored = study.prediction_attributes(run.run_id)
+    assert set(zip(stored["report_id"], stored["label"], stored["attribute"], stored["value"])) == {
+        ("r1", "effusion", "side", "bilateral"), ("r1", "effusion", "severity", "moderate"),
+        ("r3", "effusion", "side", "bilateral"), ("r4", "cardiomegaly", "severity", "moderate"),
+        ("r4", "atelectasis", "side", "left")}
+    result = CliRunner().invoke(main, ["attributes", str(run.run_id), "--format", "csv", "--study", str(study.root)])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.output)))
+    assert list(rows[0]) == ["report_id", "label", "attribute", "value", "reference", "evidence"]
+    by_key = {(r["report_id"], r["label"], r["attribute"]): r for r in rows}
+    assert by_key[("r3", "effusion", "side")]["value"] == "bilateral" and by_key[("r3", "effusion", "side")]["reference"] == "left"
+    assert by_key[("r1", "effusion", "severity")]["reference"] == "moderate"
+    assert by_key[("r4", "cardiomegaly", "severity")]["evidence"] == "Moderate cardiomegaly"
+    one = CliRunner().invoke(main, ["attributes", str(run.run_id), "--label", "Cardiomegaly", "--format", "json",
+                                    "--study", str(study.root)])
+    assert {r["label"] for r in json.loads(one.output)} == {"cardiomegaly"}
+    table = study.attribute_metrics(run.run_id)["table"].set_index(["label", "attribute"])
+    assert table.loc[("effusion", "side"), "n"] == 2 and table.loc[("effusion", "side"), "correct"] == 1
+    assert table.loc[("cardiomegaly", "severity"), "correct"] == 0  # moderate vs the reader's mild
+
+
+def test_cli_refuses_a_label_without_attributes(study, tmp_path):
+    from workbench.cli import main
+
+    run = study.start_run("dev", labels=["effusion"])
+    result = CliRunner().invoke(main, ["attributes", str(run.run_id), "--label", "nope", "--study", str(study.root)])
+    assert result.exit_code == 2 and "unknown label 'nope'" in result.output
+
+
+@pytest.mark.parametrize("row,message", [
+    ("r1,Effusion,bob,1,up,", "unknown value 'up'; allowed: left, right, bilateral"),
+    ("r1,Cardiomegaly,bob,1,left,", "label 'cardiomegaly' has no attribute 'side'"),
+    ("r2,Effusion,bob,0,left,", "which this reader did not tick"),
+])
+def test_import_readings_refuses_bad_attribute_values_and_writes_nothing(study, tmp_path, row, message):
+    from workbench.importers import ImportProblems
+
+    path = tmp_path / "bad.csv"
+    path.write_text("report_id,label,reader,value,side,severity\n" + row + "\n")
+    with pytest.raises(ImportProblems, match=message):
+        study.import_readings(path)
+    assert "bob" not in set(study.readings()["reader"]) if hasattr(study, "readings") else True
+
+
+def test_wide_readings_take_label_dot_attribute_columns(study, tmp_path):
+    path = tmp_path / "wide.csv"
+    path.write_text("report_id,reader,Effusion,Effusion.side,Cardiomegaly\nr1,bob,1,right,0\n")
+    summary = study.import_readings(path, fmt="wide")
+    assert summary.details["attribute values"] == 1
+
+
+def test_readers_set_attributes_of_a_ticked_label_only(study):
+    from workbench.study import StudyError
+
+    assert study.record_reading_attributes("ann", "r1", "effusion", {"side": "left", "severity": None}) == 1
+    ref = study.reference_attributes("dev").set_index(["report_id", "label", "attribute"])
+    assert ref.loc[("r1", "effusion", "side"), "reference"] == "left"
+    assert ("r1", "effusion", "severity") not in ref.index
+    with pytest.raises(StudyError, match="has not ticked 'effusion' on report 'r2'"):
+        study.record_reading_attributes("ann", "r2", "effusion", {"side": "left"})
+    with pytest.raises(StudyError, match="unknown value 'up'"):
+        study.record_reading_attributes("ann", "r1", "effusion", {"side": "up"})
+
+
+# ---------------------------------------------------------------- the LLM path over real HTTP
+
+
+def test_llm_attributes_good_malformed_and_missing_through_http(study):
+    replies = {"Small right": '{"value": 1, "evidence": "Small right and moderate left pleural effusions", '
+                              '"attributes": {"side": "bilateral", "severity": "moderate", "change": null}}',
+               "Bilateral effusions": '{"value": 1, "evidence": "Bilateral effusions", "attributes": {"side": "both"}}',
+               "Moderate cardiomegaly": '{"value": 1, "evidence": ""}'}
+
+    def answer(messages):
+        report = last_user_text(messages)
+        return next((r for key, r in replies.items() if key in report), '{"value": 0, "evidence": ""}')
+
+    with running_server(answer_fn=answer) as server:
+        run = study.start_run("dev", labels=["effusion"], model="openai/fake", api_base=server.url, max_retries=1,
+                              timeout_s=20)
+        assert "Attributes of a positive Effusion" in last_user_text(server.bodies[0]["messages"])
+    assert run.status == "finished" and run.failures == 0
+    preds = study.predictions(run.run_id).set_index("report_id")
+    assert preds.loc["r3", "value"] == 1 and preds.loc["r4", "value"] == 1  # the presence answers count
+    stored = study.prediction_attributes(run.run_id)
+    good = stored[stored["report_id"] == "r1"]
+    assert dict(zip(good["attribute"], good["value"])) == {"side": "bilateral", "severity": "moderate"}
+    bad = stored[stored["report_id"] == "r3"].iloc[0]
+    assert bad["status"] == "attribute_parse_error" and "'both' is not one of left, right, bilateral" in bad["detail"]
+    assert stored[stored["report_id"] == "r4"].empty  # missing: no values, no failure
+    assert study.attribute_metrics(run.run_id)["parse_failures"] == 1
+
+
+# ---------------------------------------------------------------- scoring generated reports
+
+
+def test_scoring_reports_entity_f1_attribute_accuracy_and_report_errors(study, tmp_path):
+    from workbench import scoring
+
+    study.start_run("dev")
+    info = study.freeze("attrs", frozen_at="2026-03-01T12:00:00+00:00")
+    reference = pd.DataFrame(REPORTS, columns=["id", "findings", "impression"])
+    generated = pd.DataFrame([("r1", "Small right pleural effusion.", ""),  # side and severity wrong: 2 mismatches
+                              ("r2", "Small left effusion.", ""),           # invented effusion: 1 FP
+                              ("r3", "Left pleural effusion.", ""),          # side wrong: 1 mismatch
+                              ("r4", "Moderate cardiomegaly.", "")],         # missed atelectasis: 1 FN
+                             columns=["id", "findings", "impression"])
+    reference.to_csv(tmp_path / "reference.csv", index=False)
+    generated.to_csv(tmp_path / "generated.csv", index=False)
+    result = scoring.score(info["json"], tmp_path / "reference.csv", {"G": tmp_path / "generated.csv"}, n_resamples=50,
+                           out=tmp_path / "out")
+    g = result.generators["G"]
+    errors = g.per_report.set_index("report_id")
+    assert errors["errors"].to_dict() == {"r1": 2, "r2": 1, "r3": 1, "r4": 1}
+    assert errors.loc["r1", "attribute_mismatches"] == 2 and errors.loc["r4", "fn"] == 1
+    assert g.report_errors["total"] == 5 and g.report_errors["mean"] == 1.25 and "presence FP + presence FN" in g.report_errors["rule"]
+    side = g.attributes.set_index(["label", "attribute"]).loc[("effusion", "side")]
+    assert (side["n"], side["correct"]) == (2, 0)
+    summary = result.summary().iloc[0]
+    assert summary["mean_report_errors"] == 1.25 and summary["side_accuracy"] == 0.0 and summary["side_n"] == 2
+    written = json.loads((tmp_path / "out" / "results.json").read_text())["generators"]["G"]
+    assert written["report_errors"]["total"] == 5 and "matched" in written["attributes"]["rule"]
+    assert {r["label"] for r in written["entity_f1"]["per_label"]} >= {"effusion", "atelectasis"}
+    rows = list(csv.DictReader((tmp_path / "out" / "G.attributes.csv").open()))
+    assert {(r["label"], r["attribute"]) for r in rows} >= {("effusion", "side"), ("all", "side")}
+
+
+def test_attribute_disagreements_join_the_queue_with_their_category(study):
+    run = study.start_run("dev", labels=["effusion", "cardiomegaly", "atelectasis"])
+    queue = study.disagreements(run.run_id, kind="attribute")
+    rows = {(r.report_id, r.label, r.attribute): r for r in queue.itertuples(index=False)}
+    assert set(rows) == {("r3", "effusion", "side"), ("r4", "cardiomegaly", "severity")}
+    assert rows[("r3", "effusion", "side")].attribute_category == "laterality/location"
+    assert rows[("r4", "cardiomegaly", "severity")].detail == "severity: labeller moderate, reference mild"
+    assert "severity" in study.config.error_categories and "comparison" in study.config.error_categories
+    study.add_note("r4", "cardiomegaly", "severity", "does not change management", "graded one step up", run_id=run.run_id)
+    noted = study.disagreements(run.run_id, category="severity")
+    assert list(noted["type"]) == ["attribute"]
+    assert len(study.disagreements(run.run_id)) == len(study.disagreements(run.run_id, kind="FP")) + \
+        len(study.disagreements(run.run_id, kind="FN")) + len(study.disagreements(run.run_id, kind="failed")) + 2
+
+
+def test_import_openi_reads_mesh_qualifiers_as_attribute_gold(tmp_path):
+    from workbench.services import init_study
+
+    wb = init_study(tmp_path / "study", vocab="chestxray14", rule={"rule": "majority", "n": 1})
+    reports = pd.DataFrame({"uid": [1, 2], "MeSH": ["Pleural Effusion/right/small;Pleural Effusion/left/large",
+                                                    "Cardiomegaly/borderline;Calcinosis/lung/left"],
+                            "findings": ["Small right and large left effusions.", "Borderline heart size."],
+                            "impression": ["", ""]})
+    reports.to_csv(tmp_path / "reports.csv", index=False)
+    header = "filename," + ",".join(["Atelectasis", "Cardiomegaly", "Effusion", "Infiltration", "Mass", "Nodule",
+                                     "Pneumonia", "Pneumothorax", "Consolidation", "Edema", "Emphysema", "Fibrosis",
+                                     "Pleural_Thickening", "Hernia"]) + ",normal\n"
+    (tmp_path / "labels14.csv").write_text(header + "CXR1,0,0,1" + ",0" * 11 + ",0\nCXR2,0,1" + ",0" * 12 + ",0\n")
+    summary = wb.import_openi(tmp_path / "reports.csv", tmp_path / "labels14.csv", "dev")
+    assert summary.details["attribute values (MeSH)"] == 3
+    ref = wb.reference_attributes("dev")
+    assert set(zip(ref["report_id"], ref["label"], ref["attribute"], ref["reference"])) == {
+        ("1", "effusion", "side", "bilateral"), ("1", "effusion", "severity", "severe"),
+        ("2", "cardiomegaly", "severity", "mild")}
+    wb.engine.dispose()
+
+
+def test_offline_joint_answer_carries_attributes_the_parser_reads_back():
+    prompts = [PS.label("effusion"), PS.label("cardiomegaly")]
+    text = "Moderate cardiomegaly. Small left effusion."
+    specs = {k: PS.attributes[k] for k in ("effusion", "cardiomegaly")}
+    reply = rules.answer({"report": text, "mode": "joint", "prompts": prompts, "cues": PS.task.cue_lists(),
+                          "attributes": specs})
+    out = parse_joint_reply(reply, ["effusion", "cardiomegaly"], text, specs)
+    assert out["effusion"].attributes == (("side", "left"), ("severity", "mild"))
+    assert out["cardiomegaly"].attributes == (("severity", "moderate"),)

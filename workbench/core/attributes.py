@@ -1,0 +1,244 @@
+"""Finding attributes (side, severity, change, a study's own): parsing, merging and SPEC-CXR-style scoring.
+
+Presence alone hides what matters in a report: a left pneumothorax matched to a right one is a
+location error, not a miss plus an invention. Attributes are therefore scored on matched
+findings only (labeller and reference both positive), so a miss is never penalised twice, and a
+report's error count is its presence errors plus its attribute mismatches (SPEC-CXR). Pure
+functions over plain values and DataFrames: no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the parser imports this module in labelling processes: pandas loads only for scoring
+    import pandas as pd
+
+# (attribute name, allowed values) per attribute of one label, in the vocabulary's order (hashable)
+Spec = tuple[tuple[str, tuple[str, ...]], ...]
+
+SEVERITY_ORDER = ("mild", "moderate", "severe")
+SIDES = ("left", "right")
+# how a MeSH qualifier of OpenI names a severity (PITFALLS: mild/small/minimal/borderline, moderate,
+# severe/large); size words stand for severity the way a radiologist grades an effusion or a heart
+MESH_SEVERITY = {"mild": "mild", "small": "mild", "minimal": "mild", "borderline": "mild",
+                 "moderate": "moderate", "severe": "severe", "large": "severe"}
+MESH_SIDE = {"left": "left", "right": "right", "bilateral": "bilateral"}
+# OpenI MeSH headings that name a ChestX-ray14 label (the label gold itself comes from labels14.csv)
+OPENI_MESH_LABELS = {
+    "pulmonary atelectasis": "atelectasis", "atelectasis": "atelectasis", "cardiomegaly": "cardiomegaly",
+    "pleural effusion": "effusion", "infiltrate": "infiltration", "mass": "mass", "nodule": "nodule",
+    "pneumonia": "pneumonia", "pneumothorax": "pneumothorax", "consolidation": "consolidation",
+    "pulmonary edema": "edema", "edema": "edema", "emphysema": "emphysema", "pulmonary emphysema": "emphysema",
+    "pulmonary fibrosis": "fibrosis", "fibrosis": "fibrosis", "hernia, hiatal": "hernia",
+}
+CATEGORY = {"side": "laterality/location", "zone": "laterality/location", "severity": "severity",
+            "change": "comparison"}
+ATTRIBUTE_PARSE_ERROR = "attribute_parse_error"
+REPORT_ERROR_RULE = ("report errors = presence FP + presence FN + attribute mismatches on matched findings "
+                     "(an attribute counts only when both sides give it a value; a missed finding is not "
+                     "also an attribute error)")
+ACCURACY_RULE = ("attribute accuracy = agreeing values / findings where labeller and reference are both "
+                 "positive and both give the attribute a value; coverage = share of the reference's valued "
+                 "attributes on matched findings that the labeller gave a value; 95% Wilson intervals")
+
+
+class AttributeParseError(ValueError):
+    """An `attributes` object that does not fit the label's attributes (never guessed; recorded)."""
+
+
+def parse_attributes(raw: object, spec: Spec) -> dict[str, str]:
+    """Validate a reply's `attributes` object strictly: known names, allowed values (case-insensitive),
+    null or "" for "not stated"; anything else raises AttributeParseError naming what is wrong."""
+    if not isinstance(raw, dict):
+        raise AttributeParseError(f"'attributes' must be a JSON object, got {type(raw).__name__}")
+    allowed = dict(spec)
+    out: dict[str, str] = {}
+    for name, value in raw.items():
+        if name not in allowed:
+            raise AttributeParseError(f"unknown attribute {str(name)!r} (this label has: {', '.join(allowed) or 'none'})")
+        if value is None or value == "":
+            continue
+        if not isinstance(value, str):
+            raise AttributeParseError(f"attribute {name!r} must be a string or null, got {value!r}")
+        word = value.strip().lower()
+        if word not in allowed[name]:
+            raise AttributeParseError(f"attribute {name!r}: {value!r} is not one of {', '.join(allowed[name])}")
+        out[name] = word
+    return out
+
+
+def combine(attribute: str, values: list[str]) -> str | None:
+    """One value from several mentions of a finding: left + right (or any bilateral) is bilateral, the
+    largest severity wins ("small right and moderate left effusions" -> moderate), otherwise the first."""
+    values = [v for v in values if v]
+    if not values:
+        return None
+    if attribute == "side":
+        return "bilateral" if "bilateral" in values or set(SIDES) <= set(values) else values[0]
+    if attribute == "severity" and all(v in SEVERITY_ORDER for v in values):
+        return max(values, key=SEVERITY_ORDER.index)
+    return values[0]
+
+
+def mesh_attributes(mesh: str, spec_of: dict[str, Spec]) -> dict[str, dict[str, str]]:
+    """Attribute gold from one OpenI MeSH cell ("Pleural Effusion/right/small;Cardiomegaly/mild"):
+    label -> {attribute: value}, only attributes the label carries; several terms of a label combine."""
+    found: dict[str, dict[str, list[str]]] = {}
+    for term in str(mesh or "").split(";"):
+        parts = [p.strip().lower() for p in term.split("/")]
+        label = OPENI_MESH_LABELS.get(parts[0])
+        if label is None or label not in spec_of:
+            continue
+        names = dict(spec_of[label])
+        slot = found.setdefault(label, {})
+        for qualifier in parts[1:]:
+            if "side" in names and qualifier in MESH_SIDE:
+                slot.setdefault("side", []).append(MESH_SIDE[qualifier])
+            elif "severity" in names and qualifier in MESH_SEVERITY:
+                slot.setdefault("severity", []).append(MESH_SEVERITY[qualifier])
+    out = {}
+    for label, slots in found.items():
+        merged = {a: combine(a, vs) for a, vs in slots.items()}
+        if merged:
+            out[label] = {a: v for a, v in merged.items() if v}
+    return out
+
+
+# ---------------------------------------------------------------- the attribute reference
+
+
+def reference_attributes(readings: pd.DataFrame, values: pd.DataFrame, adjudicated: pd.DataFrame | None = None
+                         ) -> pd.DataFrame:
+    """Per (report, label, attribute): the majority value of the readers who ticked the label, a tie
+    settled by the latest adjudication (no reference while it waits).
+
+    readings: report_id, label, reader, value (0/1); values: report_id, label, reader, attribute, value;
+    adjudicated: report_id, label, attribute, value (latest last). Returns report_id, label, attribute,
+    reference, votes, tie."""
+    import pandas as pd
+
+    cols = ["report_id", "label", "attribute", "reference", "votes", "tie"]
+    if values.empty:
+        return pd.DataFrame(columns=cols)
+    ticked = readings[readings["value"] == 1][["report_id", "label", "reader"]]
+    votes = values.merge(ticked, on=["report_id", "label", "reader"])  # only readers who ticked the label
+    counts = votes.groupby(["report_id", "label", "attribute", "value"]).size().rename("n").reset_index()
+    counts = counts.sort_values(["report_id", "label", "attribute", "n", "value"], ascending=[True, True, True, False, True])
+    top = counts.groupby(["report_id", "label", "attribute"]).head(2)
+    rows = []
+    for key, group in top.groupby(["report_id", "label", "attribute"], sort=True):
+        ns = group["n"].tolist()
+        tie = len(ns) > 1 and ns[0] == ns[1]
+        rows.append((*key, None if tie else group["value"].iloc[0], int(group["n"].sum()), tie))
+    out = pd.DataFrame(rows, columns=cols)
+    if adjudicated is not None and not adjudicated.empty:
+        last = adjudicated.drop_duplicates(["report_id", "label", "attribute"], keep="last")
+        out = out.merge(last.rename(columns={"value": "adjudicated"}), on=["report_id", "label", "attribute"], how="left")
+        settle = out["tie"] & out["adjudicated"].notna()
+        out.loc[settle, "reference"] = out.loc[settle, "adjudicated"]
+        out = out.drop(columns=["adjudicated"])
+    return out
+
+
+# ---------------------------------------------------------------- scoring on matched findings
+
+
+def matched_rows(pred_presence: pd.DataFrame, ref_presence: pd.DataFrame, pred_attrs: pd.DataFrame,
+                 ref_attrs: pd.DataFrame, specs: dict[str, Spec]) -> pd.DataFrame:
+    """One row per (report, label, attribute) of every matched finding (both sides positive):
+    report_id, label, attribute, value (labeller, None when not given), reference (None when none).
+
+    pred_presence / ref_presence: reports x labels 0/1 (NaN unknown); pred_attrs / ref_attrs: long frames
+    report_id, label, attribute, value."""
+    import pandas as pd
+
+    rows = []
+    pv, rv = lookup(pred_attrs), lookup(ref_attrs)
+    for label, spec in specs.items():
+        if label not in pred_presence.columns or label not in ref_presence.columns:
+            continue
+        both = (pred_presence[label] == 1) & (ref_presence.reindex(pred_presence.index)[label] == 1)
+        for rid in pred_presence.index[both.to_numpy()]:
+            for name, _ in spec:
+                rows.append((rid, label, name, pv.get((rid, label, name)), rv.get((rid, label, name))))
+    return pd.DataFrame(rows, columns=["report_id", "label", "attribute", "value", "reference"])
+
+
+def lookup(frame: pd.DataFrame) -> dict:
+    """(report_id, label, attribute) -> value of a long attribute frame."""
+    if frame is None or frame.empty:
+        return {}
+    return {(r, lab, a): v for r, lab, a, v in frame[["report_id", "label", "attribute", "value"]].itertuples(index=False)
+            if isinstance(v, str) and v}
+
+
+def attribute_accuracy(matched: pd.DataFrame, ci: str = "wilson") -> pd.DataFrame:
+    """Per (label, attribute) on matched findings: reference (valued by the reference), n (both valued),
+    correct, accuracy with its interval, coverage (n / reference) with its interval; plus an `all` row
+    per attribute pooling the labels (micro)."""
+    import numpy as np
+    import pandas as pd
+
+    from workbench.core.metrics import proportion_ci_arrays
+
+    cols = ["label", "attribute", "category", "matched", "reference", "n", "correct", "accuracy", "accuracy_lo",
+            "accuracy_hi", "coverage", "coverage_lo", "coverage_hi"]
+    if matched.empty:
+        return pd.DataFrame(columns=cols)
+    m = matched.assign(has_ref=matched["reference"].notna(), has_both=matched["reference"].notna() & matched["value"].notna())
+    m["agree"] = m["has_both"] & (m["value"] == m["reference"])
+    per = m.groupby(["label", "attribute"], sort=False).agg(
+        matched=("report_id", "size"), reference=("has_ref", "sum"), n=("has_both", "sum"), correct=("agree", "sum"))
+    pooled = m.groupby("attribute", sort=False).agg(
+        matched=("report_id", "size"), reference=("has_ref", "sum"), n=("has_both", "sum"), correct=("agree", "sum"))
+    pooled.index = pd.MultiIndex.from_tuples([("all", a) for a in pooled.index], names=["label", "attribute"])
+    table = pd.concat([per, pooled]).reset_index()
+    k, n, ref = (table[c].to_numpy(dtype=float) for c in ("correct", "n", "reference"))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        table["accuracy"] = np.where(n > 0, k / np.maximum(n, 1), np.nan)
+        table["coverage"] = np.where(ref > 0, n / np.maximum(ref, 1), np.nan)
+    table["accuracy_lo"], table["accuracy_hi"] = proportion_ci_arrays(k, n, ci)
+    table["coverage_lo"], table["coverage_hi"] = proportion_ci_arrays(n, ref, ci)
+    table["category"] = table["attribute"].map(lambda a: CATEGORY.get(a, a))
+    return table[cols]
+
+
+def confusion(matched: pd.DataFrame, label: str | None = None, attribute: str | None = None) -> pd.DataFrame:
+    """Counts of (reference value, labeller value) on matched findings; "-" where a side gave none."""
+    import pandas as pd
+
+    m = matched
+    if label is not None:
+        m = m[m["label"] == label]
+    if attribute is not None:
+        m = m[m["attribute"] == attribute]
+    if m.empty:
+        return pd.DataFrame(columns=["label", "attribute", "reference", "value", "n"])
+    filled = m.assign(reference=m["reference"].fillna("-"), value=m["value"].fillna("-"))
+    return filled.groupby(["label", "attribute", "reference", "value"]).size().rename("n").reset_index()
+
+
+def mismatches(matched: pd.DataFrame) -> pd.DataFrame:
+    """Matched findings whose attribute values differ (both sides valued), with their error category."""
+    both = matched[matched["value"].notna() & matched["reference"].notna()]
+    out = both[both["value"] != both["reference"]].copy()
+    out["category"] = out["attribute"].map(lambda a: CATEGORY.get(a, a))
+    return out.reset_index(drop=True)
+
+
+def report_errors(pred_presence: pd.DataFrame, ref_presence: pd.DataFrame, matched: pd.DataFrame,
+                  labels: list[str]) -> pd.DataFrame:
+    """Per report: presence FP, FN, attribute mismatches and their sum (the SPEC-CXR report-level count)."""
+    import pandas as pd
+
+    p = pred_presence.reindex(columns=labels).astype(float)
+    r = ref_presence.reindex(index=p.index, columns=labels).astype(float)
+    fp = ((p == 1) & (r == 0)).sum(axis=1)
+    fn = ((p == 0) & (r == 1)).sum(axis=1)
+    wrong = mismatches(matched).groupby("report_id").size() if not matched.empty else pd.Series(dtype=int)
+    out = pd.DataFrame({"fp": fp, "fn": fn}).astype(int)
+    out["attribute_mismatches"] = wrong.reindex(out.index).fillna(0).astype(int)
+    out["errors"] = out["fp"] + out["fn"] + out["attribute_mismatches"]
+    out.index.name = "report_id"
+    return out

@@ -1,0 +1,129 @@
+"""Finding attributes of a study: the readers' reference, the labeller's values and their agreement.
+
+The reference of an attribute exists only where the presence reference is positive (a finding nobody
+sees has no side); it is the majority of the readers who ticked the label, ties settled by an
+adjudication. Scoring is on matched findings (labeller and reference both positive): see
+workbench/core/attributes.py for the rules and docs/attributes.md for the figures.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from workbench.core import attributes as core
+from workbench.core.vocab import VocabularyError
+from workbench.services.study import PermissionDenied
+from workbench.store import queries as q
+from workbench.study import StudyError
+
+ROW_COLUMNS = ["report_id", "label", "attribute", "value", "reference", "evidence"]
+
+
+class AttributesService:
+    """Attribute reference, per-row listing, accuracy on matched findings, and readers' attribute values."""
+
+    def reference_attributes(self, cohort: str) -> pd.DataFrame:
+        """Per (report, label, attribute) of a cohort: reference value (None while a tie waits), votes, tie."""
+        with self.session() as s:
+            cid = q.get_cohort(s, cohort).id
+            readings = q.readings_frame(s, cohort_id=cid)
+            values = q.reading_attributes_frame(s, cid)
+            adjudicated = q.reading_attributes_frame(s, cid, adjudicated=True)
+        out = core.reference_attributes(readings, values, adjudicated.drop(columns=["reader"]))
+        return self._blind_rows(out)
+
+    def attribute_inputs(self, run_id: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+        """(labeller presence, reference presence, labeller attributes, reference attributes) of a run."""
+        y_true, y_pred, _ = self.evaluation_inputs(run_id)
+        run = self.run_info(run_id)
+        pred_attrs = self.prediction_attributes(run_id)
+        pred_attrs = pred_attrs[pred_attrs["status"] == "ok"]
+        ref_attrs = self.reference_attributes(self._cohort_name(run.cohort_id)).rename(columns={"reference": "value"})
+        return y_pred, y_true, pred_attrs, ref_attrs
+
+    def attribute_rows(self, run_id: int, label: str | None = None) -> pd.DataFrame:
+        """One row per (report, label, attribute) of every finding the labeller found: its value, the
+        reference value when the reference is positive and has one, and the labeller's evidence."""
+        specs = self._attribute_specs(label)
+        y_pred, y_true, pred_attrs, ref_attrs = self.attribute_inputs(run_id)
+        evidence = self.predictions(run_id).set_index(["report_id", "label"])["evidence"].to_dict()
+        pv, rv = core.lookup(pred_attrs), core.lookup(ref_attrs)
+        rows = []
+        for lab, spec in specs.items():
+            if lab not in y_pred.columns:
+                continue
+            positive = y_pred.index[(y_pred[lab] == 1).to_numpy()]
+            ref_positive = set(y_true.index[(y_true[lab] == 1).to_numpy()])
+            for rid in positive:
+                for name, _ in spec:
+                    reference = rv.get((rid, lab, name)) if rid in ref_positive else None
+                    rows.append((rid, lab, name, pv.get((rid, lab, name)), reference, evidence.get((rid, lab), "")))
+        return pd.DataFrame(rows, columns=ROW_COLUMNS)
+
+    def attribute_metrics(self, run_id: int, label: str | None = None) -> dict:
+        """Accuracy and coverage per (label, attribute) on matched findings with Wilson intervals, the
+        confusion of values, and the count of attribute parse failures."""
+        specs = self._attribute_specs(label)
+        y_pred, y_true, pred_attrs, ref_attrs = self.attribute_inputs(run_id)
+        matched = core.matched_rows(y_pred, y_true, pred_attrs, ref_attrs, specs)
+        failures = self.prediction_attributes(run_id, label)
+        return {"table": core.attribute_accuracy(matched), "confusion": core.confusion(matched),
+                "mismatches": core.mismatches(matched), "rule": core.ACCURACY_RULE,
+                "parse_failures": int((failures["status"] == core.ATTRIBUTE_PARSE_ERROR).sum())}
+
+    def _attribute_specs(self, label: str | None) -> dict:
+        """label -> attribute spec, of one label (checked) or of all; a clear error when there is none."""
+        specs = self.vocab.attribute_specs()
+        if label is None:
+            if not specs:
+                raise StudyError(f"vocabulary {self.vocab.id!r} declares no attributes; add `attributes: [side, ...]` "
+                                 "to its labels (see docs/attributes.md)")
+            return specs
+        found = self.vocab.resolve(label)
+        if found is None:
+            raise StudyError(f"unknown label {label!r}; labels: {', '.join(self.vocab.asked_ids)}")
+        if found not in specs:
+            raise StudyError(f"label {found!r} has no attributes in vocabulary {self.vocab.id!r}; labels with "
+                             f"attributes: {', '.join(specs) or 'none'}")
+        return {found: specs[found]}
+
+    # ------------------------------------------------------------ readers' attribute values
+
+    def record_reading_attributes(self, reader: str, report_id: str, label: str, values: dict[str, str | None]) -> int:
+        """Set one reader's attributes of a label they ticked (None or "" clears one); returns how many are kept."""
+        self.require("annotate")
+        actor = self.current_actor()
+        if reader != actor.user and (actor.account or actor.role != "admin"):
+            raise PermissionDenied(f"{actor.user} may only record their own attributes, not {reader!r}'s")
+        kept = {k: str(v).strip().lower() for k, v in values.items() if v not in (None, "")}
+        try:
+            for name in values:
+                self.vocab.check_attribute(label, name, kept.get(name))
+        except VocabularyError as exc:
+            raise StudyError(str(exc)) from exc
+        with self.session(write=True) as s:
+            reading = q.get_reading(s, report_id, label, reader)
+            if reading is None or reading.value != 1:
+                raise StudyError(f"{reader} has not ticked {label!r} on report {report_id!r}: tick it first, then set its attributes")
+            old = q.reading_attributes_frame(s)
+            old = old[(old["report_id"] == report_id) & (old["label"] == label) & (old["reader"] == reader)]
+            q.delete_reading_attributes(s, report_id, label, reader)
+            frame = pd.DataFrame([(report_id, label, reader, k, v) for k, v in kept.items()], columns=q.READING_ATTRIBUTE_COLUMNS)
+            q.put_reading_attributes(s, frame)
+            q.add_audit(s, actor.user, "set", "reading attributes", f"{report_id}/{label}/{reader}",
+                        dict(zip(old["attribute"], old["value"])) or None, kept or None)
+        return len(kept)
+
+    def adjudicate_attribute(self, report_id: str, label: str, attribute: str, value: str, reason: str = "") -> None:
+        """Settle a tied attribute vote (the adjudicator's value counts only where readers tie)."""
+        self.require("adjudicate")
+        try:
+            self.vocab.check_attribute(label, attribute, value)
+        except VocabularyError as exc:
+            raise StudyError(str(exc)) from exc
+        actor = self.current_actor()
+        frame = pd.DataFrame([(report_id, label, actor.user, attribute, value)], columns=q.READING_ATTRIBUTE_COLUMNS)
+        with self.session(write=True) as s:
+            q.put_reading_attributes(s, frame, adjudicated=True)
+            q.add_audit(s, actor.user, "adjudicate", "reading attribute", f"{report_id}/{label}/{attribute}", None,
+                        {"value": value, "reason": reason})
