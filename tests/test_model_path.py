@@ -94,7 +94,7 @@ def test_cli_estimate_and_confirm(small_study):
         assert refused.exit_code == 2 and "confirm_above" in refused.output and srv.count == 0
         accepted = runner.invoke(main, [*args, "--yes"])
         assert accepted.exit_code == 0, accepted.output
-        assert srv.count == 8
+        assert srv.count == 8 and re.search(r"tokens: [0-9,]+ prompt \+ [0-9,]+ completion; cost \$0\.", accepted.output)
 
 
 # ---------------------------------------------------------------- 2 and 3. per-call facts, reply shapes
@@ -216,3 +216,17 @@ def test_noise_on_a_server_that_flips_a_known_share(small_study):
         assert re.search(r"noise, \w+: \d+ changed; at noise rate [0-9.]+ noise alone would explain about", out.output)
         quiet = runner.invoke(main, ["noise", str(offline.run_id), "--study", str(wb.root)])
         assert quiet.exit_code == 0 and "noise rate 0 [0, 0]" in quiet.output and "deterministic" in quiet.output
+
+
+def test_per_call_facts_export_from_the_cli(small_study):
+    wb = small_study
+    with running_server(keywords=KEYWORDS) as srv:
+        summary = run_shape(wb, srv, "openai_json_mode", "openai/gpt-4o-mini")
+    runner = CliRunner()
+    out = runner.invoke(main, ["calls", str(summary.run_id), "--format", "csv", "--study", str(wb.root)])
+    assert out.exit_code == 0, out.output
+    header, *rows = out.output.strip().splitlines()
+    assert {"latency_s", "cached_tokens", "cost", "finish_reason", "reported_model"} <= set(header.split(","))
+    assert len(rows) == 8 and all("gpt-4o-mini-2024-07-18" in r for r in rows)
+    per_label = runner.invoke(main, ["calls", str(summary.run_id), "--per-label", "--format", "json", "--study", str(wb.root)])
+    assert json.loads(per_label.output)[0]["label"] == "pleural_effusion"

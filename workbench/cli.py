@@ -348,7 +348,18 @@ def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, re
                                api_base=api_base, concurrency=concurrency, confirmed=confirmed)
     click.echo("", err=True)
     click.echo(summary.message())
+    _cost_line(wb, summary.run_id)
     _report_failures(summary)
+
+
+def _cost_line(wb, run_id: int) -> None:
+    """A model run's tokens and cost so far (per label and per call: `workbench calls RUN`)."""
+    run = wb.run_info(run_id)
+    if run.model.startswith("workbench/"):
+        return
+    cost = "unknown (litellm has no price for this model)" if run.cost is None else f"${run.cost:,.4f}"
+    click.echo(f"tokens: {run.prompt_tokens or 0:,} prompt + {run.completion_tokens or 0:,} completion; cost {cost} "
+               f"(per label: `workbench calls {run_id} --per-label`)")
 
 
 def _confirm_cost(wb, cohort, prompt_ref, model, labels, api_base, concurrency) -> bool:
@@ -468,6 +479,15 @@ def compare(wb, run_a, run_b, mid_p, cases, fmt, show_all, wide):
     say(f"b = right in run {run_a}, wrong in run {run_b} (broken); c = wrong in run {run_a}, right in run {run_b} "
         f"(fixed); p_holm = exact McNemar{' (mid-p)' if mid_p else ''}, Holm-adjusted over {len(table)} labels; "
         "verdict 'undecided' = fewer than 10 changed cases.")
+    say(f"more_reports = further paired reports for 80% power to call the change significant (exact McNemar "
+        f"at alpha {attrs.get('alpha', 0.05)}/{len(table)}, Holm's strictest step) if the observed rates of fixed "
+        "and broken cases held; 0 = the cohort is already large enough.")
+    say(f"macro F1 {result['macro_f1_a']:.3f} -> {result['macro_f1_b']:.3f}")
+    say("left out: " + "; ".join(f"{k}: {v}" for k, v in result["excluded"].items()))
+    if cases and len(result["cases"]):
+        click.echo("")
+        echo_table(result["cases"], title="fixed and broken cases", wide=wide)
+
     _noise_lines(wb, run_a, run_b, result["table"])
 
 
@@ -483,6 +503,645 @@ def _noise_lines(wb, run_a: int, run_b: int, table) -> None:
         changed = int(row["b"] + row["c"])
         if changed:
             say(noise_line(label, "", int(row["n"]), changed, rates))
+
+
+def _needed_text(value: float, note: str) -> str:
+    """The power figure as a person reads it: a count, or why there is none."""
+    if value == value:
+        return f"{int(value):,}"
+    return "no difference seen" if "no difference" in str(note) else str(note)
+
+
+@main.command()
+@click.option("--cohort", required=True, help="Cohort whose runs to list.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--per-label", is_flag=True, help="Include every label's accuracy and F1.")
+@study_option
+def history(wb, cohort, fmt, per_label):
+    """Iteration history: macro accuracy and F1 of every run on a cohort, in prompt-version order."""
+    frame = wb.iteration_history(cohort)
+    if not per_label and len(frame):
+        frame = frame[[c for c in frame.columns if ":" not in c]]
+    if fmt == "table" and not len(frame):
+        click.echo(f"no finished run on cohort {cohort!r} yet: workbench run --cohort {cohort}")
+        return
+    echo_table(frame, fmt, wide=per_label)
+
+
+@main.command()
+@click.argument("run_id", type=int)
+@click.option("--label", default=None, help="Only this label.")
+@click.option("--type", "kind", type=click.Choice(["FP", "FN", "failed"]), default=None, help="Only this kind.")
+@click.option("--category", default=None, help="Only cases with a note of this error category.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--text/--no-text", "show_text", default=None,
+              help="Show each report with the evidence and look-for matches marked (default: on with --label).")
+@wide_option
+@study_option
+def disagreements(wb, run_id, label, kind, category, fmt, show_text, wide):
+    """The disagreement queue of a run: where the labeller and the reference differ."""
+    frame = wb.disagreements(run_id, label=label, kind=kind, category=category)
+    cols = ["report_id", "label", "type", "reference", "prediction", "votes", "evidence", "status", "notes", "categories"]
+    if fmt != "table":
+        echo_table(frame[cols], fmt)
+        return
+    if show_text is None:
+        show_text = label is not None
+    if show_text:
+        _disagreement_texts(wb, run_id, frame)
+    elif len(frame):
+        echo_table(frame[cols], wide=wide, columns=[c for c in cols if c != "evidence"],
+                   undefined={"prediction": "no answer (the call failed)"})
+    click.echo("")
+    say(f"{len(frame)} disagreement(s)" + ("" if show_text or not len(frame) else
+                                           f"; see the reports with: workbench disagreements {run_id} --label LABEL"))
+    if len(frame):
+        click.echo(f"note one: workbench note REPORT LABEL --run {run_id} \\\n"
+                   "    --category CATEGORY --significance SIGNIFICANCE --text 'what went wrong'")
+        say("categories: " + ", ".join(wb.config.error_categories) +
+            "; significance: changes management, does not change management, unsure")
+
+
+KIND_WORDS = {"FN": "missed", "FP": "false alarm", "failed": "no answer"}
+
+
+def _disagreement_texts(wb, run_id: int, frame: pd.DataFrame) -> None:
+    """Each disagreement with its report: labeller evidence in >>...<<, the prompt's look-for phrases in [...]."""
+    from workbench.terminal import emphasise, wrap
+
+    commit = wb.run_info(run_id).prompt_commit
+    phrases: dict[str, list[str]] = {}
+    for row in frame.itertuples(index=False):
+        if row.label not in phrases:
+            phrases[row.label] = (list(wb.label_prompt(row.label, commit).look_for)
+                                  if row.label in wb.vocab.asked_ids else [])
+        text, found, _ = emphasise(wb.report_text(row.report_id)["text"], row.evidence or "", phrases[row.label])
+        value = "no answer" if pd.isna(row.prediction) else int(row.prediction)
+        reference = "waiting for adjudication" if pd.isna(row.reference) else int(row.reference)
+        click.echo("")
+        say(f"{row.report_id}  {row.label}  {row.type} ({KIND_WORDS.get(row.type, row.type)}): reference "
+            f"{reference} ({row.votes} readers), labeller {value}"
+            + (f"; {row.notes} note(s): {row.categories}" if row.notes else ""))
+        click.echo(wrap(text))
+        if row.evidence and not found:
+            click.echo(wrap(f"evidence (not found verbatim in the report): {row.evidence}"))
+        elif not row.evidence:
+            click.echo(wrap("evidence: none quoted by the labeller"))
+        click.echo(f"  workbench note {row.report_id} {row.label} --run {run_id} \\\n"
+                   "      --category CATEGORY --significance SIGNIFICANCE --text '...'")
+    if len(frame):
+        click.echo("")
+        say(">>...<< = the labeller's evidence; [...] = a look-for phrase of the prompt version the run used")
+
+
+@main.command()
+@click.argument("report_id")
+@click.argument("label")
+@click.option("--category", required=True, help="Error category (see error_categories in workbench.yaml).")
+@click.option("--significance", required=True, type=click.Choice(["changes management", "does not change management", "unsure"]))
+@click.option("--text", default="", help="What went wrong, in your words.")
+@click.option("--reference-wrong", is_flag=True, help="The reference label is wrong: opens an adjudication item.")
+@click.option("--run", "run_id", type=int, default=None, help="The run in which you saw it.")
+@study_option
+def note(wb, report_id, label, category, significance, text, reference_wrong, run_id):
+    """Attach an error note to a (report, label) disagreement."""
+    note_id = wb.add_note(report_id, label, category, significance, text, reference_wrong, run_id)
+    click.echo(f"note {note_id} added" + (" and the item sent to adjudication" if reference_wrong else ""))
+
+
+@main.command("notes")
+@click.option("--run", "run_id", type=int, default=None, help="Only notes on this run's disagreements.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@study_option
+def notes_cmd(wb, run_id, fmt):
+    """Counts of error notes by label and category (all, or on one run's disagreements)."""
+    counts = wb.note_counts(run_id)
+    if fmt != "table":
+        echo_table(counts, fmt)
+    elif len(counts):  # one row per (label, category): categories as columns would not fit
+        long = counts.melt(id_vars="label", var_name="category", value_name="notes")
+        echo_table(long[long["notes"] > 0].sort_values(["label", "notes"], ascending=[True, False]))
+    else:
+        click.echo("no error notes yet" + (f" on run {run_id}'s disagreements" if run_id is not None else ""))
+
+
+@main.command("ceiling")
+@click.argument("run_id", type=int)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@wide_option
+@study_option
+def ceiling(wb, run_id, fmt, wide):
+    """Human ceiling: labeller kappa beside the readers' Fleiss kappa; accuracy on unanimous vs split items."""
+    table = _with_label_column(wb.human_ceiling(run_id))
+    if fmt != "table":
+        echo_table(table, fmt)
+        return
+    notes = [n for n in dict.fromkeys(table.get("fleiss_note", pd.Series(dtype=str)).fillna("")) if n]
+    short = {"readers_fleiss_kappa": "readers_kappa", "mean_reader_accuracy": "readers_acc",
+             "labeller_accuracy": "labeller_acc", "accuracy_unanimous": "acc_unanimous", "accuracy_split": "acc_split"}
+    echo_table(table.drop(columns=["fleiss_note"], errors="ignore").rename(columns=short), wide=wide,
+               columns=["label", "labeller_kappa", "readers_kappa", "acc_unanimous", "acc_split", "n_split"],
+               undefined={"readers_kappa": "; ".join(notes) or "readers' kappa undefined",
+                          "labeller_kappa": "labeller kappa undefined (one value everywhere)",
+                          "acc_unanimous": "no item of this kind", "acc_split": "no item of this kind"})
+    say("readers_kappa = the readers' Fleiss kappa (the human ceiling); acc_unanimous / acc_split = the labeller's "
+        "accuracy on items every reader agreed on / on split votes (n_split of them). --wide adds the readers' mean "
+        "accuracy and the labeller's overall accuracy.")
+
+
+# ---------------------------------------------------------------- prompts
+
+
+@main.group()
+def prompts():
+    """Prompt versions: history, differences, revert, policy table, few-shot curation."""
+
+
+@prompts.command("history")
+@click.option("--label", default=None, help="Only versions that changed this label.")
+@study_option
+def prompts_history(wb, label):
+    """Versions of the prompt set, newest first."""
+    frame = wb.prompt_history(label)[["short", "when", "author", "message", "labels", "frozen as"]]
+    frame["labels"] = [x if x.count(",") < 3 else f"{x.count(',') + 1} labels" for x in frame["labels"]]
+    echo_table(frame)
+
+
+@prompts.command("show")
+@click.argument("label")
+@click.option("--prompt", "ref", default=None, help="Version (default: latest).")
+@study_option
+def prompts_show(wb, label, ref):
+    """Print one label's prompt file at a version."""
+    from workbench.services.prompting import label_yaml
+
+    click.echo(label_yaml(wb.label_prompt(label, ref)))
+
+
+@prompts.command("diff")
+@click.argument("label")
+@click.argument("ref_a")
+@click.argument("ref_b", required=False)
+@study_option
+def prompts_diff(wb, label, ref_a, ref_b):
+    """Difference of one label between two versions (unified text and fields)."""
+    diff = wb.prompt_diff(label, ref_a, ref_b)
+    click.echo(diff["unified"] or "(no difference)")
+    click.echo(json.dumps(diff["fields"], indent=2, ensure_ascii=False))
+
+
+@prompts.command("revert")
+@click.argument("label")
+@click.argument("ref")
+@click.option("--message", default=None, help="Commit message.")
+@study_option
+def prompts_revert(wb, label, ref, message):
+    """Restore a label's prompt from an earlier version, as a new version."""
+    commit = wb.revert_label(label, ref, message)
+    click.echo(f"reverted {label} to {ref}: new version {commit[:8]}")
+
+
+@prompts.command("policy")
+@click.option("--prompt", "ref", default=None, help="Version (default: latest).")
+@wide_option
+@study_option
+def prompts_policy(wb, ref, wide):
+    """Every label's hedge and temporal policy side by side, with inconsistencies flagged."""
+    table = wb.policy_table(ref).replace({"positive": "pos", "negative": "neg"})
+    echo_table(table, wide=wide, columns=["label", "hedged", "resolved", "stable", "improving", "prior", "look_for", "examples"])
+    say("pos/neg = what hedged wording (\"cannot exclude\") and temporal wording (resolved, stable, improving, prior) "
+        "count as; look_for / examples = how many phrases and few-shot examples. --wide adds exclusions.")
+    findings = wb.policy_conflicts(ref)
+    click.echo(f"\n{len(findings)} finding(s):")
+    for f in findings:
+        click.echo(wrap_item(f"[{f.kind}] {f.message}"))
+
+
+@prompts.command("add-example")
+@click.argument("report_id")
+@click.argument("label")
+@click.option("--why", default="", help="Why this is the right answer (default: the error note).")
+@click.option("--run", "run_id", type=int, default=None, help="Run whose evidence to use.")
+@click.option("--value", type=click.IntRange(0, 1), default=None, help="Answer (default: the reference value).")
+@study_option
+def prompts_add_example(wb, report_id, label, why, run_id, value):
+    """Turn a disagreement into a few-shot example in your draft of the label's prompt."""
+    lp, warnings = wb.add_example_from_case(report_id, label, why, run_id=run_id, value=value)
+    click.echo(f"draft of {lp.label} now has {len(lp.examples)} example(s); save it with `workbench prompts save {lp.label} -m MESSAGE`")
+    for w in warnings:
+        click.echo(f"warning: {w}")
+
+
+@prompts.command("save")
+@click.argument("labels", nargs=-1)
+@click.option("-m", "--message", required=True, help="What changed and why.")
+@study_option
+def prompts_save(wb, labels, message):
+    """Save drafts and uncommitted edits of the prompt folder (the given labels, or all) as one new version."""
+    commit, saved = wb.save_labels(list(labels) or None, message)
+    click.echo(f"saved version {commit[:8]} ({', '.join(saved)})")
+
+
+@prompts.command("status")
+@study_option
+def prompts_status(wb):
+    """List your drafts and the uncommitted edits in the study's prompt folder, with any problem."""
+    table = wb.prompt_status()
+    if not len(table):
+        click.echo(f"nothing to save: no drafts, and {wb.paths.prompts} matches the latest version")
+        return
+    echo_table(table)
+    click.echo("\nsave with: workbench prompts save [LABEL ...] -m MESSAGE")
+
+
+@prompts.command("edit")
+@click.argument("label")
+@click.option("--attempts", type=int, default=10, show_default=True, help="Re-open the editor at most this often on an invalid file.")
+@study_option
+def prompts_edit(wb, label, attempts):
+    """Open $EDITOR on your draft of a label (or its uncommitted file), validated on close."""
+    from workbench.core.prompts import PromptError
+
+    label = wb.asked_label(label)
+    original, target = wb.editable_text(label)
+    text, error = original, None
+    for _ in range(max(attempts, 1)):
+        shown = text if error is None else _with_error(text, error)
+        edited = click.edit(shown, extension=".yaml", require_save=True)
+        if edited is None:  # closed without saving
+            break
+        text = _without_error(edited)
+        try:
+            wb.store_edited_text(label, text, target)
+        except (PromptError, StudyError) as exc:
+            error = str(exc)
+            continue
+        where = "your draft" if target == "draft" else f"{wb.paths.prompts / (label + '.yaml')}"
+        click.echo(f"{label}: saved to {where}; commit it with `workbench prompts save {label} -m MESSAGE`")
+        return
+    if text == original:
+        click.echo(f"{label}: nothing changed")
+        return
+    kept = _keep_rejected(wb, label, text)
+    raise click.ClickException(f"{label}: not saved ({error or 'editor closed without saving'}); your text is kept in {kept}")
+
+
+ERROR_MARK = "# workbench: "
+
+
+def _with_error(text: str, error: str) -> str:
+    """The buffer re-opened with the validation error on top (removed again on save)."""
+    lines = [f"{ERROR_MARK}{line}" for line in ["not saved: " + error, "fix it and save, or quit without saving to stop"]]
+    return "\n".join(lines) + "\n" + text
+
+
+def _without_error(text: str) -> str:
+    """Drop the lines _with_error added."""
+    return "".join(line for line in text.splitlines(True) if not line.startswith(ERROR_MARK))
+
+
+def _keep_rejected(wb, label: str, text: str) -> Path:
+    """Write an edit that could not be saved next to the study, so it is never lost."""
+    import time as _time
+
+    folder = wb.root / "rejected-edits"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"{label}-{_time.strftime('%Y%m%d-%H%M%S')}.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@prompts.command("set")
+@click.argument("label")
+@click.argument("field")
+@click.argument("value", required=False)
+@click.option("--add", "add", multiple=True, help="List fields (look_for, do_not_label_when): add this item; repeatable.")
+@click.option("--remove", "remove", multiple=True, help="List fields: remove this item; repeatable.")
+@study_option
+def prompts_set(wb, label, field, value, add, remove):
+    """Change one field of your draft of a label, e.g. `prompts set pneumonia hedged negative`."""
+    lp, target = wb.set_prompt_field(label, field, value, tuple(add), tuple(remove))
+    where = "draft" if target == "draft" else "uncommitted file"
+    click.echo(f"{lp.label}: {field} updated in your {where}; commit it with `workbench prompts save {lp.label} -m MESSAGE`")
+
+
+@prompts.command("discard")
+@click.argument("label")
+@study_option
+def prompts_discard(wb, label):
+    """Throw away your draft of a label (the prompt folder's files are left alone)."""
+    wb.discard_draft(label)
+    click.echo(f"{label}: draft discarded")
+
+
+@prompts.command("import-dictionary")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("-m", "--message", default="Import prompt dictionary", show_default=True, help="Commit message.")
+@study_option
+def prompts_import_dictionary(wb, file, message):
+    """Import a {label: guidance} JSON/YAML dictionary as a new version of every label."""
+    commit = wb.import_prompt_dictionary(Path(file), message)
+    click.echo(f"imported as version {commit[:8]}")
+
+
+# ---------------------------------------------------------------- bundles and scoring
+
+
+@main.command()
+@click.option("--prompt", "prompt_ref", default=None, help="Prompt version to freeze (default: latest).")
+@click.option("--name", required=True, help="Bundle name (also an annotated Git tag; never reused).")
+@click.option("--cohort", default=None, help="Cohort whose run justifies the freeze (default: the study's dev_cohort, else its only cohort).")
+@click.option("--ci", type=click.Choice(["wilson", "clopper-pearson"]), default="wilson", show_default=True)
+@click.option("--sign", "sign_key", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Sign the bundle with this Ed25519 private key (from `workbench bundle keygen`).")
+@study_option
+def freeze(wb, prompt_ref, name, cohort, ci, sign_key):
+    """Freeze a prompt version into a bundle (canonical JSON + YAML) with a sha256."""
+    from workbench import bundle as bundle_mod
+
+    if sign_key:
+        bundle_mod._load_private(Path(sign_key))  # a bad key is refused before anything is frozen
+    info = wb.freeze(name, prompt_ref, cohort=cohort, ci=ci)
+    click.echo(f"froze {name}: sha256 {info['sha256']}\n  {info['json']}\n  {info['yaml']}\n  prompt {info['commit'][:8]}, run {info['run']}")
+    if sign_key:
+        click.echo(f"  signed with key {bundle_mod.sign_bundle(info['json'], Path(sign_key))}")
+
+
+@main.group("bundle")
+def bundle_group():
+    """Team signing keys for bundles (Ed25519): a signature says who froze a bundle, the sha256 only that it is intact."""
+
+
+@bundle_group.command("keygen")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False),
+              help="Private key file to create (owner-only); the public key is written beside it as OUT.pub.")
+def bundle_keygen(out):
+    """Create a team signing key pair; keep the private key secret, share the .pub file."""
+    from workbench.bundle import _load_public, _raw_public, generate_key, key_id
+
+    private, public = generate_key(Path(out))
+    click.echo(f"private key: {private} (keep it secret)\npublic key: {public} (share it)\n"
+               f"key id: {key_id(_raw_public(_load_public(public)))}")
+
+
+@bundle_group.command("sign")
+@click.argument("bundle", type=click.Path(exists=True, dir_okay=False))
+@click.option("--key", "key", required=True, type=click.Path(exists=True, dir_okay=False), help="Ed25519 private key.")
+def bundle_sign(bundle, key):
+    """Sign an existing bundle (its hash must verify first)."""
+    from workbench.bundle import sign_bundle
+
+    click.echo(f"signed {bundle} with key {sign_bundle(Path(bundle), Path(key))}")
+
+
+@main.command()
+@click.argument("bundle")
+@click.option("--public-key", "public_key", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Also check the bundle's Ed25519 signature with this team public key (who made it).")
+@click.option("--study", "study", type=click.Path(file_okay=False), default=None,
+              help="Also check the bundle against this study: its annotated tag and its audit trail (a bundle name "
+                   "is looked up in its bundles/, else in $WORKBENCH_STUDY's).")
+def verify(bundle, public_key, study):
+    """Check a bundle (a path, or a name in the study's bundles/): sha256 over its exact content (integrity); optionally its signature and its study."""
+    from workbench.bundle import verify_bundle, verify_signature
+
+
+    bundle = find_bundle(bundle, study or os.environ.get("WORKBENCH_STUDY"))
+    ok, recorded, actual = verify_bundle(Path(bundle))
+    if ok:
+        click.echo(f"ok: {bundle} sha256 {actual}")
+    else:
+        click.echo(f"MODIFIED: recorded sha256 {recorded} but content hashes to {actual}", err=True)
+        raise SystemExit(1)
+    failed = False
+    if public_key:
+        signed, message = verify_signature(Path(bundle), Path(public_key))
+        click.echo(f"{'ok' if signed else 'NOT VERIFIED'}: {message}", err=not signed)
+        failed |= not signed
+    if study:
+        from workbench.services import Workbench
+
+        wb = Workbench(resolve_study_path(study), actor=_cli_actor())
+        wb.migrate()
+        for check in wb.check_bundle(Path(bundle)):
+            click.echo(f"{'ok' if check['ok'] else 'MISMATCH'}: {check['check']}: {check['detail']}", err=not check["ok"])
+            failed |= not check["ok"]
+    if failed:
+        raise SystemExit(1)
+
+
+def find_bundle(name: str, study: str | None) -> Path:
+    """A bundle path or name, looked up in the current folder, then in the study's bundles/ folder."""
+    root = resolve_study_path(study)
+    tried = []
+    for folder in (Path.cwd(), root, root / "bundles"):
+        for candidate in (folder / name, folder / f"{name}.json"):
+            if candidate.is_file():
+                return candidate
+            tried.append(str(candidate))
+    raise click.UsageError(f"no bundle {name!r}; looked for " + ", ".join(dict.fromkeys(tried)))
+
+
+SCORE_SHORT = {"ran_score_lo": "ci_lo", "ran_score_hi": "ci_hi", "invented_findings_fp": "invented_fp",
+               "missed_findings_fn": "missed_fn", "failed_generated": "failed_gen", "failed_reference": "failed_ref"}
+SCORE_COLUMNS = ["generator", "reports", "macro_f1", "ran_score", "ci_lo", "ci_hi", "invented_fp", "missed_fn",
+                 "failed_gen", "failed_ref"]
+
+
+def _generated(values: tuple[str, ...]) -> dict:
+    """Parse NAME=FILE options."""
+    out = {}
+    for item in values:
+        if "=" not in item:
+            raise click.BadParameter(f"{item!r}: use NAME=FILE", param_hint="--generated")
+        name, path = item.split("=", 1)
+        if not Path(path).exists():
+            raise click.BadParameter(f"{path} does not exist", param_hint="--generated")
+        out[name] = Path(path)
+    return out
+
+
+def _allow_options(func):
+    """--api-base, --allow-endpoint (repeatable) and --study for the commands that label texts with a bundle."""
+    func = click.option("--study", "study", type=click.Path(file_okay=False), envvar="WORKBENCH_STUDY", default=None,
+                        help="Study whose database caches extractions and whose allowed endpoints apply (optional).")(func)
+    func = click.option("--allow-endpoint", "allow", multiple=True, metavar="URL",
+                        help="Also allow report text to go to this endpoint (URL prefix) for this command; repeatable. "
+                             "Without it text goes only to the bundle's own local endpoint (or --study's allowed list).")(func)
+    func = click.option("--api-base", default=None, help="Server URL for --model (an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1).")(func)
+    return click.option("--model", default=None, help="Label with another model than the bundle's (recorded in the output).")(func)
+
+
+def _bundle_study(study):
+    """The Workbench of --study when it names a study folder, else None."""
+    if study and (Path(study) / "workbench.yaml").exists():
+        from workbench.services import Workbench
+
+        wb = Workbench(resolve_study_path(study), actor=_cli_actor())
+        wb.migrate()
+        return wb
+    return None
+
+
+@main.command()
+@click.option("--bundle", "bundle_path", required=True, help="Frozen bundle: a path, or a name in the study's bundles/.")
+@click.option("--reference", required=True, type=click.Path(exists=True, dir_okay=False), help="Reference reports (id + text or findings/impression).")
+@click.option("--generated", multiple=True, required=True, help="NAME=FILE of generated reports with the same ids; repeat for several generators.")
+@click.option("--out", type=click.Path(file_okay=False), default=None, help="Folder for CSV and JSON outputs.")
+@click.option("--zero-division", type=click.Choice(["zero", "one", "exclude"]), default="zero", show_default=True,
+              help="F1 of a label with no positive on either side: 0 (as the released Ran Score script), 1, or left out.")
+@click.option("--resamples", type=int, default=1000, show_default=True, help="Bootstrap resamples for the Ran Score interval.")
+@click.option("--max-failed-share", type=click.FloatRange(0, 1), default=0.10, show_default=True,
+              help="A generator with more than this share of failed (report, label) extractions gets no score (exit code 3).")
+@_allow_options
+def score(bundle_path, reference, generated, model, api_base, allow, study, out, zero_division, resamples, max_failed_share):
+    """Score generated reports against reference reports with a frozen bundle (Ran Score)."""
+    from workbench import scoring
+
+    bundle_path = find_bundle(bundle_path, study)
+    gens = _generated(generated)
+    wb = _bundle_study(study)
+    common = dict(model=model, out=Path(out) if out else None, zero_division=zero_division, n_resamples=resamples,
+                  api_base=api_base, allow_endpoints=list(allow), max_failed_share=max_failed_share)
+    if wb is not None:
+        result = wb.score_generated(Path(bundle_path), Path(reference), gens, **common)
+    else:
+        result = scoring.score(Path(bundle_path), Path(reference), gens, **common)
+    click.echo(f"bundle {result.bundle_name} ({result.bundle_sha[:12]}), model {result.model}; report text went to {result.endpoint}; "
+               f"reference: {result.reference_stats['extracted']} extracted, {result.reference_stats['reused']} reused from cache")
+    echo_table(result.summary().rename(columns=SCORE_SHORT), columns=SCORE_COLUMNS)
+    for name, g in result.generators.items():
+        r = g.ran_score
+        click.echo("")
+        if r.get("no_score"):  # whole lines, never wrapped into a table title: scripts and people grep them
+            click.echo(f"== {name}: NO SCORE: {r['no_score']} ==")
+            title = f"{name}: per label (no score)"
+        else:
+            left_out = "" if r["pairs_scored"] == r["pairs_total"] else (
+                f" over {r['pairs_scored']} of {r['pairs_total']} (report, label) pairs: {r['failed_generated']} generated and "
+                f"{r['failed_reference']} reference extractions failed and are left out")
+            click.echo(f"== {name}: Ran Score {r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]{left_out} ==")
+            title = f"{name}: per label"
+        echo_table(g.per_label.reset_index(), title=title,
+                   columns=["label", "support", "tp", "fp", "fn", "precision", "recall", "f1", "failed_generated", "failed_reference"])
+    click.echo("")
+    say(f"zero division: {scoring.POLICY_TEXT[zero_division]}")
+    if out:
+        click.echo(f"wrote CSV and JSON to {out}")
+    if result.unscored():
+        for name, why in result.unscored().items():
+            click.echo(f"error: no score for {name}: {why}", err=True)
+        raise SystemExit(EXIT_INCOMPLETE)
+
+
+@main.command()
+@click.option("--bundle", "bundle_path", required=True, help="Frozen bundle: a path, or a name in the study's bundles/.")
+@click.option("--pairs", type=click.Path(exists=True, dir_okay=False), default=str(DEMO_DIR / "robustness" / "pairs.csv"),
+              show_default=True, help="CSV: pair_id,kind(paraphrase|significant),label,text_a,text_b.")
+@_allow_options
+def robustness(bundle_path, pairs, model, api_base, allow, study):
+    """Share of harmless paraphrases labelled the same and significant changes detected, per label."""
+    from workbench import scoring
+
+    bundle_path = find_bundle(bundle_path, study)
+    wb = _bundle_study(study)
+    allowed = [*(wb.config.allowed_endpoints if wb is not None else []), *allow]
+    result = scoring.robustness(Path(bundle_path), Path(pairs), model=model, api_base=api_base, allow_endpoints=allowed)
+    click.echo(f"report text went to {result['endpoint']}")
+    echo_table(result["per_kind"])
+    click.echo("")
+    echo_table(result["per_label"])
+
+
+# ---------------------------------------------------------------- teams
+
+
+@main.group()
+def user():
+    """Local accounts and roles (reader, adjudicator, prompt_engineer, admin)."""
+
+
+@user.command("add")
+@click.argument("user_id")
+@click.option("--role", required=True, type=click.Choice(["reader", "adjudicator", "prompt_engineer", "admin"]))
+@click.option("--name", default="", help="Full name (used as the Git author of prompt commits).")
+@click.option("--email", default="", help="E-mail (Git author e-mail).")
+@click.option("--password", default=None, help="Password (prompted, hidden, when not given).")
+@click.option("--no-password", is_flag=True, help="No local password (sign-in through OIDC only).")
+@study_option
+def user_add(wb, user_id, role, name, email, password, no_password):
+    """Create an account; the first account must be an admin."""
+    if not no_password and password is None:
+        password = click.prompt("password", hide_input=True, confirmation_prompt=True)
+    wb.add_user(user_id, role, None if no_password else password, name=name, email=email)
+    click.echo(f"added {user_id} ({role})")
+
+
+@user.command("list")
+@study_option
+def user_list(wb):
+    """List accounts and roles."""
+    echo_table(wb.users())
+
+
+@user.command("set-role")
+@click.argument("user_id")
+@click.argument("role", type=click.Choice(["reader", "adjudicator", "prompt_engineer", "admin"]))
+@study_option
+def user_set_role(wb, user_id, role):
+    """Change an account's role."""
+    wb.set_role(user_id, role)
+    click.echo(f"{user_id} is now {role}")
+
+
+# ---------------------------------------------------------------- assisted optimisation (cohort roles, splits, suggestions)
+
+
+@main.command("cohort-role")
+@click.argument("cohort")
+@click.argument("role", type=click.Choice(["development", "validation", "test", "external"]))
+@study_option
+def cohort_role(wb, cohort, role):
+    """Give a cohort a role; a test cohort is locked (metrics only through frozen bundles, every look counted)."""
+    wb.set_cohort_role(cohort, role)
+    click.echo(f"{cohort}: {role}")
+
+
+@main.command()
+@click.argument("cohort")
+@click.option("--validation", type=float, default=0.3, show_default=True, help="Share of reports in the validation part.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed (the same seed gives the same split).")
+@click.option("--force", is_flag=True, help="Replace an existing split with a different one (recorded in the audit).")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@study_option
+def split(wb, cohort, validation, seed, force, fmt):
+    """Divide a development cohort into tuning and validation parts, stratified by label, reproducible by seed."""
+    summary = wb.split_cohort(cohort, validation=validation, seed=seed, force=force)
+    echo_table(summary.round(3), fmt)
+    if fmt == "table":
+        sizes = summary.attrs.get("reports", {})
+        click.echo(f"\n{cohort}: {sizes.get('tuning', 0)} tuning and {sizes.get('validation', 0)} validation reports "
+                   f"(seed {seed}); suggestions and the disagreement queue read only the tuning part")
+
+
+@main.command("split-metrics")
+@click.argument("run_id", type=int)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@study_option
+def split_metrics(wb, run_id, fmt):
+    """Per-label F1 of a run on the tuning and validation parts side by side, with intervals and the gap."""
+    import pandas as pd
+
+    parts = wb.evaluate_parts(run_id)
+    frame = pd.DataFrame({f"{p}_{c}": parts[p]["table"][c] for p in parts for c in ("support", "f1", "f1_lo", "f1_hi")})
+    frame["gap"] = frame["tuning_f1"] - frame["validation_f1"]
+    echo_table(frame.reset_index().round(3), fmt)
+    if fmt == "table":
+        from workbench.services.optimising import fmt_figure as f
+
+        for p, m in parts.items():
+            click.echo(f"{p}: {m['reports']} reports, macro F1 {f(m['macro_f1'])} [{f(m['macro_f1_lo'])}, {f(m['macro_f1_hi'])}]")
+        click.echo(f"gap (tuning - validation): {f(parts['tuning']['macro_f1'] - parts['validation']['macro_f1'])}")
 
 
 @main.command("split-compare")
@@ -543,6 +1202,16 @@ def suggest(wb, label, run_id, proposer, model, fmt, phrase_list):
     else:
         click.echo("\n\n".join(suggestion_text(r) + (f"\n{r['noise']}" if r["noise"] else "") for r in results)
                    or "no label has a disagreement on the tuning part")
+
+
+@main.command("calls")
+@click.argument("run_id", type=int)
+@click.option("--per-label", is_flag=True, help="Sum per label: calls, tokens, cost, cost and tokens per label answer, latency.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@study_option
+def calls_cmd(wb, run_id, per_label, fmt):
+    """Per-call facts of a run (latency, tokens, cached tokens, cost, finish reason, the model that answered), for export."""
+    echo_table(wb.call_costs(run_id) if per_label else wb.call_facts(run_id), fmt)
 
 
 @main.command()
