@@ -3,9 +3,9 @@ reply shapes as data, the noise floor. Real HTTP through litellm to tests/fake_l
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -182,30 +182,38 @@ def test_a_json_schema_is_sent_only_where_litellm_says_the_model_supports_it(sma
 
 # ---------------------------------------------------------------- 4. the noise floor
 
-FLIP_SHARE = 0.2
+FLIP_EVERY = 5  # one repeated answer in five is flipped: a noise rate of exactly 0.2
 
 
-def flipping(request: dict, reply: str) -> dict:
-    """The correct answer, except that calls with a seed other than the run's flip a known share of answers."""
-    from fake_llm_server import completion_body
+class Flipping:
+    """The correct answer, except that every FLIP_EVERY-th call with a seed other than the run's flips it."""
 
-    digest = int(hashlib.sha256(json.dumps([request["messages"], request.get("seed")]).encode()).hexdigest(), 16)
-    if request.get("seed") not in (None, 0) and digest % 1000 < FLIP_SHARE * 1000:
-        answer = json.loads(reply)
-        reply = json.dumps({"value": 1 - answer["value"], "evidence": ""})
-    return completion_body(request.get("model", "fake"), reply, request["messages"])
+    def __init__(self) -> None:
+        self.lock, self.repeats = threading.Lock(), 0
+
+    def __call__(self, request: dict, reply: str) -> dict:
+        from fake_llm_server import completion_body
+
+        if request.get("seed") not in (None, 0):
+            with self.lock:
+                self.repeats += 1
+                flip = self.repeats % FLIP_EVERY == 0
+            if flip:
+                reply = json.dumps({"value": 1 - json.loads(reply)["value"], "evidence": ""})
+        return completion_body(request.get("model", "fake"), reply, request["messages"])
 
 
 def test_noise_on_a_server_that_flips_a_known_share(small_study):
     wb = small_study
-    with running_server(keywords=KEYWORDS, body_fn=flipping) as srv:
-        run = wb.start_run("dev", **remote(srv))
+    with running_server(keywords=KEYWORDS, body_fn=Flipping()) as srv:
+        run = wb.start_run("dev", labels=list(KEYWORDS), **remote(srv))
         assert run.failures == 0
         srv.reset()
-        result = wb.measure_noise(run.run_id, sample=1000, repeats=2)
-        assert srv.count == 2 * result.pairs and {b.get("seed") for b in srv.bodies} == {1, 2}  # new seeds, no cache
+        result = wb.measure_noise(run.run_id, sample=1000, repeats=5)
+        assert result.pairs == 24 and srv.count == 5 * 24  # every answer, asked five more times: no cache
+        assert {b.get("seed") for b in srv.bodies} == {1, 2, 3, 4, 5}  # a new seed per repeat
         rate, lo, hi = result.overall()
-        assert lo <= FLIP_SHARE <= hi and 0 < rate < 0.5
+        assert rate == pytest.approx(1 / FLIP_EVERY) and lo < rate < hi and hi - lo < 0.2
         assert any(line.startswith("all: noise rate") for line in result.lines())
         assert wb.run_info(run.run_id).calls_made == run.calls_made  # the repeats are kept apart from the run
         assert len(wb.predictions(run.run_id)) == run.calls_total
