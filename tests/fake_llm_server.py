@@ -8,7 +8,8 @@ or per request with a marker in the last user message, e.g. ``[[behaviour:429]]`
 
 Behaviours: ok (the keyword answer), slow, 429, 500 (fail N times, then ok), 400, 401 and 404
 ("model does not exist", always), hang, malformed (unparseable JSON reply), prose (JSON inside prose), refusal,
-reply (the configured ``reply`` text), garbage (a truncated HTTP body).
+reply (the configured ``reply`` text), garbage (a truncated HTTP body). ``body_fn(request body, reply)``
+builds the whole response body instead (the recorded reply shapes of tests/data/reply_shapes.json).
 "Fail N times then succeed" (429, 500) is counted per distinct message list, so every
 request of a batch fails N times and then succeeds.
 
@@ -131,6 +132,7 @@ class FakeLLMServer:
         keywords: tuple[str, ...] | list[str] | dict[str, list[str]] = ("effusion",),
         reply: str | None = None,
         answer_fn: Callable[[list[dict]], str] | None = None,
+        body_fn: Callable[[dict, str], dict] | None = None,
         latency: float = 0.0,
         fail_times: int = 2,
         retry_after: float | None = 0.2,
@@ -141,6 +143,7 @@ class FakeLLMServer:
         self.keywords = keywords if isinstance(keywords, dict) else tuple(keywords)
         self.reply = reply
         self.answer_fn = answer_fn
+        self.body_fn = body_fn  # (request body, reply text) -> the whole response body (recorded reply shapes)
         self.latency = latency
         self.fail_times = fail_times
         self.retry_after = retry_after
@@ -291,6 +294,8 @@ class FakeLLMServer:
             reply = "Sure! Here is my assessment.\n" + self.answer(messages) + "\nLet me know if you need more."
         if reply is None:
             reply = self.answer(messages)
+        if self.body_fn is not None:
+            return 200, {}, json.dumps(self.body_fn(body, reply)).encode()
         return 200, {}, json.dumps(completion_body(model, reply, messages)).encode()
 
     def _error(self, status: int) -> tuple[int, dict[str, str], bytes]:
@@ -349,7 +354,9 @@ def _make_http_server(fake: FakeLLMServer) -> ThreadingHTTPServer:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
-            if self.path.split("?")[0].rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+            path = self.path.split("?")[0].rstrip("/")
+            # /v1/messages: Anthropic's surface (answered in its shape through body_fn)
+            if path not in ("/v1/chat/completions", "/chat/completions") and not path.endswith("/messages"):
                 self._send(404, {}, b'{"error": {"message": "not found", "type": "invalid_request_error"}}')
                 return
             try:

@@ -175,9 +175,9 @@ def test_progress_is_reported_up_to_total_and_throttled(small_study, monkeypatch
     wb.start_run("dev", on_progress=lambda p: again.append((p.done, p.total, p.made, p.reused)))
     assert again == [(160, 160, 0, 160)]  # all reused: one report, already complete
     # throttled: with a long interval only the first call and the final count are reported
-    import workbench.services.runs as runs_module
+    import workbench.labelling as labelling_module  # the one labelling path reports runs' progress
 
-    monkeypatch.setattr(runs_module, "PROGRESS_EVERY_S", 3600.0)
+    monkeypatch.setattr(labelling_module, "PROGRESS_EVERY_S", 3600.0)
     throttled = []
     wb.start_run("dev", labels=["pneumothorax"], prompt_ref=None, temperature=0.5,
                  on_progress=lambda p: throttled.append(p.done))
@@ -216,11 +216,11 @@ def test_storing_reused_answers_is_not_one_statement_per_cell(small_study):
 
 
 def test_a_cached_rerun_stored_in_several_batches_equals_the_first_run(small_study, monkeypatch):
-    from workbench.services import runs
+    from workbench import labelling
 
     wb = small_study
     first = wb.start_run("dev")
-    monkeypatch.setattr(runs, "REUSE_BATCH", 7)  # 160 cached answers in 23 writes by the writer thread
+    monkeypatch.setattr(labelling, "REUSE_BATCH", 7)  # 160 cached answers in 23 writes by the writer thread
     again = wb.start_run("dev")
     assert (again.calls_made, again.calls_reused, again.failures, again.status) == (0, N_REPORTS * ASKED, 0, "finished")
     assert wb.run_info(again.run_id).calls_reused == N_REPORTS * ASKED  # counted with each batch, none twice

@@ -330,8 +330,10 @@ def _with_label_column(frame: pd.DataFrame) -> pd.DataFrame:
 @click.option("--resume", "resume", type=int, default=None, metavar="RUN", help="Finish a stopped run without repeating finished calls.")
 @click.option("--retry-failed", "retry", type=int, default=None, metavar="RUN", help="Call again every failed (report, label) of a run.")
 @click.option("--new", "new", is_flag=True, help="Start a new run even when an identical finished run exists.")
+@click.option("--estimate", is_flag=True, help="Print calls after the cache, tokens, cost and wall time; make no model call.")
+@click.option("--yes", "yes", is_flag=True, help="Accept an estimated cost above labeller.confirm_above without asking.")
 @study_option
-def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, retry, new):
+def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, retry, new, estimate, yes):
     """Label a cohort with the labeller (cached, resumable); prints calls made and answers reused.
 
     Exit codes: 0 every call answered; 2 refused before any call (bad option, endpoint not allowed,
@@ -344,6 +346,11 @@ def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, re
         if not cohort:
             raise click.UsageError("--cohort is required for a new run")
         label_list = [x.strip() for x in labels.split(",")] if labels else None
+        if estimate:
+            est = wb.estimate_run(cohort, prompt_ref=prompt_ref, model=model, labels=label_list, api_base=api_base,
+                                  concurrency=concurrency)
+            click.echo("\n".join(est.lines()))
+            return
         same = None if new else wb.unchanged_run(cohort, prompt_ref=prompt_ref, model=model, labels=label_list,
                                                   api_base=api_base, concurrency=concurrency)
         if same is not None:
@@ -351,11 +358,44 @@ def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, re
                        f"reports and labels; it finished without failures): see `workbench metrics {same}`; "
                        "use --new to label again anyway")
             return
+        confirmed = yes or _confirm_cost(wb, cohort, prompt_ref, model, label_list, api_base, concurrency)
         summary = wb.start_run(cohort, prompt_ref=prompt_ref, model=model, labels=label_list, on_progress=bar,
-                               api_base=api_base, concurrency=concurrency)
+                               api_base=api_base, concurrency=concurrency, confirmed=confirmed)
     click.echo("", err=True)
     click.echo(summary.message())
+    _cost_line(wb, summary.run_id)
     _report_failures(summary)
+
+
+def _cost_line(wb, run_id: int) -> None:
+    """A model run's tokens and cost so far (per label and per call: `workbench calls RUN`)."""
+    run = wb.run_info(run_id)
+    if run.model.startswith("workbench/"):
+        return
+    cost = "unknown (litellm has no price for this model)" if run.cost is None else f"${run.cost:,.4f}"
+    click.echo(f"tokens: {run.prompt_tokens or 0:,} prompt + {run.completion_tokens or 0:,} completion; cost {cost} "
+               f"(per label: `workbench calls {run_id} --per-label`)")
+
+
+def _confirm_cost(wb, cohort, prompt_ref, model, labels, api_base, concurrency) -> bool:
+    """On a terminal, show the estimate and ask when it is above labeller.confirm_above; elsewhere the run
+    refuses (NeedsConfirmation) unless --yes was given."""
+    import sys
+
+    from workbench.services.model_path import NeedsConfirmation
+
+    if not sys.stdin.isatty():
+        return False
+    try:
+        wb.check_budget(cohort, prompt_ref, model, labels, None, api_base=api_base, concurrency=concurrency)
+        return False
+    except NeedsConfirmation as exc:
+        est = wb.estimate_run(cohort, prompt_ref=prompt_ref, model=model, labels=labels, api_base=api_base,
+                              concurrency=concurrency)
+        click.echo("\n".join(est.lines()), err=True)
+        if not click.confirm(f"{exc}. Start the run anyway?", default=False, err=True):
+            raise SystemExit(2)
+        return True
 
 
 def _report_failures(summary) -> None:
@@ -462,6 +502,22 @@ def compare(wb, run_a, run_b, mid_p, cases, fmt, show_all, wide):
     if cases and len(result["cases"]):
         click.echo("")
         echo_table(result["cases"], title="fixed and broken cases", wide=wide)
+
+    _noise_lines(wb, run_a, run_b, result["table"])
+
+
+def _noise_lines(wb, run_a: int, run_b: int, table) -> None:
+    """Beside fixed and broken: how many changes noise alone would explain at the measured noise rate."""
+    from workbench.services.model_path import noise_line
+
+    rates = wb.noise_rates([run_a, run_b])
+    if rates.empty:
+        say(f"noise: not measured (`workbench noise {run_b}` says how many changes the model's own noise explains)")
+        return
+    for label, row in table.iterrows():
+        changed = int(row["b"] + row["c"])
+        if changed:
+            say(noise_line(label, "", int(row["n"]), changed, rates))
 
 
 def _needed_text(value: float, note: str) -> str:
@@ -1177,6 +1233,7 @@ def split_compare(wb, run_a, run_b, fmt):
 
         for part, r in result.items():
             click.echo(f"{part}: macro F1 {f(r['macro_f1_a'])} -> {f(r['macro_f1_b'])}")
+            _noise_lines(wb, run_a, run_b, r["table"])
 
 
 @main.command("split-history")
@@ -1208,10 +1265,40 @@ def suggest(wb, label, run_id, proposer, model, fmt, phrase_list):
     for result in results:
         result.get("evaluation", {}).pop("values", None)
         result.get("evaluation", {}).pop("evidence", None)
+    for result in results:
+        result["noise"] = wb.suggestion_noise(result)
     if fmt == "json":
         click.echo(json.dumps(results if label == "all" else results[0], indent=2, default=str))
     else:
-        click.echo("\n\n".join(suggestion_text(r) for r in results) or "no label has a disagreement on the tuning part")
+        click.echo("\n\n".join(suggestion_text(r) + (f"\n{r['noise']}" if r["noise"] else "") for r in results)
+                   or "no label has a disagreement on the tuning part")
+
+
+@main.command("calls")
+@click.argument("run_id", type=int)
+@click.option("--per-label", is_flag=True, help="Sum per label: calls, tokens, cost, cost and tokens per label answer, latency.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@study_option
+def calls_cmd(wb, run_id, per_label, fmt):
+    """Per-call facts of a run (latency, tokens, cached tokens, cost, finish reason, the model that answered), for export."""
+    echo_table(wb.call_costs(run_id) if per_label else wb.call_facts(run_id), fmt)
+
+
+@main.command()
+@click.argument("run_id", type=int)
+@click.option("--sample", type=int, default=200, show_default=True, help="(report, label) answers to ask again, stratified by label and answer.")
+@click.option("--repeats", type=int, default=2, show_default=True, help="Times each is asked again (a new seed each time where the model takes one).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample.")
+@click.option("--format", "fmt", type=click.Choice(["text", "csv", "json"]), default="text", show_default=True)
+@study_option
+def noise(wb, run_id, sample, repeats, seed, fmt):
+    """The noise floor: ask a sample of a run's calls again (no cache) and print per label and overall
+    `noise rate X [lo, hi]` (Wilson 95%): the share of repeated answers that differ from the run's answer."""
+    result = wb.measure_noise(run_id, sample=sample, repeats=repeats, seed=seed)
+    if fmt == "text":
+        click.echo("\n".join(result.lines()))
+    else:
+        echo_table(result.table, fmt)
 
 
 @main.command()

@@ -1,21 +1,27 @@
-"""Label arbitrary texts with a prompt set (a frozen bundle's, for scoring generated reports).
+"""The one labelling path: build the calls, look up the call cache, choose the engine, call, parse,
+store each answer through the caller's callback, count failures (label_calls).
 
-Runs on a cohort have their own bookkeeping (services/runs.py); this is the light path for
-texts that are not study reports, with a pluggable cache so reference reports are extracted
-once per bundle and text and every generator is scored against the same reference labels.
+Runs (services/runs.py), optimisation (services/optimising.py), scoring and robustness
+(scoring.py, through label_texts) all label through it, so a new model-backed capability is added
+here once. label_texts is the light path for texts that are not study reports, with a pluggable
+extraction cache so reference reports are extracted once per bundle and text and every generator
+is scored against the same reference labels.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 import numpy as np
 import pandas as pd
 
 from workbench.core import parsing
-from workbench.core.prompts import PromptSet, call_key, render_joint_call, render_label_call
+from workbench.core.prompts import PromptSet, call_keyer, label_call_keyer, render_joint_call, report_json
 from workbench.core.vocab import Vocabulary, derive_frame
 
 
@@ -53,15 +59,461 @@ def extraction_key(bundle_sha: str, model_params: dict, text: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def engine_for(model: str) -> Callable:
-    """The offline labeller or litellm behind one complete_all interface."""
-    if model.startswith("workbench/"):
+RULES_PREFIX = "workbench/"  # the offline rule-based labeller's model strings
+MODEL_FIELDS = ("model", "api_base", "api_key_env", "endpoints", "temperature", "seed", "max_tokens", "timeout_s",
+                "max_retries", "backoff_base_s", "backoff_max_s", "concurrency", "json_mode", "workers", "response_schema")
+# labeller settings that are about the study's budget, not the model call (never part of a ModelConfig)
+BUDGET_FIELDS = ("confirm_above", "price")
+REUSE_BATCH = 8000  # cached answers handed to the caller's store at a time
+OFFLINE_BATCH = 5000  # offline answers stored at a time (they cost nothing to redo; paid ones are stored one by one)
+PROGRESS_EVERY_S = 0.2  # progress callbacks at most five times a second
+# failure kinds that say what to change, shown beside their counts
+HINTS = {
+    "truncated": "the reply was cut off at max_tokens: raise labeller.max_tokens (reasoning models need 1000+)",
+    "refusal": "the model declined to answer: reword the prompt, or use another model",
+    "parse_error": "the reply had no usable 0/1: tighten the prompt's output format, or turn on labeller.response_schema",
+}
+
+
+def model_config(settings: dict, strict: bool = True):
+    """The one ModelConfig builder: from labeller settings (a study's, a run's record, a bundle's).
+
+    strict: an unknown key is refused (a study's settings); otherwise keys that are not model
+    parameters are left out (a bundle's or run's record carries more)."""
+    from workbench.llm import ModelConfig
+    from workbench.study import StudyError
+
+    unknown = sorted(set(settings) - set(MODEL_FIELDS) - set(BUDGET_FIELDS))
+    if unknown and strict:
+        raise StudyError(f"labeller settings: unknown key {unknown[0]!r} (allowed: {', '.join(MODEL_FIELDS + BUDGET_FIELDS)})")
+    values = {k: v for k, v in settings.items() if v is not None and k in MODEL_FIELDS}
+    if "endpoints" in values:
+        values["endpoints"] = tuple(values["endpoints"])
+    return ModelConfig(**values)
+
+
+def is_offline(cfg) -> bool:
+    """True for the offline rule-based labeller (no network, no cost)."""
+    return cfg.model.startswith(RULES_PREFIX)
+
+
+def engine_for(cfg) -> Callable:
+    """The offline labeller, worker processes or litellm, behind one complete_all interface."""
+    if is_offline(cfg):
         from workbench import rules
 
         return rules.complete_all
+    if cfg.workers > 1:
+        from workbench import workers
+
+        return workers.complete_all_workers
     from workbench import llm
 
     return llm.complete_all_sync
+
+
+def call_params(cfg) -> dict:
+    """The parameters in every call key: the answer-changing ones, the server when it was chosen (one
+    model name on two servers may be two models), the offline engine's version."""
+    params = dict(cfg.params())
+    if is_offline(cfg):
+        from workbench import rules
+
+        params["engine_version"] = getattr(rules, "ENGINE_VERSION", "1")
+        return params
+    ends = cfg.resolved()
+    if len(ends) == 1 and ends[0].source != "provider default":
+        params["api_base"] = ends[0].url
+    return params
+
+
+def build_requests(ps: PromptSet, items: Iterable[tuple[str, str]], labels: list[str], mode: str, names: dict[str, str],
+                   params: dict, done: set | frozenset = frozenset()) -> list:
+    """Every call for (item id, text) pairs and labels, with its cache key and what the offline labeller reads;
+    (item id, label) pairs in done are left out. meta["report_id"] is the item id."""
+    from workbench.llm import CallRequest
+
+    cues = ps.task.cue_lists()
+    specs = ps.attributes  # label -> its attributes: the parser checks them, the offline labeller reads them
+    key_of = call_keyer(params)
+    keyed = {lab: label_call_keyer(ps, lab, names[lab], params) for lab in labels} if mode != "joint" else {}
+    prompts = {lab: [ps.label(lab)] for lab in labels}
+    out = []
+    for item, text in items:
+        if mode == "joint":
+            todo = [lab for lab in labels if (item, lab) not in done]
+            if not todo:
+                continue
+            messages = render_joint_call(ps, {lab: names[lab] for lab in todo}, text)
+            out.append(CallRequest(key_of(messages), messages, {
+                "report_id": item, "labels": todo, "report": text, "mode": "joint",
+                "prompts": [ps.label(lab) for lab in todo], "cues": cues,
+                "attributes": {lab: specs[lab] for lab in todo if lab in specs}}))
+            continue
+        text_json = report_json(text)
+        for lab in labels:
+            if (item, lab) in done:
+                continue
+            messages, key = keyed[lab](text, text_json)
+            out.append(CallRequest(key, messages, {
+                "report_id": item, "labels": [lab], "report": text, "mode": "per_label",
+                "prompts": prompts[lab], "cues": cues, "attributes": {lab: specs[lab]} if lab in specs else {}}))
+    return out
+
+
+def decide(req, text: str | None, res=None, replies: parsing.ReplyMemo | None = None) -> dict[str, parsing.Decision]:
+    """label -> Decision for one call's reply; a failed call is a recorded failure, never a 0.
+
+    res: the CallResult when the call was made now (None for a cached reply); its reply shape
+    (finish reason, a refusal field) decides before the text is read."""
+    meta = req.meta
+    if text is None:
+        detail = ((res.error if res is not None else "no reply") or "no reply")[:2000]
+        return {lab: parsing.Decision(None, "", "call_error", detail) for lab in meta["labels"]}
+    shape = reply_shape_failure(res)
+    if shape is not None:
+        return {lab: shape for lab in meta["labels"]}
+    specs = meta.get("attributes") or {}
+    try:
+        if meta["mode"] == "joint":
+            return parsing.parse_joint_reply(text, meta["labels"], meta["report"], specs)
+        parse = replies.parse if replies is not None else parsing.parse_reply
+        return {meta["labels"][0]: parse(text, meta["report"], specs.get(meta["labels"][0], ()))}
+    except Exception as exc:  # the parser's contract is never to raise; if it does, one failure, not a dead run
+        return {lab: parsing.Decision(None, "", "parse_error", f"parser error ({type(exc).__name__})")
+                for lab in meta["labels"]}
+
+
+def reply_shape_failure(res) -> parsing.Decision | None:
+    """A reply that is not an answer by its shape: cut off at max_tokens, or declined by the provider."""
+    if res is None:
+        return None
+    finish = getattr(res, "finish_reason", None)
+    if finish == "length":
+        return parsing.Decision(None, "", "truncated",
+                                f"reply cut off at max_tokens (finish_reason length, {res.completion_tokens} completion tokens)")
+    refusal = getattr(res, "refusal", None)
+    if refusal or finish == "content_filter":
+        why = f"provider refusal: {refusal}" if refusal else "the provider's content filter stopped the reply"
+        return parsing.Decision(None, "", "refusal", why[:2000])
+    return None
+
+
+@dataclass
+class Answer:
+    """One call's outcome: the request, the engine's result (None when answered from the cache), its decisions."""
+
+    req: object
+    res: object | None
+    decisions: dict
+
+    def failure(self) -> tuple[str, str] | None:
+        """(kind, detail) of the first failed label, None when every label has a value."""
+        for d in self.decisions.values():
+            if d.value is None:
+                kind = (self.res.error_kind if self.res is not None else None) or d.status
+                return kind, d.detail
+        return None
+
+
+@dataclass
+class Progress:
+    """Progress of a labelling job for a bar: done of total, with counts so far."""
+
+    done: int
+    total: int
+    made: int
+    reused: int
+    failures: int
+
+
+@dataclass
+class LabelCounts:
+    """What one pass of label_calls did: calls needed, made and reused; failed calls by kind, with an example each."""
+
+    calls: int = 0
+    made: int = 0
+    reused: int = 0
+    failed: int = 0
+    failure_kinds: dict = field(default_factory=dict)
+    failure_examples: dict = field(default_factory=dict)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    response_format: str = ""  # how the reply format was asked for (see with_response_schema)
+
+
+LABEL_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["value", "evidence"],
+                "properties": {"value": {"type": "integer", "enum": [0, 1]}, "evidence": {"type": "string"}}}
+
+
+def response_schema(mode: str) -> dict:
+    """The response_format that asks for a label's answer (per label) or every asked label's (joint) as JSON."""
+    schema = LABEL_SCHEMA if mode != "joint" else {
+        "type": "object", "additionalProperties": False, "required": ["labels"],
+        "properties": {"labels": {"type": "object", "additionalProperties": LABEL_SCHEMA}}}
+    return {"type": "json_schema", "json_schema": {"name": "label_answer" if mode != "joint" else "label_answers",
+                                                   "schema": schema, "strict": mode != "joint"}}
+
+
+def with_response_schema(cfg, mode: str):
+    """cfg with a JSON schema as response_format when asked for (labeller.response_schema) and litellm says the
+    model supports it; otherwise unchanged: the prompt's output format (and json_mode, if set) applies. Returns
+    (cfg, how the format was asked for)."""
+    import dataclasses
+
+    if not cfg.response_schema or is_offline(cfg):
+        return cfg, "the prompt's output format" + (" and JSON mode" if cfg.json_mode else "")
+    from workbench import llm
+
+    if not llm.supports_response_schema(cfg.model):
+        return cfg, (f"the prompt's output format: litellm does not list {cfg.model} as supporting a JSON schema "
+                     "(response_schema asked for, not sent)")
+    return dataclasses.replace(cfg, response_format=response_schema(mode)), "a JSON schema sent as response_format"
+
+
+def label_calls(requests: list, cfg, lookup: Callable[[list[str]], dict[str, str]], store: Callable[[list[Answer]], None],
+                *, store_reused: Callable[[list[Answer]], None] | None = None, defer: Callable | None = None,
+                on_answer: Callable[[Answer], None] | None = None, on_progress: Callable[[Progress], None] | None = None,
+                cancel=None, on_start: Callable[[LabelCounts], None] | None = None) -> LabelCounts:
+    """Label requests: cached replies (lookup: keys -> reply text) are parsed and handed to store_reused (else
+    store) in batches; the rest go to the engine, and each answer is parsed and handed to store.
+
+    A paid answer is stored the moment it returns, in the engine's thread (kill -9 loses nothing); the
+    offline labeller's answers cost nothing to redo, so they are stored in batches, through defer (a
+    background writer) when given. on_answer sees every new answer after it is queued for storing;
+    on_start sees the counts once the cache is read, before any call. Raises what the engine raises,
+    after storing what was answered."""
+    counts = LabelCounts(calls=len(requests))
+    cfg, counts.response_format = with_response_schema(cfg, requests[0].meta.get("mode") if requests else "per_label")
+    cached = lookup([r.key for r in requests]) if requests else {}
+    todo = [r for r in requests if r.key not in cached]
+    counts.reused = len(requests) - len(todo)
+    if on_start:
+        on_start(counts)
+    replies = parsing.ReplyMemo()
+    _hand_reused(requests, cached, replies, store_reused or store)
+    progress = Progress(done=counts.reused, total=len(requests), made=0, reused=counts.reused, failures=0)
+    next_report = [time.monotonic() + PROGRESS_EVERY_S]
+    if on_progress:
+        on_progress(progress)
+    offline = is_offline(cfg)
+    pending: list[Answer] = []
+
+    def flush() -> None:
+        if not pending:
+            return
+        answered = pending[:]
+        pending.clear()
+        if offline and defer is not None:
+            defer(lambda: store(answered))
+        else:
+            store(answered)
+
+    def on_result(req, res) -> None:
+        answer = Answer(req, res, decide(req, res.text, res, replies))
+        pending.append(answer)
+        if len(pending) >= (OFFLINE_BATCH if offline else 1):
+            flush()
+        _count(counts, answer)
+        progress.done += 1
+        progress.made += 1
+        progress.failures = counts.failed
+        if on_answer:
+            on_answer(answer)
+        if on_progress and (progress.done == progress.total or time.monotonic() >= next_report[0]):
+            next_report[0] = time.monotonic() + PROGRESS_EVERY_S  # a bar needs a few updates a second, not 43,000
+            on_progress(progress)
+
+    try:
+        if todo:
+            engine_for(cfg)(todo, cfg, on_result, cancel)
+    finally:
+        flush()  # also when the engine raised: what was answered is kept
+    return counts
+
+
+def _hand_reused(requests: list, cached: dict, replies, store: Callable[[list[Answer]], None]) -> None:
+    """Answers of the calls found in the cache, handed to store in batches as they are parsed."""
+    batch: list[Answer] = []
+    n_decisions = 0
+    for r in requests:
+        hit = cached.get(r.key)
+        if hit is None:
+            continue
+        decisions = decide(r, hit, None, replies)
+        batch.append(Answer(r, None, decisions))
+        n_decisions += len(decisions)
+        if n_decisions >= REUSE_BATCH:
+            store(batch)
+            batch, n_decisions = [], 0
+    if batch:
+        store(batch)
+
+
+def _count(counts: LabelCounts, answer: Answer) -> None:
+    """Add one new answer to the counts: made, tokens, cost, and its failure kind."""
+    res = answer.res
+    counts.made += 1
+    counts.prompt_tokens += res.prompt_tokens or 0
+    counts.completion_tokens += res.completion_tokens or 0
+    counts.cost += res.cost or 0.0
+    failed = answer.failure()
+    if failed is not None:
+        kind, detail = failed
+        counts.failed += 1
+        counts.failure_kinds[kind] = counts.failure_kinds.get(kind, 0) + 1
+        counts.failure_examples.setdefault(kind, example(detail))
+
+
+def example(detail: str) -> str:
+    """A failure message fit to print: the model's quoted reply (it may quote the report) cut off."""
+    cut = min((i for i in (detail.find(": '"), detail.find(': "')) if i >= 0), default=-1)
+    text = detail[:cut] if cut >= 0 else detail
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def cacheable(answer: Answer) -> bool:
+    """A new reply worth caching: the call succeeded and every label got a value (failures are never cached)."""
+    return answer.res is not None and answer.res.text is not None and all(
+        d.value is not None for d in answer.decisions.values())
+
+
+def call_facts(run_id: int | None, answers: list[Answer]) -> list[tuple]:
+    """Per-call facts of new answers, as rows for the callfact table (store.queries.FACT_COLUMNS)."""
+    return [(a.req.key, run_id, ",".join(a.req.meta["labels"]), round(a.res.latency_s, 4), a.res.attempts,
+             a.res.prompt_tokens or 0, a.res.completion_tokens or 0, a.res.cached_tokens, a.res.cost,
+             a.res.finish_reason, a.res.reported_model, a.res.reasoning) for a in answers if a.res is not None]
+
+
+ASSUMED_LATENCY_S = 1.0  # seconds per call when this model has no recorded calls yet
+ASSUMED_REPLY_TOKENS = 30  # completion tokens of one label's {"value": 0, "evidence": "..."} when none are recorded
+TOKEN_SAMPLE = 200  # calls counted with litellm's token counter; the rest are scaled by characters
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a labelling job will cost before any call: calls after the cache, tokens, cost and wall time."""
+
+    model: str
+    calls: int
+    cached: int
+    to_make: int
+    prompt_tokens: int
+    completion_tokens: int
+    completion_tokens_max: int
+    cost: float | None  # None: no price known (litellm has none and the study registered none)
+    cost_max: float | None  # every reply as long as max_tokens allows
+    seconds: float
+    concurrency: int
+    how: dict  # how each figure was obtained, in words
+
+    def over(self, limit: float | None) -> bool:
+        """True when the job may cost more than limit (an unknown cost counts as more)."""
+        return limit is not None and self.to_make > 0 and (self.cost is None or self.cost > float(limit))
+
+    def lines(self) -> list[str]:
+        """The estimate for a person, one figure per line."""
+        cost = "unknown" if self.cost is None else f"${self.cost:,.4f}"
+        worst = "" if self.cost_max is None else f" (at most ${self.cost_max:,.4f} if every reply used max_tokens)"
+        return [
+            f"estimate for {self.model}: no model call was made",
+            f"calls: {self.calls:,} needed, {self.cached:,} answered from the cache, {self.to_make:,} to make",
+            f"prompt tokens: {self.prompt_tokens:,} ({self.how['tokens']})",
+            f"completion tokens: {self.completion_tokens:,}, at most {self.completion_tokens_max:,} ({self.how['completion']})",
+            f"cost: {cost}{worst} ({self.how['cost']})",
+            f"wall time: about {_duration(self.seconds)} at concurrency {self.concurrency} ({self.how['time']})",
+        ]
+
+    def to_json(self) -> dict:
+        """The estimate as plain data."""
+        return dict(self.__dict__)
+
+
+def _duration(seconds: float) -> str:
+    """Seconds as a short duration (45 s, 12 min, 3.2 h)."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def estimate_calls(requests: list, cfg, cached_keys: set, *, price: dict | None = None, local: bool = False,
+                   history: list[tuple[float, int]] = ()) -> Estimate:
+    """Estimate the calls not in cached_keys, without making any: prompt tokens by litellm's token counter
+    (on a sample, scaled by characters), completion tokens from this model's recorded calls (else a stated
+    assumption), cost from the study's registered price or litellm's price map, wall time from recorded
+    latencies at the configured concurrency. price: {"input_per_million": $, "output_per_million": $};
+    history: (latency_s, completion_tokens) of this model's recorded calls."""
+    todo = [r for r in requests if r.key not in cached_keys]
+    n = len(todo)
+    offline = is_offline(cfg)
+    prompt_tokens, tokens_how = _prompt_tokens(todo, cfg.model, offline)
+    labels_per_call = sum(len(r.meta.get("labels", ())) for r in todo) / n if n else 1.0
+    recorded = [c for _, c in history if c]
+    per_call = sum(recorded) / len(recorded) if recorded else ASSUMED_REPLY_TOKENS * labels_per_call
+    per_call = min(per_call, cfg.max_tokens)
+    completion_how = (f"mean of {len(recorded):,} recorded calls of this model" if recorded else
+                      f"assumed {ASSUMED_REPLY_TOKENS} per label asked; no call of this model recorded yet")
+    completion, completion_max = round(per_call * n), n * cfg.max_tokens
+    prices, cost_how = _prices(cfg.model, price, local or offline)
+    cost = cost_max = None
+    if prices is not None:
+        cost = prompt_tokens * prices[0] + completion * prices[1]
+        cost_max = prompt_tokens * prices[0] + completion_max * prices[1]
+    latencies = sorted(lat for lat, _ in history if lat)
+    if offline:
+        latency, time_how = 0.0005, "the offline labeller: about 2,000 calls a second"
+    elif latencies:
+        latency, time_how = latencies[len(latencies) // 2], f"median latency {latencies[len(latencies) // 2]:.2f} s of {len(latencies):,} recorded calls"
+    else:
+        latency, time_how = ASSUMED_LATENCY_S, f"assumed {ASSUMED_LATENCY_S:g} s per call; no call of this model recorded yet"
+    concurrency = 1 if offline else cfg.concurrency
+    seconds = -(-n // concurrency) * latency if n else 0.0
+    return Estimate(cfg.model, len(requests), len(requests) - n, n, prompt_tokens, completion, completion_max, cost,
+                    cost_max, seconds, concurrency, {"tokens": tokens_how, "completion": completion_how, "cost": cost_how,
+                                                     "time": time_how})
+
+
+def _prompt_tokens(todo: list, model: str, offline: bool) -> tuple[int, str]:
+    """Prompt tokens of the calls to make, and how they were counted."""
+    if not todo:
+        return 0, "no call to make"
+    chars = [sum(len(m.get("content") or "") for m in r.messages) for r in todo]
+    if offline:
+        return sum(chars) // 4, "characters / 4 (the offline labeller reads no tokens)"
+    from workbench import llm
+
+    step = max(1, len(todo) // TOKEN_SAMPLE)
+    sample = list(range(0, len(todo), step))[:TOKEN_SAMPLE]
+    counted = sum(llm.count_tokens(model, todo[i].messages) for i in sample)
+    if len(sample) == len(todo):
+        return counted, "litellm's token counter, every call"
+    per_char = counted / max(1, sum(chars[i] for i in sample))
+    return round(per_char * sum(chars)), f"litellm's token counter on {len(sample)} of {len(todo):,} calls, scaled by characters"
+
+
+def _prices(model: str, price: dict | None, free: bool) -> tuple[tuple[float, float] | None, str]:
+    """(input, output) price per token and where it came from."""
+    if price:
+        return ((float(price.get("input_per_million", 0)) / 1e6, float(price.get("output_per_million", 0)) / 1e6),
+                "the study's registered price (labeller.price)")
+    if free and is_offline_model(model):
+        return (0.0, 0.0), "the offline labeller: no charge"
+    from workbench import llm
+
+    found = llm.token_prices(model)
+    if found is not None:
+        return found, "litellm's price map"
+    if free:  # as the engine records it: a model on this machine that litellm has no price for costs nothing
+        return (0.0, 0.0), "on this machine, no price known: no charge"
+    return None, f"litellm has no price for {model}: register one as labeller.price (input_per_million, output_per_million)"
+
+
+def is_offline_model(model: str) -> bool:
+    """True for the offline labeller's model strings."""
+    return model.startswith(RULES_PREFIX)
 
 
 def label_texts(ps: PromptSet, vocab: Vocabulary, texts: dict[str, str], cfg, bundle_sha: str,
@@ -82,15 +534,11 @@ def label_texts_with_attributes(ps: PromptSet, vocab: Vocabulary, texts: dict[st
                                 on_progress: Callable[[int, int], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """label_texts plus the attributes of positive findings: (labels, attributes long frame with report_id,
     label, attribute, value, stats); stats also counts attribute parse failures."""
-    from workbench.llm import CallRequest
-
     cache = cache or MemoryCache()
     params = dict(cfg.params())
     keys = {rid: extraction_key(bundle_sha, params, t) for rid, t in texts.items()}
     cached = cache.get_many(list(set(keys.values())))
     asked = [lab for lab in vocab.asked_ids if lab in ps.labels]
-    names = vocab.names()
-    cues = ps.task.cue_lists()
     results: dict[str, dict[str, int | None]] = {}
     found: dict[str, dict] = {}  # report id -> {label: {attribute: value}}
     for rid, key in keys.items():
@@ -102,49 +550,33 @@ def label_texts_with_attributes(ps: PromptSet, vocab: Vocabulary, texts: dict[st
     by_key: dict[str, list[str]] = {}
     for rid in todo_ids:
         by_key.setdefault(keys[rid], []).append(rid)
-    requests = []
-    for key, rids in by_key.items():
-        text = texts[rids[0]]
-        if ps.task.mode == "joint":
-            messages = render_joint_call(ps, {lab: names[lab] for lab in asked}, text)
-            requests.append(CallRequest(call_key(messages, params), messages, {
-                "ext_key": key, "labels": asked, "report": text, "mode": "joint", "prompts": [ps.label(a) for a in asked], "cues": cues,
-                "attributes": {a: ps.attributes[a] for a in asked if a in ps.attributes}}))
-        else:
-            for lab in asked:
-                messages = render_label_call(ps, lab, names[lab], text)
-                requests.append(CallRequest(call_key(messages, params), messages, {
-                    "ext_key": key, "labels": [lab], "report": text, "mode": "per_label", "prompts": [ps.label(lab)], "cues": cues,
-                    "attributes": {lab: ps.attributes[lab]} if lab in ps.attributes else {}}))
+    items = [(key, texts[rids[0]]) for key, rids in by_key.items()]
+    requests = build_requests(ps, items, asked, ps.task.mode, vocab.names(), call_params(cfg))
     partial: dict[str, dict[str, int | None]] = {k: {} for k in by_key}
     partial_attrs: dict[str, dict[str, dict[str, str]]] = {k: {} for k in by_key}
-    state = {"done": 0, "attribute_failures": 0}
-
     causes: dict[str, int] = {}
+    attribute_failures = [0]
 
-    def on_result(req, res) -> None:
-        meta = req.meta
-        if res.text is None:
-            decisions = {lab: parsing.Decision(None, "", res.error_kind or "call_error") for lab in meta["labels"]}
-        elif meta["mode"] == "joint":
-            decisions = parsing.parse_joint_reply(res.text, meta["labels"], meta["report"], meta["attributes"])
-        else:
-            lab0 = meta["labels"][0]
-            decisions = {lab0: parsing.parse_reply(res.text, meta["report"], meta["attributes"].get(lab0, ()))}
-        for lab, d in decisions.items():
-            partial[meta["ext_key"]][lab] = d.value
-            if d.attributes:
-                partial_attrs[meta["ext_key"]][lab] = dict(d.attributes)
-            if d.attribute_error:  # counted, never guessed; the presence value still counts
-                state["attribute_failures"] += len(by_key[meta["ext_key"]])
-            if d.value is None:  # counted by cause, per (text, label): a failure is never a silent 0
-                causes[d.status] = causes.get(d.status, 0) + len(by_key[meta["ext_key"]])
-        state["done"] += 1
-        if on_progress:
-            on_progress(state["done"], len(requests))
+    def store(answers: list[Answer]) -> None:
+        for answer in answers:
+            ext_key = answer.req.meta["report_id"]
+            for lab, d in answer.decisions.items():
+                partial[ext_key][lab] = d.value
+                if d.attributes:
+                    partial_attrs[ext_key][lab] = dict(d.attributes)
+                if d.attribute_error:  # counted, never guessed; the presence value still counts
+                    attribute_failures[0] += len(by_key[ext_key])
+                if d.value is None:  # counted by cause, per (text, label): a failure is never a silent 0
+                    kind = (answer.res.error_kind if answer.res is not None else None) or d.status
+                    causes[kind] = causes.get(kind, 0) + len(by_key[ext_key])
 
-    if requests:
-        engine_for(cfg.model)(requests, cfg, on_result, None)
+    done = [0]
+
+    def tick(_answer: Answer) -> None:
+        done[0] += 1
+        on_progress(done[0], len(requests))
+
+    label_calls(requests, cfg, lambda _keys: {}, store, on_answer=tick if on_progress else None)
     failures = 0
     for key, rids in by_key.items():
         values = {lab: partial[key].get(lab) for lab in asked}
@@ -158,7 +590,7 @@ def label_texts_with_attributes(ps: PromptSet, vocab: Vocabulary, texts: dict[st
     frame = pd.DataFrame.from_dict(results, orient="index").reindex(index=list(texts), columns=vocab.asked_ids)
     frame = derive_frame(vocab, frame.astype(float))[vocab.ids]
     stats = {"texts": len(texts), "extracted": len(by_key), "reused": len(texts) - len(todo_ids), "failures": failures,
-             "failure_causes": causes, "attribute_parse_failures": state["attribute_failures"]}
+             "failure_causes": causes, "attribute_parse_failures": attribute_failures[0]}
     rows = [(rid, lab, name, value) for rid in texts for lab, values in found.get(rid, {}).items()
             for name, value in values.items()]
     return frame, pd.DataFrame(rows, columns=["report_id", "label", "attribute", "value"]), stats
@@ -169,4 +601,5 @@ def nan_to_none(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.astype(object).where(frame.notna(), None).map(lambda v: v if v is None else int(v))
 
 
-__all__ = ["label_texts", "label_texts_with_attributes", "MemoryCache", "extraction_key", "text_sha", "engine_for", "nan_to_none", "np"]
+__all__ = ["label_texts", "label_texts_with_attributes", "label_calls", "build_requests", "decide", "model_config", "call_params", "Answer", "Progress",
+           "LabelCounts", "MemoryCache", "extraction_key", "text_sha", "engine_for", "nan_to_none", "np"]

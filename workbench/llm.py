@@ -92,6 +92,8 @@ class ModelConfig:
     # proxy URLs the caller checked against its allowed endpoints: only these may carry the calls; a
     # proxy variable naming any other is bypassed (the calls connect directly), see _install_guard
     proxies: tuple[str, ...] = ()
+    response_schema: bool = False  # send a JSON schema as response_format where litellm says the model supports it
+    response_format: dict | None = None  # what is sent: set by the labelling path (schema_format), not by users
 
     def __post_init__(self) -> None:
         if not self.model or not isinstance(self.model, str):
@@ -117,7 +119,7 @@ class ModelConfig:
             "seed": self.seed,
             "max_tokens": int(self.max_tokens),
             "json_mode": bool(self.json_mode),
-        }
+        } | ({"response_schema": True} if self.response_schema else {})  # absent when off: existing keys stay valid
 
     def resolved(self, env=None) -> tuple[Endpoint, ...]:
         """The endpoints report text goes to, resolved the way litellm would (see resolve_endpoints)."""
@@ -162,6 +164,11 @@ class CallResult:
     cost: float | None = None
     latency_s: float = 0.0
     attempts: int = 1
+    finish_reason: str | None = None  # "stop", "length" (cut off at max_tokens), "content_filter", ...
+    refusal: str | None = None  # the provider's own refusal field (OpenAI structured outputs)
+    reasoning: str | None = None  # reasoning_content, or the <think> text of the reply (never parsed)
+    reported_model: str | None = None  # the model id the server says answered
+    cached_tokens: int | None = None  # prompt tokens the provider served from its prefix cache
 
     @property
     def ok(self) -> bool:
@@ -425,9 +432,11 @@ def _call_kwargs(cfg: ModelConfig) -> dict:
         "num_retries": 0,  # we retry ourselves, to count attempts and honour Retry-After
         "max_retries": 0,  # and the OpenAI SDK must not retry behind our back either
     }
-    if cfg.seed is not None:
+    if cfg.seed is not None and accepts_seed(cfg.model):  # Anthropic refuses a seed: every call would fail
         kwargs["seed"] = cfg.seed
-    if cfg.json_mode:
+    if cfg.response_format:
+        kwargs["response_format"] = cfg.response_format
+    elif cfg.json_mode:
         kwargs["response_format"] = {"type": "json_object"}
     return kwargs
 
@@ -694,6 +703,8 @@ def _success(key: str, response, latency: float, attempts: int) -> CallResult:
     usage = getattr(response, "usage", None)
     hidden = getattr(response, "_hidden_params", None) or {}
     cost = hidden.get("response_cost") if isinstance(hidden, dict) else None
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) if details is not None else None
     return CallResult(
         key=key,
         text=text,
@@ -704,7 +715,30 @@ def _success(key: str, response, latency: float, attempts: int) -> CallResult:
         cost=float(cost) if isinstance(cost, (int, float)) else None,
         latency_s=latency,
         attempts=attempts,
+        finish_reason=_text_or_none(getattr(choices[0], "finish_reason", None) if choices else None),
+        refusal=_text_or_none(getattr(message, "refusal", None)),
+        reasoning=_reasoning(message, text),
+        reported_model=_text_or_none(getattr(response, "model", None)),
+        cached_tokens=int(cached) if isinstance(cached, int) else None,
     )
+
+
+def _text_or_none(value) -> str | None:
+    """A reply field as text, None when absent or not text."""
+    return value if isinstance(value, str) and value else None
+
+
+def _reasoning(message, text: str) -> str | None:
+    """A reasoning model's thinking: its separate reasoning_content, else the <think> blocks of the reply."""
+    separate = _text_or_none(getattr(message, "reasoning_content", None))
+    if separate:
+        return separate
+    if "<think>" not in text.lower():
+        return None
+    import re
+
+    blocks = re.findall(r"<think>(.*?)(?:</think>|$)", text, re.S | re.I)
+    return "\n".join(b.strip() for b in blocks if b.strip()) or None
 
 
 async def complete_all(
@@ -846,3 +880,42 @@ run_one = _run_one
 def pin_endpoints(cfg: ModelConfig):
     """Check every request and connection made from this context against cfg's endpoints, as complete_all does."""
     return _PINNED.set(Pin.of(cfg))
+
+
+# -- what litellm knows about a model (estimates, structured output, seeds) -----------------------
+
+
+def count_tokens(model: str, messages: list[dict]) -> int:
+    """Prompt tokens of one call by litellm's token counter for the model (its default tokenizer when unknown)."""
+    litellm = _litellm()
+    return int(litellm.token_counter(model=model, messages=messages))
+
+
+def token_prices(model: str) -> tuple[float, float] | None:
+    """(input, output) price per token from litellm's (offline) price map, None when it has none."""
+    litellm = _litellm()
+    try:
+        prompt, completion = litellm.cost_per_token(model=model, prompt_tokens=1_000_000, completion_tokens=1_000_000)
+    except Exception:  # litellm raises ModelNotMappedError (or a bare Exception) for a model it has no price for
+        return None
+    return float(prompt) / 1_000_000, float(completion) / 1_000_000
+
+
+def supports_response_schema(model: str) -> bool:
+    """Whether litellm says the model accepts a JSON schema as response_format."""
+    litellm = _litellm()
+    try:
+        return bool(litellm.supports_response_schema(model=model))
+    except Exception:  # an unmapped model: litellm cannot say, so the prompt's output format is used
+        return False
+
+
+def accepts_seed(model: str) -> bool:
+    """Whether the provider takes a seed parameter (OpenAI-compatible servers do; Anthropic does not)."""
+    litellm = _litellm()
+    try:
+        provider = litellm.get_llm_provider(model)[1]
+        name = model.split("/", 1)[1] if model.startswith(provider + "/") else model
+        return "seed" in (litellm.get_supported_openai_params(model=name, custom_llm_provider=provider) or [])
+    except Exception:
+        return False

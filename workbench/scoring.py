@@ -22,7 +22,7 @@ from workbench import endpoints, importers
 from workbench.bundle import Bundle, load_bundle
 from workbench.core import attributes as attribute_scores
 from workbench.core import metrics
-from workbench.labelling import ExtractionCache, MemoryCache, label_texts, label_texts_with_attributes, nan_to_none
+from workbench.labelling import ExtractionCache, MemoryCache, label_texts, label_texts_with_attributes, model_config, nan_to_none
 from workbench.errors import UserError, WorkbenchError
 
 ZERO_DIVISION_CHOICES = ("zero", "one", "exclude")
@@ -184,8 +184,6 @@ def _check_ids(reference: dict, generated: dict, name: str) -> None:
 
 def model_config_for(bundle: Bundle, model: str | None, api_base: str | None = None):
     """The bundle's model, parameters and recorded endpoint, or an override (which the output records)."""
-    from workbench.llm import ModelConfig
-
     recorded = dict(bundle.model)
     if model and model != recorded.get("model"):
         recorded = {"model": model, "temperature": recorded.get("temperature", 0.0), "seed": recorded.get("seed", 0)}
@@ -197,11 +195,7 @@ def model_config_for(bundle: Bundle, model: str | None, api_base: str | None = N
             recorded["api_base"] = own["api_base"]
     if api_base:
         recorded["api_base"] = api_base
-    allowed = {f for f in ModelConfig.__dataclass_fields__}
-    values = {k: v for k, v in recorded.items() if k in allowed and v is not None}
-    if "endpoints" in values:
-        values["endpoints"] = tuple(values["endpoints"])
-    return ModelConfig(**values)
+    return model_config(recorded, strict=False)
 
 
 def bundle_local_endpoints(bundle: Bundle) -> list[str]:

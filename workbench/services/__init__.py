@@ -7,6 +7,7 @@ study). Its methods come from one mixin per area so each file stays readable.
 from workbench.services.attributes import AttributesService
 from workbench.services.evaluation import Evaluation, EvaluationService
 from workbench.services.freezing import FreezeService
+from workbench.services.model_path import ModelPathService
 from workbench.services.optimising import OptimisingService
 from workbench.services.prompting import PromptsService
 from workbench.services.runs import RunsService, RunSummary
@@ -19,7 +20,7 @@ from workbench.services.study import (
 
 
 class Workbench(OptimisingService, UISupportService, TeamService, FreezeService, EvaluationService, PromptsService,
-                RunsService, AttributesService, StudyService):
+                ModelPathService, RunsService, AttributesService, StudyService):
     """A study opened for use by one actor.
 
     OptimisingService comes first: its bundles() adds test-look counts around FreezeService's.

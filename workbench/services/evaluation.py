@@ -382,6 +382,8 @@ class EvaluationService:
             "reference": None if reference is None else reference["value"],
             "reference_status": None if reference is None else reference["status"],
             "prediction": pred.iloc[0].to_dict() if len(pred) else None, "notes": notes, "messages": messages,
+            # latency, tokens, cost, finish reason, the model that answered and its thinking (never parsed)
+            "call": self.call_fact(pred.iloc[0]["call_key"]) if len(pred) else None,
         }
 
     # ------------------------------------------------------------ error notes

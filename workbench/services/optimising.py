@@ -269,43 +269,26 @@ class OptimisingService:
         Same engine, governance, call cache and parser as a run: only calls whose rendered messages
         changed are made.
         """
-        from workbench.services.runs import model_config
+        from workbench import labelling
+        from workbench.services.runs import _cache_entries, _rows
 
         settings = self._settings_from_params(json.loads(run.params_json))
         self._check_endpoint(settings)
-        cfg = model_config(settings)
+        cfg = labelling.model_config(settings)
         with self.session() as s:
             reports = q.reports_frame(s, ids=report_ids)
         labels = [label] if run.mode == "per_label" else json.loads(run.labels_json)
         requests = self._build_requests(ps, reports, labels, run.mode, run.sections.split(","), cfg, set())
-        with self.session() as s:
-            cache = q.cached_calls(s, [r.key for r in requests])
         rows: list[dict] = []
-        todo = []
-        for r in requests:
-            if r.key in cache:
-                rows += self._prediction_rows(r, cache[r.key].response, None)
-            else:
-                todo.append(r)
-        counts = {"calls": len(requests), "made": len(todo), "reused": len(requests) - len(todo), "cost": 0.0,
-                  "prompt_tokens": 0, "completion_tokens": 0}
-        answered: list = []
 
-        def on_result(req, res) -> None:
-            answered.append((req, res, self._prediction_rows(req, res.text, res)))
+        def store(answers: list) -> None:
+            rows.extend(_rows(answers))
+            with self.session() as s:
+                q.put_cached_calls(s, _cache_entries(cfg, answers))
 
-        if todo:
-            self._engine(cfg)(todo, cfg, on_result, None)
-        store = []
-        for req, res, r in answered:
-            rows += r
-            counts["cost"] += res.cost or 0.0
-            counts["prompt_tokens"] += res.prompt_tokens or 0
-            counts["completion_tokens"] += res.completion_tokens or 0
-            if res.text is not None and not any(x["value"] is None for x in r):  # failures are never cached
-                store.append((req.key, cfg.model, res.text, res.prompt_tokens or 0, res.completion_tokens or 0, res.cost))
-        with self.session() as s:
-            q.put_cached_calls(s, store)
+        done = labelling.label_calls(requests, cfg, self._cached_replies, store, store_reused=lambda answers: rows.extend(_rows(answers)))
+        counts = {"calls": done.calls, "made": done.made, "reused": done.reused, "cost": done.cost,
+                  "prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens}
         frame = pd.DataFrame(rows, columns=["report_id", "label", "value", "evidence", "evidence_found", "status",
                                             "detail", "call_key"])
         frame = frame[frame["label"] == label].drop_duplicates("report_id").set_index("report_id")
@@ -407,7 +390,7 @@ class OptimisingService:
                       api_base: str | None = None) -> proposals.ProposalResult:
         """One reflective call: the label's prompt, the failing tuning cases, the notes; a strict structured edit back."""
         from workbench import llm
-        from workbench.services.runs import model_config
+        from workbench.labelling import model_config
 
         settings = self.labeller_settings(model, max_tokens=PROPOSER_MAX_TOKENS, api_base=api_base)
         if settings.get("model", "").startswith("workbench/"):

@@ -17,17 +17,11 @@ from typing import Callable
 import pandas as pd
 
 
-from workbench import endpoints
-from workbench.core import parsing
-from workbench.core.prompts import PromptSet, call_keyer, label_call_keyer, render_joint_call, report_json
+from workbench import endpoints, labelling
+from workbench.labelling import MODEL_FIELDS, RULES_PREFIX, Progress, model_config  # noqa: F401 (re-exported)
 from workbench.runtime import AnyEvent, fewer_collections
 from workbench.store import queries as q
 from workbench.study import StudyError
-
-RULES_PREFIX = "workbench/"
-PROGRESS_EVERY_S = 0.2  # progress callbacks at most five times a second
-MODEL_FIELDS = ("model", "api_base", "api_key_env", "endpoints", "temperature", "seed", "max_tokens", "timeout_s",
-                "max_retries", "backoff_base_s", "backoff_max_s", "concurrency", "json_mode", "workers")
 
 
 @dataclass
@@ -49,6 +43,7 @@ class RunSummary:
     def causes(self) -> list[str]:
         """One line per distinct cause of this execution's failures: count and one example message."""
         return [f"{kind}: {n} call(s), e.g. {self.failure_examples.get(kind, '')}"
+                + (f" (hint: {labelling.HINTS[kind]})" if kind in labelling.HINTS else "")
                 for kind, n in sorted(self.failure_kinds.items(), key=lambda kv: (-kv[1], kv[0]))]
 
     def message(self) -> str:
@@ -57,9 +52,6 @@ class RunSummary:
                 f"{self.calls_reused} answers reused from the cache, {self.already_done} already done, "
                 f"{self.failures} failures in {self.seconds:.1f} s"
                 + (f" ({', '.join(f'{k}: {v}' for k, v in self.failure_kinds.items())})" if self.failure_kinds else ""))
-
-
-REUSE_BATCH = 8000  # cached answers per write: parsing the next batch overlaps the database storing this one
 
 
 class RunWriter:
@@ -101,17 +93,6 @@ class RunWriter:
                     self._error = exc
 
 
-@dataclass
-class Progress:
-    """Progress of a run for a bar: done of total, with counts so far."""
-
-    done: int
-    total: int
-    made: int
-    reused: int
-    failures: int
-
-
 def attribute_rows(rows: list[dict]) -> list[dict]:
     """The attribute rows of parsed prediction rows: one per value, or one attribute parse failure."""
     out = []
@@ -125,11 +106,6 @@ def attribute_rows(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _example(detail: str) -> str:
-    """A failure message fit to print: the model's quoted reply (it may quote the report) cut off."""
-    cut = min((i for i in (detail.find(": '"), detail.find(': "')) if i >= 0), default=-1)
-    text = detail[:cut] if cut >= 0 else detail
-    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _answer_params(params: dict) -> dict:
@@ -138,17 +114,18 @@ def _answer_params(params: dict) -> dict:
             if k not in ("concurrency", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s")}
 
 
-def model_config(settings: dict):
-    """A ModelConfig from the study's labeller settings (unknown keys refused)."""
-    from workbench.llm import ModelConfig
+def _rows(answers: list) -> list[dict]:
+    """Prediction rows of answers (a failed call is a recorded failure, never a 0)."""
+    return [{"report_id": a.req.meta["report_id"], "label": lab, "value": d.value, "evidence": d.evidence,
+             "evidence_found": d.evidence_found, "status": d.status, "detail": d.detail[:2000], "call_key": a.req.key,
+             **({"attributes": d.attributes, "attribute_error": d.attribute_error} if d.attributes or d.attribute_error else {})}
+            for a in answers for lab, d in a.decisions.items()]
 
-    unknown = sorted(set(settings) - set(MODEL_FIELDS))
-    if unknown:
-        raise StudyError(f"labeller settings: unknown key {unknown[0]!r} (allowed: {', '.join(MODEL_FIELDS)})")
-    values = {k: v for k, v in settings.items() if v is not None}
-    if "endpoints" in values:
-        values["endpoints"] = tuple(values["endpoints"])
-    return ModelConfig(**values)
+
+def _cache_entries(cfg, answers: list) -> list:
+    """Call-cache rows of the new answers worth keeping (failures are never cached)."""
+    return [q.CachedCall(a.req.key, cfg.model, a.res.text, a.res.prompt_tokens or 0, a.res.completion_tokens or 0,
+                         a.res.cost) for a in answers if labelling.cacheable(a)]
 
 
 def _resolved(settings: dict):
@@ -287,7 +264,7 @@ class RunsService:
         settings = dict(self.config.labeller)
         if model and model != settings.get("model"):
             settings = {k: v for k, v in settings.items() if k in ("concurrency", "temperature", "seed", "max_tokens", "timeout_s", "max_retries",
-                                                                   "workers")}
+                                                                   "workers", "confirm_above")}
             settings["model"] = model
         settings.update({k: v for k, v in overrides.items() if v is not None})
         return settings
@@ -296,12 +273,17 @@ class RunsService:
 
     def start_run(self, cohort: str, prompt_ref: str | None = None, model: str | None = None,
                   labels: list[str] | None = None, on_progress: Callable[[Progress], None] | None = None,
-                  cancel: threading.Event | None = None, mode: str | None = None, **overrides) -> RunSummary:
-        """Label a cohort with a prompt version and a model; returns the run's counts."""
+                  cancel: threading.Event | None = None, mode: str | None = None, confirmed: bool = False,
+                  **overrides) -> RunSummary:
+        """Label a cohort with a prompt version and a model; returns the run's counts.
+
+        confirmed: the caller has shown the estimate and the user accepted a cost above labeller.confirm_above."""
         self.require("run")
         settings = self.labeller_settings(model, **overrides)
         self._check_model_name(settings)
         self._check_endpoint(settings)
+        if not confirmed:
+            self.check_budget(cohort, prompt_ref, model, labels, mode, **overrides)
         commit = self.prompt_commit(prompt_ref)
         ps = self.unblinded_prompt_set(commit)  # runners are never blinded; the example record is shared
         labels = self._check_labels(labels)
@@ -463,17 +445,13 @@ class RunsService:
         sections = run.sections.split(",")
         requests = self._build_requests(ps, reports, labels, run.mode, sections, cfg, done)
         summary = RunSummary(run_id, calls_total=len(requests), already_done=len(done))
-        with self.session() as s:
-            cache = q.cached_calls(s, [r.key for r in requests])
-        todo = [r for r in requests if r.key not in cache]
-        summary.calls_reused = len(requests) - len(todo)
         with self.session(write=True) as s:
             q.update_run(s, run_id, calls_total=run.calls_total or (len(requests) + len(done)))
         halt = AnyEvent(stop, cancel)  # the caller's cancel is seen at once, not at the lease's next beat
         writer = RunWriter()  # the database stores one batch while the next is parsed or labelled
         written = False
         try:
-            self._label(run_id, cfg, requests, cache, todo, summary, on_progress, stop, halt, writer)
+            self._label(run_id, cfg, requests, summary, on_progress, stop, halt, writer)
             written = True
         finally:
             writer.close(raise_error=written)  # every write done (or its error raised) before the run is counted
@@ -483,97 +461,58 @@ class RunsService:
             return summary
         return self._finish(run_id, labels, len(reports), summary, started, halt)
 
-    def _label(self, run_id: int, cfg, requests: list, cache: dict, todo: list, summary: RunSummary, on_progress,
-               stop: threading.Event, halt, writer: "RunWriter") -> None:
-        """Store the cached answers, then call the engine for the rest, storing each answer (see RunWriter)."""
-        replies = parsing.ReplyMemo()
+    def _label(self, run_id: int, cfg, requests: list, summary: RunSummary, on_progress, stop: threading.Event, halt,
+               writer: "RunWriter") -> None:
+        """Label through the one path: cached answers and offline ones stored by the writer, paid ones as they return."""
+        def store_reused(answers: list) -> None:
+            rows = _rows(answers)
+            writer.submit(lambda: self._store_reused(run_id, rows, len(answers)))
 
-        def store_reused(rows: list[dict], n_calls: int) -> None:
-            with self.session(write=True) as s:
-                q.upsert_predictions(s, run_id, rows)
-                q.upsert_prediction_attributes(s, run_id, attribute_rows(rows))
-                q.add_run_counts(s, run_id, calls_reused=n_calls)
-
-        self._reuse_cached(requests, cache, replies, lambda rows, n: writer.submit(lambda: store_reused(rows, n)))
-        total = len(requests)
-        progress = Progress(done=summary.calls_reused, total=total, made=0, reused=summary.calls_reused, failures=0)
-        next_report = [time.monotonic() + PROGRESS_EVERY_S]
-        if on_progress:
-            on_progress(progress)
-
-        # a paid call is stored the moment it returns, in the engine's thread (kill -9 loses nothing); the
-        # offline labeller's answers cost nothing to redo, so the writer thread stores them in batches
-        offline = cfg.model.startswith(RULES_PREFIX)
-        batch = 5000 if offline else 1
-        pending: list = []
-
-        def flush() -> None:
-            if not pending:
-                return
-            answered = pending[:]
-            pending.clear()
-            if offline:
-                writer.submit(lambda: store(answered))
-            else:
-                store(answered)
-
-        def store(answered: list) -> None:
-            rows = [row for _, _, r in answered for row in r]
-            cost = sum(res.cost for _, res, _ in answered if res.cost is not None)
-            with self.session(write=True) as s:
-                q.upsert_predictions(s, run_id, rows)
-                q.upsert_prediction_attributes(s, run_id, attribute_rows(rows))
-                q.put_cached_calls(s, [
-                    q.CachedCall(req.key, cfg.model, res.text, res.prompt_tokens, res.completion_tokens, res.cost)
-                    for req, res, r in answered if res.text is not None and not any(x["value"] is None for x in r)])
-                q.add_run_counts(s, run_id, calls_made=len(answered),
-                                 prompt_tokens=sum(res.prompt_tokens or 0 for _, res, _ in answered),
-                                 completion_tokens=sum(res.completion_tokens or 0 for _, res, _ in answered))
-                if any(res.cost is not None for _, res, _ in answered):
-                    q.update_run(s, run_id, cost=(q.get_run(s, run_id).cost or 0.0) + cost)
+        def started(counts) -> None:
+            summary.calls_reused = counts.reused
 
         streak = {"kind": None, "n": 0, "ok": False}
 
-        def on_result(req, res) -> None:
-            rows = self._prediction_rows(req, res.text, res, replies)
-            pending.append((req, res, rows))
-            if len(pending) >= batch:
-                flush()
+        def on_answer(answer) -> None:
             summary.calls_made += 1
-            progress.done += 1
-            progress.made += 1
-            failed = next((r for r in rows if r["value"] is None), None)
+            failed = answer.failure()
             if failed is not None:
-                kind = res.error_kind or failed["status"]
-                summary.failure_kinds[kind] = summary.failure_kinds.get(kind, 0) + 1
-                summary.failure_examples.setdefault(kind, _example(failed["detail"]))
-                progress.failures += 1
-            self._watch_unusable(streak, res, summary, stop)
-            if on_progress and (progress.done == total or time.monotonic() >= next_report[0]):
-                next_report[0] = time.monotonic() + PROGRESS_EVERY_S  # a bar needs a few updates a second, not 43,000
-                on_progress(progress)
+                summary.failure_kinds[failed[0]] = summary.failure_kinds.get(failed[0], 0) + 1
+                summary.failure_examples.setdefault(failed[0], labelling.example(failed[1]))
+            self._watch_unusable(streak, answer.res, summary, stop)
 
-        try:
-            if todo:
-                self._engine(cfg)(todo, cfg, on_result, halt)
-        finally:
-            flush()  # also when the engine raised: what was answered is kept
+        labelling.label_calls(requests, cfg, self._cached_replies, lambda answers: self._store_answers(run_id, cfg, answers),
+                              store_reused=store_reused, defer=writer.submit, on_answer=on_answer,
+                              on_progress=on_progress, cancel=halt, on_start=started)
 
-    def _reuse_cached(self, requests: list, cache: dict, replies, write: Callable[[list[dict], int], None]) -> None:
-        """Prediction rows of the calls answered from the cache, handed to write in batches as they are parsed."""
-        rows: list[dict] = []
-        n_calls = 0
-        for r in requests:
-            hit = cache.get(r.key)
-            if hit is None:
-                continue
-            rows.extend(self._prediction_rows(r, hit.response, None, replies))
-            n_calls += 1
-            if len(rows) >= REUSE_BATCH:
-                write(rows, n_calls)
-                rows, n_calls = [], 0
-        if rows:
-            write(rows, n_calls)
+    def _cached_replies(self, keys: list[str]) -> dict[str, str]:
+        """Call key -> cached reply text, for the keys that have one."""
+        with self.session() as s:
+            return {k: c.response for k, c in q.cached_calls(s, keys).items()}
+
+    def _store_reused(self, run_id: int, rows: list[dict], n_calls: int) -> None:
+        """One transaction: predictions of answers from the cache, and their count."""
+        with self.session(write=True) as s:
+            q.upsert_predictions(s, run_id, rows)
+            q.upsert_prediction_attributes(s, run_id, attribute_rows(rows))
+            q.add_run_counts(s, run_id, calls_reused=n_calls)
+
+    def _store_answers(self, run_id: int, cfg, answered: list) -> None:
+        """One transaction: predictions of new answers, the replies worth caching, calls, tokens and cost."""
+        rows = _rows(answered)
+        results = [a.res for a in answered]
+        with self.session(write=True) as s:
+            q.upsert_predictions(s, run_id, rows)
+            q.upsert_prediction_attributes(s, run_id, attribute_rows(rows))
+            q.put_cached_calls(s, _cache_entries(cfg, answered))
+            if not labelling.is_offline(cfg):  # the rule engine's latency and tokens say nothing about a model
+                q.put_call_facts(s, labelling.call_facts(run_id, answered))
+            q.add_run_counts(s, run_id, calls_made=len(answered),
+                             prompt_tokens=sum(res.prompt_tokens or 0 for res in results),
+                             completion_tokens=sum(res.completion_tokens or 0 for res in results))
+            if any(res.cost is not None for res in results):
+                cost = sum(res.cost for res in results if res.cost is not None)
+                q.update_run(s, run_id, cost=(q.get_run(s, run_id).cost or 0.0) + cost)
 
     early_stop_after = 5  # identical endpoint failures in a row, with no success, that stop a run
 
@@ -615,89 +554,14 @@ class RunsService:
         settings = {k: v for k, v in params.items() if k in MODEL_FIELDS}
         return settings
 
-    def _engine(self, cfg) -> Callable:
-        """The offline labeller or litellm, behind the same complete_all interface."""
-        if cfg.model.startswith(RULES_PREFIX):
-            from workbench import rules
-
-            return rules.complete_all
-        if cfg.workers > 1:
-            from workbench import workers
-
-            return workers.complete_all_workers
-        from workbench import llm
-
-        return llm.complete_all_sync
-
-    def _build_requests(self, ps: PromptSet, reports: pd.DataFrame, labels: list[str], mode: str,
+    def _build_requests(self, ps, reports: pd.DataFrame, labels: list[str], mode: str,
                         sections: list[str], cfg, done: set) -> list:
-        """Every call the run still needs, with its cache key and what the offline labeller reads."""
-        from workbench.llm import CallRequest
+        """Every call the run still needs for these reports (see labelling.build_requests)."""
         from workbench.core.text import compose_text
 
-        params = dict(cfg.params())
-        ends = cfg.resolved() if not cfg.model.startswith(RULES_PREFIX) else ()
-        if len(ends) == 1 and ends[0].source != "provider default":  # one model name on two servers may be two models
-            params["api_base"] = ends[0].url
-        if cfg.model.startswith(RULES_PREFIX):
-            from workbench import rules
-
-            params["engine_version"] = getattr(rules, "ENGINE_VERSION", "1")
-        names = self.vocab.names()
-        cues = ps.task.cue_lists()
-        specs = ps.attributes  # label -> its attributes: the parser checks them, the offline labeller reads them
-        call_key = call_keyer(params)
-        keyed = {lab: label_call_keyer(ps, lab, names[lab], params) for lab in labels} if mode != "joint" else {}
-        prompts = {lab: [ps.label(lab)] for lab in labels}
-        label_specs = {lab: ({lab: specs[lab]} if lab in specs else {}) for lab in labels}
-        out = []
-        for row in reports.itertuples(index=False):
-            text = compose_text(row.findings, row.impression, row.text, sections)
-            text_json = report_json(text) if mode != "joint" else b""
-            if mode == "joint":
-                todo = [lab for lab in labels if (row.report_id, lab) not in done]
-                if not todo:
-                    continue
-                messages = render_joint_call(ps, {lab: names[lab] for lab in todo}, text)
-                out.append(CallRequest(call_key(messages), messages, {
-                    "report_id": row.report_id, "labels": todo, "report": text, "mode": "joint",
-                    "prompts": [ps.label(lab) for lab in todo], "cues": cues,
-                    "attributes": {lab: specs[lab] for lab in todo if lab in specs}}))
-                continue
-            for lab in labels:
-                if (row.report_id, lab) in done:
-                    continue
-                messages, key = keyed[lab](text, text_json)
-                out.append(CallRequest(key, messages, {
-                    "report_id": row.report_id, "labels": [lab], "report": text, "mode": "per_label",
-                    "prompts": prompts[lab], "cues": cues, "attributes": label_specs[lab]}))
-        return out
-
-    @staticmethod
-    def _prediction_rows(req, text: str | None, res, replies=None) -> list[dict]:
-        """Parse a reply into prediction rows; a failed call is a recorded failure, never a 0.
-
-        replies: a parsing.ReplyMemo shared by a run's calls (identical evidence-free replies parsed once)."""
-        meta = req.meta
-        if text is None:
-            detail = (res.error if res is not None else "no reply") or "no reply"
-            return [{"report_id": meta["report_id"], "label": lab, "value": None, "evidence": "", "evidence_found": None,
-                     "status": "call_error", "detail": detail[:2000], "call_key": req.key} for lab in meta["labels"]]
-        specs = meta.get("attributes") or {}
-        try:
-            if meta["mode"] == "joint":
-                decisions = parsing.parse_joint_reply(text, meta["labels"], meta["report"], specs)
-            else:
-                parse = replies.parse if replies is not None else parsing.parse_reply
-                decisions = {meta["labels"][0]: parse(text, meta["report"], specs.get(meta["labels"][0], ()))}
-        except Exception as exc:  # the parser's contract is never to raise; if it does, one failure, not a dead run
-            decisions = {lab: parsing.Decision(None, "", "parse_error", f"parser error ({type(exc).__name__})")
-                         for lab in meta["labels"]}
-        return [{"report_id": meta["report_id"], "label": lab, "value": d.value, "evidence": d.evidence,
-                 "evidence_found": d.evidence_found, "status": d.status, "detail": d.detail[:2000], "call_key": req.key,
-                 **({"attributes": d.attributes, "attribute_error": d.attribute_error}
-                    if d.attributes or d.attribute_error else {})}
-                for lab, d in decisions.items()]
+        items = ((row.report_id, compose_text(row.findings, row.impression, row.text, sections))
+                 for row in reports.itertuples(index=False))
+        return labelling.build_requests(ps, items, labels, mode, self.vocab.names(), labelling.call_params(cfg), done)
 
     # ------------------------------------------------------------ reading runs
 

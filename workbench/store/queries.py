@@ -1049,3 +1049,67 @@ def reading_attributes_frame(session: Session, cohort_id: int | None = None, adj
            + " a.adjudicated = ? ORDER BY a.updated_at, a.id")
     params = ((cohort_id,) if cohort_id is not None else ()) + (adjudicated,)
     return pd.DataFrame(_raw_rows(session, sql, params), columns=READING_ATTRIBUTE_COLUMNS)
+
+
+# ---------------------------------------------------------------- per-call facts and noise repeats
+
+FACT_COLUMNS = ["call_key", "run_id", "labels", "latency_s", "attempts", "prompt_tokens", "completion_tokens",
+                "cached_tokens", "cost", "finish_reason", "reported_model", "reasoning"]
+
+
+def put_call_facts(session: Session, facts: list[tuple]) -> None:
+    """Store per-call facts (tuples in FACT_COLUMNS order); a call made again (a retried failure) keeps its latest facts."""
+    if facts:
+        created = now()
+        cols = [*FACT_COLUMNS, "created_at"]
+        _raw_insert(session, "callfact", cols, [(*f, created) for f in facts],
+                    "ON CONFLICT (call_key) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in cols[1:]), key=1)
+
+
+def call_facts(session: Session, keys: Iterable[str]) -> pd.DataFrame:
+    """Per-call facts of the given call keys (one row per key that has them)."""
+    keys = sorted(set(k for k in keys if k))
+    frames = []
+    for i in range(0, len(keys), 900):
+        chunk = keys[i:i + 900]
+        sql = f"SELECT {', '.join(FACT_COLUMNS)} FROM callfact WHERE call_key IN ({', '.join('?' * len(chunk))})"
+        frames.append(pd.DataFrame(_raw_rows(session, sql, tuple(chunk)), columns=FACT_COLUMNS))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=FACT_COLUMNS)
+
+
+def run_call_facts(session: Session, run_id: int) -> pd.DataFrame:
+    """Per-call facts of the calls a run made itself."""
+    sql = f"SELECT {', '.join(FACT_COLUMNS)} FROM callfact WHERE run_id = ? ORDER BY call_key"
+    return pd.DataFrame(_raw_rows(session, sql, (run_id,)), columns=FACT_COLUMNS)
+
+
+def model_call_history(session: Session, model: str, limit: int = 2000) -> list[tuple[float, int]]:
+    """(latency_s, completion_tokens) of this model's most recent successful calls (for an estimate)."""
+    sql = ("SELECT f.latency_s, f.completion_tokens FROM callfact f JOIN run r ON r.id = f.run_id "
+           "WHERE r.model = ? AND f.completion_tokens > 0 ORDER BY f.created_at DESC LIMIT ?")
+    return [(float(r[0]), int(r[1])) for r in _raw_rows(session, sql, (model, limit))]
+
+
+NOISE_COLUMNS = ["run_id", "measurement", "report_id", "label", "repeat", "seed", "original", "value", "status"]
+
+
+def next_noise_measurement(session: Session, run_id: int) -> int:
+    """The number of a run's next noise measurement (1 for the first)."""
+    rows = _raw_rows(session, "SELECT MAX(measurement) FROM noiserepeat WHERE run_id = ?", (run_id,))
+    return int(rows[0][0] or 0) + 1 if rows else 1
+
+
+def put_noise_repeats(session: Session, rows: list[tuple]) -> None:
+    """Store repeated answers (tuples in NOISE_COLUMNS order)."""
+    if rows:
+        created = now()
+        _raw_insert(session, "noiserepeat", [*NOISE_COLUMNS, "created_at"], [(*r, created) for r in rows])
+
+
+def noise_repeats(session: Session, run_ids: Iterable[int]) -> pd.DataFrame:
+    """Every repeated answer of the given runs' noise measurements."""
+    ids = sorted(set(int(r) for r in run_ids))
+    if not ids:
+        return pd.DataFrame(columns=NOISE_COLUMNS)
+    sql = f"SELECT {', '.join(NOISE_COLUMNS)} FROM noiserepeat WHERE run_id IN ({', '.join('?' * len(ids))}) ORDER BY id"
+    return pd.DataFrame(_raw_rows(session, sql, tuple(ids)), columns=NOISE_COLUMNS)

@@ -366,3 +366,42 @@ class ReadingAttribute(SQLModel, table=True):
     value: str = Field(max_length=100)
     adjudicated: bool = False
     updated_at: str = Field(max_length=40)
+
+
+class CallFact(SQLModel, table=True):
+    """What one model call cost and how it ended (latency, tokens, cost, finish reason, the model that
+    answered, its thinking), written by the run that made it. Keyed by call key: a run that reuses the
+    answer from the cache shows the facts of the run that paid for it."""
+
+    __table_args__ = (Index("ix_callfact_run", "run_id"),)
+    call_key: str = Field(primary_key=True, max_length=64)
+    run_id: Optional[int] = Field(default=None, foreign_key="run.id")
+    labels: str = Field(max_length=4000)  # comma-joined label ids the call asked
+    latency_s: float = 0.0
+    attempts: int = 1
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: Optional[int] = None
+    cost: Optional[float] = None
+    finish_reason: Optional[str] = Field(default=None, max_length=40)
+    reported_model: Optional[str] = Field(default=None, max_length=300)
+    reasoning: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))
+    created_at: str = Field(max_length=40)
+
+
+class NoiseRepeat(SQLModel, table=True):
+    """One repeated answer of a noise measurement: a run's (report, label) asked again, bypassing the
+    cache; kept apart from the run's predictions."""
+
+    __table_args__ = (Index("ix_noise_run", "run_id", "measurement"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id")
+    measurement: int  # one `workbench noise` execution (1, 2, ... per run)
+    report_id: str = Field(max_length=200)
+    label: str = Field(max_length=100)
+    repeat: int
+    seed: Optional[int] = None
+    original: Optional[int] = None  # the run's answer
+    value: Optional[int] = None  # the repeat's answer (None: it failed)
+    status: str = Field(max_length=40)
+    created_at: str = Field(max_length=40)

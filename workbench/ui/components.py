@@ -410,3 +410,20 @@ def decimals(frame: pd.DataFrame, **extra) -> dict:
 def pct(value) -> str:
     """A proportion as text (n/a when undefined)."""
     return "n/a" if value is None or value != value else f"{value:.3f}"
+
+
+def call_facts(call: dict | None, run_id: int) -> None:
+    """One call's facts under a case: latency, tokens, cost, finish reason, the model that answered, its thinking."""
+    if not call:
+        return
+    cost = "unknown" if call.get("cost") is None or call["cost"] != call["cost"] else f"${call['cost']:.6f}"
+    cached = call.get("cached_tokens")
+    where = "" if call.get("run_id") == run_id else f" (answer from the cache: made by run {call.get('run_id')})"
+    st.caption(md(f"Call: {call.get('latency_s', 0):.2f} s, {call.get('attempts', 1)} attempt(s) · "
+                  f"{call.get('prompt_tokens', 0)} prompt + {call.get('completion_tokens', 0)} completion tokens"
+                  + (f" ({int(cached)} cached)" if cached == cached and cached is not None else "")
+                  + f" · cost {cost} · finish {call.get('finish_reason') or 'n/a'} · "
+                  f"model {call.get('reported_model') or 'n/a'}{where}"))
+    if call.get("reasoning"):
+        with st.expander("The model's thinking (kept out of parsing)"):
+            st.text(call["reasoning"])

@@ -83,6 +83,7 @@ def _page(wb, run_id: int, queue, order_text: str, names: dict) -> None:
             for message in case["messages"]:
                 st.caption(message["role"])
                 st.text(message["content"])
+        components.call_facts(case.get("call"), run_id)
         _example_form(wb, run_id, *pick)
     _warm_next(wb, run_id, queue, pos)
 

@@ -73,14 +73,38 @@ def _start(wb) -> None:
                              format_func=dict(zip(versions["commit"], versions["short"] + ": " + versions["message"])).get)
         model = c[2].text_input("Model", wb.labeller_settings().get("model", ""), help="Change the default in Settings")
         labels = st.multiselect("Labels (none = all)", wb.vocab.asked_ids, format_func=wb.vocab.names().get)
-        submitted = st.form_submit_button("Start run", type="primary")
+        limit = wb.labeller_settings().get("confirm_above")
+        accept = limit is not None and st.checkbox(f"Accept an estimated cost above ${float(limit):,.2f} (labeller.confirm_above)")
+        b = st.columns([1, 1, 4])
+        estimate = b[0].form_submit_button("Estimate")
+        submitted = b[1].form_submit_button("Start run", type="primary")
+    if estimate or (submitted and not accept and limit is not None):
+        if not _within_budget(wb, cohort, ref, model.strip() or None, labels or None, submitted):
+            return
     if submitted:
         worker = wb.as_actor(wb.actor)  # a plain view for the waiting thread (no per-rerun memo)
         # the run itself goes to its own process: the server (every page, every user) stays responsive
         state.start_job("run", f"run on {cohort}", lambda j: worker.start_run_detached(
-            cohort, prompt_ref=ref, model=model.strip() or None, labels=labels or None,
+            cohort, prompt_ref=ref, model=model.strip() or None, labels=labels or None, confirmed=accept,
             on_progress=lambda p: setattr(j, "progress", p), cancel=j.cancel), on_done=lambda: state.bump(wb))
         st.rerun()
+
+
+def _within_budget(wb, cohort, ref, model, labels, starting: bool) -> bool:
+    """Show the run's estimate (no model call); False when a start must wait for the cost to be accepted."""
+    from workbench.services.model_path import NeedsConfirmation
+
+    within = False
+    with components.shown_errors("estimating the run"):
+        est = wb.estimate_run(cohort, prompt_ref=ref, model=model, labels=labels)
+        st.info(components.md("  \n".join(est.lines())))
+        try:
+            wb.check_budget(cohort, ref, model, labels)
+            within = True
+        except NeedsConfirmation as exc:
+            if starting:
+                st.error(components.md(f"{exc} (tick the box above to accept)"))
+    return within
 
 
 def _show_new_run(runs) -> None:
@@ -133,6 +157,10 @@ def _metrics(wb, runs) -> None:
     st.dataframe(table[lead + [c for c in table.columns if c not in lead]], hide_index=True,
                  column_config={"support": st.column_config.NumberColumn("positives", help="reference positives"),
                                 "n": st.column_config.NumberColumn("items", help="reports with a settled reference and an answer")})
+    costs = state.read(wb, "call_costs", run_id)
+    if not costs.empty:
+        with st.expander(f"Cost and tokens per label (run total ${costs['cost'].fillna(0).sum():,.4f})"):
+            st.dataframe(costs.assign(label=costs["label"].map(lambda lab: names.get(lab, lab))), hide_index=True)
     st.plotly_chart(charts.forest_plot(ev.table, metric, names), key="runs-forest")
     st.plotly_chart(charts.confusion_bars(ev.table, names), key="runs-confusion")
     if st.toggle("Human ceiling: the labeller beside the readers (kappas, unanimous vs split votes)",
