@@ -27,6 +27,7 @@ DEFAULT_CATEGORIES = [
     "report ambiguous", "reference label wrong", "other",
 ]
 SIGNIFICANCE = ["changes management", "does not change management", "unsure"]
+ZERO_DIVISION_POLICIES = ("zero", "one", "exclude")
 LOCAL_ENDPOINTS = ["workbench/rules", "http://127.0.0.1", "http://localhost", "https://127.0.0.1", "https://localhost"]
 
 
@@ -48,9 +49,12 @@ class StudyConfig:
     allowed_endpoints: list = field(default_factory=lambda: list(LOCAL_ENDPOINTS))
     auth: str = "none"
     dev_cohort: str = "dev"
+    # what a label with no positive on either side counts as in every macro figure of the study: exclude
+    # (left out of the mean, and named; the default), zero (as the released Ran Score script) or one
+    zero_division: str = "exclude"
 
     KEYS = ("name", "vocabulary", "database", "reference", "sections", "labeller", "error_categories",
-            "allowed_endpoints", "auth", "dev_cohort")
+            "allowed_endpoints", "auth", "dev_cohort", "zero_division")
 
     def to_dict(self) -> dict:
         """Plain data for YAML."""
@@ -68,6 +72,9 @@ class StudyConfig:
         bad = [s for s in cfg.sections if s not in ("findings", "impression", "text")]
         if bad or not cfg.sections:
             raise StudyError(f"{source}: sections must be a non-empty list of findings, impression, text; got {cfg.sections}")
+        if cfg.zero_division not in ZERO_DIVISION_POLICIES:
+            raise StudyError(f"{source}: zero_division must be one of {', '.join(ZERO_DIVISION_POLICIES)}, "
+                             f"got {cfg.zero_division!r}")
         from workbench.core.reference import ReferenceRule  # numpy/pandas: not needed for `workbench --help`
 
         try:
