@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from workbench.core.vocab import Vocabulary, parse_vocabulary
-from workbench.errors import WorkbenchError
+from workbench.errors import NotFound, WorkbenchError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 VOCAB_DIR = PROJECT_ROOT / "vocab"
@@ -33,6 +33,10 @@ LOCAL_ENDPOINTS = ["workbench/rules", "http://127.0.0.1", "http://localhost", "h
 
 class StudyError(WorkbenchError, ValueError):
     """A study folder or its settings are wrong; the message says what to do."""
+
+
+class UnknownName(StudyError, NotFound):
+    """A label, cohort or run the user named does not exist; the message names the closest and what exists."""
 
 
 @dataclass

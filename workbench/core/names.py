@@ -14,10 +14,10 @@ def closest(name: str, known: list[str], n: int = 3) -> list[str]:
     return [lowered[m] for m in difflib.get_close_matches(str(name).lower(), list(lowered), n=n, cutoff=0.6)]
 
 
-def unknown_message(kind: str, name: str, known: list[str], fix: str = "") -> str:
-    """'no label 'support_device' (did you mean 'support_devices'?); labels: ...' in one line."""
+def unknown_message(kind: str, name: str, known: list[str], fix: str = "", word: str = "no") -> str:
+    """'unknown label 'support_device' (did you mean 'support_devices'?); labels: ...' in one line."""
     near = closest(name, known)
-    text = f"no {kind} {name!r}"
+    text = f"{word} {kind} {name!r}"
     if near:
         text += f" (did you mean {' or '.join(repr(m) for m in near)}?)"
     listed = known if len(known) <= MAX_LISTED else known[:MAX_LISTED] + [f"... {len(known) - MAX_LISTED} more"]

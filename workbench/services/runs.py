@@ -465,12 +465,13 @@ class RunsService:
             with fewer_collections():  # tens of thousands of short-lived rows and replies: see workbench.runtime
                 return self._execute_leased(run_id, on_progress, cancel, stop, lease, state)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM turned into one by the command line: resumable
-            if not lease.lost:
-                with self.session() as s:
-                    q.update_run(s, run_id, status=INTERRUPTED, finished_at=q.now())
-                    stored, _ = q.prediction_tally(s, run_id)
-                    run = q.get_run(s, run_id)
-                    total = len(q.report_ids(s, run.cohort_id)) * len(json.loads(run.labels_json))
+            if lease.lost:  # another executor has the run: its status is theirs to set
+                raise
+            with self.session() as s:
+                q.update_run(s, run_id, status=INTERRUPTED, finished_at=q.now())
+                stored, _ = q.prediction_tally(s, run_id)
+                run = q.get_run(s, run_id)
+                total = len(q.report_ids(s, run.cohort_id)) * len(json.loads(run.labels_json))
             raise RunInterrupted(run_id, stored, total) from None
         except BaseException:
             if state["running"] and not lease.lost:  # never leave a run "running" that nobody executes
@@ -746,10 +747,10 @@ class RunsService:
             run = q.get_run(s, run_id)
             if run is None:
                 from workbench.core.names import unknown_message
-                from workbench.errors import NotFound
+                from workbench.study import UnknownName
 
                 ids = [str(i) for i in sorted(q.list_runs(s)["id"].tolist())]
-                raise NotFound(unknown_message("run", run_id, ids[-12:], "list them with `workbench history --cohort NAME`"))
+                raise UnknownName(unknown_message("run", run_id, ids[-12:], "list them with `workbench history --cohort NAME`"))
         return run
 
     def predictions(self, run_id: int) -> pd.DataFrame:

@@ -25,10 +25,10 @@ from workbench.core.prompts import PromptSet, TASK_FILE, parse_prompt_set
 from workbench.core.vocab import Vocabulary
 from workbench.store import db, prompt_repo, queries as q
 from workbench.study import (
-    PROMPTS_DIR, StudyConfig, StudyError, StudyPaths, VOCAB_FILE, database_url, find_vocabulary_file,
+    PROMPTS_DIR, StudyConfig, StudyError, StudyPaths, UnknownName, VOCAB_FILE, database_url, find_vocabulary_file,
     load_config, load_vocabulary_file, save_config,
 )
-from workbench.errors import NotFound, WorkbenchError
+from workbench.errors import WorkbenchError
 
 ROLES = ("reader", "adjudicator", "prompt_engineer", "admin")
 
@@ -278,14 +278,14 @@ class StudyService:
             cohort = q.get_cohort(s, name)
             if cohort is None:
                 names = q.list_cohorts(s)["name"].tolist()
-                raise NotFound(unknown_message("cohort", name, names, "" if names else "import reports first"))
+                raise UnknownName(unknown_message("cohort", name, names, "" if names else "import reports first"))
             return cohort.id
 
     def label_id(self, label: str) -> str:
         """A label id or display name resolved to its id; an unknown one is refused, naming the closest labels."""
         found = self.vocab.resolve(label)
         if found is None:
-            raise NotFound(unknown_message("label", label, self.vocab.ids))
+            raise UnknownName(unknown_message("label", label, self.vocab.ids, word="unknown"))
         return found
 
     def cohorts(self) -> pd.DataFrame:
