@@ -20,7 +20,8 @@ sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 ROOT = Path(__file__).resolve().parents[1]
-DATASETS = ROOT.parent / "shared" / "datasets"
+# ../shared/datasets beside the project; WORKBENCH_DATASETS names another place (a git worktree's parent differs)
+DATASETS = Path(os.environ.get("WORKBENCH_DATASETS") or ROOT.parent / "shared" / "datasets")
 DATA = Path(__file__).resolve().parent / "data"
 
 from fake_llm_server import fake_llm_server  # noqa: E402,F401  (fixture: OpenAI-compatible server on 127.0.0.1)

@@ -62,6 +62,16 @@ def stored(db: Path) -> tuple[int | None, int]:
         con.close()
 
 
+def wait_for_answers(child: subprocess.Popen, db: Path, n: int) -> tuple[int | None, int]:
+    """Wait until a child run has stored n answers (or ended, or 180 s passed); (run id, answers stored)."""
+    deadline = time.monotonic() + 180  # the child imports litellm (5-20 s on a busy machine)
+    run_id, done = None, 0
+    while time.monotonic() < deadline and done < n and child.poll() is None:
+        time.sleep(0.05)
+        run_id, done = stored(db)
+    return run_id, done
+
+
 def test_sigkill_then_resume_repeats_no_finished_call(small_study):
     wb = small_study
     db = wb.root / "workbench.db"
@@ -71,11 +81,7 @@ def test_sigkill_then_resume_repeats_no_finished_call(small_study):
                 "--concurrency", str(CONCURRENCY)),
             cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         try:
-            deadline = time.monotonic() + 180  # the child imports litellm (5-20 s on a busy machine)
-            run_id, done = None, 0
-            while time.monotonic() < deadline and done < 10 and first.poll() is None:
-                time.sleep(0.05)
-                run_id, done = stored(db)
+            run_id, done = wait_for_answers(first, db, 10)
             assert first.poll() is None, f"the run ended before it could be killed: {first.communicate()}"
             assert done >= 10, "no predictions were stored in time"
             os.kill(first.pid, signal.SIGKILL)

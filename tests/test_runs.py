@@ -151,7 +151,7 @@ def test_label_subset_unknown_and_derived_labels(small_study):
     assert (summary.calls_total, summary.calls_made) == (16, 16)
     assert json.loads(wb.run_info(summary.run_id).labels_json) == ["pleural_effusion", "pneumothorax"]
     assert set(wb.predictions(summary.run_id)["label"]) == {"pleural_effusion", "pneumothorax"}
-    with pytest.raises(StudyError, match=r"unknown label 'pleural_efusion'; labels: atelectasis"):
+    with pytest.raises(StudyError, match=r"unknown label 'pleural_efusion' \(did you mean 'pleural_effusion'.*; labels: atelectasis"):
         wb.start_run("dev", labels=["pleural_effusion", "pleural_efusion"])
     with pytest.raises(StudyError, match=r"'no_finding' is derived"):
         wb.start_run("dev", labels=["No Finding"])

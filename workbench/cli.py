@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -275,7 +276,7 @@ def reference(wb, cohort, fmt):
 @study_option
 def adjudicate(wb, report_id, label, value, reason):
     """Set the reference value of one (report, label) item."""
-    wb.adjudicate(report_id, wb.vocab.label(label).id, value, reason)
+    wb.adjudicate(report_id, wb.label_id(label), value, reason)
     click.echo(f"adjudicated {report_id}/{label} = {value}")
 
 
@@ -339,28 +340,19 @@ def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, re
     Exit codes: 0 every call answered; 2 refused before any call (bad option, endpoint not allowed,
     unknown model, run busy); 3 the run ended with failures or stopped early (causes are printed).
     """
+    from workbench.services.runs import RunInterrupted
+
     bar = _progress_bar()
-    if resume is not None or retry is not None:
-        summary = (wb.resume_run(resume, on_progress=bar) if resume is not None else wb.retry_failed(retry, on_progress=bar))
-    else:
-        if not cohort:
-            raise click.UsageError("--cohort is required for a new run")
-        label_list = [x.strip() for x in labels.split(",")] if labels else None
-        if estimate:
-            est = wb.estimate_run(cohort, prompt_ref=prompt_ref, model=model, labels=label_list, api_base=api_base,
-                                  concurrency=concurrency)
-            click.echo("\n".join(est.lines()))
-            return
-        same = None if new else wb.unchanged_run(cohort, prompt_ref=prompt_ref, model=model, labels=label_list,
-                                                  api_base=api_base, concurrency=concurrency)
-        if same is not None:
-            click.echo(f"nothing changed since run {same} (same prompt version, model, parameters, endpoint, cohort "
-                       f"reports and labels; it finished without failures): see `workbench metrics {same}`; "
-                       "use --new to label again anyway")
-            return
-        confirmed = yes or _confirm_cost(wb, cohort, prompt_ref, model, label_list, api_base, concurrency)
-        summary = wb.start_run(cohort, prompt_ref=prompt_ref, model=model, labels=label_list, on_progress=bar,
-                               api_base=api_base, concurrency=concurrency, confirmed=confirmed)
+    try:
+        with _sigterm_as_interrupt():
+            summary = _run_or_resume(wb, bar, cohort, prompt_ref, model, api_base, labels, concurrency, resume, retry, new,
+                                     estimate=estimate, yes=yes)
+    except RunInterrupted as exc:
+        click.echo("", err=True)
+        click.echo(str(exc), err=True)
+        raise SystemExit(143 if _SIGTERM["received"] else 130) from None
+    if summary is None:
+        return
     click.echo("", err=True)
     click.echo(summary.message())
     _cost_line(wb, summary.run_id)
@@ -398,6 +390,57 @@ def _confirm_cost(wb, cohort, prompt_ref, model, labels, api_base, concurrency) 
         return True
 
 
+def _run_or_resume(wb, bar, cohort, prompt_ref, model, api_base, labels, concurrency, resume, retry, new, *,
+                   estimate=False, yes=False):
+    """The run the options ask for: a resumption, a retry, or a new run (None when nothing changed since
+    an identical run; an interrupted run of the same settings is resumed or refused, unless --new)."""
+    if resume is not None or retry is not None:
+        return wb.resume_run(resume, on_progress=bar) if resume is not None else wb.retry_failed(retry, on_progress=bar)
+    if not cohort:
+        raise click.UsageError("--cohort is required for a new run")
+    label_list = [x.strip() for x in labels.split(",")] if labels else None
+    same = dict(prompt_ref=prompt_ref, model=model, labels=label_list, api_base=api_base, concurrency=concurrency)
+    if estimate:  # no model call: calls after the cache, tokens, cost, wall time
+        click.echo("\n".join(wb.estimate_run(cohort, **same).lines()))
+        return None
+    stopped = None if new else wb.interrupted_run(cohort, **same)
+    if stopped is not None:
+        hint = (f"run {stopped} of this prompt version, model and settings on {cohort} was interrupted: resume it with "
+                f"`workbench run --resume {stopped}` (answered calls are kept), or start a fresh run with --new")
+        if not (sys.stdin.isatty() and click.confirm(f"{hint}\nresume run {stopped} now?", default=True, err=True)):
+            from workbench.errors import UserError
+
+            raise UserError(hint)
+        return wb.resume_run(stopped, on_progress=bar)
+    unchanged = None if new else wb.unchanged_run(cohort, **same)
+    if unchanged is not None:
+        click.echo(f"nothing changed since run {unchanged} (same prompt version, model, parameters, endpoint, cohort "
+                   f"reports and labels; it finished without failures): see `workbench metrics {unchanged}`; "
+                   "use --new to label again anyway")
+        return None
+    confirmed = yes or _confirm_cost(wb, cohort, prompt_ref, model, label_list, api_base, concurrency)
+    return wb.start_run(cohort, on_progress=bar, confirmed=confirmed, **same)
+
+
+_SIGTERM = {"received": False}
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """During a run SIGTERM stops it as Ctrl-C does: the run is marked interrupted and can be resumed."""
+    import signal
+
+    def handler(signum, frame):
+        _SIGTERM["received"] = True
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _report_failures(summary) -> None:
     """Distinct failure causes with counts and an example each; exit code 3 when the run is not complete."""
     if summary.stopped_reason:
@@ -427,14 +470,16 @@ def _progress_bar():
 @click.argument("run_id", type=int)
 @click.option("--ci", type=click.Choice(["wilson", "clopper-pearson"]), default="wilson", show_default=True, help="Interval method (Clopper-Pearson reproduces the Ran Score paper).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
-@click.option("--zero-division", type=click.Choice(["undefined", "zero", "one", "exclude"]), default="undefined", show_default=True,
-              help="Precision/recall/F1 with a zero denominator: undefined (marked *, left out of macro means), 0, 1, or left out.")
+@click.option("--zero-division", type=click.Choice(["undefined", "zero", "one", "exclude"]), default=None,
+              help="Precision/recall/F1 with a zero denominator: undefined (marked *, left out of macro means), 0, 1, or left "
+                   "out (default: the study's zero_division, which every other view uses too).")
 @click.option("--full", is_flag=True, help="Every column (counts, specificity, NPV, kappa, intervals) instead of the paper's layout.")
 @click.option("--previous", type=int, default=None, help="Another run to show the change in F1 against.")
 @wide_option
 @study_option
 def metrics(wb, run_id, ci, fmt, zero_division, full, previous, wide):
     """Per-label metrics of a run against the reference, with 95% intervals."""
+    zero_division = wb.macro_policy(zero_division)
     ev = wb.evaluate_run(run_id, ci=ci, zero_division=zero_division)
     prev = wb.evaluate_run(previous, ci=ci, zero_division=zero_division, n_resamples=0) if previous else None
     if fmt == "json":
@@ -455,6 +500,7 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous, wide):
         else:
             say(f"macro F1 {a['macro_f1']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}] (bootstrap over reports, {b['n_resamples']} "
                 f"resamples, seed {b['seed']}); macro accuracy {a['macro_accuracy']:.3f}; micro F1 {a['micro_f1']:.3f}")
+        say(f"macro F1: {ev.macro.describe()}")
         say(f"intervals: {ci}; * = undefined (no positives on either side), policy: {zero_division}")
         say("left out: " + "; ".join(f"{k}: {v}" for k, v in ev.excluded.items()))
 
@@ -497,7 +543,8 @@ def compare(wb, run_a, run_b, mid_p, cases, fmt, show_all, wide):
     say(f"more_reports = further paired reports for 80% power to call the change significant (exact McNemar "
         f"at alpha {attrs.get('alpha', 0.05)}/{len(table)}, Holm's strictest step) if the observed rates of fixed "
         "and broken cases held; 0 = the cohort is already large enough.")
-    say(f"macro F1 {result['macro_f1_a']:.3f} -> {result['macro_f1_b']:.3f}")
+    say(f"macro F1 {result['macro_f1_a']:.3f} -> {result['macro_f1_b']:.3f} ({result['macro_b'].describe()})")
+    _drift_line(wb, [run_a, run_b])
     say("left out: " + "; ".join(f"{k}: {v}" for k, v in result["excluded"].items()))
     if cases and len(result["cases"]):
         click.echo("")
@@ -537,10 +584,38 @@ def history(wb, cohort, fmt, per_label):
     frame = wb.iteration_history(cohort)
     if not per_label and len(frame):
         frame = frame[[c for c in frame.columns if ":" not in c]]
+    stopped = wb.interrupted_runs(cohort)
     if fmt == "table" and not len(frame):
         click.echo(f"no finished run on cohort {cohort!r} yet: workbench run --cohort {cohort}")
+        _interrupted_lines(stopped)
         return
-    echo_table(frame, fmt, wide=per_label)
+    echo_table(frame.drop(columns="macro_labels", errors="ignore") if fmt == "table" else frame, fmt, wide=per_label)
+    if fmt == "table":
+        for text in frame.attrs.get("macro_labels", []):
+            say(f"macro F1: {text}")
+        _drift_line(wb, list(frame["run"]) if len(frame) else [])
+        _interrupted_lines(stopped)
+
+
+def _drift_line(wb, run_ids: list[int]) -> None:
+    """Say so when the reference changed under these runs since they were scored, and which figures moved."""
+    from workbench.services.evaluation import drift_text
+
+    text = drift_text(wb.reference_drift([int(r) for r in run_ids]))
+    if text:
+        click.echo("")
+        say(text)
+
+
+def _interrupted_lines(stopped) -> None:
+    """Interrupted runs, apart from the results: each with how far it got and how to finish it."""
+    if not len(stopped):
+        return
+    click.echo("")
+    say("interrupted runs (not results: their figures would cover only the reports labelled before the stop):")
+    for row in stopped.itertuples(index=False):
+        click.echo(wrap_item(f"run {row.id} (prompt {row.prompt_commit[:8]}, {row.model}): resume with "
+                             f"`workbench run --resume {row.id}`"))
 
 
 @main.command()
@@ -688,12 +763,15 @@ def prompts_history(wb, label):
 @prompts.command("show")
 @click.argument("label")
 @click.option("--prompt", "ref", default=None, help="Version (default: latest).")
+@click.option("--draft", is_flag=True, help="Your draft (or the uncommitted edit of the file) instead of a version.")
 @study_option
-def prompts_show(wb, label, ref):
-    """Print one label's prompt file at a version."""
+def prompts_show(wb, label, ref, draft):
+    """Print one label's prompt file at a version, or your draft of it."""
     from workbench.services.prompting import label_yaml
 
-    click.echo(label_yaml(wb.label_prompt(label, ref)))
+    if draft and ref:
+        raise click.UsageError("--draft and --prompt name two different things: give one")
+    click.echo(label_yaml(wb.pending_prompt(label) if draft else wb.label_prompt(label, ref)))
 
 
 @prompts.command("diff")
@@ -702,7 +780,8 @@ def prompts_show(wb, label, ref):
 @click.argument("ref_b", required=False)
 @study_option
 def prompts_diff(wb, label, ref_a, ref_b):
-    """Difference of one label between two versions (unified text and fields)."""
+    """Difference of one label between two versions (unified text and fields); `draft` names your draft,
+    e.g. `workbench prompts diff LABEL HEAD draft`."""
     diff = wb.prompt_diff(label, ref_a, ref_b)
     click.echo(diff["unified"] or "(no difference)")
     click.echo(json.dumps(diff["fields"], indent=2, ensure_ascii=False))
@@ -1210,7 +1289,8 @@ def split_metrics(wb, run_id, fmt):
         from workbench.services.optimising import fmt_figure as f
 
         for p, m in parts.items():
-            click.echo(f"{p}: {m['reports']} reports, macro F1 {f(m['macro_f1'])} [{f(m['macro_f1_lo'])}, {f(m['macro_f1_hi'])}]")
+            click.echo(f"{p}: {m['reports']} reports, macro F1 {f(m['macro_f1'])} [{f(m['macro_f1_lo'])}, {f(m['macro_f1_hi'])}]"
+                       f" ({m['macro_labels']})")
         click.echo(f"gap (tuning - validation): {f(parts['tuning']['macro_f1'] - parts['validation']['macro_f1'])}")
 
 
@@ -1232,7 +1312,7 @@ def split_compare(wb, run_a, run_b, fmt):
         from workbench.services.optimising import fmt_figure as f
 
         for part, r in result.items():
-            click.echo(f"{part}: macro F1 {f(r['macro_f1_a'])} -> {f(r['macro_f1_b'])}")
+            click.echo(f"{part}: macro F1 {f(r['macro_f1_a'])} -> {f(r['macro_f1_b'])} ({r['macro_labels']})")
             _noise_lines(wb, run_a, run_b, r["table"])
 
 
@@ -1242,12 +1322,18 @@ def split_compare(wb, run_a, run_b, fmt):
 @study_option
 def split_history(wb, cohort, fmt):
     """Iteration history on tuning and validation with the gap between them (the overfitting signal)."""
-    echo_table(wb.history_by_part(cohort).round(4), fmt)
+    frame = wb.history_by_part(cohort)
+    if fmt != "table":
+        echo_table(frame.round(4), fmt)
+        return
+    echo_table(frame.drop(columns=["tuning_macro_labels", "validation_macro_labels"]).round(4), fmt)
+    for text in frame.attrs.get("macro_labels", []):
+        say(f"macro F1: {text}")
 
 
 @main.command()
 @click.argument("label")
-@click.option("--run", "run_id", type=int, default=None, help="Run whose disagreements to learn from (default: latest on the dev cohort).")
+@click.option("--run", "run_id", type=int, default=None, help="Run whose disagreements to learn from (default: the newest finished run on the development cohort).")
 @click.option("--proposer", type=click.Choice(["auto", "offline", "llm"]), default="auto", show_default=True,
               help="llm: one reflective call to a model; offline: mined from the disagreements, scored with the rule-based labeller; auto: llm when a model is configured.")
 @click.option("--model", default=None, help="Model for the llm proposer (default: the study's labeller).")
@@ -1314,7 +1400,7 @@ def accept(wb, proposal_id):
 @main.command()
 @click.option("--labels", default=None, help="Comma-separated labels (default: every asked label).")
 @click.option("--rounds", type=int, default=3, show_default=True, help="Rounds of suggest -> evaluate -> keep.")
-@click.option("--run", "run_id", type=int, default=None, help="Run to start from (default: latest on the dev cohort).")
+@click.option("--run", "run_id", type=int, default=None, help="Run to start from (default: the newest finished run on the development cohort).")
 @click.option("--proposer", type=click.Choice(["auto", "offline", "llm"]), default="auto", show_default=True)
 @click.option("--model", default=None, help="Model for the llm proposer.")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the report here (.md or .json).")
@@ -1332,6 +1418,20 @@ def optimise(wb, labels, rounds, run_id, proposer, model, out, phrase_list):
     click.echo(text)
     if out:
         Path(out).write_text(json.dumps(report, indent=2, default=str) if out.endswith(".json") else text, encoding="utf-8")
+
+
+@main.command("evaluate-drafts")
+@click.option("--run", "run_id", type=int, default=None, help="Run of the committed version to compare with (default: the newest finished run on the development cohort).")
+@click.option("--labels", default=None, help="Comma-separated labels (default: every label with a draft or an uncommitted edit).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@study_option
+def evaluate_drafts(wb, run_id, labels, fmt):
+    """Label your drafts through the call cache on tuning and validation and compare them with the committed
+    version, before anything is committed."""
+    from workbench.services.optimising import drafts_text
+
+    result = wb.evaluate_drafts(run_id, [x.strip() for x in labels.split(",")] if labels else None)
+    click.echo(json.dumps(result, indent=2, default=str) if fmt == "json" else drafts_text(result))
 
 
 @main.command("test-look")

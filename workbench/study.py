@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from workbench.core.vocab import MAX_LABELS, Vocabulary, VocabularyError, parse_vocabulary
-from workbench.errors import WorkbenchError
+from workbench.errors import NotFound, WorkbenchError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 VOCAB_DIR = PROJECT_ROOT / "vocab"
@@ -30,11 +30,16 @@ DEFAULT_CATEGORIES = [
 ]
 SIGNIFICANCE = ["changes management", "does not change management", "unsure"]
 NO_AUTH_ON_NETWORK = "WORKBENCH_NO_AUTH_ON_NETWORK"  # set by `workbench app --no-auth-on-network` to the address served
+ZERO_DIVISION_POLICIES = ("zero", "one", "exclude")
 LOCAL_ENDPOINTS = ["workbench/rules", "http://127.0.0.1", "http://localhost", "https://127.0.0.1", "https://localhost"]
 
 
 class StudyError(WorkbenchError, ValueError):
     """A study folder or its settings are wrong; the message says what to do."""
+
+
+class UnknownName(StudyError, NotFound):
+    """A label, cohort or run the user named does not exist; the message names the closest and what exists."""
 
 
 @dataclass
@@ -55,8 +60,12 @@ class StudyConfig:
     # so presence-only reading stays as fast
     annotate_attributes: bool = False
 
+    # what a label with no positive on either side counts as in every macro figure of the study: exclude
+    # (left out of the mean, and named; the default), zero (as the released Ran Score script) or one
+    zero_division: str = "exclude"
+
     KEYS = ("name", "vocabulary", "database", "reference", "sections", "labeller", "error_categories",
-            "allowed_endpoints", "auth", "dev_cohort", "annotate_attributes")
+            "allowed_endpoints", "auth", "dev_cohort", "annotate_attributes", "zero_division")
 
     def to_dict(self) -> dict:
         """Plain data for YAML."""
@@ -74,6 +83,9 @@ class StudyConfig:
         bad = [s for s in cfg.sections if s not in ("findings", "impression", "text")]
         if bad or not cfg.sections:
             raise StudyError(f"{source}: sections must be a non-empty list of findings, impression, text; got {cfg.sections}")
+        if cfg.zero_division not in ZERO_DIVISION_POLICIES:
+            raise StudyError(f"{source}: zero_division must be one of {', '.join(ZERO_DIVISION_POLICIES)}, "
+                             f"got {cfg.zero_division!r}")
         from workbench.core.reference import ReferenceRule  # numpy/pandas: not needed for `workbench --help`
 
         try:

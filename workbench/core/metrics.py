@@ -22,6 +22,7 @@ The module is pure: numpy, pandas and scipy only, no I/O.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
@@ -51,6 +52,9 @@ __all__ = [
     "kappa_from_counts",
     "label_metrics",
     "averages",
+    "MacroFigure",
+    "macro_figure",
+    "f1_from_counts",
     "bootstrap_macro_f1",
     "bootstrap_label_f1",
     "mcnemar_exact",
@@ -326,6 +330,55 @@ def _macro(value: np.ndarray, axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
     return mean, used
 
 
+@dataclass(frozen=True)
+class MacroFigure:
+    """A macro mean over labels and which labels it averages (the one macro rule: `macro_figure`)."""
+
+    value: float
+    averaged: tuple[str, ...]   # the labels whose values enter the mean
+    left_out: tuple[str, ...]   # undefined labels the policy leaves out (undefined / exclude)
+    filled: tuple[str, ...]     # undefined labels the policy counts as 0 or 1 (zero / one)
+    policy: str
+
+    @property
+    def n_labels(self) -> int:
+        """Every label the figure is about, averaged or left out."""
+        return len(self.averaged) + len(self.left_out)
+
+    def describe(self) -> str:
+        """Which labels the mean covers, in words (printed beside every macro figure)."""
+        text = f"mean over {len(self.averaged)} of {self.n_labels} labels" if self.left_out else \
+            f"mean over {len(self.averaged)} labels"
+        if self.left_out:
+            text += f"; left out (no positive on either side): {', '.join(self.left_out)}"
+        if self.filled:
+            text += (f"; {', '.join(self.filled)} (no positive on either side) count"
+                     f"{'s' * (len(self.filled) == 1)} as {_FILL[ZeroDivisionPolicy(self.policy)]:g}")
+        return f"{text} (zero_division: {self.policy})"
+
+
+def macro_figure(values, undefined, zero_division: str) -> MacroFigure:
+    """The one macro rule: the mean over labels of a per-label figure (a Series by label), each undefined
+    label (the boolean Series `undefined`) filled or left out as the policy says, whatever the values
+    were computed with. Every macro figure the workbench shows comes from here."""
+    policy = _policy(zero_division)
+    values = pd.Series(values, dtype=float)
+    undefined = pd.Series(undefined, index=values.index).fillna(True).astype(bool) | values.isna()
+    filled = values.where(~undefined, _FILL[policy])
+    mean, _ = _macro(filled.to_numpy())
+    kept = filled.notna()
+    labels = [str(x) for x in values.index]
+    return MacroFigure(float(mean), tuple(lab for lab, k in zip(labels, kept) if k),
+                       tuple(lab for lab, k in zip(labels, kept) if not k),
+                       tuple(lab for lab, u, k in zip(labels, undefined, kept) if u and k), policy.value)
+
+
+def f1_from_counts(table: pd.DataFrame, zero_division: str = "undefined") -> pd.Series:
+    """Per-label F1 from a table of tp, fp, fn counts (as label_metrics computes it from the cells)."""
+    tp, fp, fn = (table[c].to_numpy(dtype=float) for c in ("tp", "fp", "fn"))
+    return pd.Series(_f1(tp, fp, fn, _policy(zero_division))[0], index=table.index, name="f1")
+
+
 def averages(table: pd.DataFrame, zero_division: str = "undefined", ci: str = "wilson") -> dict:
     """Micro (pooled counts, with intervals) and macro (mean over labels) accuracy/P/R/F1.
 
@@ -348,10 +401,12 @@ def averages(table: pd.DataFrame, zero_division: str = "undefined", ci: str = "w
         if name in dens:
             out[f"micro_{name}_lo"], out[f"micro_{name}_hi"] = proportion_ci(nums[name], dens[name], ci)
     for name, (value, undefined) in _per_label(tp, fp, fn, tn, policy).items():
-        mean, used = _macro(value)
-        out[f"macro_{name}"] = float(mean)
-        out[f"macro_{name}_labels_used"] = int(used)
+        figure = macro_figure(pd.Series(value, index=table.index), pd.Series(undefined, index=table.index), policy.value)
+        out[f"macro_{name}"] = figure.value
+        out[f"macro_{name}_labels_used"] = len(figure.averaged)
         out[f"macro_{name}_labels_undefined"] = int(undefined.sum())
+        if name == "f1":
+            out["macro_f1_labels"] = figure.describe()
     return out
 
 

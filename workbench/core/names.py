@@ -1,4 +1,5 @@
-"""Text a person reads as an identifier (report ids, cohort names) and report text as stored.
+"""Names and identifiers a person reads or types: ids and cohort names that must look like what they are,
+report text as stored, and names that match nothing ("did you mean ...").
 
 An id must look like what it is: a right-to-left override, a zero-width space or a line separator
 can make two different ids look the same on screen, or one id look like another. Report text may
@@ -8,6 +9,7 @@ PostgreSQL, and no report needs one.
 
 from __future__ import annotations
 
+import difflib
 import re
 import unicodedata
 
@@ -52,3 +54,23 @@ def check_cohort_name(name: str) -> str:
     if name != name.strip():
         raise UserError(f"cohort name {name!r} starts or ends with spaces; give it without them")
     return name
+
+
+MAX_LISTED = 12  # beyond this the message names the closest ones, not every choice
+
+
+def closest(name: str, known: list[str], n: int = 3) -> list[str]:
+    """The known names nearest to a mistyped one (case-insensitive), best first."""
+    lowered = {k.lower(): k for k in known}
+    return [lowered[m] for m in difflib.get_close_matches(str(name).lower(), list(lowered), n=n, cutoff=0.6)]
+
+
+def unknown_message(kind: str, name: str, known: list[str], fix: str = "", word: str = "no") -> str:
+    """'unknown label 'support_device' (did you mean 'support_devices'?); labels: ...' in one line."""
+    near = closest(name, known)
+    text = f"{word} {kind} {name!r}"
+    if near:
+        text += f" (did you mean {' or '.join(repr(m) for m in near)}?)"
+    listed = known if len(known) <= MAX_LISTED else known[:MAX_LISTED] + [f"... {len(known) - MAX_LISTED} more"]
+    text += f"; {kind}s: {', '.join(map(str, listed))}" if known else f"; there is no {kind} yet"
+    return text + (f"; {fix}" if fix else "")

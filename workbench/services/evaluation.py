@@ -18,6 +18,7 @@ import pandas as pd
 from workbench.core import agreement, metrics
 from workbench.core.prompts import render_joint_call, render_label_call
 from workbench.store import prompt_repo, queries as q
+from workbench.errors import NotFound, UserError
 from workbench.study import SIGNIFICANCE, StudyError
 
 _FULL_SHA = re.compile(r"[0-9a-f]{40}")  # a commit id, which names content that never changes
@@ -35,6 +36,7 @@ class Evaluation:
     ci: str
     zero_division: str
     labels: list = field(default_factory=list)
+    macro: "metrics.MacroFigure | None" = None  # macro F1 under the study's policy, with the labels it averages
 
     def paper_table(self, previous: "Evaluation | None" = None) -> pd.DataFrame:
         """The Ran Score paper's layout: label, accuracy [interval], precision, recall, F1, change in F1."""
@@ -54,6 +56,49 @@ class Evaluation:
             prev = previous.table["f1"].reindex(t.index)
             out["change in F1"] = [f"{d:+.3f}" if d == d else "n/a" for d in (t["f1"] - prev)]
         return out
+
+
+def _plain(value) -> float | None:
+    """A figure as a float, None when undefined or absent."""
+    return None if value is None or value != value else float(value)
+
+
+def _same(a, b) -> bool:
+    """Two figures equal, undefined ones included."""
+    a, b = _plain(a), _plain(b)
+    return a == b or (a is not None and b is not None and abs(a - b) < 1e-12)
+
+
+def drift_text(drift: list[dict]) -> str:
+    """'the reference changed since run 1 was scored (1 adjudication): run 1 macro F1 0.780 -> 0.782 (...)'."""
+    if not drift:
+        return ""
+    first = min(drift, key=lambda d: d["run"])
+    what = [f"{first[k]} {k[:-1] if first[k] == 1 else k}" for k in ("adjudications", "readings") if first[k]]
+    head = f"the reference changed since run {first['run']} was scored ({', '.join(what)}): figures moved: "
+
+    def fmt(v) -> str:
+        return "undefined" if v is None or v != v else f"{v:.3f}"
+
+    runs = []
+    for d in drift:
+        labels = ", ".join(f"{lab} {fmt(a)} -> {fmt(b)}" for lab, (a, b) in list(d["labels"].items())[:5])
+        more = f" and {len(d['labels']) - 5} more" if len(d["labels"]) > 5 else ""
+        runs.append(f"run {d['run']} macro F1 {fmt(d['macro_f1'][0])} -> {fmt(d['macro_f1'][1])}"
+                    + (f" ({labels}{more})" if labels else " (no label's F1 moved)"))
+    return head + "; ".join(runs)
+
+
+def refuse_same_run(run_a: int, run_b: int) -> None:
+    """A comparison of a run with itself says nothing: refuse it with the fix."""
+    if run_a == run_b:
+        raise UserError(f"run {run_a} compared with itself shows no change: name two different runs of the same cohort "
+                        "(e.g. the run before a prompt change and the run after it)")
+
+
+def paired_macro(table: pd.DataFrame, zero_division: str) -> tuple:
+    """Macro F1 of run A and run B from a compare_labels table (the one macro rule, on the paired reports)."""
+    return tuple(metrics.macro_figure(table[f"f1_{x}"], table[f"f1_{x}_undefined"], zero_division) for x in "ab")
 
 
 def _fmt(value: float, undefined: bool) -> str:
@@ -104,6 +149,9 @@ class EvaluationService:
         reference: the cohort's reference matrix when the caller already has it (history, queue).
         """
         run = self.run_info(run_id)
+        if run.status == "interrupted":  # part of a run is not a result: its figures would be read as one
+            raise UserError(f"run {run_id} was interrupted before it finished, so it has no figures yet: resume with "
+                            f"`workbench run --resume {run_id}`")
         self.check_test_lock(run)  # a test cohort is measured only through a frozen bundle's counted look
         cohort = self._cohort_name(run.cohort_id)
         labels = self._run_labels(run)
@@ -130,11 +178,17 @@ class EvaluationService:
 
     # ------------------------------------------------------------ metrics
 
-    def evaluate_run(self, run_id: int, ci: str = "wilson", zero_division: str = "undefined",
+    def macro_policy(self, zero_division: str | None = None) -> str:
+        """The zero-division policy of every macro figure: the one asked for, else the study's."""
+        return zero_division or self.config.zero_division
+
+    def evaluate_run(self, run_id: int, ci: str = "wilson", zero_division: str | None = None,
                      n_resamples: int = 1000, seed: int = 0, reference: pd.DataFrame | None = None) -> Evaluation:
-        """Per-label metrics with intervals, micro/macro averages, bootstrap of macro F1."""
+        """Per-label metrics with intervals, micro/macro averages, bootstrap of macro F1 (the study's
+        zero-division policy unless another is asked for)."""
         from workbench.services import memo
 
+        zero_division = self.macro_policy(zero_division)
         y_true, y_pred, excluded = self.evaluation_inputs(run_id, reference=reference)
         key = (memo.frame_digest(y_true, y_pred), ci, zero_division, n_resamples, seed)
         kept = memo.EVALUATIONS.get(key)
@@ -149,11 +203,61 @@ class EvaluationService:
             kept = (table, avg, boot)
             memo.EVALUATIONS.put(key, kept)
         table, avg, boot = kept
-        return Evaluation(run_id, table.copy(), dict(avg), dict(boot), excluded, ci, zero_division, list(y_true.columns))
+        self._record_scoring(run_id, table)
+        macro = metrics.macro_figure(table["f1"], table["f1_undefined"], zero_division)
+        return Evaluation(run_id, table.copy(), dict(avg), dict(boot), excluded, ci, zero_division, list(y_true.columns), macro)
+
+    def _record_scoring(self, run_id: int, table: pd.DataFrame) -> None:
+        """Keep the per-label counts of a run's first scoring, so a later change of the reference shows."""
+        if self.blind_scope() is not None or run_id in self._scored_runs():
+            return  # a reader's figures cover only the reports they read: not the run's
+        with self.session() as s:
+            if q.run_scorings(s, [run_id]):
+                self._scored_runs().add(run_id)
+                return
+        counts = {lab: [int(table.loc[lab, c]) for c in ("tp", "fp", "fn", "tn")] for lab in table.index}
+        try:
+            with self.session(write=True) as s:
+                q.put_run_scoring(s, run_id, q.now(), counts)
+        except Exception:  # a read-only or busy database: the figures are still shown, the record waits
+            return
+        self._scored_runs().add(run_id)
+
+    def _scored_runs(self) -> set[int]:
+        """Runs whose first scoring this Workbench has seen recorded (saves a read per evaluation)."""
+        if not hasattr(self, "_scored"):
+            self._scored: set[int] = set()
+        return self._scored
+
+    def reference_drift(self, run_ids: list[int]) -> list[dict]:
+        """Runs whose reference changed since they were first scored: how (adjudications made, readings
+        changed) and which figures moved (macro F1 under the study's policy, and each label's F1)."""
+        with self.session() as s:
+            scorings = q.run_scorings(s, list(run_ids))
+        policy, out = self.macro_policy(), []
+        for run_id in run_ids:
+            if run_id not in scorings:
+                continue
+            scored_at, counts = scorings[run_id]
+            run = self.run_info(run_id)
+            with self.session() as s:
+                changes = q.reference_changes_since(s, run.cohort_id, scored_at)
+            if not any(changes.values()):
+                continue
+            then = pd.DataFrame.from_dict(counts, orient="index", columns=["tp", "fp", "fn", "tn"])
+            now = self.evaluate_run(run_id, n_resamples=0).table
+            f1_then, f1_now = metrics.f1_from_counts(then, policy), metrics.f1_from_counts(now, policy)
+            moved = {lab: (_plain(f1_then.get(lab)), _plain(f1_now[lab])) for lab in now.index
+                     if not _same(f1_then.get(lab), f1_now[lab])}
+            out.append({"run": run_id, "scored_at": scored_at, **changes, "labels": moved,
+                        "macro_f1": (metrics.averages(then, policy)["macro_f1"], metrics.averages(now, policy)["macro_f1"])})
+        return out
 
     def compare_runs(self, run_a: int, run_b: int, mid_p: bool = False, min_discordant: int = 10,
-                     zero_division: str = "undefined") -> dict:
+                     zero_division: str | None = None) -> dict:
         """Paired comparison of two runs on the same cohort: per-label deltas, McNemar + Holm, cases."""
+        zero_division = self.macro_policy(zero_division)
+        refuse_same_run(run_a, run_b)
         a, b = self.run_info(run_a), self.run_info(run_b)
         if a.cohort_id != b.cohort_id:
             raise StudyError(f"runs {run_a} and {run_b} are on different cohorts; a paired comparison needs the same reports")
@@ -170,8 +274,10 @@ class EvaluationService:
             table[f"delta_{col}"] = mb[col] - ma[col]
         cases = metrics.fixed_and_broken(y_true, pred_a, pred_b)
         excluded["failed or missing predictions (run B)"] = excluded_b["failed or missing predictions"]
+        macro_a, macro_b = paired_macro(table, zero_division)
         return {"table": table, "cases": cases, "excluded": excluded, "run_a": run_a, "run_b": run_b,
-                "macro_f1_a": float(np.nanmean(table["f1_a"])), "macro_f1_b": float(np.nanmean(table["f1_b"]))}
+                "macro_f1_a": macro_a.value, "macro_f1_b": macro_b.value, "macro_a": macro_a, "macro_b": macro_b,
+                "zero_division": zero_division}
 
     def iteration_history(self, cohort: str, ci: str = "wilson") -> pd.DataFrame:
         """Every finished run on a cohort in prompt-version order: macro and per-label accuracy and F1."""
@@ -189,8 +295,11 @@ class EvaluationService:
                 row[f"accuracy:{lab}"] = ev.table.loc[lab, "accuracy"]
                 row[f"f1:{lab}"] = ev.table.loc[lab, "f1"]
             rows.append(row)
+            row["macro_labels"] = ev.macro.describe()
         frame = pd.DataFrame(rows)
-        return frame.sort_values(["version", "run"]).reset_index(drop=True) if len(frame) else frame
+        frame = frame.sort_values(["version", "run"]).reset_index(drop=True) if len(frame) else frame
+        frame.attrs["macro_labels"] = sorted(set(frame["macro_labels"])) if len(frame) else []
+        return frame
 
     def human_ceiling(self, run_id: int) -> pd.DataFrame:
         """Per label: labeller kappa beside readers' Fleiss kappa, mean reader accuracy, and the
@@ -238,7 +347,7 @@ class EvaluationService:
         shown = self.queue_reports(run)  # only the tuning part: validation and test reports never reach the queue
         preds = preds if shown is None else preds[preds["report_id"].isin(shown)]
         if label:  # one label's queue (its error rate and support are its own): 1/21 of the rows to merge
-            one = self.vocab.resolve(label) or label
+            one = label = self.label_id(label)  # a typo is refused, never an empty queue
             preds, ref_table = preds[preds["label"] == one], ref_table[ref_table["label"] == one]
         merged = preds.merge(ref_table[["report_id", "label", "value", "positives", "n_readers", "status"]],
                              on=["report_id", "label"], how="inner", suffixes=("", "_ref"))
@@ -266,7 +375,7 @@ class EvaluationService:
             if len(extra):
                 out = pd.concat([out, extra], ignore_index=True)
         if label:
-            out = out[out["label"] == (self.vocab.resolve(label) or label)]
+            out = out[out["label"] == label]
         if kind:
             out = out[out["type"] == kind]
         if category:
@@ -349,7 +458,7 @@ class EvaluationService:
         from workbench.core.text import compose_text
 
         run = self.run_info(run_id)
-        label = self.vocab.resolve(label) or label
+        label = self.label_id(label)
         with self.session() as s:
             report = q.get_report(s, report_id)
             if report is None:
@@ -392,9 +501,7 @@ class EvaluationService:
                  reference_wrong: bool = False, run_id: int | None = None) -> int:
         """Attach an error note to (report, label); "the reference is wrong" opens an adjudication item."""
         self.require("note")
-        label_id = self.vocab.resolve(label)
-        if label_id is None:
-            raise StudyError(f"unknown label {label!r}")
+        label_id = self.label_id(label)
         if category not in self.config.error_categories:
             raise StudyError(f"unknown error category {category!r}; categories: {', '.join(self.config.error_categories)} "
                              "(a study can add its own in workbench.yaml: error_categories)")
@@ -406,7 +513,11 @@ class EvaluationService:
             raise PermissionDenied("submit your own reading of this report first (blinded until then)")
         with self.session() as s:
             if q.get_report(s, report_id) is None:
-                raise StudyError(f"no report {report_id!r}")
+                raise NotFound(f"no report {report_id!r}")
+        self.require_tuning_report(report_id)  # a validation or test report is only measured, never annotated
+        if run_id is not None:  # a note names the run whose disagreement it explains
+            self._require_disagreement(run_id, report_id, label_id)
+        with self.session() as s:
             note = q.add_note(s, report_id=report_id, label=label_id, run_id=run_id, author=self.actor.user,
                               category=category, significance=significance, text=text.strip(),
                               reference_wrong=bool(reference_wrong))
@@ -417,10 +528,17 @@ class EvaluationService:
                          "reference_wrong": bool(reference_wrong), "run": run_id})
             return note.id
 
+    def _require_disagreement(self, run_id: int, report_id: str, label: str) -> None:
+        """A note belongs to a disagreement of the run it names: refuse one on an item the run got right."""
+        queue = self.disagreements(run_id, label=label)
+        if report_id not in set(queue["report_id"]):
+            raise UserError(f"{report_id}/{label} is not a disagreement of run {run_id} (the labeller agrees with the "
+                            f"reference there): notes go on disagreements; see `workbench disagreements {run_id} --label {label}`")
+
     def notes(self, label: str | None = None, report_id: str | None = None) -> pd.DataFrame:
         """Error notes (oldest first); a reader sees those on reports they have finished."""
         with self.session() as s:
-            notes = q.notes_frame(s, label=self.vocab.resolve(label) if label else None, report_id=report_id)
+            notes = q.notes_frame(s, label=self.label_id(label) if label else None, report_id=report_id)
         return self._blind_rows(notes)
 
     def note_counts(self, run_id: int | None = None) -> pd.DataFrame:

@@ -20,6 +20,8 @@ import yaml
 from workbench import bundle as bundle_mod
 from workbench.core import metrics, proposals, splits
 from workbench.core.prompts import LabelPrompt, call_key, dump_label_prompt
+from workbench.core.vocab import derive_frame
+from workbench.services.evaluation import paired_macro, refuse_same_run
 from workbench.store import queries as q
 from workbench.errors import UserError
 from workbench.study import StudyError
@@ -208,8 +210,9 @@ class OptimisingService:
         """The name of the cohort a run labelled."""
         return self._cohort_name(self.run_info(run_id).cohort_id)
 
-    def evaluate_parts(self, run_id: int, ci: str = "wilson", n_resamples: int = 1000, zero_division: str = "undefined") -> dict:
+    def evaluate_parts(self, run_id: int, ci: str = "wilson", n_resamples: int = 1000, zero_division: str | None = None) -> dict:
         """Per part (tuning, validation): per-label metrics with intervals, macro F1 with a bootstrap interval."""
+        zero_division = self.macro_policy(zero_division)
         run = self.run_info(run_id)
         parts = self.split_parts(self._cohort_name(run.cohort_id))
         if not parts:
@@ -220,6 +223,7 @@ class OptimisingService:
 
     def compare_by_part(self, run_a: int, run_b: int) -> dict:
         """Two runs on a split cohort: per part, macro F1 of each and the per-label McNemar table (Holm within the part)."""
+        refuse_same_run(run_a, run_b)
         a, b = self.run_info(run_a), self.run_info(run_b)
         if a.cohort_id != b.cohort_id:
             raise StudyError(f"runs {run_a} and {run_b} are on different cohorts")
@@ -229,12 +233,15 @@ class OptimisingService:
         y_true, pred_a, _ = self.evaluation_inputs(run_a, extra_commits=(b.prompt_commit,))
         _, pred_b, _ = self.evaluation_inputs(run_b, extra_commits=(a.prompt_commit,))
         labels = [lab for lab in y_true.columns if lab in pred_b.columns]
+        policy = self.macro_policy()
         out = {}
         for part in splits.PARTS:
             ids = [r for r in y_true.index if parts.get(r) == part]
-            table = metrics.compare_labels(y_true.loc[ids, labels], pred_a.loc[ids, labels], pred_b.reindex(ids)[labels])
-            out[part] = {"table": table, "macro_f1_a": _num(np.nanmean(table["f1_a"])),
-                         "macro_f1_b": _num(np.nanmean(table["f1_b"]))}
+            table = metrics.compare_labels(y_true.loc[ids, labels], pred_a.loc[ids, labels], pred_b.reindex(ids)[labels],
+                                           zero_division=policy)
+            macro_a, macro_b = paired_macro(table, policy)
+            out[part] = {"table": table, "macro_f1_a": _num(macro_a.value), "macro_f1_b": _num(macro_b.value),
+                         "macro_labels": macro_b.describe()}
         return out
 
     def history_by_part(self, cohort: str) -> pd.DataFrame:
@@ -254,12 +261,17 @@ class OptimisingService:
                    "prompt": run.prompt_commit[:8]}
             for part in splits.PARTS:
                 keep = [r for r in y_true.index if parts.get(r) == part]
-                table = metrics.label_metrics(y_true.loc[keep], y_pred.loc[keep])
-                row[f"{part}_macro_f1"] = metrics.averages(table)["macro_f1"]
+                table = metrics.label_metrics(y_true.loc[keep], y_pred.loc[keep], zero_division=self.macro_policy())
+                figure = metrics.macro_figure(table["f1"], table["f1_undefined"], self.macro_policy())
+                row[f"{part}_macro_f1"] = figure.value
+                row[f"{part}_macro_labels"] = figure.describe()
             row["gap"] = row["tuning_macro_f1"] - row["validation_macro_f1"]
             rows.append(row)
-        frame = pd.DataFrame(rows, columns=["run", "version", "prompt", "tuning_macro_f1", "validation_macro_f1", "gap"])
-        return frame.sort_values(["version", "run"]).reset_index(drop=True)
+        frame = pd.DataFrame(rows, columns=["run", "version", "prompt", "tuning_macro_f1", "validation_macro_f1", "gap",
+                                            "tuning_macro_labels", "validation_macro_labels"])
+        frame = frame.sort_values(["version", "run"]).reset_index(drop=True)
+        frame.attrs["macro_labels"] = sorted(set(frame["tuning_macro_labels"]) | set(frame["validation_macro_labels"]))
+        return frame
 
     # ------------------------------------------------------------ labelling a candidate prompt through the cache
 
@@ -494,12 +506,28 @@ class OptimisingService:
             f"`workbench run --cohort {cohort} --prompt {run.prompt_commit[:8]}` (cached answers are reused) "
             f"and {command} with --run of that run{instead}")
 
+    def development_cohort(self) -> str:
+        """The study's development cohort, found by its role (dev_cohort in workbench.yaml only breaks a tie)."""
+        with self.session() as s:
+            roles = q.cohort_roles(s)
+        dev = sorted(name for name, role in roles.items() if role == "development")
+        if len(dev) == 1:
+            return dev[0]
+        if self.config.dev_cohort in dev:
+            return self.config.dev_cohort
+        if not dev:
+            raise StudyError("no development cohort: import reports (`workbench import reports FILE --cohort NAME`) or give "
+                             "a cohort that role (`workbench cohort-role NAME development`)")
+        raise StudyError(f"several development cohorts ({', '.join(dev)}): pass --run N, or set dev_cohort in workbench.yaml")
+
     def _latest_dev_run(self):
         """The newest finished run on the development cohort."""
-        runs = self.runs(self.config.dev_cohort)
+        cohort = self.development_cohort()
+        runs = self.runs(cohort)
         runs = runs[runs["status"] == "finished"]
         if runs.empty:
-            raise StudyError(f"no finished run on {self.config.dev_cohort!r}: run the labeller first (or pass --run N)")
+            raise StudyError(f"no finished run on the development cohort {cohort!r}: `workbench run --cohort {cohort}` "
+                             "first (or pass --run N)")
         return self.run_info(int(runs.iloc[0]["id"]))
 
     def _record(self, run, label: str, result: proposals.ProposalResult, ps) -> dict:
@@ -560,6 +588,38 @@ class OptimisingService:
         out["evidence"] = after["evidence"].to_dict()
         return out
 
+    def evaluate_drafts(self, run_id: int | None = None, labels: list[str] | None = None) -> dict:
+        """Your drafts (and uncommitted file edits) labelled through the call cache on tuning and validation,
+        beside the run of the committed version: per label F1 before and after, fixed and broken cases and
+        the McNemar verdict on validation, and macro F1 per part before and after. Nothing is committed."""
+        self.require("edit_prompts")
+        run = self.run_info(run_id) if run_id is not None else self._latest_dev_run()
+        wanted = [self._asked(lab) for lab in labels] if labels else self.pending_labels()
+        if not wanted:
+            raise UserError("no drafts to evaluate: edit one first (`workbench prompts set`, `prompts edit`, `accept`)")
+        cohort = self._cohort_name(run.cohort_id)
+        parts = self.split_parts(cohort)
+        if not parts:
+            raise StudyError(f"split {cohort!r} into tuning and validation parts first: workbench split {cohort}")
+        base_ps = self.prompt_set(run.prompt_commit)
+        y_true, y_pred, _ = self.evaluation_inputs(run.id)
+        current = y_pred.copy()
+        out = {"run": run.id, "base_commit": run.prompt_commit, "head": self.prompt_commit(), "labels": [],
+               "calls": {"made": 0, "reused": 0}, "zero_division": self.macro_policy()}
+        for label in wanted:
+            lp = self.pending_prompt(label)
+            ev = self.evaluate_edit(run.id, lp, base_ps=base_ps, inputs=(y_true, y_pred))
+            for key in ("made", "reused"):
+                out["calls"][key] += ev["calls"][key]
+            values = pd.Series(ev["values"], dtype=float)
+            current.loc[values.index, label] = values
+            out["labels"].append({"label": label, "parts": ev["parts"], "offered": ev["offered"], "why": ev["why"],
+                                  "diff": _yaml_diff(base_ps.label(label), lp).replace("(proposed)", "(draft)")})
+        current = derive_frame(self.vocab, current)[current.columns]
+        out["before"] = _macro_by_part(y_true, y_pred, parts, out["zero_division"])
+        out["after"] = _macro_by_part(y_true, current, parts, out["zero_division"])
+        return out
+
     def proposals(self, label: str | None = None, status: str | None = None) -> pd.DataFrame:
         """Stored proposals, newest first."""
         with self.session() as s:
@@ -618,9 +678,11 @@ class OptimisingService:
         preds = self.predictions(run.id)
         evidence = {lab: preds[preds["label"] == lab].set_index("report_id")["evidence"] for lab in labels}
         current = y_pred.copy()
+        policy = self.macro_policy()
         report = {"run": run.id, "base_commit": run.prompt_commit, "labels": labels, "rounds": [],
-                  "proposer": proposer, "calls": {"made": 0, "reused": 0, "cost": 0.0}}
-        report["start"] = _macro_by_part(y_true, current, parts, labels)
+                  "proposer": proposer, "calls": {"made": 0, "reused": 0, "cost": 0.0}, "zero_division": policy}
+        # every macro figure covers all the run's labels (not only those optimised), under the study's policy
+        report["start"] = _macro_by_part(y_true, current, parts, policy)
         rejected: dict = {}
         refusals: dict[str, int] = {}  # label -> proposals of it that validation turned down so far
         phrases = self.phrase_lists(phrase_list)
@@ -660,15 +722,16 @@ class OptimisingService:
                 ps = ps.with_label(new_lp)
                 values = pd.Series(ev["values"], dtype=float)
                 current.loc[values.index, label] = values
+                current = derive_frame(self.vocab, current)[current.columns]  # No Finding follows the asked labels
                 evidence[label] = pd.concat([evidence[label].drop(values.index, errors="ignore"), pd.Series(ev["evidence"])])
                 entry["changes"].append(summary)
-            entry["metrics"] = _macro_by_part(y_true, current, parts, labels)
+            entry["metrics"] = _macro_by_part(y_true, current, parts, policy)
             entry["validation_mcnemar"] = _mcnemar_table(y_true, previous, current, parts, labels)
             report["rounds"].append(entry)
             retry = any(r.get("status") in ("validation worse", "already rejected") for r in entry["rejected"])
             if not entry["changes"] and not retry:
                 break  # nothing more to propose: later rounds would see the same material
-        report["end"] = _macro_by_part(y_true, current, parts, labels)
+        report["end"] = _macro_by_part(y_true, current, parts, policy)
         report["seconds"] = round(time.perf_counter() - started, 2)
         changed = [lab for lab in labels if ps.label(lab) != base_ps.label(lab)]
         mine = set(self.drafts()["label"]) if save_drafts else set()
@@ -729,18 +792,20 @@ def _part_metrics(y_true, y_pred, ids, ci, n_resamples, zero_division) -> dict:
     if n_resamples and len(ids):
         table = table.join(metrics.bootstrap_label_f1(t, p, n_resamples=n_resamples))
     return {"reports": len(ids), "table": table, "macro_f1": avg["macro_f1"], "macro_f1_lo": boot.get("lo"),
-            "macro_f1_hi": boot.get("hi"), "averages": avg}
+            "macro_f1_hi": boot.get("hi"), "averages": avg, "macro_labels": avg["macro_f1_labels"]}
 
 
-def _macro_by_part(y_true, y_pred, parts, labels, n_resamples: int = 1000) -> dict:
-    """Macro F1 (zero_division=zero, as Ran Score) with a bootstrap interval, per part, over the given labels."""
+def _macro_by_part(y_true, y_pred, parts, zero_division: str, n_resamples: int = 1000) -> dict:
+    """Macro F1 under the study's policy with a bootstrap interval, per part, over every label of the run
+    (the same figure split-metrics shows for a run of these predictions)."""
     out = {}
     for part in splits.PARTS:
         ids = [r for r in y_true.index if parts.get(r) == part]
-        t, p = y_true.loc[ids, labels], y_pred.loc[ids, labels]
-        table = metrics.label_metrics(t, p, zero_division="zero")
-        boot = metrics.bootstrap_macro_f1(t, p, n_resamples=n_resamples, zero_division="zero")
-        out[part] = {"macro_f1": _num(table["f1"].mean()), "lo": _num(boot.get("lo", np.nan)),
+        t, p = y_true.loc[ids], y_pred.loc[ids, y_true.columns]
+        table = metrics.label_metrics(t, p, zero_division=zero_division)
+        figure = metrics.macro_figure(table["f1"], table["f1_undefined"], zero_division)
+        boot = metrics.bootstrap_macro_f1(t, p, n_resamples=n_resamples, zero_division=zero_division)
+        out[part] = {"macro_f1": _num(figure.value), "lo": _num(boot.get("lo", np.nan)), "labels": figure.describe(),
                      "hi": _num(boot.get("hi", np.nan)), "per_label": {k: _num(v) for k, v in table["f1"].items()}}
     out["gap"] = None if out["tuning"]["macro_f1"] is None else _num(out["tuning"]["macro_f1"] - out["validation"]["macro_f1"])
     return out
@@ -835,14 +900,39 @@ def suggestion_text(result: dict) -> str:
     return "\n".join(lines)
 
 
+def drafts_text(result: dict) -> str:
+    """evaluate-drafts as text: per draft F1 before -> after on each part with fixed/broken cases, then macro F1."""
+    lines = [f"drafts against run {result['run']} (version {result['base_commit'][:8]}), labelled through the call cache; "
+             "nothing is committed"]
+    if result["head"] != result["base_commit"]:
+        lines.append(f"note: run {result['run']} used version {result['base_commit'][:8]}, the latest is {result['head'][:8]}: "
+                     "run the latest version first for a comparison with it")
+    for entry in result["labels"]:
+        lines.append(f"\n{entry['label']}: {entry['why']}")
+        for part, m in entry["parts"].items():
+            lines.append(f"  {part}: F1 {fmt_figure(m['f1_before'])} -> {fmt_figure(m['f1_after'])} on {m['reports']} reports; "
+                         f"fixed {m['fixed']}, broken {m['broken']}"
+                         + (f"; McNemar p = {fmt_figure(m['p_value'])}, {m['verdict']}" if part == "validation" else ""))
+    for part in splits.PARTS:
+        b, a = result["before"][part], result["after"][part]
+        lines.append(f"{'' if part != 'tuning' else chr(10)}{part}: macro F1 {fmt_figure(b['macro_f1'])} -> "
+                     f"{fmt_figure(a['macro_f1'])} ({a['labels']})")
+    c = result["calls"]
+    lines.append(f"calls: {c['made']} made, {c['reused']} reused from the cache; save with `workbench prompts save "
+                 f"{' '.join(e['label'] for e in result['labels'])} -m MESSAGE`")
+    return "\n".join(lines)
+
+
 def report_markdown(report: dict) -> str:
     """An optimisation report as Markdown: per round what changed, tuning and validation F1, McNemar on validation."""
     def macro(m: dict) -> str:
         return (f"tuning {fmt_figure(m['tuning']['macro_f1'])} [{fmt_figure(m['tuning']['lo'])}, {fmt_figure(m['tuning']['hi'])}], validation "
                 f"{fmt_figure(m['validation']['macro_f1'])} [{fmt_figure(m['validation']['lo'])}, {fmt_figure(m['validation']['hi'])}], gap {fmt_figure(m['gap'])}")
 
+    start = report["start"]
+    covers = start["validation"].get("labels") or f"zero_division: {report.get('zero_division', 'zero')}"
     lines = [f"# Optimisation report #{report.get('id', '')} (run {report['run']}, version {report['base_commit'][:8]})", "",
-             f"Macro F1 (zero_division=0, bootstrap 95% intervals) at the start: {macro(report['start'])}", ""]
+             f"Macro F1 ({covers}; bootstrap 95% intervals) at the start: {macro(start)}", ""]
     for entry in report["rounds"]:
         lines.append(f"## Round {entry['round']}")
         for ch in entry["changes"]:
@@ -868,4 +958,4 @@ def report_markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["OptimisingService", "COHORT_ROLES", "PROPOSERS", "suggestion_text", "report_markdown", "fmt_figure"]
+__all__ = ["OptimisingService", "COHORT_ROLES", "PROPOSERS", "suggestion_text", "report_markdown", "fmt_figure", "drafts_text"]

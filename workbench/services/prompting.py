@@ -21,7 +21,15 @@ from workbench.core.prompts import (
 )
 from workbench.store import prompt_repo, queries as q
 from workbench.store.prompt_repo import PromptRepoError
+from workbench.errors import NotFound
 from workbench.study import StudyError
+
+DRAFT_REF = "draft"  # names a label's pending edit (draft or uncommitted file) wherever a version is asked
+
+
+def _ref_name(ref_: str | None) -> str:
+    """A version as a diff header shows it."""
+    return "HEAD" if ref_ is None else (ref_ if ref_ == DRAFT_REF else ref_[:8])
 
 
 def label_yaml(lp: LabelPrompt) -> str:
@@ -61,9 +69,10 @@ class PromptsService:
 
     def _asked(self, label: str) -> str:
         """Resolve an asked label id (derived labels have no prompt)."""
-        label_id = self.vocab.resolve(label)
-        if label_id is None or label_id not in self.vocab.asked_ids:
-            raise StudyError(f"no prompt for label {label!r}; labels with prompts: {', '.join(self.vocab.asked_ids)}")
+        label_id = self.label_id(label)  # an unknown label: refused with the closest names
+        if label_id not in self.vocab.asked_ids:
+            raise StudyError(f"no prompt for label {label!r} (it is derived from the others); labels with prompts: "
+                             f"{', '.join(self.vocab.asked_ids)}")
         return label_id
 
     def draft(self, label: str) -> tuple[LabelPrompt, str, bool]:
@@ -188,6 +197,22 @@ class PromptsService:
                     f"drops the draft, `git -C {self.paths.prompts} checkout -- {label}.yaml` drops the file edit. "
                     "Nothing was saved.")
         return (lp if has_draft else None), text, edited
+
+    def pending_prompt(self, label: str) -> LabelPrompt:
+        """What `prompts save` would commit for a label: its uncommitted file edit, else this user's draft."""
+        label = self._asked(label)
+        draft, text, edited = self._refuse_clash(label)
+        if edited and text is not None:
+            return self._validated_file_text(label, text, f"{self.paths.prompts.name}/{label}.yaml")
+        if draft is None:
+            raise NotFound(f"no draft of {label} and no uncommitted edit of {label}.yaml: `workbench prompts status` "
+                           f"lists them; start one with `workbench prompts edit {label}`")
+        return draft
+
+    def pending_labels(self) -> list[str]:
+        """Labels with a draft or an uncommitted file edit (what `prompts save` would commit)."""
+        status = self.prompt_status()
+        return [lab for lab in status["label"] if lab != "_task"]
 
     def editable_text(self, label: str) -> tuple[str, str]:
         """(text to edit, where it goes: 'file' when the folder has an uncommitted edit of the label, else 'draft')."""
@@ -348,13 +373,18 @@ class PromptsService:
         self.require("see_unblinded")  # raw files: few-shot examples carry reference answers
         label = self._asked(label)
         name = f"{label}.yaml"
-        a = prompt_repo.read_file(self.paths.prompts, name, ref_a) or ""
-        b = prompt_repo.read_file(self.paths.prompts, name, ref_b) or ""
+        a, b = self._version_text(label, ref_a), self._version_text(label, ref_b)
         unified = "".join(difflib.unified_diff(a.splitlines(True), b.splitlines(True),
-                                               fromfile=f"{name}@{ref_a[:8]}", tofile=f"{name}@{(ref_b or 'HEAD')[:8]}"))
+                                               fromfile=f"{name}@{_ref_name(ref_a)}", tofile=f"{name}@{_ref_name(ref_b)}"))
         lp_a = parse_label_yaml(a, name) if a else None
         lp_b = parse_label_yaml(b, name) if b else None
         return {"label": label, "unified": unified, "fields": policy.diff_label_prompts(lp_a, lp_b)}
+
+    def _version_text(self, label: str, ref_: str | None) -> str:
+        """A label's file at a version, or its pending edit for the ref `draft` ("" when absent)."""
+        if ref_ == DRAFT_REF:
+            return label_yaml(self.pending_prompt(label))
+        return prompt_repo.read_file(self.paths.prompts, f"{label}.yaml", ref_) or ""
 
     def diff_against_draft(self, label: str) -> dict:
         """What this user's draft changes relative to the version it started from."""

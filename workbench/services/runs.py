@@ -21,7 +21,21 @@ from workbench import endpoints, labelling
 from workbench.labelling import MODEL_FIELDS, RULES_PREFIX, Progress, model_config  # noqa: F401 (re-exported)
 from workbench.runtime import AnyEvent, fewer_collections
 from workbench.store import queries as q
+from workbench.errors import WorkbenchError
 from workbench.study import StudyError
+
+
+INTERRUPTED = "interrupted"  # stopped by Ctrl-C or SIGTERM: its answers are kept, it is not a result until resumed
+
+
+class RunInterrupted(WorkbenchError):
+    """A run stopped by Ctrl-C or SIGTERM: marked interrupted, resumable without repeating answered calls."""
+
+    def __init__(self, run_id: int, stored: int, total: int | None) -> None:
+        self.run_id, self.stored, self.total = run_id, stored, total
+        of = f" of {total:,}" if total else ""
+        super().__init__(f"run {run_id} interrupted after {stored:,}{of} answers (kept): resume with "
+                         f"`workbench run --resume {run_id}`")
 
 
 @dataclass
@@ -310,26 +324,48 @@ class RunsService:
                       labels: list[str] | None = None, mode: str | None = None, **overrides) -> int | None:
         """The latest finished run without failures that a new run would repeat exactly (same prompt
         version, model and parameters, endpoint, cohort reports, labels, sections and mode), or None."""
+        cid = self.cohort_id(cohort)
+        with self.session() as s:
+            ids = set(q.report_ids(s, cid))
+            for run in self._same_runs(cohort, prompt_ref, model, labels, mode, overrides):
+                if (run.status, run.failures) != ("finished", 0):
+                    continue
+                preds = q.predictions_frame(s, run.id)
+                if set(preds["report_id"]) == ids and len(preds) == len(ids) * len(json.loads(run.labels_json)):
+                    return run.id
+        return None
+
+    def interrupted_run(self, cohort: str, prompt_ref: str | None = None, model: str | None = None,
+                        labels: list[str] | None = None, mode: str | None = None, **overrides) -> int | None:
+        """The latest interrupted run (Ctrl-C, SIGTERM) that a new run would repeat exactly, or None:
+        resuming it finishes the same work without repeating its answered calls."""
+        return next((run.id for run in self._same_runs(cohort, prompt_ref, model, labels, mode, overrides)
+                     if run.status == INTERRUPTED), None)
+
+    def _same_runs(self, cohort: str, prompt_ref, model, labels, mode, overrides: dict) -> list:
+        """Runs on a cohort, newest first, with the prompt version, model, answer-changing parameters,
+        labels, sections and mode a new run with these settings would have."""
         settings = self.labeller_settings(model, **overrides)
         commit = self.prompt_commit(prompt_ref)
         labels = self._check_labels(labels)
         cid = self.cohort_id(cohort)
         params = _answer_params(self._run_params(model_config(settings), settings))
         mode = mode or self.prompt_set(commit).task.mode
+        out = []
         with self.session() as s:
-            runs = q.list_runs(s, cid)
-            ids = set(q.report_ids(s, cid))
-            for row in runs.itertuples(index=False):
-                if (row.prompt_commit, row.status, row.failures) != (commit, "finished", 0) or row.mode != mode:
+            for row in q.list_runs(s, cid).itertuples(index=False):
+                if row.prompt_commit != commit or row.mode != mode:
                     continue
                 run = q.get_run(s, int(row.id))
-                if (_answer_params(json.loads(run.params_json)) != params or sorted(json.loads(run.labels_json)) != sorted(labels)
-                        or run.sections != ",".join(self.config.sections)):
-                    continue
-                preds = q.predictions_frame(s, run.id)
-                if set(preds["report_id"]) == ids and len(preds) == len(ids) * len(labels):
-                    return run.id
-        return None
+                if (_answer_params(json.loads(run.params_json)) == params and sorted(json.loads(run.labels_json)) == sorted(labels)
+                        and run.sections == ",".join(self.config.sections)):
+                    out.append(run)
+        return out
+
+    def interrupted_runs(self, cohort: str | None = None) -> pd.DataFrame:
+        """Runs stopped by Ctrl-C or SIGTERM: not results (kept apart from history and metrics) until resumed."""
+        runs = self.runs(cohort)
+        return runs[runs["status"] == INTERRUPTED].reset_index(drop=True)
 
     def resume_run(self, run_id: int, on_progress=None, cancel=None) -> RunSummary:
         """Finish a run that stopped (killed, cancelled, failures): finished calls are not repeated."""
@@ -346,9 +382,7 @@ class RunsService:
             return list(self.vocab.asked_ids)
         out = []
         for key in labels:
-            label_id = self.vocab.resolve(key)
-            if label_id is None:
-                raise StudyError(f"unknown label {key!r}; labels: {', '.join(self.vocab.asked_ids)}")
+            label_id = self.label_id(key)
             if label_id not in self.vocab.asked_ids:
                 raise StudyError(f"label {label_id!r} is derived from the others and is not asked")
             out.append(label_id)
@@ -413,6 +447,15 @@ class RunsService:
         try:
             with fewer_collections():  # tens of thousands of short-lived rows and replies: see workbench.runtime
                 return self._execute_leased(run_id, on_progress, cancel, stop, lease, state)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM turned into one by the command line: resumable
+            if lease.lost:  # another executor has the run: its status is theirs to set
+                raise
+            with self.session() as s:
+                q.update_run(s, run_id, status=INTERRUPTED, finished_at=q.now())
+                stored, _ = q.prediction_tally(s, run_id)
+                run = q.get_run(s, run_id)
+                total = len(q.report_ids(s, run.cohort_id)) * len(json.loads(run.labels_json))
+            raise RunInterrupted(run_id, stored, total) from None
         except BaseException:
             if state["running"] and not lease.lost:  # never leave a run "running" that nobody executes
                 with self.session(write=True) as s:
@@ -582,8 +625,12 @@ class RunsService:
         """One run row."""
         with self.session() as s:
             run = q.get_run(s, run_id)
-        if run is None:
-            raise StudyError(f"no run {run_id}")
+            if run is None:
+                from workbench.core.names import unknown_message
+                from workbench.study import UnknownName
+
+                ids = [str(i) for i in sorted(q.list_runs(s)["id"].tolist())]
+                raise UnknownName(unknown_message("run", run_id, ids[-12:], "list them with `workbench history --cohort NAME`"))
         return run
 
     def predictions(self, run_id: int) -> pd.DataFrame:

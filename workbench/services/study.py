@@ -19,12 +19,12 @@ import yaml
 from workbench import importers
 from workbench.core import reference as ref
 from workbench.core.text import compose_text, text_hash  # noqa: F401  (re-exported for callers)
-from workbench.core.names import HIDDEN, check_cohort_name, first_hidden
+from workbench.core.names import HIDDEN, check_cohort_name, first_hidden, unknown_message
 from workbench.core.prompts import PromptSet, TASK_FILE, parse_prompt_set
 from workbench.core.vocab import Vocabulary
 from workbench.store import db, prompt_repo, queries as q
 from workbench.study import (
-    PROMPTS_DIR, StudyConfig, StudyError, StudyPaths, VOCAB_FILE, database_url, find_vocabulary_file,
+    PROMPTS_DIR, StudyConfig, StudyError, StudyPaths, UnknownName, VOCAB_FILE, database_url, find_vocabulary_file,
     load_config, load_vocabulary_file, permission_warnings, save_config,
 )
 from workbench.errors import UserError, WorkbenchError
@@ -276,13 +276,20 @@ class StudyService:
         return ref.ReferenceRule.from_config(self.config.reference)
 
     def cohort_id(self, name: str) -> int:
-        """A cohort's id; a clear error listing the cohorts when it does not exist."""
+        """A cohort's id; a clear error listing the cohorts (and the closest name) when it does not exist."""
         with self.session() as s:
             cohort = q.get_cohort(s, name)
             if cohort is None:
                 names = q.list_cohorts(s)["name"].tolist()
-                raise StudyError(f"no cohort {name!r}; cohorts: {', '.join(names) or '(none yet: import reports first)'}")
+                raise UnknownName(unknown_message("cohort", name, names, "" if names else "import reports first"))
             return cohort.id
+
+    def label_id(self, label: str) -> str:
+        """A label id or display name resolved to its id; an unknown one is refused, naming the closest labels."""
+        found = self.vocab.resolve(label)
+        if found is None:
+            raise UnknownName(unknown_message("label", label, self.vocab.ids, word="unknown"))
+        return found
 
     def cohorts(self) -> pd.DataFrame:
         """Cohorts with report counts."""

@@ -263,7 +263,7 @@ class UISupportService:
     def label_phrases(self, label: str, prompt_ref: str | None = None) -> list[str]:
         """What to look for in a report for a label: its prompt's look-for phrases and its name."""
         names = self.vocab.names()
-        label = self.vocab.resolve(label) or label
+        label = self.label_id(label)
         phrases = [names.get(label, label)]
         words = re.findall(r"[A-Za-z]+", phrases[0])
         if len(words) > 1:  # a close synonym: the name's main word ("Pleural Effusion" -> "effusion")

@@ -20,6 +20,7 @@ from workbench.store.tables import (
     PromptDraft, Reader, Reading, Report, Run, User, UserToken,
 )
 from workbench.store.tables import CohortLook, Optimisation, PromptVersionExamples, Proposal, SplitMember
+from workbench.store.tables import RunScoring
 
 CHUNK = 5000
 
@@ -1113,3 +1114,30 @@ def noise_repeats(session: Session, run_ids: Iterable[int]) -> pd.DataFrame:
         return pd.DataFrame(columns=NOISE_COLUMNS)
     sql = f"SELECT {', '.join(NOISE_COLUMNS)} FROM noiserepeat WHERE run_id IN ({', '.join('?' * len(ids))}) ORDER BY id"
     return pd.DataFrame(_raw_rows(session, sql, tuple(ids)), columns=NOISE_COLUMNS)
+
+
+# ---------------------------------------------------------------- the reference a run was scored against
+
+
+def put_run_scoring(session: Session, run_id: int, scored_at: str, counts: dict) -> None:
+    """Record a run's first scoring (kept as it was: later changes of the reference are measured against it)."""
+    if session.get(RunScoring, run_id) is None:
+        session.add(RunScoring(run_id=run_id, scored_at=scored_at, counts_json=json.dumps(counts)))
+
+
+def run_scorings(session: Session, run_ids: list[int]) -> dict[int, tuple[str, dict]]:
+    """run id -> (when it was first scored, {label: [tp, fp, fn, tn]} then)."""
+    if not run_ids:
+        return {}
+    rows = session.execute(select(RunScoring).where(RunScoring.run_id.in_(run_ids))).scalars().all()
+    return {r.run_id: (r.scored_at, json.loads(r.counts_json)) for r in rows}
+
+
+def reference_changes_since(session: Session, cohort_id: int, since: str) -> dict[str, int]:
+    """Adjudications made and readings changed on a cohort's reports after a moment."""
+    in_cohort = select(Report.id).where(Report.cohort_id == cohort_id)
+    adjudications = session.execute(select(func.count()).select_from(Adjudication).where(
+        Adjudication.created_at > since, Adjudication.report_id.in_(in_cohort))).scalar_one()
+    readings = session.execute(select(func.count()).select_from(Reading).where(
+        Reading.updated_at > since, Reading.report_id.in_(in_cohort))).scalar_one()
+    return {"adjudications": int(adjudications), "readings": int(readings)}

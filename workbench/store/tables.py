@@ -120,6 +120,15 @@ class Run(SQLModel, table=True):
     lease_expires_at: Optional[float] = None  # epoch seconds; after it another executor may take the run over
 
 
+class RunScoring(SQLModel, table=True):
+    """The reference a run was first scored against: when, and its per-label counts then (so a later
+    adjudication or re-reading shows as "the reference changed since run N" with the figures that moved)."""
+
+    run_id: int = Field(foreign_key="run.id", primary_key=True)
+    scored_at: str = Field(max_length=40)
+    counts_json: str = Field(sa_column=Column(Text, nullable=False))  # {label: [tp, fp, fn, tn]}
+
+
 class Prediction(SQLModel, table=True):
     """The labeller's answer for one (run, report, label); a failure keeps value None and says why."""
 

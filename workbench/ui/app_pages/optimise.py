@@ -71,6 +71,7 @@ def _parts(wb) -> None:
         for col, (part, m) in zip(cols, parts.items()):
             col.metric(f"{part} macro F1 ({m['reports']} reports)", components.pct(m["macro_f1"]),
                        help=f"95% bootstrap interval {fmt_figure(m['macro_f1_lo'])} to {fmt_figure(m['macro_f1_hi'])}")
+            col.caption(f"Macro F1: {m['macro_labels']}")
         frame = pd.DataFrame({f"{p} {c}": parts[p]["table"][c] for p in parts for c in ("support", "f1", "f1_lo", "f1_hi")})
         frame["gap"] = frame["tuning f1"] - frame["validation f1"]
         st.dataframe(frame.round(3))
@@ -98,6 +99,7 @@ def _compare(wb, run_id: int) -> None:
     st.caption(" · ".join(f"{p}: macro F1 {fmt_figure(r['macro_f1_a'])} -> {fmt_figure(r['macro_f1_b'])}"
                           for p, r in result.items())
                + " · b = broken, c = fixed")
+    st.caption(f"Macro F1: {result['validation']['macro_labels']}")
     st.dataframe(frame.round(3))
 
 

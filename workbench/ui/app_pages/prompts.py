@@ -43,6 +43,8 @@ def _edit(wb, label: str) -> None:
     with right:
         _notes(wb, label)
     _diff(wb, label, exists)
+    if exists:
+        _evaluate_drafts(wb)
     suggestions.panel(wb, label)
     _commit(wb, label, exists)
 
@@ -117,6 +119,22 @@ def _notes(wb, label: str) -> None:
         st.dataframe(notes[["report_id", "category", "significance", "text", "reference_wrong"]], hide_index=True)
     if len(queue):
         st.dataframe(queue[["report_id", "type", "notes", "categories", "evidence"]], hide_index=True, height=240)
+
+
+def _evaluate_drafts(wb) -> None:
+    """Label your drafts through the call cache on tuning and validation beside the committed version
+    (the same figures as `workbench evaluate-drafts`); nothing is committed."""
+    if not st.button("Evaluate my drafts on tuning and validation", key=state.widget_key("evaluate-drafts")):
+        return
+    with components.shown_errors("evaluating the drafts"):
+        result = wb.evaluate_drafts()
+        rows = [{"label": e["label"], "part": part, "F1 now": m["f1_before"], "F1 with the draft": m["f1_after"],
+                 "fixed": m["fixed"], "broken": m["broken"], "verdict": m["verdict"] if part == "validation" else ""}
+                for e in result["labels"] for part, m in e["parts"].items()]
+        st.dataframe(pd.DataFrame(rows).round(3), hide_index=True)
+        st.caption(" · ".join(f"{part}: macro F1 {components.pct(result['before'][part]['macro_f1'])} -> "
+                              f"{components.pct(result['after'][part]['macro_f1'])}" for part in ("tuning", "validation"))
+                   + f" · against run {result['run']}; {result['after']['validation']['labels']}; nothing is committed")
 
 
 def _diff(wb, label: str, exists: bool) -> None:

@@ -29,6 +29,10 @@ def render(wb) -> None:
     if runs.empty:
         return
     _show_new_run(runs)
+    stopped = runs[runs["status"] == "interrupted"]
+    if len(stopped):  # apart from the results: their figures would cover only what was labelled before the stop
+        st.warning("Interrupted runs (not results; they are left out of metrics, comparisons and history): "
+                   + "; ".join(f"run {int(i)}: resume with `workbench run --resume {int(i)}`" for i in stopped["id"]))
     with st.expander(f"All runs ({len(runs)})"):
         st.dataframe(runs.assign(prompt_commit=runs["prompt_commit"].str[:8], started_at=components.when_column(runs["started_at"]),
                                  labels=runs["labels_json"].str.count(",") + 1)[RUN_COLUMNS].rename(columns=RUN_NAMES),
@@ -47,6 +51,13 @@ def _history(wb) -> None:
         history = state.read(wb, "iteration_history", cohort)
         st.plotly_chart(charts.history_chart(history), key="runs-history")
         st.dataframe(components.history_table(history, wb.vocab.names()), hide_index=True)
+        from workbench.services.evaluation import drift_text
+
+        for text in history.attrs.get("macro_labels", []):
+            st.caption(f"Macro F1: {text}")
+        drift = drift_text(wb.reference_drift([int(r) for r in history["run"]])) if len(history) else ""
+        if drift:
+            st.info(components.md(drift[0].upper() + drift[1:]))
 
 
 def _start(wb) -> None:
@@ -139,13 +150,13 @@ def _metrics(wb, runs) -> None:
     ev = state.read(wb, "evaluate_run", run_id, ci=ci)
     a, b = ev.averages, ev.bootstrap
     m = st.columns(4)
-    m[0].metric("Macro F1", components.pct(a["macro_f1"]), help="mean over labels of each label's F1")
+    m[0].metric("Macro F1", components.pct(a["macro_f1"]), help=f"macro F1: {ev.macro.describe()}")
     m[1].metric("Macro F1 interval", f"[{components.pct(b.get('lo'))}, {components.pct(b.get('hi'))}]",
                 help="bootstrap 95% interval over reports")
     m[2].metric("Micro F1", components.pct(a["micro_f1"]))
     m[3].metric("Macro accuracy", components.pct(a["macro_accuracy"]),
                 help="at low prevalence accuracy stays high even when most positives are missed: read F1 and recall")
-    st.caption("Left out: " + "; ".join(f"{k}: {v}" for k, v in ev.excluded.items()))
+    st.caption(f"Macro F1: {ev.macro.describe()}. Left out: " + "; ".join(f"{k}: {v}" for k, v in ev.excluded.items()))
     names = wb.vocab.names()
     previous = _previous_run(runs, run_id)
     table = ev.paper_table(state.read(wb, "evaluate_run", previous, ci=ci, n_resamples=0) if previous else None)
@@ -216,8 +227,8 @@ def _explain_numbers(cmp: dict, counts: dict, run_a: int, run_b: int) -> None:
     alone = counts["alone"]
     st.caption(
         f"Here both runs are scored on the same {counts['reports']} reports and {counts['labels']} labels: reports used as "
-        f"few-shot examples in either prompt version are left out ({counts['leaked_either']}), and macro F1 is the mean of "
-        f"the per-label F1 that is defined in each run. The Metrics tab scores each run alone, leaving out only its own "
+        f"few-shot examples in either prompt version are left out ({counts['leaked_either']}), and macro F1 is the "
+        f"{cmp['macro_b'].describe()}. The Metrics tab scores each run alone, leaving out only its own "
         f"version's examples: run {run_a} macro F1 {components.pct(alone['a']['macro_f1'])} on {alone['a']['reports']} "
         f"reports, run {run_b} {components.pct(alone['b']['macro_f1'])} on {alone['b']['reports']} reports. "
         f"Per-label 'items' count (report, label) pairs with a settled reference and an answer from both runs.")
