@@ -84,6 +84,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None] | None]] = [
     (70, "predictions lose two indexes nothing reads (run_id is uq_prediction's first column; call_key is never "
          "searched): a 43,000-answer run writes a quarter less", _steps(_drop_index("ix_prediction_run_id"),
                                                                        _drop_index("ix_prediction_call_key"))),
+    (100, "adaptive reading: agreement samples, report progress and reading claims (new tables)", None),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
