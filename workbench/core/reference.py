@@ -87,6 +87,7 @@ def compute_reference(
     rule: ReferenceRule,
     adjudications: pd.DataFrame | None = None,
     flags: pd.DataFrame | None = None,
+    panel: int | None = None,
 ) -> pd.DataFrame:
     """Per (report_id, label): positives, n_readers, vote, value, status, reason.
 
@@ -96,7 +97,7 @@ def compute_reference(
     """
     grouped = readings.groupby(["report_id", "label"], sort=True, observed=True)["value"].agg(["sum", "count"])
     counts = grouped.rename(columns={"sum": "positives", "count": "n_readers"}).reset_index()
-    return reference_from_counts(counts, rule, adjudications, flags)
+    return reference_from_counts(counts, rule, adjudications, flags, panel)
 
 
 def reference_from_counts(

@@ -4,6 +4,7 @@
 study). Its methods come from one mixin per area so each file stays readable.
 """
 
+from workbench.services.adaptive import AdaptiveService
 from workbench.services.evaluation import Evaluation, EvaluationService
 from workbench.services.freezing import FreezeService
 from workbench.services.optimising import OptimisingService
@@ -17,12 +18,13 @@ from workbench.services.study import (
 )
 
 
-class Workbench(OptimisingService, UISupportService, TeamService, FreezeService, EvaluationService, PromptsService,
+class Workbench(AdaptiveService, OptimisingService, UISupportService, TeamService, FreezeService, EvaluationService, PromptsService,
                 RunsService, StudyService):
     """A study opened for use by one actor.
 
     OptimisingService comes first: its bundles() adds test-look counts and its commit_drafts() records
-    where an accepted proposal came from, both around the methods of the mixins after it.
+    where an accepted proposal came from, both around the methods of the mixins after it. AdaptiveService
+    comes before UISupportService: its work_list() replaces the plain one while adaptive reading is on.
     """
 
 
