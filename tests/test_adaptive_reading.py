@@ -177,8 +177,9 @@ def test_a_readers_view_does_not_depend_on_other_readers_values_except_reports_l
 
 def test_a_started_draft_is_kept_and_counts_when_the_report_was_decided_meanwhile(adaptive_study):
     wb = adaptive_study
-    values = _values(wb, 30, 4, prevalence=0.0)  # everybody says "nothing": every report decides at 4 negatives
+    wb.set_adaptive(agreement_share=0.0)  # no sample: an agreement-sample report would stay for all six
     first = wb.next_report("rad1", "dev")
+    values = {(r, first): {} for r in READERS}  # everybody says "nothing": the report is decided at 4 negatives
     wb.save_reading_draft("rad1", first, {"cardiomegaly": 1})
     for reader in READERS[1:5]:
         wb.submit_reading(reader, first, values[(reader, first)])

@@ -136,6 +136,12 @@ class AdaptiveService:
             info = q.get_meta(s, f"adaptive_sample:{cohort_id}")
         return json.loads(info) if info else {"reports": None, "of": None, "share": None, "seed": None, "run": None}
 
+    def agreement_sample_reports(self, cohort: str) -> list[str]:
+        """The report ids of a cohort's agreement sample (membership says nothing about any value)."""
+        cohort_id = self.cohort_id(cohort)
+        with self.session() as s:
+            return sorted(q.agreement_sample_ids(s, cohort_id))
+
     # ------------------------------------------------------------ next report and work lists
 
     def _candidates(self, s, cohort_id: int, reader: str) -> pd.DataFrame:
