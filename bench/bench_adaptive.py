@@ -5,10 +5,13 @@ specificity (stated below; the demo's readers disagree on 1.5% of clear items an
 ones, which these rates bracket). Every reader's value for every report is drawn once, so the two
 replays read the same values:
 
-- adaptive reading on: the six readers in turn ask for their next report (`next_report`, timed)
-  and save their reading of it (`submit_reading`), in work-list order, until every list is done;
+- adaptive reading on: the six readers in turn take the first report their work list offers and
+  read it, until every list is done. The replay runs in memory on core/adaptive.py's rules (what
+  the services apply), then the database check: the first half of those reads is imported into
+  the study and `next_report` is timed on it for --calls queries (each followed by
+  `submit_reading`), and the report it gives is compared with the in-memory replay's;
 - adaptive reading off: every reader reads every report (the old work lists); the order does not
-  change the outcome, so its 378,000 readings are imported in one go instead of replayed.
+  change the outcome.
 
 Prints `reads saved: X% (A of B)`, `reference items changed: N`, the agreement sample's Fleiss
 kappa per label with a bootstrap interval beside the full panel's, and the seconds per next-report
@@ -61,25 +64,6 @@ def make_study(folder: Path, inputs: dict, db: str | None):
     return wb
 
 
-def replay(wb, values: np.ndarray, ids: list[str], readers: list[str], labels: list[str]) -> tuple[int, list[float]]:
-    """Readers in turn take their next report and read it until every list is done: reads, next-report seconds."""
-    index = {r: i for i, r in enumerate(ids)}
-    times, reads, active = [], 0, list(range(len(readers)))
-    while active:
-        for k in list(active):
-            start = time.perf_counter()
-            report = wb.next_report(readers[k], "dev")
-            times.append(time.perf_counter() - start)
-            if report is None:
-                active.remove(k)
-                continue
-            wb.submit_reading(readers[k], report, dict(zip(labels, values[index[report], k].tolist())))
-            reads += 1
-            if reads % 1000 == 0:
-                print(f"  {reads:,} reads, next-report median so far {np.median(times) * 1000:.1f} ms", flush=True)
-    return reads, times
-
-
 def long_readings(values: np.ndarray, ids: list[str], readers: list[str], labels: list[str]) -> pd.DataFrame:
     """Every reading of the full panel as a long frame."""
     r, k, j = np.meshgrid(np.arange(len(ids)), np.arange(len(readers)), np.arange(len(labels)), indexing="ij")
@@ -109,12 +93,78 @@ def fleiss_interval(readings: pd.DataFrame, n_resamples: int = 300, seed: int = 
     return table
 
 
+def simulate_replay(values: np.ndarray, rule, labels: list[str], sample: np.ndarray, order: str = "finish"):
+    """The adaptive replay without a database: the six readers in turn take the first report their list offers
+    (core.adaptive's rules: open, not read by them, room under the cap; finishing order) and read it.
+    Returns the reads in order and the final reports x readers read mask."""
+    from workbench.core import adaptive
+
+    n_reports, n_readers, _ = values.shape
+    read = np.zeros((n_reports, n_readers), dtype=bool)
+    is_open = np.ones(n_reports, dtype=bool)
+    readers = np.zeros(n_reports, dtype=np.int64)
+    seq = np.arange(n_reports)
+    group = lambda: np.where(sample, adaptive.SAMPLE, np.where(readers > 0, adaptive.STARTED, adaptive.UNREAD))  # noqa: E731
+    reads, active = [], list(range(n_readers))
+    while active:
+        for k in list(active):
+            free = np.flatnonzero(is_open & ~read[:, k] & (readers < rule.n))
+            if not len(free):
+                active.remove(k)
+                continue
+            if order == "cohort":
+                pick = free[0]
+            else:
+                pick = free[np.lexsort((seq[free], -readers[free], group()[free]))[0]]
+            read[pick, k] = True
+            readers[pick] += 1
+            reads.append((k, pick))
+            who = read[pick]  # report_status for one report, without building a frame (no escalation here)
+            _, _, final = adaptive.settled_vote(values[pick][who].sum(axis=0), np.full(len(labels), who.sum()), rule, rule.n)
+            is_open[pick] = (not final.all() or (sample[pick] and readers[pick] < rule.n)) and readers[pick] < rule.n
+    return reads, read
+
+
+def counts_of(values: np.ndarray, read: np.ndarray, ids: list[str], labels: list[str]) -> pd.DataFrame:
+    """Vote counts (report_id, label, positives, n_readers) of the readings a read mask selects."""
+    positives = np.einsum("rkl,rk->rl", values, read.astype(int))
+    n = np.repeat(read.sum(axis=1), len(labels))
+    frame = pd.DataFrame({"report_id": np.repeat(ids, len(labels)), "label": np.tile(labels, len(ids)),
+                          "positives": positives.ravel(), "n_readers": n})
+    return frame[frame["n_readers"] > 0]
+
+
+def time_next_report(wb, values, ids, readers, labels, reads, calls: int) -> tuple[list[float], int]:
+    """Import the first half of the replay's reads, then time `calls` next-report queries (each followed by its reading)."""
+    half = reads[: len(reads) // 2]
+    rows = [(ids[i], lab, readers[k], int(v)) for k, i in half for lab, v in zip(labels, values[i, k])]
+    path = Path(wb.root) / "half.csv"
+    pd.DataFrame(rows, columns=["report_id", "label", "reader", "value"]).to_csv(path, index=False)
+    wb.import_readings(path)
+    index = {r: i for i, r in enumerate(ids)}
+    times, same, made = [], 0, 0
+    for step in range(calls):
+        reader_k, expected = reads[len(half) + step] if len(half) + step < len(reads) else (step % len(readers), None)
+        start = time.perf_counter()
+        report = wb.next_report(readers[reader_k], "dev")
+        times.append(time.perf_counter() - start)
+        if report is None:
+            continue
+        same += expected is not None and report == ids[expected]
+        wb.submit_reading(readers[reader_k], report, dict(zip(labels, values[index[report], reader_k].tolist())))
+        made += 1
+    return times, same
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reports", type=int, default=3000)
     parser.add_argument("--readers", type=int, default=6)
+    parser.add_argument("--calls", type=int, default=200, help="next-report queries timed on the database")
     parser.add_argument("--db", default=None, help="a database URL for the adaptive study (default: SQLite in the study)")
     args = parser.parse_args()
+    from workbench.core.reference import reference_from_counts
+
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         inputs = write_study_inputs(tmp / "inputs", n_reports=args.reports, n_readers=args.readers)
@@ -125,42 +175,51 @@ def main() -> None:
         values = simulate(len(ids), readers, labels)
         start = time.perf_counter()
         run = wb.start_run("dev")
-        print(f"offline labeller run {run.run_id}: {time.perf_counter() - start:.1f} s (the agreement sample is stratified by it)")
+        print(f"offline labeller run {run.run_id}: {time.perf_counter() - start:.1f} s (the agreement sample is stratified by it)",
+              flush=True)
         wb.set_adaptive(enabled=True, agreement_share=0.2, seed=0)
+        wb.work_list(readers[0], "dev")  # draws the agreement sample
+        sample_ids = set(wb.agreement_sample_reports("dev"))
+        sample = np.array([r in sample_ids for r in ids])
         start = time.perf_counter()
-        reads, times = replay(wb, values, ids, readers, labels)
-        print(f"adaptive replay: {reads:,} reads in {time.perf_counter() - start:.0f} s")
-        full = long_readings(values, ids, readers, labels)
-        off = init_study(tmp / "off", vocab=str(inputs["vocab"]), prompt_set=str(inputs["prompts"]),
-                         rule={"rule": "at_least", "k": 4, "n": 6})
-        off.import_reports(inputs["reports"], "dev")
-        full.to_csv(tmp / "full.csv", index=False)
-        off.import_readings(tmp / "full.csv")
+        reads, read = simulate_replay(values, wb.rule(), labels, sample)
+        print(f"adaptive replay (the services' rules, in memory): {len(reads):,} reads in {time.perf_counter() - start:.0f} s",
+              flush=True)
         key = ["report_id", "label"]
-        got = wb.reference("dev").set_index(key)[["value", "status"]]
-        want = off.reference("dev").set_index(key)[["value", "status"]].reindex(got.index)
+        full_mask = np.ones(read.shape, dtype=bool)
+        want = reference_from_counts(counts_of(values, full_mask, ids, labels), wb.rule()).set_index(key)[["value", "status"]]
+        got = reference_from_counts(counts_of(values, read, ids, labels), wb.rule(), panel=wb.rule().n).set_index(key)
+        got = got[["value", "status"]].reindex(want.index)
         changed = int((~((got["value"] == want["value"]) | (got["value"].isna() & want["value"].isna()))
                        | (got["status"] != want["status"])).sum())
         total = len(ids) * len(readers)
-        print(f"reads saved: {(total - reads) / total:.1%} ({total - reads:,} of {total:,})")
-        print(f"reference items changed: {changed} (of {len(got):,}; decided {int(got['value'].notna().sum()):,}, "
-              f"waiting {int(got['value'].isna().sum()):,})")
-        sample = wb.agreement_sample_reports("dev")
-        mine = fleiss_interval(full[full["report_id"].isin(sample)])
+        print(f"reads saved: {(total - len(reads)) / total:.1%} ({total - len(reads):,} of {total:,})")
+        rule = wb.rule()
+        bound = (1 - sample.mean()) * (rule.n - rule.k) / rule.n
+        spread = pd.Series(read.sum(axis=1)[~sample]).value_counts().sort_index()
+        print(f"  at most {bound:.1%} can be saved with this rule and sample (every report needs {rule.k} reads, "
+              f"the sample all {rule.n}); reports outside the sample closed after "
+              + ", ".join(f"{int(k)} reads: {int(v):,}" for k, v in spread.items()))
+        no_sample, _ = simulate_replay(values, rule, labels, np.zeros(len(ids), dtype=bool))
+        print(f"  without an agreement sample: {(total - len(no_sample)) / total:.1%} saved "
+              f"({total - len(no_sample):,} of {total:,})", flush=True)
+        print(f"reference items changed: {changed} (of {len(want):,}; decided {int(want['value'].notna().sum()):,}, "
+              f"waiting {int(want['value'].isna().sum()):,})")
+        full = long_readings(values, ids, readers, labels)
+        mine = fleiss_interval(full[full["report_id"].isin(sample_ids)])
         panel = fleiss_interval(full)
-        print(f"Fleiss kappa per label: agreement sample (n = {len(sample):,} reports, "
-              f"{len(sample) / len(ids):.0%}) beside the full panel (n = {len(ids):,}), 95% bootstrap intervals")
+        print(f"Fleiss kappa per label: agreement sample (n = {len(sample_ids):,} reports, "
+              f"{len(sample_ids) / len(ids):.0%}) beside the full panel (n = {len(ids):,}), 95% bootstrap intervals")
         for label in labels:
             a, b = mine.loc[label], panel.loc[label]
             print(f"  {label:<38} {a['kappa']:.3f} [{a['lo']:.3f}, {a['hi']:.3f}]   {b['kappa']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}]")
-        print(f"  {'mean over labels':<38} {mine['kappa'].mean():.3f}                   {panel['kappa'].mean():.3f}")
-        service = wb.agreement("dev")["fleiss"]["fleiss_kappa"]
-        print(f"  (the service's figure on the sample, mean over labels: {service.mean():.3f})")
+        print(f"  {'mean over labels':<38} {mine['kappa'].mean():.3f}                   {panel['kappa'].mean():.3f}", flush=True)
+        times, same = time_next_report(wb, values, ids, readers, labels, reads, args.calls)
         t = np.asarray(times)
-        print(f"next-report query: median {np.median(t) * 1000:.1f} ms, p95 {np.percentile(t, 95) * 1000:.1f} ms "
-              f"over {len(t):,} calls ({wb.engine.dialect.name})")
+        print(f"next-report query on the database, half the reads done: median {np.median(t) * 1000:.1f} ms, "
+              f"p95 {np.percentile(t, 95) * 1000:.1f} ms over {len(t):,} calls ({wb.engine.dialect.name}); "
+              f"the service gave the in-memory replay's next report {same} of {len(t)} times")
         wb.engine.dispose()
-        off.engine.dispose()
 
 
 if __name__ == "__main__":

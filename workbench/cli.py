@@ -321,7 +321,7 @@ def agreement(wb, cohort, fmt, wide):
             click.echo("")
             echo_table(tables["reader_vs_reference"], title="each reader against the reference", wide=wide)
         return
-    scope = _agreement_scope(wb, cohort)
+    scope = wb.agreement_scope(cohort)
     say(scope) if scope else None
     shown = {"fleiss": ["label", "fleiss_kappa", "observed_agreement", "positive_rate", "n_items", "n_readers", "note"],
              "pairwise": ["label", "reader_a", "reader_b", "kappa", "n_items", "agreement", "note"],
@@ -334,13 +334,6 @@ def agreement(wb, cohort, fmt, wide):
         echo_table(frame, title=name.replace("_", " "), wide=wide, columns=shown.get(name),
                    undefined={c: "kappa undefined: every reading of the label has the same value (see note)"
                               for c in ("fleiss_kappa", "kappa")})
-
-
-def _agreement_scope(wb, cohort: str | None = None) -> str:
-    """Under adaptive reading, what agreement figures are computed on (empty otherwise)."""
-    from workbench.services.adaptive import agreement_scope_text
-
-    return agreement_scope_text(wb, cohort)
 
 
 def _with_label_column(frame: pd.DataFrame) -> pd.DataFrame:
@@ -626,7 +619,7 @@ def ceiling(wb, run_id, fmt, wide):
     notes = [n for n in dict.fromkeys(table.get("fleiss_note", pd.Series(dtype=str)).fillna("")) if n]
     short = {"readers_fleiss_kappa": "readers_kappa", "mean_reader_accuracy": "readers_acc",
              "labeller_accuracy": "labeller_acc", "accuracy_unanimous": "acc_unanimous", "accuracy_split": "acc_split"}
-    scope = _agreement_scope(wb)
+    scope = wb.agreement_scope()
     say(scope) if scope else None
     echo_table(table.drop(columns=["fleiss_note"], errors="ignore").rename(columns=short), wide=wide,
                columns=["label", "labeller_kappa", "readers_kappa", "acc_unanimous", "acc_split", "n_split"],

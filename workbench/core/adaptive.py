@@ -102,25 +102,30 @@ def report_status(counts: pd.DataFrame, rule: ReferenceRule, labels: list[str], 
     """
     panel = panel_size(rule)
     counts = counts[counts["label"].isin(labels)]
-    value, _, final = settled_vote(counts["positives"].to_numpy(), counts["n_readers"].to_numpy(), rule, panel)
+    n = counts["n_readers"].to_numpy(dtype=np.int64)
+    value, _, final = settled_vote(counts["positives"].to_numpy(), n, rule, panel)
     tie = final & np.isnan(value)  # no decisive vote, whatever the readers still to come say
-    per = pd.DataFrame({"report_id": counts["report_id"].to_numpy(), "final": final, "tie": tie,
-                        "n": counts["n_readers"].to_numpy()})
-    grouped = per.groupby("report_id", sort=False).agg(finals=("final", "sum"), tie=("tie", "any"), readers=("n", "max"))
+    # numpy, not groupby: this runs for one report inside every saved reading
+    code, ids = pd.factorize(counts["report_id"])
     if report_ids is not None:  # reports nobody has read yet: open, no readers
-        grouped = grouped.reindex(pd.Index(report_ids, name="report_id"))
-        grouped = grouped.fillna({"finals": 0, "tie": False, "readers": 0})
-    out = grouped.reset_index()
-    out["readers"] = out["readers"].astype(int)
-    out["tie"] = out["tie"].astype(bool)
-    all_final = out["finals"].to_numpy() >= len(labels)
-    in_sample = out["report_id"].isin(sample).to_numpy()
+        ids = pd.Index(report_ids)
+        code = ids.get_indexer(counts["report_id"])
+        keep = code >= 0
+        code, n, final, tie = code[keep], n[keep], final[keep], tie[keep]
+    size = len(ids)
+    finals = np.bincount(code, weights=final, minlength=size)
+    any_tie = np.bincount(code, weights=tie, minlength=size) > 0
+    readers = np.zeros(size, dtype=np.int64)
+    np.maximum.at(readers, code, n)
+    all_final = finals >= len(labels)
+    in_sample = np.isin(np.asarray(ids, dtype=object), list(sample)) if sample else np.zeros(size, dtype=bool)
     # one more reader can break a tie only under a majority rule: under at_least K of N, N + 1 readers
     # need ceil(K (N + 1) / N) > K votes on a side, which one more reading never gives a side short of K
-    escalate = extra_reader & (rule.kind == "majority") & out["tie"].to_numpy()
-    out["cap"] = np.where(escalate, panel + 1, panel)
-    readers = out["readers"].to_numpy()
-    out["open"] = (~all_final | (in_sample & (readers < panel)) | (escalate & (readers < panel + 1))) & (readers < out["cap"])
+    escalate = extra_reader & (rule.kind == "majority") & any_tie
+    cap = np.where(escalate, panel + 1, panel)
+    is_open = (~all_final | (in_sample & (readers < panel)) | (escalate & (readers < panel + 1))) & (readers < cap)
+    out = pd.DataFrame({"report_id": np.asarray(ids, dtype=object), "open": is_open, "tie": any_tie,
+                        "readers": readers, "cap": cap})
     return out[["report_id", "open", "tie", "readers", "cap"]]
 
 
@@ -133,19 +138,21 @@ def offered(candidates: pd.DataFrame) -> pd.DataFrame:
     many as its cap allows. Nothing here looks at reading values.
     """
     c = candidates
-    room = c["readers"] + c["in_flight"] < c["cap"]
-    single = c["sample"] | (c["in_flight"] == 0)
-    return c[c["open"] & ~c["mine"] & room & single]
+    readers, in_flight = c["readers"].to_numpy(), c["in_flight"].to_numpy()
+    room = readers + in_flight < c["cap"].to_numpy()
+    single = c["sample"].to_numpy() | (in_flight == 0)
+    return c[c["open"].to_numpy() & ~c["mine"].to_numpy() & room & single]
 
 
 def reading_order(frame: pd.DataFrame, order: str = "finish") -> pd.DataFrame:
     """Offered reports in reading order: finish (started first, most readers first, then the agreement
     sample, then unread) or cohort (report order)."""
+    seq = frame["seq"].to_numpy()
     if order == "cohort":
-        return frame.sort_values("seq", kind="stable")
-    group = np.where(frame["sample"], SAMPLE, np.where(frame["readers"] > 0, STARTED, UNREAD))
-    return (frame.assign(_group=group, _readers=-frame["readers"])
-            .sort_values(["_group", "_readers", "seq"], kind="stable").drop(columns=["_group", "_readers"]))
+        return frame.iloc[np.argsort(seq, kind="stable")]
+    readers = frame["readers"].to_numpy()
+    group = np.where(frame["sample"].to_numpy(), SAMPLE, np.where(readers > 0, STARTED, UNREAD))
+    return frame.iloc[np.lexsort((seq, -readers, group))]
 
 
 def reads_summary(status: pd.DataFrame, panel: int, n_reports: int) -> dict:

@@ -44,8 +44,9 @@ def _progress_key(cohort_id: int) -> str:
 def _status_frame(wb, session, cohort_id: int, report_ids: list[str], counts: pd.DataFrame) -> pd.DataFrame:
     """core.report_status for some reports of a cohort."""
     settings = wb.adaptive_settings()
-    return core.report_status(counts, wb.rule(), list(wb.vocab.asked_ids), q.agreement_sample_ids(session, cohort_id),
-                              settings.extra_reader, report_ids=report_ids)
+    sample = q.agreement_sample_ids(session, cohort_id, report_ids if len(report_ids) <= 500 else None)
+    return core.report_status(counts, wb.rule(), list(wb.vocab.asked_ids), sample, settings.extra_reader,
+                              report_ids=report_ids)
 
 
 def after_readings(wb, session, pairs: list[tuple[str, str]]) -> None:
@@ -136,6 +137,10 @@ class AdaptiveService:
             info = q.get_meta(s, f"adaptive_sample:{cohort_id}")
         return json.loads(info) if info else {"reports": None, "of": None, "share": None, "seed": None, "run": None}
 
+    def agreement_scope(self, cohort: str | None = None) -> str:
+        """What agreement figures are computed on: under adaptive reading the agreement sample (n, share); else ''."""
+        return agreement_scope_text(self, cohort)
+
     def agreement_sample_reports(self, cohort: str) -> list[str]:
         """The report ids of a cohort's agreement sample (membership says nothing about any value)."""
         cohort_id = self.cohort_id(cohort)
@@ -154,11 +159,12 @@ class AdaptiveService:
 
     def _pick(self, frame: pd.DataFrame, stamp: str) -> str | None:
         """The reader's own live claim on an open report, else the first offered report in reading order."""
-        own = frame[frame["mine"] & ~frame["done"] & frame["open"]
-                    & ((frame["expires_at"] > stamp) | (frame["in_flight"] == 0))
-                    & (frame["readers"] + frame["in_flight"] < frame["cap"])]
-        if len(own):
-            return str(own.sort_values("seq")["report_id"].iloc[0])
+        mine = frame["mine"].to_numpy() & ~frame["done"].to_numpy()
+        if mine.any():  # rare: a report given to them and not saved yet
+            own = frame[mine & frame["open"].to_numpy()]
+            own = own[((own["expires_at"] > stamp) | (own["in_flight"] == 0)) & (own["readers"] + own["in_flight"] < own["cap"])]
+            if len(own):
+                return str(own.sort_values("seq")["report_id"].iloc[0])
         ordered = core.reading_order(core.offered(frame), self.adaptive_settings().order)
         return str(ordered["report_id"].iloc[0]) if len(ordered) else None
 
@@ -170,8 +176,8 @@ class AdaptiveService:
             work = super().work_list(reader, cohort, drafts=False)
             pending = work.loc[work["state"] != COMPLETED, "report_id"]
             return str(pending.iloc[0]) if len(pending) else None
-        cohort_id = self.cohort_id(cohort)
         with self.session(write=True) as s:
+            cohort_id = self._cohort_in(s, cohort)
             q.lock_adaptive(s, cohort_id)
             self._adaptive_sync(s, cohort_id)
             stamp = q.now()
@@ -179,6 +185,13 @@ class AdaptiveService:
             if report_id is not None:
                 q.put_claims(s, cohort_id, [(report_id, reader)], done=False, expires_at=_later(CLAIM_TTL_S))
         return report_id
+
+    def _cohort_in(self, s, cohort: str) -> int:
+        """A cohort's id inside an open transaction (cohort_id() opens its own)."""
+        row = q.get_cohort(s, cohort)
+        if row is None:
+            raise StudyError(f"no cohort {cohort!r}")
+        return row.id
 
     def work_list(self, reader: str, cohort: str, drafts: bool = True) -> pd.DataFrame:
         """The reader's work list. With adaptive reading: their saved reports, then drafts and the report

@@ -985,14 +985,17 @@ def lock_adaptive(session: Session, cohort_id: int) -> None:
         session.execute(text("SELECT pg_advisory_xact_lock(:k, :c)"), {"k": ADAPTIVE_LOCK, "c": cohort_id})
 
 
-def agreement_sample_ids(session: Session, cohort_id: int | None = None) -> set[str]:
-    """Report ids in the agreement sample (of one cohort, or of every cohort)."""
-    from workbench.store.tables import AgreementSample
-
-    stmt = select(AgreementSample.report_id)
+def agreement_sample_ids(session: Session, cohort_id: int | None = None, among: list[str] | None = None) -> set[str]:
+    """Report ids in the agreement sample (of one cohort, or of every cohort; only those `among` when given)."""
+    sql, params = "SELECT report_id FROM agreementsample", []
     if cohort_id is not None:
-        stmt = stmt.where(AgreementSample.cohort_id == cohort_id)
-    return {r[0] for r in session.execute(stmt).all()}
+        sql, params = sql + " WHERE cohort_id = ?", [cohort_id]
+    if among is not None:
+        if not among:
+            return set()
+        sql += (" AND" if params else " WHERE") + f" report_id IN ({', '.join('?' * len(among))})"
+        params += list(among)
+    return {r[0] for r in _raw_rows(session, sql, tuple(params))}
 
 
 def put_agreement_sample(session: Session, cohort_id: int, report_ids_: list[str], seed: int, share: float,
