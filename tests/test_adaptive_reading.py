@@ -320,3 +320,12 @@ def _saved_order(wb) -> list[tuple[str, str]]:
 
         rows = q._raw_rows(s, "SELECT reader_id, report_id, MIN(id) FROM reading GROUP BY reader_id, report_id ORDER BY 3")
     return [(a, b) for a, b, _ in rows]
+
+
+def test_reports_imported_later_are_offered_too(adaptive_study, tmp_path):
+    wb = adaptive_study
+    wb.work_list("rad1", "dev")
+    more = tmp_path / "more.csv"
+    pd.DataFrame({"id": ["z001"], "findings": ["Heart size normal."]}).to_csv(more, index=False)
+    wb.import_reports(more, "dev")
+    assert "z001" in wb.work_list("rad1", "dev")["report_id"].tolist()

@@ -30,11 +30,13 @@ def _later(seconds: float) -> str:
     return (datetime.now(timezone.utc) + timedelta(seconds=seconds)).isoformat(timespec="microseconds")
 
 
-def _signature(wb) -> str:
-    """What a cohort's progress rows depend on besides the readings: rule, escalation, asked labels."""
+def _signature(wb, session, cohort_id: int) -> str:
+    """What a cohort's progress rows depend on besides the readings: rule, escalation, asked labels, and
+    how many reports it has (reports imported later need rows too)."""
     settings = wb.adaptive_settings()
     return json.dumps({"rule": wb.config.reference, "extra_reader": settings.extra_reader,
-                       "labels": list(wb.vocab.asked_ids)}, sort_keys=True)
+                       "labels": list(wb.vocab.asked_ids), "reports": q.count_cohort_reports(session, cohort_id)},
+                      sort_keys=True)
 
 
 def _progress_key(cohort_id: int) -> str:
@@ -56,9 +58,8 @@ def after_readings(wb, session, pairs: list[tuple[str, str]]) -> None:
         return
     reports = list(dict.fromkeys(r for r, _ in pairs))
     cohorts = q.report_cohorts(session, reports)
-    signature = _signature(wb)
     for cohort_id in sorted(set(cohorts.values())):
-        if q.get_meta(session, _progress_key(cohort_id)) != signature:
+        if q.get_meta(session, _progress_key(cohort_id)) != _signature(wb, session, cohort_id):
             continue  # not kept (adaptive reading never served it) or stale: the next request rebuilds it
         q.lock_adaptive(session, cohort_id)
         mine = [r for r in reports if cohorts[r] == cohort_id]
@@ -94,7 +95,7 @@ class AdaptiveService:
         """Draw the cohort's agreement sample when it has none, and (re)build its progress rows when stale."""
         if q.get_meta(s, f"adaptive_sample:{cohort_id}") is None:
             self._draw_sample(s, cohort_id)
-        signature = _signature(self)
+        signature = _signature(self, s, cohort_id)
         if q.get_meta(s, _progress_key(cohort_id)) == signature:
             return
         ids = q.report_ids(s, cohort_id)
@@ -245,10 +246,13 @@ class AdaptiveService:
         with self.session(write=settings.enabled) as s:
             if settings.enabled:
                 self._adaptive_sync(s, cohort_id)
-            progress = q.report_progress(s, cohort_id)
+            progress = q.report_progress(s, cohort_id) if settings.enabled else None
             ids = q.report_ids(s, cohort_id)
-        if progress.empty:  # adaptive reading never served this cohort: everything is open
-            progress = pd.DataFrame({"report_id": ids, "open": True, "tie": False, "readers": 0, "cap": core.panel_size(self.rule())})
+            if progress is None:  # without adaptive reading no report leaves the lists: only reads done count
+                per = q.reading_counts(s, cohort_id=cohort_id).groupby("report_id")["reader"].nunique()
+                progress = pd.DataFrame({"report_id": ids, "open": True, "tie": False,
+                                         "readers": per.reindex(ids).fillna(0).astype(int).to_numpy(),
+                                         "cap": core.panel_size(self.rule())})
         scope = self.blind_scope()
         if scope is not None:
             progress = progress[progress["report_id"].isin(scope)]

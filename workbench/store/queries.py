@@ -1064,6 +1064,11 @@ def reader_pairs(session: Session, cohort_id: int) -> list[tuple[str, str]]:
     return [(a, b) for a, b in rows]
 
 
+def count_cohort_reports(session: Session, cohort_id: int) -> int:
+    """How many reports a cohort has."""
+    return int(_raw_rows(session, "SELECT COUNT(*) FROM report WHERE cohort_id = ?", (cohort_id,))[0][0])
+
+
 def report_cohorts(session: Session, report_ids_: list[str]) -> dict[str, int]:
     """report id -> cohort id."""
     out: dict[str, int] = {}
