@@ -182,7 +182,10 @@ class AdaptiveService:
             q.lock_adaptive(s, cohort_id)
             self._adaptive_sync(s, cohort_id)
             stamp = q.now()
-            report_id = self._pick(self._candidates(s, cohort_id, reader), stamp)
+            if q.get_work_list(s, cohort_id) is None and not q.has_open_claim(s, cohort_id, reader):
+                report_id = q.first_offered(s, cohort_id, reader, stamp, self.adaptive_settings().order)
+            else:  # assignments or a report given earlier: the same rules over the whole candidates frame
+                report_id = self._pick(self._candidates(s, cohort_id, reader), stamp)
             if report_id is not None:
                 q.put_claims(s, cohort_id, [(report_id, reader)], done=False, expires_at=_later(CLAIM_TTL_S))
         return report_id

@@ -1039,6 +1039,33 @@ def put_claims(session: Session, cohort_id: int, pairs: list[tuple[str, str]], d
                 "claimed_at = excluded.claimed_at, expires_at = excluded.expires_at")
 
 
+_OFFER_ORDER = {  # core/adaptive.py's reading_order, in SQL
+    "finish": "CASE WHEN g.report_id IS NOT NULL THEN 1 WHEN p.readers > 0 THEN 0 ELSE 2 END, p.readers DESC, r.seq",
+    "cohort": "r.seq",
+}
+
+
+def first_offered(session: Session, cohort_id: int, reader: str, stamp: str, order: str) -> str | None:
+    """The first report core.adaptive.offered gives this reader, in reading order, found by the database
+    (one row back instead of the cohort's candidates: the next-report hot path)."""
+    sql = ("SELECT p.report_id FROM reportprogress p JOIN report r ON r.id = p.report_id "
+           "LEFT JOIN agreementsample g ON g.report_id = p.report_id "
+           "LEFT JOIN readingclaim m ON m.report_id = p.report_id AND m.reader_id = ? "
+           "LEFT JOIN (SELECT report_id, COUNT(*) AS n FROM readingclaim WHERE cohort_id = ? AND done = FALSE "
+           "AND expires_at > ? AND reader_id <> ? GROUP BY report_id) f ON f.report_id = p.report_id "
+           "WHERE p.cohort_id = ? AND p.open = TRUE AND m.report_id IS NULL AND p.readers + COALESCE(f.n, 0) < p.cap "
+           f"AND (g.report_id IS NOT NULL OR COALESCE(f.n, 0) = 0) ORDER BY {_OFFER_ORDER[order]} LIMIT 1")
+    rows = _raw_rows(session, sql, (reader, cohort_id, stamp, reader, cohort_id))
+    return rows[0][0] if rows else None
+
+
+def has_open_claim(session: Session, cohort_id: int, reader: str) -> bool:
+    """Whether a reader holds a claim on a report of the cohort they have not read yet."""
+    rows = _raw_rows(session, "SELECT 1 FROM readingclaim WHERE cohort_id = ? AND reader_id = ? AND done = FALSE LIMIT 1",
+                     (cohort_id, reader))
+    return bool(rows)
+
+
 def adaptive_candidates(session: Session, cohort_id: int, reader: str, stamp: str) -> pd.DataFrame:
     """Per report of a cohort: seq, open, readers, cap, sample, and for this reader: mine (read or claimed),
     done, expires_at; in_flight = other readers' live claims. One query over the cohort's progress rows."""
