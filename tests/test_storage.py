@@ -489,3 +489,33 @@ def test_prediction_and_reading_attributes(any_study):
         assert q.reading_attributes_frame(s, adjudicated=True)["reader"].tolist() == ["senior"]
         q.delete_reading_attributes(s, "s1", "pleural_effusion", "ann")
         assert q.reading_attributes_frame(s)["report_id"].tolist() == ["s2"]
+
+
+def test_adaptive_reading_storage(any_study, tmp_path):
+    wb = any_study
+    path = tmp_path / "r.csv"
+    pd.DataFrame({"id": ["x1", "x2", "x3"], "findings": ["a", "b", "c"]}).to_csv(path, index=False)
+    wb.import_reports(path, "dev")
+    wb.record_reading("local", "x1", {"edema": 1})
+    with wb.session(write=True) as s:
+        cid = q.get_cohort(s, "dev").id
+        q.lock_adaptive(s, cid)
+        assert q.count_cohort_reports(s, cid) == 3 and q.report_cohorts(s, ["x1", "x3"]) == {"x1": cid, "x3": cid}
+        q.put_agreement_sample(s, cid, ["x2"], 0, 0.3, None, "local")
+        assert q.agreement_sample_ids(s, cid) == {"x2"} and q.agreement_sample_ids(s, cid, ["x1"]) == set()
+        frame = pd.DataFrame({"report_id": ["x1", "x2", "x3"], "open": [True, True, False], "tie": [False] * 3,
+                              "readers": [1, 0, 4], "cap": [6, 6, 6]})
+        q.put_report_progress(s, cid, frame, replace=True)
+        q.put_report_progress(s, cid, frame.iloc[:1].assign(readers=2))
+        assert q.report_progress(s, cid).set_index("report_id")["readers"].to_dict() == {"x1": 2, "x2": 0, "x3": 4}
+        assert q.reader_pairs(s, cid) == [("x1", "local")]
+        q.put_claims(s, cid, [("x1", "local")], done=True)
+        q.put_claims(s, cid, [("x2", "other")], done=False, expires_at="9999")
+        assert q.has_open_claim(s, cid, "other") and not q.has_open_claim(s, cid, "local")
+        frame = q.adaptive_candidates(s, cid, "local", q.now()).set_index("report_id")
+        assert frame.loc["x1", "mine"] and frame.loc["x1", "done"] and frame.loc["x2", "in_flight"] == 1
+        assert frame.loc["x2", "sample"] and not frame.loc["x3", "open"]
+        # local read x1; x2 is in the sample (another reader in flight is fine); x3 is closed
+        assert q.first_offered(s, cid, "local", q.now(), "finish") == "x2"
+        assert q.first_offered(s, cid, "third", q.now(), "finish") == "x1"  # started reports first
+        assert q.first_offered(s, cid, "third", q.now(), "cohort") == "x1"

@@ -266,6 +266,40 @@ def reference(wb, cohort, fmt):
     summary.index.name = "label"
     say(f"reference rule: {wb.rule().describe()}") if fmt == "table" else None
     echo_table(summary.reset_index(), fmt)
+    if fmt == "table":
+        for name in ([cohort] if cohort else wb.cohorts()["name"].tolist()):
+            say(_reads_line(name, wb.adaptive_status(name)))
+
+
+def _reads_line(cohort: str, status: dict) -> str:
+    """Reads done and saved, items decided / undecided / waiting, in one sentence."""
+    saved = (f"reads saved {status['reads_saved']:,} ({status['saved_share']:.1%} of a full panel of "
+             f"{status['full_panel']:,} reads)" if status["full_panel"] else "reads saved 0")
+    state = "on" if status["enabled"] else "off"
+    return (f"{cohort} (adaptive reading {state}): reads done {status['reads_done']:,}, {saved}; items decided "
+            f"{status['decided']:,}, undecided {status['undecided']:,}, waiting for adjudication {status['waiting']:,}; "
+            f"reports still offered {status['reports_open']:,} of {status['reports']:,}")
+
+
+@main.command("adaptive")
+@click.option("--on/--off", "enabled", default=None, help="Turn adaptive reading on or off (admins).")
+@click.option("--share", type=float, default=None, help="Agreement sample: the share of reports kept at full overlap.")
+@click.option("--seed", type=int, default=None, help="Seed of the agreement sample's draw.")
+@click.option("--extra-reader/--no-extra-reader", default=None,
+              help="Majority rules: a tie at the panel goes to one more reader before adjudication.")
+@click.option("--order", type=click.Choice(["finish", "cohort"]), default=None,
+              help="finish: reports nearest a decision first, then the agreement sample, then unread; cohort: the old order.")
+@study_option
+def adaptive(wb, enabled, share, seed, extra_reader, order):
+    """Adaptive reading: a report leaves the readers' lists once its reference can no longer change."""
+    changes = {k: v for k, v in {"enabled": enabled, "agreement_share": share, "seed": seed,
+                                 "extra_reader": extra_reader, "order": order}.items() if v is not None}
+    settings = wb.set_adaptive(**changes) if changes else wb.adaptive_settings()
+    say(f"adaptive reading {'on' if settings.enabled else 'off'}: agreement sample {settings.agreement_share:.0%} "
+        f"(seed {settings.seed}), extra reader on a tie {'yes' if settings.extra_reader else 'no'}, order "
+        f"{settings.order}. {wb.reading_order_text()}")
+    for name in wb.cohorts()["name"]:
+        say(_reads_line(name, wb.adaptive_status(name)))
 
 
 @main.command()
@@ -303,6 +337,8 @@ def agreement(wb, cohort, fmt, wide):
             click.echo("")
             echo_table(tables["reader_vs_reference"], title="each reader against the reference", wide=wide)
         return
+    scope = wb.agreement_scope(cohort)
+    say(scope) if scope else None
     shown = {"fleiss": ["label", "fleiss_kappa", "observed_agreement", "positive_rate", "n_items", "n_readers", "note"],
              "pairwise": ["label", "reader_a", "reader_b", "kappa", "n_items", "agreement", "note"],
              "reader_vs_reference": ["reader", "label", "n", "accuracy", "accuracy_lo", "accuracy_hi", "kappa", "note"]}
@@ -732,6 +768,8 @@ def ceiling(wb, run_id, fmt, wide):
     notes = [n for n in dict.fromkeys(table.get("fleiss_note", pd.Series(dtype=str)).fillna("")) if n]
     short = {"readers_fleiss_kappa": "readers_kappa", "mean_reader_accuracy": "readers_acc",
              "labeller_accuracy": "labeller_acc", "accuracy_unanimous": "acc_unanimous", "accuracy_split": "acc_split"}
+    scope = wb.agreement_scope()
+    say(scope) if scope else None
     echo_table(table.drop(columns=["fleiss_note"], errors="ignore").rename(columns=short), wide=wide,
                columns=["label", "labeller_kappa", "readers_kappa", "acc_unanimous", "acc_split", "n_split"],
                undefined={"readers_kappa": "; ".join(notes) or "readers' kappa undefined",

@@ -64,12 +64,14 @@ class StudyConfig:
     # (left out of the mean, and named; the default), zero (as the released Ran Score script) or one
     zero_division: str = "exclude"
 
+    adaptive: dict = field(default_factory=dict)  # adaptive reading (core/adaptive.py); empty: off
+
     KEYS = ("name", "vocabulary", "database", "reference", "sections", "labeller", "error_categories",
-            "allowed_endpoints", "auth", "dev_cohort", "annotate_attributes", "zero_division")
+            "allowed_endpoints", "auth", "dev_cohort", "annotate_attributes", "zero_division", "adaptive")
 
     def to_dict(self) -> dict:
-        """Plain data for YAML."""
-        return {k: getattr(self, k) for k in self.KEYS}
+        """Plain data for YAML (adaptive reading only once set: older studies' settings read as before)."""
+        return {k: getattr(self, k) for k in self.KEYS if k != "adaptive" or self.adaptive}
 
     @classmethod
     def from_dict(cls, data: dict, source: str) -> "StudyConfig":
@@ -92,6 +94,12 @@ class StudyConfig:
             ReferenceRule.from_config(cfg.reference)
         except ValueError as exc:
             raise StudyError(f"{source}: reference: {exc}") from exc
+        from workbench.core.adaptive import AdaptiveSettings
+
+        try:
+            AdaptiveSettings.from_config(cfg.adaptive)
+        except (TypeError, ValueError) as exc:
+            raise StudyError(f"{source}: adaptive: {exc}") from exc
         return cfg
 
 

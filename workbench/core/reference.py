@@ -88,6 +88,7 @@ def compute_reference(
     rule: ReferenceRule,
     adjudications: pd.DataFrame | None = None,
     flags: pd.DataFrame | None = None,
+    panel: int | None = None,
 ) -> pd.DataFrame:
     """Per (report_id, label): positives, n_readers, vote, value, status, reason.
 
@@ -97,7 +98,7 @@ def compute_reference(
     """
     grouped = readings.groupby(["report_id", "label"], sort=True, observed=True)["value"].agg(["sum", "count"])
     counts = grouped.rename(columns={"sum": "positives", "count": "n_readers"}).reset_index()
-    return reference_from_counts(counts, rule, adjudications, flags)
+    return reference_from_counts(counts, rule, adjudications, flags, panel)
 
 
 def reference_from_counts(
@@ -105,13 +106,22 @@ def reference_from_counts(
     rule: ReferenceRule,
     adjudications: pd.DataFrame | None = None,
     flags: pd.DataFrame | None = None,
+    panel: int | None = None,
 ) -> pd.DataFrame:
     """compute_reference from per-item vote counts (report_id, label, positives, n_readers),
-    which a database can aggregate far faster than shipping every reading."""
+    which a database can aggregate far faster than shipping every reading.
+
+    panel (adaptive reading): an item read by fewer than `panel` readers takes the full panel's
+    vote once no remaining reader can change it (core/adaptive.py)."""
     out = counts.sort_values(["report_id", "label"]).reset_index(drop=True)
     out["positives"] = out["positives"].astype(int)
     out["n_readers"] = out["n_readers"].astype(int)
-    vote_value, reason = vote(out["positives"].to_numpy(), out["n_readers"].to_numpy(), rule)
+    if panel is None:
+        vote_value, reason = vote(out["positives"].to_numpy(), out["n_readers"].to_numpy(), rule)
+    else:
+        from workbench.core.adaptive import settled_vote
+
+        vote_value, reason, _ = settled_vote(out["positives"].to_numpy(), out["n_readers"].to_numpy(), rule, panel)
     out["vote"] = vote_value
     out["value"] = vote_value
     out["reason"] = reason

@@ -5,6 +5,7 @@ study). Its methods come from one mixin per area so each file stays readable.
 """
 
 from workbench.services.attributes import AttributesService
+from workbench.services.adaptive import AdaptiveService
 from workbench.services.evaluation import Evaluation, EvaluationService
 from workbench.services.freezing import FreezeService
 from workbench.services.model_path import ModelPathService
@@ -19,11 +20,12 @@ from workbench.services.study import (
 )
 
 
-class Workbench(OptimisingService, UISupportService, TeamService, FreezeService, EvaluationService, PromptsService,
-                ModelPathService, RunsService, AttributesService, StudyService):
+class Workbench(AdaptiveService, OptimisingService, UISupportService, TeamService, FreezeService, EvaluationService,
+                PromptsService, ModelPathService, RunsService, AttributesService, StudyService):
     """A study opened for use by one actor.
 
-    OptimisingService comes first: its bundles() adds test-look counts around FreezeService's.
+    OptimisingService comes first: its bundles() adds test-look counts around FreezeService's. AdaptiveService
+    comes before UISupportService: its work_list() replaces the plain one while adaptive reading is on.
     """
 
 

@@ -311,6 +311,9 @@ class EvaluationService:
             readings = q.readings_frame(s, cohort_id=run.cohort_id)[["report_id", "label", "reader", "value"]]
         readings = self._blind_rows(readings[readings["label"].isin(self.vocab.asked_ids)])
         reference = self.reference(cohort, readings=readings)
+        from workbench.services.adaptive import agreement_readings
+
+        readings = agreement_readings(self, readings)  # adaptive reading: the full-overlap sample only
         fleiss = agreement.fleiss_kappa_table(readings)
         if "label" in fleiss.columns:
             fleiss = fleiss.set_index("label")
@@ -322,7 +325,10 @@ class EvaluationService:
         asked = [lab for lab in y_true.columns if lab in unanimous.columns]
         mask_u = unanimous.reindex(index=y_true.index, columns=asked).fillna(False).astype(bool)
         acc_u = metrics.subset_accuracy(y_true[asked], y_pred[asked], mask_u)
-        acc_s = metrics.subset_accuracy(y_true[asked], y_pred[asked], ~mask_u)
+        mask_s = ~mask_u
+        if self.adaptive_settings().enabled:  # split = read by the sample's panel and not unanimous (not: unread)
+            mask_s &= unanimous.reindex(index=y_true.index, columns=asked).notna()
+        acc_s = metrics.subset_accuracy(y_true[asked], y_pred[asked], mask_s)
         out = pd.DataFrame(index=pd.Index(asked, name="label"))
         out["labeller_kappa"] = ev.table["kappa"].reindex(asked)
         out["readers_fleiss_kappa"] = fleiss["fleiss_kappa"].reindex(asked) if "fleiss_kappa" in fleiss else np.nan

@@ -401,6 +401,9 @@ class StudyService:
             added = q.insert_readings(s, new)
             if added:
                 q.add_audit(s, self.actor.user, "import", "readings", source, None, {"added": added})
+                from workbench.services.adaptive import after_readings
+
+                after_readings(self, s, list(zip(new["report_id"], new["reader"])))
         return ImportSummary(source, added=added, unchanged=len(frame) - added)
 
     # ------------------------------------------------------------ reading one report
@@ -468,6 +471,10 @@ class StudyService:
                 q.insert_readings(s, pd.DataFrame(new_rows))
                 q.add_audit(s, self.actor.user, "add", "reading", f"{report_id}/{reader}", None,
                             {r["label"]: r["value"] for r in new_rows})
+            if new_rows or changed["changed"]:
+                from workbench.services.adaptive import after_readings
+
+                after_readings(self, s, [(report_id, reader)])
         return changed
 
     def reader_progress(self, cohort: str | None = None) -> pd.DataFrame:
@@ -506,11 +513,18 @@ class StudyService:
                 counts = counts[counts["report_id"].isin(q.report_ids(s, cid))]
             adj = q.adjudications_frame(s, cid)
             flags = q.flags_frame(s, cid)
+        panel = self._adaptive_panel()
         if counts is None:
             readings = readings[readings["label"].isin(self.vocab.asked_ids)]
-            return self._blind_rows(ref.compute_reference(readings, self.rule(), adj, flags))
+            return self._blind_rows(ref.compute_reference(readings, self.rule(), adj, flags, panel=panel))
         counts = counts[counts["label"].isin(self.vocab.asked_ids)]
-        return self._blind_rows(ref.reference_from_counts(counts, self.rule(), adj, flags))
+        return self._blind_rows(ref.reference_from_counts(counts, self.rule(), adj, flags, panel=panel))
+
+    def _adaptive_panel(self) -> int | None:
+        """With adaptive reading on, the full panel whose vote an item read by fewer readers takes (else None)."""
+        from workbench.core.adaptive import AdaptiveSettings, panel_size
+
+        return panel_size(self.rule()) if AdaptiveSettings.from_config(self.config.adaptive).enabled else None
 
     def item_reference(self, report_id: str, label: str) -> dict | None:
         """The reference of one (report, label): value (None while waiting), status, votes."""
@@ -524,7 +538,7 @@ class StudyService:
             return None
         adj = adj[(adj["report_id"] == report_id) & (adj["label"] == label)]
         flags = flags[(flags["report_id"] == report_id) & (flags["label"] == label)]
-        row = ref.reference_from_counts(counts, self.rule(), adj, flags).iloc[0]
+        row = ref.reference_from_counts(counts, self.rule(), adj, flags, panel=self._adaptive_panel()).iloc[0]
         return {"value": None if pd.isna(row["value"]) else int(row["value"]), "status": row["status"],
                 "positives": int(row["positives"]), "n_readers": int(row["n_readers"])}
 
@@ -590,6 +604,9 @@ class StudyService:
             readings = q.readings_frame(s, cohort_id=cid)
         readings = self._blind_rows(readings[readings["label"].isin(self.vocab.asked_ids)][["report_id", "label", "reader", "value"]])
         reference = self.reference(cohort, readings=readings)[["report_id", "label", "value"]]
+        from workbench.services.adaptive import agreement_readings
+
+        readings = agreement_readings(self, readings)  # adaptive reading: the full-overlap sample only
         return {
             "fleiss": agreement.fleiss_kappa_table(readings),
             "pairwise": agreement.pairwise_cohen(readings),

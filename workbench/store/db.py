@@ -90,6 +90,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None] | None]] = [
          "searched): a 43,000-answer run writes a quarter less", _steps(_drop_index("ix_prediction_run_id"),
                                                                        _drop_index("ix_prediction_call_key"))),
     (85, "command-line tokens expire", _add_column("usertoken", "expires_at", "VARCHAR(40) NOT NULL DEFAULT ''")),
+    (100, "adaptive reading: agreement samples, report progress and reading claims (new tables)", None),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

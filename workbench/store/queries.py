@@ -1141,3 +1141,134 @@ def reference_changes_since(session: Session, cohort_id: int, since: str) -> dic
     readings = session.execute(select(func.count()).select_from(Reading).where(
         Reading.updated_at > since, Reading.report_id.in_(in_cohort))).scalar_one()
     return {"adjudications": int(adjudications), "readings": int(readings)}
+
+
+# ---------------------------------------------------------------- adaptive reading (services/adaptive.py)
+
+
+ADAPTIVE_LOCK = 7_212_017  # PostgreSQL advisory lock class: one adaptive-reading writer per cohort at a time
+
+
+def lock_adaptive(session: Session, cohort_id: int) -> None:
+    """Serialise the claims and progress of one cohort (SQLite's write transactions already are)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:k, :c)"), {"k": ADAPTIVE_LOCK, "c": cohort_id})
+
+
+def agreement_sample_ids(session: Session, cohort_id: int | None = None, among: list[str] | None = None) -> set[str]:
+    """Report ids in the agreement sample (of one cohort, or of every cohort; only those `among` when given)."""
+    sql, params = "SELECT report_id FROM agreementsample", []
+    if cohort_id is not None:
+        sql, params = sql + " WHERE cohort_id = ?", [cohort_id]
+    if among is not None:
+        if not among:
+            return set()
+        sql += (" AND" if params else " WHERE") + f" report_id IN ({', '.join('?' * len(among))})"
+        params += list(among)
+    return {r[0] for r in _raw_rows(session, sql, tuple(params))}
+
+
+def put_agreement_sample(session: Session, cohort_id: int, report_ids_: list[str], seed: int, share: float,
+                         run_id: int | None, actor: str) -> None:
+    """Record a cohort's agreement sample."""
+    from workbench.store.tables import AgreementSample
+
+    stamp = now()
+    _bulk_insert(session, AgreementSample, [{"report_id": r, "cohort_id": cohort_id, "seed": seed, "share": share,
+                                             "run_id": run_id, "drawn_by": actor, "drawn_at": stamp} for r in report_ids_])
+
+
+def put_report_progress(session: Session, cohort_id: int, frame: pd.DataFrame, replace: bool = False) -> None:
+    """Store per-report progress rows (report_id, open, tie, readers, cap); replace=True: the cohort's whole table."""
+    if replace:
+        _raw_rows_write(session, "DELETE FROM reportprogress WHERE cohort_id = ?", (cohort_id,))
+    stamp = now()
+    rows = [(r, cohort_id, bool(o), bool(t), int(n), int(c), stamp)
+            for r, o, t, n, c in zip(frame["report_id"], frame["open"], frame["tie"], frame["readers"], frame["cap"])]
+    _raw_insert(session, "reportprogress", ["report_id", "cohort_id", "open", "tie", "readers", "cap", "updated_at"], rows,
+                "ON CONFLICT (report_id) DO UPDATE SET open = excluded.open, tie = excluded.tie, readers = excluded.readers, "
+                "cap = excluded.cap, updated_at = excluded.updated_at", key=1)
+
+
+def report_progress(session: Session, cohort_id: int) -> pd.DataFrame:
+    """A cohort's per-report progress rows."""
+    rows = _raw_rows(session, "SELECT report_id, open, tie, readers, cap FROM reportprogress WHERE cohort_id = ?", (cohort_id,))
+    frame = pd.DataFrame(rows, columns=["report_id", "open", "tie", "readers", "cap"])
+    return frame.astype({"open": bool, "tie": bool})
+
+
+def put_claims(session: Session, cohort_id: int, pairs: list[tuple[str, str]], done: bool, expires_at: str = "") -> None:
+    """Give (report, reader) pairs to readers (done=False, until expires_at) or mark them read (done=True)."""
+    if not pairs:
+        return
+    stamp = now()
+    keep_done = "readingclaim.done OR excluded.done" if not done else "excluded.done"
+    rows = [(cohort_id, r, d, done, stamp, expires_at or stamp) for r, d in dict.fromkeys(pairs)]
+    _raw_insert(session, "readingclaim", ["cohort_id", "report_id", "reader_id", "done", "claimed_at", "expires_at"], rows,
+                f"ON CONFLICT (report_id, reader_id) DO UPDATE SET done = {keep_done}, "
+                "claimed_at = excluded.claimed_at, expires_at = excluded.expires_at")
+
+
+_OFFER_ORDER = {  # core/adaptive.py's reading_order, in SQL
+    "finish": "CASE WHEN g.report_id IS NOT NULL THEN 1 WHEN p.readers > 0 THEN 0 ELSE 2 END, p.readers DESC, r.seq",
+    "cohort": "r.seq",
+}
+
+
+def first_offered(session: Session, cohort_id: int, reader: str, stamp: str, order: str) -> str | None:
+    """The first report core.adaptive.offered gives this reader, in reading order, found by the database
+    (one row back instead of the cohort's candidates: the next-report hot path)."""
+    sql = ("SELECT p.report_id FROM reportprogress p JOIN report r ON r.id = p.report_id "
+           "LEFT JOIN agreementsample g ON g.report_id = p.report_id "
+           "LEFT JOIN readingclaim m ON m.report_id = p.report_id AND m.reader_id = ? "
+           "LEFT JOIN (SELECT report_id, COUNT(*) AS n FROM readingclaim WHERE cohort_id = ? AND done = FALSE "
+           "AND expires_at > ? AND reader_id <> ? GROUP BY report_id) f ON f.report_id = p.report_id "
+           "WHERE p.cohort_id = ? AND p.open = TRUE AND m.report_id IS NULL AND p.readers + COALESCE(f.n, 0) < p.cap "
+           f"AND (g.report_id IS NOT NULL OR COALESCE(f.n, 0) = 0) ORDER BY {_OFFER_ORDER[order]} LIMIT 1")
+    rows = _raw_rows(session, sql, (reader, cohort_id, stamp, reader, cohort_id))
+    return rows[0][0] if rows else None
+
+
+def has_open_claim(session: Session, cohort_id: int, reader: str) -> bool:
+    """Whether a reader holds a claim on a report of the cohort they have not read yet."""
+    rows = _raw_rows(session, "SELECT 1 FROM readingclaim WHERE cohort_id = ? AND reader_id = ? AND done = FALSE LIMIT 1",
+                     (cohort_id, reader))
+    return bool(rows)
+
+
+def adaptive_candidates(session: Session, cohort_id: int, reader: str, stamp: str) -> pd.DataFrame:
+    """Per report of a cohort: seq, open, readers, cap, sample, and for this reader: mine (read or claimed),
+    done, expires_at; in_flight = other readers' live claims. One query over the cohort's progress rows."""
+    sql = ("SELECT p.report_id, r.seq, p.open, p.readers, p.cap, g.report_id IS NOT NULL, m.report_id IS NOT NULL, "
+           "COALESCE(m.done, FALSE), COALESCE(m.expires_at, ''), COALESCE(f.n, 0) "
+           "FROM reportprogress p JOIN report r ON r.id = p.report_id "
+           "LEFT JOIN agreementsample g ON g.report_id = p.report_id "
+           "LEFT JOIN readingclaim m ON m.report_id = p.report_id AND m.reader_id = ? "
+           "LEFT JOIN (SELECT report_id, COUNT(*) AS n FROM readingclaim WHERE cohort_id = ? AND done = FALSE "
+           "AND expires_at > ? AND reader_id <> ? GROUP BY report_id) f ON f.report_id = p.report_id "
+           "WHERE p.cohort_id = ?")
+    rows = _raw_rows(session, sql, (reader, cohort_id, stamp, reader, cohort_id))
+    frame = pd.DataFrame(rows, columns=["report_id", "seq", "open", "readers", "cap", "sample", "mine", "done",
+                                        "expires_at", "in_flight"])
+    return frame.astype({"open": bool, "sample": bool, "mine": bool, "done": bool, "readers": int, "cap": int,
+                         "in_flight": int})
+
+
+def reader_pairs(session: Session, cohort_id: int) -> list[tuple[str, str]]:
+    """(report, reader) pairs with at least one reading in a cohort."""
+    rows = _raw_rows(session, "SELECT DISTINCT r.report_id, r.reader_id FROM reading r JOIN report p ON p.id = r.report_id "
+                     "WHERE p.cohort_id = ?", (cohort_id,))
+    return [(a, b) for a, b in rows]
+
+
+def count_cohort_reports(session: Session, cohort_id: int) -> int:
+    """How many reports a cohort has."""
+    return int(_raw_rows(session, "SELECT COUNT(*) FROM report WHERE cohort_id = ?", (cohort_id,))[0][0])
+
+
+def report_cohorts(session: Session, report_ids_: list[str]) -> dict[str, int]:
+    """report id -> cohort id."""
+    out: dict[str, int] = {}
+    for i in range(0, len(report_ids_), 900):
+        out.update(dict(session.execute(select(Report.id, Report.cohort_id).where(Report.id.in_(report_ids_[i:i + 900]))).all()))
+    return out

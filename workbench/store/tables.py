@@ -414,3 +414,45 @@ class NoiseRepeat(SQLModel, table=True):
     value: Optional[int] = None  # the repeat's answer (None: it failed)
     status: str = Field(max_length=40)
     created_at: str = Field(max_length=40)
+
+
+# ---------------------------------------------------------------- adaptive reading (services/adaptive.py)
+
+
+class AgreementSample(SQLModel, table=True):
+    """A report of a cohort's agreement sample: it keeps full overlap under adaptive reading (drawn once)."""
+
+    report_id: str = Field(foreign_key="report.id", primary_key=True, max_length=200)
+    cohort_id: int = Field(foreign_key="cohort.id", index=True)
+    seed: int
+    share: float
+    run_id: Optional[int] = Field(default=None)  # the run whose predictions stratified the draw
+    drawn_by: str = Field(max_length=100)
+    drawn_at: str = Field(max_length=40)
+
+
+class ReportProgress(SQLModel, table=True):
+    """Where adaptive reading stands on a report (kept with every reading saved, rebuilt when the rule changes)."""
+
+    __table_args__ = (Index("ix_report_progress_cohort", "cohort_id", "open"),)
+    report_id: str = Field(foreign_key="report.id", primary_key=True, max_length=200)
+    cohort_id: int = Field(foreign_key="cohort.id")
+    open: bool  # still offered: some label can still change, or the sample's full overlap is not reached
+    tie: bool  # some label is tied at the panel (escalation)
+    readers: int
+    cap: int  # the most readers it may get (the panel, one more when escalated)
+    updated_at: str = Field(max_length=40)
+
+
+class ReadingClaim(SQLModel, table=True):
+    """A report given to a reader: in flight until the reading is saved (done) or the claim expires."""
+
+    __table_args__ = (UniqueConstraint("report_id", "reader_id", name="uq_reading_claim"),
+                      Index("ix_reading_claim_cohort", "cohort_id", "done"))
+    id: Optional[int] = Field(default=None, primary_key=True)
+    cohort_id: int = Field(foreign_key="cohort.id")
+    report_id: str = Field(foreign_key="report.id", max_length=200)
+    reader_id: str = Field(max_length=100)
+    done: bool = False
+    claimed_at: str = Field(max_length=40)
+    expires_at: str = Field(max_length=40)

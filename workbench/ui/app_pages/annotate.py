@@ -25,6 +25,7 @@ def render(wb) -> None:
     components.help_line("Press the key shown on every finding the report describes (unticked = 0). Enter saves "
                          "and opens the next unread report; ← → move; S skips. Ticks are kept as your draft at once. "
                          "Blinded: other readers and the labeller stay hidden.")
+    st.caption(components.md(wb.reading_order_text()))
     reader = _reader(wb)
     with st.sidebar:
         cohort = components.pick_cohort(wb)
@@ -49,7 +50,8 @@ def _annotate(wb, reader: str, cohort: str, work, drafts: set) -> None:
     ids = work["report_id"].tolist()
     if st.session_state.get(state.ANN_REPORT) not in ids:
         pending = work.loc[~work["state"].isin(READ), "report_id"]
-        st.session_state[state.ANN_REPORT] = pending.iloc[0] if len(pending) else ids[0]
+        given = wb.next_report(reader, cohort) if wb.adaptive_settings().enabled else None  # claimed: one reader at a time
+        st.session_state[state.ANN_REPORT] = given if given in ids else (pending.iloc[0] if len(pending) else ids[0])
     report_id = st.session_state[state.ANN_REPORT]
     pos = ids.index(report_id)
     _progress(wb, reader, cohort, work, pos)
@@ -189,6 +191,9 @@ def _save(wb, reader: str, report_id: str, values: dict, versions: dict, work) -
     state.bump(wb)
     state.flash(f"Saved {report_id} for {reader}: {changed['added']} new, {changed['changed']} changed, "
                 f"{changed['unchanged']} unchanged.", "toast")  # a toast: the next report keeps its place on screen
+    if wb.adaptive_settings().enabled:  # the next one is given afresh: reports may have left the list meanwhile
+        st.session_state.pop(state.ANN_REPORT, None)
+        return
     following = _next_open(work.assign(state=work["state"].where(work["report_id"] != report_id, "completed")), report_id)
     if following:
         st.session_state[state.ANN_REPORT] = following

@@ -178,6 +178,9 @@ def _metrics(wb, runs) -> None:
                  key=state.widget_key("ceiling")):
         with components.shown_errors("human ceiling"):
             ceiling = state.read(wb, "human_ceiling", run_id)
+            scope = state.read(wb, "agreement_scope", None)
+            if scope:
+                st.caption(components.md(scope[0].upper() + scope[1:] + "."))
             st.dataframe(ceiling.assign(label=ceiling["label"].map(lambda lab: names.get(lab, lab))).rename(columns=CEILING_NAMES)
                          .round(3), hide_index=True)
 

@@ -34,6 +34,7 @@ def render(wb) -> None:
                               format_func={"at_least": "at least K of N agree", "majority": "majority of at least N"}.get)
         k = c[1].number_input("K", 1, 50, int(rule.get("k", 4)))
         n = c[2].number_input("N (readers needed)", 1, 50, int(rule.get("n", 6)))
+        adaptive = _adaptive_fields(wb, kind)
         endpoints = st.text_area("Allowed endpoints (one prefix per line; governance: admins only)",
                                  "\n".join(cfg.allowed_endpoints), height=150)
         submitted = st.form_submit_button("Save settings", type="primary")
@@ -52,8 +53,31 @@ def render(wb) -> None:
     if submitted:
         cfg.labeller = settings
         cfg.reference = {"rule": kind, "k": int(k), "n": int(n)} if kind == "at_least" else {"rule": kind, "n": int(n)}
+        cfg.adaptive = adaptive if adaptive["enabled"] or cfg.adaptive else {}
         components.do(wb, "saving the settings", _save, wb, allowed, done="Settings saved.")
     _accounts(wb)
+
+
+def _adaptive_fields(wb, kind: str) -> dict:
+    """Adaptive reading: on/off, the agreement sample's share and seed, the extra reader, the reading order."""
+    from workbench.core.adaptive import ORDERS
+
+    now = wb.adaptive_settings()
+    st.markdown("**Adaptive reading**")
+    st.caption("A report leaves the readers' lists once every label's reference can no longer change under the rule "
+               "(the reference stays exactly the full panel's); an agreement sample keeps every reader, and the "
+               "readers' agreement figures are computed on it.")
+    c = st.columns([2, 1, 1])
+    enabled = c[0].checkbox("Adaptive reading on", now.enabled)
+    share = c[1].number_input("Agreement sample (share of reports)", 0.0, 1.0, float(now.agreement_share), step=0.05)
+    seed = c[2].number_input("Sample seed", 0, 2**31 - 1, int(now.seed))
+    c = st.columns([2, 2])
+    extra = c[0].checkbox("A tie goes to one extra reader before adjudication (majority rules)", now.extra_reader,
+                          help="Under 'at least K of N' one more reader can never break a tie (N + 1 readers need "
+                               "a larger share), so this applies to majority rules only.", disabled=kind != "majority")
+    order = c[1].selectbox("Reading order", list(ORDERS), index=list(ORDERS).index(now.order), format_func=ORDERS.get)
+    return {"enabled": bool(enabled), "agreement_share": float(share), "seed": int(seed),
+            "extra_reader": bool(extra) and kind == "majority", "order": order}
 
 
 def _accounts(wb) -> None:
@@ -78,6 +102,7 @@ def _accounts(wb) -> None:
 def _save(wb, allowed: list[str]) -> None:
     """Validate, record endpoint changes in the audit trail (governance), write workbench.yaml."""
     wb.rule()  # an impossible rule is refused before anything is written
+    wb.adaptive_settings()
     for prefix in [p for p in allowed if p not in wb.config.allowed_endpoints]:
         wb.allow_endpoint(prefix)
     for prefix in [p for p in list(wb.config.allowed_endpoints) if p not in allowed]:
