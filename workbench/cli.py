@@ -76,13 +76,16 @@ def _signed_in(wb):
     return wb.authenticate(user, click.prompt(f"password for {user}", hide_input=True, err=True))
 
 
-def echo_table(frame: pd.DataFrame, fmt: str = "table", *, wide: bool = False, columns: list[str] | None = None,
-               undefined: dict[str, str] | None = None, title: str | None = None) -> None:
-    """Print a DataFrame as a table within 100 columns (every column when wide), CSV or JSON.
+def echo_table(frame: pd.DataFrame, fmt: str = "table", *, wide: bool | None = None, columns: list[str] | None = None,
+               undefined: dict[str, str] | None = None, title: str | None = None, bootstrap: tuple[str, ...] = ()) -> None:
+    """Print a DataFrame as a table within the terminal's width (every column when wide), CSV or JSON.
 
-    columns: what the table shows by default (CSV, JSON and --wide show every column);
-    undefined: per column, why a value may be undefined (each reason printed once under the table).
+    wide: None = the command's --wide flag; columns: what the table shows by default (CSV, JSON and
+    --wide show every column); undefined: per column, why a value may be undefined (each reason printed
+    once under the table); bootstrap: estimate columns whose COL_lo / COL_hi are percentile intervals.
     """
+    if wide is None:
+        wide = _wide_flag()
     if fmt == "csv":
         from workbench.core.export import to_csv
 
@@ -94,14 +97,22 @@ def echo_table(frame: pd.DataFrame, fmt: str = "table", *, wide: bool = False, c
 
         if columns is not None and not wide:
             frame = frame[[c for c in columns if c in frame.columns]]
-        click.echo(render_table(frame, wide=wide, undefined=undefined, title=title))
+        click.echo(render_table(frame, wide=wide, undefined=undefined, title=title, bootstrap=bootstrap))
+
+
+def _wide_flag() -> bool:
+    """The running command's --wide (an exposed parameter, or a flag kept in the context)."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx and (ctx.params.get("wide") or ctx.meta.get("wide")))
 
 
 def say(text: str) -> None:
-    """A line of explanation wrapped to the 100-column terminal."""
+    """A line of explanation wrapped to the terminal's width."""
     import textwrap
 
-    click.echo(textwrap.fill(text, width=100, break_long_words=False, break_on_hyphens=False))
+    from workbench.terminal import terminal_width
+
+    click.echo(textwrap.fill(text, width=terminal_width(), break_long_words=False, break_on_hyphens=False))
 
 
 def wrap_item(text: str) -> str:
@@ -113,8 +124,17 @@ def wrap_item(text: str) -> str:
 
 
 def wide_option(func):
-    """Add --wide (every column, no 100-column limit)."""
-    return click.option("--wide", is_flag=True, help="Every column, without the 100-column limit.")(func)
+    """Add --wide (every column, no width limit) as the command's `wide` parameter."""
+    return click.option("--wide", is_flag=True, help="Every column, without the terminal's width limit.")(func)
+
+
+def wide_flag(func):
+    """Add --wide to a command whose tables read it from the context (echo_table), not as a parameter."""
+    def keep(ctx, _param, value):
+        ctx.meta["wide"] = value
+
+    return click.option("--wide", is_flag=True, expose_value=False, callback=keep,
+                        help="Every column, without the terminal's width limit.")(func)
 
 
 class CliGroup(click.Group):
@@ -122,7 +142,11 @@ class CliGroup(click.Group):
 
     def invoke(self, ctx):
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
+            return result
+        except BrokenPipeError:
+            _quiet_closed_pipe()
         except Exception as exc:
             if isinstance(exc, _user_errors()):
                 click.echo(f"error: {exc}", err=True)
@@ -132,6 +156,14 @@ class CliGroup(click.Group):
                 click.echo(f"error: {_storage_error(exc)}", err=True)
                 ctx.exit(1)
             raise
+
+
+def _quiet_closed_pipe():
+    """The reader of our output went away (`workbench metrics 1 | head -2`): stop quietly, exit 141 like
+    other tools killed by SIGPIPE; stdout goes to /dev/null so the final flush raises nothing."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    raise SystemExit(141)
 
 
 def _storage_errors() -> tuple[type[BaseException], ...]:
@@ -243,6 +275,7 @@ def import_readings(wb, file, fmt, uncertain_as, blank_as):
 @main.command()
 @click.option("--cohort", default=None, help="Limit to one cohort.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@wide_flag
 @study_option
 def reference(wb, cohort, fmt):
     """Per label: items decided by vote, adjudicated, and waiting for adjudication."""
@@ -388,7 +421,7 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous, wide):
                                "labels": json.loads(ev.table.reset_index().to_json(orient="records"))}, indent=2, default=str))
         return
     table = ev.table.reset_index() if (full or wide) else ev.paper_table(prev)
-    echo_table(table, fmt, wide=full or wide,
+    echo_table(table, fmt, wide=wide,
                undefined={c: "undefined: zero denominator (no positives on the side it divides by)"
                           for c in ("precision", "recall", "f1", "specificity", "npv", "kappa")})
     if fmt == "table":
@@ -460,6 +493,7 @@ def _needed_text(value: float, note: str) -> str:
 @click.option("--cohort", required=True, help="Cohort whose runs to list.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--per-label", is_flag=True, help="Include every label's accuracy and F1.")
+@wide_flag
 @study_option
 def history(wb, cohort, fmt, per_label):
     """Iteration history: macro accuracy and F1 of every run on a cohort, in prompt-version order."""
@@ -469,7 +503,7 @@ def history(wb, cohort, fmt, per_label):
     if fmt == "table" and not len(frame):
         click.echo(f"no finished run on cohort {cohort!r} yet: workbench run --cohort {cohort}")
         return
-    echo_table(frame, fmt, wide=per_label)
+    echo_table(frame, fmt, wide=True if per_label else None)
 
 
 @main.command()
@@ -556,6 +590,7 @@ def note(wb, report_id, label, category, significance, text, reference_wrong, ru
 @main.command("notes")
 @click.option("--run", "run_id", type=int, default=None, help="Only notes on this run's disagreements.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@wide_flag
 @study_option
 def notes_cmd(wb, run_id, fmt):
     """Counts of error notes by label and category (all, or on one run's disagreements)."""
@@ -603,6 +638,7 @@ def prompts():
 
 @prompts.command("history")
 @click.option("--label", default=None, help="Only versions that changed this label.")
+@wide_flag
 @study_option
 def prompts_history(wb, label):
     """Versions of the prompt set, newest first."""
@@ -687,6 +723,7 @@ def prompts_save(wb, labels, message):
 
 
 @prompts.command("status")
+@wide_flag
 @study_option
 def prompts_status(wb):
     """List your drafts and the uncommitted edits in the study's prompt folder, with any problem."""
@@ -938,6 +975,7 @@ def _bundle_study(study):
 @click.option("--max-failed-share", type=click.FloatRange(0, 1), default=0.10, show_default=True,
               help="A generator with more than this share of failed (report, label) extractions gets no score (exit code 3).")
 @_allow_options
+@wide_flag
 def score(bundle_path, reference, generated, model, api_base, allow, study, out, zero_division, resamples, max_failed_share):
     """Score generated reports against reference reports with a frozen bundle (Ran Score)."""
     from workbench import scoring
@@ -983,6 +1021,7 @@ def score(bundle_path, reference, generated, model, api_base, allow, study, out,
 @click.option("--pairs", type=click.Path(exists=True, dir_okay=False), default=str(DEMO_DIR / "robustness" / "pairs.csv"),
               show_default=True, help="CSV: pair_id,kind(paraphrase|significant),label,text_a,text_b.")
 @_allow_options
+@wide_flag
 def robustness(bundle_path, pairs, model, api_base, allow, study):
     """Share of harmless paraphrases labelled the same and significant changes detected, per label."""
     from workbench import scoring
@@ -1022,6 +1061,7 @@ def user_add(wb, user_id, role, name, email, password, no_password):
 
 
 @user.command("list")
+@wide_flag
 @study_option
 def user_list(wb):
     """List accounts and roles."""
@@ -1057,6 +1097,7 @@ def cohort_role(wb, cohort, role):
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed (the same seed gives the same split).")
 @click.option("--force", is_flag=True, help="Replace an existing split with a different one (recorded in the audit).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@wide_flag
 @study_option
 def split(wb, cohort, validation, seed, force, fmt):
     """Divide a development cohort into tuning and validation parts, stratified by label, reproducible by seed."""
@@ -1071,6 +1112,7 @@ def split(wb, cohort, validation, seed, force, fmt):
 @main.command("split-metrics")
 @click.argument("run_id", type=int)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@wide_flag
 @study_option
 def split_metrics(wb, run_id, fmt):
     """Per-label F1 of a run on the tuning and validation parts side by side, with intervals and the gap."""
@@ -1092,6 +1134,7 @@ def split_metrics(wb, run_id, fmt):
 @click.argument("run_a", type=int)
 @click.argument("run_b", type=int)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@wide_flag
 @study_option
 def split_compare(wb, run_a, run_b, fmt):
     """Compare two runs on tuning and on validation side by side: per-label F1 change and exact McNemar."""
@@ -1112,6 +1155,7 @@ def split_compare(wb, run_a, run_b, fmt):
 @main.command("split-history")
 @click.argument("cohort")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@wide_flag
 @study_option
 def split_history(wb, cohort, fmt):
     """Iteration history on tuning and validation with the gap between them (the overfitting signal)."""
@@ -1181,6 +1225,7 @@ def optimise(wb, labels, rounds, run_id, proposer, model, out, phrase_list):
 @click.argument("bundle")
 @click.option("--cohort", required=True, help="The test cohort.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@wide_flag
 @study_option
 def test_look(wb, bundle, cohort, fmt):
     """Measure a frozen bundle on a locked test cohort (the look is recorded and counted)."""
@@ -1199,6 +1244,7 @@ def test_look(wb, bundle, cohort, fmt):
 
 @main.command("test-looks")
 @click.option("--bundle", default=None, help="Only this bundle.")
+@wide_flag
 @study_option
 def test_looks(wb, bundle):
     """Every look at a test cohort: who, when, which bundle."""
@@ -1240,6 +1286,7 @@ def user_token(wb, user_id, revoke):
 @click.option("--entity", default=None, help="Only one kind: reading, adjudication, note, prompt, bundle, run, user, endpoint, settings.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--verify", "check", is_flag=True, help="Check the hash chain instead: reports the first broken link (exit 1).")
+@wide_flag
 @study_option
 def audit(wb, entity, fmt, check):
     """The append-only audit trail (who, when, old -> new), newest first; export with --format csv."""
@@ -1264,6 +1311,7 @@ def allow_endpoint(wb, url):
 
 @main.command("migrate-db")
 @click.option("--to", "to_url", required=True, help="Empty target database, e.g. postgresql+psycopg://user@host/db")
+@wide_flag
 @study_option
 def migrate_db(wb, to_url):
     """Move a study's database (e.g. SQLite to PostgreSQL); row counts and checksums compared and printed."""
