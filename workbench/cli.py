@@ -420,11 +420,16 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous, wide):
                                "averages": ev.averages, "macro_f1_bootstrap": ev.bootstrap,
                                "labels": json.loads(ev.table.reset_index().to_json(orient="records"))}, indent=2, default=str))
         return
-    table = ev.table.reset_index() if (full or wide) else ev.paper_table(prev)
-    echo_table(table, fmt, wide=wide,
+    table = ev.table.reset_index() if (full or wide or fmt != "table") else ev.paper_table(prev)
+    if prev is not None and fmt != "table":  # scripts: the change in F1 as two more full-precision columns
+        table["f1_previous"] = prev.table["f1"].reindex(table["label"]).to_numpy()
+        table["delta_f1"] = table["f1"] - table["f1_previous"]
+    echo_table(table, fmt, wide=wide, bootstrap=("f1",),
                undefined={c: "undefined: zero denominator (no positives on the side it divides by)"
                           for c in ("precision", "recall", "f1", "specificity", "npv", "kappa")})
     if fmt == "table":
+        from workbench.terminal import EDGE_NOTE, at_edge
+
         a, b = ev.averages, ev.bootstrap
         click.echo("")
         if a["macro_f1"] != a["macro_f1"]:  # NaN: no pair could be scored (e.g. every call failed)
@@ -433,6 +438,8 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous, wide):
         else:
             say(f"macro F1 {a['macro_f1']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}] (bootstrap over reports, {b['n_resamples']} "
                 f"resamples, seed {b['seed']}); macro accuracy {a['macro_accuracy']:.3f}; micro F1 {a['micro_f1']:.3f}")
+            if at_edge(a["macro_f1"], b["lo"], b["hi"]):
+                say(f"macro F1: {EDGE_NOTE}")
         say(f"intervals: {ci}; * = undefined (no positives on either side), policy: {zero_division}")
         say("left out: " + "; ".join(f"{k}: {v}" for k, v in ev.excluded.items()))
 
@@ -451,7 +458,7 @@ def compare(wb, run_a, run_b, mid_p, cases, fmt, show_all, wide):
     result = wb.compare_runs(run_a, run_b, mid_p=mid_p)
     table = result["table"].reset_index()
     cols = ["label", "n", "accuracy_a", "accuracy_b", "delta_accuracy", "f1_a", "f1_b", "delta_f1", "b", "c",
-            "p_value", "p_holm", "verdict", "reports_needed", "reports_note"]
+            "p_value", "p_holm", "verdict", "verdict_note", "reports_needed", "reports_note"]
     if fmt != "table":
         echo_table(table[cols], fmt)
         return
@@ -461,7 +468,7 @@ def compare(wb, run_a, run_b, mid_p, cases, fmt, show_all, wide):
     shown = shown.assign(more_reports=[_needed_text(v, note) for v, note in zip(shown["reports_needed"], shown["reports_note"])])
     if len(shown):
         echo_table(shown, wide=wide,
-                   columns=["label", "f1_a", "f1_b", "b", "c", "p_holm", "verdict", "more_reports"],
+                   columns=["label", "f1_a", "f1_b", "b", "c", "p_holm", "verdict", "more_reports", "verdict_note"],
                    undefined={c: "F1 undefined: no positive in the reference or the run on these reports"
                               for c in ("f1_a", "f1_b", "delta_f1")})
     hidden = len(table) - len(shown)
@@ -979,6 +986,7 @@ def _bundle_study(study):
 def score(bundle_path, reference, generated, model, api_base, allow, study, out, zero_division, resamples, max_failed_share):
     """Score generated reports against reference reports with a frozen bundle (Ran Score)."""
     from workbench import scoring
+    from workbench.terminal import EDGE_NOTE, at_edge
 
     bundle_path = find_bundle(bundle_path, study)
     gens = _generated(generated)
@@ -1003,6 +1011,9 @@ def score(bundle_path, reference, generated, model, api_base, allow, study, out,
                 f" over {r['pairs_scored']} of {r['pairs_total']} (report, label) pairs: {r['failed_generated']} generated and "
                 f"{r['failed_reference']} reference extractions failed and are left out")
             click.echo(f"== {name}: Ran Score {r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]{left_out} ==")
+            if at_edge(r["estimate"], r["lo"], r["hi"]):
+                say(f"Ran Score: {EDGE_NOTE}" + ("; this interval was widened to contain the estimate"
+                                                  if "widened" in r["interval"] else ""))
             title = f"{name}: per label"
         echo_table(g.per_label.reset_index(), title=title,
                    columns=["label", "support", "tp", "fp", "fn", "precision", "recall", "f1", "failed_generated", "failed_reference"])
@@ -1018,8 +1029,9 @@ def score(bundle_path, reference, generated, model, api_base, allow, study, out,
 
 @main.command()
 @click.option("--bundle", "bundle_path", required=True, help="Frozen bundle: a path, or a name in the study's bundles/.")
-@click.option("--pairs", type=click.Path(exists=True, dir_okay=False), default=str(DEMO_DIR / "robustness" / "pairs.csv"),
-              show_default=True, help="CSV: pair_id,kind(paraphrase|significant),label,text_a,text_b.")
+@click.option("--pairs", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="CSV: pair_id,kind(paraphrase|significant),label,text_a,text_b (default: the shipped pairs that fit "
+                   "the bundle's vocabulary).")
 @_allow_options
 @wide_flag
 def robustness(bundle_path, pairs, model, api_base, allow, study):
@@ -1029,11 +1041,12 @@ def robustness(bundle_path, pairs, model, api_base, allow, study):
     bundle_path = find_bundle(bundle_path, study)
     wb = _bundle_study(study)
     allowed = [*(wb.config.allowed_endpoints if wb is not None else []), *allow]
-    result = scoring.robustness(Path(bundle_path), Path(pairs), model=model, api_base=api_base, allow_endpoints=allowed)
-    click.echo(f"report text went to {result['endpoint']}")
-    echo_table(result["per_kind"])
+    result = scoring.robustness(Path(bundle_path), Path(pairs) if pairs else None, model=model, api_base=api_base,
+                                allow_endpoints=allowed)
+    click.echo(f"pairs: {result.source}; report text went to {result.endpoint}")
+    echo_table(result.per_kind)
     click.echo("")
-    echo_table(result["per_label"])
+    echo_table(result.per_label)
 
 
 # ---------------------------------------------------------------- teams
@@ -1102,7 +1115,7 @@ def cohort_role(wb, cohort, role):
 def split(wb, cohort, validation, seed, force, fmt):
     """Divide a development cohort into tuning and validation parts, stratified by label, reproducible by seed."""
     summary = wb.split_cohort(cohort, validation=validation, seed=seed, force=force)
-    echo_table(summary.round(3), fmt)
+    echo_table(summary, fmt)
     if fmt == "table":
         sizes = summary.attrs.get("reports", {})
         click.echo(f"\n{cohort}: {sizes.get('tuning', 0)} tuning and {sizes.get('validation', 0)} validation reports "
@@ -1121,7 +1134,7 @@ def split_metrics(wb, run_id, fmt):
     parts = wb.evaluate_parts(run_id)
     frame = pd.DataFrame({f"{p}_{c}": parts[p]["table"][c] for p in parts for c in ("support", "f1", "f1_lo", "f1_hi")})
     frame["gap"] = frame["tuning_f1"] - frame["validation_f1"]
-    echo_table(frame.reset_index().round(3), fmt)
+    echo_table(frame.reset_index(), fmt, bootstrap=("tuning_f1", "validation_f1"))
     if fmt == "table":
         from workbench.services.optimising import fmt_figure as f
 
@@ -1143,7 +1156,7 @@ def split_compare(wb, run_a, run_b, fmt):
     frame = pd.concat({part: r["table"][cols] for part, r in result.items()}, axis=1)
     frame.columns = [f"{p} {c}" for p, c in frame.columns]
     frame.index.name = "label"
-    echo_table(frame.reset_index().round(3), fmt,  # 100 columns: the change and verdict per part (CSV/JSON: all)
+    echo_table(frame.reset_index(), fmt,  # 100 columns: the change and verdict per part (CSV/JSON: all)
                columns=["label", "tuning delta_f1", "tuning verdict", "validation delta_f1", "validation verdict"])
     if fmt == "table":
         from workbench.services.optimising import fmt_figure as f
@@ -1159,7 +1172,7 @@ def split_compare(wb, run_a, run_b, fmt):
 @study_option
 def split_history(wb, cohort, fmt):
     """Iteration history on tuning and validation with the gap between them (the overfitting signal)."""
-    echo_table(wb.history_by_part(cohort).round(4), fmt)
+    echo_table(wb.history_by_part(cohort), fmt)
 
 
 @main.command()

@@ -20,6 +20,8 @@ from typing import Callable
 
 import pandas as pd
 
+from workbench.core.metrics import p_text
+
 WIDTH = 100
 DASH = "–"
 TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d)T(\d\d:\d\d)(:\d\d(\.\d+)?)?([+-]\d\d:\d\d|Z)?$")
@@ -56,7 +58,7 @@ def _column_kind(name: str, series: pd.Series) -> str:
         return "text"
     if name.endswith(("_s", "_seconds", "seconds")):
         return "minutes"
-    if name in P_COLUMNS:
+    if name in P_COLUMNS or name.endswith(tuple(f" {c}" for c in P_COLUMNS)):  # "tuning p_value" too
         return "p"
     finite = series.dropna()
     whole = bool(len(finite)) and bool((finite == finite.round()).all())
@@ -77,7 +79,7 @@ def format_value(value, kind: str) -> str:
     if kind == "minutes":
         return f"{float(value) / 60:.1f} min"
     if kind == "p":
-        return "<0.001" if 0 < float(value) < 0.001 else f"{float(value):.3f}"
+        return p_text(float(value))
     if kind == "rate":
         return f"{float(value):.3f}"
     text = str(value)
@@ -126,27 +128,30 @@ def render_table(frame: pd.DataFrame, wide: bool = False, undefined: dict[str, s
                            [kinds[i] for i in keep], [right[i] for i in keep], wide, title,
                            widths=widths, width=limit)
     notes = undefined_notes([c for c in missing if c not in hidden], undefined)
-    notes += edge_notes(frame, [c for c in bootstrap if c not in hidden])
+    notes += edge_notes(frame, [c for c in bootstrap if not {c, f"{c}_lo", f"{c}_hi"} & set(hidden)])
     if hidden:
         notes.append(f"hidden: {', '.join(hidden)}; --wide shows them")
     return "\n".join(text.splitlines() + [wrap(note, indent="", width=limit) if limit else note for note in notes])
 
 
+EDGE_NOTE = ("an estimate equal to a bound of its interval is expected of a percentile bootstrap (the resampled "
+             "values pile up there, e.g. F1 1.000 when most resamples are perfect); the interval is one-sided there, "
+             "not wrong")
+
+
+def at_edge(estimate, lo, hi) -> bool:
+    """Whether an estimate, printed to 3 decimals, equals a printed bound of its interval."""
+    if any(_is_missing(v) for v in (estimate, lo, hi)):
+        return False
+    shown = f"{float(estimate):.3f}"
+    return shown in (f"{float(lo):.3f}", f"{float(hi):.3f}")
+
+
 def edge_notes(frame: pd.DataFrame, estimates: list[str]) -> list[str]:
     """One line when an estimate, as printed, equals a bound of its bootstrap percentile interval."""
-    at_edge = []
-    for col in estimates:
-        lo, hi = f"{col}_lo", f"{col}_hi"
-        if col not in frame.columns or lo not in frame.columns or hi not in frame.columns:
-            continue
-        shown = [frame[c].map(lambda v: DASH if _is_missing(v) else f"{float(v):.3f}") for c in (col, lo, hi)]
-        if (((shown[0] == shown[1]) | (shown[0] == shown[2])) & (shown[0] != DASH)).any():
-            at_edge.append(col)
-    if not at_edge:
-        return []
-    return [f"{', '.join(at_edge)}: an estimate equal to a bound of its interval is expected of a percentile bootstrap "
-            "(the resampled values pile up there, e.g. F1 1.000 when most resamples are perfect); the interval is "
-            "one-sided there, not wrong"]
+    at = [col for col in estimates if {col, f"{col}_lo", f"{col}_hi"} <= set(frame.columns)
+          and any(at_edge(*values) for values in zip(frame[col], frame[f"{col}_lo"], frame[f"{col}_hi"]))]
+    return [f"{', '.join(at)}: {EDGE_NOTE}"] if at else []
 
 
 def _cell_width(text: str) -> int:
