@@ -19,7 +19,7 @@ from workbench.terminal import DASH, WIDTH, Progress, _plain_table, _rich_table,
 
 @pytest.mark.parametrize("value,kind,text", [
     (np.nan, "rate", DASH), (None, "text", DASH), (0.123456, "rate", "0.123"), (1.0, "rate", "1.000"),
-    (3.0, "int", "3"), (0.0004, "p", "<0.001"), (0.25, "p", "0.250"), (90.0, "minutes", "1.5 min"),
+    (3.0, "int", "3"), (0.0004, "p", "< 0.001"), (0.0, "p", "< 0.001"), (0.25, "p", "0.250"), (90.0, "minutes", "1.5 min"),
     (True, "bool", "yes"), ("2026-11-30T19:50:46.002503+00:00", "text", "2026-11-30 19:50"),
 ])
 def test_values_are_formatted_for_people(value, kind, text):
