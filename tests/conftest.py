@@ -18,6 +18,9 @@ os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 # The workers and child processes inherit the environment from here.
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+# Tables fit the terminal's width ($COLUMNS first); pytest-xdist workers set COLUMNS=80, a plain run
+# has none (100). One width for every test, worker and child process; a test that wants another passes it.
+os.environ["COLUMNS"] = "100"
 
 ROOT = Path(__file__).resolve().parents[1]
 # ../shared/datasets beside the project; WORKBENCH_DATASETS names another place (a git worktree's parent differs)

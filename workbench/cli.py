@@ -75,13 +75,16 @@ def _signed_in(wb):
     return wb.authenticate(user, click.prompt(f"password for {user}", hide_input=True, err=True))
 
 
-def echo_table(frame: pd.DataFrame, fmt: str = "table", *, wide: bool = False, columns: list[str] | None = None,
-               undefined: dict[str, str] | None = None, title: str | None = None) -> None:
-    """Print a DataFrame as a table within 100 columns (every column when wide), CSV or JSON.
+def echo_table(frame: pd.DataFrame, fmt: str = "table", *, wide: bool | None = None, columns: list[str] | None = None,
+               undefined: dict[str, str] | None = None, title: str | None = None, bootstrap: tuple[str, ...] = ()) -> None:
+    """Print a DataFrame as a table within the terminal's width (every column when wide), CSV or JSON.
 
-    columns: what the table shows by default (CSV, JSON and --wide show every column);
-    undefined: per column, why a value may be undefined (each reason printed once under the table).
+    wide: None = the command's --wide flag; columns: what the table shows by default (CSV, JSON and
+    --wide show every column); undefined: per column, why a value may be undefined (each reason printed
+    once under the table); bootstrap: estimate columns whose COL_lo / COL_hi are percentile intervals.
     """
+    if wide is None:
+        wide = _wide_flag()
     if fmt == "csv":
         from workbench.core.export import to_csv
 
@@ -93,14 +96,22 @@ def echo_table(frame: pd.DataFrame, fmt: str = "table", *, wide: bool = False, c
 
         if columns is not None and not wide:
             frame = frame[[c for c in columns if c in frame.columns]]
-        click.echo(render_table(frame, wide=wide, undefined=undefined, title=title))
+        click.echo(render_table(frame, wide=wide, undefined=undefined, title=title, bootstrap=bootstrap))
+
+
+def _wide_flag() -> bool:
+    """The running command's --wide (an exposed parameter, or a flag kept in the context)."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx and (ctx.params.get("wide") or ctx.meta.get("wide")))
 
 
 def say(text: str) -> None:
-    """A line of explanation wrapped to the 100-column terminal."""
+    """A line of explanation wrapped to the terminal's width."""
     import textwrap
 
-    click.echo(textwrap.fill(text, width=100, break_long_words=False, break_on_hyphens=False))
+    from workbench.terminal import terminal_width
+
+    click.echo(textwrap.fill(text, width=terminal_width(), break_long_words=False, break_on_hyphens=False))
 
 
 def wrap_item(text: str) -> str:
@@ -112,8 +123,17 @@ def wrap_item(text: str) -> str:
 
 
 def wide_option(func):
-    """Add --wide (every column, no 100-column limit)."""
-    return click.option("--wide", is_flag=True, help="Every column, without the 100-column limit.")(func)
+    """Add --wide (every column, no width limit) as the command's `wide` parameter."""
+    return click.option("--wide", is_flag=True, help="Every column, without the terminal's width limit.")(func)
+
+
+def wide_flag(func):
+    """Add --wide to a command whose tables read it from the context (echo_table), not as a parameter."""
+    def keep(ctx, _param, value):
+        ctx.meta["wide"] = value
+
+    return click.option("--wide", is_flag=True, expose_value=False, callback=keep,
+                        help="Every column, without the terminal's width limit.")(func)
 
 
 class CliGroup(click.Group):
@@ -121,7 +141,11 @@ class CliGroup(click.Group):
 
     def invoke(self, ctx):
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
+            return result
+        except BrokenPipeError:
+            _quiet_closed_pipe()
         except (click.exceptions.ClickException, click.exceptions.Abort, click.exceptions.Exit):
             raise
         except WorkbenchError as exc:
@@ -143,6 +167,14 @@ def _report_bug() -> None:
     traceback.print_exc(file=sys.stderr)
     click.echo("error: this is a bug in the workbench, not a mistake of yours; please report it with the "
                "traceback above", err=True)
+
+
+def _quiet_closed_pipe():
+    """The reader of our output went away (`workbench metrics 1 | head -2`): stop quietly, exit 141 like
+    other tools killed by SIGPIPE; stdout goes to /dev/null so the final flush raises nothing."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    raise SystemExit(141)
 
 
 def _storage_errors() -> tuple[type[BaseException], ...]:
@@ -259,6 +291,7 @@ def import_readings(wb, file, fmt, uncertain_as, blank_as):
 @main.command()
 @click.option("--cohort", default=None, help="Limit to one cohort.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@wide_flag
 @study_option
 def reference(wb, cohort, fmt):
     """Per label: items decided by vote, adjudicated, and waiting for adjudication."""
@@ -523,11 +556,16 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous, wide):
                                "averages": ev.averages, "macro_f1_bootstrap": ev.bootstrap,
                                "labels": json.loads(ev.table.reset_index().to_json(orient="records"))}, indent=2, default=str))
         return
-    table = ev.table.reset_index() if (full or wide) else ev.paper_table(prev)
-    echo_table(table, fmt, wide=full or wide,
+    table = ev.table.reset_index() if (full or wide or fmt != "table") else ev.paper_table(prev)
+    if prev is not None and fmt != "table":  # scripts: the change in F1 as two more full-precision columns
+        table["f1_previous"] = prev.table["f1"].reindex(table["label"]).to_numpy()
+        table["delta_f1"] = table["f1"] - table["f1_previous"]
+    echo_table(table, fmt, wide=wide, bootstrap=("f1",),
                undefined={c: "undefined: zero denominator (no positives on the side it divides by)"
                           for c in ("precision", "recall", "f1", "specificity", "npv", "kappa")})
     if fmt == "table":
+        from workbench.terminal import EDGE_NOTE, at_edge
+
         a, b = ev.averages, ev.bootstrap
         click.echo("")
         if a["macro_f1"] != a["macro_f1"]:  # NaN: no pair could be scored (e.g. every call failed)
@@ -536,6 +574,8 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous, wide):
         else:
             say(f"macro F1 {a['macro_f1']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}] (bootstrap over reports, {b['n_resamples']} "
                 f"resamples, seed {b['seed']}); macro accuracy {a['macro_accuracy']:.3f}; micro F1 {a['micro_f1']:.3f}")
+            if at_edge(a["macro_f1"], b["lo"], b["hi"]):
+                say(f"macro F1: {EDGE_NOTE}")
         say(f"macro F1: {ev.macro.describe()}")
         say(f"intervals: {ci}; * = undefined (no positives on either side), policy: {zero_division}")
         say("left out: " + "; ".join(f"{k}: {v}" for k, v in ev.excluded.items()))
@@ -555,7 +595,7 @@ def compare(wb, run_a, run_b, mid_p, cases, fmt, show_all, wide):
     result = wb.compare_runs(run_a, run_b, mid_p=mid_p)
     table = result["table"].reset_index()
     cols = ["label", "n", "accuracy_a", "accuracy_b", "delta_accuracy", "f1_a", "f1_b", "delta_f1", "b", "c",
-            "p_value", "p_holm", "verdict", "reports_needed", "reports_note"]
+            "p_value", "p_holm", "verdict", "verdict_note", "reports_needed", "reports_note"]
     if fmt != "table":
         echo_table(table[cols], fmt)
         return
@@ -565,7 +605,7 @@ def compare(wb, run_a, run_b, mid_p, cases, fmt, show_all, wide):
     shown = shown.assign(more_reports=[_needed_text(v, note) for v, note in zip(shown["reports_needed"], shown["reports_note"])])
     if len(shown):
         echo_table(shown, wide=wide,
-                   columns=["label", "f1_a", "f1_b", "b", "c", "p_holm", "verdict", "more_reports"],
+                   columns=["label", "f1_a", "f1_b", "b", "c", "p_holm", "verdict", "more_reports", "verdict_note"],
                    undefined={c: "F1 undefined: no positive in the reference or the run on these reports"
                               for c in ("f1_a", "f1_b", "delta_f1")})
     hidden = len(table) - len(shown)
@@ -614,6 +654,7 @@ def _needed_text(value: float, note: str) -> str:
 @click.option("--cohort", required=True, help="Cohort whose runs to list.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--per-label", is_flag=True, help="Include every label's accuracy and F1.")
+@wide_flag
 @study_option
 def history(wb, cohort, fmt, per_label):
     """Iteration history: macro accuracy and F1 of every run on a cohort, in prompt-version order."""
@@ -625,7 +666,8 @@ def history(wb, cohort, fmt, per_label):
         click.echo(f"no finished run on cohort {cohort!r} yet: workbench run --cohort {cohort}")
         _interrupted_lines(stopped)
         return
-    echo_table(frame.drop(columns="macro_labels", errors="ignore") if fmt == "table" else frame, fmt, wide=per_label)
+    echo_table(frame.drop(columns="macro_labels", errors="ignore") if fmt == "table" else frame, fmt,
+               wide=True if per_label else None)
     if fmt == "table":
         for text in frame.attrs.get("macro_labels", []):
             say(f"macro F1: {text}")
@@ -741,6 +783,7 @@ def note(wb, report_id, label, category, significance, text, reference_wrong, ru
 @main.command("notes")
 @click.option("--run", "run_id", type=int, default=None, help="Only notes on this run's disagreements.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@wide_flag
 @study_option
 def notes_cmd(wb, run_id, fmt):
     """Counts of error notes by label and category (all, or on one run's disagreements)."""
@@ -790,6 +833,7 @@ def prompts():
 
 @prompts.command("history")
 @click.option("--label", default=None, help="Only versions that changed this label.")
+@wide_flag
 @study_option
 def prompts_history(wb, label):
     """Versions of the prompt set, newest first."""
@@ -878,6 +922,7 @@ def prompts_save(wb, labels, message):
 
 
 @prompts.command("status")
+@wide_flag
 @study_option
 def prompts_status(wb):
     """List your drafts and the uncommitted edits in the study's prompt folder, with any problem."""
@@ -1129,9 +1174,11 @@ def _bundle_study(study):
 @click.option("--max-failed-share", type=click.FloatRange(0, 1), default=0.10, show_default=True,
               help="A generator with more than this share of failed (report, label) extractions gets no score (exit code 3).")
 @_allow_options
+@wide_flag
 def score(bundle_path, reference, generated, model, api_base, allow, study, out, zero_division, resamples, max_failed_share):
     """Score generated reports against reference reports with a frozen bundle (Ran Score)."""
     from workbench import scoring
+    from workbench.terminal import EDGE_NOTE, at_edge
 
     bundle_path = find_bundle(bundle_path, study)
     gens = _generated(generated)
@@ -1156,6 +1203,9 @@ def score(bundle_path, reference, generated, model, api_base, allow, study, out,
                 f" over {r['pairs_scored']} of {r['pairs_total']} (report, label) pairs: {r['failed_generated']} generated and "
                 f"{r['failed_reference']} reference extractions failed and are left out")
             click.echo(f"== {name}: Ran Score {r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]{left_out} ==")
+            if at_edge(r["estimate"], r["lo"], r["hi"]):
+                say(f"Ran Score: {EDGE_NOTE}" + ("; this interval was widened to contain the estimate"
+                                                  if "widened" in r["interval"] else ""))
             title = f"{name}: per label"
         echo_table(g.per_label.reset_index(), title=title,
                    columns=["label", "support", "tp", "fp", "fn", "precision", "recall", "f1", "failed_generated", "failed_reference"])
@@ -1173,9 +1223,11 @@ def score(bundle_path, reference, generated, model, api_base, allow, study, out,
 
 @main.command()
 @click.option("--bundle", "bundle_path", required=True, help="Frozen bundle: a path, or a name in the study's bundles/.")
-@click.option("--pairs", type=click.Path(exists=True, dir_okay=False), default=str(DEMO_DIR / "robustness" / "pairs.csv"),
-              show_default=True, help="CSV: pair_id,kind(paraphrase|significant),label,text_a,text_b.")
+@click.option("--pairs", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="CSV: pair_id,kind(paraphrase|significant),label,text_a,text_b (default: the shipped pairs that fit "
+                   "the bundle's vocabulary).")
 @_allow_options
+@wide_flag
 def robustness(bundle_path, pairs, model, api_base, allow, study):
     """Share of harmless paraphrases labelled the same and significant changes detected, per label."""
     from workbench import scoring
@@ -1183,11 +1235,12 @@ def robustness(bundle_path, pairs, model, api_base, allow, study):
     bundle_path = find_bundle(bundle_path, study)
     wb = _bundle_study(study)
     allowed = [*(wb.config.allowed_endpoints if wb is not None else []), *allow]
-    result = scoring.robustness(Path(bundle_path), Path(pairs), model=model, api_base=api_base, allow_endpoints=allowed)
-    click.echo(f"report text went to {result['endpoint']}")
-    echo_table(result["per_kind"])
+    result = scoring.robustness(Path(bundle_path), Path(pairs) if pairs else None, model=model, api_base=api_base,
+                                allow_endpoints=allowed)
+    click.echo(f"pairs: {result.source}; report text went to {result.endpoint}")
+    echo_table(result.per_kind)
     click.echo("")
-    echo_table(result["per_label"])
+    echo_table(result.per_label)
 
 
 # ---------------------------------------------------------------- teams
@@ -1265,6 +1318,7 @@ def user_passwd(wb, user_id, password_stdin):
 
 
 @user.command("list")
+@wide_flag
 @study_option
 def user_list(wb):
     """List accounts and roles."""
@@ -1300,11 +1354,12 @@ def cohort_role(wb, cohort, role):
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed (the same seed gives the same split).")
 @click.option("--force", is_flag=True, help="Replace an existing split with a different one (recorded in the audit).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@wide_flag
 @study_option
 def split(wb, cohort, validation, seed, force, fmt):
     """Divide a development cohort into tuning and validation parts, stratified by label, reproducible by seed."""
     summary = wb.split_cohort(cohort, validation=validation, seed=seed, force=force)
-    echo_table(summary.round(3), fmt)
+    echo_table(summary, fmt)
     if fmt == "table":
         sizes = summary.attrs.get("reports", {})
         click.echo(f"\n{cohort}: {sizes.get('tuning', 0)} tuning and {sizes.get('validation', 0)} validation reports "
@@ -1314,6 +1369,7 @@ def split(wb, cohort, validation, seed, force, fmt):
 @main.command("split-metrics")
 @click.argument("run_id", type=int)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@wide_flag
 @study_option
 def split_metrics(wb, run_id, fmt):
     """Per-label F1 of a run on the tuning and validation parts side by side, with intervals and the gap."""
@@ -1322,7 +1378,7 @@ def split_metrics(wb, run_id, fmt):
     parts = wb.evaluate_parts(run_id)
     frame = pd.DataFrame({f"{p}_{c}": parts[p]["table"][c] for p in parts for c in ("support", "f1", "f1_lo", "f1_hi")})
     frame["gap"] = frame["tuning_f1"] - frame["validation_f1"]
-    echo_table(frame.reset_index().round(3), fmt)
+    echo_table(frame.reset_index(), fmt, bootstrap=("tuning_f1", "validation_f1"))
     if fmt == "table":
         from workbench.services.optimising import fmt_figure as f
 
@@ -1336,6 +1392,7 @@ def split_metrics(wb, run_id, fmt):
 @click.argument("run_a", type=int)
 @click.argument("run_b", type=int)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@wide_flag
 @study_option
 def split_compare(wb, run_a, run_b, fmt):
     """Compare two runs on tuning and on validation side by side: per-label F1 change and exact McNemar."""
@@ -1344,7 +1401,7 @@ def split_compare(wb, run_a, run_b, fmt):
     frame = pd.concat({part: r["table"][cols] for part, r in result.items()}, axis=1)
     frame.columns = [f"{p} {c}" for p, c in frame.columns]
     frame.index.name = "label"
-    echo_table(frame.reset_index().round(3), fmt,  # 100 columns: the change and verdict per part (CSV/JSON: all)
+    echo_table(frame.reset_index(), fmt,  # 100 columns: the change and verdict per part (CSV/JSON: all)
                columns=["label", "tuning delta_f1", "tuning verdict", "validation delta_f1", "validation verdict"])
     if fmt == "table":
         from workbench.services.optimising import fmt_figure as f
@@ -1357,14 +1414,15 @@ def split_compare(wb, run_a, run_b, fmt):
 @main.command("split-history")
 @click.argument("cohort")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@wide_flag
 @study_option
 def split_history(wb, cohort, fmt):
     """Iteration history on tuning and validation with the gap between them (the overfitting signal)."""
     frame = wb.history_by_part(cohort)
     if fmt != "table":
-        echo_table(frame.round(4), fmt)
+        echo_table(frame, fmt)
         return
-    echo_table(frame.drop(columns=["tuning_macro_labels", "validation_macro_labels"]).round(4), fmt)
+    echo_table(frame.drop(columns=["tuning_macro_labels", "validation_macro_labels"]), fmt)
     for text in frame.attrs.get("macro_labels", []):
         say(f"macro F1: {text}")
 
@@ -1476,6 +1534,7 @@ def evaluate_drafts(wb, run_id, labels, fmt):
 @click.argument("bundle")
 @click.option("--cohort", required=True, help="The test cohort.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@wide_flag
 @study_option
 def test_look(wb, bundle, cohort, fmt):
     """Measure a frozen bundle on a locked test cohort (the look is recorded and counted)."""
@@ -1494,6 +1553,7 @@ def test_look(wb, bundle, cohort, fmt):
 
 @main.command("test-looks")
 @click.option("--bundle", default=None, help="Only this bundle.")
+@wide_flag
 @study_option
 def test_looks(wb, bundle):
     """Every look at a test cohort: who, when, which bundle."""
@@ -1538,6 +1598,7 @@ def user_token(wb, user_id, revoke, days):
 @click.option("--entity", default=None, help="Only one kind: reading, adjudication, note, prompt, bundle, run, user, endpoint, settings.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--verify", "check", is_flag=True, help="Check the hash chain instead: reports the first broken link (exit 1).")
+@wide_flag
 @study_option
 def audit(wb, entity, fmt, check):
     """The append-only audit trail (who, when, old -> new), newest first; export with --format csv."""
@@ -1562,6 +1623,7 @@ def allow_endpoint(wb, url):
 
 @main.command("migrate-db")
 @click.option("--to", "to_url", required=True, help="Empty target database, e.g. postgresql+psycopg://user@host/db")
+@wide_flag
 @study_option
 def migrate_db(wb, to_url):
     """Move a study's database (e.g. SQLite to PostgreSQL); row counts and checksums compared and printed."""

@@ -13,7 +13,9 @@ the offline labeller; the result says where it went.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +26,7 @@ from workbench.core import attributes as attribute_scores
 from workbench.core import metrics
 from workbench.labelling import ExtractionCache, MemoryCache, label_texts, label_texts_with_attributes, model_config, nan_to_none
 from workbench.errors import UserError, WorkbenchError
+from workbench.study import PROJECT_ROOT
 
 ZERO_DIVISION_CHOICES = ("zero", "one", "exclude")
 MAX_FAILED_SHARE = 0.10  # above this share of failed extractions a generator gets no score
@@ -35,28 +38,73 @@ POLICY_TEXT = {
 }
 
 
+DEFAULT_PAIRS = PROJECT_ROOT / "annotations" / "robustness" / "pairs.csv"  # written for ranscore-21's labels
+
+
 class EndpointNotAllowed(WorkbenchError, ValueError):
     """Report text would be sent to an endpoint this scoring command does not allow."""
 
 
-@dataclass
+class _ReadAsMapping(Mapping):
+    """Fields also read as keys (`r["estimate"]` as `r.estimate`), so the result is plain data for JSON."""
+
+    def __getitem__(self, key: str):
+        if key not in self._names():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self):
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def _names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(self))
+
+
+@dataclass(frozen=True, eq=False)
+class RanScore(_ReadAsMapping):
+    """One generator's Ran Score: macro F1 over the vocabulary's labels with a bootstrap interval.
+
+    estimate, lo and hi are None when the generator gets no score (no_score says why)."""
+
+    estimate: float | None
+    lo: float | None
+    hi: float | None
+    n_resamples: int
+    interval: str  # how the interval was made (bias-corrected percentile bootstrap over reports)
+    seed: int
+    labels: int  # labels in the vocabulary
+    labels_undefined: int  # labels with no positive on either side
+    labels_used: int  # labels in the macro average under the policy
+    policy: str  # the zero-division policy in words
+    pairs_total: int  # (report, label) pairs
+    pairs_scored: int  # pairs with an extraction on both sides
+    failed_share: float
+    failed_generated: int
+    failed_reference: int
+    no_score: str  # "" when scored
+
+
+@dataclass(frozen=True, eq=False)
 class GeneratorScore:
-    """The scores of one generator."""
+    """The scores of one generator: its Ran Score, per-label and per-report tables, averages."""
 
     name: str
-    per_label: pd.DataFrame
-    averages: dict
-    ran_score: dict
-    per_report: pd.DataFrame
-    stats: dict
+    per_label: pd.DataFrame  # index label: support, tp, fp, fn, tn, precision, recall, f1, ...
+    averages: dict  # micro and macro accuracy, precision, recall, F1
+    ran_score: RanScore
+    per_report: pd.DataFrame  # one row per report: invented and missed findings
+    stats: dict  # texts, extracted, reused from cache, failures
     # accuracy per (label, attribute) on matched findings (empty when the bundle's vocabulary has no attributes)
     attributes: pd.DataFrame = field(default_factory=pd.DataFrame)
-    report_errors: dict = field(default_factory=dict)
+    report_errors: dict = field(default_factory=dict)  # presence FP + FN + attribute mismatches, with its rule
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class ScoreResult:
-    """Scores of every generator against one reference, plus how they were obtained."""
+    """Scores of every generator (name -> GeneratorScore) against one reference, and how they were obtained."""
 
     bundle_sha: str
     bundle_name: str
@@ -100,7 +148,7 @@ class ScoreResult:
             "summary": json.loads(self.summary().to_json(orient="records")),
             "generators": {name: {
                 "per_label": json.loads(g.per_label.reset_index().to_json(orient="records")),
-                "averages": g.averages, "ran_score": g.ran_score, "stats": g.stats,
+                "averages": g.averages, "ran_score": dict(g.ran_score), "stats": g.stats,
                 "entity_f1": {"per_label": json.loads(g.per_label[["support", "tp", "fp", "fn", "f1"]].reset_index()
                                                       .to_json(orient="records")), "rule": ENTITY_F1_RULE},
                 "attributes": {"per_label": json.loads(g.attributes.to_json(orient="records")) if len(g.attributes) else [],
@@ -234,18 +282,25 @@ def routed(cfg, allow_endpoints: list[str] | None):
     return dataclasses.replace(cfg, proxies=endpoints.allowed_proxies(allow_endpoints or [], os.environ))
 
 
-def score(bundle, reference, generated: dict, model: str | None = None, out: Path | None = None,
+def score(bundle: str | os.PathLike | Bundle, reference: str | os.PathLike | pd.DataFrame,
+          generated: str | os.PathLike | pd.DataFrame | Mapping[str, str | os.PathLike | pd.DataFrame],
+          model: str | None = None, out: str | os.PathLike | None = None,
           zero_division: str = "zero", n_resamples: int = 1000, seed: int = 0,
           cache: ExtractionCache | None = None, api_base: str | None = None, on_progress=None,
           allow_endpoints: list[str] | None = None, max_failed_share: float = MAX_FAILED_SHARE) -> ScoreResult:
-    """Score generated reports (name -> file or DataFrame) against reference reports with a bundle.
+    """Score generated reports against reference reports with a frozen bundle (Ran Score).
 
+    bundle: a bundle file (or a loaded Bundle); reference: a reports file or DataFrame (id + text,
+    or findings/impression); generated: one reports file or DataFrame (scored as its file name, or
+    "generated"), or a mapping name -> file or DataFrame for several generators.
     Report text goes only to the bundle's own local endpoint or one in allow_endpoints (URL prefixes).
     Failed extractions are counted per generator and label and left out of the metrics; a generator
     with more than max_failed_share of its (report, label) pairs failed (or all) gets no score.
+    Returns a ScoreResult: `result.generators["A"].ran_score.estimate` (with .lo and .hi).
     """
     if zero_division not in ZERO_DIVISION_CHOICES:
         raise UserError(f"zero_division must be one of {ZERO_DIVISION_CHOICES}")
+    generated = _as_generators(generated)
     if not generated:
         raise UserError("give at least one generator: NAME=generated.csv")
     b = bundle if isinstance(bundle, Bundle) else load_bundle(Path(bundle))
@@ -256,8 +311,7 @@ def score(bundle, reference, generated: dict, model: str | None = None, out: Pat
     ref_texts = read_texts(reference, b.sections, "reference")
     ref_labels, ref_attrs, ref_stats = label_texts_with_attributes(b.prompts, b.vocab, ref_texts, cfg, b.sha256, cache,
                                                                    on_progress)
-    result = ScoreResult(b.sha256, b.name, cfg.model, zero_division, ref_stats, endpoint=where,
-                         max_failed_share=max_failed_share)
+    scores: dict[str, GeneratorScore] = {}
     policy = "undefined" if zero_division == "exclude" else zero_division
     for name, source in generated.items():
         gen_texts = read_texts(source, b.sections, name)
@@ -280,6 +334,7 @@ def score(bundle, reference, generated: dict, model: str | None = None, out: Pat
         ran.update(_failure_counts(ref_labels, gen_labels, b.vocab.asked_ids, stats, max_failed_share))
         if ran["no_score"]:
             ran.update(estimate=None, lo=None, hi=None)
+        ran = RanScore(**ran)
         per_label = table[["support", "tp", "fp", "fn", "tn", "precision", "recall", "f1", "f1_undefined", "accuracy"]].copy()
         per_label.insert(0, "name", [b.vocab.names()[i] for i in per_label.index])
         per_label["n_scored"] = table["n"]
@@ -288,10 +343,23 @@ def score(bundle, reference, generated: dict, model: str | None = None, out: Pat
         per_report = _per_report(ref_labels, gen_labels)
         attr_table, errors, error_summary = _attribute_scores(b, ref_labels, gen_labels, ref_attrs, gen_attrs)
         per_report = per_report.join(errors, on="report_id")
-        result.generators[name] = GeneratorScore(name, per_label, avg, ran, per_report, stats, attr_table, error_summary)
+        scores[name] = GeneratorScore(name, per_label, avg, ran, per_report, stats, attr_table, error_summary)
+    result = ScoreResult(b.sha256, b.name, cfg.model, zero_division, ref_stats, generators=scores, endpoint=where,
+                         max_failed_share=max_failed_share)
     if out is not None:
         result.write(Path(out))
     return result
+
+
+def _as_generators(generated) -> dict:
+    """name -> reports: a mapping as given; one file under its name; one DataFrame as "generated"."""
+    if isinstance(generated, pd.DataFrame):
+        return {"generated": generated}
+    if isinstance(generated, (str, os.PathLike)):
+        return {Path(generated).stem or "generated": generated}
+    if isinstance(generated, Mapping):
+        return dict(generated)
+    raise TypeError(f"generated: a reports file, a DataFrame or a mapping name -> file, not {type(generated).__name__}")
 
 
 def _failure_counts(ref_labels: pd.DataFrame, gen_labels: pd.DataFrame, asked: list[str], stats: dict,
@@ -333,18 +401,55 @@ def _per_report(ref_labels: pd.DataFrame, gen_labels: pd.DataFrame) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
-def robustness(bundle, pairs, model: str | None = None, cache: ExtractionCache | None = None,
-               api_base: str | None = None, allow_endpoints: list[str] | None = None) -> dict:
+@dataclass(frozen=True, eq=False)
+class RobustnessResult(_ReadAsMapping):
+    """How a bundle labels text pairs: harmless paraphrases should keep every label, significant changes
+    should change the named one."""
+
+    pairs: pd.DataFrame  # one row per pair: pair_id, kind, label, correct, detail
+    per_kind: pd.DataFrame  # kind, share_correct, pairs
+    per_label: pd.DataFrame  # label, share_detected, pairs, paraphrase_flips
+    paraphrase_flips: dict  # label -> paraphrases on which its value changed
+    endpoint: str  # where the report text went
+    source: str = ""  # which pairs: a file, or the shipped pairs for the bundle's vocabulary
+
+
+def default_pairs(vocab) -> tuple[pd.DataFrame, str]:
+    """The shipped pairs that fit a vocabulary (every paraphrase, the significant changes of its asked
+    labels), and a line saying so; UserError when none of its labels has a shipped change."""
+    frame = importers.read_table(DEFAULT_PAIRS)
+    fits = frame["kind"].eq("paraphrase") | frame["label"].fillna("").astype(str).map(
+        lambda lab: vocab.resolve(lab) in vocab.asked_ids)
+    kept = frame[fits]
+    if not kept["kind"].eq("significant").any():
+        raise UserError(f"no shipped robustness pairs for vocabulary {vocab.id!r} (they change ranscore-21 labels); "
+                        "write a CSV with columns pair_id,kind,label,text_a,text_b (kind: paraphrase or significant) "
+                        "for its labels and pass it with --pairs FILE")
+    left = int((~fits).sum())
+    return kept.reset_index(drop=True), (
+        f"the shipped pairs for vocabulary {vocab.id!r}: {int(kept['kind'].eq('paraphrase').sum())} paraphrases, "
+        f"{int(kept['kind'].eq('significant').sum())} significant changes"
+        + (f" ({left} changes of labels it does not ask left out)" if left else ""))
+
+
+def robustness(bundle: str | os.PathLike | Bundle, pairs: str | os.PathLike | pd.DataFrame | None = None,
+               model: str | None = None, cache: ExtractionCache | None = None,
+               api_base: str | None = None, allow_endpoints: list[str] | None = None) -> RobustnessResult:
     """ReEvalMed's point: same labels for harmless paraphrases, different for significant changes.
 
     pairs: a CSV/DataFrame with pair_id, kind (paraphrase | significant), label (for significant),
-    text_a, text_b. Returns overall shares and a per-label table, and where the text went.
+    text_a, text_b; None = the shipped pairs that fit the bundle's vocabulary. Returns overall shares,
+    a per-label table and where the text went.
     """
     b = bundle if isinstance(bundle, Bundle) else load_bundle(Path(bundle))
     cfg = model_config_for(b, model, api_base)
     where = check_endpoint(cfg, b, allow_endpoints)
     cfg = routed(cfg, allow_endpoints)
-    frame = pairs if isinstance(pairs, pd.DataFrame) else importers.read_table(pairs)
+    if pairs is None:
+        frame, source = default_pairs(b.vocab)
+    else:
+        frame = pairs if isinstance(pairs, pd.DataFrame) else importers.read_table(pairs)
+        source = "a DataFrame" if isinstance(pairs, pd.DataFrame) else str(pairs)
     missing = {"pair_id", "kind", "text_a", "text_b"} - set(frame.columns)
     if missing:
         raise UserError(f"robustness pairs: missing column(s) {sorted(missing)}")
@@ -381,5 +486,4 @@ def robustness(bundle, pairs, model: str | None = None, cache: ExtractionCache |
         for lab in detail.replace("changed: ", "").split(", "):
             flips[lab] = flips.get(lab, 0) + 1
     per_label["paraphrase_flips"] = pd.Series(flips).reindex(per_label.index).fillna(0).astype(int)
-    return {"pairs": result, "per_kind": per_kind.reset_index(), "per_label": per_label.reset_index(),
-            "paraphrase_flips": flips, "endpoint": where}
+    return RobustnessResult(result, per_kind.reset_index(), per_label.reset_index(), flips, where, source)

@@ -1,10 +1,12 @@
-"""Terminal output for the CLI: tables that fit 100 columns, numbers a person reads, progress that
+"""Terminal output for the CLI: tables that fit the terminal, numbers a person reads, progress that
 does not flood a log file.
 
-Tables are drawn with rich (wrapping long cells instead of running off the screen); values are
-formatted by column (whole numbers as integers, rates with 3 decimals, durations in minutes,
-timestamps to the minute), and an undefined value is shown as a dash explained once under the
-table. CSV and JSON output never pass through here: scripts get every column and full precision.
+Tables fit the terminal's width (100 columns in a pipe or log) without ever cutting a number: text
+columns are elided with "…" or wrapped, and when the table is still too wide whole columns are left
+out and named under it (`--wide` shows them). Values are formatted by column (whole numbers as
+integers, rates with 3 decimals, durations in minutes, timestamps to the minute), and an undefined
+value is shown as a dash explained once under the table. CSV and JSON output never pass through
+here: scripts get every column and full precision.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Callable
 
 import pandas as pd
 
+from workbench.core.metrics import p_text
+
 WIDTH = 100
 DASH = "–"
 TIMESTAMP = re.compile(r"^(\d{4}-\d\d-\d\d)T(\d\d:\d\d)(:\d\d(\.\d+)?)?([+-]\d\d:\d\d|Z)?$")
@@ -26,6 +30,17 @@ SHORT_STAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d$")
 VALUE_COLUMNS = ("reference", "prediction", "value", "value_a", "value_b", "vote")
 _NARROW = frozenset(DASH + "–—’‘“”…·×±≤≥") | frozenset(chr(c) for c in range(32, 127))  # one terminal cell each
 NUMERIC_TEXT = re.compile(r"^[-+]?[\d.,]*[*]?$|^–$")  # "0.909", "0.909*", "–": right-aligned like numbers
+WHOLE_TEXT = re.compile(r"^[-+\d.,;:\s\[\]()*%<>=–]*$")  # "0.955 [0.914, 0.977]", "< 0.001": numbers, never cut
+ELIDED_MIN = 8  # an identifier column keeps at least this many cells before "…"
+WRAPPED_MIN = 12  # a prose column wraps to no fewer cells than this
+HIDE_FIRST = ("_lo", "_hi")  # interval bounds go before other columns when a table must lose some
+
+
+def terminal_width() -> int:
+    """The terminal's real width ($COLUMNS, else the terminal's own), or 100 for a pipe or log."""
+    import shutil
+
+    return max(20, shutil.get_terminal_size((WIDTH, 24)).columns)
 
 
 def _is_missing(value) -> bool:
@@ -43,7 +58,7 @@ def _column_kind(name: str, series: pd.Series) -> str:
         return "text"
     if name.endswith(("_s", "_seconds", "seconds")):
         return "minutes"
-    if name in P_COLUMNS:
+    if name in P_COLUMNS or name.endswith(tuple(f" {c}" for c in P_COLUMNS)):  # "tuning p_value" too
         return "p"
     finite = series.dropna()
     whole = bool(len(finite)) and bool((finite == finite.round()).all())
@@ -64,7 +79,7 @@ def format_value(value, kind: str) -> str:
     if kind == "minutes":
         return f"{float(value) / 60:.1f} min"
     if kind == "p":
-        return "<0.001" if 0 < float(value) < 0.001 else f"{float(value):.3f}"
+        return p_text(float(value))
     if kind == "rate":
         return f"{float(value):.3f}"
     text = str(value)
@@ -92,17 +107,127 @@ def undefined_notes(columns: list[str], explained: dict[str, str] | None) -> lis
 
 
 def render_table(frame: pd.DataFrame, wide: bool = False, undefined: dict[str, str] | None = None,
-                 title: str | None = None) -> str:
-    """A DataFrame as a plain-text table within WIDTH columns (no limit when wide), with notes on dashes."""
+                 title: str | None = None, width: int | None = None, bootstrap: tuple[str, ...] = ()) -> str:
+    """A DataFrame as a plain-text table within the terminal's width (or `width`; no limit when wide).
+
+    No number is ever cut: text columns are elided or wrapped, then whole columns left out and named
+    in a note. Notes under the table explain dashes once, and (for the estimate columns named in
+    bootstrap, bounds in COL_lo / COL_hi) an estimate shown at the edge of its percentile interval."""
     if not wide:  # a column with nothing in it only takes width
         frame = frame[[c for c in frame.columns if not (frame[c].astype(str).str.strip() == "").all()]]
     rows, kinds, missing = formatted(frame)
     header = [str(col) for col in frame.columns]
     right = [kind != "text" or all(NUMERIC_TEXT.match(row[i]) for row in rows) for i, kind in enumerate(kinds)]
-    text = _plain_table(header, rows, right, None if wide else WIDTH) if title is None else None
+    limit = None if wide else (width or terminal_width())
+    text = _plain_table(header, rows, right, limit) if title is None else None
+    hidden: list[str] = []
     if text is None:
-        text = _rich_table(header, rows, kinds, right, wide, title)
-    return "\n".join(text.splitlines() + undefined_notes(missing, undefined))
+        keep, widths = _fit(header, rows, right, limit)
+        hidden = [header[i] for i in range(len(header)) if i not in keep]
+        text = _rich_table([header[i] for i in keep], [[row[i] for i in keep] for row in rows],
+                           [kinds[i] for i in keep], [right[i] for i in keep], wide, title,
+                           widths=widths, width=limit)
+    notes = undefined_notes([c for c in missing if c not in hidden], undefined)
+    notes += edge_notes(frame, [c for c in bootstrap if not {c, f"{c}_lo", f"{c}_hi"} & set(hidden)])
+    if hidden:
+        notes.append(f"hidden: {', '.join(hidden)}; --wide shows them")
+    return "\n".join(text.splitlines() + [wrap(note, indent="", width=limit) if limit else note for note in notes])
+
+
+EDGE_NOTE = ("an estimate equal to a bound of its interval is expected of a percentile bootstrap (the resampled "
+             "values pile up there, e.g. F1 1.000 when most resamples are perfect); the interval is one-sided there, "
+             "not wrong")
+
+
+def at_edge(estimate, lo, hi) -> bool:
+    """Whether an estimate, printed to 3 decimals, equals a printed bound of its interval."""
+    if any(_is_missing(v) for v in (estimate, lo, hi)):
+        return False
+    shown = f"{float(estimate):.3f}"
+    return shown in (f"{float(lo):.3f}", f"{float(hi):.3f}")
+
+
+def edge_notes(frame: pd.DataFrame, estimates: list[str]) -> list[str]:
+    """One line when an estimate, as printed, equals a bound of its bootstrap percentile interval."""
+    at = [col for col in estimates if {col, f"{col}_lo", f"{col}_hi"} <= set(frame.columns)
+          and any(at_edge(*values) for values in zip(frame[col], frame[f"{col}_lo"], frame[f"{col}_hi"]))]
+    return [f"{', '.join(at)}: {EDGE_NOTE}"] if at else []
+
+
+def _cell_width(text: str) -> int:
+    """Terminal cells a string takes (wide characters count two)."""
+    if set(text) <= _NARROW:
+        return len(text)
+    from rich.cells import cell_len
+
+    return cell_len(text)
+
+
+def _fit(header: list[str], rows: list[list[str]], right: list[bool], limit: int | None) -> tuple[list[int], list[int]]:
+    """(columns kept, their widths) so the table fits limit cells without cutting a number or a heading word.
+
+    Numbers (and cells made of numbers, like "0.955 [0.914, 0.977]") keep their full width; identifier
+    columns may be elided to ELIDED_MIN, prose columns wrapped to WRAPPED_MIN; then columns are left
+    out, interval bounds first, from the right, never the first."""
+    natural, least = [], []
+    for i, name in enumerate(header):
+        cells = [row[i] for row in rows]
+        word = max((_cell_width(w) for w in name.split()), default=1)
+        full = max([_cell_width(name), *(_cell_width(c) for c in cells)])
+        if right[i] or all(WHOLE_TEXT.match(c) or SHORT_STAMP.match(c) for c in cells):
+            floor = max([word, *(_cell_width(c) for c in cells)])
+        else:  # the first column names the row: elided only when very long
+            floor = max(word, min(full, WRAPPED_MIN if _is_prose(cells) else 32 if i == 0 else ELIDED_MIN))
+        natural.append(full)
+        least.append(floor)
+    keep = list(range(len(header)))
+    if limit is None:
+        return keep, natural
+
+    def room(cols: list[int]) -> int:
+        return limit - sum(least[i] for i in cols) - 2 * (len(cols) - 1)
+
+    hidden: list[list[int]] = []
+    for unit in _hiding_order(header):
+        if room(keep) >= 0:
+            break
+        keep = [i for i in keep if i not in unit]
+        hidden.append(unit)
+    for unit in reversed(hidden):  # a narrower column left out later may leave room for an earlier one
+        if room(keep + unit) >= 0:
+            keep = sorted(keep + unit)
+    widths = {i: least[i] for i in keep}
+    spare = room(keep)
+    while spare > 0:  # grow the elided and wrapped columns towards their natural width, one cell each in turn
+        growing = [i for i in keep if widths[i] < natural[i]]
+        if not growing:
+            break
+        for i in growing[:spare]:
+            widths[i] += 1
+        spare -= min(spare, len(growing))
+    return keep, [widths[i] for i in keep]
+
+
+def _hiding_order(header: list[str]) -> list[list[int]]:
+    """Groups of columns to leave out, in turn: interval bounds (a COL_lo with its COL_hi) first, then
+    the other columns, each from the right; never the first column."""
+    position = {name: i for i, name in enumerate(header)}
+    units, seen = [], set()
+    for i in range(len(header) - 1, 0, -1):
+        if i in seen:
+            continue
+        name = header[i]
+        stem = name[:-3] if name.endswith(HIDE_FIRST) else None
+        pair = [position.get(stem + "_lo"), position.get(stem + "_hi")] if stem else []
+        unit = sorted({j for j in pair if j not in (None, 0)} | {i})
+        seen.update(unit)
+        units.append(unit)
+    return sorted(units, key=lambda u: not header[u[0]].endswith(HIDE_FIRST))  # stable: right to left within each
+
+
+def _is_prose(cells: list[str]) -> bool:
+    """Cells with words (spaces, not a timestamp): they wrap instead of being elided."""
+    return any(" " in c and not SHORT_STAMP.match(c) for c in cells)
 
 
 def _plain_table(header: list[str], rows: list[list[str]], right: list[bool], width: int | None) -> str | None:
@@ -125,8 +250,9 @@ def _plain_table(header: list[str], rows: list[list[str]], right: list[bool], wi
 
 
 def _rich_table(header: list[str], rows: list[list[str]], kinds: list[str], right: list[bool], wide: bool,
-                title: str | None) -> str:
-    """The table laid out by rich: long cells wrap or fold to fit the width."""
+                title: str | None, widths: list[int] | None = None, width: int | None = WIDTH) -> str:
+    """The table laid out by rich; with widths (from _fit) each column has exactly that width: headings
+    wrap at spaces, identifiers are elided with "…", prose wraps, numbers are never cut."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -134,15 +260,21 @@ def _rich_table(header: list[str], rows: list[list[str]], kinds: list[str], righ
 
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), title=title,
                   title_justify="left")
+    styles = []
     for position, (col, kind) in enumerate(zip(header, kinds)):
         # identifiers (no spaces) stay whole; prose columns wrap to make room
-        words = kind == "text" and any(" " in row[position] and not SHORT_STAMP.match(row[position]) for row in rows)
-        table.add_column(Text(col), justify="right" if right[position] else "left", overflow="fold", no_wrap=not words)
+        cells = [row[position] for row in rows]
+        words = kind == "text" and _is_prose(cells)
+        whole = right[position] or all(WHOLE_TEXT.match(c) or SHORT_STAMP.match(c) for c in cells)
+        styles.append({} if widths is None else {"no_wrap": True, "overflow": "ellipsis"} if not (words or whole) else {})
+        table.add_column(Text(col, no_wrap=False, overflow="fold") if widths is not None else Text(col),
+                         justify="right" if right[position] else "left", overflow="fold", no_wrap=not words,
+                         width=None if widths is None else widths[position])
     for row in rows:
-        table.add_row(*[Text(cell) for cell in row])
+        table.add_row(*[Text(cell, **style) for cell, style in zip(row, styles)])
     buffer = io.StringIO()
-    console = Console(file=buffer, width=100_000 if wide else WIDTH, color_system=None, highlight=False,
-                      emoji=False, markup=False, force_terminal=False, legacy_windows=False)
+    console = Console(file=buffer, width=100_000 if wide or width is None else width, color_system=None,
+                      highlight=False, emoji=False, markup=False, force_terminal=False, legacy_windows=False)
     console.print(table)
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())
 

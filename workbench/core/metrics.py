@@ -707,7 +707,41 @@ def compare_labels(
     table = pd.DataFrame(out, index=pd.Index(y_true.columns, name="label"))
     table.attrs.update(mid_p=mid_p, alpha=alpha, min_discordant=min_discordant, zero_division=policy.value,
                        alpha_power=alpha_power, power=POWER)
+    table["verdict_note"] = verdict_notes(table)
     return table
+
+
+def verdict_notes(table: pd.DataFrame) -> np.ndarray:
+    """Per row, why an unadjusted figure and the Holm-adjusted verdict disagree ("" where they agree).
+
+    Unadjusted: the McNemar p-value before Holm, and (when the table has delta_f1_lo / delta_f1_hi)
+    the bootstrap interval of the change in F1. Reads alpha and min_discordant from table.attrs."""
+    alpha, least = table.attrs.get("alpha", 0.05), table.attrs.get("min_discordant", 10)
+    m = int(table["p_value"].notna().sum())
+    has_interval = {"delta_f1_lo", "delta_f1_hi"} <= set(table.columns)
+    notes = []
+    for row in table.itertuples():
+        called = row.verdict in ("better", "worse")
+        changed = int(row.b + row.c)
+        why_not = (f"only {changed} changed case(s), fewer than the {least} a verdict needs" if row.verdict == "undecided"
+                   else f"Holm-adjusted over {m} labels p = {p_text(row.p_holm)}, not below {alpha}")
+        excludes = has_interval and row.delta_f1_lo == row.delta_f1_lo and (row.delta_f1_lo > 0 or row.delta_f1_hi < 0)
+        if not called and excludes:
+            notes.append(f"the 95% interval of the change in F1 [{row.delta_f1_lo:+.3f}, {row.delta_f1_hi:+.3f}] "
+                         f"excludes 0 (unadjusted) but the test does not decide: {why_not}")
+        elif not called and row.p_value == row.p_value and row.p_value < alpha and row.verdict != "no change":
+            notes.append(f"p = {p_text(row.p_value)} before adjustment, but {why_not}")
+        elif called and has_interval and row.delta_f1_lo == row.delta_f1_lo and row.delta_f1_lo <= 0 <= row.delta_f1_hi:
+            notes.append(f"McNemar counts right and wrong answers ({row.c} fixed, {row.b} broken); the change in F1 "
+                         f"[{row.delta_f1_lo:+.3f}, {row.delta_f1_hi:+.3f}] includes 0 (F1 weighs positives only)")
+        else:
+            notes.append("")
+    return np.array(notes, dtype=object)
+
+
+def p_text(p: float) -> str:
+    """A p-value as people read it: three decimals, "< 0.001" below that (never "0.000")."""
+    return "< 0.001" if 0 <= p < 0.001 else f"{p:.3f}"
 
 
 def _verdicts(b: np.ndarray, c: np.ndarray, p_holm: np.ndarray, alpha: float, min_discordant: int) -> np.ndarray:

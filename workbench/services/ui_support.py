@@ -302,6 +302,7 @@ class UISupportService:
         pred_b = pred_b.reindex(index=y_true.index)
         interval = metrics.bootstrap_delta_f1(y_true[labels], pred_a[labels], pred_b[labels], n_resamples=n_resamples, seed=seed)
         table = cmp["table"].join(interval)
+        table["verdict_note"] = metrics.verdict_notes(table)  # now with the interval beside the test
         table["significant"] = table["verdict"].isin(self.SIGNIFICANT)
         table["changed"] = (table["b"] + table["c"] > 0) | (table["delta_f1"].fillna(0) != 0)
         table["size"] = table["delta_f1"].abs().fillna(table["delta_accuracy"].abs()).fillna(0)
@@ -325,5 +326,5 @@ class UISupportService:
         from workbench.services.freezing import StudyExtractionCache
 
         b = bundle_mod.load_bundle(Path(bundle_path))
-        return scoring.robustness(b, pairs if pairs is not None else ROBUSTNESS_PAIRS, model=model,
+        return scoring.robustness(b, pairs, model=model,  # None: the shipped pairs that fit the bundle's vocabulary
                                   cache=StudyExtractionCache(self), allow_endpoints=list(self.config.allowed_endpoints))

@@ -238,7 +238,8 @@ def _explain_numbers(cmp: dict, counts: dict, run_a: int, run_b: int) -> None:
 
 
 def _compare_table(table, names: dict):
-    """Readable columns, 3 decimals, the verdict next to the label, significant rows shaded."""
+    """Readable columns, 3 decimals (p below 0.001 as "< 0.001"), the verdict and why, significant rows shaded."""
+    from workbench.core.metrics import p_text
     out = pd.DataFrame({
         "label": [names.get(lab, lab) for lab in table.index],
         "verdict": table["verdict"].to_numpy(),
@@ -249,11 +250,12 @@ def _compare_table(table, names: dict):
         "change in accuracy": table["delta_accuracy"].to_numpy(),
         "fixed": table["c"].to_numpy(), "broken": table["b"].to_numpy(),
         "McNemar p": table["p_value"].to_numpy(), "Holm p": table["p_holm"].to_numpy(), "items": table["n"].to_numpy(),
+        "why the verdict": table["verdict_note"].to_numpy(),
     })
     shade = {"better": "background-color: #CCE3F0", "worse": "background-color: #F9DCC4"}
     return (out.style.apply(lambda row: [shade.get(row["verdict"], "")] * len(row), axis=1)
             .format({"change in F1": "{:+.3f}", "change in accuracy": "{:+.3f}", "F1 before": "{:.3f}",
-                     "F1 after": "{:.3f}", "McNemar p": "{:.3f}", "Holm p": "{:.3f}"}, na_rep="n/a"))
+                     "F1 after": "{:.3f}", "McNemar p": p_text, "Holm p": p_text}, na_rep="n/a"))
 
 
 def _cases(cases, run_a: int, run_b: int, names: dict) -> None:
