@@ -55,6 +55,14 @@ AUDIT_ENTITY, AUDIT_KEY = "wb.audit.entity", "wb.audit.key"
 SIGNIN_USER, SIGNIN_PASSWORD = "wb.signin.user", "wb.signin.password"
 SUGGESTION = "wb.suggestion"    # the last "Suggest a revision" result of this session
 OPT_RUN, OPT_REPORT, OPT_COMPARE = "wb.optimise.run", "wb.optimise.report", "wb.optimise.compare"
+KBD_ACK = "wb.kbd.ack"          # keyboard form key -> the last trigger answered: {seq, error}
+ADJ_DRAFT = "wb.adjudicate.draft"       # item -> the decision being composed (kept across reruns)
+ANN_FORM, DIS_FORM, ADJ_FORM = "wb.kbd.annotate", "wb.kbd.disagreements", "wb.kbd.adjudicate"  # component keys
+
+
+def kbd_inbox(form_key: str) -> str:
+    """Where an AppTest queues the events a keyboard form's browser half would send."""
+    return f"wb.kbd.inbox.{form_key}"
 
 
 def widget_key(*parts: Any) -> str:

@@ -1,0 +1,89 @@
+"""Custom components v2 of the reading room: keyboard forms that cannot lose input, and the session cookie.
+
+A Streamlit button per key loses keys pressed 20-60 ms apart (clicks that arrive during a rerun
+replace one another), so the Annotate, Disagreements and Adjudicate forms are one component each
+(form.js): the browser applies every key at once and holds the keys pressed after Enter until the
+server has stored the reading and opened the next item. The server side is here: a trigger is
+applied at most once (by its sequence number) and answered with that number, so a resend is
+harmless and the browser knows what was stored. Inline HTML/CSS/JS, no iframe, nothing fetched.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Callable
+
+import streamlit as st
+
+from workbench.ui import state
+
+HERE = Path(__file__).resolve().parent
+Handler = Callable[[dict], "str | None"]  # a payload -> None when stored, else the message to show
+
+
+@functools.cache
+def _form_component():
+    """The registered keyboard form (registered once per process)."""
+    return st.components.v2.component("workbench_keyboard_form", css=(HERE / "form.css").read_text(encoding="utf-8"),
+                                      js=(HERE / "form.js").read_text(encoding="utf-8"))
+
+
+def form(key: str, data: dict, on_action: Handler, on_draft: Callable[[dict], None] | None = None) -> None:
+    """Mount a keyboard form: on_action runs once per Enter/arrow trigger, on_draft on each debounced draft.
+
+    data: item {id, heading, caption, text | html}, groups [{id, title, kind multi|one, options
+    [{id, label, key, hint}]}], values {group id: list | id}, text {id, label, placeholder} or None,
+    require [{ids, message}], nav {prev, next, skip} or None, save_label, help, context (echoed back).
+    """
+    replayed = st.session_state.pop(state.kbd_inbox(key), None)
+    if replayed:  # AppTest cannot run the browser half: events queued there take the same path, then redraw
+        for kind, payload in replayed:
+            (_apply_action if kind == "action" else _apply_draft)(key, payload, on_action if kind == "action" else on_draft)
+        st.rerun()
+    ack = st.session_state.get(state.KBD_ACK, {}).get(key, {"seq": 0, "error": None})
+    _form_component()(key=key, data={**data, "acked": ack["seq"], "error": ack["error"]}, default={"draft": None},
+                      on_action_change=functools.partial(_on_action, key, on_action),
+                      on_draft_change=functools.partial(_on_draft, key, on_draft), width="stretch")
+
+
+def last_ack(key: str) -> dict:
+    """The last trigger the server answered for this form: {seq, error}."""
+    return st.session_state.get(state.KBD_ACK, {}).get(key, {"seq": 0, "error": None})
+
+
+def _on_action(key: str, handler: Handler) -> None:
+    """Component callback: the trigger of this rerun."""
+    _apply_action(key, (st.session_state.get(key) or {}).get("action"), handler)
+
+
+def _on_draft(key: str, handler) -> None:
+    """Component callback: the draft state changed."""
+    _apply_draft(key, (st.session_state.get(key) or {}).get("draft"), handler)
+
+
+def _apply_action(key: str, payload, handler: Handler) -> None:
+    """Apply a trigger once: a sequence number at or below the last answered one is a resend."""
+    from workbench.errors import WorkbenchError
+
+    if not isinstance(payload, dict) or not isinstance(payload.get("seq"), int):
+        return
+    acks = st.session_state.setdefault(state.KBD_ACK, {})
+    if payload["seq"] <= acks.get(key, {}).get("seq", 0):
+        return
+    try:
+        error = handler(payload)
+    except (WorkbenchError, PermissionError, ValueError, LookupError) as exc:
+        error = f"Not saved: {exc}"
+    acks[key] = {"seq": payload["seq"], "error": error}
+
+
+def _apply_draft(key: str, draft, handler) -> None:
+    """Hand a draft to the page (the browser sends the whole draft each time: the newest wins)."""
+    if handler is not None and isinstance(draft, dict) and isinstance(draft.get("values"), dict):
+        handler(draft)
+
+
+def replay(at, key: str, *events: tuple[str, dict]) -> None:
+    """Queue browser events for the next AppTest run: ("action", payload) or ("draft", draft)."""
+    at.session_state[state.kbd_inbox(key)] = list(events)
