@@ -20,6 +20,7 @@ from workbench.store.tables import (
     PromptDraft, Reader, Reading, Report, Run, User, UserToken,
 )
 from workbench.store.tables import CohortLook, Optimisation, PromptVersionExamples, Proposal, SplitMember
+from workbench.store.tables import WebSession
 
 CHUNK = 5000
 
@@ -667,6 +668,28 @@ def add_user_token(session: Session, user_id: str, digest: str) -> None:
 def delete_user_tokens(session: Session, user_id: str) -> int:
     """Delete a user's tokens; returns how many."""
     return session.execute(delete(UserToken).where(UserToken.user_id == user_id)).rowcount or 0
+
+
+def add_web_session(session: Session, user_id: str, digest: str, expires_at: str) -> None:
+    """Store a browser session's token digest (never the token) with its expiry."""
+    session.add(WebSession(user_id=user_id, token_hash=digest, created_at=now(), expires_at=expires_at))
+
+
+def get_web_session(session: Session, digest: str) -> WebSession | None:
+    """The browser session of a token digest (revoked and expired ones included), or None."""
+    return session.execute(select(WebSession).where(WebSession.token_hash == digest)).scalars().first()
+
+
+def revoke_web_session(session: Session, digest: str) -> int:
+    """Revoke one browser session (sign-out); returns how many were open."""
+    stmt = update(WebSession).where(WebSession.token_hash == digest, WebSession.revoked_at == "").values(revoked_at=now())
+    return session.execute(stmt).rowcount or 0
+
+
+def revoke_web_sessions(session: Session, user_id: str) -> int:
+    """Revoke every open browser session of a user (disable, role change); returns how many."""
+    stmt = update(WebSession).where(WebSession.user_id == user_id, WebSession.revoked_at == "").values(revoked_at=now())
+    return session.execute(stmt).rowcount or 0
 
 
 def get_login_failure(session: Session, user_id: str) -> LoginFailure | None:

@@ -29,6 +29,17 @@ def _form_component():
                                       js=(HERE / "form.js").read_text(encoding="utf-8"))
 
 
+@functools.cache
+def _cookie_component():
+    """The registered cookie setter (no markup: it only writes document.cookie)."""
+    return st.components.v2.component("workbench_session_cookie", js=(HERE / "cookie.js").read_text(encoding="utf-8"))
+
+
+def session_cookie(name: str, value: str | None, max_age_s: int) -> None:
+    """Set (or, with None, clear) the session cookie in the browser; drawn each run, it acts only when it changes."""
+    _cookie_component()(key=f"wb.cookie.{name}", data={"name": name, "value": value, "maxAge": int(max_age_s)})
+
+
 def form(key: str, data: dict, on_action: Handler, on_draft: Callable[[dict], None] | None = None) -> None:
     """Mount a keyboard form: on_action runs once per Enter/arrow trigger, on_draft on each debounced draft.
 

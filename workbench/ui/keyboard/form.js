@@ -147,13 +147,20 @@ function send(f, kind) {
   f.message = null;
   f.api.setTriggerValue("action", payload);
   clearTimeout(f.resendTimer);
+  // Sent again only when the app is idle and has still not answered (e.g. the connection dropped):
+  // a rerun request interrupts a script run that is under way, so resending while the server works
+  // on the first copy would restart that work again and again on a slow machine.
   const resend = () => {
-    if (f.waiting && f.waiting.seq === payload.seq) {
-      f.api.setTriggerValue("action", payload);
-      f.resendTimer = setTimeout(resend, RESEND_MS);
-    }
+    if (!f.waiting || f.waiting.seq !== payload.seq) return;
+    if (appIdle()) f.api.setTriggerValue("action", payload);
+    f.resendTimer = setTimeout(resend, RESEND_MS);
   };
   f.resendTimer = setTimeout(resend, RESEND_MS);
+}
+
+function appIdle() {
+  const app = document.querySelector('[data-testid="stApp"]');
+  return !!app && app.getAttribute("data-test-script-state") === "notRunning";
 }
 
 function adopt(f, data) {
