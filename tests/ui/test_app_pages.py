@@ -174,6 +174,16 @@ def test_local_sign_in_then_reader_pages_only(study):
     assert at.title[0].value == TITLES["home"]  # settings is not a reader's page
     assert "Acting as **reader-a** (reader)" in all_text(at)
     assert at.session_state[state.ACTOR].role == "reader"
+    assert [m.value for m in at.metric if m.label == "Latest run: macro F1"] == ["hidden until you finish reading"]
+    token = at.session_state[state.SESSION_TOKEN]  # the browser session behind the cookie: a reload resumes it
+    assert wb.resume_web_session(token).user == "reader-a"
+    button(at, "Sign out").click().run()
+    assert_clean(at)
+    assert at.title[0].value == "Sign in"
+    from workbench.services import PermissionDenied
+
+    with pytest.raises(PermissionDenied):
+        wb.resume_web_session(token)
 
 
 def test_reader_sees_only_disagreements_of_reports_they_finished(study):
@@ -745,3 +755,62 @@ def test_prompt_field_changes_read_as_text(study):
     old = workbench(study).label_prompt("edema")
     new = old.__class__(**{**old.__dict__, "look_for": old.look_for + ("bat wing",)})
     assert field_changes(diff_label_prompts(old, new)) == ["look for: + bat wing"]
+
+
+# ---------------------------------------------------------------- links that carry state
+
+
+def open_url(study: Path, page: str, params: dict, session: dict | None = None) -> AppTest:
+    """Open a page as a reload or a shared link would: a fresh session with these query parameters."""
+    at = AppTest.from_function(app_script, args=(str(study), page), default_timeout=60)
+    for key, value in (session or {}).items():
+        at.session_state[key] = value
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.run()
+    assert_clean(at)
+    return at
+
+
+def url(at: AppTest) -> dict:
+    """The query parameters the page wrote (one value each)."""
+    return {k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+
+
+def test_annotate_link_returns_to_the_report(study):
+    at = open_url(study, "annotate", {"report": "demo-007", "cohort": "dev"}, {state.NEW_READER: "dr-url"})
+    assert at.session_state[state.ANN_REPORT] == "demo-007"
+    assert form_data(at, state.ANN_FORM)["item"]["id"] == "demo-007"
+    press(at, state.ANN_FORM)
+    assert url(at) == {"cohort": "dev", "report": at.session_state[state.ANN_REPORT]} and url(at)["report"] != "demo-007"
+    unknown = open_url(study, "annotate", {"report": "no-such-report"}, {state.NEW_READER: "dr-url"})
+    assert unknown.session_state[state.ANN_REPORT] != "no-such-report", "a stale link opens the work list as usual"
+
+
+def test_disagreements_link_returns_to_the_case_and_run(study):
+    wb = workbench(study)
+    runs = wb.runs()
+    older = int(runs.iloc[1]["id"])
+    queue = wb.disagreements(older, "edema")
+    case = f"{queue['report_id'].iloc[2]}|edema"
+    at = open_url(study, "disagreements", {"run": str(older), "label": "edema", "case": case})
+    assert at.session_state[state.RUN] == older and at.session_state[state.DIS_LABEL] == "edema"
+    assert form_data(at, state.DIS_FORM)["item"]["id"] == case
+    assert url(at) == {"run": str(older), "label": "edema", "case": case}
+    bad = open_url(study, "disagreements", {"label": "not-a-label", "case": "x"})
+    assert bad.session_state[state.DIS_LABEL] is None
+
+
+def test_adjudicate_link_returns_to_the_item(study):
+    queue = workbench(study).adjudication_worklist("dev")
+    item = f"{queue['report_id'].iloc[3]}|{queue['label'].iloc[3]}"
+    at = open_url(study, "adjudicate", {"item": item, "cohort": "dev"})
+    assert form_data(at, state.ADJ_FORM)["item"]["id"] == item
+    assert url(at) == {"cohort": "dev", "item": item}
+
+
+def test_runs_link_carries_the_comparison(study):
+    ids = workbench(study).runs()["id"].tolist()
+    at = open_url(study, "runs", {"tab": "1", "a": str(ids[0]), "b": str(ids[1])})
+    assert (at.session_state[state.RUN_A], at.session_state[state.RUN_B]) == (ids[0], ids[1])
+    assert url(at)["tab"] == "1" and url(at)["a"] == str(ids[0]) and url(at)["b"] == str(ids[1])

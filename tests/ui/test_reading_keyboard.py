@@ -10,10 +10,12 @@ request to a host other than the app's own.
 from __future__ import annotations
 
 import random
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 
@@ -197,5 +199,65 @@ def test_twenty_adjudications_typed_fast_lose_nothing(browser, burst_server, bur
         history = wb.adjudication_history(report, label)
         assert len(history) == 1 and (int(history["value"].iloc[0]), history["reason"].iloc[0]) == (value, REASONS[reason]), item
     assert len(wb.adjudication_worklist("dev")) == len(queue) - 20
+    watch.check(pg)
+    context.close()
+
+
+DEEP_LINK_PROBE = re.compile(r"^/[a-z_-]+/_stcore/(health|host-config)$")
+
+
+class ReloadWatch(Watch):
+    """As Watch, but a reload on a page's own URL lets Streamlit's frontend probe `/<page>/_stcore/health`
+    (and host-config) before it finds the server at `/`: those 404s, and only those, are expected."""
+
+    def __init__(self, pg, base: str):
+        super().__init__(pg, base)
+        self.failed: list[str] = []
+        pg.on("response", lambda r: self.failed.append(urlparse(r.url).path) if r.status >= 400 else None)
+
+    def check(self, pg) -> None:
+        assert self.hosts <= {self.base_host, "data"}, self.hosts
+        unexpected = [p for p in self.failed if not DEEP_LINK_PROBE.match(p)]
+        assert not unexpected, unexpected
+        errors = [e for e in self.errors if not (self.failed and e.startswith("Failed to load resource") and "404" in e)]
+        assert not errors, errors
+
+
+def step_and_reload(pg, key: str) -> str:
+    """Move the open form by one key, then reload: returns the item that must be open again."""
+    before = pg.evaluate(FORM_STATE)["item"]
+    pg.keyboard.press(key)
+    pg.wait_for_function(f"(b) => {{ const s = ({FORM_STATE})(); return s && s.item !== b && s.state === 'ready'; }}", arg=before)
+    item = pg.evaluate(FORM_STATE)["item"]
+    pg.reload()
+    wait_ready(pg, item)
+    return item
+
+
+def test_reload_keeps_the_user_signed_in_and_on_the_same_item(browser, burst_server):
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    pg = context.new_page()
+    pg.set_default_timeout(TIMEOUT_MS)
+    watch = ReloadWatch(pg, burst_server)
+    sign_in(pg, burst_server, *BOSS)
+    cookies = [c for c in context.cookies() if c["name"].startswith("wb_session_")]
+    assert len(cookies) == 1 and cookies[0]["sameSite"] == "Strict" and cookies[0]["value"].startswith("wbs_")
+    for title, key, param in (("Annotate", "ArrowRight", "report"), ("Disagreements", "ArrowRight", "case"),
+                              ("Adjudicate", "ArrowRight", "item")):
+        open_by_keyboard(pg, title)
+        wait_ready(pg, pg.evaluate(FORM_STATE)["item"])
+        item = step_and_reload(pg, key)
+        assert pg.get_by_role("heading", name=title, exact=True).is_visible(), "the same page after F5"
+        assert urlparse(pg.url).path.endswith("/" + title.lower()) and parse_qs(urlparse(pg.url).query)[param] == [item]
+        # the link opens the same item in another tab of this browser (the session cookie is shared)
+        other = context.new_page()
+        other.goto(pg.url)
+        wait_ready(other, item)
+        other.close()
+    pg.get_by_role("button", name="Sign out", exact=True).click()
+    pg.get_by_label("User", exact=True).wait_for()
+    pg.reload()
+    pg.get_by_label("User", exact=True).wait_for()
+    assert not [c for c in context.cookies() if c["name"].startswith("wb_session_") and c["value"]]
     watch.check(pg)
     context.close()

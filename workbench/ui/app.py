@@ -22,19 +22,21 @@ from workbench.ui.app_pages import (  # noqa: E402
     adjudicate, annotate, audit, disagreements, freeze_score, home, optimise, prompts, runs, settings,
 )
 
-# url path, title, icon, module, the permission a role needs to see the page. Icons are emoji: a
-# ":material/...:" page icon makes the browser fetch the favicon from an outside font server.
+# url path, title, icon, module, the permission a role needs to see the page. Icons are Streamlit's own
+# Material symbols (its bundled font: an emoji renders as an empty box on a workstation without an
+# emoji font). Only the browser tab's page_icon stays an emoji: a ":material/...:" favicon is fetched
+# from an outside font server.
 PAGES = (
-    ("home", "Home", "🏠", home, "read"),
-    ("annotate", "Annotate", "📝", annotate, "annotate"),
-    ("adjudicate", "Adjudicate", "⚖️", adjudicate, "adjudicate"),
-    ("disagreements", "Disagreements", "🔀", disagreements, "note"),
-    ("prompts", "Prompts", "📄", prompts, "see_unblinded"),
-    ("runs", "Runs", "▶️", runs, "see_unblinded"),
-    ("optimise", "Optimise", "🎯", optimise, "see_unblinded"),
-    ("freeze", "Freeze and score", "📦", freeze_score, "see_unblinded"),
-    ("settings", "Settings", "⚙️", settings, "settings"),
-    ("audit", "Audit", "🕘", audit, "adjudicate"),
+    ("home", "Home", ":material/home:", home, "read"),
+    ("annotate", "Annotate", ":material/edit_note:", annotate, "annotate"),
+    ("adjudicate", "Adjudicate", ":material/gavel:", adjudicate, "adjudicate"),
+    ("disagreements", "Disagreements", ":material/compare_arrows:", disagreements, "note"),
+    ("prompts", "Prompts", ":material/description:", prompts, "see_unblinded"),
+    ("runs", "Runs", ":material/play_arrow:", runs, "see_unblinded"),
+    ("optimise", "Optimise", ":material/target:", optimise, "see_unblinded"),
+    ("freeze", "Freeze and score", ":material/inventory_2:", freeze_score, "see_unblinded"),
+    ("settings", "Settings", ":material/settings:", settings, "settings"),
+    ("audit", "Audit", ":material/history:", audit, "adjudicate"),
 )
 
 
@@ -111,7 +113,7 @@ def _resume(base) -> None:
         token = st.context.cookies.get(_cookie_name(base))
     except Exception:  # no browser context (AppTest, bare mode)
         token = None
-    if not token:
+    if not isinstance(token, str) or not token:  # AppTest's context hands out a stand-in object
         return
     try:
         state.set_actor(base.resume_web_session(token))

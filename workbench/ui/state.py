@@ -56,6 +56,7 @@ SUGGESTION = "wb.suggestion"    # the last "Suggest a revision" result of this s
 OPT_RUN, OPT_REPORT, OPT_COMPARE = "wb.optimise.run", "wb.optimise.report", "wb.optimise.compare"
 SESSION_TOKEN = "wb.session.token"    # the browser session's token (auth: local), also in its cookie
 CLEAR_COOKIE = "wb.session.clear"     # the next sign-in form also clears a dead session cookie
+URL_SEEDED = "wb.url.seeded"          # pages whose state this session took from the URL (once each)
 KBD_ACK = "wb.kbd.ack"          # keyboard form key -> the last trigger answered: {seq, error}
 ADJ_DRAFT = "wb.adjudicate.draft"       # item -> the decision being composed (kept across reruns)
 ANN_FORM, DIS_FORM, ADJ_FORM = "wb.kbd.annotate", "wb.kbd.disagreements", "wb.kbd.adjudicate"  # component keys
@@ -226,6 +227,41 @@ def set_actor(value) -> None:
         st.session_state.pop(ACTOR, None)
     else:
         st.session_state[ACTOR] = value
+
+
+# ---------------------------------------------------------------- state in the URL
+
+
+def seed_from_url(page: str, params: dict) -> None:
+    """On a session's first visit of a page (a reload, a bookmark, a shared link), take its state from the
+    URL: params maps a query parameter to (state key, parse); a value parse refuses is ignored."""
+    seen = st.session_state.setdefault(URL_SEEDED, set())
+    if page in seen:
+        return  # afterwards the page writes the URL from its state, never the other way round
+    seen.add(page)
+    for name, (key, parse) in params.items():
+        raw = st.query_params.get(name)
+        if raw is None:
+            continue
+        try:
+            st.session_state[key] = parse(raw)
+        except (TypeError, ValueError, LookupError):
+            pass
+
+
+def to_url(**params) -> None:
+    """Show the page's state in the URL (None leaves a parameter out): a bookmark or a reload returns to it."""
+    wanted = {k: str(v) for k, v in params.items() if v is not None}
+    if dict(st.query_params) != wanted:
+        st.query_params.from_dict(wanted)
+
+
+def pair(text: str, sep: str = "|") -> tuple[str, str]:
+    """'a|b' as ('a', 'b') (a case or item in the URL: report id, then label)."""
+    first, found, second = str(text).partition(sep)
+    if not (found and first and second):
+        raise ValueError(f"expected two parts separated by {sep!r}: {text!r}")
+    return first, second
 
 
 # ---------------------------------------------------------------- background jobs

@@ -26,6 +26,7 @@ def render(wb) -> None:
     st.title("Adjudicate")
     components.help_line("Items the reader vote did not settle: flagged ('the reference is wrong') first, then ties. "
                          "1 / 0 sets the value, Q-U picks a reason, Enter saves and opens the next item.")
+    state.seed_from_url("adjudicate", {"cohort": (state.COHORT, str), "item": (state.ADJ_ITEM, state.pair)})
     with st.sidebar:
         cohort = components.pick_cohort(wb)
     if cohort is None:
@@ -43,6 +44,7 @@ def render(wb) -> None:
         st.session_state[state.ADJ_ITEM] = items[pos]
     pos = items.index(st.session_state[state.ADJ_ITEM])
     st.session_state[state.ADJ_POS] = pos
+    state.to_url(cohort=cohort, item="|".join(items[pos]))
     components.compact_chips()
     left, middle, right = st.columns([2, 3, 3])
     with left:

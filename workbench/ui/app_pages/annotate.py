@@ -24,6 +24,7 @@ def render(wb) -> None:
     components.help_line("Press the key shown on every finding the report describes (unticked = 0). Enter saves "
                          "and opens the next unread report; ← → move; S skips. Ticks are kept as your draft at once. "
                          "Blinded: other readers and the labeller stay hidden.")
+    state.seed_from_url("annotate", {"cohort": (state.COHORT, str), "report": (state.ANN_REPORT, str)})
     reader = _reader(wb)
     with st.sidebar:
         cohort = components.pick_cohort(wb)
@@ -50,6 +51,7 @@ def _annotate(wb, reader: str, cohort: str, work, drafts: set) -> None:
         pending = work.loc[~work["state"].isin(READ), "report_id"]
         st.session_state[state.ANN_REPORT] = pending.iloc[0] if len(pending) else ids[0]
     report_id = st.session_state[state.ANN_REPORT]
+    state.to_url(cohort=cohort, report=report_id)
     pos = ids.index(report_id)
     _progress(wb, reader, cohort, work, pos)
     values, versions = _current(wb, reader, report_id, report_id in drafts)

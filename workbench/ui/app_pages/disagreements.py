@@ -28,6 +28,9 @@ def render(wb) -> None:
                          "row or use ← →; keys 1-9/0 say what went wrong, M/N/U how much it matters, Enter saves and "
                          "opens the next case without a note.")
     names = wb.vocab.names()
+    state.seed_from_url("disagreements", {
+        "run": (state.RUN, int), "label": (state.DIS_LABEL, lambda v: wb.vocab.ids[wb.vocab.ids.index(v)]),
+        "case": (state.DIS_PICK, state.pair), "compare": (state.DIS_COMPARE, lambda v: tuple(map(int, state.pair(v, "-"))))})
     opened = st.session_state.pop(state.CASE, None)  # sent here from the Runs page
     if opened:
         st.session_state[state.RUN], st.session_state[state.DIS_LABEL] = opened[0], opened[2]
@@ -67,6 +70,9 @@ def _page(wb, run_id: int, queue, order_text: str, names: dict) -> None:
         pick = keys[pos]
     pos = keys.index(pick)
     st.session_state[state.DIS_PICK], st.session_state[state.DIS_POS] = pick, pos
+    compare = st.session_state.get(state.DIS_COMPARE)
+    state.to_url(run=run_id, label=st.session_state.get(state.DIS_LABEL), case="|".join(pick),
+                 compare="-".join(map(str, compare)) if compare else None)
     components.compact_chips()
     left, middle, right = st.columns([2, 3, 4])
     with left:

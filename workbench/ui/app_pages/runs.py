@@ -14,6 +14,7 @@ CEILING_NAMES = {"labeller_kappa": "labeller kappa", "readers_fleiss_kappa": "re
                  "mean_reader_accuracy": "mean reader accuracy", "labeller_accuracy": "labeller accuracy",
                  "accuracy_unanimous": "labeller accuracy, unanimous votes", "n_unanimous": "items, unanimous",
                  "accuracy_split": "labeller accuracy, split votes", "n_split": "items, split"}
+TABS = ("Metrics of a run", "Compare two runs", "Iteration history")
 RUN_NAMES = {"id": "run", "prompt_commit": "prompt version", "calls_total": "calls", "calls_made": "calls made",
              "calls_reused": "from cache", "started_at": "started", "created_by": "started by"}
 
@@ -24,6 +25,8 @@ def render(wb) -> None:
     components.help_line("Label a cohort with a prompt version and a model (unchanged calls come from the cache), "
                          "then read per-label accuracy with intervals and compare versions.")
     components.model_notice(wb)
+    state.seed_from_url("runs", {"run": (state.RUN, int), "a": (state.RUN_A, int), "b": (state.RUN_B, int),
+                                 "tab": (state.RUNS_TAB, lambda v: TABS[int(v)])})
     _start(wb)
     runs = state.read(wb, "runs")
     if runs.empty:
@@ -33,11 +36,11 @@ def render(wb) -> None:
         st.dataframe(runs.assign(prompt_commit=runs["prompt_commit"].str[:8], started_at=components.when_column(runs["started_at"]),
                                  labels=runs["labels_json"].str.count(",") + 1)[RUN_COLUMNS].rename(columns=RUN_NAMES),
                      hide_index=True)
-    components.lazy_tabs(state.RUNS_TAB, {
-        "Metrics of a run": lambda: _metrics(wb, runs),
-        "Compare two runs": lambda: _compare(wb, runs),
-        "Iteration history": lambda: _history(wb),
-    })
+    components.lazy_tabs(state.RUNS_TAB, dict(zip(TABS, (lambda: _metrics(wb, runs), lambda: _compare(wb, runs),
+                                                         lambda: _history(wb)))))
+    tab = st.session_state.get(state.RUNS_TAB)
+    state.to_url(tab=TABS.index(tab) if tab in TABS else None, run=st.session_state.get(state.RUN),
+                 a=st.session_state.get(state.RUN_A), b=st.session_state.get(state.RUN_B))
 
 
 def _history(wb) -> None:
