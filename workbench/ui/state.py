@@ -42,6 +42,7 @@ DIS_POS = "wb.dis.pos"          # its place in the filtered queue (kept when the
 DIS_ORDER = "wb.dis.order"      # queue order: errors | broken
 DIS_NOTE = "wb.dis.note"        # the quick note being composed: item, category, significance, wrong
 DIS_COMPARE = "wb.dis.compare"  # (run_a, run_b) when the case was opened from Compare
+DIS_KEPT = "wb.dis.kept"        # filters -> the queue order first shown (kept while noting and flagging)
 DIS_CLICKED = "wb.dis.clicked"  # row clicks handled (keys the queue table so a click is consumed once)
 ANN_CLICKED = "wb.annotate.clicked"
 PROMPT_LABEL = "wb.prompt.label"

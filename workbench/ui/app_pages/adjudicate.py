@@ -46,9 +46,9 @@ def render(wb) -> None:
     st.session_state[state.ADJ_POS] = pos
     state.to_url(cohort=cohort, item="|".join(items[pos]))
     components.compact_chips()
-    left, middle, right = st.columns([2, 3, 3])
+    left, middle, right = st.columns([3, 3, 3])  # the queue's columns (why, votes) fit at 1280 px
     with left:
-        _queue_table(wb, queue)
+        _queue_table(wb, queue, pos)
     with middle:
         components.report_text(state.read(wb, "report_text", items[pos][0])["text"])
     with right, components.shown_errors("reading the votes"):
@@ -56,15 +56,19 @@ def render(wb) -> None:
         _votes(wb, *items[pos])
 
 
-def _queue_table(wb, queue) -> None:
-    """The queue; clicking a row opens the item."""
+def _queue_table(wb, queue, pos: int) -> None:
+    """The queue (the open item marked →); clicking a row opens the item."""
     names = wb.vocab.names()
-    table = queue.assign(label=queue["label"].map(names), item=range(1, len(queue) + 1),
+    table = queue.assign(label=queue["label"].map(names), item=[f"→ {i}" if i == pos + 1 else str(i) for i in range(1, len(queue) + 1)],
                          votes=queue["positives"].astype(str) + " of " + queue["n_readers"].astype(str))
     clicks = st.session_state.get(state.ADJ_CLICKED, 0)
     event = st.dataframe(table[["item", "report_id", "label", "why", "votes"]], hide_index=True, height=520,
                          on_select="rerun", selection_mode="single-row", key=state.widget_key("adj-queue", clicks),
-                         column_config={"item": "#", "report_id": "report"})
+                         column_config={"item": st.column_config.TextColumn("#", width=44, help="→ marks the open item"),
+                                        "report_id": st.column_config.TextColumn("report", width=72),
+                                        "label": st.column_config.TextColumn("label", width=140),
+                                        "why": st.column_config.TextColumn("why", width=80),
+                                        "votes": st.column_config.TextColumn("votes", width=56)})
     rows = event.selection.rows if event else []
     if rows:
         st.session_state[state.ADJ_CLICKED] = clicks + 1

@@ -48,10 +48,13 @@ def render(wb) -> None:
         category = st.selectbox("Error category", wb.config.error_categories, index=None, key=state.DIS_CATEGORY,
                                 placeholder="any (or none yet)")
         order = st.radio("Order", list(ORDERS), format_func=ORDERS.get, key=state.DIS_ORDER)
+        st.button("Re-sort the queue", key=state.widget_key("dis-resort"), help="The queue keeps its order while you "
+                  "note and flag cases; this sorts it again by the counts as they are now.",
+                  on_click=lambda: st.session_state.pop(state.DIS_KEPT, None))
     with components.shown_errors("reading the queue"):
         # the queue behind the notes is kept across note saves; its note counts are read fresh
         base, order_text = state.read_stable(wb, "disagreement_queue", run_id, label, kind, None, order=order)
-        queue = wb.with_fresh_notes(base, category)
+        queue = _kept_order(wb.with_fresh_notes(base, category), (run_id, label, kind, category, order))
         _page(wb, run_id, queue, order_text, names)
     suggestions.panel(wb, label, run_id)
 
@@ -74,7 +77,7 @@ def _page(wb, run_id: int, queue, order_text: str, names: dict) -> None:
     state.to_url(run=run_id, label=st.session_state.get(state.DIS_LABEL), case="|".join(pick),
                  compare="-".join(map(str, compare)) if compare else None)
     components.compact_chips()
-    left, middle, right = st.columns([2, 3, 4])
+    left, middle, right = st.columns([3, 3, 4])  # the queue's five columns fit at 1280 px
     with left:
         _queue_table(queue, names, pos)
     with components.shown_errors("opening the case"):
@@ -91,6 +94,20 @@ def _page(wb, run_id: int, queue, order_text: str, names: dict) -> None:
                 st.text(message["content"])
         _example_form(wb, run_id, *pick)
     _warm_next(wb, run_id, queue, pos)
+
+
+def _kept_order(queue, ident: tuple):
+    """The queue in the order it had when this session first showed it: a flag changes the counts it is sorted
+    by, and a queue that re-sorts under the reader loses their place ("Case 1 of 17" became "Case 4 of 16")."""
+    kept = st.session_state.setdefault(state.DIS_KEPT, {})
+    keys = list(zip(queue["report_id"], queue["label"]))
+    if ident not in kept:
+        kept.clear()  # one queue at a time: other filters start afresh
+        kept[ident] = keys
+        return queue
+    rank = {k: i for i, k in enumerate(kept[ident])}
+    order = sorted(range(len(keys)), key=lambda i: (rank.get(keys[i], len(rank)), i))  # new cases at the end
+    return queue.iloc[order].reset_index(drop=True)
 
 
 def _warm_next(wb, run_id: int, queue, pos: int) -> None:
@@ -112,11 +129,15 @@ def _queue_table(queue, names: dict, pos: int) -> None:
     start, end = components.window(len(queue), pos)
     part = queue.iloc[start:end]
     table = part.assign(label=part["label"].map(names), note=part["notes"].map(lambda n: "✓" if n else ""),
-                        case=range(start + 1, end + 1))
+                        case=[f"→ {i}" if i == pos + 1 else str(i) for i in range(start + 1, end + 1)])
     clicks = st.session_state.get(state.DIS_CLICKED, 0)  # a new key after each click clears the old selection
     event = st.dataframe(table[["case", "report_id", "label", "type", "note"]], hide_index=True, height=560,
                          on_select="rerun", selection_mode="single-row", key=state.widget_key("dis-queue", clicks),
-                         column_config={"report_id": "report", "case": "#", "type": "type", "note": "note"})
+                         column_config={"report_id": st.column_config.TextColumn("report", width=72),
+                                        "case": st.column_config.TextColumn("#", width=44, help="→ marks the open case"),
+                                        "label": st.column_config.TextColumn("label", width=150),
+                                        "type": st.column_config.TextColumn("type", width=40),
+                                        "note": st.column_config.TextColumn("note", width=36)})
     if end - start < len(queue):
         st.caption(f"Cases {start + 1}-{end} of {len(queue)} around the open one; ← → or the filters reach the rest.")
     rows = event.selection.rows if event else []
