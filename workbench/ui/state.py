@@ -58,7 +58,7 @@ OPT_RUN, OPT_REPORT, OPT_COMPARE = "wb.optimise.run", "wb.optimise.report", "wb.
 SESSION_TOKEN = "wb.session.token"    # the browser session's token (auth: local), also in its cookie
 CLEAR_COOKIE = "wb.session.clear"     # the next sign-in form also clears a dead session cookie
 URL_SEEDED = "wb.url.seeded"          # pages whose state this session took from the URL (once each)
-KBD_ACK = "wb.kbd.ack"          # keyboard form key -> the last trigger answered: {seq, error}
+KBD_PAGE = "wb.kbd.page"        # the browser page's random id (keyboard forms answer triggers per page)
 ADJ_DRAFT = "wb.adjudicate.draft"       # item -> the decision being composed (kept across reruns)
 ANN_FORM, DIS_FORM, ADJ_FORM = "wb.kbd.annotate", "wb.kbd.disagreements", "wb.kbd.adjudicate"  # component keys
 

@@ -11,6 +11,8 @@ harmless and the browser knows what was stored. Inline HTML/CSS/JS, no iframe, n
 from __future__ import annotations
 
 import functools
+import secrets
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -52,15 +54,10 @@ def form(key: str, data: dict, on_action: Handler, on_draft: Callable[[dict], No
         for kind, payload in replayed:
             (_apply_action if kind == "action" else _apply_draft)(key, payload, on_action if kind == "action" else on_draft)
         st.rerun()
-    ack = st.session_state.get(state.KBD_ACK, {}).get(key, {"seq": 0, "error": None})
+    ack = ANSWERS.get(_ident(key, None))
     _form_component()(key=key, data={**data, "acked": ack["seq"], "error": ack["error"]}, default={"draft": None},
                       on_action_change=functools.partial(_on_action, key, on_action),
                       on_draft_change=functools.partial(_on_draft, key, on_draft), width="stretch")
-
-
-def last_ack(key: str) -> dict:
-    """The last trigger the server answered for this form: {seq, error}."""
-    return st.session_state.get(state.KBD_ACK, {}).get(key, {"seq": 0, "error": None})
 
 
 def _on_action(key: str, handler: Handler) -> None:
@@ -73,24 +70,73 @@ def _on_draft(key: str, handler) -> None:
     _apply_draft(key, (st.session_state.get(key) or {}).get("draft"), handler)
 
 
+class _Answers:
+    """The triggers applied, per browser page and form: {seq, error} (process-wide, bounded).
+
+    Kept outside session state and guarded by a lock: under load Streamlit may start a new script
+    thread (or a new session, after a reconnect) while the old one still runs a callback, and the
+    browser resends an unanswered trigger; without this the same Enter was applied twice."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self.answers: dict = {}
+        self.locks: dict = {}
+        self.lock = threading.Lock()
+
+    def lock_for(self, ident: tuple) -> threading.Lock:
+        """The lock that serialises one page's form."""
+        with self.lock:
+            return self.locks.setdefault(ident, threading.Lock())
+
+    def get(self, ident: tuple) -> dict:
+        """The last answer for one page's form."""
+        with self.lock:
+            return self.answers.get(ident, {"seq": 0, "error": None})
+
+    def put(self, ident: tuple, answer: dict) -> None:
+        """Record an answer (the oldest pages are forgotten first)."""
+        with self.lock:
+            self.answers.pop(ident, None)
+            self.answers[ident] = answer
+            while len(self.answers) > self.size:
+                old = next(iter(self.answers))
+                self.answers.pop(old)
+                self.locks.pop(old, None)
+
+
+ANSWERS = _Answers()
+
+
+def _ident(key: str, page) -> tuple:
+    """A form on one browser page (the page's random id, sent with every event)."""
+    if not page:  # until the page's first event names it (and in AppTest, which sends none): this session's own id
+        page = st.session_state.setdefault(state.KBD_PAGE, "session-" + secrets.token_hex(8))
+    return (str(page), key)
+
+
 def _apply_action(key: str, payload, handler: Handler) -> None:
     """Apply a trigger once: a sequence number at or below the last answered one is a resend."""
     from workbench.errors import WorkbenchError
 
     if not isinstance(payload, dict) or not isinstance(payload.get("seq"), int):
         return
-    acks = st.session_state.setdefault(state.KBD_ACK, {})
-    if payload["seq"] <= acks.get(key, {}).get("seq", 0):
-        return
-    try:
-        error = handler(payload)
-    except (WorkbenchError, PermissionError, ValueError, LookupError) as exc:
-        error = f"Not saved: {exc}"
-    acks[key] = {"seq": payload["seq"], "error": error}
+    if payload.get("page"):
+        st.session_state[state.KBD_PAGE] = str(payload["page"])
+    ident = _ident(key, payload.get("page"))
+    with ANSWERS.lock_for(ident):
+        if payload["seq"] <= ANSWERS.get(ident)["seq"]:
+            return
+        try:
+            error = handler(payload)
+        except (WorkbenchError, PermissionError, ValueError, LookupError) as exc:
+            error = f"Not saved: {exc}"
+        ANSWERS.put(ident, {"seq": payload["seq"], "error": error})
 
 
 def _apply_draft(key: str, draft, handler) -> None:
     """Hand a draft to the page (the browser sends the whole draft each time: the newest wins)."""
+    if isinstance(draft, dict) and draft.get("page"):
+        st.session_state[state.KBD_PAGE] = str(draft["page"])
     if handler is not None and isinstance(draft, dict) and isinstance(draft.get("values"), dict):
         handler(draft)
 

@@ -14,6 +14,9 @@
 const forms = new Map();          // component key -> form state
 let lastSeq = 0;                  // one counter for every form of the page: a sequence number is never reused
 let listening = false;
+// this page's id: the server answers triggers per page, so a resend reaching a new server session
+// (after a reconnect) is still recognised as already applied
+const PAGE = Math.random().toString(36).slice(2) + Date.now().toString(36);
 const DRAFT_DELAY_MS = 250;       // the draft is sent this long after the last key (fewer reruns while typing)
 const RESEND_MS = 4000;           // an unanswered trigger is sent again (same seq: the server applies it once)
 
@@ -135,14 +138,14 @@ function sendDraft(f) {
   f.draftTimer = null;
   if (!f.item) return;
   f.draftSeq += 1;
-  f.api.setStateValue("draft", { item: f.item.id, values: snapshot(f), n: f.draftSeq });
+  f.api.setStateValue("draft", { item: f.item.id, values: snapshot(f), n: f.draftSeq, page: PAGE });
 }
 
 function send(f, kind) {
   clearTimeout(f.draftTimer);
   f.draftTimer = null;
   lastSeq += 1;
-  const payload = { seq: lastSeq, kind, item: f.item.id, values: snapshot(f), context: f.data.context || null };
+  const payload = { seq: lastSeq, kind, item: f.item.id, values: snapshot(f), context: f.data.context || null, page: PAGE };
   f.waiting = { seq: lastSeq, payload, sentAt: performance.now() };
   f.message = null;
   f.api.setTriggerValue("action", payload);
