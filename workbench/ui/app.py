@@ -175,7 +175,7 @@ def _runner(module, wb):
 def main(study: str | None = None, start: str | None = None) -> None:
     """Build the navigation for the signed-in role and run the chosen page."""
     from workbench.services import PERMISSIONS
-    from workbench.study import StudyError, resolve_study_path
+    from workbench.study import StudyError, load_config, resolve_study_path
 
     st.set_page_config(page_title="Workbench", page_icon="🩻", layout="wide")
     try:
@@ -183,6 +183,8 @@ def main(study: str | None = None, start: str | None = None) -> None:
     except StudyError as exc:
         st.error(components.md(f"Cannot open the study: {exc}"))
         st.stop()
+    if state.actor() is None and load_config(base.root).auth == "local":
+        _resume(base)  # a reload with a valid session cookie: the URL's own page opens (not made the default page)
     if state.actor() is None and base.config.auth != "none":
         start = start or _requested_page()  # a deep link (e.g. /annotate) survives the sign-in form
         st.session_state.setdefault(state.START_PAGE, start)

@@ -183,7 +183,7 @@ def _compare(wb, runs) -> None:
         if len(shown):
             st.plotly_chart(charts.delta_chart(shown, names), key="runs-compare")
         st.caption("Left out: " + "; ".join(f"{k}: {v}" for k, v in cmp["excluded"].items()))
-        _cases(cmp["cases"], run_a, run_b, names)
+        _cases(cmp["cases"], run_a, run_b, names, set(wb.vocab.derived_ids))
 
 
 def _explain_numbers(cmp: dict, counts: dict, run_a: int, run_b: int) -> None:
@@ -217,10 +217,14 @@ def _compare_table(table, names: dict):
                      "F1 after": "{:.3f}", "McNemar p": "{:.3f}", "Holm p": "{:.3f}"}, na_rep="n/a"))
 
 
-def _cases(cases, run_a: int, run_b: int, names: dict) -> None:
+def _cases(cases, run_a: int, run_b: int, names: dict, derived: set = frozenset()) -> None:
     """Fixed and broken cases; one click opens one in the Disagreements page."""
     st.markdown(f"**{int((cases['change'] == 'fixed').sum())} fixed, {int((cases['change'] == 'broken').sum())} broken**"
                 " · click a row to open the case with both runs' answers and the prompt change")
+    if derived and cases["label"].isin(derived).any():  # a derived label has no prompt and no queue of its own
+        st.caption(components.md(", ".join(names.get(d, d) for d in sorted(derived))) + " is derived from the asked "
+                   "labels (1 exactly when they are all 0): its changes are not listed here; open the asked label that changed.")
+        cases = cases[~cases["label"].isin(derived)].reset_index(drop=True)
     if cases.empty:
         return
     shown = cases.assign(label=cases["label"].map(names)).rename(columns={

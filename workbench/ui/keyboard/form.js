@@ -296,6 +296,9 @@ export default function (component) {
     f = { queue: [], waiting: null, values: {}, item: null, draftSeq: 0, message: null, notice: null, mountedAt: 0 };
     forms.set(key, f);
   }
+  // a stale copy of the form (Streamlit may keep the old element while it mounts a moved one) draws older
+  // data: never go back to it, or the next Enter would save the previous item again
+  if ((data.acked || 0) < (f.acked || 0)) return;
   f.api = { setStateValue, setTriggerValue };
   f.root = parentElement;
   f.mountedAt = performance.now();
@@ -304,6 +307,7 @@ export default function (component) {
     window.addEventListener("keydown", onKeyDown, true);
     listening = true;
   }
+  f.acked = data.acked || 0;
   const answered = f.waiting && (data.acked || 0) >= f.waiting.seq;
   if (answered) {
     clearTimeout(f.resendTimer);
