@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from workbench.ui import state
+from workbench.ui import keyboard, state
 
 PAGES = ["home", "annotate", "adjudicate", "disagreements", "prompts", "runs", "freeze", "settings", "audit"]
 TITLES = {"home": "Study: demo", "annotate": "Annotate", "adjudicate": "Adjudicate", "disagreements": "Disagreements",
@@ -62,6 +62,37 @@ def button(at: AppTest, label: str):
     found = [b for b in list(at.button) if b.label == label]
     assert found, f"no button {label!r}; buttons: {[b.label for b in at.button]}"
     return found[0]
+
+
+def form_data(at: AppTest, form_key: str) -> dict:
+    """What the page sent to a keyboard form (what its browser half shows)."""
+    import json
+
+    for element in at.get("bidi_component"):
+        if element.proto.id.endswith(form_key):
+            return json.loads(element.proto.json)
+    raise AssertionError(f"no keyboard form {form_key} on the page")
+
+
+def press(at: AppTest, form_key: str, kind: str = "save", **values) -> AppTest:
+    """Send a keyboard form's trigger as its browser half does: Enter (save) or an arrow (prev/next/skip),
+    with the values on screen (the shown ones, changed by `values`)."""
+    data = form_data(at, form_key)
+    payload = {"seq": data["acked"] + 1, "kind": kind, "item": data["item"]["id"],
+               "values": {**data["values"], **values}, "context": data.get("context")}
+    keyboard.replay(at, form_key, ("action", payload))
+    at.run()
+    assert_clean(at)
+    return at
+
+
+def draft(at: AppTest, form_key: str, **values) -> AppTest:
+    """Send a keyboard form's debounced draft (the values on screen after some keys)."""
+    data = form_data(at, form_key)
+    keyboard.replay(at, form_key, ("draft", {"item": data["item"]["id"], "values": {**data["values"], **values}, "n": 1}))
+    at.run()
+    assert_clean(at)
+    return at
 
 
 def wait_for_job(at: AppTest, name: str, timeout: float = 120) -> None:
@@ -143,6 +174,16 @@ def test_local_sign_in_then_reader_pages_only(study):
     assert at.title[0].value == TITLES["home"]  # settings is not a reader's page
     assert "Acting as **reader-a** (reader)" in all_text(at)
     assert at.session_state[state.ACTOR].role == "reader"
+    assert [m.value for m in at.metric if m.label == "Latest run: macro F1"] == ["hidden until you finish reading"]
+    token = at.session_state[state.SESSION_TOKEN]  # the browser session behind the cookie: a reload resumes it
+    assert wb.resume_web_session(token).user == "reader-a"
+    button(at, "Sign out").click().run()
+    assert_clean(at)
+    assert at.title[0].value == "Sign in"
+    from workbench.services import PermissionDenied
+
+    with pytest.raises(PermissionDenied):
+        wb.resume_web_session(token)
 
 
 def test_reader_sees_only_disagreements_of_reports_they_finished(study):
@@ -158,11 +199,6 @@ def test_reader_sees_only_disagreements_of_reports_they_finished(study):
 # ---------------------------------------------------------------- annotate
 
 
-def _tick(at: AppTest, label: str):
-    """Press a label's toggle button."""
-    return at.button(key=state.widget_key("tick", label)).click().run()
-
-
 def test_annotate_saves_a_reading_and_moves_on(study):
     at = open_page(study, "annotate")
     at.text_input(key=state.NEW_READER).input("dr-new").run()
@@ -171,55 +207,83 @@ def test_annotate_saves_a_reading_and_moves_on(study):
     assert not at.dataframe or "reader" not in str(at.dataframe[0].value.columns), "blinding: nobody else's readings"
     assert "reader-a" not in all_text(at)
     assert "0 of 180 read" in all_text(at) or any("0 of 180 read" in str(p.proto.text) for p in at.get("progress"))
-    _tick(at, "pleural_effusion")
-    assert_clean(at)
+    assert form_data(at, state.ANN_FORM)["item"]["id"] == report
+    draft(at, state.ANN_FORM, labels=["pleural_effusion"])
     wb = workbench(study)
     assert wb.reading_draft("dr-new", report) == {**{lab: 0 for lab in wb.vocab.asked_ids}, "pleural_effusion": 1}
-    assert at.button(key=state.widget_key("tick", "pleural_effusion")).label.startswith("☑")
-    button(at, "Save and next").click().run()
-    assert_clean(at)
+    assert form_data(at, state.ANN_FORM)["values"] == {"labels": ["pleural_effusion"]}
+    press(at, state.ANN_FORM, labels=["pleural_effusion"])
     mine = wb.my_readings("dr-new", report)
     assert len(mine) == 20
     assert dict(zip(mine["label"], mine["value"]))["pleural_effusion"] == 1
     assert int(mine["value"].sum()) == 1
     assert wb.reading_draft("dr-new", report) is None, "the draft is dropped once saved"
     assert at.toast and "Saved" in at.toast[0].value
-    assert at.session_state[state.ANN_REPORT] != report
+    shown = form_data(at, state.ANN_FORM)
+    assert at.session_state[state.ANN_REPORT] != report and shown["item"]["id"] == at.session_state[state.ANN_REPORT]
+    assert shown["acked"] == 1 and shown["error"] is None, "the browser learns that its Enter was stored"
+
+
+def test_annotate_a_resent_trigger_is_applied_once(study):
+    at = open_page(study, "annotate")
+    at.text_input(key=state.NEW_READER).input("dr-twice").run()
+    first = form_data(at, state.ANN_FORM)["item"]["id"]
+    payload = {"seq": 1, "kind": "save", "item": first, "values": {"labels": ["edema"]}, "context": {"versions": {}}}
+    keyboard.replay(at, state.ANN_FORM, ("action", payload))
+    at.run()
+    second = at.session_state[state.ANN_REPORT]
+    keyboard.replay(at, state.ANN_FORM, ("action", {**payload, "values": {"labels": []}}))  # the same seq again
+    at.run()
+    assert_clean(at)
+    assert at.session_state[state.ANN_REPORT] == second, "a resend does not move on again"
+    assert workbench(study).my_readings("dr-twice", first).set_index("label")["value"].to_dict()["edema"] == 1
+
+
+def test_annotate_saves_the_report_the_trigger_names_not_the_open_one(study):
+    at = open_page(study, "annotate")
+    at.text_input(key=state.NEW_READER).input("dr-name").run()
+    ids = workbench(study).work_list("dr-name", "dev")["report_id"].tolist()
+    at.session_state[state.ANN_REPORT] = ids[5]  # the server moved on (another tab, a row click) ...
+    at.run()
+    payload = {"seq": 1, "kind": "save", "item": ids[0], "values": {"labels": ["fracture"]}, "context": {"versions": {}}}
+    keyboard.replay(at, state.ANN_FORM, ("action", payload))  # ... but the browser's Enter was for the first report
+    at.run()
+    wb = workbench(study)
+    assert wb.my_readings("dr-name", ids[0]).set_index("label")["value"].to_dict()["fracture"] == 1
+    assert len(wb.my_readings("dr-name", ids[5])) == 0
 
 
 def test_annotate_every_label_has_a_visible_key_and_navigation_keys(study):
     at = open_page(study, "annotate")
     at.text_input(key=state.NEW_READER).input("dr-keys").run()
     wb = workbench(study)
-    keys = [at.button(key=state.widget_key("tick", lab)).proto.shortcut for lab in wb.vocab.asked_ids]
+    data = form_data(at, state.ANN_FORM)
+    options = data["groups"][0]["options"]
+    keys = [o["key"] for o in options]
+    assert [o["id"] for o in options] == wb.vocab.asked_ids
     assert all(keys) and len(set(keys)) == len(keys), keys
-    assert not {"c", "r", "s", "enter", "left", "right"} & set(keys)
-    assert button(at, "Save and next").proto.shortcut == "enter"
-    assert button(at, "Back").proto.shortcut == "left" and button(at, "Next").proto.shortcut == "right"
+    assert not {"c", "r", "s"} & set(keys)
+    assert all(o["hint"] for o in options), "every chip carries its label's definition"
+    assert data["nav"] == {"prev": False, "next": True, "skip": True}
 
 
 def test_annotate_ticks_survive_navigation_and_reload(study):
     at = open_page(study, "annotate")
     at.text_input(key=state.NEW_READER).input("dr-draft").run()
     report = at.session_state[state.ANN_REPORT]
-    _tick(at, "edema")
-    _tick(at, "cardiomegaly")
-    button(at, "Next").click().run()
-    assert_clean(at)
+    press(at, state.ANN_FORM, "next", labels=["cardiomegaly", "edema"])  # → keeps the ticks on screen as the draft
     assert at.session_state[state.ANN_REPORT] != report
     assert "1 drafts" in all_text(at) or any("1 drafts" in str(p.proto.text) for p in at.get("progress"))
-    button(at, "Back").click().run()
+    press(at, state.ANN_FORM, "prev")
     assert at.session_state[state.ANN_REPORT] == report
-    assert at.button(key=state.widget_key("tick", "edema")).label.startswith("☑")
-    assert at.button(key=state.widget_key("tick", "cardiomegaly")).label.startswith("☑")
-    assert at.button(key=state.widget_key("tick", "fracture")).label.startswith("☐")
+    assert form_data(at, state.ANN_FORM)["values"] == {"labels": ["cardiomegaly", "edema"]}
     # a new session (reload, lost connection): the draft is still there, nothing was saved as a reading
     again = open_page(study, "annotate", {state.NEW_READER: "dr-draft"})
     assert again.session_state[state.ANN_REPORT] == report
-    assert again.button(key=state.widget_key("tick", "edema")).label.startswith("☑")
+    assert form_data(again, state.ANN_FORM)["values"] == {"labels": ["cardiomegaly", "edema"]}
     assert len(workbench(study).my_readings("dr-draft", report)) == 0
     table = [d.value for d in again.dataframe if "state" in d.value.columns][0]
-    assert set(table["state"]) == {"✎ draft (not saved)", "○ unread"}
+    assert set(table["state"]) == {"draft (not saved)", "unread"}
 
 
 def test_annotate_conflict_is_refused_with_a_clear_message(study):
@@ -228,11 +292,12 @@ def test_annotate_conflict_is_refused_with_a_clear_message(study):
     report = at.session_state[state.ANN_REPORT]
     wb = workbench(study)
     before = wb.my_readings("reader-a", report).set_index("label")["value"].to_dict()
-    _tick(at, "fracture")
+    shown = [lab for lab in form_data(at, state.ANN_FORM)["values"]["labels"]]
+    ticks = sorted(set(shown) ^ {"fracture"})
     wb.record_reading("reader-a", report, {"edema": 1 - before["edema"]})  # someone else saves first
-    button(at, "Save and next").click().run()
-    assert_clean(at)
-    assert at.error and "save again" in at.error[0].value.lower()
+    press(at, state.ANN_FORM, labels=ticks)
+    data = form_data(at, state.ANN_FORM)
+    assert data["error"] and "press enter again" in data["error"].lower() and data["item"]["id"] == report
     after = wb.my_readings("reader-a", report).set_index("label")["value"].to_dict()
     assert after["fracture"] == before["fracture"], "nothing of the refused save was written"
     assert wb.reading_draft("reader-a", report)["fracture"] == 1 - before["fracture"], "the ticks are kept as a draft"
@@ -274,39 +339,28 @@ def test_adjudicate_by_keys_flagged_first_then_next(study):
     queue = wb.adjudication_worklist("dev")
     assert list(queue["why"].iloc[:2]) == ["flagged: the reference may be wrong", "tie"]
     assert queue.iloc[1]["report_id"] == tie["report_id"]
-    assert at.button(key=state.widget_key("adj-value", 1)).proto.shortcut == "1"
-    assert at.button(key=state.widget_key("adj-reason", 0)).proto.shortcut == "q"
-    assert at.button(key=state.widget_key("adj-save")).proto.shortcut == "enter"
-    at.button(key=state.widget_key("adj-save")).click().run()
-    assert at.error and "Choose the value" in at.error[0].value
-    at.button(key=state.widget_key("adj-value", 0)).click().run()
-    at.button(key=state.widget_key("adj-reason", 2)).click().run()
-    at.button(key=state.widget_key("adj-save")).click().run()
-    assert_clean(at)
+    data = form_data(at, state.ADJ_FORM)
+    assert [o["key"] for o in data["groups"][0]["options"]] == ["1", "0"]
+    assert data["groups"][1]["options"][0]["key"] == "q"
+    press(at, state.ADJ_FORM, value=None)
+    assert "choose the value" in form_data(at, state.ADJ_FORM)["error"].lower(), "a value is needed (the browser checks it too)"
+    press(at, state.ADJ_FORM, value="0", reason="Hedged wording: absent per study policy")
     history = wb.adjudication_history(decided["report_id"], decided["label"])
     assert len(history) == 1 and int(history["value"].iloc[0]) == 0
     assert history["reason"].iloc[0] == "Hedged wording: absent per study policy"
     assert at.session_state[state.ADJ_ITEM] == (tie["report_id"], tie["label"]), "the next item, not the top"
+    assert form_data(at, state.ADJ_FORM)["item"]["id"] == f"{tie['report_id']}|{tie['label']}"
     # free text only is enough; preset plus text are joined
-    at.button(key=state.widget_key("adj-value", 1)).click().run()
-    at.text_area(key=state.widget_key("adj-text", tie["report_id"], tie["label"])).input("clear on re-reading")
-    at.button(key=state.widget_key("adj-save")).click().run()
-    assert_clean(at)
+    press(at, state.ADJ_FORM, value="1", text="clear on re-reading")
     assert wb.adjudication_history(tie["report_id"], tie["label"])["reason"].iloc[0] == "clear on re-reading"
 
 
 # ---------------------------------------------------------------- disagreements
 
 
-def _note(at: AppTest, category_index: int, significance: str, wrong: bool = False) -> AppTest:
-    """Compose a quick note by its buttons (as the keys do) and save it."""
-    at.button(key=state.widget_key("dis-cat", category_index)).click().run()
-    at.button(key=state.widget_key("dis-sig", significance)).click().run()
-    if wrong:
-        at.button(key=state.widget_key("dis-wrong")).click().run()
-    at.button(key=state.widget_key("dis-save")).click().run()
-    assert_clean(at)
-    return at
+def _note(at: AppTest, category: str, significance: str, text: str = "") -> AppTest:
+    """Save a quick note as the keyboard form sends it."""
+    return press(at, state.DIS_FORM, category=category, significance=significance, text=text)
 
 
 def test_disagreements_note_moves_to_the_next_case_without_a_note(study):
@@ -319,8 +373,8 @@ def test_disagreements_note_moves_to_the_next_case_without_a_note(study):
     assert (report, label) == (queue["report_id"].iloc[0], queue["label"].iloc[0])
     assert at.html, "the report with the labeller's evidence highlighted"
     assert f"1 of {len(queue)} with a note" in all_text(at)
-    at.text_area(key=state.widget_key("dis-text", report, label)).input("missed the collapse wording")
-    _note(at, 0, "does not change management")
+    assert form_data(at, state.DIS_FORM)["item"]["id"] == f"{report}|{label}"
+    _note(at, "negation missed", "does not change management", "missed the collapse wording")
     notes = wb.notes(label, report)
     assert len(notes) == 1 and notes["category"].iloc[0] == "negation missed"
     assert notes["text"].iloc[0] == "missed the collapse wording"
@@ -331,22 +385,23 @@ def test_disagreements_note_moves_to_the_next_case_without_a_note(study):
 def test_disagreements_keys_are_shown_on_the_buttons(study):
     at = open_page(study, "disagreements")
     wb = workbench(study)
-    keys = [at.button(key=state.widget_key("dis-cat", i)).proto.shortcut for i in range(len(wb.config.error_categories))]
-    assert keys[:10] == list("1234567890") and len(set(filter(None, keys))) == len(list(filter(None, keys)))
-    assert at.button(key=state.widget_key("dis-sig", "changes management")).proto.shortcut == "m"
-    assert at.button(key=state.widget_key("dis-save")).proto.shortcut == "enter"
-    assert at.button(key=state.widget_key("dis-next")).proto.shortcut == "right"
+    data = form_data(at, state.DIS_FORM)
+    assert [o["key"] for o in data["groups"][0]["options"]] == list("1234567890")
+    assert [o["key"] for o in data["groups"][1]["options"]] == ["m", "n", "u"]
+    assert data["nav"] == {"prev": False, "next": True}
+    assert [o["id"] for o in data["groups"][0]["options"]] == wb.config.error_categories
+    assert "adjudication" in data["groups"][0]["options"][8]["label"], "the category is the flag: one control"
 
 
 def test_disagreements_reference_wrong_keeps_the_position(study):
     at = open_page(study, "disagreements")
-    at.button(key=state.widget_key("dis-next")).click().run()
-    at.button(key=state.widget_key("dis-next")).click().run()
+    press(at, state.DIS_FORM, "next")
+    press(at, state.DIS_FORM, "next")
     report, label = at.session_state[state.DIS_PICK]
     assert at.session_state[state.DIS_POS] == 2
     wb = workbench(study)
     queue = wb.disagreements(int(wb.runs().iloc[0]["id"]))
-    _note(at, 8, "changes management", wrong=True)
+    _note(at, "reference label wrong", "changes management")
     assert wb.notes(label, report)["reference_wrong"].iloc[0]
     assert (report, label) not in set(zip(*(wb.disagreements(int(wb.runs().iloc[0]["id"]))[c] for c in ("report_id", "label"))))
     assert at.session_state[state.DIS_PICK] == (queue["report_id"].iloc[3], queue["label"].iloc[3]), "not back to the top"
@@ -605,8 +660,7 @@ def test_report_with_html_and_markdown_is_shown_verbatim(study, tmp_path):
     at = open_page(study, "annotate", {state.COHORT: "evil"})
     at.text_input(key=state.NEW_READER).input("dr-x").run()
     assert_clean(at)
-    texts = [t.value for t in at.text]
-    assert any(EVIL in t for t in texts), texts
+    assert EVIL in form_data(at, state.ANN_FORM)["item"]["text"], "the form shows it as text (textContent)"
     assert not any("<script>" in m.value or "**bold**" in m.value for m in at.markdown)
     at = open_page(study, "disagreements", {state.CASE: (run_id, "evil-1", "pleural_effusion")})
     body = at.html[0].value
@@ -648,9 +702,8 @@ def test_commit_message_and_report_id_are_not_markdown(study, tmp_path):
     assert_clean(at)
     shown = _rendered_markdown(at)
     assert not any(INJECT in s for s in shown), shown
-    assert any(md(INJECT) in s for s in shown), shown
-    at.button(key=state.widget_key("ann-save")).click().run()
-    assert_clean(at)
+    assert INJECT in form_data(at, state.ANN_FORM)["item"]["heading"], "shown by the form as text (textContent)"
+    press(at, state.ANN_FORM)
     assert at.toast and md(INJECT) in at.toast[0].value and INJECT not in at.toast[0].value
 
 
@@ -702,3 +755,62 @@ def test_prompt_field_changes_read_as_text(study):
     old = workbench(study).label_prompt("edema")
     new = old.__class__(**{**old.__dict__, "look_for": old.look_for + ("bat wing",)})
     assert field_changes(diff_label_prompts(old, new)) == ["look for: + bat wing"]
+
+
+# ---------------------------------------------------------------- links that carry state
+
+
+def open_url(study: Path, page: str, params: dict, session: dict | None = None) -> AppTest:
+    """Open a page as a reload or a shared link would: a fresh session with these query parameters."""
+    at = AppTest.from_function(app_script, args=(str(study), page), default_timeout=60)
+    for key, value in (session or {}).items():
+        at.session_state[key] = value
+    for key, value in params.items():
+        at.query_params[key] = value
+    at.run()
+    assert_clean(at)
+    return at
+
+
+def url(at: AppTest) -> dict:
+    """The query parameters the page wrote (one value each)."""
+    return {k: (v[0] if isinstance(v, list) else v) for k, v in at.query_params.items()}
+
+
+def test_annotate_link_returns_to_the_report(study):
+    at = open_url(study, "annotate", {"report": "demo-007", "cohort": "dev"}, {state.NEW_READER: "dr-url"})
+    assert at.session_state[state.ANN_REPORT] == "demo-007"
+    assert form_data(at, state.ANN_FORM)["item"]["id"] == "demo-007"
+    press(at, state.ANN_FORM)
+    assert url(at) == {"cohort": "dev", "report": at.session_state[state.ANN_REPORT]} and url(at)["report"] != "demo-007"
+    unknown = open_url(study, "annotate", {"report": "no-such-report"}, {state.NEW_READER: "dr-url"})
+    assert unknown.session_state[state.ANN_REPORT] != "no-such-report", "a stale link opens the work list as usual"
+
+
+def test_disagreements_link_returns_to_the_case_and_run(study):
+    wb = workbench(study)
+    runs = wb.runs()
+    older = int(runs.iloc[1]["id"])
+    queue = wb.disagreements(older, "edema")
+    case = f"{queue['report_id'].iloc[2]}|edema"
+    at = open_url(study, "disagreements", {"run": str(older), "label": "edema", "case": case})
+    assert at.session_state[state.RUN] == older and at.session_state[state.DIS_LABEL] == "edema"
+    assert form_data(at, state.DIS_FORM)["item"]["id"] == case
+    assert url(at) == {"run": str(older), "label": "edema", "case": case}
+    bad = open_url(study, "disagreements", {"label": "not-a-label", "case": "x"})
+    assert bad.session_state[state.DIS_LABEL] is None
+
+
+def test_adjudicate_link_returns_to_the_item(study):
+    queue = workbench(study).adjudication_worklist("dev")
+    item = f"{queue['report_id'].iloc[3]}|{queue['label'].iloc[3]}"
+    at = open_url(study, "adjudicate", {"item": item, "cohort": "dev"})
+    assert form_data(at, state.ADJ_FORM)["item"]["id"] == item
+    assert url(at) == {"cohort": "dev", "item": item}
+
+
+def test_runs_link_carries_the_comparison(study):
+    ids = workbench(study).runs()["id"].tolist()
+    at = open_url(study, "runs", {"tab": "1", "a": str(ids[0]), "b": str(ids[1])})
+    assert (at.session_state[state.RUN_A], at.session_state[state.RUN_B]) == (ids[0], ids[1])
+    assert url(at)["tab"] == "1" and url(at)["a"] == str(ids[0]) and url(at)["b"] == str(ids[1])

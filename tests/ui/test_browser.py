@@ -147,6 +147,11 @@ def keyed_button(pg, label: str):
     return pg.get_by_role("button", name=re.compile("^" + re.escape(label) + r"(\s|$)")).first
 
 
+def chip(pg, label: str):
+    """A chip of a keyboard form (inside its shadow root) by its label."""
+    return pg.locator(".wbk-chip", has=pg.locator(".wbk-label", has_text=label)).first
+
+
 def see(pg, text: str) -> None:
     pg.get_by_text(text).first.wait_for()
 
@@ -165,10 +170,10 @@ def test_the_whole_loop(page, study):
     pg.get_by_label("... or a new reader name", exact=True).fill("dr-browser")
     pg.keyboard.press("Enter")
     see(pg, "dr-browser: 0 of 180 read")
-    keyed_button(pg, "☐ Pleural Effusion").click()
+    chip(pg, "Pleural Effusion").click()
     settle(pg)
     shot(pg, "02-annotate")
-    keyed_button(pg, "Save and next").click()
+    pg.locator(".wbk-btn[data-kind=save]").click()
     see(pg, "Saved demo-001 for dr-browser")
     assert len(wb.my_readings("dr-browser", "demo-001")) == 20
     shot(pg, "03-annotate-saved")
@@ -186,12 +191,10 @@ def test_the_whole_loop(page, study):
     see(pg, f"Added {report} to your draft of {label}")
     assert wb.draft(label)[2]
     shot(pg, "05-example-added")
-    keyed_button(pg, "synonym or abbreviation").click()
-    settle(pg)
-    keyed_button(pg, "does not change management").click()
-    settle(pg)
-    pg.get_by_label("Note (optional)", exact=True).fill("collapse of a lobe is an opacity")
-    keyed_button(pg, "Save, next").click()
+    chip(pg, "synonym or abbreviation").click()
+    chip(pg, "does not change management").click()
+    pg.get_by_role("textbox", name="Note (optional)").fill("collapse of a lobe is an opacity")
+    pg.locator(".wbk-btn[data-kind=save]").click()
     see(pg, f"Note saved on {report} / Lung Opacity")
     assert len(wb.notes(label, report)) == 1
     shot(pg, "06-note-saved")
@@ -351,8 +354,8 @@ def open_by_keyboard(pg, title: str) -> None:
 
 
 def heading(pg) -> str:
-    """The report id shown on Annotate."""
-    return pg.locator("h4").first.inner_text().strip()
+    """The item the keyboard form shows (the report id on Annotate)."""
+    return pg.locator(".wbk").first.get_attribute("data-item")
 
 
 def new_page(browser, base: str):
@@ -384,27 +387,27 @@ def test_reader_annotates_five_reports_with_the_keyboard_alone(browser, team_ser
             settle(pg)
         pg.keyboard.press("Enter")
         count += 1
-        pg.wait_for_function("(r) => document.querySelector('h4') && document.querySelector('h4').innerText.trim() !== r",
-                             arg=report)
+        pg.locator(f".wbk[data-state=ready]:not([data-item='{report}'])").wait_for()
         settle(pg)
         presses.append(count)
         saved = wb.my_readings("dr-kbd", report).set_index("label")["value"].to_dict()
         assert saved == {lab: int(j in ticks) for j, lab in enumerate(asked)}, report
     assert all(n <= len(t) + 2 for n, t in zip(presses, plans)), presses
     shot(pg, "20-keyboard-annotate")
-    # mid-report: tick two, leave the app (a reload: new session, sign in again), come back: the ticks are there
+    # mid-report: tick two, leave the app (a new session), come back: the ticks are there
     report = heading(pg)
     pg.keyboard.press(LABEL_KEYS[4])
     settle(pg)
     pg.keyboard.press(LABEL_KEYS[5])
     settle(pg)
     assert pg.evaluate("window.__mouse") == 0, "no mouse event after the page loaded"
-    sign_in(pg, team_server, "dr-kbd", "reader-password-1")
+    pg.goto(team_server)  # a new Streamlit session: the browser-session cookie signs the reader in again
+    pg.get_by_role("heading", name="Study: demo", exact=True).wait_for()
+    settle(pg)
     open_by_keyboard(pg, "Annotate")
     assert heading(pg) == report
-    ticked = keyed_button(pg, "☑ " + wb.vocab.names()[asked[4]])
-    ticked.wait_for()
-    assert keyed_button(pg, "☑ " + wb.vocab.names()[asked[5]]).count() == 1
+    pg.locator(f".wbk-chip.on[data-option='{asked[4]}']").wait_for()
+    assert pg.locator(f".wbk-chip.on[data-option='{asked[5]}']").count() == 1
     assert wb.reading_draft("dr-kbd", report) == {lab: int(j in (4, 5)) for j, lab in enumerate(asked)}
     assert len(wb.my_readings("dr-kbd", report)) == 0, "a draft is not a reading"
     assert pg.evaluate("window.__mouse") == 0, "no mouse event after the page loaded"
@@ -426,7 +429,7 @@ def test_triage_five_disagreements_with_the_keyboard_then_open_one_by_click(brow
         for key in ("3", "n", "Enter"):
             pg.keyboard.press(key)
             settle(pg)
-        pg.wait_for_function("(t) => !document.body.innerText.includes(t)", arg=shown.split("·")[0].strip() + " ·")
+        pg.locator(".wbk[data-state=ready]", has_not_text=shown).wait_for()
         settle(pg)
     notes = wb.notes()
     assert len(notes) == before + 5

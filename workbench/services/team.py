@@ -37,6 +37,8 @@ MAX_BACKOFF_SECONDS = 900  # at most 15 minutes
 TOKEN_PREFIX = "wbt_"
 DEFAULT_TOKEN_DAYS = 90    # a command-line token's life unless its owner asks for another
 MAX_TOKEN_DAYS = 365
+WEB_SESSION_PREFIX = "wbs_"
+WEB_SESSION_HOURS = 12     # a browser stays signed in this long after signing in (a working day)
 
 
 def _hasher():
@@ -249,6 +251,33 @@ class TeamService:
             if n:
                 q.add_audit(s, actor.user, "revoke", "token", user_id, {"tokens": n}, {"tokens": 0})
         return n
+
+    # ------------------------------------------------------------ browser sessions (auth: local)
+
+    def start_web_session(self, hours: float = WEB_SESSION_HOURS) -> str:
+        """A new browser session for the signed-in account (a token for its cookie; only the hash is stored)."""
+        actor = self.current_actor()
+        if not actor.account:
+            raise PermissionDenied("only a signed-in account has a browser session")
+        token = WEB_SESSION_PREFIX + secrets.token_urlsafe(32)
+        expires = (datetime.now(timezone.utc) + timedelta(hours=hours)).isoformat()
+        with self.session() as s:
+            q.add_web_session(s, actor.user, token_digest(token), expires)
+        return token
+
+    def resume_web_session(self, token: str) -> Actor:
+        """The account of a browser session's token; refused when unknown, revoked, expired or disabled."""
+        with self.session() as s:
+            row = q.get_web_session(s, token_digest(token or ""))
+            user = q.get_user(s, row.user_id) if row is not None else None
+        if row is None or row.revoked_at or _seconds_from_now(row.expires_at) <= 0 or user is None or user.disabled:
+            raise PermissionDenied("your session has ended; sign in again")
+        return Actor(user=user.id, role=user.role, name=user.name, email=user.email, account=True)
+
+    def end_web_session(self, token: str) -> None:
+        """Sign-out: the browser session's token stops working at once."""
+        with self.session() as s:
+            q.revoke_web_session(s, token_digest(token or ""))
 
     def _refuse_if_locked(self, user_id: str) -> None:
         """A user id with too many recent failures waits (same answer for known and unknown ids)."""

@@ -21,6 +21,7 @@ from workbench.store.tables import (
 )
 from workbench.store.tables import CohortLook, Optimisation, PromptVersionExamples, Proposal, SplitMember
 from workbench.store.tables import RunScoring
+from workbench.store.tables import WebSession
 
 CHUNK = 5000
 
@@ -672,17 +673,41 @@ def add_user_token(session: Session, user_id: str, digest: str, expires_at: str 
 
 
 def revoke_credentials(session: Session, user_id: str) -> int:
-    """End every credential of a user but the password itself (today: command-line tokens); returns how many.
+    """End every credential of a user but the password itself: command-line tokens and browser sessions;
+    returns how many tokens were deleted.
 
     The one place every revoking event goes through (disable, password change, role change, a user's
-    own revoke): a new kind of credential (web sessions) is revoked by adding it here.
+    own revoke): a new kind of credential is revoked by adding it here.
     """
+    revoke_web_sessions(session, user_id)
     return delete_user_tokens(session, user_id)
 
 
 def delete_user_tokens(session: Session, user_id: str) -> int:
     """Delete a user's tokens; returns how many."""
     return session.execute(delete(UserToken).where(UserToken.user_id == user_id)).rowcount or 0
+
+
+def add_web_session(session: Session, user_id: str, digest: str, expires_at: str) -> None:
+    """Store a browser session's token digest (never the token) with its expiry."""
+    session.add(WebSession(user_id=user_id, token_hash=digest, created_at=now(), expires_at=expires_at))
+
+
+def get_web_session(session: Session, digest: str) -> WebSession | None:
+    """The browser session of a token digest (revoked and expired ones included), or None."""
+    return session.execute(select(WebSession).where(WebSession.token_hash == digest)).scalars().first()
+
+
+def revoke_web_session(session: Session, digest: str) -> int:
+    """Revoke one browser session (sign-out); returns how many were open."""
+    stmt = update(WebSession).where(WebSession.token_hash == digest, WebSession.revoked_at == "").values(revoked_at=now())
+    return session.execute(stmt).rowcount or 0
+
+
+def revoke_web_sessions(session: Session, user_id: str) -> int:
+    """Revoke every open browser session of a user (disable, role change); returns how many."""
+    stmt = update(WebSession).where(WebSession.user_id == user_id, WebSession.revoked_at == "").values(revoked_at=now())
+    return session.execute(stmt).rowcount or 0
 
 
 def get_login_failure(session: Session, user_id: str) -> LoginFailure | None:

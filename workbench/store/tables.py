@@ -244,6 +244,18 @@ class UserToken(SQLModel, table=True):
     expires_at: str = Field(default="", sa_column=Column(String(40), nullable=False, server_default=""))
 
 
+class WebSession(SQLModel, table=True):
+    """A signed-in browser (auth: local): only the cookie token's sha256 is stored; it expires, and sign-out,
+    `user disable` and a role change revoke it."""
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    user_id: str = Field(foreign_key="user.id", max_length=100, index=True)
+    token_hash: str = Field(max_length=64, unique=True)
+    created_at: str = Field(max_length=40)
+    expires_at: str = Field(max_length=40)
+    revoked_at: str = Field(default="", max_length=40)
+
+
 class SplitMember(SQLModel, table=True):
     """Which part (tuning or validation) of its development cohort a report belongs to."""
 

@@ -17,24 +17,26 @@ runtime.single_threaded_blas()  # takes effect if numpy is not loaded yet; `work
 
 import streamlit as st  # noqa: E402
 
-from workbench.ui import components, state  # noqa: E402
+from workbench.ui import components, keyboard, state  # noqa: E402
 from workbench.ui.app_pages import (  # noqa: E402
     adjudicate, annotate, audit, disagreements, freeze_score, home, optimise, prompts, runs, settings,
 )
 
-# url path, title, icon, module, the permission a role needs to see the page. Icons are emoji: a
-# ":material/...:" page icon makes the browser fetch the favicon from an outside font server.
+# url path, title, icon, module, the permission a role needs to see the page. Icons are Streamlit's own
+# Material symbols (its bundled font: an emoji renders as an empty box on a workstation without an
+# emoji font). Only the browser tab's page_icon stays an emoji: a ":material/...:" favicon is fetched
+# from an outside font server.
 PAGES = (
-    ("home", "Home", "🏠", home, "read"),
-    ("annotate", "Annotate", "📝", annotate, "annotate"),
-    ("adjudicate", "Adjudicate", "⚖️", adjudicate, "adjudicate"),
-    ("disagreements", "Disagreements", "🔀", disagreements, "note"),
-    ("prompts", "Prompts", "📄", prompts, "see_unblinded"),
-    ("runs", "Runs", "▶️", runs, "see_unblinded"),
-    ("optimise", "Optimise", "🎯", optimise, "see_unblinded"),
-    ("freeze", "Freeze and score", "📦", freeze_score, "see_unblinded"),
-    ("settings", "Settings", "⚙️", settings, "settings"),
-    ("audit", "Audit", "🕘", audit, "adjudicate"),
+    ("home", "Home", ":material/home:", home, "read"),
+    ("annotate", "Annotate", ":material/edit_note:", annotate, "annotate"),
+    ("adjudicate", "Adjudicate", ":material/gavel:", adjudicate, "adjudicate"),
+    ("disagreements", "Disagreements", ":material/compare_arrows:", disagreements, "note"),
+    ("prompts", "Prompts", ":material/description:", prompts, "see_unblinded"),
+    ("runs", "Runs", ":material/play_arrow:", runs, "see_unblinded"),
+    ("optimise", "Optimise", ":material/target:", optimise, "see_unblinded"),
+    ("freeze", "Freeze and score", ":material/inventory_2:", freeze_score, "see_unblinded"),
+    ("settings", "Settings", ":material/settings:", settings, "settings"),
+    ("audit", "Audit", ":material/history:", audit, "adjudicate"),
 )
 
 
@@ -57,13 +59,17 @@ def _sign_in(base):
     mode = load_config(base.root).auth  # fresh: Settings may have changed it since the study was opened
     if mode == "none":
         return Actor("local", "admin")
+    if state.actor() is None and mode == "local":
+        _resume(base)
     if state.actor() is not None:
         try:  # the role is re-read on every request: a demoted or disabled user changes at once
             return base.as_actor(state.actor()).current_actor()
         except PermissionDenied as exc:
-            state.set_actor(None)
+            _sign_out(base)
             st.error(str(exc))
     st.title("Sign in")
+    if st.session_state.pop(state.CLEAR_COOKIE, False):
+        keyboard.session_cookie(_cookie_name(base), None, 0)
     if mode == "oidc":
         if not getattr(st.user, "is_logged_in", False):
             st.button("Sign in with your organisation", on_click=st.login, type="primary")
@@ -82,20 +88,60 @@ def _sign_in(base):
         submitted = st.form_submit_button("Sign in", type="primary")
     if submitted:
         try:
-            state.set_actor(base.authenticate(user, password))
+            actor = base.authenticate(user, password)
         except PermissionDenied as exc:
             st.error(components.md(str(exc) or "Wrong user or password."))
             return None
+        state.set_actor(actor)
+        st.session_state[state.SESSION_TOKEN] = base.as_actor(actor).start_web_session()
         st.rerun()
     return None
+
+
+def _cookie_name(base) -> str:
+    """The session cookie's name: one per study (cookies are shared by every port of a host)."""
+    import hashlib
+
+    return "wb_session_" + hashlib.sha256(str(base.root).encode("utf-8")).hexdigest()[:12]
+
+
+def _resume(base) -> None:
+    """After a reload (a new Streamlit session), sign in again from the browser-session cookie if it is valid."""
+    from workbench.services import PermissionDenied
+
+    try:
+        token = st.context.cookies.get(_cookie_name(base))
+    except Exception:  # no browser context (AppTest, bare mode)
+        token = None
+    if not isinstance(token, str) or not token:  # AppTest's context hands out a stand-in object
+        return
+    try:
+        state.set_actor(base.resume_web_session(token))
+        st.session_state[state.SESSION_TOKEN] = token
+    except PermissionDenied:
+        st.session_state[state.CLEAR_COOKIE] = True  # ended, expired or revoked: the browser forgets it
+
+
+def _sign_out(base) -> None:
+    """End the browser session (its token stops working) and forget the actor."""
+    token = st.session_state.pop(state.SESSION_TOKEN, None)
+    if token:
+        base.end_web_session(token)
+    st.session_state[state.CLEAR_COOKIE] = True
+    state.set_actor(None)
 
 
 def _sidebar(wb) -> None:
     """Who is acting, which model labels, and a way to pick up changes made outside the app."""
     st.caption(f"Study **{components.md(wb.config.name)}** · vocabulary {components.md(wb.vocab.name)}")
     st.caption(f"Acting as **{components.md(wb.actor.user)}** ({wb.actor.role})")
+    token = st.session_state.get(state.SESSION_TOKEN)
+    if token:
+        from workbench.services.team import WEB_SESSION_HOURS
+
+        keyboard.session_cookie(_cookie_name(wb), token, int(WEB_SESSION_HOURS * 3600))
     if wb.config.auth != "none" and st.button("Sign out", key=state.widget_key("signout")):
-        state.set_actor(None)
+        _sign_out(wb)
         if wb.config.auth == "oidc":
             st.logout()
         st.rerun()
@@ -129,7 +175,7 @@ def _runner(module, wb):
 def main(study: str | None = None, start: str | None = None) -> None:
     """Build the navigation for the signed-in role and run the chosen page."""
     from workbench.services import PERMISSIONS
-    from workbench.study import StudyError, resolve_study_path
+    from workbench.study import StudyError, load_config, resolve_study_path
 
     st.set_page_config(page_title="Workbench", page_icon="🩻", layout="wide")
     try:
@@ -138,6 +184,8 @@ def main(study: str | None = None, start: str | None = None) -> None:
         st.error(components.md(f"Cannot open the study: {exc}"))
         st.stop()
     components.exposure_notices(base)
+    if state.actor() is None and load_config(base.root).auth == "local":
+        _resume(base)  # a reload with a valid session cookie: the URL's own page opens (not made the default page)
     if state.actor() is None and base.config.auth != "none":
         start = start or _requested_page()  # a deep link (e.g. /annotate) survives the sign-in form
         st.session_state.setdefault(state.START_PAGE, start)

@@ -74,7 +74,7 @@ def user_text(value) -> None:
 def flashes() -> None:
     """Show the messages queued by the previous run (they quote ids and names: shown as text)."""
     for kind, message in state.pop_flashes():
-        getattr(st, kind)(md(message), **({"icon": "✅"} if kind == "toast" else {}))
+        getattr(st, kind)(md(message), **({"icon": ":material/check_circle:"} if kind == "toast" else {}))
 
 
 # ---------------------------------------------------------------- report text
@@ -221,7 +221,7 @@ def model_notice(wb) -> None:
     elif is_local_model(settings):
         st.caption(f"Model: **{md(model)}** on {md(endpoint_label(settings))} (this machine).")
     else:
-        st.warning(md(f"Model: {model}. Report text is sent to {endpoint_label(settings)}."), icon="🌐")
+        st.warning(md(f"Model: {model}. Report text is sent to {endpoint_label(settings)}."), icon=":material/public:")
 
 
 # ---------------------------------------------------------------- runs

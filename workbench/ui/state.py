@@ -29,7 +29,6 @@ NEW_READER = "wb.new_reader"
 ANN_REPORT = "wb.annotate.report"
 ADJ_ITEM = "wb.adjudicate.item"
 ADJ_POS = "wb.adjudicate.pos"           # its place in the queue (kept when the item leaves it)
-ADJ_CHOICE = "wb.adjudicate.choice"     # value and preset reason being chosen for the open item
 ADJ_CLICKED = "wb.adjudicate.clicked"   # row clicks handled
 RUN = "wb.run"                  # run shown on Runs and Disagreements
 RUN_A, RUN_B = "wb.run_a", "wb.run_b"  # the two runs of a comparison
@@ -43,6 +42,7 @@ DIS_POS = "wb.dis.pos"          # its place in the filtered queue (kept when the
 DIS_ORDER = "wb.dis.order"      # queue order: errors | broken
 DIS_NOTE = "wb.dis.note"        # the quick note being composed: item, category, significance, wrong
 DIS_COMPARE = "wb.dis.compare"  # (run_a, run_b) when the case was opened from Compare
+DIS_KEPT = "wb.dis.kept"        # filters -> the queue order first shown (kept while noting and flagging)
 DIS_CLICKED = "wb.dis.clicked"  # row clicks handled (keys the queue table so a click is consumed once)
 ANN_CLICKED = "wb.annotate.clicked"
 PROMPT_LABEL = "wb.prompt.label"
@@ -55,6 +55,17 @@ AUDIT_ENTITY, AUDIT_KEY = "wb.audit.entity", "wb.audit.key"
 SIGNIN_USER, SIGNIN_PASSWORD = "wb.signin.user", "wb.signin.password"
 SUGGESTION = "wb.suggestion"    # the last "Suggest a revision" result of this session
 OPT_RUN, OPT_REPORT, OPT_COMPARE = "wb.optimise.run", "wb.optimise.report", "wb.optimise.compare"
+SESSION_TOKEN = "wb.session.token"    # the browser session's token (auth: local), also in its cookie
+CLEAR_COOKIE = "wb.session.clear"     # the next sign-in form also clears a dead session cookie
+URL_SEEDED = "wb.url.seeded"          # pages whose state this session took from the URL (once each)
+KBD_PAGE = "wb.kbd.page"        # the browser page's random id (keyboard forms answer triggers per page)
+ADJ_DRAFT = "wb.adjudicate.draft"       # item -> the decision being composed (kept across reruns)
+ANN_FORM, DIS_FORM, ADJ_FORM = "wb.kbd.annotate", "wb.kbd.disagreements", "wb.kbd.adjudicate"  # component keys
+
+
+def kbd_inbox(form_key: str) -> str:
+    """Where an AppTest queues the events a keyboard form's browser half would send."""
+    return f"wb.kbd.inbox.{form_key}"
 
 
 def widget_key(*parts: Any) -> str:
@@ -217,6 +228,41 @@ def set_actor(value) -> None:
         st.session_state.pop(ACTOR, None)
     else:
         st.session_state[ACTOR] = value
+
+
+# ---------------------------------------------------------------- state in the URL
+
+
+def seed_from_url(page: str, params: dict) -> None:
+    """On a session's first visit of a page (a reload, a bookmark, a shared link), take its state from the
+    URL: params maps a query parameter to (state key, parse); a value parse refuses is ignored."""
+    seen = st.session_state.setdefault(URL_SEEDED, set())
+    if page in seen:
+        return  # afterwards the page writes the URL from its state, never the other way round
+    seen.add(page)
+    for name, (key, parse) in params.items():
+        raw = st.query_params.get(name)
+        if raw is None:
+            continue
+        try:
+            st.session_state[key] = parse(raw)
+        except (TypeError, ValueError, LookupError):
+            pass
+
+
+def to_url(**params) -> None:
+    """Show the page's state in the URL (None leaves a parameter out): a bookmark or a reload returns to it."""
+    wanted = {k: str(v) for k, v in params.items() if v is not None}
+    if dict(st.query_params) != wanted:
+        st.query_params.from_dict(wanted)
+
+
+def pair(text: str, sep: str = "|") -> tuple[str, str]:
+    """'a|b' as ('a', 'b') (a case or item in the URL: report id, then label)."""
+    first, found, second = str(text).partition(sep)
+    if not (found and first and second):
+        raise ValueError(f"expected two parts separated by {sep!r}: {text!r}")
+    return first, second
 
 
 # ---------------------------------------------------------------- background jobs

@@ -1,7 +1,7 @@
 """Adjudicate: flagged items first, then ties; every vote and note beside the report; decided by keys.
 
-Keys: 1 / 0 set the value, Q W E T Y U pick a preset reason (free text is optional), Enter saves
-and opens the next item, arrows move through the queue.
+The decision is one keyboard form (workbench.ui.keyboard): 1 / 0 set the value, Q W E T Y U pick a
+preset reason (free text is optional), Enter saves and opens the next item, arrows move through the queue.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import streamlit as st
 
 from workbench.errors import WorkbenchError
-from workbench.ui import components, state
+from workbench.ui import components, keyboard, state
 
 REASONS = [
     "Stated in the report; a reader missed it",
@@ -27,6 +27,7 @@ def render(wb) -> None:
     st.title("Adjudicate")
     components.help_line("Items the reader vote did not settle: flagged ('the reference is wrong') first, then ties. "
                          "1 / 0 sets the value, Q-U picks a reason, Enter saves and opens the next item.")
+    state.seed_from_url("adjudicate", {"cohort": (state.COHORT, str), "item": (state.ADJ_ITEM, state.pair)})
     with st.sidebar:
         cohort = components.pick_cohort(wb)
     if cohort is None:
@@ -44,26 +45,31 @@ def render(wb) -> None:
         st.session_state[state.ADJ_ITEM] = items[pos]
     pos = items.index(st.session_state[state.ADJ_ITEM])
     st.session_state[state.ADJ_POS] = pos
+    state.to_url(cohort=cohort, item="|".join(items[pos]))
     components.compact_chips()
-    left, middle, right = st.columns([2, 3, 3])
+    left, middle, right = st.columns([3, 3, 3])  # the queue's columns (why, votes) fit at 1280 px
     with left:
-        _queue_table(wb, queue)
+        _queue_table(wb, queue, pos)
     with middle:
-        _item(wb, queue, pos)
+        components.report_text(state.read(wb, "report_text", items[pos][0])["text"])
     with right, components.shown_errors("reading the votes"):
-        _votes(wb, *items[pos])
         _decide(wb, queue, pos)
+        _votes(wb, *items[pos])
 
 
-def _queue_table(wb, queue) -> None:
-    """The queue; clicking a row opens the item."""
+def _queue_table(wb, queue, pos: int) -> None:
+    """The queue (the open item marked →); clicking a row opens the item."""
     names = wb.vocab.names()
-    table = queue.assign(label=queue["label"].map(names), item=range(1, len(queue) + 1),
+    table = queue.assign(label=queue["label"].map(names), item=[f"→ {i}" if i == pos + 1 else str(i) for i in range(1, len(queue) + 1)],
                          votes=queue["positives"].astype(str) + " of " + queue["n_readers"].astype(str))
     clicks = st.session_state.get(state.ADJ_CLICKED, 0)
     event = st.dataframe(table[["item", "report_id", "label", "why", "votes"]], hide_index=True, height=520,
                          on_select="rerun", selection_mode="single-row", key=state.widget_key("adj-queue", clicks),
-                         column_config={"item": "#", "report_id": "report"})
+                         column_config={"item": st.column_config.TextColumn("#", width=44, help="→ marks the open item"),
+                                        "report_id": st.column_config.TextColumn("report", width=72),
+                                        "label": st.column_config.TextColumn("label", width=140),
+                                        "why": st.column_config.TextColumn("why", width=80),
+                                        "votes": st.column_config.TextColumn("votes", width=56)})
     rows = event.selection.rows if event else []
     if rows:
         st.session_state[state.ADJ_CLICKED] = clicks + 1
@@ -74,19 +80,6 @@ def _queue_table(wb, queue) -> None:
 def _go(queue, pos: int) -> None:
     st.session_state[state.ADJ_ITEM] = (queue["report_id"].iloc[pos], queue["label"].iloc[pos])
     st.session_state[state.ADJ_POS] = pos
-
-
-def _item(wb, queue, pos: int) -> None:
-    """Heading with navigation, and the report."""
-    report_id, label = queue["report_id"].iloc[pos], queue["label"].iloc[pos]
-    with st.container(horizontal=True, gap="small", vertical_alignment="center"):
-        st.markdown(f"**Item {pos + 1} of {len(queue)}** · {components.md(report_id)} · "
-                    f"{components.md(wb.vocab.names().get(label, label))} · {components.md(queue['why'].iloc[pos])}")
-        st.button("Previous", key=state.widget_key("adj-prev"), shortcut="Left", disabled=pos == 0,
-                  on_click=_go, args=(queue, max(pos - 1, 0)))
-        st.button("Next", key=state.widget_key("adj-next"), shortcut="Right", disabled=pos >= len(queue) - 1,
-                  on_click=_go, args=(queue, min(pos + 1, len(queue) - 1)))
-    components.report_text(state.read(wb, "report_text", report_id)["text"])
 
 
 def _votes(wb, report_id: str, label: str) -> None:
@@ -108,45 +101,52 @@ def _votes(wb, report_id: str, label: str) -> None:
 
 
 def _decide(wb, queue, pos: int) -> None:
-    """Value and reason by key; Enter saves and opens the next item."""
-    item = (queue["report_id"].iloc[pos], queue["label"].iloc[pos])
-    chosen = st.session_state.setdefault(state.ADJ_CHOICE, {})
-    if chosen.get("item") != item:
-        chosen.clear()
-        chosen.update(item=item, value=None, reason=None)
-    with st.container(horizontal=True, gap="small", key="chips-adj-value"):
-        for value, text in ((1, "1: present"), (0, "0: absent")):
-            st.button(text, key=state.widget_key("adj-value", value), shortcut=str(value),
-                      type="primary" if chosen["value"] == value else "secondary",
-                      on_click=chosen.update, kwargs={"value": value})
-    st.caption("**Reason** (key; free text below is optional)")
-    with st.container(horizontal=True, gap="small", key="chips-adj-reason"):
-        for i, reason in enumerate(REASONS):
-            st.button(reason, key=state.widget_key("adj-reason", i), shortcut=REASON_KEYS[i],
-                      type="primary" if chosen["reason"] == reason else "secondary",
-                      on_click=chosen.update, kwargs={"reason": reason})
-    st.text_area("Reason in your words (optional)", key=state.widget_key("adj-text", *item), height=68,
-                 placeholder="e.g. 'trace effusion' counts as present per study policy")
-    st.button("Save and next", key=state.widget_key("adj-save"), type="primary", shortcut="Enter",
-              on_click=_save, args=(wb, queue, pos))
+    """The decision as one keyboard form: 1 / 0 the value, Q-U a preset reason, optional text;
+    Enter (Ctrl+Enter in the text) saves and opens the next item; the arrows move."""
+    report_id, label = queue["report_id"].iloc[pos], queue["label"].iloc[pos]
+    item = f"{report_id}|{label}"
+    draft = st.session_state.setdefault(state.ADJ_DRAFT, {})
+    data = {
+        "item": {"id": item, "heading": f"Item {pos + 1} of {len(queue)} · {report_id} · "
+                                        f"{wb.vocab.names().get(label, label)} · {queue['why'].iloc[pos]}"},
+        "groups": [{"id": "value", "title": "Reference value", "kind": "one",
+                    "options": [{"id": "1", "label": "1: present", "key": "1"}, {"id": "0", "label": "0: absent", "key": "0"}]},
+                   {"id": "reason", "title": "Reason", "kind": "one", "note": "a key, or your own words below",
+                    "options": [{"id": r, "label": r, "key": k.lower()} for r, k in zip(REASONS, REASON_KEYS)]}],
+        "values": draft.get(item) or {"value": None, "reason": None, "text": ""},
+        "text": {"id": "text", "label": "Reason in your words (optional)",
+                 "placeholder": "e.g. 'trace effusion' counts as present per study policy",
+                 "hint": "In the text, Ctrl+Enter saves and Esc leaves the field."},
+        "require": [{"ids": ["value"], "message": "Choose the value (1 or 0) first."},
+                    {"ids": ["reason", "text"], "message": "Choose a reason (Q-U) or write one first."}],
+        "nav": {"prev": pos > 0, "next": pos < len(queue) - 1},
+        "save_label": "Save and next",
+    }
+    keyboard.form(state.ADJ_FORM, data, on_action=lambda payload: _act(wb, queue, payload),
+                  on_draft=lambda d: draft.update({d["item"]: d["values"]}))
 
 
-def _save(wb, queue, pos: int) -> None:
-    """Record the decision, then open the item that now takes this place in the queue."""
-    chosen = st.session_state.get(state.ADJ_CHOICE, {})
-    item = chosen.get("item")
-    text = (st.session_state.get(state.widget_key("adj-text", *item), "") or "").strip() if item else ""
-    reason = ": ".join(p for p in (chosen.get("reason"), text) if p)
-    if item is None or chosen.get("value") is None or not reason:
-        state.flash("Choose the value (1 or 0) and a reason (a preset key or your own words) first.", "error")
-        return
-    try:
-        wb.adjudicate(item[0], item[1], int(chosen["value"]), reason)
-    except WorkbenchError as exc:
-        state.flash(f"Not saved: {exc}", "error")
-        return
+def _act(wb, queue, payload: dict) -> str | None:
+    """Enter records the decision sent (exactly what was on screen), then opens the item that now takes
+    its place in the queue; the arrows move. Returns an error message, or None."""
+    report_id, _, label = str(payload.get("item", "")).partition("|")
+    items = list(zip(queue["report_id"], queue["label"]))
+    if (report_id, label) not in items:
+        return f"Not saved: {report_id} / {label} is not waiting any more."
+    pos = items.index((report_id, label))
+    values = payload.get("values") or {}
+    if payload.get("kind") in ("prev", "next"):
+        st.session_state.setdefault(state.ADJ_DRAFT, {})[payload["item"]] = values
+        _go(queue, max(pos - 1, 0) if payload["kind"] == "prev" else min(pos + 1, len(queue) - 1))
+        return None
+    if values.get("value") not in ("0", "1"):
+        return "Not saved: choose the value (1 or 0) first."
+    reason = ": ".join(p for p in (values.get("reason"), str(values.get("text") or "").strip()) if p)
+    wb.adjudicate(report_id, label, int(values.get("value")), reason)
     state.bump(wb)
-    state.flash(f"Adjudicated {item[0]} / {wb.vocab.names().get(item[1], item[1])} = {chosen['value']}.", "toast")
+    st.session_state.get(state.ADJ_DRAFT, {}).pop(payload["item"], None)
+    state.flash(f"Adjudicated {report_id} / {wb.vocab.names().get(label, label)} = {values.get('value')}.", "toast")
     if pos + 1 < len(queue):  # the decided item leaves the queue: the next one moves into its place
-        st.session_state[state.ADJ_ITEM] = (queue["report_id"].iloc[pos + 1], queue["label"].iloc[pos + 1])
-    chosen.clear()
+        st.session_state[state.ADJ_ITEM] = items[pos + 1]
+    st.session_state[state.ADJ_POS] = pos
+    return None

@@ -9,13 +9,13 @@ from __future__ import annotations
 import streamlit as st
 
 from workbench.errors import WorkbenchError
-from workbench.ui import components, state
+from workbench.ui import components, keyboard, state
 
 # one key per label, in vocabulary order: digits, then letters (Streamlit reserves C and R;
 # S skips, the arrows move, Enter saves)
 LABEL_KEYS = list("1234567890") + list("qwetyuiopadfghjklzxvbnm")
-STATE_TEXT = {"completed": "✓ saved", "edited": "✓ saved, ✎ changes not saved", "draft": "✎ draft (not saved)",
-              "unread": "○ unread"}
+STATE_TEXT = {"completed": "saved", "edited": "saved, changes not saved", "draft": "draft (not saved)",
+              "unread": "unread"}
 READ = ("completed", "edited")
 
 
@@ -25,6 +25,7 @@ def render(wb) -> None:
     components.help_line("Press the key shown on every finding the report describes (unticked = 0). Enter saves "
                          "and opens the next unread report; ← → move; S skips. Ticks are kept as your draft at once. "
                          "Blinded: other readers and the labeller stay hidden.")
+    state.seed_from_url("annotate", {"cohort": (state.COHORT, str), "report": (state.ANN_REPORT, str)})
     st.caption(components.md(wb.reading_order_text()))
     reader = _reader(wb)
     with st.sidebar:
@@ -41,7 +42,7 @@ def render(wb) -> None:
 
 
 def _annotate(wb, reader: str, cohort: str, work, drafts: set) -> None:
-    """The report on screen with its label keys and the navigation."""
+    """The report on screen with its label keys and the navigation: one keyboard form."""
     if work.empty:
         st.info(f"Your work list on {components.md(cohort)} is empty.")
         return
@@ -53,19 +54,15 @@ def _annotate(wb, reader: str, cohort: str, work, drafts: set) -> None:
         given = wb.next_report(reader, cohort) if wb.adaptive_settings().enabled else None  # claimed: one reader at a time
         st.session_state[state.ANN_REPORT] = given if given in ids else (pending.iloc[0] if len(pending) else ids[0])
     report_id = st.session_state[state.ANN_REPORT]
+    state.to_url(cohort=cohort, report=report_id)
     pos = ids.index(report_id)
     _progress(wb, reader, cohort, work, pos)
     values, versions = _current(wb, reader, report_id, report_id in drafts)
-    left, right = st.columns([1, 1])
-    with left:
-        st.markdown(f"#### {components.md(report_id)}")
-        st.caption(components.md(f"Report {pos + 1} of {len(ids)} · " + STATE_TEXT[work["state"].iloc[pos]]))
-        components.report_text(state.read(wb, "report_text", report_id)["text"])
-    with right:
-        _buttons(wb, reader, report_id, values, versions, ids, work)
-        _labels(wb, reader, report_id, values)
-        if wb.config.annotate_attributes:
-            _attributes(wb, report_id, values)
+    keyboard.form(state.ANN_FORM, _form_data(wb, report_id, pos, work, values, versions),
+                  on_action=lambda payload: _act(wb, reader, work, payload),
+                  on_draft=lambda draft: _keep_draft(wb, reader, ids, draft))
+    if wb.config.annotate_attributes:
+        _attributes(wb, report_id, values)
     _queue(work)
 
 
@@ -90,6 +87,25 @@ def _picked_attributes(wb, report_id: str, values: dict) -> dict[str, dict[str, 
             for label, spec in wb.vocab.attribute_specs().items() if values.get(label)}
 
 
+def _form_data(wb, report_id: str, pos: int, work, values: dict, versions: dict) -> dict:
+    """What the keyboard form shows: the report, one chip per asked label with its key, the navigation."""
+    names = wb.vocab.names()
+    derived = "".join(f" · {names[d]} is derived" for d in wb.vocab.derived_ids)
+    options = [{"id": lab, "label": names[lab], "key": LABEL_KEYS[i] if i < len(LABEL_KEYS) else None,
+                "hint": wb.vocab.label(lab).definition} for i, lab in enumerate(wb.vocab.asked_ids)]
+    return {
+        "item": {"id": report_id, "heading": report_id, "text": state.read(wb, "report_text", report_id)["text"],
+                 "caption": f"Report {pos + 1} of {len(work)} · " + STATE_TEXT[work["state"].iloc[pos]]},
+        "groups": [{"id": "labels", "title": "Findings", "kind": "multi", "options": options,
+                    "note": "unticked = 0" + derived}],
+        "values": {"labels": [lab for lab in wb.vocab.asked_ids if values.get(lab)]},
+        "nav": {"prev": pos > 0, "next": pos < len(work) - 1, "skip": True},
+        "save_label": "Save and next", "context": {"versions": versions},
+        "help": [{"title": o["label"], "text": o["hint"]} for o in options],
+        "footer": "? shows the label definitions.",
+    }
+
+
 def _progress(wb, reader: str, cohort: str, work, pos: int) -> None:
     """n of N read, drafts, and the reader's pace."""
     from workbench.services.ui_support import reading_pace
@@ -110,21 +126,6 @@ def _duration(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
 
-def _labels(wb, reader: str, report_id: str, values: dict) -> None:
-    """One toggle button per label with its key; a tick is stored as a draft at once."""
-    names = wb.vocab.names()
-    ticked = sum(values.values())
-    st.caption(f"**Findings** · {ticked} ticked · unticked = 0"
-               + "".join(f" · {components.md(names[d])} is derived" for d in wb.vocab.derived_ids))
-    components.compact_chips()
-    with st.container(horizontal=True, gap="small", key="chips-labels"):  # chips that wrap: all 20 fit beside the report at 1440x900
-        for i, label in enumerate(wb.vocab.asked_ids):
-            on = bool(values[label])
-            st.button(("☑ " if on else "☐ ") + components.md(names[label]), key=state.widget_key("tick", label),
-                      type="primary" if on else "secondary", shortcut=LABEL_KEYS[i] if i < len(LABEL_KEYS) else None,
-                      on_click=_toggle, args=(wb, reader, report_id, values, label))
-
-
 def _current(wb, reader: str, report_id: str, has_draft: bool = True) -> tuple[dict, dict]:
     """The ticks shown (the draft, else the saved reading, else all 0) and the saved versions."""
     mine = state.read(wb, "my_readings", reader, report_id)
@@ -134,32 +135,58 @@ def _current(wb, reader: str, report_id: str, has_draft: bool = True) -> tuple[d
     return values, {lab: int(v) for lab, v in zip(mine["label"], mine["version"])}
 
 
-def _toggle(wb, reader: str, report_id: str, values: dict, label: str) -> None:
-    """Flip one label and keep the whole report's ticks as the draft (read afresh: keys may come fast)."""
-    values, _ = _current(wb, reader, report_id)
-    new = {**values, label: 1 - int(values[label])}
+def _ticks(wb, values: dict) -> dict:
+    """The form's values (ticked label ids) as label -> 0/1 over every asked label."""
+    on = set(values.get("labels") or [])
+    return {lab: int(lab in on) for lab in wb.vocab.asked_ids}
+
+
+def _keep_draft(wb, reader: str, ids: list, draft: dict) -> None:
+    """Keep the ticks on screen as the reader's server-side draft (only for a report of the work list)."""
+    if draft.get("item") not in ids:
+        return
     try:
-        wb.save_reading_draft(reader, report_id, new)
+        wb.save_reading_draft(reader, draft["item"], _ticks(wb, draft["values"]))
     except WorkbenchError as exc:
-        state.flash(f"Not kept: {exc}", "error")
+        state.flash(f"Draft not kept: {exc}", "error")
 
 
-def _buttons(wb, reader: str, report_id: str, values: dict, versions: dict, ids: list, work) -> None:
-    """Save and next, previous, next, skip."""
+def _act(wb, reader: str, work, payload: dict) -> str | None:
+    """Enter saves the reading sent (exactly the ticks on screen) and opens the next unsaved report;
+    the arrows and S keep the ticks as a draft and move. Returns an error message, or None."""
+    from workbench.services import ConflictError
+
+    ids = work["report_id"].tolist()
+    report_id = payload.get("item")
+    if report_id not in ids:
+        return f"Not saved: {report_id} is not in your work list any more; reload the page."
+    values = _ticks(wb, payload.get("values") or {})
     pos = ids.index(report_id)
-    c = st.columns([1, 1, 1, 2], gap="small")
-    c[3].button("Save and next", key=state.widget_key("ann-save"), type="primary", shortcut="Enter", width="stretch",
-                on_click=_save, args=(wb, reader, report_id, values, versions, work))
-    c[0].button("Back", key=state.widget_key("ann-prev"), shortcut="Left", width="stretch", disabled=pos == 0,
-                on_click=_go, args=(ids[max(pos - 1, 0)],))
-    c[1].button("Next", key=state.widget_key("ann-next"), shortcut="Right", width="stretch", disabled=pos == len(ids) - 1,
-                on_click=_go, args=(ids[min(pos + 1, len(ids) - 1)],))
-    c[2].button("Skip", key=state.widget_key("ann-skip"), shortcut="S", width="stretch", help="The next report not saved yet",
-                on_click=_go, args=(_next_open(work, report_id) or ids[min(pos + 1, len(ids) - 1)],))
-
-
-def _go(report_id: str) -> None:
-    st.session_state[state.ANN_REPORT] = report_id
+    if payload.get("kind") != "save":
+        wb.save_reading_draft(reader, report_id, values)  # drafts are read fresh, not through the cache
+        target = {"prev": ids[max(pos - 1, 0)], "next": ids[min(pos + 1, len(ids) - 1)],
+                  "skip": _next_open(work, report_id) or ids[min(pos + 1, len(ids) - 1)]}.get(payload.get("kind"))
+        st.session_state[state.ANN_REPORT] = target or report_id
+        return None
+    versions = ((payload.get("context") or {}).get("versions")) or {}
+    try:
+        changed = wb.submit_reading(reader, report_id, values, expected_versions={k: int(v) for k, v in versions.items()})
+    except ConflictError as exc:
+        wb.save_reading_draft(reader, report_id, values)
+        state.bump(wb)
+        return f"Not saved: {exc}. Your ticks are kept as a draft; check them and press Enter again."
+    if wb.config.annotate_attributes:
+        for label, picked in _picked_attributes(wb, report_id, values).items():
+            wb.record_reading_attributes(reader, report_id, label, picked)
+    state.bump(wb)
+    state.flash(f"Saved {report_id} for {reader}: {changed['added']} new, {changed['changed']} changed, "
+                f"{changed['unchanged']} unchanged.", "toast")  # a toast: the next report keeps its place on screen
+    if wb.adaptive_settings().enabled:  # the next one is given afresh: reports may have left the list meanwhile
+        st.session_state.pop(state.ANN_REPORT, None)
+        return None
+    following = _next_open(work.assign(state=work["state"].where(work["report_id"] != report_id, "completed")), report_id)
+    st.session_state[state.ANN_REPORT] = following or report_id
+    return None
 
 
 def _next_open(work, report_id: str) -> str | None:
@@ -169,34 +196,6 @@ def _next_open(work, report_id: str) -> str | None:
     order = work.iloc[list(range(pos + 1, len(work))) + list(range(0, pos))]
     pending = order.loc[~order["state"].isin(READ), "report_id"]
     return pending.iloc[0] if len(pending) else None
-
-
-def _save(wb, reader: str, report_id: str, values: dict, versions: dict, work) -> None:
-    """Button callback: record the reading (drops the draft), then open the next unsaved report."""
-    from workbench.services import ConflictError
-
-    values, _ = _current(wb, reader, report_id)  # afresh: a tick may have landed after this button was drawn
-    try:
-        changed = wb.submit_reading(reader, report_id, values, expected_versions=versions)
-    except ConflictError as exc:
-        state.bump(wb)
-        state.flash(f"Not saved: {exc}. Your ticks are kept as a draft; check them and save again.", "error")
-        return
-    except WorkbenchError as exc:
-        state.flash(f"Not saved: {exc}", "error")
-        return
-    if wb.config.annotate_attributes:
-        for label, picked in _picked_attributes(wb, report_id, values).items():
-            wb.record_reading_attributes(reader, report_id, label, picked)
-    state.bump(wb)
-    state.flash(f"Saved {report_id} for {reader}: {changed['added']} new, {changed['changed']} changed, "
-                f"{changed['unchanged']} unchanged.", "toast")  # a toast: the next report keeps its place on screen
-    if wb.adaptive_settings().enabled:  # the next one is given afresh: reports may have left the list meanwhile
-        st.session_state.pop(state.ANN_REPORT, None)
-        return
-    following = _next_open(work.assign(state=work["state"].where(work["report_id"] != report_id, "completed")), report_id)
-    if following:
-        st.session_state[state.ANN_REPORT] = following
 
 
 def _queue(work) -> None:

@@ -1,9 +1,10 @@
 """Disagreements: triage where the labeller and the reference differ, one case per screen.
 
 Filters live in the sidebar; the queue (click a row), the report and the note form sit side by
-side so a case is read and noted without scrolling at 1440x900. Keys: 1-9/0 choose what went
-wrong, M/N/U the clinical significance, W "the reference is wrong", Enter saves and opens the
-next case without a note, arrows move through the filtered queue.
+side so a case is read and noted without scrolling at 1440x900. The note form is one keyboard
+component (workbench.ui.keyboard): 1-9/0 choose what went wrong ("reference label wrong" also
+sends the item to adjudication), M/N/U the clinical significance, Enter (Ctrl+Enter in the text)
+saves and opens the next case without a note, arrows move through the filtered queue.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import numpy as np
 import streamlit as st
 
 from workbench.errors import WorkbenchError
-from workbench.ui import components, state, suggestions
+from workbench.ui import components, keyboard, state, suggestions
 
 CATEGORY_KEYS = list("1234567890")
 SIGNIFICANCE_KEYS = {"changes management": "M", "does not change management": "N", "unsure": "U"}
+WRONG = "reference label wrong"  # the category that is also the flag: one control sends the item to adjudication
 KIND_TEXT = {"FP": "FP: labeller said 1", "FN": "FN: labeller said 0", "failed": "failed call",
              "attribute": "attribute: side, severity or change differs"}
 ORDERS = {"errors": "Labels with most errors first", "broken": "Broken by the last prompt change first"}
@@ -28,6 +30,9 @@ def render(wb) -> None:
                          "row or use ← →; keys 1-9/0 say what went wrong, M/N/U how much it matters, Enter saves and "
                          "opens the next case without a note.")
     names = wb.vocab.names()
+    state.seed_from_url("disagreements", {
+        "run": (state.RUN, int), "label": (state.DIS_LABEL, lambda v: wb.vocab.ids[wb.vocab.ids.index(v)]),
+        "case": (state.DIS_PICK, state.pair), "compare": (state.DIS_COMPARE, lambda v: tuple(map(int, state.pair(v, "-"))))})
     opened = st.session_state.pop(state.CASE, None)  # sent here from the Runs page
     if opened:
         st.session_state[state.RUN], st.session_state[state.DIS_LABEL] = opened[0], opened[2]
@@ -45,10 +50,13 @@ def render(wb) -> None:
         category = st.selectbox("Error category", wb.config.error_categories, index=None, key=state.DIS_CATEGORY,
                                 placeholder="any (or none yet)")
         order = st.radio("Order", list(ORDERS), format_func=ORDERS.get, key=state.DIS_ORDER)
+        st.button("Re-sort the queue", key=state.widget_key("dis-resort"), help="The queue keeps its order while you "
+                  "note and flag cases; this sorts it again by the counts as they are now.",
+                  on_click=lambda: st.session_state.pop(state.DIS_KEPT, None))
     with components.shown_errors("reading the queue"):
         # the queue behind the notes is kept across note saves; its note counts are read fresh
         base, order_text = state.read_stable(wb, "disagreement_queue", run_id, label, kind, None, order=order)
-        queue = wb.with_fresh_notes(base, category)
+        queue = _kept_order(wb.with_fresh_notes(base, category), (run_id, label, kind, category, order))
         _page(wb, run_id, queue, order_text, names)
     suggestions.panel(wb, label, run_id)
 
@@ -67,17 +75,20 @@ def _page(wb, run_id: int, queue, order_text: str, names: dict) -> None:
         pick = keys[pos]
     pos = keys.index(pick)
     st.session_state[state.DIS_PICK], st.session_state[state.DIS_POS] = pick, pos
+    compare = st.session_state.get(state.DIS_COMPARE)
+    state.to_url(run=run_id, label=st.session_state.get(state.DIS_LABEL), case="|".join(pick),
+                 compare="-".join(map(str, compare)) if compare else None)
     components.compact_chips()
-    left, middle, right = st.columns([2, 3, 4])
+    left, middle, right = st.columns([3, 3, 4])  # the queue's five columns fit at 1280 px
     with left:
         _queue_table(queue, names, pos)
     with components.shown_errors("opening the case"):
         case = {**state.read_stable(wb, "case", run_id, *pick), "notes": wb.notes(pick[1], pick[0])}
         with middle:
-            _report(wb, run_id, case, names, queue, pos)
+            _report(wb, run_id, case)
         with right:
             _answer(wb, run_id, case)
-            _note_form(wb, run_id, case, queue, pos)
+            _note_form(wb, run_id, case, queue, pos, names)
         _compare_panel(wb, case)
         with st.expander("The prompt that produced this answer"):
             for message in case["messages"]:
@@ -86,6 +97,20 @@ def _page(wb, run_id: int, queue, order_text: str, names: dict) -> None:
         components.call_facts(case.get("call"), run_id)
         _example_form(wb, run_id, *pick)
     _warm_next(wb, run_id, queue, pos)
+
+
+def _kept_order(queue, ident: tuple):
+    """The queue in the order it had when this session first showed it: a flag changes the counts it is sorted
+    by, and a queue that re-sorts under the reader loses their place ("Case 1 of 17" became "Case 4 of 16")."""
+    kept = st.session_state.setdefault(state.DIS_KEPT, {})
+    keys = list(zip(queue["report_id"], queue["label"]))
+    if ident not in kept:
+        kept.clear()  # one queue at a time: other filters start afresh
+        kept[ident] = keys
+        return queue
+    rank = {k: i for i, k in enumerate(kept[ident])}
+    order = sorted(range(len(keys)), key=lambda i: (rank.get(keys[i], len(rank)), i))  # new cases at the end
+    return queue.iloc[order].reset_index(drop=True)
 
 
 def _warm_next(wb, run_id: int, queue, pos: int) -> None:
@@ -107,11 +132,15 @@ def _queue_table(queue, names: dict, pos: int) -> None:
     start, end = components.window(len(queue), pos)
     part = queue.iloc[start:end]
     table = part.assign(label=part["label"].map(names), note=part["notes"].map(lambda n: "✓" if n else ""),
-                        case=range(start + 1, end + 1))
+                        case=[f"→ {i}" if i == pos + 1 else str(i) for i in range(start + 1, end + 1)])
     clicks = st.session_state.get(state.DIS_CLICKED, 0)  # a new key after each click clears the old selection
     event = st.dataframe(table[["case", "report_id", "label", "type", "note"]], hide_index=True, height=560,
                          on_select="rerun", selection_mode="single-row", key=state.widget_key("dis-queue", clicks),
-                         column_config={"report_id": "report", "case": "#", "type": "type", "note": "note"})
+                         column_config={"report_id": st.column_config.TextColumn("report", width=72),
+                                        "case": st.column_config.TextColumn("#", width=44, help="→ marks the open case"),
+                                        "label": st.column_config.TextColumn("label", width=150),
+                                        "type": st.column_config.TextColumn("type", width=40),
+                                        "note": st.column_config.TextColumn("note", width=36)})
     if end - start < len(queue):
         st.caption(f"Cases {start + 1}-{end} of {len(queue)} around the open one; ← → or the filters reach the rest.")
     rows = event.selection.rows if event else []
@@ -127,16 +156,8 @@ def _go(queue, pos: int) -> None:
     st.session_state[state.DIS_POS] = pos
 
 
-def _report(wb, run_id: int, case: dict, names: dict, queue, pos: int) -> None:
-    """Heading, navigation, and the report with labelled highlights."""
-    total = len(queue)
-    with st.container(horizontal=True, gap="small", vertical_alignment="center"):
-        st.markdown(f"**Case {pos + 1} of {total}** · {components.md(case['report_id'])} · "
-                    f"{components.md(names.get(case['label'], case['label']))}")
-        st.button("Previous", key=state.widget_key("dis-prev"), shortcut="Left", disabled=pos == 0,
-                  on_click=_go, args=(queue, max(pos - 1, 0)))
-        st.button("Next", key=state.widget_key("dis-next"), shortcut="Right", disabled=pos >= total - 1,
-                  on_click=_go, args=(queue, min(pos + 1, total - 1)))
+def _report(wb, run_id: int, case: dict) -> None:
+    """The report with labelled highlights."""
     pred = case["prediction"] or {}
     run = state.read_stable(wb, "run_info", run_id)
     with components.shown_errors("finding the label's phrases"):
@@ -165,57 +186,57 @@ def _answer(wb, run_id: int, case: dict) -> None:
             f"{a}: {c} ({s})" for a, c, s in zip(notes["author"], notes["category"], notes["significance"]))))
 
 
-def _note_form(wb, run_id: int, case: dict, queue, pos: int) -> None:
-    """Quick note: category and significance by key, optional text, Enter saves and moves on."""
+def _note_form(wb, run_id: int, case: dict, queue, pos: int, names: dict) -> None:
+    """Quick note as one keyboard form: category and significance by key, optional text, Enter (or
+    Ctrl+Enter in the text) saves and opens the next case without a note; the arrows move."""
     from workbench.study import SIGNIFICANCE
 
-    item = (case["report_id"], case["label"])
-    chosen = st.session_state.setdefault(state.DIS_NOTE, {})
-    if chosen.get("item") != item:
-        chosen.clear()
-        chosen.update(item=item, category=None, significance=None, wrong=False)
-    st.caption("**What went wrong** (key)")
-    with st.container(horizontal=True, gap="small", key="chips-category"):
-        for i, category in enumerate(wb.config.error_categories):
-            st.button(components.md(category), key=state.widget_key("dis-cat", i),
-                      type="primary" if chosen["category"] == category else "secondary",
-                      shortcut=CATEGORY_KEYS[i] if i < len(CATEGORY_KEYS) else None,
-                      on_click=chosen.update, kwargs={"category": category})
-    st.caption("**Clinical significance** (key)")
-    with st.container(horizontal=True, gap="small", key="chips-significance"):
-        for value in SIGNIFICANCE:
-            st.button(components.md(value), key=state.widget_key("dis-sig", value),
-                      type="primary" if chosen["significance"] == value else "secondary",
-                      shortcut=SIGNIFICANCE_KEYS.get(value), on_click=chosen.update, kwargs={"significance": value})
-        st.button(("☑ " if chosen["wrong"] else "☐ ") + "the reference is wrong", key=state.widget_key("dis-wrong"),
-                  shortcut="W", help="Sends the item to adjudication",
-                  on_click=lambda: chosen.update(wrong=not chosen["wrong"]))
-    c = st.columns([3, 2], vertical_alignment="bottom")
-    text = c[0].text_area("Note (optional)", key=state.widget_key("dis-text", *item), height=68,
-                          placeholder="e.g. 'no longer seen' means resolved")
-    c[1].button("Save, next", key=state.widget_key("dis-save"), type="primary", shortcut="Enter",
-                on_click=_save_note, args=(wb, run_id, item, text, queue, pos), width="stretch")
+    item = f"{case['report_id']}|{case['label']}"
+    draft = st.session_state.setdefault(state.DIS_NOTE, {})
+    values = draft.get(item) or {"category": None, "significance": None, "text": ""}
+    categories = [{"id": c, "label": c + (" (sends it to adjudication)" if c == WRONG else ""),
+                   "key": CATEGORY_KEYS[i] if i < len(CATEGORY_KEYS) else None} for i, c in enumerate(wb.config.error_categories)]
+    data = {
+        "item": {"id": item, "heading": f"Case {pos + 1} of {len(queue)} · {case['report_id']} · "
+                                        f"{names.get(case['label'], case['label'])}"},
+        "groups": [{"id": "category", "title": "What went wrong", "kind": "one", "options": categories},
+                   {"id": "significance", "title": "Clinical significance", "kind": "one",
+                    "options": [{"id": v, "label": v, "key": SIGNIFICANCE_KEYS.get(v, "").lower() or None} for v in SIGNIFICANCE]}],
+        "values": values,
+        "text": {"id": "text", "label": "Note (optional)", "placeholder": "e.g. 'no longer seen' means resolved",
+                 "hint": "In the note, Ctrl+Enter saves and Esc leaves the field."},
+        "require": [{"ids": ["category"], "message": "Choose what went wrong (1-9, 0) first."},
+                    {"ids": ["significance"], "message": "Choose its clinical significance (M, N, U) first."}],
+        "nav": {"prev": pos > 0, "next": pos < len(queue) - 1},
+        "save_label": "Save, next", "context": {"run": run_id},
+    }
+    keyboard.form(state.DIS_FORM, data, on_action=lambda payload: _act(wb, run_id, queue, payload),
+                  on_draft=lambda d: draft.update({d["item"]: d["values"]}))
 
 
-def _save_note(wb, run_id: int, item: tuple, text: str, queue, pos: int) -> None:
-    """Save, then open the next case (after this one) that has no note yet; the place in the queue is kept."""
-    chosen = st.session_state.get(state.DIS_NOTE, {})
-    text = st.session_state.get(state.widget_key("dis-text", *item), text) or ""
-    if chosen.get("category") is None or chosen.get("significance") is None:
-        state.flash("Choose what went wrong (1-9, 0) and its clinical significance (M, N, U) first.", "error")
-        return
-    try:
-        wb.add_note(item[0], item[1], chosen["category"], chosen["significance"], text,
-                    reference_wrong=bool(chosen.get("wrong")), run_id=run_id)
-    except WorkbenchError as exc:
-        state.flash(f"Not saved: {exc}", "error")
-        return
-    state.bump(wb, notes_only=not chosen.get("wrong"))  # a flag changes the reference: everything is read again
-    state.flash(f"Note saved on {item[0]} / {wb.vocab.names().get(item[1], item[1])}.", "toast")
-    following = _next_without_note(queue, pos)
+def _act(wb, run_id: int, queue, payload: dict) -> str | None:
+    """Enter saves the note sent (exactly what was on screen) and opens the next case without a note;
+    the arrows move. Returns an error message, or None."""
+    report_id, _, label = str(payload.get("item", "")).partition("|")
+    keys = list(zip(queue["report_id"], queue["label"]))
+    if (report_id, label) not in keys:
+        return f"Not saved: {report_id} / {label} is not in this queue any more."
+    pos = keys.index((report_id, label))
+    if payload.get("kind") in ("prev", "next"):
+        st.session_state.setdefault(state.DIS_NOTE, {})[payload["item"]] = payload.get("values")
+        _go(queue, max(pos - 1, 0) if payload["kind"] == "prev" else min(pos + 1, len(queue) - 1))
+        return None
+    values = payload.get("values") or {}
+    wrong = values.get("category") == WRONG
+    wb.add_note(report_id, label, values.get("category"), values.get("significance"), str(values.get("text") or ""),
+                reference_wrong=wrong, run_id=run_id)
+    state.bump(wb, notes_only=not wrong)  # a flag changes the reference: everything is read again
+    st.session_state.get(state.DIS_NOTE, {}).pop(payload["item"], None)
+    state.flash(f"Note saved on {report_id} / {wb.vocab.names().get(label, label)}.", "toast")
+    following = _next_without_note(queue.assign(notes=np.where(np.arange(len(queue)) == pos, 1, queue["notes"])), pos)
     if following is not None:
         _go(queue, following)
-    chosen.clear()
+    return None
 
 
 def _next_without_note(queue, pos: int) -> int | None:

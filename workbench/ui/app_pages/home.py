@@ -7,6 +7,8 @@ import streamlit as st
 from workbench.services import PERMISSIONS
 from workbench.ui import charts, components, state
 
+BLIND = "hidden until you finish reading"
+
 
 def render(wb) -> None:
     """Cohorts, readers, reference status, prompt version, latest run, history, attention list."""
@@ -21,14 +23,15 @@ def render(wb) -> None:
     runs = state.read(wb, "runs", cohort)
     latest = components.latest_run_id(runs)
     ev = state.read(wb, "evaluate_run", latest, n_resamples=0) if latest else None
+    blind = wb.actor.role not in PERMISSIONS["see_unblinded"]  # a reader sees no reference or score while reading
     c = st.columns(5)
-    c[0].metric("Reference decided", int(summary["decided"].sum() + summary["adjudicated"].sum()),
+    c[0].metric("Reference decided", BLIND if blind else int(summary["decided"].sum() + summary["adjudicated"].sum()),
                 help="(report, label) items settled by the reader vote or by adjudication")
-    c[1].metric("Waiting for adjudication", int(summary["waiting"].sum()))
+    c[1].metric("Waiting for adjudication", BLIND if blind else int(summary["waiting"].sum()))
     c[2].metric("Prompt version", f"v{len(history)}", help=f"commit {history.iloc[0]['short']} (its message is below)")
-    c[3].metric("Latest run: macro F1", components.pct(ev.averages["macro_f1"]) if ev else "no run",
+    c[3].metric("Latest run: macro F1", BLIND if blind else components.pct(ev.averages["macro_f1"]) if ev else "no run",
                 help="mean over labels of each label's F1: how good the labeller is at finding each finding")
-    c[4].metric("Latest run: macro accuracy", components.pct(ev.averages["macro_accuracy"]) if ev else "no run",
+    c[4].metric("Latest run: macro accuracy", BLIND if blind else components.pct(ev.averages["macro_accuracy"]) if ev else "no run",
                 help="high whenever findings are rare, even if most positives are missed: read it beside F1")
     st.caption(components.md(f"Current prompt version {history.iloc[0]['short']} ({components.when(history.iloc[0]['when'])}, "
                              f"{history.iloc[0]['author']}), its message:"

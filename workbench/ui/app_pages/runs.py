@@ -14,6 +14,7 @@ CEILING_NAMES = {"labeller_kappa": "labeller kappa", "readers_fleiss_kappa": "re
                  "mean_reader_accuracy": "mean reader accuracy", "labeller_accuracy": "labeller accuracy",
                  "accuracy_unanimous": "labeller accuracy, unanimous votes", "n_unanimous": "items, unanimous",
                  "accuracy_split": "labeller accuracy, split votes", "n_split": "items, split"}
+TABS = ("Metrics of a run", "Compare two runs", "Iteration history")
 RUN_NAMES = {"id": "run", "prompt_commit": "prompt version", "calls_total": "calls", "calls_made": "calls made",
              "calls_reused": "from cache", "started_at": "started", "created_by": "started by"}
 
@@ -24,6 +25,8 @@ def render(wb) -> None:
     components.help_line("Label a cohort with a prompt version and a model (unchanged calls come from the cache), "
                          "then read per-label accuracy with intervals and compare versions.")
     components.model_notice(wb)
+    state.seed_from_url("runs", {"run": (state.RUN, int), "a": (state.RUN_A, int), "b": (state.RUN_B, int),
+                                 "tab": (state.RUNS_TAB, lambda v: TABS[int(v)])})
     _start(wb)
     runs = state.read(wb, "runs")
     if runs.empty:
@@ -37,11 +40,11 @@ def render(wb) -> None:
         st.dataframe(runs.assign(prompt_commit=runs["prompt_commit"].str[:8], started_at=components.when_column(runs["started_at"]),
                                  labels=runs["labels_json"].str.count(",") + 1)[RUN_COLUMNS].rename(columns=RUN_NAMES),
                      hide_index=True)
-    components.lazy_tabs(state.RUNS_TAB, {
-        "Metrics of a run": lambda: _metrics(wb, runs),
-        "Compare two runs": lambda: _compare(wb, runs),
-        "Iteration history": lambda: _history(wb),
-    })
+    components.lazy_tabs(state.RUNS_TAB, dict(zip(TABS, (lambda: _metrics(wb, runs), lambda: _compare(wb, runs),
+                                                         lambda: _history(wb)))))
+    tab = st.session_state.get(state.RUNS_TAB)
+    state.to_url(tab=TABS.index(tab) if tab in TABS else None, run=st.session_state.get(state.RUN),
+                 a=st.session_state.get(state.RUN_A), b=st.session_state.get(state.RUN_B))
 
 
 def _history(wb) -> None:
@@ -222,7 +225,7 @@ def _compare(wb, runs) -> None:
         if len(shown):
             st.plotly_chart(charts.delta_chart(shown, names), key="runs-compare")
         st.caption("Left out: " + "; ".join(f"{k}: {v}" for k, v in cmp["excluded"].items()))
-        _cases(cmp["cases"], run_a, run_b, names)
+        _cases(cmp["cases"], run_a, run_b, names, set(wb.vocab.derived_ids))
 
 
 def _explain_numbers(cmp: dict, counts: dict, run_a: int, run_b: int) -> None:
@@ -258,10 +261,14 @@ def _compare_table(table, names: dict):
                      "F1 after": "{:.3f}", "McNemar p": p_text, "Holm p": p_text}, na_rep="n/a"))
 
 
-def _cases(cases, run_a: int, run_b: int, names: dict) -> None:
+def _cases(cases, run_a: int, run_b: int, names: dict, derived: set = frozenset()) -> None:
     """Fixed and broken cases; one click opens one in the Disagreements page."""
     st.markdown(f"**{int((cases['change'] == 'fixed').sum())} fixed, {int((cases['change'] == 'broken').sum())} broken**"
                 " · click a row to open the case with both runs' answers and the prompt change")
+    if derived and cases["label"].isin(derived).any():  # a derived label has no prompt and no queue of its own
+        st.caption(components.md(", ".join(names.get(d, d) for d in sorted(derived))) + " is derived from the asked "
+                   "labels (1 exactly when they are all 0): its changes are not listed here; open the asked label that changed.")
+        cases = cases[~cases["label"].isin(derived)].reset_index(drop=True)
     if cases.empty:
         return
     shown = cases.assign(label=cases["label"].map(names)).rename(columns={

@@ -1,0 +1,77 @@
+"""Browser sessions under `auth: local`: a hashed token that expires and is revoked on sign-out,
+disable and role change (the cookie that lets F5 keep a user signed in)."""
+
+import pytest
+
+from workbench.services import PermissionDenied
+
+
+@pytest.fixture
+def team(small_study):
+    """The small study with an admin and a reader."""
+    small_study.add_user("boss", "admin", "correct horse 1")
+    boss = small_study.as_actor(small_study.actor_for("boss"))
+    boss.add_user("reader-1", "reader", "password-123")
+    return boss
+
+
+def signed_in(wb, user):
+    return wb.as_actor(wb.actor_for(user))
+
+
+def test_a_session_token_resumes_its_account_and_only_its_hash_is_stored(team):
+    from workbench.store import queries as q
+    from workbench.services.team import token_digest
+
+    token = signed_in(team, "reader-1").start_web_session()
+    actor = team.resume_web_session(token)
+    assert (actor.user, actor.role, actor.account) == ("reader-1", "reader", True)
+    with team.session() as s:
+        row = q.get_web_session(s, token_digest(token))
+    assert row.token_hash == token_digest(token) and token not in repr(row.model_dump())
+
+
+@pytest.mark.parametrize("token", ["", "wbs_not-a-token", None])
+def test_unknown_tokens_are_refused(team, token):
+    with pytest.raises(PermissionDenied, match="sign in again"):
+        team.resume_web_session(token)
+
+
+def test_an_expired_session_is_refused(team):
+    token = signed_in(team, "reader-1").start_web_session(hours=-0.01)
+    with pytest.raises(PermissionDenied, match="sign in again"):
+        team.resume_web_session(token)
+
+
+def test_sign_out_revokes_that_session_only(team):
+    reader = signed_in(team, "reader-1")
+    first, second = reader.start_web_session(), reader.start_web_session()
+    team.end_web_session(first)
+    with pytest.raises(PermissionDenied):
+        team.resume_web_session(first)
+    assert team.resume_web_session(second).user == "reader-1"
+
+
+def test_disable_revokes_every_session_and_enabling_does_not_bring_them_back(team):
+    token = signed_in(team, "reader-1").start_web_session()
+    team.set_disabled("reader-1")
+    with pytest.raises(PermissionDenied):
+        team.resume_web_session(token)
+    team.set_disabled("reader-1", False)
+    with pytest.raises(PermissionDenied):
+        team.resume_web_session(token)
+
+
+def test_a_role_change_revokes_the_sessions_and_a_no_change_does_not(team):
+    token = signed_in(team, "reader-1").start_web_session()
+    team.set_role("reader-1", "reader")
+    assert team.resume_web_session(token).role == "reader"
+    team.set_role("reader-1", "adjudicator")
+    with pytest.raises(PermissionDenied):
+        team.resume_web_session(token)
+    assert team.resume_web_session(signed_in(team, "reader-1").start_web_session()).role == "adjudicator"
+
+
+def test_only_accounts_have_browser_sessions(small_study):
+    with pytest.raises(PermissionDenied):
+        small_study.start_web_session()

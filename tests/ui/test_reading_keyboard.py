@@ -1,0 +1,263 @@
+"""The reading room's keyboard forms in a real browser, typed at a fast reader's pace on a loaded machine.
+
+Keys 20 ms apart and Enter 10 ms after the last one (rolling two fingers), while a busy-loop
+process competes for the CPU: every saved reading, note and decision must equal the keys pressed,
+on the item that was on screen. Half of each walk waits for the next item, half types ahead of
+it (those keys are held by the form and applied to the next item). No console error and no
+request to a host other than the app's own.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from test_browser import ARTIFACTS, CHROMIUM, TIMEOUT_MS, Watch, browser, open_by_keyboard, serve, sign_in  # noqa: F401
+
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Chromium at /usr/bin/chromium")]
+
+KEY_GAP_MS, ENTER_GAP_MS = 20, 10   # the reader's pace: these are inputs of the test, not waits for a condition
+READER, BOSS = ("dr-burst", "reader-password-1"), ("boss", "boss-password-1")
+# the form's state, read from inside its shadow root: item id, ready/saving, keys held
+FORM_STATE = """() => {
+  for (const host of document.querySelectorAll('[data-testid="stBidiComponentIsolated"]')) {
+    const f = host.shadowRoot && host.shadowRoot.querySelector('.wbk');
+    if (f) return {item: f.dataset.item, state: f.dataset.state, held: Number(f.dataset.held)};
+  }
+  return null;
+}"""
+
+
+@pytest.fixture(scope="module")
+def burst_study(demo_template, tmp_path_factory) -> Path:
+    """The demo study with sign-in on: an admin and a reader."""
+    from workbench.services import Workbench
+
+    root = tmp_path_factory.mktemp("burst") / "demo"
+    shutil.copytree(demo_template, root)
+    wb = Workbench(root)
+    wb.add_user(BOSS[0], "admin", BOSS[1])
+    wb = wb.as_actor(wb.actor_for(BOSS[0]))
+    wb.add_user(READER[0], "reader", READER[1])
+    wb.engine.dispose()
+    config = root / "workbench.yaml"
+    config.write_text(config.read_text().replace("auth: none", "auth: local"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def burst_server(burst_study):
+    yield from serve(burst_study)
+
+
+@pytest.fixture
+def cpu_hog():
+    """A busy loop on one core for the length of a test (bounded: it ends by itself after 10 minutes)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time\nend = time.monotonic() + 600\n"
+                             "while time.monotonic() < end:\n    pass\n"])
+    yield proc
+    proc.terminate()
+    proc.wait(10)
+
+
+def wait_ready(pg, item: str) -> None:
+    """Wait until the form shows this item, holds no key and waits for no answer (as long as it moves on)."""
+    seen = None
+    while True:
+        try:
+            seen = pg.wait_for_function(
+                f"([item, seen]) => {{ const s = ({FORM_STATE})(); if (!s) return false;"
+                " if (s.item === item && s.state === 'ready' && s.held === 0) return 'done';"
+                " const now = s.item + '/' + s.held; return now !== seen ? now : false; }",
+                arg=[item, seen], timeout=TIMEOUT_MS * 2).json_value()
+        except Exception:
+            pg.screenshot(path=str(ARTIFACTS / f"form-not-ready-{item.replace('|', '-')}.png"))
+            raise AssertionError(f"waiting for {item}, the form is stuck at {pg.evaluate(FORM_STATE)}") from None
+        if seen == "done":
+            return
+
+
+def type_item(pg, keys: list[str]) -> None:
+    """The keys of one item at the reader's pace, then Enter."""
+    for n, key in enumerate(keys):
+        if n:
+            pg.wait_for_timeout(KEY_GAP_MS)
+        pg.keyboard.press(key)
+    pg.wait_for_timeout(ENTER_GAP_MS)
+    pg.keyboard.press("Enter")
+
+
+def walk(pg, items: list[str], plans: list[list[str]]) -> None:
+    """Type every plan on its item: the first half waits for each next item, the second half types ahead."""
+    half = len(plans) // 2
+    for k, keys in enumerate(plans):
+        if k <= half:
+            wait_ready(pg, items[k])
+        type_item(pg, keys)
+    wait_ready(pg, items[len(plans)])
+
+
+def new_page(browser, base: str):
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    pg = context.new_page()
+    pg.set_default_timeout(TIMEOUT_MS)
+    return context, pg, Watch(pg, base)
+
+
+def test_fifty_reports_typed_fast_on_a_loaded_machine_lose_nothing(browser, burst_server, burst_study, cpu_hog):
+    from workbench.services import Actor, Workbench
+    from workbench.ui.app_pages.annotate import LABEL_KEYS
+
+    wb = Workbench(burst_study).as_actor(Actor(READER[0], "reader"))
+    asked = wb.vocab.asked_ids
+    ids = wb.work_list(READER[0], "dev")["report_id"].tolist()[:51]
+    rng = random.Random(22)
+    ticks = [sorted(rng.sample(range(len(asked)), rng.choice([0, 1, 2, 3, 3, 4]))) for _ in range(50)]
+    ticks[0] = [0, 1, 3]  # the issue's own case: keys 1, 2, 4 then Enter
+    context, pg, watch = new_page(browser, burst_server)
+    sign_in(pg, burst_server, *READER)
+    open_by_keyboard(pg, "Annotate")
+    walk(pg, ids, [[LABEL_KEYS[i] for i in t] for t in ticks])
+    lost = []
+    for report, t in zip(ids, ticks):
+        saved = wb.my_readings(READER[0], report).set_index("label")["value"].astype(int).to_dict()
+        if saved != {lab: int(j in t) for j, lab in enumerate(asked)}:
+            lost.append((report, saved))
+    assert lost == [], f"{len(lost)} of 50 readings differ from the keys pressed: {lost[:3]}"
+    others = [r for r in ids[50:] + wb.work_list(READER[0], "dev")["report_id"].tolist()[51:]
+              if len(wb.my_readings(READER[0], r))]
+    assert others == [], "a reading landed on a report that was not typed"
+    watch.check(pg)
+    context.close()
+
+
+def test_twenty_notes_typed_fast_lose_nothing(browser, burst_server, burst_study, cpu_hog):
+    from workbench.services import Workbench
+    from workbench.study import SIGNIFICANCE
+    from workbench.ui.app_pages.disagreements import CATEGORY_KEYS, SIGNIFICANCE_KEYS, WRONG
+
+    wb = Workbench(burst_study)
+    run_id = int(wb.runs().iloc[0]["id"])
+    queue, _ = wb.disagreement_queue(run_id)
+    cases = [f"{r}|{lab}" for r, lab in zip(queue["report_id"], queue["label"])][:21]
+    categories = [c for c in wb.config.error_categories if c != WRONG]
+    rng = random.Random(7)
+    plans = [(rng.choice(categories), rng.choice(SIGNIFICANCE)) for _ in range(20)]
+    context, pg, watch = new_page(browser, burst_server)
+    sign_in(pg, burst_server, *BOSS)
+    open_by_keyboard(pg, "Disagreements")
+    keys = [[CATEGORY_KEYS[wb.config.error_categories.index(c)], SIGNIFICANCE_KEYS[s].lower()] for c, s in plans]
+    wait_ready(pg, cases[0])
+    # one note with text: typed in the field, Esc leaves it and the keys work again; one saved with Ctrl+Enter
+    area = pg.get_by_role("textbox", name="Note (optional)")
+    area.click()
+    pg.keyboard.type("collapse 1")
+    pg.keyboard.press("Escape")
+    type_item(pg, keys[0])
+    wait_ready(pg, cases[1])
+    for key in keys[1]:
+        pg.keyboard.press(key)
+        pg.wait_for_timeout(KEY_GAP_MS)
+    area.click()
+    pg.keyboard.type("collapse 2")
+    pg.keyboard.press("Control+Enter")
+    walk(pg, cases[2:], plans=keys[2:])
+    notes = wb.notes()
+    got = {f"{r}|{lab}": (c, s, t) for r, lab, c, s, t in zip(notes["report_id"], notes["label"], notes["category"],
+                                                             notes["significance"], notes["text"])}
+    texts = ["collapse 1", "collapse 2"] + [""] * 18
+    want = {case: (c, s, t) for case, (c, s), t in zip(cases, plans, texts)}
+    assert {k: got.get(k) for k in want} == want
+    assert len(notes) == 20, "no note on a case that was not typed"
+    watch.check(pg)
+    context.close()
+
+
+def test_twenty_adjudications_typed_fast_lose_nothing(browser, burst_server, burst_study, cpu_hog):
+    from workbench.services import Workbench
+    from workbench.ui.app_pages.adjudicate import REASON_KEYS, REASONS
+
+    wb = Workbench(burst_study)
+    queue = wb.adjudication_worklist("dev")
+    items = [f"{r}|{lab}" for r, lab in zip(queue["report_id"], queue["label"])][:21]
+    rng = random.Random(3)
+    plans = [(rng.choice([0, 1]), rng.randrange(len(REASONS))) for _ in range(20)]
+    context, pg, watch = new_page(browser, burst_server)
+    sign_in(pg, burst_server, *BOSS)
+    open_by_keyboard(pg, "Adjudicate")
+    walk(pg, items, [[str(v), REASON_KEYS[r].lower()] for v, r in plans])
+    for item, (value, reason) in zip(items, plans):
+        report, _, label = item.partition("|")
+        history = wb.adjudication_history(report, label)
+        assert len(history) == 1 and (int(history["value"].iloc[0]), history["reason"].iloc[0]) == (value, REASONS[reason]), item
+    assert len(wb.adjudication_worklist("dev")) == len(queue) - 20
+    watch.check(pg)
+    context.close()
+
+
+DEEP_LINK_PROBE = re.compile(r"^/[a-z_-]+/_stcore/(health|host-config)$")
+
+
+class ReloadWatch(Watch):
+    """As Watch, but a reload on a page's own URL lets Streamlit's frontend probe `/<page>/_stcore/health`
+    (and host-config) before it finds the server at `/`: those 404s, and only those, are expected."""
+
+    def __init__(self, pg, base: str):
+        super().__init__(pg, base)
+        self.failed: list[str] = []
+        pg.on("response", lambda r: self.failed.append(urlparse(r.url).path) if r.status >= 400 else None)
+
+    def check(self, pg) -> None:
+        assert self.hosts <= {self.base_host, "data"}, self.hosts
+        unexpected = [p for p in self.failed if not DEEP_LINK_PROBE.match(p)]
+        assert not unexpected, unexpected
+        errors = [e for e in self.errors if not (self.failed and e.startswith("Failed to load resource") and "404" in e)]
+        assert not errors, errors
+
+
+def step_and_reload(pg, key: str) -> str:
+    """Move the open form by one key, then reload: returns the item that must be open again."""
+    before = pg.evaluate(FORM_STATE)["item"]
+    pg.keyboard.press(key)
+    pg.wait_for_function(f"(b) => {{ const s = ({FORM_STATE})(); return s && s.item !== b && s.state === 'ready'; }}", arg=before)
+    item = pg.evaluate(FORM_STATE)["item"]
+    pg.reload()
+    wait_ready(pg, item)
+    return item
+
+
+def test_reload_keeps_the_user_signed_in_and_on_the_same_item(browser, burst_server):
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    pg = context.new_page()
+    pg.set_default_timeout(TIMEOUT_MS)
+    watch = ReloadWatch(pg, burst_server)
+    sign_in(pg, burst_server, *BOSS)
+    cookies = [c for c in context.cookies() if c["name"].startswith("wb_session_")]
+    assert len(cookies) == 1 and cookies[0]["sameSite"] == "Strict" and cookies[0]["value"].startswith("wbs_")
+    for title, key, param in (("Annotate", "ArrowRight", "report"), ("Disagreements", "ArrowRight", "case"),
+                              ("Adjudicate", "ArrowRight", "item")):
+        open_by_keyboard(pg, title)
+        wait_ready(pg, pg.evaluate(FORM_STATE)["item"])
+        item = step_and_reload(pg, key)
+        assert pg.get_by_role("heading", name=title, exact=True).is_visible(), "the same page after F5"
+        assert urlparse(pg.url).path.endswith("/" + title.lower()) and parse_qs(urlparse(pg.url).query)[param] == [item]
+        # the link opens the same item in another tab of this browser (the session cookie is shared)
+        other = context.new_page()
+        other.goto(pg.url)
+        wait_ready(other, item)
+        other.close()
+    pg.get_by_role("button", name="Sign out", exact=True).click()
+    pg.get_by_label("User", exact=True).wait_for()
+    pg.reload()
+    pg.get_by_label("User", exact=True).wait_for()
+    assert not [c for c in context.cookies() if c["name"].startswith("wb_session_") and c["value"]]
+    watch.check(pg)
+    context.close()

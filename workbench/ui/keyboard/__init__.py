@@ -1,0 +1,154 @@
+"""Custom components v2 of the reading room: keyboard forms that cannot lose input, and the session cookie.
+
+A Streamlit button per key loses keys pressed 20-60 ms apart (clicks that arrive during a rerun
+replace one another), so the Annotate, Disagreements and Adjudicate forms are one component each
+(form.js): the browser applies every key at once and holds the keys pressed after Enter until the
+server has stored the reading and opened the next item. The server side is here: a trigger is
+applied at most once (by its sequence number) and answered with that number, so a resend is
+harmless and the browser knows what was stored. Inline HTML/CSS/JS, no iframe, nothing fetched.
+"""
+
+from __future__ import annotations
+
+import functools
+import secrets
+import threading
+from pathlib import Path
+from typing import Callable
+
+import streamlit as st
+
+from workbench.ui import state
+
+HERE = Path(__file__).resolve().parent
+Handler = Callable[[dict], "str | None"]  # a payload -> None when stored, else the message to show
+
+
+@functools.cache
+def _form_component():
+    """The registered keyboard form (registered once per process)."""
+    return st.components.v2.component("workbench_keyboard_form", css=(HERE / "form.css").read_text(encoding="utf-8"),
+                                      js=(HERE / "form.js").read_text(encoding="utf-8"))
+
+
+@functools.cache
+def _cookie_component():
+    """The registered cookie setter (no markup: it only writes document.cookie)."""
+    return st.components.v2.component("workbench_session_cookie", js=(HERE / "cookie.js").read_text(encoding="utf-8"))
+
+
+def session_cookie(name: str, value: str | None, max_age_s: int) -> None:
+    """Set (or, with None, clear) the session cookie in the browser; drawn each run, it acts only when it changes."""
+    _cookie_component()(key=f"wb.cookie.{name}", data={"name": name, "value": value, "maxAge": int(max_age_s)})
+
+
+def form(key: str, data: dict, on_action: Handler, on_draft: Callable[[dict], None] | None = None) -> None:
+    """Mount a keyboard form: on_action runs once per Enter/arrow trigger, on_draft on each debounced draft.
+
+    data: item {id, heading, caption, text | html}, groups [{id, title, kind multi|one, options
+    [{id, label, key, hint}]}], values {group id: list | id}, text {id, label, placeholder} or None,
+    require [{ids, message}], nav {prev, next, skip} or None, save_label, help, context (echoed back).
+    """
+    replayed = st.session_state.pop(state.kbd_inbox(key), None)
+    if replayed:  # AppTest cannot run the browser half: events queued there take the same path, then redraw
+        for kind, payload in replayed:
+            (_apply_action if kind == "action" else _apply_draft)(key, payload, on_action if kind == "action" else on_draft)
+        st.rerun()
+    ack = ANSWERS.get(_ident(key, None))
+    _form_component()(key=key, data={**data, "acked": ack["seq"], "error": ack.get("error")}, default={"draft": None},
+                      on_action_change=functools.partial(_on_action, key, on_action),
+                      on_draft_change=functools.partial(_on_draft, key, on_draft), width="stretch")
+
+
+def _on_action(key: str, handler: Handler) -> None:
+    """Component callback: the trigger of this rerun."""
+    _apply_action(key, (st.session_state.get(key) or {}).get("action"), handler)
+
+
+def _on_draft(key: str, handler) -> None:
+    """Component callback: the draft state changed."""
+    _apply_draft(key, (st.session_state.get(key) or {}).get("draft"), handler)
+
+
+class _Answers:
+    """The triggers applied, per browser page and form: {seq, error} (process-wide, bounded).
+
+    Kept outside session state and guarded by a lock: under load Streamlit may start a new script
+    thread (or a new session, after a reconnect) while the old one still runs a callback, and the
+    browser resends an unanswered trigger; without this the same Enter was applied twice."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self.answers: dict = {}
+        self.locks: dict = {}
+        self.lock = threading.Lock()
+
+    def lock_for(self, ident: tuple) -> threading.Lock:
+        """The lock that serialises one page's form."""
+        with self.lock:
+            return self.locks.setdefault(ident, threading.Lock())
+
+    def get(self, ident: tuple) -> dict:
+        """The last answer for one page's form."""
+        with self.lock:
+            return self.answers.get(ident, {"seq": 0, "error": None})
+
+    def put(self, ident: tuple, answer: dict) -> None:
+        """Record an answer (the oldest pages are forgotten first)."""
+        with self.lock:
+            self.answers.pop(ident, None)
+            self.answers[ident] = answer
+            while len(self.answers) > self.size:
+                old = next(iter(self.answers))
+                self.answers.pop(old)
+                self.locks.pop(old, None)
+
+
+ANSWERS = _Answers()
+
+
+def _ident(key: str, page) -> tuple:
+    """A form on one browser page (the page's random id, sent with every event)."""
+    if not page:  # until the page's first event names it (and in AppTest, which sends none): this session's own id
+        page = st.session_state.setdefault(state.KBD_PAGE, "session-" + secrets.token_hex(8))
+    return (str(page), key)
+
+
+def _apply_action(key: str, payload, handler: Handler) -> None:
+    """Apply a trigger once: a sequence number at or below the last answered one is a resend."""
+    from workbench.errors import WorkbenchError
+
+    if not isinstance(payload, dict) or not isinstance(payload.get("seq"), int):
+        return
+    if payload.get("page"):
+        st.session_state[state.KBD_PAGE] = str(payload["page"])
+    ident = _ident(key, payload.get("page"))
+    with ANSWERS.lock_for(ident):
+        last = ANSWERS.get(ident)
+        if payload["seq"] <= last["seq"]:
+            return
+        content = (payload.get("kind"), payload.get("item"), payload.get("values"))
+        if content[0] == "save" and last.get("saved") == content:
+            # the same Enter on the same item again (seen under heavy load in the browser test, cause not yet
+            # found): stored once, answered again
+            ANSWERS.put(ident, {**last, "seq": payload["seq"]})
+            return
+        try:
+            error = handler(payload)
+        except (WorkbenchError, PermissionError, ValueError, LookupError) as exc:
+            error = f"Not saved: {exc}"
+        saved = content if content[0] == "save" and error is None else last.get("saved")
+        ANSWERS.put(ident, {"seq": payload["seq"], "error": error, "saved": saved})
+
+
+def _apply_draft(key: str, draft, handler) -> None:
+    """Hand a draft to the page (the browser sends the whole draft each time: the newest wins)."""
+    if isinstance(draft, dict) and draft.get("page"):
+        st.session_state[state.KBD_PAGE] = str(draft["page"])
+    if handler is not None and isinstance(draft, dict) and isinstance(draft.get("values"), dict):
+        handler(draft)
+
+
+def replay(at, key: str, *events: tuple[str, dict]) -> None:
+    """Queue browser events for the next AppTest run: ("action", payload) or ("draft", draft)."""
+    at.session_state[state.kbd_inbox(key)] = list(events)

@@ -1,0 +1,332 @@
+// The keyboard form of the reading room (Streamlit custom component v2, no iframe, no build step).
+//
+// Why it exists: a Streamlit button per key drops keys pressed 20-60 ms apart (clicks that arrive
+// during a rerun replace one another). Here every key lands in a queue in the browser and is
+// applied at once to what is on screen; the draft goes to the server as component state
+// (debounced); Enter sends the complete reading as one trigger carrying a sequence number and the
+// item id, and every key pressed after it is held until the server answers that it stored exactly
+// that reading (data.acked >= seq) and sends the next item: held keys then apply to the next item,
+// in order. Nothing is dropped and nothing is applied to an item other than the one on screen.
+//
+// The module is imported once per page (Streamlit caches it by its text), so the state below
+// outlives reruns; Streamlit calls the default export again whenever the data changes.
+
+const forms = new Map();          // component key -> form state
+let lastSeq = 0;                  // one counter for every form of the page: a sequence number is never reused
+let listening = false;
+// this page's id: the server answers triggers per page, so a resend reaching a new server session
+// (after a reconnect) is still recognised as already applied
+const PAGE = Math.random().toString(36).slice(2) + Date.now().toString(36);
+const DRAFT_DELAY_MS = 250;       // the draft is sent this long after the last key (fewer reruns while typing)
+const RESEND_MS = 4000;           // an unanswered trigger is sent again (same seq: the server applies it once)
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "text") node.textContent = v;
+    else if (k === "cls") node.className = v;
+    else node.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children) if (c) node.appendChild(c);
+  return node;
+}
+
+function activeForm() {
+  // the most recently mounted form still on the page owns the keyboard
+  let found = null;
+  for (const f of forms.values()) if (f.root && f.root.isConnected !== false && f.host && f.host.isConnected) found = !found || f.mountedAt > found.mountedAt ? f : found;
+  return found;
+}
+
+function optionFor(f, key) {
+  for (const g of f.data.groups) for (const o of g.options) if (o.key && o.key === key) return [g, o];
+  return null;
+}
+
+function isEditable(node) {
+  if (!node || !node.tagName) return false;
+  const tag = node.tagName.toLowerCase();
+  return tag === "input" || tag === "textarea" || tag === "select" || node.isContentEditable;
+}
+
+function onKeyDown(e) {
+  const f = activeForm();
+  if (!f || e.isComposing) return;
+  const target = e.composedPath ? e.composedPath()[0] : e.target;
+  const inOwnText = f.textArea && target === f.textArea;
+  let event = null;
+  if (inOwnText) {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) event = { kind: "save" };
+    else if (e.key === "Escape") { f.textArea.blur(); f.host.focus && f.host.focus(); e.preventDefault(); e.stopImmediatePropagation(); }
+    if (!event) return;
+  } else {
+    if (isEditable(target) || e.ctrlKey || e.metaKey || e.altKey) return;
+    const key = e.key.length === 1 ? e.key.toLowerCase() : e.key;
+    if (key === "Enter") event = { kind: "save" };
+    else if (key === "ArrowLeft" && f.data.nav) event = { kind: "prev" };
+    else if (key === "ArrowRight" && f.data.nav) event = { kind: "next" };
+    else if (key === "?") event = { kind: "help" };
+    else if (key === "s" && f.data.nav && f.data.nav.skip !== undefined && !optionFor(f, "s")) event = { kind: "skip" };
+    else {
+      const hit = optionFor(f, key);
+      if (hit && !e.repeat) event = { kind: "pick", group: hit[0].id, option: hit[1].id };
+    }
+    if (!event) return;
+  }
+  e.preventDefault();
+  e.stopImmediatePropagation();
+  enqueue(f, event);
+}
+
+function enqueue(f, event) {
+  f.queue.push(event);
+  pump(f);
+}
+
+function pump(f) {
+  while (f.queue.length && !f.waiting) apply(f, f.queue.shift());
+  render(f);
+}
+
+function apply(f, ev) {
+  const d = f.data;
+  if (ev.kind === "pick") {
+    const g = d.groups.find((x) => x.id === ev.group);
+    if (!g) return;
+    if (g.kind === "multi") {
+      const on = new Set(f.values[g.id] || []);
+      on.has(ev.option) ? on.delete(ev.option) : on.add(ev.option);
+      f.values[g.id] = g.options.map((o) => o.id).filter((id) => on.has(id));
+    } else {
+      f.values[g.id] = f.values[g.id] === ev.option ? null : ev.option;
+    }
+    f.message = null;
+    scheduleDraft(f);
+  } else if (ev.kind === "help") {
+    f.showHelp = !f.showHelp;
+  } else if (ev.kind === "save") {
+    const missing = (d.require || []).find((any) => !any.ids.some((id) => filled(f.values[id])));
+    if (missing) { f.message = missing.message; return; }
+    send(f, "save");
+  } else if (ev.kind === "prev" || ev.kind === "next" || ev.kind === "skip") {
+    if (d.nav && d.nav[ev.kind] === false) return;
+    send(f, ev.kind);
+  }
+}
+
+function filled(v) {
+  if (v === null || v === undefined) return false;
+  if (Array.isArray(v)) return true;  // a multi group may be empty on purpose (nothing ticked = all 0)
+  return String(v).trim() !== "";
+}
+
+function snapshot(f) {
+  const values = {};
+  for (const [k, v] of Object.entries(f.values)) values[k] = Array.isArray(v) ? v.slice() : v;
+  if (f.textArea) values[f.data.text.id] = f.textArea.value;
+  return values;
+}
+
+function scheduleDraft(f) {
+  clearTimeout(f.draftTimer);
+  f.draftTimer = setTimeout(() => sendDraft(f), DRAFT_DELAY_MS);
+}
+
+function sendDraft(f) {
+  clearTimeout(f.draftTimer);
+  f.draftTimer = null;
+  if (!f.item) return;
+  f.draftSeq += 1;
+  f.api.setStateValue("draft", { item: f.item.id, values: snapshot(f), n: f.draftSeq, page: PAGE });
+}
+
+function send(f, kind) {
+  clearTimeout(f.draftTimer);
+  f.draftTimer = null;
+  lastSeq += 1;
+  const payload = { seq: lastSeq, kind, item: f.item.id, values: snapshot(f), context: f.data.context || null, page: PAGE };
+  f.waiting = { seq: lastSeq, payload, sentAt: performance.now() };
+  f.message = null;
+  f.api.setTriggerValue("action", payload);
+  clearTimeout(f.resendTimer);
+  // Sent again only when the app is idle and has still not answered (e.g. the connection dropped):
+  // a rerun request interrupts a script run that is under way, so resending while the server works
+  // on the first copy would restart that work again and again on a slow machine.
+  const resend = () => {
+    if (!f.waiting || f.waiting.seq !== payload.seq) return;
+    if (appIdle()) f.api.setTriggerValue("action", payload);
+    f.resendTimer = setTimeout(resend, RESEND_MS);
+  };
+  f.resendTimer = setTimeout(resend, RESEND_MS);
+}
+
+function appIdle() {
+  const app = document.querySelector('[data-testid="stApp"]');
+  return !!app && app.getAttribute("data-test-script-state") === "notRunning";
+}
+
+function adopt(f, data) {
+  f.item = data.item;
+  f.values = {};
+  for (const g of data.groups) {
+    const v = (data.values || {})[g.id];
+    f.values[g.id] = g.kind === "multi" ? (Array.isArray(v) ? v.slice() : []) : (v === undefined ? null : v);
+  }
+  f.text = data.text ? ((data.values || {})[data.text.id] || "") : null;
+  f.textItem = null;  // the text field is refilled for the new item
+}
+
+function build(f) {
+  const root = f.root;
+  let host = root.querySelector(".wbk");
+  if (host) { f.host = host; return; }
+  host = el("div", { cls: "wbk", tabindex: "-1" });
+  root.appendChild(host);
+  f.host = host;
+  host.addEventListener("click", (e) => {
+    const node = e.target.closest ? e.target.closest("[data-ev]") : null;
+    if (!node || node.disabled) return;
+    const ev = JSON.parse(node.getAttribute("data-ev"));
+    enqueue(f, ev);
+  });
+}
+
+function chip(f, g, o) {
+  const v = f.values[g.id];
+  const on = g.kind === "multi" ? (v || []).includes(o.id) : v === o.id;
+  const mark = g.kind === "multi" ? (on ? "\u2611 " : "\u2610 ") : "";
+  const b = el("button", { cls: "wbk-chip" + (on ? " on" : ""), type: "button", "aria-pressed": on ? "true" : "false",
+    title: o.hint || null, "data-ev": JSON.stringify({ kind: "pick", group: g.id, option: o.id }),
+    "data-option": o.id });
+  b.appendChild(el("span", { cls: "wbk-label", text: mark + o.label }));
+  if (o.key) b.appendChild(el("kbd", { text: o.key.toUpperCase() }));
+  return b;
+}
+
+function navButton(f, kind, label, key, primary) {
+  const nav = f.data.nav || {};
+  const disabled = kind === "save" ? false : nav[kind] === false;
+  const b = el("button", { cls: "wbk-btn" + (primary ? " primary" : ""), type: "button", disabled: disabled || null,
+    "data-ev": JSON.stringify({ kind }), "data-kind": kind });
+  b.appendChild(el("span", { text: label }));
+  if (key) b.appendChild(el("kbd", { text: key }));
+  return b;
+}
+
+function render(f) {
+  const d = f.data;
+  const host = f.host;
+  // keep the text field itself (focus, caret, what is being typed) across renders
+  const keepText = f.textArea && f.textItem === f.item.id ? f.textArea : null;
+  host.replaceChildren();
+  host.setAttribute("data-item", f.item.id);
+  host.setAttribute("data-state", f.waiting ? "saving" : "ready");
+  host.setAttribute("data-held", String(f.queue.length));
+  const head = el("div", { cls: "wbk-head" });
+  head.appendChild(el("div", { cls: "wbk-heading", role: "heading", "aria-level": "4", text: f.item.heading }));
+  if (f.item.caption) head.appendChild(el("div", { cls: "wbk-caption", text: f.item.caption }));
+  host.appendChild(head);
+  const layout = el("div", { cls: "wbk-layout" + (f.item.text !== undefined || f.item.html ? " with-report" : "") });
+  host.appendChild(layout);
+  if (f.item.text !== undefined || f.item.html) {
+    const report = el("div", { cls: "wbk-report wb-report", "data-testid": "wbReportText" });
+    if (f.item.html) report.innerHTML = f.item.html;  // built on the server from escaped pieces only
+    else report.textContent = f.item.text || "(empty report)";
+    layout.appendChild(report);
+  }
+  const panel = el("div", { cls: "wbk-panel" });
+  layout.appendChild(panel);
+  const bar = el("div", { cls: "wbk-bar" });
+  if (d.nav) {
+    bar.appendChild(navButton(f, "prev", "Back", "\u2190"));
+    bar.appendChild(navButton(f, "next", "Next", "\u2192"));
+    if (d.nav.skip !== undefined) bar.appendChild(navButton(f, "skip", "Skip", "S"));
+  }
+  bar.appendChild(navButton(f, "save", d.save_label || "Save and next", "Enter", true));
+  panel.appendChild(bar);
+  const status = el("div", { cls: "wbk-status", "aria-live": "polite" });
+  if (f.waiting) status.textContent = "Saving\u2026" + (f.queue.length ? ` ${f.queue.length} key(s) held for the next item` : "");
+  else if (f.message) { status.textContent = f.message; status.classList.add("error"); }
+  else if (f.notice) status.textContent = f.notice;
+  panel.appendChild(status);
+  for (const g of d.groups) {
+    const title = el("div", { cls: "wbk-title" });
+    title.appendChild(el("strong", { text: g.title }));
+    if (g.kind === "multi") title.appendChild(el("span", { text: ` \u00b7 ${(f.values[g.id] || []).length} ticked${g.note ? " \u00b7 " + g.note : ""}` }));
+    else if (g.note) title.appendChild(el("span", { text: " \u00b7 " + g.note }));
+    panel.appendChild(title);
+    const chips = el("div", { cls: "wbk-chips", "data-group": g.id });
+    for (const o of g.options) chips.appendChild(chip(f, g, o));
+    panel.appendChild(chips);
+  }
+  if (d.text) {
+    const label = el("label", { cls: "wbk-title", text: d.text.label });
+    let area = keepText;
+    if (!area) {
+      area = el("textarea", { cls: "wbk-text", rows: "2", placeholder: d.text.placeholder || "", "aria-label": d.text.label });
+      area.value = f.text || "";
+      area.addEventListener("input", () => { f.text = area.value; scheduleDraft(f); });
+      f.textItem = f.item.id;
+    }
+    f.textArea = area;
+    label.appendChild(area);
+    panel.appendChild(label);
+    if (d.text.hint) panel.appendChild(el("div", { cls: "wbk-caption", text: d.text.hint }));
+  } else {
+    f.textArea = null;
+  }
+  if (f.showHelp && d.help) {
+    const help = el("div", { cls: "wbk-help", "data-testid": "wbGuidelines" });
+    for (const row of d.help) {
+      const p = el("p");
+      p.appendChild(el("strong", { text: row.title }));
+      p.appendChild(el("span", { text: " " + row.text }));
+      help.appendChild(p);
+    }
+    panel.appendChild(help);
+  }
+  if (d.footer) panel.appendChild(el("div", { cls: "wbk-caption", text: d.footer }));
+}
+
+export default function (component) {
+  const { data, key, parentElement, setStateValue, setTriggerValue } = component;
+  let f = forms.get(key);
+  if (!f) {
+    f = { queue: [], waiting: null, values: {}, item: null, draftSeq: 0, message: null, notice: null, mountedAt: 0 };
+    forms.set(key, f);
+  }
+  // a stale copy of the form (Streamlit may keep the old element while it mounts a moved one) draws older
+  // data: never go back to it, or the next Enter would save the previous item again
+  if ((data.acked || 0) < (f.acked || 0)) return;
+  f.api = { setStateValue, setTriggerValue };
+  f.root = parentElement;
+  f.mountedAt = performance.now();
+  build(f);
+  if (!listening) {
+    window.addEventListener("keydown", onKeyDown, true);
+    listening = true;
+  }
+  f.acked = data.acked || 0;
+  const answered = f.waiting && (data.acked || 0) >= f.waiting.seq;
+  if (answered) {
+    clearTimeout(f.resendTimer);
+    const failed = data.error;
+    f.waiting = null;
+    f.data = data;
+    adopt(f, data);
+    if (failed) {
+      const held = f.queue.length;
+      f.queue = [];  // they were meant for the next item, which is not open: applying them here would be wrong
+      f.message = failed + (held ? ` (${held} key(s) pressed after Enter were not applied)` : "");
+    }
+  } else if (!f.waiting && (!f.item || !f.data || f.item.id !== data.item.id)) {
+    f.data = data;
+    adopt(f, data);  // a different item was opened (first mount, a row click, a filter)
+  } else if (!f.waiting) {
+    f.data = { ...data, item: { ...data.item } };  // same item: the ticks on screen are newer than the server's copy
+    f.item = f.data.item;
+  }
+  f.notice = (f.data && f.data.notice) || null;
+  pump(f);
+}
