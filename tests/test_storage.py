@@ -519,3 +519,59 @@ def test_adaptive_reading_storage(any_study, tmp_path):
         assert q.first_offered(s, cid, "local", q.now(), "finish") == "x2"
         assert q.first_offered(s, cid, "third", q.now(), "finish") == "x1"  # started reports first
         assert q.first_offered(s, cid, "third", q.now(), "cohort") == "x1"
+
+
+def test_call_facts_and_noise_repeats(any_study):
+    any_study.import_reports(DATA / "reports_small.csv", "dev")
+    with any_study.session() as s:
+        cohort = q.get_cohort(s, "dev")
+        run = q.add_run(s, cohort_id=cohort.id, prompt_commit="c" * 40, model="openai/m", params_json="{}", mode="per_label",
+                        labels_json='["edema"]')
+        fact = ["k1", run.id, "edema", 0.25, 1, 120, 9, 64, 0.0012, "stop", "m-2026", None]
+        q.put_call_facts(s, [tuple(fact), ("k2", run.id, "edema", 0.5, 2, 100, 0, None, None, "length", "m-2026", "think")])
+        q.put_call_facts(s, [tuple(fact[:3] + [0.3] + fact[4:])])  # a call made again keeps its latest facts
+        facts = q.call_facts(s, ["k1", "k2", "nope", ""]).set_index("call_key")
+        assert facts.loc["k1", "latency_s"] == 0.3 and facts.loc["k1", "cached_tokens"] == 64 and len(facts) == 2
+        assert facts.loc["k2", "finish_reason"] == "length" and facts.loc["k2", "reasoning"] == "think"
+        assert q.run_call_facts(s, run.id)["call_key"].tolist() == ["k1", "k2"]
+        assert q.call_facts(s, []).empty
+        assert q.model_call_history(s, "openai/m") == [(0.3, 9)]  # only calls with completion tokens count
+        assert q.next_noise_measurement(s, run.id) == 1
+        q.put_noise_repeats(s, [(run.id, 1, "s1", "edema", k, k, 1, 1 if k else 0, "ok") for k in range(3)])
+        assert q.next_noise_measurement(s, run.id) == 2
+        repeats = q.noise_repeats(s, [run.id, run.id])
+        assert repeats["value"].tolist() == [0, 1, 1] and set(repeats["seed"]) == {0, 1, 2}
+        assert q.noise_repeats(s, []).empty
+
+
+def test_web_sessions_end_with_every_revoking_event(any_study):
+    any_study.add_user("boss", "admin", "boss-pass-0001")
+    with any_study.session() as s:
+        q.add_web_session(s, "boss", "a" * 64, "2099-01-01T00:00:00+00:00")
+        q.add_web_session(s, "boss", "b" * 64, "2099-01-01T00:00:00+00:00")
+        row = q.get_web_session(s, "a" * 64)
+        assert row.user_id == "boss" and row.revoked_at == "" and q.get_web_session(s, "c" * 64) is None
+        assert q.revoke_web_session(s, "a" * 64) == 1 and q.revoke_web_session(s, "a" * 64) == 0  # signed out once
+        assert q.get_web_session(s, "a" * 64).revoked_at != ""
+        q.add_user_token(s, "boss", "d" * 64)
+        assert q.revoke_credentials(s, "boss") == 1  # the token ...
+        assert q.get_web_session(s, "b" * 64).revoked_at != ""  # ... and the browser session with it
+        q.add_web_session(s, "boss", "e" * 64, "2099-01-01T00:00:00+00:00")
+        assert q.revoke_web_sessions(s, "boss") == 1 and q.revoke_web_sessions(s, "boss") == 0
+
+
+def test_run_scoring_is_kept_as_first_recorded_and_reference_changes_are_counted(any_study):
+    any_study.import_reports(DATA / "reports_small.csv", "dev")
+    with any_study.session() as s:
+        cohort = q.get_cohort(s, "dev")
+        run = q.add_run(s, cohort_id=cohort.id, prompt_commit="c" * 40, model="m", params_json="{}", mode="per_label",
+                        labels_json='["edema"]')
+        q.put_run_scoring(s, run.id, "2026-01-01T00:00:00+00:00", {"edema": [1, 0, 0, 7]})
+        q.put_run_scoring(s, run.id, "2026-06-01T00:00:00+00:00", {"edema": [0, 1, 1, 6]})  # the first one stays
+        assert q.run_scorings(s, [run.id]) == {run.id: ("2026-01-01T00:00:00+00:00", {"edema": [1, 0, 0, 7]})}
+        assert q.run_scorings(s, []) == {}
+        assert q.reference_changes_since(s, cohort.id, "2026-01-01T00:00:00+00:00") == {"adjudications": 0, "readings": 0}
+        q.ensure_readers(s, ["senior"])
+        q.add_adjudication(s, "s1", "edema", 1, "senior", "clear on the film")
+        assert q.reference_changes_since(s, cohort.id, "2026-01-01T00:00:00+00:00")["adjudications"] == 1
+        assert q.reference_changes_since(s, cohort.id, "2999-01-01T00:00:00+00:00")["adjudications"] == 0

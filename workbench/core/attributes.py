@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from workbench.errors import WorkbenchError
+
 if TYPE_CHECKING:  # the parser imports this module in labelling processes: pandas loads only for scoring
     import pandas as pd
 
@@ -43,7 +45,7 @@ ACCURACY_RULE = ("attribute accuracy = agreeing values / findings where labeller
                  "attributes on matched findings that the labeller gave a value; 95% Wilson intervals")
 
 
-class AttributeParseError(ValueError):
+class AttributeParseError(WorkbenchError, ValueError):
     """An `attributes` object that does not fit the label's attributes (never guessed; recorded)."""
 
 

@@ -135,7 +135,7 @@ def _apply_action(key: str, payload, handler: Handler) -> None:
             return
         try:
             error = handler(payload)
-        except (WorkbenchError, PermissionError, ValueError, LookupError) as exc:
+        except WorkbenchError as exc:  # a refusal the reader can act on; anything else is a bug Streamlit shows
             error = f"Not saved: {exc}"
         saved = content if content[0] == "save" and error is None else last.get("saved")
         ANSWERS.put(ident, {"seq": payload["seq"], "error": error, "saved": saved})
