@@ -64,4 +64,4 @@ def test_a_users_mistake_is_one_line_and_exit_2(demo):
     result = CliRunner().invoke(main, ["metrics", "99", "--study", demo])
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output and result.output.startswith("error: ")
-    assert result.output.strip() == "error: no run 99"
+    assert result.output.startswith("error: no run 99") and len(result.output.strip().splitlines()) == 1
