@@ -244,8 +244,10 @@ def test_reload_keeps_the_user_signed_in_and_on_the_same_item(browser, burst_ser
     assert len(cookies) == 1 and cookies[0]["sameSite"] == "Strict" and cookies[0]["value"].startswith("wbs_")
     for title, key, param in (("Annotate", "ArrowRight", "report"), ("Disagreements", "ArrowRight", "case"),
                               ("Adjudicate", "ArrowRight", "item")):
-        open_by_keyboard(pg, title)
-        wait_ready(pg, pg.evaluate(FORM_STATE)["item"])
+        # by click: while a keyboard form is open it takes Enter, also on a focused sidebar link
+        pg.get_by_test_id("stSidebarNav").get_by_role("link", name=title, exact=True).click()
+        pg.get_by_role("heading", name=title, exact=True).wait_for()
+        pg.wait_for_function(f"(t) => {{ const s = ({FORM_STATE})(); return s && s.state === 'ready'; }}", arg=title)
         item = step_and_reload(pg, key)
         assert pg.get_by_role("heading", name=title, exact=True).is_visible(), "the same page after F5"
         assert urlparse(pg.url).path.endswith("/" + title.lower()) and parse_qs(urlparse(pg.url).query)[param] == [item]
