@@ -340,8 +340,11 @@ def test_cli_metrics_csv_and_json(baseline):
     assert result.exit_code == 0, result.output
     table = pd.read_csv(io.StringIO(result.output)).set_index("label")
     lo, hi = proportion_confint(7, 8, method="beta")
-    assert table.loc["consolidation", "accuracy [95% CI]"] == f"0.875 [{lo:.3f}, {hi:.3f}]"
-    assert table.loc["edema", "F1"] == "undefined*" and len(table) == 21
+    # every estimate and bound in its own column at full precision (docs/output-formats.md)
+    assert table.loc["consolidation", "accuracy"] == pytest.approx(0.875)
+    assert (table.loc["consolidation", "accuracy_lo"], table.loc["consolidation", "accuracy_hi"]) == \
+        (pytest.approx(lo), pytest.approx(hi))
+    assert pd.isna(table.loc["edema", "f1"]) and len(table) == 21  # undefined: an empty cell, never a 0
     result = runner.invoke(main, ["metrics", str(run), "--ci", "clopper-pearson", "--format", "json", "--study", str(wb.root)])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)

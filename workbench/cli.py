@@ -150,7 +150,7 @@ class CliGroup(click.Group):
             raise
         except WorkbenchError as exc:
             click.echo(f"error: {exc}", err=True)
-            ctx.exit(2)
+            ctx.exit(exc.exit_code)
         except Exception as exc:
             if isinstance(exc, _storage_errors()):
                 # one line, never the SQL or its parameters (they hold report text); nothing half-written

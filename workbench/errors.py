@@ -10,6 +10,14 @@ prints the traceback and asks for a report (exit 1). This module imports nothing
 class WorkbenchError(Exception):
     """Base of every project exception: its message says what was wrong and what to do."""
 
+    exit_code = 2  # the CLI's exit status: a mistake to fix and run again
+
+
+class StorageFault(WorkbenchError):
+    """The disk, the database or Git refused a write (full, read-only, not a folder); nothing half-written was kept."""
+
+    exit_code = 1  # not the user's mistake: the same as any other storage failure
+
 
 class UserError(WorkbenchError, ValueError):
     """A value the user gave is wrong (unknown label, cohort, run or reader; a bad option)."""

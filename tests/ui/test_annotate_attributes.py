@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 
 from streamlit.testing.v1 import AppTest
+from test_app_pages import draft, press
 
 from workbench.ui import state
 
@@ -32,7 +33,7 @@ def test_picker_is_off_by_default_and_saves_attributes_when_on(demo_template, tm
     at = open_annotate(study)
     at.text_input(key=state.NEW_READER).input("dr-attr").run()
     report = at.session_state[state.ANN_REPORT]
-    at.button(key=state.widget_key("tick", "pleural_effusion")).click().run()
+    draft(at, state.ANN_FORM, labels=["pleural_effusion"])  # the tick, kept as the reader's draft
     assert not at.segmented_control, "presence-only reading shows no attribute picker"
 
     cfg = load_config(study)
@@ -43,8 +44,7 @@ def test_picker_is_off_by_default_and_saves_attributes_when_on(demo_template, tm
     assert at.session_state[state.ANN_REPORT] == report
     side = at.segmented_control(key=state.widget_key("attr", report, "pleural_effusion", "side"))
     side.set_value("left").run()
-    next(b for b in at.button if b.label == "Save and next").click().run()
-    assert not at.exception, at.exception
+    press(at, state.ANN_FORM, labels=["pleural_effusion"])  # Enter: the reading as shown, with its side
     from workbench.store import queries as q
 
     wb = Workbench(study)

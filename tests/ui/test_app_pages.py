@@ -386,7 +386,7 @@ def test_disagreements_keys_are_shown_on_the_buttons(study):
     at = open_page(study, "disagreements")
     wb = workbench(study)
     data = form_data(at, state.DIS_FORM)
-    assert [o["key"] for o in data["groups"][0]["options"]] == list("1234567890")
+    assert [o["key"] for o in data["groups"][0]["options"]][:10] == list("1234567890")  # categories 11+ have no key
     assert [o["key"] for o in data["groups"][1]["options"]] == ["m", "n", "u"]
     assert data["nav"] == {"prev": False, "next": True}
     assert [o["id"] for o in data["groups"][0]["options"]] == wb.config.error_categories

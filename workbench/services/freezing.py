@@ -13,6 +13,7 @@ import pandas as pd
 from workbench import bundle as bundle_mod
 from workbench import scoring
 from workbench.core.parsing import PARSER_VERSION
+from workbench.errors import StorageFault, WorkbenchError
 from workbench.store import db, prompt_repo, queries as q
 from workbench.store.prompt_repo import PromptRepoError
 from workbench.study import StudyError
@@ -99,8 +100,9 @@ class FreezeService:
             left = self._remove_freeze(name, sha)
             if not isinstance(exc, _freeze_faults()):
                 raise  # a kill (KeyboardInterrupt ...) or a bug: undone, then passed on
-            raise StudyError(f"freeze of {name!r} failed: {_one_line(exc, self.root)}; {left or 'nothing was kept (no tag, no bundle, no audit event)'}; "
-                             "the name is still free: fix the cause and freeze again") from exc
+            fault = StudyError if isinstance(exc, WorkbenchError) else StorageFault  # a refusal, or the disk's fault
+            raise fault(f"freeze of {name!r} failed: {_one_line(exc, self.root)}; {left or 'nothing was kept (no tag, no bundle, no audit event)'}; "
+                        "the name is still free: fix the cause and freeze again") from exc
         return {"name": name, "sha256": sha, "json": json_path, "yaml": yaml_path, "commit": commit, "run": run.id}
 
     def _undo_incomplete_freeze(self, name: str) -> None:
