@@ -24,7 +24,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
-TIMEOUT_MS = 60_000
+TIMEOUT_MS = 120_000  # a condition wait: it only runs this long when something is wrong (CI may be loaded)
 
 pytestmark = [
     pytest.mark.browser,
