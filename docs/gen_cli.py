@@ -35,7 +35,8 @@ def _option_line(param: click.Parameter) -> str:
         kind = f" ({param.type.name.lower()})"
     default = ""
     if getattr(param, "show_default", False) and param.default not in (None, (), False):
-        default = f" Default: `{param.default}`."
+        shown = str(param.default).replace(str(HERE.parent) + "/", "")  # a path in the checkout, said relative to it
+        default = f" Default: `{shown}`."
     text = " ".join((getattr(param, "help", None) or "").split())
     return f"- {flags}{kind}: {text}{default}".rstrip(": ").rstrip()
 
