@@ -23,6 +23,7 @@ from workbench.store.prompt_repo import PromptRepoError
 from workbench.study import StudyError
 
 from conftest import DATA
+from test_tamper import local_auth  # noqa: F401  (fixture: boss and rdr on auth: local)
 
 MAX_LABELS = 1000  # the stated limit (workbench.core.vocab.MAX_LABELS)
 
@@ -410,14 +411,9 @@ def test_freeze_on_a_full_disk_leaves_nothing_and_says_so_in_one_line(full_disk)
 
 
 @pytest.fixture
-def accounts(small_study):
+def accounts(local_auth):
     """A local-auth study with an admin (boss) and a reader (rdr) holding a fresh token."""
-    wb = small_study
-    wb.add_user("boss", "admin", "boss-pass-0001")
-    wb.add_user("rdr", "reader", "reader-pass-0001")
-    path = wb.root / "workbench.yaml"
-    path.write_text(path.read_text().replace("auth: none", "auth: local"))
-    wb.migrate()
+    wb = local_auth
     token = wb.as_actor(wb.authenticate("rdr", "reader-pass-0001")).create_token("rdr")
     boss = wb.as_actor(wb.authenticate("boss", "boss-pass-0001"))
     return wb, boss, token
