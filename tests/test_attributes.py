@@ -234,24 +234,29 @@ REPORTS = [("r1", "Small right and moderate left pleural effusions.", "No pneumo
            ("r4", "Moderate cardiomegaly. Left lower lobe atelectasis.", "")]
 
 
-@pytest.fixture
-def study(tmp_path):
-    """A chestxray14 study (majority of 1 reader) with four reports and readings with attributes."""
+def attribute_study(tmp_path, reports: list[tuple], readings: str):
+    """A chestxray14 study (majority of 1 reader or more) with these reports (cohort dev) and readings CSV;
+    returns (Workbench, the readings' import summary)."""
     from workbench.services import init_study
 
     wb = init_study(tmp_path / "study", vocab="chestxray14", rule={"rule": "majority", "n": 1})
     path = tmp_path / "reports.csv"
     with path.open("w", newline="") as f:
-        csv.writer(f).writerows([("id", "findings", "impression"), *REPORTS])
+        csv.writer(f).writerows([("id", "findings", "impression"), *reports])
     wb.import_reports(path, "dev")
-    readings = tmp_path / "readings.csv"
-    readings.write_text("report_id,label,reader,value,side,severity\n"
-                        "r1,Effusion,ann,1,bilateral,moderate\n"
-                        "r3,Effusion,ann,1,left,\n"
-                        "r4,Cardiomegaly,ann,1,,mild\n"
-                        "r4,atelectasis,ann,1,left,\n"
-                        "r2,Effusion,ann,0,,\n")
-    summary = wb.import_readings(readings)
+    (tmp_path / "readings.csv").write_text(readings)
+    return wb, wb.import_readings(tmp_path / "readings.csv")
+
+
+@pytest.fixture
+def study(tmp_path):
+    """A chestxray14 study (majority of 1 reader) with four reports and readings with attributes."""
+    wb, summary = attribute_study(tmp_path, REPORTS, "report_id,label,reader,value,side,severity\n"
+                                                     "r1,Effusion,ann,1,bilateral,moderate\n"
+                                                     "r3,Effusion,ann,1,left,\n"
+                                                     "r4,Cardiomegaly,ann,1,,mild\n"
+                                                     "r4,atelectasis,ann,1,left,\n"
+                                                     "r2,Effusion,ann,0,,\n")
     assert summary.details["attribute values"] == 5
     yield wb
     wb.engine.dispose()

@@ -302,6 +302,8 @@ def reference(wb, cohort, fmt):
     if fmt == "table":
         for name in ([cohort] if cohort else wb.cohorts()["name"].tolist()):
             say(_reads_line(name, wb.adaptive_status(name)))
+        if wb.vocab.attribute_specs():
+            say(f"attribute ties waiting for adjudication: {len(wb.attribute_ties(cohort))} (`workbench attribute-ties`)")
 
 
 def _reads_line(cohort: str, status: dict) -> str:
@@ -345,6 +347,34 @@ def adjudicate(wb, report_id, label, value, reason):
     """Set the reference value of one (report, label) item."""
     wb.adjudicate(report_id, wb.label_id(label), value, reason)
     click.echo(f"adjudicated {report_id}/{label} = {value}")
+
+
+@main.command("adjudicate-attribute")
+@click.argument("report_id")
+@click.argument("label")
+@click.argument("attribute")
+@click.argument("value")
+@click.option("--reason", default="", help="Why this value (kept in the audit trail).")
+@study_option
+def adjudicate_attribute(wb, report_id, label, attribute, value, reason):
+    """Settle a tied attribute of one finding (readers who ticked LABEL split on ATTRIBUTE): its reference VALUE."""
+    label = wb.label_id(label)
+    wb.adjudicate_attribute(report_id, label, attribute, value, reason)
+    click.echo(f"adjudicated {report_id}/{label} {attribute} = {value.strip().lower()}")
+
+
+@main.command("attribute-ties")
+@click.option("--cohort", default=None, help="Limit to one cohort.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@wide_flag
+@study_option
+def attribute_ties(wb, cohort, fmt):
+    """Attribute ties waiting for adjudication: one row per (report, label, attribute) with the readers' values and counts."""
+    ties = wb.attribute_ties(cohort)
+    echo_table(ties, fmt)
+    if fmt == "table":
+        say(f"{len(ties)} attribute tie(s) waiting (findings whose presence reference is positive); settle one with "
+            "`workbench adjudicate-attribute REPORT LABEL ATTRIBUTE VALUE`")
 
 
 @main.command()

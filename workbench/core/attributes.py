@@ -123,11 +123,7 @@ def reference_attributes(readings: pd.DataFrame, values: pd.DataFrame, adjudicat
     cols = ["report_id", "label", "attribute", "reference", "votes", "tie"]
     if values.empty:
         return pd.DataFrame(columns=cols)
-    ticked = readings[readings["value"] == 1][["report_id", "label", "reader"]]
-    votes = values.merge(ticked, on=["report_id", "label", "reader"])  # only readers who ticked the label
-    counts = votes.groupby(["report_id", "label", "attribute", "value"]).size().rename("n").reset_index()
-    counts = counts.sort_values(["report_id", "label", "attribute", "n", "value"], ascending=[True, True, True, False, True])
-    top = counts.groupby(["report_id", "label", "attribute"]).head(2)
+    top = vote_counts(readings, values).groupby(["report_id", "label", "attribute"]).head(2)
     rows = []
     for key, group in top.groupby(["report_id", "label", "attribute"], sort=True):
         ns = group["n"].tolist()
@@ -141,6 +137,40 @@ def reference_attributes(readings: pd.DataFrame, values: pd.DataFrame, adjudicat
         out.loc[settle, "reference"] = out.loc[settle, "adjudicated"]
         out = out.drop(columns=["adjudicated"])
     return out
+
+
+def vote_counts(readings: pd.DataFrame, values: pd.DataFrame) -> pd.DataFrame:
+    """Per (report, label, attribute, value): n, the readers who ticked the label and gave that value,
+    most votes first (then by value), as reference_attributes counts them."""
+    ticked = readings[readings["value"] == 1][["report_id", "label", "reader"]]
+    votes = values.merge(ticked, on=["report_id", "label", "reader"])  # only readers who ticked the label
+    counts = votes.groupby(["report_id", "label", "attribute", "value"]).size().rename("n").reset_index()
+    return counts.sort_values(["report_id", "label", "attribute", "n", "value"], ascending=[True, True, True, False, True])
+
+
+TIE_COLUMNS = ["report_id", "label", "attribute", "votes", "tied", "readers"]
+
+
+def attribute_ties(readings: pd.DataFrame, values: pd.DataFrame, adjudicated: pd.DataFrame | None = None
+                   ) -> pd.DataFrame:
+    """Tied attribute votes no adjudication has settled: report_id, label, attribute, votes (every value
+    with its count, "left 1, right 1"), tied (the values sharing the top count), readers (who gave one)."""
+    import pandas as pd
+
+    ref = reference_attributes(readings, values, adjudicated)
+    waiting = ref[ref["tie"].astype(bool) & ref["reference"].isna()] if len(ref) else ref
+    if waiting.empty:
+        return pd.DataFrame(columns=TIE_COLUMNS)
+    counts = vote_counts(readings, values)
+    open_keys = set(zip(waiting["report_id"], waiting["label"], waiting["attribute"]))
+    rows = []
+    for key, group in counts.groupby(["report_id", "label", "attribute"], sort=True):
+        if key not in open_keys:
+            continue
+        top = group["n"].max()
+        rows.append((*key, ", ".join(f"{v} {n}" for v, n in zip(group["value"], group["n"])),
+                     ", ".join(group.loc[group["n"] == top, "value"]), int(group["n"].sum())))
+    return pd.DataFrame(rows, columns=TIE_COLUMNS)
 
 
 # ---------------------------------------------------------------- scoring on matched findings

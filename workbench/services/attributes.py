@@ -24,13 +24,34 @@ class AttributesService:
 
     def reference_attributes(self, cohort: str) -> pd.DataFrame:
         """Per (report, label, attribute) of a cohort: reference value (None while a tie waits), votes, tie."""
+        out = core.reference_attributes(*self._attribute_votes(cohort))
+        return self._blind_rows(out)
+
+    def _attribute_votes(self, cohort: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+        """(readings, readers' attribute values, adjudicated values) of a cohort, as the core functions take them."""
         with self.session() as s:
             cid = q.get_cohort(s, cohort).id
             readings = q.readings_frame(s, cohort_id=cid)
             values = q.reading_attributes_frame(s, cid)
             adjudicated = q.reading_attributes_frame(s, cid, adjudicated=True)
-        out = core.reference_attributes(readings, values, adjudicated.drop(columns=["reader"]))
-        return self._blind_rows(out)
+        return readings, values, adjudicated.drop(columns=["reader"])
+
+    def attribute_ties(self, cohort: str | None = None) -> pd.DataFrame:
+        """Attribute ties waiting for an adjudicator (every cohort without one): report_id, label, attribute,
+        votes ("left 1, right 1"), tied, readers. Only findings whose presence reference is positive are
+        listed: a finding the vote has not confirmed has no attribute reference to settle yet."""
+        names = [cohort] if cohort else self.cohorts()["name"].tolist()
+        frames = []
+        for name in names:
+            ties = core.attribute_ties(*self._attribute_votes(name))
+            if ties.empty:
+                continue
+            presence = self.reference(name)
+            positive = set(zip(presence.loc[presence["value"] == 1, "report_id"], presence.loc[presence["value"] == 1, "label"]))
+            frames.append(ties[[key in positive for key in zip(ties["report_id"], ties["label"])]])
+        if not frames:
+            return pd.DataFrame(columns=core.TIE_COLUMNS)
+        return self._blind_rows(pd.concat(frames, ignore_index=True))
 
     def attribute_inputs(self, run_id: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         """(labeller presence, reference presence, labeller attributes, reference attributes) of a run."""
@@ -117,13 +138,32 @@ class AttributesService:
     def adjudicate_attribute(self, report_id: str, label: str, attribute: str, value: str, reason: str = "") -> None:
         """Settle a tied attribute vote (the adjudicator's value counts only where readers tie)."""
         self.require("adjudicate")
+        value, reason = str(value).strip().lower(), reason.strip()
         try:
             self.vocab.check_attribute(label, attribute, value)
         except VocabularyError as exc:
             raise StudyError(str(exc)) from exc
+        self._require_attribute_tie(report_id, label, attribute)
         actor = self.current_actor()
         frame = pd.DataFrame([(report_id, label, actor.user, attribute, value)], columns=q.READING_ATTRIBUTE_COLUMNS)
         with self.session(write=True) as s:
             q.put_reading_attributes(s, frame, adjudicated=True)
             q.add_audit(s, actor.user, "adjudicate", "reading attribute", f"{report_id}/{label}/{attribute}", None,
                         {"value": value, "reason": reason})
+
+    def _require_attribute_tie(self, report_id: str, label: str, attribute: str) -> None:
+        """Refuse an attribute adjudication where the readers do not tie (it would never count)."""
+        with self.session() as s:
+            report = q.get_report(s, report_id)
+            if report is None:
+                raise StudyError(f"no report {report_id!r}")
+            cohort_id = report.cohort_id
+        ref = core.reference_attributes(*self._attribute_votes(self._cohort_name(cohort_id)))
+        row = ref[(ref["report_id"] == report_id) & (ref["label"] == label) & (ref["attribute"] == attribute)]
+        where = f"{report_id} / {label} / {attribute}"
+        if row.empty:
+            raise StudyError(f"no tie waits on {where}: no reader who ticked it gave a {attribute} "
+                             "(adjudication settles ties only; `workbench attribute-ties` lists them)")
+        if not bool(row["tie"].iloc[0]):
+            raise StudyError(f"no tie waits on {where}: the readers' majority is {row['reference'].iloc[0]} "
+                             "(adjudication settles ties only; `workbench attribute-ties` lists them)")

@@ -60,6 +60,7 @@ CLEAR_COOKIE = "wb.session.clear"     # the next sign-in form also clears a dead
 URL_SEEDED = "wb.url.seeded"          # pages whose state this session took from the URL (once each)
 KBD_PAGE = "wb.kbd.page"        # the browser page's random id (keyboard forms answer triggers per page)
 ADJ_DRAFT = "wb.adjudicate.draft"       # item -> the decision being composed (kept across reruns)
+ADJ_ATTR_TIE = "wb.adjudicate.attribute_tie"  # the open attribute tie: "report|label|attribute"
 ANN_FORM, DIS_FORM, ADJ_FORM = "wb.kbd.annotate", "wb.kbd.disagreements", "wb.kbd.adjudicate"  # component keys
 
 

@@ -2,6 +2,9 @@
 
 The decision is one keyboard form (workbench.ui.keyboard): 1 / 0 set the value, Q W E T Y U pick a
 preset reason (free text is optional), Enter saves and opens the next item, arrows move through the queue.
+Below it, attribute ties (readers who ticked a finding split on its side, severity ...) are settled with
+plain Streamlit widgets in their own form, which the keyboard form leaves alone (it ignores keys typed
+into inputs).
 """
 
 from __future__ import annotations
@@ -38,7 +41,13 @@ def render(wb) -> None:
                 " · order: flagged first, then ties, then reports in order")
     if queue.empty:
         st.success("Nothing waits for adjudication in this cohort.")
-        return
+    else:
+        _presence(wb, queue, cohort)
+    _attribute_ties(wb, cohort)
+
+
+def _presence(wb, queue, cohort: str) -> None:
+    """The presence items: the queue, the open item's report and its decision."""
     items = list(zip(queue["report_id"], queue["label"]))
     if st.session_state.get(state.ADJ_ITEM) not in items:
         pos = min(int(st.session_state.get(state.ADJ_POS, 0)), len(items) - 1)
@@ -150,3 +159,55 @@ def _act(wb, queue, payload: dict) -> str | None:
         st.session_state[state.ADJ_ITEM] = items[pos + 1]
     st.session_state[state.ADJ_POS] = pos
     return None
+
+
+def _attribute_ties(wb, cohort: str) -> None:
+    """Attribute ties of confirmed findings: the readers' values with their counts, the report, and a picker."""
+    if not wb.vocab.attribute_specs():
+        return
+    ties = state.read(wb, "attribute_ties", cohort)
+    st.subheader("Attribute ties")
+    if ties.empty:
+        st.caption("No attribute tie waits: the readers who ticked each finding agree on its side, severity and change.")
+        return
+    names = wb.vocab.names()
+    keys = [f"{r}|{lab}|{a}" for r, lab, a in zip(ties["report_id"], ties["label"], ties["attribute"])]
+    if st.session_state.get(state.ADJ_ATTR_TIE) not in keys:
+        st.session_state[state.ADJ_ATTR_TIE] = keys[0]
+    st.caption(f"{len(ties)} waiting: readers who ticked a finding split on one of its attributes. Pick the tie "
+               "(type to search), then the value (arrows); Enter in the reason field or the button saves.")
+    st.dataframe(ties.assign(label=ties["label"].map(names))[["report_id", "label", "attribute", "votes"]],
+                 hide_index=True, height=min(36 * (len(ties) + 1) + 2, 220))
+    rows = dict(zip(keys, ties.itertuples(index=False)))
+    key = st.selectbox("Tie", keys, key=state.ADJ_ATTR_TIE, format_func=lambda k: (
+        f"{rows[k].report_id} · {names.get(rows[k].label, rows[k].label)} · {rows[k].attribute}: {rows[k].votes}"))
+    tie = rows[key]
+    left, right = st.columns([3, 3])
+    with left:
+        components.report_text(state.read(wb, "report_text", tie.report_id)["text"])
+    with right, components.shown_errors("saving the attribute"):
+        _attribute_form(wb, tie, names.get(tie.label, tie.label))
+
+
+def _attribute_form(wb, tie, label_name: str) -> None:
+    """The tied values first, then the other allowed values; saved with an optional reason (audited)."""
+    allowed = dict(wb.vocab.attribute_specs()[tie.label])[tie.attribute]
+    tied = tie.tied.split(", ")
+    options = tied + [v for v in allowed if v not in tied]
+    key = f"{tie.report_id}|{tie.label}|{tie.attribute}"
+    with st.form(state.widget_key("adj-attr", key), border=False):
+        value = st.radio(f"{label_name}: {tie.attribute} (readers: {tie.votes})", options, index=None, horizontal=True,
+                         key=state.widget_key("adj-attr-value", key),
+                         format_func=lambda v: f"{v} (tied)" if v in tied else v)
+        reason = st.text_input("Reason (optional)", key=state.widget_key("adj-attr-reason", key),
+                               placeholder="e.g. the impression says left")
+        saved = st.form_submit_button("Save attribute")
+    if not saved:
+        return
+    if value is None:
+        st.warning("Not saved: choose the value first.")
+        return
+    wb.adjudicate_attribute(tie.report_id, tie.label, tie.attribute, value, reason)
+    state.bump(wb)
+    state.flash(f"Adjudicated {tie.report_id} / {label_name} {tie.attribute} = {value}.", "toast")
+    st.rerun()

@@ -38,7 +38,7 @@ def render(wb) -> None:
                              + (f" · latest run {latest} ({runs.set_index('id').loc[latest, 'model']})" if latest else "")))
     components.user_text(history.iloc[0]["message"])
     _reads(wb, cohort)
-    _attention(wb, summary, latest, ev)
+    _attention(wb, cohort, summary, latest, ev)
     st.plotly_chart(charts.history_chart(state.read(wb, "iteration_history", cohort)), key="home-history")
     _readers(wb, cohort)
     with st.expander("Reference status per label"):
@@ -63,7 +63,7 @@ def _reads(wb, cohort: str) -> None:
     st.caption(components.md(f"Adaptive reading is {'on' if status['enabled'] else 'off'}. {wb.reading_order_text()}"))
 
 
-def _attention(wb, summary, latest, ev) -> None:
+def _attention(wb, cohort: str, summary, latest, ev) -> None:
     """Lowest-F1 labels, open adjudications, disagreements nobody has written a note on."""
     st.subheader("Needs attention")
     left, right = st.columns(2)
@@ -76,6 +76,9 @@ def _attention(wb, summary, latest, ev) -> None:
             st.dataframe(components.label_quality(worst, wb.vocab.names()), hide_index=True)
     with right:
         st.metric("Open adjudications", int(summary["waiting"].sum()))
+        if wb.vocab.attribute_specs():
+            st.metric("Attribute ties waiting", len(state.read(wb, "attribute_ties", cohort)),
+                      help="readers who ticked a confirmed finding split on its side, severity or change: adjudication")
         if wb.actor.role in PERMISSIONS["adjudicate"] and st.button("Adjudicate", key=state.widget_key("home-adj")):
             state.switch_to("adjudicate")
         if latest is not None:
