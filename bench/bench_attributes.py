@@ -10,6 +10,10 @@ coverage = the share of gold attribute values the labeller gave a value.
 
 Run alone: ``python bench/bench_attributes.py [--split development|held-out|all] [--confusion]``.
 Targets on the development split: side >= 0.92, severity >= 0.75, coverage >= 0.85.
+
+OpenI has no gold for `change` (MeSH carries no comparison): the bench also prints the change
+accuracy on tests/data/attribute_change.csv, 20 sentences written by hand with their expected
+presence and change. It is a fixture, not gold: a check of the cue lists, not a measurement.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ PROMPTS = ROOT / "prompts" / "chestxray14"
 VOCAB = ROOT / "vocab" / "chestxray14.yaml"
 TARGETS = {"side": 0.92, "severity": 0.75}
 TARGET_COVERAGE = 0.85
+CHANGE_FIXTURE = ROOT / "tests" / "data" / "attribute_change.csv"
 
 
 def load(folder: pathlib.Path):
@@ -95,6 +100,24 @@ def report(name: str, ids: list[str], presence, gold_attrs, pred, pred_attrs, sp
     return out
 
 
+def change_on_fixture(ps) -> None:
+    """Print the offline labeller's change accuracy on the hand-written fixture (no OpenI gold exists)."""
+    from workbench.core.metrics import proportion_ci
+
+    rows = pd.read_csv(CHANGE_FIXTURE, keep_default_na=False)
+    cues = ps.task.cue_lists()
+    got = [rules.label_one(t, ps.label(lab), cues, ps.attributes[lab]) for t, lab in zip(rows["text"], rows["label"])]
+    right = [(a["value"], a.get("attributes", {}).get("change") or "") == (int(v), c)
+             for a, v, c in zip(got, rows["value"], rows["change"])]
+    k, n = sum(right), len(right)
+    lo, hi = proportion_ci(k, n)
+    print(f"\n== change (FIXTURE, not gold: {n} hand-written sentences in {CHANGE_FIXTURE.relative_to(ROOT)}): "
+          f"presence and change both as expected {k}/{n} = {k / n:.3f} [95% Wilson {lo:.3f}, {hi:.3f}]")
+    for a, ok, text in zip(got, right, rows["text"]):
+        if not ok:
+            print(f"   wrong: {text!r} -> {a}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Label OpenI once, score side and severity per split; print the figures."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -111,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(gold_attrs)} values ({gold_attrs['attribute'].value_counts().to_dict()})")
     for name in (split if args.split == "all" else [args.split]):
         report(name, split[name], presence, gold_attrs, pred, pred_attrs, vocab.attribute_specs(), args.confusion)
+    change_on_fixture(ps)
     return 0
 
 

@@ -176,6 +176,26 @@ def test_a_place_stated_once_places_each_finding_of_the_clause():
     assert offline("Consolidation and atelectasis in the right lung base.", "atelectasis")["attributes"] == {"side": "right"}
 
 
+CHANGE_FIXTURE = list(csv.DictReader((ROOT / "tests" / "data" / "attribute_change.csv").open()))
+
+
+@pytest.mark.parametrize("row", CHANGE_FIXTURE, ids=[r["text"] for r in CHANGE_FIXTURE])
+def test_offline_change_cues_on_the_hand_written_fixture(row):
+    """OpenI has no change gold: 20 sentences written for this test, each with its expected change
+    (negated and hedged findings carry none; a resolved finding is absent under the shipped policy)."""
+    answer = offline(row["text"], row["label"])
+    assert (answer["value"], answer.get("attributes", {}).get("change")) == (int(row["value"]), row["change"] or None)
+
+
+def test_a_resolved_finding_is_positive_with_change_resolved_when_the_policy_counts_it():
+    import dataclasses
+
+    lp = PS.label("pneumothorax")
+    kept = dataclasses.replace(lp, temporal=tuple((k, "positive" if k == "resolved" else v) for k, v in lp.temporal))
+    answer = rules.label_one("The right pneumothorax has resolved.", kept, PS.task.cue_lists(), PS.attributes["pneumothorax"])
+    assert answer["value"] == 1 and answer["attributes"] == {"side": "right", "change": "resolved"}
+
+
 # ---------------------------------------------------------------- core: gold, reference, scoring
 
 

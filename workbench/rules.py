@@ -462,7 +462,8 @@ side sides lung lungs base bases basal basilar apex apices apical hemithorax hem
 lower upper middle mid zone zones field fields region regions lingula lingular perihilar hilar
 posterior anterior lateral medial costophrenic angle angles pleural space spaces lobar segmental
 subsegmental
-""".split())
+before previously prior previous since compared comparison study exam examination radiograph film
+""".split())  # the last line: comparison words ("slightly larger than before" describes the finding's change)
 _COORDINATION = re.compile(r",|(?<!\w)(?:and|with|or|plus|as well as)(?!\w)", re.IGNORECASE)
 
 
