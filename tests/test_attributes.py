@@ -411,6 +411,16 @@ def test_scoring_reports_entity_f1_attribute_accuracy_and_report_errors(study, t
     assert {r["label"] for r in written["entity_f1"]["per_label"]} >= {"effusion", "atelectasis"}
     rows = list(csv.DictReader((tmp_path / "out" / "G.attributes.csv").open()))
     assert {(r["label"], r["attribute"]) for r in rows} >= {("effusion", "side"), ("all", "side")}
+    from workbench.cli import main
+
+    printed = CliRunner().invoke(main, ["score", "--bundle", str(info["json"]), "--reference", str(tmp_path / "reference.csv"),
+                                        "--generated", f"G={tmp_path / 'generated.csv'}", "--resamples", "20",
+                                        "--study", str(study.root)], env={"COLUMNS": "200"})
+    assert printed.exit_code == 0, printed.output
+    said = " ".join(printed.output.split())  # each figure's averaging rule and support, as printed
+    assert "support = reference positives" in said and "micro-pooled over labels" in said
+    assert "report-level errors 5 over 4 reports (mean 1.25" in said
+    assert "presence FP + presence FN + attribute mismatches" in said and "mean over reports with no failed extraction" in said
 
 
 def test_attribute_disagreements_join_the_queue_with_their_category(study):

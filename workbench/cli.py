@@ -277,7 +277,8 @@ def import_openi(wb, reports, labels, cohort):
 @import_.command("readings")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["long", "wide"]), default="long", show_default=True,
-              help="long: report_id,label,reader,value; wide: report_id,reader,<one column per label>.")
+              help="long: report_id,label,reader,value[,side,severity,...]; wide: report_id,reader,<one column per label>"
+                   "[,<label>.<attribute>] (attribute columns: docs/attributes.md).")
 @click.option("--uncertain-as", type=click.Choice(["positive", "negative", "reject"]), default=None,
               help="How to read CheXpert-style -1 (uncertain) values; required when the file has any.")
 @click.option("--blank-as", type=click.Choice(["skip", "negative", "reject"]), default="skip", show_default=True,
@@ -1809,6 +1810,7 @@ def _echo_attribute_scores(name: str, g) -> None:
         click.echo(f"{name}: report-level errors {e['total']} over {e['reports']} reports (mean {e['mean']:.2f}: "
                    f"{e['fp']} invented + {e['fn']} missed + {e['attribute_mismatches']} attribute mismatches)"
                    if e["reports"] else f"{name}: no report without a failed extraction to count errors on")
+        say(e["rule"])  # the averaging rule beside the figure (SPEC-CXR: publish it with the support)
 
 
 def _whole_sentence_summaries(group: click.Group) -> None:
