@@ -30,13 +30,14 @@ def _later(seconds: float) -> str:
     return (datetime.now(timezone.utc) + timedelta(seconds=seconds)).isoformat(timespec="microseconds")
 
 
-def _signature(wb, session, cohort_id: int) -> str:
+def _signature(wb, session, cohort_id: int, reports: int | None = None) -> str:
     """What a cohort's progress rows depend on besides the readings: rule, escalation, asked labels, and
-    how many reports it has (reports imported later need rows too)."""
+    how many reports it has (reports imported later need rows too; `reports` when already counted)."""
     settings = wb.adaptive_settings()
+    if reports is None:
+        reports = q.count_cohort_reports(session, cohort_id)
     return json.dumps({"rule": wb.config.reference, "extra_reader": settings.extra_reader,
-                       "labels": list(wb.vocab.asked_ids), "reports": q.count_cohort_reports(session, cohort_id)},
-                      sort_keys=True)
+                       "labels": list(wb.vocab.asked_ids), "reports": reports}, sort_keys=True)
 
 
 def _progress_key(cohort_id: int) -> str:
@@ -91,12 +92,14 @@ class AdaptiveService:
 
     # ------------------------------------------------------------ sample and progress
 
-    def _adaptive_sync(self, s, cohort_id: int) -> None:
-        """Draw the cohort's agreement sample when it has none, and (re)build its progress rows when stale."""
-        if q.get_meta(s, f"adaptive_sample:{cohort_id}") is None:
+    def _adaptive_sync(self, s, cohort_id: int, facts: dict | None = None) -> None:
+        """Draw the cohort's agreement sample when it has none, and (re)build its progress rows when stale
+        (facts: q.adaptive_facts read in this transaction, which saves the hot path three queries)."""
+        facts = facts or q.adaptive_facts(s, cohort_id, "")
+        if facts["sample"] is None:
             self._draw_sample(s, cohort_id)
-        signature = _signature(self, s, cohort_id)
-        if q.get_meta(s, _progress_key(cohort_id)) == signature:
+        signature = _signature(self, s, cohort_id, facts["reports"])
+        if facts["progress"] == signature:
             return
         ids = q.report_ids(s, cohort_id)
         counts = q.vote_counts(s, cohort_id=cohort_id)
@@ -180,9 +183,10 @@ class AdaptiveService:
         with self.session(write=True) as s:
             cohort_id = self._cohort_in(s, cohort)
             q.lock_adaptive(s, cohort_id)
-            self._adaptive_sync(s, cohort_id)
+            facts = q.adaptive_facts(s, cohort_id, reader)  # after the lock: what the claim below relies on
+            self._adaptive_sync(s, cohort_id, facts)
             stamp = q.now()
-            if q.get_work_list(s, cohort_id) is None and not q.has_open_claim(s, cohort_id, reader):
+            if not facts["work_list"] and not facts["open_claim"]:
                 report_id = q.first_offered(s, cohort_id, reader, stamp, self.adaptive_settings().order)
             else:  # assignments or a report given earlier: the same rules over the whole candidates frame
                 report_id = self._pick(self._candidates(s, cohort_id, reader), stamp)
@@ -192,10 +196,10 @@ class AdaptiveService:
 
     def _cohort_in(self, s, cohort: str) -> int:
         """A cohort's id inside an open transaction (cohort_id() opens its own)."""
-        row = q.get_cohort(s, cohort)
-        if row is None:
+        cohort_id = q.cohort_id_named(s, cohort)
+        if cohort_id is None:
             raise StudyError(f"no cohort {cohort!r}")
-        return row.id
+        return cohort_id
 
     def work_list(self, reader: str, cohort: str, drafts: bool = True) -> pd.DataFrame:
         """The reader's work list. With adaptive reading: their saved reports, then drafts and the report

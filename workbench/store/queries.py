@@ -1279,6 +1279,27 @@ def adaptive_candidates(session: Session, cohort_id: int, reader: str, stamp: st
                          "in_flight": int})
 
 
+def cohort_id_named(session: Session, name: str) -> int | None:
+    """A cohort's id by name, on the DBAPI cursor (the next-report hot path; get_cohort builds an ORM row)."""
+    rows = _raw_rows(session, "SELECT id FROM cohort WHERE name = ?", (name,))
+    return int(rows[0][0]) if rows else None
+
+
+def adaptive_facts(session: Session, cohort_id: int, reader: str) -> dict:
+    """What next_report checks before choosing, in one round trip: the sample and progress meta values, the
+    cohort's report count, whether it has work lists and whether the reader holds an unread claim."""
+    rows = _raw_rows(session, "SELECT (SELECT value FROM meta WHERE key = ?), (SELECT value FROM meta WHERE key = ?), "
+                     "(SELECT COUNT(*) FROM report WHERE cohort_id = ?), "
+                     "(SELECT COUNT(*) FROM worklist WHERE cohort_id = ?), "
+                     "(SELECT COUNT(*) FROM (SELECT 1 FROM readingclaim WHERE cohort_id = ? AND reader_id = ? "
+                     "AND done = FALSE LIMIT 1) c)",
+                     (f"adaptive_sample:{cohort_id}", f"adaptive_progress:{cohort_id}", cohort_id, cohort_id,
+                      cohort_id, reader))
+    sample, progress, reports, work_list, claim = rows[0]
+    return {"sample": sample, "progress": progress, "reports": int(reports), "work_list": bool(work_list),
+            "open_claim": bool(claim)}
+
+
 def reader_pairs(session: Session, cohort_id: int) -> list[tuple[str, str]]:
     """(report, reader) pairs with at least one reading in a cohort."""
     rows = _raw_rows(session, "SELECT DISTINCT r.report_id, r.reader_id FROM reading r JOIN report p ON p.id = r.report_id "
