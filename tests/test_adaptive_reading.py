@@ -143,6 +143,26 @@ def test_the_papers_rule_from_init_and_a_bad_k_refused_at_load(tmp_path):
         load_config(root)
 
 
+def test_a_new_share_or_seed_redraws_an_unread_sample_and_is_refused_once_it_is_read(adaptive_study):
+    from workbench.study import StudyError, load_config
+
+    wb = adaptive_study
+    wb.work_list("rad1", "dev")  # draws the sample: 6 of 30
+    assert wb.agreement_sample("dev")["reports"] == 6
+    wb.set_adaptive(agreement_share=0.5)
+    wb.work_list("rad1", "dev")
+    assert wb.agreement_sample("dev")["reports"] == 15 and wb.agreement_sample("dev")["share"] == 0.5
+    assert len(wb.audit_log(entity="agreement_sample")) == 2  # both draws are recorded
+    sample = wb.agreement_sample_reports("dev")
+    status = wb.adaptive_status("dev")
+    assert status["reports_open"] == 30
+    wb.submit_reading("rad1", sample[0], dict.fromkeys(wb.vocab.asked_ids, 0))
+    with pytest.raises(StudyError, match="agreement sample .*already has readings.*share 50%, seed 0"):
+        wb.set_adaptive(seed=7)
+    assert load_config(wb.root).adaptive["seed"] == 0 and wb.agreement_sample_reports("dev") == sample
+    wb.set_adaptive(extra_reader=False, order="cohort")  # other settings still change
+
+
 def test_the_sample_is_stratified_by_the_latest_run_and_reproducible(small_study, tmp_path):
     wb = small_study
     wb.start_run("dev")

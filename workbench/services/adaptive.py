@@ -37,7 +37,8 @@ def _signature(wb, session, cohort_id: int, reports: int | None = None) -> str:
     if reports is None:
         reports = q.count_cohort_reports(session, cohort_id)
     return json.dumps({"rule": wb.config.reference, "extra_reader": settings.extra_reader,
-                       "labels": list(wb.vocab.asked_ids), "reports": reports}, sort_keys=True)
+                       "labels": list(wb.vocab.asked_ids), "reports": reports,
+                       "sample": [settings.agreement_share, settings.seed]}, sort_keys=True)
 
 
 def _progress_key(cohort_id: int) -> str:
@@ -50,6 +51,17 @@ def _status_frame(wb, session, cohort_id: int, report_ids: list[str], counts: pd
     sample = q.agreement_sample_ids(session, cohort_id, report_ids if len(report_ids) <= 500 else None)
     return core.report_status(counts, wb.rule(), list(wb.vocab.asked_ids), sample, settings.extra_reader,
                               report_ids=report_ids)
+
+
+def _sample_info(session, cohort_id: int) -> dict | None:
+    """The drawn agreement sample's record (reports, of, share, seed, run), None before it is drawn."""
+    info = q.get_meta(session, f"adaptive_sample:{cohort_id}")
+    return json.loads(info) if info else None
+
+
+def _sample_differs(info: dict, settings: core.AdaptiveSettings) -> bool:
+    """Whether the settings ask for another share or seed than the sample was drawn with."""
+    return (float(info["share"]), int(info["seed"])) != (float(settings.agreement_share), int(settings.seed))
 
 
 def after_readings(wb, session, pairs: list[tuple[str, str]]) -> None:
@@ -86,9 +98,25 @@ class AdaptiveService:
             settings = core.AdaptiveSettings.from_config({**self.adaptive_settings().to_config(), **changes})
         except (TypeError, ValueError) as exc:
             raise StudyError(f"adaptive reading: {exc}") from exc
+        self.check_sample_change(settings)
         self.config.adaptive = settings.to_config()
         self.save_config("change", "settings", "adaptive")
         return settings
+
+    def check_sample_change(self, settings: core.AdaptiveSettings | None = None) -> None:
+        """Refuse a new agreement-sample share or seed once a cohort's drawn sample has readings (redrawing it
+        would break the full overlap already given); an unread sample is simply drawn again."""
+        settings = settings or self.adaptive_settings()
+        with self.session() as s:
+            cohorts = q.list_cohorts(s)
+            for cohort_id, name in zip(cohorts["id"], cohorts["name"]):
+                info = _sample_info(s, cohort_id)
+                if info is None or not _sample_differs(info, settings) or not q.count_sample_readings(s, cohort_id):
+                    continue
+                raise StudyError(
+                    f"adaptive reading: the agreement sample of cohort {name!r} (share {info['share']:.0%}, seed "
+                    f"{info['seed']}) already has readings, and a new share or seed would break its full overlap: "
+                    f"keep share {info['share']:.0%}, seed {info['seed']} (a new cohort gets a new sample)")
 
     # ------------------------------------------------------------ sample and progress
 
@@ -96,7 +124,11 @@ class AdaptiveService:
         """Draw the cohort's agreement sample when it has none, and (re)build its progress rows when stale
         (facts: q.adaptive_facts read in this transaction, which saves the hot path three queries)."""
         facts = facts or q.adaptive_facts(s, cohort_id, "")
-        if facts["sample"] is None:
+        drawn = json.loads(facts["sample"]) if facts["sample"] else None
+        if drawn is not None and _sample_differs(drawn, self.adaptive_settings()) and not q.count_sample_readings(s, cohort_id):
+            q.delete_agreement_sample(s, cohort_id)  # nobody has read it yet: draw it again with the new share or seed
+            drawn = None
+        if drawn is None:
             self._draw_sample(s, cohort_id)
         signature = _signature(self, s, cohort_id, facts["reports"])
         if facts["progress"] == signature:

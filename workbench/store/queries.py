@@ -1203,6 +1203,18 @@ def put_agreement_sample(session: Session, cohort_id: int, report_ids_: list[str
                                              "run_id": run_id, "drawn_by": actor, "drawn_at": stamp} for r in report_ids_])
 
 
+def count_sample_readings(session: Session, cohort_id: int) -> int:
+    """How many readings the reports of a cohort's agreement sample have."""
+    rows = _raw_rows(session, "SELECT COUNT(*) FROM reading r JOIN agreementsample g ON g.report_id = r.report_id "
+                     "WHERE g.cohort_id = ?", (cohort_id,))
+    return int(rows[0][0])
+
+
+def delete_agreement_sample(session: Session, cohort_id: int) -> None:
+    """Forget a cohort's agreement sample (before it is drawn again; only while none of it has been read)."""
+    _raw_rows_write(session, "DELETE FROM agreementsample WHERE cohort_id = ?", (cohort_id,))
+
+
 def put_report_progress(session: Session, cohort_id: int, frame: pd.DataFrame, replace: bool = False) -> None:
     """Store per-report progress rows (report_id, open, tie, readers, cap); replace=True: the cohort's whole table."""
     if replace:

@@ -104,7 +104,7 @@ def _accounts(wb) -> None:
 def _save(wb, allowed: list[str]) -> None:
     """Validate, record endpoint changes in the audit trail (governance), write workbench.yaml."""
     wb.rule()  # an impossible rule is refused before anything is written
-    wb.adaptive_settings()
+    wb.check_sample_change()  # a new sample share or seed is refused once the drawn sample has readings
     for prefix in [p for p in allowed if p not in wb.config.allowed_endpoints]:
         wb.allow_endpoint(prefix)
     for prefix in [p for p in list(wb.config.allowed_endpoints) if p not in allowed]:
