@@ -163,6 +163,33 @@ def test_a_new_share_or_seed_redraws_an_unread_sample_and_is_refused_once_it_is_
     wb.set_adaptive(extra_reader=False, order="cohort")  # other settings still change
 
 
+def test_a_reader_with_an_expired_claim_is_served_by_the_database_as_by_the_candidates_frame(adaptive_study):
+    """The hot path (own_claim, then first_offered) gives what _pick over the whole frame gives, also with
+    expired and taken-over claims (before, any unread claim sent the reader down the frame path for good)."""
+    from workbench.store import queries as q
+
+    wb = adaptive_study
+
+    def pick(reader):
+        with wb.session() as s:
+            return wb._pick(wb._candidates(s, 1, reader), q.now())
+
+    def expire(reader, report):
+        with wb.session(write=True) as s:
+            q.put_claims(s, 1, [(report, reader)], done=False, expires_at="2000-01-01T00:00:00")
+
+    first = wb.next_report("rad1", "dev")
+    expected = pick("rad1")
+    assert wb.next_report("rad1", "dev") == expected == first  # a live claim is given back
+    expire("rad1", first)
+    expected = pick("rad2")
+    assert wb.next_report("rad2", "dev") == expected
+    for reader in ("rad1", "rad2", "rad3", "rad1"):
+        expected = pick(reader)
+        assert wb.next_report(reader, "dev") == expected
+        wb.submit_reading(reader, expected, dict.fromkeys(wb.vocab.asked_ids, 0))
+
+
 def test_the_sample_is_stratified_by_the_latest_run_and_reproducible(small_study, tmp_path):
     wb = small_study
     wb.start_run("dev")

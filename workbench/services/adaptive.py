@@ -218,9 +218,10 @@ class AdaptiveService:
             facts = q.adaptive_facts(s, cohort_id, reader)  # after the lock: what the claim below relies on
             self._adaptive_sync(s, cohort_id, facts)
             stamp = q.now()
-            if not facts["work_list"] and not facts["open_claim"]:
-                report_id = q.first_offered(s, cohort_id, reader, stamp, self.adaptive_settings().order)
-            else:  # assignments or a report given earlier: the same rules over the whole candidates frame
+            if not facts["work_list"]:  # _pick's rules, found by the database (the hot path)
+                report_id = q.own_claim(s, cohort_id, reader, stamp) if facts["open_claim"] else None
+                report_id = report_id or q.first_offered(s, cohort_id, reader, stamp, self.adaptive_settings().order)
+            else:  # assignments: the same rules over the whole candidates frame
                 report_id = self._pick(self._candidates(s, cohort_id, reader), stamp)
             if report_id is not None:
                 q.put_claims(s, cohort_id, [(report_id, reader)], done=False, expires_at=_later(CLAIM_TTL_S))

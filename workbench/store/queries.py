@@ -1266,6 +1266,22 @@ def first_offered(session: Session, cohort_id: int, reader: str, stamp: str, ord
     return rows[0][0] if rows else None
 
 
+_IN_FLIGHT = ("LEFT JOIN (SELECT report_id, COUNT(*) AS n FROM readingclaim WHERE cohort_id = ? AND done = FALSE "
+              "AND expires_at > ? AND reader_id <> ? GROUP BY report_id) f ON f.report_id = p.report_id ")
+
+
+def own_claim(session: Session, cohort_id: int, reader: str, stamp: str) -> str | None:
+    """The reader's own unread claim that services/adaptive.py's _pick gives back (an open report with room,
+    live or held by nobody else), first in cohort order; found by the database like first_offered."""
+    sql = ("SELECT p.report_id FROM readingclaim m JOIN reportprogress p ON p.report_id = m.report_id "
+           "JOIN report r ON r.id = p.report_id " + _IN_FLIGHT +
+           "WHERE m.cohort_id = ? AND m.reader_id = ? AND m.done = FALSE AND p.open = TRUE "
+           "AND (m.expires_at > ? OR COALESCE(f.n, 0) = 0) AND p.readers + COALESCE(f.n, 0) < p.cap "
+           "ORDER BY r.seq LIMIT 1")
+    rows = _raw_rows(session, sql, (cohort_id, stamp, reader, cohort_id, reader, stamp))
+    return rows[0][0] if rows else None
+
+
 def has_open_claim(session: Session, cohort_id: int, reader: str) -> bool:
     """Whether a reader holds a claim on a report of the cohort they have not read yet."""
     rows = _raw_rows(session, "SELECT 1 FROM readingclaim WHERE cohort_id = ? AND reader_id = ? AND done = FALSE LIMIT 1",
