@@ -1,4 +1,8 @@
-"""Adaptive reading on a simulated 3,000-report x 6-reader x 21-label study (4 of 6 rule).
+"""Adaptive reading on a simulated 3,000-report x 6-reader x 21-label study, under both 4-of-6 rules.
+
+The two rules (--rule, default both side by side): `at_least` 4 of 6 (4 votes on either side, a 3-3
+tie goes to adjudication: the rule the workbench has always applied) and `positive_at_least` 4 of
+6 (positive when at least 4 of 6 mark it, otherwise negative: the Ran Score paper's rule).
 
 Readers are simulated per label with a prevalence and, per reader and label, a sensitivity and a
 specificity (stated below; the demo's readers disagree on 1.5% of clear items and more on hedged
@@ -15,14 +19,17 @@ replays read the same values:
 
 Prints `reads saved: X% (A of B)`, `reference items changed: N`, the agreement sample's Fleiss
 kappa per label with a bootstrap interval beside the full panel's, and the seconds per next-report
-query (median, p95). Targets: >= 30% saved, 0 items changed, median <= 50 ms on SQLite.
+query (median, p95; wall and this process's CPU). Targets: >= 30% saved, 0 items changed, median
+<= 50 ms on SQLite.
 
-    python bench/bench_adaptive.py [--reports 3000] [--readers 6] [--db sqlite|URL]
+    python bench/bench_adaptive.py [--rule both|at_least|positive_at_least] [--reports 3000] [--readers 6]
+                                   [--calls 200] [--db URL (one rule at a time)]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -56,10 +63,13 @@ def simulate(n_reports: int, readers: list[str], labels: list[str], seed: int = 
     return positive.astype(int)
 
 
-def make_study(folder: Path, inputs: dict, db: str | None):
-    """A 4-of-6 study on the generated reports, labelled once by the offline labeller (the sample is stratified by it)."""
+RULES = ("at_least", "positive_at_least")
+
+
+def make_study(folder: Path, inputs: dict, db: str | None, kind: str = "at_least"):
+    """A 4-of-6 study under the given rule kind on the generated reports."""
     wb = init_study(folder, vocab=str(inputs["vocab"]), prompt_set=str(inputs["prompts"]), db_url=db,
-                    rule={"rule": "at_least", "k": 4, "n": 6})
+                    rule={"rule": kind, "k": 4, "n": 6})
     wb.import_reports(inputs["reports"], "dev")
     return wb
 
@@ -134,7 +144,7 @@ def counts_of(values: np.ndarray, read: np.ndarray, ids: list[str], labels: list
     return frame[frame["n_readers"] > 0]
 
 
-def time_next_report(wb, values, ids, readers, labels, reads, calls: int) -> tuple[list[float], int]:
+def time_next_report(wb, values, ids, readers, labels, reads, calls: int) -> tuple[list[float], list[float], int]:
     """Import the first half of the replay's reads, then time `calls` next-report queries (each followed by its reading)."""
     half = reads[: len(reads) // 2]
     rows = [(ids[i], lab, readers[k], int(v)) for k, i in half for lab, v in zip(labels, values[i, k])]
@@ -155,90 +165,145 @@ def time_next_report(wb, values, ids, readers, labels, reads, calls: int) -> tup
         same += expected is not None and report == ids[expected]
         wb.submit_reading(readers[reader_k], report, dict(zip(labels, values[index[report], reader_k].tolist())))
         made += 1
-    print(f"  CPU of this process per next-report query: median {np.median(cpu) * 1000:.1f} ms "
-          "(the database runs in-process on SQLite; on a loaded machine wall time waits for a core)")
-    return times, same
+    return times, cpu, same
 
 
-def demo_figures(rule) -> None:
+def demo_figures(rule) -> list[str]:
     """The same in-memory replay on the demo study's own readings (180 reports x 6 readers x 20 labels)."""
     readings = pd.read_csv(ROOT / "annotations" / "demo" / "readings.csv")
     ids, labels, readers = (sorted(readings[c].unique()) for c in ("report_id", "label", "reader"))
     grid = readings.pivot_table(index=["report_id", "reader"], columns="label", values="value")
     values = grid.reindex(pd.MultiIndex.from_product([ids, readers]))[labels].to_numpy().reshape(len(ids), len(readers), -1)
+    out = []
     for share in (0.0, 0.2):
         sample = np.random.default_rng(0).uniform(size=len(ids)) < share
         reads, _ = simulate_replay(values.astype(int), rule, labels, sample)
         total = len(ids) * len(readers)
-        print(f"demo study's readings, agreement sample {share:.0%} (random): reads saved "
-              f"{(total - len(reads)) / total:.1%} ({total - len(reads)} of {total})")
+        out.append(f"{(total - len(reads)) / total:.1%} ({total - len(reads)} of {total}) with a {share:.0%} sample")
+    return out
+
+
+def fewest_reads(rule) -> int:
+    """The fewest reads that can settle every label of a report under the rule (what bounds the savings)."""
+    if rule.kind == "positive_at_least":  # K positives, or N - K + 1 readers leaving it unticked
+        return min(rule.k, rule.n - rule.k + 1)
+    return rule.k if rule.kind == "at_least" else rule.n // 2 + 1
+
+
+def bench_rule(kind: str, tmp: Path, inputs: dict, values: np.ndarray, args) -> dict:
+    """One rule: the study, its agreement sample, the replay, the guarantee check and the next-report timing."""
+    from workbench.core.reference import reference_from_counts
+
+    wb = make_study(tmp / kind, inputs, args.db, kind)
+    wb.import_reports(inputs["reports"], "dev")
+    labels = list(wb.vocab.asked_ids)
+    assert labels == _labels(inputs), "the simulated values follow the vocabulary's label order"
+    ids = pd.read_csv(inputs["reports"])["id"].tolist()
+    readers = [f"reader-{c}" for c in "abcdefgh"[:args.readers]]
+    start = time.perf_counter()
+    wb.start_run("dev")  # the offline labeller: the agreement sample is stratified by its predictions
+    print(f"[{kind}] offline labeller: {time.perf_counter() - start:.1f} s", flush=True)
+    wb.set_adaptive(enabled=True, agreement_share=0.2, seed=0)
+    wb.work_list(readers[0], "dev")  # draws the agreement sample
+    sample_ids = set(wb.agreement_sample_reports("dev"))
+    sample = np.array([r in sample_ids for r in ids])
+    rule = wb.rule()
+    start = time.perf_counter()
+    reads, read = simulate_replay(values, rule, labels, sample)
+    print(f"[{kind}] adaptive replay in memory: {len(reads):,} reads in {time.perf_counter() - start:.0f} s", flush=True)
+    key = ["report_id", "label"]
+    want = reference_from_counts(counts_of(values, np.ones(read.shape, dtype=bool), ids, labels), rule)
+    want = want.set_index(key)[["value", "status"]]
+    got = reference_from_counts(counts_of(values, read, ids, labels), rule, panel=rule.n).set_index(key)
+    got = got[["value", "status"]].reindex(want.index)
+    same_value = (got["value"] == want["value"]) | (got["value"].isna() & want["value"].isna())
+    no_sample, _ = simulate_replay(values, rule, labels, np.zeros(len(ids), dtype=bool))
+    times, cpu, same = time_next_report(wb, values, ids, readers, labels, reads, args.calls)
+    out = {"rule": rule, "total": len(ids) * len(readers), "reads": len(reads), "no_sample_reads": len(no_sample),
+           "changed": int((~same_value | (got["status"] != want["status"])).sum()), "items": len(want),
+           "decided": int(want["value"].notna().sum()), "waiting": int(want["value"].isna().sum()),
+           "spread": pd.Series(read.sum(axis=1)[~sample]).value_counts().sort_index(),
+           "bound": (1 - sample.mean()) * (rule.n - fewest_reads(rule)) / rule.n,
+           "wall": np.asarray(times), "cpu": np.asarray(cpu), "same": same, "dialect": wb.engine.dialect.name,
+           "sample_ids": sample_ids, "ids": ids, "readers": readers, "labels": labels,
+           "demo": demo_figures(rule)}
+    wb.engine.dispose()
+    return out
+
+
+def _ms(a: np.ndarray, q: float) -> str:
+    return f"{np.percentile(a, q) * 1000:.1f} ms"
+
+
+def print_side_by_side(results: list[dict]) -> None:
+    """The figures of each rule in one column each."""
+    width = 34
+    rows = [("rule", lambda r: r["rule"].describe().split(" (")[0].split(";")[0])]
+    rows += [
+        ("reads saved", lambda r: f"{(r['total'] - r['reads']) / r['total']:.1%} ({r['total'] - r['reads']:,} of {r['total']:,})"),
+        ("  at most (rule and sample)", lambda r: f"{r['bound']:.1%}"),
+        ("  without an agreement sample", lambda r: f"{(r['total'] - r['no_sample_reads']) / r['total']:.1%}"),
+        ("  outside the sample, closed after", lambda r: ", ".join(f"{int(k)}: {int(v):,}" for k, v in r["spread"].items())),
+        ("reference items changed", lambda r: f"{r['changed']} of {r['items']:,}"),
+        ("  decided / waiting (full panel)", lambda r: f"{r['decided']:,} / {r['waiting']:,}"),
+        ("next report, wall median / p95", lambda r: f"{_ms(r['wall'], 50)} / {_ms(r['wall'], 95)}"),
+        ("next report, CPU median / p95", lambda r: f"{_ms(r['cpu'], 50)} / {_ms(r['cpu'], 95)}"),
+        ("  same report as the replay", lambda r: f"{r['same']} of {len(r['wall'])} ({r['dialect']})"),
+        ("demo study's readings, saved", lambda r: r["demo"][0]),
+        ("", lambda r: r["demo"][1]),
+    ]
+    print()
+    print(" " * width + "".join(f"{r['rule'].kind:<44}" for r in results))
+    for name, cell in rows:
+        print(f"{name:<{width}}" + "".join(f"{cell(r):<44}" for r in results))
+
+
+def print_kappa(values: np.ndarray, result: dict) -> None:
+    """Fleiss kappa per label on the agreement sample beside the full panel (the same for every rule)."""
+    ids, sample_ids = result["ids"], result["sample_ids"]
+    full = long_readings(values, ids, result["readers"], result["labels"])
+    mine = fleiss_interval(full[full["report_id"].isin(sample_ids)])
+    panel = fleiss_interval(full)
+    inside = int(((panel["kappa"] >= mine["lo"]) & (panel["kappa"] <= mine["hi"])).sum())
+    print(f"\nFleiss kappa per label: agreement sample (n = {len(sample_ids):,} reports, {len(sample_ids) / len(ids):.0%}, "
+          f"full overlap) beside the full panel (n = {len(ids):,}), 95% bootstrap intervals over reports")
+    for label in result["labels"]:
+        a, b = mine.loc[label], panel.loc[label]
+        print(f"  {label:<38} {a['kappa']:.3f} [{a['lo']:.3f}, {a['hi']:.3f}]   {b['kappa']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}]")
+    print(f"  {'mean over labels':<38} {mine['kappa'].mean():.3f}                   {panel['kappa'].mean():.3f}")
+    print(f"  the full panel's kappa lies inside the sample's interval for {inside} of {len(mine)} labels")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rule", choices=("both", *RULES), default="both", help="the 4-of-6 rule(s) to run")
     parser.add_argument("--reports", type=int, default=3000)
     parser.add_argument("--readers", type=int, default=6)
     parser.add_argument("--calls", type=int, default=200, help="next-report queries timed on the database")
-    parser.add_argument("--db", default=None, help="a database URL for the adaptive study (default: SQLite in the study)")
+    parser.add_argument("--db", default=None, help="a database URL for the study (default: SQLite in the study); one rule at a time")
     args = parser.parse_args()
-    from workbench.core.reference import reference_from_counts
-
+    kinds = RULES if args.rule == "both" else (args.rule,)
+    if args.db and len(kinds) > 1:
+        parser.error("--db holds one study: give --rule at_least or --rule positive_at_least with it")
+    print(f"load average at the start: {', '.join(f'{x:.1f}' for x in os.getloadavg())} ({os.cpu_count()} cores)", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         inputs = write_study_inputs(tmp / "inputs", n_reports=args.reports, n_readers=args.readers)
-        wb = make_study(tmp / "on", inputs, args.db)
-        labels = list(wb.vocab.asked_ids)
-        ids = pd.read_csv(inputs["reports"])["id"].tolist()
-        readers = [f"reader-{c}" for c in "abcdefgh"[:args.readers]]
-        values = simulate(len(ids), readers, labels)
-        start = time.perf_counter()
-        run = wb.start_run("dev")
-        print(f"offline labeller run {run.run_id}: {time.perf_counter() - start:.1f} s (the agreement sample is stratified by it)",
-              flush=True)
-        wb.set_adaptive(enabled=True, agreement_share=0.2, seed=0)
-        wb.work_list(readers[0], "dev")  # draws the agreement sample
-        sample_ids = set(wb.agreement_sample_reports("dev"))
-        sample = np.array([r in sample_ids for r in ids])
-        start = time.perf_counter()
-        reads, read = simulate_replay(values, wb.rule(), labels, sample)
-        print(f"adaptive replay (the services' rules, in memory): {len(reads):,} reads in {time.perf_counter() - start:.0f} s",
-              flush=True)
-        key = ["report_id", "label"]
-        full_mask = np.ones(read.shape, dtype=bool)
-        want = reference_from_counts(counts_of(values, full_mask, ids, labels), wb.rule()).set_index(key)[["value", "status"]]
-        got = reference_from_counts(counts_of(values, read, ids, labels), wb.rule(), panel=wb.rule().n).set_index(key)
-        got = got[["value", "status"]].reindex(want.index)
-        changed = int((~((got["value"] == want["value"]) | (got["value"].isna() & want["value"].isna()))
-                       | (got["status"] != want["status"])).sum())
-        total = len(ids) * len(readers)
-        print(f"reads saved: {(total - len(reads)) / total:.1%} ({total - len(reads):,} of {total:,})")
-        rule = wb.rule()
-        bound = (1 - sample.mean()) * (rule.n - rule.k) / rule.n
-        spread = pd.Series(read.sum(axis=1)[~sample]).value_counts().sort_index()
-        print(f"  at most {bound:.1%} can be saved with this rule and sample (every report needs {rule.k} reads, "
-              f"the sample all {rule.n}); reports outside the sample closed after "
-              + ", ".join(f"{int(k)} reads: {int(v):,}" for k, v in spread.items()))
-        no_sample, _ = simulate_replay(values, rule, labels, np.zeros(len(ids), dtype=bool))
-        print(f"  without an agreement sample: {(total - len(no_sample)) / total:.1%} saved "
-              f"({total - len(no_sample):,} of {total:,})", flush=True)
-        print(f"reference items changed: {changed} (of {len(want):,}; decided {int(want['value'].notna().sum()):,}, "
-              f"waiting {int(want['value'].isna().sum()):,})")
-        full = long_readings(values, ids, readers, labels)
-        mine = fleiss_interval(full[full["report_id"].isin(sample_ids)])
-        panel = fleiss_interval(full)
-        print(f"Fleiss kappa per label: agreement sample (n = {len(sample_ids):,} reports, "
-              f"{len(sample_ids) / len(ids):.0%}) beside the full panel (n = {len(ids):,}), 95% bootstrap intervals")
-        for label in labels:
-            a, b = mine.loc[label], panel.loc[label]
-            print(f"  {label:<38} {a['kappa']:.3f} [{a['lo']:.3f}, {a['hi']:.3f}]   {b['kappa']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}]")
-        print(f"  {'mean over labels':<38} {mine['kappa'].mean():.3f}                   {panel['kappa'].mean():.3f}", flush=True)
-        times, same = time_next_report(wb, values, ids, readers, labels, reads, args.calls)
-        t = np.asarray(times)
-        print(f"next-report query on the database, half the reads done: median {np.median(t) * 1000:.1f} ms, "
-              f"p95 {np.percentile(t, 95) * 1000:.1f} ms over {len(t):,} calls ({wb.engine.dialect.name}); "
-              f"the service gave the in-memory replay's next report {same} of {len(t)} times")
-        wb.engine.dispose()
-        demo_figures(rule)
+        n_reports = len(pd.read_csv(inputs["reports"]))
+        values = simulate(n_reports, [f"reader-{c}" for c in "abcdefgh"[:args.readers]], _labels(inputs))
+        results = [bench_rule(kind, tmp, inputs, values, args) for kind in kinds]
+    print_side_by_side(results)
+    print_kappa(values, results[0])
+    if len(results) > 1 and results[0]["sample_ids"] != results[1]["sample_ids"]:
+        print("  (the rules' agreement samples differ: the figures above are the first rule's)")
+    print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+
+
+def _labels(inputs: dict) -> list[str]:
+    """The asked labels of the generated vocabulary, in its order."""
+    import yaml
+
+    return [lab["id"] for lab in yaml.safe_load(Path(inputs["vocab"]).read_text())["labels"]]
 
 
 if __name__ == "__main__":

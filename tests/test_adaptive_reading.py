@@ -107,6 +107,89 @@ def test_majority_rule_with_the_extra_reader_breaks_ties_and_stops_early(study, 
     assert panel  # the first four readers are the panel
 
 
+def test_the_papers_rule_closes_an_unticked_report_after_three_reads_with_the_full_panel_reference(study, tmp_path):
+    study.config.reference = {"rule": "positive_at_least", "k": 4, "n": 6}
+    study.save_config()
+    study.import_reports(_reports(tmp_path, 24), "dev")
+    study.set_adaptive(enabled=True, agreement_share=0.0)
+    values = _values(study, 24, 5)
+    blank = [f"a{i:03d}" for i in range(0, 24, 2)]  # every reader leaves every label unticked
+    for (reader, report), vals in values.items():
+        if report in blank:
+            values[(reader, report)] = dict.fromkeys(vals, 0)
+    reads = _replay(study, values)
+    full = _full_reference(study, values)
+    got = study.reference("dev").set_index(["report_id", "label"])[["value", "status"]]
+    assert got.reindex(full.index).equals(full)
+    assert full["value"].notna().all()  # never a tie: nothing waits for adjudication
+    per_report = pd.Series([r for _, r in reads]).value_counts()
+    assert (per_report.reindex(blank) == 3).all()  # settled negative once N - K + 1 = 3 readers left it unticked
+    status = study.adaptive_status("dev")
+    assert status["waiting"] == 0 and status["undecided"] == 0 and status["reads_saved"] == 24 * 6 - len(reads)
+
+
+def test_the_papers_rule_from_init_and_a_bad_k_refused_at_load(tmp_path):
+    from workbench.cli import main
+    from workbench.study import StudyError, load_config
+
+    root = tmp_path / "paper"
+    out = CliRunner().invoke(main, ["init", str(root), "--rule", "positive_at_least", "--k", "4", "--n", "6"])
+    assert out.exit_code == 0, out.output
+    assert "positive when at least 4 of 6 readers mark it, otherwise negative" in " ".join(out.output.split())
+    assert load_config(root).reference == {"rule": "positive_at_least", "k": 4, "n": 6}
+    text = (root / "workbench.yaml").read_text(encoding="utf-8").replace("k: 4", "k: 9")
+    (root / "workbench.yaml").write_text(text, encoding="utf-8")
+    with pytest.raises(StudyError, match="reference: .*1 <= K <= N"):
+        load_config(root)
+
+
+def test_a_new_share_or_seed_redraws_an_unread_sample_and_is_refused_once_it_is_read(adaptive_study):
+    from workbench.study import StudyError, load_config
+
+    wb = adaptive_study
+    wb.work_list("rad1", "dev")  # draws the sample: 6 of 30
+    assert wb.agreement_sample("dev")["reports"] == 6
+    wb.set_adaptive(agreement_share=0.5)
+    wb.work_list("rad1", "dev")
+    assert wb.agreement_sample("dev")["reports"] == 15 and wb.agreement_sample("dev")["share"] == 0.5
+    assert len(wb.audit_log(entity="agreement_sample")) == 2  # both draws are recorded
+    sample = wb.agreement_sample_reports("dev")
+    status = wb.adaptive_status("dev")
+    assert status["reports_open"] == 30
+    wb.submit_reading("rad1", sample[0], dict.fromkeys(wb.vocab.asked_ids, 0))
+    with pytest.raises(StudyError, match="agreement sample .*already has readings.*share 50%, seed 0"):
+        wb.set_adaptive(seed=7)
+    assert load_config(wb.root).adaptive["seed"] == 0 and wb.agreement_sample_reports("dev") == sample
+    wb.set_adaptive(extra_reader=False, order="cohort")  # other settings still change
+
+
+def test_a_reader_with_an_expired_claim_is_served_by_the_database_as_by_the_candidates_frame(adaptive_study):
+    """The hot path (own_claim, then first_offered) gives what _pick over the whole frame gives, also with
+    expired and taken-over claims (before, any unread claim sent the reader down the frame path for good)."""
+    from workbench.store import queries as q
+
+    wb = adaptive_study
+
+    def pick(reader):
+        with wb.session() as s:
+            return wb._pick(wb._candidates(s, 1, reader), q.now())
+
+    def expire(reader, report):
+        with wb.session(write=True) as s:
+            q.put_claims(s, 1, [(report, reader)], done=False, expires_at="2000-01-01T00:00:00")
+
+    first = wb.next_report("rad1", "dev")
+    expected = pick("rad1")
+    assert wb.next_report("rad1", "dev") == expected == first  # a live claim is given back
+    expire("rad1", first)
+    expected = pick("rad2")
+    assert wb.next_report("rad2", "dev") == expected
+    for reader in ("rad1", "rad2", "rad3", "rad1"):
+        expected = pick(reader)
+        assert wb.next_report(reader, "dev") == expected
+        wb.submit_reading(reader, expected, dict.fromkeys(wb.vocab.asked_ids, 0))
+
+
 def test_the_sample_is_stratified_by_the_latest_run_and_reproducible(small_study, tmp_path):
     wb = small_study
     wb.start_run("dev")

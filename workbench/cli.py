@@ -225,15 +225,18 @@ def main():
 @click.option("--vocab", default="ranscore-21", show_default=True,
               help=f"Vocabulary: one of {', '.join(builtin_vocabularies()) or 'the shipped ones'} or a path to your own YAML file.")
 @click.option("--db", "db_url", default=None, help="Database URL (default: an SQLite file in the study folder); e.g. postgresql+psycopg://user@host/db")
-@click.option("--rule", type=click.Choice(["at_least", "majority"]), default="at_least", show_default=True, help="Reference rule.")
-@click.option("--k", type=int, default=4, show_default=True, help="at_least: votes needed on either side.")
+@click.option("--rule", type=click.Choice(["at_least", "positive_at_least", "majority"]), default="at_least", show_default=True,
+              help="Reference rule: at_least (K votes on either side, else adjudication), positive_at_least "
+                   "(positive with K votes of N, otherwise negative: the Ran Score paper's rule) or majority.")
+@click.option("--k", type=int, default=4, show_default=True,
+              help="at_least: votes needed on either side; positive_at_least: positive votes needed.")
 @click.option("--n", type=int, default=6, show_default=True, help="Readers needed per item (majority: minimum readers).")
 @click.option("--prompts", "prompt_set", default=None, help="Starter prompt set in prompts/ (default: the vocabulary's).")
 def init(path, vocab, db_url, rule, k, n, prompt_set):
     """Create a study at PATH: workbench.yaml, prompt Git repo, database."""
     from workbench.services import init_study
 
-    rule_cfg = {"rule": rule, "k": k, "n": n} if rule == "at_least" else {"rule": "majority", "n": n}
+    rule_cfg = {"rule": rule, "k": k, "n": n} if rule != "majority" else {"rule": "majority", "n": n}
     wb = init_study(Path(path), vocab=vocab, db_url=db_url, rule=rule_cfg, prompt_set=prompt_set)
     click.echo(f"created study {wb.root} (vocabulary {wb.vocab.id}, {len(wb.vocab.ids)} labels; "
                f"reference: {wb.rule().describe()}; database {wb.url.split('://')[0]})")

@@ -13,11 +13,12 @@ from workbench.core.reference import ReferenceRule, reference_from_counts, vote
 
 @st.composite
 def rules(draw) -> ReferenceRule:
-    """at_least K of N (any 1 <= K <= N) or majority of N, N up to 8."""
+    """at_least or positive_at_least K of N (any 1 <= K <= N), or majority of N, N up to 8."""
     n = draw(st.integers(1, 8))
-    if draw(st.booleans()):
+    kind = draw(st.sampled_from(["at_least", "positive_at_least", "majority"]))
+    if kind == "majority":
         return ReferenceRule("majority", n=n)
-    return ReferenceRule("at_least", k=draw(st.integers(1, n)), n=n)
+    return ReferenceRule(kind, k=draw(st.integers(1, n)), n=n)
 
 
 def _counts(values: np.ndarray, read: np.ndarray, labels: list[str]) -> pd.DataFrame:
@@ -125,6 +126,29 @@ def test_four_of_six_examples():
     assert final.tolist() == [False, True, True, True]
     assert np.array_equal(value, [np.nan, 0, 1, np.nan], equal_nan=True)
     assert reason.tolist() == ["too few readers", "", "", "no decisive vote"]
+
+
+def test_the_papers_rule_settles_a_label_negative_after_n_minus_k_plus_one_unticked():
+    rule = ReferenceRule("positive_at_least", k=4, n=6)
+    # 3 unticked of 3: final negative (the 4 of 6 rule cannot be reached); 2 of 2: not yet; 4 ticked: positive;
+    # 3-3 of 6: negative, never a tie
+    value, reason, final = adaptive.settled_vote([0, 0, 4, 3, 1], [3, 2, 4, 6, 4], rule, 6)
+    assert final.tolist() == [True, False, True, True, True]
+    assert np.array_equal(value, [0, np.nan, 1, 0, 0], equal_nan=True)
+    assert reason.tolist() == ["", "too few readers", "", "", ""]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 8), st.data())
+def test_settled_vote_agrees_with_vote_under_positive_at_least_and_never_ties(n, data):
+    rule = ReferenceRule("positive_at_least", k=data.draw(st.integers(1, n)), n=n)
+    readers = np.arange(0, n + 1).repeat(n + 1)
+    positives = np.tile(np.arange(0, n + 1), n + 1)
+    ok = positives <= readers
+    value, reason, _ = adaptive.settled_vote(positives[ok], readers[ok], rule, n)
+    plain_value, plain_reason = vote(positives[ok], readers[ok], rule)
+    assert np.array_equal(value, plain_value, equal_nan=True) and (reason == plain_reason).all()
+    assert "no decisive vote" not in set(reason)
 
 
 def test_majority_decides_before_the_panel_is_complete():

@@ -110,3 +110,44 @@ def test_status_summary_counts_per_label():
     summary = status_summary(out, ["a", "b"])
     assert summary.loc["a"].to_dict() == {"decided": 2, "adjudicated": 1, "waiting": 1, "positive": 2}
     assert summary.loc["b"].sum() == 0
+
+
+# The paper's rule (Ran Score): positive when at least K of N mark it, otherwise negative; never a tie.
+# (positives, readers, expected value, expected reason) under positive_at_least 4 of 6
+PAPER_VOTES = [
+    (4, 6, 1.0, ""),
+    (3, 6, 0.0, ""),                  # 3-3 is negative, not a tie
+    (0, 6, 0.0, ""),
+    (0, 3, 0.0, ""),                  # three unticked: no later reader can make it positive
+    (1, 4, 0.0, ""),                  # 1 + 2 to come < 4
+    (0, 2, NAN, "too few readers"),   # four readers to come could still mark it
+    (2, 4, NAN, "too few readers"),
+    (4, 4, 1.0, ""),
+    (3, 3, NAN, "too few readers"),
+    # more than N readers: the same share as at_least, ceil(K * n / N) of n to be positive
+    (5, 7, 1.0, ""),
+    (4, 7, 0.0, ""),
+    (4, 8, 0.0, ""),                  # 4-4: negative (6 of 8 needed), not a tie
+    (6, 8, 1.0, ""),
+]
+
+
+@pytest.mark.parametrize("pos,n,value,reason", PAPER_VOTES)
+def test_positive_at_least_truth_table(pos, n, value, reason):
+    got, why = vote(np.array([pos]), np.array([n]), ReferenceRule("positive_at_least", 4, 6))
+    assert (np.isnan(got[0]) if np.isnan(value) else got[0] == value) and why[0] == reason
+
+
+def test_positive_at_least_never_ties_and_reads_like_the_paper():
+    rule = ReferenceRule.from_config({"rule": "positive_at_least", "k": 4, "n": 6})
+    assert (rule.kind, rule.k, rule.n) == ("positive_at_least", 4, 6)
+    readers = np.arange(0, 13).repeat(13)
+    positives = np.tile(np.arange(0, 13), 13)
+    ok = (positives <= readers) & (readers >= 6)
+    _, reason = vote(positives[ok], readers[ok], rule)
+    assert (reason == "").all()  # with the panel read (or more), always decided
+    assert rule.describe().startswith("positive when at least 4 of 6 readers mark it, otherwise negative")
+    with pytest.raises(ValueError, match="1 <= K <= N"):
+        ReferenceRule("positive_at_least", 7, 6)
+    # the existing rule is unchanged and stays the default
+    assert ReferenceRule.from_config({}).kind == "at_least"

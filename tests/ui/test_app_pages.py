@@ -608,6 +608,18 @@ def test_settings_refuses_an_impossible_rule(study):
     assert load_config(study).reference["k"] == 4
 
 
+def test_settings_offers_the_papers_rule(study):
+    from workbench.study import load_config
+
+    at = open_page(study, "settings")
+    rule = [b for b in at.selectbox if b.label == "Rule"][0]
+    assert "positive when at least K of N mark it, otherwise negative" in rule.options
+    rule.set_value("positive_at_least")
+    button(at, "Save settings").click().run()
+    assert_clean(at)
+    assert load_config(study).reference == {"rule": "positive_at_least", "k": 4, "n": 6}
+
+
 def test_audit_shows_the_log(study):
     at = open_page(study, "audit")
     log = at.dataframe[0].value

@@ -1,6 +1,6 @@
 """Adaptive reading: stop giving a report to readers once its reference can no longer change.
 
-Under `at_least K of N` or a majority rule the reference of an item is the vote of the full panel
+Under `at_least K of N`, `positive_at_least K of N` or a majority rule the reference of an item is the vote of the full panel
 of N readers. After some of them have read it, the full panel's vote is a function of how many of
 the remaining readers will mark it positive, which is somewhere between 0 and all of them. When
 every one of those possibilities gives the same outcome (the same value, or the same "no decisive
@@ -120,7 +120,8 @@ def report_status(counts: pd.DataFrame, rule: ReferenceRule, labels: list[str], 
     all_final = finals >= len(labels)
     in_sample = np.isin(np.asarray(ids, dtype=object), list(sample)) if sample else np.zeros(size, dtype=bool)
     # one more reader can break a tie only under a majority rule: under at_least K of N, N + 1 readers
-    # need ceil(K (N + 1) / N) > K votes on a side, which one more reading never gives a side short of K
+    # need ceil(K (N + 1) / N) > K votes on a side, which one more reading never gives a side short of K;
+    # positive_at_least never ties (short of K positives is negative)
     escalate = extra_reader & (rule.kind == "majority") & any_tie
     cap = np.where(escalate, panel + 1, panel)
     is_open = (~all_final | (in_sample & (readers < panel)) | (escalate & (readers < panel + 1))) & (readers < cap)

@@ -1,7 +1,8 @@
 """The reference standard: readers' votes under the study's rule, with adjudication on top.
 
-A (report, label) is decided when enough readers agree (Ran Score: at least 4 of 6 either way);
-anything else (a 3-3 tie, too few readers) waits for a senior reader. An adjudication always
+A (report, label) is decided when enough readers agree: under `at_least` K of N either way (a 3-3
+tie under 4 of 6 waits for a senior reader), under `positive_at_least` positive when at least K of N
+mark it and negative otherwise (the Ran Score paper's wording; never a tie); too few readers wait. An adjudication always
 overrides the vote; an item flagged as "the reference is wrong" waits again until an
 adjudication newer than the flag exists.
 """
@@ -14,7 +15,14 @@ import numpy as np
 import pandas as pd
 from workbench.errors import UserError
 
-RULES = ("at_least", "majority")
+RULES = ("at_least", "positive_at_least", "majority")
+# how the app and the CLI name each rule kind (K and N are the rule's numbers)
+RULE_NAMES = {
+    "at_least": "at least K of N agree (either way; otherwise adjudication)",
+    "positive_at_least": "positive when at least K of N mark it, otherwise negative",
+    "majority": "majority of at least N",
+}
+WITH_K = ("at_least", "positive_at_least")  # the kinds that take K
 
 # item status values
 DECIDED = "decided"
@@ -24,7 +32,8 @@ WAITING = "waiting"
 
 @dataclass(frozen=True)
 class ReferenceRule:
-    """`at_least K of N` (both sides need K votes, N readers needed) or `majority` (of >= N readers)."""
+    """`at_least K of N` (both sides need K votes, N readers needed), `positive_at_least K of N` (positive
+    with K votes, otherwise negative) or `majority` (of >= N readers)."""
 
     kind: str = "at_least"
     k: int = 4
@@ -33,13 +42,16 @@ class ReferenceRule:
     def __post_init__(self) -> None:
         if self.kind not in RULES:
             raise UserError(f"reference rule must be one of {RULES}, got {self.kind!r}")
-        if self.n < 1 or (self.kind == "at_least" and not 1 <= self.k <= self.n):
+        if self.n < 1 or (self.kind in WITH_K and not 1 <= self.k <= self.n):
             raise UserError(f"reference rule needs 1 <= K <= N, got K={self.k} N={self.n}")
 
     def describe(self) -> str:
         """Human wording of the rule."""
         if self.kind == "majority":
             return f"majority of at least {self.n} reader(s); ties wait for adjudication"
+        if self.kind == "positive_at_least":
+            return (f"positive when at least {self.k} of {self.n} readers mark it, otherwise negative (with more "
+                    "readers, the same share of all of them); never a tie")
         return (f"at least {self.k} of {self.n} readers agree (with more readers, the same share of all of them); "
                 "otherwise adjudication")
 
@@ -61,14 +73,24 @@ def vote(positives: np.ndarray, n: np.ndarray, rule: ReferenceRule) -> tuple[np.
     adjudication. With fewer than N readers an item is decided as soon as the readers still to
     come cannot change the outcome (5 of 6 read, 5 positive, K = 4), and marked "no decisive
     vote" as soon as neither side can still reach K. The positive side is checked first, as
-    with n = N (it matters only for K <= N / 2). majority: more than half of at least N readers.
+    with n = N (it matters only for K <= N / 2). positive_at_least K of N: positive with K votes
+    of N (with more readers the same ceil(K * n / N) of n), otherwise negative, never a tie; with
+    fewer than N readers negative as soon as the readers still to come cannot bring the positives
+    to K (N - K + 1 unticked), positive as soon as K have marked it. majority: more than half of at
+    least N readers.
     """
     positives = np.asarray(positives).astype(np.int64)
     n = np.asarray(n).astype(np.int64)
     negatives = n - positives
     value = np.full(positives.shape, np.nan)
     too_few = n < rule.n
-    if rule.kind == "at_least":
+    if rule.kind == "positive_at_least":
+        needed = np.where(n > rule.n, -(-rule.k * n // rule.n), rule.k)
+        still_to_come = np.maximum(rule.n - n, 0)
+        value[positives >= needed] = 1.0
+        value[positives + still_to_come < needed] = 0.0
+        too_few = too_few & np.isnan(value)
+    elif rule.kind == "at_least":
         needed = np.where(n > rule.n, -(-rule.k * n // rule.n), rule.k)
         still_to_come = np.maximum(rule.n - n, 0)
         value[positives >= needed] = 1.0

@@ -30,13 +30,15 @@ def _later(seconds: float) -> str:
     return (datetime.now(timezone.utc) + timedelta(seconds=seconds)).isoformat(timespec="microseconds")
 
 
-def _signature(wb, session, cohort_id: int) -> str:
+def _signature(wb, session, cohort_id: int, reports: int | None = None) -> str:
     """What a cohort's progress rows depend on besides the readings: rule, escalation, asked labels, and
-    how many reports it has (reports imported later need rows too)."""
+    how many reports it has (reports imported later need rows too; `reports` when already counted)."""
     settings = wb.adaptive_settings()
+    if reports is None:
+        reports = q.count_cohort_reports(session, cohort_id)
     return json.dumps({"rule": wb.config.reference, "extra_reader": settings.extra_reader,
-                       "labels": list(wb.vocab.asked_ids), "reports": q.count_cohort_reports(session, cohort_id)},
-                      sort_keys=True)
+                       "labels": list(wb.vocab.asked_ids), "reports": reports,
+                       "sample": [settings.agreement_share, settings.seed]}, sort_keys=True)
 
 
 def _progress_key(cohort_id: int) -> str:
@@ -49,6 +51,17 @@ def _status_frame(wb, session, cohort_id: int, report_ids: list[str], counts: pd
     sample = q.agreement_sample_ids(session, cohort_id, report_ids if len(report_ids) <= 500 else None)
     return core.report_status(counts, wb.rule(), list(wb.vocab.asked_ids), sample, settings.extra_reader,
                               report_ids=report_ids)
+
+
+def _sample_info(session, cohort_id: int) -> dict | None:
+    """The drawn agreement sample's record (reports, of, share, seed, run), None before it is drawn."""
+    info = q.get_meta(session, f"adaptive_sample:{cohort_id}")
+    return json.loads(info) if info else None
+
+
+def _sample_differs(info: dict, settings: core.AdaptiveSettings) -> bool:
+    """Whether the settings ask for another share or seed than the sample was drawn with."""
+    return (float(info["share"]), int(info["seed"])) != (float(settings.agreement_share), int(settings.seed))
 
 
 def after_readings(wb, session, pairs: list[tuple[str, str]]) -> None:
@@ -85,18 +98,40 @@ class AdaptiveService:
             settings = core.AdaptiveSettings.from_config({**self.adaptive_settings().to_config(), **changes})
         except (TypeError, ValueError) as exc:
             raise StudyError(f"adaptive reading: {exc}") from exc
+        self.check_sample_change(settings)
         self.config.adaptive = settings.to_config()
         self.save_config("change", "settings", "adaptive")
         return settings
 
+    def check_sample_change(self, settings: core.AdaptiveSettings | None = None) -> None:
+        """Refuse a new agreement-sample share or seed once a cohort's drawn sample has readings (redrawing it
+        would break the full overlap already given); an unread sample is simply drawn again."""
+        settings = settings or self.adaptive_settings()
+        with self.session() as s:
+            cohorts = q.list_cohorts(s)
+            for cohort_id, name in zip(cohorts["id"], cohorts["name"]):
+                info = _sample_info(s, cohort_id)
+                if info is None or not _sample_differs(info, settings) or not q.count_sample_readings(s, cohort_id):
+                    continue
+                raise StudyError(
+                    f"adaptive reading: the agreement sample of cohort {name!r} (share {info['share']:.0%}, seed "
+                    f"{info['seed']}) already has readings, and a new share or seed would break its full overlap: "
+                    f"keep share {info['share']:.0%}, seed {info['seed']} (a new cohort gets a new sample)")
+
     # ------------------------------------------------------------ sample and progress
 
-    def _adaptive_sync(self, s, cohort_id: int) -> None:
-        """Draw the cohort's agreement sample when it has none, and (re)build its progress rows when stale."""
-        if q.get_meta(s, f"adaptive_sample:{cohort_id}") is None:
+    def _adaptive_sync(self, s, cohort_id: int, facts: dict | None = None) -> None:
+        """Draw the cohort's agreement sample when it has none, and (re)build its progress rows when stale
+        (facts: q.adaptive_facts read in this transaction, which saves the hot path three queries)."""
+        facts = facts or q.adaptive_facts(s, cohort_id, "")
+        drawn = json.loads(facts["sample"]) if facts["sample"] else None
+        if drawn is not None and _sample_differs(drawn, self.adaptive_settings()) and not q.count_sample_readings(s, cohort_id):
+            q.delete_agreement_sample(s, cohort_id)  # nobody has read it yet: draw it again with the new share or seed
+            drawn = None
+        if drawn is None:
             self._draw_sample(s, cohort_id)
-        signature = _signature(self, s, cohort_id)
-        if q.get_meta(s, _progress_key(cohort_id)) == signature:
+        signature = _signature(self, s, cohort_id, facts["reports"])
+        if facts["progress"] == signature:
             return
         ids = q.report_ids(s, cohort_id)
         counts = q.vote_counts(s, cohort_id=cohort_id)
@@ -180,11 +215,13 @@ class AdaptiveService:
         with self.session(write=True) as s:
             cohort_id = self._cohort_in(s, cohort)
             q.lock_adaptive(s, cohort_id)
-            self._adaptive_sync(s, cohort_id)
+            facts = q.adaptive_facts(s, cohort_id, reader)  # after the lock: what the claim below relies on
+            self._adaptive_sync(s, cohort_id, facts)
             stamp = q.now()
-            if q.get_work_list(s, cohort_id) is None and not q.has_open_claim(s, cohort_id, reader):
-                report_id = q.first_offered(s, cohort_id, reader, stamp, self.adaptive_settings().order)
-            else:  # assignments or a report given earlier: the same rules over the whole candidates frame
+            if not facts["work_list"]:  # _pick's rules, found by the database (the hot path)
+                report_id = q.own_claim(s, cohort_id, reader, stamp) if facts["open_claim"] else None
+                report_id = report_id or q.first_offered(s, cohort_id, reader, stamp, self.adaptive_settings().order)
+            else:  # assignments: the same rules over the whole candidates frame
                 report_id = self._pick(self._candidates(s, cohort_id, reader), stamp)
             if report_id is not None:
                 q.put_claims(s, cohort_id, [(report_id, reader)], done=False, expires_at=_later(CLAIM_TTL_S))
@@ -192,10 +229,10 @@ class AdaptiveService:
 
     def _cohort_in(self, s, cohort: str) -> int:
         """A cohort's id inside an open transaction (cohort_id() opens its own)."""
-        row = q.get_cohort(s, cohort)
-        if row is None:
+        cohort_id = q.cohort_id_named(s, cohort)
+        if cohort_id is None:
             raise StudyError(f"no cohort {cohort!r}")
-        return row.id
+        return cohort_id
 
     def work_list(self, reader: str, cohort: str, drafts: bool = True) -> pd.DataFrame:
         """The reader's work list. With adaptive reading: their saved reports, then drafts and the report

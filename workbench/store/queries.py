@@ -1203,6 +1203,18 @@ def put_agreement_sample(session: Session, cohort_id: int, report_ids_: list[str
                                              "run_id": run_id, "drawn_by": actor, "drawn_at": stamp} for r in report_ids_])
 
 
+def count_sample_readings(session: Session, cohort_id: int) -> int:
+    """How many readings the reports of a cohort's agreement sample have."""
+    rows = _raw_rows(session, "SELECT COUNT(*) FROM reading r JOIN agreementsample g ON g.report_id = r.report_id "
+                     "WHERE g.cohort_id = ?", (cohort_id,))
+    return int(rows[0][0])
+
+
+def delete_agreement_sample(session: Session, cohort_id: int) -> None:
+    """Forget a cohort's agreement sample (before it is drawn again; only while none of it has been read)."""
+    _raw_rows_write(session, "DELETE FROM agreementsample WHERE cohort_id = ?", (cohort_id,))
+
+
 def put_report_progress(session: Session, cohort_id: int, frame: pd.DataFrame, replace: bool = False) -> None:
     """Store per-report progress rows (report_id, open, tie, readers, cap); replace=True: the cohort's whole table."""
     if replace:
@@ -1254,6 +1266,22 @@ def first_offered(session: Session, cohort_id: int, reader: str, stamp: str, ord
     return rows[0][0] if rows else None
 
 
+_IN_FLIGHT = ("LEFT JOIN (SELECT report_id, COUNT(*) AS n FROM readingclaim WHERE cohort_id = ? AND done = FALSE "
+              "AND expires_at > ? AND reader_id <> ? GROUP BY report_id) f ON f.report_id = p.report_id ")
+
+
+def own_claim(session: Session, cohort_id: int, reader: str, stamp: str) -> str | None:
+    """The reader's own unread claim that services/adaptive.py's _pick gives back (an open report with room,
+    live or held by nobody else), first in cohort order; found by the database like first_offered."""
+    sql = ("SELECT p.report_id FROM readingclaim m JOIN reportprogress p ON p.report_id = m.report_id "
+           "JOIN report r ON r.id = p.report_id " + _IN_FLIGHT +
+           "WHERE m.cohort_id = ? AND m.reader_id = ? AND m.done = FALSE AND p.open = TRUE "
+           "AND (m.expires_at > ? OR COALESCE(f.n, 0) = 0) AND p.readers + COALESCE(f.n, 0) < p.cap "
+           "ORDER BY r.seq LIMIT 1")
+    rows = _raw_rows(session, sql, (cohort_id, stamp, reader, cohort_id, reader, stamp))
+    return rows[0][0] if rows else None
+
+
 def has_open_claim(session: Session, cohort_id: int, reader: str) -> bool:
     """Whether a reader holds a claim on a report of the cohort they have not read yet."""
     rows = _raw_rows(session, "SELECT 1 FROM readingclaim WHERE cohort_id = ? AND reader_id = ? AND done = FALSE LIMIT 1",
@@ -1277,6 +1305,27 @@ def adaptive_candidates(session: Session, cohort_id: int, reader: str, stamp: st
                                         "expires_at", "in_flight"])
     return frame.astype({"open": bool, "sample": bool, "mine": bool, "done": bool, "readers": int, "cap": int,
                          "in_flight": int})
+
+
+def cohort_id_named(session: Session, name: str) -> int | None:
+    """A cohort's id by name, on the DBAPI cursor (the next-report hot path; get_cohort builds an ORM row)."""
+    rows = _raw_rows(session, "SELECT id FROM cohort WHERE name = ?", (name,))
+    return int(rows[0][0]) if rows else None
+
+
+def adaptive_facts(session: Session, cohort_id: int, reader: str) -> dict:
+    """What next_report checks before choosing, in one round trip: the sample and progress meta values, the
+    cohort's report count, whether it has work lists and whether the reader holds an unread claim."""
+    rows = _raw_rows(session, "SELECT (SELECT value FROM meta WHERE key = ?), (SELECT value FROM meta WHERE key = ?), "
+                     "(SELECT COUNT(*) FROM report WHERE cohort_id = ?), "
+                     "(SELECT COUNT(*) FROM worklist WHERE cohort_id = ?), "
+                     "(SELECT COUNT(*) FROM (SELECT 1 FROM readingclaim WHERE cohort_id = ? AND reader_id = ? "
+                     "AND done = FALSE LIMIT 1) c)",
+                     (f"adaptive_sample:{cohort_id}", f"adaptive_progress:{cohort_id}", cohort_id, cohort_id,
+                      cohort_id, reader))
+    sample, progress, reports, work_list, claim = rows[0]
+    return {"sample": sample, "progress": progress, "reports": int(reports), "work_list": bool(work_list),
+            "open_claim": bool(claim)}
 
 
 def reader_pairs(session: Session, cohort_id: int) -> list[tuple[str, str]]:

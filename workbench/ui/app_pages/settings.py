@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from workbench.core.reference import RULE_NAMES, RULES, WITH_K
 from workbench.ui import components, state
 
 RULES_MODEL = "workbench/rules"
@@ -30,8 +31,8 @@ def render(wb) -> None:
         concurrency = c[2].number_input("Concurrent calls", 1, 256, int(lab.get("concurrency", 8)))
         st.markdown("**Reference rule**")
         c = st.columns(3)
-        kind = c[0].selectbox("Rule", ["at_least", "majority"], index=["at_least", "majority"].index(rule.get("rule", "at_least")),
-                              format_func={"at_least": "at least K of N agree", "majority": "majority of at least N"}.get)
+        kind = c[0].selectbox("Rule", list(RULES), index=list(RULES).index(rule.get("rule", "at_least")),
+                              format_func=RULE_NAMES.get)
         k = c[1].number_input("K", 1, 50, int(rule.get("k", 4)))
         n = c[2].number_input("N (readers needed)", 1, 50, int(rule.get("n", 6)))
         adaptive = _adaptive_fields(wb, kind)
@@ -52,7 +53,7 @@ def render(wb) -> None:
         st.error(components.md(f"{endpoint_label(settings)} is not among the allowed endpoints: runs will be refused until an admin adds it."))
     if submitted:
         cfg.labeller = settings
-        cfg.reference = {"rule": kind, "k": int(k), "n": int(n)} if kind == "at_least" else {"rule": kind, "n": int(n)}
+        cfg.reference = {"rule": kind, "k": int(k), "n": int(n)} if kind in WITH_K else {"rule": kind, "n": int(n)}
         cfg.adaptive = adaptive if adaptive["enabled"] or cfg.adaptive else {}
         components.do(wb, "saving the settings", _save, wb, allowed, done="Settings saved.")
     _accounts(wb)
@@ -74,7 +75,8 @@ def _adaptive_fields(wb, kind: str) -> dict:
     c = st.columns([2, 2])
     extra = c[0].checkbox("A tie goes to one extra reader before adjudication (majority rules)", now.extra_reader,
                           help="Under 'at least K of N' one more reader can never break a tie (N + 1 readers need "
-                               "a larger share), so this applies to majority rules only.", disabled=kind != "majority")
+                               "a larger share), and 'positive when at least K of N mark it' never ties, so this "
+                               "applies to majority rules only.", disabled=kind != "majority")
     order = c[1].selectbox("Reading order", list(ORDERS), index=list(ORDERS).index(now.order), format_func=ORDERS.get)
     return {"enabled": bool(enabled), "agreement_share": float(share), "seed": int(seed),
             "extra_reader": bool(extra) and kind == "majority", "order": order}
@@ -102,7 +104,7 @@ def _accounts(wb) -> None:
 def _save(wb, allowed: list[str]) -> None:
     """Validate, record endpoint changes in the audit trail (governance), write workbench.yaml."""
     wb.rule()  # an impossible rule is refused before anything is written
-    wb.adaptive_settings()
+    wb.check_sample_change()  # a new sample share or seed is refused once the drawn sample has readings
     for prefix in [p for p in allowed if p not in wb.config.allowed_endpoints]:
         wb.allow_endpoint(prefix)
     for prefix in [p for p in list(wb.config.allowed_endpoints) if p not in allowed]:
