@@ -1297,3 +1297,27 @@ def report_cohorts(session: Session, report_ids_: list[str]) -> dict[str, int]:
     for i in range(0, len(report_ids_), 900):
         out.update(dict(session.execute(select(Report.id, Report.cohort_id).where(Report.id.in_(report_ids_[i:i + 900]))).all()))
     return out
+
+
+# ---------------------------------------------------------------- the engineer's view of a case, and search
+
+CASE_COLUMNS = ["run_id", "label", "value", "evidence", "status", "detail", "call_key"]
+
+
+def report_predictions(session: Session, report_id: str, label: str | None = None) -> pd.DataFrame:
+    """Every run's predictions for one report (optionally one label), oldest run first."""
+    sql = f"SELECT {', '.join(CASE_COLUMNS)} FROM prediction WHERE report_id = ?"
+    params: list = [report_id]
+    if label is not None:
+        sql += " AND label = ?"
+        params.append(label)
+    rows = _raw_rows(session, sql + " ORDER BY run_id, label", tuple(params))
+    return pd.DataFrame(rows, columns=CASE_COLUMNS)
+
+
+def run_replies(session: Session, run_id: int) -> pd.DataFrame:
+    """Per (report, label) of a run: the raw reply its call got (from the call cache; a failure's detail, which
+    quotes the reply, when the reply was not cached), in one join."""
+    sql = ("SELECT p.report_id, p.label, COALESCE(c.response, p.detail) FROM prediction p "
+           "LEFT JOIN callcache c ON c.key = p.call_key WHERE p.run_id = ?")
+    return pd.DataFrame(_raw_rows(session, sql, (run_id,)), columns=["report_id", "label", "reply"])
