@@ -1486,7 +1486,8 @@ def case_cmd(wb, report_id, label, fmt, wide):
     table = matrix.table().reset_index()
     if fmt == "table":
         click.echo(matrix.text + "\n")
-    echo_table(table, fmt)
+    why = "not recorded (the offline labeller records no latency, tokens or cost; a model with no known price has no cost)"
+    echo_table(table, fmt, undefined={c.heading: why for c in matrix.columns})
     if matrix.withheld and fmt == "table":
         say(f"left out: run(s) {', '.join(map(str, matrix.withheld))}, on a test or validation cohort or part "
             "(their answers are never shown to the person tuning prompts)")
