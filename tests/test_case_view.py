@@ -156,3 +156,20 @@ def test_search_cli(small_study):
     assert regex.exit_code == 0 and "match" in regex.output
     bad = runner.invoke(main, ["search", str(run_id), "(", "--regex", "--study", str(wb.root)])
     assert bad.exit_code == 2 and "not a valid regular expression" in bad.output
+
+
+def test_search_and_matrix_on_sqlite_and_postgresql(any_study):
+    from pathlib import Path
+
+    wb = any_study
+    wb.import_reports(Path(__file__).parent / "data" / "reports_small.csv", "dev")
+    run_id = wb.start_run("dev", labels=["pleural_effusion", "pneumothorax"]).run_id
+    found = wb.search_run(run_id, "EFFUSION", where="evidence")
+    assert set(found.cases["report_id"]) >= {"s2"} and set(found.cases["field"]) == {"evidence"}
+    assert wb.search_run(run_id, "100%_sure!", where="answer").cases.empty, "LIKE wildcards in the text are literal"
+    answers = wb.search_run(run_id, '"value": 1', where="answer")
+    assert ("s2", "pleural_effusion") in set(zip(answers.cases["report_id"], answers.cases["label"]))
+    reports = wb.search_run(run_id, "pneumothorax", where="report", label="pneumothorax")
+    assert set(reports.cases["label"]) == {"pneumothorax"} and "s1" in set(reports.cases["report_id"])
+    matrix = wb.case_matrix("s2", "pleural_effusion")
+    assert [c.run_id for c in matrix.columns] == [run_id] and matrix.columns[0].call.reply

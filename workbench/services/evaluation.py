@@ -569,31 +569,29 @@ class EvaluationService:
         run = self.run_info(run_id)
         shown = self.queue_reports(run)  # validation text never reaches the person tuning prompts
         label = self.label_id(label) if label else None
-        with self.session() as s:
-            preds = q.predictions_frame(s, run_id, label=label)[["report_id", "label", "value", "status", "evidence"]]
-            texts = self._search_texts(s, run, where)
-            replies = q.run_replies(s, run_id) if where in (None, "answer") else None
-        if shown is not None:
-            preds = preds[preds["report_id"].isin(shown)]
+        # a plain ASCII text is first narrowed in the database (lower() there folds ASCII only); the pattern decides
+        like = None if regex or not query.isascii() else "%" + re.sub(r"([!%_])", r"!\1", query.lower()) + "%"
         found = []
-        if texts is not None:
-            hits = texts[texts["text"].str.contains(pattern, na=False)]
-            found.append(preds.drop(columns="evidence").merge(hits, on="report_id").assign(field="report"))
-        if where in (None, "evidence"):
-            found.append(preds[preds["evidence"].str.contains(pattern, na=False)].rename(columns={"evidence": "text"})
-                         .assign(field="evidence"))
-        if replies is not None:
-            hits = replies[replies["reply"].str.contains(pattern, na=False)].rename(columns={"reply": "text"})
-            found.append(preds.drop(columns="evidence").merge(hits, on=["report_id", "label"]).assign(field="answer"))
-        cases = pd.concat(found, ignore_index=True) if found else pd.DataFrame(columns=[*SEARCH_COLUMNS, "text"])
-        cases = cases.assign(snippet=[_snippet(t, pattern) for t in cases["text"]]) if len(cases) else cases.assign(snippet="")
+        with self.session() as s:
+            for name in SEARCH_FIELDS if where is None else (where,):
+                if name == "report":
+                    texts = self._search_texts(s, run)
+                    hits = texts[texts["text"].str.contains(pattern, na=False)]
+                    rows = q.search_rows(s, run_id, name, label=label, report_ids=hits["report_id"].tolist())
+                    rows = rows.drop(columns="text").merge(hits, on="report_id")
+                else:
+                    rows = q.search_rows(s, run_id, name, like=like, label=label)
+                    rows = rows[rows["text"].str.contains(pattern, na=False)]
+                found.append(rows.assign(field=name))
+        cases = pd.concat(found, ignore_index=True)
+        if shown is not None:
+            cases = cases[cases["report_id"].isin(shown)]
+        cases = cases.assign(snippet=[_snippet(t, pattern) for t in cases["text"]])
         cases = cases.sort_values(["report_id", "label", "field"], kind="stable")[SEARCH_COLUMNS].reset_index(drop=True)
         return SearchResult(run_id, query, where, regex, cases)
 
-    def _search_texts(self, s, run, where: str | None) -> pd.DataFrame | None:
-        """report_id, text of the run's cohort as the labeller read them (None when reports are not searched)."""
-        if where not in (None, "report"):
-            return None
+    def _search_texts(self, s, run) -> pd.DataFrame:
+        """report_id, text of the run's cohort as the labeller read them."""
         reports = q.reports_frame(s, cohort_id=run.cohort_id)
         sections = run.sections.split(",")
         return pd.DataFrame({"report_id": reports["report_id"], "text": [

@@ -1315,9 +1315,30 @@ def report_predictions(session: Session, report_id: str, label: str | None = Non
     return pd.DataFrame(rows, columns=CASE_COLUMNS)
 
 
-def run_replies(session: Session, run_id: int) -> pd.DataFrame:
-    """Per (report, label) of a run: the raw reply its call got (from the call cache; a failure's detail, which
-    quotes the reply, when the reply was not cached), in one join."""
-    sql = ("SELECT p.report_id, p.label, COALESCE(c.response, p.detail) FROM prediction p "
-           "LEFT JOIN callcache c ON c.key = p.call_key WHERE p.run_id = ?")
-    return pd.DataFrame(_raw_rows(session, sql, (run_id,)), columns=["report_id", "label", "reply"])
+SEARCH_TEXT = {"evidence": "p.evidence", "answer": "COALESCE(c.response, p.detail)", "report": "''"}
+
+
+def search_rows(session: Session, run_id: int, field: str, like: str | None = None, label: str | None = None,
+                report_ids: list[str] | None = None) -> pd.DataFrame:
+    """A run's (report_id, label, value, status, text) rows, text being the evidence or the raw answer (the call
+    cache's reply; a failure's detail, which quotes it); like: a lower-case LIKE pattern the text must match
+    (a prefilter run in the database); report_ids: only these reports."""
+    text = SEARCH_TEXT[field]
+    join = " LEFT JOIN callcache c ON c.key = p.call_key" if field == "answer" else ""
+    sql = f"SELECT p.report_id, p.label, p.value, p.status, {text} FROM prediction p{join} WHERE p.run_id = ?"
+    params: list = [run_id]
+    if like is not None:
+        sql += f" AND lower({text}) LIKE ? ESCAPE '!'"
+        params.append(like)
+    if label is not None:
+        sql += " AND p.label = ?"
+        params.append(label)
+    columns = ["report_id", "label", "value", "status", "text"]
+    if report_ids is None:
+        return pd.DataFrame(_raw_rows(session, sql, tuple(params)), columns=columns)
+    frames = [pd.DataFrame(columns=columns)]
+    for i in range(0, len(report_ids), 900):  # SQLite's bound-parameter limit
+        chunk = report_ids[i:i + 900]
+        rows = _raw_rows(session, sql + f" AND p.report_id IN ({', '.join('?' * len(chunk))})", (*params, *chunk))
+        frames.append(pd.DataFrame(rows, columns=columns))
+    return pd.concat(frames, ignore_index=True)
