@@ -173,3 +173,17 @@ def test_search_and_matrix_on_sqlite_and_postgresql(any_study):
     assert set(reports.cases["label"]) == {"pneumothorax"} and "s1" in set(reports.cases["report_id"])
     matrix = wb.case_matrix("s2", "pleural_effusion")
     assert [c.run_id for c in matrix.columns] == [run_id] and matrix.columns[0].call.reply
+
+
+def test_a_failed_calls_raw_reply_is_kept_for_the_case_view(small_study):
+    from fake_llm_server import MALFORMED_REPLY
+
+    wb = small_study
+    with running_server(keywords=KEYWORDS) as srv:
+        srv.behaviour = "malformed"
+        run_id = wb.start_run("dev", labels=["pleural_effusion"], model="openai/fake", api_base=srv.url,
+                              max_retries=1, timeout_s=20).run_id
+    column = wb.case_matrix("s2", "pleural_effusion").columns[0]
+    assert (column.run_id, column.value, column.status) == (run_id, None, "parse_error")
+    assert column.call.reply == MALFORMED_REPLY, "the whole reply, not the parser's shortened quote"
+    assert column.call.latency_s > 0

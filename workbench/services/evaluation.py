@@ -517,7 +517,7 @@ class EvaluationService:
             preds = q.report_predictions(s, report_id, label)
             keys = [k for k in preds["call_key"].dropna().unique() if k]
             facts = q.call_facts(s, keys).set_index("call_key")
-            replies = {k: c.response for k, c in q.cached_calls(s, keys).items()}
+            replies = {**q.call_replies(s, keys), **{k: c.response for k, c in q.cached_calls(s, keys).items()}}
         columns, withheld, text = [], [], ""
         for run_id, group in preds.groupby("run_id", sort=True):
             run = self.run_info(int(run_id))
@@ -671,7 +671,7 @@ class CaseCall:
     key: str
     messages: tuple
     messages_match: bool  # False: the prompt renders differently now (the key no longer matches)
-    reply: str | None  # None: not kept (failures are never cached; the answer's detail quotes the reply)
+    reply: str | None  # None: no reply (a call error), or an offline failure (the answer's detail says why)
     reasoning: str | None
     latency_s: float | None
     attempts: int | None

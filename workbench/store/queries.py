@@ -1103,6 +1103,23 @@ def call_facts(session: Session, keys: Iterable[str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=FACT_COLUMNS)
 
 
+def put_call_replies(session: Session, rows: list[tuple[str, str]]) -> None:
+    """Keep failed calls' raw replies (reply, call key) with their facts (written just before)."""
+    for row in rows:  # failures are few; a success's reply is in the call cache
+        _raw_rows_write(session, "UPDATE callfact SET reply = ? WHERE call_key = ?", row)
+
+
+def call_replies(session: Session, keys: Iterable[str]) -> dict[str, str]:
+    """call key -> the raw reply kept with a failed call's facts."""
+    keys = sorted(set(k for k in keys if k))
+    out: dict[str, str] = {}
+    for i in range(0, len(keys), 900):
+        chunk = keys[i:i + 900]
+        sql = f"SELECT call_key, reply FROM callfact WHERE reply IS NOT NULL AND call_key IN ({', '.join('?' * len(chunk))})"
+        out.update(dict(_raw_rows(session, sql, tuple(chunk))))
+    return out
+
+
 def run_call_facts(session: Session, run_id: int) -> pd.DataFrame:
     """Per-call facts of the calls a run made itself."""
     sql = f"SELECT {', '.join(FACT_COLUMNS)} FROM callfact WHERE run_id = ? ORDER BY call_key"

@@ -470,7 +470,7 @@ def call_detail(column) -> None:
                                                                  "differently from what was sent)"))
     for message in call.messages:
         st.text(f"[{message['role']}]\n{message['content']}")
-    st.caption("Raw reply" if call.reply is not None else "Raw reply not kept (failures are never cached); the parser's detail:")
+    st.caption("Raw reply" if call.reply is not None else "Raw reply not kept; the parser's detail:")
     st.code(call.reply if call.reply is not None else column.detail, language=None)
     if call.reasoning:
         st.caption("The model's thinking (kept out of parsing)")
