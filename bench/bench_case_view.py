@@ -50,6 +50,7 @@ def main() -> None:
     from workbench.services import Workbench
 
     wb = Workbench(study)
+    wb.migrate()  # a study built before this version
     run_id = int(wb.runs()["id"].max())
     print(f"run {run_id}: {len(wb.predictions(run_id)):,} predictions")
     for where, query, regex in (("evidence", "effusion", False), ("answer", '"value": 1', False),

@@ -187,3 +187,17 @@ def test_a_failed_calls_raw_reply_is_kept_for_the_case_view(small_study):
     assert (column.run_id, column.value, column.status) == (run_id, None, "parse_error")
     assert column.call.reply == MALFORMED_REPLY, "the whole reply, not the parser's shortened quote"
     assert column.call.latency_s > 0
+
+
+def test_validation_reports_are_never_shown_to_the_person_tuning_prompts(small_study):
+    wb = small_study
+    wb.split_cohort("dev", validation=0.5, seed=0)
+    run_id = wb.start_run("dev").run_id
+    parts = wb.split_parts("dev")
+    held = sorted(r for r, part in parts.items() if part == "validation")
+    tuning = sorted(r for r, part in parts.items() if part == "tuning")
+    matrix = wb.case_matrix(held[0], "pleural_effusion")
+    assert matrix.columns == () and matrix.withheld == (run_id,) and matrix.text == ""
+    assert wb.case_matrix(tuning[0], "pleural_effusion").columns[0].run_id == run_id
+    every = wb.search_run(run_id, "e", where="report")  # nearly every report has an "e"
+    assert set(every.cases["report_id"]) <= set(tuning) and len(every.cases) > 0

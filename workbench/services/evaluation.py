@@ -518,20 +518,27 @@ class EvaluationService:
             keys = [k for k in preds["call_key"].dropna().unique() if k]
             facts = q.call_facts(s, keys).set_index("call_key")
             replies = {**q.call_replies(s, keys), **{k: c.response for k, c in q.cached_calls(s, keys).items()}}
-        columns, withheld, text = [], [], ""
+        columns, withheld, text, visible = [], [], "", {}
         for run_id, group in preds.groupby("run_id", sort=True):
             run = self.run_info(int(run_id))
-            try:
-                shown = self.queue_reports(run)
-            except StudyError:
-                shown = set()  # a test or validation cohort: its text never reaches the person tuning prompts
-            if shown is not None and report_id not in shown:
+            if run.cohort_id not in visible:  # one split read per cohort, however many runs it has
+                visible[run.cohort_id] = self._case_visible(run, report_id)
+            if not visible[run.cohort_id]:
                 withheld.append(int(run_id))
                 continue
             text = text or compose_text(report.findings, report.impression, report.text, run.sections.split(","))
             sent = self._case_messages(run, report, list(group["label"]))
             columns += [_case_column(run, row, sent, facts, replies) for row in group.itertuples(index=False)]
         return CaseMatrix(report_id, label, text, tuple(columns), tuple(withheld))
+
+    def _case_visible(self, run, report_id: str) -> bool:
+        """May the person tuning prompts see this report's answers in this run (not a test or validation cohort
+        or part)?"""
+        try:
+            shown = self.queue_reports(run)
+        except StudyError:  # a test or validation cohort: its text never reaches the person tuning prompts
+            return False
+        return shown is None or report_id in shown
 
     def _case_messages(self, run, report, labels: list[str]) -> dict:
         """call key -> the messages a run's calls for these labels of one report send (rendered again: the key
