@@ -544,6 +544,32 @@ def test_call_facts_and_noise_repeats(any_study):
         assert q.noise_repeats(s, []).empty
 
 
+def test_case_rows_search_rows_and_failed_replies(any_study):
+    any_study.import_reports(DATA / "reports_small.csv", "dev")
+    with any_study.session() as s:
+        cohort = q.get_cohort(s, "dev")
+        runs = [q.add_run(s, cohort_id=cohort.id, prompt_commit=c * 40, model="openai/m", params_json="{}",
+                          mode="per_label", labels_json='["edema"]').id for c in "ab"]
+        for run_id, value, key in ((runs[0], 1, "k1"), (runs[1], None, "k2")):
+            q.upsert_predictions(s, run_id, [dict(report_id="s1", label="edema", value=value, evidence="Mild EDEMA 100%",
+                                                  evidence_found=True, status="ok" if value else "parse_error",
+                                                  detail="" if value else "not JSON: 'x'", call_key=key)])
+        q.put_cached_call(s, "k1", "openai/m", '{"value": 1}', 10, 2, None)
+        q.put_call_facts(s, [("k2", runs[1], "edema", 0.2, 1, 10, 2, None, None, "stop", "m", None)])
+        q.put_call_replies(s, [("x" * 5000, "k2"), ("y", "no-such-key")])
+        assert q.call_replies(s, ["k1", "k2", ""]) == {"k2": "x" * 5000}
+        both = q.report_predictions(s, "s1")
+        assert both["run_id"].tolist() == runs and both["call_key"].tolist() == ["k1", "k2"]
+        assert q.report_predictions(s, "s1", "atelectasis").empty and q.report_predictions(s, "s2").empty
+        answers = q.search_rows(s, runs[0], "answer")
+        assert answers["text"].tolist() == ['{"value": 1}']
+        assert q.search_rows(s, runs[1], "answer")["text"].tolist() == ["not JSON: 'x'"], "uncached: the detail"
+        assert len(q.search_rows(s, runs[0], "evidence", like="%edema 100!%%")) == 1
+        assert q.search_rows(s, runs[0], "evidence", like="%edema 1000%").empty
+        assert len(q.search_rows(s, runs[0], "report", report_ids=["s1", "s2"])) == 1
+        assert q.search_rows(s, runs[0], "evidence", label="atelectasis").empty
+
+
 def test_web_sessions_end_with_every_revoking_event(any_study):
     any_study.add_user("boss", "admin", "boss-pass-0001")
     with any_study.session() as s:

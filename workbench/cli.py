@@ -1500,6 +1500,55 @@ def calls_cmd(wb, run_id, per_label, fmt):
     echo_table(wb.call_costs(run_id) if per_label else wb.call_facts(run_id), fmt)
 
 
+@main.command("case")
+@click.argument("report_id")
+@click.option("--label", default=None, help="Only this label (id or name; default: every label of the report).")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
+              help="json also carries each call's messages, raw reply and thinking.")
+@wide_option
+@study_option
+def case_cmd(wb, report_id, label, fmt, wide):
+    """One report's answers under every run that labelled it, side by side: answer, evidence, status, latency,
+    tokens, cost, finish reason and the model that answered, one column per run (prompt version, model)."""
+    matrix = wb.case_matrix(report_id, label)
+    if fmt == "json":
+        click.echo(json.dumps(matrix.to_json(), indent=2, ensure_ascii=False, default=str))
+        return
+    if not matrix.columns:
+        click.echo(f"no run has labelled report {report_id}" + (f" for {matrix.label}" if matrix.label else ""))
+        return
+    table = matrix.table().reset_index()
+    if fmt == "table":
+        click.echo(matrix.text + "\n")
+    why = "not recorded (the offline labeller records no latency, tokens or cost; a model with no known price has no cost)"
+    echo_table(table, fmt, undefined={c.heading: why for c in matrix.columns})
+    if matrix.withheld and fmt == "table":
+        say(f"left out: run(s) {', '.join(map(str, matrix.withheld))}, on a test or validation cohort or part "
+            "(their answers are never shown to the person tuning prompts)")
+
+
+@main.command("search")
+@click.argument("run_id", type=int)
+@click.argument("query")
+@click.option("--in", "where", type=click.Choice(["report", "evidence", "answer"]), default=None,
+              help="Search only the report text, the evidence or the raw answer (default: all three).")
+@click.option("--regex", is_flag=True, help="QUERY is a regular expression (default: a plain substring).")
+@click.option("--label", default=None, help="Only this label.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@wide_option
+@study_option
+def search_cmd(wb, run_id, query, where, regex, label, fmt, wide):
+    """Find the (report, label) cases of a run whose report, evidence or answer contains QUERY (case-insensitive);
+    open one with `workbench case REPORT --label LABEL`."""
+    result = wb.search_run(run_id, query, where=where, regex=regex, label=label)
+    if fmt != "table":
+        echo_table(result.cases, fmt)
+        return
+    click.echo(f"{len(result.cases)} match(es) in run {run_id}" + (f" ({where})" if where else ""))
+    if len(result.cases):
+        echo_table(result.cases, fmt)
+
+
 @main.command()
 @click.argument("run_id", type=int)
 @click.option("--sample", type=int, default=200, show_default=True, help="(report, label) answers to ask again, stratified by label and answer.")

@@ -386,6 +386,11 @@ def call_facts(run_id: int | None, answers: list[Answer]) -> list[tuple]:
              a.res.finish_reason, a.res.reported_model, a.res.reasoning) for a in answers if a.res is not None]
 
 
+def failed_replies(answers: list[Answer]) -> list[tuple[str, str]]:
+    """(raw reply, call key) of new answers that got a reply but are not cached (failures): the case view shows it."""
+    return [(a.res.text, a.req.key) for a in answers if a.res is not None and a.res.text is not None and not cacheable(a)]
+
+
 ASSUMED_LATENCY_S = 1.0  # seconds per call when this model has no recorded calls yet
 ASSUMED_REPLY_TOKENS = 30  # completion tokens of one label's {"value": 0, "evidence": "..."} when none are recorded
 TOKEN_SAMPLE = 200  # calls counted with litellm's token counter; the rest are scaled by characters

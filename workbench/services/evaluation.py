@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import re
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from workbench.core import agreement, metrics
+from workbench.core.text import compose_text
 from workbench.core.prompts import render_joint_call, render_label_call
 from workbench.store import prompt_repo, queries as q
 from workbench.errors import NotFound, UserError
@@ -501,6 +503,107 @@ class EvaluationService:
             "call": self.call_fact(pred.iloc[0]["call_key"]) if len(pred) else None,
         }
 
+    # ------------------------------------------------------------ the engineer's view of a case, and search
+
+    def case_matrix(self, report_id: str, label: str | None = None) -> "CaseMatrix":
+        """One report's answers under every run that labelled it, side by side (one column per run and label),
+        each with its call: the messages sent, the raw reply, the thinking kept apart, latency, tokens, cost."""
+        self.require("see_unblinded")  # every labeller answer and the prompts' examples: never for a blinded reader
+        label = self.label_id(label) if label else None
+        with self.session() as s:
+            report = q.get_report(s, report_id)
+            if report is None:
+                raise NotFound(f"no report {report_id!r}: give a report id of the study (see `workbench reference`)")
+            preds = q.report_predictions(s, report_id, label)
+            keys = [k for k in preds["call_key"].dropna().unique() if k]
+            facts = q.call_facts(s, keys).set_index("call_key")
+            replies = {**q.call_replies(s, keys), **{k: c.response for k, c in q.cached_calls(s, keys).items()}}
+        columns, withheld, text, visible = [], [], "", {}
+        for run_id, group in preds.groupby("run_id", sort=True):
+            run = self.run_info(int(run_id))
+            if run.cohort_id not in visible:  # one split read per cohort, however many runs it has
+                visible[run.cohort_id] = self._case_visible(run, report_id)
+            if not visible[run.cohort_id]:
+                withheld.append(int(run_id))
+                continue
+            text = text or compose_text(report.findings, report.impression, report.text, run.sections.split(","))
+            sent = self._case_messages(run, report, list(group["label"]))
+            columns += [_case_column(run, row, sent, facts, replies) for row in group.itertuples(index=False)]
+        return CaseMatrix(report_id, label, text, tuple(columns), tuple(withheld))
+
+    def _case_visible(self, run, report_id: str) -> bool:
+        """May the person tuning prompts see this report's answers in this run (not a test or validation cohort
+        or part)?"""
+        try:
+            shown = self.queue_reports(run)
+        except StudyError:  # a test or validation cohort: its text never reaches the person tuning prompts
+            return False
+        return shown is None or report_id in shown
+
+    def _case_messages(self, run, report, labels: list[str]) -> dict:
+        """call key -> the messages a run's calls for these labels of one report send (rendered again: the key
+        proves they are the ones sent), plus label -> messages for a label whose key no longer matches."""
+        from workbench import labelling
+
+        asked = [lab for lab in labels if lab in self.vocab.asked_ids]
+        if not asked:
+            return {}
+        cfg = labelling.model_config(self._settings_from_params(json.loads(run.params_json)), strict=False)
+        run_labels = json.loads(run.labels_json)
+        frame = pd.DataFrame([{"report_id": report.id, "findings": report.findings, "impression": report.impression,
+                               "text": report.text}])
+        done = set() if run.mode == "joint" else {(report.id, lab) for lab in run_labels if lab not in asked}
+        requests = self._build_requests(self.prompt_set(run.prompt_commit), frame, run_labels, run.mode,
+                                        run.sections.split(","), cfg, done)
+        out = {r.key: r.messages for r in requests}
+        out.update({lab: r.messages for r in requests for lab in r.meta["labels"]})
+        return out
+
+    def search_run(self, run_id: int, query: str, where: str | None = None, regex: bool = False,
+                   label: str | None = None) -> "SearchResult":
+        """(report, label) cases of a run whose report text, evidence or raw answer matches the query
+        (case-insensitive; a substring, or a regular expression when regex), vectorised over the whole run."""
+        self.require("see_unblinded")  # answers and evidence of reports a blinded reader has not read
+        if where not in (None, *SEARCH_FIELDS):
+            raise UserError(f"--in {where!r}: search in one of {', '.join(SEARCH_FIELDS)} (or leave it out for all)")
+        if not query:
+            raise UserError("give a text to search for")
+        try:
+            pattern = re.compile(query if regex else re.escape(query), re.IGNORECASE)
+        except re.error as exc:
+            raise UserError(f"{query!r} is not a valid regular expression ({exc}); leave out --regex to search "
+                            "for the text as it is") from None
+        run = self.run_info(run_id)
+        shown = self.queue_reports(run)  # validation text never reaches the person tuning prompts
+        label = self.label_id(label) if label else None
+        # a plain ASCII text is first narrowed in the database (lower() there folds ASCII only); the pattern decides
+        like = None if regex or not query.isascii() else "%" + re.sub(r"([!%_])", r"!\1", query.lower()) + "%"
+        found = []
+        with self.session() as s:
+            for name in SEARCH_FIELDS if where is None else (where,):
+                if name == "report":
+                    texts = self._search_texts(s, run)
+                    hits = texts[texts["text"].str.contains(pattern, na=False)]
+                    rows = q.search_rows(s, run_id, name, label=label, report_ids=hits["report_id"].tolist())
+                    rows = rows.drop(columns="text").merge(hits, on="report_id")
+                else:
+                    rows = q.search_rows(s, run_id, name, like=like, label=label)
+                    rows = rows[rows["text"].str.contains(pattern, na=False)]
+                found.append(rows.assign(field=name))
+        cases = pd.concat(found, ignore_index=True)
+        if shown is not None:
+            cases = cases[cases["report_id"].isin(shown)]
+        cases = cases.assign(snippet=[_snippet(t, pattern) for t in cases["text"]])
+        cases = cases.sort_values(["report_id", "label", "field"], kind="stable")[SEARCH_COLUMNS].reset_index(drop=True)
+        return SearchResult(run_id, query, where, regex, cases)
+
+    def _search_texts(self, s, run) -> pd.DataFrame:
+        """report_id, text of the run's cohort as the labeller read them."""
+        reports = q.reports_frame(s, cohort_id=run.cohort_id)
+        sections = run.sections.split(",")
+        return pd.DataFrame({"report_id": reports["report_id"], "text": [
+            compose_text(f, i, t, sections) for f, i, t in zip(reports["findings"], reports["impression"], reports["text"])]})
+
     # ------------------------------------------------------------ error notes
 
     def add_note(self, report_id: str, label: str, category: str, significance: str, text: str = "",
@@ -557,3 +660,138 @@ class EvaluationService:
         if notes.empty:
             return pd.DataFrame(columns=["label"])
         return pd.crosstab(notes["label"], notes["category"]).reset_index()
+
+
+# ---------------------------------------------------------------- the engineer's view of a case
+
+CASE_ROWS = ["answer", "evidence", "status", "latency_s", "tokens", "cost", "finish_reason", "reported_model"]
+SEARCH_FIELDS = ("report", "evidence", "answer")
+SEARCH_COLUMNS = ["report_id", "label", "value", "status", "field", "snippet"]
+SNIPPET_CHARS = 60  # characters shown either side of a match
+
+
+@dataclass(frozen=True)
+class CaseCall:
+    """One call behind an answer: what was sent, the raw reply, the thinking (never parsed) and its facts
+    (None where none were recorded: the offline labeller, a call made before facts were kept)."""
+
+    key: str
+    messages: tuple
+    messages_match: bool  # False: the prompt renders differently now (the key no longer matches)
+    reply: str | None  # None: no reply (a call error), or an offline failure (the answer's detail says why)
+    reasoning: str | None
+    latency_s: float | None
+    attempts: int | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cached_tokens: int | None
+    cost: float | None
+    finish_reason: str | None
+    reported_model: str | None
+    made_by_run: int | None  # the run that paid for it (another run when this one reused the answer)
+
+    def to_json(self) -> dict:
+        """The call as JSON-ready values (messages as a list)."""
+        return {**dataclasses.asdict(self), "messages": [dict(m) for m in self.messages]}
+
+
+@dataclass(frozen=True)
+class CaseColumn:
+    """One run's answer for one (report, label)."""
+
+    run_id: int
+    prompt_commit: str
+    prompt_ref: str
+    model: str
+    label: str
+    value: int | None
+    evidence: str
+    status: str
+    detail: str
+    call: CaseCall | None
+
+    @property
+    def heading(self) -> str:
+        """The column's name in the matrix: run, prompt version (short commit), model."""
+        return f"run {self.run_id} · {self.prompt_commit[:8]} · {self.model}"
+
+    def cells(self) -> list:
+        """The matrix rows of this column, in CASE_ROWS order."""
+        c = self.call
+        tokens = None if c is None or c.prompt_tokens is None else c.prompt_tokens + (c.completion_tokens or 0)
+        return ["no answer" if self.value is None else str(self.value), self.evidence, self.status,
+                None if c is None else c.latency_s, tokens, None if c is None else c.cost,
+                None if c is None else c.finish_reason, None if c is None else c.reported_model]
+
+
+@dataclass(frozen=True)
+class CaseMatrix:
+    """One report's answers under every run that labelled it (the promptfoo / Langfuse matrix)."""
+
+    report_id: str
+    label: str | None  # None: every label of the report
+    text: str  # the report as the labeller read it
+    columns: tuple  # CaseColumn, oldest run first, labels in order
+    withheld: tuple  # runs left out: their cohort (or part) is never shown to the person tuning prompts
+
+    def table(self) -> pd.DataFrame:
+        """Rows answer, evidence, status, latency, tokens, cost, finish reason, model; one column per run
+        (rows per label as a second index level when the matrix has every label)."""
+        labels = sorted({c.label for c in self.columns}, key=lambda lab: [c.label for c in self.columns].index(lab))
+        headings = list(dict.fromkeys(c.heading for c in self.columns))
+        index = pd.MultiIndex.from_product([labels, CASE_ROWS], names=["label", "row"])
+        frame = pd.DataFrame(index=index, columns=headings, dtype=object)
+        for c in self.columns:
+            frame.loc[c.label, c.heading] = c.cells()
+        if self.label is not None:
+            frame = frame.droplevel("label")
+            frame.index.name = "row"
+        return frame
+
+    def to_json(self) -> dict:
+        """Everything, for export: the report, each column with its call (messages, raw reply, facts)."""
+        return {"report_id": self.report_id, "label": self.label, "text": self.text, "withheld_runs": list(self.withheld),
+                "columns": [{**{k: v for k, v in dataclasses.asdict(c).items() if k != "call"},
+                             "call": None if c.call is None else c.call.to_json()} for c in self.columns]}
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The (report, label) cases of a run that match a search, with where it matched and a snippet."""
+
+    run_id: int
+    query: str
+    where: str | None
+    regex: bool
+    cases: pd.DataFrame  # SEARCH_COLUMNS
+
+
+def _case_column(run, row, sent: dict, facts: pd.DataFrame, replies: dict) -> CaseColumn:
+    """One prediction as a matrix column, with its call."""
+    key = row.call_key or ""
+    call = None
+    if key or row.label in sent:
+        fact = facts.loc[key].to_dict() if key in facts.index else {}
+        messages = sent.get(key) or sent.get(row.label) or []
+
+        def num(name, cast):
+            value = fact.get(name)
+            return None if value is None or value != value else cast(value)
+
+        call = CaseCall(key, tuple(messages), key in sent, replies.get(key), fact.get("reasoning") or None,
+                        num("latency_s", float), num("attempts", int), num("prompt_tokens", int),
+                        num("completion_tokens", int), num("cached_tokens", int), num("cost", float),
+                        fact.get("finish_reason"), fact.get("reported_model"), num("run_id", int))
+    value = None if row.value is None or row.value != row.value else int(row.value)
+    return CaseColumn(int(run.id), run.prompt_commit, run.prompt_ref or "", run.model, row.label, value,
+                      row.evidence or "", row.status, row.detail or "", call)
+
+
+def _snippet(text: str, pattern: re.Pattern) -> str:
+    """The match with up to SNIPPET_CHARS characters either side, on one line."""
+    m = pattern.search(text or "")
+    if m is None:
+        return ""
+    start, end = max(0, m.start() - SNIPPET_CHARS), min(len(text), m.end() + SNIPPET_CHARS)
+    part = text[start:end].replace("\n", " ")
+    return ("..." if start else "") + part + ("..." if end < len(text) else "")

@@ -550,6 +550,7 @@ class RunsService:
             q.put_cached_calls(s, _cache_entries(cfg, answered))
             if not labelling.is_offline(cfg):  # the rule engine's latency and tokens say nothing about a model
                 q.put_call_facts(s, labelling.call_facts(run_id, answered))
+                q.put_call_replies(s, labelling.failed_replies(answered))
             q.add_run_counts(s, run_id, calls_made=len(answered),
                              prompt_tokens=sum(res.prompt_tokens or 0 for res in results),
                              completion_tokens=sum(res.completion_tokens or 0 for res in results))

@@ -91,6 +91,8 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None] | None]] = [
                                                                        _drop_index("ix_prediction_call_key"))),
     (85, "command-line tokens expire", _add_column("usertoken", "expires_at", "VARCHAR(40) NOT NULL DEFAULT ''")),
     (100, "adaptive reading: agreement samples, report progress and reading claims (new tables)", None),
+    (115, "per-call facts keep a failed call's raw reply (a success's is in the call cache)",
+     _add_column("callfact", "reply", "TEXT")),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -1103,6 +1103,23 @@ def call_facts(session: Session, keys: Iterable[str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=FACT_COLUMNS)
 
 
+def put_call_replies(session: Session, rows: list[tuple[str, str]]) -> None:
+    """Keep failed calls' raw replies (reply, call key) with their facts (written just before)."""
+    for row in rows:  # failures are few; a success's reply is in the call cache
+        _raw_rows_write(session, "UPDATE callfact SET reply = ? WHERE call_key = ?", row)
+
+
+def call_replies(session: Session, keys: Iterable[str]) -> dict[str, str]:
+    """call key -> the raw reply kept with a failed call's facts."""
+    keys = sorted(set(k for k in keys if k))
+    out: dict[str, str] = {}
+    for i in range(0, len(keys), 900):
+        chunk = keys[i:i + 900]
+        sql = f"SELECT call_key, reply FROM callfact WHERE reply IS NOT NULL AND call_key IN ({', '.join('?' * len(chunk))})"
+        out.update(dict(_raw_rows(session, sql, tuple(chunk))))
+    return out
+
+
 def run_call_facts(session: Session, run_id: int) -> pd.DataFrame:
     """Per-call facts of the calls a run made itself."""
     sql = f"SELECT {', '.join(FACT_COLUMNS)} FROM callfact WHERE run_id = ? ORDER BY call_key"
@@ -1346,3 +1363,48 @@ def report_cohorts(session: Session, report_ids_: list[str]) -> dict[str, int]:
     for i in range(0, len(report_ids_), 900):
         out.update(dict(session.execute(select(Report.id, Report.cohort_id).where(Report.id.in_(report_ids_[i:i + 900]))).all()))
     return out
+
+
+# ---------------------------------------------------------------- the engineer's view of a case, and search
+
+CASE_COLUMNS = ["run_id", "label", "value", "evidence", "status", "detail", "call_key"]
+
+
+def report_predictions(session: Session, report_id: str, label: str | None = None) -> pd.DataFrame:
+    """Every run's predictions for one report (optionally one label), oldest run first."""
+    sql = f"SELECT {', '.join(CASE_COLUMNS)} FROM prediction WHERE report_id = ?"
+    params: list = [report_id]
+    if label is not None:
+        sql += " AND label = ?"
+        params.append(label)
+    rows = _raw_rows(session, sql + " ORDER BY run_id, label", tuple(params))
+    return pd.DataFrame(rows, columns=CASE_COLUMNS)
+
+
+SEARCH_TEXT = {"evidence": "p.evidence", "answer": "COALESCE(c.response, p.detail)", "report": "''"}
+
+
+def search_rows(session: Session, run_id: int, field: str, like: str | None = None, label: str | None = None,
+                report_ids: list[str] | None = None) -> pd.DataFrame:
+    """A run's (report_id, label, value, status, text) rows, text being the evidence or the raw answer (the call
+    cache's reply; a failure's detail, which quotes it); like: a lower-case LIKE pattern the text must match
+    (a prefilter run in the database); report_ids: only these reports."""
+    text = SEARCH_TEXT[field]
+    join = " LEFT JOIN callcache c ON c.key = p.call_key" if field == "answer" else ""
+    sql = f"SELECT p.report_id, p.label, p.value, p.status, {text} FROM prediction p{join} WHERE p.run_id = ?"
+    params: list = [run_id]
+    if like is not None:
+        sql += f" AND lower({text}) LIKE ? ESCAPE '!'"
+        params.append(like)
+    if label is not None:
+        sql += " AND p.label = ?"
+        params.append(label)
+    columns = ["report_id", "label", "value", "status", "text"]
+    if report_ids is None:
+        return pd.DataFrame(_raw_rows(session, sql, tuple(params)), columns=columns)
+    frames = [pd.DataFrame(columns=columns)]
+    for i in range(0, len(report_ids), 900):  # SQLite's bound-parameter limit
+        chunk = report_ids[i:i + 900]
+        rows = _raw_rows(session, sql + f" AND p.report_id IN ({', '.join('?' * len(chunk))})", (*params, *chunk))
+        frames.append(pd.DataFrame(rows, columns=columns))
+    return pd.concat(frames, ignore_index=True)

@@ -408,6 +408,8 @@ class CallFact(SQLModel, table=True):
     reported_model: Optional[str] = Field(default=None, max_length=300)
     reasoning: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))
     created_at: str = Field(max_length=40)
+    reply: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))  # a failed call's raw reply
+    # (a success's is in the call cache; failures are never cached, and the case view shows what came back)
 
 
 class NoiseRepeat(SQLModel, table=True):

@@ -427,3 +427,51 @@ def call_facts(call: dict | None, run_id: int) -> None:
     if call.get("reasoning"):
         with st.expander("The model's thinking (kept out of parsing)"):
             st.text(call["reasoning"])
+
+
+def _matrix_cell(value) -> str:
+    """A matrix cell as text: nothing for a missing figure, floats with the digits they need."""
+    if value is None or value != value:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6f}".rstrip("0").rstrip(".") if value < 1 else f"{value:.2f}"
+    return str(value)
+
+
+def case_matrix(wb, report_id: str, label: str) -> None:
+    """Every run's answer for one (report, label) side by side, then one call's request, raw reply and facts
+    (pick the run); no expander inside, so callers may put it in one."""
+    matrix = state.read_stable(wb, "case_matrix", report_id, label)
+    if not matrix.columns:
+        st.caption("No run has labelled this report for this label.")
+        return
+    st.dataframe(matrix.table().map(_matrix_cell), key=state.widget_key(f"matrix-{report_id}-{label}"))
+    if matrix.withheld:
+        st.caption(f"Left out: run(s) {', '.join(map(str, matrix.withheld))}, on a test or validation cohort or part.")
+    cols = matrix.columns
+    pick = st.selectbox("Call of", range(len(cols)), index=len(cols) - 1, format_func=lambda i: cols[i].heading,
+                        key=state.widget_key(f"matrix-call-{report_id}-{label}"))
+    call_detail(cols[pick])
+
+
+def call_detail(column) -> None:
+    """One answer's call: latency, tokens, cost, finish reason, model, the messages sent, the raw reply, the thinking."""
+    import dataclasses
+
+    call = column.call
+    if call is None:
+        st.caption("No call was recorded for this answer.")
+        return
+    if call.latency_s is not None:
+        call_facts({**dataclasses.asdict(call), "run_id": call.made_by_run, "reasoning": None}, column.run_id)
+    else:
+        st.caption("No latency, tokens or cost recorded (the offline labeller records none).")
+    st.caption("Messages sent" + ("" if call.messages_match else " (rendered again: this prompt version now renders "
+                                                                 "differently from what was sent)"))
+    for message in call.messages:
+        st.text(f"[{message['role']}]\n{message['content']}")
+    st.caption("Raw reply" if call.reply is not None else "Raw reply not kept; the parser's detail:")
+    st.code(call.reply if call.reply is not None else column.detail, language=None)
+    if call.reasoning:
+        st.caption("The model's thinking (kept out of parsing)")
+        st.text(call.reasoning)

@@ -13,6 +13,7 @@ import numpy as np
 import streamlit as st
 
 from workbench.errors import WorkbenchError
+from workbench.services import PERMISSIONS
 from workbench.ui import components, keyboard, state, suggestions
 
 CATEGORY_KEYS = list("1234567890")
@@ -95,6 +96,9 @@ def _page(wb, run_id: int, queue, order_text: str, names: dict) -> None:
                 st.caption(message["role"])
                 st.text(message["content"])
         components.call_facts(case.get("call"), run_id)
+        if wb.actor.role in PERMISSIONS["see_unblinded"]:  # every run's answers: never for a blinded reader
+            with st.expander("Every run of this report, side by side (each call's request and reply)"):
+                components.case_matrix(wb, *pick)
         _example_form(wb, run_id, *pick)
     _warm_next(wb, run_id, queue, pos)
 

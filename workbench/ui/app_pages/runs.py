@@ -14,6 +14,8 @@ CEILING_NAMES = {"labeller_kappa": "labeller kappa", "readers_fleiss_kappa": "re
                  "mean_reader_accuracy": "mean reader accuracy", "labeller_accuracy": "labeller accuracy",
                  "accuracy_unanimous": "labeller accuracy, unanimous votes", "n_unanimous": "items, unanimous",
                  "accuracy_split": "labeller accuracy, split votes", "n_split": "items, split"}
+SEARCH_IN = {"all": "reports, evidence and answers", "report": "report text", "evidence": "evidence",
+             "answer": "raw answers"}
 TABS = ("Metrics of a run", "Compare two runs", "Iteration history")
 RUN_NAMES = {"id": "run", "prompt_commit": "prompt version", "calls_total": "calls", "calls_made": "calls made",
              "calls_reused": "from cache", "started_at": "started", "created_by": "started by"}
@@ -186,6 +188,36 @@ def _metrics(wb, runs) -> None:
                 st.caption(components.md(scope[0].upper() + scope[1:] + "."))
             st.dataframe(ceiling.assign(label=ceiling["label"].map(lambda lab: names.get(lab, lab))).rename(columns=CEILING_NAMES)
                          .round(3), hide_index=True)
+    _search(wb, run_id, names)
+
+
+def _search(wb, run_id: int, names: dict) -> None:
+    """Search the run's reports, evidence and raw answers; a result opens its case with every run side by side."""
+    c = st.columns([5, 2, 1])
+    query = c[0].text_input("Search this run's reports, evidence and answers", key=state.SEARCH,
+                            placeholder="e.g. effusion (case-insensitive)")
+    where = c[1].selectbox("In", list(SEARCH_IN), format_func=SEARCH_IN.get, key=state.SEARCH_IN)
+    regex = c[2].checkbox("Regex", key=state.SEARCH_REGEX, help="The text is a regular expression.")
+    if not query:
+        return
+    with components.shown_errors("searching the run"):
+        cases = state.read(wb, "search_run", run_id, query, where=None if where == "all" else where, regex=regex).cases
+        st.caption(f"{len(cases)} match(es) in run {run_id} · click a row to open the case")
+        if cases.empty:
+            return
+        event = st.dataframe(cases.assign(label=cases["label"].map(lambda lab: names.get(lab, lab))), hide_index=True,
+                             on_select="rerun", selection_mode="single-row", key=state.widget_key("search-table"), height=240)
+        keys = list(dict.fromkeys(zip(cases["report_id"], cases["label"])))
+        picked = event.selection.rows if event else []
+        if picked:
+            st.session_state[state.SEARCH_CASE] = (cases["report_id"].iloc[picked[0]], cases["label"].iloc[picked[0]])
+        if st.session_state.get(state.SEARCH_CASE) not in keys:
+            st.session_state[state.SEARCH_CASE] = keys[0]
+        report_id, label = st.selectbox("Case", keys, key=state.SEARCH_CASE,
+                                        format_func=lambda k: f"{k[0]} · {names.get(k[1], k[1])}")
+        with st.expander(f"Case {report_id} · {names.get(label, label)}: every run side by side, each call's request "
+                         "and reply", expanded=True):
+            components.case_matrix(wb, report_id, label)
 
 
 def _previous_run(runs, run_id: int):
