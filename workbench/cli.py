@@ -1502,14 +1502,16 @@ def accept(wb, proposal_id):
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the report here (.md or .json).")
 @click.option("--phrases", "phrase_list", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Outside phrase list (CheXpert labeler CSV: observation, list, raw_phrase) read in place: its synonyms are tried as offline candidates.")
+@click.option("--screen/--no-screen", default=True, show_default=True,
+              help="Label each proposal first on the label's tuning disagreements plus a stratified sample of agreements; evaluate in full only those that pass.")
 @study_option
-def optimise(wb, labels, rounds, run_id, proposer, model, out, phrase_list):
+def optimise(wb, labels, rounds, run_id, proposer, model, out, phrase_list, screen):
     """Rounds of suggest -> evaluate -> keep if validation does not drop; the best version is left as drafts."""
     from workbench.services.optimising import report_markdown
 
     label_list = [x.strip() for x in labels.split(",")] if labels else None
     report = wb.optimise(label_list, rounds=rounds, run_id=run_id, proposer=proposer, model=model,
-                         on_progress=lambda m: click.echo(m, err=True), phrase_list=phrase_list)
+                         on_progress=lambda m: click.echo(m, err=True), phrase_list=phrase_list, screen=screen)
     text = report_markdown(report)
     click.echo(text)
     if out:
