@@ -631,16 +631,8 @@ def compare(wb, run_a, run_b, mid_p, cases, fmt, show_all, wide):
 
 def _noise_lines(wb, run_a: int, run_b: int, table) -> None:
     """Beside fixed and broken: how many changes noise alone would explain at the measured noise rate."""
-    from workbench.services.model_path import noise_line
-
-    rates = wb.noise_rates([run_a, run_b])
-    if rates.empty:
-        say(f"noise: not measured (`workbench noise {run_b}` says how many changes the model's own noise explains)")
-        return
-    for label, row in table.iterrows():
-        changed = int(row["b"] + row["c"])
-        if changed:
-            say(noise_line(label, "", int(row["n"]), changed, rates))
+    for line in wb.comparison_noise(run_a, run_b, table):
+        say(line)
 
 
 def _needed_text(value: float, note: str) -> str:

@@ -427,3 +427,9 @@ def call_facts(call: dict | None, run_id: int) -> None:
     if call.get("reasoning"):
         with st.expander("The model's thinking (kept out of parsing)"):
             st.text(call["reasoning"])
+
+
+def noise_lines(lines: list[str]) -> None:
+    """The noise-floor lines beside fixed and broken: a warning where noise alone could produce the verdict."""
+    for line in lines:
+        (st.warning if "could produce" in line else st.caption)(line)
