@@ -215,6 +215,8 @@ class FakeLLMServer:
             self.max_in_flight = 0
             self._failures: Counter[tuple[str, str]] = Counter()
             self._prefixes: OrderedDict[str, int] = OrderedDict()  # prefix hash -> its tokens, oldest first
+            self.prompt_tokens = 0  # summed over answered requests, and the part served from the prefix cache
+            self.cached_tokens = 0
 
     def _enter(self, body: dict, headers: dict[str, str], behaviour: str) -> None:
         with self._lock:
@@ -324,7 +326,11 @@ class FakeLLMServer:
         if self.body_fn is not None:
             return 200, {}, json.dumps(self.body_fn(body, reply)).encode()
         cached = self.cached_prefix_tokens(messages)
-        return 200, {}, json.dumps(completion_body(model, reply, messages, cached)).encode()
+        body = completion_body(model, reply, messages, cached)
+        with self._lock:
+            self.prompt_tokens += body["usage"]["prompt_tokens"]
+            self.cached_tokens += body["usage"]["prompt_tokens_details"]["cached_tokens"]
+        return 200, {}, json.dumps(body).encode()
 
     def _error(self, status: int) -> tuple[int, dict[str, str], bytes]:
         headers: dict[str, str] = {}
@@ -371,7 +377,8 @@ def _make_http_server(fake: FakeLLMServer) -> ThreadingHTTPServer:
         def do_GET(self) -> None:
             if self.path.rstrip("/") in ("/v1/stats", "/stats"):  # for a parent process (the bench)
                 with fake._lock:
-                    stats = {"count": fake.count, "counts": dict(fake.counts), "max_in_flight": fake.max_in_flight}
+                    stats = {"count": fake.count, "counts": dict(fake.counts), "max_in_flight": fake.max_in_flight,
+                             "prompt_tokens": fake.prompt_tokens, "cached_tokens": fake.cached_tokens}
                 self._send(200, {}, json.dumps(stats).encode())
             elif self.path.rstrip("/") in ("/v1/models", "/models"):
                 data = {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": "tests"}]}
@@ -429,8 +436,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds added to every request")
     parser.add_argument("--behaviour", default="ok", choices=BEHAVIOURS)
     parser.add_argument("--keyword", action="append", default=None, help="answer 1 when present")
+    parser.add_argument("--prefix-slots", type=int, default=16, help="prompt prefixes the simulated prefix cache keeps")
     args = parser.parse_args(argv)
-    server = FakeLLMServer(behaviour=args.behaviour, latency=args.latency,
+    server = FakeLLMServer(behaviour=args.behaviour, latency=args.latency, prefix_slots=args.prefix_slots,
                            keywords=tuple(args.keyword or ("effusion",))).start()
     print(server.url, flush=True)
     try:
