@@ -38,11 +38,13 @@ FINDINGS = [
     "No focal consolidation.", "Stable mild cardiomegaly.", "Degenerative changes of the spine.",
 ]
 
+PREFIX_SLOTS = 16  # prompt prefixes the fake server's simulated prefix cache keeps (fewer than --labels)
+
 
 def start_server(latency: float) -> tuple[subprocess.Popen, str]:
     """The fake server in a child process; returns it and its api_base."""
     script = ROOT / "tests" / "fake_llm_server.py"
-    proc = subprocess.Popen([sys.executable, str(script), "--latency", str(latency)],
+    proc = subprocess.Popen([sys.executable, str(script), "--latency", str(latency), "--prefix-slots", str(PREFIX_SLOTS)],
                             stdout=subprocess.PIPE, text=True)
     url = proc.stdout.readline().strip()
     if not url.startswith("http"):
@@ -67,7 +69,8 @@ def make_requests(n_reports: int, n_labels: int):
         for lab in range(n_labels):
             user = f"Label: finding_{lab}\nDefinition: finding number {lab}.\nReport: {report}"
             messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
-            requests.append(CallRequest(key=f"{r}:{lab}", messages=messages))
+            requests.append(CallRequest(key=f"{r}:{lab}", messages=messages,
+                                        meta={"mode": "per_label", "labels": [f"finding_{lab}"]}))
     return requests
 
 
@@ -86,20 +89,28 @@ def bench_engine(url: str, args, workers: int = 1) -> dict:
 
     cfg = ModelConfig(args.model, api_base=url, concurrency=args.concurrency,
                       timeout_s=30, max_tokens=64, workers=workers)
+    from workbench.labelling import prefix_order
+
     complete_all_sync(make_requests(1, min(args.concurrency, 32)), cfg, lambda q, r: None)  # warm clients
-    requests = make_requests(args.reports, args.labels)
+    requests = prefix_order(make_requests(args.reports, args.labels))  # as label_calls sends them
     done = {"ok": 0, "failed": 0}
 
     def on_result(req, res) -> None:
         done["ok" if res.error is None else "failed"] += 1
 
-    before = server_stats(url)["count"]
+    before = server_stats(url)
     cpu0, t0 = _cpu_s(), time.perf_counter()
     complete_all_workers(requests, cfg, on_result)  # one process when workers == 1
     wall, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
     stats = server_stats(url)
-    return {"calls": len(requests), "wall": wall, "cpu": cpu, **done,
-            "http": stats["count"] - before, "max_in_flight": stats["max_in_flight"]}
+    return {"calls": len(requests), "wall": wall, "cpu": cpu, **done, "cached_share": cached_share(before, stats),
+            "http": stats["count"] - before["count"], "max_in_flight": stats["max_in_flight"]}
+
+
+def cached_share(before: dict, after: dict) -> float:
+    """The share of prompt tokens the server's prefix cache served between two /stats readings."""
+    prompt = after["prompt_tokens"] - before["prompt_tokens"]
+    return (after["cached_tokens"] - before["cached_tokens"]) / prompt if prompt else 0.0
 
 
 def bench_bare_litellm(url: str, args) -> dict:
@@ -125,11 +136,13 @@ def bench_bare_litellm(url: str, args) -> dict:
     try:
         with litellm_defaults():
             asyncio.run(go(requests[: args.concurrency]))  # warm
+            before = server_stats(url)
             cpu0, t0 = time.process_time(), time.perf_counter()
             asyncio.run(go(requests))
     finally:
         litellm.turn_off_message_logging = kept
-    return {"calls": len(requests), "wall": time.perf_counter() - t0, "cpu": time.process_time() - cpu0}
+    return {"calls": len(requests), "wall": time.perf_counter() - t0, "cpu": time.process_time() - cpu0,
+            "cached_share": cached_share(before, server_stats(url))}
 
 
 def bench_sequential(url: str, sample: int, model: str) -> float:
@@ -209,7 +222,8 @@ def main(argv: list[str] | None = None) -> None:
         bare = bench_bare_litellm(url, args)
         bare_ms = 1000 * bare["cpu"] / bare["calls"]
         print(f"\ndefault litellm.acompletion loop ({bare['calls']} calls, concurrency {args.concurrency}): "
-              f"client CPU {bare_ms:.2f} ms per call, {bare['calls'] / bare['wall']:.0f} calls/s")
+              f"client CPU {bare_ms:.2f} ms per call, {bare['calls'] / bare['wall']:.0f} calls/s; report by report, "
+              f"so prompts interleave: prompt tokens served from the server's prefix cache {bare['cached_share']:.1%}")
         walls = {}
         for workers in args.workers:
             res = bench_engine(url, args, workers)
@@ -224,6 +238,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  efficiency {ideal / wall:.2f} (target >= 0.8 at 300 ms per call)")
             print(f"  ok {res['ok']}, failed {res['failed']}, HTTP requests {res['http']}, "
                   f"server max in flight {res['max_in_flight']}")
+            print(f"  calls sharing a label prompt sent together: prompt tokens served from the server's prefix cache "
+                  f"{res['cached_share']:.1%} (the server keeps {PREFIX_SLOTS} prompt prefixes)")
             print(f"  client CPU {cpu_ms:.2f} ms per call (litellm + engine{' + workers' if workers > 1 else ''}), "
                   f"{cpu_ms / bare_ms:.2f} of the default litellm loop (target <= 0.7)")
 

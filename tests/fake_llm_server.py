@@ -29,7 +29,7 @@ import re
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -98,10 +98,21 @@ def _tokens(text: str) -> int:
     return max(1, len(text.split()))
 
 
-def completion_body(model: str, reply: str, messages: list[dict]) -> dict:
-    """A valid OpenAI chat.completion object (with usage) carrying ``reply``."""
+def prompt_prefix(messages: list[dict]) -> str:
+    """What a provider's prefix cache can reuse: every message before the report, and the last user
+    message up to where its report starts."""
+    user = last_user_text(messages)
+    report = report_part(user)
+    head = user[:user.rfind(report)] if report and report in user else user
+    return "\n".join(_text_of(m) for m in messages[:-1]) + "\n" + head
+
+
+def completion_body(model: str, reply: str, messages: list[dict], cached_tokens: int = 0) -> dict:
+    """A valid OpenAI chat.completion object (with usage) carrying ``reply``; cached_tokens: the prompt
+    tokens served from the prefix cache (usage.prompt_tokens_details.cached_tokens, as OpenAI reports them)."""
     prompt_tokens = sum(_tokens(_text_of(m)) for m in messages)
     completion_tokens = _tokens(reply)
+    cached_tokens = min(cached_tokens, prompt_tokens)
     return {
         "id": "chatcmpl-fake-" + hashlib.sha1(f"{time.time_ns()}".encode()).hexdigest()[:12],
         "object": "chat.completion",
@@ -118,6 +129,7 @@ def completion_body(model: str, reply: str, messages: list[dict]) -> dict:
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens},
         },
     }
 
@@ -138,6 +150,7 @@ class FakeLLMServer:
         retry_after: float | None = 0.2,
         hang_s: float = 30.0,
         slow_s: float = 0.5,
+        prefix_slots: int = 16,
     ) -> None:
         self.behaviour = behaviour
         self.keywords = keywords if isinstance(keywords, dict) else tuple(keywords)
@@ -149,6 +162,7 @@ class FakeLLMServer:
         self.retry_after = retry_after
         self.hang_s = hang_s
         self.slow_s = slow_s
+        self.prefix_slots = prefix_slots  # prompt prefixes the simulated provider cache keeps (least recently used go)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._server: ThreadingHTTPServer | None = None
@@ -200,6 +214,9 @@ class FakeLLMServer:
             self.in_flight = 0
             self.max_in_flight = 0
             self._failures: Counter[tuple[str, str]] = Counter()
+            self._prefixes: OrderedDict[str, int] = OrderedDict()  # prefix hash -> its tokens, oldest first
+            self.prompt_tokens = 0  # summed over answered requests, and the part served from the prefix cache
+            self.cached_tokens = 0
 
     def _enter(self, body: dict, headers: dict[str, str], behaviour: str) -> None:
         with self._lock:
@@ -221,6 +238,18 @@ class FakeLLMServer:
                 self._failures[key] += 1
                 return True
             return False
+
+    def cached_prefix_tokens(self, messages: list[dict]) -> int:
+        """Tokens of this request's prompt prefix when the cache still holds it (0 on a miss); remembers it."""
+        prefix = prompt_prefix(messages)
+        key = hashlib.sha1(prefix.encode()).hexdigest()
+        with self._lock:
+            hit = self._prefixes.get(key, 0)
+            self._prefixes[key] = len(prefix.split())
+            self._prefixes.move_to_end(key)
+            while len(self._prefixes) > self.prefix_slots:
+                self._prefixes.popitem(last=False)
+        return hit
 
     def settle(self, quiet_s: float = 0.5, timeout_s: float = 60.0) -> None:
         """Wait until no request is being answered and none arrived for quiet_s (requests a killed
@@ -296,7 +325,12 @@ class FakeLLMServer:
             reply = self.answer(messages)
         if self.body_fn is not None:
             return 200, {}, json.dumps(self.body_fn(body, reply)).encode()
-        return 200, {}, json.dumps(completion_body(model, reply, messages)).encode()
+        cached = self.cached_prefix_tokens(messages)
+        body = completion_body(model, reply, messages, cached)
+        with self._lock:
+            self.prompt_tokens += body["usage"]["prompt_tokens"]
+            self.cached_tokens += body["usage"]["prompt_tokens_details"]["cached_tokens"]
+        return 200, {}, json.dumps(body).encode()
 
     def _error(self, status: int) -> tuple[int, dict[str, str], bytes]:
         headers: dict[str, str] = {}
@@ -343,7 +377,8 @@ def _make_http_server(fake: FakeLLMServer) -> ThreadingHTTPServer:
         def do_GET(self) -> None:
             if self.path.rstrip("/") in ("/v1/stats", "/stats"):  # for a parent process (the bench)
                 with fake._lock:
-                    stats = {"count": fake.count, "counts": dict(fake.counts), "max_in_flight": fake.max_in_flight}
+                    stats = {"count": fake.count, "counts": dict(fake.counts), "max_in_flight": fake.max_in_flight,
+                             "prompt_tokens": fake.prompt_tokens, "cached_tokens": fake.cached_tokens}
                 self._send(200, {}, json.dumps(stats).encode())
             elif self.path.rstrip("/") in ("/v1/models", "/models"):
                 data = {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": "tests"}]}
@@ -401,8 +436,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds added to every request")
     parser.add_argument("--behaviour", default="ok", choices=BEHAVIOURS)
     parser.add_argument("--keyword", action="append", default=None, help="answer 1 when present")
+    parser.add_argument("--prefix-slots", type=int, default=16, help="prompt prefixes the simulated prefix cache keeps")
     args = parser.parse_args(argv)
-    server = FakeLLMServer(behaviour=args.behaviour, latency=args.latency,
+    server = FakeLLMServer(behaviour=args.behaviour, latency=args.latency, prefix_slots=args.prefix_slots,
                            keywords=tuple(args.keyword or ("effusion",))).start()
     print(server.url, flush=True)
     try:

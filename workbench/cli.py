@@ -665,16 +665,8 @@ def compare(wb, run_a, run_b, mid_p, cases, fmt, show_all, wide):
 
 def _noise_lines(wb, run_a: int, run_b: int, table) -> None:
     """Beside fixed and broken: how many changes noise alone would explain at the measured noise rate."""
-    from workbench.services.model_path import noise_line
-
-    rates = wb.noise_rates([run_a, run_b])
-    if rates.empty:
-        say(f"noise: not measured (`workbench noise {run_b}` says how many changes the model's own noise explains)")
-        return
-    for label, row in table.iterrows():
-        changed = int(row["b"] + row["c"])
-        if changed:
-            say(noise_line(label, "", int(row["n"]), changed, rates))
+    for line in wb.comparison_noise(run_a, run_b, table):
+        say(line)
 
 
 def _needed_text(value: float, note: str) -> str:
@@ -1585,14 +1577,16 @@ def accept(wb, proposal_id):
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the report here (.md or .json).")
 @click.option("--phrases", "phrase_list", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Outside phrase list (CheXpert labeler CSV: observation, list, raw_phrase) read in place: its synonyms are tried as offline candidates.")
+@click.option("--screen/--no-screen", default=True, show_default=True,
+              help="Label each proposal first on the label's tuning disagreements plus a stratified sample of agreements; evaluate in full only those that pass.")
 @study_option
-def optimise(wb, labels, rounds, run_id, proposer, model, out, phrase_list):
+def optimise(wb, labels, rounds, run_id, proposer, model, out, phrase_list, screen):
     """Rounds of suggest -> evaluate -> keep if validation does not drop; the best version is left as drafts."""
     from workbench.services.optimising import report_markdown
 
     label_list = [x.strip() for x in labels.split(",")] if labels else None
     report = wb.optimise(label_list, rounds=rounds, run_id=run_id, proposer=proposer, model=model,
-                         on_progress=lambda m: click.echo(m, err=True), phrase_list=phrase_list)
+                         on_progress=lambda m: click.echo(m, err=True), phrase_list=phrase_list, screen=screen)
     text = report_markdown(report)
     click.echo(text)
     if out:

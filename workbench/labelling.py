@@ -272,6 +272,12 @@ def with_response_schema(cfg, mode: str):
     return dataclasses.replace(cfg, response_format=response_schema(mode)), "a JSON schema sent as response_format"
 
 
+def prefix_order(requests: list) -> list:
+    """The requests with those that share a label prompt one after another (report order kept within), so a
+    provider's prefix cache serves their common start (the system message and the label's part before the report)."""
+    return sorted(requests, key=lambda r: (r.meta.get("mode", ""), tuple(r.meta.get("labels", ()))))
+
+
 def label_calls(requests: list, cfg, lookup: Callable[[list[str]], dict[str, str]], store: Callable[[list[Answer]], None],
                 *, store_reused: Callable[[list[Answer]], None] | None = None, defer: Callable | None = None,
                 on_answer: Callable[[Answer], None] | None = None, on_progress: Callable[[Progress], None] | None = None,
@@ -298,6 +304,8 @@ def label_calls(requests: list, cfg, lookup: Callable[[list[str]], dict[str, str
     if on_progress:
         on_progress(progress)
     offline = is_offline(cfg)
+    if not offline:
+        todo = prefix_order(todo)
     pending: list[Answer] = []
 
     def flush() -> None:

@@ -174,6 +174,25 @@ class ModelPathService:
             frame = q.noise_repeats(s, run_ids)
         return noise_table(frame)
 
+    def comparison_noise(self, run_a: int, run_b: int, table: pd.DataFrame, part: str = "") -> list[str]:
+        """Beside fixed (c) and broken (b) per label of a comparison table: how many changes noise alone would
+        explain at the runs' measured noise rate, flagged where noise could produce the verdict; one line
+        saying it is not measured when neither run's noise was."""
+        rates = self.noise_rates([run_a, run_b])
+        if rates.empty:
+            return [not_measured(run_b)]
+        return [noise_line(label, part, int(row["n"]), int(row["b"] + row["c"]), rates)
+                for label, row in table.iterrows() if int(row["b"] + row["c"])]
+
+    def suggestion_noise_lines(self, result: dict) -> list[str]:
+        """suggestion_noise as lines, or the not-measured line when the suggestion's run has no noise measurement."""
+        if result.get("status") != "ok" or result.get("run") is None:
+            return []
+        if self.noise_rates([int(result["run"])]).empty:
+            return [not_measured(int(result["run"]))]
+        line = self.suggestion_noise(result)
+        return [line] if line else []
+
     def suggestion_noise(self, result: dict) -> str:
         """How many of a suggestion's validation changes noise alone would explain at the run's measured noise rate."""
         ev = result.get("evaluation") or {}
@@ -245,6 +264,11 @@ class NoiseResult:
             out.append(f"{row.label}: noise rate {row.rate:.3f} [{row.lo:.3f}, {row.hi:.3f}] "
                        f"({row.differ} of {row.repeats} repeats differ{failed})")
         return out
+
+
+def not_measured(run_id: int) -> str:
+    """What a comparison says when the model's own noise was never measured."""
+    return f"noise: not measured (`workbench noise {run_id}` says how many changes the model's own noise explains)"
 
 
 def noise_line(label: str, part: str, reports: int, changed: int, rates: pd.DataFrame) -> str:

@@ -661,10 +661,12 @@ class OptimisingService:
 
     def optimise(self, labels: list[str] | None = None, rounds: int = 3, run_id: int | None = None,
                  proposer: str = "auto", model: str | None = None, on_progress=None, save_drafts: bool = True,
-                 api_base: str | None = None, phrase_list=None) -> dict:
+                 api_base: str | None = None, phrase_list=None, screen: bool = True) -> dict:
         """suggest -> evaluate -> keep if validation does not drop, for K rounds; a report per round; the
         best version is left as drafts for a person to save. A label whose proposal validation rejected
-        gets a smaller, safer one in the next round (the offline proposer; a model is asked again)."""
+        gets a smaller, safer one in the next round (the offline proposer; a model is asked again).
+        screen: first label each proposal on a small stratified part of tuning (core/screening.py) and
+        evaluate in full only those that pass (the screen's calls are reused from the cache)."""
         self.require("edit_prompts")
         if rounds < 1:
             raise StudyError("rounds must be at least 1")
@@ -680,7 +682,9 @@ class OptimisingService:
         current = y_pred.copy()
         policy = self.macro_policy()
         report = {"run": run.id, "base_commit": run.prompt_commit, "labels": labels, "rounds": [],
-                  "proposer": proposer, "calls": {"made": 0, "reused": 0, "cost": 0.0}, "zero_division": policy}
+                  "proposer": proposer, "calls": {"made": 0, "reused": 0, "cost": 0.0}, "zero_division": policy,
+                  "screen": {"on": screen, "screened": 0, "screened_out": 0, "calls": 0, "full_calls": 0}}
+        noise_rate = self._screen_noise_rate(run.id) if screen else 0.0
         # every macro figure covers all the run's labels (not only those optimised), under the study's policy
         report["start"] = _macro_by_part(y_true, current, parts, policy)
         rejected: dict = {}
@@ -706,14 +710,25 @@ class OptimisingService:
                     entry["rejected"].append({"label": label, "status": "already rejected", "detail": rejected[new_lp]})
                     refusals[label] = refusals.get(label, 0) + 1
                     continue
+                screened = None
+                if screen:
+                    screened = self._screen_edit(run, new_lp, ps, current[label], y_true, parts, noise_rate)
+                    _add_calls(report, screened["calls"], "calls")
+                    if not screened["verdict"]["passed"]:
+                        report["screen"]["screened_out"] += 1
+                        entry["rejected"].append({"label": label, "status": "screened out", "detail": screened["why"],
+                                                  "changes": list(result.edit.changes), "screen": screened["verdict"]})
+                        rejected[new_lp] = f"screened out in round {k}: {screened['why']}"
+                        refusals[label] = refusals.get(label, 0) + 1
+                        continue
                 ev = self.evaluate_edit(run.id, new_lp, base_ps=ps, base_pred=current[label], inputs=(y_true, y_pred))
-                for key in ("made", "reused"):
-                    report["calls"][key] += ev["calls"][key]
-                report["calls"]["cost"] += ev["calls"]["cost"]
+                _add_calls(report, ev["calls"], "full_calls")
                 summary = {"label": label, "changes": list(result.edit.changes), "note_ids": list(result.edit.note_ids),
                            "rationale": result.edit.rationale, "source": result.edit.source,
                            **{f"{p}_f1": [ev["parts"][p]["f1_before"], ev["parts"][p]["f1_after"]] for p in splits.PARTS},
-                           "validation_mcnemar": {k2: ev["parts"]["validation"][k2] for k2 in ("fixed", "broken", "p_value", "verdict")}}
+                           "validation_mcnemar": {k2: ev["parts"]["validation"][k2] for k2 in ("fixed", "broken", "p_value", "verdict")},
+                           "calls_made": ev["calls"]["made"] + (screened["calls"]["made"] if screened else 0),
+                           **({"screen": screened["verdict"]} if screened else {})}
                 if not ev["offered"]:
                     entry["rejected"].append({**summary, "status": "validation worse", "detail": ev["why"]})
                     rejected[new_lp] = f"rejected in round {k}: {ev['why']}"
@@ -755,6 +770,28 @@ class OptimisingService:
             self.save_draft(ps.label(lab), run.prompt_commit)
         return report
 
+    def _screen_noise_rate(self, run_id: int) -> float:
+        """The upper end of the run's measured overall noise rate (0 when not measured: the offline labeller's is 0)."""
+        rates = self.noise_rates([run_id])
+        overall = rates[rates["label"] == "all"]
+        return float(overall["hi"].iloc[0]) if len(overall) else 0.0
+
+    def _screen_edit(self, run, new_lp: LabelPrompt, base_ps, before: pd.Series, y_true: pd.DataFrame, parts: dict,
+                     noise_rate: float = 0.0, seed: int = 0) -> dict:
+        """Label one proposal on its screen (the label's tuning disagreements and a stratified, seeded sample of
+        agreements) through the call cache, and judge whether it is worth a full evaluation."""
+        from workbench.core import screening
+
+        label = new_lp.label
+        new_ps = base_ps.with_label(new_lp)
+        leaked = new_ps.example_report_ids() | base_ps.example_report_ids()
+        known = y_true[label].notna() & before.reindex(y_true.index).notna()
+        ids = [r for r in y_true.index if parts.get(r) == "tuning" and r not in leaked and known.loc[r]]
+        chosen = screening.screen_sample(y_true.loc[ids, label], before.reindex(ids), seed)
+        after, counts = self._label_with(run, new_ps, label, chosen.ids)
+        verdict = screening.screen_verdict(chosen, y_true[label], before, after["value"].astype(float), noise_rate)
+        return {"calls": counts, "verdict": verdict.to_dict(), "why": verdict.why()}
+
     def optimisation_reports(self) -> pd.DataFrame:
         """Stored optimisation reports, newest first."""
         with self.session() as s:
@@ -775,6 +812,16 @@ def _plain(obj):
     if isinstance(obj, (set, tuple)):
         return list(obj)
     return str(obj)
+
+
+def _add_calls(report: dict, counts: dict, kind: str) -> None:
+    """Add one labelling's call counts to an optimise report (kind: the screen's or the full evaluations')."""
+    for key in ("made", "reused"):
+        report["calls"][key] += counts[key]
+    report["calls"]["cost"] += counts.get("cost") or 0.0
+    report["screen"][kind] += counts["made"]
+    if kind == "calls":
+        report["screen"]["screened"] += 1
 
 
 def _num(value) -> float | None:
@@ -946,6 +993,8 @@ def report_markdown(report: dict) -> str:
         for r in entry["rejected"]:
             if r.get("status") == "validation worse":
                 lines.append(f"- {r['label']}: not kept, validation F1 {fmt_figure(r['validation_f1'][0])} -> {fmt_figure(r['validation_f1'][1])}")
+            elif r.get("status") == "screened out":
+                lines.append(f"- {r['label']}: screened out, not evaluated in full ({r['detail']})")
             elif r.get("status") == "already rejected":
                 lines.append(f"- {r['label']}: the same proposal again ({r['detail']}); not evaluated again")
         if not entry["changes"]:
@@ -955,7 +1004,22 @@ def report_markdown(report: dict) -> str:
     calls = report["calls"]
     lines.append(f"\nCalls made {calls['made']}, reused from the cache {calls['reused']}; {report['seconds']} s. "
                  + (f"Left as drafts (not saved): {', '.join(report['drafts'])}." if report["drafts"] else "No draft left."))
+    lines.append(screen_text(report))
     return "\n".join(lines)
 
 
-__all__ = ["OptimisingService", "COHORT_ROLES", "PROPOSERS", "suggestion_text", "report_markdown", "fmt_figure", "drafts_text"]
+def screen_text(report: dict) -> str:
+    """The screening figures of an optimise report: calls per kept change and in total, proposals screened out."""
+    scr = report.get("screen") or {}
+    kept = sum(len(e["changes"]) for e in report["rounds"])
+    made = report["calls"]["made"]
+    per = f"{made / kept:,.0f} calls made per kept change ({kept} kept)" if kept else "no change kept"
+    if not scr.get("on"):
+        return f"Screening off: every proposal evaluated in full; {made:,} calls made, {per}."
+    return (f"Screening: {scr['screened']} proposals screened ({scr['calls']:,} calls), {scr['screened_out']} screened "
+            f"out, {scr['screened'] - scr['screened_out']} evaluated in full ({scr['full_calls']:,} calls more); "
+            f"{made:,} calls made in all, {per}.")
+
+
+__all__ = ["OptimisingService", "COHORT_ROLES", "PROPOSERS", "suggestion_text", "report_markdown", "fmt_figure", "drafts_text",
+           "screen_text"]

@@ -475,3 +475,9 @@ def call_detail(column) -> None:
     if call.reasoning:
         st.caption("The model's thinking (kept out of parsing)")
         st.text(call.reasoning)
+
+
+def noise_lines(lines: list[str]) -> None:
+    """The noise-floor lines beside fixed and broken: a warning where noise alone could produce the verdict."""
+    for line in lines:
+        (st.warning if "could produce" in line else st.caption)(line)

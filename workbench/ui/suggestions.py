@@ -41,6 +41,7 @@ def show(wb, result: dict) -> None:
              "fixed cases": ", ".join(m["fixed_cases"][:20]), "broken cases": ", ".join(m["broken_cases"][:20])}
             for part, m in ev["parts"].items()]
     st.dataframe(pd.DataFrame(rows), hide_index=True)
+    components.noise_lines(wb.suggestion_noise_lines(result))
     st.caption(f"{ev['calls']['made']} calls made, {ev['calls']['reused']} answers reused from the cache")
     st.code(result["diff"] or "(no difference)", language="diff", wrap_lines=True)
     if not result["offered"]:

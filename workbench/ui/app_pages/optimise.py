@@ -101,6 +101,8 @@ def _compare(wb, run_id: int) -> None:
                + " · b = broken, c = fixed")
     st.caption(f"Macro F1: {result['validation']['macro_labels']}")
     st.dataframe(frame.round(3))
+    lines = [line for part, r in result.items() for line in wb.comparison_noise(int(other), run_id, r["table"], part)]
+    components.noise_lines(list(dict.fromkeys(lines)))  # "not measured" once, not once per part
 
 
 def _optimise(wb) -> None:

@@ -248,6 +248,7 @@ def _compare(wb, runs) -> None:
         m[1].metric("Labels significantly better / worse", f"{int((significant['verdict'] == 'better').sum())} / "
                     f"{int((significant['verdict'] == 'worse').sum())}", help="McNemar exact test, Holm-adjusted over labels")
         m[2].metric("Fixed / broken items", f"{int(table['c'].sum())} / {int(table['b'].sum())}")
+        components.noise_lines(wb.comparison_noise(run_a, run_b, table))
         _explain_numbers(cmp, counts, run_a, run_b)
         only = st.toggle("Only labels that changed", value=True, key=state.widget_key("only-changed"))
         shown = table[table["changed"]] if only else table
