@@ -402,8 +402,10 @@ def _with_label_column(frame: pd.DataFrame) -> pd.DataFrame:
 @click.option("--new", "new", is_flag=True, help="Start a new run even when an identical finished run exists.")
 @click.option("--estimate", is_flag=True, help="Print calls after the cache, tokens, cost and wall time; make no model call.")
 @click.option("--yes", "yes", is_flag=True, help="Accept an estimated cost above labeller.confirm_above without asking.")
+@click.option("--batch", "batch", is_flag=True,
+              help="Send the calls as one provider batch job (OpenAI-compatible /v1/batches; often half price, answers within 24 h).")
 @study_option
-def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, retry, new, estimate, yes):
+def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, retry, new, estimate, yes, batch):
     """Label a cohort with the labeller (cached, resumable); prints calls made and answers reused.
 
     Exit codes: 0 every call answered; 2 refused before any call (bad option, endpoint not allowed,
@@ -415,7 +417,7 @@ def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, re
     try:
         with _sigterm_as_interrupt():
             summary = _run_or_resume(wb, bar, cohort, prompt_ref, model, api_base, labels, concurrency, resume, retry, new,
-                                     estimate=estimate, yes=yes)
+                                     estimate=estimate, yes=yes, batch=batch)
     except RunInterrupted as exc:
         click.echo("", err=True)
         click.echo(str(exc), err=True)
@@ -438,7 +440,7 @@ def _cost_line(wb, run_id: int) -> None:
                f"(per label: `workbench calls {run_id} --per-label`)")
 
 
-def _confirm_cost(wb, cohort, prompt_ref, model, labels, api_base, concurrency) -> bool:
+def _confirm_cost(wb, cohort, prompt_ref, model, labels, api_base, concurrency, batch=False) -> bool:
     """On a terminal, show the estimate and ask when it is above labeller.confirm_above; elsewhere the run
     refuses (NeedsConfirmation) unless --yes was given."""
     import sys
@@ -448,11 +450,11 @@ def _confirm_cost(wb, cohort, prompt_ref, model, labels, api_base, concurrency) 
     if not sys.stdin.isatty():
         return False
     try:
-        wb.check_budget(cohort, prompt_ref, model, labels, None, api_base=api_base, concurrency=concurrency)
+        wb.check_budget(cohort, prompt_ref, model, labels, None, batch, api_base=api_base, concurrency=concurrency)
         return False
     except NeedsConfirmation as exc:
         est = wb.estimate_run(cohort, prompt_ref=prompt_ref, model=model, labels=labels, api_base=api_base,
-                              concurrency=concurrency)
+                              concurrency=concurrency, batch=batch)
         click.echo("\n".join(est.lines()), err=True)
         if not click.confirm(f"{exc}. Start the run anyway?", default=False, err=True):
             raise SystemExit(2)
@@ -460,17 +462,19 @@ def _confirm_cost(wb, cohort, prompt_ref, model, labels, api_base, concurrency) 
 
 
 def _run_or_resume(wb, bar, cohort, prompt_ref, model, api_base, labels, concurrency, resume, retry, new, *,
-                   estimate=False, yes=False):
+                   estimate=False, yes=False, batch=False):
     """The run the options ask for: a resumption, a retry, or a new run (None when nothing changed since
     an identical run; an interrupted run of the same settings is resumed or refused, unless --new)."""
+    jobs = dict(batch=batch, on_batch_status=lambda line: click.echo(line, err=True))  # a batch job's progress lines
     if resume is not None or retry is not None:
-        return wb.resume_run(resume, on_progress=bar) if resume is not None else wb.retry_failed(retry, on_progress=bar)
+        return (wb.resume_run(resume, on_progress=bar, **jobs) if resume is not None
+                else wb.retry_failed(retry, on_progress=bar, **jobs))
     if not cohort:
         raise click.UsageError("--cohort is required for a new run")
     label_list = [x.strip() for x in labels.split(",")] if labels else None
     same = dict(prompt_ref=prompt_ref, model=model, labels=label_list, api_base=api_base, concurrency=concurrency)
     if estimate:  # no model call: calls after the cache, tokens, cost, wall time
-        click.echo("\n".join(wb.estimate_run(cohort, **same).lines()))
+        click.echo("\n".join(wb.estimate_run(cohort, batch=batch, **same).lines()))
         return None
     stopped = None if new else wb.interrupted_run(cohort, **same)
     if stopped is not None:
@@ -480,15 +484,15 @@ def _run_or_resume(wb, bar, cohort, prompt_ref, model, api_base, labels, concurr
             from workbench.errors import UserError
 
             raise UserError(hint)
-        return wb.resume_run(stopped, on_progress=bar)
+        return wb.resume_run(stopped, on_progress=bar, **jobs)
     unchanged = None if new else wb.unchanged_run(cohort, **same)
     if unchanged is not None:
         click.echo(f"nothing changed since run {unchanged} (same prompt version, model, parameters, endpoint, cohort "
                    f"reports and labels; it finished without failures): see `workbench metrics {unchanged}`; "
                    "use --new to label again anyway")
         return None
-    confirmed = yes or _confirm_cost(wb, cohort, prompt_ref, model, label_list, api_base, concurrency)
-    return wb.start_run(cohort, on_progress=bar, confirmed=confirmed, **same)
+    confirmed = yes or _confirm_cost(wb, cohort, prompt_ref, model, label_list, api_base, concurrency, batch)
+    return wb.start_run(cohort, on_progress=bar, confirmed=confirmed, **jobs, **same)
 
 
 _SIGTERM = {"received": False}
