@@ -1177,9 +1177,12 @@ def _bundle_study(study):
 @click.option("--resamples", type=int, default=1000, show_default=True, help="Bootstrap resamples for the Ran Score interval.")
 @click.option("--max-failed-share", type=click.FloatRange(0, 1), default=0.10, show_default=True,
               help="A generator with more than this share of failed (report, label) extractions gets no score (exit code 3).")
+@click.option("--batch", "batch", is_flag=True,
+              help="Send the extractions as provider batch jobs (OpenAI-compatible /v1/batches); with --study a restart resumes them.")
 @_allow_options
 @wide_flag
-def score(bundle_path, reference, generated, model, api_base, allow, study, out, zero_division, resamples, max_failed_share):
+def score(bundle_path, reference, generated, model, api_base, allow, study, out, zero_division, resamples, max_failed_share,
+          batch):
     """Score generated reports against reference reports with a frozen bundle (Ran Score)."""
     from workbench import scoring
     from workbench.terminal import EDGE_NOTE, at_edge
@@ -1189,10 +1192,14 @@ def score(bundle_path, reference, generated, model, api_base, allow, study, out,
     wb = _bundle_study(study)
     common = dict(model=model, out=Path(out) if out else None, zero_division=zero_division, n_resamples=resamples,
                   api_base=api_base, allow_endpoints=list(allow), max_failed_share=max_failed_share)
+    status = lambda line: click.echo(line, err=True)  # noqa: E731 (a batch job's progress lines)
     if wb is not None:
-        result = wb.score_generated(Path(bundle_path), Path(reference), gens, **common)
+        result = wb.score_generated(Path(bundle_path), Path(reference), gens, batch=batch, on_batch_status=status, **common)
     else:
-        result = scoring.score(Path(bundle_path), Path(reference), gens, **common)
+        from workbench import batch as batch_mod
+
+        engine = batch_mod.BatchEngine(batch_mod.MemoryJournal(), on_status=status) if batch else None
+        result = scoring.score(Path(bundle_path), Path(reference), gens, engine=engine, **common)
     click.echo(f"bundle {result.bundle_name} ({result.bundle_sha[:12]}), model {result.model}; report text went to {result.endpoint}; "
                f"reference: {result.reference_stats['extracted']} extracted, {result.reference_stats['reused']} reused from cache")
     echo_table(result.summary().rename(columns=SCORE_SHORT), columns=SCORE_COLUMNS)

@@ -542,9 +542,10 @@ ATTRIBUTES_KEY = "_attributes"  # beside the label values in a cached extraction
 
 def label_texts_with_attributes(ps: PromptSet, vocab: Vocabulary, texts: dict[str, str], cfg, bundle_sha: str,
                                 cache: ExtractionCache | None = None,
-                                on_progress: Callable[[int, int], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+                                on_progress: Callable[[int, int], None] | None = None,
+                                engine: Callable | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """label_texts plus the attributes of positive findings: (labels, attributes long frame with report_id,
-    label, attribute, value, stats); stats also counts attribute parse failures."""
+    label, attribute, value, stats); stats also counts attribute parse failures. engine: as label_calls'."""
     cache = cache or MemoryCache()
     params = dict(cfg.params())
     keys = {rid: extraction_key(bundle_sha, params, t) for rid, t in texts.items()}
@@ -587,7 +588,7 @@ def label_texts_with_attributes(ps: PromptSet, vocab: Vocabulary, texts: dict[st
         done[0] += 1
         on_progress(done[0], len(requests))
 
-    label_calls(requests, cfg, lambda _keys: {}, store, on_answer=tick if on_progress else None)
+    label_calls(requests, cfg, lambda _keys: {}, store, on_answer=tick if on_progress else None, engine=engine)
     failures = 0
     for key, rids in by_key.items():
         values = {lab: partial[key].get(lab) for lab in asked}
