@@ -11,6 +11,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -153,11 +154,30 @@ def test_a_run_killed_mid_batch_resumes_the_same_batch_without_uploading_again(s
 
 
 def test_a_disallowed_endpoint_gets_no_request_at_all(small_study, server):
+    allowed = list(small_study.config.allowed_endpoints)
     small_study.config.allowed_endpoints = ["workbench/rules"]
     with pytest.raises(StudyError, match="may not be sent to"):
         small_study.start_run("dev", labels=LABELS, batch=True, **remote(server))
     assert server.requests == 0 and not server.batch_counts
     assert small_study.runs().empty
+
+    # allowed, the batch is sent; stopped while it runs, then the endpoint is withdrawn: the resume polls nothing
+    small_study.config.allowed_endpoints = allowed
+    server.batch_polls = 10 ** 9
+    stop = threading.Event()
+    summary = small_study.start_run("dev", labels=LABELS, batch=True, cancel=stop,
+                                    on_batch_status=lambda line: stop.set(), **remote(server))
+    assert summary.status == "cancelled" and server.batch_counts["upload"] == 1
+    assert small_study.pending_batch(summary.run_id)["batch_id"] == "batch_fake_1"
+    seen = server.requests
+    small_study.config.allowed_endpoints = ["workbench/rules"]
+    with pytest.raises(StudyError, match="may not be sent to"):
+        small_study.resume_run(summary.run_id)
+    assert server.requests == seen
+    small_study.config.allowed_endpoints = allowed
+    server.batch_polls = 0
+    done = small_study.resume_run(summary.run_id)
+    assert done.status == "finished" and server.batch_counts["upload"] == 1 and server.count == 0
 
 
 def test_the_offline_labeller_refuses_batch_with_a_clear_message(small_study):

@@ -50,6 +50,10 @@ class ModelPathService:
         ps = self.prompt_set(self.prompt_commit(prompt_ref))
         labels = self._check_labels(labels)
         cfg = labelling.model_config(settings)
+        if batch:
+            from workbench import batch as batch_mod
+
+            batch_mod.check_batchable(cfg)  # the offline labeller, a pool: refused as the run would be
         with self.session() as s:
             reports = q.reports_frame(s, cohort_id=self.cohort_id(cohort))
         requests = self._build_requests(ps, reports, labels, mode or ps.task.mode, list(self.config.sections), cfg, set())
