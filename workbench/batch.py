@@ -20,6 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from io import BytesIO
 
 from workbench.errors import UserError, WorkbenchError
 
@@ -140,8 +141,6 @@ class BatchEngine:
     def _submit(self, litellm, cfg, requests: list, scope: str) -> dict:
         """Upload the JSONL, create the batch, record it; the job's record."""
         from workbench import llm
-
-        from io import BytesIO
 
         lines = [json.dumps({"custom_id": r.key, "method": "POST", "url": ENDPOINT,
                              "body": llm.request_body(cfg, r.messages)}) for r in requests]
