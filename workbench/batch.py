@@ -118,8 +118,11 @@ class BatchEngine:
         """The journal scope: the run, else the set of call keys."""
         return f"run:{self.run_id}" if self.run_id is not None else f"calls:{keys_sha(keys)}"
 
-    def __call__(self, requests: list, cfg, on_result: Callable, cancel: threading.Event | None = None) -> None:
-        """Answer requests through batches: a pending job of this scope first, then one new job for the rest."""
+    def __call__(self, requests: list, cfg, on_result: Callable, cancel: threading.Event | None = None,
+                 flush: Callable[[], None] | None = None) -> None:
+        """Answer requests through batches: a pending job of this scope first, then one new job for the rest.
+        flush: stores every answer handed so far (a job is recorded collected only after that: a kill before
+        it leaves the job to collect again, never to pay again)."""
         from workbench import llm
 
         check_batchable(cfg)
@@ -136,6 +139,8 @@ class BatchEngine:
                 if batch is None:  # cancelled: the job stays in the journal for a resume
                     return
                 self._collect(litellm, cfg, job, batch, todo, on_result, fresh)
+                if flush is not None:
+                    flush()
                 self.journal.update(job["batch_id"], status="collected")
 
     def _submit(self, litellm, cfg, requests: list, scope: str) -> dict:

@@ -285,7 +285,7 @@ def label_calls(requests: list, cfg, lookup: Callable[[list[str]], dict[str, str
     background writer) when given. on_answer sees every new answer after it is queued for storing;
     on_start sees the counts once the cache is read, before any call. engine: another engine with
     complete_all's interface (workbench/batch.py's BatchEngine; its store_every answers are stored per
-    transaction). Raises what the engine raises, after storing what was answered."""
+    transaction, and it is given flush to store the rest before it records a job as collected). Raises what the engine raises, after storing what was answered."""
     counts = LabelCounts(calls=len(requests))
     cfg, counts.response_format = with_response_schema(cfg, requests[0].meta.get("mode") if requests else "per_label")
     cached = lookup([r.key for r in requests]) if requests else {}
@@ -330,7 +330,10 @@ def label_calls(requests: list, cfg, lookup: Callable[[list[str]], dict[str, str
 
     try:
         if todo:
-            (engine or engine_for(cfg))(todo, cfg, on_result, cancel)
+            if engine is not None and getattr(engine, "store_every", 1) > 1:
+                engine(todo, cfg, on_result, cancel, flush=flush)  # it stores what it handed before it says so
+            else:
+                (engine or engine_for(cfg))(todo, cfg, on_result, cancel)
     finally:
         flush()  # also when the engine raised: what was answered is kept
     return counts
