@@ -13,6 +13,14 @@ builds the whole response body instead (the recorded reply shapes of tests/data/
 "Fail N times then succeed" (429, 500) is counted per distinct message list, so every
 request of a batch fails N times and then succeeds.
 
+The OpenAI batch surface is there too: POST /v1/files (multipart upload), GET /v1/files/{id} and
+/v1/files/{id}/content, POST /v1/batches, GET /v1/batches/{id}, POST /v1/batches/{id}/cancel. A
+batch completes after ``batch_polls`` retrievals (in_progress until then) or ends in ``batch_end``
+("failed", "expired", "cancelled") instead; its lines are answered by the same logic as chat calls
+(markers included: a 400/401/404 line goes to the error file) but are not counted as chat calls
+(``batch_counts`` counts uploads, creates, retrieves, contents and cancels; ``requests`` every HTTP
+request of any kind).
+
 GET /v1/stats returns the counts as JSON. Stdlib only. Run alone
 (``python tests/fake_llm_server.py --latency 0.1``) it serves in the foreground and prints
 its URL on the first line; the throughput bench uses that to keep the server's threads off
@@ -151,6 +159,8 @@ class FakeLLMServer:
         hang_s: float = 30.0,
         slow_s: float = 0.5,
         prefix_slots: int = 16,
+        batch_polls: int = 1,
+        batch_end: str = "completed",
     ) -> None:
         self.behaviour = behaviour
         self.keywords = keywords if isinstance(keywords, dict) else tuple(keywords)
@@ -163,6 +173,8 @@ class FakeLLMServer:
         self.hang_s = hang_s
         self.slow_s = slow_s
         self.prefix_slots = prefix_slots  # prompt prefixes the simulated provider cache keeps (least recently used go)
+        self.batch_polls = batch_polls  # retrievals of a batch before it completes
+        self.batch_end = batch_end  # the status a batch ends in: completed, failed, expired or cancelled
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._server: ThreadingHTTPServer | None = None
@@ -217,6 +229,10 @@ class FakeLLMServer:
             self._prefixes: OrderedDict[str, int] = OrderedDict()  # prefix hash -> its tokens, oldest first
             self.prompt_tokens = 0  # summed over answered requests, and the part served from the prefix cache
             self.cached_tokens = 0
+            self.requests = 0  # every HTTP request, of any kind (the guard tests: nothing may arrive)
+            self.batch_counts: Counter[str] = Counter()
+            self.files: dict[str, dict] = {}
+            self.batches: dict[str, dict] = {}
 
     def _enter(self, body: dict, headers: dict[str, str], behaviour: str) -> None:
         with self._lock:
@@ -349,6 +365,119 @@ class FakeLLMServer:
         error = {"error": {"message": message, "type": kind, "param": None, "code": kind}}
         return status, headers, json.dumps(error).encode()
 
+    # -- the batch surface (/v1/files, /v1/batches) -------------------------------------
+    def upload(self, filename: str, purpose: str, data: bytes) -> dict:
+        """Store an uploaded file; its OpenAI file object."""
+        with self._lock:
+            self.batch_counts["upload"] += 1
+            file_id = f"file-fake-{len(self.files) + 1}"
+            self.files[file_id] = {"data": data, "object": {
+                "id": file_id, "object": "file", "bytes": len(data), "created_at": int(time.time()),
+                "filename": filename or "batch.jsonl", "purpose": purpose or "batch", "status": "processed"}}
+        return self.files[file_id]["object"]
+
+    def create_batch(self, body: dict) -> tuple[int, dict]:
+        """A new batch on an uploaded file (404 for an unknown file)."""
+        with self._lock:
+            self.batch_counts["create"] += 1
+            if body.get("input_file_id") not in self.files:
+                return 404, {"error": {"message": "No such file", "type": "invalid_request_error"}}
+            batch_id = f"batch_fake_{len(self.batches) + 1}"
+            lines = [json.loads(x) for x in self.files[body["input_file_id"]]["data"].decode().splitlines() if x.strip()]
+            self.batches[batch_id] = {"lines": lines, "polls": 0, "object": {
+                "id": batch_id, "object": "batch", "endpoint": body.get("endpoint", "/v1/chat/completions"),
+                "errors": None, "input_file_id": body["input_file_id"],
+                "completion_window": body.get("completion_window", "24h"), "status": "validating",
+                "output_file_id": None, "error_file_id": None, "created_at": int(time.time()),
+                "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
+                "metadata": body.get("metadata") or {}}}
+            return 200, self.batches[batch_id]["object"]
+
+    def retrieve_batch(self, batch_id: str) -> tuple[int, dict]:
+        """The batch after one more poll: in progress, then completed (outputs written) or batch_end."""
+        with self._lock:
+            self.batch_counts["retrieve"] += 1
+            batch = self.batches.get(batch_id)
+            if batch is None:
+                return 404, {"error": {"message": "No such batch", "type": "invalid_request_error"}}
+            obj = batch["object"]
+            if obj["status"] in ("completed", "failed", "expired", "cancelled"):
+                return 200, obj
+            batch["polls"] += 1
+            if batch["polls"] <= self.batch_polls:
+                obj["status"] = "in_progress"
+                obj["request_counts"]["completed"] = min(batch["polls"] - 1, len(batch["lines"]))
+                return 200, obj
+            end = self.batch_end
+        if end != "completed":
+            obj["status"] = end
+            obj["errors"] = {"object": "list", "data": [{"code": end, "message": f"the fake server's batch {end}"}]}
+            return 200, obj
+        self._complete(batch)
+        return 200, obj
+
+    def _complete(self, batch: dict) -> None:
+        """Answer every line as a chat call would be answered; write the output and error files."""
+        out, errors = [], []
+        for line in batch["lines"]:
+            body = line.get("body") or {}
+            messages = body.get("messages") or []
+            behaviour, arg = self.choose(messages)
+            status, _headers, payload = self._respond(body, messages, behaviour, arg)
+            answer = json.loads(payload) if payload.startswith(b"{") and payload.endswith(b"}") else None
+            record = {"id": f"batch_req_{len(out) + len(errors) + 1}", "custom_id": line.get("custom_id")}
+            if status == 200 and answer is not None:
+                out.append({**record, "response": {"status_code": 200, "request_id": record["id"], "body": answer},
+                            "error": None})
+            else:
+                errors.append({**record, "response": {"status_code": status, "request_id": record["id"],
+                                                      "body": answer or {}}, "error": None})
+        obj = batch["object"]
+        with self._lock:
+            for name, rows in (("output_file_id", out), ("error_file_id", errors)):
+                if rows:
+                    data = "".join(json.dumps(r) + "\n" for r in rows).encode()
+                    file_id = f"file-fake-{len(self.files) + 1}"
+                    self.files[file_id] = {"data": data, "object": {
+                        "id": file_id, "object": "file", "bytes": len(data), "created_at": int(time.time()),
+                        "filename": f"{obj['id']}_{name[:-8]}.jsonl", "purpose": "batch_output", "status": "processed"}}
+                    obj[name] = file_id
+            obj["status"] = "completed"
+            obj["request_counts"] = {"total": len(batch["lines"]), "completed": len(out), "failed": len(errors)}
+
+    def cancel_batch(self, batch_id: str) -> tuple[int, dict]:
+        """Cancel a batch that has not ended."""
+        with self._lock:
+            self.batch_counts["cancel"] += 1
+            batch = self.batches.get(batch_id)
+            if batch is None:
+                return 404, {"error": {"message": "No such batch", "type": "invalid_request_error"}}
+            if batch["object"]["status"] not in ("completed", "failed", "expired"):
+                batch["object"]["status"] = "cancelled"
+            return 200, batch["object"]
+
+    def file_of(self, file_id: str, content: bool) -> tuple[int, bytes]:
+        """A stored file's object or content."""
+        with self._lock:
+            self.batch_counts["content" if content else "file"] += 1
+            found = self.files.get(file_id)
+        if found is None:
+            return 404, b'{"error": {"message": "No such file", "type": "invalid_request_error"}}'
+        return 200, found["data"] if content else json.dumps(found["object"]).encode()
+
+
+def _multipart(content_type: str, raw: bytes) -> dict[str, tuple[str, bytes]]:
+    """Form fields of a multipart/form-data body: name -> (filename, bytes)."""
+    from email.parser import BytesParser
+    from email.policy import HTTP
+
+    message = BytesParser(policy=HTTP).parsebytes(b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + raw)
+    fields = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        fields[name] = (part.get_filename() or "", part.get_payload(decode=True) or b"")
+    return fields
+
 
 def _make_http_server(fake: FakeLLMServer) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
@@ -375,10 +504,24 @@ def _make_http_server(fake: FakeLLMServer) -> ThreadingHTTPServer:
                 self.close_connection = True  # the client gave up (timeout): nothing to do
 
         def do_GET(self) -> None:
+            with fake._lock:
+                fake.requests += 1
+            path = self.path.split("?")[0].rstrip("/")
+            if path.startswith("/v1/batches/"):
+                status, obj = fake.retrieve_batch(path.rsplit("/", 1)[1])
+                self._send(status, {}, json.dumps(obj).encode())
+                return
+            if path.startswith("/v1/files/"):
+                content = path.endswith("/content")
+                file_id = path.removesuffix("/content").rsplit("/", 1)[1]
+                status, payload = fake.file_of(file_id, content)
+                self._send(status, {}, payload)
+                return
             if self.path.rstrip("/") in ("/v1/stats", "/stats"):  # for a parent process (the bench)
                 with fake._lock:
                     stats = {"count": fake.count, "counts": dict(fake.counts), "max_in_flight": fake.max_in_flight,
-                             "prompt_tokens": fake.prompt_tokens, "cached_tokens": fake.cached_tokens}
+                             "prompt_tokens": fake.prompt_tokens, "cached_tokens": fake.cached_tokens,
+                             "requests": fake.requests, "batch_counts": dict(fake.batch_counts)}
                 self._send(200, {}, json.dumps(stats).encode())
             elif self.path.rstrip("/") in ("/v1/models", "/models"):
                 data = {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": "tests"}]}
@@ -390,6 +533,11 @@ def _make_http_server(fake: FakeLLMServer) -> ThreadingHTTPServer:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
             path = self.path.split("?")[0].rstrip("/")
+            with fake._lock:
+                fake.requests += 1
+            if path.startswith(("/v1/files", "/v1/batches")):
+                self._batch_post(path, raw)
+                return
             # /v1/messages: Anthropic's surface (answered in its shape through body_fn)
             if path not in ("/v1/chat/completions", "/chat/completions") and not path.endswith("/messages"):
                 self._send(404, {}, b'{"error": {"message": "not found", "type": "invalid_request_error"}}')
@@ -400,6 +548,21 @@ def _make_http_server(fake: FakeLLMServer) -> ThreadingHTTPServer:
                 self._send(400, {}, b'{"error": {"message": "body is not JSON", "type": "invalid_request_error"}}')
                 return
             self._send(*fake.respond(body, dict(self.headers.items())))
+
+        def _batch_post(self, path: str, raw: bytes) -> None:
+            if path == "/v1/files":
+                fields = _multipart(self.headers.get("Content-Type", ""), raw)
+                filename, data = fields.get("file", ("", b""))
+                obj = fake.upload(filename, fields.get("purpose", ("", b"batch"))[1].decode(), data)
+                self._send(200, {}, json.dumps(obj).encode())
+            elif path == "/v1/batches":
+                status, obj = fake.create_batch(json.loads(raw or b"{}"))
+                self._send(status, {}, json.dumps(obj).encode())
+            elif path.startswith("/v1/batches/") and path.endswith("/cancel"):
+                status, obj = fake.cancel_batch(path.split("/")[3])
+                self._send(status, {}, json.dumps(obj).encode())
+            else:
+                self._send(404, {}, b'{"error": {"message": "not found", "type": "invalid_request_error"}}')
 
     class Server(ThreadingHTTPServer):
         daemon_threads = True

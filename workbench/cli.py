@@ -436,8 +436,10 @@ def _with_label_column(frame: pd.DataFrame) -> pd.DataFrame:
 @click.option("--new", "new", is_flag=True, help="Start a new run even when an identical finished run exists.")
 @click.option("--estimate", is_flag=True, help="Print calls after the cache, tokens, cost and wall time; make no model call.")
 @click.option("--yes", "yes", is_flag=True, help="Accept an estimated cost above labeller.confirm_above without asking.")
+@click.option("--batch", "batch", is_flag=True,
+              help="Send the calls as one provider batch job (OpenAI-compatible /v1/batches; often half price, answers within 24 h).")
 @study_option
-def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, retry, new, estimate, yes):
+def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, retry, new, estimate, yes, batch):
     """Label a cohort with the labeller (cached, resumable); prints calls made and answers reused.
 
     Exit codes: 0 every call answered; 2 refused before any call (bad option, endpoint not allowed,
@@ -449,7 +451,7 @@ def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, re
     try:
         with _sigterm_as_interrupt():
             summary = _run_or_resume(wb, bar, cohort, prompt_ref, model, api_base, labels, concurrency, resume, retry, new,
-                                     estimate=estimate, yes=yes)
+                                     estimate=estimate, yes=yes, batch=batch)
     except RunInterrupted as exc:
         click.echo("", err=True)
         click.echo(str(exc), err=True)
@@ -472,7 +474,7 @@ def _cost_line(wb, run_id: int) -> None:
                f"(per label: `workbench calls {run_id} --per-label`)")
 
 
-def _confirm_cost(wb, cohort, prompt_ref, model, labels, api_base, concurrency) -> bool:
+def _confirm_cost(wb, cohort, prompt_ref, model, labels, api_base, concurrency, batch=False) -> bool:
     """On a terminal, show the estimate and ask when it is above labeller.confirm_above; elsewhere the run
     refuses (NeedsConfirmation) unless --yes was given."""
     import sys
@@ -482,11 +484,11 @@ def _confirm_cost(wb, cohort, prompt_ref, model, labels, api_base, concurrency) 
     if not sys.stdin.isatty():
         return False
     try:
-        wb.check_budget(cohort, prompt_ref, model, labels, None, api_base=api_base, concurrency=concurrency)
+        wb.check_budget(cohort, prompt_ref, model, labels, None, batch, api_base=api_base, concurrency=concurrency)
         return False
     except NeedsConfirmation as exc:
         est = wb.estimate_run(cohort, prompt_ref=prompt_ref, model=model, labels=labels, api_base=api_base,
-                              concurrency=concurrency)
+                              concurrency=concurrency, batch=batch)
         click.echo("\n".join(est.lines()), err=True)
         if not click.confirm(f"{exc}. Start the run anyway?", default=False, err=True):
             raise SystemExit(2)
@@ -494,17 +496,19 @@ def _confirm_cost(wb, cohort, prompt_ref, model, labels, api_base, concurrency) 
 
 
 def _run_or_resume(wb, bar, cohort, prompt_ref, model, api_base, labels, concurrency, resume, retry, new, *,
-                   estimate=False, yes=False):
+                   estimate=False, yes=False, batch=False):
     """The run the options ask for: a resumption, a retry, or a new run (None when nothing changed since
     an identical run; an interrupted run of the same settings is resumed or refused, unless --new)."""
+    jobs = dict(batch=batch, on_batch_status=lambda line: click.echo(line, err=True))  # a batch job's progress lines
     if resume is not None or retry is not None:
-        return wb.resume_run(resume, on_progress=bar) if resume is not None else wb.retry_failed(retry, on_progress=bar)
+        return (wb.resume_run(resume, on_progress=bar, **jobs) if resume is not None
+                else wb.retry_failed(retry, on_progress=bar, **jobs))
     if not cohort:
         raise click.UsageError("--cohort is required for a new run")
     label_list = [x.strip() for x in labels.split(",")] if labels else None
     same = dict(prompt_ref=prompt_ref, model=model, labels=label_list, api_base=api_base, concurrency=concurrency)
     if estimate:  # no model call: calls after the cache, tokens, cost, wall time
-        click.echo("\n".join(wb.estimate_run(cohort, **same).lines()))
+        click.echo("\n".join(wb.estimate_run(cohort, batch=batch, **same).lines()))
         return None
     stopped = None if new else wb.interrupted_run(cohort, **same)
     if stopped is not None:
@@ -514,15 +518,15 @@ def _run_or_resume(wb, bar, cohort, prompt_ref, model, api_base, labels, concurr
             from workbench.errors import UserError
 
             raise UserError(hint)
-        return wb.resume_run(stopped, on_progress=bar)
+        return wb.resume_run(stopped, on_progress=bar, **jobs)
     unchanged = None if new else wb.unchanged_run(cohort, **same)
     if unchanged is not None:
         click.echo(f"nothing changed since run {unchanged} (same prompt version, model, parameters, endpoint, cohort "
                    f"reports and labels; it finished without failures): see `workbench metrics {unchanged}`; "
                    "use --new to label again anyway")
         return None
-    confirmed = yes or _confirm_cost(wb, cohort, prompt_ref, model, label_list, api_base, concurrency)
-    return wb.start_run(cohort, on_progress=bar, confirmed=confirmed, **same)
+    confirmed = yes or _confirm_cost(wb, cohort, prompt_ref, model, label_list, api_base, concurrency, batch)
+    return wb.start_run(cohort, on_progress=bar, confirmed=confirmed, **jobs, **same)
 
 
 _SIGTERM = {"received": False}
@@ -1199,9 +1203,12 @@ def _bundle_study(study):
 @click.option("--resamples", type=int, default=1000, show_default=True, help="Bootstrap resamples for the Ran Score interval.")
 @click.option("--max-failed-share", type=click.FloatRange(0, 1), default=0.10, show_default=True,
               help="A generator with more than this share of failed (report, label) extractions gets no score (exit code 3).")
+@click.option("--batch", "batch", is_flag=True,
+              help="Send the extractions as provider batch jobs (OpenAI-compatible /v1/batches); with --study a restart resumes them.")
 @_allow_options
 @wide_flag
-def score(bundle_path, reference, generated, model, api_base, allow, study, out, zero_division, resamples, max_failed_share):
+def score(bundle_path, reference, generated, model, api_base, allow, study, out, zero_division, resamples, max_failed_share,
+          batch):
     """Score generated reports against reference reports with a frozen bundle (Ran Score)."""
     from workbench import scoring
     from workbench.terminal import EDGE_NOTE, at_edge
@@ -1211,10 +1218,14 @@ def score(bundle_path, reference, generated, model, api_base, allow, study, out,
     wb = _bundle_study(study)
     common = dict(model=model, out=Path(out) if out else None, zero_division=zero_division, n_resamples=resamples,
                   api_base=api_base, allow_endpoints=list(allow), max_failed_share=max_failed_share)
+    status = lambda line: click.echo(line, err=True)  # noqa: E731 (a batch job's progress lines)
     if wb is not None:
-        result = wb.score_generated(Path(bundle_path), Path(reference), gens, **common)
+        result = wb.score_generated(Path(bundle_path), Path(reference), gens, batch=batch, on_batch_status=status, **common)
     else:
-        result = scoring.score(Path(bundle_path), Path(reference), gens, **common)
+        from workbench import batch as batch_mod
+
+        engine = batch_mod.BatchEngine(batch_mod.MemoryJournal(), on_status=status) if batch else None
+        result = scoring.score(Path(bundle_path), Path(reference), gens, engine=engine, **common)
     click.echo(f"bundle {result.bundle_name} ({result.bundle_sha[:12]}), model {result.model}; report text went to {result.endpoint}; "
                f"reference: {result.reference_stats['extracted']} extracted, {result.reference_stats['reused']} reused from cache")
     echo_table(result.summary().rename(columns=SCORE_SHORT), columns=SCORE_COLUMNS)

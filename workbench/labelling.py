@@ -281,15 +281,17 @@ def prefix_order(requests: list) -> list:
 def label_calls(requests: list, cfg, lookup: Callable[[list[str]], dict[str, str]], store: Callable[[list[Answer]], None],
                 *, store_reused: Callable[[list[Answer]], None] | None = None, defer: Callable | None = None,
                 on_answer: Callable[[Answer], None] | None = None, on_progress: Callable[[Progress], None] | None = None,
-                cancel=None, on_start: Callable[[LabelCounts], None] | None = None) -> LabelCounts:
+                cancel=None, on_start: Callable[[LabelCounts], None] | None = None,
+                engine: Callable | None = None) -> LabelCounts:
     """Label requests: cached replies (lookup: keys -> reply text) are parsed and handed to store_reused (else
     store) in batches; the rest go to the engine, and each answer is parsed and handed to store.
 
     A paid answer is stored the moment it returns, in the engine's thread (kill -9 loses nothing); the
     offline labeller's answers cost nothing to redo, so they are stored in batches, through defer (a
     background writer) when given. on_answer sees every new answer after it is queued for storing;
-    on_start sees the counts once the cache is read, before any call. Raises what the engine raises,
-    after storing what was answered."""
+    on_start sees the counts once the cache is read, before any call. engine: another engine with
+    complete_all's interface (workbench/batch.py's BatchEngine; its store_every answers are stored per
+    transaction, and it is given flush to store the rest before it records a job as collected). Raises what the engine raises, after storing what was answered."""
     counts = LabelCounts(calls=len(requests))
     cfg, counts.response_format = with_response_schema(cfg, requests[0].meta.get("mode") if requests else "per_label")
     cached = lookup([r.key for r in requests]) if requests else {}
@@ -306,6 +308,7 @@ def label_calls(requests: list, cfg, lookup: Callable[[list[str]], dict[str, str
     offline = is_offline(cfg)
     if not offline:
         todo = prefix_order(todo)
+    every = OFFLINE_BATCH if offline else getattr(engine, "store_every", 1)
     pending: list[Answer] = []
 
     def flush() -> None:
@@ -321,7 +324,7 @@ def label_calls(requests: list, cfg, lookup: Callable[[list[str]], dict[str, str
     def on_result(req, res) -> None:
         answer = Answer(req, res, decide(req, res.text, res, replies))
         pending.append(answer)
-        if len(pending) >= (OFFLINE_BATCH if offline else 1):
+        if len(pending) >= every:
             flush()
         _count(counts, answer)
         progress.done += 1
@@ -335,7 +338,10 @@ def label_calls(requests: list, cfg, lookup: Callable[[list[str]], dict[str, str
 
     try:
         if todo:
-            engine_for(cfg)(todo, cfg, on_result, cancel)
+            if engine is not None and getattr(engine, "store_every", 1) > 1:
+                engine(todo, cfg, on_result, cancel, flush=flush)  # it stores what it handed before it says so
+            else:
+                (engine or engine_for(cfg))(todo, cfg, on_result, cancel)
     finally:
         flush()  # also when the engine raised: what was answered is kept
     return counts
@@ -453,12 +459,13 @@ def _duration(seconds: float) -> str:
 
 
 def estimate_calls(requests: list, cfg, cached_keys: set, *, price: dict | None = None, local: bool = False,
-                   history: list[tuple[float, int]] = ()) -> Estimate:
+                   history: list[tuple[float, int]] = (), batch: bool = False) -> Estimate:
     """Estimate the calls not in cached_keys, without making any: prompt tokens by litellm's token counter
     (on a sample, scaled by characters), completion tokens from this model's recorded calls (else a stated
     assumption), cost from the study's registered price or litellm's price map, wall time from recorded
     latencies at the configured concurrency. price: {"input_per_million": $, "output_per_million": $};
-    history: (latency_s, completion_tokens) of this model's recorded calls."""
+    history: (latency_s, completion_tokens) of this model's recorded calls; batch: priced and timed as a
+    provider batch job (workbench/batch.py)."""
     todo = [r for r in requests if r.key not in cached_keys]
     n = len(todo)
     offline = is_offline(cfg)
@@ -470,7 +477,7 @@ def estimate_calls(requests: list, cfg, cached_keys: set, *, price: dict | None 
     completion_how = (f"mean of {len(recorded):,} recorded calls of this model" if recorded else
                       f"assumed {ASSUMED_REPLY_TOKENS} per label asked; no call of this model recorded yet")
     completion, completion_max = round(per_call * n), n * cfg.max_tokens
-    prices, cost_how = _prices(cfg.model, price, local or offline)
+    prices, cost_how = _prices(cfg.model, price, local or offline, batch)
     cost = cost_max = None
     if prices is not None:
         cost = prompt_tokens * prices[0] + completion * prices[1]
@@ -484,6 +491,8 @@ def estimate_calls(requests: list, cfg, cached_keys: set, *, price: dict | None 
         latency, time_how = ASSUMED_LATENCY_S, f"assumed {ASSUMED_LATENCY_S:g} s per call; no call of this model recorded yet"
     concurrency = 1 if offline else cfg.concurrency
     seconds = -(-n // concurrency) * latency if n else 0.0
+    if batch and n:
+        time_how += "; as a batch job the provider answers within its 24 h completion window instead"
     return Estimate(cfg.model, len(requests), len(requests) - n, n, prompt_tokens, completion, completion_max, cost,
                     cost_max, seconds, concurrency, {"tokens": tokens_how, "completion": completion_how, "cost": cost_how,
                                                      "time": time_how})
@@ -507,18 +516,23 @@ def _prompt_tokens(todo: list, model: str, offline: bool) -> tuple[int, str]:
     return round(per_char * sum(chars)), f"litellm's token counter on {len(sample)} of {len(todo):,} calls, scaled by characters"
 
 
-def _prices(model: str, price: dict | None, free: bool) -> tuple[tuple[float, float] | None, str]:
-    """(input, output) price per token and where it came from."""
+def _prices(model: str, price: dict | None, free: bool, batch: bool = False) -> tuple[tuple[float, float] | None, str]:
+    """(input, output) price per token and where it came from; batch: litellm's batch price when it lists one."""
     if price:
         return ((float(price.get("input_per_million", 0)) / 1e6, float(price.get("output_per_million", 0)) / 1e6),
-                "the study's registered price (labeller.price)")
+                "the study's registered price (labeller.price)" + ("; assumed for a batch job too" if batch else ""))
     if free and is_offline_model(model):
         return (0.0, 0.0), "the offline labeller: no charge"
     from workbench import llm
 
+    if batch:
+        found = llm.batch_token_prices(model)
+        if found is not None:
+            return found, "litellm's batch price map"
     found = llm.token_prices(model)
     if found is not None:
-        return found, "litellm's price map"
+        return found, "litellm's price map" + (
+            f"; it lists no batch price for {model}: assumed the normal price" if batch else "")
     if free:  # as the engine records it: a model on this machine that litellm has no price for costs nothing
         return (0.0, 0.0), "on this machine, no price known: no charge"
     return None, f"litellm has no price for {model}: register one as labeller.price (input_per_million, output_per_million)"
@@ -544,9 +558,10 @@ ATTRIBUTES_KEY = "_attributes"  # beside the label values in a cached extraction
 
 def label_texts_with_attributes(ps: PromptSet, vocab: Vocabulary, texts: dict[str, str], cfg, bundle_sha: str,
                                 cache: ExtractionCache | None = None,
-                                on_progress: Callable[[int, int], None] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+                                on_progress: Callable[[int, int], None] | None = None,
+                                engine: Callable | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """label_texts plus the attributes of positive findings: (labels, attributes long frame with report_id,
-    label, attribute, value, stats); stats also counts attribute parse failures."""
+    label, attribute, value, stats); stats also counts attribute parse failures. engine: as label_calls'."""
     cache = cache or MemoryCache()
     params = dict(cfg.params())
     keys = {rid: extraction_key(bundle_sha, params, t) for rid, t in texts.items()}
@@ -589,7 +604,7 @@ def label_texts_with_attributes(ps: PromptSet, vocab: Vocabulary, texts: dict[st
         done[0] += 1
         on_progress(done[0], len(requests))
 
-    label_calls(requests, cfg, lambda _keys: {}, store, on_answer=tick if on_progress else None)
+    label_calls(requests, cfg, lambda _keys: {}, store, on_answer=tick if on_progress else None, engine=engine)
     failures = 0
     for key, rids in by_key.items():
         values = {lab: partial[key].get(lab) for lab in asked}

@@ -17,6 +17,7 @@ not at (see _install_guard and docs/security.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import email.utils
@@ -919,3 +920,85 @@ def accepts_seed(model: str) -> bool:
         return "seed" in (litellm.get_supported_openai_params(model=name, custom_llm_provider=provider) or [])
     except Exception:
         return False
+
+
+# -- what workbench/batch.py needs: the same checks, body and reply handling as a chat call ---------
+
+
+@contextlib.contextmanager
+def pinned(cfg: ModelConfig):
+    """While the block runs, every request and socket of this thread must go to cfg's checked endpoints."""
+    token = pin_endpoints(cfg)  # raises EndpointError before anything is sent
+    try:
+        yield
+    finally:
+        _PINNED.reset(token)
+
+
+def litellm_for(cfg: ModelConfig):
+    """litellm, ready for a call of cfg that is not a chat call (a batch job): the model string checked, no
+    logging callback registered, a local model's zero price registered."""
+    _check_model_string(cfg)
+    litellm = _litellm()
+    _refuse_payload_receivers(litellm)
+    _price_local_model(litellm, cfg)
+    return litellm
+
+
+def connection_kwargs(cfg: ModelConfig) -> dict:
+    """api_base (always explicit: what was checked is what is used), the key, no retries behind our back."""
+    kwargs = {"api_base": cfg.base_urls()[0], "timeout": cfg.timeout_s, "max_retries": 0}
+    key = _api_key(cfg)
+    if key:
+        kwargs["api_key"] = key
+    return kwargs
+
+
+def request_body(cfg: ModelConfig, messages: list[dict]) -> dict:
+    """The OpenAI chat request body a call of cfg sends (the body of one batch line)."""
+    provider = provider_of(cfg.model)
+    name = cfg.model.split("/", 1)[1] if cfg.model.startswith(provider + "/") else cfg.model
+    skip = ("timeout", "num_retries", "max_retries")
+    return {"model": name, "messages": messages, **{k: v for k, v in _call_kwargs(cfg).items() if k not in skip}}
+
+
+def result_of_reply(key: str, body: dict, cost: float | None) -> CallResult:
+    """A CallResult from a chat.completion body received as data (a batch output line): the same fields
+    a chat call's reply gives."""
+    import json
+    from types import SimpleNamespace
+
+    response = json.loads(json.dumps(body), object_hook=lambda d: SimpleNamespace(**d))
+    result = _success(key, response, 0.0, 1)
+    result.cost = cost
+    return result
+
+
+def error_kind_of_status(status: int | None) -> str:
+    """The error_kind of an HTTP status a provider reports for one request (a batch error line)."""
+    if status == 429:
+        return "rate_limit"
+    if status in (401, 403):
+        return "auth"
+    if status == 404:
+        return "not_found"
+    if status == 408:
+        return "timeout"
+    if isinstance(status, int) and status >= 500:
+        return "server"
+    if isinstance(status, int) and 400 <= status < 500:
+        return "bad_request"
+    return "other"
+
+
+def batch_token_prices(model: str) -> tuple[float, float] | None:
+    """(input, output) batch price per token from litellm's price map, None when it lists none for the model."""
+    litellm = _litellm()
+    try:
+        info = litellm.get_model_info(model=model)
+    except Exception:  # an unmapped model
+        return None
+    prompt, completion = info.get("input_cost_per_token_batches"), info.get("output_cost_per_token_batches")
+    if prompt is None or completion is None:
+        return None
+    return float(prompt), float(completion)

@@ -287,7 +287,8 @@ def score(bundle: str | os.PathLike | Bundle, reference: str | os.PathLike | pd.
           model: str | None = None, out: str | os.PathLike | None = None,
           zero_division: str = "zero", n_resamples: int = 1000, seed: int = 0,
           cache: ExtractionCache | None = None, api_base: str | None = None, on_progress=None,
-          allow_endpoints: list[str] | None = None, max_failed_share: float = MAX_FAILED_SHARE) -> ScoreResult:
+          allow_endpoints: list[str] | None = None, max_failed_share: float = MAX_FAILED_SHARE,
+          engine=None) -> ScoreResult:
     """Score generated reports against reference reports with a frozen bundle (Ran Score).
 
     bundle: a bundle file (or a loaded Bundle); reference: a reports file or DataFrame (id + text,
@@ -296,6 +297,7 @@ def score(bundle: str | os.PathLike | Bundle, reference: str | os.PathLike | pd.
     Report text goes only to the bundle's own local endpoint or one in allow_endpoints (URL prefixes).
     Failed extractions are counted per generator and label and left out of the metrics; a generator
     with more than max_failed_share of its (report, label) pairs failed (or all) gets no score.
+    engine: another labelling engine (workbench/batch.py's BatchEngine: the extractions as batch jobs).
     Returns a ScoreResult: `result.generators["A"].ran_score.estimate` (with .lo and .hi).
     """
     if zero_division not in ZERO_DIVISION_CHOICES:
@@ -306,18 +308,22 @@ def score(bundle: str | os.PathLike | Bundle, reference: str | os.PathLike | pd.
     b = bundle if isinstance(bundle, Bundle) else load_bundle(Path(bundle))
     cfg = model_config_for(b, model, api_base)
     where = check_endpoint(cfg, b, allow_endpoints)
+    if engine is not None:
+        from workbench import batch
+
+        batch.check_batchable(cfg)  # before any text is read or sent
     cfg = routed(cfg, allow_endpoints)
     cache = cache or MemoryCache()
     ref_texts = read_texts(reference, b.sections, "reference")
     ref_labels, ref_attrs, ref_stats = label_texts_with_attributes(b.prompts, b.vocab, ref_texts, cfg, b.sha256, cache,
-                                                                   on_progress)
+                                                                   on_progress, engine)
     scores: dict[str, GeneratorScore] = {}
     policy = "undefined" if zero_division == "exclude" else zero_division
     for name, source in generated.items():
         gen_texts = read_texts(source, b.sections, name)
         _check_ids(ref_texts, gen_texts, name)
         gen_labels, gen_attrs, stats = label_texts_with_attributes(b.prompts, b.vocab, gen_texts, cfg, b.sha256, cache,
-                                                                   on_progress)
+                                                                   on_progress, engine)
         gen_labels = gen_labels.reindex(ref_labels.index)
         table = metrics.label_metrics(ref_labels, gen_labels, zero_division=policy)
         avg = metrics.averages(table, zero_division=policy)

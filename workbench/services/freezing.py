@@ -196,14 +196,24 @@ class FreezeService:
                         out: Path | None = None, zero_division: str = "zero", n_resamples: int = 1000,
                         on_progress=None, api_base: str | None = None,
                         allow_endpoints: list[str] | None = None,
-                        max_failed_share: float = scoring.MAX_FAILED_SHARE) -> scoring.ScoreResult:
+                        max_failed_share: float = scoring.MAX_FAILED_SHARE, batch: bool = False,
+                        on_batch_status=None) -> scoring.ScoreResult:
         """Score generators with a bundle, caching extractions in the study database; report text goes
-        only to the bundle's own local endpoint, this study's allowed endpoints or those allowed here."""
+        only to the bundle's own local endpoint, this study's allowed endpoints or those allowed here.
+        batch: the extractions as provider batch jobs, recorded in the study (a restart polls them again)."""
         b = bundle_mod.load_bundle(Path(bundle_path))
         allowed = [*self.config.allowed_endpoints, *(allow_endpoints or [])]
         return scoring.score(b, reference, generated, model=model, out=out, zero_division=zero_division,
                              n_resamples=n_resamples, cache=StudyExtractionCache(self), on_progress=on_progress,
-                             api_base=api_base, allow_endpoints=allowed, max_failed_share=max_failed_share)
+                             api_base=api_base, allow_endpoints=allowed, max_failed_share=max_failed_share,
+                             engine=self._score_batch_engine(on_batch_status) if batch else None)
+
+    def _score_batch_engine(self, on_status):
+        """A batch engine whose jobs are recorded in this study (scoped by their call keys: the same score resumes them)."""
+        from workbench import batch
+        from workbench.services.runs import StudyBatchJournal
+
+        return batch.BatchEngine(StudyBatchJournal(self), on_status=on_status)
 
 
 def _freeze_message(name: str, user: str, sha: str) -> str:

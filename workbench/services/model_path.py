@@ -38,8 +38,10 @@ class ModelPathService:
     # ------------------------------------------------------------ estimates and the budget
 
     def estimate_run(self, cohort: str, prompt_ref: str | None = None, model: str | None = None,
-                     labels: list[str] | None = None, mode: str | None = None, **overrides) -> labelling.Estimate:
-        """What start_run with these arguments would cost (calls after the cache, tokens, cost, time); no model call."""
+                     labels: list[str] | None = None, mode: str | None = None, batch: bool = False,
+                     **overrides) -> labelling.Estimate:
+        """What start_run with these arguments would cost (calls after the cache, tokens, cost, time); no model call.
+        batch: as a provider batch job (its price where litellm lists one)."""
         from workbench.services.runs import is_local_model
 
         settings = self.labeller_settings(model, **overrides)
@@ -48,6 +50,10 @@ class ModelPathService:
         ps = self.prompt_set(self.prompt_commit(prompt_ref))
         labels = self._check_labels(labels)
         cfg = labelling.model_config(settings)
+        if batch:
+            from workbench import batch as batch_mod
+
+            batch_mod.check_batchable(cfg)  # the offline labeller, a pool: refused as the run would be
         with self.session() as s:
             reports = q.reports_frame(s, cohort_id=self.cohort_id(cohort))
         requests = self._build_requests(ps, reports, labels, mode or ps.task.mode, list(self.config.sections), cfg, set())
@@ -55,15 +61,16 @@ class ModelPathService:
             cached = set(q.cached_calls(s, [r.key for r in requests]))
             history = [] if labelling.is_offline(cfg) else q.model_call_history(s, cfg.model)
         return labelling.estimate_calls(requests, cfg, cached, price=settings.get("price"),
-                                        local=is_local_model(settings), history=history)
+                                        local=is_local_model(settings), history=history, batch=batch)
 
-    def check_budget(self, cohort: str, prompt_ref=None, model=None, labels=None, mode=None, **overrides) -> None:
+    def check_budget(self, cohort: str, prompt_ref=None, model=None, labels=None, mode=None, batch: bool = False,
+                     **overrides) -> None:
         """Raise NeedsConfirmation when the run may cost more than labeller.confirm_above (estimated, no call)."""
         settings = self.labeller_settings(model, **overrides)
         limit = settings.get("confirm_above")
         if limit is None or settings.get("model", "").startswith(labelling.RULES_PREFIX):
             return
-        est = self.estimate_run(cohort, prompt_ref, model, labels, mode, **overrides)
+        est = self.estimate_run(cohort, prompt_ref, model, labels, mode, batch, **overrides)
         if est.over(limit):
             cost = "an unknown cost" if est.cost is None else f"about ${est.cost:,.4f}"
             raise NeedsConfirmation(

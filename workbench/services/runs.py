@@ -185,6 +185,28 @@ def endpoint_allowed(allowed: list[str], settings: dict) -> bool:
     return endpoints.may_send(allowed, model_endpoints(settings))
 
 
+class StudyBatchJournal:
+    """Batch jobs recorded in the study database (the batchjob table): a restart finds them."""
+
+    def __init__(self, wb) -> None:
+        self.wb = wb
+
+    def pending(self, scope: str) -> dict | None:
+        """The newest job of scope still to poll or collect."""
+        with self.wb.session() as s:
+            return q.pending_batch_job(s, scope)
+
+    def record(self, job: dict) -> None:
+        """Record a new job (committed before it is polled)."""
+        with self.wb.session(write=True) as s:
+            q.add_batch_job(s, **job)
+
+    def update(self, batch_id: str, **fields) -> None:
+        """Change a job's status or file ids."""
+        with self.wb.session(write=True) as s:
+            q.update_batch_job(s, batch_id, **fields)
+
+
 class RunLease:
     """The one executor of a run: a lease on the run row, taken and renewed by conditional UPDATEs.
 
@@ -288,16 +310,21 @@ class RunsService:
     def start_run(self, cohort: str, prompt_ref: str | None = None, model: str | None = None,
                   labels: list[str] | None = None, on_progress: Callable[[Progress], None] | None = None,
                   cancel: threading.Event | None = None, mode: str | None = None, confirmed: bool = False,
-                  **overrides) -> RunSummary:
+                  batch: bool = False, on_batch_status: Callable[[str], None] | None = None, **overrides) -> RunSummary:
         """Label a cohort with a prompt version and a model; returns the run's counts.
 
-        confirmed: the caller has shown the estimate and the user accepted a cost above labeller.confirm_above."""
+        confirmed: the caller has shown the estimate and the user accepted a cost above labeller.confirm_above.
+        batch: send the calls as a provider batch job (workbench/batch.py); on_batch_status sees its progress lines."""
         self.require("run")
         settings = self.labeller_settings(model, **overrides)
         self._check_model_name(settings)
         self._check_endpoint(settings)
+        if batch:
+            from workbench import batch as batch_mod
+
+            batch_mod.check_batchable(model_config(settings))  # before the run's row: a refusal leaves nothing
         if not confirmed:
-            self.check_budget(cohort, prompt_ref, model, labels, mode, **overrides)
+            self.check_budget(cohort, prompt_ref, model, labels, mode, batch, **overrides)
         commit = self.prompt_commit(prompt_ref)
         ps = self.unblinded_prompt_set(commit)  # runners are never blinded; the example record is shared
         labels = self._check_labels(labels)
@@ -318,7 +345,8 @@ class RunsService:
             q.add_audit(s, self.actor.user, "start", "run", str(run.id), None,
                         {"model": cfg.model, "endpoint": run.endpoint, "prompt": commit[:12], "cohort": cohort})
             run_id = lease.run_id = run.id
-        return self._execute(run_id, on_progress, cancel, lease=lease, started=True)
+        return self._execute(run_id, on_progress, cancel, lease=lease, started=True,
+                             batch=(batch, on_batch_status))
 
     def unchanged_run(self, cohort: str, prompt_ref: str | None = None, model: str | None = None,
                       labels: list[str] | None = None, mode: str | None = None, **overrides) -> int | None:
@@ -367,14 +395,27 @@ class RunsService:
         runs = self.runs(cohort)
         return runs[runs["status"] == INTERRUPTED].reset_index(drop=True)
 
-    def resume_run(self, run_id: int, on_progress=None, cancel=None) -> RunSummary:
-        """Finish a run that stopped (killed, cancelled, failures): finished calls are not repeated."""
+    def resume_run(self, run_id: int, on_progress=None, cancel=None, batch: bool = False,
+                   on_batch_status: Callable[[str], None] | None = None) -> RunSummary:
+        """Finish a run that stopped (killed, cancelled, failures): finished calls are not repeated. A run with
+        a pending batch job polls that job (no second upload), batch or not; batch: send the rest as a batch."""
         self.require("run")
-        return self._execute(run_id, on_progress, cancel)
+        return self._execute(run_id, on_progress, cancel, batch=(batch, on_batch_status))
 
-    def retry_failed(self, run_id: int, on_progress=None, cancel=None) -> RunSummary:
+    def retry_failed(self, run_id: int, on_progress=None, cancel=None, batch: bool = False,
+                     on_batch_status: Callable[[str], None] | None = None) -> RunSummary:
         """Call again every (report, label) of a run whose answer failed (failures are never cached)."""
-        return self.resume_run(run_id, on_progress, cancel)
+        return self.resume_run(run_id, on_progress, cancel, batch, on_batch_status)
+
+    def pending_batch(self, run_id: int) -> dict | None:
+        """The run's batch job still to poll or collect (workbench/batch.py), None when it has none."""
+        with self.session() as s:
+            return q.pending_batch_job(s, f"run:{run_id}")
+
+    def batch_jobs(self, run_id: int) -> pd.DataFrame:
+        """A run's batch jobs (id, files, status, requests), oldest first."""
+        with self.session() as s:
+            return q.batch_jobs(s, run_id)
 
     def _check_labels(self, labels: list[str] | None) -> list[str]:
         """Resolve label names to ids; only asked labels are labelled (derived ones follow)."""
@@ -433,9 +474,9 @@ class RunsService:
     # ------------------------------------------------------------ execution
 
     def _execute(self, run_id: int, on_progress, cancel, lease: "RunLease | None" = None,
-                 started: bool = False) -> RunSummary:
+                 started: bool = False, batch: tuple = (False, None)) -> RunSummary:
         """Do every call a run still needs, as its one executor (see RunLease); started: a new run's row
-        was created "running" with this lease held."""
+        was created "running" with this lease held; batch: (send as a batch job, its status callback)."""
         with self.session() as s:
             if q.get_run(s, run_id) is None:
                 raise StudyError(f"no run {run_id}")
@@ -446,7 +487,7 @@ class RunsService:
         state = {"running": started}
         try:
             with fewer_collections():  # tens of thousands of short-lived rows and replies: see workbench.runtime
-                return self._execute_leased(run_id, on_progress, cancel, stop, lease, state)
+                return self._execute_leased(run_id, on_progress, cancel, stop, lease, state, batch)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM turned into one by the command line: resumable
             if lease.lost:  # another executor has the run: its status is theirs to set
                 raise
@@ -464,7 +505,7 @@ class RunsService:
         finally:
             lease.release()
 
-    def _execute_leased(self, run_id: int, on_progress, cancel, stop, lease, state) -> RunSummary:
+    def _execute_leased(self, run_id: int, on_progress, cancel, stop, lease, state, batch=(False, None)) -> RunSummary:
         """The body of _execute, holding the run's lease."""
         started = time.monotonic()
         with self.session() as s:
@@ -479,6 +520,7 @@ class RunsService:
                 f"run {run_id} sent report text to {', '.join(recorded) or 'this machine'}; it would now go to "
                 f"{endpoint_label(settings)} (the environment changed): restore it, or start a new run")
         cfg = self._routed(model_config(settings))
+        engine = self._batch_engine(run_id, cfg, *batch)
         with self.session(write=True) as s:  # read, then write: it takes the write lock first (waits, bounded)
             reports = q.reports_frame(s, cohort_id=run.cohort_id)
             done = q.done_prediction_keys(s, run_id)
@@ -494,7 +536,7 @@ class RunsService:
         writer = RunWriter()  # the database stores one batch while the next is parsed or labelled
         written = False
         try:
-            self._label(run_id, cfg, requests, summary, on_progress, stop, halt, writer)
+            self._label(run_id, cfg, requests, summary, on_progress, stop, halt, writer, engine)
             written = True
         finally:
             writer.close(raise_error=written)  # every write done (or its error raised) before the run is counted
@@ -504,8 +546,17 @@ class RunsService:
             return summary
         return self._finish(run_id, labels, len(reports), summary, started, halt)
 
+    def _batch_engine(self, run_id: int, cfg, asked: bool, on_status):
+        """The batch engine when asked for or when the run has a pending batch job (checked before any upload), else None."""
+        if not asked and self.pending_batch(run_id) is None:
+            return None
+        from workbench import batch
+
+        batch.check_batchable(cfg)
+        return batch.BatchEngine(StudyBatchJournal(self), run_id=run_id, on_status=on_status)
+
     def _label(self, run_id: int, cfg, requests: list, summary: RunSummary, on_progress, stop: threading.Event, halt,
-               writer: "RunWriter") -> None:
+               writer: "RunWriter", engine=None) -> None:
         """Label through the one path: cached answers and offline ones stored by the writer, paid ones as they return."""
         def store_reused(answers: list) -> None:
             rows = _rows(answers)
@@ -526,7 +577,7 @@ class RunsService:
 
         labelling.label_calls(requests, cfg, self._cached_replies, lambda answers: self._store_answers(run_id, cfg, answers),
                               store_reused=store_reused, defer=writer.submit, on_answer=on_answer,
-                              on_progress=on_progress, cancel=halt, on_start=started)
+                              on_progress=on_progress, cancel=halt, on_start=started, engine=engine)
 
     def _cached_replies(self, keys: list[str]) -> dict[str, str]:
         """Call key -> cached reply text, for the keys that have one."""

@@ -22,6 +22,7 @@ from workbench.store.tables import (
 from workbench.store.tables import CohortLook, Optimisation, PromptVersionExamples, Proposal, SplitMember
 from workbench.store.tables import RunScoring
 from workbench.store.tables import WebSession
+from workbench.store.tables import BatchJob
 
 CHUNK = 5000
 
@@ -1408,3 +1409,31 @@ def search_rows(session: Session, run_id: int, field: str, like: str | None = No
         rows = _raw_rows(session, sql + f" AND p.report_id IN ({', '.join('?' * len(chunk))})", (*params, *chunk))
         frames.append(pd.DataFrame(rows, columns=columns))
     return pd.concat(frames, ignore_index=True)
+# ---------------------------------------------------------------- batch jobs (workbench/batch.py)
+
+BATCH_ENDED = ("failed", "expired", "cancelled", "collected")  # a job in one of these is never polled again
+
+
+def add_batch_job(session: Session, **fields) -> None:
+    """Record a provider batch job the moment it is created (before it is polled)."""
+    stamp = now()
+    session.add(BatchJob(**fields, created_at=stamp, updated_at=stamp))
+
+
+def pending_batch_job(session: Session, scope: str) -> dict | None:
+    """The newest batch job of a scope that has not ended (still to poll or to collect), as a dict; None when none."""
+    row = session.execute(select(BatchJob).where(BatchJob.scope == scope, BatchJob.status.not_in(BATCH_ENDED))
+                          .order_by(BatchJob.id.desc())).scalars().first()
+    return None if row is None else row.model_dump()
+
+
+def update_batch_job(session: Session, batch_id: str, **fields) -> None:
+    """Set a batch job's status or file ids."""
+    session.execute(update(BatchJob).where(BatchJob.batch_id == batch_id).values(**fields, updated_at=now()))
+
+
+def batch_jobs(session: Session, run_id: int) -> pd.DataFrame:
+    """A run's batch jobs, oldest first."""
+    cols = ["batch_id", "input_file_id", "output_file_id", "status", "requests", "created_at", "updated_at"]
+    stmt = select(*(getattr(BatchJob, c) for c in cols)).where(BatchJob.run_id == run_id).order_by(BatchJob.id)
+    return _frame(session, stmt, cols)

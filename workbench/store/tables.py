@@ -470,3 +470,23 @@ class ReadingClaim(SQLModel, table=True):
     done: bool = False
     claimed_at: str = Field(max_length=40)
     expires_at: str = Field(max_length=40)
+
+
+class BatchJob(SQLModel, table=True):
+    """A provider batch job (workbench/batch.py), recorded before it is polled so a restart picks it up
+    instead of uploading again. scope: "run:<id>" for a run, "calls:<sha of its call keys>" otherwise."""
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    scope: str = Field(index=True, max_length=200)
+    run_id: Optional[int] = Field(default=None, foreign_key="run.id", index=True)
+    batch_id: str = Field(index=True, unique=True, max_length=200)
+    input_file_id: str = Field(max_length=200)
+    output_file_id: Optional[str] = Field(default=None, max_length=200)
+    error_file_id: Optional[str] = Field(default=None, max_length=200)
+    status: str = Field(max_length=40)  # the provider's status; "collected" once every answer is stored
+    model: str = Field(max_length=300)
+    api_base: str = Field(max_length=1000)
+    requests: int = 0
+    keys_sha: str = Field(max_length=64)
+    created_at: str = Field(max_length=40)
+    updated_at: str = Field(max_length=40)
