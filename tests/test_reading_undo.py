@@ -139,3 +139,48 @@ def test_cli_undo_and_the_note_in_the_audit(small_study):
     assert again.exit_code == 2 and "nothing to undo" in again.output
     audit = CliRunner().invoke(main, ["audit", "--entity", "reading_note", "--format", "csv", "--study", str(wb.root)])
     assert audit.exit_code == 0 and "faint" in audit.output
+
+
+CONFIRM_CASES = [  # (ticked, seconds shown, min seconds, confirmed) -> asks first
+    ((0, 1.0, 0, False), False),   # off (the default)
+    ((0, 1.0, 5, False), True),    # nothing ticked, too soon
+    ((0, 1.0, 5, True), False),    # Enter again confirms
+    ((1, 1.0, 5, False), False),   # something ticked
+    ((0, 5.0, 5, False), False),   # shown long enough
+]
+
+
+def test_empty_save_confirmation_rule_in_python_and_in_the_browser_code(tmp_path):
+    import json
+    import shutil
+    import subprocess
+
+    from workbench.core.reading import min_seconds_empty, needs_empty_confirmation
+
+    assert [needs_empty_confirmation(*args) for args, _ in CONFIRM_CASES] == [want for _, want in CONFIRM_CASES]
+    assert min_seconds_empty({}) == 0 and min_seconds_empty({"min_seconds_empty": 4}) == 4
+    for bad in ({"min_seconds_empty": -1}, {"min_seconds_empty": "3"}, {"min_secs": 3}):
+        with pytest.raises(ValueError):
+            min_seconds_empty(bad)
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("the browser half needs node")
+    from workbench.ui import keyboard
+
+    module = tmp_path / "form.mjs"
+    shutil.copy(keyboard.HERE / "form.js", module)
+    script = (f"import {{ needsEmptyConfirm }} from {json.dumps(str(module))};\n"
+              f"console.log(JSON.stringify({json.dumps([a for a, _ in CONFIRM_CASES])}.map((a) => needsEmptyConfirm(...a))));")
+    out = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [want for _, want in CONFIRM_CASES]
+
+
+def test_reading_setting_is_validated_in_workbench_yaml(small_study):
+    from workbench.study import StudyError, load_config
+
+    config = small_study.paths.config
+    config.write_text(config.read_text() + "reading:\n  min_seconds_empty: 4\n")
+    assert load_config(small_study.root).reading == {"min_seconds_empty": 4}
+    config.write_text(config.read_text().replace("min_seconds_empty: 4", "min_seconds_empty: lots"))
+    with pytest.raises(StudyError, match="reading: min_seconds_empty"):
+        load_config(small_study.root)

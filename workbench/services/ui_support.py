@@ -215,6 +215,13 @@ class UISupportService:
             after_readings(self, s, [(save.report_id, reader)])
         return {"report_id": save.report_id, "restored": restored, "removed": removed}
 
+    def last_saved_report(self, reader: str) -> str | None:
+        """The report of a reader's last save that undo would take back, or None."""
+        self._check_own_reading(reader)
+        with self.session() as s:
+            save = q.last_reading_save(s, reader)
+            return None if save is None else save.report_id
+
     def my_reading_list(self, reader: str, cohort: str, search: str = "") -> pd.DataFrame:
         """A reader's own saved readings and drafts on a cohort (report_id, state, ticked, unsure, comment, saved_at),
         in work-list order, filtered by report id or report text (case-insensitive); nobody else's values."""
@@ -236,7 +243,7 @@ class UISupportService:
         out = pd.DataFrame({"report_id": work["report_id"],
                             "state": work["state"].map({COMPLETED: "saved", DRAFT: "draft"}).fillna("partly saved"),
                             "ticked": [", ".join(names.get(lab, lab) for lab in ticked.get(rid, [])) for rid in work["report_id"]],
-                            "unsure": work["report_id"].map(notes["unsure"]).fillna(False).astype(bool),
+                            "unsure": work["report_id"].isin(notes.index[notes["unsure"].astype(bool)]),
                             "comment": work["report_id"].map(notes["comment"]).fillna(""),
                             "saved_at": work["saved_at"]})
         return out.reset_index(drop=True)
