@@ -366,3 +366,40 @@ def test_enter_on_an_empty_report_asks_first_when_the_study_says_so(browser, con
     assert wb.my_readings(CONFIRMER[0], second)["value"].astype(int).sum() == 1
     watch.check(pg)
     context.close()
+
+
+FIT = """(minWidth) => {
+  let save = null;
+  for (const host of document.querySelectorAll('[data-testid="stBidiComponentIsolated"]')) {
+    const b = host.shadowRoot && host.shadowRoot.querySelector('.wbk button[data-kind="save"]');
+    if (b) save = b.getBoundingClientRect();
+  }
+  const grids = [...document.querySelectorAll('[data-testid="stMain"] [data-testid="stDataFrame"]')]
+    .map((g) => g.getBoundingClientRect()).filter((r) => r.width > 0);
+  const box = (r) => r && {left: r.left, top: r.top, right: r.right, bottom: r.bottom, width: r.width};
+  return {w: innerWidth, h: innerHeight, scrollY: scrollY, save: box(save), queue: box(grids[0] || null)};
+}"""
+# the queue's columns as the pages set them (px): all of them must fit in the grid without a horizontal scroll
+QUEUE_WIDTHS = {"Disagreements": 40 + 60 + 140 + 40 + 36, "Adjudicate": 40 + 60 + 130 + 72 + 52}
+
+
+@pytest.mark.parametrize("size", [(1440, 900), (1280, 800)], ids=["1440x900", "1280x800"])
+def test_save_button_and_queue_columns_fit_without_scrolling(browser, burst_server, size):
+    context = browser.new_context(viewport={"width": size[0], "height": size[1]})
+    pg = context.new_page()
+    pg.set_default_timeout(TIMEOUT_MS)
+    watch = Watch(pg, burst_server)
+    sign_in(pg, burst_server, *BOSS)
+    for title in ("Annotate", "Disagreements", "Adjudicate"):
+        open_by_keyboard(pg, title)
+        pg.wait_for_function(f"() => {{ const s = ({FORM_STATE})(); return s && s.state === 'ready'; }}")
+        fit = pg.evaluate(FIT)
+        save = fit["save"]
+        assert save and save["top"] >= 0 and save["bottom"] <= fit["h"] and save["right"] <= fit["w"], (title, fit)
+        if title in QUEUE_WIDTHS:
+            queue = fit["queue"]
+            assert queue and queue["left"] >= 0 and queue["right"] <= fit["w"] and queue["top"] < fit["h"], (title, fit)
+            assert queue["width"] >= QUEUE_WIDTHS[title], f"{title}: the queue is {queue['width']:.0f} px wide, " \
+                f"its columns need {QUEUE_WIDTHS[title]} px"
+    watch.check(pg)
+    context.close()
