@@ -292,6 +292,32 @@ def import_readings(wb, file, fmt, uncertain_as, blank_as):
     click.echo(wb.import_readings(Path(file), fmt=fmt, uncertain_as=uncertain_as, blank_as=blank_as).message())
 
 
+@main.group("readings")
+def readings_():
+    """A reader's own saved readings: undo the last save, export the comments and unsure marks."""
+
+
+@readings_.command("undo")
+@click.option("--reader", required=True, help="The reader whose last save is undone (yourself, when signed in).")
+@study_option
+def readings_undo(wb, reader):
+    """Undo a reader's last saved reading: the values before it come back (a new reading goes back to a draft)."""
+    done = wb.undo_last_save(reader)
+    click.echo(f"Undid the last save of {done['report_id']} by {reader}: {done['restored']} label(s) restored, "
+               f"{done['removed']} new reading(s) removed.")
+
+
+@readings_.command("notes")
+@click.option("--cohort", default=None, help="Limit to one cohort.")
+@click.option("--reader", default=None, help="Only one reader's (yours without unblinded access).")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@wide_flag
+@study_option
+def readings_notes(wb, cohort, reader, fmt):
+    """Readers' per-report comments and unsure marks, saved with their readings."""
+    echo_table(wb.reading_notes(cohort=cohort, reader=reader), fmt)
+
+
 @main.command()
 @click.option("--cohort", default=None, help="Limit to one cohort.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
@@ -1683,7 +1709,7 @@ def user_token(wb, user_id, revoke, days):
 
 
 @main.command("audit")
-@click.option("--entity", default=None, help="Only one kind: reading, adjudication, note, prompt, bundle, run, user, endpoint, settings.")
+@click.option("--entity", default=None, help="Only one kind: reading, reading_note, adjudication, note, prompt, bundle, run, user, endpoint, settings.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--verify", "check", is_flag=True, help="Check the hash chain instead: reports the first broken link (exit 1).")
 @wide_flag

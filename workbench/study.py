@@ -65,13 +65,15 @@ class StudyConfig:
     zero_division: str = "exclude"
 
     adaptive: dict = field(default_factory=dict)  # adaptive reading (core/adaptive.py); empty: off
+    reading: dict = field(default_factory=dict)  # the reading room's settings (core/reading.py); empty: defaults
 
     KEYS = ("name", "vocabulary", "database", "reference", "sections", "labeller", "error_categories",
-            "allowed_endpoints", "auth", "dev_cohort", "annotate_attributes", "zero_division", "adaptive")
+            "allowed_endpoints", "auth", "dev_cohort", "annotate_attributes", "zero_division", "adaptive",
+            "reading")
 
     def to_dict(self) -> dict:
         """Plain data for YAML (adaptive reading only once set: older studies' settings read as before)."""
-        return {k: getattr(self, k) for k in self.KEYS if k != "adaptive" or self.adaptive}
+        return {k: getattr(self, k) for k in self.KEYS if k not in ("adaptive", "reading") or getattr(self, k)}
 
     @classmethod
     def from_dict(cls, data: dict, source: str) -> "StudyConfig":
@@ -100,6 +102,12 @@ class StudyConfig:
             AdaptiveSettings.from_config(cfg.adaptive)
         except (TypeError, ValueError) as exc:
             raise StudyError(f"{source}: adaptive: {exc}") from exc
+        from workbench.core.reading import min_seconds_empty
+
+        try:
+            min_seconds_empty(cfg.reading)
+        except ValueError as exc:
+            raise StudyError(f"{source}: reading: {exc}") from exc
         return cfg
 
 

@@ -211,7 +211,7 @@ def test_annotate_saves_a_reading_and_moves_on(study):
     draft(at, state.ANN_FORM, labels=["pleural_effusion"])
     wb = workbench(study)
     assert wb.reading_draft("dr-new", report) == {**{lab: 0 for lab in wb.vocab.asked_ids}, "pleural_effusion": 1}
-    assert form_data(at, state.ANN_FORM)["values"] == {"labels": ["pleural_effusion"]}
+    assert form_data(at, state.ANN_FORM)["values"]["labels"] == ["pleural_effusion"]
     press(at, state.ANN_FORM, labels=["pleural_effusion"])
     mine = wb.my_readings("dr-new", report)
     assert len(mine) == 20
@@ -222,6 +222,31 @@ def test_annotate_saves_a_reading_and_moves_on(study):
     shown = form_data(at, state.ANN_FORM)
     assert at.session_state[state.ANN_REPORT] != report and shown["item"]["id"] == at.session_state[state.ANN_REPORT]
     assert shown["acked"] == 1 and shown["error"] is None, "the browser learns that its Enter was stored"
+
+
+def test_annotate_unsure_comment_undo_and_my_readings(study):
+    at = open_page(study, "annotate")
+    at.text_input(key=state.NEW_READER).input("dr-undo").run()
+    report = at.session_state[state.ANN_REPORT]
+    data = form_data(at, state.ANN_FORM)
+    assert data["nav"]["undo"] is False and data["values"]["unsure"] is None and data["values"]["comment"] == ""
+    assert [o["key"] for g in data["groups"] if g["id"] == "unsure" for o in g["options"]] == ["."]
+    press(at, state.ANN_FORM, labels=["edema"], unsure="unsure", comment="basal, faint")
+    wb = workbench(study)
+    assert wb.reading_note("dr-undo", report) == {"comment": "basal, faint", "unsure": True}
+    assert form_data(at, state.ANN_FORM)["nav"]["undo"] is True
+    at.toggle(key=state.widget_key("my-readings-on", "dev")).set_value(True).run()
+    assert_clean(at)
+    mine = [d.value for d in at.dataframe if "ticked" in d.value.columns][0]
+    assert mine["report_id"].tolist() == [report] and bool(mine["unsure"].iloc[0]) and "reader-a" not in all_text(at)
+    at.text_input(key=state.widget_key("my-readings-search", "dev")).input("no such words anywhere").run()
+    assert "No saved reading or draft matches." in all_text(at)
+    press(at, state.ANN_FORM, "undo")
+    assert at.session_state[state.ANN_REPORT] == report, "undo opens the report again"
+    assert wb.my_readings("dr-undo", report).empty and wb.reading_note("dr-undo", report) is None
+    assert form_data(at, state.ANN_FORM)["values"]["labels"] == ["edema"], "its ticks are back as the draft"
+    press(at, state.ANN_FORM, "undo")
+    assert "Nothing undone: nothing to undo" in form_data(at, state.ANN_FORM)["error"]
 
 
 def test_annotate_a_resent_trigger_is_applied_once(study):
@@ -262,9 +287,9 @@ def test_annotate_every_label_has_a_visible_key_and_navigation_keys(study):
     keys = [o["key"] for o in options]
     assert [o["id"] for o in options] == wb.vocab.asked_ids
     assert all(keys) and len(set(keys)) == len(keys), keys
-    assert not {"c", "r", "s"} & set(keys)
+    assert not {"c", "r", "s", ".", "/"} & set(keys), "S skips, . marks unsure, / opens the comment"
     assert all(o["hint"] for o in options), "every chip carries its label's definition"
-    assert data["nav"] == {"prev": False, "next": True, "skip": True}
+    assert data["nav"] == {"prev": False, "next": True, "skip": True, "undo": False}
 
 
 def test_annotate_ticks_survive_navigation_and_reload(study):
@@ -276,11 +301,11 @@ def test_annotate_ticks_survive_navigation_and_reload(study):
     assert "1 drafts" in all_text(at) or any("1 drafts" in str(p.proto.text) for p in at.get("progress"))
     press(at, state.ANN_FORM, "prev")
     assert at.session_state[state.ANN_REPORT] == report
-    assert form_data(at, state.ANN_FORM)["values"] == {"labels": ["cardiomegaly", "edema"]}
+    assert form_data(at, state.ANN_FORM)["values"]["labels"] == ["cardiomegaly", "edema"]
     # a new session (reload, lost connection): the draft is still there, nothing was saved as a reading
     again = open_page(study, "annotate", {state.NEW_READER: "dr-draft"})
     assert again.session_state[state.ANN_REPORT] == report
-    assert form_data(again, state.ANN_FORM)["values"] == {"labels": ["cardiomegaly", "edema"]}
+    assert form_data(again, state.ANN_FORM)["values"]["labels"] == ["cardiomegaly", "edema"]
     assert len(workbench(study).my_readings("dr-draft", report)) == 0
     table = [d.value for d in again.dataframe if "state" in d.value.columns][0]
     assert set(table["state"]) == {"draft (not saved)", "unread"}
@@ -588,11 +613,13 @@ def test_settings_saves_the_config(study):
 
     at = open_page(study, "settings")
     at.number_input[0].set_value(3)
+    [n for n in at.number_input if n.label.startswith("Ask before saving")][0].set_value(4.0)
     [t for t in at.text_input if t.label.startswith("Model")][0].input("openai/gpt-4o-mini")
     button(at, "Save settings").click().run()
     assert_clean(at)
     cfg = load_config(study)
     assert cfg.labeller["concurrency"] == 3 and cfg.labeller["model"] == "openai/gpt-4o-mini"
+    assert cfg.reading == {"min_seconds_empty": 4.0}
     text = all_text(at)
     assert "Report text will be sent to" in text and "not among the allowed endpoints" in text
 

@@ -263,3 +263,143 @@ def test_reload_keeps_the_user_signed_in_and_on_the_same_item(browser, burst_ser
     assert not [c for c in context.cookies() if c["name"].startswith("wb_session_") and c["value"]]
     watch.check(pg)
     context.close()
+
+
+EXTRA, CONFIRMER = ("dr-extra", "reader-password-3"), ("dr-confirm", "reader-password-4")
+CONFIRM_STATE = """() => {
+  for (const host of document.querySelectorAll('[data-testid="stBidiComponentIsolated"]')) {
+    const f = host.shadowRoot && host.shadowRoot.querySelector('.wbk');
+    if (f) return {item: f.dataset.item, confirm: f.dataset.confirm, status: f.querySelector('.wbk-status').textContent};
+  }
+  return null;
+}"""
+
+
+def _add_reader(study: Path, user: tuple[str, str]) -> None:
+    from workbench.services import Workbench
+
+    wb = Workbench(study)
+    wb = wb.as_actor(wb.actor_for(BOSS[0]))
+    if user[0] not in set(wb.users()["id"]):
+        wb.add_user(user[0], "reader", user[1])
+    wb.engine.dispose()
+
+
+def test_unsure_comment_undo_and_enter_on_a_focused_link(browser, burst_server, burst_study):
+    from workbench.services import Actor, Workbench
+    from workbench.ui.app_pages.annotate import COMMENT_KEY, LABEL_KEYS, UNSURE_KEY
+
+    _add_reader(burst_study, EXTRA)
+    wb = Workbench(burst_study).as_actor(Actor(EXTRA[0], "reader"))
+    asked = wb.vocab.asked_ids
+    ids = wb.work_list(EXTRA[0], "dev")["report_id"].tolist()[:2]
+    context, pg, watch = new_page(browser, burst_server)
+    sign_in(pg, burst_server, *EXTRA)
+    open_by_keyboard(pg, "Annotate")  # the link had the focus: the form takes the keys after it opens
+    wait_ready(pg, ids[0])
+    pg.keyboard.press(LABEL_KEYS[0])
+    pg.keyboard.press(UNSURE_KEY)
+    pg.keyboard.press(COMMENT_KEY)  # into the comment field: the label keys are text there
+    pg.keyboard.type("faint 2 opacity")
+    pg.keyboard.press("Escape")     # out again: the keys tick labels
+    pg.keyboard.press(LABEL_KEYS[1])
+    pg.keyboard.press("Enter")
+    wait_ready(pg, ids[1])
+    saved = wb.my_readings(EXTRA[0], ids[0]).set_index("label")["value"].astype(int).to_dict()
+    assert saved == {lab: int(j in (0, 1)) for j, lab in enumerate(asked)}
+    assert wb.reading_note(EXTRA[0], ids[0]) == {"comment": "faint 2 opacity", "unsure": True}
+    pg.keyboard.press("Control+z")  # undo: the new reading goes, its ticks come back as the draft on screen
+    wait_ready(pg, ids[0])
+    assert wb.my_readings(EXTRA[0], ids[0]).empty and wb.reading_note(EXTRA[0], ids[0]) is None
+    assert wb.reading_draft(EXTRA[0], ids[0]) == {lab: int(j in (0, 1)) for j, lab in enumerate(asked)}
+    audit = Workbench(burst_study).audit_log()
+    assert {"add", "undo"} <= set(audit.loc[audit["entity_key"] == f"{ids[0]}/{EXTRA[0]}", "action"])
+    # Enter on a link reached with the keyboard opens that link; it does not save the report on screen
+    pg.get_by_test_id("stSidebarNav").get_by_role("link", name="Home").focus()
+    pg.keyboard.press("Enter")
+    pg.get_by_role("heading", name="Study: demo", exact=True).wait_for()
+    assert wb.my_readings(EXTRA[0], ids[0]).empty
+    watch.check(pg)
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def confirm_server(burst_study, tmp_path_factory):
+    """A copy of the study whose reading.min_seconds_empty is 600 s (every empty Enter asks first)."""
+    root = tmp_path_factory.mktemp("confirm") / "demo"
+    shutil.copytree(burst_study, root, ignore=shutil.ignore_patterns("streamlit.log"))
+    config = root / "workbench.yaml"
+    config.write_text(config.read_text() + "reading:\n  min_seconds_empty: 600\n")
+    _add_reader(root, CONFIRMER)
+    running = serve(root)
+    yield next(running), root
+    running.close()
+
+
+def test_enter_on_an_empty_report_asks_first_when_the_study_says_so(browser, confirm_server):
+    from workbench.services import Actor, Workbench
+
+    url, root = confirm_server
+    wb = Workbench(root).as_actor(Actor(CONFIRMER[0], "reader"))
+    context, pg, watch = new_page(browser, url)
+    sign_in(pg, url, *CONFIRMER)
+    open_by_keyboard(pg, "Annotate")
+    first = pg.evaluate(FORM_STATE)["item"]
+    wait_ready(pg, first)
+    pg.keyboard.press("Enter")
+    pg.wait_for_function(f"() => ({CONFIRM_STATE})().confirm === '1'")
+    assert "press Enter again" in pg.evaluate(CONFIRM_STATE)["status"]
+    pg.keyboard.press("Escape")  # cancel: still on the same report, nothing saved
+    pg.wait_for_function(f"() => ({CONFIRM_STATE})().confirm === '0'")
+    assert pg.evaluate(FORM_STATE)["item"] == first and wb.my_readings(CONFIRMER[0], first).empty
+    pg.keyboard.press("Enter")
+    pg.wait_for_function(f"() => ({CONFIRM_STATE})().confirm === '1'")
+    pg.keyboard.press("Enter")   # confirmed: saved with every label 0, the next report opens
+    pg.wait_for_function(f"(b) => {{ const s = ({FORM_STATE})(); return s && s.item !== b && s.state === 'ready'; }}",
+                         arg=first)
+    second = pg.evaluate(FORM_STATE)["item"]
+    assert wb.my_readings(CONFIRMER[0], first)["value"].astype(int).tolist() == [0] * len(wb.vocab.asked_ids)
+    pg.keyboard.press("1")       # something ticked: Enter saves at once
+    pg.keyboard.press("Enter")
+    pg.wait_for_function(f"(b) => {{ const s = ({FORM_STATE})(); return s && s.item !== b && s.state === 'ready'; }}",
+                         arg=second)
+    assert wb.my_readings(CONFIRMER[0], second)["value"].astype(int).sum() == 1
+    watch.check(pg)
+    context.close()
+
+
+FIT = """(minWidth) => {
+  let save = null;
+  for (const host of document.querySelectorAll('[data-testid="stBidiComponentIsolated"]')) {
+    const b = host.shadowRoot && host.shadowRoot.querySelector('.wbk button[data-kind="save"]');
+    if (b) save = b.getBoundingClientRect();
+  }
+  const grids = [...document.querySelectorAll('[data-testid="stMain"] [data-testid="stDataFrame"]')]
+    .map((g) => g.getBoundingClientRect()).filter((r) => r.width > 0);
+  const box = (r) => r && {left: r.left, top: r.top, right: r.right, bottom: r.bottom, width: r.width};
+  return {w: innerWidth, h: innerHeight, scrollY: scrollY, save: box(save), queue: box(grids[0] || null)};
+}"""
+# the queue's columns as the pages set them (px): all of them must fit in the grid without a horizontal scroll
+QUEUE_WIDTHS = {"Disagreements": 40 + 60 + 140 + 40 + 36, "Adjudicate": 40 + 60 + 130 + 72 + 52}
+
+
+@pytest.mark.parametrize("size", [(1440, 900), (1280, 800)], ids=["1440x900", "1280x800"])
+def test_save_button_and_queue_columns_fit_without_scrolling(browser, burst_server, size):
+    context = browser.new_context(viewport={"width": size[0], "height": size[1]})
+    pg = context.new_page()
+    pg.set_default_timeout(TIMEOUT_MS)
+    watch = Watch(pg, burst_server)
+    sign_in(pg, burst_server, *BOSS)
+    for title in ("Annotate", "Disagreements", "Adjudicate"):
+        open_by_keyboard(pg, title)
+        pg.wait_for_function(f"() => {{ const s = ({FORM_STATE})(); return s && s.state === 'ready'; }}")
+        fit = pg.evaluate(FIT)
+        save = fit["save"]
+        assert save and save["top"] >= 0 and save["bottom"] <= fit["h"] and save["right"] <= fit["w"], (title, fit)
+        if title in QUEUE_WIDTHS:
+            queue = fit["queue"]
+            assert queue and queue["left"] >= 0 and queue["right"] <= fit["w"] and queue["top"] < fit["h"], (title, fit)
+            assert queue["width"] >= QUEUE_WIDTHS[title], f"{title}: the queue is {queue['width']:.0f} px wide, " \
+                f"its columns need {QUEUE_WIDTHS[title]} px"
+    watch.check(pg)
+    context.close()

@@ -7,7 +7,8 @@ they were computed from (a saved reading rarely changes a reference value); a fi
 'running' again, without a finish time), and the readings' aggregates are refreshed for the
 reports whose readings changed since the last look (found through ix_reading_updated_at), then
 checked against the table's count and recomputed whole when it does not add up. The workbench
-never deletes a reading and stamps every change; a reading changed in the database by hand
+stamps every change and deletes a reading only when a reader undoes its first save (the count
+check then recomputes); a reading changed in the database by hand
 without a new updated_at is not seen until the process restarts.
 """
 

@@ -409,11 +409,12 @@ class StudyService:
     # ------------------------------------------------------------ reading one report
 
     def record_reading(self, reader: str, report_id: str, values: dict[str, int],
-                       expected_versions: dict[str, int] | None = None) -> dict:
+                       expected_versions: dict[str, int] | None = None, on_saved=None) -> dict:
         """Record one reader's labels for one report (the annotate form); returns what changed.
 
         expected_versions maps label -> the reading version the form showed; if another save
         changed it meanwhile the whole save is refused (ConflictError) and nothing is written.
+        on_saved(session, existing) runs last inside the same transaction (the undo log, the note).
         """
         self.require("annotate")
         actor = self.current_actor()
@@ -430,7 +431,7 @@ class StudyService:
             raise StudyError(f"values must be 0 or 1, got {bad}")
         expected_versions = expected_versions or {}
         try:
-            return self._record_reading(reader, report_id, values, expected_versions)
+            return self._record_reading(reader, report_id, values, expected_versions, on_saved)
         except Exception as exc:
             if not _is_integrity_error(exc):
                 raise
@@ -438,7 +439,8 @@ class StudyService:
             raise ConflictError(f"{report_id}: another save of the same report by {reader} landed first; "
                                 "reload and save again (nothing was saved)") from exc
 
-    def _record_reading(self, reader: str, report_id: str, values: dict[str, int], expected_versions: dict) -> dict:
+    def _record_reading(self, reader: str, report_id: str, values: dict[str, int], expected_versions: dict,
+                        on_saved=None) -> dict:
         """The transaction of record_reading."""
         changed = {"added": 0, "changed": 0, "unchanged": 0}
         with self.session(write=True) as s:
@@ -471,6 +473,8 @@ class StudyService:
                 q.insert_readings(s, pd.DataFrame(new_rows))
                 q.add_audit(s, self.actor.user, "add", "reading", f"{report_id}/{reader}", None,
                             {r["label"]: r["value"] for r in new_rows})
+            if on_saved is not None:
+                on_saved(s, existing)
             if new_rows or changed["changed"]:
                 from workbench.services.adaptive import after_readings
 

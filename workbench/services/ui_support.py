@@ -20,7 +20,18 @@ from workbench.study import PROJECT_ROOT, StudyError
 
 ROBUSTNESS_PAIRS = PROJECT_ROOT / "annotations" / "robustness" / "pairs.csv"
 COMPLETED, DRAFT, UNREAD = "completed", "draft", "unread"
+MAX_COMMENT = 2000  # a comment is a remark beside a reading, not a report
 PACE_GAP_S = 15 * 60  # a pause longer than this between two saves is a break, not reading time
+
+
+def _checked_note(comment: str | None, unsure: bool | None):
+    """The note to store ({comment, unsure}; None when empty), or False when the caller leaves it as it is."""
+    if comment is None and unsure is None:
+        return False
+    comment = (comment or "").strip()
+    if len(comment) > MAX_COMMENT:
+        raise StudyError(f"the comment is {len(comment)} characters long; keep it under {MAX_COMMENT}")
+    return {"comment": comment, "unsure": bool(unsure)} if comment or unsure else None
 
 
 def reading_pace(saved_at, remaining: int) -> dict:
@@ -121,15 +132,126 @@ class UISupportService:
         with self.session() as s:
             return q.reading_draft_ids(s, reader)
 
-    def submit_reading(self, reader: str, report_id: str, values: dict, expected_versions: dict | None = None) -> dict:
-        """Save a report's reading (every asked label: unticked = 0) and drop its draft."""
+    def submit_reading(self, reader: str, report_id: str, values: dict, expected_versions: dict | None = None,
+                       comment: str | None = None, unsure: bool | None = None) -> dict:
+        """Save a report's reading (every asked label: unticked = 0) with the reader's comment and unsure mark,
+        drop its draft and log the save for undo, in one transaction (comment/unsure None: left as they are)."""
         self._check_own_reading(reader)
         values = self._check_values(values)
+        note = _checked_note(comment, unsure)
         full = {lab: values.get(lab, 0) for lab in self.vocab.asked_ids}
-        changed = self.record_reading(reader, report_id, full, expected_versions=expected_versions)
-        with self.session() as s:
+
+        def saved(s, existing) -> None:
+            """The note, the undo log and the draft, inside the reading's own transaction."""
+            before = {lab: (int(existing.loc[lab, "value"]) if lab in existing.index else None) for lab in full}
+            note_before = q.get_reading_note(s, reader, report_id)
+            if note is not False and note != note_before:
+                q.put_reading_note(s, reader, report_id, note)
+                q.add_audit(s, self.actor.user, "note", "reading_note", f"{report_id}/{reader}", note_before, note)
+            s.flush()
+            after = q.readings_frame(s, report_ids_=[report_id], reader=reader).set_index("label")["version"]
+            q.add_reading_save(s, reader, report_id, before, {lab: int(v) for lab, v in after.items()},
+                               note_before, q.get_reading_draft(s, reader, report_id))
             q.delete_reading_draft(s, reader, report_id)
-        return changed
+
+        return self.record_reading(reader, report_id, full, expected_versions=expected_versions, on_saved=saved)
+
+    def reading_note(self, reader: str, report_id: str) -> dict | None:
+        """A reader's own comment and unsure mark on one report ({comment, unsure}), or None."""
+        self._check_own_reading(reader)
+        with self.session() as s:
+            return q.get_reading_note(s, reader, report_id)
+
+    def reading_notes(self, cohort: str | None = None, reader: str | None = None) -> pd.DataFrame:
+        """Readers' comments and unsure marks (report_id, reader, comment, unsure, updated_at): others' only unblinded."""
+        if reader is None or reader != self.current_actor().user:
+            self.require("see_unblinded")
+        with self.session() as s:
+            ids = q.report_ids(s, self.cohort_id(cohort)) if cohort else None
+            return q.reading_notes_frame(s, ids, reader=reader).reset_index(drop=True)
+
+    def undo_last_save(self, reader: str) -> dict:
+        """Undo a reader's last save in one transaction: the values before it come back (a new reading goes,
+        its draft returns), and the audit records the undo; refused when nothing is left to undo or the
+        reading was changed since. Returns {report_id, restored, removed}."""
+        import json
+
+        from workbench.errors import UserError
+        from workbench.services.adaptive import after_readings
+
+        self._check_own_reading(reader)
+        with self.session(write=True) as s:
+            save = q.last_reading_save(s, reader)
+            if save is None:
+                raise UserError(f"nothing to undo: {reader} has no saved reading left to undo")
+            before, after = json.loads(save.before_json), json.loads(save.after_json)
+            now_ = q.readings_frame(s, report_ids_=[save.report_id], reader=reader).set_index("label")
+            moved = [lab for lab, v in after.items() if lab not in now_.index or int(now_.loc[lab, "version"]) != v]
+            if moved or not q.mark_reading_save_undone(s, save.id):
+                raise UserError(f"cannot undo: the reading of {save.report_id} by {reader} was changed since that save "
+                                f"({', '.join(moved) or 'undone already'}); nothing was undone")
+            restored = removed = 0
+            for lab, value in before.items():
+                reading = q.get_reading(s, save.report_id, lab, reader)
+                if value is None:
+                    removed += q.delete_reading(s, reading.id, after[lab])
+                elif int(reading.value) != value:
+                    restored += q.update_reading(s, reading.id, value, after[lab])
+            current = {lab: int(now_.loc[lab, "value"]) for lab in after}
+            q.add_audit(s, self.actor.user, "undo", "reading", f"{save.report_id}/{reader}", current, before)
+            note_before = json.loads(save.note_before_json)
+            if q.get_reading_note(s, reader, save.report_id) != note_before:
+                q.add_audit(s, self.actor.user, "undo", "reading_note", f"{save.report_id}/{reader}",
+                            q.get_reading_note(s, reader, save.report_id), note_before)
+                q.put_reading_note(s, reader, save.report_id, note_before)
+            draft = json.loads(save.draft_before_json)
+            if draft is None and all(v is None for v in before.values()):
+                draft = current  # a first save undone: its ticks stay on screen as the draft they were
+            if draft is not None:
+                q.put_reading_draft(s, reader, save.report_id, draft)
+            s.flush()
+            versions = q.readings_frame(s, report_ids_=[save.report_id], reader=reader).set_index("label")["version"]
+            q.restamp_last_reading_save(s, reader, save.report_id, {lab: int(v) for lab, v in versions.items()})
+            after_readings(self, s, [(save.report_id, reader)])
+        return {"report_id": save.report_id, "restored": restored, "removed": removed}
+
+    def last_saved_report(self, reader: str) -> str | None:
+        """The report of a reader's last save that undo would take back, or None."""
+        self._check_own_reading(reader)
+        with self.session() as s:
+            save = q.last_reading_save(s, reader)
+            return None if save is None else save.report_id
+
+    def my_reading_list(self, reader: str, cohort: str, search: str = "") -> pd.DataFrame:
+        """A reader's own saved readings and drafts on a cohort (report_id, state, ticked, unsure, comment, saved_at),
+        in work-list order, filtered by report id or report text (case-insensitive); nobody else's values."""
+        work = self.work_list(reader, cohort)
+        work = work[work["state"] != UNREAD]
+        names = self.vocab.names()
+        with self.session() as s:
+            readings = q.readings_frame(s, report_ids_=work["report_id"], reader=reader)
+            drafts = {rid: q.get_reading_draft(s, reader, rid) for rid in work.loc[work["state"] == DRAFT, "report_id"]}
+            notes = q.reading_notes_frame(s, work["report_id"], reader=reader).set_index("report_id")
+            needle = search.strip().lower()
+            if needle:
+                keep = [rid for rid in work["report_id"] if needle in rid.lower()
+                        or needle in self._report_words(s, rid)]
+                work = work[work["report_id"].isin(keep)]
+        ticked = readings[readings["value"].astype(int) == 1].groupby("report_id")["label"].agg(list).to_dict()
+        for rid, values in drafts.items():
+            ticked[rid] = [lab for lab, v in (values or {}).items() if v]
+        out = pd.DataFrame({"report_id": work["report_id"],
+                            "state": work["state"].map({COMPLETED: "saved", DRAFT: "draft"}).fillna("partly saved"),
+                            "ticked": [", ".join(names.get(lab, lab) for lab in ticked.get(rid, [])) for rid in work["report_id"]],
+                            "unsure": work["report_id"].isin(notes.index[notes["unsure"].astype(bool)]),
+                            "comment": work["report_id"].map(notes["comment"]).fillna(""),
+                            "saved_at": work["saved_at"]})
+        return out.reset_index(drop=True)
+
+    def _report_words(self, s, report_id: str) -> str:
+        """A report's text in lower case, for search."""
+        report = q.get_report(s, report_id)
+        return compose_text(report.findings, report.impression, report.text, self.config.sections).lower()
 
     # ------------------------------------------------------------ reading room: work lists
 

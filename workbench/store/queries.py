@@ -913,6 +913,87 @@ def reading_draft_ids(session: Session, reader: str) -> list[str]:
     return [r[0] for r in session.execute(select(ReadingDraft.report_id).where(ReadingDraft.reader_id == reader)).all()]
 
 
+def delete_reading(session: Session, reading_id: int, expected_version: int) -> bool:
+    """Remove a reading only if nobody changed it since `expected_version` (undo of a first save)."""
+    result = session.execute(delete(Reading).where(Reading.id == reading_id, Reading.version == expected_version))
+    return result.rowcount == 1
+
+
+def get_reading_note(session: Session, reader: str, report_id: str) -> dict | None:
+    """A reader's comment and unsure mark on one report ({comment, unsure}), or None."""
+    from workbench.store.tables import ReadingNote
+
+    stmt = select(ReadingNote.comment, ReadingNote.unsure).where(ReadingNote.reader_id == reader,
+                                                                  ReadingNote.report_id == report_id)
+    row = session.execute(stmt).first()
+    return None if row is None else {"comment": row[0], "unsure": bool(row[1])}
+
+
+def put_reading_note(session: Session, reader: str, report_id: str, note: dict | None) -> None:
+    """Create, replace or (None) drop a reader's note on one report."""
+    from workbench.store.tables import ReadingNote
+
+    session.execute(delete(ReadingNote).where(ReadingNote.reader_id == reader, ReadingNote.report_id == report_id))
+    if note is not None:
+        session.add(ReadingNote(reader_id=reader, report_id=report_id, comment=note["comment"],
+                                unsure=bool(note["unsure"]), updated_at=now()))
+        session.flush()
+
+
+def reading_notes_frame(session: Session, report_ids_: Iterable[str] | None = None, reader: str | None = None) -> pd.DataFrame:
+    """Readers' notes: report_id, reader, comment, unsure, updated_at (optionally of some reports or one reader)."""
+    from workbench.store.tables import ReadingNote
+
+    columns = ["report_id", "reader", "comment", "unsure", "updated_at"]
+    stmt = select(ReadingNote.report_id, ReadingNote.reader_id, ReadingNote.comment, ReadingNote.unsure,
+                  ReadingNote.updated_at).order_by(ReadingNote.report_id, ReadingNote.reader_id)
+    if reader is not None:
+        stmt = stmt.where(ReadingNote.reader_id == reader)
+    rows = session.execute(stmt).all()
+    frame = pd.DataFrame([tuple(r) for r in rows], columns=columns).astype({"unsure": bool})
+    return frame if report_ids_ is None else frame[frame["report_id"].isin(set(report_ids_))]
+
+
+def add_reading_save(session: Session, reader: str, report_id: str, before: dict, after: dict, note_before, draft_before) -> None:
+    """Log one save of a reading for undo (values before, versions after, the note and draft it replaced)."""
+    from workbench.store.tables import ReadingSave
+
+    session.add(ReadingSave(reader_id=reader, report_id=report_id, at=now(), before_json=json.dumps(before, sort_keys=True),
+                            after_json=json.dumps(after, sort_keys=True), note_before_json=json.dumps(note_before),
+                            draft_before_json=json.dumps(draft_before)))
+
+
+def last_reading_save(session: Session, reader: str):
+    """A reader's latest save not undone yet, or None."""
+    from workbench.store.tables import ReadingSave
+
+    stmt = (select(ReadingSave).where(ReadingSave.reader_id == reader, ReadingSave.undone_at == "")
+            .order_by(ReadingSave.id.desc()).limit(1))
+    return session.execute(stmt).scalar_one_or_none()
+
+
+def restamp_last_reading_save(session: Session, reader: str, report_id: str, after: dict) -> None:
+    """Give a reader's latest save of a report that is not undone the versions after an undo of a later one
+    (the undo restored its values with new versions: it can be undone in turn)."""
+    from workbench.store.tables import ReadingSave
+
+    stmt = (select(ReadingSave.id).where(ReadingSave.reader_id == reader, ReadingSave.report_id == report_id,
+                                         ReadingSave.undone_at == "").order_by(ReadingSave.id.desc()).limit(1))
+    row = session.execute(stmt).first()
+    if row is not None:
+        session.execute(update(ReadingSave).where(ReadingSave.id == row[0])
+                        .values(after_json=json.dumps(after, sort_keys=True)))
+
+
+def mark_reading_save_undone(session: Session, save_id: int) -> bool:
+    """Mark a save undone (only once: False when another undo got there first)."""
+    from workbench.store.tables import ReadingSave
+
+    result = session.execute(update(ReadingSave).where(ReadingSave.id == save_id, ReadingSave.undone_at == "")
+                             .values(undone_at=now()))
+    return result.rowcount == 1
+
+
 def reader_report_counts(session: Session, reader: str, cohort_id: int) -> pd.DataFrame:
     """Per report of a cohort: how many labels one reader has saved, and when last."""
     rows = _raw_rows(session, "SELECT r.report_id, COUNT(*), MAX(r.updated_at) FROM reading r JOIN report p ON p.id = r.report_id "

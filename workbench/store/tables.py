@@ -324,6 +324,32 @@ class ReadingDraft(SQLModel, table=True):
     updated_at: str = Field(max_length=40)
 
 
+class ReadingNote(SQLModel, table=True):
+    """A reader's per-report comment and "unsure" mark, saved with their reading (none stored when empty)."""
+
+    __table_args__ = (UniqueConstraint("reader_id", "report_id", name="uq_reading_note"),)
+    id: Optional[int] = Field(default=None, primary_key=True)
+    reader_id: str = Field(max_length=100, index=True)
+    report_id: str = Field(foreign_key="report.id", max_length=200)
+    comment: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    unsure: bool = False
+    updated_at: str = Field(max_length=40)
+
+
+class ReadingSave(SQLModel, table=True):
+    """One save of a report's reading as undo needs it: the values before, the versions after, the draft it replaced."""
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    reader_id: str = Field(max_length=100, index=True)
+    report_id: str = Field(foreign_key="report.id", max_length=200)
+    at: str = Field(max_length=40)
+    before_json: str = Field(sa_column=Column(Text, nullable=False))  # label -> value before (None: no reading)
+    after_json: str = Field(sa_column=Column(Text, nullable=False))  # label -> version after the save
+    note_before_json: str = Field(default="null", sa_column=Column(Text, nullable=False, default="null"))
+    draft_before_json: str = Field(default="null", sa_column=Column(Text, nullable=False, default="null"))
+    undone_at: str = Field(default="", max_length=40)
+
+
 class WorkList(SQLModel, table=True):
     """A cohort's work lists: how many readers each report should get (Prodigy's feed_overlap)."""
 

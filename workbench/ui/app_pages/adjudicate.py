@@ -56,7 +56,7 @@ def _presence(wb, queue, cohort: str) -> None:
     st.session_state[state.ADJ_POS] = pos
     state.to_url(cohort=cohort, item="|".join(items[pos]))
     components.compact_chips()
-    left, middle, right = st.columns([3, 3, 3])  # the queue's columns (why, votes) fit at 1280 px
+    left, middle, right = st.columns([4, 3, 3])  # the queue's columns (why, votes) fit at 1280 px (tests/ui: fit)
     with left:
         _queue_table(wb, queue, pos)
     with middle:
@@ -74,11 +74,11 @@ def _queue_table(wb, queue, pos: int) -> None:
     clicks = st.session_state.get(state.ADJ_CLICKED, 0)
     event = st.dataframe(table[["item", "report_id", "label", "why", "votes"]], hide_index=True, height=520,
                          on_select="rerun", selection_mode="single-row", key=state.widget_key("adj-queue", clicks),
-                         column_config={"item": st.column_config.TextColumn("#", width=44, help="→ marks the open item"),
-                                        "report_id": st.column_config.TextColumn("report", width=72),
-                                        "label": st.column_config.TextColumn("label", width=140),
-                                        "why": st.column_config.TextColumn("why", width=80),
-                                        "votes": st.column_config.TextColumn("votes", width=56)})
+                         column_config={"item": st.column_config.TextColumn("#", width=40, help="→ marks the open item"),
+                                        "report_id": st.column_config.TextColumn("report", width=60),
+                                        "label": st.column_config.TextColumn("label", width=130),
+                                        "why": st.column_config.TextColumn("why", width=72),
+                                        "votes": st.column_config.TextColumn("votes", width=52)})
     rows = event.selection.rows if event else []
     if rows:
         st.session_state[state.ADJ_CLICKED] = clicks + 1

@@ -14,6 +14,7 @@ from workbench.ui import components, keyboard, state
 # one key per label, in vocabulary order: digits, then letters (Streamlit reserves C and R;
 # S skips, the arrows move, Enter saves)
 LABEL_KEYS = list("1234567890") + list("qwetyuiopadfghjklzxvbnm")
+UNSURE_KEY, COMMENT_KEY = ".", "/"  # never a label key: "." marks the reading unsure, "/" opens the comment
 STATE_TEXT = {"completed": "saved", "edited": "saved, changes not saved", "draft": "draft (not saved)",
               "unread": "unread"}
 READ = ("completed", "edited")
@@ -58,12 +59,15 @@ def _annotate(wb, reader: str, cohort: str, work, drafts: set) -> None:
     pos = ids.index(report_id)
     _progress(wb, reader, cohort, work, pos)
     values, versions = _current(wb, reader, report_id, report_id in drafts)
-    keyboard.form(state.ANN_FORM, _form_data(wb, report_id, pos, work, values, versions),
+    data = _form_data(wb, report_id, pos, work, values, versions)
+    _with_note(wb, reader, report_id, data)
+    keyboard.form(state.ANN_FORM, data,
                   on_action=lambda payload: _act(wb, reader, work, payload),
                   on_draft=lambda draft: _keep_draft(wb, reader, ids, draft))
     if wb.config.annotate_attributes:
         _attributes(wb, report_id, values)
     _queue(work)
+    _my_readings(wb, reader, cohort, ids)
 
 
 def _attributes(wb, report_id: str, values: dict) -> None:
@@ -158,6 +162,8 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
 
     ids = work["report_id"].tolist()
     report_id = payload.get("item")
+    if payload.get("kind") == "undo":
+        return _undo(wb, reader, ids)
     if report_id not in ids:
         return f"Not saved: {report_id} is not in your work list any more; reload the page."
     values = _ticks(wb, payload.get("values") or {})
@@ -169,8 +175,10 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
         st.session_state[state.ANN_REPORT] = target or report_id
         return None
     versions = ((payload.get("context") or {}).get("versions")) or {}
+    sent = payload.get("values") or {}
     try:
-        changed = wb.submit_reading(reader, report_id, values, expected_versions={k: int(v) for k, v in versions.items()})
+        changed = wb.submit_reading(reader, report_id, values, expected_versions={k: int(v) for k, v in versions.items()},
+                                    comment=str(sent.get("comment") or ""), unsure=sent.get("unsure") == "unsure")
     except ConflictError as exc:
         wb.save_reading_draft(reader, report_id, values)
         state.bump(wb)
@@ -187,6 +195,60 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
     following = _next_open(work.assign(state=work["state"].where(work["report_id"] != report_id, "completed")), report_id)
     st.session_state[state.ANN_REPORT] = following or report_id
     return None
+
+
+def _with_note(wb, reader: str, report_id: str, data: dict) -> None:
+    """Add the unsure mark, the comment field, undo and the empty-save confirmation to the form's data."""
+    from workbench.core.reading import min_seconds_empty
+
+    note = wb.reading_note(reader, report_id) or {"comment": "", "unsure": False}
+    data["groups"].append({"id": "unsure", "title": "Unsure", "kind": "one", "note": "saved with the reading",
+                           "options": [{"id": "unsure", "label": "Unsure of this reading", "key": UNSURE_KEY,
+                                        "hint": "Mark a reading you are not confident about (it is saved as ticked)."}]})
+    data["values"]["unsure"] = "unsure" if note["unsure"] else None
+    data["text"] = {"id": "comment", "label": "Comment (optional, saved with the reading)",
+                    "placeholder": f"{COMMENT_KEY} to write · Esc leaves the field · Ctrl+Enter saves",
+                    "hint": "In the comment, Enter adds a line; the label keys work again after Esc."}
+    data["values"]["comment"] = note["comment"]
+    data["nav"]["undo"] = wb.last_saved_report(reader) is not None
+    data["min_seconds_empty"] = min_seconds_empty(wb.config.reading)
+    data["footer"] = (f"? shows the label definitions · {UNSURE_KEY} marks unsure · {COMMENT_KEY} writes a comment · "
+                      "Ctrl+Z undoes your last save.")
+
+
+def _undo(wb, reader: str, ids: list) -> str | None:
+    """Ctrl+Z: undo the reader's last save and open that report again (its previous values on screen)."""
+    try:
+        done = wb.undo_last_save(reader)
+    except WorkbenchError as exc:
+        return f"Nothing undone: {exc}"
+    state.bump(wb)
+    state.flash(f"Undid your last save of {done['report_id']}: {done['restored']} label(s) restored, "
+                f"{done['removed']} new reading(s) removed.", "toast")
+    if done["report_id"] in ids:
+        st.session_state[state.ANN_REPORT] = done["report_id"]
+    return None
+
+
+def _my_readings(wb, reader: str, cohort: str, ids: list) -> None:
+    """Review mode: the reader's own saved readings and drafts, searchable by report id or text; a row opens it."""
+    if not st.toggle("My readings: review your saved readings and drafts", key=state.widget_key("my-readings-on", cohort)):
+        return  # read only when asked for: the search reads report texts
+    with st.container(border=True):
+        search = st.text_input("Search by report id or report text", key=state.widget_key("my-readings-search", cohort),
+                               placeholder="e.g. b00012 or effusion")
+        mine = wb.my_reading_list(reader, cohort, search)  # fresh: drafts change without a revision
+        if mine.empty:
+            st.caption("No saved reading or draft matches." if search else "You have no saved reading or draft yet.")
+            return
+        clicks = st.session_state.get(state.ANN_CLICKED, 0)
+        event = st.dataframe(mine, hide_index=True, height=260, on_select="rerun", selection_mode="single-row",
+                             key=state.widget_key("my-readings", clicks), column_config={"report_id": "report"})
+        rows = event.selection.rows if event else []
+        if rows and mine["report_id"].iloc[rows[0]] in ids:
+            st.session_state[state.ANN_CLICKED] = clicks + 1
+            st.session_state[state.ANN_REPORT] = mine["report_id"].iloc[rows[0]]
+            st.rerun()
 
 
 def _next_open(work, report_id: str) -> str | None:

@@ -80,7 +80,7 @@ def _page(wb, run_id: int, queue, order_text: str, names: dict) -> None:
     state.to_url(run=run_id, label=st.session_state.get(state.DIS_LABEL), case="|".join(pick),
                  compare="-".join(map(str, compare)) if compare else None)
     components.compact_chips()
-    left, middle, right = st.columns([3, 3, 4])  # the queue's five columns fit at 1280 px
+    left, middle, right = st.columns([4, 3, 4])  # the queue's five columns fit at 1280 px (tests/ui: fit)
     with left:
         _queue_table(queue, names, pos)
     with components.shown_errors("opening the case"):
@@ -140,9 +140,9 @@ def _queue_table(queue, names: dict, pos: int) -> None:
     clicks = st.session_state.get(state.DIS_CLICKED, 0)  # a new key after each click clears the old selection
     event = st.dataframe(table[["case", "report_id", "label", "type", "note"]], hide_index=True, height=560,
                          on_select="rerun", selection_mode="single-row", key=state.widget_key("dis-queue", clicks),
-                         column_config={"report_id": st.column_config.TextColumn("report", width=72),
-                                        "case": st.column_config.TextColumn("#", width=44, help="→ marks the open case"),
-                                        "label": st.column_config.TextColumn("label", width=150),
+                         column_config={"report_id": st.column_config.TextColumn("report", width=60),
+                                        "case": st.column_config.TextColumn("#", width=40, help="→ marks the open case"),
+                                        "label": st.column_config.TextColumn("label", width=140),
                                         "type": st.column_config.TextColumn("type", width=40),
                                         "note": st.column_config.TextColumn("note", width=36)})
     if end - start < len(queue):

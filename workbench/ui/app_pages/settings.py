@@ -36,6 +36,12 @@ def render(wb) -> None:
         k = c[1].number_input("K", 1, 50, int(rule.get("k", 4)))
         n = c[2].number_input("N (readers needed)", 1, 50, int(rule.get("n", 6)))
         adaptive = _adaptive_fields(wb, kind)
+        st.markdown("**Reading room**")
+        min_empty = st.number_input(
+            "Ask before saving a report with nothing ticked sooner than (seconds; 0 = never)", 0.0, 600.0,
+            float((cfg.reading or {}).get("min_seconds_empty", 0)), step=1.0,
+            help="reading.min_seconds_empty: Enter on a report with nothing ticked, sooner than this after it was "
+                 "shown, asks first (Enter again saves, Esc goes back).")
         endpoints = st.text_area("Allowed endpoints (one prefix per line; governance: admins only)",
                                  "\n".join(cfg.allowed_endpoints), height=150)
         submitted = st.form_submit_button("Save settings", type="primary")
@@ -55,6 +61,7 @@ def render(wb) -> None:
         cfg.labeller = settings
         cfg.reference = {"rule": kind, "k": int(k), "n": int(n)} if kind in WITH_K else {"rule": kind, "n": int(n)}
         cfg.adaptive = adaptive if adaptive["enabled"] or cfg.adaptive else {}
+        cfg.reading = {**(cfg.reading or {}), "min_seconds_empty": float(min_empty)} if min_empty or cfg.reading else {}
         components.do(wb, "saving the settings", _save, wb, allowed, done="Settings saved.")
     _accounts(wb)
 

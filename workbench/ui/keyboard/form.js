@@ -32,6 +32,18 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// Enter on a report with nothing ticked, sooner than minSeconds after it was shown, asks first (the
+// study's reading.min_seconds_empty; 0 = never). The same rule as workbench/core/reading.py.
+export function needsEmptyConfirm(ticked, secondsShown, minSeconds, confirmed) {
+  return minSeconds > 0 && ticked === 0 && secondsShown < minSeconds && !confirmed;
+}
+
+function ticked(f) {
+  let n = 0;
+  for (const g of f.data.groups) if (g.kind === "multi") n += (f.values[g.id] || []).length;
+  return n;
+}
+
 function activeForm() {
   // the most recently mounted form still on the page owns the keyboard
   let found = null;
@@ -61,9 +73,15 @@ function onKeyDown(e) {
     else if (e.key === "Escape") { f.textArea.blur(); f.host.focus && f.host.focus(); e.preventDefault(); e.stopImmediatePropagation(); }
     if (!event) return;
   } else {
-    if (isEditable(target) || e.ctrlKey || e.metaKey || e.altKey) return;
     const key = e.key.length === 1 ? e.key.toLowerCase() : e.key;
-    if (key === "Enter") event = { kind: "save" };
+    if (isEditable(target) || e.altKey) return;
+    if (e.ctrlKey || e.metaKey) {
+      if (key === "z" && f.data.nav && f.data.nav.undo !== undefined) { event = { kind: "undo" }; }
+      else return;
+    } else if (key === "Enter" && actsOnItself(f, target)) return;  // a focused link or button outside the form
+    else if (key === "Enter") event = { kind: "save" };
+    else if (key === "Escape" && f.confirming) event = { kind: "cancel" };
+    else if (key === "/" && f.textArea) { e.preventDefault(); e.stopImmediatePropagation(); f.textArea.focus(); return; }
     else if (key === "ArrowLeft" && f.data.nav) event = { kind: "prev" };
     else if (key === "ArrowRight" && f.data.nav) event = { kind: "next" };
     else if (key === "?") event = { kind: "help" };
@@ -102,14 +120,25 @@ function apply(f, ev) {
       f.values[g.id] = f.values[g.id] === ev.option ? null : ev.option;
     }
     f.message = null;
+    f.confirming = false;
     scheduleDraft(f);
+  } else if (ev.kind === "cancel") {
+    f.confirming = false;
+    f.message = null;
   } else if (ev.kind === "help") {
     f.showHelp = !f.showHelp;
   } else if (ev.kind === "save") {
     const missing = (d.require || []).find((any) => !any.ids.some((id) => filled(f.values[id])));
     if (missing) { f.message = missing.message; return; }
+    const shown = (performance.now() - (f.shownAt || 0)) / 1000;
+    if (needsEmptyConfirm(ticked(f), shown, Number(d.min_seconds_empty || 0), f.confirming)) {
+      f.confirming = true;
+      f.message = `Nothing ticked after ${shown.toFixed(1)} s: press Enter again to save it with every label 0, Esc to go back.`;
+      return;
+    }
+    f.confirming = false;
     send(f, "save");
-  } else if (ev.kind === "prev" || ev.kind === "next" || ev.kind === "skip") {
+  } else if (ev.kind === "prev" || ev.kind === "next" || ev.kind === "skip" || ev.kind === "undo") {
     if (d.nav && d.nav[ev.kind] === false) return;
     send(f, ev.kind);
   }
@@ -175,6 +204,16 @@ function adopt(f, data) {
   }
   f.text = data.text ? ((data.values || {})[data.text.id] || "") : null;
   f.textItem = null;  // the text field is refilled for the new item
+  f.shownAt = performance.now();  // the reading clock of reading.min_seconds_empty
+  f.confirming = false;
+}
+
+function actsOnItself(f, target) {
+  // Enter on a focused link or button outside the form (a sidebar link, a page button) is that element's
+  // own: it opens the link or presses the button instead of saving the report
+  if (!target || !target.closest || (f.host && f.host.contains(target))) return false;
+  const own = target.closest("a[href], button, [role=button], [role=link], summary");
+  return !!own && own.matches(":focus-visible");  // reached with the keyboard (Tab), not left focused by a click
 }
 
 function build(f) {
@@ -184,6 +223,9 @@ function build(f) {
   host = el("div", { cls: "wbk", tabindex: "-1" });
   root.appendChild(host);
   f.host = host;
+  // a page just opened from a focused sidebar link: the keyboard belongs to the form, not to that link
+  const focused = document.activeElement;
+  if (focused && focused !== document.body && !isEditable(focused) && focused.closest && focused.closest('[data-testid="stSidebarNav"]')) focused.blur();
   host.addEventListener("click", (e) => {
     const node = e.target.closest ? e.target.closest("[data-ev]") : null;
     if (!node || node.disabled) return;
@@ -223,6 +265,7 @@ function render(f) {
   host.setAttribute("data-item", f.item.id);
   host.setAttribute("data-state", f.waiting ? "saving" : "ready");
   host.setAttribute("data-held", String(f.queue.length));
+  host.setAttribute("data-confirm", f.confirming ? "1" : "0");
   const head = el("div", { cls: "wbk-head" });
   head.appendChild(el("div", { cls: "wbk-heading", role: "heading", "aria-level": "4", text: f.item.heading }));
   if (f.item.caption) head.appendChild(el("div", { cls: "wbk-caption", text: f.item.caption }));
@@ -242,6 +285,7 @@ function render(f) {
     bar.appendChild(navButton(f, "prev", "Back", "\u2190"));
     bar.appendChild(navButton(f, "next", "Next", "\u2192"));
     if (d.nav.skip !== undefined) bar.appendChild(navButton(f, "skip", "Skip", "S"));
+    if (d.nav.undo !== undefined) bar.appendChild(navButton(f, "undo", "Undo last save", "Ctrl+Z"));
   }
   bar.appendChild(navButton(f, "save", d.save_label || "Save and next", "Enter", true));
   panel.appendChild(bar);
