@@ -62,3 +62,50 @@ def test_only_store_imports_sqlalchemy():
     offenders = sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
                        if "store" not in p.parts and any(n.split(".")[0] == "sqlalchemy" for n in imported_modules(p)))
     assert offenders == []
+
+
+SERVICES = sorted((PKG / "services").glob("*.py"))
+
+
+def _classes(path: Path) -> list[ast.ClassDef]:
+    return [n for n in ast.parse(path.read_text(encoding="utf-8")).body if isinstance(n, ast.ClassDef)]
+
+
+def test_services_are_plain_objects_not_mixins():
+    """Every service class derives from Service alone, and the Workbench facade from nothing: no mixin
+    order decides what a call does."""
+    bases = {f"{p.name}:{c.name}": [ast.unparse(b) for b in c.bases]
+             for p in SERVICES for c in _classes(p) if c.name.endswith("Service") and c.name != "Service" or c.name == "Workbench"}
+    assert bases["__init__.py:Workbench"] == []
+    wrong = {k: v for k, v in bases.items() if k != "__init__.py:Workbench" and v != ["Service"]}
+    assert wrong == {}
+    assert len(bases) >= 12
+
+
+def test_no_service_calls_super_beyond_its_constructor():
+    """A service reaches another through the collaborator its constructor took, never through super()."""
+    offenders = []
+    for p in SERVICES:
+        for c in _classes(p):
+            if not c.name.endswith("Service") or c.name == "Service":
+                continue
+            for f in (n for n in c.body if isinstance(n, ast.FunctionDef) and n.name != "__init__"):
+                if any(isinstance(x, ast.Call) and ast.unparse(x.func) == "super" for x in ast.walk(f)):
+                    offenders.append(f"{p.name}:{c.name}.{f.name}")
+    assert offenders == []
+
+
+def test_every_service_method_has_one_owner_and_the_facade_names_it():
+    """Each flat facade name forwards to the one service that defines it."""
+    from workbench.services import Workbench, _Forward
+
+    services = {name: cls for name, cls in vars(Workbench).items() if isinstance(cls, _Forward)}
+    owners: dict[str, list[str]] = {}
+    for p in SERVICES:
+        for c in _classes(p):
+            if c.name.endswith("Service") and c.name != "Service":
+                for f in c.body:
+                    if isinstance(f, ast.FunctionDef) and not f.name.startswith("_"):
+                        owners.setdefault(f.name, []).append(c.name)
+    assert {n: o for n, o in owners.items() if len(o) > 1} == {}
+    assert set(services) == set(owners)

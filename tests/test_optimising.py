@@ -329,7 +329,7 @@ def test_suggestions_never_read_validation_or_test_text(opt_study):
     tuning = {r for r, p in wb.expected_parts.items() if p == "tuning"}
     run = wb.run_info(wb.first_run)
     for label in wb.vocab.asked_ids:  # the material every proposer starts from
-        cases, notes = wb._tuning_material(run, label)
+        cases, notes = wb.optimising._tuning_material(run, label)
         assert set(cases["report_id"]) <= tuning and set(notes["report_id"]) <= tuning
         assert not cases["text"].str.lower().str.contains(f"{SECRET_VALIDATION}|{SECRET_TEST}").any()
 

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from io import BytesIO
 
 from workbench.errors import UserError, WorkbenchError
+from workbench.labelling import is_offline
+from workbench import llm
 
 POLL_S = 30.0  # seconds between polls (WORKBENCH_BATCH_POLL_S overrides: tests poll fast)
 ENDPOINT = "/v1/chat/completions"
@@ -66,8 +68,6 @@ class MemoryJournal:
 
 def check_batchable(cfg) -> None:
     """Refuse (UserError, nothing sent) a labeller that has no batch API to use."""
-    from workbench.labelling import is_offline
-
     if is_offline(cfg):
         raise UserError(f"--batch: {cfg.model} is the offline labeller; it answers at once on this machine and has no "
                         "batch API: run without --batch")
@@ -123,8 +123,6 @@ class BatchEngine:
         """Answer requests through batches: a pending job of this scope first, then one new job for the rest.
         flush: stores every answer handed so far (a job is recorded collected only after that: a kill before
         it leaves the job to collect again, never to pay again)."""
-        from workbench import llm
-
         check_batchable(cfg)
         todo = {r.key: r for r in requests}
         scope = self.scope(todo)
@@ -145,8 +143,6 @@ class BatchEngine:
 
     def _submit(self, litellm, cfg, requests: list, scope: str) -> dict:
         """Upload the JSONL, create the batch, record it; the job's record."""
-        from workbench import llm
-
         lines = [json.dumps({"custom_id": r.key, "method": "POST", "url": ENDPOINT,
                              "body": llm.request_body(cfg, r.messages)}) for r in requests]
         data = ("\n".join(lines) + "\n").encode()
@@ -190,8 +186,6 @@ class BatchEngine:
     def _collect(self, litellm, cfg, job: dict, batch, todo: dict, on_result: Callable, fresh: bool) -> None:
         """Hand every output and error line of a completed batch whose key is in todo to on_result; for a
         job this engine sent, a key in neither file is a failure too."""
-        from workbench import llm
-
         kwargs = _kwargs(cfg)
         self.journal.update(job["batch_id"], output_file_id=batch.output_file_id, error_file_id=batch.error_file_id)
         prices = llm.batch_token_prices(cfg.model) or llm.token_prices(cfg.model)
@@ -215,8 +209,6 @@ class BatchEngine:
     @staticmethod
     def _ask(what: str, cfg, call: Callable):
         """One request to the batch API; a failure as BatchUnavailable (a guard's refusal as itself)."""
-        from workbench import llm
-
         try:
             return call()
         except WorkbenchError:
@@ -246,8 +238,6 @@ def _provider(cfg) -> str:
 
 def _kwargs(cfg) -> dict:
     """The provider and connection arguments of every batch API request."""
-    from workbench import llm
-
     return {"custom_llm_provider": _provider(cfg), **llm.connection_kwargs(cfg)}
 
 
@@ -262,8 +252,6 @@ def _errors(batch) -> str:
 
 def _result(key: str, line: dict, batch_id: str, prices):
     """The CallResult of one output or error line."""
-    from workbench import llm
-
     response = line.get("response") or {}
     status = response.get("status_code")
     body = response.get("body") or {}

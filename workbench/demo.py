@@ -8,16 +8,17 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 from typing import Callable
+import dataclasses
 
 from workbench.study import PROJECT_ROOT
+from workbench.services import Workbench, init_study
+from workbench.services import Actor
 
 ANNOTATIONS = PROJECT_ROOT / "annotations"
 
 
 def create_demo(root: Path, reset: bool = False, echo: Callable[[str], None] = print, run: bool = True):
     """Create (or open) the demo study at root; returns its Workbench."""
-    from workbench.services import Workbench, init_study
-
     root = Path(root).resolve()
     if reset and root.exists():
         shutil.rmtree(root)
@@ -51,10 +52,6 @@ ITERATION_2 = {
 
 def iterate_once(wb) -> str:
     """Commit the demo's second prompt version (look-for phrases found in the disagreements)."""
-    import dataclasses
-
-    from workbench.services import Actor
-
     engineer = wb.as_actor(Actor("demo-engineer", "prompt_engineer", "Demo prompt engineer", "engineer@demo.invalid"))
     edited = []
     for label, phrases in ITERATION_2.items():

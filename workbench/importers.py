@@ -26,6 +26,8 @@ import yaml
 from workbench.core.names import HIDDEN, TEXT_CONTROL, first_hidden
 from workbench.core.vocab import Vocabulary
 from workbench.errors import UserError, WorkbenchError
+from workbench.core.vocab import VocabularyError
+from workbench.core.attributes import mesh_attributes
 
 TABLE_EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 ID_COLUMNS = ("id", "report_id", "uid")
@@ -756,8 +758,6 @@ def read_reading_attributes(path, vocab: Vocabulary, fmt: str, readings: pd.Data
 
 def _attribute_problem(vocab: Vocabulary, label: str, attribute: str, value: str) -> str | None:
     """Why a label's attribute value is not accepted, or None."""
-    from workbench.core.vocab import VocabularyError
-
     if label not in vocab.ids:
         return f"unknown label {label!r}"
     try:
@@ -769,8 +769,6 @@ def _attribute_problem(vocab: Vocabulary, label: str, attribute: str, value: str
 
 def read_openi_attributes(reports_path, vocab: Vocabulary) -> pd.DataFrame:
     """Attribute gold of OpenI's MeSH column ("Pleural Effusion/right/small") for the reader openi-gold."""
-    from workbench.core.attributes import mesh_attributes
-
     table = _load(reports_path)
     uid, mesh = table.column("uid"), table.column("MeSH")
     if uid is None or mesh is None:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
+import dataclasses
 
 import numpy as np
 import pandas as pd
@@ -23,6 +24,10 @@ import pandas as pd
 from workbench.core import parsing
 from workbench.core.prompts import PromptSet, call_keyer, label_call_keyer, render_joint_call, report_json
 from workbench.core.vocab import Vocabulary, derive_frame
+from workbench.llm import ModelConfig
+from workbench.study import StudyError
+from workbench import llm
+from workbench.llm import CallRequest
 
 
 class ExtractionCache(Protocol):
@@ -80,9 +85,6 @@ def model_config(settings: dict, strict: bool = True):
 
     strict: an unknown key is refused (a study's settings); otherwise keys that are not model
     parameters are left out (a bundle's or run's record carries more)."""
-    from workbench.llm import ModelConfig
-    from workbench.study import StudyError
-
     unknown = sorted(set(settings) - set(MODEL_FIELDS) - set(BUDGET_FIELDS))
     if unknown and strict:
         raise StudyError(f"labeller settings: unknown key {unknown[0]!r} (allowed: {', '.join(MODEL_FIELDS + BUDGET_FIELDS)})")
@@ -107,7 +109,6 @@ def engine_for(cfg) -> Callable:
         from workbench import workers
 
         return workers.complete_all_workers
-    from workbench import llm
 
     return llm.complete_all_sync
 
@@ -131,8 +132,6 @@ def build_requests(ps: PromptSet, items: Iterable[tuple[str, str]], labels: list
                    params: dict, done: set | frozenset = frozenset()) -> list:
     """Every call for (item id, text) pairs and labels, with its cache key and what the offline labeller reads;
     (item id, label) pairs in done are left out. meta["report_id"] is the item id."""
-    from workbench.llm import CallRequest
-
     cues = ps.task.cue_lists()
     specs = ps.attributes  # label -> its attributes: the parser checks them, the offline labeller reads them
     key_of = call_keyer(params)
@@ -260,11 +259,8 @@ def with_response_schema(cfg, mode: str):
     """cfg with a JSON schema as response_format when asked for (labeller.response_schema) and litellm says the
     model supports it; otherwise unchanged: the prompt's output format (and json_mode, if set) applies. Returns
     (cfg, how the format was asked for)."""
-    import dataclasses
-
     if not cfg.response_schema or is_offline(cfg):
         return cfg, "the prompt's output format" + (" and JSON mode" if cfg.json_mode else "")
-    from workbench import llm
 
     if not llm.supports_response_schema(cfg.model):
         return cfg, (f"the prompt's output format: litellm does not list {cfg.model} as supporting a JSON schema "
@@ -505,7 +501,6 @@ def _prompt_tokens(todo: list, model: str, offline: bool) -> tuple[int, str]:
     chars = [sum(len(m.get("content") or "") for m in r.messages) for r in todo]
     if offline:
         return sum(chars) // 4, "characters / 4 (the offline labeller reads no tokens)"
-    from workbench import llm
 
     step = max(1, len(todo) // TOKEN_SAMPLE)
     sample = list(range(0, len(todo), step))[:TOKEN_SAMPLE]
@@ -523,7 +518,6 @@ def _prices(model: str, price: dict | None, free: bool, batch: bool = False) -> 
                 "the study's registered price (labeller.price)" + ("; assumed for a batch job too" if batch else ""))
     if free and is_offline_model(model):
         return (0.0, 0.0), "the offline labeller: no charge"
-    from workbench import llm
 
     if batch:
         found = llm.batch_token_prices(model)

@@ -30,6 +30,13 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
+import socket
+import re
+import json
+from types import SimpleNamespace
+
+import httpx
+import openai  # litellm depends on it; it is already imported when this runs
 
 from workbench.endpoints import (PROVIDER_BASES, Endpoint, EndpointError, all_local, is_address, normal_address,  # noqa: F401
                                  peers_of, provider_of, resolve, url_allowed, url_under)
@@ -262,8 +269,6 @@ class Pin:
 
 def _system_resolver(host: str, port: int) -> list[str]:
     """The addresses the system resolver gives for a name ([] when it gives none)."""
-    import socket
-
     try:
         return [info[4][0] for info in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)]
     except (OSError, UnicodeError):
@@ -286,7 +291,6 @@ def _install_guard() -> None:
     global _GUARD_INSTALLED
     if _GUARD_INSTALLED:
         return
-    import httpx
 
     async_send, sync_send = httpx.AsyncClient.send, httpx.Client.send
 
@@ -341,8 +345,6 @@ def _unproxy_aiohttp() -> None:
 
 def _guard_sockets() -> None:
     """Wrap socket.connect / connect_ex: while a pin is active, a TCP peer must be a pinned address."""
-    import socket
-
     connect, connect_ex = socket.socket.connect, socket.socket.connect_ex
 
     def guarded_connect(self, address):
@@ -356,8 +358,6 @@ def _guard_sockets() -> None:
 
 def _checked_peer(sock, address):
     """The address to connect to, or EndpointRefused when a pin is active and it is not a pinned one."""
-    import socket
-
     pin = _PINNED.get()
     if pin is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
         return address
@@ -519,8 +519,6 @@ def _chain(exc: BaseException):
 
 def classify(exc: BaseException) -> str:
     """The error_kind of an exception raised by a litellm call."""
-    import openai  # litellm depends on it; it is already imported when this runs
-
     if any(isinstance(link, EndpointRefused) for link in _chain(exc)) or "refused by the workbench" in str(exc):
         return "refused"
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError, openai.APITimeoutError)):
@@ -736,7 +734,6 @@ def _reasoning(message, text: str) -> str | None:
         return separate
     if "<think>" not in text.lower():
         return None
-    import re
 
     blocks = re.findall(r"<think>(.*?)(?:</think>|$)", text, re.S | re.I)
     return "\n".join(b.strip() for b in blocks if b.strip()) or None
@@ -965,9 +962,6 @@ def request_body(cfg: ModelConfig, messages: list[dict]) -> dict:
 def result_of_reply(key: str, body: dict, cost: float | None) -> CallResult:
     """A CallResult from a chat.completion body received as data (a batch output line): the same fields
     a chat call's reply gives."""
-    import json
-    from types import SimpleNamespace
-
     response = json.loads(json.dumps(body), object_hook=lambda d: SimpleNamespace(**d))
     result = _success(key, response, 0.0, 1)
     result.cost = cost

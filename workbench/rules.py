@@ -66,6 +66,8 @@ from pathlib import Path
 
 from workbench.core.prompts import ATTRIBUTE_CUE_PREFIX, LabelPrompt
 from workbench.errors import UserError
+from workbench.core.attributes import CATEGORY, combine
+from workbench.llm import CallResult
 
 RULES_MODEL = "workbench/rules"
 # Part of every call-cache key of this engine: any change to these rules changes the answers, so
@@ -532,8 +534,6 @@ def attributes_of(report: str, positives: list[dict], cues: dict, spec: tuple) -
     """Attribute values of a positive finding read from the scope of each positive mention; several
     mentions combine (left + right is bilateral, the largest severity wins). Attributes without a cue
     in scope are left out (not stated)."""
-    from workbench.core.attributes import CATEGORY, combine
-
     patterns, any_cue = _attribute_patterns(cues, spec)
     if not patterns:
         return {}
@@ -595,8 +595,6 @@ def _message_chars(messages) -> int:
 
 def complete_all(requests: list, cfg, on_result, cancel=None) -> None:
     """Answer every request in order, calling on_result(request, CallResult) once each; stops when cancel is set."""
-    from workbench.llm import CallResult
-
     model = getattr(cfg, "model", RULES_MODEL)
     if model != RULES_MODEL:
         raise UserError(f"rules engine: unknown offline model {model!r} (only {RULES_MODEL!r})")

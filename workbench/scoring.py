@@ -17,6 +17,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+import dataclasses
 
 import pandas as pd
 
@@ -27,6 +28,9 @@ from workbench.core import metrics
 from workbench.labelling import ExtractionCache, MemoryCache, label_texts, label_texts_with_attributes, model_config, nan_to_none
 from workbench.errors import UserError, WorkbenchError
 from workbench.study import PROJECT_ROOT
+from workbench.core.text import compose_text
+from workbench.llm import EndpointError, check_model_name
+from workbench.core.export import to_csv  # formula cells neutralised (CSV injection)
 
 ZERO_DIVISION_CHOICES = ("zero", "one", "exclude")
 MAX_FAILED_SHARE = 0.10  # above this share of failed extractions a generator gets no score
@@ -161,7 +165,6 @@ class ScoreResult:
         """CSV and JSON outputs in a folder; returns the files written."""
         out.mkdir(parents=True, exist_ok=True)
         files = [out / "summary.csv", out / "results.json"]
-        from workbench.core.export import to_csv  # formula cells neutralised (CSV injection)
 
         to_csv(self.summary(), files[0])
         files[1].write_text(json.dumps(self.to_json(), indent=2, ensure_ascii=False, default=str), encoding="utf-8")
@@ -211,8 +214,6 @@ def _attribute_scores(b: Bundle, ref_labels: pd.DataFrame, gen_labels: pd.DataFr
 
 def read_texts(path_or_frame, sections: list[str], what: str) -> dict[str, str]:
     """id -> text from a reports file (or DataFrame) using the bundle's sections."""
-    from workbench.core.text import compose_text
-
     frame = importers.read_reports(path_or_frame) if not isinstance(path_or_frame, pd.DataFrame) else path_or_frame
     return {r.report_id: compose_text(r.findings, r.impression, r.text, sections) for r in frame.itertuples(index=False)}
 
@@ -253,8 +254,6 @@ def bundle_local_endpoints(bundle: Bundle) -> list[str]:
 
 def check_endpoint(cfg, bundle: Bundle, allow_endpoints: list[str] | None = None) -> str:
     """Refuse (EndpointNotAllowed) unless every endpoint cfg sends text to is allowed; return where text goes."""
-    from workbench.llm import EndpointError, check_model_name
-
     if cfg.model.startswith("workbench/"):
         return "this machine (offline rule-based labeller, no network)"
     check_model_name(cfg.model)  # UnknownModel first: a typo is not a governance problem
@@ -276,9 +275,6 @@ def check_endpoint(cfg, bundle: Bundle, allow_endpoints: list[str] | None = None
 
 def routed(cfg, allow_endpoints: list[str] | None):
     """cfg with the proxies it may go through: only those allowed for this command (any other is bypassed)."""
-    import dataclasses
-    import os
-
     return dataclasses.replace(cfg, proxies=endpoints.allowed_proxies(allow_endpoints or [], os.environ))
 
 

@@ -9,11 +9,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+import stat
 
 import yaml
 
 from workbench.core.vocab import MAX_LABELS, Vocabulary, VocabularyError, parse_vocabulary
 from workbench.errors import NotFound, WorkbenchError
+from workbench.core.reference import ReferenceRule  # numpy/pandas: not needed for `workbench --help`
+from workbench.core.adaptive import AdaptiveSettings
+from workbench.core.reading import min_seconds_empty
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 VOCAB_DIR = PROJECT_ROOT / "vocab"
@@ -90,19 +94,16 @@ class StudyConfig:
         if cfg.zero_division not in ZERO_DIVISION_POLICIES:
             raise StudyError(f"{source}: zero_division must be one of {', '.join(ZERO_DIVISION_POLICIES)}, "
                              f"got {cfg.zero_division!r}")
-        from workbench.core.reference import ReferenceRule  # numpy/pandas: not needed for `workbench --help`
 
         try:
             ReferenceRule.from_config(cfg.reference)
         except ValueError as exc:
             raise StudyError(f"{source}: reference: {exc}") from exc
-        from workbench.core.adaptive import AdaptiveSettings
 
         try:
             AdaptiveSettings.from_config(cfg.adaptive)
         except (TypeError, ValueError) as exc:
             raise StudyError(f"{source}: adaptive: {exc}") from exc
-        from workbench.core.reading import min_seconds_empty
 
         try:
             min_seconds_empty(cfg.reading)
@@ -234,8 +235,6 @@ def database_url(root: Path, cfg: StudyConfig) -> str:
 
 def permission_warnings(root: Path, db: Path | None) -> list[str]:
     """What about the study's folder and database file lets other users of this machine read it (said, never changed)."""
-    import stat
-
     checks = [(root, 0o700, "study folder"), *([(db, 0o600, "database")] if db is not None else [])]
     found = []
     for path, private, what in checks:

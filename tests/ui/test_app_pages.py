@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from workbench.services.results import CaseRef
 from workbench.ui import keyboard, state
 
 PAGES = ["home", "annotate", "adjudicate", "disagreements", "prompts", "runs", "freeze", "settings", "audit"]
@@ -701,7 +702,7 @@ def test_report_with_html_and_markdown_is_shown_verbatim(study, tmp_path):
     assert_clean(at)
     assert EVIL in form_data(at, state.ANN_FORM)["item"]["text"], "the form shows it as text (textContent)"
     assert not any("<script>" in m.value or "**bold**" in m.value for m in at.markdown)
-    at = open_page(study, "disagreements", {state.CASE: (run_id, "evil-1", "pleural_effusion")})
+    at = open_page(study, "disagreements", {state.CASE: CaseRef(run_id, "evil-1", "pleural_effusion")})
     body = at.html[0].value
     assert "<script>" not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
     assert "**bold**" in body and "&lt;b&gt;not bold&lt;/b&gt;" in body

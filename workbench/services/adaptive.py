@@ -20,6 +20,13 @@ import pandas as pd
 from workbench.core import adaptive as core
 from workbench.store import queries as q
 from workbench.study import StudyError
+from workbench.services.base import Service, StudyContext
+from workbench.core.splits import stratified_split
+from workbench.core import reference as ref
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
+    from workbench.services.study import StudyService
 
 CLAIM_TTL_S = 30 * 60  # a report given to a reader is theirs this long; after it, it may go to someone else
 COMPLETED, DRAFT, UNREAD = "completed", "draft", "unread"
@@ -81,14 +88,14 @@ def after_readings(wb, session, pairs: list[tuple[str, str]]) -> None:
         q.put_claims(session, cohort_id, [(r, d) for r, d in pairs if cohorts.get(r) == cohort_id], done=True)
 
 
-class AdaptiveService:
+class AdaptiveService(Service):
     """The adaptive-reading setting, the agreement sample, next report, work lists and progress figures."""
 
-    # ------------------------------------------------------------ the setting
+    def __init__(self, ctx: StudyContext, study: "StudyService") -> None:
+        super().__init__(ctx)
+        self.study = study
 
-    def adaptive_settings(self) -> core.AdaptiveSettings:
-        """The study's adaptive-reading settings (off unless set)."""
-        return core.AdaptiveSettings.from_config(self.config.adaptive)
+    # ------------------------------------------------------------ the setting
 
     def set_adaptive(self, **changes) -> core.AdaptiveSettings:
         """Change adaptive reading (admins only; an audit event like every setting): enabled, agreement_share,
@@ -100,7 +107,7 @@ class AdaptiveService:
             raise StudyError(f"adaptive reading: {exc}") from exc
         self.check_sample_change(settings)
         self.config.adaptive = settings.to_config()
-        self.save_config("change", "settings", "adaptive")
+        self.study.save_config("change", "settings", "adaptive")
         return settings
 
     def check_sample_change(self, settings: core.AdaptiveSettings | None = None) -> None:
@@ -142,8 +149,6 @@ class AdaptiveService:
     def _draw_sample(self, s, cohort_id: int) -> None:
         """The agreement sample: a share of the cohort, stratified by the latest finished run's predictions
         (core/splits.py), reproducible by seed; recorded with the run it used and in the audit trail."""
-        from workbench.core.splits import stratified_split
-
         settings = self.adaptive_settings()
         ids = q.report_ids(s, cohort_id)
         runs = q.list_runs(s, cohort_id)
@@ -168,7 +173,7 @@ class AdaptiveService:
 
     def agreement_sample(self, cohort: str) -> dict:
         """The cohort's agreement sample: {reports, of, share, seed, run} (None values before it is drawn)."""
-        cohort_id = self.cohort_id(cohort)
+        cohort_id = self.study.cohort_id(cohort)
         with self.session() as s:
             info = q.get_meta(s, f"adaptive_sample:{cohort_id}")
         return json.loads(info) if info else {"reports": None, "of": None, "share": None, "seed": None, "run": None}
@@ -179,7 +184,7 @@ class AdaptiveService:
 
     def agreement_sample_reports(self, cohort: str) -> list[str]:
         """The report ids of a cohort's agreement sample (membership says nothing about any value)."""
-        cohort_id = self.cohort_id(cohort)
+        cohort_id = self.study.cohort_id(cohort)
         with self.session() as s:
             return sorted(q.agreement_sample_ids(s, cohort_id))
 
@@ -207,9 +212,9 @@ class AdaptiveService:
     def next_report(self, reader: str, cohort: str) -> str | None:
         """The report this reader should read next, given to them (claimed) in one transaction; None when
         their list is done. Without adaptive reading: their first report not saved yet."""
-        self._check_own_reading(reader)
+        self.study._check_own_reading(reader)
         if not self.adaptive_settings().enabled:
-            work = super().work_list(reader, cohort, drafts=False)
+            work = self._full_work_list(reader, cohort, drafts=False)
             pending = work.loc[work["state"] != COMPLETED, "report_id"]
             return str(pending.iloc[0]) if len(pending) else None
         with self.session(write=True) as s:
@@ -239,9 +244,9 @@ class AdaptiveService:
         given to them, then the reports still offered in reading order (a report nobody needs any more is
         simply not offered); without it, as before."""
         if not self.adaptive_settings().enabled:
-            return super().work_list(reader, cohort, drafts=drafts)
-        self._check_own_reading(reader)
-        cohort_id = self.cohort_id(cohort)
+            return self._full_work_list(reader, cohort, drafts=drafts)
+        self.study._check_own_reading(reader)
+        cohort_id = self.study.cohort_id(cohort)
         with self.session(write=True) as s:
             self._adaptive_sync(s, cohort_id)
             frame = self._candidates(s, cohort_id, reader)
@@ -279,9 +284,7 @@ class AdaptiveService:
     def adaptive_status(self, cohort: str) -> dict:
         """Reads done, reads saved (and their share of a full panel), items decided, undecided and waiting;
         for a reader, over the reports they have finished reading only (blinded)."""
-        from workbench.core import reference as ref
-
-        cohort_id = self.cohort_id(cohort)
+        cohort_id = self.study.cohort_id(cohort)
         settings = self.adaptive_settings()
         with self.session(write=settings.enabled) as s:
             if settings.enabled:
@@ -293,11 +296,11 @@ class AdaptiveService:
                 progress = pd.DataFrame({"report_id": ids, "open": True, "tie": False,
                                          "readers": per.reindex(ids).fillna(0).astype(int).to_numpy(),
                                          "cap": core.panel_size(self.rule())})
-        scope = self.blind_scope()
+        scope = self.study.blind_scope()
         if scope is not None:
             progress = progress[progress["report_id"].isin(scope)]
             ids = [i for i in ids if i in scope]
-        table = self.reference(cohort)
+        table = self.study.reference(cohort)
         final = table["status"].eq(ref.ADJUDICATED) | table["value"].notna() | table["reason"].eq("no decisive vote")
         out = core.reads_summary(progress, core.panel_size(self.rule()), len(ids))
         n_items = len(ids) * len(self.vocab.asked_ids)
@@ -306,6 +309,28 @@ class AdaptiveService:
         out.update({"enabled": settings.enabled, "reports": len(ids), "reports_open": int(progress["open"].sum()),
                     "items": n_items, "decided": decided, "waiting": waiting,
                     "undecided": max(n_items - decided - waiting, 0)})
+        return out
+
+    def _full_work_list(self, reader: str, cohort: str, drafts: bool = True) -> pd.DataFrame:
+        """The reader's reports in a stable order: their assigned ones (when the cohort has work lists)
+        or every report, with state completed / draft / unread, labels saved and when."""
+        self.study._check_own_reading(reader)
+        with self.session() as s:
+            cohort_row = q.get_cohort(s, cohort)
+            if cohort_row is None:
+                raise StudyError(f"no cohort {cohort!r}")
+            if q.get_work_list(s, cohort_row.id) is not None:
+                ids = q.assignments_frame(s, cohort_row.id, reader=reader)["report_id"].tolist()
+            else:
+                ids = q.report_ids(s, cohort_row.id)
+            counts = q.reader_report_counts(s, reader, cohort_row.id).set_index("report_id")
+            draft_ids = set(q.reading_draft_ids(s, reader)) if drafts else set()
+        out = pd.DataFrame({"report_id": ids})
+        out["labels_saved"] = out["report_id"].map(counts["labels"]).fillna(0).astype(int)
+        out["saved_at"] = out["report_id"].map(counts["saved_at"])
+        complete = out["labels_saved"] >= len(self.vocab.asked_ids)
+        out["state"] = np.where(complete, COMPLETED, UNREAD)
+        out.loc[out["report_id"].isin(draft_ids), "state"] = DRAFT
         return out
 
 

@@ -15,17 +15,30 @@ from workbench.core.vocab import VocabularyError
 from workbench.services.study import PermissionDenied
 from workbench.store import queries as q
 from workbench.study import StudyError
+from workbench.services.base import Service, StudyContext
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
+    from workbench.services.study import StudyService
+    from workbench.services.runs import RunsService
+    from workbench.services.evaluation import EvaluationService
 
 ROW_COLUMNS = ["report_id", "label", "attribute", "value", "reference", "evidence"]
 
 
-class AttributesService:
+class AttributesService(Service):
     """Attribute reference, per-row listing, accuracy on matched findings, and readers' attribute values."""
+
+    def __init__(self, ctx: StudyContext, study: "StudyService", runner: "RunsService", evaluation: "EvaluationService") -> None:
+        super().__init__(ctx)
+        self.study = study
+        self.runner = runner
+        self.evaluation = evaluation
 
     def reference_attributes(self, cohort: str) -> pd.DataFrame:
         """Per (report, label, attribute) of a cohort: reference value (None while a tie waits), votes, tie."""
         out = core.reference_attributes(*self._attribute_votes(cohort))
-        return self._blind_rows(out)
+        return self.study._blind_rows(out)
 
     def _attribute_votes(self, cohort: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         """(readings, readers' attribute values, adjudicated values) of a cohort, as the core functions take them."""
@@ -40,26 +53,26 @@ class AttributesService:
         """Attribute ties waiting for an adjudicator (every cohort without one): report_id, label, attribute,
         votes ("left 1, right 1"), tied, readers. Only findings whose presence reference is positive are
         listed: a finding the vote has not confirmed has no attribute reference to settle yet."""
-        names = [cohort] if cohort else self.cohorts()["name"].tolist()
+        names = [cohort] if cohort else self.study.cohorts()["name"].tolist()
         frames = []
         for name in names:
             ties = core.attribute_ties(*self._attribute_votes(name))
             if ties.empty:
                 continue
-            presence = self.reference(name)
+            presence = self.study.reference(name)
             positive = set(zip(presence.loc[presence["value"] == 1, "report_id"], presence.loc[presence["value"] == 1, "label"]))
             frames.append(ties[[key in positive for key in zip(ties["report_id"], ties["label"])]])
         if not frames:
             return pd.DataFrame(columns=core.TIE_COLUMNS)
-        return self._blind_rows(pd.concat(frames, ignore_index=True))
+        return self.study._blind_rows(pd.concat(frames, ignore_index=True))
 
     def attribute_inputs(self, run_id: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         """(labeller presence, reference presence, labeller attributes, reference attributes) of a run."""
-        y_true, y_pred, _ = self.evaluation_inputs(run_id)
-        run = self.run_info(run_id)
-        pred_attrs = self.prediction_attributes(run_id)
+        y_true, y_pred, _ = self.evaluation.evaluation_inputs(run_id)
+        run = self.runner.run_info(run_id)
+        pred_attrs = self.runner.prediction_attributes(run_id)
         pred_attrs = pred_attrs[pred_attrs["status"] == "ok"]
-        ref_attrs = self.reference_attributes(self._cohort_name(run.cohort_id)).rename(columns={"reference": "value"})
+        ref_attrs = self.reference_attributes(self.study._cohort_name(run.cohort_id)).rename(columns={"reference": "value"})
         return y_pred, y_true, pred_attrs, ref_attrs
 
     def attribute_rows(self, run_id: int, label: str | None = None) -> pd.DataFrame:
@@ -67,7 +80,7 @@ class AttributesService:
         reference value when the reference is positive and has one, and the labeller's evidence."""
         specs = self._attribute_specs(label)
         y_pred, y_true, pred_attrs, ref_attrs = self.attribute_inputs(run_id)
-        evidence = self.predictions(run_id).set_index(["report_id", "label"])["evidence"].to_dict()
+        evidence = self.runner.predictions(run_id).set_index(["report_id", "label"])["evidence"].to_dict()
         pv, rv = core.lookup(pred_attrs), core.lookup(ref_attrs)
         rows = []
         for lab, spec in specs.items():
@@ -87,7 +100,7 @@ class AttributesService:
         specs = self._attribute_specs(label)
         y_pred, y_true, pred_attrs, ref_attrs = self.attribute_inputs(run_id)
         matched = core.matched_rows(y_pred, y_true, pred_attrs, ref_attrs, specs)
-        failures = self.prediction_attributes(run_id, label)
+        failures = self.runner.prediction_attributes(run_id, label)
         return {"table": core.attribute_accuracy(matched), "confusion": core.confusion(matched),
                 "mismatches": core.mismatches(matched), "rule": core.ACCURACY_RULE,
                 "parse_failures": int((failures["status"] == core.ATTRIBUTE_PARSE_ERROR).sum())}
@@ -158,7 +171,7 @@ class AttributesService:
             if report is None:
                 raise StudyError(f"no report {report_id!r}")
             cohort_id = report.cohort_id
-        ref = core.reference_attributes(*self._attribute_votes(self._cohort_name(cohort_id)))
+        ref = core.reference_attributes(*self._attribute_votes(self.study._cohort_name(cohort_id)))
         row = ref[(ref["report_id"] == report_id) & (ref["label"] == label) & (ref["attribute"] == attribute)]
         where = f"{report_id} / {label} / {attribute}"
         if row.empty:

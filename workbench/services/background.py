@@ -20,6 +20,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from workbench.services.runs import Progress, RunSummary
+from workbench.study import StudyError
+
 MARK = "WBRUN "  # protocol lines start with this; anything else a library prints is ignored
 POLL_S = 0.2
 
@@ -31,9 +34,6 @@ def start_run_in_process(root: Path, actor, on_progress: Callable | None = None,
     on_progress receives Progress objects as the child reports them; setting cancel stops the child
     after the calls in flight. The child's error is raised here as a StudyError.
     """
-    from workbench.services.runs import Progress, RunSummary
-    from workbench.study import StudyError
-
     request = {"root": str(root), "actor": dataclasses.asdict(actor), "run": run_kwargs}
     child = subprocess.Popen([sys.executable, "-m", "workbench.services.background"], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)

@@ -18,10 +18,20 @@ import pandas as pd
 
 from workbench.core import agreement, metrics
 from workbench.core.text import compose_text
-from workbench.core.prompts import render_joint_call, render_label_call
 from workbench.store import prompt_repo, queries as q
 from workbench.errors import NotFound, UserError
-from workbench.study import SIGNIFICANCE, StudyError
+from workbench.study import StudyError
+from workbench.services.base import Service, StudyContext
+from workbench.services.results import Comparison
+from workbench.services import memo
+from workbench.services.adaptive import agreement_readings
+from workbench import labelling
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
+    from workbench.services.study import StudyService
+    from workbench.services.splits import SplitsService
+    from workbench.services.runs import RunsService
 
 _FULL_SHA = re.compile(r"[0-9a-f]{40}")  # a commit id, which names content that never changes
 
@@ -110,8 +120,14 @@ def _fmt(value: float, undefined: bool) -> str:
     return f"{value:.3f}"
 
 
-class EvaluationService:
+class EvaluationService(Service):
     """Metrics, comparisons, history, ceiling, disagreements, notes."""
+
+    def __init__(self, ctx: StudyContext, study: "StudyService", splits: "SplitsService", runner: "RunsService") -> None:
+        super().__init__(ctx)
+        self.study = study
+        self.splits = splits
+        self.runner = runner
 
     # ------------------------------------------------------------ matrices
 
@@ -134,12 +150,12 @@ class EvaluationService:
 
         Read from the full prompt set, not a reader's blinded copy: the record is shared by everyone."""
         if not _FULL_SHA.fullmatch(commit or ""):  # a ref like HEAD can move: never cached
-            return self.prompt_set(commit).example_report_ids()
+            return self.study.prompt_set(commit).example_report_ids()
         with self.session() as s:
             known = q.version_examples(s, commit)
         if known is not None:
             return known
-        ids = self.unblinded_prompt_set(commit).example_report_ids()
+        ids = self.study.unblinded_prompt_set(commit).example_report_ids()
         with self.session() as s:
             q.put_version_examples(s, commit, ids)
         return ids
@@ -150,15 +166,15 @@ class EvaluationService:
 
         reference: the cohort's reference matrix when the caller already has it (history, queue).
         """
-        run = self.run_info(run_id)
+        run = self.runner.run_info(run_id)
         if run.status == "interrupted":  # part of a run is not a result: its figures would be read as one
             raise UserError(f"run {run_id} was interrupted before it finished, so it has no figures yet: resume with "
                             f"`workbench run --resume {run_id}`")
-        self.check_test_lock(run)  # a test cohort is measured only through a frozen bundle's counted look
-        cohort = self._cohort_name(run.cohort_id)
+        self.splits.check_test_lock(run)  # a test cohort is measured only through a frozen bundle's counted look
+        cohort = self.study._cohort_name(run.cohort_id)
         labels = self._run_labels(run)
-        y_true = (self.reference_matrix(cohort) if reference is None else reference)[labels]
-        y_pred = self.prediction_matrix(run_id)[labels]
+        y_true = (self.study.reference_matrix(cohort) if reference is None else reference)[labels]
+        y_pred = self.runner.prediction_matrix(run_id)[labels]
         leaked = self._leaked_reports(run.prompt_commit, *extra_commits) & set(y_true.index)
         keep = [r for r in y_true.index if r not in leaked]
         y_true, y_pred = y_true.loc[keep], y_pred.loc[keep]
@@ -168,15 +184,10 @@ class EvaluationService:
             "items waiting for adjudication": int(y_true[asked].isna().sum().sum()),
             "failed or missing predictions": int(y_pred[asked].isna().sum().sum()),
         }
-        if self.blind_scope() is not None:  # a reader: only the reports they have finished count
+        if self.study.blind_scope() is not None:  # a reader: only the reports they have finished count
             with self.session() as s:
                 excluded["reports you have not finished reading (blinded)"] = len(q.report_ids(s, run.cohort_id)) - len(y_true) - len(leaked)
         return y_true, y_pred, excluded
-
-    def _cohort_name(self, cohort_id: int) -> str:
-        """Cohort name from id."""
-        cohorts = self.cohorts().set_index("id")
-        return str(cohorts.loc[cohort_id, "name"])
 
     # ------------------------------------------------------------ metrics
 
@@ -188,8 +199,6 @@ class EvaluationService:
                      n_resamples: int = 1000, seed: int = 0, reference: pd.DataFrame | None = None) -> Evaluation:
         """Per-label metrics with intervals, micro/macro averages, bootstrap of macro F1 (the study's
         zero-division policy unless another is asked for)."""
-        from workbench.services import memo
-
         zero_division = self.macro_policy(zero_division)
         y_true, y_pred, excluded = self.evaluation_inputs(run_id, reference=reference)
         key = (memo.frame_digest(y_true, y_pred), ci, zero_division, n_resamples, seed)
@@ -211,7 +220,7 @@ class EvaluationService:
 
     def _record_scoring(self, run_id: int, table: pd.DataFrame) -> None:
         """Keep the per-label counts of a run's first scoring, so a later change of the reference shows."""
-        if self.blind_scope() is not None or run_id in self._scored_runs():
+        if self.study.blind_scope() is not None or run_id in self._scored_runs():
             return  # a reader's figures cover only the reports they read: not the run's
         with self.session() as s:
             if q.run_scorings(s, [run_id]):
@@ -241,7 +250,7 @@ class EvaluationService:
             if run_id not in scorings:
                 continue
             scored_at, counts = scorings[run_id]
-            run = self.run_info(run_id)
+            run = self.runner.run_info(run_id)
             with self.session() as s:
                 changes = q.reference_changes_since(s, run.cohort_id, scored_at)
             if not any(changes.values()):
@@ -256,11 +265,11 @@ class EvaluationService:
         return out
 
     def compare_runs(self, run_a: int, run_b: int, mid_p: bool = False, min_discordant: int = 10,
-                     zero_division: str | None = None) -> dict:
+                     zero_division: str | None = None) -> Comparison:
         """Paired comparison of two runs on the same cohort: per-label deltas, McNemar + Holm, cases."""
         zero_division = self.macro_policy(zero_division)
         refuse_same_run(run_a, run_b)
-        a, b = self.run_info(run_a), self.run_info(run_b)
+        a, b = self.runner.run_info(run_a), self.runner.run_info(run_b)
         if a.cohort_id != b.cohort_id:
             raise StudyError(f"runs {run_a} and {run_b} are on different cohorts; a paired comparison needs the same reports")
         y_true, pred_a, excluded = self.evaluation_inputs(run_a, extra_commits=(b.prompt_commit,))
@@ -277,15 +286,15 @@ class EvaluationService:
         cases = metrics.fixed_and_broken(y_true, pred_a, pred_b)
         excluded["failed or missing predictions (run B)"] = excluded_b["failed or missing predictions"]
         macro_a, macro_b = paired_macro(table, zero_division)
-        return {"table": table, "cases": cases, "excluded": excluded, "run_a": run_a, "run_b": run_b,
-                "macro_f1_a": macro_a.value, "macro_f1_b": macro_b.value, "macro_a": macro_a, "macro_b": macro_b,
-                "zero_division": zero_division}
+        return Comparison(run_a=run_a, run_b=run_b, table=table, cases=cases, excluded=excluded,
+                          macro_f1_a=macro_a.value, macro_f1_b=macro_b.value, macro_a=macro_a, macro_b=macro_b,
+                          zero_division=zero_division)
 
     def iteration_history(self, cohort: str, ci: str = "wilson") -> pd.DataFrame:
         """Every finished run on a cohort in prompt-version order: macro and per-label accuracy and F1."""
-        runs = self.runs(cohort)
+        runs = self.runner.runs(cohort)
         runs = runs[runs["status"].isin(["finished", "incomplete"])]
-        reference = self.reference_matrix(cohort) if len(runs) else None  # once for every run
+        reference = self.study.reference_matrix(cohort) if len(runs) else None  # once for every run
         rows = []
         for run in runs.itertuples(index=False):
             ev = self.evaluate_run(int(run.id), ci=ci, n_resamples=0, reference=reference)
@@ -306,14 +315,13 @@ class EvaluationService:
     def human_ceiling(self, run_id: int) -> pd.DataFrame:
         """Per label: labeller kappa beside readers' Fleiss kappa, mean reader accuracy, and the
         labeller's accuracy on unanimous and on split-vote items."""
-        run = self.run_info(run_id)
-        cohort = self._cohort_name(run.cohort_id)
+        run = self.runner.run_info(run_id)
+        cohort = self.study._cohort_name(run.cohort_id)
         ev = self.evaluate_run(run_id, n_resamples=0)
         with self.session() as s:
             readings = q.readings_frame(s, cohort_id=run.cohort_id)[["report_id", "label", "reader", "value"]]
-        readings = self._blind_rows(readings[readings["label"].isin(self.vocab.asked_ids)])
-        reference = self.reference(cohort, readings=readings)
-        from workbench.services.adaptive import agreement_readings
+        readings = self.study._blind_rows(readings[readings["label"].isin(self.vocab.asked_ids)])
+        reference = self.study.reference(cohort, readings=readings)
 
         readings = agreement_readings(self, readings)  # adaptive reading: the full-overlap sample only
         fleiss = agreement.fleiss_kappa_table(readings)
@@ -345,171 +353,13 @@ class EvaluationService:
 
     # ------------------------------------------------------------ disagreements
 
-    def disagreements(self, run_id: int, label: str | None = None, kind: str | None = None,
-                      category: str | None = None) -> pd.DataFrame:
-        """The queue: every (report, label) where the labeller and the reference differ (or the call failed)."""
-        run = self.run_info(run_id)
-        cohort = self._cohort_name(run.cohort_id)
-        ref_table = self.reference(cohort)
-        preds = self.predictions(run_id)
-        shown = self.queue_reports(run)  # only the tuning part: validation and test reports never reach the queue
-        preds = preds if shown is None else preds[preds["report_id"].isin(shown)]
-        if label:  # one label's queue (its error rate and support are its own): 1/21 of the rows to merge
-            one = label = self.label_id(label)  # a typo is refused, never an empty queue
-            preds, ref_table = preds[preds["label"] == one], ref_table[ref_table["label"] == one]
-        merged = preds.merge(ref_table[["report_id", "label", "value", "positives", "n_readers", "status"]],
-                             on=["report_id", "label"], how="inner", suffixes=("", "_ref"))
-        merged = merged.rename(columns={"value": "prediction", "value_ref": "reference", "status_ref": "reference_status"})
-        failed = merged["prediction"].isna()
-        settled = merged["reference"].notna()
-        differs = settled & ~failed & (merged["prediction"] != merged["reference"])
-        out = merged[differs | failed].copy()
-        out["type"] = np.where(out["prediction"].isna(), "failed",
-                               np.where(out["prediction"] == 1, "FP", "FN"))
-        out["votes"] = out["positives"].astype(int).astype(str) + " of " + out["n_readers"].astype(int).astype(str)
-        out = self._attach_notes(out)
-        # label error rate and support over the settled, answered cells (no full evaluation needed)
-        scored = merged[settled & ~failed]
-        error_rate = (scored["prediction"] != scored["reference"]).groupby(scored["label"]).mean().to_dict()
-        support = (scored["reference"] == 1).groupby(scored["label"]).sum().to_dict()
-        out["label_error_rate"] = out["label"].map(error_rate)
-        out["label_support"] = out["label"].map(support)
-        out = out.sort_values(["label_error_rate", "label_support", "label", "report_id"],
-                              ascending=[False, True, True, True])
-        out = self._blind_rows(out)  # a reader: only reports they have finished
-        out["attribute"], out["attribute_category"] = "", ""
-        if kind in (None, "attribute") and self.vocab.attribute_specs():
-            extra = self._attribute_disagreements(run_id, merged, label, shown, error_rate, support)
-            if len(extra):
-                out = pd.concat([out, extra], ignore_index=True)
-        if label:
-            out = out[out["label"] == label]
-        if kind:
-            out = out[out["type"] == kind]
-        if category:
-            out = out[out["categories"].str.contains(category, regex=False)
-                      | (out["attribute_category"] == category)]
-        cols = ["report_id", "label", "type", "reference", "prediction", "votes", "reference_status", "evidence",
-                "evidence_found", "status", "detail", "notes", "categories", "label_error_rate", "label_support",
-                "attribute", "attribute_category"]
-        return out[cols].reset_index(drop=True)
-
-    def _attribute_disagreements(self, run_id: int, merged: pd.DataFrame, label: str | None, shown,
-                                 error_rate: dict, support: dict) -> pd.DataFrame:
-        """Queue rows of matched findings whose attribute differs from the reference's, type "attribute", with
-        their error category (laterality/location, severity, comparison) for the radiologist's note."""
-        from workbench.core import attributes as core
-
-        specs = self.vocab.attribute_specs()
-        if label:
-            one = self.vocab.resolve(label) or label
-            specs = {k: v for k, v in specs.items() if k == one}
-        columns = ["report_id", "label", "type", "reference", "prediction", "votes", "reference_status", "evidence",
-                   "evidence_found", "status", "detail", "label_error_rate", "label_support", "attribute",
-                   "attribute_category", "notes", "categories"]
-        if self.reference_attributes(self._cohort_name(self.run_info(run_id).cohort_id)).empty:
-            return pd.DataFrame(columns=columns)  # no reader gave an attribute: nothing to compare (and no matrices built)
-        y_pred, y_true, pred_attrs, ref_attrs = self.attribute_inputs(run_id)
-        wrong = core.mismatches(core.matched_rows(y_pred, y_true, pred_attrs, ref_attrs, specs))
-        if shown is not None:
-            wrong = wrong[wrong["report_id"].isin(shown)]
-        wrong = self._blind_rows(wrong)
-        base = merged.set_index(["report_id", "label"])
-        rows = []
-        for r in wrong.itertuples(index=False):
-            cell = base.loc[(r.report_id, r.label)] if (r.report_id, r.label) in base.index else None
-            rows.append({
-                "report_id": r.report_id, "label": r.label, "type": "attribute", "reference": 1, "prediction": 1,
-                "votes": "" if cell is None else f"{int(cell['positives'])} of {int(cell['n_readers'])}",
-                "reference_status": "" if cell is None else cell["reference_status"],
-                "evidence": "" if cell is None else cell["evidence"],
-                "evidence_found": None if cell is None else cell["evidence_found"], "status": "ok",
-                "detail": f"{r.attribute}: labeller {r.value}, reference {r.reference}",
-                "label_error_rate": error_rate.get(r.label), "label_support": support.get(r.label),
-                "attribute": r.attribute, "attribute_category": r.category})
-        frame = pd.DataFrame(rows, columns=columns[:-2])
-        return self._attach_notes(frame) if len(frame) else frame.assign(notes=0, categories="")
-
-    def _attach_notes(self, frame: pd.DataFrame) -> pd.DataFrame:
-        """Count of notes and their categories per (report, label), across runs."""
-        with self.session() as s:
-            notes = q.notes_frame(s)
-        if notes.empty:
-            frame["notes"] = 0
-            frame["categories"] = ""
-            return frame
-        agg = notes.groupby(["report_id", "label"]).agg(
-            notes=("id", "count"), categories=("category", lambda x: ", ".join(sorted(set(x))))).reset_index()
-        frame = frame.merge(agg, on=["report_id", "label"], how="left")
-        frame["notes"] = frame["notes"].fillna(0).astype(int)
-        frame["categories"] = frame["categories"].fillna("")
-        return frame
-
-    def _completed_reports(self, reader: str) -> set[str]:
-        """Reports a reader has marked every asked label of."""
-        with self.session() as s:
-            mine = q.readings_frame(s, reader=reader)
-        counts = mine.groupby("report_id").size()
-        return set(counts[counts >= len(self.vocab.asked_ids)].index)
-
-    def can_see_report(self, report_id: str) -> bool:
-        """Blinding: a reader sees others' labels and the labeller's output only after their own."""
-        scope = self.blind_scope()
-        return scope is None or report_id in scope
-
-    def case(self, run_id: int, report_id: str, label: str) -> dict:
-        """Everything about one disagreement: text, votes, answer, evidence, notes, the prompt sent."""
-        if not self.can_see_report(report_id):
-            from workbench.services.study import PermissionDenied
-
-            raise PermissionDenied("submit your own reading of this report first (blinded until then)")
-        from workbench.core.text import compose_text
-
-        run = self.run_info(run_id)
-        label = self.label_id(label)
-        with self.session() as s:
-            report = q.get_report(s, report_id)
-            if report is None:
-                raise StudyError(f"no report {report_id!r}")
-            votes = q.readings_frame(s, report_ids_=[report_id])
-            notes = q.notes_frame(s, label=label, report_id=report_id)
-            pred = q.predictions_frame(s, run_id, report_id=report_id, label=label)
-        shown = self.queue_reports(run)  # validation and test text never reaches the person tuning prompts
-        if shown is not None and report_id not in shown:
-            raise StudyError(f"report {report_id!r} is not in the tuning part of its cohort: validation cases are "
-                             "shown by id only, so the prompts are not tuned to them")
-        text = compose_text(report.findings, report.impression, report.text, run.sections.split(","))
-        messages = []
-        if label in self.vocab.asked_ids:
-            ps = self.prompt_set(run.prompt_commit)
-            names = self.vocab.names()
-            if run.mode == "joint":
-                messages = render_joint_call(ps, {lab: names[lab] for lab in json.loads(run.labels_json)}, text)
-            else:
-                messages = render_label_call(ps, label, names[label], text)
-        if label in self.vocab.asked_ids:
-            reference = self.item_reference(report_id, label)
-        else:  # a derived label: from the whole report's reference
-            column = self.reference_matrix(self._cohort_name(run.cohort_id))[label]
-            value = column.get(report_id)
-            reference = None if value is None else {"value": None if pd.isna(value) else int(value), "status": "derived"}
-        return {
-            "report_id": report_id, "label": label, "text": text, "findings": report.findings,
-            "impression": report.impression, "votes": votes[votes["label"] == label][["reader", "value"]],
-            "reference": None if reference is None else reference["value"],
-            "reference_status": None if reference is None else reference["status"],
-            "prediction": pred.iloc[0].to_dict() if len(pred) else None, "notes": notes, "messages": messages,
-            # latency, tokens, cost, finish reason, the model that answered and its thinking (never parsed)
-            "call": self.call_fact(pred.iloc[0]["call_key"]) if len(pred) else None,
-        }
-
     # ------------------------------------------------------------ the engineer's view of a case, and search
 
     def case_matrix(self, report_id: str, label: str | None = None) -> "CaseMatrix":
         """One report's answers under every run that labelled it, side by side (one column per run and label),
         each with its call: the messages sent, the raw reply, the thinking kept apart, latency, tokens, cost."""
         self.require("see_unblinded")  # every labeller answer and the prompts' examples: never for a blinded reader
-        label = self.label_id(label) if label else None
+        label = self.study.label_id(label) if label else None
         with self.session() as s:
             report = q.get_report(s, report_id)
             if report is None:
@@ -520,7 +370,7 @@ class EvaluationService:
             replies = {**q.call_replies(s, keys), **{k: c.response for k, c in q.cached_calls(s, keys).items()}}
         columns, withheld, text, visible = [], [], "", {}
         for run_id, group in preds.groupby("run_id", sort=True):
-            run = self.run_info(int(run_id))
+            run = self.runner.run_info(int(run_id))
             if run.cohort_id not in visible:  # one split read per cohort, however many runs it has
                 visible[run.cohort_id] = self._case_visible(run, report_id)
             if not visible[run.cohort_id]:
@@ -535,7 +385,7 @@ class EvaluationService:
         """May the person tuning prompts see this report's answers in this run (not a test or validation cohort
         or part)?"""
         try:
-            shown = self.queue_reports(run)
+            shown = self.splits.queue_reports(run)
         except StudyError:  # a test or validation cohort: its text never reaches the person tuning prompts
             return False
         return shown is None or report_id in shown
@@ -543,17 +393,15 @@ class EvaluationService:
     def _case_messages(self, run, report, labels: list[str]) -> dict:
         """call key -> the messages a run's calls for these labels of one report send (rendered again: the key
         proves they are the ones sent), plus label -> messages for a label whose key no longer matches."""
-        from workbench import labelling
-
         asked = [lab for lab in labels if lab in self.vocab.asked_ids]
         if not asked:
             return {}
-        cfg = labelling.model_config(self._settings_from_params(json.loads(run.params_json)), strict=False)
+        cfg = labelling.model_config(self.runner._settings_from_params(json.loads(run.params_json)), strict=False)
         run_labels = json.loads(run.labels_json)
         frame = pd.DataFrame([{"report_id": report.id, "findings": report.findings, "impression": report.impression,
                                "text": report.text}])
         done = set() if run.mode == "joint" else {(report.id, lab) for lab in run_labels if lab not in asked}
-        requests = self._build_requests(self.prompt_set(run.prompt_commit), frame, run_labels, run.mode,
+        requests = self.runner._build_requests(self.study.prompt_set(run.prompt_commit), frame, run_labels, run.mode,
                                         run.sections.split(","), cfg, done)
         out = {r.key: r.messages for r in requests}
         out.update({lab: r.messages for r in requests for lab in r.meta["labels"]})
@@ -573,9 +421,9 @@ class EvaluationService:
         except re.error as exc:
             raise UserError(f"{query!r} is not a valid regular expression ({exc}); leave out --regex to search "
                             "for the text as it is") from None
-        run = self.run_info(run_id)
-        shown = self.queue_reports(run)  # validation text never reaches the person tuning prompts
-        label = self.label_id(label) if label else None
+        run = self.runner.run_info(run_id)
+        shown = self.splits.queue_reports(run)  # validation text never reaches the person tuning prompts
+        label = self.study.label_id(label) if label else None
         # a plain ASCII text is first narrowed in the database (lower() there folds ASCII only); the pattern decides
         like = None if regex or not query.isascii() else "%" + re.sub(r"([!%_])", r"!\1", query.lower()) + "%"
         found = []
@@ -605,61 +453,6 @@ class EvaluationService:
             compose_text(f, i, t, sections) for f, i, t in zip(reports["findings"], reports["impression"], reports["text"])]})
 
     # ------------------------------------------------------------ error notes
-
-    def add_note(self, report_id: str, label: str, category: str, significance: str, text: str = "",
-                 reference_wrong: bool = False, run_id: int | None = None) -> int:
-        """Attach an error note to (report, label); "the reference is wrong" opens an adjudication item."""
-        self.require("note")
-        label_id = self.label_id(label)
-        if category not in self.config.error_categories:
-            raise StudyError(f"unknown error category {category!r}; categories: {', '.join(self.config.error_categories)} "
-                             "(a study can add its own in workbench.yaml: error_categories)")
-        if significance not in SIGNIFICANCE:
-            raise StudyError(f"clinical significance must be one of: {', '.join(SIGNIFICANCE)}")
-        if not self.can_see_report(report_id):
-            from workbench.services.study import PermissionDenied
-
-            raise PermissionDenied("submit your own reading of this report first (blinded until then)")
-        with self.session() as s:
-            if q.get_report(s, report_id) is None:
-                raise NotFound(f"no report {report_id!r}")
-        self.require_tuning_report(report_id)  # a validation or test report is only measured, never annotated
-        if run_id is not None:  # a note names the run whose disagreement it explains
-            self._require_disagreement(run_id, report_id, label_id)
-        with self.session() as s:
-            note = q.add_note(s, report_id=report_id, label=label_id, run_id=run_id, author=self.actor.user,
-                              category=category, significance=significance, text=text.strip(),
-                              reference_wrong=bool(reference_wrong))
-            if reference_wrong:
-                q.add_flag(s, report_id, label_id, self.actor.user, text.strip() or category, note.id)
-            q.add_audit(s, self.actor.user, "add", "note", f"{report_id}/{label_id}", None,
-                        {"id": note.id, "category": category, "significance": significance, "text": text.strip(),
-                         "reference_wrong": bool(reference_wrong), "run": run_id})
-            return note.id
-
-    def _require_disagreement(self, run_id: int, report_id: str, label: str) -> None:
-        """A note belongs to a disagreement of the run it names: refuse one on an item the run got right."""
-        queue = self.disagreements(run_id, label=label)
-        if report_id not in set(queue["report_id"]):
-            raise UserError(f"{report_id}/{label} is not a disagreement of run {run_id} (the labeller agrees with the "
-                            f"reference there): notes go on disagreements; see `workbench disagreements {run_id} --label {label}`")
-
-    def notes(self, label: str | None = None, report_id: str | None = None) -> pd.DataFrame:
-        """Error notes (oldest first); a reader sees those on reports they have finished."""
-        with self.session() as s:
-            notes = q.notes_frame(s, label=self.label_id(label) if label else None, report_id=report_id)
-        return self._blind_rows(notes)
-
-    def note_counts(self, run_id: int | None = None) -> pd.DataFrame:
-        """Counts of notes by label and category (for one run's disagreements, or all)."""
-        notes = self.notes()
-        if run_id is not None:
-            queue = self.disagreements(run_id)
-            keys = set(zip(queue["report_id"], queue["label"]))
-            notes = notes[[k in keys for k in zip(notes["report_id"], notes["label"])]]
-        if notes.empty:
-            return pd.DataFrame(columns=["label"])
-        return pd.crosstab(notes["label"], notes["category"]).reset_index()
 
 
 # ---------------------------------------------------------------- the engineer's view of a case

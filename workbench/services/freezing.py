@@ -17,6 +17,21 @@ from workbench.errors import StorageFault, WorkbenchError
 from workbench.store import db, prompt_repo, queries as q
 from workbench.store.prompt_repo import PromptRepoError
 from workbench.study import StudyError
+from workbench.services.optimising import _TEST_LOOK
+from workbench.services.optimising import _figures
+from workbench.services.optimising import _plain
+import yaml
+from workbench.services.base import Service, StudyContext
+from workbench.services.runs import model_endpoints
+from workbench import batch
+from workbench.services.runs import StudyBatchJournal
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
+    from workbench.services.study import StudyService
+    from workbench.services.splits import SplitsService
+    from workbench.services.runs import RunsService
+    from workbench.services.evaluation import EvaluationService
 
 
 class StudyExtractionCache:
@@ -36,13 +51,20 @@ class StudyExtractionCache:
             q.put_extraction(s, key, bundle_sha, text_hash, labels_json)
 
 
-class FreezeService:
+class FreezeService(Service):
     """Bundles and scoring."""
+
+    def __init__(self, ctx: StudyContext, study: "StudyService", splits: "SplitsService", runner: "RunsService", evaluation: "EvaluationService") -> None:
+        super().__init__(ctx)
+        self.study = study
+        self.splits = splits
+        self.runner = runner
+        self.evaluation = evaluation
 
     def justifying_run(self, prompt_commit: str, cohort: str | None = None):
         """The latest finished run of this prompt version on the development cohort."""
         cohort = cohort or self.default_cohort()
-        runs = self.runs(cohort)
+        runs = self.runner.runs(cohort)
         runs = runs[(runs["prompt_commit"] == prompt_commit) & (runs["status"] == "finished")]
         if runs.empty:
             raise StudyError(
@@ -51,7 +73,7 @@ class FreezeService:
         asked = list(self.vocab.asked_ids)
         for row in runs.itertuples(index=False):  # newest first: the latest run that covers every asked label
             if not set(asked) - set(json.loads(row.labels_json)):
-                return self.run_info(int(row.id))
+                return self.runner.run_info(int(row.id))
         latest = int(runs.iloc[0]["id"])
         missing = [lab for lab in asked if lab not in set(json.loads(runs.iloc[0]["labels_json"]))]
         raise StudyError(
@@ -61,7 +83,7 @@ class FreezeService:
 
     def default_cohort(self) -> str:
         """The study's development cohort when it exists, else the only cohort; else an error naming the choices."""
-        names = self.cohorts()["name"].tolist()
+        names = self.study.cohorts()["name"].tolist()
         if self.config.dev_cohort in names:
             return self.config.dev_cohort
         if len(names) == 1:
@@ -85,7 +107,7 @@ class FreezeService:
         self._undo_incomplete_freeze(name)
         if name in prompt_repo.tags(self.paths.prompts) or (self.paths.bundles / f"{name}.json").exists():
             raise StudyError(f"the name {name!r} is already frozen; frozen names cannot be moved or reused")
-        commit = self.prompt_commit(prompt_ref)
+        commit = self.study.prompt_commit(prompt_ref)
         run = self.justifying_run(commit, cohort)
         content = self.bundle_content(name, commit, run, frozen_at or q.now(), ci)
         bundle_mod.bundle_bytes(content)  # fails early (before the tag) if the content cannot be serialised
@@ -147,10 +169,10 @@ class FreezeService:
 
     def bundle_content(self, name: str, commit: str, run, frozen_at: str, ci: str = "wilson") -> dict:
         """The bundle's content for a prompt version and the run that justified it."""
-        ev = self.evaluate_run(run.id, ci=ci)
+        ev = self.evaluation.evaluate_run(run.id, ci=ci)
         t = ev.table
         metrics = {
-            "cohort": self._cohort_name(run.cohort_id), "run": run.id, "ci": ci, "zero_division": ev.zero_division,
+            "cohort": self.study._cohort_name(run.cohort_id), "run": run.id, "ci": ci, "zero_division": ev.zero_division,
             "excluded": ev.excluded, "macro_f1": ev.averages["macro_f1"], "macro_accuracy": ev.averages["macro_accuracy"],
             "micro_f1": ev.averages["micro_f1"], "macro_f1_bootstrap": {k: ev.bootstrap.get(k) for k in ("lo", "hi", "n_resamples", "seed")},
             "per_label": [
@@ -164,33 +186,17 @@ class FreezeService:
         params = json.loads(run.params_json)
         model = {k: v for k, v in params.items() if k not in ("api_base", "endpoints", "concurrency", "resolved_endpoints")}
         return bundle_mod.build_content(
-            name=name, vocab=self.vocab, prompts=self.prompt_set(commit), model=model, parser_version=PARSER_VERSION,
+            name=name, vocab=self.vocab, prompts=self.study.prompt_set(commit), model=model, parser_version=PARSER_VERSION,
             prompt_commit=commit, metrics=metrics, frozen_by=self.actor.user, frozen_at=frozen_at,
             sections=run.sections.split(","), endpoint=self._run_endpoint(run, params))
 
     @staticmethod
     def _run_endpoint(run, params: dict) -> dict:
         """Where a run sent report text, as a bundle records it (scoring goes there by default)."""
-        from workbench.services.runs import model_endpoints
-
         settings = {k: params.get(k) for k in ("model", "api_base", "endpoints")}
         resolved = params.get("resolved_endpoints")
         return {"api_base": params.get("api_base"), "endpoints": list(params.get("endpoints") or []),
                 "resolved": list(resolved if resolved is not None else model_endpoints(settings)), "label": run.endpoint}
-
-    def bundles(self) -> pd.DataFrame:
-        """Bundles of this study with their hashes and whether they verify."""
-        rows = []
-        for path in sorted(self.paths.bundles.glob("*.json")):
-            try:
-                ok, recorded, _ = bundle_mod.verify_bundle(path)
-                content, _ = bundle_mod.read_bundle_file(path)
-                rows.append({"name": content.get("name"), "sha256": recorded, "verified": ok, "prompt_commit": content.get("prompt_commit", "")[:8],
-                             "model": content.get("model", {}).get("model"), "macro_f1": content.get("metrics", {}).get("macro_f1"),
-                             "frozen_by": content.get("frozen_by"), "frozen_at": content.get("frozen_at"), "path": str(path)})
-            except bundle_mod.BundleError as exc:
-                rows.append({"name": path.stem, "sha256": "", "verified": False, "path": str(path), "error": str(exc)})
-        return pd.DataFrame(rows)
 
     def score_generated(self, bundle_path: Path, reference, generated: dict, model: str | None = None,
                         out: Path | None = None, zero_division: str = "zero", n_resamples: int = 1000,
@@ -210,10 +216,79 @@ class FreezeService:
 
     def _score_batch_engine(self, on_status):
         """A batch engine whose jobs are recorded in this study (scoped by their call keys: the same score resumes them)."""
-        from workbench import batch
-        from workbench.services.runs import StudyBatchJournal
-
         return batch.BatchEngine(StudyBatchJournal(self), on_status=on_status)
+
+    def test_look(self, bundle: str, cohort: str, ci: str = "wilson", on_progress=None) -> dict:
+        """Measure a frozen bundle on a test cohort; the look is recorded (who, when, which bundle) and counted."""
+        self.require("run")
+        if self.splits.cohort_role(cohort) != "test":
+            raise StudyError(f"{cohort!r} is not a test cohort (its role is {self.splits.cohort_role(cohort)})")
+        path = self.paths.bundles / f"{bundle}.json"
+        if not path.exists():
+            raise StudyError(f"no frozen bundle {bundle!r}; freeze a version first (workbench freeze)")
+        b = bundle_mod.load_bundle(path)
+        commit = b.content["prompt_commit"]
+        run = self._test_run(cohort, commit, b.model, on_progress)
+        token = _TEST_LOOK.set(commit)
+        try:
+            ev = self.evaluation.evaluate_run(run.id, ci=ci)
+        finally:
+            _TEST_LOOK.reset(token)
+        with self.session() as s:
+            q.add_look(s, self.study.cohort_id(cohort), bundle, b.sha256, run.id, self.actor.user)
+            looks = int((q.looks_frame(s, bundle)["bundle"] == bundle).sum())
+            q.add_audit(s, self.actor.user, "look", "test cohort", f"{cohort}/{bundle}", None,
+                        {"bundle": bundle, "sha256": b.sha256, "run": run.id, "looks": looks})
+        figures = _figures(ev, cohort, run.id)
+        figures.update(bundle=bundle, sha256=b.sha256, looks=looks, message=f"test looked at {looks} time{'s' * (looks != 1)}")
+        self._write_test_sidecar(bundle, figures)
+        return figures
+
+    def _test_run(self, cohort: str, commit: str, model: dict, on_progress):
+        """The finished run of a bundle's version on the test cohort (labelled now when there is none)."""
+        runs = self.runner.runs(cohort)
+        runs = runs[(runs["prompt_commit"] == commit) & (runs["status"] == "finished") & (runs["model"] == model.get("model"))]
+        if len(runs):
+            return self.runner.run_info(int(runs.iloc[0]["id"]))
+        summary = self.runner.start_run(cohort, prompt_ref=commit, model=model.get("model"), on_progress=on_progress)
+        if summary.status != "finished":
+            raise StudyError(f"the test run {summary.run_id} did not finish ({summary.message()})")
+        return self.runner.run_info(summary.run_id)
+
+    def _write_test_sidecar(self, bundle: str, figures: dict) -> None:
+        """The bundle's test figures and look count beside it (outside the hashed content: the count grows)."""
+        path = self.paths.bundles / f"{bundle}.test.yaml"
+        data = {"note": "test-cohort figures of this bundle; not part of its hashed content", **figures}
+        tmp = path.with_suffix(".yaml.tmp")
+        tmp.write_text(yaml.safe_dump(json.loads(json.dumps(data, default=_plain)), sort_keys=False), encoding="utf-8")
+        tmp.replace(path)
+
+    def test_looks(self, bundle: str | None = None) -> pd.DataFrame:
+        """Every look at a test cohort (who, when, which bundle)."""
+        with self.session() as s:
+            return q.looks_frame(s, bundle)
+
+    def _bundle_rows(self) -> pd.DataFrame:
+        """Bundles of this study with their hashes and whether they verify."""
+        rows = []
+        for path in sorted(self.paths.bundles.glob("*.json")):
+            try:
+                ok, recorded, _ = bundle_mod.verify_bundle(path)
+                content, _ = bundle_mod.read_bundle_file(path)
+                rows.append({"name": content.get("name"), "sha256": recorded, "verified": ok, "prompt_commit": content.get("prompt_commit", "")[:8],
+                             "model": content.get("model", {}).get("model"), "macro_f1": content.get("metrics", {}).get("macro_f1"),
+                             "frozen_by": content.get("frozen_by"), "frozen_at": content.get("frozen_at"), "path": str(path)})
+            except bundle_mod.BundleError as exc:
+                rows.append({"name": path.stem, "sha256": "", "verified": False, "path": str(path), "error": str(exc)})
+        return pd.DataFrame(rows)
+
+    def bundles(self) -> pd.DataFrame:
+        """Bundles with how often each was used to look at a test cohort."""
+        frame = self._bundle_rows()
+        if len(frame):
+            counts = self.test_looks()["bundle"].value_counts()
+            frame["test_looks"] = frame["name"].map(counts).fillna(0).astype(int)
+        return frame
 
 
 def _freeze_message(name: str, user: str, sha: str) -> str:

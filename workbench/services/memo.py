@@ -14,7 +14,9 @@ without a new updated_at is not seen until the process restarts.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import re
 import threading
 from collections import OrderedDict
 from datetime import datetime, timedelta
@@ -132,3 +134,62 @@ def vote_counts(engine, session) -> pd.DataFrame:
 def reading_counts(engine, session) -> pd.DataFrame:
     """q.reading_counts over every reading, refreshed for the reports that changed."""
     return reading_aggregate(engine, session, "reading_counts", q.reading_counts, q.reading_counts_of, "labels")
+
+
+# ---------------------------------------------------------------- the app's request memo
+# Pure reads that the services call several times while building one answer (a page's first run
+# on Home computed the reference 8 times at 3,000 reports). The app gives each script run's
+# Workbench view a fresh request memo (ctx.request_memo, ui/state.py request_scoped); that view is
+# discarded at the end of the run, so nothing can go stale. Without one (CLI, scripts, worker
+# threads) the reads run every time.
+
+
+class RequestMemo:
+    """Answers of per_request reads within one app rerun."""
+
+    def __init__(self) -> None:
+        self.items: dict = {}
+        self.lock = threading.RLock()  # a memoised read may call another one
+
+
+def per_request(method):
+    """Memoise a pure read for the current app rerun when its context has a request memo (DataFrames handed out as copies)."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        memo = self.ctx.request_memo
+        if memo is None:
+            return method(self, *args, **kwargs)
+        try:
+            key = (method.__qualname__, args, tuple(sorted(kwargs.items())))
+            hash(key)
+        except TypeError:  # e.g. a DataFrame argument: not memoised
+            return method(self, *args, **kwargs)
+        with memo.lock:
+            if key not in memo.items:
+                memo.items[key] = method(self, *args, **kwargs)
+            value = memo.items[key]
+        return value.copy() if isinstance(value, pd.DataFrame) else value
+
+    return call
+
+
+PROMPT_SETS = Memo(64)  # a full commit's prompt set never changes
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+def per_commit(method):
+    """prompt_set(ref) memoised process-wide when the context has a request memo and ref is a full sha."""
+
+    @functools.wraps(method)
+    def call(self, ref_=None):
+        if self.ctx.request_memo is None or not (isinstance(ref_, str) and _SHA.match(ref_)):
+            return method(self, ref_)
+        key = (str(self.ctx.root), ref_)
+        value = PROMPT_SETS.get(key)
+        if value is None:
+            value = method(self, ref_)
+            PROMPT_SETS.put(key, value)
+        return value
+
+    return call

@@ -13,6 +13,13 @@ from workbench import labelling
 from workbench.errors import UserError
 from workbench.store import queries as q
 from workbench.study import StudyError
+from workbench.services.base import Service, StudyContext
+from workbench import llm
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
+    from workbench.services.study import StudyService
+    from workbench.services.runs import RunsService
 
 NOISE_SAMPLE = 200  # (report, label) answers re-asked by default
 NOISE_REPEATS = 2  # times each is asked again
@@ -32,57 +39,22 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-class ModelPathService:
+class ModelPathService(Service):
     """Estimates and budgets, per-call facts, noise measurements."""
 
+    def __init__(self, ctx: StudyContext, study: "StudyService", runner: "RunsService") -> None:
+        super().__init__(ctx)
+        self.study = study
+        self.runner = runner
+
     # ------------------------------------------------------------ estimates and the budget
-
-    def estimate_run(self, cohort: str, prompt_ref: str | None = None, model: str | None = None,
-                     labels: list[str] | None = None, mode: str | None = None, batch: bool = False,
-                     **overrides) -> labelling.Estimate:
-        """What start_run with these arguments would cost (calls after the cache, tokens, cost, time); no model call.
-        batch: as a provider batch job (its price where litellm lists one)."""
-        from workbench.services.runs import is_local_model
-
-        settings = self.labeller_settings(model, **overrides)
-        self._check_model_name(settings)
-        self._check_endpoint(settings)
-        ps = self.prompt_set(self.prompt_commit(prompt_ref))
-        labels = self._check_labels(labels)
-        cfg = labelling.model_config(settings)
-        if batch:
-            from workbench import batch as batch_mod
-
-            batch_mod.check_batchable(cfg)  # the offline labeller, a pool: refused as the run would be
-        with self.session() as s:
-            reports = q.reports_frame(s, cohort_id=self.cohort_id(cohort))
-        requests = self._build_requests(ps, reports, labels, mode or ps.task.mode, list(self.config.sections), cfg, set())
-        with self.session() as s:
-            cached = set(q.cached_calls(s, [r.key for r in requests]))
-            history = [] if labelling.is_offline(cfg) else q.model_call_history(s, cfg.model)
-        return labelling.estimate_calls(requests, cfg, cached, price=settings.get("price"),
-                                        local=is_local_model(settings), history=history, batch=batch)
-
-    def check_budget(self, cohort: str, prompt_ref=None, model=None, labels=None, mode=None, batch: bool = False,
-                     **overrides) -> None:
-        """Raise NeedsConfirmation when the run may cost more than labeller.confirm_above (estimated, no call)."""
-        settings = self.labeller_settings(model, **overrides)
-        limit = settings.get("confirm_above")
-        if limit is None or settings.get("model", "").startswith(labelling.RULES_PREFIX):
-            return
-        est = self.estimate_run(cohort, prompt_ref, model, labels, mode, batch, **overrides)
-        if est.over(limit):
-            cost = "an unknown cost" if est.cost is None else f"about ${est.cost:,.4f}"
-            raise NeedsConfirmation(
-                f"this run may cost {cost} for {est.to_make:,} calls, above labeller.confirm_above (${float(limit):,.2f}): "
-                "nothing was sent; see `workbench run --estimate`, then confirm (answer yes, or pass --yes)")
 
     # ------------------------------------------------------------ per-call facts
 
     def call_facts(self, run_id: int) -> pd.DataFrame:
         """Per call of a run: latency, tokens, cost, finish reason, the model that answered (those it made and
         those it reused from the cache, with the run that made them)."""
-        run = self.run_info(run_id)
+        run = self.runner.run_info(run_id)
         with self.session() as s:
             keys = set(q.predictions_frame(s, run.id)["call_key"].dropna())
             facts = q.call_facts(s, keys)
@@ -129,12 +101,12 @@ class ModelPathService:
         self.require("run")
         if sample < 1 or repeats < 1:
             raise UserError("--sample and --repeats must be at least 1")
-        run = self.run_info(run_id)
-        settings = self._settings_from_params(json.loads(run.params_json))
+        run = self.runner.run_info(run_id)
+        settings = self.runner._settings_from_params(json.loads(run.params_json))
         cfg = labelling.model_config(settings)
         if labelling.is_offline(cfg):  # the rule engine answers the same text the same way, every time
             return NoiseResult(run_id, 0, cfg.model, 0, repeats, pd.DataFrame(columns=NOISE_TABLE), deterministic=True)
-        self._check_endpoint(settings)
+        self.runner._check_endpoint(settings)
         with self.session() as s:
             preds = q.predictions_frame(s, run_id)
         picked = stratified_sample(preds[preds["value"].notna()], sample, seed)
@@ -142,7 +114,6 @@ class ModelPathService:
             raise StudyError(f"run {run_id} has no answered (report, label) pair to repeat")
         requests = self._noise_requests(run, cfg, picked)
         original = {(r, lab): int(v) for r, lab, v in zip(picked["report_id"], picked["label"], picked["value"])}
-        from workbench import llm
 
         seeded = llm.accepts_seed(cfg.model)
         with self.session() as s:
@@ -172,7 +143,7 @@ class ModelPathService:
         with self.session() as s:
             reports = q.reports_frame(s, ids=ids)
         done = set() if run.mode == "joint" else {(r, lab) for r in ids for lab in labels} - wanted
-        return self._build_requests(self.prompt_set(run.prompt_commit), reports, labels, run.mode,
+        return self.runner._build_requests(self.study.prompt_set(run.prompt_commit), reports, labels, run.mode,
                                     run.sections.split(","), cfg, done)
 
     def noise_rates(self, run_ids) -> pd.DataFrame:

@@ -15,9 +15,7 @@ import time
 
 import numpy as np
 import pandas as pd
-import yaml
 
-from workbench import bundle as bundle_mod
 from workbench.core import metrics, proposals, splits
 from workbench.core.prompts import LabelPrompt, call_key, dump_label_prompt
 from workbench.core.vocab import derive_frame
@@ -25,6 +23,30 @@ from workbench.services.evaluation import paired_macro, refuse_same_run
 from workbench.store import queries as q
 from workbench.errors import UserError
 from workbench.study import StudyError
+from workbench.services.base import Service, StudyContext
+from workbench.services.prompting import label_yaml
+from workbench.store import prompt_repo
+from workbench import labelling
+from workbench.services.runs import _cache_entries, _rows
+from workbench.core.text import compose_text
+from workbench.importers import read_phrase_lists
+from workbench import rules
+from workbench import llm
+from workbench.labelling import model_config
+from workbench.core import screening
+from typing import TYPE_CHECKING
+import difflib
+from pathlib import Path
+import dataclasses
+
+if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
+    from workbench.services.study import StudyService
+    from workbench.services.splits import SplitsService
+    from workbench.services.runs import RunsService
+    from workbench.services.model_path import ModelPathService
+    from workbench.services.prompting import PromptsService
+    from workbench.services.evaluation import EvaluationService
+    from workbench.services.triage import TriageService
 
 COHORT_ROLES = ("development", "validation", "test", "external")
 PROPOSERS = ("auto", "offline", "llm")
@@ -45,195 +67,53 @@ PROPOSER_SYSTEM = (
 )
 
 
-class OptimisingService:
+class OptimisingService(Service):
     """Splits, the test-cohort lock, suggestions and optimisation rounds."""
+
+    def __init__(self, ctx: StudyContext, study: "StudyService", splits: "SplitsService", runner: "RunsService", model_path: "ModelPathService", prompts: "PromptsService", evaluation: "EvaluationService", triage: "TriageService") -> None:
+        super().__init__(ctx)
+        self.study = study
+        self.splits = splits
+        self.runner = runner
+        self.model_path = model_path
+        self.prompts = prompts
+        self.evaluation = evaluation
+        self.triage = triage
 
     # ------------------------------------------------------------ cohort roles and splits
 
-    def cohort_role(self, cohort: str) -> str:
-        """A cohort's role (development, validation, test or external)."""
-        self.cohort_id(cohort)  # clear error for an unknown cohort
-        with self.session() as s:
-            return q.cohort_roles(s)[cohort]
-
-    def set_cohort_role(self, cohort: str, role: str) -> None:
-        """Give a cohort a role; a test cohort is locked from then on."""
-        self.require("import")
-        if role not in COHORT_ROLES:
-            raise StudyError(f"cohort role must be one of {', '.join(COHORT_ROLES)}, got {role!r}")
-        cid = self.cohort_id(cohort)
-        with self.session() as s:
-            old = q.cohort_roles(s)[cohort]
-            if old == "test" and role != "test":
-                looks = int((q.looks_frame(s)["cohort_id"] == cid).sum())
-                raise StudyError(f"{cohort!r} is a locked test cohort; its role cannot be changed (looked at {looks} times)")
-            if role != "development" and len(q.split_frame(s, cid)):
-                raise StudyError(f"{cohort!r} is split into tuning and validation parts; only a development cohort is split")
-            q.set_cohort_role(s, cid, role)
-            q.add_audit(s, self.actor.user, "set role", "cohort", cohort, {"role": old}, {"role": role})
-
-    def split_cohort(self, cohort: str, validation: float = 0.3, seed: int = 0, force: bool = False) -> pd.DataFrame:
-        """Divide a development cohort into tuning and validation parts, stratified by label; recorded."""
-        self.require("run")
-        if self.cohort_role(cohort) != "development":
-            raise StudyError(f"only a development cohort is split; {cohort!r} is a {self.cohort_role(cohort)} cohort")
-        cid = self.cohort_id(cohort)
-        existing = self.split_parts(cohort)
-        if existing and not force:
-            with self.session() as s:
-                row = q.split_frame(s, cid).iloc[0]
-            if int(row["seed"]) == seed and abs(float(row["validation_fraction"]) - validation) < 1e-9:
-                return self.split_summary(cohort)
-            raise StudyError(f"{cohort!r} is already split (seed {int(row['seed'])}, validation "
-                             f"{float(row['validation_fraction']):g}); re-splitting after tuning lets tuned-on reports "
-                             "into validation: pass --force to do it anyway (recorded in the audit)")
-        reference = self.reference_matrix(cohort)[self.vocab.asked_ids]
-        assignment = splits.stratified_split(reference, validation, seed)
-        with self.session() as s:
-            q.put_split(s, cid, assignment, seed, validation, self.actor.user)
-            counts = pd.Series(assignment).value_counts().to_dict()
-            q.add_audit(s, self.actor.user, "split", "cohort", cohort, {"previous": len(existing)} if existing else None,
-                        {"seed": seed, "validation": validation, **{k: int(v) for k, v in counts.items()}})
-        return self.split_summary(cohort)
-
-    def split_parts(self, cohort: str) -> dict[str, str]:
-        """report id -> tuning/validation ({} when the cohort is not split)."""
-        with self.session() as s:
-            frame = q.split_frame(s, self.cohort_id(cohort))
-        return dict(zip(frame["report_id"], frame["part"]))
-
-    def split_summary(self, cohort: str) -> pd.DataFrame:
-        """Per label: positives in tuning and in validation."""
-        parts = self.split_parts(cohort)
-        if not parts:
-            raise StudyError(f"{cohort!r} is not split yet: workbench split {cohort} --validation 0.3 --seed 0")
-        reference = self.reference_matrix(cohort)[self.vocab.asked_ids]
-        return splits.split_summary(reference, parts)
-
-    def tuning_reports(self, report_ids) -> set[str]:
-        """The given reports that suggestions and curation may read: a development cohort's tuning part
-        (or an unsplit development cohort), or an external cohort; never validation or test."""
-        with self.session() as s:
-            roles = q.report_cohort_roles(s, report_ids)
-        dev = roles["role"] == "development"
-        ok = (dev & (roles["part"].isna() | (roles["part"] == "tuning"))) | (roles["role"] == "external")
-        return set(roles.loc[ok, "report_id"])
-
-    def require_tuning_report(self, report_id: str) -> None:
-        """Refuse to read a validation or test report for curation or suggestions."""
-        with self.session() as s:
-            known = len(q.report_cohort_roles(s, [report_id])) > 0
-        if known and report_id not in self.tuning_reports([report_id]):  # an unknown id gets the caller's own error
-            raise StudyError(f"{report_id} is in a validation or test set: it is only measured, never used to tune prompts")
-
-    def queue_reports(self, run) -> set[str] | None:
-        """Reports the disagreement queue may show for a run (None: every report of its cohort)."""
-        role = self.cohort_role(self._cohort_name(run.cohort_id))
-        if role in ("test", "validation"):
-            raise StudyError(f"run {run.id} is on a {role} cohort: its disagreements are never shown "
-                             "(they would leak into the prompts)")
-        parts = self.split_parts(self._cohort_name(run.cohort_id)) if role == "development" else {}
-        return {rid for rid, part in parts.items() if part == "tuning"} if parts else None
-
     # ------------------------------------------------------------ the test-cohort lock
-
-    def check_test_lock(self, run) -> None:
-        """Metrics of a test cohort only through a frozen bundle's counted look."""
-        if self.cohort_role(self._cohort_name(run.cohort_id)) != "test":
-            return
-        if _TEST_LOOK.get() != run.prompt_commit:
-            raise StudyError(
-                f"run {run.id} is on the locked test cohort {self._cohort_name(run.cohort_id)!r}: its metrics are "
-                "shown only for a frozen bundle, and every look is counted: workbench test-look BUNDLE --cohort NAME")
-
-    def test_look(self, bundle: str, cohort: str, ci: str = "wilson", on_progress=None) -> dict:
-        """Measure a frozen bundle on a test cohort; the look is recorded (who, when, which bundle) and counted."""
-        self.require("run")
-        if self.cohort_role(cohort) != "test":
-            raise StudyError(f"{cohort!r} is not a test cohort (its role is {self.cohort_role(cohort)})")
-        path = self.paths.bundles / f"{bundle}.json"
-        if not path.exists():
-            raise StudyError(f"no frozen bundle {bundle!r}; freeze a version first (workbench freeze)")
-        b = bundle_mod.load_bundle(path)
-        commit = b.content["prompt_commit"]
-        run = self._test_run(cohort, commit, b.model, on_progress)
-        token = _TEST_LOOK.set(commit)
-        try:
-            ev = self.evaluate_run(run.id, ci=ci)
-        finally:
-            _TEST_LOOK.reset(token)
-        with self.session() as s:
-            q.add_look(s, self.cohort_id(cohort), bundle, b.sha256, run.id, self.actor.user)
-            looks = int((q.looks_frame(s, bundle)["bundle"] == bundle).sum())
-            q.add_audit(s, self.actor.user, "look", "test cohort", f"{cohort}/{bundle}", None,
-                        {"bundle": bundle, "sha256": b.sha256, "run": run.id, "looks": looks})
-        figures = _figures(ev, cohort, run.id)
-        figures.update(bundle=bundle, sha256=b.sha256, looks=looks, message=f"test looked at {looks} time{'s' * (looks != 1)}")
-        self._write_test_sidecar(bundle, figures)
-        return figures
-
-    def _test_run(self, cohort: str, commit: str, model: dict, on_progress):
-        """The finished run of a bundle's version on the test cohort (labelled now when there is none)."""
-        runs = self.runs(cohort)
-        runs = runs[(runs["prompt_commit"] == commit) & (runs["status"] == "finished") & (runs["model"] == model.get("model"))]
-        if len(runs):
-            return self.run_info(int(runs.iloc[0]["id"]))
-        summary = self.start_run(cohort, prompt_ref=commit, model=model.get("model"), on_progress=on_progress)
-        if summary.status != "finished":
-            raise StudyError(f"the test run {summary.run_id} did not finish ({summary.message()})")
-        return self.run_info(summary.run_id)
-
-    def _write_test_sidecar(self, bundle: str, figures: dict) -> None:
-        """The bundle's test figures and look count beside it (outside the hashed content: the count grows)."""
-        path = self.paths.bundles / f"{bundle}.test.yaml"
-        data = {"note": "test-cohort figures of this bundle; not part of its hashed content", **figures}
-        tmp = path.with_suffix(".yaml.tmp")
-        tmp.write_text(yaml.safe_dump(json.loads(json.dumps(data, default=_plain)), sort_keys=False), encoding="utf-8")
-        tmp.replace(path)
-
-    def test_looks(self, bundle: str | None = None) -> pd.DataFrame:
-        """Every look at a test cohort (who, when, which bundle)."""
-        with self.session() as s:
-            return q.looks_frame(s, bundle)
-
-    def bundles(self) -> pd.DataFrame:
-        """Bundles with how often each was used to look at a test cohort."""
-        frame = super().bundles()
-        if len(frame):
-            counts = self.test_looks()["bundle"].value_counts()
-            frame["test_looks"] = frame["name"].map(counts).fillna(0).astype(int)
-        return frame
 
     # ------------------------------------------------------------ metrics by part
 
     def run_cohort(self, run_id: int) -> str:
         """The name of the cohort a run labelled."""
-        return self._cohort_name(self.run_info(run_id).cohort_id)
+        return self.study._cohort_name(self.runner.run_info(run_id).cohort_id)
 
     def evaluate_parts(self, run_id: int, ci: str = "wilson", n_resamples: int = 1000, zero_division: str | None = None) -> dict:
         """Per part (tuning, validation): per-label metrics with intervals, macro F1 with a bootstrap interval."""
-        zero_division = self.macro_policy(zero_division)
-        run = self.run_info(run_id)
-        parts = self.split_parts(self._cohort_name(run.cohort_id))
+        zero_division = self.evaluation.macro_policy(zero_division)
+        run = self.runner.run_info(run_id)
+        parts = self.splits.split_parts(self.study._cohort_name(run.cohort_id))
         if not parts:
             raise StudyError("the run's cohort is not split into tuning and validation parts (workbench split)")
-        y_true, y_pred, _ = self.evaluation_inputs(run_id)
+        y_true, y_pred, _ = self.evaluation.evaluation_inputs(run_id)
         return {part: _part_metrics(y_true, y_pred, [r for r in y_true.index if parts.get(r) == part], ci,
                                     n_resamples, zero_division) for part in splits.PARTS}
 
     def compare_by_part(self, run_a: int, run_b: int) -> dict:
         """Two runs on a split cohort: per part, macro F1 of each and the per-label McNemar table (Holm within the part)."""
         refuse_same_run(run_a, run_b)
-        a, b = self.run_info(run_a), self.run_info(run_b)
+        a, b = self.runner.run_info(run_a), self.runner.run_info(run_b)
         if a.cohort_id != b.cohort_id:
             raise StudyError(f"runs {run_a} and {run_b} are on different cohorts")
-        parts = self.split_parts(self._cohort_name(a.cohort_id))
+        parts = self.splits.split_parts(self.study._cohort_name(a.cohort_id))
         if not parts:
             raise StudyError("the runs' cohort is not split into tuning and validation parts (workbench split)")
-        y_true, pred_a, _ = self.evaluation_inputs(run_a, extra_commits=(b.prompt_commit,))
-        _, pred_b, _ = self.evaluation_inputs(run_b, extra_commits=(a.prompt_commit,))
+        y_true, pred_a, _ = self.evaluation.evaluation_inputs(run_a, extra_commits=(b.prompt_commit,))
+        _, pred_b, _ = self.evaluation.evaluation_inputs(run_b, extra_commits=(a.prompt_commit,))
         labels = [lab for lab in y_true.columns if lab in pred_b.columns]
-        policy = self.macro_policy()
+        policy = self.evaluation.macro_policy()
         out = {}
         for part in splits.PARTS:
             ids = [r for r in y_true.index if parts.get(r) == part]
@@ -246,23 +126,22 @@ class OptimisingService:
 
     def history_by_part(self, cohort: str) -> pd.DataFrame:
         """Every finished run on a split cohort: macro F1 on tuning and on validation, and the gap between them."""
-        parts = self.split_parts(cohort)
+        parts = self.splits.split_parts(cohort)
         if not parts:
             raise StudyError(f"{cohort!r} is not split yet: workbench split {cohort}")
-        runs = self.runs(cohort)
+        runs = self.runner.runs(cohort)
         runs = runs[runs["status"].isin(["finished", "incomplete"])]
-        reference = self.reference_matrix(cohort) if len(runs) else None
+        reference = self.study.reference_matrix(cohort) if len(runs) else None
         rows = []
-        from workbench.store import prompt_repo
 
         for run in runs.itertuples(index=False):
-            y_true, y_pred, _ = self.evaluation_inputs(int(run.id), reference=reference)
+            y_true, y_pred, _ = self.evaluation.evaluation_inputs(int(run.id), reference=reference)
             row = {"run": int(run.id), "version": prompt_repo.ordinal(self.paths.prompts, run.prompt_commit),
                    "prompt": run.prompt_commit[:8]}
             for part in splits.PARTS:
                 keep = [r for r in y_true.index if parts.get(r) == part]
-                table = metrics.label_metrics(y_true.loc[keep], y_pred.loc[keep], zero_division=self.macro_policy())
-                figure = metrics.macro_figure(table["f1"], table["f1_undefined"], self.macro_policy())
+                table = metrics.label_metrics(y_true.loc[keep], y_pred.loc[keep], zero_division=self.evaluation.macro_policy())
+                figure = metrics.macro_figure(table["f1"], table["f1_undefined"], self.evaluation.macro_policy())
                 row[f"{part}_macro_f1"] = figure.value
                 row[f"{part}_macro_labels"] = figure.describe()
             row["gap"] = row["tuning_macro_f1"] - row["validation_macro_f1"]
@@ -281,16 +160,13 @@ class OptimisingService:
         Same engine, governance, call cache and parser as a run: only calls whose rendered messages
         changed are made.
         """
-        from workbench import labelling
-        from workbench.services.runs import _cache_entries, _rows
-
-        settings = self._settings_from_params(json.loads(run.params_json))
-        self._check_endpoint(settings)
+        settings = self.runner._settings_from_params(json.loads(run.params_json))
+        self.runner._check_endpoint(settings)
         cfg = labelling.model_config(settings)
         with self.session() as s:
             reports = q.reports_frame(s, ids=report_ids)
         labels = [label] if run.mode == "per_label" else json.loads(run.labels_json)
-        requests = self._build_requests(ps, reports, labels, run.mode, run.sections.split(","), cfg, set())
+        requests = self.runner._build_requests(ps, reports, labels, run.mode, run.sections.split(","), cfg, set())
         rows: list[dict] = []
 
         def store(answers: list) -> None:
@@ -298,7 +174,7 @@ class OptimisingService:
             with self.session() as s:
                 q.put_cached_calls(s, _cache_entries(cfg, answers))
 
-        done = labelling.label_calls(requests, cfg, self._cached_replies, store, store_reused=lambda answers: rows.extend(_rows(answers)))
+        done = labelling.label_calls(requests, cfg, self.runner._cached_replies, store, store_reused=lambda answers: rows.extend(_rows(answers)))
         counts = {"calls": done.calls, "made": done.made, "reused": done.reused, "cost": done.cost,
                   "prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens}
         frame = pd.DataFrame(rows, columns=["report_id", "label", "value", "evidence", "evidence_found", "status",
@@ -314,15 +190,15 @@ class OptimisingService:
 
         inputs: the run's (reference, predictions) when the caller already has them (optimise rounds).
         """
-        cohort = self._cohort_name(run.cohort_id)
-        parts = self.split_parts(cohort)
+        cohort = self.study._cohort_name(run.cohort_id)
+        parts = self.splits.split_parts(cohort)
         if not parts:
             raise StudyError(f"split {cohort!r} into tuning and validation parts first: workbench split {cohort} "
                              "--validation 0.3 --seed 0 (suggestions are checked on the validation part)")
-        y_true, y_pred = inputs if inputs is not None else self.evaluation_inputs(run.id)[:2]
+        y_true, y_pred = inputs if inputs is not None else self.evaluation.evaluation_inputs(run.id)[:2]
         ids = [r for r in y_true.index if parts.get(r) == "tuning"]
-        allowed = self.tuning_reports(ids)  # belt and braces: never a validation or test report
-        notes = self.notes(label)
+        allowed = self.splits.tuning_reports(ids)  # belt and braces: never a validation or test report
+        notes = self.triage.notes(label)
         wrong = set(notes.loc[notes["reference_wrong"].astype(bool), "report_id"])
         known = y_true[label].notna()
         ids = [r for r in ids if r in allowed and r not in wrong and known.loc[r]]
@@ -330,9 +206,8 @@ class OptimisingService:
         values = (y_pred[label] if pred is None else pred).reindex(ids)
         ids = [r for r in ids if not pd.isna(values.loc[r])]
         if evidence is None:
-            preds = self.predictions(run.id)
+            preds = self.runner.predictions(run.id)
             evidence = preds[preds["label"] == label].set_index("report_id")["evidence"]
-        from workbench.core.text import compose_text
 
         with self.session() as s:
             reports = q.reports_frame(s, ids=ids).set_index("report_id")
@@ -349,9 +224,6 @@ class OptimisingService:
         """An outside phrase table (CheXpert labeler format) read where it lies, by label id ({} for None)."""
         if path is None:
             return {}
-        from pathlib import Path
-
-        from workbench.importers import read_phrase_lists
 
         if not Path(path).is_file():
             raise StudyError(f"phrase list {str(path)!r} not found (a CSV with observation, list, raw_phrase)")
@@ -359,10 +231,6 @@ class OptimisingService:
 
     def _hedge_clauses(self, ps, label: str, cases: pd.DataFrame) -> list[tuple[str, int]]:
         """(clause, reference) for every tuning mention of a label that hedged wording sets aside."""
-        import dataclasses
-
-        from workbench import rules
-
         cues = ps.task.cue_lists()
         lp = dataclasses.replace(ps.label(label), hedged="negative")
         return [(d["clause"], int(ref)) for text, ref in zip(cases["text"], cases["reference"])
@@ -380,8 +248,6 @@ class OptimisingService:
                           avoid: frozenset = frozenset()) -> proposals.ProposalResult:
         """Mine candidates from the tuning disagreements and notes (and an outside phrase list); score
         them with the rule-based labeller on tuning only."""
-        from workbench import rules
-
         cues = ps.task.cue_lists()
         lp = ps.label(label)
 
@@ -401,14 +267,11 @@ class OptimisingService:
     def _llm_proposal(self, ps, label: str, cases: pd.DataFrame, notes: pd.DataFrame, model: str | None,
                       api_base: str | None = None) -> proposals.ProposalResult:
         """One reflective call: the label's prompt, the failing tuning cases, the notes; a strict structured edit back."""
-        from workbench import llm
-        from workbench.labelling import model_config
-
-        settings = self.labeller_settings(model, max_tokens=PROPOSER_MAX_TOKENS, api_base=api_base)
+        settings = self.runner.labeller_settings(model, max_tokens=PROPOSER_MAX_TOKENS, api_base=api_base)
         if settings.get("model", "").startswith("workbench/"):
             raise StudyError("the model proposer needs a language model; the study's labeller is the offline one "
                              "(use --proposer offline, or --model openai/NAME with --api-base)")
-        self._check_endpoint(settings)
+        self.runner._check_endpoint(settings)
         cfg = model_config(settings)
         failing = cases[cases["reference"] != cases["prediction"]].head(MAX_CASES)
         if failing.empty:
@@ -447,18 +310,18 @@ class OptimisingService:
     def suggest_failing(self, run_id: int | None = None, proposer: str = "auto", model: str | None = None,
                         api_base: str | None = None, phrase_list=None) -> list[dict]:
         """A suggestion for every label with a disagreement on the tuning part."""
-        run = self.run_info(run_id) if run_id is not None else self._latest_dev_run()
-        queue = self.disagreements(run.id)
+        run = self.runner.run_info(run_id) if run_id is not None else self._latest_dev_run()
+        queue = self.triage.disagreements(run.id)
         failing = [lab for lab in self.vocab.asked_ids if lab in set(queue["label"])]
         hedges = None if self._uses_model(proposer, model) or not failing else self._run_hedge_convention(run)
         return [self.suggest(lab, run.id, proposer, model, api_base, phrase_list, hedges=hedges) for lab in failing]
 
     def _run_hedge_convention(self, run) -> dict:
         """The hedge convention from every predicted label's tuning part of a run (see _hedge_convention)."""
-        inputs = self.evaluation_inputs(run.id)[:2]
+        inputs = self.evaluation.evaluation_inputs(run.id)[:2]
         material = {lab: self._tuning_material(run, lab, inputs=inputs)[0]
                     for lab in self.vocab.asked_ids if lab in inputs[1].columns}
-        return self._hedge_convention(self.prompt_set(run.prompt_commit), material)
+        return self._hedge_convention(self.study.prompt_set(run.prompt_commit), material)
 
     def suggest(self, label: str, run_id: int | None = None, proposer: str = "auto", model: str | None = None,
                 api_base: str | None = None, phrase_list=None, hedges: dict | None = None) -> dict:
@@ -466,10 +329,10 @@ class OptimisingService:
         validation before it is shown; stored as a proposal (offered only when validation does not drop).
         hedges: the run's hedge convention when the caller has it (suggest_failing computes it once)."""
         self.require("edit_prompts")
-        label = self._asked(label)
-        run = self.run_info(run_id) if run_id is not None else self._latest_dev_run()
+        label = self.prompts._asked(label)
+        run = self.runner.run_info(run_id) if run_id is not None else self._latest_dev_run()
         self._require_run_covers(run, [label], "suggest")
-        ps = self.prompt_set(run.prompt_commit)
+        ps = self.study.prompt_set(run.prompt_commit)
         cases, notes = self._tuning_material(run, label)
         if hedges is None and not self._uses_model(proposer, model):
             hedges = self._run_hedge_convention(run)
@@ -498,7 +361,7 @@ class OptimisingService:
         missing = [lab for lab in labels if lab not in set(covered)]
         if not missing:
             return
-        cohort = self._cohort_name(run.cohort_id)
+        cohort = self.study._cohort_name(run.cohort_id)
         instead = (f", or {command} only what it covers: --labels {','.join(covered)}" if command == "optimise" and covered else "")
         raise UserError(
             f"run {run.id} labelled {len(covered)} of {len(self.vocab.asked_ids)} asked labels and lacks "
@@ -523,12 +386,12 @@ class OptimisingService:
     def _latest_dev_run(self):
         """The newest finished run on the development cohort."""
         cohort = self.development_cohort()
-        runs = self.runs(cohort)
+        runs = self.runner.runs(cohort)
         runs = runs[runs["status"] == "finished"]
         if runs.empty:
             raise StudyError(f"no finished run on the development cohort {cohort!r}: `workbench run --cohort {cohort}` "
                              "first (or pass --run N)")
-        return self.run_info(int(runs.iloc[0]["id"]))
+        return self.runner.run_info(int(runs.iloc[0]["id"]))
 
     def _record(self, run, label: str, result: proposals.ProposalResult, ps) -> dict:
         """Evaluate an ok proposal, store it with its verdict, and return what the engineer is shown."""
@@ -559,13 +422,13 @@ class OptimisingService:
         """Label tuning and validation with the revised label (through the call cache); per part: F1 before
         and after, fixed and broken cases; on validation the exact McNemar verdict. Offered only when
         validation does not get worse."""
-        run = self.run_info(run_id)
-        cohort = self._cohort_name(run.cohort_id)
-        parts = self.split_parts(cohort)
+        run = self.runner.run_info(run_id)
+        cohort = self.study._cohort_name(run.cohort_id)
+        parts = self.splits.split_parts(cohort)
         label = new_lp.label
-        base_ps = base_ps or self.prompt_set(run.prompt_commit)
+        base_ps = base_ps or self.study.prompt_set(run.prompt_commit)
         new_ps = base_ps.with_label(new_lp)
-        y_true, y_pred = inputs if inputs is not None else self.evaluation_inputs(run_id)[:2]
+        y_true, y_pred = inputs if inputs is not None else self.evaluation.evaluation_inputs(run_id)[:2]
         leaked = new_ps.example_report_ids() | base_ps.example_report_ids()
         known = y_true[label].notna()
         ids = [r for r in y_true.index if r in parts and r not in leaked and known.loc[r]]
@@ -593,21 +456,21 @@ class OptimisingService:
         beside the run of the committed version: per label F1 before and after, fixed and broken cases and
         the McNemar verdict on validation, and macro F1 per part before and after. Nothing is committed."""
         self.require("edit_prompts")
-        run = self.run_info(run_id) if run_id is not None else self._latest_dev_run()
-        wanted = [self._asked(lab) for lab in labels] if labels else self.pending_labels()
+        run = self.runner.run_info(run_id) if run_id is not None else self._latest_dev_run()
+        wanted = [self.prompts._asked(lab) for lab in labels] if labels else self.prompts.pending_labels()
         if not wanted:
             raise UserError("no drafts to evaluate: edit one first (`workbench prompts set`, `prompts edit`, `accept`)")
-        cohort = self._cohort_name(run.cohort_id)
-        parts = self.split_parts(cohort)
+        cohort = self.study._cohort_name(run.cohort_id)
+        parts = self.splits.split_parts(cohort)
         if not parts:
             raise StudyError(f"split {cohort!r} into tuning and validation parts first: workbench split {cohort}")
-        base_ps = self.prompt_set(run.prompt_commit)
-        y_true, y_pred, _ = self.evaluation_inputs(run.id)
+        base_ps = self.study.prompt_set(run.prompt_commit)
+        y_true, y_pred, _ = self.evaluation.evaluation_inputs(run.id)
         current = y_pred.copy()
-        out = {"run": run.id, "base_commit": run.prompt_commit, "head": self.prompt_commit(), "labels": [],
-               "calls": {"made": 0, "reused": 0}, "zero_division": self.macro_policy()}
+        out = {"run": run.id, "base_commit": run.prompt_commit, "head": self.study.prompt_commit(), "labels": [],
+               "calls": {"made": 0, "reused": 0}, "zero_division": self.evaluation.macro_policy()}
         for label in wanted:
-            lp = self.pending_prompt(label)
+            lp = self.prompts.pending_prompt(label)
             ev = self.evaluate_edit(run.id, lp, base_ps=base_ps, inputs=(y_true, y_pred))
             for key in ("made", "reused"):
                 out["calls"][key] += ev["calls"][key]
@@ -623,7 +486,7 @@ class OptimisingService:
     def proposals(self, label: str | None = None, status: str | None = None) -> pd.DataFrame:
         """Stored proposals, newest first."""
         with self.session() as s:
-            return q.proposals_frame(s, self._asked(label) if label else None, status)
+            return q.proposals_frame(s, self.prompts._asked(label) if label else None, status)
 
     def proposal(self, proposal_id: int) -> dict:
         """One stored proposal with its edit and evaluation."""
@@ -645,12 +508,12 @@ class OptimisingService:
         if p["status"] != "offered":
             raise StudyError(f"proposal {proposal_id} is {p['status']}: only a proposal that does not make validation "
                              "worse can be accepted")
-        _, _, exists = self.draft(p["label"])
+        _, _, exists = self.prompts.draft(p["label"])
         if exists:
             raise StudyError(f"you already have a draft of {p['label']}: save or discard it first")
-        base = self.label_prompt(p["label"], p["base_commit"])
+        base = self.prompts.label_prompt(p["label"], p["base_commit"])
         lp = proposals.apply_edit(base, p["edit"]["fields"])
-        self.save_draft(lp, p["base_commit"])
+        self.prompts.save_draft(lp, p["base_commit"])
         with self.session() as s:
             q.update_proposal(s, proposal_id, status="accepted")
             q.add_audit(s, self.actor.user, "accept", "proposal", str(proposal_id), None,
@@ -670,17 +533,17 @@ class OptimisingService:
         self.require("edit_prompts")
         if rounds < 1:
             raise StudyError("rounds must be at least 1")
-        run = self.run_info(run_id) if run_id is not None else self._latest_dev_run()
-        labels = [self._asked(lab) for lab in labels] if labels else list(self.vocab.asked_ids)
+        run = self.runner.run_info(run_id) if run_id is not None else self._latest_dev_run()
+        labels = [self.prompts._asked(lab) for lab in labels] if labels else list(self.vocab.asked_ids)
         self._require_run_covers(run, labels, "optimise")
         started = time.perf_counter()
-        base_ps = ps = self.prompt_set(run.prompt_commit)
-        y_true, y_pred, _ = self.evaluation_inputs(run.id)
-        parts = self.split_parts(self._cohort_name(run.cohort_id))
-        preds = self.predictions(run.id)
+        base_ps = ps = self.study.prompt_set(run.prompt_commit)
+        y_true, y_pred, _ = self.evaluation.evaluation_inputs(run.id)
+        parts = self.splits.split_parts(self.study._cohort_name(run.cohort_id))
+        preds = self.runner.predictions(run.id)
         evidence = {lab: preds[preds["label"] == lab].set_index("report_id")["evidence"] for lab in labels}
         current = y_pred.copy()
-        policy = self.macro_policy()
+        policy = self.evaluation.macro_policy()
         report = {"run": run.id, "base_commit": run.prompt_commit, "labels": labels, "rounds": [],
                   "proposer": proposer, "calls": {"made": 0, "reused": 0, "cost": 0.0}, "zero_division": policy,
                   "screen": {"on": screen, "screened": 0, "screened_out": 0, "calls": 0, "full_calls": 0}}
@@ -749,7 +612,7 @@ class OptimisingService:
         report["end"] = _macro_by_part(y_true, current, parts, policy)
         report["seconds"] = round(time.perf_counter() - started, 2)
         changed = [lab for lab in labels if ps.label(lab) != base_ps.label(lab)]
-        mine = set(self.drafts()["label"]) if save_drafts else set()
+        mine = set(self.prompts.drafts()["label"]) if save_drafts else set()
         report["drafts"] = [lab for lab in changed if save_drafts and lab not in mine]
         report["not_drafted"] = [lab for lab in changed if lab in mine]  # never overwrite a person's own draft
         report["final_prompts"] = {lab: dump_label_prompt(ps.label(lab)) for lab in changed}
@@ -767,12 +630,12 @@ class OptimisingService:
             q.add_audit(s, self.actor.user, "optimise", "prompt", ",".join(labels), None,
                         {"report": report["id"], "rounds": len(report["rounds"]), "drafts": report["drafts"]})
         for lab in report["drafts"]:
-            self.save_draft(ps.label(lab), run.prompt_commit)
+            self.prompts.save_draft(ps.label(lab), run.prompt_commit)
         return report
 
     def _screen_noise_rate(self, run_id: int) -> float:
         """The upper end of the run's measured overall noise rate (0 when not measured: the offline labeller's is 0)."""
-        rates = self.noise_rates([run_id])
+        rates = self.model_path.noise_rates([run_id])
         overall = rates[rates["label"] == "all"]
         return float(overall["hi"].iloc[0]) if len(overall) else 0.0
 
@@ -780,8 +643,6 @@ class OptimisingService:
                      noise_rate: float = 0.0, seed: int = 0) -> dict:
         """Label one proposal on its screen (the label's tuning disagreements and a stratified, seeded sample of
         agreements) through the call cache, and judge whether it is worth a full evaluation."""
-        from workbench.core import screening
-
         label = new_lp.label
         new_ps = base_ps.with_label(new_lp)
         leaked = new_ps.example_report_ids() | base_ps.example_report_ids()
@@ -896,10 +757,6 @@ def _figures(ev, cohort: str, run_id: int) -> dict:
 
 def _yaml_diff(old: LabelPrompt, new: LabelPrompt) -> str:
     """Unified diff of the label's YAML."""
-    import difflib
-
-    from workbench.services.prompting import label_yaml
-
     a, b = label_yaml(old), label_yaml(new)
     return "".join(difflib.unified_diff(a.splitlines(True), b.splitlines(True), fromfile=f"{old.label}.yaml",
                                         tofile=f"{new.label}.yaml (proposed)"))
@@ -907,8 +764,6 @@ def _yaml_diff(old: LabelPrompt, new: LabelPrompt) -> str:
 
 def _proposer_messages(lp: LabelPrompt, name: str, failing: pd.DataFrame, notes: pd.DataFrame) -> list[dict]:
     """The reflective proposer's messages: current prompt, failing tuning cases with answers and notes."""
-    from workbench.services.prompting import label_yaml
-
     parts = [f"Label: {name} ({lp.label})", "Current prompt (YAML):", label_yaml(lp), "Failing tuning cases:"]
     for row in failing.itertuples(index=False):
         kind = "missed finding (labeller said 0, reference 1)" if row.reference == 1 else "false finding (labeller said 1, reference 0)"

@@ -23,6 +23,16 @@ from workbench.store import prompt_repo, queries as q
 from workbench.store.prompt_repo import PromptRepoError
 from workbench.errors import NotFound
 from workbench.study import StudyError
+from workbench.services.base import Service, StudyContext
+from workbench.services.study import ConflictError
+from workbench.services.study import _validate_prompt_files
+from workbench import importers
+from workbench.core.text import compose_text
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
+    from workbench.services.study import StudyService
+    from workbench.services.splits import SplitsService
 
 DRAFT_REF = "draft"  # names a label's pending edit (draft or uncommitted file) wherever a version is asked
 
@@ -54,14 +64,19 @@ def _provenance_line(row) -> str:
     return f"{row.label}: proposal #{row.id} by {source}{origin}"
 
 
-class PromptsService:
+class PromptsService(Service):
     """Editing, versioning and comparing prompts."""
+
+    def __init__(self, ctx: StudyContext, study: "StudyService", splits: "SplitsService") -> None:
+        super().__init__(ctx)
+        self.study = study
+        self.splits = splits
 
     # ------------------------------------------------------------ drafts
 
     def label_prompt(self, label: str, ref_: str | None = None) -> LabelPrompt:
         """One label's prompt at a version."""
-        return self.prompt_set(ref_).label(self._asked(label))
+        return self.study.prompt_set(ref_).label(self._asked(label))
 
     def asked_label(self, label: str) -> str:
         """A label id or name resolved to an asked label's id (a clear error otherwise)."""
@@ -69,7 +84,7 @@ class PromptsService:
 
     def _asked(self, label: str) -> str:
         """Resolve an asked label id (derived labels have no prompt)."""
-        label_id = self.label_id(label)  # an unknown label: refused with the closest names
+        label_id = self.study.label_id(label)  # an unknown label: refused with the closest names
         if label_id not in self.vocab.asked_ids:
             raise StudyError(f"no prompt for label {label!r} (it is derived from the others); labels with prompts: "
                              f"{', '.join(self.vocab.asked_ids)}")
@@ -82,7 +97,7 @@ class PromptsService:
             row = q.get_draft(s, label, self.actor.user)
         if row is not None:
             return parse_label_yaml(row.content, f"draft of {label}"), row.base_commit, True
-        head = self.prompt_commit()
+        head = self.study.prompt_commit()
         return self.label_prompt(label, head), head, False
 
     def save_draft(self, lp: LabelPrompt, base_commit: str) -> None:
@@ -116,15 +131,14 @@ class PromptsService:
         base_commit: the version the edit started from, or {label: version} per label.
         """
         self.require("edit_prompts")
-        head = self.prompt_set()
+        head = self.study.prompt_set()
         prompts = [lp for lp in prompts if head.labels.get(self._asked(lp.label)) != lp]
         if not prompts:
             raise StudyError("nothing to save: the prompts are the same as the current version")
         files = {f"{lp.label}.yaml": label_yaml(lp) for lp in prompts}
         bases = ({f"{lab}.yaml": b for lab, b in base_commit.items()} if isinstance(base_commit, dict) else base_commit)
-        current = self.prompt_files(None)
+        current = self.study.prompt_files(None)
         current.update(files)
-        from workbench.services.study import _validate_prompt_files
 
         _validate_prompt_files(current, self.vocab)  # the whole set must still parse
         return self._commit_version(files, bases, message, [lp.label for lp in prompts])
@@ -240,8 +254,6 @@ class PromptsService:
     def set_prompt_field(self, label: str, field: str, value: str | None = None,
                          add: tuple[str, ...] = (), remove: tuple[str, ...] = ()) -> tuple[LabelPrompt, str]:
         """Change one field of a label's draft (or its uncommitted file): scalars set, list fields add/remove."""
-        from workbench.core.prompts import dump_label_prompt
-
         label = self._asked(label)
         text, target = self.editable_text(label)
         data = dump_label_prompt(self._validated_file_text(label, text, f"{label}.yaml"))
@@ -279,7 +291,7 @@ class PromptsService:
         if not wanted:
             raise StudyError("nothing to save: no drafts and no uncommitted edits in the prompt folder")
         files, bases, saved = {}, {}, []
-        head = self.prompt_commit()
+        head = self.study.prompt_commit()
         for label in wanted:
             draft, text, edited = self._refuse_clash(label)
             if edited:
@@ -294,9 +306,8 @@ class PromptsService:
             saved.append(label)
         if not files:
             raise StudyError(f"nothing to save: the draft(s) of {', '.join(wanted)} are the same as the current version")
-        current = self.prompt_files(None)
+        current = self.study.prompt_files(None)
         current.update(files)
-        from workbench.services.study import _validate_prompt_files
 
         _validate_prompt_files(current, self.vocab)
         return self._commit_version(files, bases, message, saved), saved
@@ -337,13 +348,11 @@ class PromptsService:
         if old is None:
             raise StudyError(f"{label} has no prompt at version {to_ref!r}")
         lp = parse_label_yaml(old, f"{label}.yaml@{to_ref}")
-        short = self.prompt_commit(to_ref)[:8]
-        return self.save_prompts([lp], message or f"Revert {label} to {short}", self.prompt_commit())
+        short = self.study.prompt_commit(to_ref)[:8]
+        return self.save_prompts([lp], message or f"Revert {label} to {short}", self.study.prompt_commit())
 
     def import_prompt_dictionary(self, path: Path, message: str) -> str:
         """Import a {label: guidance} dictionary (JSON/YAML) as a new version of every label."""
-        from workbench import importers
-
         guidance = importers.read_prompt_dictionary(path)
         resolved = {}
         for key, text in guidance.items():
@@ -352,8 +361,8 @@ class PromptsService:
                 raise StudyError(f"{Path(path).name}: unknown label {key!r}")
             if label_id in self.vocab.asked_ids:
                 resolved[label_id] = text
-        ps = prompt_set_from_dictionary(resolved, self.vocab.asked_ids, self.prompt_set().task)
-        return self.save_prompts(list(ps.labels.values()), message, self.prompt_commit())
+        ps = prompt_set_from_dictionary(resolved, self.vocab.asked_ids, self.study.prompt_set().task)
+        return self.save_prompts(list(ps.labels.values()), message, self.study.prompt_commit())
 
     # ------------------------------------------------------------ history and diffs
 
@@ -404,11 +413,11 @@ class PromptsService:
 
     def policy_table(self, ref_: str | None = None) -> pd.DataFrame:
         """Every label's hedge and temporal policy side by side."""
-        return policy.policy_table(self.prompt_set(ref_), self.vocab.names())
+        return policy.policy_table(self.study.prompt_set(ref_), self.vocab.names())
 
     def policy_conflicts(self, ref_: str | None = None) -> list[policy.Finding]:
         """Inconsistencies between related labels and inside labels."""
-        return policy.policy_conflicts(self.prompt_set(ref_), self.vocab.names())
+        return policy.policy_conflicts(self.study.prompt_set(ref_), self.vocab.names())
 
     # ------------------------------------------------------------ few-shot curation
 
@@ -422,7 +431,7 @@ class PromptsService:
         """
         self.require("edit_prompts")
         label = self._asked(label)
-        self.require_tuning_report(report_id)  # validation and test reports are never taught to the labeller
+        self.splits.require_tuning_report(report_id)  # validation and test reports are never taught to the labeller
         with self.session() as s:
             report = q.get_report(s, report_id)
             if report is None:
@@ -433,7 +442,7 @@ class PromptsService:
                 hit = q.predictions_frame(s, run_id, report_id=report_id, label=label)
                 evidence = hit["evidence"].iloc[0] if len(hit) else ""
         if value is None:
-            item = self.item_reference(report_id, label)
+            item = self.study.item_reference(report_id, label)
             if item is None or item["value"] is None:
                 raise StudyError(f"{report_id}/{label} has no reference value yet (adjudicate it first) and no value was given")
             value = item["value"]
@@ -443,7 +452,6 @@ class PromptsService:
             note_text = _note_summary(chosen.iloc[0]) if len(chosen) else None
         elif len(notes):
             note_text = _note_summary(notes.iloc[-1])
-        from workbench.core.text import compose_text
 
         text = compose_text(report.findings, report.impression, report.text, self.config.sections)
         # the model's evidence is a useful excerpt only when it was wrong to be positive
@@ -466,8 +474,6 @@ def _note_summary(note: pd.Series) -> str:
 
 def raise_conflict(exc: PromptRepoError):
     """Turn a repo refusal into the services' ConflictError when it is a concurrent edit."""
-    from workbench.services.study import ConflictError
-
     if "changed since version" in str(exc):
         raise ConflictError(str(exc)) from exc
     raise StudyError(str(exc)) from exc

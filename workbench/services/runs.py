@@ -23,6 +23,21 @@ from workbench.runtime import AnyEvent, fewer_collections
 from workbench.store import queries as q
 from workbench.errors import WorkbenchError
 from workbench.study import StudyError
+from workbench.services.model_path import NeedsConfirmation
+from workbench.services.base import Service, StudyContext
+from typing import TYPE_CHECKING
+import dataclasses
+from workbench.services import memo
+from workbench.llm import resolve_endpoints
+from workbench.llm import UnknownModel, check_model_name
+from workbench.llm import EndpointError
+from workbench import batch
+from workbench.llm import UNUSABLE
+from workbench.core.text import compose_text
+from workbench.core.vocab import derive_frame
+
+if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
+    from workbench.services.study import StudyService
 
 
 INTERRUPTED = "interrupted"  # stopped by Ctrl-C or SIGTERM: its answers are kept, it is not a result until resumed
@@ -144,8 +159,6 @@ def _cache_entries(cfg, answers: list) -> list:
 
 def _resolved(settings: dict):
     """The endpoints of a model's settings, resolved the way litellm will (environment included)."""
-    from workbench.llm import resolve_endpoints
-
     return resolve_endpoints(settings.get("model", ""), settings.get("api_base"), settings.get("endpoints") or ())
 
 
@@ -288,10 +301,14 @@ def _holder_gone(holder: str) -> bool:
     return False
 
 
-class RunsService:
+class RunsService(Service):
     """Starting, resuming and retrying runs; the call cache."""
 
     lease_ttl_s = 60.0  # a run's executor renews its lease every third of this
+
+    def __init__(self, ctx: StudyContext, study: "StudyService") -> None:
+        super().__init__(ctx)
+        self.study = study
 
     # ------------------------------------------------------------ settings
 
@@ -325,10 +342,10 @@ class RunsService:
             batch_mod.check_batchable(model_config(settings))  # before the run's row: a refusal leaves nothing
         if not confirmed:
             self.check_budget(cohort, prompt_ref, model, labels, mode, batch, **overrides)
-        commit = self.prompt_commit(prompt_ref)
-        ps = self.unblinded_prompt_set(commit)  # runners are never blinded; the example record is shared
+        commit = self.study.prompt_commit(prompt_ref)
+        ps = self.study.unblinded_prompt_set(commit)  # runners are never blinded; the example record is shared
         labels = self._check_labels(labels)
-        cid = self.cohort_id(cohort)
+        cid = self.study.cohort_id(cohort)
         cfg = model_config(settings)
         # the row, its lease and its audit event in one transaction: a run that cannot start leaves nothing,
         # and one that starts is ours from its first moment (see _execute: it never stays "running")
@@ -352,7 +369,7 @@ class RunsService:
                       labels: list[str] | None = None, mode: str | None = None, **overrides) -> int | None:
         """The latest finished run without failures that a new run would repeat exactly (same prompt
         version, model and parameters, endpoint, cohort reports, labels, sections and mode), or None."""
-        cid = self.cohort_id(cohort)
+        cid = self.study.cohort_id(cohort)
         with self.session() as s:
             ids = set(q.report_ids(s, cid))
             for run in self._same_runs(cohort, prompt_ref, model, labels, mode, overrides):
@@ -374,11 +391,11 @@ class RunsService:
         """Runs on a cohort, newest first, with the prompt version, model, answer-changing parameters,
         labels, sections and mode a new run with these settings would have."""
         settings = self.labeller_settings(model, **overrides)
-        commit = self.prompt_commit(prompt_ref)
+        commit = self.study.prompt_commit(prompt_ref)
         labels = self._check_labels(labels)
-        cid = self.cohort_id(cohort)
+        cid = self.study.cohort_id(cohort)
         params = _answer_params(self._run_params(model_config(settings), settings))
-        mode = mode or self.prompt_set(commit).task.mode
+        mode = mode or self.study.prompt_set(commit).task.mode
         out = []
         with self.session() as s:
             for row in q.list_runs(s, cid).itertuples(index=False):
@@ -423,7 +440,7 @@ class RunsService:
             return list(self.vocab.asked_ids)
         out = []
         for key in labels:
-            label_id = self.label_id(key)
+            label_id = self.study.label_id(key)
             if label_id not in self.vocab.asked_ids:
                 raise StudyError(f"label {label_id!r} is derived from the others and is not asked")
             out.append(label_id)
@@ -432,8 +449,6 @@ class RunsService:
     @staticmethod
     def _check_model_name(settings: dict) -> None:
         """A model name litellm does not know is said so first (before any word about endpoints)."""
-        from workbench.llm import UnknownModel, check_model_name
-
         try:
             check_model_name(settings.get("model", ""))
         except UnknownModel as exc:
@@ -441,8 +456,6 @@ class RunsService:
 
     def _check_endpoint(self, settings: dict) -> None:
         """Refuse to send report text to an endpoint the study does not allow."""
-        from workbench.llm import EndpointError
-
         if not settings.get("model", "").startswith(RULES_PREFIX):
             try:
                 _resolved(settings)
@@ -457,8 +470,6 @@ class RunsService:
 
     def _routed(self, cfg):
         """cfg with the proxies it may go through: only those the study allows (any other is bypassed)."""
-        import dataclasses
-
         return dataclasses.replace(cfg, proxies=endpoints.allowed_proxies(self.config.allowed_endpoints, os.environ))
 
     @staticmethod
@@ -526,7 +537,7 @@ class RunsService:
             done = q.done_prediction_keys(s, run_id)
             q.update_run(s, run_id, status="running", finished_at=None)
         state["running"] = True
-        ps = self.prompt_set(run.prompt_commit)
+        ps = self.study.prompt_set(run.prompt_commit)
         sections = run.sections.split(",")
         requests = self._build_requests(ps, reports, labels, run.mode, sections, cfg, done)
         summary = RunSummary(run_id, calls_total=len(requests), already_done=len(done))
@@ -550,7 +561,6 @@ class RunsService:
         """The batch engine when asked for or when the run has a pending batch job (checked before any upload), else None."""
         if not asked and self.pending_batch(run_id) is None:
             return None
-        from workbench import batch
 
         batch.check_batchable(cfg)
         return batch.BatchEngine(StudyBatchJournal(self), run_id=run_id, on_status=on_status)
@@ -613,8 +623,6 @@ class RunsService:
 
     def _watch_unusable(self, streak: dict, res, summary: RunSummary, stop: threading.Event) -> None:
         """Stop a run whose endpoint is plainly unusable (refused, 401/403, 404) instead of trying every call."""
-        from workbench.llm import UNUSABLE
-
         if res.error is None:
             streak["ok"] = True
             return
@@ -652,8 +660,6 @@ class RunsService:
     def _build_requests(self, ps, reports: pd.DataFrame, labels: list[str], mode: str,
                         sections: list[str], cfg, done: set) -> list:
         """Every call the run still needs for these reports (see labelling.build_requests)."""
-        from workbench.core.text import compose_text
-
         items = ((row.report_id, compose_text(row.findings, row.impression, row.text, sections))
                  for row in reports.itertuples(index=False))
         return labelling.build_requests(ps, items, labels, mode, self.vocab.names(), labelling.call_params(cfg), done)
@@ -665,14 +671,15 @@ class RunsService:
         self.run_info(run_id)
         with self.session() as s:
             frame = q.prediction_attributes_frame(s, run_id, label)
-        return self._blind_rows(frame)
+        return self.study._blind_rows(frame)
 
     def runs(self, cohort: str | None = None) -> pd.DataFrame:
         """Runs newest first."""
-        cid = self.cohort_id(cohort) if cohort else None
+        cid = self.study.cohort_id(cohort) if cohort else None
         with self.session() as s:
             return q.list_runs(s, cid)
 
+    @memo.per_request
     def run_info(self, run_id: int):
         """One run row."""
         with self.session() as s:
@@ -685,25 +692,62 @@ class RunsService:
                 raise UnknownName(unknown_message("run", run_id, ids[-12:], "list them with `workbench history --cohort NAME`"))
         return run
 
+    @memo.per_request
     def predictions(self, run_id: int) -> pd.DataFrame:
         """A run's predictions (long); a reader sees those of reports they have finished reading."""
-        from workbench.services import memo
-
         run = self.run_info(run_id)
         with self.session() as s:
-            return self._blind_rows(memo.run_predictions(self.engine, s, run))
+            return self.study._blind_rows(memo.run_predictions(self.engine, s, run))
 
+    @memo.per_request
     def prediction_matrix(self, run_id: int) -> pd.DataFrame:
         """Reports x labels predicted values (NaN = failure or not labelled), derived labels filled."""
-        from workbench.core.vocab import derive_frame
-        from workbench.services import memo
-
         run = self.run_info(run_id)
         with self.session() as s:
             ids = q.report_ids(s, run.cohort_id)
             preds = memo.run_predictions(self.engine, s, run)
         wide = preds.pivot(index="report_id", columns="label", values="value") if not preds.empty else pd.DataFrame()
-        scope = self.blind_scope()  # a reader: only the reports they have finished reading
+        scope = self.study.blind_scope()  # a reader: only the reports they have finished reading
         ids = ids if scope is None else [i for i in ids if i in scope]
         wide = wide.reindex(index=ids, columns=self.vocab.asked_ids).astype(float)
         return derive_frame(self.vocab, wide)[self.vocab.ids]
+
+    def estimate_run(self, cohort: str, prompt_ref: str | None = None, model: str | None = None,
+                     labels: list[str] | None = None, mode: str | None = None, batch: bool = False,
+                     **overrides) -> labelling.Estimate:
+        """What start_run with these arguments would cost (calls after the cache, tokens, cost, time); no model call.
+        batch: as a provider batch job (its price where litellm lists one)."""
+        from workbench.services.runs import is_local_model
+
+        settings = self.labeller_settings(model, **overrides)
+        self._check_model_name(settings)
+        self._check_endpoint(settings)
+        ps = self.study.prompt_set(self.study.prompt_commit(prompt_ref))
+        labels = self._check_labels(labels)
+        cfg = labelling.model_config(settings)
+        if batch:
+            from workbench import batch as batch_mod
+
+            batch_mod.check_batchable(cfg)  # the offline labeller, a pool: refused as the run would be
+        with self.session() as s:
+            reports = q.reports_frame(s, cohort_id=self.study.cohort_id(cohort))
+        requests = self._build_requests(ps, reports, labels, mode or ps.task.mode, list(self.config.sections), cfg, set())
+        with self.session() as s:
+            cached = set(q.cached_calls(s, [r.key for r in requests]))
+            history = [] if labelling.is_offline(cfg) else q.model_call_history(s, cfg.model)
+        return labelling.estimate_calls(requests, cfg, cached, price=settings.get("price"),
+                                        local=is_local_model(settings), history=history, batch=batch)
+
+    def check_budget(self, cohort: str, prompt_ref=None, model=None, labels=None, mode=None, batch: bool = False,
+                     **overrides) -> None:
+        """Raise NeedsConfirmation when the run may cost more than labeller.confirm_above (estimated, no call)."""
+        settings = self.labeller_settings(model, **overrides)
+        limit = settings.get("confirm_above")
+        if limit is None or settings.get("model", "").startswith(labelling.RULES_PREFIX):
+            return
+        est = self.estimate_run(cohort, prompt_ref, model, labels, mode, batch, **overrides)
+        if est.over(limit):
+            cost = "an unknown cost" if est.cost is None else f"about ${est.cost:,.4f}"
+            raise NeedsConfirmation(
+                f"this run may cost {cost} for {est.to_make:,} calls, above labeller.confirm_above (${float(limit):,.2f}): "
+                "nothing was sent; see `workbench run --estimate`, then confirm (answer yes, or pass --yes)")

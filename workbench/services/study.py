@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -24,10 +23,12 @@ from workbench.core.prompts import PromptSet, TASK_FILE, parse_prompt_set
 from workbench.core.vocab import Vocabulary
 from workbench.store import db, prompt_repo, queries as q
 from workbench.study import (
-    PROMPTS_DIR, StudyConfig, StudyError, StudyPaths, UnknownName, VOCAB_FILE, database_url, find_vocabulary_file,
-    load_config, load_vocabulary_file, permission_warnings, save_config,
+    PROMPTS_DIR, StudyConfig, StudyError, StudyPaths, UnknownName, VOCAB_FILE, find_vocabulary_file,
+    load_vocabulary_file, permission_warnings, save_config,
 )
 from workbench.errors import UserError, WorkbenchError
+from workbench.services.base import Service, StudyContext
+from workbench.services import memo
 
 ROLES = ("reader", "adjudicator", "prompt_engineer", "admin")
 
@@ -137,24 +138,13 @@ def _validate_prompt_files(files: dict[str, str], vocab: Vocabulary) -> PromptSe
     return parse_prompt_set(parsed, vocab.asked_ids, vocab.derived_ids, attributes=vocab.attribute_specs())
 
 
-class StudyService:
+class StudyService(Service):
     """A study opened for use; the CLI, the app and the tests all go through it."""
 
-    def __init__(self, root: Path, actor: Actor | None = None, engine=None):
-        self.root = Path(root).resolve()
-        self.paths = StudyPaths(self.root)
-        self.config: StudyConfig = load_config(self.root)
-        vocab_file = self.root / self.config.vocabulary
-        self.vocab: Vocabulary = load_vocabulary_file(vocab_file if vocab_file.exists() else find_vocabulary_file(self.config.vocabulary))
-        self.url = database_url(self.root, self.config)
-        self.engine = engine or db.make_engine(self.url)
-        self.actor = actor or Actor()
+    def __init__(self, ctx: StudyContext) -> None:
+        super().__init__(ctx)
 
     # ------------------------------------------------------------ plumbing
-
-    def as_actor(self, actor: Actor):
-        """The same study (sharing its engine) acting as another user."""
-        return type(self)(self.root, actor=actor, engine=self.engine)  # settings re-read: an edit takes effect
 
     def permission_warnings(self) -> list[str]:
         """What lets other users of this machine read the study's folder or database (said, never changed)."""
@@ -195,45 +185,6 @@ class StudyService:
                             {k: old.get(k) for k in changed}, {k: snapshot[k] for k in changed})
             q.set_meta(s, "settings", json.dumps(snapshot, sort_keys=True, default=str))
 
-    def session(self, write: bool = False):
-        """One transaction (commit on success, roll back on error); write=True for read-then-write.
-
-        For a signed-in account every transaction first checks the account is still enabled, so a
-        disabled user can do nothing at all, whatever method they call.
-        """
-        if not self.actor.account:
-            return db.session_scope(self.engine, write=write)
-        return self._account_session(write)
-
-    @contextmanager
-    def _account_session(self, write: bool):
-        """A transaction that refuses a disabled (or deleted) account before anything is read."""
-        with db.session_scope(self.engine, write=write) as s:
-            user = q.get_user(s, self.actor.user)
-            if user is None or user.disabled:
-                raise PermissionDenied(f"the account {self.actor.user} is disabled; ask an admin")
-            yield s
-
-    def current_actor(self) -> Actor:
-        """The actor as the database knows them now: a changed role applies at once, a disabled account can do nothing."""
-        if not self.actor.account:
-            return self.actor  # the local operator (auth none) or a script's own Actor
-        with db.session_scope(self.engine) as s:
-            user = q.get_user(s, self.actor.user)
-        if user is None or user.disabled:
-            raise PermissionDenied(f"the account {self.actor.user} is disabled; ask an admin")
-        return Actor(user=user.id, role=user.role, name=user.name, email=user.email, account=True)
-
-    def require(self, permission: str) -> None:
-        """Raise PermissionDenied unless the actor's current role allows the action."""
-        allowed = PERMISSIONS[permission]
-        actor = self.current_actor()
-        if actor.role not in allowed:
-            raise PermissionDenied(
-                f"{actor.user} ({actor.role}) may not {permission.replace('_', ' ')}; "
-                f"this needs one of: {', '.join(sorted(allowed))}"
-            )
-
     # ------------------------------------------------------------ blinding (every read that reveals votes,
     # the reference or the labeller's output goes through these: the CLI, the app and scripts alike)
 
@@ -270,10 +221,6 @@ class StudyService:
                             {k: old.get(k) for k in changed}, {k: new[k] for k in changed})
                 q.set_meta(s, "settings", json.dumps(new, sort_keys=True, default=str))
             save_config(self.root, self.config)  # inside the transaction: a failed write records nothing
-
-    def rule(self) -> ref.ReferenceRule:
-        """The study's reference rule."""
-        return ref.ReferenceRule.from_config(self.config.reference)
 
     def cohort_id(self, name: str) -> int:
         """A cohort's id; a clear error listing the cohorts (and the closest name) when it does not exist."""
@@ -506,6 +453,7 @@ class StudyService:
 
     # ------------------------------------------------------------ reference and adjudication
 
+    @memo.per_request
     def reference(self, cohort: str | None = None, readings: pd.DataFrame | None = None) -> pd.DataFrame:
         """Per (report, label) of the asked labels: votes, value and status (decided/adjudicated/waiting)."""
         from workbench.services import memo
@@ -546,6 +494,7 @@ class StudyService:
         return {"value": None if pd.isna(row["value"]) else int(row["value"]), "status": row["status"],
                 "positives": int(row["positives"]), "n_readers": int(row["n_readers"])}
 
+    @memo.per_request
     def reference_matrix(self, cohort: str, reference: pd.DataFrame | None = None) -> pd.DataFrame:
         """Reports x labels reference values (NaN = waiting), derived labels included."""
         from workbench.core.vocab import derive_frame
@@ -624,6 +573,8 @@ class StudyService:
         self.require("see_unblinded")
         return prompt_repo.read_files(self.paths.prompts, ref_)
 
+    @memo.per_commit
+    @memo.per_request
     def prompt_set(self, ref_: str | None = None) -> PromptSet:
         """The parsed prompt set at a version (HEAD by default); a reader's copy lacks few-shot examples
         taken from reports they have not read yet (each carries its reference answer)."""
@@ -644,6 +595,33 @@ class StudyService:
     def prompt_commit(self, ref_: str | None = None) -> str:
         """Full commit sha of a prompt version."""
         return prompt_repo.resolve(self.paths.prompts, ref_)
+
+    def _completed_reports(self, reader: str) -> set[str]:
+        """Reports a reader has marked every asked label of."""
+        with self.session() as s:
+            mine = q.readings_frame(s, reader=reader)
+        counts = mine.groupby("report_id").size()
+        return set(counts[counts >= len(self.vocab.asked_ids)].index)
+
+    def can_see_report(self, report_id: str) -> bool:
+        """Blinding: a reader sees others' labels and the labeller's output only after their own."""
+        scope = self.blind_scope()
+        return scope is None or report_id in scope
+
+    def _cohort_name(self, cohort_id: int) -> str:
+        """Cohort name from id."""
+        cohorts = self.cohorts().set_index("id")
+        return str(cohorts.loc[cohort_id, "name"])
+
+    def _check_own_reading(self, reader: str) -> None:
+        """Only readers themselves (or an admin/adjudicator acting for a local name) touch a reader's drafts."""
+        self.require("annotate")
+        if not reader or not str(reader).strip():
+            raise StudyError("choose a reader name first")
+        if self.actor.role == "reader" and reader != self.actor.user:
+            from workbench.services.study import PermissionDenied
+
+            raise PermissionDenied(f"{self.actor.user} may only read as themself, not as {reader!r}")
 
 
 __all__ = ["Actor", "init_study", "ImportSummary", "PermissionDenied", "ConflictError", "TASK_FILE"]

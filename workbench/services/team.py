@@ -16,11 +16,20 @@ import secrets
 from datetime import datetime, timedelta, timezone
 
 import pandas as pd
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
 from workbench.services.study import ROLES, Actor, PermissionDenied
 from workbench.store import db, queries as q
 from workbench.store.transfer import copy_tables, find_nul_text, is_empty
 from workbench.store.tables import User
 from workbench.study import StudyError
+from workbench.services.base import Service, StudyContext
+from workbench import bundle as bundle_mod
+from workbench.store import prompt_repo
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
+    from workbench.services.study import StudyService
 
 USER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,99}$")
 MIN_PASSWORD = 12
@@ -43,8 +52,6 @@ WEB_SESSION_HOURS = 12     # a browser stays signed in this long after signing i
 
 def _hasher():
     """The argon2 password hasher (imported lazily: it is only needed for sign-in)."""
-    from argon2 import PasswordHasher
-
     return PasswordHasher()
 
 
@@ -81,8 +88,12 @@ def _seconds_from_now(stamp: str) -> float:
     return (datetime.fromisoformat(stamp) - datetime.now(timezone.utc)).total_seconds()
 
 
-class TeamService:
+class TeamService(Service):
     """Users, sign-in, audit, governance, database migration."""
+
+    def __init__(self, ctx: StudyContext, study: "StudyService") -> None:
+        super().__init__(ctx)
+        self.study = study
 
     # ------------------------------------------------------------ users
 
@@ -190,8 +201,6 @@ class TeamService:
         dummy hash); repeated failures for a user id lock it for a while, recorded in the database
         so the back-off holds across processes.
         """
-        from argon2.exceptions import InvalidHashError, VerificationError
-
         self._refuse_if_locked(user_id)
         dummy = _dummy_hash()  # made on the first sign-in of a process, whoever signs in: no first-call tell
         with self.session() as s:
@@ -331,9 +340,6 @@ class TeamService:
         Each check is {check, ok, detail}. A bundle edited and re-hashed passes its own sha256 but
         not these: the tag and the audit trail recorded the hash it was frozen with.
         """
-        from workbench import bundle as bundle_mod
-        from workbench.store import prompt_repo
-
         content, recorded = bundle_mod.read_bundle_file(path)
         actual = bundle_mod.content_sha256(content)
         name = str(content.get("name", ""))
@@ -370,14 +376,14 @@ class TeamService:
             raise StudyError("give the endpoint URL (or URL prefix) to allow")
         if prefix not in self.config.allowed_endpoints:
             self.config.allowed_endpoints.append(prefix)
-            self.save_config("allow", "endpoint", prefix)
+            self.study.save_config("allow", "endpoint", prefix)
 
     def disallow_endpoint(self, prefix: str) -> None:
         """Stop allowing an endpoint."""
         self.require("settings")
         if prefix in self.config.allowed_endpoints:
             self.config.allowed_endpoints.remove(prefix)
-            self.save_config("disallow", "endpoint", prefix)
+            self.study.save_config("disallow", "endpoint", prefix)
 
     # ------------------------------------------------------------ moving the database
 
@@ -406,7 +412,7 @@ class TeamService:
             with self.session() as s:
                 q.add_audit(s, self.actor.user, "migrate", "database", "url", {"url": _redact(self.url)}, {"url": _redact(to_url)})
             self.config.database = to_url
-            self.save_config()
+            self.study.save_config()
         return report
 
 

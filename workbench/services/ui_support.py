@@ -17,6 +17,23 @@ import pandas as pd
 from workbench.core.text import compose_text
 from workbench.store import queries as q
 from workbench.study import PROJECT_ROOT, StudyError
+from workbench.services.base import Service, StudyContext
+from workbench.services.background import start_run_in_process
+from workbench.errors import UserError
+from workbench.services.adaptive import after_readings
+from workbench.core import metrics
+from workbench import bundle as bundle_mod, scoring
+from workbench.services.freezing import StudyExtractionCache
+from typing import TYPE_CHECKING
+import json
+
+if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
+    from workbench.services.study import StudyService
+    from workbench.services.runs import RunsService
+    from workbench.services.prompting import PromptsService
+    from workbench.services.evaluation import EvaluationService
+    from workbench.services.triage import TriageService
+    from workbench.services.adaptive import AdaptiveService
 
 ROBUSTNESS_PAIRS = PROJECT_ROOT / "annotations" / "robustness" / "pairs.csv"
 COMPLETED, DRAFT, UNREAD = "completed", "draft", "unread"
@@ -46,13 +63,20 @@ def reading_pace(saved_at, remaining: int) -> dict:
             "based_on": int(len(gaps))}
 
 
-class UISupportService:
+class UISupportService(Service):
     """Reports to read, a reader's own queue, readers, robustness with the study's cache."""
+
+    def __init__(self, ctx: StudyContext, study: "StudyService", runner: "RunsService", prompts: "PromptsService", evaluation: "EvaluationService", triage: "TriageService", adaptive: "AdaptiveService") -> None:
+        super().__init__(ctx)
+        self.study = study
+        self.runner = runner
+        self.prompts = prompts
+        self.evaluation = evaluation
+        self.triage = triage
+        self.adaptive = adaptive
 
     def start_run_detached(self, cohort: str, on_progress=None, cancel=None, **run_kwargs):
         """start_run in its own process (services/background.py): the app stays responsive."""
-        from workbench.services.background import start_run_in_process
-
         self.require("run")
         return start_run_in_process(self.root, self.actor, on_progress=on_progress, cancel=cancel, cohort=cohort,
                                     **run_kwargs)
@@ -91,16 +115,6 @@ class UISupportService:
 
     # ------------------------------------------------------------ reading room: drafts
 
-    def _check_own_reading(self, reader: str) -> None:
-        """Only readers themselves (or an admin/adjudicator acting for a local name) touch a reader's drafts."""
-        self.require("annotate")
-        if not reader or not str(reader).strip():
-            raise StudyError("choose a reader name first")
-        if self.actor.role == "reader" and reader != self.actor.user:
-            from workbench.services.study import PermissionDenied
-
-            raise PermissionDenied(f"{self.actor.user} may only read as themself, not as {reader!r}")
-
     def _check_values(self, values: dict) -> dict[str, int]:
         """Label -> 0/1 for asked labels only (a clear error naming what is wrong)."""
         unknown = [k for k in values if k not in self.vocab.asked_ids]
@@ -113,13 +127,13 @@ class UISupportService:
 
     def reading_draft(self, reader: str, report_id: str) -> dict | None:
         """A reader's unsaved ticks on one report (label -> 0/1), or None."""
-        self._check_own_reading(reader)
+        self.study._check_own_reading(reader)
         with self.session() as s:
             return q.get_reading_draft(s, reader, report_id)
 
     def save_reading_draft(self, reader: str, report_id: str, values: dict) -> None:
         """Keep a reader's ticks server-side the moment they change (not a reading until submitted)."""
-        self._check_own_reading(reader)
+        self.study._check_own_reading(reader)
         values = self._check_values(values)
         with self.session(write=True) as s:
             if q.get_report(s, report_id) is None:
@@ -128,7 +142,7 @@ class UISupportService:
 
     def reading_draft_ids(self, reader: str) -> list[str]:
         """Reports on which this reader has unsaved ticks."""
-        self._check_own_reading(reader)
+        self.study._check_own_reading(reader)
         with self.session() as s:
             return q.reading_draft_ids(s, reader)
 
@@ -136,7 +150,7 @@ class UISupportService:
                        comment: str | None = None, unsure: bool | None = None) -> dict:
         """Save a report's reading (every asked label: unticked = 0) with the reader's comment and unsure mark,
         drop its draft and log the save for undo, in one transaction (comment/unsure None: left as they are)."""
-        self._check_own_reading(reader)
+        self.study._check_own_reading(reader)
         values = self._check_values(values)
         note = _checked_note(comment, unsure)
         full = {lab: values.get(lab, 0) for lab in self.vocab.asked_ids}
@@ -154,11 +168,11 @@ class UISupportService:
                                note_before, q.get_reading_draft(s, reader, report_id))
             q.delete_reading_draft(s, reader, report_id)
 
-        return self.record_reading(reader, report_id, full, expected_versions=expected_versions, on_saved=saved)
+        return self.study.record_reading(reader, report_id, full, expected_versions=expected_versions, on_saved=saved)
 
     def reading_note(self, reader: str, report_id: str) -> dict | None:
         """A reader's own comment and unsure mark on one report ({comment, unsure}), or None."""
-        self._check_own_reading(reader)
+        self.study._check_own_reading(reader)
         with self.session() as s:
             return q.get_reading_note(s, reader, report_id)
 
@@ -167,19 +181,14 @@ class UISupportService:
         if reader is None or reader != self.current_actor().user:
             self.require("see_unblinded")
         with self.session() as s:
-            ids = q.report_ids(s, self.cohort_id(cohort)) if cohort else None
+            ids = q.report_ids(s, self.study.cohort_id(cohort)) if cohort else None
             return q.reading_notes_frame(s, ids, reader=reader).reset_index(drop=True)
 
     def undo_last_save(self, reader: str) -> dict:
         """Undo a reader's last save in one transaction: the values before it come back (a new reading goes,
         its draft returns), and the audit records the undo; refused when nothing is left to undo or the
         reading was changed since. Returns {report_id, restored, removed}."""
-        import json
-
-        from workbench.errors import UserError
-        from workbench.services.adaptive import after_readings
-
-        self._check_own_reading(reader)
+        self.study._check_own_reading(reader)
         with self.session(write=True) as s:
             save = q.last_reading_save(s, reader)
             if save is None:
@@ -217,7 +226,7 @@ class UISupportService:
 
     def last_saved_report(self, reader: str) -> str | None:
         """The report of a reader's last save that undo would take back, or None."""
-        self._check_own_reading(reader)
+        self.study._check_own_reading(reader)
         with self.session() as s:
             save = q.last_reading_save(s, reader)
             return None if save is None else save.report_id
@@ -225,7 +234,7 @@ class UISupportService:
     def my_reading_list(self, reader: str, cohort: str, search: str = "") -> pd.DataFrame:
         """A reader's own saved readings and drafts on a cohort (report_id, state, ticked, unsure, comment, saved_at),
         in work-list order, filtered by report id or report text (case-insensitive); nobody else's values."""
-        work = self.work_list(reader, cohort)
+        work = self.adaptive.work_list(reader, cohort)
         work = work[work["state"] != UNREAD]
         names = self.vocab.names()
         with self.session() as s:
@@ -254,28 +263,6 @@ class UISupportService:
         return compose_text(report.findings, report.impression, report.text, self.config.sections).lower()
 
     # ------------------------------------------------------------ reading room: work lists
-
-    def work_list(self, reader: str, cohort: str, drafts: bool = True) -> pd.DataFrame:
-        """The reader's reports in a stable order: their assigned ones (when the cohort has work lists)
-        or every report, with state completed / draft / unread, labels saved and when."""
-        self._check_own_reading(reader)
-        with self.session() as s:
-            cohort_row = q.get_cohort(s, cohort)
-            if cohort_row is None:
-                raise StudyError(f"no cohort {cohort!r}")
-            if q.get_work_list(s, cohort_row.id) is not None:
-                ids = q.assignments_frame(s, cohort_row.id, reader=reader)["report_id"].tolist()
-            else:
-                ids = q.report_ids(s, cohort_row.id)
-            counts = q.reader_report_counts(s, reader, cohort_row.id).set_index("report_id")
-            draft_ids = set(q.reading_draft_ids(s, reader)) if drafts else set()
-        out = pd.DataFrame({"report_id": ids})
-        out["labels_saved"] = out["report_id"].map(counts["labels"]).fillna(0).astype(int)
-        out["saved_at"] = out["report_id"].map(counts["saved_at"])
-        complete = out["labels_saved"] >= len(self.vocab.asked_ids)
-        out["state"] = np.where(complete, COMPLETED, UNREAD)
-        out.loc[out["report_id"].isin(draft_ids), "state"] = DRAFT
-        return out
 
     def assign_work(self, cohort: str, readers: list[str], overlap: int) -> dict:
         """Give each report of a cohort to `overlap` readers, balancing the lists (admins only).
@@ -342,8 +329,8 @@ class UISupportService:
 
     def previous_run(self, run_id: int) -> int | None:
         """The finished run before this one on the same cohort, or None."""
-        run = self.run_info(run_id)
-        runs = self.runs()
+        run = self.runner.run_info(run_id)
+        runs = self.runner.runs()
         done = runs[runs["status"].isin(["finished", "incomplete"]) & (runs["cohort_id"] == run.cohort_id) & (runs["id"] < run_id)]
         return int(done["id"].max()) if len(done) else None
 
@@ -352,14 +339,14 @@ class UISupportService:
         """The disagreement queue in the chosen order, with a sentence saying which order is used."""
         if order not in self.QUEUE_ORDERS:
             raise StudyError(f"order must be one of {', '.join(self.QUEUE_ORDERS)}, got {order!r}")
-        queue = self.disagreements(run_id, label, kind, category)
+        queue = self.triage.disagreements(run_id, label, kind, category)
         queue["broken_by_last_change"] = False
         if order == "errors":
             return queue, self.QUEUE_ORDERS[order]
         previous = self.previous_run(run_id)
         if previous is None:
             return queue, "no earlier run on this cohort: " + self.QUEUE_ORDERS["errors"]
-        cases = self.compare_runs(previous, run_id)["cases"]
+        cases = self.evaluation.compare_runs(previous, run_id)["cases"]
         broken = set(zip(*(cases.loc[cases["change"] == "broken", c] for c in ("report", "label"))))
         queue["broken_by_last_change"] = [k in broken for k in zip(queue["report_id"], queue["label"])]
         queue = queue.sort_values("broken_by_last_change", ascending=False, kind="stable").reset_index(drop=True)
@@ -385,7 +372,7 @@ class UISupportService:
     def label_phrases(self, label: str, prompt_ref: str | None = None) -> list[str]:
         """What to look for in a report for a label: its prompt's look-for phrases and its name."""
         names = self.vocab.names()
-        label = self.label_id(label)
+        label = self.study.label_id(label)
         phrases = [names.get(label, label)]
         words = re.findall(r"[A-Za-z]+", phrases[0])
         if len(words) > 1:  # a close synonym: the name's main word ("Pleural Effusion" -> "effusion")
@@ -393,14 +380,14 @@ class UISupportService:
             if len(head) >= 5:
                 phrases.append(head[:-1] if head.endswith("s") else head)
         if label in self.vocab.asked_ids:
-            phrases += list(self.label_prompt(label, prompt_ref).look_for)
+            phrases += list(self.prompts.label_prompt(label, prompt_ref).look_for)
         return list(dict.fromkeys(p.strip() for p in phrases if p and p.strip()))
 
     # ------------------------------------------------------------ adjudication order
 
     def adjudication_worklist(self, cohort: str | None = None) -> pd.DataFrame:
         """Items waiting for a senior reader: flagged ones first, then ties, then too few readers; why each waits."""
-        queue = self.adjudication_queue(cohort)
+        queue = self.study.adjudication_queue(cohort)
         tie = (queue["positives"] * 2 == queue["n_readers"]) & (queue["n_readers"] > 0)
         queue["why"] = np.where(queue["flagged"], "flagged: the reference may be wrong",
                                 np.where(tie, "tie", queue["reason"].replace("", "waiting")))
@@ -414,12 +401,10 @@ class UISupportService:
     def compare_view(self, run_a: int, run_b: int, n_resamples: int = 1000, seed: int = 0) -> dict:
         """compare_runs plus a paired bootstrap interval of each label's change in F1, rows sorted by
         change (significant first, then the largest change), and what each macro figure counts."""
-        from workbench.core import metrics
-
-        cmp = self.compare_runs(run_a, run_b)
-        a, b = self.run_info(run_a), self.run_info(run_b)
-        y_true, pred_a, _ = self.evaluation_inputs(run_a, extra_commits=(b.prompt_commit,))
-        _, pred_b, _ = self.evaluation_inputs(run_b, extra_commits=(a.prompt_commit,))
+        cmp = self.evaluation.compare_runs(run_a, run_b)
+        a, b = self.runner.run_info(run_a), self.runner.run_info(run_b)
+        y_true, pred_a, _ = self.evaluation.evaluation_inputs(run_a, extra_commits=(b.prompt_commit,))
+        _, pred_b, _ = self.evaluation.evaluation_inputs(run_b, extra_commits=(a.prompt_commit,))
         labels = list(cmp["table"].index)
         pred_b = pred_b.reindex(index=y_true.index)
         interval = metrics.bootstrap_delta_f1(y_true[labels], pred_a[labels], pred_b[labels], n_resamples=n_resamples, seed=seed)
@@ -431,10 +416,10 @@ class UISupportService:
         table = table.sort_values(["significant", "size"], ascending=[False, False], kind="stable").drop(columns="size")
         alone = {}
         for key, run_id in (("a", run_a), ("b", run_b)):
-            ev = self.evaluate_run(run_id, n_resamples=0)
-            t_alone, _, _ = self.evaluation_inputs(run_id)
+            ev = self.evaluation.evaluate_run(run_id, n_resamples=0)
+            t_alone, _, _ = self.evaluation.evaluation_inputs(run_id)
             alone[key] = {"macro_f1": ev.averages["macro_f1"], "reports": len(t_alone)}
-        leaked = len(self._leaked_reports(a.prompt_commit, b.prompt_commit) & set(self.reference_matrix(self._cohort_name(a.cohort_id)).index))
+        leaked = len(self.evaluation._leaked_reports(a.prompt_commit, b.prompt_commit) & set(self.study.reference_matrix(self.study._cohort_name(a.cohort_id)).index))
         counts = {"reports": len(y_true), "labels": len(labels), "leaked_either": leaked, "alone": alone}
         return {**cmp, "table": table, "counts": counts}
 
@@ -444,9 +429,6 @@ class UISupportService:
 
     def robustness(self, bundle_path: Path, pairs=None, model: str | None = None) -> dict:
         """Robustness and discrimination of a bundle on text pairs, using the study's extraction cache."""
-        from workbench import bundle as bundle_mod, scoring
-        from workbench.services.freezing import StudyExtractionCache
-
         b = bundle_mod.load_bundle(Path(bundle_path))
         return scoring.robustness(b, pairs, model=model,  # None: the shipped pairs that fit the bundle's vocabulary
                                   cache=StudyExtractionCache(self), allow_endpoints=list(self.config.allowed_endpoints))

@@ -18,8 +18,12 @@ from typing import Callable, Iterator
 from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Connection, Engine
 from sqlmodel import Session, SQLModel, create_engine
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from workbench.store import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
+from workbench.store.queries import audit_event_hash
 
 
 def _add_column(table: str, column: str, ddl: str) -> Callable[[Connection], None]:
@@ -37,7 +41,6 @@ def _seal_audit(conn: Connection) -> None:
     """Add the audit chain columns and chain the events recorded before them (oldest first)."""
     _add_column("auditevent", "prev_hash", "VARCHAR(64) NOT NULL DEFAULT ''")(conn)
     _add_column("auditevent", "hash", "VARCHAR(64) NOT NULL DEFAULT ''")(conn)
-    from workbench.store.queries import audit_event_hash
 
     prev, last = "", None
     for row in conn.execute(text("SELECT id, at, actor, action, entity, entity_key, old_json, new_json FROM auditevent ORDER BY id")):
@@ -271,20 +274,14 @@ def session_scope(engine: Engine, write: bool = False) -> Iterator[Session]:
 
 def is_integrity_error(exc: BaseException) -> bool:
     """A unique-constraint violation from SQLAlchemy or straight from a DBAPI cursor (sqlite3, psycopg)."""
-    from sqlalchemy.exc import IntegrityError
-
     return isinstance(exc, IntegrityError) or any(c.__name__ == "IntegrityError" for c in type(exc).__mro__)
 
 
 def is_read_only_error(exc: BaseException) -> bool:
     """The database refused a write because it (or its folder) is read-only."""
-    from sqlalchemy.exc import OperationalError
-
     return isinstance(exc, OperationalError) and "readonly" in str(exc.orig).lower()
 
 
 def storage_errors() -> tuple[type[BaseException], ...]:
     """Database and disk failures (SQLAlchemy imported only when one is raised: fast start)."""
-    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-
     return (DBAPIError, SQLAlchemyError, OSError)

@@ -23,6 +23,12 @@ from workbench.store.tables import CohortLook, Optimisation, PromptVersionExampl
 from workbench.store.tables import RunScoring
 from workbench.store.tables import WebSession
 from workbench.store.tables import BatchJob
+from workbench.store.tables import ReadingDraft
+from workbench.store.tables import ReadingNote
+from workbench.store.tables import ReadingSave
+from workbench.store.tables import WorkList
+from workbench.store.tables import WorkAssignment
+from workbench.store.tables import AgreementSample
 
 CHUNK = 5000
 
@@ -885,8 +891,6 @@ def optimisations_frame(session: Session) -> pd.DataFrame:
 
 def get_reading_draft(session: Session, reader: str, report_id: str) -> dict | None:
     """A reader's unsaved ticks on one report (label -> 0/1), or None."""
-    from workbench.store.tables import ReadingDraft
-
     stmt = select(ReadingDraft.values_json).where(ReadingDraft.reader_id == reader, ReadingDraft.report_id == report_id)
     row = session.execute(stmt).first()
     return None if row is None else json.loads(row[0])
@@ -901,15 +905,11 @@ def put_reading_draft(session: Session, reader: str, report_id: str, values: dic
 
 def delete_reading_draft(session: Session, reader: str, report_id: str) -> None:
     """Drop a draft (its reading was saved)."""
-    from workbench.store.tables import ReadingDraft
-
     session.execute(delete(ReadingDraft).where(ReadingDraft.reader_id == reader, ReadingDraft.report_id == report_id))
 
 
 def reading_draft_ids(session: Session, reader: str) -> list[str]:
     """Reports on which a reader has an unsaved draft."""
-    from workbench.store.tables import ReadingDraft
-
     return [r[0] for r in session.execute(select(ReadingDraft.report_id).where(ReadingDraft.reader_id == reader)).all()]
 
 
@@ -921,8 +921,6 @@ def delete_reading(session: Session, reading_id: int, expected_version: int) -> 
 
 def get_reading_note(session: Session, reader: str, report_id: str) -> dict | None:
     """A reader's comment and unsure mark on one report ({comment, unsure}), or None."""
-    from workbench.store.tables import ReadingNote
-
     stmt = select(ReadingNote.comment, ReadingNote.unsure).where(ReadingNote.reader_id == reader,
                                                                   ReadingNote.report_id == report_id)
     row = session.execute(stmt).first()
@@ -931,8 +929,6 @@ def get_reading_note(session: Session, reader: str, report_id: str) -> dict | No
 
 def put_reading_note(session: Session, reader: str, report_id: str, note: dict | None) -> None:
     """Create, replace or (None) drop a reader's note on one report."""
-    from workbench.store.tables import ReadingNote
-
     session.execute(delete(ReadingNote).where(ReadingNote.reader_id == reader, ReadingNote.report_id == report_id))
     if note is not None:
         session.add(ReadingNote(reader_id=reader, report_id=report_id, comment=note["comment"],
@@ -942,8 +938,6 @@ def put_reading_note(session: Session, reader: str, report_id: str, note: dict |
 
 def reading_notes_frame(session: Session, report_ids_: Iterable[str] | None = None, reader: str | None = None) -> pd.DataFrame:
     """Readers' notes: report_id, reader, comment, unsure, updated_at (optionally of some reports or one reader)."""
-    from workbench.store.tables import ReadingNote
-
     columns = ["report_id", "reader", "comment", "unsure", "updated_at"]
     stmt = select(ReadingNote.report_id, ReadingNote.reader_id, ReadingNote.comment, ReadingNote.unsure,
                   ReadingNote.updated_at).order_by(ReadingNote.report_id, ReadingNote.reader_id)
@@ -956,8 +950,6 @@ def reading_notes_frame(session: Session, report_ids_: Iterable[str] | None = No
 
 def add_reading_save(session: Session, reader: str, report_id: str, before: dict, after: dict, note_before, draft_before) -> None:
     """Log one save of a reading for undo (values before, versions after, the note and draft it replaced)."""
-    from workbench.store.tables import ReadingSave
-
     session.add(ReadingSave(reader_id=reader, report_id=report_id, at=now(), before_json=json.dumps(before, sort_keys=True),
                             after_json=json.dumps(after, sort_keys=True), note_before_json=json.dumps(note_before),
                             draft_before_json=json.dumps(draft_before)))
@@ -965,8 +957,6 @@ def add_reading_save(session: Session, reader: str, report_id: str, before: dict
 
 def last_reading_save(session: Session, reader: str):
     """A reader's latest save not undone yet, or None."""
-    from workbench.store.tables import ReadingSave
-
     stmt = (select(ReadingSave).where(ReadingSave.reader_id == reader, ReadingSave.undone_at == "")
             .order_by(ReadingSave.id.desc()).limit(1))
     return session.execute(stmt).scalar_one_or_none()
@@ -975,8 +965,6 @@ def last_reading_save(session: Session, reader: str):
 def restamp_last_reading_save(session: Session, reader: str, report_id: str, after: dict) -> None:
     """Give a reader's latest save of a report that is not undone the versions after an undo of a later one
     (the undo restored its values with new versions: it can be undone in turn)."""
-    from workbench.store.tables import ReadingSave
-
     stmt = (select(ReadingSave.id).where(ReadingSave.reader_id == reader, ReadingSave.report_id == report_id,
                                          ReadingSave.undone_at == "").order_by(ReadingSave.id.desc()).limit(1))
     row = session.execute(stmt).first()
@@ -987,8 +975,6 @@ def restamp_last_reading_save(session: Session, reader: str, report_id: str, aft
 
 def mark_reading_save_undone(session: Session, save_id: int) -> bool:
     """Mark a save undone (only once: False when another undo got there first)."""
-    from workbench.store.tables import ReadingSave
-
     result = session.execute(update(ReadingSave).where(ReadingSave.id == save_id, ReadingSave.undone_at == "")
                              .values(undone_at=now()))
     return result.rowcount == 1
@@ -1003,15 +989,11 @@ def reader_report_counts(session: Session, reader: str, cohort_id: int) -> pd.Da
 
 def get_work_list(session: Session, cohort_id: int):
     """A cohort's work-list settings (overlap), or None when readers may read every report."""
-    from workbench.store.tables import WorkList
-
     return session.get(WorkList, cohort_id)
 
 
 def put_work_list(session: Session, cohort_id: int, overlap: int, created_by: str) -> None:
     """Set a cohort's overlap target."""
-    from workbench.store.tables import WorkList
-
     row = session.get(WorkList, cohort_id) or WorkList(cohort_id=cohort_id, overlap=overlap, created_by=created_by, updated_at=now())
     row.overlap, row.created_by, row.updated_at = overlap, created_by, now()
     session.add(row)
@@ -1019,8 +1001,6 @@ def put_work_list(session: Session, cohort_id: int, overlap: int, created_by: st
 
 def assignments_frame(session: Session, cohort_id: int, reader: str | None = None) -> pd.DataFrame:
     """Work-list assignments of a cohort (report_id, reader) in report order."""
-    from workbench.store.tables import WorkAssignment
-
     stmt = (select(WorkAssignment.report_id, WorkAssignment.reader_id).join(Report, Report.id == WorkAssignment.report_id)
             .where(WorkAssignment.cohort_id == cohort_id))
     if reader is not None:
@@ -1030,8 +1010,6 @@ def assignments_frame(session: Session, cohort_id: int, reader: str | None = Non
 
 def add_assignments(session: Session, cohort_id: int, rows: list[tuple[str, str]], assigned_by: str) -> int:
     """Put (report_id, reader) pairs on work lists."""
-    from workbench.store.tables import WorkAssignment
-
     stamp = now()
     _bulk_insert(session, WorkAssignment, [{"cohort_id": cohort_id, "report_id": r, "reader_id": d, "assigned_by": assigned_by,
                                             "created_at": stamp} for r, d in rows])
@@ -1295,8 +1273,6 @@ def agreement_sample_ids(session: Session, cohort_id: int | None = None, among: 
 def put_agreement_sample(session: Session, cohort_id: int, report_ids_: list[str], seed: int, share: float,
                          run_id: int | None, actor: str) -> None:
     """Record a cohort's agreement sample."""
-    from workbench.store.tables import AgreementSample
-
     stamp = now()
     _bulk_insert(session, AgreementSample, [{"report_id": r, "cohort_id": cohort_id, "seed": seed, "share": share,
                                              "run_id": run_id, "drawn_by": actor, "drawn_at": stamp} for r in report_ids_])

@@ -8,6 +8,8 @@ import json
 import pandas as pd
 from sqlalchemy import MetaData, Table, func, inspect, select
 from sqlmodel import SQLModel
+from sqlalchemy import String, Text
+from sqlalchemy import text
 
 
 def is_empty(engine) -> bool:
@@ -36,8 +38,6 @@ def find_nul_text(source, limit: int = 10) -> list[str]:
 
     Old studies may have one: the importers refuse them now. Only string columns are read, in pages.
     """
-    from sqlalchemy import String, Text
-
     found: list[str] = []
     with source.connect() as conn:
         for table in SQLModel.metadata.sorted_tables:
@@ -81,7 +81,6 @@ def _reset_sequences(conn, metadata: MetaData) -> None:
     """PostgreSQL: move id sequences past the copied ids so new rows do not collide."""
     if conn.dialect.name != "postgresql":
         return
-    from sqlalchemy import text
 
     for table in metadata.sorted_tables:
         pk = list(table.primary_key.columns)

@@ -11,12 +11,19 @@ from __future__ import annotations
 import html
 import re
 from contextlib import contextmanager
+import os
+import json
+import dataclasses
 
 import pandas as pd
 import streamlit as st
 
 from workbench.errors import WorkbenchError
 from workbench.ui import state
+from workbench.study import NO_AUTH_ON_NETWORK
+from workbench.services import ConflictError, PermissionDenied
+from workbench.services.runs import RULES_PREFIX, endpoint_label, is_local_model
+from workbench.core.export import to_csv
 
 REPORT_STYLE = ("white-space: pre-wrap; line-height: 1.6; padding: 0.75rem 1rem; "
                 "border: 1px solid rgba(49, 51, 63, 0.2); border-radius: 0.5rem;")
@@ -55,10 +62,6 @@ def md(value) -> str:
 
 def exposure_notices(wb) -> None:
     """Say on every page what exposes the study: served to the network without sign-in, files others can read."""
-    import os
-
-    from workbench.study import NO_AUTH_ON_NETWORK
-
     address = os.environ.get(NO_AUTH_ON_NETWORK)
     if address and wb.config.auth == "none":
         st.error(md(f"Served on the network ({address}) without sign-in (auth: none, started with --no-auth-on-network): "
@@ -169,8 +172,6 @@ def highlighted_report(text: str, evidence, phrases=()) -> None:
 @contextmanager
 def shown_errors(action: str = ""):
     """Turn the services' user errors into one clear message on the page instead of a traceback."""
-    from workbench.services import ConflictError, PermissionDenied
-
     try:
         yield
     except PermissionDenied as exc:
@@ -214,8 +215,6 @@ def lazy_tabs(key: str, tabs: dict) -> None:
 
 def model_notice(wb) -> None:
     """Which model labels, and whether report text leaves this machine."""
-    from workbench.services.runs import RULES_PREFIX, endpoint_label, is_local_model
-
     settings = wb.labeller_settings()
     model = settings.get("model", "")
     if model.startswith(RULES_PREFIX):
@@ -256,7 +255,7 @@ def latest_run_id(runs: pd.DataFrame):
 
 def pick_cohort(wb, key: str = state.COHORT) -> str | None:
     """A selectbox of cohorts, defaulting to the study's development cohort."""
-    cohorts = state.read(wb, "cohorts")
+    cohorts = state.read(wb.study.cohorts)
     names = cohorts["name"].tolist()
     if not names:
         st.info("No reports yet: import some with `workbench import reports FILE --cohort dev`.")
@@ -291,8 +290,6 @@ def job_panel(job: state.Job, describe) -> None:
 
 def download_csv(frame: pd.DataFrame, file_name: str, label: str = "Download CSV", key: str | None = None) -> None:
     """A CSV download of a table."""
-    from workbench.core.export import to_csv
-
     st.download_button(md(label), to_csv(frame).encode("utf-8"), file_name=file_name, mime="text/csv",
                        key=key or state.widget_key("csv", file_name), on_click="ignore")
 
@@ -324,8 +321,6 @@ def when_column(values: pd.Series, tz: str | None = None) -> pd.Series:
 
 def audit_change(old_json: str, new_json: str) -> str:
     """An audit event's old and new values as one readable line: 'value: 0 → 1; reason: ...'."""
-    import json
-
     def load(text):
         if not text:
             return None
@@ -443,7 +438,7 @@ def _matrix_cell(value) -> str:
 def case_matrix(wb, report_id: str, label: str) -> None:
     """Every run's answer for one (report, label) side by side, then one call's request, raw reply and facts
     (pick the run); no expander inside, so callers may put it in one."""
-    matrix = state.read_stable(wb, "case_matrix", report_id, label)
+    matrix = state.read_stable(wb.evaluation.case_matrix, report_id, label)
     if not matrix.columns:
         st.caption("No run has labelled this report for this label.")
         return
@@ -458,8 +453,6 @@ def case_matrix(wb, report_id: str, label: str) -> None:
 
 def call_detail(column) -> None:
     """One answer's call: latency, tokens, cost, finish reason, model, the messages sent, the raw reply, the thinking."""
-    import dataclasses
-
     call = column.call
     if call is None:
         st.caption("No call was recorded for this answer.")

@@ -8,14 +8,15 @@ goes on).
 
 from __future__ import annotations
 
-import re
 import threading
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import pandas as pd
 import streamlit as st
+
+from workbench.services import Workbench
+from workbench.services.memo import RequestMemo
 
 # ---------------------------------------------------------------- keys (the only place they are named)
 
@@ -35,7 +36,7 @@ RUN_A, RUN_B = "wb.run_a", "wb.run_b"  # the two runs of a comparison
 RUNS_TAB, PROMPTS_TAB = "wb.runs.tab", "wb.prompts.tab"  # lazy tabs: only the open one is computed
 CI = "wb.ci"
 FOREST_METRIC = "wb.forest_metric"
-CASE = "wb.case"                # (run_id, report_id, label) opened on Disagreements
+CASE = "wb.case"                # a services.results.CaseRef opened on Disagreements
 SEARCH, SEARCH_IN, SEARCH_REGEX = "wb.search", "wb.search.in", "wb.search.regex"  # the Runs page's search of a run
 SEARCH_CASE = "wb.search.case"  # (report_id, label) opened from the search results
 DIS_LABEL, DIS_KIND, DIS_CATEGORY = "wb.dis.label", "wb.dis.kind", "wb.dis.category"
@@ -81,8 +82,6 @@ def widget_key(*parts: Any) -> str:
 
 def workbench_class():
     """The Workbench class the app opens studies with."""
-    from workbench.services import Workbench
-
     return Workbench
 
 
@@ -116,65 +115,10 @@ def attach_revision(wb, holder: Revision | None = None):
     return wb
 
 
-# Pure reads that the services call several times while building one answer (a page's first run
-# on Home computed the reference 8 times at 3,000 reports). Memoised on the Workbench view of one
-# script run only; that view is discarded at the end of the run, so nothing can go stale.
-REQUEST_MEMO = ("reference", "reference_matrix", "prediction_matrix", "predictions", "prompt_set", "run_info")
-
-
 def request_scoped(wb):
-    """Memoise REQUEST_MEMO on this rerun's Workbench view (DataFrames are handed out as copies),
-    and the prompt set of a full commit sha across reruns (a commit's content never changes)."""
-    for name in REQUEST_MEMO:
-        if hasattr(wb, name):
-            setattr(wb, name, _memoised(getattr(wb, name)))
-    if hasattr(wb, "prompt_set"):
-        wb.prompt_set = _by_commit(str(wb.root), wb.prompt_set)
+    """Give this rerun's Workbench view a fresh request memo (services/memo.py per_request)."""
+    wb.ctx.request_memo = RequestMemo()
     return wb
-
-
-_COMMIT_MEMO: dict = {}
-_COMMIT_LOCK = threading.Lock()
-_SHA = re.compile(r"^[0-9a-f]{40}$")
-
-
-def _by_commit(root: str, method):
-    """prompt_set(ref) memoised process-wide when ref is a full sha (bounded; other refs pass through)."""
-
-    def call(ref_=None):
-        if not (isinstance(ref_, str) and _SHA.match(ref_)):
-            return method(ref_)
-        key = (root, ref_)
-        with _COMMIT_LOCK:
-            if key in _COMMIT_MEMO:
-                return _COMMIT_MEMO[key]
-        value = method(ref_)
-        with _COMMIT_LOCK:
-            if len(_COMMIT_MEMO) >= 64:
-                _COMMIT_MEMO.pop(next(iter(_COMMIT_MEMO)))
-            _COMMIT_MEMO[key] = value
-        return value
-
-    return call
-
-
-def _memoised(method):
-    memo: dict = {}
-    lock = threading.Lock()
-
-    def call(*args, **kwargs):
-        try:
-            key = (args, tuple(sorted(kwargs.items())))
-            hash(key)
-        except TypeError:  # e.g. a DataFrame argument: not memoised
-            return method(*args, **kwargs)
-        with lock:
-            if key not in memo:
-                memo[key] = method(*args, **kwargs)
-            value = memo[key]
-        return value.copy() if isinstance(value, pd.DataFrame) else value
-
-    return call
 
 
 def revision(wb) -> int:
@@ -188,20 +132,29 @@ def bump(wb, notes_only: bool = False) -> None:
 
 
 @st.cache_data(max_entries=128, ttl=3600, show_spinner=False)
-def _cached_call(study: str, user: str, role: str, rev, method: str, args: tuple, kwargs: tuple, _wb=None):
-    return getattr(_wb, method)(*args, **dict(kwargs))
+def _cached_call(study: str, user: str, role: str, rev, method: str, args: tuple, kwargs: tuple, _method=None):
+    return _method(*args, **dict(kwargs))
 
 
-def read(wb, method: str, *args, **kwargs):
-    """Call a read-only service method through the bounded cache keyed by study, actor and revision."""
-    return _cached_call(str(wb.root), wb.actor.user, wb.actor.role, revision(wb), method, args,
-                        tuple(sorted(kwargs.items())), _wb=wb)
+def _key_parts(method) -> tuple[str, str, str, str]:
+    """Study, user, role and the method's name: with the revision, what a cached read is keyed by."""
+    ctx = method.__self__.ctx
+    return str(ctx.root), ctx.actor.user, ctx.actor.role, method.__qualname__
 
 
-def read_stable(wb, method: str, *args, **kwargs):
+def read(method, *args, **kwargs):
+    """Call a read-only service method (a bound method, e.g. wb.runner.run_info) through the bounded
+    cache keyed by study, actor, method and the study's revision."""
+    study, user, role, name = _key_parts(method)
+    return _cached_call(study, user, role, method.__self__.ctx.ui_revision.value, name, args,
+                        tuple(sorted(kwargs.items())), _method=method)
+
+
+def read_stable(method, *args, **kwargs):
     """As read(), for reads whose result does not depend on error notes (kept across note saves)."""
-    return _cached_call(str(wb.root), wb.actor.user, wb.actor.role, f"data-{wb.ui_revision.data}", method, args,
-                        tuple(sorted(kwargs.items())), _wb=wb)
+    study, user, role, name = _key_parts(method)
+    return _cached_call(study, user, role, f"data-{method.__self__.ctx.ui_revision.data}", name, args,
+                        tuple(sorted(kwargs.items())), _method=method)
 
 
 # ---------------------------------------------------------------- flash messages

@@ -35,7 +35,7 @@ def render(wb) -> None:
         cohort = components.pick_cohort(wb)
     if cohort is None:
         return
-    queue = state.read(wb, "adjudication_worklist", cohort)
+    queue = state.read(wb.views.adjudication_worklist, cohort)
     flagged, ties = int(queue["flagged"].sum()), int((queue["why"] == "tie").sum())
     st.markdown(f"**{len(queue)} waiting** · {flagged} flagged, {ties} ties, {len(queue) - flagged - ties} other"
                 " · order: flagged first, then ties, then reports in order")
@@ -60,7 +60,7 @@ def _presence(wb, queue, cohort: str) -> None:
     with left:
         _queue_table(wb, queue, pos)
     with middle:
-        components.report_text(state.read(wb, "report_text", items[pos][0])["text"])
+        components.report_text(state.read(wb.views.report_text, items[pos][0])["text"])
     with right, components.shown_errors("reading the votes"):
         _decide(wb, queue, pos)
         _votes(wb, *items[pos])
@@ -93,17 +93,17 @@ def _go(queue, pos: int) -> None:
 
 def _votes(wb, report_id: str, label: str) -> None:
     """Every reader's vote on this label, the notes and earlier decisions."""
-    votes = state.read(wb, "item_votes", report_id)
+    votes = state.read(wb.study.item_votes, report_id)
     mine = votes[votes["label"] == label]
     st.markdown("**Votes**: " + (components.md(", ".join(f"{r} {int(v)}" for r, v in zip(mine["reader"], mine["value"])))
                                  or "none"))
-    notes = state.read(wb, "notes", label, report_id)
+    notes = state.read(wb.triage.notes, label, report_id)
     for note in notes.itertuples(index=False):
         st.caption(components.md(f"Note by {note.author}: {note.category} ({note.significance})"
                                  + (" · reference wrong" if note.reference_wrong else "")))
         if note.text:
             components.user_text(note.text)
-    history = state.read(wb, "adjudication_history", report_id, label)
+    history = state.read(wb.study.adjudication_history, report_id, label)
     for h in history.itertuples(index=False):
         st.caption(components.md(f"Earlier: {int(h.value)} by {h.adjudicator} ({components.when(h.created_at)}), reason:"))
         components.user_text(h.reason)
@@ -165,7 +165,7 @@ def _attribute_ties(wb, cohort: str) -> None:
     """Attribute ties of confirmed findings: the readers' values with their counts, the report, and a picker."""
     if not wb.vocab.attribute_specs():
         return
-    ties = state.read(wb, "attribute_ties", cohort)
+    ties = state.read(wb.attributes.attribute_ties, cohort)
     st.subheader("Attribute ties")
     if ties.empty:
         st.caption("No attribute tie waits: the readers who ticked each finding agree on its side, severity and change.")
@@ -184,7 +184,7 @@ def _attribute_ties(wb, cohort: str) -> None:
     tie = rows[key]
     left, right = st.columns([3, 3])
     with left:
-        components.report_text(state.read(wb, "report_text", tie.report_id)["text"])
+        components.report_text(state.read(wb.views.report_text, tie.report_id)["text"])
     with right, components.shown_errors("saving the attribute"):
         _attribute_form(wb, tie, names.get(tie.label, tie.label))
 

@@ -10,6 +10,9 @@ import streamlit as st
 
 from workbench.errors import WorkbenchError
 from workbench.ui import components, keyboard, state
+from workbench.services.ui_support import reading_pace
+from workbench.services import ConflictError
+from workbench.core.reading import min_seconds_empty
 
 # one key per label, in vocabulary order: digits, then letters (Streamlit reserves C and R;
 # S skips, the arrows move, Enter saves)
@@ -35,7 +38,7 @@ def render(wb) -> None:
         st.info("Choose or type your reader name in the sidebar to start.")
     else:
         with components.shown_errors("opening your work list"):
-            work = state.read(wb, "work_list", reader, cohort, drafts=False)
+            work = state.read(wb.adaptive.work_list, reader, cohort, drafts=False)
             drafts = set(wb.reading_draft_ids(reader))
             _annotate(wb, reader, cohort, work, drafts)
     if cohort is not None and wb.actor.role == "admin":
@@ -98,7 +101,7 @@ def _form_data(wb, report_id: str, pos: int, work, values: dict, versions: dict)
     options = [{"id": lab, "label": names[lab], "key": LABEL_KEYS[i] if i < len(LABEL_KEYS) else None,
                 "hint": wb.vocab.label(lab).definition} for i, lab in enumerate(wb.vocab.asked_ids)]
     return {
-        "item": {"id": report_id, "heading": report_id, "text": state.read(wb, "report_text", report_id)["text"],
+        "item": {"id": report_id, "heading": report_id, "text": state.read(wb.views.report_text, report_id)["text"],
                  "caption": f"Report {pos + 1} of {len(work)} · " + STATE_TEXT[work["state"].iloc[pos]]},
         "groups": [{"id": "labels", "title": "Findings", "kind": "multi", "options": options,
                     "note": "unticked = 0" + derived}],
@@ -112,8 +115,6 @@ def _form_data(wb, report_id: str, pos: int, work, values: dict, versions: dict)
 
 def _progress(wb, reader: str, cohort: str, work, pos: int) -> None:
     """n of N read, drafts, and the reader's pace."""
-    from workbench.services.ui_support import reading_pace
-
     done = int(work["state"].isin(READ).sum())
     n_drafts = int((work["state"] == "draft").sum())
     pace = reading_pace(work["saved_at"], len(work) - done)
@@ -132,7 +133,7 @@ def _duration(seconds: float) -> str:
 
 def _current(wb, reader: str, report_id: str, has_draft: bool = True) -> tuple[dict, dict]:
     """The ticks shown (the draft, else the saved reading, else all 0) and the saved versions."""
-    mine = state.read(wb, "my_readings", reader, report_id)
+    mine = state.read(wb.study.my_readings, reader, report_id)
     saved = dict(zip(mine["label"], mine["value"].astype(int)))
     draft = wb.reading_draft(reader, report_id) if has_draft else None
     values = {lab: int((draft if draft is not None else saved).get(lab, 0)) for lab in wb.vocab.asked_ids}
@@ -158,8 +159,6 @@ def _keep_draft(wb, reader: str, ids: list, draft: dict) -> None:
 def _act(wb, reader: str, work, payload: dict) -> str | None:
     """Enter saves the reading sent (exactly the ticks on screen) and opens the next unsaved report;
     the arrows and S keep the ticks as a draft and move. Returns an error message, or None."""
-    from workbench.services import ConflictError
-
     ids = work["report_id"].tolist()
     report_id = payload.get("item")
     if payload.get("kind") == "undo":
@@ -199,8 +198,6 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
 
 def _with_note(wb, reader: str, report_id: str, data: dict) -> None:
     """Add the unsure mark, the comment field, undo and the empty-save confirmation to the form's data."""
-    from workbench.core.reading import min_seconds_empty
-
     note = wb.reading_note(reader, report_id) or {"comment": "", "unsure": False}
     data["groups"].append({"id": "unsure", "title": "Unsure", "kind": "one", "note": "saved with the reading",
                            "options": [{"id": "unsure", "label": "Unsure of this reading", "key": UNSURE_KEY,
@@ -286,7 +283,7 @@ def _reader(wb) -> str | None:
     if wb.config.auth != "none":
         return wb.actor.user
     with st.sidebar:
-        chosen = st.selectbox("Reader", state.read(wb, "readers"), key=state.READER, index=None,
+        chosen = st.selectbox("Reader", state.read(wb.views.readers), key=state.READER, index=None,
                               placeholder="Choose your name")
         typed = st.text_input("... or a new reader name", key=state.NEW_READER, placeholder="e.g. dr-smith",
                               help="After Enter, press Tab (or click the report) so that the keys reach the labels.")
@@ -298,7 +295,7 @@ def _work_lists(wb, cohort: str) -> None:
     if not st.toggle("Work lists (admin): assign reports to readers", key=state.widget_key("work-lists", cohort)):
         return  # the status counts every reading of the cohort: only when asked for
     with st.container(border=True):
-        status = state.read(wb, "work_list_status", cohort)
+        status = state.read(wb.views.work_list_status, cohort)
         if len(status):
             st.caption(f"Each report goes to {int(status['overlap'].iloc[0])} readers; readers see only their list.")
             st.dataframe(status, hide_index=True)

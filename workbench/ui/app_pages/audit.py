@@ -23,7 +23,7 @@ def render(wb) -> None:
                             accept_new_options=True)
     key = c[1].text_input("Key (e.g. demo-001/edema)", key=state.AUDIT_KEY).strip() or None
     with components.shown_errors("reading the audit log"):
-        log = state.read(wb, "audit_log", entity=entity, key=key)
+        log = state.read(wb.team.audit_log, entity=entity, key=key)
         st.caption(f"{len(log)} events, newest first · times in your timezone ({components.md(components.viewer_timezone())})")
         shown = pd.DataFrame({"when": components.when_column(log["at"]), "who": log["actor"], "action": log["action"],
                               "entity": log["entity"], "key": log["entity_key"],

@@ -15,6 +15,7 @@ import streamlit as st
 from workbench.errors import WorkbenchError
 from workbench.services import PERMISSIONS
 from workbench.ui import components, keyboard, state, suggestions
+from workbench.study import SIGNIFICANCE
 
 CATEGORY_KEYS = list("1234567890")
 SIGNIFICANCE_KEYS = {"changes management": "M", "does not change management": "N", "unsure": "U"}
@@ -35,13 +36,13 @@ def render(wb) -> None:
         "run": (state.RUN, int), "label": (state.DIS_LABEL, lambda v: wb.vocab.ids[wb.vocab.ids.index(v)]),
         "case": (state.DIS_PICK, state.pair), "compare": (state.DIS_COMPARE, lambda v: tuple(map(int, state.pair(v, "-"))))})
     opened = st.session_state.pop(state.CASE, None)  # sent here from the Runs page
-    if opened:
-        st.session_state[state.RUN], st.session_state[state.DIS_LABEL] = opened[0], opened[2]
+    if opened:  # a CaseRef
+        st.session_state[state.RUN], st.session_state[state.DIS_LABEL] = opened.run_id, opened.label
         st.session_state[state.DIS_KIND] = st.session_state[state.DIS_CATEGORY] = None
-        st.session_state[state.DIS_PICK] = (opened[1], opened[2])
-        st.session_state[state.DIS_COMPARE] = opened[3] if len(opened) > 3 else None
+        st.session_state[state.DIS_PICK] = (opened.report_id, opened.label)
+        st.session_state[state.DIS_COMPARE] = opened.compare
     with st.sidebar:
-        run_id = components.pick_run(state.read_stable(wb, "runs"), state.RUN)
+        run_id = components.pick_run(state.read_stable(wb.runner.runs), state.RUN)
         if run_id is None:
             return
         label = st.selectbox("Label", wb.vocab.ids, index=None, key=state.DIS_LABEL, format_func=names.get,
@@ -56,7 +57,7 @@ def render(wb) -> None:
                   on_click=lambda: st.session_state.pop(state.DIS_KEPT, None))
     with components.shown_errors("reading the queue"):
         # the queue behind the notes is kept across note saves; its note counts are read fresh
-        base, order_text = state.read_stable(wb, "disagreement_queue", run_id, label, kind, None, order=order)
+        base, order_text = state.read_stable(wb.views.disagreement_queue, run_id, label, kind, None, order=order)
         queue = _kept_order(wb.with_fresh_notes(base, category), (run_id, label, kind, category, order))
         _page(wb, run_id, queue, order_text, names)
     suggestions.panel(wb, label, run_id)
@@ -84,7 +85,7 @@ def _page(wb, run_id: int, queue, order_text: str, names: dict) -> None:
     with left:
         _queue_table(queue, names, pos)
     with components.shown_errors("opening the case"):
-        case = {**state.read_stable(wb, "case", run_id, *pick), "notes": wb.notes(pick[1], pick[0])}
+        case = {**state.read_stable(wb.triage.case, run_id, *pick), "notes": wb.notes(pick[1], pick[0])}
         with middle:
             _report(wb, run_id, case)
         with right:
@@ -125,8 +126,8 @@ def _warm_next(wb, run_id: int, queue, pos: int) -> None:
         return
     report_id, label = queue["report_id"].iloc[following], queue["label"].iloc[following]
     try:
-        state.read_stable(wb, "case", run_id, report_id, label)
-        state.read_stable(wb, "label_phrases", label, state.read_stable(wb, "run_info", run_id).prompt_commit)
+        state.read_stable(wb.triage.case, run_id, report_id, label)
+        state.read_stable(wb.views.label_phrases, label, state.read_stable(wb.runner.run_info, run_id).prompt_commit)
     except WorkbenchError:
         pass  # it is shown (with its error) when opened
 
@@ -163,9 +164,9 @@ def _go(queue, pos: int) -> None:
 def _report(wb, run_id: int, case: dict) -> None:
     """The report with labelled highlights."""
     pred = case["prediction"] or {}
-    run = state.read_stable(wb, "run_info", run_id)
+    run = state.read_stable(wb.runner.run_info, run_id)
     with components.shown_errors("finding the label's phrases"):
-        phrases = state.read_stable(wb, "label_phrases", case["label"], run.prompt_commit)
+        phrases = state.read_stable(wb.views.label_phrases, case["label"], run.prompt_commit)
     components.highlighted_report(case["text"], pred.get("evidence") or "", phrases)
 
 
@@ -193,8 +194,6 @@ def _answer(wb, run_id: int, case: dict) -> None:
 def _note_form(wb, run_id: int, case: dict, queue, pos: int, names: dict) -> None:
     """Quick note as one keyboard form: category and significance by key, optional text, Enter (or
     Ctrl+Enter in the text) saves and opens the next case without a note; the arrows move."""
-    from workbench.study import SIGNIFICANCE
-
     item = f"{case['report_id']}|{case['label']}"
     draft = st.session_state.setdefault(state.DIS_NOTE, {})
     values = draft.get(item) or {"category": None, "significance": None, "text": ""}
@@ -260,13 +259,13 @@ def _compare_panel(wb, case: dict) -> None:
         st.markdown(f"**Before and after** · run {run_a} → run {run_b}")
         c = st.columns(2)
         for col, run_id, title in ((c[0], run_a, "Before"), (c[1], run_b, "After")):
-            other = state.read_stable(wb, "case", run_id, case["report_id"], case["label"])
+            other = state.read_stable(wb.triage.case, run_id, case["report_id"], case["label"])
             pred = other["prediction"] or {}
             col.markdown(f"{title} (run {run_id}): **{_value(pred.get('value'))}**")
             col.text(pred.get("evidence") or "(no evidence quoted)")
         if case["label"] in wb.vocab.asked_ids:
-            commit_a, commit_b = state.read_stable(wb, "run_info", run_a).prompt_commit, state.read_stable(wb, "run_info", run_b).prompt_commit
-            diff = state.read_stable(wb, "prompt_diff", case["label"], commit_a, commit_b)
+            commit_a, commit_b = state.read_stable(wb.runner.run_info, run_a).prompt_commit, state.read_stable(wb.runner.run_info, run_b).prompt_commit
+            diff = state.read_stable(wb.prompts.prompt_diff, case["label"], commit_a, commit_b)
             st.caption(f"Prompt of this label, {commit_a[:8]} → {commit_b[:8]}:")
             st.code(diff["unified"] or "(the prompt of this label did not change)", language="diff", wrap_lines=True)
             if diff["fields"]:

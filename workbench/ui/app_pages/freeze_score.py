@@ -17,7 +17,7 @@ def render(wb) -> None:
     components.help_line("Freeze a prompt version into a bundle (sha256 over its content), then score generated "
                          "reports against reference reports with it: per label FP (invented) and FN (missed), Ran Score.")
     _freeze(wb)
-    bundles = state.read(wb, "bundles")
+    bundles = state.read(wb.freezing.bundles)
     if bundles.empty:
         st.info("No bundle yet.")
         return
@@ -40,7 +40,7 @@ def render(wb) -> None:
 
 def _freeze(wb) -> None:
     """Name a version and freeze it (needs a finished run of that version on the development cohort)."""
-    history = state.read(wb, "prompt_history")
+    history = state.read(wb.prompts.prompt_history)
     with st.form(state.widget_key("freeze"), clear_on_submit=True):
         st.markdown("**Freeze a version**")
         c = st.columns(2)

@@ -18,11 +18,11 @@ def render(wb) -> None:
     cohort = components.pick_cohort(wb)
     if cohort is None:
         return
-    summary = state.read(wb, "reference_summary", cohort)
-    history = state.read(wb, "prompt_history")
-    runs = state.read(wb, "runs", cohort)
+    summary = state.read(wb.study.reference_summary, cohort)
+    history = state.read(wb.prompts.prompt_history)
+    runs = state.read(wb.runner.runs, cohort)
     latest = components.latest_run_id(runs)
-    ev = state.read(wb, "evaluate_run", latest, n_resamples=0) if latest else None
+    ev = state.read(wb.evaluation.evaluate_run, latest, n_resamples=0) if latest else None
     blind = wb.actor.role not in PERMISSIONS["see_unblinded"]  # a reader sees no reference or score while reading
     c = st.columns(5)
     c[0].metric("Reference decided", BLIND if blind else int(summary["decided"].sum() + summary["adjudicated"].sum()),
@@ -39,19 +39,19 @@ def render(wb) -> None:
     components.user_text(history.iloc[0]["message"])
     _reads(wb, cohort)
     _attention(wb, cohort, summary, latest, ev)
-    st.plotly_chart(charts.history_chart(state.read(wb, "iteration_history", cohort)), key="home-history")
+    st.plotly_chart(charts.history_chart(state.read(wb.evaluation.iteration_history, cohort)), key="home-history")
     _readers(wb, cohort)
     with st.expander("Reference status per label"):
         settled = (summary["decided"] + summary["adjudicated"]).where(lambda x: x > 0)
         st.dataframe(summary.assign(prevalence=(summary["positive"] / settled).round(3))
                      .rename(index=wb.vocab.names()).rename_axis("label"))
     with st.expander("Cohorts"):
-        st.dataframe(state.read(wb, "cohorts"), hide_index=True)
+        st.dataframe(state.read(wb.study.cohorts), hide_index=True)
 
 
 def _reads(wb, cohort: str) -> None:
     """Adaptive reading at a glance: reads done and saved, items decided, undecided and waiting."""
-    status = state.read(wb, "adaptive_status", cohort)
+    status = state.read(wb.adaptive.adaptive_status, cohort)
     c = st.columns(5)
     c[0].metric("Reads done", f"{status['reads_done']:,}", help="one reader's reading of one report")
     c[1].metric("Reads saved", f"{status['reads_saved']:,}",
@@ -77,12 +77,12 @@ def _attention(wb, cohort: str, summary, latest, ev) -> None:
     with right:
         st.metric("Open adjudications", int(summary["waiting"].sum()))
         if wb.vocab.attribute_specs():
-            st.metric("Attribute ties waiting", len(state.read(wb, "attribute_ties", cohort)),
+            st.metric("Attribute ties waiting", len(state.read(wb.attributes.attribute_ties, cohort)),
                       help="readers who ticked a confirmed finding split on its side, severity or change: adjudication")
         if wb.actor.role in PERMISSIONS["adjudicate"] and st.button("Adjudicate", key=state.widget_key("home-adj")):
             state.switch_to("adjudicate")
         if latest is not None:
-            queue = state.read(wb, "disagreements", latest, None, None, None)
+            queue = state.read(wb.triage.disagreements, latest, None, None, None)
             st.metric("Disagreements without notes", int((queue["notes"] == 0).sum()), help=f"of {len(queue)} in run {latest}")
             if st.button("Review disagreements", key=state.widget_key("home-dis")):
                 state.switch_to("disagreements", {state.RUN: latest})
@@ -91,7 +91,7 @@ def _attention(wb, cohort: str, summary, latest, ev) -> None:
 def _readers(wb, cohort: str) -> None:
     """Each reader's progress on the cohort."""
     st.subheader("Readers")
-    progress = state.read(wb, "reader_progress", cohort)
+    progress = state.read(wb.study.reader_progress, cohort)
     if progress.empty:
         st.info("No readings yet.")
         return

@@ -29,13 +29,13 @@ def _split(wb) -> None:
     cohort = components.pick_cohort(wb)
     if not cohort:
         return
-    role = state.read(wb, "cohort_role", cohort)
+    role = state.read(wb.splits.cohort_role, cohort)
     st.caption(f"Role of {cohort}: **{role}**")
     _role_form(wb, cohort, role)
     if role != "development":
         return
-    if state.read(wb, "split_parts", cohort):
-        summary = state.read(wb, "split_summary", cohort)
+    if state.read(wb.splits.split_parts, cohort):
+        summary = state.read(wb.splits.split_summary, cohort)
         sizes = summary.attrs.get("reports", {})
         st.markdown(f"{sizes.get('tuning', 0)} tuning and {sizes.get('validation', 0)} validation reports")
         st.dataframe(summary, hide_index=True)
@@ -62,11 +62,11 @@ def _role_form(wb, cohort: str, role: str) -> None:
 
 def _parts(wb) -> None:
     """Per-label F1 on both parts with intervals, and the history with the gap."""
-    run_id = components.pick_run(state.read(wb, "runs"), state.OPT_RUN)
+    run_id = components.pick_run(state.read(wb.runner.runs), state.OPT_RUN)
     if run_id is None:
         return
     with components.shown_errors("measuring the parts"):
-        parts = state.read(wb, "evaluate_parts", run_id)
+        parts = state.read(wb.optimising.evaluate_parts, run_id)
         cols = st.columns(2)
         for col, (part, m) in zip(cols, parts.items()):
             col.metric(f"{part} macro F1 ({m['reports']} reports)", components.pct(m["macro_f1"]),
@@ -75,7 +75,7 @@ def _parts(wb) -> None:
         frame = pd.DataFrame({f"{p} {c}": parts[p]["table"][c] for p in parts for c in ("support", "f1", "f1_lo", "f1_hi")})
         frame["gap"] = frame["tuning f1"] - frame["validation f1"]
         st.dataframe(frame.round(3))
-        history = state.read(wb, "history_by_part", state.read(wb, "run_cohort", run_id))
+        history = state.read(wb.optimising.history_by_part, state.read(wb.optimising.run_cohort, run_id))
         st.plotly_chart(charts.parts_history_chart(history), key="optimise-history")
         st.dataframe(history, hide_index=True)
         _compare(wb, run_id)
@@ -83,8 +83,8 @@ def _parts(wb) -> None:
 
 def _compare(wb, run_id: int) -> None:
     """This run against another on the same cohort, tuning and validation side by side (exact McNemar)."""
-    runs = state.read(wb, "runs")
-    cohort_id = state.read(wb, "run_info", run_id).cohort_id
+    runs = state.read(wb.runner.runs)
+    cohort_id = state.read(wb.runner.run_info, run_id).cohort_id
     others = runs[(runs["id"] != run_id) & (runs["cohort_id"] == cohort_id) & runs["status"].isin(["finished", "incomplete"])]
     if others.empty:
         return
@@ -92,7 +92,7 @@ def _compare(wb, run_id: int) -> None:
                          format_func=lambda i: components.run_title(others.set_index("id").loc[i].to_dict() | {"id": i}))
     if other is None:
         return
-    result = state.read(wb, "compare_by_part", int(other), run_id)
+    result = state.read(wb.optimising.compare_by_part, int(other), run_id)
     cols = ["f1_a", "f1_b", "delta_f1", "b", "c", "p_value", "verdict"]
     frame = pd.concat({part: r["table"][cols] for part, r in result.items()}, axis=1)
     frame.columns = [f"{p} {c}" for p, c in frame.columns]
@@ -134,7 +134,7 @@ def _optimise(wb) -> None:
 
 def _reports(wb) -> None:
     """Stored optimisation reports (the same text as `workbench optimise`)."""
-    reports = state.read(wb, "optimisation_reports")
+    reports = state.read(wb.optimising.optimisation_reports)
     if reports.empty:
         st.info("No optimisation yet.")
         return
@@ -149,9 +149,9 @@ def _looks(wb) -> None:
     """Measure a frozen bundle on a locked test cohort (a counted look), and every look so far."""
     st.caption("A test cohort's metrics are computed only for frozen bundles; every look is recorded (who, when, "
                "which bundle) and counted.")
-    cohorts = state.read(wb, "cohorts")["name"].tolist()
-    tests = [c for c in cohorts if state.read(wb, "cohort_role", c) == "test"]
-    bundles = state.read(wb, "bundles")
+    cohorts = state.read(wb.study.cohorts)["name"].tolist()
+    tests = [c for c in cohorts if state.read(wb.splits.cohort_role, c) == "test"]
+    bundles = state.read(wb.freezing.bundles)
     if tests and len(bundles):
         with st.form(state.widget_key("look")):
             cohort = st.selectbox("Test cohort", tests)
@@ -166,4 +166,4 @@ def _looks(wb) -> None:
                 st.dataframe(pd.DataFrame(figures["per_label"]), hide_index=True)
     else:
         st.info("Give a cohort the test role (Split tab) and freeze a bundle to measure it.")
-    st.dataframe(state.read(wb, "test_looks"), hide_index=True)
+    st.dataframe(state.read(wb.freezing.test_looks), hide_index=True)

@@ -29,14 +29,14 @@ def render(wb) -> None:
 
 def _policy(wb) -> None:
     """Every label's hedge and temporal policy, with the inconsistencies found."""
-    st.dataframe(state.read(wb, "policy_table"), hide_index=True)
-    for finding in state.read(wb, "policy_conflicts"):
+    st.dataframe(state.read(wb.prompts.policy_table), hide_index=True)
+    for finding in state.read(wb.prompts.policy_conflicts):
         st.warning(components.md(f"{finding.kind}: {finding.message}"))
 
 
 def _edit(wb, label: str) -> None:
     """The editor on your draft with the notes beside it, the difference, and saving a version."""
-    lp, base, exists = state.read(wb, "draft", label)
+    lp, base, exists = state.read(wb.prompts.draft, label)
     left, right = st.columns([3, 2])
     with left:
         _editor(wb, lp, base, exists)
@@ -104,13 +104,13 @@ def _examples(frame: pd.DataFrame) -> tuple[Example, ...]:
 
 def _notes(wb, label: str) -> None:
     """The error notes on this label's disagreements in the latest run."""
-    latest = components.latest_run_id(state.read(wb, "runs"))
+    latest = components.latest_run_id(state.read(wb.runner.runs))
     st.markdown("**Error notes on current disagreements**")
     if latest is None:
         st.info("No run yet.")
         return
-    queue = state.read(wb, "disagreements", latest, label, None, None)
-    notes = state.read(wb, "notes", label)
+    queue = state.read(wb.triage.disagreements, latest, label, None, None)
+    notes = state.read(wb.triage.notes, label)
     notes = notes[notes["report_id"].isin(set(queue["report_id"]))]
     st.caption(f"Run {latest}: {len(queue)} disagreements on this label "
                f"({int((queue['type'] == 'FP').sum())} FP, {int((queue['type'] == 'FN').sum())} FN), {len(notes)} notes")
@@ -140,13 +140,13 @@ def _evaluate_drafts(wb) -> None:
 def _diff(wb, label: str, exists: bool) -> None:
     """What the draft changes (or what the last version changed)."""
     if exists:
-        diff, title = state.read(wb, "diff_against_draft", label), "Your draft against the version it started from"
+        diff, title = state.read(wb.prompts.diff_against_draft, label), "Your draft against the version it started from"
     else:
-        previous = state.read(wb, "previous_version", label)
+        previous = state.read(wb.prompts.previous_version, label)
         if previous is None:
             st.caption("This label has not changed since the first version.")
             return
-        diff, title = state.read(wb, "prompt_diff", label, previous, None), f"Last change (from {previous[:8]})"
+        diff, title = state.read(wb.prompts.prompt_diff, label, previous, None), f"Last change (from {previous[:8]})"
     with st.expander(title, expanded=exists):
         st.code(diff["unified"] or "(no difference)", language="diff", wrap_lines=True)
         changes = components.field_changes(diff["fields"])
@@ -157,7 +157,7 @@ def _diff(wb, label: str, exists: bool) -> None:
 
 def _commit(wb, label: str, exists: bool) -> None:
     """Save drafts as one new version with a message."""
-    drafts = state.read(wb, "drafts")
+    drafts = state.read(wb.prompts.drafts)
     st.markdown(f"**Save as a new version** · your open drafts: {', '.join(drafts['label']) or 'none'}")
     with st.form(state.widget_key("commit", label), clear_on_submit=True):
         message = st.text_input("Message (what changed and why)", key=state.COMMIT_MESSAGE)
@@ -176,7 +176,7 @@ def _commit(wb, label: str, exists: bool) -> None:
 
 def _history(wb, label: str) -> None:
     """Versions of this label, newest first, with the difference to the current one and revert."""
-    history = state.read(wb, "prompt_history", label)
+    history = state.read(wb.prompts.prompt_history, label)
     st.dataframe(history.assign(when=components.when_column(history["when"]))[["short", "when", "author", "message", "labels", "frozen as"]]
                  .rename(columns={"short": "version"}), hide_index=True)
     if len(history) < 2:
@@ -184,6 +184,6 @@ def _history(wb, label: str) -> None:
     commits = history["commit"].tolist()[1:]
     messages = dict(zip(history["commit"], history["message"]))
     ref = st.selectbox("Earlier version", commits, key=state.REVERT_TO, format_func=lambda c: f"{c[:8]}: {messages[c]}")
-    st.code(state.read(wb, "prompt_diff", label, ref, None)["unified"] or "(same as now)", language="diff", wrap_lines=True)
+    st.code(state.read(wb.prompts.prompt_diff, label, ref, None)["unified"] or "(same as now)", language="diff", wrap_lines=True)
     if st.button(f"Revert {label} to {ref[:8]}", key=state.widget_key("revert", label)):
         components.do(wb, "reverting", wb.revert_label, label, ref, done=lambda c: f"Reverted {label}: new version {c[:8]}.")

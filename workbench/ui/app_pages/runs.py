@@ -6,6 +6,9 @@ import pandas as pd
 import streamlit as st
 
 from workbench.ui import charts, components, state
+from workbench.services.results import CaseRef
+from workbench.services.model_path import NeedsConfirmation
+from workbench.core.metrics import p_text
 
 CI_METHODS = {"wilson": "Wilson", "clopper-pearson": "Clopper-Pearson (as the Ran Score paper)"}
 RUN_COLUMNS = ["id", "status", "model", "endpoint", "prompt_commit", "labels", "calls_total", "calls_made",
@@ -30,7 +33,7 @@ def render(wb) -> None:
     state.seed_from_url("runs", {"run": (state.RUN, int), "a": (state.RUN_A, int), "b": (state.RUN_B, int),
                                  "tab": (state.RUNS_TAB, lambda v: TABS[int(v)])})
     _start(wb)
-    runs = state.read(wb, "runs")
+    runs = state.read(wb.runner.runs)
     if runs.empty:
         return
     _show_new_run(runs)
@@ -53,7 +56,7 @@ def _history(wb) -> None:
     """Macro accuracy and F1 of every run on a cohort, in prompt-version order."""
     cohort = components.pick_cohort(wb, key=state.widget_key("history-cohort"))
     if cohort:
-        history = state.read(wb, "iteration_history", cohort)
+        history = state.read(wb.evaluation.iteration_history, cohort)
         st.plotly_chart(charts.history_chart(history), key="runs-history")
         st.dataframe(components.history_table(history, wb.vocab.names()), hide_index=True)
         from workbench.services.evaluation import drift_text
@@ -80,11 +83,11 @@ def _start(wb) -> None:
                 st.success(components.md(job.result.message()))
             st.button("Dismiss", key=state.widget_key("dismiss-run"), on_click=state.clear_job, args=("run",))
         return
-    versions = state.read(wb, "prompt_history")
+    versions = state.read(wb.prompts.prompt_history)
     with st.form(state.widget_key("start-run")):
         st.markdown("**Start a run**")
         c = st.columns(3)
-        cohort = c[0].selectbox("Cohort", state.read(wb, "cohorts")["name"].tolist())
+        cohort = c[0].selectbox("Cohort", state.read(wb.study.cohorts)["name"].tolist())
         ref = c[1].selectbox("Prompt version", versions["commit"].tolist(),
                              format_func=dict(zip(versions["commit"], versions["short"] + ": " + versions["message"])).get)
         model = c[2].text_input("Model", wb.labeller_settings().get("model", ""), help="Change the default in Settings")
@@ -108,8 +111,6 @@ def _start(wb) -> None:
 
 def _within_budget(wb, cohort, ref, model, labels, starting: bool) -> bool:
     """Show the run's estimate (no model call); False when a start must wait for the cost to be accepted."""
-    from workbench.services.model_path import NeedsConfirmation
-
     within = False
     with components.shown_errors("estimating the run"):
         est = wb.estimate_run(cohort, prompt_ref=ref, model=model, labels=labels)
@@ -152,7 +153,7 @@ def _metrics(wb, runs) -> None:
                         format_func={"accuracy": "Accuracy", "f1": "F1", "precision": "Precision", "recall": "Recall"}.get)
     if run_id is None:
         return
-    ev = state.read(wb, "evaluate_run", run_id, ci=ci)
+    ev = state.read(wb.evaluation.evaluate_run, run_id, ci=ci)
     a, b = ev.averages, ev.bootstrap
     m = st.columns(4)
     m[0].metric("Macro F1", components.pct(a["macro_f1"]), help=f"macro F1: {ev.macro.describe()}")
@@ -164,7 +165,7 @@ def _metrics(wb, runs) -> None:
     st.caption(f"Macro F1: {ev.macro.describe()}. Left out: " + "; ".join(f"{k}: {v}" for k, v in ev.excluded.items()))
     names = wb.vocab.names()
     previous = _previous_run(runs, run_id)
-    table = ev.paper_table(state.read(wb, "evaluate_run", previous, ci=ci, n_resamples=0) if previous else None)
+    table = ev.paper_table(state.read(wb.evaluation.evaluate_run, previous, ci=ci, n_resamples=0) if previous else None)
     st.caption("As the Ran Score paper's Table 4" + (f"; change in F1 against run {previous}" if previous else "")
                + ". * = undefined (no positive), never shown as 0.")
     table = table.assign(label=table["label"].map(names),
@@ -173,7 +174,7 @@ def _metrics(wb, runs) -> None:
     st.dataframe(table[lead + [c for c in table.columns if c not in lead]], hide_index=True,
                  column_config={"support": st.column_config.NumberColumn("positives", help="reference positives"),
                                 "n": st.column_config.NumberColumn("items", help="reports with a settled reference and an answer")})
-    costs = state.read(wb, "call_costs", run_id)
+    costs = state.read(wb.model_path.call_costs, run_id)
     if not costs.empty:
         with st.expander(f"Cost and tokens per label (run total ${costs['cost'].fillna(0).sum():,.4f})"):
             st.dataframe(costs.assign(label=costs["label"].map(lambda lab: names.get(lab, lab))), hide_index=True)
@@ -182,8 +183,8 @@ def _metrics(wb, runs) -> None:
     if st.toggle("Human ceiling: the labeller beside the readers (kappas, unanimous vs split votes)",
                  key=state.widget_key("ceiling")):
         with components.shown_errors("human ceiling"):
-            ceiling = state.read(wb, "human_ceiling", run_id)
-            scope = state.read(wb, "agreement_scope", None)
+            ceiling = state.read(wb.evaluation.human_ceiling, run_id)
+            scope = state.read(wb.adaptive.agreement_scope, None)
             if scope:
                 st.caption(components.md(scope[0].upper() + scope[1:] + "."))
             st.dataframe(ceiling.assign(label=ceiling["label"].map(lambda lab: names.get(lab, lab))).rename(columns=CEILING_NAMES)
@@ -201,7 +202,7 @@ def _search(wb, run_id: int, names: dict) -> None:
     if not query:
         return
     with components.shown_errors("searching the run"):
-        cases = state.read(wb, "search_run", run_id, query, where=None if where == "all" else where, regex=regex).cases
+        cases = state.read(wb.evaluation.search_run, run_id, query, where=None if where == "all" else where, regex=regex).cases
         st.caption(f"{len(cases)} match(es) in run {run_id} · click a row to open the case")
         if cases.empty:
             return
@@ -239,7 +240,7 @@ def _compare(wb, runs) -> None:
         st.info("Choose two different runs on the same cohort.")
         return
     with components.shown_errors("comparing"):
-        cmp = state.read(wb, "compare_view", run_a, run_b)
+        cmp = state.read(wb.views.compare_view, run_a, run_b)
         table, counts, names = cmp["table"], cmp["counts"], wb.vocab.names()
         significant = table[table["significant"]]
         m = st.columns(3)
@@ -275,7 +276,6 @@ def _explain_numbers(cmp: dict, counts: dict, run_a: int, run_b: int) -> None:
 
 def _compare_table(table, names: dict):
     """Readable columns, 3 decimals (p below 0.001 as "< 0.001"), the verdict and why, significant rows shaded."""
-    from workbench.core.metrics import p_text
     out = pd.DataFrame({
         "label": [names.get(lab, lab) for lab in table.index],
         "verdict": table["verdict"].to_numpy(),
@@ -315,4 +315,4 @@ def _cases(cases, run_a: int, run_b: int, names: dict, derived: set = frozenset(
     if picked or st.button("Open in Disagreements", key=state.widget_key("open-case")):
         row = cases.iloc[picked[0] if picked else choice]
         run = run_a if row["change"] == "fixed" else run_b  # where it was a disagreement
-        state.switch_to("disagreements", {state.CASE: (run, row["report"], row["label"], (run_a, run_b))})
+        state.switch_to("disagreements", {state.CASE: CaseRef(int(run), str(row["report"]), str(row["label"]), (run_a, run_b))})

@@ -6,14 +6,14 @@ import streamlit as st
 
 from workbench.core.reference import RULE_NAMES, RULES, WITH_K
 from workbench.ui import components, state
+from workbench.services.runs import endpoint_allowed, endpoint_label, is_local_model
+from workbench.core.adaptive import ORDERS
 
 RULES_MODEL = "workbench/rules"
 
 
 def render(wb) -> None:
     """Edit the study's labeller settings, reference rule and allowed endpoints (admin only)."""
-    from workbench.services.runs import endpoint_allowed, endpoint_label, is_local_model
-
     st.title("Settings")
     components.help_line("The model that labels, how many calls run at once, the reference rule, and the endpoints "
                          "report text may be sent to. Changes apply to new runs.")
@@ -68,8 +68,6 @@ def render(wb) -> None:
 
 def _adaptive_fields(wb, kind: str) -> dict:
     """Adaptive reading: on/off, the agreement sample's share and seed, the extra reader, the reading order."""
-    from workbench.core.adaptive import ORDERS
-
     now = wb.adaptive_settings()
     st.markdown("**Adaptive reading**")
     st.caption("A report leaves the readers' lists once every label's reference can no longer change under the rule "
@@ -91,7 +89,7 @@ def _adaptive_fields(wb, kind: str) -> dict:
 
 def _accounts(wb) -> None:
     """Accounts and roles; an admin disables (or enables again) an account here or with `workbench user disable`."""
-    users = state.read(wb, "users")
+    users = state.read(wb.team.users)
     if users.empty:
         return
     st.markdown("**Accounts**")

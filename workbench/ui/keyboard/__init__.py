@@ -19,6 +19,7 @@ from typing import Callable
 import streamlit as st
 
 from workbench.ui import state
+from workbench.errors import WorkbenchError
 
 HERE = Path(__file__).resolve().parent
 Handler = Callable[[dict], "str | None"]  # a payload -> None when stored, else the message to show
@@ -116,8 +117,6 @@ def _ident(key: str, page) -> tuple:
 
 def _apply_action(key: str, payload, handler: Handler) -> None:
     """Apply a trigger once: a sequence number at or below the last answered one is a resend."""
-    from workbench.errors import WorkbenchError
-
     if not isinstance(payload, dict) or not isinstance(payload.get("seq"), int):
         return
     if payload.get("page"):
