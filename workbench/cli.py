@@ -105,6 +105,11 @@ def _wide_flag() -> bool:
     return bool(ctx and (ctx.params.get("wide") or ctx.meta.get("wide")))
 
 
+def json_default(obj):
+    """json.dumps fallback for the services' results (services/results.py, imported only when a command needs it)."""
+    from workbench.services.results import json_default as default
+
+    return default(obj)
 def say(text: str) -> None:
     """A line of explanation wrapped to the terminal's width."""
     import textwrap
@@ -1513,7 +1518,7 @@ def suggest(wb, label, run_id, proposer, model, fmt, phrase_list):
     for result in results:
         result["noise"] = wb.suggestion_noise(result)
     if fmt == "json":
-        click.echo(json.dumps(results if label == "all" else results[0], indent=2, default=str))
+        click.echo(json.dumps(results if label == "all" else results[0], indent=2, default=json_default))
     else:
         click.echo("\n\n".join(suggestion_text(r) + (f"\n{r['noise']}" if r["noise"] else "") for r in results)
                    or "no label has a disagreement on the tuning part")
@@ -1627,7 +1632,7 @@ def optimise(wb, labels, rounds, run_id, proposer, model, out, phrase_list, scre
     text = report_markdown(report)
     click.echo(text)
     if out:
-        Path(out).write_text(json.dumps(report, indent=2, default=str) if out.endswith(".json") else text, encoding="utf-8")
+        Path(out).write_text(json.dumps(report, indent=2, default=json_default) if out.endswith(".json") else text, encoding="utf-8")
 
 
 @main.command("evaluate-drafts")
@@ -1641,7 +1646,7 @@ def evaluate_drafts(wb, run_id, labels, fmt):
     from workbench.services.optimising import drafts_text
 
     result = wb.evaluate_drafts(run_id, [x.strip() for x in labels.split(",")] if labels else None)
-    click.echo(json.dumps(result, indent=2, default=str) if fmt == "json" else drafts_text(result))
+    click.echo(json.dumps(result, indent=2, default=json_default) if fmt == "json" else drafts_text(result))
 
 
 @main.command("test-look")

@@ -24,6 +24,7 @@ from workbench.store import queries as q
 from workbench.errors import UserError
 from workbench.study import StudyError
 from workbench.services.base import Service, StudyContext
+from workbench.services.results import EditEvaluation, OptimiseReport, json_default
 from workbench.services.prompting import label_yaml
 from workbench.store import prompt_repo
 from workbench import labelling
@@ -418,7 +419,7 @@ class OptimisingService(Service):
         return out
 
     def evaluate_edit(self, run_id: int, new_lp: LabelPrompt, base_ps=None, base_pred: pd.Series | None = None,
-                      inputs: tuple | None = None) -> dict:
+                      inputs: tuple | None = None) -> EditEvaluation:
         """Label tuning and validation with the revised label (through the call cache); per part: F1 before
         and after, fixed and broken cases; on validation the exact McNemar verdict. Offered only when
         validation does not get worse."""
@@ -436,20 +437,19 @@ class OptimisingService(Service):
         started = time.perf_counter()
         after, counts = self._label_with(run, new_ps, label, ids)
         counts["seconds"] = round(time.perf_counter() - started, 3)
-        out = {"label": label, "calls": counts, "parts": {}}
+        by_part = {}
         for part in splits.PARTS:
             keep = [r for r in ids if parts[r] == part]
-            out["parts"][part] = _compare_part(y_true.loc[keep, [label]], before.loc[keep].to_frame(label),
-                                               after.loc[keep, "value"].astype(float).to_frame(label))
-        val = out["parts"]["validation"]
+            by_part[part] = _compare_part(y_true.loc[keep, [label]], before.loc[keep].to_frame(label),
+                                          after.loc[keep, "value"].astype(float).to_frame(label))
+        val = by_part["validation"]
         worse = (val["delta_f1"] == val["delta_f1"] and val["delta_f1"] < 0) or val["verdict"] == "worse" or (
             val["delta_f1"] != val["delta_f1"] and val["broken"] > val["fixed"])
-        out["offered"] = not worse
-        out["why"] = ("validation gets worse: not offered" if worse else
-                      "validation does not drop" + (f" (McNemar: {val['verdict']})" if val["verdict"] else ""))
-        out["values"] = after["value"].to_dict()
-        out["evidence"] = after["evidence"].to_dict()
-        return out
+        return EditEvaluation(
+            label=label, calls=counts, parts=by_part, offered=not worse,
+            why=("validation gets worse: not offered" if worse else
+                 "validation does not drop" + (f" (McNemar: {val['verdict']})" if val["verdict"] else "")),
+            values=after["value"].to_dict(), evidence=after["evidence"].to_dict())
 
     def evaluate_drafts(self, run_id: int | None = None, labels: list[str] | None = None) -> dict:
         """Your drafts (and uncommitted file edits) labelled through the call cache on tuning and validation,
@@ -524,7 +524,7 @@ class OptimisingService(Service):
 
     def optimise(self, labels: list[str] | None = None, rounds: int = 3, run_id: int | None = None,
                  proposer: str = "auto", model: str | None = None, on_progress=None, save_drafts: bool = True,
-                 api_base: str | None = None, phrase_list=None, screen: bool = True) -> dict:
+                 api_base: str | None = None, phrase_list=None, screen: bool = True) -> OptimiseReport:
         """suggest -> evaluate -> keep if validation does not drop, for K rounds; a report per round; the
         best version is left as drafts for a person to save. A label whose proposal validation rejected
         gets a smaller, safer one in the next round (the offline proposer; a model is asked again).
@@ -631,7 +631,7 @@ class OptimisingService(Service):
                         {"report": report["id"], "rounds": len(report["rounds"]), "drafts": report["drafts"]})
         for lab in report["drafts"]:
             self.prompts.save_draft(ps.label(lab), run.prompt_commit)
-        return report
+        return OptimiseReport(**report)
 
     def _screen_noise_rate(self, run_id: int) -> float:
         """The upper end of the run's measured overall noise rate (0 when not measured: the offline labeller's is 0)."""
@@ -665,14 +665,8 @@ class OptimisingService(Service):
 
 
 def _plain(obj):
-    """JSON fallback for numpy scalars and similar."""
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.floating,)):
-        return None if np.isnan(obj) else float(obj)
-    if isinstance(obj, (set, tuple)):
-        return list(obj)
-    return str(obj)
+    """JSON fallback for numpy scalars, results and similar."""
+    return json_default(obj)
 
 
 def _add_calls(report: dict, counts: dict, kind: str) -> None:

@@ -32,9 +32,29 @@ class Result:
         """The field names."""
         return tuple(f.name for f in fields(self))
 
+    def items(self):
+        """(field, value) pairs, as a dict's."""
+        return self.to_dict().items()
+
     def to_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (values as they are)."""
         return {k: getattr(self, k) for k in self.keys()}
+
+
+def json_default(obj: Any) -> Any:
+    """json.dumps fallback: results as their fields, numpy scalars as numbers (NaN as null), sets and tuples as
+    lists, anything else as its text."""
+    import numpy as np
+
+    if isinstance(obj, Result):
+        return obj.to_dict()
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return None if np.isnan(obj) else float(obj)
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    return str(obj)
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,3 +99,37 @@ class CaseRef:
     report_id: str
     label: str
     compare: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class EditEvaluation(Result):
+    """One revised label prompt labelled on tuning and validation through the call cache, against the run."""
+
+    label: str
+    calls: dict  # made, reused, failures, cost, seconds
+    parts: dict  # part -> f1_before, f1_after, delta_f1, fixed, broken, p_value, verdict
+    offered: bool  # validation does not get worse
+    why: str
+    values: dict  # report_id -> the revised prompt's answer
+    evidence: dict  # report_id -> its evidence
+
+
+@dataclass(frozen=True, eq=False)
+class OptimiseReport(Result):
+    """What `optimise` did: per round the changes kept and rejected, macro F1 per part before and after, calls."""
+
+    id: int
+    run: int
+    base_commit: str
+    labels: list
+    proposer: str
+    rounds: list  # per round: changes, rejected, metrics, validation_mcnemar
+    calls: dict  # made, reused, cost
+    screen: dict  # on, screened, screened_out, calls, full_calls
+    zero_division: str
+    start: dict  # macro F1 per part before
+    end: dict  # and after
+    seconds: float
+    drafts: list  # labels left as drafts for a person to save
+    not_drafted: list  # changed labels that already had a person's draft
+    final_prompts: dict
