@@ -172,7 +172,7 @@ def test_a_reader_with_an_expired_claim_is_served_by_the_database_as_by_the_cand
 
     def pick(reader):
         with wb.session() as s:
-            return wb._pick(wb._candidates(s, 1, reader), q.now())
+            return wb.adaptive._pick(wb.adaptive._candidates(s, 1, reader), q.now())
 
     def expire(reader, report):
         with wb.session(write=True) as s:

@@ -146,7 +146,7 @@ def test_example_record_falls_back_to_git_and_is_not_blinded(ann, run_id, small_
         s.execute(delete(PromptVersionExamples))  # as in a study older than the record
     reader = small_study.as_actor(Actor("r1", "reader"))  # r1 has not finished s3
     assert reader.prompt_set(commit).example_report_ids() == set()  # the reader's copy is blinded
-    assert reader._version_examples(commit) == {"s3"}
+    assert reader.evaluation._version_examples(commit) == {"s3"}
     with ann.session() as s:
         assert q.version_examples(s, commit) == {"s3"}
     assert ann.evaluate_run(run2).excluded[LEAKAGE] == 1

@@ -15,8 +15,6 @@ import yaml
 
 from workbench.core.vocab import MAX_LABELS, Vocabulary, VocabularyError, parse_vocabulary
 from workbench.errors import NotFound, WorkbenchError
-from workbench.core.reference import ReferenceRule  # numpy/pandas: not needed for `workbench --help`
-from workbench.core.adaptive import AdaptiveSettings
 from workbench.core.reading import min_seconds_empty
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -94,6 +92,9 @@ class StudyConfig:
         if cfg.zero_division not in ZERO_DIVISION_POLICIES:
             raise StudyError(f"{source}: zero_division must be one of {', '.join(ZERO_DIVISION_POLICIES)}, "
                              f"got {cfg.zero_division!r}")
+        # numpy/pandas come with these: not needed for `workbench --help`, so imported only to check a config
+        from workbench.core.adaptive import AdaptiveSettings
+        from workbench.core.reference import ReferenceRule
 
         try:
             ReferenceRule.from_config(cfg.reference)

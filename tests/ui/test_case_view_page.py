@@ -44,9 +44,9 @@ def test_disagreements_case_shows_every_run_but_not_to_a_reader(study):
     assert "Messages sent" in all_text(at)
     from workbench.services import Actor
 
-    reader = next(r for r in wb.readers() if wb._completed_reports(r))  # has finished reports: sees their cases
+    reader = next(r for r in wb.readers() if wb.study._completed_reports(r))  # has finished reports: sees their cases
     path = study / "workbench.yaml"
     path.write_text(path.read_text().replace("auth: none", "auth: local"))
     blinded = open_page(study, "disagreements", {state.ACTOR: Actor(reader, "reader")})
-    assert blinded.session_state[state.DIS_PICK][0] in wb._completed_reports(reader), "a case of theirs is open"
+    assert blinded.session_state[state.DIS_PICK][0] in wb.study._completed_reports(reader), "a case of theirs is open"
     assert MATRIX not in [e.label for e in blinded.expander]

@@ -9,6 +9,7 @@ request to a host other than the app's own.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import shutil
@@ -385,6 +386,8 @@ QUEUE_WIDTHS = {"Disagreements": 40 + 60 + 140 + 40 + 36, "Adjudicate": 40 + 60 
 
 @pytest.mark.parametrize("size", [(1440, 900), (1280, 800)], ids=["1440x900", "1280x800"])
 def test_save_button_and_queue_columns_fit_without_scrolling(browser, burst_server, size):
+    from playwright.sync_api import Error as PlaywrightError
+
     context = browser.new_context(viewport={"width": size[0], "height": size[1]})
     pg = context.new_page()
     pg.set_default_timeout(TIMEOUT_MS)
@@ -393,6 +396,10 @@ def test_save_button_and_queue_columns_fit_without_scrolling(browser, burst_serv
     for title in ("Annotate", "Disagreements", "Adjudicate"):
         open_by_keyboard(pg, title)
         pg.wait_for_function(f"() => {{ const s = ({FORM_STATE})(); return s && s.state === 'ready'; }}")
+        if title in QUEUE_WIDTHS:  # a loaded machine may still be laying the page out: wait for it to settle
+            with contextlib.suppress(PlaywrightError):
+                pg.wait_for_function(f"() => {{ const f = ({FIT})(); return f.queue && f.queue.width >= "
+                                     f"{QUEUE_WIDTHS[title]}; }}", timeout=30_000)
         fit = pg.evaluate(FIT)
         save = fit["save"]
         assert save and save["top"] >= 0 and save["bottom"] <= fit["h"] and save["right"] <= fit["w"], (title, fit)
