@@ -601,3 +601,165 @@ def test_run_scoring_is_kept_as_first_recorded_and_reference_changes_are_counted
         q.add_adjudication(s, "s1", "edema", 1, "senior", "clear on the film")
         assert q.reference_changes_since(s, cohort.id, "2026-01-01T00:00:00+00:00")["adjudications"] == 1
         assert q.reference_changes_since(s, cohort.id, "2999-01-01T00:00:00+00:00")["adjudications"] == 0
+
+
+def small_cohort(s, ids=("a", "b", "c")):
+    """A cohort "dev" with reports `ids` (seq in that order); its id."""
+    cohort, _ = q.get_or_create_cohort(s, "dev", "en")
+    n = len(ids)
+    q.insert_reports(s, cohort.id, pd.DataFrame({"report_id": list(ids), "text": [""] * n, "findings": ["x"] * n,
+                                                 "impression": [""] * n, "language": ["en"] * n,
+                                                 "text_hash": [f"h-{i}" for i in ids]}), 0)
+    return cohort.id
+
+
+def test_batch_jobs(any_study):
+    with any_study.session() as s:
+        cid = small_cohort(s)
+        run = q.add_run(s, cohort_id=cid, prompt_commit="c" * 40, model="m", params_json="{}", mode="per_label",
+                        labels_json='["edema"]')
+        assert q.pending_batch_job(s, f"run:{run.id}") is None and q.batch_jobs(s, run.id).empty
+        common = dict(scope=f"run:{run.id}", run_id=run.id, model="m", api_base="http://x", keys_sha="0" * 64)
+        q.add_batch_job(s, batch_id="b1", input_file_id="in1", status="in_progress", requests=3, **common)
+        q.add_batch_job(s, batch_id="b2", input_file_id="in2", status="validating", requests=2, **common)
+        q.add_batch_job(s, scope="calls:abc", run_id=None, batch_id="b3", input_file_id="in3", status="completed",
+                        model="m", api_base="http://x", keys_sha="1" * 64)
+    with any_study.session() as s:
+        pending = q.pending_batch_job(s, f"run:{run.id}")
+        assert pending["batch_id"] == "b2" and pending["input_file_id"] == "in2" and pending["requests"] == 2  # newest
+        assert q.pending_batch_job(s, "calls:abc")["batch_id"] == "b3" and q.pending_batch_job(s, "calls:zzz") is None
+        q.update_batch_job(s, "b2", status="failed")
+        assert q.pending_batch_job(s, f"run:{run.id}")["batch_id"] == "b1"  # an ended job is never picked up again
+        q.update_batch_job(s, "b1", status="completed", output_file_id="out1")
+        assert q.pending_batch_job(s, f"run:{run.id}")["output_file_id"] == "out1"
+        q.update_batch_job(s, "b1", status="collected")
+        assert q.pending_batch_job(s, f"run:{run.id}") is None
+        for status in ("expired", "cancelled"):
+            q.update_batch_job(s, "b3", status=status)
+            assert q.pending_batch_job(s, "calls:abc") is None
+        jobs = q.batch_jobs(s, run.id)
+        assert jobs["batch_id"].tolist() == ["b1", "b2"] and jobs["status"].tolist() == ["collected", "failed"]
+        assert jobs["output_file_id"].iloc[0] == "out1" and jobs["requests"].tolist() == [3, 2]
+        assert (jobs["updated_at"] >= jobs["created_at"]).all() and q.batch_jobs(s, run.id + 1).empty
+
+
+def test_reading_save_log_and_delete_reading(any_study):
+    with any_study.session() as s:
+        small_cohort(s)
+        assert q.last_reading_save(s, "dr") is None
+        q.add_reading_save(s, "dr", "a", {"edema": None}, {"edema": 1}, None, {"edema": 1})
+        q.add_reading_save(s, "dr", "b", {"edema": 0}, {"edema": 2}, {"comment": "c", "unsure": True}, None)
+        q.add_reading_save(s, "other", "a", {}, {}, None, None)
+    with any_study.session() as s:
+        last = q.last_reading_save(s, "dr")
+        assert last.report_id == "b" and json.loads(last.before_json) == {"edema": 0}
+        assert json.loads(last.after_json) == {"edema": 2} and json.loads(last.note_before_json) == {"comment": "c", "unsure": True}
+        assert json.loads(last.draft_before_json) is None and last.undone_at == ""
+        first_id, last_id = q.last_reading_save(s, "dr").id, last.id
+        assert q.mark_reading_save_undone(s, last_id) is True
+        assert q.mark_reading_save_undone(s, last_id) is False  # undone once only
+    with any_study.session() as s:
+        prior = q.last_reading_save(s, "dr")
+        assert prior.report_id == "a" and prior.id < first_id and json.loads(prior.draft_before_json) == {"edema": 1}
+        q.add_reading_save(s, "dr", "a", {"edema": 1}, {"edema": 3}, None, None)
+    with any_study.session() as s:
+        newest = q.last_reading_save(s, "dr")
+        assert newest.report_id == "a" and newest.id > prior.id
+        assert q.mark_reading_save_undone(s, newest.id)
+        q.restamp_last_reading_save(s, "dr", "a", {"edema": 4})  # the undo gave the earlier save's values new versions
+        q.restamp_last_reading_save(s, "dr", "c", {"edema": 9})  # no save of c: nothing happens
+    with any_study.session() as s:
+        again = q.last_reading_save(s, "dr")
+        assert again.id == prior.id and json.loads(again.after_json) == {"edema": 4}
+        assert q.last_reading_save(s, "other").report_id == "a"
+        q.ensure_readers(s, ["dr"])
+        q.insert_readings(s, pd.DataFrame({"report_id": ["a", "b"], "label": ["edema"] * 2, "reader": ["dr"] * 2, "value": [1, 0]}))
+        reading = q.get_reading(s, "a", "edema", "dr")
+        assert q.delete_reading(s, reading.id, expected_version=2) is False  # changed since: kept
+        assert q.get_reading(s, "a", "edema", "dr") is not None
+        assert q.delete_reading(s, reading.id, expected_version=1) is True
+        assert q.delete_reading(s, reading.id, expected_version=1) is False  # already gone
+    with any_study.session() as s:
+        assert q.get_reading(s, "a", "edema", "dr") is None and q.get_reading(s, "b", "edema", "dr") is not None
+
+
+def test_reading_notes_and_note_drafts(any_study):
+    with any_study.session() as s:
+        small_cohort(s)
+        assert q.get_reading_note(s, "dr", "a") is None and q.reading_notes_frame(s).empty
+        q.put_reading_note(s, "dr", "a", {"comment": "faint line", "unsure": True})
+        q.put_reading_note(s, "dr", "a", {"comment": "no, a fold", "unsure": 0})  # replaced, not a second row
+        q.put_reading_note(s, "ann", "b", {"comment": "", "unsure": True})
+        q.put_reading_note(s, "dr", "c", {"comment": "gone soon", "unsure": False})
+        q.put_reading_note(s, "dr", "c", None)  # dropped
+        q.put_reading_note(s, "dr", "b", None)  # none to drop: nothing happens
+    with any_study.session() as s:
+        assert q.get_reading_note(s, "dr", "a") == {"comment": "no, a fold", "unsure": False}
+        assert q.get_reading_note(s, "ann", "b") == {"comment": "", "unsure": True}
+        assert q.get_reading_note(s, "dr", "c") is None and q.get_reading_note(s, "ann", "a") is None
+        notes = q.reading_notes_frame(s)
+        assert notes[["report_id", "reader", "comment", "unsure"]].values.tolist() == [
+            ["a", "dr", "no, a fold", False], ["b", "ann", "", True]]
+        assert notes["updated_at"].str.len().gt(0).all()
+        assert q.reading_notes_frame(s, reader="ann")["report_id"].tolist() == ["b"]
+        assert q.reading_notes_frame(s, report_ids_=["a", "zz"])["reader"].tolist() == ["dr"]
+        assert q.reading_notes_frame(s, report_ids_=["b"], reader="dr").empty
+        assert q.get_reading_note_draft(s, "dr", "a") is None
+        q.put_reading_note_draft(s, "dr", "a", {"comment": "typing", "unsure": False})
+        q.put_reading_note_draft(s, "dr", "a", {"comment": "typing more", "unsure": True})  # an upsert
+        q.put_reading_note_draft(s, "dr", "b", {"comment": "b too", "unsure": False})
+    with any_study.session() as s:
+        assert q.get_reading_note_draft(s, "dr", "a") == {"comment": "typing more", "unsure": True}
+        assert q.get_reading_note_draft(s, "ann", "a") is None
+        assert q.get_reading_note(s, "dr", "a")["comment"] == "no, a fold"  # a draft is not the saved note
+        q.delete_reading_note_draft(s, "dr", "a")
+        q.delete_reading_note_draft(s, "dr", "zz")  # none: nothing happens
+    with any_study.session() as s:
+        assert q.get_reading_note_draft(s, "dr", "a") is None
+        assert q.get_reading_note_draft(s, "dr", "b") == {"comment": "b too", "unsure": False}
+
+
+def test_adaptive_facts_claims_and_sample_readings(any_study):
+    with any_study.session(write=True) as s:
+        cid = small_cohort(s, ("x1", "x2", "x3"))
+        assert q.cohort_id_named(s, "dev") == cid and q.cohort_id_named(s, "nope") is None
+        other, _ = q.get_or_create_cohort(s, "held", "en")
+        assert q.cohort_id_named(s, "held") == other.id != cid
+        assert q.adaptive_facts(s, cid, "dr") == {"sample": None, "progress": None, "reports": 3, "work_list": False,
+                                                  "open_claim": False}
+        assert q.adaptive_facts(s, other.id, "dr")["reports"] == 0
+        q.set_meta(s, f"adaptive_sample:{cid}", '{"seed": 0}')
+        q.set_meta(s, f"adaptive_progress:{cid}", "sig")
+        q.put_work_list(s, cid, 2, "boss")
+        s.flush()  # an ORM add; adaptive_facts reads on the DBAPI cursor
+        q.put_report_progress(s, cid, pd.DataFrame({"report_id": ["x1", "x2", "x3"], "open": [True, True, False],
+                                                    "tie": [False] * 3, "readers": [0, 0, 0], "cap": [2, 2, 2]}),
+                              replace=True)
+        stamp = q.now()
+        assert q.own_claim(s, cid, "dr", stamp) is None  # no claim
+        q.put_claims(s, cid, [("x3", "dr"), ("x2", "dr")], done=False, expires_at="9999")
+        facts = q.adaptive_facts(s, cid, "dr")
+        assert facts == {"sample": '{"seed": 0}', "progress": "sig", "reports": 3, "work_list": True, "open_claim": True}
+        assert q.adaptive_facts(s, cid, "ann")["open_claim"] is False
+        assert q.own_claim(s, cid, "dr", stamp) == "x2"  # x3 is closed
+        assert q.own_claim(s, cid, "ann", stamp) is None
+        q.put_claims(s, cid, [("x2", "dr")], done=True)  # read: no longer an unread claim
+        assert q.own_claim(s, cid, "dr", stamp) is None
+        q.put_claims(s, cid, [("x1", "dr")], done=False, expires_at="9999")
+        assert q.own_claim(s, cid, "dr", stamp) == "x1"
+        q.put_report_progress(s, cid, pd.DataFrame({"report_id": ["x1"], "open": [True], "tie": [False], "readers": [2],
+                                                    "cap": [2]}))
+        assert q.own_claim(s, cid, "dr", stamp) is None  # no room left
+        assert q.count_sample_readings(s, cid) == 0
+        q.put_agreement_sample(s, cid, ["x1", "x2"], 0, 0.5, None, "boss")
+        assert q.count_sample_readings(s, cid) == 0
+        q.ensure_readers(s, ["dr", "ann"])
+        q.insert_readings(s, pd.DataFrame({"report_id": ["x1", "x1", "x2", "x3"], "label": ["edema", "fracture", "edema", "edema"],
+                                           "reader": ["dr", "dr", "ann", "dr"], "value": [1, 0, 1, 1]}))
+        assert q.count_sample_readings(s, cid) == 3  # x3 is outside the sample
+        assert q.count_sample_readings(s, other.id) == 0
+        q.delete_agreement_sample(s, other.id)  # another cohort's: nothing happens
+        assert q.agreement_sample_ids(s, cid) == {"x1", "x2"}
+        q.delete_agreement_sample(s, cid)
+        assert q.agreement_sample_ids(s, cid) == set() and q.count_sample_readings(s, cid) == 0
+        assert len(q.readings_frame(s, cohort_id=cid)) == 4  # the readings themselves stay
