@@ -1512,9 +1512,9 @@ def suggest(wb, label, run_id, proposer, model, fmt, phrase_list):
 
     results = (wb.suggest_failing(run_id, proposer=proposer, model=model, phrase_list=phrase_list) if label == "all"
                else [wb.suggest(label, run_id=run_id, proposer=proposer, model=model, phrase_list=phrase_list)])
-    for result in results:
-        result.get("evaluation", {}).pop("values", None)
-        result.get("evaluation", {}).pop("evidence", None)
+    for result in results:  # per-report answers are not printed
+        if result.get("evaluation"):
+            result["evaluation"] = {k: v for k, v in result["evaluation"].items() if k not in ("values", "evidence")}
     for result in results:
         result["noise"] = wb.suggestion_noise(result)
     if fmt == "json":
