@@ -173,6 +173,7 @@ def any_study(request, tmp_path):
 # (xdist's own reorder, by number of tests, put the 67 s browser file near the end). Order only:
 # a file missing here runs after these, in its usual place.
 LONGEST_FILES = (
+    "tests/ui/test_reading_keyboard.py", "tests/test_readme_openi.py", "tests/test_adaptive_reading.py",
     "tests/ui/test_browser.py", "tests/test_honest_numbers.py", "tests/test_import_fuzz.py",
     "tests/ui/test_app_pages.py", "tests/test_optimising.py", "tests/test_governance.py", "tests/test_workers.py",
     "tests/test_resume_kill.py", "tests/core/test_parsing_fuzz.py", "tests/test_runs.py", "tests/test_llm.py",
@@ -180,7 +181,8 @@ LONGEST_FILES = (
     "tests/test_team.py", "tests/ui/test_optimise_page.py", "tests/test_evaluation.py", "tests/test_run_failures_cli.py",
     "tests/test_prompt_repo.py", "tests/test_optimising_openi.py", "tests/test_readme.py", "tests/ui/test_page_caches.py",
     "tests/core/test_metrics.py", "tests/test_page_memo.py", "tests/test_access.py", "tests/test_bundle.py",
-    "tests/test_background_runs.py", "tests/test_scoring.py", "tests/test_prompting.py",
+    "tests/test_background_runs.py", "tests/test_scoring.py", "tests/test_prompting.py", "tests/test_batch.py",
+    "tests/test_case_view.py", "tests/test_reading_undo.py", "tests/test_frugal.py", "tests/core/test_adaptive.py",
 )
 
 

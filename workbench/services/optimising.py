@@ -586,12 +586,7 @@ class OptimisingService(Service):
                         continue
                 ev = self.evaluate_edit(run.id, new_lp, base_ps=ps, base_pred=current[label], inputs=(y_true, y_pred))
                 _add_calls(report, ev["calls"], "full_calls")
-                summary = {"label": label, "changes": list(result.edit.changes), "note_ids": list(result.edit.note_ids),
-                           "rationale": result.edit.rationale, "source": result.edit.source,
-                           **{f"{p}_f1": [ev["parts"][p]["f1_before"], ev["parts"][p]["f1_after"]] for p in splits.PARTS},
-                           "validation_mcnemar": {k2: ev["parts"]["validation"][k2] for k2 in ("fixed", "broken", "p_value", "verdict")},
-                           "calls_made": ev["calls"]["made"] + (screened["calls"]["made"] if screened else 0),
-                           **({"screen": screened["verdict"]} if screened else {})}
+                summary = _change_summary(label, result.edit, ev, screened)
                 if not ev["offered"]:
                     entry["rejected"].append({**summary, "status": "validation worse", "detail": ev["why"]})
                     rejected[new_lp] = f"rejected in round {k}: {ev['why']}"
@@ -611,6 +606,12 @@ class OptimisingService(Service):
                 break  # nothing more to propose: later rounds would see the same material
         report["end"] = _macro_by_part(y_true, current, parts, policy)
         report["seconds"] = round(time.perf_counter() - started, 2)
+        self._record_optimisation(report, run, labels, base_ps, ps, save_drafts)
+        return OptimiseReport(**report)
+
+    def _record_optimisation(self, report: dict, run, labels: list[str], base_ps, ps, save_drafts: bool) -> None:
+        """Store an optimise report with an accepted proposal per draft (the saved version's commit cites it),
+        audit it, and leave the changed labels as drafts (never over a person's own draft)."""
         changed = [lab for lab in labels if ps.label(lab) != base_ps.label(lab)]
         mine = set(self.prompts.drafts()["label"]) if save_drafts else set()
         report["drafts"] = [lab for lab in changed if save_drafts and lab not in mine]
@@ -631,7 +632,6 @@ class OptimisingService(Service):
                         {"report": report["id"], "rounds": len(report["rounds"]), "drafts": report["drafts"]})
         for lab in report["drafts"]:
             self.prompts.save_draft(ps.label(lab), run.prompt_commit)
-        return OptimiseReport(**report)
 
     def _screen_noise_rate(self, run_id: int) -> float:
         """The upper end of the run's measured overall noise rate (0 when not measured: the offline labeller's is 0)."""
@@ -662,6 +662,16 @@ class OptimisingService(Service):
 
 
 # ---------------------------------------------------------------- helpers (pure)
+
+
+def _change_summary(label: str, edit, ev, screened: dict | None) -> dict:
+    """One evaluated change as the optimise report keeps it: the edit, F1 per part, validation's McNemar, calls."""
+    return {"label": label, "changes": list(edit.changes), "note_ids": list(edit.note_ids),
+            "rationale": edit.rationale, "source": edit.source,
+            **{f"{p}_f1": [ev["parts"][p]["f1_before"], ev["parts"][p]["f1_after"]] for p in splits.PARTS},
+            "validation_mcnemar": {k: ev["parts"]["validation"][k] for k in ("fixed", "broken", "p_value", "verdict")},
+            "calls_made": ev["calls"]["made"] + (screened["calls"]["made"] if screened else 0),
+            **({"screen": screened["verdict"]} if screened else {})}
 
 
 def _plain(obj):
