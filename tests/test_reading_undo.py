@@ -184,22 +184,3 @@ def test_reading_setting_is_validated_in_workbench_yaml(small_study):
     config.write_text(config.read_text().replace("min_seconds_empty: 4", "min_seconds_empty: lots"))
     with pytest.raises(StudyError, match="reading: min_seconds_empty"):
         load_config(small_study.root)
-
-
-def test_a_typed_comment_and_unsure_mark_are_kept_as_the_draft_until_saved(any_study, tmp_path):
-    """A comment typed but not saved survives a reload or the arrows like the ticks do (nothing typed is lost)."""
-    wb = any_study
-    ids = _reports(wb, tmp_path)
-    wb.save_reading_draft("dr-a", ids[0], {"edema": 1}, comment="  left base hard to see ", unsure=True)
-    assert wb.reading_note_draft("dr-a", ids[0]) == {"comment": "left base hard to see", "unsure": True}
-    assert wb.reading_note("dr-a", ids[0]) is None, "not a saved note yet"
-    wb.save_reading_draft("dr-a", ids[0], {"edema": 1})  # ticks only: the typed note stays as it was
-    assert wb.reading_note_draft("dr-a", ids[0])["comment"] == "left base hard to see"
-    wb.submit_reading("dr-a", ids[0], {"edema": 1}, comment="left base hard to see", unsure=True)
-    assert wb.reading_note_draft("dr-a", ids[0]) is None, "saved with the reading: the draft note goes"
-    assert wb.reading_note("dr-a", ids[0]) == {"comment": "left base hard to see", "unsure": True}
-    wb.save_reading_draft("dr-a", ids[0], {"edema": 1}, comment="", unsure=False)  # emptied after the save
-    assert wb.reading_note_draft("dr-a", ids[0]) == {"comment": "", "unsure": False}
-    with pytest.raises(WorkbenchError, match="characters long"):
-        wb.save_reading_draft("dr-a", ids[1], {}, comment="x" * 100_000)
-    assert wb.reading_draft("dr-a", ids[1]) is None, "a refused draft writes nothing"

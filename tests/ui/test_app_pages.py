@@ -250,24 +250,6 @@ def test_annotate_unsure_comment_undo_and_my_readings(study):
     assert "Nothing undone: nothing to undo" in form_data(at, state.ANN_FORM)["error"]
 
 
-def test_annotate_keeps_a_typed_comment_through_a_reload(study):
-    """The comment and unsure mark typed on a report come back when it is opened again (arrows, a reload: both
-    read the server-side draft), before any save."""
-    at = open_page(study, "annotate")
-    at.text_input(key=state.NEW_READER).input("dr-typing").run()
-    report = at.session_state[state.ANN_REPORT]
-    draft(at, state.ANN_FORM, labels=["edema"], unsure="unsure", comment="faint, recheck")
-    wb = workbench(study)
-    assert wb.reading_note_draft("dr-typing", report) == {"comment": "faint, recheck", "unsure": True}
-    press(at, state.ANN_FORM, "next", labels=["edema"], unsure="unsure", comment="faint, recheck")  # the arrow
-    assert at.session_state[state.ANN_REPORT] != report
-    assert form_data(at, state.ANN_FORM)["values"]["comment"] == "", "the next report has its own (empty) note"
-    press(at, state.ANN_FORM, "prev")
-    shown = form_data(at, state.ANN_FORM)
-    assert shown["item"]["id"] == report and shown["values"]["comment"] == "faint, recheck"
-    assert shown["values"]["unsure"] == "unsure" and shown["values"]["labels"] == ["edema"]
-
-
 def test_annotate_a_resent_trigger_is_applied_once(study):
     at = open_page(study, "annotate")
     at.text_input(key=state.NEW_READER).input("dr-twice").run()

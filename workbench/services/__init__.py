@@ -270,7 +270,6 @@ class Workbench:
     reading_draft_ids = _Forward("views")
     submit_reading = _Forward("views")
     reading_note = _Forward("views")
-    reading_note_draft = _Forward("views")
     reading_notes = _Forward("views")
     undo_last_save = _Forward("views")
     last_saved_report = _Forward("views")

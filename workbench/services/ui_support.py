@@ -131,25 +131,14 @@ class UISupportService(Service):
         with self.session() as s:
             return q.get_reading_draft(s, reader, report_id)
 
-    def save_reading_draft(self, reader: str, report_id: str, values: dict, comment: str | None = None,
-                           unsure: bool | None = None) -> None:
-        """Keep a reader's ticks (and the comment and unsure mark typed so far, unless None) server-side the
-        moment they change (not a reading until submitted)."""
+    def save_reading_draft(self, reader: str, report_id: str, values: dict) -> None:
+        """Keep a reader's ticks server-side the moment they change (not a reading until submitted)."""
         self.study._check_own_reading(reader)
         values = self._check_values(values)
-        note = _checked_note(comment, unsure)
         with self.session(write=True) as s:
             if q.get_report(s, report_id) is None:
                 raise StudyError(f"no report {report_id!r}")
             q.put_reading_draft(s, reader, report_id, values)
-            if note is not False:  # an emptied note is kept too: it hides the saved one until the save
-                q.put_reading_note_draft(s, reader, report_id, note or {"comment": "", "unsure": False})
-
-    def reading_note_draft(self, reader: str, report_id: str) -> dict | None:
-        """A reader's unsaved comment and unsure mark on one report ({comment, unsure}), or None."""
-        self.study._check_own_reading(reader)
-        with self.session() as s:
-            return q.get_reading_note_draft(s, reader, report_id)
 
     def reading_draft_ids(self, reader: str) -> list[str]:
         """Reports on which this reader has unsaved ticks."""
@@ -178,7 +167,6 @@ class UISupportService(Service):
             q.add_reading_save(s, reader, report_id, before, {lab: int(v) for lab, v in after.items()},
                                note_before, q.get_reading_draft(s, reader, report_id))
             q.delete_reading_draft(s, reader, report_id)
-            q.delete_reading_note_draft(s, reader, report_id)
 
         return self.study.record_reading(reader, report_id, full, expected_versions=expected_versions, on_saved=saved)
 

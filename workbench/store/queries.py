@@ -24,7 +24,7 @@ from workbench.store.tables import RunScoring
 from workbench.store.tables import WebSession
 from workbench.store.tables import BatchJob
 from workbench.store.tables import ReadingDraft
-from workbench.store.tables import ReadingNote, ReadingNoteDraft
+from workbench.store.tables import ReadingNote
 from workbench.store.tables import ReadingSave
 from workbench.store.tables import WorkList
 from workbench.store.tables import WorkAssignment
@@ -934,28 +934,6 @@ def put_reading_note(session: Session, reader: str, report_id: str, note: dict |
         session.add(ReadingNote(reader_id=reader, report_id=report_id, comment=note["comment"],
                                 unsure=bool(note["unsure"]), updated_at=now()))
         session.flush()
-
-
-def get_reading_note_draft(session: Session, reader: str, report_id: str) -> dict | None:
-    """A reader's unsaved comment and unsure mark on one report ({comment, unsure}), or None."""
-    stmt = select(ReadingNoteDraft.comment, ReadingNoteDraft.unsure).where(
-        ReadingNoteDraft.reader_id == reader, ReadingNoteDraft.report_id == report_id)
-    row = session.execute(stmt).first()
-    return None if row is None else {"comment": row[0], "unsure": bool(row[1])}
-
-
-def put_reading_note_draft(session: Session, reader: str, report_id: str, note: dict) -> None:
-    """Create or replace a reader's unsaved note in one statement (two tabs typing at once cannot collide)."""
-    _raw_rows_write(session, "INSERT INTO readingnotedraft (reader_id, report_id, comment, unsure, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (reader_id, report_id) DO UPDATE SET comment = excluded.comment, "
-                    "unsure = excluded.unsure, updated_at = excluded.updated_at",
-                    (reader, report_id, note["comment"], bool(note["unsure"]), now()))
-
-
-def delete_reading_note_draft(session: Session, reader: str, report_id: str) -> None:
-    """Drop a reader's unsaved note (saved with the reading, or emptied)."""
-    session.execute(delete(ReadingNoteDraft).where(ReadingNoteDraft.reader_id == reader,
-                                                   ReadingNoteDraft.report_id == report_id))
 
 
 def reading_notes_frame(session: Session, report_ids_: Iterable[str] | None = None, reader: str | None = None) -> pd.DataFrame:

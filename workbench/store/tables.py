@@ -336,18 +336,6 @@ class ReadingNote(SQLModel, table=True):
     updated_at: str = Field(max_length=40)
 
 
-class ReadingNoteDraft(SQLModel, table=True):
-    """A reader's comment and unsure mark typed on a report not saved yet (kept like the draft's ticks)."""
-
-    __table_args__ = (UniqueConstraint("reader_id", "report_id", name="uq_reading_note_draft"),)
-    id: Optional[int] = Field(default=None, primary_key=True)
-    reader_id: str = Field(max_length=100, index=True)
-    report_id: str = Field(foreign_key="report.id", max_length=200)
-    comment: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
-    unsure: bool = False
-    updated_at: str = Field(max_length=40)
-
-
 class ReadingSave(SQLModel, table=True):
     """One save of a report's reading as undo needs it: the values before, the versions after, the draft it replaced."""
 

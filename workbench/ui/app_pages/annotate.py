@@ -146,17 +146,12 @@ def _ticks(wb, values: dict) -> dict:
     return {lab: int(lab in on) for lab in wb.vocab.asked_ids}
 
 
-def _note_of(values: dict) -> dict:
-    """The comment and unsure mark in the form's values, as save_reading_draft takes them."""
-    return {"comment": str(values.get("comment") or ""), "unsure": values.get("unsure") == "unsure"}
-
-
 def _keep_draft(wb, reader: str, ids: list, draft: dict) -> None:
     """Keep the ticks on screen as the reader's server-side draft (only for a report of the work list)."""
     if draft.get("item") not in ids:
         return
     try:
-        wb.save_reading_draft(reader, draft["item"], _ticks(wb, draft["values"]), **_note_of(draft["values"]))
+        wb.save_reading_draft(reader, draft["item"], _ticks(wb, draft["values"]))
     except WorkbenchError as exc:
         state.flash(f"Draft not kept: {exc}", "error")
 
@@ -173,8 +168,7 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
     values = _ticks(wb, payload.get("values") or {})
     pos = ids.index(report_id)
     if payload.get("kind") != "save":
-        # drafts (ticks, comment, unsure) are read fresh, not through the cache
-        wb.save_reading_draft(reader, report_id, values, **_note_of(payload.get("values") or {}))
+        wb.save_reading_draft(reader, report_id, values)  # drafts are read fresh, not through the cache
         target = {"prev": ids[max(pos - 1, 0)], "next": ids[min(pos + 1, len(ids) - 1)],
                   "skip": _next_open(work, report_id) or ids[min(pos + 1, len(ids) - 1)]}.get(payload.get("kind"))
         st.session_state[state.ANN_REPORT] = target or report_id
@@ -185,7 +179,7 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
         changed = wb.submit_reading(reader, report_id, values, expected_versions={k: int(v) for k, v in versions.items()},
                                     comment=str(sent.get("comment") or ""), unsure=sent.get("unsure") == "unsure")
     except ConflictError as exc:
-        wb.save_reading_draft(reader, report_id, values, **_note_of(sent))
+        wb.save_reading_draft(reader, report_id, values)
         state.bump(wb)
         return f"Not saved: {exc}. Your ticks are kept as a draft; check them and press Enter again."
     if wb.config.annotate_attributes:
@@ -204,9 +198,7 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
 
 def _with_note(wb, reader: str, report_id: str, data: dict) -> None:
     """Add the unsure mark, the comment field, undo and the empty-save confirmation to the form's data."""
-    # what was typed and not saved yet comes back first (a reload, the arrows), else the saved note
-    note = (wb.reading_note_draft(reader, report_id) or wb.reading_note(reader, report_id)
-            or {"comment": "", "unsure": False})
+    note = wb.reading_note(reader, report_id) or {"comment": "", "unsure": False}
     data["groups"].append({"id": "unsure", "title": "Unsure", "kind": "one", "note": "saved with the reading",
                            "options": [{"id": "unsure", "label": "Unsure of this reading", "key": UNSURE_KEY,
                                         "hint": "Mark a reading you are not confident about (it is saved as ticked)."}]})
