@@ -173,7 +173,6 @@ def any_study(request, tmp_path):
 # (xdist's own reorder, by number of tests, put the 67 s browser file near the end). Order only:
 # a file missing here runs after these, in its usual place.
 LONGEST_FILES = (
-    "tests/ui/test_reading_keyboard.py", "tests/test_readme_openi.py", "tests/test_adaptive_reading.py",
     "tests/ui/test_browser.py", "tests/test_honest_numbers.py", "tests/test_import_fuzz.py",
     "tests/ui/test_app_pages.py", "tests/test_optimising.py", "tests/test_governance.py", "tests/test_workers.py",
     "tests/test_resume_kill.py", "tests/core/test_parsing_fuzz.py", "tests/test_runs.py", "tests/test_llm.py",

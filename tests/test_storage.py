@@ -683,7 +683,7 @@ def test_reading_save_log_and_delete_reading(any_study):
         assert q.get_reading(s, "a", "edema", "dr") is None and q.get_reading(s, "b", "edema", "dr") is not None
 
 
-def test_reading_notes_and_note_drafts(any_study):
+def test_reading_notes(any_study):
     with any_study.session() as s:
         small_cohort(s)
         assert q.get_reading_note(s, "dr", "a") is None and q.reading_notes_frame(s).empty
@@ -704,19 +704,6 @@ def test_reading_notes_and_note_drafts(any_study):
         assert q.reading_notes_frame(s, reader="ann")["report_id"].tolist() == ["b"]
         assert q.reading_notes_frame(s, report_ids_=["a", "zz"])["reader"].tolist() == ["dr"]
         assert q.reading_notes_frame(s, report_ids_=["b"], reader="dr").empty
-        assert q.get_reading_note_draft(s, "dr", "a") is None
-        q.put_reading_note_draft(s, "dr", "a", {"comment": "typing", "unsure": False})
-        q.put_reading_note_draft(s, "dr", "a", {"comment": "typing more", "unsure": True})  # an upsert
-        q.put_reading_note_draft(s, "dr", "b", {"comment": "b too", "unsure": False})
-    with any_study.session() as s:
-        assert q.get_reading_note_draft(s, "dr", "a") == {"comment": "typing more", "unsure": True}
-        assert q.get_reading_note_draft(s, "ann", "a") is None
-        assert q.get_reading_note(s, "dr", "a")["comment"] == "no, a fold"  # a draft is not the saved note
-        q.delete_reading_note_draft(s, "dr", "a")
-        q.delete_reading_note_draft(s, "dr", "zz")  # none: nothing happens
-    with any_study.session() as s:
-        assert q.get_reading_note_draft(s, "dr", "a") is None
-        assert q.get_reading_note_draft(s, "dr", "b") == {"comment": "b too", "unsure": False}
 
 
 def test_adaptive_facts_claims_and_sample_readings(any_study):
