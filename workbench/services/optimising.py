@@ -69,9 +69,11 @@ PROPOSER_SYSTEM = (
 
 
 class OptimisingService(Service):
-    """Splits, the test-cohort lock, suggestions and optimisation rounds."""
+    """Suggestions, proposals and optimisation rounds (splits and the test lock are SplitsService's)."""
 
-    def __init__(self, ctx: StudyContext, study: "StudyService", splits: "SplitsService", runner: "RunsService", model_path: "ModelPathService", prompts: "PromptsService", evaluation: "EvaluationService", triage: "TriageService") -> None:
+    def __init__(self, ctx: StudyContext, study: "StudyService", splits: "SplitsService", runner: "RunsService",
+                 model_path: "ModelPathService", prompts: "PromptsService", evaluation: "EvaluationService",
+                 triage: "TriageService") -> None:
         super().__init__(ctx)
         self.study = study
         self.splits = splits
