@@ -324,6 +324,66 @@ def test_unsure_comment_undo_and_enter_on_a_focused_link(browser, burst_server, 
     context.close()
 
 
+SLOW = ("dr-slow", "reader-password-5")
+READER_PAUSE_MS = 350  # between two letters: longer than the form's draft delay (250 ms), as a reader who thinks
+
+
+def type_at_a_readers_pace(pg, text: str) -> None:
+    """Type letter by letter, each pause long enough for the draft to reach the server and its rerun to end."""
+    idle = '() => document.querySelector(\'[data-testid="stApp"]\').dataset.testScriptState === "notRunning"'
+    for ch in text:
+        pg.keyboard.type(ch)
+        pg.wait_for_timeout(READER_PAUSE_MS)
+        pg.wait_for_function(idle)
+
+
+def test_text_typed_at_a_readers_pace_stays_in_the_field_and_ticks_nothing(browser, burst_server, burst_study):
+    """The draft's rerun redrew the form under the reader's hands: the field lost its focus after a letter or
+    two and the next letters ticked labels (Annotate) or set the significance (Disagreements)."""
+    from workbench.services import Actor, Workbench
+    from workbench.ui.app_pages.annotate import COMMENT_KEY
+
+    _add_reader(burst_study, SLOW)
+    wb = Workbench(burst_study).as_actor(Actor(SLOW[0], "reader"))
+    first = wb.work_list(SLOW[0], "dev")["report_id"].tolist()[0]
+    context, pg, watch = new_page(browser, burst_server)
+    sign_in(pg, burst_server, *SLOW)
+    open_by_keyboard(pg, "Annotate")
+    wait_ready(pg, first)
+    comment = "faint 2 left base"  # letters and a digit that are label keys outside the field
+    pg.keyboard.press(COMMENT_KEY)
+    type_at_a_readers_pace(pg, comment)
+    pg.keyboard.press("Control+Enter")
+    pg.wait_for_function(f"(b) => {{ const s = ({FORM_STATE})(); return s && s.item !== b && s.state === 'ready'; }}",
+                         arg=first)
+    assert wb.reading_note(SLOW[0], first) == {"comment": comment, "unsure": False}
+    assert wb.my_readings(SLOW[0], first)["value"].astype(int).sum() == 0, "no letter of the comment ticked a label"
+    context.close()
+
+    boss = Workbench(burst_study)
+    context, pg, watch = new_page(browser, burst_server)
+    sign_in(pg, burst_server, *BOSS)
+    open_by_keyboard(pg, "Disagreements")
+    pg.wait_for_function(f"() => {{ const s = ({FORM_STATE})(); return s && s.state === 'ready'; }}")
+    case = pg.evaluate(FORM_STATE)["item"]
+    pg.get_by_role("textbox", name="Note (optional)").click()
+    note = "many nodules unchanged"  # m, n and u are significance keys outside the field
+    type_at_a_readers_pace(pg, note)
+    pg.keyboard.press("Escape")
+    pg.keyboard.press("1")
+    pg.keyboard.press("n")
+    pg.keyboard.press("Enter")
+    pg.wait_for_function(f"(b) => {{ const s = ({FORM_STATE})(); return s && s.item !== b && s.state === 'ready'; }}",
+                         arg=case)
+    report, _, label = case.partition("|")
+    notes = boss.notes(label, report)
+    mine = notes[notes["text"] == note]
+    assert len(mine) == 1, notes[["category", "significance", "text"]].to_dict("records")
+    assert mine["significance"].iloc[0] == "does not change management"
+    watch.check(pg)
+    context.close()
+
+
 @pytest.fixture(scope="module")
 def confirm_server(burst_study, tmp_path_factory):
     """A copy of the study whose reading.min_seconds_empty is 600 s (every empty Enter asks first)."""

@@ -235,14 +235,12 @@ function build(f) {
 }
 
 function chip(f, g, o) {
-  const v = f.values[g.id];
-  const on = g.kind === "multi" ? (v || []).includes(o.id) : v === o.id;
-  const mark = g.kind === "multi" ? (on ? "\u2611 " : "\u2610 ") : "";
-  const b = el("button", { cls: "wbk-chip" + (on ? " on" : ""), type: "button", "aria-pressed": on ? "true" : "false",
-    title: o.hint || null, "data-ev": JSON.stringify({ kind: "pick", group: g.id, option: o.id }),
-    "data-option": o.id });
-  b.appendChild(el("span", { cls: "wbk-label", text: mark + o.label }));
+  const b = el("button", { cls: "wbk-chip", type: "button", title: o.hint || null,
+    "data-ev": JSON.stringify({ kind: "pick", group: g.id, option: o.id }), "data-option": o.id });
+  const label = el("span", { cls: "wbk-label" });
+  b.appendChild(label);
   if (o.key) b.appendChild(el("kbd", { text: o.key.toUpperCase() }));
+  f.nodes.chips.push({ node: b, label, g, o });
   return b;
 }
 
@@ -256,16 +254,34 @@ function navButton(f, kind, label, key, primary) {
   return b;
 }
 
+// What the form's elements are built from. While it is unchanged, a render only updates the elements in
+// place: rebuilding them under a reader's hands detached the chip being clicked (the click was lost) and the
+// text field being typed in (its focus went to the page, so the next letters were taken as label keys).
+function shapeOf(f) {
+  const d = f.data;
+  return JSON.stringify([f.item, d.groups, d.text, d.nav, d.save_label, d.help, d.footer]);
+}
+
 function render(f) {
+  const shape = shapeOf(f);
+  if (f.shape !== shape || !f.nodes || !f.host.contains(f.nodes.panel)) {
+    draw(f);
+    f.shape = shape;
+  }
+  refresh(f);
+}
+
+function draw(f) {
+  // Builds the elements of the item on screen. The text field is kept while the item stays (its caret and
+  // what is being typed), and it keeps the focus if it had it.
   const d = f.data;
   const host = f.host;
-  // keep the text field itself (focus, caret, what is being typed) across renders
   const keepText = f.textArea && f.textItem === f.item.id ? f.textArea : null;
+  const typing = keepText && keepText.getRootNode().activeElement === keepText;
+  const caret = typing ? [keepText.selectionStart, keepText.selectionEnd] : null;
+  f.nodes = { chips: [], counts: [] };
   host.replaceChildren();
   host.setAttribute("data-item", f.item.id);
-  host.setAttribute("data-state", f.waiting ? "saving" : "ready");
-  host.setAttribute("data-held", String(f.queue.length));
-  host.setAttribute("data-confirm", f.confirming ? "1" : "0");
   const head = el("div", { cls: "wbk-head" });
   head.appendChild(el("div", { cls: "wbk-heading", role: "heading", "aria-level": "4", text: f.item.heading }));
   if (f.item.caption) head.appendChild(el("div", { cls: "wbk-caption", text: f.item.caption }));
@@ -279,6 +295,7 @@ function render(f) {
     layout.appendChild(report);
   }
   const panel = el("div", { cls: "wbk-panel" });
+  f.nodes.panel = panel;
   layout.appendChild(panel);
   const bar = el("div", { cls: "wbk-bar" });
   if (d.nav) {
@@ -289,16 +306,14 @@ function render(f) {
   }
   bar.appendChild(navButton(f, "save", d.save_label || "Save and next", "Enter", true));
   panel.appendChild(bar);
-  const status = el("div", { cls: "wbk-status", "aria-live": "polite" });
-  if (f.waiting) status.textContent = "Saving\u2026" + (f.queue.length ? ` ${f.queue.length} key(s) held for the next item` : "");
-  else if (f.message) { status.textContent = f.message; status.classList.add("error"); }
-  else if (f.notice) status.textContent = f.notice;
-  panel.appendChild(status);
+  f.nodes.status = el("div", { cls: "wbk-status", "aria-live": "polite" });
+  panel.appendChild(f.nodes.status);
   for (const g of d.groups) {
     const title = el("div", { cls: "wbk-title" });
     title.appendChild(el("strong", { text: g.title }));
-    if (g.kind === "multi") title.appendChild(el("span", { text: ` \u00b7 ${(f.values[g.id] || []).length} ticked${g.note ? " \u00b7 " + g.note : ""}` }));
-    else if (g.note) title.appendChild(el("span", { text: " \u00b7 " + g.note }));
+    const count = el("span");
+    f.nodes.counts.push({ node: count, g });
+    title.appendChild(count);
     panel.appendChild(title);
     const chips = el("div", { cls: "wbk-chips", "data-group": g.id });
     for (const o of g.options) chips.appendChild(chip(f, g, o));
@@ -317,10 +332,11 @@ function render(f) {
     label.appendChild(area);
     panel.appendChild(label);
     if (d.text.hint) panel.appendChild(el("div", { cls: "wbk-caption", text: d.text.hint }));
+    if (typing) { area.focus(); area.setSelectionRange(caret[0], caret[1]); }
   } else {
     f.textArea = null;
   }
-  if (f.showHelp && d.help) {
+  if (d.help) {
     const help = el("div", { cls: "wbk-help", "data-testid": "wbGuidelines" });
     for (const row of d.help) {
       const p = el("p");
@@ -328,9 +344,39 @@ function render(f) {
       p.appendChild(el("span", { text: " " + row.text }));
       help.appendChild(p);
     }
+    f.nodes.help = help;
     panel.appendChild(help);
   }
   if (d.footer) panel.appendChild(el("div", { cls: "wbk-caption", text: d.footer }));
+}
+
+function refresh(f) {
+  // Updates what changes with keys and answers (ticks, counts, status), touching no element's place.
+  const host = f.host;
+  host.setAttribute("data-state", f.waiting ? "saving" : "ready");
+  host.setAttribute("data-held", String(f.queue.length));
+  host.setAttribute("data-confirm", f.confirming ? "1" : "0");
+  for (const { node, label, g, o } of f.nodes.chips) {
+    const v = f.values[g.id];
+    const on = g.kind === "multi" ? (v || []).includes(o.id) : v === o.id;
+    const text = (g.kind === "multi" ? (on ? "\u2611 " : "\u2610 ") : "") + o.label;
+    node.classList.toggle("on", on);
+    node.setAttribute("aria-pressed", on ? "true" : "false");
+    if (label.textContent !== text) label.textContent = text;
+  }
+  for (const { node, g } of f.nodes.counts) {
+    const text = g.kind === "multi" ? ` \u00b7 ${(f.values[g.id] || []).length} ticked${g.note ? " \u00b7 " + g.note : ""}`
+      : (g.note ? " \u00b7 " + g.note : "");
+    if (node.textContent !== text) node.textContent = text;
+  }
+  const status = f.nodes.status;
+  let text = "";
+  if (f.waiting) text = "Saving\u2026" + (f.queue.length ? ` ${f.queue.length} key(s) held for the next item` : "");
+  else if (f.message) text = f.message;
+  else if (f.notice) text = f.notice;
+  status.classList.toggle("error", !f.waiting && !!f.message);
+  if (status.textContent !== text) status.textContent = text;
+  if (f.nodes.help) f.nodes.help.hidden = !f.showHelp;
 }
 
 export default function (component) {
