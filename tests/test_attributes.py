@@ -379,6 +379,87 @@ def test_llm_attributes_good_malformed_and_missing_through_http(study):
     assert study.attribute_metrics(run.run_id)["parse_failures"] == 1
 
 
+def test_llm_joint_reply_attributes_good_malformed_and_missing_through_http(study):
+    """Joint mode: one call per report, each label's entry with its own attributes object (or none)."""
+    def answer(messages):
+        report = last_user_text(messages)
+        if "Small right" in report:  # good for both labels
+            labels = {"effusion": {"value": 1, "evidence": "Small right and moderate left pleural effusions",
+                                   "attributes": {"side": "bilateral", "severity": "moderate"}},
+                      "cardiomegaly": {"value": 0, "evidence": ""}}
+        elif "Bilateral effusions" in report:  # malformed: a list where an object belongs
+            labels = {"effusion": {"value": 1, "evidence": "Bilateral effusions", "attributes": ["bilateral"]},
+                      "cardiomegaly": {"value": 0, "evidence": ""}}
+        elif "Moderate cardiomegaly" in report:  # missing: no attributes key
+            labels = {"effusion": {"value": 0, "evidence": ""},
+                      "cardiomegaly": {"value": 1, "evidence": "Moderate cardiomegaly"}}
+        else:
+            labels = {"effusion": {"value": 0, "evidence": ""}, "cardiomegaly": {"value": 0, "evidence": ""}}
+        return json.dumps({"labels": labels})
+
+    with running_server(answer_fn=answer) as server:
+        run = study.start_run("dev", labels=["effusion", "cardiomegaly"], mode="joint", model="openai/fake",
+                              api_base=server.url, max_retries=1, timeout_s=20)
+        assert server.count == 4  # one call per report
+        assert '"attributes"' in " ".join(m["content"] for m in server.bodies[0]["messages"])
+    assert run.status == "finished" and run.failures == 0
+    stored = study.prediction_attributes(run.run_id)
+    good = stored[stored["report_id"] == "r1"]
+    assert dict(zip(good["attribute"], good["value"])) == {"side": "bilateral", "severity": "moderate"}
+    bad = stored[stored["report_id"] == "r3"]
+    assert list(bad["status"]) == ["attribute_parse_error"] and "must be a JSON object" in bad["detail"].iloc[0]
+    assert bad["value"].isna().all()  # never guessed
+    assert stored[stored["report_id"] == "r4"].empty
+    preds = study.predictions(run.run_id).set_index(["report_id", "label"])["value"]
+    assert preds[("r3", "effusion")] == 1 and preds[("r4", "cardiomegaly")] == 1
+    assert study.attribute_metrics(run.run_id)["parse_failures"] == 1
+
+
+@pytest.mark.parametrize("mode", ["per_label", "joint"])
+def test_a_json_schema_sent_as_response_format_asks_for_each_labels_attributes(study, mode):
+    """With labeller.response_schema a strict schema constrains the reply: it must name the attributes of
+    the label(s) asked, with their closed values, or a structured model could never give them."""
+    def answer(messages):
+        report = last_user_text(messages)
+        effusion = ({"value": 1, "evidence": "Small right and moderate left pleural effusions",
+                     "attributes": {"side": "bilateral", "severity": "moderate", "change": None}}
+                    if "Small right" in report else {"value": 0, "evidence": "", "attributes": {"side": None, "severity": None,
+                                                                                             "change": None}})
+        hernia = {"value": 0, "evidence": "", "attributes": {"change": None}}
+        if mode == "joint":
+            return json.dumps({"labels": {"effusion": effusion, "hernia": hernia}})
+        return json.dumps(hernia if "Attributes of a positive Hernia" in report else effusion)
+
+    with running_server(answer_fn=answer) as server:
+        run = study.start_run("dev", labels=["effusion", "hernia"], mode=mode, model="openai/gpt-4o-mini",
+                              api_base=server.url, max_retries=1, timeout_s=20, response_schema=True)
+        bodies = list(server.bodies)
+    assert run.failures == 0
+    schemas = [b["response_format"]["json_schema"]["schema"] for b in bodies]
+    if mode == "joint":
+        schemas = [s["properties"]["labels"]["properties"][lab] for s in schemas for lab in ("effusion", "hernia")]
+    effusion = next(s for s in schemas if "side" in s["properties"]["attributes"]["properties"])
+    attributes = effusion["properties"]["attributes"]
+    assert attributes["properties"]["side"]["enum"] == ["left", "right", "bilateral", None]
+    assert attributes["properties"]["severity"]["enum"] == ["mild", "moderate", "severe", None]
+    assert attributes["required"] == ["side", "severity", "change"] and attributes["additionalProperties"] is False
+    assert "attributes" in effusion["required"]
+    assert any(set(s["properties"]["attributes"]["properties"]) == {"change"} for s in schemas)  # hernia: change only
+    stored = study.prediction_attributes(run.run_id)
+    assert dict(zip(stored["attribute"], stored["value"])) == {"side": "bilateral", "severity": "moderate"}
+
+
+def test_a_batch_line_carries_its_own_requests_schema():
+    from workbench import llm
+    from workbench.labelling import response_schema
+
+    cfg = llm.ModelConfig(model="openai/gpt-4o-mini", response_format=response_schema("per_label"))
+    own = response_schema("per_label", ["effusion"], {"effusion": SPEC})
+    body = llm.request_body(cfg, [{"role": "user", "content": "x"}], own)
+    assert body["response_format"] == own and "attributes" in own["json_schema"]["schema"]["properties"]
+    assert llm.request_body(cfg, [])["response_format"] == cfg.response_format
+
+
 # ---------------------------------------------------------------- scoring generated reports
 
 

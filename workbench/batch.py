@@ -144,7 +144,7 @@ class BatchEngine:
     def _submit(self, litellm, cfg, requests: list, scope: str) -> dict:
         """Upload the JSONL, create the batch, record it; the job's record."""
         lines = [json.dumps({"custom_id": r.key, "method": "POST", "url": ENDPOINT,
-                             "body": llm.request_body(cfg, r.messages)}) for r in requests]
+                             "body": llm.request_body(cfg, r.messages, r.response_format)}) for r in requests]
         data = ("\n".join(lines) + "\n").encode()
         kwargs = _kwargs(cfg)
         file = self._ask("upload the batch file", cfg, lambda: litellm.create_file(

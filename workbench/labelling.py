@@ -246,13 +246,48 @@ LABEL_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["v
                 "properties": {"value": {"type": "integer", "enum": [0, 1]}, "evidence": {"type": "string"}}}
 
 
-def response_schema(mode: str) -> dict:
-    """The response_format that asks for a label's answer (per label) or every asked label's (joint) as JSON."""
-    schema = LABEL_SCHEMA if mode != "joint" else {
-        "type": "object", "additionalProperties": False, "required": ["labels"],
-        "properties": {"labels": {"type": "object", "additionalProperties": LABEL_SCHEMA}}}
+def label_schema(spec: tuple = ()) -> dict:
+    """One label's answer as a JSON schema; a label with attributes also has an `attributes` object naming
+    each of them with its closed values or null (strict schemas need every key required, so "not stated"
+    is null; the parser reads null as no value)."""
+    if not spec:
+        return LABEL_SCHEMA
+    attributes = {"type": "object", "additionalProperties": False, "required": [name for name, _ in spec],
+                  "properties": {name: {"type": ["string", "null"], "enum": [*values, None]} for name, values in spec}}
+    return {**LABEL_SCHEMA, "required": [*LABEL_SCHEMA["required"], "attributes"],
+            "properties": {**LABEL_SCHEMA["properties"], "attributes": attributes}}
+
+
+def response_schema(mode: str, labels: list[str] | None = None, specs: dict | None = None) -> dict:
+    """The response_format that asks for a label's answer (per label) or every asked label's (joint) as JSON;
+    with labels (and their attribute specs) it names exactly those labels and their attributes."""
+    specs = specs or {}
+    if mode != "joint":
+        schema = label_schema(specs.get(labels[0], ())) if labels else LABEL_SCHEMA
+    elif labels:
+        schema = {"type": "object", "additionalProperties": False, "required": ["labels"],
+                  "properties": {"labels": {"type": "object", "additionalProperties": False, "required": list(labels),
+                                            "properties": {lab: label_schema(specs.get(lab, ())) for lab in labels}}}}
+    else:
+        schema = {"type": "object", "additionalProperties": False, "required": ["labels"],
+                  "properties": {"labels": {"type": "object", "additionalProperties": LABEL_SCHEMA}}}
     return {"type": "json_schema", "json_schema": {"name": "label_answer" if mode != "joint" else "label_answers",
                                                    "schema": schema, "strict": mode != "joint"}}
+
+
+def with_request_schemas(requests: list, cfg) -> None:
+    """Give each request the schema of its own labels and their attributes when cfg sends a JSON schema (one
+    schema per label set, shared by its requests)."""
+    if not cfg.response_format:
+        return
+    made: dict = {}
+    for r in requests:
+        labels, mode = tuple(r.meta.get("labels") or ()), r.meta.get("mode", "per_label")
+        if not labels:
+            continue
+        if (mode, labels) not in made:
+            made[(mode, labels)] = response_schema(mode, list(labels), r.meta.get("attributes"))
+        r.response_format = made[(mode, labels)]
 
 
 def with_response_schema(cfg, mode: str):
@@ -290,6 +325,7 @@ def label_calls(requests: list, cfg, lookup: Callable[[list[str]], dict[str, str
     transaction, and it is given flush to store the rest before it records a job as collected). Raises what the engine raises, after storing what was answered."""
     counts = LabelCounts(calls=len(requests))
     cfg, counts.response_format = with_response_schema(cfg, requests[0].meta.get("mode") if requests else "per_label")
+    with_request_schemas(requests, cfg)
     cached = lookup([r.key for r in requests]) if requests else {}
     todo = [r for r in requests if r.key not in cached]
     counts.reused = len(requests) - len(todo)

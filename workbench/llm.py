@@ -157,6 +157,8 @@ class CallRequest:
     key: str
     messages: list[dict]
     meta: dict = field(default_factory=dict)
+    # this call's own response_format (a JSON schema naming its labels' attributes), over cfg's
+    response_format: dict | None = None
 
 
 @dataclass
@@ -453,20 +455,25 @@ def _make_caller(cfg: ModelConfig) -> Callable:
             warnings.simplefilter("ignore", UserWarning)
             router = _router(litellm, cfg, key)
 
-        async def call_pool(messages: list[dict]):
+        async def call_pool(messages: list[dict], response_format: dict | None = None):
             _refuse_payload_receivers(litellm)
-            return await router.acompletion(model=_POOL_NAME, messages=messages, **kwargs)
+            return await router.acompletion(model=_POOL_NAME, messages=messages, **_with_format(kwargs, response_format))
 
         return call_pool
     kwargs["api_base"] = cfg.base_urls()[0]  # always explicit: what was checked is what is used
     if key:
         kwargs["api_key"] = key
 
-    async def call_one(messages: list[dict]):
+    async def call_one(messages: list[dict], response_format: dict | None = None):
         _refuse_payload_receivers(litellm)
-        return await litellm.acompletion(model=cfg.model, messages=messages, **kwargs)
+        return await litellm.acompletion(model=cfg.model, messages=messages, **_with_format(kwargs, response_format))
 
     return call_one
+
+
+def _with_format(kwargs: dict, response_format: dict | None) -> dict:
+    """The call's keyword arguments with one request's own response_format, when it has one."""
+    return kwargs if response_format is None else {**kwargs, "response_format": response_format}
 
 
 def _price_local_model(litellm, cfg: ModelConfig) -> None:
@@ -680,7 +687,7 @@ async def _run_one(call: Callable, req: CallRequest, cfg: ModelConfig, cancel: t
         refusals: list[EndpointRefused] = []
         _REFUSALS.set(refusals)
         try:
-            response = await asyncio.wait_for(call(req.messages), timeout=cfg.timeout_s)
+            response = await asyncio.wait_for(call(req.messages, req.response_format), timeout=cfg.timeout_s)
         except Exception as exc:  # every model failure becomes data; see classify()
             exc = refusals[0] if refusals else exc  # the guard's own words, whatever the library wrapped them in
             kind = classify(exc)
@@ -951,12 +958,14 @@ def connection_kwargs(cfg: ModelConfig) -> dict:
     return kwargs
 
 
-def request_body(cfg: ModelConfig, messages: list[dict]) -> dict:
-    """The OpenAI chat request body a call of cfg sends (the body of one batch line)."""
+def request_body(cfg: ModelConfig, messages: list[dict], response_format: dict | None = None) -> dict:
+    """The OpenAI chat request body a call of cfg sends (the body of one batch line); response_format: the
+    request's own, over cfg's."""
     provider = provider_of(cfg.model)
     name = cfg.model.split("/", 1)[1] if cfg.model.startswith(provider + "/") else cfg.model
     skip = ("timeout", "num_retries", "max_retries")
-    return {"model": name, "messages": messages, **{k: v for k, v in _call_kwargs(cfg).items() if k not in skip}}
+    kwargs = _with_format({k: v for k, v in _call_kwargs(cfg).items() if k not in skip}, response_format)
+    return {"model": name, "messages": messages, **kwargs}
 
 
 def result_of_reply(key: str, body: dict, cost: float | None) -> CallResult:

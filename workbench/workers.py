@@ -66,7 +66,7 @@ def complete_all_workers(
     for start in range(0, len(requests), CHUNK):
         chunk = requests[start:start + CHUNK]
         by_key.update({r.key: r for r in chunk})
-        tasks.put([(r.key, r.messages) for r in chunk])
+        tasks.put([(r.key, r.messages, r.response_format) for r in chunk])
     for _ in range(workers):
         tasks.put(None)  # one end marker per worker
     # this process is one of the K: it labels from the same queue at once, while each spawned process
@@ -147,8 +147,8 @@ async def _serve(cfg, tasks, results, stop) -> None:
             chunk = await loop.run_in_executor(None, tasks.get)
             if chunk is None or stop.is_set():
                 break
-            for key, messages in chunk:
-                await local.put(llm.CallRequest(key, messages))
+            for key, messages, response_format in chunk:
+                await local.put(llm.CallRequest(key, messages, response_format=response_format))
         for _ in range(cfg.concurrency):
             await local.put(None)
 
