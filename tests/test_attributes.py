@@ -208,6 +208,15 @@ def test_mesh_qualifiers_give_attribute_gold():
         "atelectasis": {"side": "left", "severity": "mild"}, "nodule": {"side": "right"}}  # nodule: no severity
 
 
+def test_mesh_pleural_thickening_gives_gold_only_for_the_pleura():
+    """NegBio's labels14 counts every MeSH "Thickening" as Pleural_Thickening; its side and severity are gold
+    only where the term is about the pleura ("Thickening/lung/.../bronchi/left" is bronchial)."""
+    specs = VOCAB.attribute_specs()
+    assert attrs.mesh_attributes("Thickening/pleura/apex/left/mild", specs) == {
+        "pleural_thickening": {"side": "left", "severity": "mild"}}
+    assert attrs.mesh_attributes("Thickening/lung/upper lobe/bronchi/left/scattered", specs) == {}
+
+
 def test_attribute_reference_is_the_majority_of_readers_who_ticked_ties_to_adjudication():
     readings = pd.DataFrame([("r1", "effusion", d, v) for d, v in (("a", 1), ("b", 1), ("c", 1), ("d", 0))]
                             + [("r2", "effusion", d, 1) for d in ("a", "b")],

@@ -33,7 +33,11 @@ OPENI_MESH_LABELS = {
     "pneumonia": "pneumonia", "pneumothorax": "pneumothorax", "consolidation": "consolidation",
     "pulmonary edema": "edema", "edema": "edema", "emphysema": "emphysema", "pulmonary emphysema": "emphysema",
     "pulmonary fibrosis": "fibrosis", "fibrosis": "fibrosis", "hernia, hiatal": "hernia",
+    "thickening": "pleural_thickening",
 }
+# headings whose attributes are gold only with this qualifier: labels14 counts every MeSH "Thickening" as
+# Pleural_Thickening, but "Thickening/lung/upper lobe/bronchi/left" places bronchial thickening, not the pleura
+MESH_NEEDS = {"thickening": "pleura"}
 CATEGORY = {"side": "laterality/location", "zone": "laterality/location", "severity": "severity",
             "change": "comparison"}
 ATTRIBUTE_PARSE_ERROR = "attribute_parse_error"
@@ -91,6 +95,8 @@ def mesh_attributes(mesh: str, spec_of: dict[str, Spec]) -> dict[str, dict[str, 
         parts = [p.strip().lower() for p in term.split("/")]
         label = OPENI_MESH_LABELS.get(parts[0])
         if label is None or label not in spec_of:
+            continue
+        if parts[0] in MESH_NEEDS and MESH_NEEDS[parts[0]] not in parts[1:]:
             continue
         names = dict(spec_of[label])
         slot = found.setdefault(label, {})
