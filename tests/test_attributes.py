@@ -339,6 +339,20 @@ def test_import_readings_refuses_bad_attribute_values_and_writes_nothing(study, 
     assert "bob" not in set(study.readings()["reader"]) if hasattr(study, "readings") else True
 
 
+def test_attribute_columns_added_to_readings_already_imported_are_counted_not_called_nothing_new(study, tmp_path):
+    path = tmp_path / "again.csv"
+    path.write_text("report_id,label,reader,value,side,severity\n"
+                    "r1,Effusion,ann,1,bilateral,severe\n"  # severity changed, side the same
+                    "r4,Cardiomegaly,ann,1,,mild\n")  # the same
+    summary = study.import_readings(path)
+    assert (summary.added, summary.unchanged, summary.details["attribute values"]) == (0, 2, 1)
+    assert "nothing new" not in summary.message() and "attribute values: 1" in summary.message()
+    ref = study.reference_attributes("dev").set_index(["report_id", "label", "attribute"])["reference"]
+    assert ref[("r1", "effusion", "severity")] == "severe"
+    again = study.import_readings(path)  # idempotent: the same file again changes nothing
+    assert again.details["attribute values"] == 0 and "nothing new" in again.message()
+
+
 def test_wide_readings_take_label_dot_attribute_columns(study, tmp_path):
     path = tmp_path / "wide.csv"
     path.write_text("report_id,reader,Effusion,Effusion.side,Cardiomegaly\nr1,bob,1,right,0\n")

@@ -84,7 +84,7 @@ class ImportSummary:
 
     def message(self) -> str:
         """One line for a person."""
-        if self.added == 0 and self.unchanged:
+        if self.added == 0 and self.unchanged and not self.details.get("attribute values"):
             return f"{self.source}: nothing new; all {self.unchanged} rows were already imported"
         extra = "".join(f", {k}: {v}" for k, v in self.details.items())
         return f"{self.source}: added {self.added}, already present {self.unchanged}{extra}"
@@ -319,11 +319,18 @@ class StudyService(Service):
         return summary
 
     def _store_reading_attributes(self, frame: pd.DataFrame, source: str) -> int:
-        """Write readers' attribute values (a re-import replaces a reader's value); returns how many."""
+        """Write readers' attribute values (a re-import replaces a reader's value); returns how many were new
+        or changed (the same file again writes nothing)."""
         if frame.empty:
             return 0
+        keys = ["report_id", "label", "reader", "attribute"]
         with self.session(write=True) as s:
-            stored = q.put_reading_attributes(s, frame)
+            old = q.reading_attributes_frame(s)
+            merged = frame.merge(old, on=keys, how="left", suffixes=("", "_old"))
+            changed = frame[(merged["value_old"] != merged["value"]).to_numpy()]
+            if changed.empty:
+                return 0
+            stored = q.put_reading_attributes(s, changed)
             q.add_audit(s, self.actor.user, "import", "reading attributes", source, None, {"values": stored})
         return stored
 
