@@ -176,6 +176,29 @@ def test_a_place_stated_once_places_each_finding_of_the_clause():
     assert offline("Consolidation and atelectasis in the right lung base.", "atelectasis")["attributes"] == {"side": "right"}
 
 
+@pytest.mark.parametrize("text,label,expected", [
+    # "both" is bilateral only of a paired space; "both X and Y" joins findings
+    ("Both atelectasis and a small effusion are seen on the left.", "atelectasis", {"side": "left"}),
+    ("Atelectasis in both lung bases.", "atelectasis", {"side": "bilateral"}),
+    ("Patchy opacities in both lungs consistent with pneumonia.", "pneumonia", {"side": "bilateral"}),
+    # a place is stated once only when the clause names one: two sides of other findings place nothing
+    ("Atelectasis, right effusion and left pneumothorax.", "atelectasis", {}),
+    ("Consolidation and atelectasis in the right lung base.", "consolidation", {"side": "right"}),
+    # findings offered as alternatives ("X or Y") are one opacity read two ways: they share its place and size
+    ("Right basilar infiltrate or atelectasis, and bilateral pleural effusions.", "atelectasis", {"side": "right"}),
+    ("Minimal scarring or atelectasis in the left base.", "atelectasis", {"side": "left", "severity": "mild"}),
+    # a comparison of the two sides says both are involved
+    ("Bibasilar opacities, greater on the right, either atelectasis or pneumonia.", "pneumonia", {"side": "bilateral"}),
+    # a stated direction of change outranks a statement that the finding persists
+    ("Persistent right pneumothorax, smaller than before.", "pneumothorax", {"side": "right", "change": "better"}),
+    ("Persistent left effusion, now larger.", "effusion", {"side": "left", "change": "worse"}),
+    ("Persistent left effusion.", "effusion", {"side": "left", "change": "unchanged"}),
+])
+def test_offline_attribute_rules_a_radiologist_would_write(text, label, expected):
+    answer = offline(text, label)
+    assert answer["value"] == 1 and answer["attributes"] == expected
+
+
 CHANGE_FIXTURE = list(csv.DictReader((ROOT / "tests" / "data" / "attribute_change.csv").open()))
 
 
@@ -314,6 +337,29 @@ def test_offline_run_stores_attributes_and_the_cli_lists_them(study):
     table = study.attribute_metrics(run.run_id)["table"].set_index(["label", "attribute"])
     assert table.loc[("effusion", "side"), "n"] == 2 and table.loc[("effusion", "side"), "correct"] == 1
     assert table.loc[("cardiomegaly", "severity"), "correct"] == 0  # moderate vs the reader's mild
+
+
+def test_an_edited_cue_list_is_not_answered_from_the_cache_of_the_old_one(study):
+    """The offline labeller reads the cue lists beside the prompt text: a cue edit must change its call keys."""
+    import subprocess
+
+    def severity(run) -> str:
+        stored = study.prediction_attributes(run.run_id).set_index(["report_id", "attribute"])["value"]
+        return stored[("r1", "severity")]
+
+    assert severity(study.start_run("dev", labels=["effusion"])) == "moderate"  # "small right and moderate left"
+    task = study.root / "prompts" / "_task.yaml"
+    task.write_text(task.read_text().replace("moderate: [moderate, moderately,", "moderate: [moderately,"))
+    subprocess.run(["git", "-C", str(study.root / "prompts"), "commit", "-qam", "no bare 'moderate'"], check=True)
+    second = study.start_run("dev", labels=["effusion"])
+    assert (second.calls_made, second.calls_reused) == (4, 0) and severity(second) == "mild"
+
+
+def test_the_offline_engine_version_covers_the_code_that_combines_attribute_values():
+    from workbench.core import attributes as core_attributes
+
+    assert any(p.name == "attributes.py" and p.parent.name == "core" for p in rules.ENGINE_SOURCES)
+    assert core_attributes.combine is rules.combine
 
 
 def test_cli_refuses_a_label_without_attributes(study, tmp_path):

@@ -134,6 +134,8 @@ def build_requests(ps: PromptSet, items: Iterable[tuple[str, str]], labels: list
     (item id, label) pairs in done are left out. meta["report_id"] is the item id."""
     cues = ps.task.cue_lists()
     specs = ps.attributes  # label -> its attributes: the parser checks them, the offline labeller reads them
+    if "engine_version" in params:  # the offline labeller reads the cue lists beside the text: an edit re-asks
+        params = {**params, "cues": cue_digest(cues)}
     key_of = call_keyer(params)
     keyed = {lab: label_call_keyer(ps, lab, names[lab], params) for lab in labels} if mode != "joint" else {}
     prompts = {lab: [ps.label(lab)] for lab in labels}
@@ -158,6 +160,11 @@ def build_requests(ps: PromptSet, items: Iterable[tuple[str, str]], labels: list
                 "report_id": item, "labels": [lab], "report": text, "mode": "per_label",
                 "prompts": prompts[lab], "cues": cues, "attributes": {lab: specs[lab]} if lab in specs else {}}))
     return out
+
+
+def cue_digest(cues: dict) -> str:
+    """A short hash of the task's cue lists (negation, hedge, temporal and attribute cues)."""
+    return hashlib.sha256(json.dumps(sorted((k, list(v)) for k, v in cues.items())).encode()).hexdigest()[:12]
 
 
 def decide(req, text: str | None, res=None, replies: parsing.ReplyMemo | None = None) -> dict[str, parsing.Decision]:

@@ -71,8 +71,10 @@ from workbench.llm import CallResult
 
 RULES_MODEL = "workbench/rules"
 # Part of every call-cache key of this engine: any change to these rules changes the answers, so
-# cached answers of an older engine must not be reused (the source's own hash, computed once).
-ENGINE_VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+# cached answers of an older engine must not be reused (a hash of the sources that decide an answer:
+# this module and the one that combines attribute values, computed once).
+ENGINE_SOURCES = (Path(__file__), Path(__file__).parent / "core" / "attributes.py")
+ENGINE_VERSION = hashlib.sha256(b"".join(p.read_bytes() for p in ENGINE_SOURCES)).hexdigest()[:12]
 MODEL_PREFIX = "workbench/"
 PRE_WINDOW = 8
 POST_WINDOW = 3
@@ -466,7 +468,7 @@ posterior anterior lateral medial costophrenic angle angles pleural space spaces
 subsegmental
 before previously prior previous since compared comparison study exam examination radiograph film
 """.split())  # the last line: comparison words ("slightly larger than before" describes the finding's change)
-_COORDINATION = re.compile(r",|(?<!\w)(?:and|with|or|plus|as well as)(?!\w)", re.IGNORECASE)
+_COORDINATION = re.compile(r",|(?<!\w)(?:and|with|plus|as well as)(?!\w)", re.IGNORECASE)
 
 
 def _attribute_patterns(cues: dict, spec: tuple) -> tuple[list, re.Pattern | None]:
@@ -489,12 +491,21 @@ def _attribute_patterns(cues: dict, spec: tuple) -> tuple[list, re.Pattern | Non
         found.append((name, (pattern, [v for _, v in pairs], firsts)))
     if len(_ATTRIBUTE_PATTERNS) >= 256:
         _ATTRIBUTE_PATTERNS.clear()
-    result = (found, _alternation(phrases, plural=False))
+    # a cue that names a plural finding ("effusions", "pneumothoraces": plural, not a placing word) says
+    # bilateral of its own finding, but a chunk holding it names that finding: it never joins another's scope
+    placing = [w for w in phrases if not _names_a_finding(w)]
+    result = (found, _alternation(placing, plural=False))
     _ATTRIBUTE_PATTERNS[(id(cues), spec)] = (cues, result)  # the dict is kept, so its id is not reused
     return result
 
 
 _ATTRIBUTE_PATTERNS: dict = {}
+
+
+def _names_a_finding(phrase: str) -> bool:
+    """Whether a cue phrase ends in a plural noun that is not a placing word (a finding named in the plural)."""
+    words = _WORD.findall(phrase.lower())
+    return bool(words) and words[-1].endswith("s") and words[-1] not in MODIFIER_WORDS
 
 
 def _modifier_only(text: str, any_cue: re.Pattern | None) -> bool:
@@ -546,8 +557,10 @@ def attributes_of(report: str, positives: list[dict], cues: dict, spec: tuple) -
             found = _values_in(scope, pats)
             if not found and CATEGORY.get(name) == "laterality/location":
                 # a place stated once in a clause places every finding there that states none of its own:
-                # "consolidation and atelectasis in the right base", "left base opacity, likely atelectasis"
+                # "consolidation and atelectasis in the right base", "left base opacity, likely atelectasis";
+                # a clause naming two places ("atelectasis, right effusion and left pneumothorax") places none
                 found = _values_in(d["clause"], pats)
+                found = found if len(set(found)) == 1 else []
             seen.setdefault(name, []).extend(found)
     out = {}
     for name, _ in spec:

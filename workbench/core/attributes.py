@@ -76,7 +76,8 @@ def parse_attributes(raw: object, spec: Spec) -> dict[str, str]:
 
 def combine(attribute: str, values: list[str]) -> str | None:
     """One value from several mentions of a finding: left + right (or any bilateral) is bilateral, the
-    largest severity wins ("small right and moderate left effusions" -> moderate), otherwise the first."""
+    largest severity wins ("small right and moderate left effusions" -> moderate), a stated direction of
+    change outranks "unchanged" ("persistent pneumothorax, smaller than before" -> better), otherwise the first."""
     values = [v for v in values if v]
     if not values:
         return None
@@ -84,6 +85,8 @@ def combine(attribute: str, values: list[str]) -> str | None:
         return "bilateral" if "bilateral" in values or set(SIDES) <= set(values) else values[0]
     if attribute == "severity" and all(v in SEVERITY_ORDER for v in values):
         return max(values, key=SEVERITY_ORDER.index)
+    if attribute == "change":
+        return next((v for v in values if v != "unchanged"), values[0])
     return values[0]
 
 
