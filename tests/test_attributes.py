@@ -552,12 +552,24 @@ def test_scoring_reports_entity_f1_attribute_accuracy_and_report_errors(study, t
     assert errors["errors"].to_dict() == {"r1": 2, "r2": 1, "r3": 1, "r4": 1}
     assert errors.loc["r1", "attribute_mismatches"] == 2 and errors.loc["r4", "fn"] == 1
     assert g.report_errors["total"] == 5 and g.report_errors["mean"] == 1.25 and "presence FP + presence FN" in g.report_errors["rule"]
+    assert "No Finding" in g.report_errors["rule"]  # derived: counting it would count a finding twice
+    # the per-finding table beside the report-level count: its rows sum to the count
+    by_label = g.report_errors_by_label.set_index("label")
+    assert by_label.loc["effusion", ["support", "fp", "fn", "attribute_mismatches", "errors"]].tolist() == [2, 1, 0, 3, 4]
+    assert by_label.loc["atelectasis", ["fn", "errors"]].tolist() == [1, 1]
+    assert by_label.loc["all", "errors"] == 5 and by_label.drop("all")["errors"].sum() == 5
+    assert "no_finding" not in by_label.index
     side = g.attributes.set_index(["label", "attribute"]).loc[("effusion", "side")]
     assert (side["n"], side["correct"]) == (2, 0)
     summary = result.summary().iloc[0]
     assert summary["mean_report_errors"] == 1.25 and summary["side_accuracy"] == 0.0 and summary["side_n"] == 2
+    assert (summary["report_errors"], summary["report_errors_reports"]) == (5, 4)  # the mean's sum and support
     written = json.loads((tmp_path / "out" / "results.json").read_text())["generators"]["G"]
     assert written["report_errors"]["total"] == 5 and "matched" in written["attributes"]["rule"]
+    assert {r["label"]: r["errors"] for r in written["report_errors"]["per_label"]}["effusion"] == 4
+    per_label_csv = list(csv.DictReader((tmp_path / "out" / "G.report_errors.csv").open()))
+    assert list(per_label_csv[0]) == ["label", "support", "fp", "fn", "attribute_mismatches", "errors"]
+    assert {r["label"]: int(r["errors"]) for r in per_label_csv}["all"] == 5
     assert {r["label"] for r in written["entity_f1"]["per_label"]} >= {"effusion", "atelectasis"}
     rows = list(csv.DictReader((tmp_path / "out" / "G.attributes.csv").open()))
     assert {(r["label"], r["attribute"]) for r in rows} >= {("effusion", "side"), ("all", "side")}
@@ -571,6 +583,7 @@ def test_scoring_reports_entity_f1_attribute_accuracy_and_report_errors(study, t
     assert "support = reference positives" in said and "micro-pooled over labels" in said
     assert "report-level errors 5 over 4 reports (mean 1.25" in said
     assert "presence FP + presence FN + attribute mismatches" in said and "mean over reports with no failed extraction" in said
+    assert "G: report-level errors per label" in said and "attribute_mismatches" in said
 
 
 def test_attribute_disagreements_join_the_queue_with_their_category(study):

@@ -115,7 +115,7 @@ def test_score_csv_files_are_defused(evil_study, tmp_path):
     reference = evil_study["root"] / "reports.csv"
     result = scoring.score(Path(evil_study["bundle"]), reference, {"=gen": reference}, out=tmp_path / "out")
     files = sorted((tmp_path / "out").glob("*.csv"))
-    assert len(files) == 4  # summary, per label, per report, attributes
+    assert len(files) == 5  # summary, per label, per report, attributes, report errors per label
     for path in files:
         assert_defused(path.read_text(encoding="utf-8"))
     assert "'=HYPERLINK" in (tmp_path / "out" / "_gen.per_report.csv").read_text(encoding="utf-8")

@@ -311,8 +311,8 @@ def test_cli_writes_readable_csv_and_json(bundle_path, tmp_path, monkeypatch):
     assert "Ran Score 0.444" in res.output and "Ran Score 0.414" in res.output
     assert "zero_division=0" in res.output and f"wrote CSV and JSON to {out}" in res.output
     assert sorted(p.name for p in out.iterdir()) == ["A.attributes.csv", "A.per_label.csv", "A.per_report.csv",
-                                                     "B.attributes.csv", "B.per_label.csv", "B.per_report.csv",
-                                                     "results.json", "summary.csv"]
+                                                     "A.report_errors.csv", "B.attributes.csv", "B.per_label.csv",
+                                                     "B.per_report.csv", "B.report_errors.csv", "results.json", "summary.csv"]
     summary = pd.read_csv(out / "summary.csv")
     assert summary["generator"].tolist() == ["A", "B"]
     assert summary["ran_score"].tolist() == pytest.approx([float(HAND_RAN["A"]["zero"]), float(HAND_RAN["B"]["zero"])])

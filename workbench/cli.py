@@ -1894,6 +1894,13 @@ def _echo_attribute_scores(name: str, g) -> None:
         say("attribute accuracy per label and attribute, micro-pooled over labels in the 'all' rows; n = matched "
             "findings (both reports positive) where both give the attribute a value; 95% Wilson intervals")
     e = g.report_errors
+    if e and len(g.report_errors_by_label) and e["reports"]:
+        click.echo("")
+        shown = g.report_errors_by_label
+        echo_table(shown[(shown["support"] > 0) | (shown["errors"] > 0) | (shown["label"] == "all")],
+                   title=f"{name}: report-level errors per label")
+        say("support = reference positives; labels with no reference positive and no error are not shown; "
+            "the 'all' row sums every label")
     if e:
         click.echo(f"{name}: report-level errors {e['total']} over {e['reports']} reports (mean {e['mean']:.2f}: "
                    f"{e['fp']} invented + {e['fn']} missed + {e['attribute_mismatches']} attribute mismatches)"

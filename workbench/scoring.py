@@ -104,6 +104,8 @@ class GeneratorScore:
     # accuracy per (label, attribute) on matched findings (empty when the bundle's vocabulary has no attributes)
     attributes: pd.DataFrame = field(default_factory=pd.DataFrame)
     report_errors: dict = field(default_factory=dict)  # presence FP + FN + attribute mismatches, with its rule
+    # the same count per finding label (support, fp, fn, attribute_mismatches, errors) and an `all` row
+    report_errors_by_label: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 @dataclass(frozen=True, eq=False)
@@ -157,7 +159,8 @@ class ScoreResult:
                                                       .to_json(orient="records")), "rule": ENTITY_F1_RULE},
                 "attributes": {"per_label": json.loads(g.attributes.to_json(orient="records")) if len(g.attributes) else [],
                                "rule": attribute_scores.ACCURACY_RULE},
-                "report_errors": g.report_errors,
+                "report_errors": {**g.report_errors, "per_label": json.loads(g.report_errors_by_label.to_json(orient="records"))
+                                  if len(g.report_errors_by_label) else []},
             } for name, g in self.generators.items()},
         }
 
@@ -178,6 +181,10 @@ class ScoreResult:
                 p3 = out / f"{safe}.attributes.csv"
                 to_csv(g.attributes, p3)
                 files.append(p3)
+            if len(g.report_errors_by_label):
+                p4 = out / f"{safe}.report_errors.csv"
+                to_csv(g.report_errors_by_label, p4)
+                files.append(p4)
         return files
 
 
@@ -187,7 +194,8 @@ ENTITY_F1_RULE = ("entity F1 per label = 2TP / (2TP + FP + FN) over reports, a f
 
 def _attribute_summary(g: GeneratorScore) -> dict:
     """Summary columns: mean report-level errors and the pooled accuracy of each attribute."""
-    out = {"mean_report_errors": g.report_errors.get("mean")}
+    out = {"mean_report_errors": g.report_errors.get("mean"), "report_errors": g.report_errors.get("total"),
+           "report_errors_reports": g.report_errors.get("reports")}
     if len(g.attributes):
         pooled = g.attributes[g.attributes["label"] == "all"]
         for row in pooled.itertuples(index=False):
@@ -197,8 +205,9 @@ def _attribute_summary(g: GeneratorScore) -> dict:
 
 
 def _attribute_scores(b: Bundle, ref_labels: pd.DataFrame, gen_labels: pd.DataFrame, ref_attrs: pd.DataFrame,
-                      gen_attrs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """(accuracy per label and attribute on matched findings, per-report errors, the report-error summary)."""
+                      gen_attrs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict, pd.DataFrame]:
+    """(accuracy per label and attribute on matched findings, per-report errors, the report-error summary,
+    the report-level errors per label)."""
     asked = [lab for lab in b.vocab.asked_ids if lab in ref_labels.columns]
     matched = attribute_scores.matched_rows(gen_labels, ref_labels, gen_attrs, ref_attrs, b.prompts.attributes)
     table = attribute_scores.attribute_accuracy(matched)
@@ -209,7 +218,8 @@ def _attribute_scores(b: Bundle, ref_labels: pd.DataFrame, gen_labels: pd.DataFr
                "attribute_mismatches": int(errors["attribute_mismatches"].sum()), "reports": int(len(errors)),
                "reports_left_out": int((~scored).sum()),
                "rule": attribute_scores.REPORT_ERROR_RULE + "; mean over reports with no failed extraction"}
-    return table, errors, summary
+    by_label = attribute_scores.label_errors(gen_labels[scored], ref_labels[scored], matched, asked)
+    return table, errors, summary, by_label
 
 
 def read_texts(path_or_frame, sections: list[str], what: str) -> dict[str, str]:
@@ -343,9 +353,10 @@ def score(bundle: str | os.PathLike | Bundle, reference: str | os.PathLike | pd.
         per_label["failed_generated"] = gen_labels[table.index].isna().sum()
         per_label["failed_reference"] = ref_labels[table.index].isna().sum()
         per_report = _per_report(ref_labels, gen_labels)
-        attr_table, errors, error_summary = _attribute_scores(b, ref_labels, gen_labels, ref_attrs, gen_attrs)
+        attr_table, errors, error_summary, errors_by_label = _attribute_scores(b, ref_labels, gen_labels, ref_attrs, gen_attrs)
         per_report = per_report.join(errors, on="report_id")
-        scores[name] = GeneratorScore(name, per_label, avg, ran, per_report, stats, attr_table, error_summary)
+        scores[name] = GeneratorScore(name, per_label, avg, ran, per_report, stats, attr_table, error_summary,
+                                      errors_by_label)
     result = ScoreResult(b.sha256, b.name, cfg.model, zero_division, ref_stats, generators=scores, endpoint=where,
                          max_failed_share=max_failed_share)
     if out is not None:

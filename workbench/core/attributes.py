@@ -43,7 +43,8 @@ CATEGORY = {"side": "laterality/location", "zone": "laterality/location", "sever
 ATTRIBUTE_PARSE_ERROR = "attribute_parse_error"
 REPORT_ERROR_RULE = ("report errors = presence FP + presence FN + attribute mismatches on matched findings "
                      "(an attribute counts only when both sides give it a value; a missed finding is not "
-                     "also an attribute error)")
+                     "also an attribute error), over the asked finding labels (No Finding and other derived "
+                     "labels are left out: they would count a finding twice)")
 ACCURACY_RULE = ("attribute accuracy = agreeing values / findings where labeller and reference are both "
                  "positive and both give the attribute a value; coverage = share of the reference's valued "
                  "attributes on matched findings that the labeller gave a value; 95% Wilson intervals")
@@ -266,6 +267,28 @@ def mismatches(matched: pd.DataFrame) -> pd.DataFrame:
     out = both[both["value"] != both["reference"]].copy()
     out["category"] = out["attribute"].map(lambda a: CATEGORY.get(a, a))
     return out.reset_index(drop=True)
+
+
+LABEL_ERROR_COLUMNS = ["label", "support", "fp", "fn", "attribute_mismatches", "errors"]
+
+
+def label_errors(pred_presence: pd.DataFrame, ref_presence: pd.DataFrame, matched: pd.DataFrame,
+                 labels: list[str]) -> pd.DataFrame:
+    """The report-level error count per finding label (support = reference positives), plus an `all` row
+    with the sums: the per-finding table beside the report-level figure (SPEC-CXR)."""
+    import pandas as pd
+
+    p = pred_presence.reindex(columns=labels).astype(float)
+    r = ref_presence.reindex(index=p.index, columns=labels).astype(float)
+    wrong = mismatches(matched[matched["report_id"].isin(set(p.index))]) if not matched.empty else matched
+    by_label = wrong.groupby("label").size() if len(wrong) else pd.Series(dtype=int)
+    out = pd.DataFrame({"label": labels, "support": (r == 1).sum().to_numpy(), "fp": ((p == 1) & (r == 0)).sum().to_numpy(),
+                        "fn": ((p == 0) & (r == 1)).sum().to_numpy(),
+                        "attribute_mismatches": by_label.reindex(labels).fillna(0).to_numpy()})
+    out["errors"] = out["fp"] + out["fn"] + out["attribute_mismatches"]
+    total = out[LABEL_ERROR_COLUMNS[1:]].sum()
+    out = pd.concat([out, pd.DataFrame([{"label": "all", **total.to_dict()}])], ignore_index=True)
+    return out.astype({c: int for c in LABEL_ERROR_COLUMNS[1:]})[LABEL_ERROR_COLUMNS]
 
 
 def report_errors(pred_presence: pd.DataFrame, ref_presence: pd.DataFrame, matched: pd.DataFrame,
