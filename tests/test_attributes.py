@@ -362,6 +362,23 @@ def test_the_offline_engine_version_covers_the_code_that_combines_attribute_valu
     assert core_attributes.combine is rules.combine
 
 
+def test_cli_prints_the_confusion_of_values(study):
+    from workbench.cli import main
+
+    run = study.start_run("dev", labels=["effusion", "cardiomegaly", "atelectasis"])
+    result = CliRunner().invoke(main, ["attributes", str(run.run_id), "--confusion", "--format", "csv",
+                                       "--study", str(study.root)])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.output)))
+    assert list(rows[0]) == ["label", "attribute", "reference", "value", "n"]
+    counts = {(r["label"], r["attribute"], r["reference"], r["value"]): int(r["n"]) for r in rows}
+    assert counts[("effusion", "side", "left", "bilateral")] == 1 and counts[("effusion", "side", "bilateral", "bilateral")] == 1
+    assert counts[("cardiomegaly", "severity", "mild", "moderate")] == 1
+    table = CliRunner().invoke(main, ["attributes", str(run.run_id), "--metrics", "--study", str(study.root)],
+                               env={"COLUMNS": "200"})
+    assert "--confusion" in table.output  # the metrics say where the confusion is
+
+
 def test_cli_refuses_a_label_without_attributes(study, tmp_path):
     from workbench.cli import main
 

@@ -1857,11 +1857,20 @@ def _call_forwarding_signals(cmd: list[str], env: dict) -> int:
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--metrics", "show_metrics", is_flag=True,
               help="Accuracy and coverage per label and attribute on matched findings, with 95% Wilson intervals.")
+@click.option("--confusion", "show_confusion", is_flag=True,
+              help="The confusion of values on matched findings: reference value x labeller value, with counts "
+                   "('-' where a side gave none).")
 @wide_option
 @study_option
-def attributes_cmd(wb, run_id, label, fmt, show_metrics, wide):
+def attributes_cmd(wb, run_id, label, fmt, show_metrics, show_confusion, wide):
     """Finding attributes (side, severity, change ...) of a run: one row per (report, label, attribute)
     with the labeller's value, the reference value when there is one, and the evidence."""
+    if show_confusion:
+        confusion = wb.attribute_metrics(run_id, label)["confusion"]
+        echo_table(confusion, fmt, wide=wide)
+        if fmt == "table":
+            say("matched findings (labeller and reference both positive); '-' = no value given on that side")
+        return
     if show_metrics:
         result = wb.attribute_metrics(run_id, label)
         if fmt == "json":
@@ -1874,7 +1883,8 @@ def attributes_cmd(wb, run_id, label, fmt, show_metrics, wide):
                             "coverage"])
         if fmt == "table":
             click.echo("")
-            say(result["rule"] + f"; attribute parse failures (recorded, never guessed): {result['parse_failures']}")
+            say(result["rule"] + f"; attribute parse failures (recorded, never guessed): {result['parse_failures']}; "
+                "the confusion of values: `--confusion`")
         return
     rows = wb.attribute_rows(run_id, label)
     echo_table(rows, fmt, wide=wide)
