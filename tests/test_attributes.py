@@ -187,6 +187,10 @@ def test_a_place_stated_once_places_each_finding_of_the_clause():
     # findings offered as alternatives ("X or Y") are one opacity read two ways: they share its place and size
     ("Right basilar infiltrate or atelectasis, and bilateral pleural effusions.", "atelectasis", {"side": "right"}),
     ("Minimal scarring or atelectasis in the left base.", "atelectasis", {"side": "left", "severity": "mild"}),
+    # words that describe the finding's side or size stay with it ("small left sided", "moderate in size")
+    ("Moderate right-sided pleural effusion, small left sided.", "effusion", {"side": "bilateral", "severity": "moderate"}),
+    ("Bilateral pleural effusions, left small, right moderate in size.", "effusion",
+     {"side": "bilateral", "severity": "moderate"}),
     # a comparison of the two sides says both are involved
     ("Bibasilar opacities, greater on the right, either atelectasis or pneumonia.", "pneumonia", {"side": "bilateral"}),
     # a stated direction of change outranks a statement that the finding persists

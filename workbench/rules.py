@@ -465,7 +465,7 @@ on in at of to than from into within involving along greater larger more less wo
 side sides lung lungs base bases basal basilar apex apices apical hemithorax hemithoraces lobe lobes
 lower upper middle mid zone zones field fields region regions lingula lingular perihilar hilar
 posterior anterior lateral medial costophrenic angle angles pleural space spaces lobar segmental
-subsegmental
+subsegmental sided size sized
 before previously prior previous since compared comparison study exam examination radiograph film
 """.split())  # the last line: comparison words ("slightly larger than before" describes the finding's change)
 _COORDINATION = re.compile(r",|(?<!\w)(?:and|with|plus|as well as)(?!\w)", re.IGNORECASE)
