@@ -518,6 +518,11 @@ def test_llm_attributes_good_malformed_and_missing_through_http(study):
     assert bad["status"] == "attribute_parse_error" and "'both' is not one of left, right, bilateral" in bad["detail"]
     assert stored[stored["report_id"] == "r4"].empty  # missing: no values, no failure
     assert study.attribute_metrics(run.run_id)["parse_failures"] == 1
+    from workbench.cli import main
+
+    listed = CliRunner().invoke(main, ["attributes", str(run.run_id), "--study", str(study.root)], env={"COLUMNS": "200"})
+    said = " ".join(listed.output.split())  # the listing says which empty values are a failure, not "not stated"
+    assert "1 attribute parse failure (recorded, never guessed" in said and "r3 effusion:" in said and "'both'" in said
 
 
 def test_llm_joint_reply_attributes_good_malformed_and_missing_through_http(study):

@@ -1892,6 +1892,19 @@ def attributes_cmd(wb, run_id, label, fmt, show_metrics, show_confusion, wide):
         matched = rows["reference"].notna() & rows["value"].notna()
         say(f"{len(rows)} row(s); {int(matched.sum())} with both values, "
             f"{int((matched & (rows['value'] != rows['reference'])).sum())} disagree (`--metrics` for accuracy)")
+        _echo_attribute_failures(wb.attribute_failures(run_id, label))
+
+
+def _echo_attribute_failures(failures) -> None:
+    """The findings whose attributes object was malformed: their empty values are a failure, not "not stated"."""
+    if failures.empty:
+        return
+    n = len(failures)
+    say(f"{n} attribute parse failure{'s' if n != 1 else ''} (recorded, never guessed; the presence answer counts):")
+    for r in failures.head(5).itertuples(index=False):
+        say(f"  {r.report_id} {r.label}: {r.detail}")
+    if n > 5:
+        say(f"  ... and {n - 5} more; `workbench case REPORT --label LABEL` shows a reply")
 
 
 def _echo_attribute_scores(name: str, g) -> None:

@@ -243,6 +243,7 @@ class Workbench:
     attribute_inputs = _Forward("attributes")
     attribute_rows = _Forward("attributes")
     attribute_metrics = _Forward("attributes")
+    attribute_failures = _Forward("attributes")
     record_reading_attributes = _Forward("attributes")
     adjudicate_attribute = _Forward("attributes")
     # freezing

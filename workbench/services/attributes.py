@@ -94,6 +94,13 @@ class AttributesService(Service):
                     rows.append((rid, lab, name, pv.get((rid, lab, name)), reference, evidence.get((rid, lab), "")))
         return pd.DataFrame(rows, columns=ROW_COLUMNS)
 
+    def attribute_failures(self, run_id: int, label: str | None = None) -> pd.DataFrame:
+        """Findings of a run whose attributes object failed to parse: report_id, label, detail (the reason)."""
+        specs = self._attribute_specs(label)
+        stored = self.runner.prediction_attributes(run_id)
+        bad = stored[(stored["status"] == core.ATTRIBUTE_PARSE_ERROR) & stored["label"].isin(set(specs))]
+        return bad[["report_id", "label", "detail"]].reset_index(drop=True)
+
     def attribute_metrics(self, run_id: int, label: str | None = None) -> dict:
         """Accuracy and coverage per (label, attribute) on matched findings with Wilson intervals, the
         confusion of values, and the count of attribute parse failures."""
