@@ -678,6 +678,20 @@ def test_attribute_disagreements_join_the_queue_with_their_category(study):
         len(study.disagreements(run.run_id, kind="FN")) + len(study.disagreements(run.run_id, kind="failed")) + 2
 
 
+def test_a_finding_with_several_attribute_mismatches_is_one_case_in_the_queue(study):
+    """The queue is a list of (report, label) cases: two differing attributes of one finding are one row."""
+    run = study.start_run("dev", labels=["effusion"])
+    study.record_reading_attributes("ann", "r1", "effusion", {"side": "left", "severity": "mild"})
+    queue = study.disagreements(run.run_id, kind="attribute")
+    r1 = queue[queue["report_id"] == "r1"]
+    assert len(r1) == 1 and not queue.duplicated(["report_id", "label"]).any()
+    row = r1.iloc[0]
+    assert row["detail"] == "side: labeller bilateral, reference left; severity: labeller moderate, reference mild"
+    assert (row["attribute"], row["attribute_category"]) == ("side, severity", "laterality/location, severity")
+    assert "r1" in set(study.disagreements(run.run_id, category="severity")["report_id"])
+    assert "r1" in set(study.disagreements(run.run_id, category="laterality/location")["report_id"])
+
+
 def test_import_openi_reads_mesh_qualifiers_as_attribute_gold(tmp_path):
     from workbench.services import init_study
 

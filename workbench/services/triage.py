@@ -79,7 +79,7 @@ class TriageService(Service):
             out = out[out["type"] == kind]
         if category:
             out = out[out["categories"].str.contains(category, regex=False)
-                      | (out["attribute_category"] == category)]
+                      | out["attribute_category"].map(lambda cats: category in str(cats).split(", "))]
         cols = ["report_id", "label", "type", "reference", "prediction", "votes", "reference_status", "evidence",
                 "evidence_found", "status", "detail", "notes", "categories", "label_error_rate", "label_support",
                 "attribute", "attribute_category"]
@@ -105,17 +105,19 @@ class TriageService(Service):
         wrong = self.study._blind_rows(wrong)
         base = merged.set_index(["report_id", "label"])
         rows = []
-        for r in wrong.itertuples(index=False):
-            cell = base.loc[(r.report_id, r.label)] if (r.report_id, r.label) in base.index else None
+        # one case per finding: its differing attributes are listed together (the queue is keyed by report and label)
+        for (report_id, lab), group in wrong.groupby(["report_id", "label"], sort=False):
+            cell = base.loc[(report_id, lab)] if (report_id, lab) in base.index else None
             rows.append({
-                "report_id": r.report_id, "label": r.label, "type": "attribute", "reference": 1, "prediction": 1,
+                "report_id": report_id, "label": lab, "type": "attribute", "reference": 1, "prediction": 1,
                 "votes": "" if cell is None else f"{int(cell['positives'])} of {int(cell['n_readers'])}",
                 "reference_status": "" if cell is None else cell["reference_status"],
                 "evidence": "" if cell is None else cell["evidence"],
                 "evidence_found": None if cell is None else cell["evidence_found"], "status": "ok",
-                "detail": f"{r.attribute}: labeller {r.value}, reference {r.reference}",
-                "label_error_rate": error_rate.get(r.label), "label_support": support.get(r.label),
-                "attribute": r.attribute, "attribute_category": r.category})
+                "detail": "; ".join(f"{r.attribute}: labeller {r.value}, reference {r.reference}"
+                                    for r in group.itertuples(index=False)),
+                "label_error_rate": error_rate.get(lab), "label_support": support.get(lab),
+                "attribute": ", ".join(group["attribute"]), "attribute_category": ", ".join(dict.fromkeys(group["category"]))})
         frame = pd.DataFrame(rows, columns=columns[:-2])
         return self._attach_notes(frame) if len(frame) else frame.assign(notes=0, categories="")
 

@@ -90,6 +90,7 @@ def _page(wb, run_id: int, queue, order_text: str, names: dict) -> None:
             _report(wb, run_id, case)
         with right:
             _answer(wb, run_id, case)
+            _attribute_difference(queue.iloc[pos])
             _note_form(wb, run_id, case, queue, pos, names)
         _compare_panel(wb, case)
         with st.expander("The prompt that produced this answer"):
@@ -191,12 +192,19 @@ def _answer(wb, run_id: int, case: dict) -> None:
             f"{a}: {c} ({s})" for a, c, s in zip(notes["author"], notes["category"], notes["significance"]))))
 
 
+def _attribute_difference(row) -> None:
+    """For an attribute case (presence agrees), which attributes differ: otherwise 1 beside 1 explains nothing."""
+    if row.get("type") == "attribute":
+        st.markdown(f"**Attributes differ** ({components.md(str(row['attribute_category']))}): "
+                    f"{components.md(str(row['detail']))}")
+
+
 def _note_form(wb, run_id: int, case: dict, queue, pos: int, names: dict) -> None:
     """Quick note as one keyboard form: category and significance by key, optional text, Enter (or
     Ctrl+Enter in the text) saves and opens the next case without a note; the arrows move."""
     item = f"{case['report_id']}|{case['label']}"
     draft = st.session_state.setdefault(state.DIS_NOTE, {})
-    values = draft.get(item) or {"category": None, "significance": None, "text": ""}
+    values = draft.get(item) or {"category": _suggested_category(wb, queue.iloc[pos]), "significance": None, "text": ""}
     categories = [{"id": c, "label": c + (" (sends it to adjudication)" if c == WRONG else ""),
                    "key": CATEGORY_KEYS[i] if i < len(CATEGORY_KEYS) else None} for i, c in enumerate(wb.config.error_categories)]
     data = {
@@ -215,6 +223,15 @@ def _note_form(wb, run_id: int, case: dict, queue, pos: int, names: dict) -> Non
     }
     keyboard.form(state.DIS_FORM, data, on_action=lambda payload: _act(wb, run_id, queue, payload),
                   on_draft=lambda d: draft.update({d["item"]: d["values"]}))
+
+
+def _suggested_category(wb, row) -> str | None:
+    """An attribute case starts with its own error category chosen (laterality/location, severity,
+    comparison) when the study has it; the reader may pick another."""
+    if row.get("type") != "attribute":
+        return None
+    first = str(row.get("attribute_category") or "").split(", ")[0]
+    return first if first in wb.config.error_categories else None
 
 
 def _act(wb, run_id: int, queue, payload: dict) -> str | None:
