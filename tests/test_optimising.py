@@ -399,6 +399,30 @@ def test_model_proposer_good_edit_evaluated_and_offered(llm_study):
     assert (audit["action"] == "propose").sum() == 2
 
 
+def test_model_proposer_is_shown_attribute_disagreements_and_their_notes(llm_study):
+    """A matched finding whose side differs (presence right) reaches the model proposer with its note;
+    validation reports never do."""
+    wb, server = llm_study, llm_study.server
+    run = wb.first_run
+    tuning = [r for r, part in wb.expected_parts.items() if part == "tuning"]
+    validation = [r for r, part in wb.expected_parts.items() if part == "validation"]
+    rows = wb.attribute_rows(run, "mass")  # "Right upper lobe mass.": the labeller says right
+    ids = sorted(set(rows.loc[rows["value"] == "right", "report_id"]))
+    in_tuning, in_validation = [r for r in ids if r in tuning][0], [r for r in ids if r in validation][0]
+    for rid in (in_tuning, in_validation):
+        wb.record_reading_attributes("gold", rid, "mass", {"side": "left"})
+    wb.add_note(in_tuning, "mass", "laterality/location", "does not change management", "the reader's side",
+                run_id=run)
+    server.behaviour = "reply"
+    server.reply = json.dumps({"edit": {"definition": "A mass; give its side as the report states it."},
+                               "rationale": "side"})
+    result = _llm_suggest(wb, "mass")
+    assert result["status"] == "ok", result
+    body = json.dumps(server.bodies[0])
+    assert f"Case {in_tuning}: attribute differs (side: labeller right, reference left)" in body
+    assert "the reader's side" in body and in_validation not in body and SECRET_VALIDATION not in body.lower()
+
+
 @pytest.mark.parametrize("behaviour, status", [("malformed", "malformed"), ("refusal", "refusal")])
 def test_model_proposer_malformed_or_refusal_reported_never_applied(llm_study, behaviour, status):
     wb, server = llm_study, llm_study.server

@@ -268,8 +268,9 @@ class OptimisingService(Service):
                                          cues=cues, avoid=avoid)
 
     def _llm_proposal(self, ps, label: str, cases: pd.DataFrame, notes: pd.DataFrame, model: str | None,
-                      api_base: str | None = None) -> proposals.ProposalResult:
-        """One reflective call: the label's prompt, the failing tuning cases, the notes; a strict structured edit back."""
+                      api_base: str | None = None, attribute_cases: pd.DataFrame | None = None) -> proposals.ProposalResult:
+        """One reflective call: the label's prompt, the failing tuning cases and attribute disagreements, the notes;
+        a strict structured edit back."""
         settings = self.runner.labeller_settings(model, max_tokens=PROPOSER_MAX_TOKENS, api_base=api_base)
         if settings.get("model", "").startswith("workbench/"):
             raise StudyError("the model proposer needs a language model; the study's labeller is the offline one "
@@ -277,9 +278,10 @@ class OptimisingService(Service):
         self.runner._check_endpoint(settings)
         cfg = model_config(settings)
         failing = cases[cases["reference"] != cases["prediction"]].head(MAX_CASES)
-        if failing.empty:
+        attribute_cases = (attribute_cases if attribute_cases is not None else pd.DataFrame()).head(MAX_CASES)
+        if failing.empty and attribute_cases.empty:
             return proposals.ProposalResult("empty", "no failing tuning case for this label")
-        messages = _proposer_messages(ps.label(label), self.vocab.names()[label], failing, notes)
+        messages = _proposer_messages(ps.label(label), self.vocab.names()[label], failing, notes, attribute_cases)
         params = dict(cfg.params(), purpose="proposer")
         if cfg.api_base:
             params["api_base"] = cfg.api_base
@@ -339,9 +341,21 @@ class OptimisingService(Service):
         cases, notes = self._tuning_material(run, label)
         if hedges is None and not self._uses_model(proposer, model):
             hedges = self._run_hedge_convention(run)
+        attribute_cases = self._attribute_cases(run, label, cases) if self._uses_model(proposer, model) else None
         result = self._propose(ps, label, cases, notes, proposer, model, api_base, phrases=self.phrase_lists(phrase_list),
-                               hedges=hedges)
+                               hedges=hedges, attribute_cases=attribute_cases)
         return self._record(run, label, result, ps)
+
+    def _attribute_cases(self, run, label: str, cases: pd.DataFrame) -> pd.DataFrame:
+        """The label's attribute disagreements on the tuning reports of cases (presence right, an attribute
+        differs), with the report text: what the model proposer is shown beside the failing cases."""
+        if label not in self.vocab.attribute_specs():
+            return pd.DataFrame(columns=["report_id", "detail", "text"])
+        queue = self.triage.disagreements(run.id, label=label, kind="attribute")
+        texts = cases.set_index("report_id")["text"]
+        queue = queue[queue["report_id"].isin(set(texts.index))]
+        return pd.DataFrame({"report_id": queue["report_id"].to_numpy(), "detail": queue["detail"].to_numpy(),
+                             "text": [texts[r] for r in queue["report_id"]]})
 
     def _uses_model(self, proposer: str, model: str | None) -> bool:
         """Whether a suggestion goes to the model proposer (else the offline one)."""
@@ -352,10 +366,10 @@ class OptimisingService(Service):
 
     def _propose(self, ps, label, cases, notes, proposer: str, model: str | None, api_base: str | None = None,
                  level: int = 0, phrases: dict | None = None, hedges: dict | None = None,
-                 avoid: frozenset = frozenset()) -> proposals.ProposalResult:
+                 avoid: frozenset = frozenset(), attribute_cases: pd.DataFrame | None = None) -> proposals.ProposalResult:
         """Dispatch to the model proposer or the offline one (level > 0: a smaller edit after a rejection)."""
         if self._uses_model(proposer, model):
-            return self._llm_proposal(ps, label, cases, notes, model, api_base)
+            return self._llm_proposal(ps, label, cases, notes, model, api_base, attribute_cases)
         return self._offline_proposal(ps, label, cases, notes, level, phrases, hedges, avoid)
 
     def _require_run_covers(self, run, labels: list[str], command: str) -> None:
@@ -768,15 +782,27 @@ def _yaml_diff(old: LabelPrompt, new: LabelPrompt) -> str:
                                         tofile=f"{new.label}.yaml (proposed)"))
 
 
-def _proposer_messages(lp: LabelPrompt, name: str, failing: pd.DataFrame, notes: pd.DataFrame) -> list[dict]:
-    """The reflective proposer's messages: current prompt, failing tuning cases with answers and notes."""
+def _proposer_messages(lp: LabelPrompt, name: str, failing: pd.DataFrame, notes: pd.DataFrame,
+                       attribute_cases: pd.DataFrame | None = None) -> list[dict]:
+    """The reflective proposer's messages: current prompt, failing tuning cases with answers and notes, and
+    the matched findings whose attributes differ (with their notes)."""
+    def note_lines(report_id: str) -> str:
+        mine = notes[notes["report_id"] == report_id]
+        lines = [f"  - note #{int(n.id)} [{n.category}; {n.significance}] {n.text}" for n in mine.itertuples(index=False)]
+        return "\n" + "\n".join(lines) if lines else ""
+
     parts = [f"Label: {name} ({lp.label})", "Current prompt (YAML):", label_yaml(lp), "Failing tuning cases:"]
     for row in failing.itertuples(index=False):
         kind = "missed finding (labeller said 0, reference 1)" if row.reference == 1 else "false finding (labeller said 1, reference 0)"
-        mine = notes[notes["report_id"] == row.report_id]
-        note_lines = [f"  - note #{int(n.id)} [{n.category}; {n.significance}] {n.text}" for n in mine.itertuples(index=False)]
         parts.append(f"Case {row.report_id}: {kind}\n  report: {row.text[:MAX_CASE_CHARS]}\n"
-                     f"  labeller's evidence: {row.evidence or '(none)'}" + ("\n" + "\n".join(note_lines) if note_lines else ""))
+                     f"  labeller's evidence: {row.evidence or '(none)'}" + note_lines(row.report_id))
+    if attribute_cases is not None and len(attribute_cases):
+        parts.append("Tuning cases where the finding is rightly found but an attribute the labeller gave differs from "
+                     "the reference's (guidance in the definition can say how this label's side, severity or change "
+                     "is read):")
+        for row in attribute_cases.itertuples(index=False):
+            parts.append(f"Case {row.report_id}: attribute differs ({row.detail})\n  report: {row.text[:MAX_CASE_CHARS]}"
+                         + note_lines(row.report_id))
     parts.append('Reply with one JSON object: {"edit": {...fields you change...}, "rationale": "..."}')
     return [{"role": "system", "content": PROPOSER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
