@@ -487,6 +487,9 @@ def test_prediction_and_reading_attributes(any_study):
         mine = q.reading_attributes_frame(s, cohort.id)
         assert sorted(mine["value"]) == ["bilateral", "right"]
         assert q.reading_attributes_frame(s, adjudicated=True)["reader"].tolist() == ["senior"]
+        one = q.reading_attributes_frame(s, report_id="s2", reader="ann")  # one reader's values of one report
+        assert one[["report_id", "value"]].values.tolist() == [["s2", "right"]]
+        assert q.reading_attributes_frame(s, cohort.id, report_id="s2", reader="senior").empty
         q.delete_reading_attributes(s, "s1", "pleural_effusion", "ann")
         assert q.reading_attributes_frame(s)["report_id"].tolist() == ["s2"]
 

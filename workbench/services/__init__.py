@@ -245,6 +245,7 @@ class Workbench:
     attribute_metrics = _Forward("attributes")
     attribute_failures = _Forward("attributes")
     record_reading_attributes = _Forward("attributes")
+    reader_attributes = _Forward("attributes")
     adjudicate_attribute = _Forward("attributes")
     # freezing
     justifying_run = _Forward("freezing")

@@ -130,6 +130,15 @@ class AttributesService(Service):
 
     # ------------------------------------------------------------ readers' attribute values
 
+    def reader_attributes(self, reader: str, report_id: str) -> dict[str, dict[str, str]]:
+        """One reader's stored attribute values of one report: label -> {attribute: value}."""
+        with self.session() as s:
+            rows = q.reading_attributes_frame(s, report_id=report_id, reader=reader)
+        out: dict[str, dict[str, str]] = {}
+        for lab, name, value in zip(rows["label"], rows["attribute"], rows["value"]):
+            out.setdefault(lab, {})[name] = value
+        return out
+
     def record_reading_attributes(self, reader: str, report_id: str, label: str, values: dict[str, str | None]) -> int:
         """Set one reader's attributes of a label they ticked (None or "" clears one); returns how many are kept."""
         self.require("annotate")

@@ -1128,12 +1128,16 @@ def delete_reading_attributes(session: Session, report_id: str, label: str, read
                              "AND adjudicated = ?", (report_id, label, reader, False))
 
 
-def reading_attributes_frame(session: Session, cohort_id: int | None = None, adjudicated: bool = False) -> pd.DataFrame:
-    """Readers' (or adjudicators') attribute values: report_id, label, reader, attribute, value, oldest first."""
+def reading_attributes_frame(session: Session, cohort_id: int | None = None, adjudicated: bool = False,
+                             report_id: str | None = None, reader: str | None = None) -> pd.DataFrame:
+    """Readers' (or adjudicators') attribute values: report_id, label, reader, attribute, value, oldest first;
+    of one cohort, one report and one reader when given."""
     sql = ("SELECT a.report_id, a.label, a.reader_id, a.attribute, a.value FROM readingattribute a"
            + (" JOIN report p ON p.id = a.report_id WHERE p.cohort_id = ? AND" if cohort_id is not None else " WHERE")
+           + (" a.report_id = ? AND" if report_id is not None else "")
+           + (" a.reader_id = ? AND" if reader is not None else "")
            + " a.adjudicated = ? ORDER BY a.updated_at, a.id")
-    params = ((cohort_id,) if cohort_id is not None else ()) + (adjudicated,)
+    params = tuple(v for v in (cohort_id, report_id, reader) if v is not None) + (adjudicated,)
     return pd.DataFrame(_raw_rows(session, sql, params), columns=READING_ATTRIBUTE_COLUMNS)
 
 

@@ -68,16 +68,23 @@ def _annotate(wb, reader: str, cohort: str, work, drafts: set) -> None:
                   on_action=lambda payload: _act(wb, reader, work, payload),
                   on_draft=lambda draft: _keep_draft(wb, reader, ids, draft))
     if wb.config.annotate_attributes:
-        _attributes(wb, report_id, values)
+        _attributes(wb, reader, report_id, values)
     _queue(work)
     _my_readings(wb, reader, cohort, ids)
 
 
-def _attributes(wb, report_id: str, values: dict) -> None:
-    """A compact picker per ticked label with attributes (saved with the reading by Save and next)."""
+def _attributes(wb, reader: str, report_id: str, values: dict) -> None:
+    """A compact picker per ticked label with attributes (saved with the reading by Save and next), showing the
+    reader's stored values: a report opened again must not save an empty picker over them."""
     specs = {lab: spec for lab, spec in wb.vocab.attribute_specs().items() if values.get(lab)}
     if not specs:
         return
+    stored = wb.reader_attributes(reader, report_id)
+    for label, spec in specs.items():
+        for name, _ in spec:
+            key = state.widget_key("attr", report_id, label, name)
+            if key not in st.session_state and name in stored.get(label, {}):
+                st.session_state[key] = stored[label][name]
     names = wb.vocab.names()
     st.caption("**Attributes** of the ticked findings (optional; saved with the reading)")
     for label, spec in specs.items():

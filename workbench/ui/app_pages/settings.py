@@ -42,6 +42,10 @@ def render(wb) -> None:
             float((cfg.reading or {}).get("min_seconds_empty", 0)), step=1.0,
             help="reading.min_seconds_empty: Enter on a report with nothing ticked, sooner than this after it was "
                  "shown, asks first (Enter again saves, Esc goes back).")
+        picker = st.checkbox("Attribute picker in Annotate (side, severity, change ... of a ticked finding)",
+                             bool(cfg.annotate_attributes),
+                             help="annotate_attributes: readers may set the attributes of the labels they tick; off "
+                                  "by default so presence-only reading stays as fast.")
         endpoints = st.text_area("Allowed endpoints (one prefix per line; governance: admins only)",
                                  "\n".join(cfg.allowed_endpoints), height=150)
         submitted = st.form_submit_button("Save settings", type="primary")
@@ -62,6 +66,7 @@ def render(wb) -> None:
         cfg.reference = {"rule": kind, "k": int(k), "n": int(n)} if kind in WITH_K else {"rule": kind, "n": int(n)}
         cfg.adaptive = adaptive if adaptive["enabled"] or cfg.adaptive else {}
         cfg.reading = {**(cfg.reading or {}), "min_seconds_empty": float(min_empty)} if min_empty or cfg.reading else {}
+        cfg.annotate_attributes = bool(picker)
         components.do(wb, "saving the settings", _save, wb, allowed, done="Settings saved.")
     _accounts(wb)
 
