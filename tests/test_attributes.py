@@ -124,6 +124,8 @@ def test_missing_attributes_give_none_and_a_negative_carries_none():
     assert parse_reply('{"value": 1, "evidence": ""}', "x", SPEC).attribute_error == ""
     negative = parse_reply('{"value": 0, "evidence": "", "attributes": {"side": "left"}}', "x", SPEC)
     assert negative.attributes == () and negative.attribute_error == ""
+    stated_null = parse_reply('{"value": 1, "evidence": "", "attributes": null}', "x", SPEC)  # JSON's "not given"
+    assert stated_null.attributes == () and stated_null.attribute_error == ""
 
 
 def test_joint_replies_carry_attributes_per_label():

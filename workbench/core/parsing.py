@@ -315,8 +315,8 @@ def _value_from_dict(obj: dict) -> tuple[object, str | None]:
 def _with_attributes(decision: Decision, entry: object, spec: Spec) -> Decision:
     """Attach a positive answer's attributes; a malformed object is an attribute parse failure, never a guess.
 
-    A negative answer carries no attributes (whatever it sends), and a missing object gives none."""
-    if not spec or decision.value != 1 or not isinstance(entry, dict) or "attributes" not in entry:
+    A negative answer carries no attributes (whatever it sends), and a missing (or null) object gives none."""
+    if not spec or decision.value != 1 or not isinstance(entry, dict) or entry.get("attributes") is None:
         return decision
     try:
         values = parse_attributes(entry["attributes"], spec)
