@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import os
+import signal
 import subprocess
 import sys
+import textwrap
+import time
+import traceback
 from pathlib import Path
 
 import click
@@ -112,7 +117,6 @@ def json_default(obj):
     return default(obj)
 def say(text: str) -> None:
     """A line of explanation wrapped to the terminal's width."""
-    import textwrap
 
     from workbench.terminal import terminal_width
 
@@ -121,7 +125,6 @@ def say(text: str) -> None:
 
 def wrap_item(text: str) -> str:
     """A list item wrapped to 100 columns, continuation lines indented under it."""
-    import textwrap
 
     return textwrap.fill(text, width=100, initial_indent="  ", subsequent_indent="    ",
                          break_long_words=False, break_on_hyphens=False)
@@ -167,7 +170,6 @@ class CliGroup(click.Group):
 
 def _report_bug() -> None:
     """Print the traceback of the exception being handled and ask for a report: it is not the user's mistake."""
-    import traceback
 
     traceback.print_exc(file=sys.stderr)
     click.echo("error: this is a bug in the workbench, not a mistake of yours; please report it with the "
@@ -191,7 +193,6 @@ def _storage_errors() -> tuple[type[BaseException], ...]:
 
 def _storage_error(exc: BaseException) -> str:
     """A one-line, text-free description of a database or disk failure."""
-    import errno
 
     orig = getattr(exc, "orig", None) or exc
     code = getattr(orig, "errno", None)
@@ -508,7 +509,6 @@ def _cost_line(wb, run_id: int) -> None:
 def _confirm_cost(wb, cohort, prompt_ref, model, labels, api_base, concurrency, batch=False) -> bool:
     """On a terminal, show the estimate and ask when it is above labeller.confirm_above; elsewhere the run
     refuses (NeedsConfirmation) unless --yes was given."""
-    import sys
 
     from workbench.services.model_path import NeedsConfirmation
 
@@ -566,7 +566,6 @@ _SIGTERM = {"received": False}
 @contextlib.contextmanager
 def _sigterm_as_interrupt():
     """During a run SIGTERM stops it as Ctrl-C does: the run is marked interrupted and can be resumed."""
-    import signal
 
     def handler(signum, frame):
         _SIGTERM["received"] = True
@@ -1043,11 +1042,10 @@ def _without_error(text: str) -> str:
 
 def _keep_rejected(wb, label: str, text: str) -> Path:
     """Write an edit that could not be saved next to the study, so it is never lost."""
-    import time as _time
 
     folder = wb.root / "rejected-edits"
     folder.mkdir(exist_ok=True)
-    path = folder / f"{label}-{_time.strftime('%Y%m%d-%H%M%S')}.yaml"
+    path = folder / f"{label}-{time.strftime('%Y%m%d-%H%M%S')}.yaml"
     path.write_text(text, encoding="utf-8")
     return path
 
@@ -1838,7 +1836,6 @@ def _run_app(root: Path, port: int, address: str = "127.0.0.1", open_network: bo
 
 def _call_forwarding_signals(cmd: list[str], env: dict) -> int:
     """Run a child and pass SIGTERM/SIGINT on to it (where exec is not available); returns its exit code."""
-    import signal
 
     child = subprocess.Popen(cmd, env=env)
 

@@ -3,6 +3,7 @@ noise floor (the same calls asked again) that says how many changes a comparison
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import threading
@@ -120,7 +121,6 @@ class ModelPathService(Service):
             measurement = q.next_noise_measurement(s, run_id)
         rows: list[tuple] = []
         for k in range(1, repeats + 1):
-            import dataclasses
 
             cfg_k = dataclasses.replace(cfg, seed=(cfg.seed or 0) + k) if seeded else cfg
             answers: list = []
