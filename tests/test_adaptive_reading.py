@@ -437,3 +437,21 @@ def test_a_report_opened_from_the_list_is_claimed_and_offered_to_nobody_else(ada
     assert wb.adaptive.open_report("rad1", "dev", browsed) is False  # read: nothing to claim
     wb.set_adaptive(enabled=False)
     assert wb.adaptive.open_report("rad3", "dev", browsed) is False  # no claims without adaptive reading
+
+
+def test_the_human_ceiling_states_the_sample_of_its_runs_cohort(small_study, tmp_path):
+    """`workbench ceiling RUN` is computed on the run's cohort: the n and share it states are that cohort's
+    sample's (before, the sum over every cohort's sample)."""
+    from workbench.cli import main
+
+    wb = small_study
+    run_id = wb.start_run("dev").run_id
+    wb.import_reports(_reports(tmp_path, 20), "other")
+    wb.set_adaptive(enabled=True, agreement_share=0.25)
+    for cohort in ("dev", "other"):
+        wb.work_list(wb.readers()[0], cohort)  # draws each cohort's sample
+    dev, other = wb.agreement_sample("dev"), wb.agreement_sample("other")
+    assert (dev["reports"], dev["of"], other["reports"], other["of"]) == (2, 8, 5, 20)
+    out = CliRunner().invoke(main, ["ceiling", str(run_id), "--study", str(wb.root)])
+    assert out.exit_code == 0, out.output
+    assert "n = 2 reports of 8 (sample share 25%)" in " ".join(out.output.split())

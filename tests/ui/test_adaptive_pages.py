@@ -54,3 +54,19 @@ def test_a_report_opened_by_a_link_or_the_arrows_is_not_given_to_another_reader_
     shown = form_data(at, state.ANN_FORM)["item"]["id"]
     assert shown != "fresh-0"
     assert wb.next_report("dr-third", "fresh") not in {"fresh-0", shown}
+
+
+def test_the_runs_pages_human_ceiling_states_the_sample_of_the_runs_cohort(study):  # noqa: F811
+    """The caption above the human ceiling gives the run's cohort's sample (before: every cohort's, summed)."""
+    from workbench.ui import state
+
+    wb = _fresh_cohort(study, n=10)
+    wb.set_adaptive(agreement_share=0.2)
+    for cohort in ("dev", "fresh"):
+        wb.adaptive_status(cohort)  # draws each cohort's sample
+    dev = wb.agreement_sample("dev")
+    assert wb.agreement_sample("fresh")["reports"] == 2
+    at = open_page(study, "runs")
+    at.toggle(key=state.widget_key("ceiling")).set_value(True).run()
+    assert_clean(at)
+    assert f"n = {dev['reports']} reports of {dev['of']} (sample share 20%)" in all_text(at)
