@@ -116,10 +116,12 @@ def report_texts(folder: Path) -> pd.DataFrame:
 
 
 def labels14_figures(folder: Path) -> dict:
-    """The gold standard's own figures: per-label prevalence and the share of reports with no positive label."""
+    """The gold standard's own figures: per-label prevalence, the share of reports with no positive label, and
+    `any`: the share of reports positive for any of some columns."""
     gold = pd.read_csv(folder / "labels14.csv")
     cols = [c for c in gold.columns if c not in ("filename", "normal")]
     return {"prevalence": gold[cols].mean(), "none": float((gold[cols].sum(axis=1) == 0).mean()),
+            "any": lambda names: float((gold[names].sum(axis=1) > 0).mean()),
             "normal": float(gold["normal"].mean()), "reports": len(gold)}
 
 
