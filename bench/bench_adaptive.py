@@ -345,7 +345,7 @@ def _ms(a: np.ndarray, q: float) -> str:
 
 def print_side_by_side(results: list[dict]) -> None:
     """The figures of each profile and rule in one column each."""
-    width, col = 46, 32
+    width, col = 48, 32
     names = list(dict.fromkeys(name for r in results for name in r["extra"]))
     rows = [("reads saved", lambda r: f"{(r['total'] - r['reads']) / r['total']:.1%} ({r['total'] - r['reads']:,} of {r['total']:,})")]
     rows += [(f"  {name}", lambda r, name=name: r["extra"].get(name, "")) for name in names]

@@ -232,6 +232,9 @@ def _reader_view(wb, reader: str) -> dict:
     view["status"] = me.adaptive_status("dev")
     view["agreement"] = me.agreement("dev")
     view["queue"] = me.reading_queue(reader, "dev")
+    view["matrix"] = me.reference_matrix("dev")
+    view["item"] = me.item_reference("a000", me.vocab.asked_ids[0])
+    view["scope"] = me.agreement_scope("dev")
     return view
 
 
@@ -259,6 +262,7 @@ def test_a_readers_view_does_not_depend_on_other_readers_values_except_reports_l
     assert set(a["work_list"]["report_id"][:6]) == {f"a{i:03d}" for i in range(6)}
     assert a["reference"].equals(b["reference"]) and set(a["reference"]["report_id"]) <= {f"a{i:03d}" for i in range(6)}
     assert a["summary"].equals(b["summary"]) and a["status"] == b["status"] and a["queue"].equals(b["queue"])
+    assert a["matrix"].equals(b["matrix"]) and a["item"] == b["item"] and a["scope"] == b["scope"]
     for name in a["agreement"]:
         assert a["agreement"][name].equals(b["agreement"][name])
 
