@@ -78,13 +78,12 @@ def _annotate(wb, reader: str, cohort: str, work, drafts: set) -> None:
 def _hold(wb, reader: str, cohort: str, report_id: str, given: str | None, work) -> None:
     """Adaptive reading: a report opened by the arrows or a link is claimed like one next_report gives, so it is
     not given to another reader while this one reads it (once per report shown; the claim lasts 30 minutes)."""
-    if not wb.adaptive_settings().enabled or report_id == given:
-        return
-    if work.loc[work["report_id"] == report_id, "state"].isin(READ).any():
+    if not wb.adaptive_settings().enabled or work.loc[work["report_id"] == report_id, "state"].isin(READ).any():
         return
     key = (reader, cohort, report_id)
     if st.session_state.get(state.ANN_HELD) != key:
-        wb.open_report(reader, cohort, report_id)
+        if report_id != given:  # next_report claimed the one it gave
+            wb.open_report(reader, cohort, report_id)
         st.session_state[state.ANN_HELD] = key
 
 
