@@ -871,7 +871,7 @@ def ceiling(wb, run_id, fmt, wide):
     notes = [n for n in dict.fromkeys(table.get("fleiss_note", pd.Series(dtype=str)).fillna("")) if n]
     short = {"readers_fleiss_kappa": "readers_kappa", "mean_reader_accuracy": "readers_acc",
              "labeller_accuracy": "labeller_acc", "accuracy_unanimous": "acc_unanimous", "accuracy_split": "acc_split"}
-    scope = wb.agreement_scope()
+    scope = wb.agreement_scope(wb.run_cohort(run_id))  # the run's cohort's sample, not every cohort's
     say(scope) if scope else None
     echo_table(table.drop(columns=["fleiss_note"], errors="ignore").rename(columns=short), wide=wide,
                columns=["label", "labeller_kappa", "readers_kappa", "acc_unanimous", "acc_split", "n_split"],
