@@ -154,6 +154,25 @@ def test_anthropic_text_replies_through_its_own_surface(small_study):
         assert set(facts["reported_model"]) == {"claude-3-5-haiku-20241022"} and set(facts["finish_reason"]) == {"stop"}
 
 
+def test_ollama_native_chat_sends_format_json_and_records_its_facts(small_study):
+    wb = small_study
+    with running_server(keywords=KEYWORDS) as srv:
+        srv.body_fn = shaped("ollama_native_format_json")
+        base = srv.url.removesuffix("/v1")  # Ollama's own API sits at the root: /api/chat
+        summary = wb.start_run("dev", labels=["pleural_effusion"], json_mode=True,
+                               **{**remote(srv, model="ollama_chat/llama3.1:8b"), "api_base": base})
+        assert (summary.status, summary.failures) == ("finished", 0), summary.causes()
+        assert srv.count == 8 and all(body["format"] == "json" for body in srv.bodies)  # Ollama's JSON mode
+        assert all("response_format" not in body for body in srv.bodies)
+        facts = wb.call_facts(summary.run_id)
+        assert set(facts["prompt_tokens"]) == {402} and set(facts["completion_tokens"]) == {19}
+        assert set(facts["finish_reason"]) == {"stop"} and (facts["latency_s"] > 0).all()
+        srv.body_fn = None  # the same questions through the OpenAI surface: the same answers
+        plain = wb.start_run("dev", labels=["pleural_effusion"], **remote(srv))
+        answers = lambda run: wb.predictions(run).set_index("report_id")["value"].astype(int).to_dict()  # noqa: E731
+        assert answers(summary.run_id) == answers(plain.run_id) and 0 < sum(answers(plain.run_id).values()) < 8
+
+
 def test_truncated_and_refused_replies_are_their_own_failure_kinds_with_a_hint(small_study):
     wb = small_study
     with running_server(keywords=KEYWORDS) as srv:
