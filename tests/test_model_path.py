@@ -257,3 +257,46 @@ def test_per_call_facts_export_from_the_cli(small_study):
     assert len(rows) == 8 and all("gpt-4o-mini-2024-07-18" in r for r in rows)
     per_label = runner.invoke(main, ["calls", str(summary.run_id), "--per-label", "--format", "json", "--study", str(wb.root)])
     assert json.loads(per_label.output)[0]["label"] == "pleural_effusion"
+
+
+def _store_noise(wb, run_id: int, differ_every: int) -> None:
+    """A noise measurement of a run stored as `workbench noise` stores one: one repeat in differ_every differs."""
+    from workbench.store import queries as q
+
+    preds = wb.predictions(run_id)
+    preds = preds[preds["value"].notna()].head(200)
+    rows = [(run_id, 1, r.report_id, r.label, 1, None, int(r.value), int(r.value) ^ (i % differ_every == 0), "ok")
+            for i, r in enumerate(preds.itertuples(index=False))]
+    with wb.session(write=True) as s:
+        q.put_noise_repeats(s, rows)
+
+
+def test_split_compare_and_suggest_print_the_noise_lines_per_part_from_the_cli(demo_template, tmp_path):
+    from conftest import copy_study
+
+    wb = copy_study(demo_template, tmp_path / "demo")
+    wb.split_cohort("dev", 0.3, 0)
+    newer, older = (int(i) for i in wb.runs("dev")["id"].tolist()[:2])
+    label = wb.disagreements(newer)["label"].value_counts().index[0]
+    runner = CliRunner()
+    split = ["split-compare", str(older), str(newer), "--study", str(wb.root)]
+    suggest = ["suggest", label, "--run", str(newer), "--proposer", "offline", "--study", str(wb.root)]
+    not_measured = f"noise: not measured (`workbench noise {newer}`"
+    out = runner.invoke(main, split)
+    assert out.exit_code == 0, out.output
+    assert out.output.count(not_measured) == 1  # once, not once per part
+    out = runner.invoke(main, suggest)
+    assert out.exit_code == 0, out.output
+    assert "proposal #" in out.output and not_measured in out.output
+    _store_noise(wb, newer, differ_every=2)  # a noise rate of one half: every change is within noise
+    out = runner.invoke(main, split)
+    lines = [line for line in out.output.splitlines() if line.startswith("noise, ")]
+    changed = wb.compare_by_part(older, newer)
+    for part in ("tuning", "validation"):
+        table = changed[part]["table"]
+        moved = [lab for lab, row in table.iterrows() if row["b"] + row["c"]]
+        assert moved and all(any(line.startswith(f"noise, {lab} ({part}): ") for line in lines) for lab in moved)
+    assert all(re.search(r"changed; at noise rate [0-9.]+ noise alone would explain about", line) for line in lines)
+    out = runner.invoke(main, suggest)
+    assert re.search(rf"^noise, {label} \(validation\): \d+ changed; at noise rate [0-9.]+ noise alone would explain",
+                     out.output, re.M), out.output

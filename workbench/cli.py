@@ -1476,7 +1476,9 @@ def split_compare(wb, run_a, run_b, fmt):
 
         for part, r in result.items():
             click.echo(f"{part}: macro F1 {f(r['macro_f1_a'])} -> {f(r['macro_f1_b'])} ({r['macro_labels']})")
-            _noise_lines(wb, run_a, run_b, r["table"])
+        lines = [line for part, r in result.items() for line in wb.comparison_noise(run_a, run_b, r["table"], part)]
+        for line in dict.fromkeys(lines):  # each part's lines name it; "not measured" once, not once per part
+            say(line)
 
 
 @main.command("split-history")
@@ -1516,7 +1518,7 @@ def suggest(wb, label, run_id, proposer, model, fmt, phrase_list):
         if result.get("evaluation"):
             result["evaluation"] = {k: v for k, v in result["evaluation"].items() if k not in ("values", "evidence")}
     for result in results:
-        result["noise"] = wb.suggestion_noise(result)
+        result["noise"] = "\n".join(wb.suggestion_noise_lines(result))  # or that the run's noise is not measured
     if fmt == "json":
         click.echo(json.dumps(results if label == "all" else results[0], indent=2, default=json_default))
     else:
