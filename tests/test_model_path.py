@@ -182,6 +182,8 @@ def test_truncated_and_refused_replies_are_their_own_failure_kinds_with_a_hint(s
         refused = run_shape(wb, srv, "openai_refusal", "openai/gpt-4o")
         assert refused.failure_kinds == {"refusal": 8} and "declined" in refused.causes()[0]
         assert "can't assist" in refused.failure_examples["refusal"]
+        filtered = run_shape(wb, srv, "azure_content_filter", "openai/gpt-4o")  # Azure OpenAI's content filter
+        assert filtered.failure_kinds == {"refusal": 8} and "content filter" in filtered.failure_examples["refusal"]
         srv.body_fn = None  # failures are never cached: a retry asks again and now gets answers
         assert wb.retry_failed(cut.run_id).failures == 0
 

@@ -67,3 +67,25 @@ def test_runs_page_shows_a_model_runs_cost_and_tokens_per_label(small_study):
         list(table.index) == [names["pneumothorax"], names["pleural_effusion"]]
     assert list(table["calls"]) == [8, 8] and (table["cost"] > 0).all()
     assert list(table["tokens_per_label"]) == [1290 + 18] * 2  # the recorded reply's usage, per label answer
+
+
+def test_a_reasoning_models_thinking_is_in_the_case_view_and_never_in_its_answer(small_study):
+    from workbench.ui import state
+
+    wb = small_study
+    with running_server(keywords=("effusion",)) as srv:
+        _point_at(wb, srv)
+        reply = SHAPES["qwen3_think_vllm"]
+        srv.body_fn = lambda request, answer: json.loads(json.dumps(reply).replace(
+            "$ANSWER", answer.replace("\\", "\\\\").replace('"', '\\"')).replace(
+            "$VALUE", str(json.loads(answer)["value"])))
+        summary = wb.start_run("dev", labels=["pleural_effusion"], confirmed=True)
+    assert summary.failures == 0
+    at = open_page(wb.root, "runs", {state.RUNS_TAB: "Metrics of a run", state.RUN: summary.run_id})
+    at.text_input(key=state.SEARCH).input("effusion").run()
+    assert_clean(at)
+    shown = all_text(at)
+    thinking = wb.case(summary.run_id, at.session_state[state.SEARCH_CASE][0], "pleural_effusion")["call"]["reasoning"]
+    assert thinking and "The model's thinking (kept out of parsing)" in shown and thinking in shown
+    answers = [d.value for d in at.dataframe if any(str(c).startswith("run ") for c in d.value.columns)][0]
+    assert "think" not in " ".join(str(v) for v in answers.loc["evidence"])
