@@ -1622,7 +1622,7 @@ def accept(wb, proposal_id):
 @click.option("--phrases", "phrase_list", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Outside phrase list (CheXpert labeler CSV: observation, list, raw_phrase) read in place: its synonyms are tried as offline candidates.")
 @click.option("--screen/--no-screen", default=True, show_default=True,
-              help="Label each proposal first on the label's tuning disagreements plus a stratified sample of agreements; evaluate in full only those that pass.")
+              help="Label each proposal first on the label's tuning disagreements plus a stratified sample of agreements; ask the whole validation part (which decides) only for those that pass, and carry the rest of tuning over (the report says how many answers; a run of the saved version asks them).")
 @study_option
 def optimise(wb, labels, rounds, run_id, proposer, model, out, phrase_list, screen):
     """Rounds of suggest -> evaluate -> keep if validation does not drop; the best version is left as drafts."""
