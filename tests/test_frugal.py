@@ -240,6 +240,8 @@ def _labeller_bodies(srv) -> list[dict]:
 
 
 def test_carried_answers_a_later_screen_picks_are_asked_under_the_current_prompt_over_http(tmp_path):
+    from workbench.services.optimising import report_markdown
+
     with running_server() as srv:
         model = {"model": "openai/fake", "api_base": srv.url, "concurrency": 4, "max_retries": 0}
         srv.answer_fn = lambda messages: _follows_look_for(messages)
@@ -252,6 +254,8 @@ def test_carried_answers_a_later_screen_picks_are_asked_under_the_current_prompt
             reports[screen] = wb.optimise(labels=["cardiomegaly"], rounds=3, run_id=run_id, proposer="llm",
                                           model="openai/fake", api_base=srv.url, screen=screen)
             asked[screen] = _labeller_bodies(srv)
+            # the model proposer's calls are paid too: counted apart from the labeller's
+            assert reports[screen]["calls"]["proposer"] == srv.count - len(asked[screen]) == 2  # round 3 has no case
         off, on = reports[False], reports[True]
         changes = lambda report: [c for e in report["rounds"] for c in e["changes"]]  # noqa: E731
         assert [len(e["changes"]) for e in on["rounds"][:2]] == [1, 1] == [len(e["changes"]) for e in off["rounds"][:2]]
@@ -259,6 +263,7 @@ def test_carried_answers_a_later_screen_picks_are_asked_under_the_current_prompt
             assert (a["validation_f1"], a["validation_mcnemar"]) == (b["validation_f1"], b["validation_mcnemar"])
         # the server saw exactly the calls optimise counts, and no (prompt, report) twice: the cache holds
         assert len(asked[True]) == on["calls"]["made"] < len(asked[False]) == off["calls"]["made"]
+        assert "plus 2 calls to the model proposer" in report_markdown(on)
         pairs = [(b["messages"][-1]["content"]) for b in asked[True]]
         assert len(set(pairs)) == len(pairs)
         # round 2's screen asked the round-1 prompt on the carried reports it picked, and counted them

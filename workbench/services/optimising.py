@@ -296,7 +296,7 @@ class OptimisingService(Service):
             llm.complete_all_sync([llm.CallRequest(key, messages)], cfg, lambda _r, x: results.append(x))
             res = results[0]
             if res.text is None:
-                return proposals.ProposalResult("call_error", res.error or "no reply")
+                return proposals.ProposalResult("call_error", res.error or "no reply", calls_made=1)
             text = res.text
         result = proposals.parse_reply(text, ps.label(label), set(failing["report_id"]), source)
         with self.session() as s:
@@ -309,7 +309,7 @@ class OptimisingService(Service):
         if result.edit is not None:
             result = proposals.ProposalResult(result.status, result.detail, proposals.Edit(
                 **{**result.edit.__dict__, "note_ids": tuple(int(i) for i in notes["id"])}))
-        return result
+        return dataclasses.replace(result, calls_made=int(res is not None))
 
     def suggest_failing(self, run_id: int | None = None, proposer: str = "auto", model: str | None = None,
                         api_base: str | None = None, phrase_list=None) -> list[dict]:
@@ -565,7 +565,7 @@ class OptimisingService(Service):
         current = y_pred.copy()
         policy = self.evaluation.macro_policy()
         report = {"run": run.id, "base_commit": run.prompt_commit, "labels": labels, "rounds": [],
-                  "proposer": proposer, "calls": {"made": 0, "reused": 0, "cost": 0.0}, "zero_division": policy,
+                  "proposer": proposer, "calls": {"made": 0, "reused": 0, "cost": 0.0, "proposer": 0}, "zero_division": policy,
                   "screen": {"on": screen, "screened": 0, "screened_out": 0, "calls": 0, "refresh_calls": 0,
                              "full_calls": 0, "full_by_part": {part: 0 for part in splits.PARTS}, "deferred": {}}}
         noise_rate = self._screen_noise_rate(run.id) if screen else 0.0
@@ -587,6 +587,7 @@ class OptimisingService(Service):
                 result = self._propose(ps, label, cases, notes, proposer, model, api_base,
                                        level=refusals.get(label, 0), phrases=phrases, hedges=hedges,
                                        avoid=frozenset(rejected))
+                report["calls"]["proposer"] += result.calls_made
                 if result.status != "ok":
                     entry["rejected"].append({"label": label, "status": result.status, "detail": result.detail})
                     continue
@@ -959,7 +960,8 @@ def report_markdown(report: dict) -> str:
         lines.append(f"\nAfter round {entry['round']}: {macro(entry['metrics'])}{carried_note(entry)}\n")
     lines.append(f"At the end: {macro(report['end'])}{carried_note(report['rounds'][-1] if report['rounds'] else {})}")
     calls = report["calls"]
-    lines.append(f"\nCalls made {calls['made']}, reused from the cache {calls['reused']}; {report['seconds']} s. "
+    proposer = f" (plus {calls['proposer']:,} calls to the model proposer)" if calls.get("proposer") else ""
+    lines.append(f"\nCalls made {calls['made']}{proposer}, reused from the cache {calls['reused']}; {report['seconds']} s. "
                  + (f"Left as drafts (not saved): {', '.join(report['drafts'])}." if report["drafts"] else "No draft left."))
     lines.append(screen_text(report))
     return "\n".join(lines)
