@@ -1474,7 +1474,9 @@ def split_compare(wb, run_a, run_b, fmt):
 
         for part, r in result.items():
             click.echo(f"{part}: macro F1 {f(r['macro_f1_a'])} -> {f(r['macro_f1_b'])} ({r['macro_labels']})")
-            _noise_lines(wb, run_a, run_b, r["table"])
+        lines = [line for part, r in result.items() for line in wb.comparison_noise(run_a, run_b, r["table"], part)]
+        for line in dict.fromkeys(lines):  # each part's lines name it; "not measured" once, not once per part
+            say(line)
 
 
 @main.command("split-history")
@@ -1514,7 +1516,7 @@ def suggest(wb, label, run_id, proposer, model, fmt, phrase_list):
         if result.get("evaluation"):
             result["evaluation"] = {k: v for k, v in result["evaluation"].items() if k not in ("values", "evidence")}
     for result in results:
-        result["noise"] = wb.suggestion_noise(result)
+        result["noise"] = "\n".join(wb.suggestion_noise_lines(result))  # or that the run's noise is not measured
     if fmt == "json":
         click.echo(json.dumps(results if label == "all" else results[0], indent=2, default=json_default))
     else:
@@ -1618,7 +1620,7 @@ def accept(wb, proposal_id):
 @click.option("--phrases", "phrase_list", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Outside phrase list (CheXpert labeler CSV: observation, list, raw_phrase) read in place: its synonyms are tried as offline candidates.")
 @click.option("--screen/--no-screen", default=True, show_default=True,
-              help="Label each proposal first on the label's tuning disagreements plus a stratified sample of agreements; evaluate in full only those that pass.")
+              help="Label each proposal first on the label's tuning disagreements plus a stratified sample of agreements; ask the whole validation part (which decides) only for those that pass, and carry the rest of tuning over (the report says how many answers; a run of the saved version asks them).")
 @study_option
 def optimise(wb, labels, rounds, run_id, proposer, model, out, phrase_list, screen):
     """Rounds of suggest -> evaluate -> keep if validation does not drop; the best version is left as drafts."""

@@ -29,6 +29,10 @@ NOISE_REPEATS = 2  # times each is asked again
 class NeedsConfirmation(UserError):
     """A run's estimated cost is above the study's labeller.confirm_above: nothing was sent."""
 
+    def __init__(self, summary: str, hint: str = "") -> None:
+        super().__init__(f"{summary}: nothing was sent" + (f"; {hint}" if hint else ""))
+        self.summary = summary  # the cost and the limit, without how a terminal confirms (the app says its own way)
+
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """Wilson score interval of k successes in n (0, 0 for n = 0)."""

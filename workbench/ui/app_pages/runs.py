@@ -120,7 +120,8 @@ def _within_budget(wb, cohort, ref, model, labels, starting: bool) -> bool:
             within = True
         except NeedsConfirmation as exc:
             if starting:
-                st.error(components.md(f"{exc} (tick the box above to accept)"))
+                st.error(components.md(f"{exc.summary[0].upper()}{exc.summary[1:]}: nothing was sent. Tick "
+                                       "\"Accept an estimated cost above ...\" and start the run again to accept it."))
     return within
 
 
