@@ -1,13 +1,27 @@
-"""Adaptive reading on a simulated 3,000-report x 6-reader x 21-label study, under both 4-of-6 rules.
+"""Adaptive reading on a simulated 3,000-report x 6-reader x 21-label study, under both 4-of-6 rules and two
+prevalence profiles.
 
 The two rules (--rule, default both side by side): `at_least` 4 of 6 (4 votes on either side, a 3-3
 tie goes to adjudication: the rule the workbench has always applied) and `positive_at_least` 4 of
 6 (positive when at least 4 of 6 mark it, otherwise negative: the Ran Score paper's rule).
 
-Readers are simulated per label with a prevalence and, per reader and label, a sensitivity and a
-specificity (stated below; the demo's readers disagree on 1.5% of clear items and more on hedged
-ones, which these rates bracket). Every reader's value for every report is drawn once, so the two
-replays read the same values:
+The two profiles (--profile, default both when the OpenI dataset is present):
+
+- `uniform` (the bench's first profile, kept as it was): the 21 Ran Score labels all asked of the
+  readers (No Finding too, as an independent label), each with a prevalence drawn log-uniform in
+  1-30%, labels independent of each other; per reader and label a sensitivity uniform in 0.80-0.97
+  and a specificity uniform in 0.97-0.995. 85.8% of its reports have a positive label.
+- `openi`: measured, not chosen. The reports are 3,000 of OpenI's 3,080 real reports (seeded draw
+  among those with text) and each report's truth is what OpenI's MeSH coding says it has, mapped
+  onto the 20 Ran Score findings (bench/openi_profile.py: the mapping, and its check against the
+  labels14.csv gold standard), so prevalences and co-occurrence are OpenI's (51.8% of its reports
+  have none of the 20 findings). The vocabulary is the Ran Score one as shipped: No Finding is
+  derived from the other 20, never asked. The readers' per-label sensitivity and specificity are
+  measured from the demo study's readings (annotations/demo/readings.csv) against its own 4-of-6
+  reference, pooled over the six readers (demo_reader_rates), errors independent between readers.
+  Needs the dataset (WORKBENCH_DATASETS or ../shared/datasets); without it only `uniform` runs.
+
+Every reader's value for every report is drawn once, so the replays read the same values:
 
 - adaptive reading on: the six readers in turn take the first report their work list offers and
   read it, until every list is done. The replay runs in memory on core/adaptive.py's rules (what
@@ -17,13 +31,15 @@ replays read the same values:
 - adaptive reading off: every reader reads every report (the old work lists); the order does not
   change the outcome.
 
-Prints `reads saved: X% (A of B)`, `reference items changed: N`, the agreement sample's Fleiss
-kappa per label with a bootstrap interval beside the full panel's, and the seconds per next-report
-query (median, p95; wall and this process's CPU). Targets: >= 30% saved, 0 items changed, median
-<= 50 ms on SQLite.
+Prints, per profile and rule, `reads saved: X% (A of B)` and `reference items changed: N`, then the
+side-by-side table (with the bounds: readers who never err, and an oracle that picks readers knowing
+their values, which no blinded order can), the profiles' prevalences beside OpenI's gold standard,
+the agreement sample's Fleiss kappa per label with a bootstrap interval beside the full panel's, and
+the seconds per next-report query (median, p95; wall and this process's CPU). Targets: >= 30%
+saved, 0 items changed, median <= 50 ms on SQLite.
 
-    python bench/bench_adaptive.py [--rule both|at_least|positive_at_least] [--reports 3000] [--readers 6]
-                                   [--calls 200] [--db URL (one rule at a time)]
+    python bench/bench_adaptive.py [--rule both|at_least|positive_at_least] [--profile both|uniform|openi]
+                                   [--reports 3000] [--readers 6] [--calls 200] [--db URL (one rule, one profile)]
 """
 
 from __future__ import annotations
@@ -33,26 +49,32 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import openi_profile  # noqa: E402
 from synthetic import write_study_inputs  # noqa: E402
+from workbench.core import adaptive  # noqa: E402
 from workbench.core.agreement import fleiss_kappa_table  # noqa: E402
 from workbench.services import init_study  # noqa: E402
 
+# the uniform profile
 PREVALENCE = (0.01, 0.30)      # per label, log-uniform between these
 SENSITIVITY = (0.80, 0.97)     # per reader and label, uniform
 SPECIFICITY = (0.97, 0.995)    # per reader and label, uniform
+PROFILES = ("uniform", "openi")
 
 
 def simulate(n_reports: int, readers: list[str], labels: list[str], seed: int = 0) -> np.ndarray:
-    """reports x readers x labels 0/1: each reader's reading of each report."""
+    """The uniform profile: reports x readers x labels 0/1, each reader's reading of each report."""
     rng = np.random.default_rng(seed)
     prevalence = np.exp(rng.uniform(np.log(PREVALENCE[0]), np.log(PREVALENCE[1]), len(labels)))
     truth = rng.uniform(size=(n_reports, len(labels))) < prevalence
@@ -61,6 +83,72 @@ def simulate(n_reports: int, readers: list[str], labels: list[str], seed: int = 
     u = rng.uniform(size=(n_reports, len(readers), len(labels)))
     positive = np.where(truth[:, None, :], u < sens[None], u >= spec[None])
     return positive.astype(int)
+
+
+def read_truth(truth: np.ndarray, sens: np.ndarray, spec: np.ndarray, rng) -> np.ndarray:
+    """Readers reading reports with known truth: reports x readers x labels 0/1 (sens, spec: readers x labels)."""
+    u = rng.uniform(size=(truth.shape[0], sens.shape[0], truth.shape[1]))
+    return np.where(truth[:, None, :], u < sens[None], u >= spec[None]).astype(int)
+
+
+def demo_reader_rates(labels: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Per label: the demo readers' sensitivity and specificity against the demo's 4-of-6 reference (3-3 items left
+    out), pooled over its six readers."""
+    readings = pd.read_csv(ROOT / "annotations" / "demo" / "readings.csv")
+    votes = readings.groupby(["report_id", "label"])["value"].transform("sum")
+    known = readings[(votes >= 4) | (votes <= 2)].assign(ref=lambda f: (votes[f.index] >= 4).astype(int))
+    rate = known.groupby(["label", "ref"])["value"].mean().unstack()
+    return rate[1].reindex(labels).to_numpy(), 1 - rate[0].reindex(labels).to_numpy()
+
+
+@dataclass
+class Profile:
+    """A simulated study: its input files, asked labels, every reader's values and the truth they read."""
+
+    name: str
+    inputs: dict
+    labels: list[str]
+    values: np.ndarray
+    truth: np.ndarray
+    readers: str
+    variants: dict = field(default_factory=dict)  # name -> (values, labels): replayed in memory only
+
+
+def uniform_profile(folder: Path, args) -> Profile:
+    """The bench's first profile (see the module's docstring), exactly as before."""
+    inputs = write_study_inputs(folder, n_reports=args.reports, n_readers=args.readers)
+    labels = _labels(inputs)
+    rng = np.random.default_rng(0)  # simulate()'s own draws, repeated to keep the truth they read
+    prevalence = np.exp(rng.uniform(np.log(PREVALENCE[0]), np.log(PREVALENCE[1]), len(labels)))
+    n_reports = len(pd.read_csv(inputs["reports"]))
+    truth = rng.uniform(size=(n_reports, len(labels))) < prevalence
+    values = simulate(n_reports, _reader_names(args), labels)
+    return Profile("uniform", inputs, labels, values, truth.astype(int),
+                   f"sensitivity U({SENSITIVITY[0]}, {SENSITIVITY[1]}), specificity U({SPECIFICITY[0]}, {SPECIFICITY[1]})")
+
+
+def openi_profile_of(folder: Path, dataset: Path, args) -> Profile:
+    """OpenI's reports and their MeSH findings, read by readers with the demo's per-label rates (module docstring)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = ROOT / "vocab" / "ranscore-21.yaml"
+    labels = [lab["id"] for lab in yaml.safe_load(vocab.read_text())["labels"] if not lab.get("derived")]
+    texts = openi_profile.sample_rows(openi_profile.report_texts(dataset), args.reports)
+    texts.to_csv(folder / "reports.csv", index=False)
+    truth = openi_profile.truth(dataset, labels).reindex(texts["id"]).to_numpy()
+    rng = np.random.default_rng(0)
+    sens, spec = demo_reader_rates(labels)
+    n = args.readers
+    values = read_truth(truth, np.tile(sens, (n, 1)), np.tile(spec, (n, 1)), rng)
+    # the same truth read by the uniform profile's readers: what the readers change, beside what the truth changes
+    old = read_truth(truth, rng.uniform(*SENSITIVITY, size=(n, len(labels))), rng.uniform(*SPECIFICITY, size=(n, len(labels))), rng)
+    # No Finding asked of the readers as a 21st label (each marks it when they mark none of the other 20), not derived
+    asked = np.concatenate([values, (values.sum(axis=2, keepdims=True) == 0).astype(int)], axis=2)
+    inputs = {"vocab": vocab, "prompts": ROOT / "prompts" / "ranscore-21", "reports": folder / "reports.csv"}
+    return Profile("openi", inputs, labels, values, truth, "the demo's per label: sensitivity "
+                   f"{sens.min():.3f}-{sens.max():.3f} (mean {sens.mean():.3f}), specificity {spec.min():.3f}-{spec.max():.3f} "
+                   f"(mean {spec.mean():.3f})",
+                   variants={"the uniform profile's readers instead": (old, labels),
+                             "No Finding asked of the readers": (asked, [*labels, "no_finding"])})
 
 
 RULES = ("at_least", "positive_at_least")
@@ -107,8 +195,6 @@ def simulate_replay(values: np.ndarray, rule, labels: list[str], sample: np.ndar
     """The adaptive replay without a database: the six readers in turn take the first report their list offers
     (core.adaptive's rules: open, not read by them, room under the cap; finishing order) and read it.
     Returns the reads in order and the final reports x readers read mask."""
-    from workbench.core import adaptive
-
     n_reports, n_readers, _ = values.shape
     read = np.zeros((n_reports, n_readers), dtype=bool)
     is_open = np.ones(n_reports, dtype=bool)
@@ -183,50 +269,72 @@ def demo_figures(rule) -> list[str]:
     return out
 
 
-def fewest_reads(rule) -> int:
-    """The fewest reads that can settle every label of a report under the rule (what bounds the savings)."""
-    if rule.kind == "positive_at_least":  # K positives, or N - K + 1 readers leaving it unticked
-        return min(rule.k, rule.n - rule.k + 1)
-    return rule.k if rule.kind == "at_least" else rule.n // 2 + 1
+def oracle_reads(values: np.ndarray, rule, sample: np.ndarray) -> int:
+    """The fewest reads any choice of readers could make: per report outside the sample, the smallest set of its
+    readers whose values already settle every label (found knowing every reader's values, which no blinded order
+    can know); the sample's reports keep all N. A bound, not a schedule."""
+    n_reports, n_readers, n_labels = values.shape
+    best = np.full(n_reports, n_readers)
+    for mask in range(1, 2**n_readers):
+        who = np.array([(mask >> k) & 1 for k in range(n_readers)], dtype=bool)
+        positives = values[:, who, :].sum(axis=1)
+        _, _, final = adaptive.settled_vote(positives.ravel(), np.full(positives.size, who.sum()), rule, rule.n)
+        settled = final.reshape(n_reports, n_labels).all(axis=1)
+        best = np.where(settled, np.minimum(best, who.sum()), best)
+    best[sample] = rule.n
+    return int(best.sum())
 
 
-def bench_rule(kind: str, tmp: Path, inputs: dict, values: np.ndarray, args) -> dict:
-    """One rule: the study, its agreement sample, the replay, the guarantee check and the next-report timing."""
+def check_reference(values: np.ndarray, read: np.ndarray, ids: list[str], labels: list[str], rule) -> tuple[int, int, int, int]:
+    """(items changed, items, decided, waiting): the adaptive reads' reference against the full panel's, item by item."""
     from workbench.core.reference import reference_from_counts
 
-    wb = make_study(tmp / kind, inputs, args.db, kind)
-    wb.import_reports(inputs["reports"], "dev")
-    labels = list(wb.vocab.asked_ids)
-    assert labels == _labels(inputs), "the simulated values follow the vocabulary's label order"
-    ids = pd.read_csv(inputs["reports"])["id"].tolist()
-    readers = [f"reader-{c}" for c in "abcdefgh"[:args.readers]]
-    start = time.perf_counter()
-    wb.start_run("dev")  # the offline labeller: the agreement sample is stratified by its predictions
-    print(f"[{kind}] offline labeller: {time.perf_counter() - start:.1f} s", flush=True)
-    wb.set_adaptive(enabled=True, agreement_share=0.2, seed=0)
-    wb.work_list(readers[0], "dev")  # draws the agreement sample
-    sample_ids = set(wb.agreement_sample_reports("dev"))
-    sample = np.array([r in sample_ids for r in ids])
-    rule = wb.rule()
-    start = time.perf_counter()
-    reads, read = simulate_replay(values, rule, labels, sample)
-    print(f"[{kind}] adaptive replay in memory: {len(reads):,} reads in {time.perf_counter() - start:.0f} s", flush=True)
     key = ["report_id", "label"]
     want = reference_from_counts(counts_of(values, np.ones(read.shape, dtype=bool), ids, labels), rule)
     want = want.set_index(key)[["value", "status"]]
     got = reference_from_counts(counts_of(values, read, ids, labels), rule, panel=rule.n).set_index(key)
     got = got[["value", "status"]].reindex(want.index)
     same_value = (got["value"] == want["value"]) | (got["value"].isna() & want["value"].isna())
-    no_sample, _ = simulate_replay(values, rule, labels, np.zeros(len(ids), dtype=bool))
+    changed = int((~same_value | (got["status"] != want["status"])).sum())
+    return changed, len(want), int(want["value"].notna().sum()), int(want["value"].isna().sum())
+
+
+def bench_rule(kind: str, profile: Profile, tmp: Path, args) -> dict:
+    """One rule on one profile: the study, its agreement sample, the replays, the guarantee check and the timing."""
+    wb = make_study(tmp / f"{profile.name}-{kind}", profile.inputs, args.db, kind)
+    labels = list(wb.vocab.asked_ids)
+    assert labels == profile.labels, "the simulated values follow the vocabulary's asked labels, in its order"
+    ids = pd.read_csv(profile.inputs["reports"])["id"].astype(str).tolist()
+    readers = _reader_names(args)
+    start = time.perf_counter()
+    wb.start_run("dev")  # the offline labeller: the agreement sample is stratified by its predictions
+    print(f"[{profile.name}, {kind}] offline labeller: {time.perf_counter() - start:.1f} s", flush=True)
+    wb.set_adaptive(enabled=True, agreement_share=0.2, seed=0)
+    wb.work_list(readers[0], "dev")  # draws the agreement sample
+    sample_ids = set(wb.agreement_sample_reports("dev"))
+    sample = np.array([r in sample_ids for r in ids])
+    rule = wb.rule()
+    values = profile.values
+    start = time.perf_counter()
+    reads, read = simulate_replay(values, rule, labels, sample)
+    print(f"[{profile.name}, {kind}] adaptive replay in memory: {len(reads):,} reads in {time.perf_counter() - start:.0f} s",
+          flush=True)
+    changed, items, decided, waiting = check_reference(values, read, ids, labels, rule)
+    total = len(ids) * len(readers)
+    saved = lambda n: f"{(total - n) / total:.1%}"  # noqa: E731
+    perfect = np.repeat(profile.truth[:, None, :], len(readers), axis=1)
+    extra = {"readers who never err (a bound)": saved(len(simulate_replay(perfect, rule, labels, sample)[0])),
+             "an oracle picking readers by value (a bound)": saved(oracle_reads(values, rule, sample)),
+             "without an agreement sample": saved(len(simulate_replay(values, rule, labels, np.zeros(len(ids), dtype=bool))[0]))}
+    for name, (other, other_labels) in profile.variants.items():
+        extra[name] = saved(len(simulate_replay(other, rule, other_labels, sample)[0]))
     times, cpu, same = time_next_report(wb, values, ids, readers, labels, reads, args.calls)
-    out = {"rule": rule, "total": len(ids) * len(readers), "reads": len(reads), "no_sample_reads": len(no_sample),
-           "changed": int((~same_value | (got["status"] != want["status"])).sum()), "items": len(want),
-           "decided": int(want["value"].notna().sum()), "waiting": int(want["value"].isna().sum()),
+    out = {"rule": rule, "profile": profile, "total": total, "reads": len(reads), "extra": extra,
+           "changed": changed, "items": items, "decided": decided, "waiting": waiting,
            "spread": pd.Series(read.sum(axis=1)[~sample]).value_counts().sort_index(),
-           "bound": (1 - sample.mean()) * (rule.n - fewest_reads(rule)) / rule.n,
+           "none": float((profile.truth.sum(axis=1) == 0).mean()),
            "wall": np.asarray(times), "cpu": np.asarray(cpu), "same": same, "dialect": wb.engine.dialect.name,
-           "sample_ids": sample_ids, "ids": ids, "readers": readers, "labels": labels,
-           "demo": demo_figures(rule)}
+           "sample_ids": sample_ids, "ids": ids, "readers": readers, "labels": labels}
     wb.engine.dispose()
     return out
 
@@ -236,26 +344,56 @@ def _ms(a: np.ndarray, q: float) -> str:
 
 
 def print_side_by_side(results: list[dict]) -> None:
-    """The figures of each rule in one column each."""
-    width = 34
-    rows = [("rule", lambda r: r["rule"].describe().split(" (")[0].split(";")[0])]
+    """The figures of each profile and rule in one column each."""
+    width, col = 48, 32
+    names = list(dict.fromkeys(name for r in results for name in r["extra"]))
+    rows = [("reads saved", lambda r: f"{(r['total'] - r['reads']) / r['total']:.1%} ({r['total'] - r['reads']:,} of {r['total']:,})")]
+    rows += [(f"  {name}", lambda r, name=name: r["extra"].get(name, "")) for name in names]
     rows += [
-        ("reads saved", lambda r: f"{(r['total'] - r['reads']) / r['total']:.1%} ({r['total'] - r['reads']:,} of {r['total']:,})"),
-        ("  at most (rule and sample)", lambda r: f"{r['bound']:.1%}"),
-        ("  without an agreement sample", lambda r: f"{(r['total'] - r['no_sample_reads']) / r['total']:.1%}"),
         ("  outside the sample, closed after", lambda r: ", ".join(f"{int(k)}: {int(v):,}" for k, v in r["spread"].items())),
         ("reference items changed", lambda r: f"{r['changed']} of {r['items']:,}"),
         ("  decided / waiting (full panel)", lambda r: f"{r['decided']:,} / {r['waiting']:,}"),
+        ("reports with no finding (truth)", lambda r: f"{r['none']:.1%}"),
         ("next report, wall median / p95", lambda r: f"{_ms(r['wall'], 50)} / {_ms(r['wall'], 95)}"),
         ("next report, CPU median / p95", lambda r: f"{_ms(r['cpu'], 50)} / {_ms(r['cpu'], 95)}"),
         ("  same report as the replay", lambda r: f"{r['same']} of {len(r['wall'])} ({r['dialect']})"),
-        ("demo study's readings, saved", lambda r: r["demo"][0]),
-        ("", lambda r: r["demo"][1]),
     ]
     print()
-    print(" " * width + "".join(f"{r['rule'].kind:<44}" for r in results))
+    print(" " * width + "".join(f"{r['profile'].name + ', ' + r['rule'].kind:<{col}}" for r in results))
     for name, cell in rows:
-        print(f"{name:<{width}}" + "".join(f"{cell(r):<44}" for r in results))
+        print(f"{name:<{width}}" + "".join(f"{cell(r):<{col}}" for r in results))
+
+
+def print_profiles(profiles: list[Profile], dataset: Path | None) -> None:
+    """Per label: each profile's prevalence (its truth), beside OpenI's labels14 gold standard where it has the label."""
+    print("\nprevalence per label (the truth the readers read)")
+    gold = openi_profile.labels14_figures(dataset) if dataset else None
+    back = {lab: col for col, lab in openi_profile.LABELS14.items()}
+    labels = list(dict.fromkeys(lab for p in profiles for lab in p.labels))
+    header = "".join(f"{p.name:>10}" for p in profiles) + ("   labels14.csv" if gold else "")
+    print(f"  {'label':<30}{header}")
+    for lab in labels:
+        cells = "".join(f"{p.truth[:, p.labels.index(lab)].mean():>10.1%}" if lab in p.labels else f"{'derived':>10}"
+                        for p in profiles)
+        if gold is not None:  # the labels14 column(s) naming the finding, or one heading of several it has
+            cols = [back[lab]] if lab in back else {"lung_lesion": ["Mass", "Nodule"], "lung_opacity": ["Infiltration"],
+                                                     "pleural_other": ["Pleural_Thickening"], "mediastinal_other": ["Hernia"]}.get(lab, [])
+            if cols:
+                cells += f"   {gold['any'](cols):.1%} ({' or '.join(cols)}{'' if lab in back or lab == 'lung_lesion' else ', one heading of it'})"
+        print(f"  {lab:<30}{cells}")
+    print(f"  {'mean over labels':<30}" + "".join(f"{p.truth.mean():>10.1%}" for p in profiles)
+          + (f"   {gold['prevalence'].mean():.1%} (14 labels)" if gold else ""))
+    print(f"  {'reports with no positive label':<30}" + "".join(f"{(p.truth.sum(axis=1) == 0).mean():>10.1%}" for p in profiles)
+          + (f"   {gold['none']:.1%} (of its 14 labels; 'normal' {gold['normal']:.1%})" if gold else ""))
+    for p in profiles:
+        print(f"  {p.name} readers: {p.readers}")
+    if dataset:
+        table = openi_profile.truth(dataset, next(p for p in profiles if p.name == "openi").labels) \
+            if any(p.name == "openi" for p in profiles) else None
+        if table is not None:
+            agree = openi_profile.check_against_labels14(dataset, table)
+            print(f"  the MeSH mapping against labels14.csv (all {len(table):,} reports): agreement "
+                  + ", ".join(f"{k} {v:.1%}" for k, v in agree.items()))
 
 
 def print_kappa(values: np.ndarray, result: dict) -> None:
@@ -265,8 +403,8 @@ def print_kappa(values: np.ndarray, result: dict) -> None:
     mine = fleiss_interval(full[full["report_id"].isin(sample_ids)])
     panel = fleiss_interval(full)
     inside = int(((panel["kappa"] >= mine["lo"]) & (panel["kappa"] <= mine["hi"])).sum())
-    print(f"\nFleiss kappa per label: agreement sample (n = {len(sample_ids):,} reports, {len(sample_ids) / len(ids):.0%}, "
-          f"full overlap) beside the full panel (n = {len(ids):,}), 95% bootstrap intervals over reports")
+    print(f"\n[{result['profile'].name}] Fleiss kappa per label: agreement sample (n = {len(sample_ids):,} reports, "
+          f"{len(sample_ids) / len(ids):.0%}, full overlap) beside the full panel (n = {len(ids):,}), 95% bootstrap intervals")
     for label in result["labels"]:
         a, b = mine.loc[label], panel.loc[label]
         print(f"  {label:<38} {a['kappa']:.3f} [{a['lo']:.3f}, {a['hi']:.3f}]   {b['kappa']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}]")
@@ -277,32 +415,54 @@ def print_kappa(values: np.ndarray, result: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rule", choices=("both", *RULES), default="both", help="the 4-of-6 rule(s) to run")
+    parser.add_argument("--profile", choices=("both", *PROFILES), default="both",
+                        help="prevalence profile(s); openi needs the OpenI dataset")
     parser.add_argument("--reports", type=int, default=3000)
     parser.add_argument("--readers", type=int, default=6)
     parser.add_argument("--calls", type=int, default=200, help="next-report queries timed on the database")
-    parser.add_argument("--db", default=None, help="a database URL for the study (default: SQLite in the study); one rule at a time")
+    parser.add_argument("--db", default=None, help="a database URL for the study (default: SQLite in the study); one rule "
+                        "and one profile at a time")
     args = parser.parse_args()
     kinds = RULES if args.rule == "both" else (args.rule,)
-    if args.db and len(kinds) > 1:
-        parser.error("--db holds one study: give --rule at_least or --rule positive_at_least with it")
+    names = PROFILES if args.profile == "both" else (args.profile,)
+    dataset = openi_profile.dataset_dir()
+    if "openi" in names and dataset is None:
+        if args.profile == "openi":
+            sys.exit("the openi profile needs the OpenI dataset (WORKBENCH_DATASETS or ../shared/datasets)")
+        print("OpenI dataset not found (WORKBENCH_DATASETS or ../shared/datasets): the openi profile is left out")
+        names = ("uniform",)
+    if args.db and len(kinds) * len(names) > 1:
+        parser.error("--db holds one study: give one --rule and one --profile with it")
     print(f"load average at the start: {', '.join(f'{x:.1f}' for x in os.getloadavg())} ({os.cpu_count()} cores)", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        inputs = write_study_inputs(tmp / "inputs", n_reports=args.reports, n_readers=args.readers)
-        n_reports = len(pd.read_csv(inputs["reports"]))
-        values = simulate(n_reports, [f"reader-{c}" for c in "abcdefgh"[:args.readers]], _labels(inputs))
-        results = [bench_rule(kind, tmp, inputs, values, args) for kind in kinds]
+        profiles = [uniform_profile(tmp / "uniform", args) if name == "uniform" else openi_profile_of(tmp / "openi", dataset, args)
+                    for name in names]
+        results = [bench_rule(kind, profile, tmp, args) for profile in profiles for kind in kinds]
+    print()
+    for r in results:
+        print(f"[{r['profile'].name}, {r['rule'].kind}] reads saved: {(r['total'] - r['reads']) / r['total']:.1%} "
+              f"({r['total'] - r['reads']} of {r['total']})")
+        print(f"[{r['profile'].name}, {r['rule'].kind}] reference items changed: {r['changed']}")
     print_side_by_side(results)
-    print_kappa(values, results[0])
-    if len(results) > 1 and results[0]["sample_ids"] != results[1]["sample_ids"]:
-        print("  (the rules' agreement samples differ: the figures above are the first rule's)")
+    for kind in kinds:
+        print(f"demo study's readings (180 x 6 x 20), {kind}, saved: " + "; ".join(demo_figures(next(r for r in results if r['rule'].kind == kind)["rule"])))
+    print_profiles(profiles, dataset)
+    for profile in profiles:
+        first = next(r for r in results if r["profile"] is profile)
+        print_kappa(profile.values, first)
+        if any(r["sample_ids"] != first["sample_ids"] for r in results if r["profile"] is profile):
+            print("  (the rules' agreement samples differ: the figures above are the first rule's)")
     print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+
+
+def _reader_names(args) -> list[str]:
+    """The simulated readers' names."""
+    return [f"reader-{c}" for c in "abcdefgh"[:args.readers]]
 
 
 def _labels(inputs: dict) -> list[str]:
     """The asked labels of the generated vocabulary, in its order."""
-    import yaml
-
     return [lab["id"] for lab in yaml.safe_load(Path(inputs["vocab"]).read_text())["labels"]]
 
 

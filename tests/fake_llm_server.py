@@ -538,8 +538,8 @@ def _make_http_server(fake: FakeLLMServer) -> ThreadingHTTPServer:
             if path.startswith(("/v1/files", "/v1/batches")):
                 self._batch_post(path, raw)
                 return
-            # /v1/messages: Anthropic's surface (answered in its shape through body_fn)
-            if path not in ("/v1/chat/completions", "/chat/completions") and not path.endswith("/messages"):
+            # /v1/messages: Anthropic's surface, /api/chat: Ollama's own (each answered in its shape through body_fn)
+            if path not in ("/v1/chat/completions", "/chat/completions", "/api/chat") and not path.endswith("/messages"):
                 self._send(404, {}, b'{"error": {"message": "not found", "type": "invalid_request_error"}}')
                 return
             try:

@@ -153,13 +153,18 @@ def test_a_new_share_or_seed_redraws_an_unread_sample_and_is_refused_once_it_is_
     wb.work_list("rad1", "dev")
     assert wb.agreement_sample("dev")["reports"] == 15 and wb.agreement_sample("dev")["share"] == 0.5
     assert len(wb.audit_log(entity="agreement_sample")) == 2  # both draws are recorded
+    before = wb.agreement_sample_reports("dev")
+    wb.set_adaptive(seed=3)  # a new seed alone draws it again too, as long as nobody has read it
+    wb.next_report("rad2", "dev")
+    assert wb.agreement_sample("dev")["seed"] == 3 and wb.agreement_sample("dev")["reports"] == 15
+    assert wb.agreement_sample_reports("dev") != before and len(wb.audit_log(entity="agreement_sample")) == 3
     sample = wb.agreement_sample_reports("dev")
     status = wb.adaptive_status("dev")
     assert status["reports_open"] == 30
     wb.submit_reading("rad1", sample[0], dict.fromkeys(wb.vocab.asked_ids, 0))
-    with pytest.raises(StudyError, match="agreement sample .*already has readings.*share 50%, seed 0"):
+    with pytest.raises(StudyError, match="agreement sample .*already has readings.*share 50%, seed 3"):
         wb.set_adaptive(seed=7)
-    assert load_config(wb.root).adaptive["seed"] == 0 and wb.agreement_sample_reports("dev") == sample
+    assert load_config(wb.root).adaptive["seed"] == 3 and wb.agreement_sample_reports("dev") == sample
     wb.set_adaptive(extra_reader=False, order="cohort")  # other settings still change
 
 
@@ -227,6 +232,9 @@ def _reader_view(wb, reader: str) -> dict:
     view["status"] = me.adaptive_status("dev")
     view["agreement"] = me.agreement("dev")
     view["queue"] = me.reading_queue(reader, "dev")
+    view["matrix"] = me.reference_matrix("dev")
+    view["item"] = me.item_reference("a000", me.vocab.asked_ids[0])
+    view["scope"] = me.agreement_scope("dev")
     return view
 
 
@@ -254,6 +262,7 @@ def test_a_readers_view_does_not_depend_on_other_readers_values_except_reports_l
     assert set(a["work_list"]["report_id"][:6]) == {f"a{i:03d}" for i in range(6)}
     assert a["reference"].equals(b["reference"]) and set(a["reference"]["report_id"]) <= {f"a{i:03d}" for i in range(6)}
     assert a["summary"].equals(b["summary"]) and a["status"] == b["status"] and a["queue"].equals(b["queue"])
+    assert a["matrix"].equals(b["matrix"]) and a["item"] == b["item"] and a["scope"] == b["scope"]
     for name in a["agreement"]:
         assert a["agreement"][name].equals(b["agreement"][name])
 
@@ -279,6 +288,7 @@ def test_the_old_order_and_the_order_sentence(adaptive_study):
     finish = wb.work_list("rad2", "dev")["report_id"].tolist()
     assert finish[0] == "a010"
     assert "nearest a decision first" in wb.reading_order_text()
+    assert "kept for you for 30 minutes" in wb.reading_order_text()  # the claim, stated where readers read
     wb.set_adaptive(order="cohort")
     assert wb.work_list("rad2", "dev")["report_id"].tolist()[:2] == ["a000", "a001"]
     assert "cohort's own order" in wb.reading_order_text()
@@ -412,3 +422,40 @@ def test_reports_imported_later_are_offered_too(adaptive_study, tmp_path):
     pd.DataFrame({"id": ["z001"], "findings": ["Heart size normal."]}).to_csv(more, index=False)
     wb.import_reports(more, "dev")
     assert "z001" in wb.work_list("rad1", "dev")["report_id"].tolist()
+
+
+def test_a_report_opened_from_the_list_is_claimed_and_offered_to_nobody_else(adaptive_study):
+    """The Annotate page's arrows and links open reports next_report did not give: opening one claims it like
+    next_report does, so another reader asking meanwhile is not given the same read (before, only next_report claimed)."""
+    wb = adaptive_study
+    wb.set_adaptive(agreement_share=0.0)
+    given = wb.next_report("rad1", "dev")
+    browsed = [r for r in wb.work_list("rad1", "dev")["report_id"] if r != given][0]
+    assert wb.adaptive.open_report("rad1", "dev", browsed) is True
+    others = [wb.next_report(reader, "dev") for reader in READERS[1:]]
+    assert browsed not in others and given not in others
+    assert browsed not in wb.work_list("rad2", "dev")["report_id"].tolist()
+    assert wb.adaptive.open_report("rad2", "dev", browsed) is False  # held by rad1
+    assert wb.adaptive.open_report("rad1", "dev", browsed) is True  # still theirs
+    wb.submit_reading("rad1", browsed, {})
+    assert wb.adaptive.open_report("rad1", "dev", browsed) is False  # read: nothing to claim
+    wb.set_adaptive(enabled=False)
+    assert wb.adaptive.open_report("rad3", "dev", browsed) is False  # no claims without adaptive reading
+
+
+def test_the_human_ceiling_states_the_sample_of_its_runs_cohort(small_study, tmp_path):
+    """`workbench ceiling RUN` is computed on the run's cohort: the n and share it states are that cohort's
+    sample's (before, the sum over every cohort's sample)."""
+    from workbench.cli import main
+
+    wb = small_study
+    run_id = wb.start_run("dev").run_id
+    wb.import_reports(_reports(tmp_path, 20), "other")
+    wb.set_adaptive(enabled=True, agreement_share=0.25)
+    for cohort in ("dev", "other"):
+        wb.work_list(wb.readers()[0], cohort)  # draws each cohort's sample
+    dev, other = wb.agreement_sample("dev"), wb.agreement_sample("other")
+    assert (dev["reports"], dev["of"], other["reports"], other["of"]) == (2, 8, 5, 20)
+    out = CliRunner().invoke(main, ["ceiling", str(run_id), "--study", str(wb.root)])
+    assert out.exit_code == 0, out.output
+    assert "n = 2 reports of 8 (sample share 25%)" in " ".join(out.output.split())

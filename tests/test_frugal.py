@@ -21,16 +21,16 @@ from fake_llm_server import last_user_text, report_part, running_server
 from test_optimising import KINDS, LABELS14, _write
 
 from workbench.core import screening, splits
-from workbench.services import init_study
+from workbench.services import Workbench, init_study
 
 GRANULOMA = (3, "Calcified granuloma in the left upper lobe.", {"nodule"})
 NORMALS = (300, "Heart size normal. Lungs clear.", set())  # agreements: the screen samples them, a full evaluation reads all
 
 
-def _rows_and_reference():
+def _rows_and_reference(extra=()):
     """Report ids with text and the reference matrix: test_optimising's kinds plus the granuloma reports."""
     rows, ref, n = [], {}, 0
-    for count, text, positives in [*KINDS, GRANULOMA, NORMALS]:
+    for count, text, positives in [*KINDS, GRANULOMA, NORMALS, *extra]:
         for _ in range(count):
             n += 1
             rows.append((f"d{n:03d}", f"{text} Study {n}."))  # no two alike: one call key per report
@@ -38,9 +38,10 @@ def _rows_and_reference():
     return rows, pd.DataFrame.from_dict(ref, orient="index")[LABELS14]
 
 
-def _study(folder, **run):
-    """A chestxray14 study with the dev cohort split 70/30 (seed 0) and one finished run (run: start_run arguments)."""
-    rows, ref = _rows_and_reference()
+def _study(folder, extra=(), **run):
+    """A chestxray14 study with the dev cohort split 70/30 (seed 0) and one finished run (run: start_run arguments;
+    extra: more (count, text, positive labels) kinds of report)."""
+    rows, ref = _rows_and_reference(extra)
     wb = init_study(folder / "study", vocab="chestxray14", rule={"rule": "majority", "n": 1})
     reports, readings = _write(folder, "dev", rows, ref)
     wb.import_reports(reports, "dev")
@@ -128,6 +129,45 @@ def test_screening_makes_fewer_calls_and_keeps_the_same_changes(frugal_template,
     assert "Screening off" in report_markdown(off)
 
 
+def test_a_passing_proposal_is_decided_on_all_of_validation_and_the_rest_of_tuning_is_left_unasked(frugal_template,
+                                                                                                    tmp_path):
+    from workbench.services.optimising import report_markdown
+
+    _, off = _optimise(frugal_template, tmp_path / "off", screen=False)
+    wb, on = _optimise(frugal_template, tmp_path / "on", screen=True)
+    folder, run_id = frugal_template
+    sizes = pd.Series(wb.split_parts("dev")).value_counts()
+    kept = lambda report: {c["label"]: c for e in report["rounds"] for c in e["changes"]}  # noqa: E731
+    full, frugal = kept(off), kept(on)
+    assert set(frugal) == {"cardiomegaly", "mass", "edema"} <= set(full)
+    for label, change in frugal.items():
+        # the decision rests on the whole validation part, asked: the same figures as without the screen
+        assert change["validation_f1"] == full[label]["validation_f1"]
+        assert change["validation_mcnemar"] == full[label]["validation_mcnemar"]
+        assert change["calls_by_part"]["validation"] == sizes["validation"] == full[label]["calls_by_part"]["validation"]
+        # of tuning only the screen was asked; the rest is carried over and said to be
+        assert change["calls_by_part"]["tuning"] == 0 and full[label]["calls_by_part"]["tuning"] == sizes["tuning"]
+        assert change["tuning_carried"] == sizes["tuning"] - change["screen"]["reports"] > 0
+        assert change["calls_made"] == change["calls_by_part"]["screen"] + sizes["validation"]
+    assert on["screen"]["deferred"] == {lab: c["tuning_carried"] for lab, c in frugal.items()}
+    assert on["screen"]["full_by_part"] == {"tuning": 0, "validation": 3 * sizes["validation"]}
+    assert off["screen"]["full_by_part"] == {"tuning": 4 * sizes["tuning"], "validation": 4 * sizes["validation"]}
+    assert on["calls"]["made"] == on["screen"]["calls"] + on["screen"]["full_calls"]
+    md = report_markdown(on)
+    assert f"(estimated, {frugal['mass']['tuning_carried']:,} answers carried over)" in md
+    left = sum(on["screen"]["left_calls"].values())
+    assert f"Not asked: {sum(on['screen']['deferred'].values()):,} tuning answers" in md
+    assert f"A run of the saved version still makes {left:,} calls after the call cache" in md
+    assert on["screen"]["left_calls"] == on["screen"]["deferred"]  # no two reports alike here: one call each
+    assert off["screen"]["left_calls"] == {lab: 0 for lab in full}  # without the screen nothing is left
+    # what was left is exactly what a model would still be asked: evaluate-drafts asks it and nothing more,
+    # and with it the tuning figures are those of the evaluation without the screen
+    drafts = wb.evaluate_drafts(run_id)
+    assert drafts["calls"]["made"] == left
+    for entry in drafts["labels"]:
+        assert entry["parts"]["tuning"]["f1_after"] == full[entry["label"]]["tuning_f1"][1]
+
+
 def test_cli_optimise_no_screen_flag(frugal_template, tmp_path):
     from click.testing import CliRunner
 
@@ -138,7 +178,7 @@ def test_cli_optimise_no_screen_flag(frugal_template, tmp_path):
     args = ["optimise", "--study", str(tmp_path / "study"), "--labels", "nodule", "--run", str(run_id), "--proposer", "offline"]
     screened = CliRunner().invoke(main, args)
     assert screened.exit_code == 0, screened.output
-    assert "nodule: screened out" in screened.output and "0 evaluated in full" in screened.output
+    assert "nodule: screened out" in screened.output and "0 passed" in screened.output
     full = CliRunner().invoke(main, [*args, "--no-screen"])
     assert full.exit_code == 0, full.output
     assert "Screening off" in full.output and "screened out" not in full.output
@@ -169,6 +209,79 @@ def test_screening_sends_fewer_chat_requests_to_a_model_over_http(tmp_path):
     assert counts[True] == reports[True]["calls"]["made"] and counts[False] == reports[False]["calls"]["made"]
     assert reports[True]["screen"]["screened_out"] >= 1
     assert {c["label"] for e in reports[True]["rounds"] for c in e["changes"]} == {"cardiomegaly"}
+
+
+HEART_SIZE = (8, "Heart size is enlarged. Lungs clear.", {"cardiomegaly"})  # left for a second round to fix
+ROUND_1, ROUND_2 = "cardiac silhouette is enlarged", "heart size is enlarged"
+
+
+class TwoRoundProposer:
+    """The fake server's answers: the labeller follows the prompt's look-for phrases; the model proposer adds
+    ROUND_1 to cardiomegaly's look-for, then (once the prompt has it) ROUND_2."""
+
+    def __init__(self, starter: list[str]) -> None:
+        self.starter = starter
+
+    def __call__(self, messages: list[dict]) -> str:
+        from workbench.services.optimising import PROPOSER_SYSTEM
+
+        if messages[0]["content"] != PROPOSER_SYSTEM:
+            return _follows_look_for(messages)
+        in_prompt = f"- {ROUND_1}" in last_user_text(messages)  # the prompt's YAML has it (not only a case's text)
+        phrases = [*self.starter, ROUND_1] + ([ROUND_2] if in_prompt else [])
+        return json.dumps({"edit": {"look_for": phrases}, "rationale": "the missed reports' wording"})
+
+
+def _labeller_bodies(srv) -> list[dict]:
+    """The chat requests the labeller sent (not the proposer's)."""
+    from workbench.services.optimising import PROPOSER_SYSTEM
+
+    return [b for b in srv.bodies if b["messages"][0]["content"] != PROPOSER_SYSTEM]
+
+
+def test_carried_answers_a_later_screen_picks_are_asked_under_the_current_prompt_over_http(tmp_path):
+    from workbench.services.optimising import report_markdown
+
+    with running_server() as srv:
+        model = {"model": "openai/fake", "api_base": srv.url, "concurrency": 4, "max_retries": 0}
+        srv.answer_fn = lambda messages: _follows_look_for(messages)
+        folder, run_id = _study(tmp_path / "template", extra=(HEART_SIZE,), labels=["cardiomegaly"], **model)
+        reports, asked = {}, {}
+        for screen in (False, True):
+            wb = copy_study(folder, tmp_path / f"screen-{screen}")
+            srv.answer_fn = TwoRoundProposer(list(wb.label_prompt("cardiomegaly").look_for))
+            srv.reset()
+            reports[screen] = wb.optimise(labels=["cardiomegaly"], rounds=3, run_id=run_id, proposer="llm",
+                                          model="openai/fake", api_base=srv.url, screen=screen)
+            asked[screen] = _labeller_bodies(srv)
+            # the model proposer's calls are paid too: counted apart from the labeller's
+            assert reports[screen]["calls"]["proposer"] == srv.count - len(asked[screen]) == 2  # round 3 has no case
+        off, on = reports[False], reports[True]
+        changes = lambda report: [c for e in report["rounds"] for c in e["changes"]]  # noqa: E731
+        assert [len(e["changes"]) for e in on["rounds"][:2]] == [1, 1] == [len(e["changes"]) for e in off["rounds"][:2]]
+        for a, b in zip(changes(off), changes(on)):  # the same decisions on the same validation answers
+            assert (a["validation_f1"], a["validation_mcnemar"]) == (b["validation_f1"], b["validation_mcnemar"])
+        # the server saw exactly the calls optimise counts, and no (prompt, report) twice: the cache holds
+        assert len(asked[True]) == on["calls"]["made"] < len(asked[False]) == off["calls"]["made"]
+        assert "plus 2 calls to the model proposer" in report_markdown(on)
+        pairs = [(b["messages"][-1]["content"]) for b in asked[True]]
+        assert len(set(pairs)) == len(pairs)
+        # round 2's screen asked the round-1 prompt on the carried reports it picked, and counted them
+        refreshed = [b for b in asked[True] if ROUND_1 in last_user_text(b["messages"])
+                     and ROUND_2 not in last_user_text(b["messages"])]
+        first = changes(on)[0]
+        assert on["screen"]["refresh_calls"] > 0
+        assert len(refreshed) == first["calls_by_part"]["screen"] + first["calls_by_part"]["validation"] + \
+            on["screen"]["refresh_calls"]
+        # what is left unasked is exactly what a run of the saved version asks
+        wb = Workbench(tmp_path / "screen-True")
+        deferred, left = on["screen"]["deferred"], on["screen"]["left_calls"]
+        assert set(deferred) == {"cardiomegaly"} and deferred["cardiomegaly"] == changes(on)[1]["tuning_carried"] > 0
+        assert left == deferred and off["screen"]["left_calls"] == {"cardiomegaly": 0}
+        commit = wb.commit_drafts(["cardiomegaly"], "Two rounds of the model proposer")
+        srv.reset()
+        wb.start_run("dev", prompt_ref=commit, labels=["cardiomegaly"], **model)
+        assert len(_labeller_bodies(srv)) == left["cardiomegaly"]
 
 
 # ---------------------------------------------------------------- 7. prefix-cache friendly

@@ -154,6 +154,25 @@ def test_anthropic_text_replies_through_its_own_surface(small_study):
         assert set(facts["reported_model"]) == {"claude-3-5-haiku-20241022"} and set(facts["finish_reason"]) == {"stop"}
 
 
+def test_ollama_native_chat_sends_format_json_and_records_its_facts(small_study):
+    wb = small_study
+    with running_server(keywords=KEYWORDS) as srv:
+        srv.body_fn = shaped("ollama_native_format_json")
+        base = srv.url.removesuffix("/v1")  # Ollama's own API sits at the root: /api/chat
+        summary = wb.start_run("dev", labels=["pleural_effusion"], json_mode=True,
+                               **{**remote(srv, model="ollama_chat/llama3.1:8b"), "api_base": base})
+        assert (summary.status, summary.failures) == ("finished", 0), summary.causes()
+        assert srv.count == 8 and all(body["format"] == "json" for body in srv.bodies)  # Ollama's JSON mode
+        assert all("response_format" not in body for body in srv.bodies)
+        facts = wb.call_facts(summary.run_id)
+        assert set(facts["prompt_tokens"]) == {402} and set(facts["completion_tokens"]) == {19}
+        assert set(facts["finish_reason"]) == {"stop"} and (facts["latency_s"] > 0).all()
+        srv.body_fn = None  # the same questions through the OpenAI surface: the same answers
+        plain = wb.start_run("dev", labels=["pleural_effusion"], **remote(srv))
+        answers = lambda run: wb.predictions(run).set_index("report_id")["value"].astype(int).to_dict()  # noqa: E731
+        assert answers(summary.run_id) == answers(plain.run_id) and 0 < sum(answers(plain.run_id).values()) < 8
+
+
 def test_truncated_and_refused_replies_are_their_own_failure_kinds_with_a_hint(small_study):
     wb = small_study
     with running_server(keywords=KEYWORDS) as srv:
@@ -163,6 +182,8 @@ def test_truncated_and_refused_replies_are_their_own_failure_kinds_with_a_hint(s
         refused = run_shape(wb, srv, "openai_refusal", "openai/gpt-4o")
         assert refused.failure_kinds == {"refusal": 8} and "declined" in refused.causes()[0]
         assert "can't assist" in refused.failure_examples["refusal"]
+        filtered = run_shape(wb, srv, "azure_content_filter", "openai/gpt-4o")  # Azure OpenAI's content filter
+        assert filtered.failure_kinds == {"refusal": 8} and "content filter" in filtered.failure_examples["refusal"]
         srv.body_fn = None  # failures are never cached: a retry asks again and now gets answers
         assert wb.retry_failed(cut.run_id).failures == 0
 
@@ -238,3 +259,46 @@ def test_per_call_facts_export_from_the_cli(small_study):
     assert len(rows) == 8 and all("gpt-4o-mini-2024-07-18" in r for r in rows)
     per_label = runner.invoke(main, ["calls", str(summary.run_id), "--per-label", "--format", "json", "--study", str(wb.root)])
     assert json.loads(per_label.output)[0]["label"] == "pleural_effusion"
+
+
+def _store_noise(wb, run_id: int, differ_every: int) -> None:
+    """A noise measurement of a run stored as `workbench noise` stores one: one repeat in differ_every differs."""
+    from workbench.store import queries as q
+
+    preds = wb.predictions(run_id)
+    preds = preds[preds["value"].notna()].head(200)
+    rows = [(run_id, 1, r.report_id, r.label, 1, None, int(r.value), int(r.value) ^ (i % differ_every == 0), "ok")
+            for i, r in enumerate(preds.itertuples(index=False))]
+    with wb.session(write=True) as s:
+        q.put_noise_repeats(s, rows)
+
+
+def test_split_compare_and_suggest_print_the_noise_lines_per_part_from_the_cli(demo_template, tmp_path):
+    from conftest import copy_study
+
+    wb = copy_study(demo_template, tmp_path / "demo")
+    wb.split_cohort("dev", 0.3, 0)
+    newer, older = (int(i) for i in wb.runs("dev")["id"].tolist()[:2])
+    label = wb.disagreements(newer)["label"].value_counts().index[0]
+    runner = CliRunner()
+    split = ["split-compare", str(older), str(newer), "--study", str(wb.root)]
+    suggest = ["suggest", label, "--run", str(newer), "--proposer", "offline", "--study", str(wb.root)]
+    not_measured = f"noise: not measured (`workbench noise {newer}`"
+    out = runner.invoke(main, split)
+    assert out.exit_code == 0, out.output
+    assert out.output.count(not_measured) == 1  # once, not once per part
+    out = runner.invoke(main, suggest)
+    assert out.exit_code == 0, out.output
+    assert "proposal #" in out.output and not_measured in out.output
+    _store_noise(wb, newer, differ_every=2)  # a noise rate of one half: every change is within noise
+    out = runner.invoke(main, split)
+    lines = [line for line in out.output.splitlines() if line.startswith("noise, ")]
+    changed = wb.compare_by_part(older, newer)
+    for part in ("tuning", "validation"):
+        table = changed[part]["table"]
+        moved = [lab for lab, row in table.iterrows() if row["b"] + row["c"]]
+        assert moved and all(any(line.startswith(f"noise, {lab} ({part}): ") for line in lines) for lab in moved)
+    assert all(re.search(r"changed; at noise rate [0-9.]+ noise alone would explain about", line) for line in lines)
+    out = runner.invoke(main, suggest)
+    assert re.search(rf"^noise, {label} \(validation\): \d+ changed; at noise rate [0-9.]+ noise alone would explain",
+                     out.output, re.M), out.output

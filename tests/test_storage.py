@@ -522,6 +522,10 @@ def test_adaptive_reading_storage(any_study, tmp_path):
         assert q.first_offered(s, cid, "local", q.now(), "finish") == "x2"
         assert q.first_offered(s, cid, "third", q.now(), "finish") == "x1"  # started reports first
         assert q.first_offered(s, cid, "third", q.now(), "cohort") == "x1"
+        # one report: offered to this reader, or None
+        assert q.first_offered(s, cid, "third", q.now(), "finish", "x2") == "x2"
+        assert q.first_offered(s, cid, "local", q.now(), "finish", "x1") is None  # read by them
+        assert q.first_offered(s, cid, "third", q.now(), "finish", "x3") is None  # closed
 
 
 def test_call_facts_and_noise_repeats(any_study):
@@ -732,6 +736,7 @@ def test_adaptive_facts_claims_and_sample_readings(any_study):
         assert facts == {"sample": '{"seed": 0}', "progress": "sig", "reports": 3, "work_list": True, "open_claim": True}
         assert q.adaptive_facts(s, cid, "ann")["open_claim"] is False
         assert q.own_claim(s, cid, "dr", stamp) == "x2"  # x3 is closed
+        assert q.own_claim(s, cid, "dr", stamp, "x2") == "x2" and q.own_claim(s, cid, "dr", stamp, "x3") is None
         assert q.own_claim(s, cid, "ann", stamp) is None
         q.put_claims(s, cid, [("x2", "dr")], done=True)  # read: no longer an unread claim
         assert q.own_claim(s, cid, "dr", stamp) is None

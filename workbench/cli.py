@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import os
+import signal
 import subprocess
 import sys
+import textwrap
+import time
+import traceback
 from pathlib import Path
 
 import click
@@ -112,7 +117,6 @@ def json_default(obj):
     return default(obj)
 def say(text: str) -> None:
     """A line of explanation wrapped to the terminal's width."""
-    import textwrap
 
     from workbench.terminal import terminal_width
 
@@ -121,7 +125,6 @@ def say(text: str) -> None:
 
 def wrap_item(text: str) -> str:
     """A list item wrapped to 100 columns, continuation lines indented under it."""
-    import textwrap
 
     return textwrap.fill(text, width=100, initial_indent="  ", subsequent_indent="    ",
                          break_long_words=False, break_on_hyphens=False)
@@ -167,7 +170,6 @@ class CliGroup(click.Group):
 
 def _report_bug() -> None:
     """Print the traceback of the exception being handled and ask for a report: it is not the user's mistake."""
-    import traceback
 
     traceback.print_exc(file=sys.stderr)
     click.echo("error: this is a bug in the workbench, not a mistake of yours; please report it with the "
@@ -191,7 +193,6 @@ def _storage_errors() -> tuple[type[BaseException], ...]:
 
 def _storage_error(exc: BaseException) -> str:
     """A one-line, text-free description of a database or disk failure."""
-    import errno
 
     orig = getattr(exc, "orig", None) or exc
     code = getattr(orig, "errno", None)
@@ -508,7 +509,6 @@ def _cost_line(wb, run_id: int) -> None:
 def _confirm_cost(wb, cohort, prompt_ref, model, labels, api_base, concurrency, batch=False) -> bool:
     """On a terminal, show the estimate and ask when it is above labeller.confirm_above; elsewhere the run
     refuses (NeedsConfirmation) unless --yes was given."""
-    import sys
 
     from workbench.services.model_path import NeedsConfirmation
 
@@ -566,7 +566,6 @@ _SIGTERM = {"received": False}
 @contextlib.contextmanager
 def _sigterm_as_interrupt():
     """During a run SIGTERM stops it as Ctrl-C does: the run is marked interrupted and can be resumed."""
-    import signal
 
     def handler(signum, frame):
         _SIGTERM["received"] = True
@@ -872,7 +871,7 @@ def ceiling(wb, run_id, fmt, wide):
     notes = [n for n in dict.fromkeys(table.get("fleiss_note", pd.Series(dtype=str)).fillna("")) if n]
     short = {"readers_fleiss_kappa": "readers_kappa", "mean_reader_accuracy": "readers_acc",
              "labeller_accuracy": "labeller_acc", "accuracy_unanimous": "acc_unanimous", "accuracy_split": "acc_split"}
-    scope = wb.agreement_scope()
+    scope = wb.agreement_scope(wb.run_cohort(run_id))  # the run's cohort's sample, not every cohort's
     say(scope) if scope else None
     echo_table(table.drop(columns=["fleiss_note"], errors="ignore").rename(columns=short), wide=wide,
                columns=["label", "labeller_kappa", "readers_kappa", "acc_unanimous", "acc_split", "n_split"],
@@ -1043,11 +1042,10 @@ def _without_error(text: str) -> str:
 
 def _keep_rejected(wb, label: str, text: str) -> Path:
     """Write an edit that could not be saved next to the study, so it is never lost."""
-    import time as _time
 
     folder = wb.root / "rejected-edits"
     folder.mkdir(exist_ok=True)
-    path = folder / f"{label}-{_time.strftime('%Y%m%d-%H%M%S')}.yaml"
+    path = folder / f"{label}-{time.strftime('%Y%m%d-%H%M%S')}.yaml"
     path.write_text(text, encoding="utf-8")
     return path
 
@@ -1476,7 +1474,9 @@ def split_compare(wb, run_a, run_b, fmt):
 
         for part, r in result.items():
             click.echo(f"{part}: macro F1 {f(r['macro_f1_a'])} -> {f(r['macro_f1_b'])} ({r['macro_labels']})")
-            _noise_lines(wb, run_a, run_b, r["table"])
+        lines = [line for part, r in result.items() for line in wb.comparison_noise(run_a, run_b, r["table"], part)]
+        for line in dict.fromkeys(lines):  # each part's lines name it; "not measured" once, not once per part
+            say(line)
 
 
 @main.command("split-history")
@@ -1516,7 +1516,7 @@ def suggest(wb, label, run_id, proposer, model, fmt, phrase_list):
         if result.get("evaluation"):
             result["evaluation"] = {k: v for k, v in result["evaluation"].items() if k not in ("values", "evidence")}
     for result in results:
-        result["noise"] = wb.suggestion_noise(result)
+        result["noise"] = "\n".join(wb.suggestion_noise_lines(result))  # or that the run's noise is not measured
     if fmt == "json":
         click.echo(json.dumps(results if label == "all" else results[0], indent=2, default=json_default))
     else:
@@ -1620,7 +1620,7 @@ def accept(wb, proposal_id):
 @click.option("--phrases", "phrase_list", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Outside phrase list (CheXpert labeler CSV: observation, list, raw_phrase) read in place: its synonyms are tried as offline candidates.")
 @click.option("--screen/--no-screen", default=True, show_default=True,
-              help="Label each proposal first on the label's tuning disagreements plus a stratified sample of agreements; evaluate in full only those that pass.")
+              help="Label each proposal first on the label's tuning disagreements plus a stratified sample of agreements; ask the whole validation part (which decides) only for those that pass, and carry the rest of tuning over (the report says how many answers; a run of the saved version asks them).")
 @study_option
 def optimise(wb, labels, rounds, run_id, proposer, model, out, phrase_list, screen):
     """Rounds of suggest -> evaluate -> keep if validation does not drop; the best version is left as drafts."""
@@ -1838,7 +1838,6 @@ def _run_app(root: Path, port: int, address: str = "127.0.0.1", open_network: bo
 
 def _call_forwarding_signals(cmd: list[str], env: dict) -> int:
     """Run a child and pass SIGTERM/SIGINT on to it (where exec is not available); returns its exit code."""
-    import signal
 
     child = subprocess.Popen(cmd, env=env)
 

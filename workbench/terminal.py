@@ -14,7 +14,9 @@ from __future__ import annotations
 import io
 import math
 import re
+import shutil
 import sys
+import textwrap
 import time
 from typing import Callable
 
@@ -38,7 +40,6 @@ HIDE_FIRST = ("_lo", "_hi")  # interval bounds go before other columns when a ta
 
 def terminal_width() -> int:
     """The terminal's real width ($COLUMNS, else the terminal's own), or 100 for a pipe or log."""
-    import shutil
 
     return max(20, shutil.get_terminal_size((WIDTH, 24)).columns)
 
@@ -281,7 +282,6 @@ def _rich_table(header: list[str], rows: list[list[str]], kinds: list[str], righ
 
 def wrap(text: str, indent: str = "  ", width: int = WIDTH) -> str:
     """A paragraph wrapped to the terminal width with an indent (words kept whole)."""
-    import textwrap
 
     return textwrap.fill(text, width=width, initial_indent=indent, subsequent_indent=indent,
                          break_long_words=False, break_on_hyphens=False)

@@ -81,6 +81,7 @@ class ProposalResult:
     status: str
     detail: str = ""
     edit: Edit | None = None
+    calls_made: int = 0  # model calls the proposer made for it (0: offline, or answered from the call cache)
 
 
 # ---------------------------------------------------------------- the edit format

@@ -57,7 +57,7 @@ class ScreenVerdict:
                 f"McNemar p = {self.p_value:.3f}")
         if self.noise_allowance:
             head += f", noise alone about {self.noise_allowance:.1f}"
-        return head + ("; passed: evaluated in full" if self.passed else "; screened out: not evaluated in full")
+        return head + ("; passed: validation asked in full" if self.passed else "; screened out: validation not asked")
 
     def to_dict(self) -> dict:
         """Plain figures for the stored report."""

@@ -169,6 +169,7 @@ class Workbench:
     agreement_scope = _Forward("adaptive")
     agreement_sample_reports = _Forward("adaptive")
     next_report = _Forward("adaptive")
+    open_report = _Forward("adaptive")
     work_list = _Forward("adaptive")
     reading_order_text = _Forward("adaptive")
     adaptive_status = _Forward("adaptive")

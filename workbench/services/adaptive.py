@@ -217,6 +217,21 @@ class AdaptiveService(Service):
             work = self._full_work_list(reader, cohort, drafts=False)
             pending = work.loc[work["state"] != COMPLETED, "report_id"]
             return str(pending.iloc[0]) if len(pending) else None
+        return self._claim(reader, cohort, None)
+
+    def open_report(self, reader: str, cohort: str, report_id: str) -> bool:
+        """Claim a report the reader opened themselves (the Annotate page's arrows, a link) as next_report claims
+        the one it gives, so that while they hold it nobody else is given it outside the agreement sample. False
+        when it is not theirs to take: read by them, no longer needed, held by another reader, or adaptive
+        reading off."""
+        self.study._check_own_reading(reader)
+        if not self.adaptive_settings().enabled:
+            return False
+        return self._claim(reader, cohort, report_id) == report_id
+
+    def _claim(self, reader: str, cohort: str, report_id: str | None) -> str | None:
+        """Give the reader a report in one transaction: their own live claim or the first offered one (report_id:
+        that report only, when _pick's rules would give it)."""
         with self.session(write=True) as s:
             cohort_id = self._cohort_in(s, cohort)
             q.lock_adaptive(s, cohort_id)
@@ -224,13 +239,16 @@ class AdaptiveService(Service):
             self._adaptive_sync(s, cohort_id, facts)
             stamp = q.now()
             if not facts["work_list"]:  # _pick's rules, found by the database (the hot path)
-                report_id = q.own_claim(s, cohort_id, reader, stamp) if facts["open_claim"] else None
-                report_id = report_id or q.first_offered(s, cohort_id, reader, stamp, self.adaptive_settings().order)
+                found = q.own_claim(s, cohort_id, reader, stamp, report_id) if facts["open_claim"] else None
+                found = found or q.first_offered(s, cohort_id, reader, stamp, self.adaptive_settings().order, report_id)
             else:  # assignments: the same rules over the whole candidates frame
-                report_id = self._pick(self._candidates(s, cohort_id, reader), stamp)
-            if report_id is not None:
-                q.put_claims(s, cohort_id, [(report_id, reader)], done=False, expires_at=_later(CLAIM_TTL_S))
-        return report_id
+                frame = self._candidates(s, cohort_id, reader)
+                if report_id is not None:
+                    frame = frame[frame["report_id"] == report_id]
+                found = self._pick(frame, stamp)
+            if found is not None:
+                q.put_claims(s, cohort_id, [(found, reader)], done=False, expires_at=_later(CLAIM_TTL_S))
+        return found
 
     def _cohort_in(self, s, cohort: str) -> int:
         """A cohort's id inside an open transaction (cohort_id() opens its own)."""
@@ -277,7 +295,8 @@ class AdaptiveService(Service):
         if not settings.enabled:
             return "Your list is in the cohort's order; every report is read by every reader on it."
         return ("Adaptive reading: a report leaves your list once its reference can no longer change. "
-                f"Order: {core.ORDERS[settings.order]}.")
+                f"Order: {core.ORDERS[settings.order]}. A report you open is kept for you for "
+                f"{CLAIM_TTL_S // 60} minutes (nobody else is given it meanwhile); after that it may go to another reader.")
 
     # ------------------------------------------------------------ figures
 

@@ -3,6 +3,7 @@ noise floor (the same calls asked again) that says how many changes a comparison
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import threading
@@ -27,6 +28,10 @@ NOISE_REPEATS = 2  # times each is asked again
 
 class NeedsConfirmation(UserError):
     """A run's estimated cost is above the study's labeller.confirm_above: nothing was sent."""
+
+    def __init__(self, summary: str, hint: str = "") -> None:
+        super().__init__(f"{summary}: nothing was sent" + (f"; {hint}" if hint else ""))
+        self.summary = summary  # the cost and the limit, without how a terminal confirms (the app says its own way)
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -120,7 +125,6 @@ class ModelPathService(Service):
             measurement = q.next_noise_measurement(s, run_id)
         rows: list[tuple] = []
         for k in range(1, repeats + 1):
-            import dataclasses
 
             cfg_k = dataclasses.replace(cfg, seed=(cfg.seed or 0) + k) if seeded else cfg
             answers: list = []

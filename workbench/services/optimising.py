@@ -173,17 +173,18 @@ class OptimisingService(Service):
         rows: list[dict] = []
 
         def store(answers: list) -> None:
-            rows.extend(_rows(answers))
+            rows.extend({**row, "made": True} for row in _rows(answers))
             with self.session() as s:
                 q.put_cached_calls(s, _cache_entries(cfg, answers))
 
-        done = labelling.label_calls(requests, cfg, self.runner._cached_replies, store, store_reused=lambda answers: rows.extend(_rows(answers)))
+        done = labelling.label_calls(requests, cfg, self.runner._cached_replies, store,
+                                     store_reused=lambda answers: rows.extend({**r, "made": False} for r in _rows(answers)))
         counts = {"calls": done.calls, "made": done.made, "reused": done.reused, "cost": done.cost,
                   "prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens}
         frame = pd.DataFrame(rows, columns=["report_id", "label", "value", "evidence", "evidence_found", "status",
-                                            "detail", "call_key"])
+                                            "detail", "call_key", "made"])
         frame = frame[frame["label"] == label].drop_duplicates("report_id").set_index("report_id")
-        return frame.reindex(report_ids)[["value", "evidence"]], counts
+        return frame.reindex(report_ids)[["value", "evidence", "made"]], counts
 
     # ------------------------------------------------------------ suggestions
 
@@ -297,7 +298,7 @@ class OptimisingService(Service):
             llm.complete_all_sync([llm.CallRequest(key, messages)], cfg, lambda _r, x: results.append(x))
             res = results[0]
             if res.text is None:
-                return proposals.ProposalResult("call_error", res.error or "no reply")
+                return proposals.ProposalResult("call_error", res.error or "no reply", calls_made=1)
             text = res.text
         result = proposals.parse_reply(text, ps.label(label), set(failing["report_id"]), source)
         with self.session() as s:
@@ -310,7 +311,7 @@ class OptimisingService(Service):
         if result.edit is not None:
             result = proposals.ProposalResult(result.status, result.detail, proposals.Edit(
                 **{**result.edit.__dict__, "note_ids": tuple(int(i) for i in notes["id"])}))
-        return result
+        return dataclasses.replace(result, calls_made=int(res is not None))
 
     def suggest_failing(self, run_id: int | None = None, proposer: str = "auto", model: str | None = None,
                         api_base: str | None = None, phrase_list=None) -> list[dict]:
@@ -435,10 +436,15 @@ class OptimisingService(Service):
         return out
 
     def evaluate_edit(self, run_id: int, new_lp: LabelPrompt, base_ps=None, base_pred: pd.Series | None = None,
-                      inputs: tuple | None = None) -> EditEvaluation:
+                      inputs: tuple | None = None, tuning_ids=None) -> EditEvaluation:
         """Label tuning and validation with the revised label (through the call cache); per part: F1 before
         and after, fixed and broken cases; on validation the exact McNemar verdict. Offered only when
-        validation does not get worse."""
+        validation does not get worse.
+
+        tuning_ids (frugal optimise): ask only these tuning reports (a screen's, answered from the cache) and
+        carry the rest of tuning over from the answers before; the result names them (carried) and its tuning
+        figures are then an estimate. Validation is always asked in full: it alone decides.
+        """
         run = self.runner.run_info(run_id)
         cohort = self.study._cohort_name(run.cohort_id)
         parts = self.splits.split_parts(cohort)
@@ -450,14 +456,23 @@ class OptimisingService(Service):
         known = y_true[label].notna()
         ids = [r for r in y_true.index if r in parts and r not in leaked and known.loc[r]]
         before = (y_pred[label] if base_pred is None else base_pred).reindex(ids)
+        wanted = None if tuning_ids is None else set(tuning_ids)
+        asked = {part: [r for r in ids if parts[r] == part and (part != "tuning" or wanted is None or r in wanted)]
+                 for part in splits.PARTS}
+        carried = tuple(r for r in ids if parts[r] == "tuning" and wanted is not None and r not in wanted)
         started = time.perf_counter()
-        after, counts = self._label_with(run, new_ps, label, ids)
+        after, counts = self._label_with(run, new_ps, label, [r for part in splits.PARTS for r in asked[part]])
         counts["seconds"] = round(time.perf_counter() - started, 3)
+        made = after["made"].fillna(False).astype(bool)  # where the calls went, per part
+        counts["by_part"] = {part: int(made.loc[asked[part]].sum()) for part in splits.PARTS}
+        values = after["value"].astype(float).reindex(ids)
+        values.loc[list(carried)] = before.loc[list(carried)]  # not asked: the answer before stands in for it
         by_part = {}
         for part in splits.PARTS:
             keep = [r for r in ids if parts[r] == part]
             by_part[part] = _compare_part(y_true.loc[keep, [label]], before.loc[keep].to_frame(label),
-                                          after.loc[keep, "value"].astype(float).to_frame(label))
+                                          values.loc[keep].to_frame(label))
+        by_part["tuning"]["carried"] = len(carried)
         val = by_part["validation"]
         worse = (val["delta_f1"] == val["delta_f1"] and val["delta_f1"] < 0) or val["verdict"] == "worse" or (
             val["delta_f1"] != val["delta_f1"] and val["broken"] > val["fixed"])
@@ -465,7 +480,7 @@ class OptimisingService(Service):
             label=label, calls=counts, parts=by_part, offered=not worse,
             why=("validation gets worse: not offered" if worse else
                  "validation does not drop" + (f" (McNemar: {val['verdict']})" if val["verdict"] else "")),
-            values=after["value"].to_dict(), evidence=after["evidence"].to_dict())
+            values=after["value"].to_dict(), evidence=after["evidence"].to_dict(), carried=carried)
 
     def evaluate_drafts(self, run_id: int | None = None, labels: list[str] | None = None) -> dict:
         """Your drafts (and uncommitted file edits) labelled through the call cache on tuning and validation,
@@ -544,8 +559,11 @@ class OptimisingService(Service):
         """suggest -> evaluate -> keep if validation does not drop, for K rounds; a report per round; the
         best version is left as drafts for a person to save. A label whose proposal validation rejected
         gets a smaller, safer one in the next round (the offline proposer; a model is asked again).
-        screen: first label each proposal on a small stratified part of tuning (core/screening.py) and
-        evaluate in full only those that pass (the screen's calls are reused from the cache)."""
+        screen: first label each proposal on a small stratified part of tuning (core/screening.py); one that
+        passes is asked on the whole validation part, which alone decides as without the screen. The rest of
+        tuning is not asked: the answers before are carried over (tuning figures and the next round's
+        material are then estimates, and the report says how many), and a run of the saved version or
+        evaluate-drafts asks them. screen=False: every proposal labelled on all of tuning and validation."""
         self.require("edit_prompts")
         if rounds < 1:
             raise StudyError("rounds must be at least 1")
@@ -561,12 +579,14 @@ class OptimisingService(Service):
         current = y_pred.copy()
         policy = self.evaluation.macro_policy()
         report = {"run": run.id, "base_commit": run.prompt_commit, "labels": labels, "rounds": [],
-                  "proposer": proposer, "calls": {"made": 0, "reused": 0, "cost": 0.0}, "zero_division": policy,
-                  "screen": {"on": screen, "screened": 0, "screened_out": 0, "calls": 0, "full_calls": 0}}
+                  "proposer": proposer, "calls": {"made": 0, "reused": 0, "cost": 0.0, "proposer": 0}, "zero_division": policy,
+                  "screen": {"on": screen, "screened": 0, "screened_out": 0, "calls": 0, "refresh_calls": 0,
+                             "full_calls": 0, "full_by_part": {part: 0 for part in splits.PARTS}, "deferred": {}}}
         noise_rate = self._screen_noise_rate(run.id) if screen else 0.0
         # every macro figure covers all the run's labels (not only those optimised), under the study's policy
         report["start"] = _macro_by_part(y_true, current, parts, policy)
         rejected: dict = {}
+        carried: dict[str, set] = {}  # label -> tuning reports whose answer under its current prompt was not asked
         refusals: dict[str, int] = {}  # label -> proposals of it that validation turned down so far
         phrases = self.phrase_lists(phrase_list)
         # how the reference treats hedges, from every label's tuning part (offline proposer only)
@@ -581,6 +601,7 @@ class OptimisingService(Service):
                 result = self._propose(ps, label, cases, notes, proposer, model, api_base,
                                        level=refusals.get(label, 0), phrases=phrases, hedges=hedges,
                                        avoid=frozenset(rejected))
+                report["calls"]["proposer"] += result.calls_made
                 if result.status != "ok":
                     entry["rejected"].append({"label": label, "status": result.status, "detail": result.detail})
                     continue
@@ -591,8 +612,12 @@ class OptimisingService(Service):
                     continue
                 screened = None
                 if screen:
-                    screened = self._screen_edit(run, new_lp, ps, current[label], y_true, parts, noise_rate)
-                    _add_calls(report, screened["calls"], "calls")
+                    screened = self._screen_edit(run, new_lp, ps, current[label], y_true, parts, noise_rate,
+                                                 carried=carried.get(label, set()))
+                    _add_calls(report, screened["calls"], "calls", screened["refresh_calls"])
+                    fresh = screened["refreshed"]  # real answers of the current prompt: they replace carried ones
+                    current = _take_answers(self.vocab, current, evidence, label, fresh["value"], fresh["evidence"])
+                    carried[label] = carried.get(label, set()) - set(fresh.index)
                     if not screened["verdict"]["passed"]:
                         report["screen"]["screened_out"] += 1
                         entry["rejected"].append({"label": label, "status": "screened out", "detail": screened["why"],
@@ -600,7 +625,10 @@ class OptimisingService(Service):
                         rejected[new_lp] = f"screened out in round {k}: {screened['why']}"
                         refusals[label] = refusals.get(label, 0) + 1
                         continue
-                ev = self.evaluate_edit(run.id, new_lp, base_ps=ps, base_pred=current[label], inputs=(y_true, y_pred))
+                # after a screen, only validation (which alone decides) is asked beyond it; the rest of tuning is
+                # carried over and left for a run of the saved version (or evaluate-drafts) to ask
+                ev = self.evaluate_edit(run.id, new_lp, base_ps=ps, base_pred=current[label], inputs=(y_true, y_pred),
+                                        tuning_ids=screened["ids"] if screened else None)
                 _add_calls(report, ev["calls"], "full_calls")
                 summary = _change_summary(label, result.edit, ev, screened)
                 if not ev["offered"]:
@@ -609,17 +637,20 @@ class OptimisingService(Service):
                     refusals[label] = refusals.get(label, 0) + 1
                     continue
                 ps = ps.with_label(new_lp)
-                values = pd.Series(ev["values"], dtype=float)
-                current.loc[values.index, label] = values
-                current = derive_frame(self.vocab, current)[current.columns]  # No Finding follows the asked labels
-                evidence[label] = pd.concat([evidence[label].drop(values.index, errors="ignore"), pd.Series(ev["evidence"])])
+                current = _take_answers(self.vocab, current, evidence, label, pd.Series(ev["values"], dtype=float),
+                                        pd.Series(ev["evidence"], dtype=object))
+                carried[label] = set(ev["carried"])
                 entry["changes"].append(summary)
             entry["metrics"] = _macro_by_part(y_true, current, parts, policy)
+            entry["carried"] = sum(len(c) for c in carried.values())  # tuning answers not asked: its figures estimate
             entry["validation_mcnemar"] = _mcnemar_table(y_true, previous, current, parts, labels)
             report["rounds"].append(entry)
             retry = any(r.get("status") in ("validation worse", "already rejected") for r in entry["rejected"])
             if not entry["changes"] and not retry:
                 break  # nothing more to propose: later rounds would see the same material
+        report["screen"]["deferred"] = {lab: len(c) for lab, c in carried.items() if c}
+        changed = [lab for lab in labels if ps.label(lab) != base_ps.label(lab)]
+        report["screen"]["left_calls"] = self._left_to_ask(run, ps, changed)
         report["end"] = _macro_by_part(y_true, current, parts, policy)
         report["seconds"] = round(time.perf_counter() - started, 2)
         self._record_optimisation(report, run, labels, base_ps, ps, save_drafts)
@@ -649,6 +680,23 @@ class OptimisingService(Service):
         for lab in report["drafts"]:
             self.prompts.save_draft(ps.label(lab), run.prompt_commit)
 
+    def _left_to_ask(self, run, ps, labels: list[str]) -> dict[str, int]:
+        """Per changed label, the calls a run of prompt set ps on the run's cohort would still make after the call
+        cache (counted, none made): what optimise left unasked (joint mode: one figure for the joint calls)."""
+        if not labels:
+            return {}
+        cfg = labelling.model_config(self.runner._settings_from_params(json.loads(run.params_json)))
+        with self.session() as s:
+            reports = q.reports_frame(s, cohort_id=run.cohort_id)
+        groups = {lab: [lab] for lab in labels} if run.mode == "per_label" else {"joint calls": json.loads(run.labels_json)}
+        left = {}
+        for name, group in groups.items():
+            requests = self.runner._build_requests(ps, reports, group, run.mode, run.sections.split(","), cfg, set())
+            with self.session() as s:
+                cached = set(q.cached_calls(s, [r.key for r in requests]))
+            left[name] = sum(r.key not in cached for r in requests)
+        return left
+
     def _screen_noise_rate(self, run_id: int) -> float:
         """The upper end of the run's measured overall noise rate (0 when not measured: the offline labeller's is 0)."""
         rates = self.model_path.noise_rates([run_id])
@@ -656,18 +704,34 @@ class OptimisingService(Service):
         return float(overall["hi"].iloc[0]) if len(overall) else 0.0
 
     def _screen_edit(self, run, new_lp: LabelPrompt, base_ps, before: pd.Series, y_true: pd.DataFrame, parts: dict,
-                     noise_rate: float = 0.0, seed: int = 0) -> dict:
+                     noise_rate: float = 0.0, seed: int = 0, carried=frozenset()) -> dict:
         """Label one proposal on its screen (the label's tuning disagreements and a stratified, seeded sample of
-        agreements) through the call cache, and judge whether it is worth a full evaluation."""
+        agreements) through the call cache, and judge whether it is worth asking validation.
+
+        carried: tuning reports whose answer under the current prompt was never asked (an earlier kept change
+        carried it over); those the screen picks are asked under the current prompt first, so fixed and
+        broken compare two real answers. What they answer comes back as refreshed."""
         label = new_lp.label
         new_ps = base_ps.with_label(new_lp)
         leaked = new_ps.example_report_ids() | base_ps.example_report_ids()
         known = y_true[label].notna() & before.reindex(y_true.index).notna()
         ids = [r for r in y_true.index if parts.get(r) == "tuning" and r not in leaked and known.loc[r]]
         chosen = screening.screen_sample(y_true.loc[ids, label], before.reindex(ids), seed)
-        after, counts = self._label_with(run, new_ps, label, chosen.ids)
+        counts = _no_calls()
+        refresh = [r for r in chosen.ids if r in carried]
+        refreshed = pd.DataFrame(columns=["value", "evidence"])
+        if refresh:
+            refreshed, refresh_counts = self._label_with(run, base_ps, label, refresh)
+            refreshed = refreshed[refreshed["value"].notna()]  # a failed call keeps the answer carried over
+            _sum_calls(counts, refresh_counts)
+            before = before.copy()
+            before.loc[refreshed.index] = refreshed["value"].astype(float)
+        refresh_made = counts["made"]
+        after, screen_counts = self._label_with(run, new_ps, label, chosen.ids)
+        _sum_calls(counts, screen_counts)
         verdict = screening.screen_verdict(chosen, y_true[label], before, after["value"].astype(float), noise_rate)
-        return {"calls": counts, "verdict": verdict.to_dict(), "why": verdict.why()}
+        return {"calls": counts, "refresh_calls": refresh_made, "refreshed": refreshed, "ids": chosen.ids,
+                "verdict": verdict.to_dict(), "why": verdict.why()}
 
     def optimisation_reports(self) -> pd.DataFrame:
         """Stored optimisation reports, newest first."""
@@ -686,8 +750,23 @@ def _change_summary(label: str, edit, ev, screened: dict | None) -> dict:
             "rationale": edit.rationale, "source": edit.source,
             **{f"{p}_f1": [ev["parts"][p]["f1_before"], ev["parts"][p]["f1_after"]] for p in splits.PARTS},
             "validation_mcnemar": {k: ev["parts"]["validation"][k] for k in ("fixed", "broken", "p_value", "verdict")},
+            "tuning_carried": ev["parts"]["tuning"].get("carried", 0),  # tuning answers not asked: tuning F1 estimates
             "calls_made": ev["calls"]["made"] + (screened["calls"]["made"] if screened else 0),
+            "calls_by_part": {"screen": screened["calls"]["made"] if screened else 0, **ev["calls"]["by_part"]},
             **({"screen": screened["verdict"]} if screened else {})}
+
+
+def _no_calls() -> dict:
+    """Call counts of a labelling that asked nothing (see _sum_calls)."""
+    return {"calls": 0, "made": 0, "reused": 0, "cost": 0.0, "prompt_tokens": 0, "completion_tokens": 0}
+
+
+def _sum_calls(total: dict, counts: dict) -> dict:
+    """Add one labelling's call counts to total."""
+    for key in ("calls", "made", "reused", "prompt_tokens", "completion_tokens"):
+        total[key] += counts.get(key) or 0
+    total["cost"] += counts.get("cost") or 0.0
+    return total
 
 
 def _plain(obj):
@@ -695,14 +774,30 @@ def _plain(obj):
     return json_default(obj)
 
 
-def _add_calls(report: dict, counts: dict, kind: str) -> None:
-    """Add one labelling's call counts to an optimise report (kind: the screen's or the full evaluations')."""
+def _add_calls(report: dict, counts: dict, kind: str, refresh: int = 0) -> None:
+    """Add one labelling's call counts to an optimise report (kind: the screen's "calls" or the evaluations'
+    "full_calls"; refresh: the screen's calls that asked carried-over answers under the current prompt)."""
     for key in ("made", "reused"):
         report["calls"][key] += counts[key]
     report["calls"]["cost"] += counts.get("cost") or 0.0
     report["screen"][kind] += counts["made"]
     if kind == "calls":
         report["screen"]["screened"] += 1
+        report["screen"]["refresh_calls"] += refresh
+    else:
+        for part, made in counts["by_part"].items():
+            report["screen"]["full_by_part"][part] += made
+
+
+def _take_answers(vocab, current: pd.DataFrame, evidence: dict, label: str, values: pd.Series,
+                  found: pd.Series) -> pd.DataFrame:
+    """current with label's answers on values' reports replaced (No Finding derived again); evidence updated in place."""
+    if values.empty:
+        return current
+    current = current.copy()
+    current.loc[values.index, label] = values.astype(float)
+    evidence[label] = pd.concat([evidence[label].drop(found.index, errors="ignore"), found])
+    return derive_frame(vocab, current)[current.columns]  # No Finding follows the asked labels
 
 
 def _num(value) -> float | None:
@@ -870,7 +965,9 @@ def report_markdown(report: dict) -> str:
     for entry in report["rounds"]:
         lines.append(f"## Round {entry['round']}")
         for ch in entry["changes"]:
-            lines.append(f"- **{ch['label']}** ({ch['source']}): tuning F1 {fmt_figure(ch['tuning_f1'][0])} -> {fmt_figure(ch['tuning_f1'][1])}, "
+            estimate = f" (estimated, {ch['tuning_carried']:,} answers carried over)" if ch.get("tuning_carried") else ""
+            lines.append(f"- **{ch['label']}** ({ch['source']}): tuning F1 {fmt_figure(ch['tuning_f1'][0])} -> "
+                         f"{fmt_figure(ch['tuning_f1'][1])}{estimate}, "
                          f"validation F1 {fmt_figure(ch['validation_f1'][0])} -> {fmt_figure(ch['validation_f1'][1])}; McNemar on validation: "
                          f"fixed {ch['validation_mcnemar']['fixed']}, broken {ch['validation_mcnemar']['broken']}, "
                          f"p = {fmt_figure(ch['validation_mcnemar']['p_value'])} ({ch['validation_mcnemar']['verdict']})")
@@ -881,32 +978,56 @@ def report_markdown(report: dict) -> str:
             if r.get("status") == "validation worse":
                 lines.append(f"- {r['label']}: not kept, validation F1 {fmt_figure(r['validation_f1'][0])} -> {fmt_figure(r['validation_f1'][1])}")
             elif r.get("status") == "screened out":
-                lines.append(f"- {r['label']}: screened out, not evaluated in full ({r['detail']})")
+                lines.append(f"- {r['label']}: screened out, validation not asked ({r['detail']})")
             elif r.get("status") == "already rejected":
                 lines.append(f"- {r['label']}: the same proposal again ({r['detail']}); not evaluated again")
         if not entry["changes"]:
             lines.append("- no change kept")
-        lines.append(f"\nAfter round {entry['round']}: {macro(entry['metrics'])}\n")
-    lines.append(f"At the end: {macro(report['end'])}")
+        lines.append(f"\nAfter round {entry['round']}: {macro(entry['metrics'])}{carried_note(entry)}\n")
+    lines.append(f"At the end: {macro(report['end'])}{carried_note(report['rounds'][-1] if report['rounds'] else {})}")
     calls = report["calls"]
-    lines.append(f"\nCalls made {calls['made']}, reused from the cache {calls['reused']}; {report['seconds']} s. "
+    proposer = f" (plus {calls['proposer']:,} calls to the model proposer)" if calls.get("proposer") else ""
+    lines.append(f"\nCalls made {calls['made']}{proposer}, reused from the cache {calls['reused']}; {report['seconds']} s. "
                  + (f"Left as drafts (not saved): {', '.join(report['drafts'])}." if report["drafts"] else "No draft left."))
     lines.append(screen_text(report))
     return "\n".join(lines)
 
 
+def carried_note(entry: dict) -> str:
+    """What a round's tuning figures rest on when some tuning answers were carried over ("" when none)."""
+    n = entry.get("carried") or 0
+    return f" (tuning estimated: {n:,} tuning answers carried over from the version before, not asked)" if n else ""
+
+
 def screen_text(report: dict) -> str:
-    """The screening figures of an optimise report: calls per kept change and in total, proposals screened out."""
+    """The screening figures of an optimise report: calls per kept change, before and after the screen, and the
+    tuning answers left for a run of the saved version."""
     scr = report.get("screen") or {}
     kept = sum(len(e["changes"]) for e in report["rounds"])
     made = report["calls"]["made"]
     per = f"{made / kept:,.0f} calls made per kept change ({kept} kept)" if kept else "no change kept"
-    if not scr.get("on"):
-        return f"Screening off: every proposal evaluated in full; {made:,} calls made, {per}."
-    return (f"Screening: {scr['screened']} proposals screened ({scr['calls']:,} calls), {scr['screened_out']} screened "
-            f"out, {scr['screened'] - scr['screened_out']} evaluated in full ({scr['full_calls']:,} calls more); "
+    by_part = scr.get("full_by_part")
+    split = (f": tuning {by_part['tuning']:,}, validation {by_part['validation']:,}" if by_part else "")
+    refresh = (f", {scr['refresh_calls']:,} of them asking the current prompt where an answer was carried over"
+               if scr.get("refresh_calls") else "")
+    text = (f"Screening off: every proposal evaluated in full ({made:,} calls{split}); {made:,} calls made, {per}."
+            if not scr.get("on") else
+            f"Screening: {scr['screened']} proposals screened ({scr['calls']:,} calls{refresh}), {scr['screened_out']} "
+            f"screened out, {scr['screened'] - scr['screened_out']} passed ({scr['full_calls']:,} calls more{split}); "
             f"{made:,} calls made in all, {per}.")
+    deferred, left = scr.get("deferred") or {}, scr.get("left_calls") or {}
+    if scr.get("on") and by_part is not None and kept:  # frugal optimise (older reports asked all of tuning)
+        text += " Keep or reject was decided on the whole validation part, asked for every proposal that passed."
+        if deferred:
+            text += (f" Not asked: {sum(deferred.values()):,} tuning answers of the changed labels ("
+                     + ", ".join(f"{lab} {n:,}" for lab, n in deferred.items()) + "), carried over from the version "
+                     "before: their tuning figures above are estimates.")
+    if sum(left.values()):
+        text += (f" A run of the saved version still makes {sum(left.values()):,} calls after the call cache ("
+                 + ", ".join(f"{lab} {n:,}" for lab, n in left.items() if n) + "); `workbench evaluate-drafts` asks "
+                 "the tuning and validation ones before anything is saved.")
+    return text
 
 
 __all__ = ["OptimisingService", "COHORT_ROLES", "PROPOSERS", "suggestion_text", "report_markdown", "fmt_figure", "drafts_text",
-           "screen_text"]
+           "screen_text", "carried_note"]

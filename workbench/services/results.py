@@ -110,8 +110,9 @@ class EditEvaluation(Result):
     parts: dict  # part -> f1_before, f1_after, delta_f1, fixed, broken, p_value, verdict
     offered: bool  # validation does not get worse
     why: str
-    values: dict  # report_id -> the revised prompt's answer
+    values: dict  # report_id -> the revised prompt's answer (the reports asked)
     evidence: dict  # report_id -> its evidence
+    carried: tuple = ()  # tuning reports not asked (frugal optimise): the answer before stands in for theirs
 
 
 @dataclass(frozen=True, eq=False)

@@ -749,5 +749,5 @@ class RunsService(Service):
         if est.over(limit):
             cost = "an unknown cost" if est.cost is None else f"about ${est.cost:,.4f}"
             raise NeedsConfirmation(
-                f"this run may cost {cost} for {est.to_make:,} calls, above labeller.confirm_above (${float(limit):,.2f}): "
-                "nothing was sent; see `workbench run --estimate`, then confirm (answer yes, or pass --yes)")
+                f"this run may cost {cost} for {est.to_make:,} calls, above labeller.confirm_above (${float(limit):,.2f})",
+                "see `workbench run --estimate`, then confirm (answer yes, or pass --yes)")

@@ -1331,17 +1331,21 @@ _OFFER_ORDER = {  # core/adaptive.py's reading_order, in SQL
 }
 
 
-def first_offered(session: Session, cohort_id: int, reader: str, stamp: str, order: str) -> str | None:
+def first_offered(session: Session, cohort_id: int, reader: str, stamp: str, order: str,
+                  report_id: str | None = None) -> str | None:
     """The first report core.adaptive.offered gives this reader, in reading order, found by the database
-    (one row back instead of the cohort's candidates: the next-report hot path)."""
+    (one row back instead of the cohort's candidates: the next-report hot path); with report_id, that report
+    when it is offered to the reader, else None."""
+    one = " AND p.report_id = ?" if report_id is not None else ""
     sql = ("SELECT p.report_id FROM reportprogress p JOIN report r ON r.id = p.report_id "
            "LEFT JOIN agreementsample g ON g.report_id = p.report_id "
            "LEFT JOIN readingclaim m ON m.report_id = p.report_id AND m.reader_id = ? "
            "LEFT JOIN (SELECT report_id, COUNT(*) AS n FROM readingclaim WHERE cohort_id = ? AND done = FALSE "
            "AND expires_at > ? AND reader_id <> ? GROUP BY report_id) f ON f.report_id = p.report_id "
            "WHERE p.cohort_id = ? AND p.open = TRUE AND m.report_id IS NULL AND p.readers + COALESCE(f.n, 0) < p.cap "
-           f"AND (g.report_id IS NOT NULL OR COALESCE(f.n, 0) = 0) ORDER BY {_OFFER_ORDER[order]} LIMIT 1")
-    rows = _raw_rows(session, sql, (reader, cohort_id, stamp, reader, cohort_id))
+           f"AND (g.report_id IS NOT NULL OR COALESCE(f.n, 0) = 0){one} ORDER BY {_OFFER_ORDER[order]} LIMIT 1")
+    params = (reader, cohort_id, stamp, reader, cohort_id) + ((report_id,) if report_id is not None else ())
+    rows = _raw_rows(session, sql, params)
     return rows[0][0] if rows else None
 
 
@@ -1349,15 +1353,18 @@ _IN_FLIGHT = ("LEFT JOIN (SELECT report_id, COUNT(*) AS n FROM readingclaim WHER
               "AND expires_at > ? AND reader_id <> ? GROUP BY report_id) f ON f.report_id = p.report_id ")
 
 
-def own_claim(session: Session, cohort_id: int, reader: str, stamp: str) -> str | None:
+def own_claim(session: Session, cohort_id: int, reader: str, stamp: str, report_id: str | None = None) -> str | None:
     """The reader's own unread claim that services/adaptive.py's _pick gives back (an open report with room,
-    live or held by nobody else), first in cohort order; found by the database like first_offered."""
+    live or held by nobody else), first in cohort order; found by the database like first_offered (with
+    report_id: that claim only)."""
+    one = " AND m.report_id = ?" if report_id is not None else ""
     sql = ("SELECT p.report_id FROM readingclaim m JOIN reportprogress p ON p.report_id = m.report_id "
            "JOIN report r ON r.id = p.report_id " + _IN_FLIGHT +
            "WHERE m.cohort_id = ? AND m.reader_id = ? AND m.done = FALSE AND p.open = TRUE "
-           "AND (m.expires_at > ? OR COALESCE(f.n, 0) = 0) AND p.readers + COALESCE(f.n, 0) < p.cap "
+           f"AND (m.expires_at > ? OR COALESCE(f.n, 0) = 0) AND p.readers + COALESCE(f.n, 0) < p.cap{one} "
            "ORDER BY r.seq LIMIT 1")
-    rows = _raw_rows(session, sql, (cohort_id, stamp, reader, cohort_id, reader, stamp))
+    params = (cohort_id, stamp, reader, cohort_id, reader, stamp) + ((report_id,) if report_id is not None else ())
+    rows = _raw_rows(session, sql, params)
     return rows[0][0] if rows else None
 
 

@@ -7,7 +7,10 @@ state and each rerun acts through a cheap per-actor view of the shared Workbench
 
 from __future__ import annotations
 
+import hashlib
 import os
+from pathlib import Path
+from urllib.parse import urlparse
 
 os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 
@@ -43,7 +46,6 @@ PAGES = (
 @st.cache_resource(max_entries=8, show_spinner="Opening the study ...")
 def open_study(path: str):
     """The study's Workbench (engine and all), shared by every session."""
-    from pathlib import Path
 
     wb = state.workbench_class()(Path(path))
     wb.migrate()
@@ -100,7 +102,6 @@ def _sign_in(base):
 
 def _cookie_name(base) -> str:
     """The session cookie's name: one per study (cookies are shared by every port of a host)."""
-    import hashlib
 
     return "wb_session_" + hashlib.sha256(str(base.root).encode("utf-8")).hexdigest()[:12]
 
@@ -152,7 +153,6 @@ def _sidebar(wb) -> None:
 
 def _requested_page() -> str | None:
     """The page named in the browser's URL path, if any."""
-    from urllib.parse import urlparse
 
     try:
         path = urlparse(st.context.url or "").path.strip("/").rsplit("/", 1)[-1]

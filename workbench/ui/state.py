@@ -28,6 +28,7 @@ COHORT = "wb.cohort"            # cohort chosen on Home / Annotate / Adjudicate
 READER = "wb.reader"            # reader name in local mode
 NEW_READER = "wb.new_reader"
 ANN_REPORT = "wb.annotate.report"
+ANN_HELD = "wb.annotate.held"  # (reader, cohort, report) last claimed by opening it (adaptive reading)
 ADJ_ITEM = "wb.adjudicate.item"
 ADJ_POS = "wb.adjudicate.pos"           # its place in the queue (kept when the item leaves it)
 ADJ_CLICKED = "wb.adjudicate.clicked"   # row clicks handled

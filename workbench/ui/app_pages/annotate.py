@@ -53,11 +53,13 @@ def _annotate(wb, reader: str, cohort: str, work, drafts: set) -> None:
     work = work.assign(state=[(("edited" if s == "completed" else "draft") if r in drafts else s)
                               for r, s in zip(work["report_id"], work["state"])])
     ids = work["report_id"].tolist()
+    given = None
     if st.session_state.get(state.ANN_REPORT) not in ids:
         pending = work.loc[~work["state"].isin(READ), "report_id"]
         given = wb.next_report(reader, cohort) if wb.adaptive_settings().enabled else None  # claimed: one reader at a time
         st.session_state[state.ANN_REPORT] = given if given in ids else (pending.iloc[0] if len(pending) else ids[0])
     report_id = st.session_state[state.ANN_REPORT]
+    _hold(wb, reader, cohort, report_id, given, work)
     state.to_url(cohort=cohort, report=report_id)
     pos = ids.index(report_id)
     _progress(wb, reader, cohort, work, pos)
@@ -71,6 +73,18 @@ def _annotate(wb, reader: str, cohort: str, work, drafts: set) -> None:
         _attributes(wb, reader, report_id, values)
     _queue(work)
     _my_readings(wb, reader, cohort, ids)
+
+
+def _hold(wb, reader: str, cohort: str, report_id: str, given: str | None, work) -> None:
+    """Adaptive reading: a report opened by the arrows or a link is claimed like one next_report gives, so it is
+    not given to another reader while this one reads it (once per report shown; the claim lasts 30 minutes)."""
+    if not wb.adaptive_settings().enabled or work.loc[work["report_id"] == report_id, "state"].isin(READ).any():
+        return
+    key = (reader, cohort, report_id)
+    if st.session_state.get(state.ANN_HELD) != key:
+        if report_id != given:  # next_report claimed the one it gave
+            wb.open_report(reader, cohort, report_id)
+        st.session_state[state.ANN_HELD] = key
 
 
 def _attributes(wb, reader: str, report_id: str, values: dict) -> None:

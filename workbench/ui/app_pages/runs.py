@@ -120,7 +120,8 @@ def _within_budget(wb, cohort, ref, model, labels, starting: bool) -> bool:
             within = True
         except NeedsConfirmation as exc:
             if starting:
-                st.error(components.md(f"{exc} (tick the box above to accept)"))
+                st.error(components.md(f"{exc.summary[0].upper()}{exc.summary[1:]}: nothing was sent. Tick "
+                                       "\"Accept an estimated cost above ...\" and start the run again to accept it."))
     return within
 
 
@@ -184,7 +185,7 @@ def _metrics(wb, runs) -> None:
                  key=state.widget_key("ceiling")):
         with components.shown_errors("human ceiling"):
             ceiling = state.read(wb.evaluation.human_ceiling, run_id)
-            scope = state.read(wb.adaptive.agreement_scope, None)
+            scope = state.read(wb.adaptive.agreement_scope, state.read(wb.optimising.run_cohort, run_id))
             if scope:
                 st.caption(components.md(scope[0].upper() + scope[1:] + "."))
             st.dataframe(ceiling.assign(label=ceiling["label"].map(lambda lab: names.get(lab, lab))).rename(columns=CEILING_NAMES)
