@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -62,7 +63,8 @@ def uploaded_lines(srv) -> list[dict]:
     return [json.loads(x) for x in srv.files["file-fake-1"]["data"].decode().splitlines() if x.strip()]
 
 
-def test_azure_batch_run_answers_as_a_normal_azure_run_on_azures_paths(small_study, server, study_templates, tmp_path):
+def test_azure_batch_run_answers_as_a_normal_azure_run_on_azures_paths(small_study, server, study_templates, tmp_path,
+                                                                     monkeypatch):
     from workbench import llm
 
     normal_study = copy_study(study_templates["small"], tmp_path / "normal")
@@ -72,6 +74,7 @@ def test_azure_batch_run_answers_as_a_normal_azure_run_on_azures_paths(small_stu
     assert chat_paths == {f"/openai/deployments/{DEPLOYMENT}/chat/completions"}  # a normal call takes Azure's path
     server.surface_log.clear()
 
+    monkeypatch.setenv("AZURE_API_KEY", "azure-key-for-the-resource-in-the-environment")  # not for a configured one
     lines: list[str] = []
     summary = small_study.start_run("dev", labels=LABELS, batch=True, on_batch_status=lines.append, **azure(server))
     assert summary.status == "finished" and summary.calls_made == N_CALLS and summary.failures == 0
@@ -99,11 +102,15 @@ def test_azure_batch_run_answers_as_a_normal_azure_run_on_azures_paths(small_stu
 
 def test_azure_v1_api_version_takes_the_openai_v1_paths(small_study, server, monkeypatch):
     monkeypatch.setenv("AZURE_API_VERSION", "v1")  # Azure's v1 API: litellm uses /openai/v1/ without api-version
-    summary = small_study.start_run("dev", labels=LABELS, batch=True, **azure(server))
+    monkeypatch.setenv("TEAM_AZURE_KEY", "azure-key-named-by-api-key-env")
+    summary = small_study.start_run("dev", labels=LABELS, batch=True, **azure(server, api_key_env="TEAM_AZURE_KEY"))
     assert summary.status == "finished" and summary.failures == 0 and server.count == 0
     assert values(small_study, summary.run_id) == expected_values(LABELS)
     assert batch_requests(server)[:2] == [("POST", "/openai/v1/files"), ("POST", "/openai/v1/batches")]
     assert batch_requests(server)[-1] == ("GET", "/openai/v1/files/file-fake-2/content")
+    # the v1 API is OpenAI's client on Azure's paths: the key named by api_key_env as a bearer token
+    assert {(e["api_key"], e["authorization"]) for e in server.surface_log} == {
+        (None, "Bearer azure-key-named-by-api-key-env")}
 
 
 def test_a_failed_azure_batch_ends_the_run_with_one_line_and_nothing_stored(small_study, server):
@@ -230,3 +237,32 @@ def test_estimate_of_an_azure_batch_uses_litellms_azure_batch_price(small_study,
     dollars = [float(line.split("$")[1].split()[0]) for line in (normal, batch)]
     assert dollars[1] == pytest.approx(dollars[0] / 2, rel=0.01)  # azure/gpt-4o-mini's batch price is half
     assert server.requests == 0
+
+
+def test_score_batch_with_an_azure_deployment_gives_the_scores_of_a_normal_score(small_study, server, tmp_path,
+                                                                                 monkeypatch):
+    monkeypatch.delenv("WORKBENCH_STUDY", raising=False)
+    small_study.start_run("dev")
+    bundle = small_study.freeze("starter", frozen_at="2026-03-01T12:00:00+00:00")["json"]
+    ref = pd.DataFrame({"id": ["g1", "g2", "g3"], "text": ["Small left pleural effusion.", "Mild pulmonary edema.",
+                                                          "No acute disease."]})
+    gen = ref.assign(text=["No effusion.", "Mild pulmonary edema.", "Small right pleural effusion."])
+    ref.to_csv(tmp_path / "ref.csv", index=False)
+    gen.to_csv(tmp_path / "gen.csv", index=False)
+    server.answer_fn = None  # the server's keyword labeller: 1 when "effusion" is in the report
+
+    def score(*extra: str) -> list[str]:
+        res = CliRunner().invoke(main, ["score", "--bundle", str(bundle), "--reference", str(tmp_path / "ref.csv"),
+                                        "--generated", f"G={tmp_path / 'gen.csv'}", "--model", MODEL, "--api-base",
+                                        server.azure_url, "--allow-endpoint", server.azure_url, "--resamples", "20",
+                                        *extra])
+        assert res.exit_code == 0, res.output
+        return [line for line in res.output.splitlines() if "Ran Score" in line or line.startswith("==")]
+
+    normal = score()
+    chat_calls = server.count
+    assert chat_calls > 0
+    assert score("--batch") == normal
+    assert server.count == chat_calls  # no chat call: reference and generated texts went as two Azure batches
+    assert (server.batch_counts["upload"], server.batch_counts["create"]) == (2, 2)
+    assert batch_requests(server).count(("POST", "/openai/batches")) == 2
