@@ -19,7 +19,17 @@ batch completes after ``batch_polls`` retrievals (in_progress until then) or end
 ("failed", "expired", "cancelled") instead; its lines are answered by the same logic as chat calls
 (markers included: a 400/401/404 line goes to the error file) but are not counted as chat calls
 (``batch_counts`` counts uploads, creates, retrieves, contents and cancels; ``requests`` every HTTP
-request of any kind).
+request of any kind). As the real services do, a batch whose lines' ``url`` is not the batch's
+``endpoint`` fails at validation (its errors name the line).
+
+Azure OpenAI's surface answers the same way at ``server.azure_url`` (the resource endpoint, an
+``azure/DEPLOYMENT`` model's api_base): POST /openai/files?api-version=..., GET /openai/files/{id}/content,
+POST /openai/batches, GET /openai/batches/{id}, POST /openai/batches/{id}/cancel, and the chat call
+POST /openai/deployments/{deployment}/chat/completions (answered with the deployment as the model); the
+v1 API's /openai/v1/files and /openai/v1/batches too. A request under /openai/ without ``api-version``
+(other than the v1 API) gets Azure's 404 "Resource not found". ``surface_log`` records each files,
+batches and Azure chat request: method, path, api-version, and its key headers (``api_key``: Azure's
+api-key header, ``authorization``: OpenAI's; None when absent).
 
 GET /v1/stats returns the counts as JSON. Stdlib only. Run alone
 (``python tests/fake_llm_server.py --latency 0.1``) it serves in the foreground and prints
@@ -40,6 +50,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs
 
 BEHAVIOURS = ("ok", "slow", "429", "500", "400", "401", "404", "hang", "malformed", "prose", "refusal", "reply", "garbage")
 MARKER = re.compile(r"\[\[behaviour:([a-z0-9]+)(?::([0-9.]+))?\]\]")
@@ -215,6 +226,12 @@ class FakeLLMServer:
         """The api_base to give litellm: http://127.0.0.1:PORT/v1."""
         return f"http://127.0.0.1:{self.port}/v1"
 
+    @property
+    def azure_url(self) -> str:
+        """The api_base of an azure/DEPLOYMENT model: the resource endpoint http://127.0.0.1:PORT (Azure's paths
+        start with /openai/)."""
+        return f"http://127.0.0.1:{self.port}"
+
     # -- bookkeeping -------------------------------------------------------------------
     def reset(self) -> None:
         """Forget counts, bodies and fail counters (behaviour settings stay)."""
@@ -233,6 +250,7 @@ class FakeLLMServer:
             self.batch_counts: Counter[str] = Counter()
             self.files: dict[str, dict] = {}
             self.batches: dict[str, dict] = {}
+            self.surface_log: list[dict] = []  # files, batches and Azure chat requests (see the module docstring)
 
     def _enter(self, body: dict, headers: dict[str, str], behaviour: str) -> None:
         with self._lock:
@@ -384,8 +402,11 @@ class FakeLLMServer:
                 return 404, {"error": {"message": "No such file", "type": "invalid_request_error"}}
             batch_id = f"batch_fake_{len(self.batches) + 1}"
             lines = [json.loads(x) for x in self.files[body["input_file_id"]]["data"].decode().splitlines() if x.strip()]
-            self.batches[batch_id] = {"lines": lines, "polls": 0, "object": {
-                "id": batch_id, "object": "batch", "endpoint": body.get("endpoint", "/v1/chat/completions"),
+            endpoint = body.get("endpoint", "/v1/chat/completions")
+            invalid = [{"code": "invalid_url", "line": n, "message": f"line {n}: url {line.get('url')!r} is not the "
+                        f"batch's endpoint {endpoint!r}"} for n, line in enumerate(lines, 1) if line.get("url") != endpoint]
+            self.batches[batch_id] = {"lines": lines, "polls": 0, "invalid": invalid, "object": {
+                "id": batch_id, "object": "batch", "endpoint": endpoint,
                 "errors": None, "input_file_id": body["input_file_id"],
                 "completion_window": body.get("completion_window", "24h"), "status": "validating",
                 "output_file_id": None, "error_file_id": None, "created_at": int(time.time()),
@@ -402,6 +423,10 @@ class FakeLLMServer:
                 return 404, {"error": {"message": "No such batch", "type": "invalid_request_error"}}
             obj = batch["object"]
             if obj["status"] in ("completed", "failed", "expired", "cancelled"):
+                return 200, obj
+            if batch["invalid"]:  # validation fails before any line is answered
+                obj["status"] = "failed"
+                obj["errors"] = {"object": "list", "data": batch["invalid"][:10]}
                 return 200, obj
             batch["polls"] += 1
             if batch["polls"] <= self.batch_polls:
@@ -503,10 +528,35 @@ def _make_http_server(fake: FakeLLMServer) -> ThreadingHTTPServer:
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True  # the client gave up (timeout): nothing to do
 
+        def _surface(self) -> str | None:
+            """The request path on the OpenAI surface (/v1/...): Azure's /openai/... mapped onto it and logged;
+            None when the request was answered already (Azure's 404 without api-version)."""
+            raw, _, query = self.path.partition("?")
+            raw = raw.rstrip("/")
+            path = raw
+            azure = raw.startswith("/openai/")
+            if azure:
+                rest = raw.removeprefix("/openai")
+                path = rest if rest.startswith("/v1/") else "/v1" + rest
+                if "/deployments/" in rest:
+                    path = "/v1/chat/completions" if rest.endswith("/chat/completions") else rest
+            if azure or path.startswith(("/v1/files", "/v1/batches")):
+                version = (parse_qs(query).get("api-version") or [None])[0]
+                with fake._lock:
+                    fake.surface_log.append({"method": self.command, "path": raw, "api_version": version,
+                                             "api_key": self.headers.get("api-key"),
+                                             "authorization": self.headers.get("authorization")})
+                if azure and version is None and not raw.startswith("/openai/v1/"):
+                    self._send(404, {}, b'{"error": {"code": "404", "message": "Resource not found"}}')
+                    return None
+            return path
+
         def do_GET(self) -> None:
             with fake._lock:
                 fake.requests += 1
-            path = self.path.split("?")[0].rstrip("/")
+            path = self._surface()
+            if path is None:
+                return
             if path.startswith("/v1/batches/"):
                 status, obj = fake.retrieve_batch(path.rsplit("/", 1)[1])
                 self._send(status, {}, json.dumps(obj).encode())
@@ -532,9 +582,11 @@ def _make_http_server(fake: FakeLLMServer) -> ThreadingHTTPServer:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
-            path = self.path.split("?")[0].rstrip("/")
             with fake._lock:
                 fake.requests += 1
+            path = self._surface()
+            if path is None:
+                return
             if path.startswith(("/v1/files", "/v1/batches")):
                 self._batch_post(path, raw)
                 return

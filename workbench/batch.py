@@ -1,6 +1,7 @@
 """Provider batch jobs: the calls of a labelling job sent as one file through the provider's batch API
-(OpenAI's /v1/files and /v1/batches, which vLLM and other OpenAI-compatible servers copy; batch prices
-are often half the normal ones), driven through litellm.
+(OpenAI's /v1/files and /v1/batches, which vLLM and other OpenAI-compatible servers copy, and Azure
+OpenAI's /openai/files and /openai/batches; batch prices are often half the normal ones), driven
+through litellm.
 
 BatchEngine has the engine interface of labelling.label_calls (requests, cfg, on_result, cancel): it
 writes the JSONL of the same request bodies a chat call sends (custom_id = the call key), uploads it,
@@ -8,7 +9,9 @@ creates the batch, records it in a journal before the first poll (a restart poll
 instead of uploading again), polls with the batch's status and request counts, then hands every
 output line to on_result as a CallResult, so answers, the call cache, parse failures and failure
 kinds are exactly those of a normal run. Every request goes through llm.pinned: the batch endpoint is
-the model endpoint, under the same guard. This is the only module besides llm.py that calls litellm's
+the model endpoint, under the same guard. Azure (litellm's custom_llm_provider "azure") differs only
+in what litellm builds from the same arguments (the resource endpoint as api_base, its api-version
+query, the api-key header) and in a line's url, "/chat/completions", whose model is the deployment. This is the only module besides llm.py that calls litellm's
 batch and file functions.
 """
 
@@ -28,8 +31,13 @@ from workbench import llm
 
 POLL_S = 30.0  # seconds between polls (WORKBENCH_BATCH_POLL_S overrides: tests poll fast)
 ENDPOINT = "/v1/chat/completions"
+# the url of a line (and the batch's endpoint) where it is not ENDPOINT: Azure's batch lines name the deployment's
+# chat path without the version prefix
+ENDPOINTS = {"azure": "/chat/completions"}
 FAILED = ("failed", "expired", "cancelled", "cancelling")  # a batch that ends like this gives no answers
-PROVIDERS = ("openai", "hosted_vllm")  # litellm's OpenAI-compatible batch surface: model strings openai/..., hosted_vllm/...
+# litellm's batch surfaces the workbench drives: OpenAI-compatible (model strings openai/..., hosted_vllm/...) and
+# Azure OpenAI (azure/DEPLOYMENT)
+PROVIDERS = ("openai", "hosted_vllm", "azure")
 
 
 class BatchFailed(WorkbenchError):
@@ -74,7 +82,8 @@ def check_batchable(cfg) -> None:
     provider = cfg.model.split("/", 1)[0]
     if provider not in PROVIDERS:
         raise UserError(f"--batch needs an OpenAI-compatible batch endpoint (model openai/NAME with --api-base, or "
-                        f"hosted_vllm/NAME); {cfg.model} is served by {provider!r}: run without --batch")
+                        f"hosted_vllm/NAME) or Azure OpenAI's (azure/DEPLOYMENT); {cfg.model} is served by "
+                        f"{provider!r}: run without --batch")
     if len(cfg.endpoints) > 1:
         raise UserError("--batch sends one file to one endpoint; this labeller is a pool of "
                         f"{len(cfg.endpoints)}: give a single api_base")
@@ -143,7 +152,8 @@ class BatchEngine:
 
     def _submit(self, litellm, cfg, requests: list, scope: str) -> dict:
         """Upload the JSONL, create the batch, record it; the job's record."""
-        lines = [json.dumps({"custom_id": r.key, "method": "POST", "url": ENDPOINT,
+        endpoint = endpoint_of(cfg)
+        lines = [json.dumps({"custom_id": r.key, "method": "POST", "url": endpoint,
                              "body": llm.request_body(cfg, r.messages, r.response_format)}) for r in requests]
         data = ("\n".join(lines) + "\n").encode()
         kwargs = _kwargs(cfg)
@@ -151,7 +161,7 @@ class BatchEngine:
             file=("workbench-batch.jsonl", BytesIO(data)), purpose="batch", **kwargs))
         self.uploads += 1
         batch = self._ask("create the batch", cfg, lambda: litellm.create_batch(
-            completion_window="24h", endpoint=ENDPOINT, input_file_id=file.id,
+            completion_window="24h", endpoint=endpoint, input_file_id=file.id,
             metadata={"workbench_scope": scope[:64]}, **kwargs))
         job = {"scope": scope, "run_id": self.run_id, "batch_id": batch.id, "input_file_id": file.id,
                "status": batch.status or "validating", "model": cfg.model, "api_base": kwargs["api_base"],
@@ -234,6 +244,11 @@ def _sleep_unless_cancelled(seconds: float, cancel) -> bool:
 def _provider(cfg) -> str:
     """litellm's provider name of the model string."""
     return cfg.model.split("/", 1)[0]
+
+
+def endpoint_of(cfg) -> str:
+    """The url of every line and the batch's endpoint: /v1/chat/completions, Azure's /chat/completions."""
+    return ENDPOINTS.get(_provider(cfg), ENDPOINT)
 
 
 def _kwargs(cfg) -> dict:

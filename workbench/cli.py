@@ -469,7 +469,7 @@ def _with_label_column(frame: pd.DataFrame) -> pd.DataFrame:
 @click.option("--estimate", is_flag=True, help="Print calls after the cache, tokens, cost and wall time; make no model call.")
 @click.option("--yes", "yes", is_flag=True, help="Accept an estimated cost above labeller.confirm_above without asking.")
 @click.option("--batch", "batch", is_flag=True,
-              help="Send the calls as one provider batch job (OpenAI-compatible /v1/batches; often half price, answers within 24 h).")
+              help="Send the calls as one provider batch job (OpenAI-compatible /v1/batches or Azure OpenAI's; often half price, answers within 24 h).")
 @study_option
 def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, retry, new, estimate, yes, batch):
     """Label a cohort with the labeller (cached, resumable); prints calls made and answers reused.
@@ -1233,7 +1233,7 @@ def _bundle_study(study):
 @click.option("--max-failed-share", type=click.FloatRange(0, 1), default=0.10, show_default=True,
               help="A generator with more than this share of failed (report, label) extractions gets no score (exit code 3).")
 @click.option("--batch", "batch", is_flag=True,
-              help="Send the extractions as provider batch jobs (OpenAI-compatible /v1/batches); with --study a restart resumes them.")
+              help="Send the extractions as provider batch jobs (OpenAI-compatible /v1/batches or Azure OpenAI's); with --study a restart resumes them.")
 @_allow_options
 @wide_flag
 def score(bundle_path, reference, generated, model, api_base, allow, study, out, zero_division, resamples, max_failed_share,
