@@ -48,7 +48,7 @@ def render(wb) -> None:
 
 def _presence(wb, queue, cohort: str) -> None:
     """The presence items: the queue, the open item's report and its decision."""
-    items = list(zip(queue["report_id"], queue["label"]))
+    items = list(zip(queue["report_id"].tolist(), queue["label"].tolist()))
     if st.session_state.get(state.ADJ_ITEM) not in items:
         pos = min(int(st.session_state.get(state.ADJ_POS, 0)), len(items) - 1)
         st.session_state[state.ADJ_ITEM] = items[pos]
@@ -139,7 +139,7 @@ def _act(wb, queue, payload: dict) -> str | None:
     """Enter records the decision sent (exactly what was on screen), then opens the item that now takes
     its place in the queue; the arrows move. Returns an error message, or None."""
     report_id, _, label = str(payload.get("item", "")).partition("|")
-    items = list(zip(queue["report_id"], queue["label"]))
+    items = list(zip(queue["report_id"].tolist(), queue["label"].tolist()))
     if (report_id, label) not in items:
         return f"Not saved: {report_id} / {label} is not waiting any more."
     pos = items.index((report_id, label))

@@ -70,7 +70,7 @@ def _page(wb, run_id: int, queue, order_text: str, names: dict) -> None:
     if queue.empty:
         st.success("No disagreement matches these filters.")
         return
-    keys = list(zip(queue["report_id"], queue["label"]))
+    keys = _keys(queue)
     pick = st.session_state.get(state.DIS_PICK)
     if pick not in keys:  # gone from the queue (e.g. flagged): stay at the same place, never jump to the top
         pos = min(int(st.session_state.get(state.DIS_POS, 0)), len(keys) - 1)
@@ -104,11 +104,17 @@ def _page(wb, run_id: int, queue, order_text: str, names: dict) -> None:
     _warm_next(wb, run_id, queue, pos)
 
 
+def _keys(queue) -> list[tuple[str, str]]:
+    """(report_id, label) of every row (tolist: iterating an arrow string column one value at a time cost 0.07 s
+    per pass over a 10,000-row queue, three passes per save)."""
+    return list(zip(queue["report_id"].tolist(), queue["label"].tolist()))
+
+
 def _kept_order(queue, ident: tuple):
     """The queue in the order it had when this session first showed it: a flag changes the counts it is sorted
     by, and a queue that re-sorts under the reader loses their place ("Case 1 of 17" became "Case 4 of 16")."""
     kept = st.session_state.setdefault(state.DIS_KEPT, {})
-    keys = list(zip(queue["report_id"], queue["label"]))
+    keys = _keys(queue)
     if ident not in kept:
         kept.clear()  # one queue at a time: other filters start afresh
         kept[ident] = keys
@@ -221,7 +227,7 @@ def _act(wb, run_id: int, queue, payload: dict) -> str | None:
     """Enter saves the note sent (exactly what was on screen) and opens the next case without a note;
     the arrows move. Returns an error message, or None."""
     report_id, _, label = str(payload.get("item", "")).partition("|")
-    keys = list(zip(queue["report_id"], queue["label"]))
+    keys = _keys(queue)
     if (report_id, label) not in keys:
         return f"Not saved: {report_id} / {label} is not in this queue any more."
     pos = keys.index((report_id, label))
