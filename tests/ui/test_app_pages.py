@@ -404,6 +404,7 @@ def test_disagreements_note_moves_to_the_next_case_without_a_note(study):
     notes = wb.notes(label, report)
     assert len(notes) == 1 and notes["category"].iloc[0] == "negation missed"
     assert notes["text"].iloc[0] == "missed the collapse wording"
+    assert at.toast and f"Note saved on {report}" in at.toast[0].value.replace("\\", "")
     assert at.session_state[state.DIS_PICK] == (queue["report_id"].iloc[2], queue["label"].iloc[2])
     assert f"2 of {len(queue)} with a note" in all_text(at)
 

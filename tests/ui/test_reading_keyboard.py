@@ -470,3 +470,77 @@ def test_save_button_and_queue_columns_fit_without_scrolling(browser, burst_serv
                 f"its columns need {QUEUE_WIDTHS[title]} px"
     watch.check(pg)
     context.close()
+
+
+PRESSER = ("dr-press", "reader-password-6")
+FORM_TEXT = """() => {
+  for (const host of document.querySelectorAll('[data-testid="stBidiComponentIsolated"]')) {
+    const f = host.shadowRoot && host.shadowRoot.querySelector('.wbk');
+    if (f) return {item: f.dataset.item, state: f.dataset.state, caption: f.querySelector('.wbk-caption').textContent,
+                   status: f.querySelector('.wbk-status').textContent};
+  }
+  return null;
+}"""
+IDLE = '() => document.querySelector(\'[data-testid="stApp"]\').dataset.testScriptState === "notRunning"'
+
+
+def press_across(pg, chip, until: str, arg=None) -> None:
+    """Press the mouse on a chip, hold it until a condition (a rerun's answer on screen), then release."""
+    box = chip.bounding_box()
+    pg.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    pg.mouse.down()
+    pg.wait_for_function(until, arg=arg)
+    pg.wait_for_function(IDLE)
+    pg.mouse.up()
+
+
+def test_a_chip_clicked_while_a_rerun_arrives_is_not_lost(browser, burst_server, burst_study):
+    """A reader's click whose press and release straddle a rerun: the first tick's draft turned the caption from
+    "unread" to "draft" and the form redrew every chip, and on Disagreements a flash message that went away moved
+    the form, which Streamlit then mounted anew: press and release landed on different elements, the click was
+    lost, and Enter saved the reading (or refused the note) without it."""
+    from workbench.services import Actor, Workbench
+    from workbench.ui.app_pages.annotate import LABEL_KEYS
+
+    _add_reader(burst_study, PRESSER)
+    wb = Workbench(burst_study).as_actor(Actor(PRESSER[0], "reader"))
+    asked = wb.vocab.asked_ids
+    first = wb.work_list(PRESSER[0], "dev")["report_id"].tolist()[0]
+    context, pg, watch = new_page(browser, burst_server)
+    sign_in(pg, burst_server, *PRESSER)
+    open_by_keyboard(pg, "Annotate")
+    wait_ready(pg, first)
+    assert "unread" in pg.evaluate(FORM_TEXT)["caption"]
+    pg.keyboard.press(LABEL_KEYS[0])  # its draft reaches the server 250 ms later: the page reruns
+    press_across(pg, pg.locator(f".wbk-chip[data-option='{asked[1]}']"),
+                 f"() => ({FORM_TEXT})().caption.includes('draft')")
+    pg.keyboard.press("Enter")
+    pg.wait_for_function(f"(b) => {{ const s = ({FORM_TEXT})(); return s && s.state === 'ready' && s.item !== b; }}",
+                         arg=first)
+    saved = wb.my_readings(PRESSER[0], first).set_index("label")["value"].astype(int).to_dict()
+    assert saved == {lab: int(j in (0, 1)) for j, lab in enumerate(asked)}
+    context.close()
+
+    boss = Workbench(burst_study)
+    context, pg, watch = new_page(browser, burst_server)
+    sign_in(pg, burst_server, *BOSS)
+    open_by_keyboard(pg, "Disagreements")
+    pg.wait_for_function(f"() => {{ const s = ({FORM_TEXT})(); return s && s.state === 'ready'; }}")
+    case = pg.evaluate(FORM_TEXT)["item"]
+    pg.get_by_role("button", name="Add as few-shot example", exact=True).click()
+    pg.get_by_text("Added ").first.wait_for()
+    pg.wait_for_function(IDLE)
+    pg.keyboard.press("1")  # a category by key: its draft's rerun no longer shows the flash
+    press_across(pg, pg.locator(".wbk-chip", has=pg.locator(".wbk-label", has_text="does not change management")),
+                 "() => ![...document.querySelectorAll('[data-testid=\"stAlertContainer\"]')]"
+                 ".some((e) => e.textContent.includes('Added '))")
+    pg.keyboard.press("Enter")
+    pg.wait_for_function(f"(b) => {{ const s = ({FORM_TEXT})(); return s && s.state === 'ready' && (s.item !== b || s.status); }}",
+                         arg=case)
+    assert pg.evaluate(FORM_TEXT)["status"] == "", "the note was refused: a choice was lost"
+    report, _, label = case.partition("|")
+    notes = boss.notes(label, report)
+    assert notes[["category", "significance"]].values.tolist()[-1:] == [[boss.config.error_categories[0],
+                                                                         "does not change management"]]
+    watch.check(pg)
+    context.close()
