@@ -24,8 +24,11 @@ from workbench.ui.app_pages import (  # noqa: E402
 
 # url path, title, icon, module, the permission a role needs to see the page. Icons are Streamlit's own
 # Material symbols (its bundled font: an emoji renders as an empty box on a workstation without an
-# emoji font). Only the browser tab's page_icon stays an emoji: a ":material/...:" favicon is fetched
-# from an outside font server.
+# emoji font). The browser tab's icon is an inline SVG (a data: URL): a ":material/...:" favicon is
+# fetched from an outside font server, and an emoji one is an emoji.
+FAVICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24"><rect width="24" height="24" rx="5" fill="#31333f"/>'
+           '<path d="M12 4v16M11 8C9 8 7 8.5 6 10M13 8c2 0 4 .5 5 2M11 12c-2 0-4 .5-5 2M13 12c2 0 4 .5 5 2M11 16c-2 0-3.5'
+           ' .5-4.5 1.5M13 16c2 0 3.5.5 4.5 1.5" stroke="#fff" stroke-width="1.6" fill="none" stroke-linecap="round"/></svg>')
 PAGES = (
     ("home", "Home", ":material/home:", home, "read"),
     ("annotate", "Annotate", ":material/edit_note:", annotate, "annotate"),
@@ -177,7 +180,7 @@ def main(study: str | None = None, start: str | None = None) -> None:
     from workbench.services import PERMISSIONS
     from workbench.study import StudyError, load_config, resolve_study_path
 
-    st.set_page_config(page_title="Workbench", page_icon="🩻", layout="wide")
+    st.set_page_config(page_title="Workbench", page_icon=FAVICON, layout="wide")
     try:
         base = open_study(str(resolve_study_path(study or os.environ.get("WORKBENCH_STUDY"))))
     except StudyError as exc:

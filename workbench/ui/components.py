@@ -66,7 +66,7 @@ def exposure_notices(wb) -> None:
     if address and wb.config.auth == "none":
         st.error(md(f"Served on the network ({address}) without sign-in (auth: none, started with --no-auth-on-network): "
                     "anyone who reaches this address can read every report. Set auth: local or oidc in Settings."),
-                 icon="⚠️")
+                 icon=":material/warning:")
     for warning in wb.permission_warnings():
         st.warning(md(warning))
 

@@ -81,7 +81,8 @@ def _page(wb, run_id: int, queue, order_text: str, names: dict) -> None:
     state.to_url(run=run_id, label=st.session_state.get(state.DIS_LABEL), case="|".join(pick),
                  compare="-".join(map(str, compare)) if compare else None)
     components.compact_chips()
-    left, middle, right = st.columns([4, 3, 4])  # the queue's five columns fit at 1280 px (tests/ui: fit)
+    # the queue's five columns in sight at 1280 px, the row checkboxes' 33 px too (tests/ui: fit)
+    left, middle, right = st.columns([5, 3, 4], gap="xsmall")
     with left:
         _queue_table(queue, names, pos)
     with components.shown_errors("opening the case"):
@@ -142,16 +143,16 @@ def _queue_table(queue, names: dict, pos: int) -> None:
     """The filtered queue around the open case; clicking a row opens that case."""
     start, end = components.window(len(queue), pos)
     part = queue.iloc[start:end]
-    table = part.assign(label=part["label"].map(names), note=part["notes"].map(lambda n: "✓" if n else ""),
+    table = part.assign(label=part["label"].map(names), note=part["notes"].map(lambda n: str(n) if n else ""),
                         case=[f"→ {i}" if i == pos + 1 else str(i) for i in range(start + 1, end + 1)])
     clicks = st.session_state.get(state.DIS_CLICKED, 0)  # a new key after each click clears the old selection
     event = st.dataframe(table[["case", "report_id", "label", "type", "note"]], hide_index=True, height=560,
                          on_select="rerun", selection_mode="single-row", key=state.widget_key("dis-queue", clicks),
-                         column_config={"report_id": st.column_config.TextColumn("report", width=60),
-                                        "case": st.column_config.TextColumn("#", width=40, help="→ marks the open case"),
-                                        "label": st.column_config.TextColumn("label", width=140),
+                         column_config={"report_id": st.column_config.TextColumn("report", width=64),
+                                        "case": st.column_config.TextColumn("#", width=36, help="→ marks the open case"),
+                                        "label": st.column_config.TextColumn("label", width=150),
                                         "type": st.column_config.TextColumn("type", width=40),
-                                        "note": st.column_config.TextColumn("note", width=36)})
+                                        "note": st.column_config.TextColumn("note", width=36, help="Notes on the case")})
     if end - start < len(queue):
         st.caption(f"Cases {start + 1}-{end} of {len(queue)} around the open one; ← → or the filters reach the rest.")
     rows = event.selection.rows if event else []

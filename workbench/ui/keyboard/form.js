@@ -245,10 +245,11 @@ function press(f, e) {
 function chip(f, g, o) {
   const b = el("button", { cls: "wbk-chip", type: "button", title: o.hint || null,
     "data-ev": JSON.stringify({ kind: "pick", group: g.id, option: o.id }), "data-option": o.id });
-  const label = el("span", { cls: "wbk-label" });
+  if (g.kind === "multi") b.appendChild(el("span", { cls: "wbk-box", "aria-hidden": "true" }));  // drawn by CSS: no glyph
+  const label = el("span", { cls: "wbk-label", text: o.label });
   b.appendChild(label);
   if (o.key) b.appendChild(el("kbd", { text: o.key.toUpperCase() }));
-  f.nodes.chips.push({ node: b, label, g, o });
+  f.nodes.chips.push({ node: b, g, o });
   return b;
 }
 
@@ -373,13 +374,11 @@ function refresh(f) {
   host.setAttribute("data-state", f.waiting ? "saving" : "ready");
   host.setAttribute("data-held", String(f.queue.length));
   host.setAttribute("data-confirm", f.confirming ? "1" : "0");
-  for (const { node, label, g, o } of f.nodes.chips) {
+  for (const { node, g, o } of f.nodes.chips) {
     const v = f.values[g.id];
     const on = g.kind === "multi" ? (v || []).includes(o.id) : v === o.id;
-    const text = (g.kind === "multi" ? (on ? "\u2611 " : "\u2610 ") : "") + o.label;
     node.classList.toggle("on", on);
     node.setAttribute("aria-pressed", on ? "true" : "false");
-    if (label.textContent !== text) label.textContent = text;
   }
   for (const { node, g } of f.nodes.counts) {
     const text = g.kind === "multi" ? ` \u00b7 ${(f.values[g.id] || []).length} ticked${g.note ? " \u00b7 " + g.note : ""}`
