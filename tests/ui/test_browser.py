@@ -12,7 +12,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -57,9 +56,9 @@ def serve(study: Path):
     """Run the app on a study until the generator is closed; yields its base URL."""
     port = _free_port()
     env = {**os.environ, "WORKBENCH_STUDY": str(study), "LITELLM_OFFLINE_MODE": "true"}
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "workbench" / "ui" / "app.py"),
-           "--server.headless=true", "--server.address=127.0.0.1", f"--server.port={port}",
-           "--browser.gatherUsageStats=false", "--server.fileWatcherType=none"]
+    from workbench.cli import app_command
+
+    cmd = app_command(port, "127.0.0.1", "--server.fileWatcherType=none")  # what `workbench app` runs
     log = open(study.parent / "streamlit.log", "wb")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-import re
 import shutil
 import subprocess
 import sys
@@ -204,24 +203,19 @@ def test_twenty_adjudications_typed_fast_lose_nothing(browser, burst_server, bur
     context.close()
 
 
-DEEP_LINK_PROBE = re.compile(r"^/[a-z_-]+/_stcore/(health|host-config)$")
-
-
 class ReloadWatch(Watch):
-    """As Watch, but a reload on a page's own URL lets Streamlit's frontend probe `/<page>/_stcore/health`
-    (and host-config) before it finds the server at `/`: those 404s, and only those, are expected."""
+    """As Watch, and no response is an error: a reload or a link on a page's own URL made Streamlit's frontend
+    look for the server at `/<page>/_stcore/health` and `/host-config` first (two 404s and two console errors
+    each time); workbench/ui/serve.py names the server's base URL in the page instead."""
 
     def __init__(self, pg, base: str):
         super().__init__(pg, base)
         self.failed: list[str] = []
-        pg.on("response", lambda r: self.failed.append(urlparse(r.url).path) if r.status >= 400 else None)
+        pg.on("response", lambda r: self.failed.append(f"{r.status} {urlparse(r.url).path}") if r.status >= 400 else None)
 
     def check(self, pg) -> None:
-        assert self.hosts <= {self.base_host, "data"}, self.hosts
-        unexpected = [p for p in self.failed if not DEEP_LINK_PROBE.match(p)]
-        assert not unexpected, unexpected
-        errors = [e for e in self.errors if not (self.failed and e.startswith("Failed to load resource") and "404" in e)]
-        assert not errors, errors
+        assert self.failed == [], self.failed
+        super().check(pg)
 
 
 def step_and_reload(pg, key: str) -> str:
