@@ -855,3 +855,31 @@ def test_runs_link_carries_the_comparison(study):
     at = open_url(study, "runs", {"tab": "1", "a": str(ids[0]), "b": str(ids[1])})
     assert (at.session_state[state.RUN_A], at.session_state[state.RUN_B]) == (ids[0], ids[1])
     assert url(at)["tab"] == "1" and url(at)["a"] == str(ids[0]) and url(at)["b"] == str(ids[1])
+
+
+def test_home_link_carries_the_cohort(study, tmp_path):
+    wb = workbench(study)
+    pd.DataFrame({"id": ["other-1"], "findings": ["No acute disease."], "impression": ["Normal."]}).to_csv(
+        tmp_path / "other.csv", index=False)
+    wb.import_reports(tmp_path / "other.csv", "other")
+    at = open_url(study, "home", {})
+    assert url(at) == {"cohort": "dev"}, "the page writes the cohort it shows"
+    at = open_url(study, "home", {"cohort": "other"})
+    assert at.session_state[state.COHORT] == "other" and url(at) == {"cohort": "other"}
+    assert open_url(study, "home", {"cohort": "no-such"}).session_state[state.COHORT] == "dev"
+
+
+def test_prompts_link_carries_the_label(study):
+    at = open_url(study, "prompts", {"label": "edema"})
+    assert at.session_state[state.PROMPT_LABEL] == "edema" and url(at)["label"] == "edema"
+    at.selectbox(key=state.PROMPT_LABEL).select("atelectasis").run()
+    assert_clean(at)
+    assert url(at)["label"] == "atelectasis"
+    assert open_url(study, "prompts", {"label": "not-a-label"}).session_state[state.PROMPT_LABEL] != "not-a-label"
+
+
+def test_optimise_link_carries_the_tab_run_and_comparison(study):
+    ids = workbench(study).runs()["id"].tolist()
+    at = open_url(study, "optimise", {"tab": "1", "run": str(ids[1]), "compare": str(ids[0])})
+    assert at.session_state[state.OPT_RUN] == ids[1] and at.session_state[state.OPT_COMPARE] == ids[0]
+    assert url(at) == {"tab": "1", "run": str(ids[1]), "compare": str(ids[0])}
