@@ -290,6 +290,10 @@ def test_annotate_every_label_has_a_visible_key_and_navigation_keys(study):
     assert all(keys) and len(set(keys)) == len(keys), keys
     assert not {"c", "r", "s", ".", "/"} & set(keys), "S skips, . marks unsure, / opens the comment"
     assert all(o["hint"] for o in options), "every chip carries its label's definition"
+    for o, help_row in zip(options, data["help"]):  # the tooltip and the guidelines panel (key ?)
+        lab = wb.vocab.label(o["id"])
+        look_for = "Look for: " + "; ".join(lab.look_for) + "."
+        assert o["hint"] == f"{lab.definition} {look_for}" and help_row["text"] == o["hint"], o["id"]
     assert data["nav"] == {"prev": False, "next": True, "skip": True, "undo": False}
 
 
