@@ -36,6 +36,9 @@ FORM_STATE = """() => {
 }"""
 
 
+IDLE = '() => document.querySelector(\'[data-testid="stApp"]\').dataset.testScriptState === "notRunning"'
+
+
 @pytest.fixture(scope="module")
 def burst_study(demo_template, tmp_path_factory) -> Path:
     """The demo study with sign-in on: an admin and a reader."""
@@ -235,8 +238,11 @@ def test_reload_keeps_the_user_signed_in_and_on_the_same_item(browser, burst_ser
     pg.set_default_timeout(TIMEOUT_MS)
     watch = ReloadWatch(pg, burst_server)
     sign_in(pg, burst_server, *BOSS)
+    pg.wait_for_function(IDLE)
     cookies = [c for c in context.cookies() if c["name"].startswith("wb_session_")]
     assert len(cookies) == 1 and cookies[0]["sameSite"] == "Strict" and cookies[0]["value"].startswith("wbs_")
+    assert cookies[0]["httpOnly"], "set by the server: the page's scripts cannot read the token"
+    assert "wb_session_" not in pg.evaluate("document.cookie")
     for title, key, param in (("Annotate", "ArrowRight", "report"), ("Disagreements", "ArrowRight", "case"),
                               ("Adjudicate", "ArrowRight", "item")):
         # by click: while a keyboard form is open it takes Enter, also on a focused sidebar link
@@ -478,7 +484,6 @@ FORM_TEXT = """() => {
   }
   return null;
 }"""
-IDLE = '() => document.querySelector(\'[data-testid="stApp"]\').dataset.testScriptState === "notRunning"'
 
 
 def press_across(pg, chip, until: str, arg=None) -> None:

@@ -17,7 +17,7 @@ runtime.single_threaded_blas()  # takes effect if numpy is not loaded yet; `work
 
 import streamlit as st  # noqa: E402
 
-from workbench.ui import components, keyboard, state  # noqa: E402
+from workbench.ui import components, cookies, keyboard, state  # noqa: E402
 from workbench.ui.app_pages import (  # noqa: E402
     adjudicate, annotate, audit, disagreements, freeze_score, home, optimise, prompts, runs, settings,
 )
@@ -72,7 +72,7 @@ def _sign_in(base):
             st.error(str(exc))
     st.title("Sign in")
     if st.session_state.pop(state.CLEAR_COOKIE, False):
-        keyboard.session_cookie(_cookie_name(base), None, 0)
+        keyboard.session_cookie(cookies.end(_cookie_name(base), _base_url()))
     if mode == "oidc":
         if not getattr(st.user, "is_logged_in", False):
             st.button("Sign in with your organisation", on_click=st.login, type="primary")
@@ -96,9 +96,19 @@ def _sign_in(base):
             st.error(components.md(str(exc) or "Wrong user or password."))
             return None
         state.set_actor(actor)
-        st.session_state[state.SESSION_TOKEN] = base.as_actor(actor).start_web_session()
+        from workbench.services.team import WEB_SESSION_HOURS
+
+        token = base.as_actor(actor).start_web_session()
+        st.session_state[state.SESSION_TOKEN] = token
+        st.session_state[state.SESSION_COOKIE] = cookies.start(_cookie_name(base), token, int(WEB_SESSION_HOURS * 3600),
+                                                               _base_url())
         st.rerun()
     return None
+
+
+def _base_url() -> str:
+    """The server's base URL path ("/" unless served under a prefix): where the session cookie's endpoint is."""
+    return "/" + (st.get_option("server.baseUrlPath") or "").strip("/")
 
 
 def _cookie_name(base) -> str:
@@ -128,6 +138,7 @@ def _resume(base) -> None:
 def _sign_out(base) -> None:
     """End the browser session (its token stops working) and forget the actor."""
     token = st.session_state.pop(state.SESSION_TOKEN, None)
+    st.session_state.pop(state.SESSION_COOKIE, None)
     if token:
         base.end_web_session(token)
     st.session_state[state.CLEAR_COOKIE] = True
@@ -138,11 +149,8 @@ def _sidebar(wb) -> None:
     """Who is acting, which model labels, and a way to pick up changes made outside the app."""
     st.caption(f"Study **{components.md(wb.config.name)}** · vocabulary {components.md(wb.vocab.name)}")
     st.caption(f"Acting as **{components.md(wb.actor.user)}** ({wb.actor.role})")
-    token = st.session_state.get(state.SESSION_TOKEN)
-    if token:
-        from workbench.services.team import WEB_SESSION_HOURS
-
-        keyboard.session_cookie(_cookie_name(wb), token, int(WEB_SESSION_HOURS * 3600))
+    if st.session_state.get(state.SESSION_COOKIE):  # after a sign-in (a resumed session already has its cookie)
+        keyboard.session_cookie(st.session_state[state.SESSION_COOKIE])
     if wb.config.auth != "none" and st.button("Sign out", key=state.widget_key("signout")):
         _sign_out(wb)
         if wb.config.auth == "oidc":
