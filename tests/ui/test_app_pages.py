@@ -887,3 +887,18 @@ def test_optimise_link_carries_the_tab_run_and_comparison(study):
     at = open_url(study, "optimise", {"tab": "1", "run": str(ids[1]), "compare": str(ids[0])})
     assert at.session_state[state.OPT_RUN] == ids[1] and at.session_state[state.OPT_COMPARE] == ids[0]
     assert url(at) == {"tab": "1", "run": str(ids[1]), "compare": str(ids[0])}
+
+
+def test_compare_offers_no_derived_case_and_says_why(study):
+    """No Finding is derived: its changed cases headed the list and opened an empty "0 of 0" queue."""
+    wb = workbench(study)
+    a, b = sorted(wb.runs()["id"].tolist())
+    assert (wb.compare_runs(a, b)["cases"]["label"] == "no_finding").any(), "the comparison has derived cases"
+    at = open_url(study, "runs", {"tab": "1", "a": str(a), "b": str(b)})
+    shown = [d.value for d in at.dataframe if "label" in d.value.columns and "change" in d.value.columns]
+    assert shown and "No Finding" not in set(shown[0]["label"])
+    assert "No Finding is derived from the asked labels" in all_text(at)
+    button(at, "Open in Disagreements").click().run()
+    assert_clean(at)
+    assert at.session_state[state.DIS_PICK][1] != "no_finding"
+    assert form_data(at, state.DIS_FORM)["item"]["id"].split("|")[1] != "no_finding"
