@@ -229,10 +229,14 @@ function build(f) {
   // A mouse press is taken when the button goes down, not at the click: a click needs the press and the release
   // on the same element, and an element redrawn or remounted between the two (a rerun arriving) lost it.
   host.addEventListener("pointerdown", (e) => {
-    if (e.button === 0 && (e.pointerType === "mouse" || e.pointerType === "pen")) press(f, e);
+    if (e.button !== 0 || (e.pointerType !== "mouse" && e.pointerType !== "pen")) return;  // a finger may start a scroll
+    f.pressedAt = performance.now();
+    press(f, e);
   });
   host.addEventListener("click", (e) => {
-    if (e.pointerType !== "mouse" && e.pointerType !== "pen") press(f, e);  // a key (Space) or a finger: the click
+    // the click that follows a press already taken (detail > 0: made by a pointer, not by Space or Enter)
+    if (e.detail > 0 && f.pressedAt && performance.now() - f.pressedAt < 5000) { f.pressedAt = 0; return; }
+    press(f, e);  // a key (Space on a focused chip), a finger, or a browser whose pointerdown did not come first
   });
 }
 
