@@ -77,15 +77,15 @@ def prepare(folder: Path, n_reports: int = 3000) -> Path:
 
 
 def serve(study: Path):
-    """Start `streamlit run` on the study; returns (process, base URL) once healthy."""
+    """Start the app server on the study (as `workbench app` does); returns (process, base URL) once healthy."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "WORKBENCH_STUDY": str(study), "PYTHONPATH": str(ROOT)}
     log = open(study.parent / "streamlit-reading.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "workbench" / "ui" / "app.py"),
-                             "--server.headless=true", "--server.address=127.0.0.1", f"--server.port={port}",
-                             "--browser.gatherUsageStats=false", "--server.fileWatcherType=none"],
+    from workbench.cli import app_command
+
+    proc = subprocess.Popen(app_command(port, "127.0.0.1", "--server.fileWatcherType=none"),  # what `workbench app` runs
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120

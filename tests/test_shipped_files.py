@@ -105,6 +105,25 @@ def test_vocabulary_loads_with_complete_labels(name):
         assert 1 <= len(sentences) <= 3, f"{lab.id}: definition should be 1-3 sentences"
 
 
+@pytest.mark.parametrize("name", SETS)
+def test_every_asked_label_has_look_for_hints_for_readers(name):
+    """What a reader looks for in a report, beside each chip of Annotate (a derived label is never asked)."""
+    vocab = load_vocab(name)
+    for lab in vocab.labels:
+        if lab.id in vocab.asked_ids:
+            assert 2 <= len(lab.look_for) <= 6 and all(p.strip() == p and p for p in lab.look_for), lab.id
+        else:
+            assert lab.look_for == (), lab.id
+
+
+def test_look_for_is_optional_and_kept_in_order():
+    data = _good_vocab()
+    data["labels"][0]["look_for"] = ["pleural effusion", "blunted costophrenic angle"]
+    vocab = parse_vocabulary(data, "tiny.yaml")
+    assert vocab.label("effusion").look_for == ("pleural effusion", "blunted costophrenic angle")
+    assert vocab.label("devices").look_for == ()
+
+
 def test_ranscore_names_ids_and_order():
     vocab = load_vocab("ranscore-21")
     assert [lab.name for lab in vocab.labels] == RANSCORE_NAMES
@@ -188,6 +207,8 @@ VOCAB_ERRORS = [
     ("unknown derived rule", _set(["labels", 2, "derived"], "all_of_others"), ["labels[2]", "all_of_others"]),
     ("ignore list not a list", _set(["labels", 2, "ignore_for_derived"], "devices"), ["labels[2]", "ignore_for_derived"]),
     ("ignore names unknown label", _set(["labels", 2, "ignore_for_derived"], ["tubes"]), ["no_finding", "tubes"]),
+    ("look_for not a list", _set(["labels", 0, "look_for"], "fluid"), ["labels[0]", "look_for"]),
+    ("look_for with an empty phrase", _set(["labels", 0, "look_for"], ["fluid", " "]), ["labels[0]", "look_for"]),
     ("duplicate id", _set(["labels", 0, "id"], "devices"), ["devices"]),
     ("name clashes with another id", _set(["labels", 1, "name"], "effusion"), ["devices", "effusion"]),
 ]

@@ -75,3 +75,18 @@ def test_a_role_change_revokes_the_sessions_and_a_no_change_does_not(team):
 def test_only_accounts_have_browser_sessions(small_study):
     with pytest.raises(PermissionDenied):
         small_study.start_web_session()
+
+
+def test_a_password_change_revokes_every_browser_session_own_or_reset(team):
+    """Changing your own password (with the current one) or an admin's reset ends the account's browser sessions."""
+    reader = signed_in(team, "reader-1")
+    first, second = reader.start_web_session(), reader.start_web_session()
+    reader.set_password("reader-1", "password-456", current="password-123")
+    for token in (first, second):
+        with pytest.raises(PermissionDenied, match="sign in again"):
+            team.resume_web_session(token)
+    third = reader.start_web_session()
+    team.set_password("reader-1", "password-789")  # the admin resets it
+    with pytest.raises(PermissionDenied, match="sign in again"):
+        team.resume_web_session(third)
+    assert team.resume_web_session(signed_in(team, "reader-1").start_web_session()).user == "reader-1"

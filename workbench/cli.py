@@ -1819,13 +1819,18 @@ def app_environment(root: Path, address: str, open_network: bool = False) -> dic
     return env
 
 
+def app_command(port: int, address: str = "127.0.0.1", *options: str) -> list[str]:
+    """The command that serves the app (tests and benches start the same one): Streamlit runs
+    workbench/ui/serve.py, its ASGI app with the middleware that answers a deep link without 404s."""
+    server = Path(__file__).resolve().parent / "ui" / "serve.py"
+    return [sys.executable, "-m", "streamlit", "run", str(server), "--server.port", str(port), "--server.address", address,
+            "--browser.gatherUsageStats", "false", "--server.headless", "true", "--client.toolbarMode", "minimal", *options]
+
+
 def _run_app(root: Path, port: int, address: str = "127.0.0.1", open_network: bool = False) -> None:
     """Run Streamlit on the app module with the study in the environment (loopback by default)."""
-    app_file = Path(__file__).resolve().parent / "ui" / "app.py"
     env = app_environment(root, address, open_network)
-    cmd = [sys.executable, "-m", "streamlit", "run", str(app_file), "--server.port", str(port),
-           "--server.address", address, "--browser.gatherUsageStats", "false", "--server.headless", "true",
-           "--client.toolbarMode", "minimal"]
+    cmd = app_command(port, address)
     click.echo(f"starting the app on http://{'localhost' if address == '127.0.0.1' else address}:{port} (Ctrl+C to stop)")
     sys.stdout.flush()
     sys.stderr.flush()

@@ -290,6 +290,10 @@ def test_annotate_every_label_has_a_visible_key_and_navigation_keys(study):
     assert all(keys) and len(set(keys)) == len(keys), keys
     assert not {"c", "r", "s", ".", "/"} & set(keys), "S skips, . marks unsure, / opens the comment"
     assert all(o["hint"] for o in options), "every chip carries its label's definition"
+    for o, help_row in zip(options, data["help"]):  # the tooltip and the guidelines panel (key ?)
+        lab = wb.vocab.label(o["id"])
+        look_for = "Look for: " + "; ".join(lab.look_for) + "."
+        assert o["hint"] == f"{lab.definition} {look_for}" and help_row["text"] == o["hint"], o["id"]
     assert data["nav"] == {"prev": False, "next": True, "skip": True, "undo": False}
 
 
@@ -404,6 +408,7 @@ def test_disagreements_note_moves_to_the_next_case_without_a_note(study):
     notes = wb.notes(label, report)
     assert len(notes) == 1 and notes["category"].iloc[0] == "negation missed"
     assert notes["text"].iloc[0] == "missed the collapse wording"
+    assert at.toast and f"Note saved on {report}" in at.toast[0].value.replace("\\", "")
     assert at.session_state[state.DIS_PICK] == (queue["report_id"].iloc[2], queue["label"].iloc[2])
     assert f"2 of {len(queue)} with a note" in all_text(at)
 
@@ -854,3 +859,46 @@ def test_runs_link_carries_the_comparison(study):
     at = open_url(study, "runs", {"tab": "1", "a": str(ids[0]), "b": str(ids[1])})
     assert (at.session_state[state.RUN_A], at.session_state[state.RUN_B]) == (ids[0], ids[1])
     assert url(at)["tab"] == "1" and url(at)["a"] == str(ids[0]) and url(at)["b"] == str(ids[1])
+
+
+def test_home_link_carries_the_cohort(study, tmp_path):
+    wb = workbench(study)
+    pd.DataFrame({"id": ["other-1"], "findings": ["No acute disease."], "impression": ["Normal."]}).to_csv(
+        tmp_path / "other.csv", index=False)
+    wb.import_reports(tmp_path / "other.csv", "other")
+    at = open_url(study, "home", {})
+    assert url(at) == {"cohort": "dev"}, "the page writes the cohort it shows"
+    at = open_url(study, "home", {"cohort": "other"})
+    assert at.session_state[state.COHORT] == "other" and url(at) == {"cohort": "other"}
+    assert open_url(study, "home", {"cohort": "no-such"}).session_state[state.COHORT] == "dev"
+
+
+def test_prompts_link_carries_the_label(study):
+    at = open_url(study, "prompts", {"label": "edema"})
+    assert at.session_state[state.PROMPT_LABEL] == "edema" and url(at)["label"] == "edema"
+    at.selectbox(key=state.PROMPT_LABEL).select("atelectasis").run()
+    assert_clean(at)
+    assert url(at)["label"] == "atelectasis"
+    assert open_url(study, "prompts", {"label": "not-a-label"}).session_state[state.PROMPT_LABEL] != "not-a-label"
+
+
+def test_optimise_link_carries_the_tab_run_and_comparison(study):
+    ids = workbench(study).runs()["id"].tolist()
+    at = open_url(study, "optimise", {"tab": "1", "run": str(ids[1]), "compare": str(ids[0])})
+    assert at.session_state[state.OPT_RUN] == ids[1] and at.session_state[state.OPT_COMPARE] == ids[0]
+    assert url(at) == {"tab": "1", "run": str(ids[1]), "compare": str(ids[0])}
+
+
+def test_compare_offers_no_derived_case_and_says_why(study):
+    """No Finding is derived: its changed cases headed the list and opened an empty "0 of 0" queue."""
+    wb = workbench(study)
+    a, b = sorted(wb.runs()["id"].tolist())
+    assert (wb.compare_runs(a, b)["cases"]["label"] == "no_finding").any(), "the comparison has derived cases"
+    at = open_url(study, "runs", {"tab": "1", "a": str(a), "b": str(b)})
+    shown = [d.value for d in at.dataframe if "label" in d.value.columns and "change" in d.value.columns]
+    assert shown and "No Finding" not in set(shown[0]["label"])
+    assert "No Finding is derived from the asked labels" in all_text(at)
+    button(at, "Open in Disagreements").click().run()
+    assert_clean(at)
+    assert at.session_state[state.DIS_PICK][1] != "no_finding"
+    assert form_data(at, state.DIS_FORM)["item"]["id"].split("|")[1] != "no_finding"

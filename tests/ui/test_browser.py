@@ -12,7 +12,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -57,9 +56,9 @@ def serve(study: Path):
     """Run the app on a study until the generator is closed; yields its base URL."""
     port = _free_port()
     env = {**os.environ, "WORKBENCH_STUDY": str(study), "LITELLM_OFFLINE_MODE": "true"}
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "workbench" / "ui" / "app.py"),
-           "--server.headless=true", "--server.address=127.0.0.1", f"--server.port={port}",
-           "--browser.gatherUsageStats=false", "--server.fileWatcherType=none"]
+    from workbench.cli import app_command
+
+    cmd = app_command(port, "127.0.0.1", "--server.fileWatcherType=none")  # what `workbench app` runs
     log = open(study.parent / "streamlit.log", "wb")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -156,6 +155,22 @@ def see(pg, text: str) -> None:
     pg.get_by_text(text).first.wait_for()
 
 
+def until(pg, condition, what: str) -> None:
+    """Poll a condition on the stored study (a save's honest outcome: a toast saying so lasts 4 s and a loaded
+    machine may not paint it in time) while the page keeps running."""
+    deadline = time.monotonic() + TIMEOUT_MS / 1000
+    while not condition():
+        if time.monotonic() > deadline:
+            pg.screenshot(path=str(ARTIFACTS / f"not-{what.replace(' ', '-')}.png"))
+            raise AssertionError(f"{what}: not stored after {TIMEOUT_MS / 1000:.0f} s")
+        pg.wait_for_timeout(250)
+
+
+def form_moves_on(pg, item: str) -> None:
+    """The keyboard form shows another item than this one and waits for no answer."""
+    pg.locator(f".wbk[data-state=ready]:not([data-item='{item}'])").wait_for()
+
+
 def test_the_whole_loop(page, study):
     from workbench.services import Workbench
 
@@ -174,8 +189,9 @@ def test_the_whole_loop(page, study):
     settle(pg)
     shot(pg, "02-annotate")
     pg.locator(".wbk-btn[data-kind=save]").click()
-    see(pg, "Saved demo-001 for dr-browser")
-    assert len(wb.my_readings("dr-browser", "demo-001")) == 20
+    until(pg, lambda: len(wb.my_readings("dr-browser", "demo-001")) == 20, "the reading of demo-001")
+    form_moves_on(pg, "demo-001")
+    assert wb.my_readings("dr-browser", "demo-001").set_index("label")["value"].astype(int).sum() == 1
     shot(pg, "03-annotate-saved")
 
     # open the first Lung Opacity disagreement, make it a few-shot example, write an error note
@@ -195,8 +211,11 @@ def test_the_whole_loop(page, study):
     chip(pg, "does not change management").click()
     pg.get_by_role("textbox", name="Note (optional)").fill("collapse of a lobe is an opacity")
     pg.locator(".wbk-btn[data-kind=save]").click()
-    see(pg, f"Note saved on {report} / Lung Opacity")
-    assert len(wb.notes(label, report)) == 1
+    until(pg, lambda: len(wb.notes(label, report)) == 1, f"the note on {report}")
+    form_moves_on(pg, f"{report}|{label}")
+    note = wb.notes(label, report).iloc[0]
+    assert (note["category"], note["significance"], note["text"]) == (
+        "synonym or abbreviation", "does not change management", "collapse of a lobe is an opacity")
     shot(pg, "06-note-saved")
 
     # save the prompt as a new version
@@ -213,9 +232,7 @@ def test_the_whole_loop(page, study):
     shot(pg, "07-prompt-draft")
     pg.get_by_role("button", name="Save version", exact=True).click()
     # the condition is the commit itself (the page's message is a passing flash a loaded machine can miss)
-    deadline = time.monotonic() + TIMEOUT_MS / 1000
-    while len(wb.prompt_history()) < versions + 1 and time.monotonic() < deadline:
-        pg.wait_for_timeout(250)
+    until(pg, lambda: len(wb.prompt_history()) >= versions + 1, "the prompt version")
     assert len(wb.prompt_history()) == versions + 1
     shot(pg, "08-prompt-saved")
 

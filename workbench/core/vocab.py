@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from workbench.errors import NotFound, WorkbenchError
 
 ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
-LABEL_KEYS = {"id", "name", "category", "definition", "derived", "ignore_for_derived", "attributes"}
+LABEL_KEYS = {"id", "name", "category", "definition", "look_for", "derived", "ignore_for_derived", "attributes"}
 VOCAB_KEYS = {"id", "name", "description", "source", "labels", "attributes"}
 DERIVED_RULES = {"none_of_others"}
 # a labeller asks one question per label per report: beyond this a study is not workable, and the
@@ -45,6 +45,8 @@ class Label:
     ignore_for_derived: tuple[str, ...] = ()
     # names of the attributes a positive finding of this label carries (side, severity, ...)
     attributes: tuple[str, ...] = ()
+    # wording a reader looks for in a report (the reading guideline shown beside each chip; not the prompt's)
+    look_for: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -202,10 +204,14 @@ def _parse_label(item: object, where: str) -> Label:
         raise VocabularyError(f"{where}: attributes must be a list of attribute names (e.g. [side, severity])")
     if len(set(attributes)) != len(attributes):
         raise VocabularyError(f"{where}: an attribute is listed twice")
+    look_for = item.get("look_for", []) or []
+    if not isinstance(look_for, list) or not all(isinstance(p, str) and p.strip() for p in look_for):
+        raise VocabularyError(f"{where}: look_for must be a list of phrases a reader looks for (e.g. [collapse, volume loss])")
     return Label(
         id=str(item["id"]), name=str(item["name"]), category=str(item["category"]),
         definition=str(item["definition"]).strip(), derived=derived,
         ignore_for_derived=tuple(str(x) for x in ignore), attributes=tuple(attributes),
+        look_for=tuple(p.strip() for p in look_for),
     )
 
 

@@ -20,15 +20,18 @@ runtime.single_threaded_blas()  # takes effect if numpy is not loaded yet; `work
 
 import streamlit as st  # noqa: E402
 
-from workbench.ui import components, keyboard, state  # noqa: E402
+from workbench.ui import components, cookies, keyboard, state  # noqa: E402
 from workbench.ui.app_pages import (  # noqa: E402
     adjudicate, annotate, audit, disagreements, freeze_score, home, optimise, prompts, runs, settings,
 )
 
 # url path, title, icon, module, the permission a role needs to see the page. Icons are Streamlit's own
 # Material symbols (its bundled font: an emoji renders as an empty box on a workstation without an
-# emoji font). Only the browser tab's page_icon stays an emoji: a ":material/...:" favicon is fetched
-# from an outside font server.
+# emoji font). The browser tab's icon is an inline SVG (a data: URL): a ":material/...:" favicon is
+# fetched from an outside font server, and an emoji one is an emoji.
+FAVICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24"><rect width="24" height="24" rx="5" fill="#31333f"/>'
+           '<path d="M12 4v16M11 8C9 8 7 8.5 6 10M13 8c2 0 4 .5 5 2M11 12c-2 0-4 .5-5 2M13 12c2 0 4 .5 5 2M11 16c-2 0-3.5'
+           ' .5-4.5 1.5M13 16c2 0 3.5.5 4.5 1.5" stroke="#fff" stroke-width="1.6" fill="none" stroke-linecap="round"/></svg>')
 PAGES = (
     ("home", "Home", ":material/home:", home, "read"),
     ("annotate", "Annotate", ":material/edit_note:", annotate, "annotate"),
@@ -71,7 +74,7 @@ def _sign_in(base):
             st.error(str(exc))
     st.title("Sign in")
     if st.session_state.pop(state.CLEAR_COOKIE, False):
-        keyboard.session_cookie(_cookie_name(base), None, 0)
+        keyboard.session_cookie(cookies.end(_cookie_name(base), _base_url()))
     if mode == "oidc":
         if not getattr(st.user, "is_logged_in", False):
             st.button("Sign in with your organisation", on_click=st.login, type="primary")
@@ -95,9 +98,19 @@ def _sign_in(base):
             st.error(components.md(str(exc) or "Wrong user or password."))
             return None
         state.set_actor(actor)
-        st.session_state[state.SESSION_TOKEN] = base.as_actor(actor).start_web_session()
+        from workbench.services.team import WEB_SESSION_HOURS
+
+        token = base.as_actor(actor).start_web_session()
+        st.session_state[state.SESSION_TOKEN] = token
+        st.session_state[state.SESSION_COOKIE] = cookies.start(_cookie_name(base), token, int(WEB_SESSION_HOURS * 3600),
+                                                               _base_url())
         st.rerun()
     return None
+
+
+def _base_url() -> str:
+    """The server's base URL path ("/" unless served under a prefix): where the session cookie's endpoint is."""
+    return "/" + (st.get_option("server.baseUrlPath") or "").strip("/")
 
 
 def _cookie_name(base) -> str:
@@ -126,6 +139,7 @@ def _resume(base) -> None:
 def _sign_out(base) -> None:
     """End the browser session (its token stops working) and forget the actor."""
     token = st.session_state.pop(state.SESSION_TOKEN, None)
+    st.session_state.pop(state.SESSION_COOKIE, None)
     if token:
         base.end_web_session(token)
     st.session_state[state.CLEAR_COOKIE] = True
@@ -136,11 +150,8 @@ def _sidebar(wb) -> None:
     """Who is acting, which model labels, and a way to pick up changes made outside the app."""
     st.caption(f"Study **{components.md(wb.config.name)}** · vocabulary {components.md(wb.vocab.name)}")
     st.caption(f"Acting as **{components.md(wb.actor.user)}** ({wb.actor.role})")
-    token = st.session_state.get(state.SESSION_TOKEN)
-    if token:
-        from workbench.services.team import WEB_SESSION_HOURS
-
-        keyboard.session_cookie(_cookie_name(wb), token, int(WEB_SESSION_HOURS * 3600))
+    if st.session_state.get(state.SESSION_COOKIE):  # after a sign-in (a resumed session already has its cookie)
+        keyboard.session_cookie(st.session_state[state.SESSION_COOKIE])
     if wb.config.auth != "none" and st.button("Sign out", key=state.widget_key("signout")):
         _sign_out(wb)
         if wb.config.auth == "oidc":
@@ -177,7 +188,7 @@ def main(study: str | None = None, start: str | None = None) -> None:
     from workbench.services import PERMISSIONS
     from workbench.study import StudyError, load_config, resolve_study_path
 
-    st.set_page_config(page_title="Workbench", page_icon="🩻", layout="wide")
+    st.set_page_config(page_title="Workbench", page_icon=FAVICON, layout="wide")
     try:
         base = open_study(str(resolve_study_path(study or os.environ.get("WORKBENCH_STUDY"))))
     except StudyError as exc:

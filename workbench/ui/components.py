@@ -66,7 +66,7 @@ def exposure_notices(wb) -> None:
     if address and wb.config.auth == "none":
         st.error(md(f"Served on the network ({address}) without sign-in (auth: none, started with --no-auth-on-network): "
                     "anyone who reaches this address can read every report. Set auth: local or oidc in Settings."),
-                 icon="⚠️")
+                 icon=":material/warning:")
     for warning in wb.permission_warnings():
         st.warning(md(warning))
 
@@ -77,9 +77,20 @@ def user_text(value) -> None:
 
 
 def flashes() -> None:
-    """Show the messages queued by the previous run (they quote ids and names: shown as text)."""
-    for kind, message in state.pop_flashes():
-        getattr(st, kind)(md(message), **({"icon": ":material/check_circle:"} if kind == "toast" else {}))
+    """Show the messages queued by the previous run (they quote ids and names: shown as text).
+
+    They go in one slot drawn on every run, message or not: a message that came and went moved every element
+    after it, and Streamlit mounted the page's keyboard form anew under a reader's click (the click was lost)."""
+    slot = st.empty()
+    messages = state.pop_flashes()
+    shown = [(kind, message) for kind, message in messages if kind != "toast"]
+    if shown:
+        with slot.container():
+            for kind, message in shown:
+                getattr(st, kind)(md(message))
+    for kind, message in messages:
+        if kind == "toast":  # toasts float above the page: no place in it
+            st.toast(md(message), icon=":material/check_circle:")
 
 
 # ---------------------------------------------------------------- report text

@@ -48,7 +48,7 @@ def render(wb) -> None:
 
 def _presence(wb, queue, cohort: str) -> None:
     """The presence items: the queue, the open item's report and its decision."""
-    items = list(zip(queue["report_id"], queue["label"]))
+    items = list(zip(queue["report_id"].tolist(), queue["label"].tolist()))
     if st.session_state.get(state.ADJ_ITEM) not in items:
         pos = min(int(st.session_state.get(state.ADJ_POS, 0)), len(items) - 1)
         st.session_state[state.ADJ_ITEM] = items[pos]
@@ -56,7 +56,8 @@ def _presence(wb, queue, cohort: str) -> None:
     st.session_state[state.ADJ_POS] = pos
     state.to_url(cohort=cohort, item="|".join(items[pos]))
     components.compact_chips()
-    left, middle, right = st.columns([4, 3, 3])  # the queue's columns (why, votes) fit at 1280 px (tests/ui: fit)
+    # every column of the queue (why, votes) in sight at 1280 px, the row checkboxes' 33 px too (tests/ui: fit)
+    left, middle, right = st.columns([9, 5, 5], gap="xsmall")
     with left:
         _queue_table(wb, queue, pos)
     with middle:
@@ -74,10 +75,10 @@ def _queue_table(wb, queue, pos: int) -> None:
     clicks = st.session_state.get(state.ADJ_CLICKED, 0)
     event = st.dataframe(table[["item", "report_id", "label", "why", "votes"]], hide_index=True, height=520,
                          on_select="rerun", selection_mode="single-row", key=state.widget_key("adj-queue", clicks),
-                         column_config={"item": st.column_config.TextColumn("#", width=40, help="→ marks the open item"),
-                                        "report_id": st.column_config.TextColumn("report", width=60),
-                                        "label": st.column_config.TextColumn("label", width=130),
-                                        "why": st.column_config.TextColumn("why", width=72),
+                         column_config={"item": st.column_config.TextColumn("#", width=36, help="→ marks the open item"),
+                                        "report_id": st.column_config.TextColumn("report", width=64),
+                                        "label": st.column_config.TextColumn("label", width=150),
+                                        "why": st.column_config.TextColumn("why", width=64),
                                         "votes": st.column_config.TextColumn("votes", width=52)})
     rows = event.selection.rows if event else []
     if rows:
@@ -139,7 +140,7 @@ def _act(wb, queue, payload: dict) -> str | None:
     """Enter records the decision sent (exactly what was on screen), then opens the item that now takes
     its place in the queue; the arrows move. Returns an error message, or None."""
     report_id, _, label = str(payload.get("item", "")).partition("|")
-    items = list(zip(queue["report_id"], queue["label"]))
+    items = list(zip(queue["report_id"].tolist(), queue["label"].tolist()))
     if (report_id, label) not in items:
         return f"Not saved: {report_id} / {label} is not waiting any more."
     pos = items.index((report_id, label))

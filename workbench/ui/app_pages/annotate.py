@@ -120,7 +120,7 @@ def _form_data(wb, report_id: str, pos: int, work, values: dict, versions: dict)
     names = wb.vocab.names()
     derived = "".join(f" · {names[d]} is derived" for d in wb.vocab.derived_ids)
     options = [{"id": lab, "label": names[lab], "key": LABEL_KEYS[i] if i < len(LABEL_KEYS) else None,
-                "hint": wb.vocab.label(lab).definition} for i, lab in enumerate(wb.vocab.asked_ids)]
+                "hint": _guideline(wb.vocab.label(lab))} for i, lab in enumerate(wb.vocab.asked_ids)]
     return {
         "item": {"id": report_id, "heading": report_id, "text": state.read(wb.views.report_text, report_id)["text"],
                  "caption": f"Report {pos + 1} of {len(work)} · " + STATE_TEXT[work["state"].iloc[pos]]},
@@ -132,6 +132,11 @@ def _form_data(wb, report_id: str, pos: int, work, values: dict, versions: dict)
         "help": [{"title": o["label"], "text": o["hint"]} for o in options],
         "footer": "? shows the label definitions.",
     }
+
+
+def _guideline(label) -> str:
+    """A label's definition and the wording to look for, from the vocabulary (the chip's tooltip and the ? panel)."""
+    return label.definition + (f" Look for: {'; '.join(label.look_for)}." if label.look_for else "")
 
 
 def _progress(wb, reader: str, cohort: str, work, pos: int) -> None:

@@ -15,9 +15,11 @@ def render(wb) -> None:
     st.title(f"Study: {components.md(wb.config.name)}")
     components.help_line("The study at a glance: who has read what, whether the reference is settled, "
                          "how the current prompts score, and what to look at next.")
+    state.seed_from_url("home", {"cohort": (state.COHORT, str)})  # an unknown cohort falls back to the default
     cohort = components.pick_cohort(wb)
     if cohort is None:
         return
+    state.to_url(cohort=cohort)
     summary = state.read(wb.study.reference_summary, cohort)
     history = state.read(wb.prompts.prompt_history)
     runs = state.read(wb.runner.runs, cohort)

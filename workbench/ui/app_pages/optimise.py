@@ -10,18 +10,25 @@ from workbench.services.optimising import COHORT_ROLES, fmt_figure, report_markd
 from workbench.ui import charts, components, state
 
 
+TABS = ("Split", "Tuning and validation", "Optimise", "Reports", "Test cohorts")
+TAB = state.widget_key("optimise-tab")
+
+
 def render(wb) -> None:
     """Split, parts side by side, optimise, reports, test looks."""
     st.title("Optimise")
     components.help_line("Tune on the tuning part, check on the validation part: proposals are offered only when "
                          "validation does not drop, and the gap between the two is the overfitting signal.")
-    components.lazy_tabs(state.widget_key("optimise-tab"), {
-        "Split": lambda: _split(wb),
-        "Tuning and validation": lambda: _parts(wb),
-        "Optimise": lambda: _optimise(wb),
-        "Reports": lambda: _reports(wb),
-        "Test cohorts": lambda: _looks(wb),
-    })
+    state.seed_from_url("optimise", {"tab": (TAB, lambda v: TABS[int(v)]), "cohort": (state.COHORT, str),
+                                     "run": (state.OPT_RUN, int), "compare": (state.OPT_COMPARE, int),
+                                     "report": (state.OPT_REPORT, int)})
+    components.lazy_tabs(TAB, dict(zip(TABS, (lambda: _split(wb), lambda: _parts(wb), lambda: _optimise(wb),
+                                              lambda: _reports(wb), lambda: _looks(wb)))))
+    tab = st.session_state.get(TAB)
+    shown = {"Split": ("cohort",), "Tuning and validation": ("run", "compare"), "Reports": ("report",)}.get(tab, ())
+    keys = {"cohort": state.COHORT, "run": state.OPT_RUN, "compare": state.OPT_COMPARE, "report": state.OPT_REPORT}
+    state.to_url(tab=TABS.index(tab) if tab in TABS else None,
+                 **{name: st.session_state.get(keys[name]) for name in shown})  # what the open tab shows
 
 
 def _split(wb) -> None:
@@ -88,6 +95,8 @@ def _compare(wb, run_id: int) -> None:
     others = runs[(runs["id"] != run_id) & (runs["cohort_id"] == cohort_id) & runs["status"].isin(["finished", "incomplete"])]
     if others.empty:
         return
+    if st.session_state.get(state.OPT_COMPARE) not in others["id"].tolist():  # e.g. a link to another cohort's run
+        st.session_state.pop(state.OPT_COMPARE, None)
     other = st.selectbox("Compare with an earlier run", others["id"].tolist(), index=None, key=state.OPT_COMPARE,
                          format_func=lambda i: components.run_title(others.set_index("id").loc[i].to_dict() | {"id": i}))
     if other is None:
@@ -138,9 +147,10 @@ def _reports(wb) -> None:
     if reports.empty:
         st.info("No optimisation yet.")
         return
-    ids = reports["id"].tolist()
-    chosen = st.selectbox("Report", ids, index=ids.index(st.session_state.get(state.OPT_REPORT, ids[0]))
-                          if st.session_state.get(state.OPT_REPORT) in ids else 0,
+    ids = [int(i) for i in reports["id"]]
+    if st.session_state.get(state.OPT_REPORT) not in ids:
+        st.session_state[state.OPT_REPORT] = ids[0]
+    chosen = st.selectbox("Report", ids, key=state.OPT_REPORT,
                           format_func=lambda i: f"#{i} by {reports.set_index('id').loc[i, 'created_by']}")
     st.markdown(report_markdown(reports.set_index("id").loc[chosen, "report"]))
 

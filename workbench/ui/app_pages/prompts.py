@@ -19,7 +19,9 @@ def render(wb) -> None:
     components.help_line("Edit one label's prompt as your draft (only you see it), read the error notes on its "
                          "current disagreements, then save it as a new version (a Git commit) and re-run.")
     names = wb.vocab.names()
+    state.seed_from_url("prompts", {"label": (state.PROMPT_LABEL, lambda v: wb.vocab.asked_ids[wb.vocab.asked_ids.index(v)])})
     label = st.selectbox("Label", wb.vocab.asked_ids, key=state.PROMPT_LABEL, format_func=names.get)
+    state.to_url(label=label)
     components.lazy_tabs(state.PROMPTS_TAB, {
         "Edit": lambda: _edit(wb, label),
         "History": lambda: _history(wb, label),

@@ -38,9 +38,10 @@ def _cookie_component():
     return st.components.v2.component("workbench_session_cookie", js=(HERE / "cookie.js").read_text(encoding="utf-8"))
 
 
-def session_cookie(name: str, value: str | None, max_age_s: int) -> None:
-    """Set (or, with None, clear) the session cookie in the browser; drawn each run, it acts only when it changes."""
-    _cookie_component()(key=f"wb.cookie.{name}", data={"name": name, "value": value, "maxAge": int(max_age_s)})
+def session_cookie(data: dict) -> None:
+    """Set or clear the session cookie in the browser (data from workbench.ui.cookies start/end); drawn each
+    run, each data acts once in the page."""
+    _cookie_component()(key=f"wb.cookie.{data['name']}", data=data)
 
 
 def form(key: str, data: dict, on_action: Handler, on_draft: Callable[[dict], None] | None = None) -> None:

@@ -1,10 +1,27 @@
-// Sets or clears the browser-session cookie of `auth: local` (SameSite=Strict: never sent by a
-// request that another site starts). The server reads it back through st.context.cookies.
+// Gives the browser its session cookie under `auth: local`, or takes it back. Each data the server sends
+// acts once in the page (the component is drawn on every run).
+//
+// Served by workbench/ui/serve.py (data.endpoint): the page posts the one-time code (or, to end, the
+// cookie's name) and the server's answer sets or clears the cookie, HttpOnly: no script in the page can read
+// the token. Otherwise the component sets an ordinary cookie itself. SameSite=Strict either way: never sent
+// by a request that another site starts. The server reads it back through st.context.cookies.
+const done = new Set();
+
 export default function (component) {
-  const { name, value, maxAge } = component.data || {};
-  if (!name) return;
+  const { name, action, endpoint, code, value, maxAge, nonce } = component.data || {};
+  if (!name || !action) return;
+  const once = action + ":" + (code || nonce);
+  if (done.has(once)) return;
+  done.add(once);
+  if (endpoint) {
+    fetch(endpoint + (action === "end" ? "/end" : ""), {
+      method: "POST", credentials: "same-origin", headers: { "X-Workbench": "session" },
+      body: action === "end" ? name : code,
+    });
+    return;
+  }
   const secure = window.location.protocol === "https:" ? "; Secure" : "";
-  document.cookie = value
+  document.cookie = action === "start" && value
     ? `${name}=${value}; Path=/; Max-Age=${maxAge}; SameSite=Strict${secure}`
     : `${name}=; Path=/; Max-Age=0; SameSite=Strict${secure}`;
 }

@@ -226,40 +226,55 @@ function build(f) {
   // a page just opened from a focused sidebar link: the keyboard belongs to the form, not to that link
   const focused = document.activeElement;
   if (focused && focused !== document.body && !isEditable(focused) && focused.closest && focused.closest('[data-testid="stSidebarNav"]')) focused.blur();
-  host.addEventListener("click", (e) => {
-    const node = e.target.closest ? e.target.closest("[data-ev]") : null;
-    if (!node || node.disabled) return;
-    const ev = JSON.parse(node.getAttribute("data-ev"));
-    enqueue(f, ev);
+  // A mouse press is taken when the button goes down, not at the click: a click needs the press and the release
+  // on the same element, and an element redrawn or remounted between the two (a rerun arriving) lost it.
+  host.addEventListener("pointerdown", (e) => {
+    if (e.button !== 0 || (e.pointerType !== "mouse" && e.pointerType !== "pen")) return;  // a finger may start a scroll
+    f.pressedAt = performance.now();
+    press(f, e);
   });
+  host.addEventListener("click", (e) => {
+    // the click that follows a press already taken (detail > 0: made by a pointer, not by Space or Enter)
+    if (e.detail > 0 && f.pressedAt && performance.now() - f.pressedAt < 5000) { f.pressedAt = 0; return; }
+    press(f, e);  // a key (Space on a focused chip), a finger, or a browser whose pointerdown did not come first
+  });
+}
+
+function press(f, e) {
+  const node = e.target.closest ? e.target.closest("[data-ev]") : null;
+  if (!node || node.disabled) return;
+  enqueue(f, JSON.parse(node.getAttribute("data-ev")));
 }
 
 function chip(f, g, o) {
   const b = el("button", { cls: "wbk-chip", type: "button", title: o.hint || null,
     "data-ev": JSON.stringify({ kind: "pick", group: g.id, option: o.id }), "data-option": o.id });
-  const label = el("span", { cls: "wbk-label" });
+  if (g.kind === "multi") b.appendChild(el("span", { cls: "wbk-box", "aria-hidden": "true" }));  // drawn by CSS: no glyph
+  const label = el("span", { cls: "wbk-label", text: o.label });
   b.appendChild(label);
   if (o.key) b.appendChild(el("kbd", { text: o.key.toUpperCase() }));
-  f.nodes.chips.push({ node: b, label, g, o });
+  f.nodes.chips.push({ node: b, g, o });
   return b;
 }
 
 function navButton(f, kind, label, key, primary) {
-  const nav = f.data.nav || {};
-  const disabled = kind === "save" ? false : nav[kind] === false;
-  const b = el("button", { cls: "wbk-btn" + (primary ? " primary" : ""), type: "button", disabled: disabled || null,
+  const b = el("button", { cls: "wbk-btn" + (primary ? " primary" : ""), type: "button",
     "data-ev": JSON.stringify({ kind }), "data-kind": kind });
   b.appendChild(el("span", { text: label }));
   if (key) b.appendChild(el("kbd", { text: key }));
+  if (kind !== "save") f.nodes.nav.push({ node: b, kind });
   return b;
 }
 
 // What the form's elements are built from. While it is unchanged, a render only updates the elements in
 // place: rebuilding them under a reader's hands detached the chip being clicked (the click was lost) and the
 // text field being typed in (its focus went to the page, so the next letters were taken as label keys).
+// The heading, the caption (a first tick's draft turns "unread" into "draft") and whether a navigation button
+// is enabled change on the same item: they are updated in place, not part of the shape.
 function shapeOf(f) {
   const d = f.data;
-  return JSON.stringify([f.item, d.groups, d.text, d.nav, d.save_label, d.help, d.footer]);
+  const nav = d.nav ? Object.keys(d.nav).sort() : null;
+  return JSON.stringify([f.item.id, f.item.text, f.item.html, d.groups, d.text, nav, d.save_label, d.help, d.footer]);
 }
 
 function render(f) {
@@ -279,12 +294,14 @@ function draw(f) {
   const keepText = f.textArea && f.textItem === f.item.id ? f.textArea : null;
   const typing = keepText && keepText.getRootNode().activeElement === keepText;
   const caret = typing ? [keepText.selectionStart, keepText.selectionEnd] : null;
-  f.nodes = { chips: [], counts: [] };
+  f.nodes = { chips: [], counts: [], nav: [] };
   host.replaceChildren();
   host.setAttribute("data-item", f.item.id);
   const head = el("div", { cls: "wbk-head" });
-  head.appendChild(el("div", { cls: "wbk-heading", role: "heading", "aria-level": "4", text: f.item.heading }));
-  if (f.item.caption) head.appendChild(el("div", { cls: "wbk-caption", text: f.item.caption }));
+  f.nodes.heading = el("div", { cls: "wbk-heading", role: "heading", "aria-level": "4" });
+  f.nodes.caption = el("div", { cls: "wbk-caption" });
+  head.appendChild(f.nodes.heading);
+  head.appendChild(f.nodes.caption);
   host.appendChild(head);
   const layout = el("div", { cls: "wbk-layout" + (f.item.text !== undefined || f.item.html ? " with-report" : "") });
   host.appendChild(layout);
@@ -353,16 +370,19 @@ function draw(f) {
 function refresh(f) {
   // Updates what changes with keys and answers (ticks, counts, status), touching no element's place.
   const host = f.host;
+  const nodes = f.nodes;
+  if (nodes.heading.textContent !== (f.item.heading || "")) nodes.heading.textContent = f.item.heading || "";
+  if (nodes.caption.textContent !== (f.item.caption || "")) nodes.caption.textContent = f.item.caption || "";
+  nodes.caption.hidden = !f.item.caption;
+  for (const { node, kind } of nodes.nav) node.disabled = (f.data.nav || {})[kind] === false;
   host.setAttribute("data-state", f.waiting ? "saving" : "ready");
   host.setAttribute("data-held", String(f.queue.length));
   host.setAttribute("data-confirm", f.confirming ? "1" : "0");
-  for (const { node, label, g, o } of f.nodes.chips) {
+  for (const { node, g, o } of f.nodes.chips) {
     const v = f.values[g.id];
     const on = g.kind === "multi" ? (v || []).includes(o.id) : v === o.id;
-    const text = (g.kind === "multi" ? (on ? "\u2611 " : "\u2610 ") : "") + o.label;
     node.classList.toggle("on", on);
     node.setAttribute("aria-pressed", on ? "true" : "false");
-    if (label.textContent !== text) label.textContent = text;
   }
   for (const { node, g } of f.nodes.counts) {
     const text = g.kind === "multi" ? ` \u00b7 ${(f.values[g.id] || []).length} ticked${g.note ? " \u00b7 " + g.note : ""}`
