@@ -99,6 +99,18 @@ def small_study(study_templates, tmp_path):
     return copy_study(study_templates["small"], tmp_path / "study")
 
 
+def store_noise(wb, run_id: int, differ_every: int) -> None:
+    """Store a noise measurement of a run as `workbench noise` would: one repeat in differ_every differs."""
+    from workbench.store import queries as q
+
+    preds = wb.predictions(run_id)
+    preds = preds[preds["value"].notna()].head(200)
+    rows = [(run_id, 1, r.report_id, r.label, 1, None, int(r.value), int(r.value) ^ (i % differ_every == 0), "ok")
+            for i, r in enumerate(preds.itertuples(index=False))]
+    with wb.session(write=True) as s:
+        q.put_noise_repeats(s, rows)
+
+
 def fast_password_hasher():
     """Real argon2 with the smallest work factor (the default costs 0.3 s of CPU per hash or sign-in)."""
     from argon2 import PasswordHasher

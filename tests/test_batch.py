@@ -104,12 +104,43 @@ def test_a_failed_batch_ends_the_run_with_one_line_and_nothing_stored(small_stud
         assert s.connection().exec_driver_sql("SELECT count(*) FROM callcache").scalar() == 0
 
 
-def _child(*args: str) -> subprocess.Popen:
-    env = dict(os.environ, LITELLM_OFFLINE_MODE="true", PYTHONUNBUFFERED="1", WORKBENCH_BATCH_POLL_S="0.05")
-    env.pop("WORKBENCH_USER", None)
-    env.pop("WORKBENCH_ROLE", None)
-    return subprocess.Popen([sys.executable, "-m", "workbench.cli", *args], env=env, stdout=subprocess.PIPE,
+def _child(*args: str, **env: str) -> subprocess.Popen:
+    """`workbench ARGS` in its own process (polling fast), with env added to this one's."""
+    full = dict(os.environ, LITELLM_OFFLINE_MODE="true", PYTHONUNBUFFERED="1", WORKBENCH_BATCH_POLL_S="0.05", **env)
+    full.pop("WORKBENCH_USER", None)
+    full.pop("WORKBENCH_ROLE", None)
+    return subprocess.Popen([sys.executable, "-m", "workbench.cli", *args], env=full, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
+
+
+def kill_mid_batch_then_resume(wb, server, model_args: list[str], **env: str) -> tuple[int, str, str]:
+    """A `run --batch` child killed while it polls, then `run --resume` after the provider finished the batch
+    meanwhile: (run id, batch id, the resume's output); asserts what holds for every provider."""
+    server.batch_polls = 10 ** 9  # the batch stays in progress until the test lets it finish
+    first = _child("run", "--cohort", "dev", "--labels", ",".join(LABELS), *model_args, "--batch",
+                   "--study", str(wb.root), **env)
+    deadline = time.monotonic() + 180  # the child imports litellm (5-20 s on a busy machine)
+    found = None
+    while found is None and first.poll() is None and time.monotonic() < deadline:
+        found = _recorded_batch(wb.root / "workbench.db")
+        time.sleep(0.05)
+    assert found is not None, first.communicate()[0]
+    while server.batch_counts["retrieve"] < 2 and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # it is polling
+    first.send_signal(signal.SIGKILL)
+    first.communicate()
+    run_id, batch_id = found
+    assert wb.predictions(run_id).empty
+
+    server.batch_polls = 0  # the provider finishes the batch while nobody polls it
+    second = _child("run", "--resume", str(run_id), "--study", str(wb.root), **env)  # a plain resume finds the job
+    out = second.communicate(timeout=300)[0]
+    assert second.returncode == 0, out
+    assert f"batch {batch_id}: completed" in out
+    assert (server.batch_counts["upload"], server.batch_counts["create"]) == (1, 1)  # no second upload
+    assert server.count == 0
+    assert values(wb, run_id) == expected_values(LABELS)
+    return run_id, batch_id, out
 
 
 def _recorded_batch(db: Path) -> tuple[int, str] | None:
@@ -125,32 +156,8 @@ def _recorded_batch(db: Path) -> tuple[int, str] | None:
 
 
 def test_a_run_killed_mid_batch_resumes_the_same_batch_without_uploading_again(small_study, server):
-    wb = small_study
-    server.batch_polls = 10 ** 9  # the batch stays in progress until the test lets it finish
-    first = _child("run", "--cohort", "dev", "--labels", ",".join(LABELS), "--model", "openai/fake", "--api-base",
-                   server.url, "--batch", "--study", str(wb.root))
-    deadline = time.monotonic() + 180  # the child imports litellm (5-20 s on a busy machine)
-    found = None
-    while found is None and first.poll() is None and time.monotonic() < deadline:
-        found = _recorded_batch(wb.root / "workbench.db")
-        time.sleep(0.05)
-    assert found is not None, first.communicate()[0]
-    while server.batch_counts["retrieve"] < 2 and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)  # it is polling
-    first.send_signal(signal.SIGKILL)
-    first.communicate()
-    run_id, batch_id = found
-    assert wb.predictions(run_id).empty
-
-    server.batch_polls = 0  # the provider finishes the batch while nobody polls it
-    second = _child("run", "--resume", str(run_id), "--study", str(wb.root))  # a plain resume finds the pending job
-    out = second.communicate(timeout=300)[0]
-    assert second.returncode == 0, out
-    assert f"batch {batch_id}: completed" in out
-    assert (server.batch_counts["upload"], server.batch_counts["create"]) == (1, 1)  # no second upload
-    assert server.count == 0
-    assert values(wb, run_id) == expected_values(LABELS)
-    assert wb.run_info(run_id).status == "finished"
+    run_id, _, _ = kill_mid_batch_then_resume(small_study, server, ["--model", "openai/fake", "--api-base", server.url])
+    assert small_study.run_info(run_id).status == "finished"
 
 
 def test_a_disallowed_endpoint_gets_no_request_at_all(small_study, server):
@@ -205,6 +212,12 @@ def test_estimate_batch_uses_the_batch_price_or_says_it_assumes_the_normal_one(s
 
 def test_score_batch_gives_the_scores_of_a_normal_score(small_study, server, tmp_path, monkeypatch):
     monkeypatch.delenv("WORKBENCH_STUDY", raising=False)
+    score_batch_equals_a_normal_score(small_study, server, tmp_path, "openai/fake", server.url)
+
+
+def score_batch_equals_a_normal_score(small_study, server, tmp_path, model: str, api_base: str) -> None:
+    """`score --batch` prints the scores a normal score prints, with no chat call, in two batches (reference,
+    generated)."""
     small_study.start_run("dev")
     bundle = small_study.freeze("starter", frozen_at="2026-03-01T12:00:00+00:00")["json"]
     ref = pd.DataFrame({"id": ["g1", "g2", "g3"], "text": ["Small left pleural effusion.", "Mild pulmonary edema.",
@@ -216,8 +229,8 @@ def test_score_batch_gives_the_scores_of_a_normal_score(small_study, server, tmp
 
     def score(*extra: str) -> list[str]:
         res = CliRunner().invoke(main, ["score", "--bundle", str(bundle), "--reference", str(tmp_path / "ref.csv"),
-                                        "--generated", f"G={tmp_path / 'gen.csv'}", "--model", "openai/fake",
-                                        "--api-base", server.url, "--allow-endpoint", server.url, "--resamples", "20",
+                                        "--generated", f"G={tmp_path / 'gen.csv'}", "--model", model,
+                                        "--api-base", api_base, "--allow-endpoint", api_base, "--resamples", "20",
                                         *extra])
         assert res.exit_code == 0, res.output
         return [line for line in res.output.splitlines() if "Ran Score" in line or line.startswith("==")]

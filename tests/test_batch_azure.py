@@ -8,20 +8,14 @@ real child processes for the restart, a raw TCP listener that counts every conne
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import threading
-import time
 
-import pandas as pd
 import pytest
 from click.testing import CliRunner
 
 from conftest import copy_study
 from fake_llm_server import running_server
-from test_batch import LABELS, N_CALLS, _recorded_batch
+from test_batch import LABELS, N_CALLS, kill_mid_batch_then_resume, score_batch_equals_a_normal_score
 from test_governance import Listener
 from test_runs import Oracle, expected_values, values
 from workbench.cli import main
@@ -131,44 +125,13 @@ def test_a_failed_azure_batch_ends_the_run_with_one_line_and_nothing_stored(smal
         assert s.connection().exec_driver_sql("SELECT count(*) FROM callcache").scalar() == 0
 
 
-def _child(*args: str, **env: str) -> subprocess.Popen:
-    full = dict(os.environ, LITELLM_OFFLINE_MODE="true", PYTHONUNBUFFERED="1", WORKBENCH_BATCH_POLL_S="0.05", **env)
-    full.pop("WORKBENCH_USER", None)
-    full.pop("WORKBENCH_ROLE", None)
-    return subprocess.Popen([sys.executable, "-m", "workbench.cli", *args], env=full, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-
 
 def test_an_azure_run_killed_mid_batch_resumes_the_same_batch_without_uploading_again(small_study, server):
-    wb = small_study
-    server.batch_polls = 10 ** 9  # the batch stays in progress until the test lets it finish
     # the resource and key as a team sets them: $AZURE_API_BASE and $AZURE_API_KEY (and an api version)
     env = {"AZURE_API_BASE": server.azure_url, "AZURE_API_KEY": "azure-key-from-env", "AZURE_API_VERSION": "2024-10-21"}
-    first = _child("run", "--cohort", "dev", "--labels", ",".join(LABELS), "--model", MODEL, "--batch",
-                   "--study", str(wb.root), **env)
-    deadline = time.monotonic() + 180  # the child imports litellm (5-20 s on a busy machine)
-    found = None
-    while found is None and first.poll() is None and time.monotonic() < deadline:
-        found = _recorded_batch(wb.root / "workbench.db")
-        time.sleep(0.05)
-    assert found is not None, first.communicate()[0]
-    while server.batch_counts["retrieve"] < 2 and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)  # it is polling
-    first.send_signal(signal.SIGKILL)
-    first.communicate()
-    run_id, batch_id = found
-    assert wb.predictions(run_id).empty
-    assert wb.run_info(run_id).endpoint == f"{server.azure_url} ($AZURE_API_BASE)"
-
-    server.batch_polls = 0  # the provider finishes the batch while nobody polls it
-    second = _child("run", "--resume", str(run_id), "--study", str(wb.root), **env)
-    out = second.communicate(timeout=300)[0]
-    assert second.returncode == 0, out
-    assert f"batch {batch_id}: completed" in out
-    assert (server.batch_counts["upload"], server.batch_counts["create"]) == (1, 1)  # no second upload
-    assert server.count == 0
-    assert values(wb, run_id) == expected_values(LABELS)
-    assert wb.run_info(run_id).status == "finished"
+    run_id, _, _ = kill_mid_batch_then_resume(small_study, server, ["--model", MODEL], **env)
+    assert small_study.run_info(run_id).endpoint == f"{server.azure_url} ($AZURE_API_BASE)"
+    assert small_study.run_info(run_id).status == "finished"
     # both processes spoke Azure with the environment's version and key
     assert {(e["api_version"], e["api_key"]) for e in server.surface_log} == {("2024-10-21", "azure-key-from-env")}
     assert batch_requests(server)[-1] == ("GET", "/openai/files/file-fake-2/content")
@@ -242,27 +205,5 @@ def test_estimate_of_an_azure_batch_uses_litellms_azure_batch_price(small_study,
 def test_score_batch_with_an_azure_deployment_gives_the_scores_of_a_normal_score(small_study, server, tmp_path,
                                                                                  monkeypatch):
     monkeypatch.delenv("WORKBENCH_STUDY", raising=False)
-    small_study.start_run("dev")
-    bundle = small_study.freeze("starter", frozen_at="2026-03-01T12:00:00+00:00")["json"]
-    ref = pd.DataFrame({"id": ["g1", "g2", "g3"], "text": ["Small left pleural effusion.", "Mild pulmonary edema.",
-                                                          "No acute disease."]})
-    gen = ref.assign(text=["No effusion.", "Mild pulmonary edema.", "Small right pleural effusion."])
-    ref.to_csv(tmp_path / "ref.csv", index=False)
-    gen.to_csv(tmp_path / "gen.csv", index=False)
-    server.answer_fn = None  # the server's keyword labeller: 1 when "effusion" is in the report
-
-    def score(*extra: str) -> list[str]:
-        res = CliRunner().invoke(main, ["score", "--bundle", str(bundle), "--reference", str(tmp_path / "ref.csv"),
-                                        "--generated", f"G={tmp_path / 'gen.csv'}", "--model", MODEL, "--api-base",
-                                        server.azure_url, "--allow-endpoint", server.azure_url, "--resamples", "20",
-                                        *extra])
-        assert res.exit_code == 0, res.output
-        return [line for line in res.output.splitlines() if "Ran Score" in line or line.startswith("==")]
-
-    normal = score()
-    chat_calls = server.count
-    assert chat_calls > 0
-    assert score("--batch") == normal
-    assert server.count == chat_calls  # no chat call: reference and generated texts went as two Azure batches
-    assert (server.batch_counts["upload"], server.batch_counts["create"]) == (2, 2)
-    assert batch_requests(server).count(("POST", "/openai/batches")) == 2
+    score_batch_equals_a_normal_score(small_study, server, tmp_path, MODEL, server.azure_url)
+    assert batch_requests(server).count(("POST", "/openai/batches")) == 2  # Azure's path, once per batch

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from conftest import store_noise
 from fake_llm_server import keyword_answer, running_server
 
 from workbench.cli import main
@@ -261,18 +262,6 @@ def test_per_call_facts_export_from_the_cli(small_study):
     assert json.loads(per_label.output)[0]["label"] == "pleural_effusion"
 
 
-def _store_noise(wb, run_id: int, differ_every: int) -> None:
-    """A noise measurement of a run stored as `workbench noise` stores one: one repeat in differ_every differs."""
-    from workbench.store import queries as q
-
-    preds = wb.predictions(run_id)
-    preds = preds[preds["value"].notna()].head(200)
-    rows = [(run_id, 1, r.report_id, r.label, 1, None, int(r.value), int(r.value) ^ (i % differ_every == 0), "ok")
-            for i, r in enumerate(preds.itertuples(index=False))]
-    with wb.session(write=True) as s:
-        q.put_noise_repeats(s, rows)
-
-
 def test_split_compare_and_suggest_print_the_noise_lines_per_part_from_the_cli(demo_template, tmp_path):
     from conftest import copy_study
 
@@ -290,7 +279,7 @@ def test_split_compare_and_suggest_print_the_noise_lines_per_part_from_the_cli(d
     out = runner.invoke(main, suggest)
     assert out.exit_code == 0, out.output
     assert "proposal #" in out.output and not_measured in out.output
-    _store_noise(wb, newer, differ_every=2)  # a noise rate of one half: every change is within noise
+    store_noise(wb, newer, differ_every=2)  # a noise rate of one half: every change is within noise
     out = runner.invoke(main, split)
     lines = [line for line in out.output.splitlines() if line.startswith("noise, ")]
     changed = wb.compare_by_part(older, newer)

@@ -6,20 +6,10 @@ from __future__ import annotations
 
 from test_app_pages import all_text, assert_clean, button, open_page, study, workbench  # noqa: F401
 
-from workbench.store import queries as q
+from conftest import store_noise
 from workbench.ui import state
 
 NOT_MEASURED = "noise: not measured (`workbench noise"
-
-
-def _measure(wb, run_id: int, differ_every: int) -> None:
-    """Store a noise measurement of a run as `workbench noise` would: one repeat in differ_every differs."""
-    preds = wb.predictions(run_id)
-    preds = preds[preds["value"].notna()].head(200)
-    rows = [(run_id, 1, r.report_id, r.label, 1, None, int(r.value), int(r.value) ^ (i % differ_every == 0), "ok")
-            for i, r in enumerate(preds.itertuples(index=False))]
-    with wb.session(write=True) as s:
-        q.put_noise_repeats(s, rows)
 
 
 def _runs(wb) -> tuple[int, int]:
@@ -37,7 +27,7 @@ def test_compare_view_says_noise_is_not_measured(study):  # noqa: F811
 def test_compare_view_flags_a_verdict_noise_could_produce(study):  # noqa: F811
     wb = workbench(study)
     older, newer = _runs(wb)
-    _measure(wb, newer, differ_every=2)  # a noise rate of one half: every change is within noise
+    store_noise(wb, newer, differ_every=2)  # a noise rate of one half: every change is within noise
     at = open_page(study, "runs", {state.RUNS_TAB: "Compare two runs"})
     assert_clean(at)
     cmp = wb.compare_runs(older, newer)
@@ -63,5 +53,5 @@ def test_split_comparison_and_suggestion_show_the_noise_line(study):  # noqa: F8
     assert_clean(at)
     result = at.session_state[state.SUGGESTION]
     assert f"{NOT_MEASURED} {result['run']}`" in all_text(at)
-    _measure(wb, int(result["run"]), differ_every=2)
+    store_noise(wb, int(result["run"]), differ_every=2)
     assert wb.suggestion_noise_lines(result) == [wb.suggestion_noise(result)] != [""]
