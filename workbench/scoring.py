@@ -324,44 +324,56 @@ def score(bundle: str | os.PathLike | Bundle, reference: str | os.PathLike | pd.
     ref_labels, ref_attrs, ref_stats = label_texts_with_attributes(b.prompts, b.vocab, ref_texts, cfg, b.sha256, cache,
                                                                    on_progress, engine)
     scores: dict[str, GeneratorScore] = {}
-    policy = "undefined" if zero_division == "exclude" else zero_division
     for name, source in generated.items():
         gen_texts = read_texts(source, b.sections, name)
         _check_ids(ref_texts, gen_texts, name)
         gen_labels, gen_attrs, stats = label_texts_with_attributes(b.prompts, b.vocab, gen_texts, cfg, b.sha256, cache,
                                                                    on_progress, engine)
-        gen_labels = gen_labels.reindex(ref_labels.index)
-        table = metrics.label_metrics(ref_labels, gen_labels, zero_division=policy)
-        avg = metrics.averages(table, zero_division=policy)
-        boot = metrics.bootstrap_macro_f1(ref_labels, gen_labels, n_resamples=n_resamples, seed=seed,
-                                          zero_division=policy, method="bc")
-        lo, hi, est = boot.get("lo"), boot.get("hi"), avg["macro_f1"]
-        widened = bool(lo == lo and hi == hi and not lo <= est <= hi)
-        if widened:  # few reports and rare labels: the resampled macro F1 is biased; never report an interval missing the estimate
-            lo, hi = min(lo, est), max(hi, est)
-        ran = {"estimate": est, "lo": lo, "hi": hi, "n_resamples": n_resamples,
-               "interval": "bias-corrected percentile bootstrap over reports" + (", widened to contain the estimate" if widened else ""),
-               "seed": seed, "labels": len(table), "labels_undefined": int(table["f1_undefined"].sum()),
-               "labels_used": avg["macro_f1_labels_used"], "policy": POLICY_TEXT[zero_division]}
-        ran.update(_failure_counts(ref_labels, gen_labels, b.vocab.asked_ids, stats, max_failed_share))
-        if ran["no_score"]:
-            ran.update(estimate=None, lo=None, hi=None)
-        ran = RanScore(**ran)
-        per_label = table[["support", "tp", "fp", "fn", "tn", "precision", "recall", "f1", "f1_undefined", "accuracy"]].copy()
-        per_label.insert(0, "name", [b.vocab.names()[i] for i in per_label.index])
-        per_label["n_scored"] = table["n"]
-        per_label["failed_generated"] = gen_labels[table.index].isna().sum()
-        per_label["failed_reference"] = ref_labels[table.index].isna().sum()
-        per_report = _per_report(ref_labels, gen_labels)
-        attr_table, errors, error_summary, errors_by_label = _attribute_scores(b, ref_labels, gen_labels, ref_attrs, gen_attrs)
-        per_report = per_report.join(errors, on="report_id")
-        scores[name] = GeneratorScore(name, per_label, avg, ran, per_report, stats, attr_table, error_summary,
-                                      errors_by_label)
+        scores[name] = _generator_score(b, name, ref_labels, gen_labels.reindex(ref_labels.index), ref_attrs, gen_attrs,
+                                        stats, zero_division, n_resamples, seed, max_failed_share)
     result = ScoreResult(b.sha256, b.name, cfg.model, zero_division, ref_stats, generators=scores, endpoint=where,
                          max_failed_share=max_failed_share)
     if out is not None:
         result.write(Path(out))
     return result
+
+
+def _generator_score(b: Bundle, name: str, ref_labels: pd.DataFrame, gen_labels: pd.DataFrame, ref_attrs, gen_attrs,
+                     stats, zero_division: str, n_resamples: int, seed: int, max_failed_share: float) -> GeneratorScore:
+    """One generator's scores: Ran Score with its interval, the per-label table, per report, attributes."""
+    policy = "undefined" if zero_division == "exclude" else zero_division
+    table = metrics.label_metrics(ref_labels, gen_labels, zero_division=policy)
+    avg = metrics.averages(table, zero_division=policy)
+    ran = _ran_score(b, ref_labels, gen_labels, table, avg, stats, zero_division, n_resamples, seed, max_failed_share)
+    per_label = table[["support", "tp", "fp", "fn", "tn", "precision", "recall", "f1", "f1_undefined", "accuracy"]].copy()
+    per_label.insert(0, "name", [b.vocab.names()[i] for i in per_label.index])
+    per_label["n_scored"] = table["n"]
+    per_label["failed_generated"] = gen_labels[table.index].isna().sum()
+    per_label["failed_reference"] = ref_labels[table.index].isna().sum()
+    per_report = _per_report(ref_labels, gen_labels)
+    attr_table, errors, error_summary, errors_by_label = _attribute_scores(b, ref_labels, gen_labels, ref_attrs, gen_attrs)
+    per_report = per_report.join(errors, on="report_id")
+    return GeneratorScore(name, per_label, avg, ran, per_report, stats, attr_table, error_summary, errors_by_label)
+
+
+def _ran_score(b: Bundle, ref_labels: pd.DataFrame, gen_labels: pd.DataFrame, table: pd.DataFrame, avg: dict, stats,
+               zero_division: str, n_resamples: int, seed: int, max_failed_share: float) -> RanScore:
+    """Macro F1 with its bias-corrected bootstrap interval, the policy it used and the failures it left out."""
+    policy = "undefined" if zero_division == "exclude" else zero_division
+    boot = metrics.bootstrap_macro_f1(ref_labels, gen_labels, n_resamples=n_resamples, seed=seed,
+                                      zero_division=policy, method="bc")
+    lo, hi, est = boot.get("lo"), boot.get("hi"), avg["macro_f1"]
+    widened = bool(lo == lo and hi == hi and not lo <= est <= hi)
+    if widened:  # few reports and rare labels: the resampled macro F1 is biased; never report an interval missing the estimate
+        lo, hi = min(lo, est), max(hi, est)
+    ran = {"estimate": est, "lo": lo, "hi": hi, "n_resamples": n_resamples,
+           "interval": "bias-corrected percentile bootstrap over reports" + (", widened to contain the estimate" if widened else ""),
+           "seed": seed, "labels": len(table), "labels_undefined": int(table["f1_undefined"].sum()),
+           "labels_used": avg["macro_f1_labels_used"], "policy": POLICY_TEXT[zero_division]}
+    ran.update(_failure_counts(ref_labels, gen_labels, b.vocab.asked_ids, stats, max_failed_share))
+    if ran["no_score"]:
+        ran.update(estimate=None, lo=None, hi=None)
+    return RanScore(**ran)
 
 
 def _as_generators(generated) -> dict:

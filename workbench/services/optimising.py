@@ -585,69 +585,27 @@ class OptimisingService(Service):
         noise_rate = self._screen_noise_rate(run.id) if screen else 0.0
         # every macro figure covers all the run's labels (not only those optimised), under the study's policy
         report["start"] = _macro_by_part(y_true, current, parts, policy)
-        rejected: dict = {}
-        carried: dict[str, set] = {}  # label -> tuning reports whose answer under its current prompt was not asked
-        refusals: dict[str, int] = {}  # label -> proposals of it that validation turned down so far
         phrases = self.phrase_lists(phrase_list)
         # how the reference treats hedges, from every label's tuning part (offline proposer only)
         hedges = None if self._uses_model(proposer, model) else self._run_hedge_convention(run)
+        o = _Optimising(run=run, y_true=y_true, y_pred=y_pred, parts=parts, screen=screen, noise_rate=noise_rate,
+                        ask={"proposer": proposer, "model": model, "api_base": api_base, "phrases": phrases, "hedges": hedges},
+                        report=report, ps=ps, current=current, evidence=evidence)
         for k in range(1, rounds + 1):
             entry = {"round": k, "changes": [], "rejected": []}
-            previous = current.copy()
+            previous = o.current.copy()
             for label in labels:
                 if on_progress:
                     on_progress(f"round {k}: {label}")
-                cases, notes = self._tuning_material(run, label, current[label], evidence[label], (y_true, y_pred))
-                result = self._propose(ps, label, cases, notes, proposer, model, api_base,
-                                       level=refusals.get(label, 0), phrases=phrases, hedges=hedges,
-                                       avoid=frozenset(rejected))
-                report["calls"]["proposer"] += result.calls_made
-                if result.status != "ok":
-                    entry["rejected"].append({"label": label, "status": result.status, "detail": result.detail})
-                    continue
-                new_lp = proposals.apply_edit(ps.label(label), result.edit.fields)
-                if new_lp in rejected:  # the same material gives the same proposal: do not pay to evaluate it again
-                    entry["rejected"].append({"label": label, "status": "already rejected", "detail": rejected[new_lp]})
-                    refusals[label] = refusals.get(label, 0) + 1
-                    continue
-                screened = None
-                if screen:
-                    screened = self._screen_edit(run, new_lp, ps, current[label], y_true, parts, noise_rate,
-                                                 carried=carried.get(label, set()))
-                    _add_calls(report, screened["calls"], "calls", screened["refresh_calls"])
-                    fresh = screened["refreshed"]  # real answers of the current prompt: they replace carried ones
-                    current = _take_answers(self.vocab, current, evidence, label, fresh["value"], fresh["evidence"])
-                    carried[label] = carried.get(label, set()) - set(fresh.index)
-                    if not screened["verdict"]["passed"]:
-                        report["screen"]["screened_out"] += 1
-                        entry["rejected"].append({"label": label, "status": "screened out", "detail": screened["why"],
-                                                  "changes": list(result.edit.changes), "screen": screened["verdict"]})
-                        rejected[new_lp] = f"screened out in round {k}: {screened['why']}"
-                        refusals[label] = refusals.get(label, 0) + 1
-                        continue
-                # after a screen, only validation (which alone decides) is asked beyond it; the rest of tuning is
-                # carried over and left for a run of the saved version (or evaluate-drafts) to ask
-                ev = self.evaluate_edit(run.id, new_lp, base_ps=ps, base_pred=current[label], inputs=(y_true, y_pred),
-                                        tuning_ids=screened["ids"] if screened else None)
-                _add_calls(report, ev["calls"], "full_calls")
-                summary = _change_summary(label, result.edit, ev, screened)
-                if not ev["offered"]:
-                    entry["rejected"].append({**summary, "status": "validation worse", "detail": ev["why"]})
-                    rejected[new_lp] = f"rejected in round {k}: {ev['why']}"
-                    refusals[label] = refusals.get(label, 0) + 1
-                    continue
-                ps = ps.with_label(new_lp)
-                current = _take_answers(self.vocab, current, evidence, label, pd.Series(ev["values"], dtype=float),
-                                        pd.Series(ev["evidence"], dtype=object))
-                carried[label] = set(ev["carried"])
-                entry["changes"].append(summary)
-            entry["metrics"] = _macro_by_part(y_true, current, parts, policy)
-            entry["carried"] = sum(len(c) for c in carried.values())  # tuning answers not asked: its figures estimate
-            entry["validation_mcnemar"] = _mcnemar_table(y_true, previous, current, parts, labels)
+                self._optimise_label(o, entry, k, label)
+            entry["metrics"] = _macro_by_part(y_true, o.current, parts, policy)
+            entry["carried"] = sum(len(c) for c in o.carried.values())  # tuning answers not asked: its figures estimate
+            entry["validation_mcnemar"] = _mcnemar_table(y_true, previous, o.current, parts, labels)
             report["rounds"].append(entry)
             retry = any(r.get("status") in ("validation worse", "already rejected") for r in entry["rejected"])
             if not entry["changes"] and not retry:
                 break  # nothing more to propose: later rounds would see the same material
+        ps, current, carried = o.ps, o.current, o.carried
         report["screen"]["deferred"] = {lab: len(c) for lab, c in carried.items() if c}
         changed = [lab for lab in labels if ps.label(lab) != base_ps.label(lab)]
         report["screen"]["left_calls"] = self._left_to_ask(run, ps, changed)
@@ -655,6 +613,54 @@ class OptimisingService(Service):
         report["seconds"] = round(time.perf_counter() - started, 2)
         self._record_optimisation(report, run, labels, base_ps, ps, save_drafts)
         return OptimiseReport(**report)
+
+    def _optimise_label(self, o: "_Optimising", entry: dict, k: int, label: str) -> None:
+        """One label's turn in round k: propose, screen, decide on validation, keep or refuse (recorded in o and entry)."""
+        cases, notes = self._tuning_material(o.run, label, o.current[label], o.evidence[label], (o.y_true, o.y_pred))
+        result = self._propose(o.ps, label, cases, notes, o.ask["proposer"], o.ask["model"], o.ask["api_base"],
+                               level=o.refusals.get(label, 0), phrases=o.ask["phrases"], hedges=o.ask["hedges"],
+                               avoid=frozenset(o.rejected))
+        o.report["calls"]["proposer"] += result.calls_made
+        if result.status != "ok":
+            entry["rejected"].append({"label": label, "status": result.status, "detail": result.detail})
+            return
+        new_lp = proposals.apply_edit(o.ps.label(label), result.edit.fields)
+        if new_lp in o.rejected:  # the same material gives the same proposal: do not pay to evaluate it again
+            entry["rejected"].append({"label": label, "status": "already rejected", "detail": o.rejected[new_lp]})
+            o.refusals[label] = o.refusals.get(label, 0) + 1
+            return
+        screened = self._screen_in_optimise(o, label, new_lp) if o.screen else None
+        if screened is not None and not screened["verdict"]["passed"]:
+            o.report["screen"]["screened_out"] += 1
+            entry["rejected"].append({"label": label, "status": "screened out", "detail": screened["why"],
+                                      "changes": list(result.edit.changes), "screen": screened["verdict"]})
+            o.refuse(label, new_lp, f"screened out in round {k}: {screened['why']}")
+            return
+        # after a screen, only validation (which alone decides) is asked beyond it; the rest of tuning is
+        # carried over and left for a run of the saved version (or evaluate-drafts) to ask
+        ev = self.evaluate_edit(o.run.id, new_lp, base_ps=o.ps, base_pred=o.current[label], inputs=(o.y_true, o.y_pred),
+                                tuning_ids=screened["ids"] if screened else None)
+        _add_calls(o.report, ev["calls"], "full_calls")
+        summary = _change_summary(label, result.edit, ev, screened)
+        if not ev["offered"]:
+            entry["rejected"].append({**summary, "status": "validation worse", "detail": ev["why"]})
+            o.refuse(label, new_lp, f"rejected in round {k}: {ev['why']}")
+            return
+        o.ps = o.ps.with_label(new_lp)
+        o.current = _take_answers(self.vocab, o.current, o.evidence, label, pd.Series(ev["values"], dtype=float),
+                                  pd.Series(ev["evidence"], dtype=object))
+        o.carried[label] = set(ev["carried"])
+        entry["changes"].append(summary)
+
+    def _screen_in_optimise(self, o: "_Optimising", label: str, new_lp: LabelPrompt) -> dict:
+        """Screen a proposal; the real answers of the current prompt it asked replace carried-over ones in o."""
+        screened = self._screen_edit(o.run, new_lp, o.ps, o.current[label], o.y_true, o.parts, o.noise_rate,
+                                     carried=o.carried.get(label, set()))
+        _add_calls(o.report, screened["calls"], "calls", screened["refresh_calls"])
+        fresh = screened["refreshed"]
+        o.current = _take_answers(self.vocab, o.current, o.evidence, label, fresh["value"], fresh["evidence"])
+        o.carried[label] = o.carried.get(label, set()) - set(fresh.index)
+        return screened
 
     def _record_optimisation(self, report: dict, run, labels: list[str], base_ps, ps, save_drafts: bool) -> None:
         """Store an optimise report with an accepted proposal per draft (the saved version's commit cites it),
@@ -787,6 +793,31 @@ def _add_calls(report: dict, counts: dict, kind: str, refresh: int = 0) -> None:
     else:
         for part, made in counts["by_part"].items():
             report["screen"]["full_by_part"][part] += made
+
+
+@dataclasses.dataclass
+class _Optimising:
+    """What one optimise call carries from label to label and round to round."""
+
+    run: object
+    y_true: pd.DataFrame
+    y_pred: pd.DataFrame
+    parts: dict
+    screen: bool
+    noise_rate: float
+    ask: dict             # how proposals are asked for: proposer, model, api_base, phrases, hedges
+    report: dict          # the report being written (calls and screen counts are added up here)
+    ps: object            # the prompt set with every change kept so far
+    current: pd.DataFrame  # the answers under ps (carried-over ones where a screen left tuning unasked)
+    evidence: dict
+    rejected: dict = dataclasses.field(default_factory=dict)  # proposal -> why it was turned down
+    carried: dict = dataclasses.field(default_factory=dict)   # label -> tuning reports not asked under its prompt
+    refusals: dict = dataclasses.field(default_factory=dict)  # label -> its proposals turned down so far
+
+    def refuse(self, label: str, proposal, why: str) -> None:
+        """Record a proposal turned down (the next one for its label is made smaller, the same one never paid again)."""
+        self.rejected[proposal] = why
+        self.refusals[label] = self.refusals.get(label, 0) + 1
 
 
 def _take_answers(vocab, current: pd.DataFrame, evidence: dict, label: str, values: pd.Series,
