@@ -195,18 +195,26 @@ def test_the_offline_labeller_refuses_batch_with_a_clear_message(small_study):
     assert res.exit_code == 2 and "run without --batch" in res.output
 
 
-def test_estimate_batch_uses_the_batch_price_or_says_it_assumes_the_normal_one(small_study, server):
-    def estimate(model: str, *extra: str) -> str:
-        res = CliRunner().invoke(main, ["run", "--cohort", "dev", "--labels", "edema", "--model", model, "--api-base",
-                                        server.url, "--estimate", *extra, "--study", str(small_study.root)])
-        assert res.exit_code == 0, res.output
-        return next(line for line in res.output.splitlines() if line.startswith("cost:"))
+def estimate_line(study, model: str, api_base: str, *extra: str) -> str:
+    """The cost line of `workbench run --estimate` for one label (no call is made)."""
+    res = CliRunner().invoke(main, ["run", "--cohort", "dev", "--labels", "edema", "--model", model, "--api-base",
+                                    api_base, "--estimate", *extra, "--study", str(study.root)])
+    assert res.exit_code == 0, res.output
+    return next(line for line in res.output.splitlines() if line.startswith("cost:"))
 
-    normal, batch = estimate("openai/gpt-4o-mini"), estimate("openai/gpt-4o-mini", "--batch")
+
+def assert_batch_costs_half(study, model: str, api_base: str) -> None:
+    """The estimate with --batch names litellm's batch price, half the normal one."""
+    normal, batch = estimate_line(study, model, api_base), estimate_line(study, model, api_base, "--batch")
     assert "(litellm's batch price map)" in batch and "(litellm's price map)" in normal
     dollars = [float(line.split("$")[1].split()[0]) for line in (normal, batch)]
-    assert dollars[1] == pytest.approx(dollars[0] / 2, rel=0.01)  # gpt-4o-mini's batch price is half
-    assert "lists no batch price for openai/gpt-4: assumed the normal price" in estimate("openai/gpt-4", "--batch")
+    assert dollars[1] == pytest.approx(dollars[0] / 2, rel=0.01)
+
+
+def test_estimate_batch_uses_the_batch_price_or_says_it_assumes_the_normal_one(small_study, server):
+    assert_batch_costs_half(small_study, "openai/gpt-4o-mini", server.url)  # gpt-4o-mini's batch price is half
+    assert "lists no batch price for openai/gpt-4: assumed the normal price" in estimate_line(
+        small_study, "openai/gpt-4", server.url, "--batch")
     assert server.requests == 0
 
 

@@ -15,7 +15,8 @@ from click.testing import CliRunner
 
 from conftest import copy_study
 from fake_llm_server import running_server
-from test_batch import LABELS, N_CALLS, kill_mid_batch_then_resume, score_batch_equals_a_normal_score
+from test_batch import (LABELS, N_CALLS, assert_batch_costs_half, kill_mid_batch_then_resume,
+                        score_batch_equals_a_normal_score)
 from test_governance import Listener
 from test_runs import Oracle, expected_values, values
 from workbench.cli import main
@@ -189,16 +190,7 @@ def test_providers_without_a_batch_surface_are_still_refused(small_study):
 
 
 def test_estimate_of_an_azure_batch_uses_litellms_azure_batch_price(small_study, server):
-    def estimate(model: str, *extra: str) -> str:
-        res = CliRunner().invoke(main, ["run", "--cohort", "dev", "--labels", "edema", "--model", model, "--api-base",
-                                        server.azure_url, "--estimate", *extra, "--study", str(small_study.root)])
-        assert res.exit_code == 0, res.output
-        return next(line for line in res.output.splitlines() if line.startswith("cost:"))
-
-    normal, batch = estimate("azure/gpt-4o-mini"), estimate("azure/gpt-4o-mini", "--batch")
-    assert "(litellm's batch price map)" in batch and "(litellm's price map)" in normal
-    dollars = [float(line.split("$")[1].split()[0]) for line in (normal, batch)]
-    assert dollars[1] == pytest.approx(dollars[0] / 2, rel=0.01)  # azure/gpt-4o-mini's batch price is half
+    assert_batch_costs_half(small_study, "azure/gpt-4o-mini", server.azure_url)  # azure/gpt-4o-mini's batch price is half
     assert server.requests == 0
 
 

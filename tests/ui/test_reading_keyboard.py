@@ -324,6 +324,15 @@ def test_unsure_comment_undo_and_enter_on_a_focused_link(browser, burst_server, 
     context.close()
 
 
+def open_disagreements_as_boss(browser, base: str):
+    """A new page signed in as the admin on Disagreements, its form ready: (context, page, watch, case on screen)."""
+    context, pg, watch = new_page(browser, base)
+    sign_in(pg, base, *BOSS)
+    open_by_keyboard(pg, "Disagreements")
+    pg.wait_for_function(f"() => {{ const s = ({FORM_STATE})(); return s && s.state === 'ready'; }}")
+    return context, pg, watch, pg.evaluate(FORM_STATE)["item"]
+
+
 SLOW = ("dr-slow", "reader-password-5")
 READER_PAUSE_MS = 350  # between two letters: longer than the form's draft delay (250 ms), as a reader who thinks
 
@@ -361,11 +370,7 @@ def test_text_typed_at_a_readers_pace_stays_in_the_field_and_ticks_nothing(brows
     context.close()
 
     boss = Workbench(burst_study)
-    context, pg, watch = new_page(browser, burst_server)
-    sign_in(pg, burst_server, *BOSS)
-    open_by_keyboard(pg, "Disagreements")
-    pg.wait_for_function(f"() => {{ const s = ({FORM_STATE})(); return s && s.state === 'ready'; }}")
-    case = pg.evaluate(FORM_STATE)["item"]
+    context, pg, watch, case = open_disagreements_as_boss(browser, burst_server)
     pg.get_by_role("textbox", name="Note (optional)").click()
     note = "many nodules unchanged"  # m, n and u are significance keys outside the field
     type_at_a_readers_pace(pg, note)
@@ -524,11 +529,7 @@ def test_a_chip_clicked_while_a_rerun_arrives_is_not_lost(browser, burst_server,
     context.close()
 
     boss = Workbench(burst_study)
-    context, pg, watch = new_page(browser, burst_server)
-    sign_in(pg, burst_server, *BOSS)
-    open_by_keyboard(pg, "Disagreements")
-    pg.wait_for_function(f"() => {{ const s = ({FORM_TEXT})(); return s && s.state === 'ready'; }}")
-    case = pg.evaluate(FORM_TEXT)["item"]
+    context, pg, watch, case = open_disagreements_as_boss(browser, burst_server)
     pg.get_by_role("button", name="Add as few-shot example", exact=True).click()
     pg.get_by_text("Added ").first.wait_for()
     pg.wait_for_function(IDLE)
