@@ -62,14 +62,15 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import openi_profile  # noqa: E402
 from synthetic import write_study_inputs  # noqa: E402
+
 from workbench.core import adaptive  # noqa: E402
 from workbench.core.agreement import fleiss_kappa_table  # noqa: E402
 from workbench.services import init_study  # noqa: E402
 
 # the uniform profile
-PREVALENCE = (0.01, 0.30)      # per label, log-uniform between these
-SENSITIVITY = (0.80, 0.97)     # per reader and label, uniform
-SPECIFICITY = (0.97, 0.995)    # per reader and label, uniform
+PREVALENCE = (0.01, 0.30)  # per label, log-uniform between these
+SENSITIVITY = (0.80, 0.97)  # per reader and label, uniform
+SPECIFICITY = (0.97, 0.995)  # per reader and label, uniform
 PROFILES = ("uniform", "openi")
 
 
@@ -123,8 +124,14 @@ def uniform_profile(folder: Path, args) -> Profile:
     n_reports = len(pd.read_csv(inputs["reports"]))
     truth = rng.uniform(size=(n_reports, len(labels))) < prevalence
     values = simulate(n_reports, _reader_names(args), labels)
-    return Profile("uniform", inputs, labels, values, truth.astype(int),
-                   f"sensitivity U({SENSITIVITY[0]}, {SENSITIVITY[1]}), specificity U({SPECIFICITY[0]}, {SPECIFICITY[1]})")
+    return Profile(
+        "uniform",
+        inputs,
+        labels,
+        values,
+        truth.astype(int),
+        f"sensitivity U({SENSITIVITY[0]}, {SENSITIVITY[1]}), specificity U({SPECIFICITY[0]}, {SPECIFICITY[1]})",
+    )
 
 
 def openi_profile_of(folder: Path, dataset: Path, args) -> Profile:
@@ -140,15 +147,26 @@ def openi_profile_of(folder: Path, dataset: Path, args) -> Profile:
     n = args.readers
     values = read_truth(truth, np.tile(sens, (n, 1)), np.tile(spec, (n, 1)), rng)
     # the same truth read by the uniform profile's readers: what the readers change, beside what the truth changes
-    old = read_truth(truth, rng.uniform(*SENSITIVITY, size=(n, len(labels))), rng.uniform(*SPECIFICITY, size=(n, len(labels))), rng)
+    old = read_truth(
+        truth, rng.uniform(*SENSITIVITY, size=(n, len(labels))), rng.uniform(*SPECIFICITY, size=(n, len(labels))), rng
+    )
     # No Finding asked of the readers as a 21st label (each marks it when they mark none of the other 20), not derived
     asked = np.concatenate([values, (values.sum(axis=2, keepdims=True) == 0).astype(int)], axis=2)
     inputs = {"vocab": vocab, "prompts": ROOT / "prompts" / "ranscore-21", "reports": folder / "reports.csv"}
-    return Profile("openi", inputs, labels, values, truth, "the demo's per label: sensitivity "
-                   f"{sens.min():.3f}-{sens.max():.3f} (mean {sens.mean():.3f}), specificity {spec.min():.3f}-{spec.max():.3f} "
-                   f"(mean {spec.mean():.3f})",
-                   variants={"the uniform profile's readers instead": (old, labels),
-                             "No Finding asked of the readers": (asked, [*labels, "no_finding"])})
+    return Profile(
+        "openi",
+        inputs,
+        labels,
+        values,
+        truth,
+        "the demo's per label: sensitivity "
+        f"{sens.min():.3f}-{sens.max():.3f} (mean {sens.mean():.3f}), specificity {spec.min():.3f}-{spec.max():.3f} "
+        f"(mean {spec.mean():.3f})",
+        variants={
+            "the uniform profile's readers instead": (old, labels),
+            "No Finding asked of the readers": (asked, [*labels, "no_finding"]),
+        },
+    )
 
 
 RULES = ("at_least", "positive_at_least")
@@ -156,8 +174,13 @@ RULES = ("at_least", "positive_at_least")
 
 def make_study(folder: Path, inputs: dict, db: str | None, kind: str = "at_least"):
     """A 4-of-6 study under the given rule kind on the generated reports."""
-    wb = init_study(folder, vocab=str(inputs["vocab"]), prompt_set=str(inputs["prompts"]), db_url=db,
-                    rule={"rule": kind, "k": 4, "n": 6})
+    wb = init_study(
+        folder,
+        vocab=str(inputs["vocab"]),
+        prompt_set=str(inputs["prompts"]),
+        db_url=db,
+        rule={"rule": kind, "k": 4, "n": 6},
+    )
     wb.import_reports(inputs["reports"], "dev")
     return wb
 
@@ -165,8 +188,14 @@ def make_study(folder: Path, inputs: dict, db: str | None, kind: str = "at_least
 def long_readings(values: np.ndarray, ids: list[str], readers: list[str], labels: list[str]) -> pd.DataFrame:
     """Every reading of the full panel as a long frame."""
     r, k, j = np.meshgrid(np.arange(len(ids)), np.arange(len(readers)), np.arange(len(labels)), indexing="ij")
-    return pd.DataFrame({"report_id": np.asarray(ids)[r.ravel()], "label": np.asarray(labels)[j.ravel()],
-                         "reader": np.asarray(readers)[k.ravel()], "value": values.ravel()})
+    return pd.DataFrame(
+        {
+            "report_id": np.asarray(ids)[r.ravel()],
+            "label": np.asarray(labels)[j.ravel()],
+            "reader": np.asarray(readers)[k.ravel()],
+            "value": values.ravel(),
+        }
+    )
 
 
 def fleiss_interval(readings: pd.DataFrame, n_resamples: int = 300, seed: int = 0) -> pd.DataFrame:
@@ -216,7 +245,9 @@ def simulate_replay(values: np.ndarray, rule, labels: list[str], sample: np.ndar
             readers[pick] += 1
             reads.append((k, pick))
             who = read[pick]  # report_status for one report, without building a frame (no escalation here)
-            _, _, final = adaptive.settled_vote(values[pick][who].sum(axis=0), np.full(len(labels), who.sum()), rule, rule.n)
+            _, _, final = adaptive.settled_vote(
+                values[pick][who].sum(axis=0), np.full(len(labels), who.sum()), rule, rule.n
+            )
             is_open[pick] = (not final.all() or (sample[pick] and readers[pick] < rule.n)) and readers[pick] < rule.n
     return reads, read
 
@@ -225,15 +256,21 @@ def counts_of(values: np.ndarray, read: np.ndarray, ids: list[str], labels: list
     """Vote counts (report_id, label, positives, n_readers) of the readings a read mask selects."""
     positives = np.einsum("rkl,rk->rl", values, read.astype(int))
     n = np.repeat(read.sum(axis=1), len(labels))
-    frame = pd.DataFrame({"report_id": np.repeat(ids, len(labels)), "label": np.tile(labels, len(ids)),
-                          "positives": positives.ravel(), "n_readers": n})
+    frame = pd.DataFrame(
+        {
+            "report_id": np.repeat(ids, len(labels)),
+            "label": np.tile(labels, len(ids)),
+            "positives": positives.ravel(),
+            "n_readers": n,
+        }
+    )
     return frame[frame["n_readers"] > 0]
 
 
 def time_next_report(wb, values, ids, readers, labels, reads, calls: int) -> tuple[list[float], list[float], int]:
     """Import the first half of the replay's reads, then time `calls` next-report queries (each followed by its reading)."""
     half = reads[: len(reads) // 2]
-    rows = [(ids[i], lab, readers[k], int(v)) for k, i in half for lab, v in zip(labels, values[i, k])]
+    rows = [(ids[i], lab, readers[k], int(v)) for k, i in half for lab, v in zip(labels, values[i, k], strict=False)]
     path = Path(wb.root) / "half.csv"
     pd.DataFrame(rows, columns=["report_id", "label", "reader", "value"]).to_csv(path, index=False)
     wb.import_readings(path)
@@ -249,7 +286,9 @@ def time_next_report(wb, values, ids, readers, labels, reads, calls: int) -> tup
         if report is None:
             continue
         same += expected is not None and report == ids[expected]
-        wb.submit_reading(readers[reader_k], report, dict(zip(labels, values[index[report], reader_k].tolist())))
+        wb.submit_reading(
+            readers[reader_k], report, dict(zip(labels, values[index[report], reader_k].tolist(), strict=False))
+        )
         made += 1
     return times, cpu, same
 
@@ -259,7 +298,9 @@ def demo_figures(rule) -> list[str]:
     readings = pd.read_csv(ROOT / "annotations" / "demo" / "readings.csv")
     ids, labels, readers = (sorted(readings[c].unique()) for c in ("report_id", "label", "reader"))
     grid = readings.pivot_table(index=["report_id", "reader"], columns="label", values="value")
-    values = grid.reindex(pd.MultiIndex.from_product([ids, readers]))[labels].to_numpy().reshape(len(ids), len(readers), -1)
+    values = (
+        grid.reindex(pd.MultiIndex.from_product([ids, readers]))[labels].to_numpy().reshape(len(ids), len(readers), -1)
+    )
     out = []
     for share in (0.0, 0.2):
         sample = np.random.default_rng(0).uniform(size=len(ids)) < share
@@ -285,7 +326,9 @@ def oracle_reads(values: np.ndarray, rule, sample: np.ndarray) -> int:
     return int(best.sum())
 
 
-def check_reference(values: np.ndarray, read: np.ndarray, ids: list[str], labels: list[str], rule) -> tuple[int, int, int, int]:
+def check_reference(
+    values: np.ndarray, read: np.ndarray, ids: list[str], labels: list[str], rule
+) -> tuple[int, int, int, int]:
     """(items changed, items, decided, waiting): the adaptive reads' reference against the full panel's, item by item."""
     from workbench.core.reference import reference_from_counts
 
@@ -317,24 +360,45 @@ def bench_rule(kind: str, profile: Profile, tmp: Path, args) -> dict:
     values = profile.values
     start = time.perf_counter()
     reads, read = simulate_replay(values, rule, labels, sample)
-    print(f"[{profile.name}, {kind}] adaptive replay in memory: {len(reads):,} reads in {time.perf_counter() - start:.0f} s",
-          flush=True)
+    print(
+        f"[{profile.name}, {kind}] adaptive replay in memory: {len(reads):,} reads in {time.perf_counter() - start:.0f} s",
+        flush=True,
+    )
     changed, items, decided, waiting = check_reference(values, read, ids, labels, rule)
     total = len(ids) * len(readers)
     saved = lambda n: f"{(total - n) / total:.1%}"  # noqa: E731
     perfect = np.repeat(profile.truth[:, None, :], len(readers), axis=1)
-    extra = {"readers who never err (a bound)": saved(len(simulate_replay(perfect, rule, labels, sample)[0])),
-             "an oracle picking readers by value (a bound)": saved(oracle_reads(values, rule, sample)),
-             "without an agreement sample": saved(len(simulate_replay(values, rule, labels, np.zeros(len(ids), dtype=bool))[0]))}
+    extra = {
+        "readers who never err (a bound)": saved(len(simulate_replay(perfect, rule, labels, sample)[0])),
+        "an oracle picking readers by value (a bound)": saved(oracle_reads(values, rule, sample)),
+        "without an agreement sample": saved(
+            len(simulate_replay(values, rule, labels, np.zeros(len(ids), dtype=bool))[0])
+        ),
+    }
     for name, (other, other_labels) in profile.variants.items():
         extra[name] = saved(len(simulate_replay(other, rule, other_labels, sample)[0]))
     times, cpu, same = time_next_report(wb, values, ids, readers, labels, reads, args.calls)
-    out = {"rule": rule, "profile": profile, "total": total, "reads": len(reads), "extra": extra,
-           "changed": changed, "items": items, "decided": decided, "waiting": waiting,
-           "spread": pd.Series(read.sum(axis=1)[~sample]).value_counts().sort_index(),
-           "none": float((profile.truth.sum(axis=1) == 0).mean()),
-           "wall": np.asarray(times), "cpu": np.asarray(cpu), "same": same, "dialect": wb.engine.dialect.name,
-           "sample_ids": sample_ids, "ids": ids, "readers": readers, "labels": labels}
+    out = {
+        "rule": rule,
+        "profile": profile,
+        "total": total,
+        "reads": len(reads),
+        "extra": extra,
+        "changed": changed,
+        "items": items,
+        "decided": decided,
+        "waiting": waiting,
+        "spread": pd.Series(read.sum(axis=1)[~sample]).value_counts().sort_index(),
+        "none": float((profile.truth.sum(axis=1) == 0).mean()),
+        "wall": np.asarray(times),
+        "cpu": np.asarray(cpu),
+        "same": same,
+        "dialect": wb.engine.dialect.name,
+        "sample_ids": sample_ids,
+        "ids": ids,
+        "readers": readers,
+        "labels": labels,
+    }
     wb.engine.dispose()
     return out
 
@@ -347,10 +411,18 @@ def print_side_by_side(results: list[dict]) -> None:
     """The figures of each profile and rule in one column each."""
     width, col = 48, 32
     names = list(dict.fromkeys(name for r in results for name in r["extra"]))
-    rows = [("reads saved", lambda r: f"{(r['total'] - r['reads']) / r['total']:.1%} ({r['total'] - r['reads']:,} of {r['total']:,})")]
+    rows = [
+        (
+            "reads saved",
+            lambda r: f"{(r['total'] - r['reads']) / r['total']:.1%} ({r['total'] - r['reads']:,} of {r['total']:,})",
+        )
+    ]
     rows += [(f"  {name}", lambda r, name=name: r["extra"].get(name, "")) for name in names]
     rows += [
-        ("  outside the sample, closed after", lambda r: ", ".join(f"{int(k)}: {int(v):,}" for k, v in r["spread"].items())),
+        (
+            "  outside the sample, closed after",
+            lambda r: ", ".join(f"{int(k)}: {int(v):,}" for k, v in r["spread"].items()),
+        ),
         ("reference items changed", lambda r: f"{r['changed']} of {r['items']:,}"),
         ("  decided / waiting (full panel)", lambda r: f"{r['decided']:,} / {r['waiting']:,}"),
         ("reports with no finding (truth)", lambda r: f"{r['none']:.1%}"),
@@ -373,27 +445,48 @@ def print_profiles(profiles: list[Profile], dataset: Path | None) -> None:
     header = "".join(f"{p.name:>10}" for p in profiles) + ("   labels14.csv" if gold else "")
     print(f"  {'label':<30}{header}")
     for lab in labels:
-        cells = "".join(f"{p.truth[:, p.labels.index(lab)].mean():>10.1%}" if lab in p.labels else f"{'derived':>10}"
-                        for p in profiles)
+        cells = "".join(
+            f"{p.truth[:, p.labels.index(lab)].mean():>10.1%}" if lab in p.labels else f"{'derived':>10}"
+            for p in profiles
+        )
         if gold is not None:  # the labels14 column(s) naming the finding, or one heading of several it has
-            cols = [back[lab]] if lab in back else {"lung_lesion": ["Mass", "Nodule"], "lung_opacity": ["Infiltration"],
-                                                     "pleural_other": ["Pleural_Thickening"], "mediastinal_other": ["Hernia"]}.get(lab, [])
+            cols = (
+                [back[lab]]
+                if lab in back
+                else {
+                    "lung_lesion": ["Mass", "Nodule"],
+                    "lung_opacity": ["Infiltration"],
+                    "pleural_other": ["Pleural_Thickening"],
+                    "mediastinal_other": ["Hernia"],
+                }.get(lab, [])
+            )
             if cols:
                 cells += f"   {gold['any'](cols):.1%} ({' or '.join(cols)}{'' if lab in back or lab == 'lung_lesion' else ', one heading of it'})"
         print(f"  {lab:<30}{cells}")
-    print(f"  {'mean over labels':<30}" + "".join(f"{p.truth.mean():>10.1%}" for p in profiles)
-          + (f"   {gold['prevalence'].mean():.1%} (14 labels)" if gold else ""))
-    print(f"  {'reports with no positive label':<30}" + "".join(f"{(p.truth.sum(axis=1) == 0).mean():>10.1%}" for p in profiles)
-          + (f"   {gold['none']:.1%} (of its 14 labels; 'normal' {gold['normal']:.1%})" if gold else ""))
+    print(
+        f"  {'mean over labels':<30}"
+        + "".join(f"{p.truth.mean():>10.1%}" for p in profiles)
+        + (f"   {gold['prevalence'].mean():.1%} (14 labels)" if gold else "")
+    )
+    print(
+        f"  {'reports with no positive label':<30}"
+        + "".join(f"{(p.truth.sum(axis=1) == 0).mean():>10.1%}" for p in profiles)
+        + (f"   {gold['none']:.1%} (of its 14 labels; 'normal' {gold['normal']:.1%})" if gold else "")
+    )
     for p in profiles:
         print(f"  {p.name} readers: {p.readers}")
     if dataset:
-        table = openi_profile.truth(dataset, next(p for p in profiles if p.name == "openi").labels) \
-            if any(p.name == "openi" for p in profiles) else None
+        table = (
+            openi_profile.truth(dataset, next(p for p in profiles if p.name == "openi").labels)
+            if any(p.name == "openi" for p in profiles)
+            else None
+        )
         if table is not None:
             agree = openi_profile.check_against_labels14(dataset, table)
-            print(f"  the MeSH mapping against labels14.csv (all {len(table):,} reports): agreement "
-                  + ", ".join(f"{k} {v:.1%}" for k, v in agree.items()))
+            print(
+                f"  the MeSH mapping against labels14.csv (all {len(table):,} reports): agreement "
+                + ", ".join(f"{k} {v:.1%}" for k, v in agree.items())
+            )
 
 
 def print_kappa(values: np.ndarray, result: dict) -> None:
@@ -403,11 +496,15 @@ def print_kappa(values: np.ndarray, result: dict) -> None:
     mine = fleiss_interval(full[full["report_id"].isin(sample_ids)])
     panel = fleiss_interval(full)
     inside = int(((panel["kappa"] >= mine["lo"]) & (panel["kappa"] <= mine["hi"])).sum())
-    print(f"\n[{result['profile'].name}] Fleiss kappa per label: agreement sample (n = {len(sample_ids):,} reports, "
-          f"{len(sample_ids) / len(ids):.0%}, full overlap) beside the full panel (n = {len(ids):,}), 95% bootstrap intervals")
+    print(
+        f"\n[{result['profile'].name}] Fleiss kappa per label: agreement sample (n = {len(sample_ids):,} reports, "
+        f"{len(sample_ids) / len(ids):.0%}, full overlap) beside the full panel (n = {len(ids):,}), 95% bootstrap intervals"
+    )
     for label in result["labels"]:
         a, b = mine.loc[label], panel.loc[label]
-        print(f"  {label:<38} {a['kappa']:.3f} [{a['lo']:.3f}, {a['hi']:.3f}]   {b['kappa']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}]")
+        print(
+            f"  {label:<38} {a['kappa']:.3f} [{a['lo']:.3f}, {a['hi']:.3f}]   {b['kappa']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}]"
+        )
     print(f"  {'mean over labels':<38} {mine['kappa'].mean():.3f}                   {panel['kappa'].mean():.3f}")
     print(f"  the full panel's kappa lies inside the sample's interval for {inside} of {len(mine)} labels")
 
@@ -415,13 +512,20 @@ def print_kappa(values: np.ndarray, result: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rule", choices=("both", *RULES), default="both", help="the 4-of-6 rule(s) to run")
-    parser.add_argument("--profile", choices=("both", *PROFILES), default="both",
-                        help="prevalence profile(s); openi needs the OpenI dataset")
+    parser.add_argument(
+        "--profile",
+        choices=("both", *PROFILES),
+        default="both",
+        help="prevalence profile(s); openi needs the OpenI dataset",
+    )
     parser.add_argument("--reports", type=int, default=3000)
     parser.add_argument("--readers", type=int, default=6)
     parser.add_argument("--calls", type=int, default=200, help="next-report queries timed on the database")
-    parser.add_argument("--db", default=None, help="a database URL for the study (default: SQLite in the study); one rule "
-                        "and one profile at a time")
+    parser.add_argument(
+        "--db",
+        default=None,
+        help="a database URL for the study (default: SQLite in the study); one rule and one profile at a time",
+    )
     args = parser.parse_args()
     kinds = RULES if args.rule == "both" else (args.rule,)
     names = PROFILES if args.profile == "both" else (args.profile,)
@@ -433,20 +537,32 @@ def main() -> None:
         names = ("uniform",)
     if args.db and len(kinds) * len(names) > 1:
         parser.error("--db holds one study: give one --rule and one --profile with it")
-    print(f"load average at the start: {', '.join(f'{x:.1f}' for x in os.getloadavg())} ({os.cpu_count()} cores)", flush=True)
+    print(
+        f"load average at the start: {', '.join(f'{x:.1f}' for x in os.getloadavg())} ({os.cpu_count()} cores)",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        profiles = [uniform_profile(tmp / "uniform", args) if name == "uniform" else openi_profile_of(tmp / "openi", dataset, args)
-                    for name in names]
+        profiles = [
+            uniform_profile(tmp / "uniform", args)
+            if name == "uniform"
+            else openi_profile_of(tmp / "openi", dataset, args)
+            for name in names
+        ]
         results = [bench_rule(kind, profile, tmp, args) for profile in profiles for kind in kinds]
     print()
     for r in results:
-        print(f"[{r['profile'].name}, {r['rule'].kind}] reads saved: {(r['total'] - r['reads']) / r['total']:.1%} "
-              f"({r['total'] - r['reads']} of {r['total']})")
+        print(
+            f"[{r['profile'].name}, {r['rule'].kind}] reads saved: {(r['total'] - r['reads']) / r['total']:.1%} "
+            f"({r['total'] - r['reads']} of {r['total']})"
+        )
         print(f"[{r['profile'].name}, {r['rule'].kind}] reference items changed: {r['changed']}")
     print_side_by_side(results)
     for kind in kinds:
-        print(f"demo study's readings (180 x 6 x 20), {kind}, saved: " + "; ".join(demo_figures(next(r for r in results if r['rule'].kind == kind)["rule"])))
+        print(
+            f"demo study's readings (180 x 6 x 20), {kind}, saved: "
+            + "; ".join(demo_figures(next(r for r in results if r["rule"].kind == kind)["rule"]))
+        )
     print_profiles(profiles, dataset)
     for profile in profiles:
         first = next(r for r in results if r["profile"] is profile)
@@ -458,7 +574,7 @@ def main() -> None:
 
 def _reader_names(args) -> list[str]:
     """The simulated readers' names."""
-    return [f"reader-{c}" for c in "abcdefgh"[:args.readers]]
+    return [f"reader-{c}" for c in "abcdefgh"[: args.readers]]
 
 
 def _labels(inputs: dict) -> list[str]:

@@ -36,8 +36,14 @@ from workbench.core.prompts import parse_prompt_set  # noqa: E402
 from workbench.core.splits import stratified_split  # noqa: E402
 from workbench.core.vocab import parse_vocabulary  # noqa: E402
 
-DATASET = next((p for p in (ROOT.parent / "shared" / "datasets" / "openi", pathlib.Path("/work/shared/datasets/openi"))
-                if p.exists()), ROOT.parent / "shared" / "datasets" / "openi")
+DATASET = next(
+    (
+        p
+        for p in (ROOT.parent / "shared" / "datasets" / "openi", pathlib.Path("/work/shared/datasets/openi"))
+        if p.exists()
+    ),
+    ROOT.parent / "shared" / "datasets" / "openi",
+)
 PROMPTS = ROOT / "prompts" / "chestxray14"
 VOCAB = ROOT / "vocab" / "chestxray14.yaml"
 TARGETS = {"side": 0.92, "severity": 0.75}
@@ -54,14 +60,26 @@ def load(folder: pathlib.Path):
     ps = parse_prompt_set(files, vocab.asked_ids, attributes=vocab.attribute_specs())
     reports = pd.read_csv(folder / "reports.csv")
     ids = reports["uid"].astype(str).tolist()
-    texts = dict(zip(ids, ("\n".join(str(x).strip() for x in (f, i) if isinstance(x, str) and x.strip())
-                            for f, i in zip(reports["findings"], reports["impression"]))))
+    texts = dict(
+        zip(
+            ids,
+            (
+                "\n".join(str(x).strip() for x in (f, i) if isinstance(x, str) and x.strip())
+                for f, i in zip(reports["findings"], reports["impression"], strict=False)
+            ),
+            strict=False,
+        )
+    )
     gold = pd.read_csv(folder / "labels14.csv")
     gold.index = gold["filename"].str.replace("CXR", "", regex=False)
     presence = pd.DataFrame({lab: gold[vocab.names()[lab]] for lab in vocab.asked_ids}).reindex(ids)
     specs = vocab.attribute_specs()
-    rows = [(rid, lab, a, v) for rid, mesh in zip(ids, reports["MeSH"].fillna(""))
-            for lab, found in attrs.mesh_attributes(mesh, specs).items() for a, v in found.items()]
+    rows = [
+        (rid, lab, a, v)
+        for rid, mesh in zip(ids, reports["MeSH"].fillna(""), strict=False)
+        for lab, found in attrs.mesh_attributes(mesh, specs).items()
+        for a, v in found.items()
+    ]
     return vocab, ps, texts, presence, pd.DataFrame(rows, columns=["report_id", "label", "attribute", "value"])
 
 
@@ -71,10 +89,15 @@ def label(ps, texts: dict[str, str]):
     for rid, text in texts.items():
         answers = rules.label_report(text, ps.labels.values(), cues, ps.attributes)
         values[rid] = {lab: a["value"] for lab, a in answers.items()}
-        rows += [(rid, lab, name, v, a["evidence"]) for lab, a in answers.items()
-                 for name, v in a.get("attributes", {}).items()]
-    return (pd.DataFrame.from_dict(values, orient="index"),
-            pd.DataFrame(rows, columns=["report_id", "label", "attribute", "value", "evidence"]))
+        rows += [
+            (rid, lab, name, v, a["evidence"])
+            for lab, a in answers.items()
+            for name, v in a.get("attributes", {}).items()
+        ]
+    return (
+        pd.DataFrame.from_dict(values, orient="index"),
+        pd.DataFrame(rows, columns=["report_id", "label", "attribute", "value", "evidence"]),
+    )
 
 
 def report(name: str, ids: list[str], presence, gold_attrs, pred, pred_attrs, specs, confusion: bool) -> dict:
@@ -83,22 +106,33 @@ def report(name: str, ids: list[str], presence, gold_attrs, pred, pred_attrs, sp
     matched = matched[matched["attribute"].isin(TARGETS)]
     table = attrs.attribute_accuracy(matched)
     table = table[table["reference"] > 0]
-    print(f"\n== {name}: {len(ids)} reports; matched findings = labeller and labels14 gold both positive; "
-          "n = both gave a value; reference = MeSH gave a value")
-    shown = table.assign(accuracy_ci=[f"[{lo:.3f}, {hi:.3f}]" for lo, hi in zip(table.accuracy_lo, table.accuracy_hi)])
+    print(
+        f"\n== {name}: {len(ids)} reports; matched findings = labeller and labels14 gold both positive; "
+        "n = both gave a value; reference = MeSH gave a value"
+    )
+    shown = table.assign(
+        accuracy_ci=[f"[{lo:.3f}, {hi:.3f}]" for lo, hi in zip(table.accuracy_lo, table.accuracy_hi, strict=False)]
+    )
     with pd.option_context("display.float_format", "{:.3f}".format, "display.width", 140):
-        print(shown[["label", "attribute", "reference", "n", "correct", "accuracy", "accuracy_ci", "coverage"]]
-              .to_string(index=False))
+        print(
+            shown[["label", "attribute", "reference", "n", "correct", "accuracy", "accuracy_ci", "coverage"]].to_string(
+                index=False
+            )
+        )
     pooled = table[table["label"] == "all"].set_index("attribute")
     both = pooled[["reference", "n"]].sum()
     out = {a: pooled.loc[a, "accuracy"] for a in TARGETS if a in pooled.index}
     out["coverage"] = both["n"] / both["reference"] if both["reference"] else float("nan")
     line = "  ".join(f"{a} {out[a]:.3f} (target {t})" for a, t in TARGETS.items() if a in out)
-    print(f"pooled: {line}  coverage {out['coverage']:.3f} ({int(both['n'])}/{int(both['reference'])}, "
-          f"target {TARGET_COVERAGE})")
+    print(
+        f"pooled: {line}  coverage {out['coverage']:.3f} ({int(both['n'])}/{int(both['reference'])}, "
+        f"target {TARGET_COVERAGE})"
+    )
     if confusion:
         for a in TARGETS:
-            print(attrs.confusion(matched, attribute=a).groupby(["reference", "value"])["n"].sum().unstack(fill_value=0))
+            print(
+                attrs.confusion(matched, attribute=a).groupby(["reference", "value"])["n"].sum().unstack(fill_value=0)
+            )
     return out
 
 
@@ -108,14 +142,21 @@ def change_on_fixture(ps) -> None:
 
     rows = pd.read_csv(CHANGE_FIXTURE, keep_default_na=False)
     cues = ps.task.cue_lists()
-    got = [rules.label_one(t, ps.label(lab), cues, ps.attributes[lab]) for t, lab in zip(rows["text"], rows["label"])]
-    right = [(a["value"], a.get("attributes", {}).get("change") or "") == (int(v), c)
-             for a, v, c in zip(got, rows["value"], rows["change"])]
+    got = [
+        rules.label_one(t, ps.label(lab), cues, ps.attributes[lab])
+        for t, lab in zip(rows["text"], rows["label"], strict=False)
+    ]
+    right = [
+        (a["value"], a.get("attributes", {}).get("change") or "") == (int(v), c)
+        for a, v, c in zip(got, rows["value"], rows["change"], strict=False)
+    ]
     k, n = sum(right), len(right)
     lo, hi = proportion_ci(k, n)
-    print(f"\n== change (FIXTURE, not gold: {n} hand-written sentences in {CHANGE_FIXTURE.relative_to(ROOT)}): "
-          f"presence and change both as expected {k}/{n} = {k / n:.3f} [95% Wilson {lo:.3f}, {hi:.3f}]")
-    for a, ok, text in zip(got, right, rows["text"]):
+    print(
+        f"\n== change (FIXTURE, not gold: {n} hand-written sentences in {CHANGE_FIXTURE.relative_to(ROOT)}): "
+        f"presence and change both as expected {k}/{n} = {k / n:.3f} [95% Wilson {lo:.3f}, {hi:.3f}]"
+    )
+    for a, ok, text in zip(got, right, rows["text"], strict=False):
         if not ok:
             print(f"   wrong: {text!r} -> {a}")
 
@@ -130,12 +171,16 @@ def main(argv: list[str] | None = None) -> int:
     vocab, ps, texts, presence, gold_attrs = load(args.dataset)
     pred, pred_attrs = label(ps, texts)
     parts = stratified_split(presence.fillna(0).astype(int), 0.3, seed=0)
-    split = {"whole": list(presence.index),
-             "tuning": [r for r in presence.index if parts.get(r) == "tuning"],
-             "validation": [r for r in presence.index if parts.get(r) == "validation"]}
-    print(f"offline labeller, chestxray14 starter prompts; MeSH attribute gold: "
-          f"{len(gold_attrs)} values ({gold_attrs['attribute'].value_counts().to_dict()})")
-    for name in (split if args.split == "all" else [args.split]):
+    split = {
+        "whole": list(presence.index),
+        "tuning": [r for r in presence.index if parts.get(r) == "tuning"],
+        "validation": [r for r in presence.index if parts.get(r) == "validation"],
+    }
+    print(
+        f"offline labeller, chestxray14 starter prompts; MeSH attribute gold: "
+        f"{len(gold_attrs)} values ({gold_attrs['attribute'].value_counts().to_dict()})"
+    )
+    for name in split if args.split == "all" else [args.split]:
         report(name, split[name], presence, gold_attrs, pred, pred_attrs, vocab.attribute_specs(), args.confusion)
     change_on_fixture(ps)
     return 0

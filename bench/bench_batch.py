@@ -31,6 +31,7 @@ def main() -> None:
     args = parser.parse_args()
     from fake_llm_server import running_server
     from synthetic import write_study_inputs
+
     from workbench.services import init_study
 
     print(f"load average at start: {os.getloadavg()[0]:.1f}")
@@ -44,11 +45,13 @@ def main() -> None:
             summary = wb.start_run("dev", model="openai/fake", api_base=server.url, batch=how == "batch")
             figures[how] = (summary.calls_made, time.perf_counter() - wall, time.process_time() - cpu)
             preds = wb.predictions(summary.run_id)
-            answers[how] = sorted(zip(preds["report_id"], preds["label"], preds["value"].fillna(-1)))
+            answers[how] = sorted(zip(preds["report_id"], preds["label"], preds["value"].fillna(-1), strict=False))
         for how, (calls, wall, cpu) in figures.items():
             print(f"{how:>6}: {calls:,} calls in {wall:.1f} s wall, {cpu:.1f} s CPU ({calls / wall:,.0f} calls/s)")
         upload = sum(len(f["data"]) for f in server.files.values() if f["object"]["purpose"] == "batch")
-        print(f"batch upload: {upload / 1e6:.1f} MB; chat calls during the batch run: {server.count - figures['normal'][0]}")
+        print(
+            f"batch upload: {upload / 1e6:.1f} MB; chat calls during the batch run: {server.count - figures['normal'][0]}"
+        )
         print(f"same answers: {answers['normal'] == answers['batch']}")
 
 

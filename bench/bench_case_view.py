@@ -53,12 +53,18 @@ def main() -> None:
     wb.migrate()  # a study built before this version
     run_id = int(wb.runs()["id"].max())
     print(f"run {run_id}: {len(wb.predictions(run_id)):,} predictions")
-    for where, query, regex in (("evidence", "effusion", False), ("answer", '"value": 1', False),
-                                ("report", "pneumothorax", False), (None, "effusion", False),
-                                ("evidence", r"pleural\s+effusion|cardiomegal", True)):
+    for where, query, regex in (
+        ("evidence", "effusion", False),
+        ("answer", '"value": 1', False),
+        ("report", "pneumothorax", False),
+        (None, "effusion", False),
+        ("evidence", r"pleural\s+effusion|cardiomegal", True),
+    ):
         seconds, found = median_s(lambda: wb.search_run(run_id, query, where=where, regex=regex), args.repeats)
-        print(f"search --in {where or 'all'} {query!r}{' --regex' if regex else ''}: {len(found.cases):,} matches, "
-              f"median {seconds:.3f} s")
+        print(
+            f"search --in {where or 'all'} {query!r}{' --regex' if regex else ''}: {len(found.cases):,} matches, "
+            f"median {seconds:.3f} s"
+        )
     report = wb.predictions(run_id)["report_id"].iloc[0]
     seconds, matrix = median_s(lambda: wb.case_matrix(report, "pleural_effusion"), args.repeats)
     print(f"case_matrix {report} pleural_effusion: {len(matrix.columns)} columns, median {seconds:.3f} s")

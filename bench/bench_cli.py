@@ -53,8 +53,12 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="wb-bench-cli-"))
     try:
         study = tmp / "demo"
-        subprocess.run([sys.executable, "-m", "workbench.cli", "demo", "--no-app", "--path", str(study)],
-                       env=env, check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "workbench.cli", "demo", "--no-app", "--path", str(study)],
+            env=env,
+            check=True,
+            capture_output=True,
+        )
         commands = {"--help": ["--help"], "metrics 1": ["metrics", "1", "--study", str(study)]}
         for name, argv in commands.items():
             timed(argv, env)  # one warm-up: the OS file cache, as on a machine in daily use
@@ -62,9 +66,11 @@ def main() -> None:
             runs = [timed(argv, env) for _ in range(args.repeat)]
             median = statistics.median(runs)
             verdict = "met" if median <= TARGETS[name] else "NOT met"
-            print(f"workbench {name:<10} median {median:.2f} s (min {min(runs):.2f}, max {max(runs):.2f}, "
-                  f"{args.repeat} runs); target <= {TARGETS[name]:.1f} s: {verdict}; "
-                  f"CPU median {statistics.median(CPU):.2f} s")
+            print(
+                f"workbench {name:<10} median {median:.2f} s (min {min(runs):.2f}, max {max(runs):.2f}, "
+                f"{args.repeat} runs); target <= {TARGETS[name]:.1f} s: {verdict}; "
+                f"CPU median {statistics.median(CPU):.2f} s"
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -65,10 +65,19 @@ def stress(db_url: str | None, users: int, writes: int) -> dict:
         audited = q.count_rows(s, AuditEvent)
     wb.engine.dispose()
     expected = users * writes
-    return {"backend": "postgresql" if db_url else "sqlite", "users": users, "writes": expected, "stored": stored,
-            "lost": expected - stored, "audit_events": audited - 1, "conflicts_retried": conflicts[0],
-            "errors": len(errors), "first_error": errors[0] if errors else "", "seconds": seconds,
-            "writes_per_second": expected / seconds}
+    return {
+        "backend": "postgresql" if db_url else "sqlite",
+        "users": users,
+        "writes": expected,
+        "stored": stored,
+        "lost": expected - stored,
+        "audit_events": audited - 1,
+        "conflicts_retried": conflicts[0],
+        "errors": len(errors),
+        "first_error": errors[0] if errors else "",
+        "seconds": seconds,
+        "writes_per_second": expected / seconds,
+    }
 
 
 def main() -> None:
@@ -98,9 +107,11 @@ def main() -> None:
         if server:
             server.stop()
     for r in results:
-        print(f"{r['backend']:10s} {r['users']} users x {r['writes'] // r['users']} writes: stored {r['stored']:,} of {r['writes']:,} "
-              f"(lost {r['lost']}), errors {r['errors']}, conflicts retried {r['conflicts_retried']}, "
-              f"{r['seconds']:.1f} s, {r['writes_per_second']:.0f} writes/s")
+        print(
+            f"{r['backend']:10s} {r['users']} users x {r['writes'] // r['users']} writes: stored {r['stored']:,} of {r['writes']:,} "
+            f"(lost {r['lost']}), errors {r['errors']}, conflicts retried {r['conflicts_retried']}, "
+            f"{r['seconds']:.1f} s, {r['writes_per_second']:.0f} writes/s"
+        )
         if r["first_error"]:
             print("   first error:", r["first_error"][:300])
 

@@ -49,8 +49,11 @@ class Server:
             self.fake = FakeLLMServer(latency=latency).start()
             self.url = self.fake.url
             return
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_llm_server.py"), "--latency", str(latency)],
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "fake_llm_server.py"), "--latency", str(latency)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self.url = self.proc.stdout.readline().strip()
         if not self.url.startswith("http"):
             self.stop()
@@ -74,6 +77,7 @@ class Server:
 def build_study(folder: Path, n_reports: int):
     """The generated study with its reports imported into cohort 'dev'."""
     from synthetic import write_study_inputs
+
     from workbench.services import init_study
 
     inputs = write_study_inputs(folder / "inputs", n_reports=n_reports)
@@ -106,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-process", action="store_true", help="run the fake server in this process")
     args = parser.parse_args(argv)
 
-    from workbench.llm import _litellm
+    from workbench.labeller.llm import _litellm
 
     t0 = time.perf_counter()
     _litellm()  # imported once up front so that the first run's wall time is the run's
@@ -125,22 +129,41 @@ def main(argv: list[str] | None = None) -> int:
 
     ratio = rerun.calls_made / full.calls_made if full.calls_made else float("nan")
     expected = 1 / asked
-    print(f"study: {args.reports} reports x {asked} asked labels (vocabulary {wb.vocab.id}), per-label mode; "
-          f"fake server latency {args.latency * 1000:.0f} ms/call, concurrency {args.concurrency}, "
-          f"server {'in this process' if args.in_process else 'in its own process'}; litellm import {import_s:.1f} s")
-    print(f"full run:                 {full.calls_made:6d} calls made ({full_requests} seen by the server), "
-          f"{full.calls_reused} reused, {full.failures} failures, {full_s:7.2f} s wall "
-          f"({full.calls_made / full_s:.0f} calls/s)")
-    print(f"edit {EDITED_LABEL} ({commit[:8]}), re-run: {rerun.calls_made:4d} calls made ({rerun_requests} seen by the server), "
-          f"{rerun.calls_reused} reused, {rerun.failures} failures, {rerun_s:7.2f} s wall")
-    print(f"unchanged re-run:         {again.calls_made:6d} calls made ({again_requests} seen by the server), "
-          f"{again.calls_reused} reused, {again_s:7.2f} s wall")
-    print(f"re-run calls / full-run calls = {ratio:.4f}; expected 1/{asked} = {expected:.4f} "
-          f"(1/20 = 0.0500 with the Ran Score vocabulary, where No Finding is derived and not asked)")
+    print(
+        f"study: {args.reports} reports x {asked} asked labels (vocabulary {wb.vocab.id}), per-label mode; "
+        f"fake server latency {args.latency * 1000:.0f} ms/call, concurrency {args.concurrency}, "
+        f"server {'in this process' if args.in_process else 'in its own process'}; litellm import {import_s:.1f} s"
+    )
+    print(
+        f"full run:                 {full.calls_made:6d} calls made ({full_requests} seen by the server), "
+        f"{full.calls_reused} reused, {full.failures} failures, {full_s:7.2f} s wall "
+        f"({full.calls_made / full_s:.0f} calls/s)"
+    )
+    print(
+        f"edit {EDITED_LABEL} ({commit[:8]}), re-run: {rerun.calls_made:4d} calls made ({rerun_requests} seen by the server), "
+        f"{rerun.calls_reused} reused, {rerun.failures} failures, {rerun_s:7.2f} s wall"
+    )
+    print(
+        f"unchanged re-run:         {again.calls_made:6d} calls made ({again_requests} seen by the server), "
+        f"{again.calls_reused} reused, {again_s:7.2f} s wall"
+    )
+    print(
+        f"re-run calls / full-run calls = {ratio:.4f}; expected 1/{asked} = {expected:.4f} "
+        f"(1/20 = 0.0500 with the Ran Score vocabulary, where No Finding is derived and not asked)"
+    )
     print(f"re-run wall time / full-run wall time = {rerun_s / full_s:.4f}")
-    ok = (rerun.calls_made == args.reports and rerun_requests == args.reports and again.calls_made == 0
-          and full.failures == 0 and rerun.failures == 0)
-    print("OK: only the edited label's calls were made" if ok else "MISMATCH: the re-run made calls the edit did not change")
+    ok = (
+        rerun.calls_made == args.reports
+        and rerun_requests == args.reports
+        and again.calls_made == 0
+        and full.failures == 0
+        and rerun.failures == 0
+    )
+    print(
+        "OK: only the edited label's calls were made"
+        if ok
+        else "MISMATCH: the re-run made calls the edit did not change"
+    )
     return 0 if ok else 1
 
 

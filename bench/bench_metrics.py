@@ -12,7 +12,6 @@ import resource
 import sys
 import time
 import tracemalloc
-
 from pathlib import Path
 
 import numpy as np
@@ -127,12 +126,20 @@ def main() -> int:
     # Traced separately: tracemalloc slows allocation-heavy code several-fold.
     metrics_peak, agreement_peak = traced_peak_mb(metrics_steps, *tables), traced_peak_mb(agreement_steps, readings)
     peak = rss_mb()
-    print(f"memory: traced peak metrics {metrics_peak:.1f} MB, agreement {agreement_peak:.1f} MB "
-          f"(target < {TARGET_MB} MB)")
-    print(f"        process peak RSS {peak:.1f} MB: interpreter and imports {baseline:.1f} MB, "
-          f"building the synthetic data +{with_data - baseline:.1f} MB, computing +{peak - with_data:.1f} MB")
-    ok = (metrics_seconds < TARGET_SECONDS and agreement_seconds < 2.0
-          and max(metrics_peak, agreement_peak) < TARGET_MB and peak - with_data < TARGET_MB)
+    print(
+        f"memory: traced peak metrics {metrics_peak:.1f} MB, agreement {agreement_peak:.1f} MB "
+        f"(target < {TARGET_MB} MB)"
+    )
+    print(
+        f"        process peak RSS {peak:.1f} MB: interpreter and imports {baseline:.1f} MB, "
+        f"building the synthetic data +{with_data - baseline:.1f} MB, computing +{peak - with_data:.1f} MB"
+    )
+    ok = (
+        metrics_seconds < TARGET_SECONDS
+        and agreement_seconds < 2.0
+        and max(metrics_peak, agreement_peak) < TARGET_MB
+        and peak - with_data < TARGET_MB
+    )
     print("targets met" if ok else "TARGET MISSED")
     return 0 if ok else 1
 

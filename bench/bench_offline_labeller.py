@@ -33,15 +33,17 @@ TARGET_RPS = 500
 def load_reports(folder: pathlib.Path) -> tuple[list[str], pd.DataFrame]:
     """Report texts (findings + impression) and the gold table (rows keyed CXR<uid>)."""
     if not (folder / "reports.csv").exists() or not (folder / "labels14.csv").exists():
-        sys.exit(f"OpenI dataset not found at {folder} (needs reports.csv and labels14.csv); see "
-                 "../shared/datasets/README.md")
+        sys.exit(
+            f"OpenI dataset not found at {folder} (needs reports.csv and labels14.csv); see "
+            "../shared/datasets/README.md"
+        )
     reports = pd.read_csv(folder / "reports.csv")
     gold = pd.read_csv(folder / "labels14.csv").set_index("filename")
     keys = "CXR" + reports["uid"].astype(str)
     missing = (~keys.isin(gold.index)).sum()
     if missing:
         sys.exit(f"{missing} reports have no row in labels14.csv")
-    texts = [report_text(f, i) for f, i in zip(reports["findings"], reports["impression"])]
+    texts = [report_text(f, i) for f, i in zip(reports["findings"], reports["impression"], strict=False)]
     return texts, gold.loc[keys]
 
 
@@ -104,12 +106,15 @@ def label_all(texts: list[str], prompts: list, cues: dict) -> tuple[np.ndarray, 
 def engine_rate(texts: list[str], prompts: list, cues: dict) -> float | None:
     """Reports per second through rules.complete_all with one per-label request per (report, label)."""
     try:
-        from workbench.llm import CallRequest, ModelConfig
+        from workbench.labeller.llm import CallRequest, ModelConfig
     except ImportError:
         return None
     rules.clear_caches()
-    reqs = [CallRequest(f"{r}:{lp.label}", [], {"report": t, "mode": "per_label", "prompts": [lp], "cues": cues})
-            for r, t in enumerate(texts) for lp in prompts]
+    reqs = [
+        CallRequest(f"{r}:{lp.label}", [], {"report": t, "mode": "per_label", "prompts": [lp], "cues": cues})
+        for r, t in enumerate(texts)
+        for lp in prompts
+    ]
     seen = []
     start = time.perf_counter()
     rules.complete_all(reqs, ModelConfig(model=rules.RULES_MODEL), lambda req, res: seen.append(res))
@@ -156,25 +161,36 @@ def main(argv: list[str] | None = None) -> int:
     prompts = [ps.label(i) for i in ids]
     pred, elapsed = label_all(texts, prompts, ps.task.cue_lists())
     rps = len(texts) / elapsed
-    print(f"offline rule-based labeller (not an LLM): {len(texts)} OpenI reports x {len(ids)} labels "
-          f"in {elapsed:.2f} s on one core = {rps:,.0f} reports/s "
-          f"({'meets' if rps >= TARGET_RPS else 'BELOW'} the {TARGET_RPS}/s target)")
+    print(
+        f"offline rule-based labeller (not an LLM): {len(texts)} OpenI reports x {len(ids)} labels "
+        f"in {elapsed:.2f} s on one core = {rps:,.0f} reports/s "
+        f"({'meets' if rps >= TARGET_RPS else 'BELOW'} the {TARGET_RPS}/s target)"
+    )
     via_engine = engine_rate(texts, prompts, ps.task.cue_lists())
     if via_engine is not None:
-        print(f"through complete_all ({len(texts) * len(ids):,} per-label requests, JSON replies): "
-              f"{via_engine:,.0f} reports/s")
+        print(
+            f"through complete_all ({len(texts) * len(ids):,} per-label requests, JSON replies): "
+            f"{via_engine:,.0f} reports/s"
+        )
     names = [vocab.names()[i] for i in ids]
     table = scores(pred, gold[[cols[i] for i in ids]].to_numpy(), names)
     with pd.option_context("display.float_format", "{:.3f}".format, "display.width", 120):
-        print(table[["precision", "recall", "f1", "support", "tp", "fp", "fn"]].to_string(
-            formatters={k: "{:.0f}".format for k in ("support", "tp", "fp", "fn")}, na_rep=""))
+        print(
+            table[["precision", "recall", "f1", "support", "tp", "fp", "fn"]].to_string(
+                formatters={k: "{:.0f}".format for k in ("support", "tp", "fp", "fn")}, na_rep=""
+            )
+        )
     per_label = table.iloc[:-2]
     empty = list(per_label.index[per_label.support == 0])
-    print(f"micro F1 {table.loc['micro', 'f1']:.3f}  macro F1 {table.loc['macro', 'f1']:.3f} "
-          "(zero_division=0: a label without gold or predicted positives scores 0)")
+    print(
+        f"micro F1 {table.loc['micro', 'f1']:.3f}  macro F1 {table.loc['macro', 'f1']:.3f} "
+        "(zero_division=0: a label without gold or predicted positives scores 0)"
+    )
     if empty:
-        print(f"macro F1 leaving out labels with no gold positive ({', '.join(empty)}): "
-              f"{per_label.f1[per_label.support > 0].mean():.3f}")
+        print(
+            f"macro F1 leaving out labels with no gold positive ({', '.join(empty)}): "
+            f"{per_label.f1[per_label.support > 0].mean():.3f}"
+        )
     return 0
 
 

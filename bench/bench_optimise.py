@@ -56,8 +56,10 @@ def per_label(wb, run_id: int) -> tuple[pd.DataFrame, dict]:
 def fmt_macro(m: dict) -> str:
     """Macro F1 per part with intervals and the gap."""
     t, v = m["tuning"], m["validation"]
-    return (f"tuning {t[0]:.3f} [{t[1]:.3f}, {t[2]:.3f}]  validation {v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]  "
-            f"gap (tuning - validation) {t[0] - v[0]:+.3f}")
+    return (
+        f"tuning {t[0]:.3f} [{t[1]:.3f}, {t[2]:.3f}]  validation {v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]  "
+        f"gap (tuning - validation) {t[0] - v[0]:+.3f}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,10 +67,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", type=pathlib.Path, default=DATASET, help="folder with reports.csv and labels14.csv")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--phrases", type=pathlib.Path, default=PHRASES if PHRASES.exists() else None,
-                    help="outside phrase list for synonym candidates (default: CheXpert labeler's, when present)")
+    ap.add_argument(
+        "--phrases",
+        type=pathlib.Path,
+        default=PHRASES if PHRASES.exists() else None,
+        help="outside phrase list for synonym candidates (default: CheXpert labeler's, when present)",
+    )
     ap.add_argument("--no-phrases", action="store_true", help="propose from the disagreements alone")
-    ap.add_argument("--keep", type=pathlib.Path, default=None, help="build the study here (default: a temporary folder)")
+    ap.add_argument(
+        "--keep", type=pathlib.Path, default=None, help="build the study here (default: a temporary folder)"
+    )
     args = ap.parse_args(argv)
     if not (args.dataset / "reports.csv").exists():
         sys.exit(f"OpenI dataset not found at {args.dataset} (needs reports.csv and labels14.csv)")
@@ -82,10 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     wb.engine.dispose()
     setup = time.perf_counter() - started
     phrases = None if args.no_phrases else args.phrases
-    print(f"OpenI: {sizes['tuning']} tuning + {sizes['validation']} validation reports (stratified, seed 0); "
-          f"offline rule-based labeller; offline proposer from the disagreements (no notes)"
-          f"{f' and the phrase list {phrases}' if phrases else ' alone'}; {args.rounds} rounds; first run "
-          f"{first.calls_made} calls made; setup (import, split, first run) {setup:.1f} s")
+    print(
+        f"OpenI: {sizes['tuning']} tuning + {sizes['validation']} validation reports (stratified, seed 0); "
+        f"offline rule-based labeller; offline proposer from the disagreements (no notes)"
+        f"{f' and the phrase list {phrases}' if phrases else ' alone'}; {args.rounds} rounds; first run "
+        f"{first.calls_made} calls made; setup (import, split, first run) {setup:.1f} s"
+    )
     # the same labelled study twice (copies), so neither optimise finds the other's answers in the call cache
     results = {}
     for screen in (False, True):
@@ -99,8 +109,10 @@ def main(argv: list[str] | None = None) -> int:
             print(res["table"].to_string())
         print(f"macro F1 before (starter prompts): {fmt_macro(res['macro_before'])}")
         print(f"macro F1 after optimise:           {fmt_macro(res['macro_after'])}")
-        print(f"labels changed: {', '.join(res['labels']) or 'none'}; rounds run: {len(res['report']['rounds'])}; "
-              f"optimise {res['seconds']:.1f} s; re-run of the saved version {res['rerun_made']} calls made")
+        print(
+            f"labels changed: {', '.join(res['labels']) or 'none'}; rounds run: {len(res['report']['rounds'])}; "
+            f"optimise {res['seconds']:.1f} s; re-run of the saved version {res['rerun_made']} calls made"
+        )
         print(screen_text(res["report"]))
     side_by_side(off, on)
     print("\n" + report_markdown(on["report"]))
@@ -110,17 +122,21 @@ def main(argv: list[str] | None = None) -> int:
 def side_by_side(off: dict, on: dict) -> None:
     """Where the calls went with and without the screen (before and after it), per kept change, what is left for
     a run of the saved version, and the validation gain; then the targets."""
-    rows = [("screens: calls before the screening", lambda r: r["screen"]["calls"] if r["screen"]["on"] else None),
-            ("  of them re-asking carried answers", lambda r: r["screen"]["refresh_calls"] if r["screen"]["on"] else None),
-            ("proposals screened / screened out",
-             lambda r: f"{r['screen']['screened']} / {r['screen']['screened_out']}" if r["screen"]["on"] else None),
-            ("after the screening: tuning part", lambda r: r["screen"]["full_by_part"]["tuning"]),
-            ("after the screening: validation part", lambda r: r["screen"]["full_by_part"]["validation"]),
-            ("calls made by optimise", lambda r: r["calls"]["made"]),
-            ("kept changes", lambda r: kept(r)),
-            ("calls made per kept change", lambda r: round(r["calls"]["made"] / max(1, kept(r)))),
-            ("tuning answers carried over", lambda r: sum(r["screen"]["deferred"].values())),
-            ("left for a run of the saved version", lambda r: sum(r["screen"]["left_calls"].values()))]
+    rows = [
+        ("screens: calls before the screening", lambda r: r["screen"]["calls"] if r["screen"]["on"] else None),
+        ("  of them re-asking carried answers", lambda r: r["screen"]["refresh_calls"] if r["screen"]["on"] else None),
+        (
+            "proposals screened / screened out",
+            lambda r: f"{r['screen']['screened']} / {r['screen']['screened_out']}" if r["screen"]["on"] else None,
+        ),
+        ("after the screening: tuning part", lambda r: r["screen"]["full_by_part"]["tuning"]),
+        ("after the screening: validation part", lambda r: r["screen"]["full_by_part"]["validation"]),
+        ("calls made by optimise", lambda r: r["calls"]["made"]),
+        ("kept changes", lambda r: kept(r)),
+        ("calls made per kept change", lambda r: round(r["calls"]["made"] / max(1, kept(r)))),
+        ("tuning answers carried over", lambda r: sum(r["screen"]["deferred"].values())),
+        ("left for a run of the saved version", lambda r: sum(r["screen"]["left_calls"].values())),
+    ]
     print("\n--- side by side: calls made after the call cache, as a model labeller would be asked ---")
     print(f"{'':<42}{'--no-screen':>14}{'--screen':>14}")
     for name, fig in rows:
@@ -128,23 +144,31 @@ def side_by_side(off: dict, on: dict) -> None:
     print(f"{'re-run of the saved version: calls made':<42}{off['rerun_made']:>14,}{on['rerun_made']:>14,}")
     total = {k: r["report"]["calls"]["made"] + r["rerun_made"] for k, r in (("off", off), ("on", on))}
     print(f"{'optimise + re-run of the saved version':<42}{total['off']:>14,}{total['on']:>14,}")
-    gain = {k: r["macro_after"]["validation"][0] - r["macro_before"]["validation"][0] for k, r in (("off", off), ("on", on))}
-    for name, fig in (("validation macro F1 before", lambda r: r["macro_before"]["validation"][0]),
-                      ("validation macro F1 after (re-run)", lambda r: r["macro_after"]["validation"][0]),
-                      ("validation gain", lambda r: r["macro_after"]["validation"][0] - r["macro_before"]["validation"][0]),
-                      ("tuning macro F1 after (re-run)", lambda r: r["macro_after"]["tuning"][0])):
+    gain = {
+        k: r["macro_after"]["validation"][0] - r["macro_before"]["validation"][0] for k, r in (("off", off), ("on", on))
+    }
+    for name, fig in (
+        ("validation macro F1 before", lambda r: r["macro_before"]["validation"][0]),
+        ("validation macro F1 after (re-run)", lambda r: r["macro_after"]["validation"][0]),
+        ("validation gain", lambda r: r["macro_after"]["validation"][0] - r["macro_before"]["validation"][0]),
+        ("tuning macro F1 after (re-run)", lambda r: r["macro_after"]["tuning"][0]),
+    ):
         digits = 4 if name == "validation gain" else 3  # the targets are read on the gain: no rounding up to them
         print(f"{name:<42}{fig(off):>14.{digits}f}{fig(on):>14.{digits}f}")
     made = on["report"]["calls"]["made"]
     left = sum(on["report"]["screen"]["left_calls"].values())
-    print(f"optimise --screen makes {made:,} calls, {made / max(1, off['report']['calls']['made']):.2f} of --no-screen "
-          f"(target at most 1/3 of 49,280 = {CALLS_TARGET:,}: {'met' if made <= CALLS_TARGET else 'NOT met'}); validation "
-          f"gain {gain['on']:+.4f} beside {gain['off']:+.4f} (target within 0.01: "
-          f"{'met' if abs(gain['on'] - gain['off']) <= 0.01 else 'NOT met'}); no-screen gain "
-          f"{'meets' if gain['off'] >= TARGET else 'is BELOW'} the +{TARGET:.2f} target")
-    print(f"the {left:,} calls optimise --screen left for a run of the saved version "
-          f"{'are exactly' if left == on['rerun_made'] else 'are NOT'} the {on['rerun_made']:,} that run made; with them "
-          f"--screen costs {total['on']:,} calls in all, {total['on'] / max(1, total['off']):.2f} of --no-screen's {total['off']:,}")
+    print(
+        f"optimise --screen makes {made:,} calls, {made / max(1, off['report']['calls']['made']):.2f} of --no-screen "
+        f"(target at most 1/3 of 49,280 = {CALLS_TARGET:,}: {'met' if made <= CALLS_TARGET else 'NOT met'}); validation "
+        f"gain {gain['on']:+.4f} beside {gain['off']:+.4f} (target within 0.01: "
+        f"{'met' if abs(gain['on'] - gain['off']) <= 0.01 else 'NOT met'}); no-screen gain "
+        f"{'meets' if gain['off'] >= TARGET else 'is BELOW'} the +{TARGET:.2f} target"
+    )
+    print(
+        f"the {left:,} calls optimise --screen left for a run of the saved version "
+        f"{'are exactly' if left == on['rerun_made'] else 'are NOT'} the {on['rerun_made']:,} that run made; with them "
+        f"--screen costs {total['on']:,} calls in all, {total['on'] / max(1, total['off']):.2f} of --no-screen's {total['off']:,}"
+    )
 
 
 def kept(report: dict) -> int:
@@ -168,19 +192,36 @@ def optimise_copy(wb, run_id: int, rounds: int, phrases, screen: bool) -> dict:
     second = wb.start_run("dev", prompt_ref=commit) if commit else wb.run_info(run_id)
     after, macro_after = per_label(wb, second.run_id)
     names = wb.vocab.names()
-    table = pd.DataFrame({
-        "support tun/val": [f"{int(a)}/{int(b)}" for a, b in zip(before["tuning_support"], before["validation_support"])],
-        "tuning F1 before": _ci(before, "tuning"), "tuning F1 after": _ci(after, "tuning"),
-        "validation F1 before": _ci(before, "validation"), "validation F1 after": _ci(after, "validation"),
-    }, index=[names[i] for i in before.index])
-    return {"report": report, "table": table, "macro_before": macro_before, "macro_after": macro_after,
-            "labels": labels, "seconds": seconds, "rerun_made": second.calls_made if commit else 0}
+    table = pd.DataFrame(
+        {
+            "support tun/val": [
+                f"{int(a)}/{int(b)}"
+                for a, b in zip(before["tuning_support"], before["validation_support"], strict=False)
+            ],
+            "tuning F1 before": _ci(before, "tuning"),
+            "tuning F1 after": _ci(after, "tuning"),
+            "validation F1 before": _ci(before, "validation"),
+            "validation F1 after": _ci(after, "validation"),
+        },
+        index=[names[i] for i in before.index],
+    )
+    return {
+        "report": report,
+        "table": table,
+        "macro_before": macro_before,
+        "macro_after": macro_after,
+        "labels": labels,
+        "seconds": seconds,
+        "rerun_made": second.calls_made if commit else 0,
+    }
 
 
 def _ci(frame: pd.DataFrame, part: str) -> list[str]:
     """F1 [lo, hi] strings."""
-    return [f"{f:.3f} [{lo:.3f}, {hi:.3f}]" if f == f else "n/a"
-            for f, lo, hi in zip(frame[f"{part}_f1"], frame[f"{part}_f1_lo"], frame[f"{part}_f1_hi"])]
+    return [
+        f"{f:.3f} [{lo:.3f}, {hi:.3f}]" if f == f else "n/a"
+        for f, lo, hi in zip(frame[f"{part}_f1"], frame[f"{part}_f1_lo"], frame[f"{part}_f1_hi"], strict=False)
+    ]
 
 
 if __name__ == "__main__":

@@ -31,11 +31,30 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-PAGES = ["home", "annotate", "adjudicate", "disagreements", "prompts", "runs", "optimise", "freeze", "settings",
-         "audit"]
-HEADINGS = {"home": "Study: bench", "annotate": "Annotate", "adjudicate": "Adjudicate", "disagreements": "Disagreements",
-            "prompts": "Prompts", "runs": "Runs", "optimise": "Optimise", "freeze": "Freeze and score",
-            "settings": "Settings", "audit": "Audit log"}
+PAGES = [
+    "home",
+    "annotate",
+    "adjudicate",
+    "disagreements",
+    "prompts",
+    "runs",
+    "optimise",
+    "freeze",
+    "settings",
+    "audit",
+]
+HEADINGS = {
+    "home": "Study: bench",
+    "annotate": "Annotate",
+    "adjudicate": "Adjudicate",
+    "disagreements": "Disagreements",
+    "prompts": "Prompts",
+    "runs": "Runs",
+    "optimise": "Optimise",
+    "freeze": "Freeze and score",
+    "settings": "Settings",
+    "audit": "Audit log",
+}
 PAGE_TARGET_S, RERUN_TARGET_S, SAVE_TARGET_S = 1.5, 0.3, 0.3
 QUIET_S = 0.5  # a page is complete when no further script run starts within this long
 EDITS = [("pleural_effusion", "effusions"), ("atelectasis", "volume loss")]
@@ -44,6 +63,7 @@ EDITS = [("pleural_effusion", "effusions"), ("atelectasis", "volume loss")]
 def build_study(folder: Path, n_reports: int = 3000) -> Path:
     """The generated study with three runs that differ (prompt edits between them)."""
     from synthetic import write_study_inputs
+
     from workbench.services import init_study
 
     inputs = write_study_inputs(folder / "inputs", n_reports=n_reports)
@@ -51,16 +71,22 @@ def build_study(folder: Path, n_reports: int = 3000) -> Path:
     started = time.perf_counter()
     wb.import_reports(inputs["reports"], "dev")
     wb.import_readings(inputs["readings"])
-    print(f"  imported {n_reports:,} reports and {inputs['n_readings']:,} readings in {time.perf_counter() - started:.1f} s")
+    print(
+        f"  imported {n_reports:,} reports and {inputs['n_readings']:,} readings in {time.perf_counter() - started:.1f} s"
+    )
     for i in range(3):
         if i:
             label, phrase = EDITS[i - 1]
             lp = wb.label_prompt(label)
-            wb.save_prompts([dataclasses.replace(lp, look_for=lp.look_for + (phrase,))], f"bench edit {i}", wb.prompt_commit())
+            wb.save_prompts(
+                [dataclasses.replace(lp, look_for=lp.look_for + (phrase,))], f"bench edit {i}", wb.prompt_commit()
+            )
         started = time.perf_counter()
         summary = wb.start_run(cohort="dev")
-        print(f"  run {summary.run_id}: {summary.calls_made:,} calls made, {summary.calls_reused:,} reused, "
-              f"{time.perf_counter() - started:.1f} s")
+        print(
+            f"  run {summary.run_id}: {summary.calls_made:,} calls made, {summary.calls_reused:,} reused, "
+            f"{time.perf_counter() - started:.1f} s"
+        )
     wb.engine.dispose()
     return folder / "study"
 
@@ -158,8 +184,13 @@ def wait_idle(pg, since: float) -> float:
     try:
         done = pg.wait_for_function(IDLE, arg=[since, QUIET_S * 1000], timeout=120_000, polling=50).json_value()
     except Exception:
-        print("  script states:", pg.evaluate("window.__wbStates"), "focus:", pg.evaluate(
-            "document.activeElement && document.activeElement.outerHTML.slice(0, 200)"), file=sys.stderr)
+        print(
+            "  script states:",
+            pg.evaluate("window.__wbStates"),
+            "focus:",
+            pg.evaluate("document.activeElement && document.activeElement.outerHTML.slice(0, 200)"),
+            file=sys.stderr,
+        )
         raise
     if pg.locator('[data-testid="stException"]').count():
         raise RuntimeError(pg.locator('[data-testid="stException"]').first.inner_text()[:2000])
@@ -198,9 +229,8 @@ def invalidate(control, wb, n: int) -> None:
 
 def time_browser(study: Path, loads: int) -> tuple[float, list[tuple]]:
     """(server's first page, rows of page, heading, complete, rerun, warm complete) in headless Chromium."""
-    from playwright.sync_api import sync_playwright
-
     from bench_reading import CHROMIUM_ARGS, serve
+    from playwright.sync_api import sync_playwright
 
     from workbench.services import Workbench
 
@@ -209,9 +239,15 @@ def time_browser(study: Path, loads: int) -> tuple[float, list[tuple]]:
     rows = []
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS + [
-                "--disable-background-timer-throttling", "--disable-renderer-backgrounding",
-                "--disable-backgrounding-occluded-windows"])
+            browser = p.chromium.launch(
+                executable_path="/usr/bin/chromium",
+                args=CHROMIUM_ARGS
+                + [
+                    "--disable-background-timer-throttling",
+                    "--disable-renderer-backgrounding",
+                    "--disable-backgrounding-occluded-windows",
+                ],
+            )
             # one browser profile, a new tab per load (a new session): static files come from the browser's cache
             # as for any returning user; the very first page pays the server's imports and the empty browser cache
             context = browser.new_context(viewport={"width": 1440, "height": 900})
@@ -235,8 +271,14 @@ def time_browser(study: Path, loads: int) -> tuple[float, list[tuple]]:
                     writes += 1
                     cold.append(load_page(context, url, page))
                 warm = [load_page(context, url, page)[1] for _ in range(loads)]
-                rows.append((page, *(statistics.median(x) for x in zip(*cold)), statistics.median(warm),
-                             max(c[1] for c in cold)))
+                rows.append(
+                    (
+                        page,
+                        *(statistics.median(x) for x in zip(*cold, strict=False)),
+                        statistics.median(warm),
+                        max(c[1] for c in cold),
+                    )
+                )
                 print(f"  {page}: " + ", ".join(f"{x:.2f}" for x in rows[-1][1:]), flush=True)
             browser.close()
     finally:
@@ -248,18 +290,26 @@ def time_browser(study: Path, loads: int) -> tuple[float, list[tuple]]:
 
 def print_browser(cold_start: float, rows: list[tuple], loads: int) -> None:
     """The browser table: medians of `loads` cold loads, the warm load, and the targets."""
-    print(f"\nreal browser (headless Chromium), median of {loads} loads; the server's very first page (imports, "
-          f"opening the study, an empty browser cache) {cold_start:.2f} s")
-    print(f"{'page':<15}{'heading':>9}{'complete':>10}{'(max)':>8}{'rerun':>8}{'warm load':>11}   "
-          f"target {PAGE_TARGET_S} / {RERUN_TARGET_S}")
+    print(
+        f"\nreal browser (headless Chromium), median of {loads} loads; the server's very first page (imports, "
+        f"opening the study, an empty browser cache) {cold_start:.2f} s"
+    )
+    print(
+        f"{'page':<15}{'heading':>9}{'complete':>10}{'(max)':>8}{'rerun':>8}{'warm load':>11}   "
+        f"target {PAGE_TARGET_S} / {RERUN_TARGET_S}"
+    )
     for page, heading, complete, rerun, warm, worst in rows:
         ok = complete <= PAGE_TARGET_S and rerun <= RERUN_TARGET_S
-        print(f"{page:<15}{heading:>9.2f}{complete:>10.2f}{worst:>8.2f}{rerun:>8.2f}{warm:>11.2f}   "
-              f"{'met' if ok else 'NOT MET'}")
-    print("heading / complete = seconds from navigation to the page's title on screen / to the script run finished, in "
-          "a new tab (a new session) after a reading was saved and 'Reload data' pressed (every page-cached read "
-          "recomputed, as after any write); rerun = R "
-          "pressed on the loaded page; warm load = a new session with the reads cached.")
+        print(
+            f"{page:<15}{heading:>9.2f}{complete:>10.2f}{worst:>8.2f}{rerun:>8.2f}{warm:>11.2f}   "
+            f"{'met' if ok else 'NOT MET'}"
+        )
+    print(
+        "heading / complete = seconds from navigation to the page's title on screen / to the script run finished, in "
+        "a new tab (a new session) after a reading was saved and 'Reload data' pressed (every page-cached read "
+        "recomputed, as after any write); rerun = R "
+        "pressed on the loaded page; warm load = a new session with the reads cached."
+    )
 
 
 def main() -> None:
@@ -303,10 +353,14 @@ def main() -> None:
         print(f"{page:<15}{first:>11.2f}{warm:>10.2f}{PAGE_TARGET_S:>9.1f}  {'yes' if warm < PAGE_TARGET_S else 'NO'}")
     for who, times in saves.items():
         median = statistics.median(times)
-        print(f"{'save: ' + who:<15}{max(times):>11.2f}{median:>10.2f}{SAVE_TARGET_S:>9.1f}  "
-              f"{'yes' if max(times) < SAVE_TARGET_S else 'NO'}   (annotation save: max and median of {len(times)})")
-    print("\nfirst = a new session's first run on an empty read cache (every service call made, as after any "
-          "write); warm = a rerun (reads come from the revision-keyed cache). The warm figure is the target's.")
+        print(
+            f"{'save: ' + who:<15}{max(times):>11.2f}{median:>10.2f}{SAVE_TARGET_S:>9.1f}  "
+            f"{'yes' if max(times) < SAVE_TARGET_S else 'NO'}   (annotation save: max and median of {len(times)})"
+        )
+    print(
+        "\nfirst = a new session's first run on an empty read cache (every service call made, as after any "
+        "write); warm = a rerun (reads come from the revision-keyed cache). The warm figure is the target's."
+    )
 
 
 if __name__ == "__main__":

@@ -34,10 +34,18 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 MEDIAN_TARGET_S, P95_TARGET_S = 0.3, 0.6
-WAIT_MS = 60_000   # a next report not shown within a minute is a failure to report, not to wait out
-KEY_GAP_S, ENTER_GAP_S = 0.020, 0.010   # the burst's pace: label keys 20 ms apart, Enter 10 ms after the last
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+WAIT_MS = 60_000  # a next report not shown within a minute is a failure to report, not to wait out
+KEY_GAP_S, ENTER_GAP_S = 0.020, 0.010  # the burst's pace: label keys 20 ms apart, Enter 10 ms after the last
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 READER, ENGINEER = ("bench-reader", "reader-password-1"), ("bench-engineer", "engineer-password-1")
 FAST = ("bench-fast", "reader-password-2")
 # the keyboard form's state from inside its shadow root (workbench/ui/keyboard/form.js)
@@ -54,6 +62,7 @@ FORM = """() => {
 def prepare(folder: Path, n_reports: int = 3000) -> Path:
     """A fresh copy of the generated study with sign-in on and two accounts."""
     from bench_pages import build_study
+
     from workbench.services import Workbench
 
     study = folder / "study"
@@ -85,8 +94,13 @@ def serve(study: Path):
     log = open(study.parent / "streamlit-reading.log", "wb")
     from workbench.cli import app_command
 
-    proc = subprocess.Popen(app_command(port, "127.0.0.1", "--server.fileWatcherType=none"),  # what `workbench app` runs
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        app_command(port, "127.0.0.1", "--server.fileWatcherType=none"),  # what `workbench app` runs
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -127,9 +141,13 @@ def sign_in(pg, base: str, user: str, password: str, page_title: str) -> None:
 
 def wait_form(pg, item: str, text: str = "") -> None:
     """Until the keyboard form shows this item (with this text), idle and holding no key."""
-    pg.wait_for_function(f"""([item, text]) => {{ const s = ({FORM})();
+    pg.wait_for_function(
+        f"""([item, text]) => {{ const s = ({FORM})();
         return s && s.item === item && s.state === 'ready' && s.held === 0 && s.text.includes(text); }}""",
-                         arg=[item, text], timeout=WAIT_MS, polling="raf")
+        arg=[item, text],
+        timeout=WAIT_MS,
+        polling="raf",
+    )
 
 
 def time_annotation(pg, texts: dict, n: int) -> list[float]:
@@ -156,8 +174,12 @@ def time_triage(pg, n: int) -> list[float]:
             pg.keyboard.press(key)
         started = time.perf_counter()
         pg.keyboard.press("Enter")
-        pg.wait_for_function(f"(old) => {{ const s = ({FORM})(); return s && s.item !== old && s.state === 'ready'; }}",
-                             arg=shown, timeout=WAIT_MS, polling="raf")
+        pg.wait_for_function(
+            f"(old) => {{ const s = ({FORM})(); return s && s.item !== old && s.state === 'ready'; }}",
+            arg=shown,
+            timeout=WAIT_MS,
+            polling="raf",
+        )
         out.append(time.perf_counter() - started)
         settle(pg)
     return out
@@ -172,7 +194,7 @@ def burst(pg, study: Path, n: int) -> tuple[int, float]:
 
     wb = Workbench(study).as_actor(Actor(FAST[0], "reader"))
     asked = wb.vocab.asked_ids
-    ids = wb.work_list(FAST[0], wb.config.dev_cohort)["report_id"].tolist()[:n + 1]
+    ids = wb.work_list(FAST[0], wb.config.dev_cohort)["report_id"].tolist()[: n + 1]
     rng = random.Random(22)
     plans = [sorted(rng.sample(range(len(asked)), rng.choice([0, 1, 2, 3, 4]))) for _ in range(n)]
     wait_form(pg, ids[0])
@@ -187,7 +209,7 @@ def burst(pg, study: Path, n: int) -> tuple[int, float]:
         presses += len(ticks) + 1
     wait_form(pg, ids[n])
     lost = 0
-    for report, ticks in zip(ids, plans):
+    for report, ticks in zip(ids, plans, strict=False):
         saved = wb.my_readings(FAST[0], report).set_index("label")["value"].astype(int).to_dict()
         lost += saved != {lab: int(j in ticks) for j, lab in enumerate(asked)}
     wb.engine.dispose()
@@ -202,16 +224,23 @@ def summary(name: str, times: list[float] | None) -> str:
     median = statistics.median(ordered)
     p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
     ok = median <= MEDIAN_TARGET_S and p95 <= P95_TARGET_S
-    return (f"{name:<34}{median:>9.3f}{p95:>9.3f}{max(ordered):>9.3f}   targets {MEDIAN_TARGET_S} / {P95_TARGET_S}  "
-            f"{'ok' if ok else 'MISSED'}  (n={len(ordered)})")
+    return (
+        f"{name:<34}{median:>9.3f}{p95:>9.3f}{max(ordered):>9.3f}   targets {MEDIAN_TARGET_S} / {P95_TARGET_S}  "
+        f"{'ok' if ok else 'MISSED'}  (n={len(ordered)})"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--path", default="/tmp/workbench-bench-pages", help="where the generated study lives (reused)")
     parser.add_argument("--n", type=int, default=20, help="saves and notes to time")
-    parser.add_argument("--reports", type=int, default=3000, help="reports in a newly built study (a smaller one only "
-                        "checks that the script works; the figures are for 3,000)")
+    parser.add_argument(
+        "--reports",
+        type=int,
+        default=3000,
+        help="reports in a newly built study (a smaller one only "
+        "checks that the script works; the figures are for 3,000)",
+    )
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -228,11 +257,17 @@ def main() -> None:
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-            saves = phase("save -> next report", lambda: time_annotation(signed_in(browser, url, READER, "Annotate"),
-                                                                         texts, args.n))
-            notes = phase("save note -> next case", lambda: time_triage(signed_in(browser, url, ENGINEER, "Disagreements"),
-                                                                        args.n))
-            burst_result = phase("burst", lambda: burst(signed_in(browser, url, FAST, "Annotate", 300_000), study, args.n))
+            saves = phase(
+                "save -> next report",
+                lambda: time_annotation(signed_in(browser, url, READER, "Annotate"), texts, args.n),
+            )
+            notes = phase(
+                "save note -> next case",
+                lambda: time_triage(signed_in(browser, url, ENGINEER, "Disagreements"), args.n),
+            )
+            burst_result = phase(
+                "burst", lambda: burst(signed_in(browser, url, FAST, "Annotate", 300_000), study, args.n)
+            )
             if burst_result:
                 lost, keys_per_report = burst_result
             browser.close()
@@ -249,10 +284,14 @@ def main() -> None:
     if lost is None:
         print(f"\nburst: not measured (see the error above) · target 0 lost of {args.n}")
     else:
-        print(f"\nburst: {args.n} reports typed ahead (keys {KEY_GAP_S * 1000:.0f} ms apart, Enter {ENTER_GAP_S * 1000:.0f} ms "
-              f"after the last): {lost} lost of {args.n} (target 0) {'ok' if lost == 0 else 'MISSED'} · "
-              f"{keys_per_report:.2f} keys per report (the ticks plus Enter)")
-    print(f"load average (1 min) {load_before[0]:.2f} at the start, {load_after[0]:.2f} at the end; {os.cpu_count()} cores")
+        print(
+            f"\nburst: {args.n} reports typed ahead (keys {KEY_GAP_S * 1000:.0f} ms apart, Enter {ENTER_GAP_S * 1000:.0f} ms "
+            f"after the last): {lost} lost of {args.n} (target 0) {'ok' if lost == 0 else 'MISSED'} · "
+            f"{keys_per_report:.2f} keys per report (the ticks plus Enter)"
+        )
+    print(
+        f"load average (1 min) {load_before[0]:.2f} at the start, {load_after[0]:.2f} at the end; {os.cpu_count()} cores"
+    )
 
 
 def signed_in(browser, url: str, account: tuple[str, str], page_title: str, timeout_ms: int = 120_000):
@@ -270,6 +309,7 @@ def phase(name: str, run):
     except Exception as exc:  # a bench reports every figure it has: the failure is one of them
         print(f"{name}: not measured: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", flush=True)
         return None
+
 
 if __name__ == "__main__":
     main()

@@ -57,7 +57,7 @@ def build_study(folder: Path, db_url: str | None, n_reports: int | None):
 def time_runs(folder: Path, db_url: str | None, n_reports: int | None) -> dict:
     """First run and fully cached re-run in this process, then a first run through the CLI."""
     wb = build_study(folder, db_url, n_reports)
-    from workbench import rules
+    from workbench.labeller import rules
 
     rules.clear_caches()  # the labeller starts cold, as in a fresh process
     started, cpu = time.perf_counter(), time.process_time()
@@ -82,13 +82,25 @@ def time_runs(folder: Path, db_url: str | None, n_reports: int | None) -> dict:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "workbench")], env=env, check=True)
     started, children = time.perf_counter(), _children_cpu()
-    done = subprocess.run([sys.executable, "-m", "workbench.cli", "run", "--cohort", "dev", "--study", str(cli_folder)],
-                          env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "run", "--cohort", "dev", "--study", str(cli_folder)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     cli_s, cli_cpu = time.perf_counter() - started, _children_cpu() - children
     if done.returncode != 0:
         raise SystemExit(f"workbench run failed ({done.returncode}): {done.stderr[-800:]}")
-    return {"reports": reports, "calls": first.calls_total, "first_s": first_s, "cached_s": cached_s, "cli_s": cli_s,
-            "first_cpu": first_cpu, "cached_cpu": cached_cpu, "cli_cpu": cli_cpu}
+    return {
+        "reports": reports,
+        "calls": first.calls_total,
+        "first_s": first_s,
+        "cached_s": cached_s,
+        "cli_s": cli_s,
+        "first_cpu": first_cpu,
+        "cached_cpu": cached_cpu,
+        "cli_cpu": cli_cpu,
+    }
 
 
 def _children_cpu() -> float:
@@ -102,12 +114,16 @@ def _children_cpu() -> float:
 def print_row(name: str, r: dict) -> None:
     """One database's figures with the targets beside them."""
     ok = lambda value, target: "met" if value <= target else "NOT met"  # noqa: E731
-    print(f"{name:<11} {r['reports']:>7,} {r['calls']:>7,} {r['first_s']:>8.2f} s {r['reports'] / r['first_s']:>8,.0f}/s "
-          f"{r['cached_s']:>8.2f} s {r['cli_s']:>8.2f} s   first {ok(r['cli_s'], TARGET_FIRST_S)}, "
-          f"cached {ok(r['cached_s'], TARGET_CACHED_S)}")
-    print(f"{'  CPU':<11} {'':>7} {'':>7} {r['first_cpu']:>8.2f} s {'':>10} {r['cached_cpu']:>8.2f} s "
-          f"{r['cli_cpu']:>8.2f} s   (the workbench's own CPU seconds: what load on the machine does not inflate; "
-          "a database server's not included)")
+    print(
+        f"{name:<11} {r['reports']:>7,} {r['calls']:>7,} {r['first_s']:>8.2f} s {r['reports'] / r['first_s']:>8,.0f}/s "
+        f"{r['cached_s']:>8.2f} s {r['cli_s']:>8.2f} s   first {ok(r['cli_s'], TARGET_FIRST_S)}, "
+        f"cached {ok(r['cached_s'], TARGET_CACHED_S)}"
+    )
+    print(
+        f"{'  CPU':<11} {'':>7} {'':>7} {r['first_cpu']:>8.2f} s {'':>10} {r['cached_cpu']:>8.2f} s "
+        f"{r['cli_cpu']:>8.2f} s   (the workbench's own CPU seconds: what load on the machine does not inflate; "
+        "a database server's not included)"
+    )
 
 
 def main() -> None:
@@ -118,8 +134,9 @@ def main() -> None:
     if not (DATASET / "reports.csv").exists():
         raise SystemExit(f"OpenI dataset not found at {DATASET}; see ../shared/datasets/README.md")
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
-    print(f"{'database':<11} {'reports':>7} {'calls':>7} {'first run':>10} {'speed':>10} {'cached':>10} "
-          f"{'CLI first':>10}")
+    print(
+        f"{'database':<11} {'reports':>7} {'calls':>7} {'first run':>10} {'speed':>10} {'cached':>10} {'CLI first':>10}"
+    )
     tmp = Path(tempfile.mkdtemp(prefix="wb-bench-run-"))
     try:
         print_row("SQLite", time_runs(tmp / "sqlite", None, args.reports))
@@ -138,8 +155,10 @@ def main() -> None:
             server.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("first run and cached re-run timed in-process (Workbench.start_run); 'CLI first' is `workbench run` "
-          "in a fresh process on an identical study, imports included (the end-to-end target).")
+    print(
+        "first run and cached re-run timed in-process (Workbench.start_run); 'CLI first' is `workbench run` "
+        "in a fresh process on an identical study, imports included (the end-to-end target)."
+    )
 
 
 if __name__ == "__main__":

@@ -21,8 +21,13 @@ from workbench.study import load_vocabulary_file  # noqa: E402
 
 def vocabulary(n: int) -> dict:
     """n distinct labels as parsed YAML."""
-    return {"id": "big", "name": "Big", "labels": [
-        {"id": f"l{i}", "name": f"Label {i}", "category": "finding", "definition": "a finding"} for i in range(n)]}
+    return {
+        "id": "big",
+        "name": "Big",
+        "labels": [
+            {"id": f"l{i}", "name": f"Label {i}", "category": "finding", "definition": "a finding"} for i in range(n)
+        ],
+    }
 
 
 def timed(func) -> float:
@@ -41,8 +46,10 @@ def main() -> None:
     print(f"duplicate check, 100,000 labels: {timed(lambda: _check_unique(labels, 'bench')):.3f} s")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "big.yaml"
-        items = "".join(f"  - id: l{i}\n    name: Label {i}\n    category: finding\n    definition: a finding\n"
-                        for i in range(100_000))
+        items = "".join(
+            f"  - id: l{i}\n    name: Label {i}\n    category: finding\n    definition: a finding\n"
+            for i in range(100_000)
+        )
         path.write_text(f"id: big\nname: Big\nlabels:\n{items}", encoding="utf-8")
 
         def refuse() -> None:

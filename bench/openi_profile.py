@@ -39,23 +39,60 @@ MESH = {
     "lung_lesion": ["Nodule", "Mass"],
     "pleural_effusion": ["Pleural Effusion", "Hydropneumothorax"],
     "pleural_other": ["Thickening/pleura", "Cicatrix/pleura", "Pleura"],
-    "lung_opacity": ["Opacity/lung", "Opacity/pulmonary alveoli", "Opacity/retrocardiac", "Density/lung",
-                     "Airspace Disease", "Infiltrate", "Cicatrix/lung"],
+    "lung_opacity": [
+        "Opacity/lung",
+        "Opacity/pulmonary alveoli",
+        "Opacity/retrocardiac",
+        "Density/lung",
+        "Airspace Disease",
+        "Infiltrate",
+        "Cicatrix/lung",
+    ],
     "pneumonia": ["Pneumonia"],
     "pneumothorax": ["Pneumothorax", "Hydropneumothorax"],
-    "support_devices": ["Catheters, Indwelling", "Implanted Medical Device", "Medical Device", "Tube, Inserted",
-                        "Stents", "Sutures", "Spinal Fusion", "Surgical Instruments"],
+    "support_devices": [
+        "Catheters, Indwelling",
+        "Implanted Medical Device",
+        "Medical Device",
+        "Tube, Inserted",
+        "Stents",
+        "Sutures",
+        "Spinal Fusion",
+        "Surgical Instruments",
+    ],
     "emphysema": ["Emphysema", "Pulmonary Emphysema", "Bullous Emphysema"],
     "interstitial_lung_disease": ["Pulmonary Fibrosis", "Fibrosis", "Lung Diseases, Interstitial"],
     "calcification": ["Calcified Granuloma", "Granuloma", "Granulomatous Disease", "Calcinosis", "Atherosclerosis"],
-    "trachea_bronchus": ["Trachea", "Trachea, Carina", "Bronchiectasis", "Bronchitis", "Bronchiolitis",
-                         "Thickening/bronchovascular", "Thickening/bronchi", "Shift/trachea"],
+    "trachea_bronchus": [
+        "Trachea",
+        "Trachea, Carina",
+        "Bronchiectasis",
+        "Bronchitis",
+        "Bronchiolitis",
+        "Thickening/bronchovascular",
+        "Thickening/bronchi",
+        "Shift/trachea",
+    ],
     "cavity_cyst": ["Cysts", "Cavitation"],
-    "mediastinal_other": ["Hernia, Hiatal", "Aorta/tortuous", "Aorta/enlarged", "Aorta/prominent", "Aorta, Thoracic/tortuous",
-                          "Aorta, Thoracic/enlarged", "Aorta, Thoracic/prominent", "Aortic Aneurysm",
-                          "Mediastinum/lymph nodes", "Lymph Nodes", "Lung/hilum"],
-    "pulmonary_vascular_abnormal": ["Pulmonary Congestion", "Pulmonary Artery", "Hypertension, Pulmonary",
-                                    "Lung/blood vessels"],
+    "mediastinal_other": [
+        "Hernia, Hiatal",
+        "Aorta/tortuous",
+        "Aorta/enlarged",
+        "Aorta/prominent",
+        "Aorta, Thoracic/tortuous",
+        "Aorta, Thoracic/enlarged",
+        "Aorta, Thoracic/prominent",
+        "Aortic Aneurysm",
+        "Mediastinum/lymph nodes",
+        "Lymph Nodes",
+        "Lung/hilum",
+    ],
+    "pulmonary_vascular_abnormal": [
+        "Pulmonary Congestion",
+        "Pulmonary Artery",
+        "Hypertension, Pulmonary",
+        "Lung/blood vessels",
+    ],
 }
 # qualifiers that take a heading out of its finding (the vocabulary's exclusions)
 EXCEPT = {
@@ -66,9 +103,17 @@ EXCEPT = {
 OPACITY_FROM = ("atelectasis", "consolidation", "edema", "pneumonia")
 # labels14.csv column -> the finding it is (Mass and Nodule are both Lung Lesion; Infiltration and
 # Pleural_Thickening are one heading among several of theirs; Hernia is hiatal hernia, in mediastinal other)
-LABELS14 = {"Atelectasis": "atelectasis", "Cardiomegaly": "cardiomegaly", "Effusion": "pleural_effusion",
-            "Pneumonia": "pneumonia", "Pneumothorax": "pneumothorax", "Consolidation": "consolidation",
-            "Edema": "edema", "Emphysema": "emphysema", "Fibrosis": "interstitial_lung_disease"}
+LABELS14 = {
+    "Atelectasis": "atelectasis",
+    "Cardiomegaly": "cardiomegaly",
+    "Effusion": "pleural_effusion",
+    "Pneumonia": "pneumonia",
+    "Pneumothorax": "pneumothorax",
+    "Consolidation": "consolidation",
+    "Edema": "edema",
+    "Emphysema": "emphysema",
+    "Fibrosis": "interstitial_lung_disease",
+}
 
 
 def dataset_dir() -> Path | None:
@@ -96,8 +141,10 @@ def _findings(mesh: str) -> set[str]:
 
 
 # MESH as sets: a heading alone, or (heading, lower-case qualifier)
-_TERMS = {label: {t if "/" not in t else (t.split("/")[0], t.split("/")[1].lower()) for t in terms}
-          for label, terms in MESH.items()}
+_TERMS = {
+    label: {t if "/" not in t else (t.split("/")[0], t.split("/")[1].lower()) for t in terms}
+    for label, terms in MESH.items()
+}
 
 
 def truth(folder: Path, labels: list[str]) -> pd.DataFrame:
@@ -110,8 +157,13 @@ def truth(folder: Path, labels: list[str]) -> pd.DataFrame:
 def report_texts(folder: Path) -> pd.DataFrame:
     """OpenI's reports as a reports file (id CXR<uid>, findings, impression), those with any text."""
     reports = pd.read_csv(folder / "reports.csv")
-    out = pd.DataFrame({"id": "CXR" + reports["uid"].astype(str), "findings": reports["findings"].fillna(""),
-                        "impression": reports["impression"].fillna("")})
+    out = pd.DataFrame(
+        {
+            "id": "CXR" + reports["uid"].astype(str),
+            "findings": reports["findings"].fillna(""),
+            "impression": reports["impression"].fillna(""),
+        }
+    )
     return out[(out["findings"].str.strip() != "") | (out["impression"].str.strip() != "")]
 
 
@@ -120,9 +172,13 @@ def labels14_figures(folder: Path) -> dict:
     `any`: the share of reports positive for any of some columns."""
     gold = pd.read_csv(folder / "labels14.csv")
     cols = [c for c in gold.columns if c not in ("filename", "normal")]
-    return {"prevalence": gold[cols].mean(), "none": float((gold[cols].sum(axis=1) == 0).mean()),
-            "any": lambda names: float((gold[names].sum(axis=1) > 0).mean()),
-            "normal": float(gold["normal"].mean()), "reports": len(gold)}
+    return {
+        "prevalence": gold[cols].mean(),
+        "none": float((gold[cols].sum(axis=1) == 0).mean()),
+        "any": lambda names: float((gold[names].sum(axis=1) > 0).mean()),
+        "normal": float(gold["normal"].mean()),
+        "reports": len(gold),
+    }
 
 
 def check_against_labels14(folder: Path, table: pd.DataFrame) -> pd.Series:

@@ -29,13 +29,22 @@ DATA = Path(__file__).resolve().parent / "data"
 
 from fake_llm_server import fake_llm_server  # noqa: E402,F401  (fixture: OpenAI-compatible server on 127.0.0.1)
 
-
 # the small fixture cohort: findings per report, and the (report, label) items its readers call positive
-SMALL_FINDINGS = {row["id"]: row["findings"] for row in csv.DictReader((DATA / "reports_small.csv").open(encoding="utf-8"))}
+SMALL_FINDINGS = {
+    row["id"]: row["findings"] for row in csv.DictReader((DATA / "reports_small.csv").open(encoding="utf-8"))
+}
 SMALL_POSITIVE = {
-    ("s2", "cardiomegaly"), ("s2", "pleural_effusion"), ("s2", "enlarged_cardiomediastinum"),
-    ("s3", "consolidation"), ("s3", "lung_opacity"), ("s4", "support_devices"), ("s5", "cardiomegaly"),
-    ("s6", "atelectasis"), ("s7", "fracture"), ("s7", "pneumothorax"), ("s8", "interstitial_lung_disease"),
+    ("s2", "cardiomegaly"),
+    ("s2", "pleural_effusion"),
+    ("s2", "enlarged_cardiomediastinum"),
+    ("s3", "consolidation"),
+    ("s3", "lung_opacity"),
+    ("s4", "support_devices"),
+    ("s5", "cardiomegaly"),
+    ("s6", "atelectasis"),
+    ("s7", "fracture"),
+    ("s7", "pneumothorax"),
+    ("s8", "interstitial_lung_disease"),
     ("s8", "lung_opacity"),
 }
 
@@ -105,8 +114,10 @@ def store_noise(wb, run_id: int, differ_every: int) -> None:
 
     preds = wb.predictions(run_id)
     preds = preds[preds["value"].notna()].head(200)
-    rows = [(run_id, 1, r.report_id, r.label, 1, None, int(r.value), int(r.value) ^ (i % differ_every == 0), "ok")
-            for i, r in enumerate(preds.itertuples(index=False))]
+    rows = [
+        (run_id, 1, r.report_id, r.label, 1, None, int(r.value), int(r.value) ^ (i % differ_every == 0), "ok")
+        for i, r in enumerate(preds.itertuples(index=False))
+    ]
     with wb.session(write=True) as s:
         q.put_noise_repeats(s, rows)
 
@@ -185,15 +196,35 @@ def any_study(request, tmp_path):
 # (xdist's own reorder, by number of tests, put the 67 s browser file near the end). Order only:
 # a file missing here runs after these, in its usual place.
 LONGEST_FILES = (
-    "tests/ui/test_reading_keyboard.py", "tests/ui/test_browser.py", "tests/test_interrupted_runs.py",
-    "tests/test_import_fuzz.py", "tests/test_honest_numbers.py", "tests/test_readme.py",
-    "tests/test_adaptive_reading.py", "tests/test_routes.py", "tests/test_optimising.py",
-    "tests/core/test_metrics.py", "tests/test_batch.py", "tests/test_workers.py", "tests/test_governance.py",
-    "tests/test_background_runs.py", "tests/test_resume_kill.py", "tests/ui/test_app_pages.py",
-    "tests/test_trust_local.py", "tests/test_readme_openi.py", "tests/test_frugal.py", "tests/test_failures.py",
-    "tests/test_output_formats.py", "tests/test_bundle.py", "tests/test_provenance.py",
-    "tests/core/test_parsing_fuzz.py", "tests/test_cold_start.py", "tests/ui/test_page_caches.py",
-    "tests/ui/test_run_failures_page.py", "tests/test_trust_data.py", "tests/test_storage.py",
+    "tests/ui/test_reading_keyboard.py",
+    "tests/ui/test_browser.py",
+    "tests/test_interrupted_runs.py",
+    "tests/test_import_fuzz.py",
+    "tests/test_honest_numbers.py",
+    "tests/test_readme.py",
+    "tests/test_adaptive_reading.py",
+    "tests/test_routes.py",
+    "tests/test_optimising.py",
+    "tests/core/test_metrics.py",
+    "tests/test_batch.py",
+    "tests/test_workers.py",
+    "tests/test_governance.py",
+    "tests/test_background_runs.py",
+    "tests/test_resume_kill.py",
+    "tests/ui/test_app_pages.py",
+    "tests/test_trust_local.py",
+    "tests/test_readme_openi.py",
+    "tests/test_frugal.py",
+    "tests/test_failures.py",
+    "tests/test_output_formats.py",
+    "tests/test_bundle.py",
+    "tests/test_provenance.py",
+    "tests/core/test_parsing_fuzz.py",
+    "tests/test_cold_start.py",
+    "tests/ui/test_page_caches.py",
+    "tests/ui/test_run_failures_page.py",
+    "tests/test_trust_data.py",
+    "tests/test_storage.py",
     "tests/test_attributes.py",
 )
 

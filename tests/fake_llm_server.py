@@ -52,7 +52,21 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
 
-BEHAVIOURS = ("ok", "slow", "429", "500", "400", "401", "404", "hang", "malformed", "prose", "refusal", "reply", "garbage")
+BEHAVIOURS = (
+    "ok",
+    "slow",
+    "429",
+    "500",
+    "400",
+    "401",
+    "404",
+    "hang",
+    "malformed",
+    "prose",
+    "refusal",
+    "reply",
+    "garbage",
+)
 MARKER = re.compile(r"\[\[behaviour:([a-z0-9]+)(?::([0-9.]+))?\]\]")
 MALFORMED_REPLY = '{"value": , "evidence": "see report",,'
 REFUSAL_REPLY = "I'm sorry, but I can't help with interpreting medical reports."
@@ -81,10 +95,10 @@ def report_part(text: str) -> str:
     if not matches:
         return text.strip()
     # the LAST "Report:" line is the report; earlier ones belong to few-shot examples
-    body = text[matches[-1].end():].lstrip()
+    body = text[matches[-1].end() :].lstrip()
     for fence in ('"""', "```"):
         if body.startswith(fence):
-            body = body[len(fence):]
+            body = body[len(fence) :]
     return body.split('"""')[0].split("```")[0].strip()
 
 
@@ -122,7 +136,7 @@ def prompt_prefix(messages: list[dict]) -> str:
     message up to where its report starts."""
     user = last_user_text(messages)
     report = report_part(user)
-    head = user[:user.rfind(report)] if report and report in user else user
+    head = user[: user.rfind(report)] if report and report in user else user
     return "\n".join(_text_of(m) for m in messages[:-1]) + "\n" + head
 
 
@@ -138,12 +152,14 @@ def completion_body(model: str, reply: str, messages: list[dict], cached_tokens:
         "created": int(time.time()),
         "model": model,
         "system_fingerprint": "fp_fake",
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": reply},
-            "logprobs": None,
-            "finish_reason": "stop",
-        }],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": reply},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
         "usage": {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
@@ -193,12 +209,13 @@ class FakeLLMServer:
         self.reset()
 
     # -- lifecycle -----------------------------------------------------------------
-    def start(self) -> "FakeLLMServer":
+    def start(self) -> FakeLLMServer:
         """Bind a free port on 127.0.0.1 and serve in a daemon thread."""
         self._stop.clear()
         self._server = _make_http_server(self)
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fake-llm-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-llm-server", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -210,7 +227,7 @@ class FakeLLMServer:
             self._server.server_close()
             self._server = None
 
-    def __enter__(self) -> "FakeLLMServer":
+    def __enter__(self) -> FakeLLMServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -389,9 +406,18 @@ class FakeLLMServer:
         with self._lock:
             self.batch_counts["upload"] += 1
             file_id = f"file-fake-{len(self.files) + 1}"
-            self.files[file_id] = {"data": data, "object": {
-                "id": file_id, "object": "file", "bytes": len(data), "created_at": int(time.time()),
-                "filename": filename or "batch.jsonl", "purpose": purpose or "batch", "status": "processed"}}
+            self.files[file_id] = {
+                "data": data,
+                "object": {
+                    "id": file_id,
+                    "object": "file",
+                    "bytes": len(data),
+                    "created_at": int(time.time()),
+                    "filename": filename or "batch.jsonl",
+                    "purpose": purpose or "batch",
+                    "status": "processed",
+                },
+            }
         return self.files[file_id]["object"]
 
     def create_batch(self, body: dict) -> tuple[int, dict]:
@@ -401,17 +427,38 @@ class FakeLLMServer:
             if body.get("input_file_id") not in self.files:
                 return 404, {"error": {"message": "No such file", "type": "invalid_request_error"}}
             batch_id = f"batch_fake_{len(self.batches) + 1}"
-            lines = [json.loads(x) for x in self.files[body["input_file_id"]]["data"].decode().splitlines() if x.strip()]
+            lines = [
+                json.loads(x) for x in self.files[body["input_file_id"]]["data"].decode().splitlines() if x.strip()
+            ]
             endpoint = body.get("endpoint", "/v1/chat/completions")
-            invalid = [{"code": "invalid_url", "line": n, "message": f"line {n}: url {line.get('url')!r} is not the "
-                        f"batch's endpoint {endpoint!r}"} for n, line in enumerate(lines, 1) if line.get("url") != endpoint]
-            self.batches[batch_id] = {"lines": lines, "polls": 0, "invalid": invalid, "object": {
-                "id": batch_id, "object": "batch", "endpoint": endpoint,
-                "errors": None, "input_file_id": body["input_file_id"],
-                "completion_window": body.get("completion_window", "24h"), "status": "validating",
-                "output_file_id": None, "error_file_id": None, "created_at": int(time.time()),
-                "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
-                "metadata": body.get("metadata") or {}}}
+            invalid = [
+                {
+                    "code": "invalid_url",
+                    "line": n,
+                    "message": f"line {n}: url {line.get('url')!r} is not the batch's endpoint {endpoint!r}",
+                }
+                for n, line in enumerate(lines, 1)
+                if line.get("url") != endpoint
+            ]
+            self.batches[batch_id] = {
+                "lines": lines,
+                "polls": 0,
+                "invalid": invalid,
+                "object": {
+                    "id": batch_id,
+                    "object": "batch",
+                    "endpoint": endpoint,
+                    "errors": None,
+                    "input_file_id": body["input_file_id"],
+                    "completion_window": body.get("completion_window", "24h"),
+                    "status": "validating",
+                    "output_file_id": None,
+                    "error_file_id": None,
+                    "created_at": int(time.time()),
+                    "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
+                    "metadata": body.get("metadata") or {},
+                },
+            }
             return 200, self.batches[batch_id]["object"]
 
     def retrieve_batch(self, batch_id: str) -> tuple[int, dict]:
@@ -452,20 +499,39 @@ class FakeLLMServer:
             answer = json.loads(payload) if payload.startswith(b"{") and payload.endswith(b"}") else None
             record = {"id": f"batch_req_{len(out) + len(errors) + 1}", "custom_id": line.get("custom_id")}
             if status == 200 and answer is not None:
-                out.append({**record, "response": {"status_code": 200, "request_id": record["id"], "body": answer},
-                            "error": None})
+                out.append(
+                    {
+                        **record,
+                        "response": {"status_code": 200, "request_id": record["id"], "body": answer},
+                        "error": None,
+                    }
+                )
             else:
-                errors.append({**record, "response": {"status_code": status, "request_id": record["id"],
-                                                      "body": answer or {}}, "error": None})
+                errors.append(
+                    {
+                        **record,
+                        "response": {"status_code": status, "request_id": record["id"], "body": answer or {}},
+                        "error": None,
+                    }
+                )
         obj = batch["object"]
         with self._lock:
             for name, rows in (("output_file_id", out), ("error_file_id", errors)):
                 if rows:
                     data = "".join(json.dumps(r) + "\n" for r in rows).encode()
                     file_id = f"file-fake-{len(self.files) + 1}"
-                    self.files[file_id] = {"data": data, "object": {
-                        "id": file_id, "object": "file", "bytes": len(data), "created_at": int(time.time()),
-                        "filename": f"{obj['id']}_{name[:-8]}.jsonl", "purpose": "batch_output", "status": "processed"}}
+                    self.files[file_id] = {
+                        "data": data,
+                        "object": {
+                            "id": file_id,
+                            "object": "file",
+                            "bytes": len(data),
+                            "created_at": int(time.time()),
+                            "filename": f"{obj['id']}_{name[:-8]}.jsonl",
+                            "purpose": "batch_output",
+                            "status": "processed",
+                        },
+                    }
                     obj[name] = file_id
             obj["status"] = "completed"
             obj["request_counts"] = {"total": len(batch["lines"]), "completed": len(out), "failed": len(errors)}
@@ -543,9 +609,15 @@ def _make_http_server(fake: FakeLLMServer) -> ThreadingHTTPServer:
             if azure or path.startswith(("/v1/files", "/v1/batches")):
                 version = (parse_qs(query).get("api-version") or [None])[0]
                 with fake._lock:
-                    fake.surface_log.append({"method": self.command, "path": raw, "api_version": version,
-                                             "api_key": self.headers.get("api-key"),
-                                             "authorization": self.headers.get("authorization")})
+                    fake.surface_log.append(
+                        {
+                            "method": self.command,
+                            "path": raw,
+                            "api_version": version,
+                            "api_key": self.headers.get("api-key"),
+                            "authorization": self.headers.get("authorization"),
+                        }
+                    )
                 if azure and version is None and not raw.startswith("/openai/v1/"):
                     self._send(404, {}, b'{"error": {"code": "404", "message": "Resource not found"}}')
                     return None
@@ -569,9 +641,15 @@ def _make_http_server(fake: FakeLLMServer) -> ThreadingHTTPServer:
                 return
             if self.path.rstrip("/") in ("/v1/stats", "/stats"):  # for a parent process (the bench)
                 with fake._lock:
-                    stats = {"count": fake.count, "counts": dict(fake.counts), "max_in_flight": fake.max_in_flight,
-                             "prompt_tokens": fake.prompt_tokens, "cached_tokens": fake.cached_tokens,
-                             "requests": fake.requests, "batch_counts": dict(fake.batch_counts)}
+                    stats = {
+                        "count": fake.count,
+                        "counts": dict(fake.counts),
+                        "max_in_flight": fake.max_in_flight,
+                        "prompt_tokens": fake.prompt_tokens,
+                        "cached_tokens": fake.cached_tokens,
+                        "requests": fake.requests,
+                        "batch_counts": dict(fake.batch_counts),
+                    }
                 self._send(200, {}, json.dumps(stats).encode())
             elif self.path.rstrip("/") in ("/v1/models", "/models"):
                 data = {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": "tests"}]}
@@ -591,7 +669,9 @@ def _make_http_server(fake: FakeLLMServer) -> ThreadingHTTPServer:
                 self._batch_post(path, raw)
                 return
             # /v1/messages: Anthropic's surface, /api/chat: Ollama's own (each answered in its shape through body_fn)
-            if path not in ("/v1/chat/completions", "/chat/completions", "/api/chat") and not path.endswith("/messages"):
+            if path not in ("/v1/chat/completions", "/chat/completions", "/api/chat") and not path.endswith(
+                "/messages"
+            ):
                 self._send(404, {}, b'{"error": {"message": "not found", "type": "invalid_request_error"}}')
                 return
             try:
@@ -638,6 +718,7 @@ except ImportError:  # the bench and the CLI run without pytest
     pytest = None
 
 if pytest is not None:
+
     @pytest.fixture
     def fake_llm_server() -> Iterator[FakeLLMServer]:
         """A fresh fake OpenAI-compatible server per test; configure its attributes in the test."""
@@ -653,8 +734,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keyword", action="append", default=None, help="answer 1 when present")
     parser.add_argument("--prefix-slots", type=int, default=16, help="prompt prefixes the simulated prefix cache keeps")
     args = parser.parse_args(argv)
-    server = FakeLLMServer(behaviour=args.behaviour, latency=args.latency, prefix_slots=args.prefix_slots,
-                           keywords=tuple(args.keyword or ("effusion",))).start()
+    server = FakeLLMServer(
+        behaviour=args.behaviour,
+        latency=args.latency,
+        prefix_slots=args.prefix_slots,
+        keywords=tuple(args.keyword or ("effusion",)),
+    ).start()
     print(server.url, flush=True)
     try:
         while True:

@@ -37,22 +37,32 @@ class Server:
         self.dir = Path(tempfile.mkdtemp(prefix="wb-pg-"))
         self.port = _free_port()
 
-    def start(self) -> "Server":
+    def start(self) -> Server:
         """initdb + pg_ctl start (about 1-2 s)."""
         if os.geteuid() == 0:
             shutil.chown(self.dir, "postgres")
         data = self.dir / "data"
-        subprocess.run(_as_postgres([str(self.bin / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"]),
-                       check=True, capture_output=True)
+        subprocess.run(
+            _as_postgres([str(self.bin / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"]),
+            check=True,
+            capture_output=True,
+        )
         opts = f"-h 127.0.0.1 -p {self.port} -k {self.dir} -c fsync=off -c max_connections=200"
-        subprocess.run(_as_postgres([str(self.bin / "pg_ctl"), "-D", str(data), "-l", str(self.dir / "log"), "-w",
-                                     "start", "-o", opts]), check=True, capture_output=True)
+        subprocess.run(
+            _as_postgres(
+                [str(self.bin / "pg_ctl"), "-D", str(data), "-l", str(self.dir / "log"), "-w", "start", "-o", opts]
+            ),
+            check=True,
+            capture_output=True,
+        )
         return self
 
     def stop(self) -> None:
         """Stop the server and remove its files."""
-        subprocess.run(_as_postgres([str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "immediate", "stop"]),
-                       capture_output=True)
+        subprocess.run(
+            _as_postgres([str(self.bin / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "immediate", "stop"]),
+            capture_output=True,
+        )
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def base_url(self) -> str:

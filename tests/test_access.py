@@ -12,12 +12,11 @@ import dataclasses
 
 import pandas as pd
 import pytest
+from conftest import copy_study, fast_password_hashing
 
 from workbench.services import PermissionDenied, Workbench
 from workbench.services import team as team_mod
 from workbench.study import StudyError
-
-from conftest import copy_study, fast_password_hashing
 
 READER_PW = "reader-pass-0001"
 
@@ -131,8 +130,12 @@ def perturb(wb, run_ids, reports) -> None:
         wb.add_note(rid, "edema", "other", "unsure", "perturbed")
     marks = ", ".join(f"'{r}'" for r in reports)
     with wb.engine.begin() as conn:  # one run only, so fixed and broken cases change too
-        conn.execute(text(f"UPDATE prediction SET value = 1 - value WHERE value IS NOT NULL AND run_id = {max(run_ids)} "
-                          f"AND report_id IN ({marks})"))
+        conn.execute(
+            text(
+                f"UPDATE prediction SET value = 1 - value WHERE value IS NOT NULL AND run_id = {max(run_ids)} "
+                f"AND report_id IN ({marks})"
+            )
+        )
 
 
 def outcome(call):
@@ -161,8 +164,18 @@ def test_guard_no_service_read_reveals_an_unread_report_to_a_reader(team, name):
     assert after == before, f"{name}: what a reader gets depends on reports they have not read"
 
 
-@pytest.mark.parametrize("name", ["reference", "predictions", "compare_runs cases", "few-shot examples (prompt_set)",
-                                  "item_reference", "notes", "disagreements"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "reference",
+        "predictions",
+        "compare_runs cases",
+        "few-shot examples (prompt_set)",
+        "item_reference",
+        "notes",
+        "disagreements",
+    ],
+)
 def test_after_reading_the_reader_sees_that_report(team, name):
     wb, run_a, run_b = team
     reader = as_user(wb, "rdr")
@@ -253,8 +266,13 @@ def test_a_disabled_user_can_do_nothing(team):
     token = token_holder.create_token("rdr")
     wb.set_disabled("eng")
     wb.set_disabled("rdr")
-    for call in (lambda: eng.runs(), lambda: eng.report_text("s1"), lambda: eng.reference("dev"),
-                 lambda: eng.cohorts(), lambda: eng.start_run("dev", labels=["edema"])):
+    for call in (
+        lambda: eng.runs(),
+        lambda: eng.report_text("s1"),
+        lambda: eng.reference("dev"),
+        lambda: eng.cohorts(),
+        lambda: eng.start_run("dev", labels=["edema"]),
+    ):
         with pytest.raises(PermissionDenied, match="disabled"):
             call()
     with pytest.raises(PermissionDenied):
@@ -328,10 +346,16 @@ def test_repeated_failures_lock_the_id_in_the_database(team):
         assert q.get_login_failure(s, "rdr") is None
 
 
-@pytest.mark.parametrize("password,message", [
-    ("short-pw", "at least 12"), ("            ", "only spaces"), ("password1234", "first ones an attacker tries"),
-    ("PASSWORD1234", "first ones an attacker tries"), ("new-user-0001", "first ones an attacker tries"),
-])
+@pytest.mark.parametrize(
+    "password,message",
+    [
+        ("short-pw", "at least 12"),
+        ("            ", "only spaces"),
+        ("password1234", "first ones an attacker tries"),
+        ("PASSWORD1234", "first ones an attacker tries"),
+        ("new-user-0001", "first ones an attacker tries"),
+    ],
+)
 def test_password_rule(team, password, message):
     wb, _, _ = team
     with pytest.raises(StudyError, match=message):

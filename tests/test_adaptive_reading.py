@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-
 from conftest import ROOT, copy_study
+
 from workbench.core.reference import ReferenceRule, compute_reference
 from workbench.services import Actor, PermissionDenied
 
@@ -24,8 +24,12 @@ READERS = [f"rad{i}" for i in range(1, 7)]
 def _reports(tmp_path: Path, n: int, name: str = "reports.csv") -> Path:
     """A reports file of n short synthetic reports."""
     path = tmp_path / name
-    pd.DataFrame({"id": [f"a{i:03d}" for i in range(n)],
-                  "findings": [f"Report {i}: heart size normal, lungs clear." for i in range(n)]}).to_csv(path, index=False)
+    pd.DataFrame(
+        {
+            "id": [f"a{i:03d}" for i in range(n)],
+            "findings": [f"Report {i}: heart size normal, lungs clear." for i in range(n)],
+        }
+    ).to_csv(path, index=False)
     return path
 
 
@@ -90,7 +94,10 @@ def test_replayed_readers_give_the_full_panel_reference_with_fewer_reads(adaptiv
     assert (per_report.reindex(sorted(ids)) == 6).all()  # full overlap on the sample
     status = wb.adaptive_status("dev")
     assert status["reads_done"] == len(reads) and status["reads_saved"] == 30 * 6 - len(reads)
-    assert status["decided"] + status["waiting"] + status["undecided"] == 30 * len(wb.vocab.asked_ids) and status["undecided"] == 0
+    assert (
+        status["decided"] + status["waiting"] + status["undecided"] == 30 * len(wb.vocab.asked_ids)
+        and status["undecided"] == 0
+    )
 
 
 def test_majority_rule_with_the_extra_reader_breaks_ties_and_stops_early(study, tmp_path):
@@ -320,7 +327,9 @@ def test_cli_reference_and_adaptive_show_the_figures(adaptive_study):
     assert "agreement sample" not in out.output
     CliRunner().invoke(main, ["adaptive", "--on", "--study", str(wb.root)])
     out = CliRunner().invoke(main, ["agreement", "--study", str(wb.root)])
-    assert "computed on the agreement sample only" in " ".join(out.output.split()) and "n = 6 reports of 30" in out.output
+    assert (
+        "computed on the agreement sample only" in " ".join(out.output.split()) and "n = 6 reports of 30" in out.output
+    )
 
 
 # ---------------------------------------------------------------- two processes at once
@@ -351,9 +360,16 @@ def _two_processes(wb, tmp_path: Path) -> list[tuple[str, str]]:
     """Two processes, three readers each, replay their lists at the same moment; the reads they made."""
     go = tmp_path / "go"
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(wb.root), str(go), ",".join(part)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for part in (READERS[:3], READERS[3:])]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(wb.root), str(go), ",".join(part)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for part in (READERS[:3], READERS[3:])
+    ]
     time.sleep(0)  # both are importing; the go file releases them together
     go.write_text("go")
     reads = []
@@ -372,8 +388,12 @@ def race_study(request, tmp_path, study_templates):
     if request.param == "sqlite":
         wb = copy_study(study_templates["empty"], tmp_path / "study")
     else:
-        wb = init_study(tmp_path / "study", vocab="ranscore-21", db_url=request.getfixturevalue("pg_url"),
-                        rule={"rule": "at_least", "k": 4, "n": 6})
+        wb = init_study(
+            tmp_path / "study",
+            vocab="ranscore-21",
+            db_url=request.getfixturevalue("pg_url"),
+            rule={"rule": "at_least", "k": 4, "n": 6},
+        )
     wb.import_reports(_reports(tmp_path, 16), "dev")
     wb.set_adaptive(enabled=True, agreement_share=0.0)
     yield wb
@@ -388,8 +408,10 @@ def test_two_processes_asking_at_once_never_over_read(race_study, tmp_path):
         from workbench.store import queries as q
 
         readings = q.readings_frame(s)
-        claims = pd.DataFrame(q._raw_rows(s, "SELECT report_id, reader_id, done FROM readingclaim"),
-                              columns=["report_id", "reader", "done"])
+        claims = pd.DataFrame(
+            q._raw_rows(s, "SELECT report_id, reader_id, done FROM readingclaim"),
+            columns=["report_id", "reader", "done"],
+        )
     assert claims["done"].astype(bool).all()  # every report given out was read
     rule = ReferenceRule("at_least", 4, 6)
     order = {pair: i for i, pair in enumerate(_saved_order(wb))}
@@ -411,7 +433,9 @@ def _saved_order(wb) -> list[tuple[str, str]]:
     with wb.session() as s:
         from workbench.store import queries as q
 
-        rows = q._raw_rows(s, "SELECT reader_id, report_id, MIN(id) FROM reading GROUP BY reader_id, report_id ORDER BY 3")
+        rows = q._raw_rows(
+            s, "SELECT reader_id, report_id, MIN(id) FROM reading GROUP BY reader_id, report_id ORDER BY 3"
+        )
     return [(a, b) for a, b, _ in rows]
 
 

@@ -25,14 +25,18 @@ def test_core_is_pure(path):
     names = imported_modules(path)
     bad = {n for n in names if n.split(".")[0] in FORBIDDEN_IN_CORE}
     assert not bad, f"{path.name} imports {bad}"
-    project = {n for n in names if n.startswith("workbench") and not n.startswith("workbench.core")
-               and n != "workbench.errors"}  # errors.py imports nothing: the base of every exception
+    project = {
+        n for n in names if n.startswith("workbench") and not n.startswith("workbench.core") and n != "workbench.errors"
+    }  # errors.py imports nothing: the base of every exception
     assert not project, f"core module {path.name} imports {project}"
 
 
 def test_only_llm_imports_litellm():
-    offenders = [p.relative_to(PKG) for p in PKG.rglob("*.py")
-                 if p.name != "llm.py" and any(n.split(".")[0] == "litellm" for n in imported_modules(p))]
+    offenders = [
+        p.relative_to(PKG)
+        for p in PKG.rglob("*.py")
+        if p.name != "llm.py" and any(n.split(".")[0] == "litellm" for n in imported_modules(p))
+    ]
     assert offenders == []
 
 
@@ -59,8 +63,11 @@ def test_nothing_imports_ui_or_cli():
 
 
 def test_only_store_imports_sqlalchemy():
-    offenders = sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
-                       if "store" not in p.parts and any(n.split(".")[0] == "sqlalchemy" for n in imported_modules(p)))
+    offenders = sorted(
+        str(p.relative_to(PKG))
+        for p in PKG.rglob("*.py")
+        if "store" not in p.parts and any(n.split(".")[0] == "sqlalchemy" for n in imported_modules(p))
+    )
     assert offenders == []
 
 
@@ -74,8 +81,12 @@ def _classes(path: Path) -> list[ast.ClassDef]:
 def test_services_are_plain_objects_not_mixins():
     """Every service class derives from Service alone, and the Workbench facade from nothing: no mixin
     order decides what a call does."""
-    bases = {f"{p.name}:{c.name}": [ast.unparse(b) for b in c.bases]
-             for p in SERVICES for c in _classes(p) if c.name.endswith("Service") and c.name != "Service" or c.name == "Workbench"}
+    bases = {
+        f"{p.name}:{c.name}": [ast.unparse(b) for b in c.bases]
+        for p in SERVICES
+        for c in _classes(p)
+        if c.name.endswith("Service") and c.name != "Service" or c.name == "Workbench"
+    }
     assert bases["__init__.py:Workbench"] == []
     wrong = {k: v for k, v in bases.items() if k != "__init__.py:Workbench" and v != ["Service"]}
     assert wrong == {}

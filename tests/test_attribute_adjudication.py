@@ -8,14 +8,16 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
 from test_attributes import attribute_study
+
 from workbench.services import Actor, PermissionDenied
 from workbench.study import StudyError
 
-REPORTS = [("r1", "Small left pleural effusion.", ""),
-           ("r3", "Bilateral effusions.", ""),
-           ("r4", "Mild cardiomegaly.", "")]
+REPORTS = [
+    ("r1", "Small left pleural effusion.", ""),
+    ("r3", "Bilateral effusions.", ""),
+    ("r4", "Mild cardiomegaly.", ""),
+]
 # r1: both readers tick the effusion, sides tie (left / right), severities agree (mild)
 # r3: two of three tick it (presence 1), the two sides tie; r4: presence itself ties (2 of 4), so its
 # severity tie waits on the presence adjudication first
@@ -41,7 +43,7 @@ def study(tmp_path):
 
 
 def keys(frame) -> set:
-    return set(zip(frame["report_id"], frame["label"], frame["attribute"]))
+    return set(zip(frame["report_id"], frame["label"], frame["attribute"], strict=False))
 
 
 def test_ties_of_positive_findings_are_listed_with_the_readers_values_and_counts(study):
@@ -62,12 +64,18 @@ def test_an_adjudication_settles_the_tie_and_is_audited(study):
     assert event["entity_key"] == "r1/effusion/side" and "the text says left" in str(event["new"])
 
 
-@pytest.mark.parametrize("args,message", [
-    (("r1", "effusion", "severity", "mild"), "no tie waits on r1 / effusion / severity: the readers' majority is mild"),
-    (("r1", "effusion", "side", "up"), "unknown value 'up'"),
-    (("r9", "effusion", "side", "left"), "no report 'r9'"),
-    (("r1", "cardiomegaly", "side", "left"), "has no attribute 'side'"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (
+            ("r1", "effusion", "severity", "mild"),
+            "no tie waits on r1 / effusion / severity: the readers' majority is mild",
+        ),
+        (("r1", "effusion", "side", "up"), "unknown value 'up'"),
+        (("r9", "effusion", "side", "left"), "no report 'r9'"),
+        (("r1", "cardiomegaly", "side", "left"), "has no attribute 'side'"),
+    ],
+)
 def test_an_adjudication_that_settles_no_tie_is_refused_and_writes_nothing(study, args, message):
     with pytest.raises(StudyError, match=message):
         study.adjudicate_attribute(*args)

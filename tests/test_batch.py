@@ -18,10 +18,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-
 from conftest import copy_study
 from fake_llm_server import last_user_text, running_server
 from test_runs import Oracle, expected_values, remote, values
+
 from workbench.cli import main
 from workbench.errors import UserError
 from workbench.study import StudyError
@@ -42,8 +42,9 @@ def server(small_study):
         yield srv
 
 
-def test_batch_run_answers_as_a_normal_run_with_no_chat_call_and_fills_the_call_cache(small_study, server, study_templates,
-                                                                                        tmp_path):
+def test_batch_run_answers_as_a_normal_run_with_no_chat_call_and_fills_the_call_cache(
+    small_study, server, study_templates, tmp_path
+):
     normal_study = copy_study(study_templates["small"], tmp_path / "normal")
     normal = normal_study.start_run("dev", labels=LABELS, **remote(server))
     chat_calls = server.count
@@ -90,8 +91,23 @@ def test_batch_lines_that_fail_are_failures_of_their_kind_and_the_rest_is_stored
 
 def test_a_failed_batch_ends_the_run_with_one_line_and_nothing_stored(small_study, server):
     server.batch_end = "failed"
-    res = CliRunner().invoke(main, ["run", "--cohort", "dev", "--labels", ",".join(LABELS), "--model", "openai/fake",
-                                    "--api-base", server.url, "--batch", "--study", str(small_study.root)])
+    res = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "--cohort",
+            "dev",
+            "--labels",
+            ",".join(LABELS),
+            "--model",
+            "openai/fake",
+            "--api-base",
+            server.url,
+            "--batch",
+            "--study",
+            str(small_study.root),
+        ],
+    )
     assert res.exit_code == 3, res.output
     errors = [line for line in res.output.splitlines() if "ended failed" in line]
     assert len(errors) == 1 and "batch batch_fake_1 ended failed" in errors[0], res.output
@@ -109,16 +125,22 @@ def _child(*args: str, **env: str) -> subprocess.Popen:
     full = dict(os.environ, LITELLM_OFFLINE_MODE="true", PYTHONUNBUFFERED="1", WORKBENCH_BATCH_POLL_S="0.05", **env)
     full.pop("WORKBENCH_USER", None)
     full.pop("WORKBENCH_ROLE", None)
-    return subprocess.Popen([sys.executable, "-m", "workbench.cli", *args], env=full, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "workbench.cli", *args],
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def kill_mid_batch_then_resume(wb, server, model_args: list[str], **env: str) -> tuple[int, str, str]:
     """A `run --batch` child killed while it polls, then `run --resume` after the provider finished the batch
     meanwhile: (run id, batch id, the resume's output); asserts what holds for every provider."""
-    server.batch_polls = 10 ** 9  # the batch stays in progress until the test lets it finish
-    first = _child("run", "--cohort", "dev", "--labels", ",".join(LABELS), *model_args, "--batch",
-                   "--study", str(wb.root), **env)
+    server.batch_polls = 10**9  # the batch stays in progress until the test lets it finish
+    first = _child(
+        "run", "--cohort", "dev", "--labels", ",".join(LABELS), *model_args, "--batch", "--study", str(wb.root), **env
+    )
     deadline = time.monotonic() + 180  # the child imports litellm (5-20 s on a busy machine)
     found = None
     while found is None and first.poll() is None and time.monotonic() < deadline:
@@ -170,10 +192,11 @@ def test_a_disallowed_endpoint_gets_no_request_at_all(small_study, server):
 
     # allowed, the batch is sent; stopped while it runs, then the endpoint is withdrawn: the resume polls nothing
     small_study.config.allowed_endpoints = allowed
-    server.batch_polls = 10 ** 9
+    server.batch_polls = 10**9
     stop = threading.Event()
-    summary = small_study.start_run("dev", labels=LABELS, batch=True, cancel=stop,
-                                    on_batch_status=lambda line: stop.set(), **remote(server))
+    summary = small_study.start_run(
+        "dev", labels=LABELS, batch=True, cancel=stop, on_batch_status=lambda line: stop.set(), **remote(server)
+    )
     assert summary.status == "cancelled" and server.batch_counts["upload"] == 1
     assert small_study.pending_batch(summary.run_id)["batch_id"] == "batch_fake_1"
     seen = server.requests
@@ -197,8 +220,24 @@ def test_the_offline_labeller_refuses_batch_with_a_clear_message(small_study):
 
 def estimate_line(study, model: str, api_base: str, *extra: str) -> str:
     """The cost line of `workbench run --estimate` for one label (no call is made)."""
-    res = CliRunner().invoke(main, ["run", "--cohort", "dev", "--labels", "edema", "--model", model, "--api-base",
-                                    api_base, "--estimate", *extra, "--study", str(study.root)])
+    res = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "--cohort",
+            "dev",
+            "--labels",
+            "edema",
+            "--model",
+            model,
+            "--api-base",
+            api_base,
+            "--estimate",
+            *extra,
+            "--study",
+            str(study.root),
+        ],
+    )
     assert res.exit_code == 0, res.output
     return next(line for line in res.output.splitlines() if line.startswith("cost:"))
 
@@ -214,7 +253,8 @@ def assert_batch_costs_half(study, model: str, api_base: str) -> None:
 def test_estimate_batch_uses_the_batch_price_or_says_it_assumes_the_normal_one(small_study, server):
     assert_batch_costs_half(small_study, "openai/gpt-4o-mini", server.url)  # gpt-4o-mini's batch price is half
     assert "lists no batch price for openai/gpt-4: assumed the normal price" in estimate_line(
-        small_study, "openai/gpt-4", server.url, "--batch")
+        small_study, "openai/gpt-4", server.url, "--batch"
+    )
     assert server.requests == 0
 
 
@@ -228,18 +268,39 @@ def score_batch_equals_a_normal_score(small_study, server, tmp_path, model: str,
     generated)."""
     small_study.start_run("dev")
     bundle = small_study.freeze("starter", frozen_at="2026-03-01T12:00:00+00:00")["json"]
-    ref = pd.DataFrame({"id": ["g1", "g2", "g3"], "text": ["Small left pleural effusion.", "Mild pulmonary edema.",
-                                                          "No acute disease."]})
+    ref = pd.DataFrame(
+        {
+            "id": ["g1", "g2", "g3"],
+            "text": ["Small left pleural effusion.", "Mild pulmonary edema.", "No acute disease."],
+        }
+    )
     gen = ref.assign(text=["No effusion.", "Mild pulmonary edema.", "Small right pleural effusion."])
     ref.to_csv(tmp_path / "ref.csv", index=False)
     gen.to_csv(tmp_path / "gen.csv", index=False)
     server.answer_fn = None  # the server's keyword labeller: 1 when "effusion" is in the report
 
     def score(*extra: str) -> list[str]:
-        res = CliRunner().invoke(main, ["score", "--bundle", str(bundle), "--reference", str(tmp_path / "ref.csv"),
-                                        "--generated", f"G={tmp_path / 'gen.csv'}", "--model", model,
-                                        "--api-base", api_base, "--allow-endpoint", api_base, "--resamples", "20",
-                                        *extra])
+        res = CliRunner().invoke(
+            main,
+            [
+                "score",
+                "--bundle",
+                str(bundle),
+                "--reference",
+                str(tmp_path / "ref.csv"),
+                "--generated",
+                f"G={tmp_path / 'gen.csv'}",
+                "--model",
+                model,
+                "--api-base",
+                api_base,
+                "--allow-endpoint",
+                api_base,
+                "--resamples",
+                "20",
+                *extra,
+            ],
+        )
         assert res.exit_code == 0, res.output
         return [line for line in res.output.splitlines() if "Ran Score" in line or line.startswith("==")]
 

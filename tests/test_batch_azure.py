@@ -12,19 +12,34 @@ import threading
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import copy_study
 from fake_llm_server import running_server
-from test_batch import (LABELS, N_CALLS, assert_batch_costs_half, kill_mid_batch_then_resume,
-                        score_batch_equals_a_normal_score)
+from test_batch import (
+    LABELS,
+    N_CALLS,
+    assert_batch_costs_half,
+    kill_mid_batch_then_resume,
+    score_batch_equals_a_normal_score,
+)
 from test_governance import Listener
 from test_runs import Oracle, expected_values, values
+
 from workbench.cli import main
 from workbench.errors import UserError
 from workbench.study import StudyError
 
-AZURE_VARS = ("AZURE_API_BASE", "AZURE_API_KEY", "AZURE_OPENAI_API_KEY", "AZURE_API_VERSION", "AZURE_AD_TOKEN",
-              "AZURE_TENANT_ID", "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "AZURE_USERNAME", "AZURE_PASSWORD")
+AZURE_VARS = (
+    "AZURE_API_BASE",
+    "AZURE_API_KEY",
+    "AZURE_OPENAI_API_KEY",
+    "AZURE_API_VERSION",
+    "AZURE_AD_TOKEN",
+    "AZURE_TENANT_ID",
+    "AZURE_CLIENT_ID",
+    "AZURE_CLIENT_SECRET",
+    "AZURE_USERNAME",
+    "AZURE_PASSWORD",
+)
 DEPLOYMENT = "wb-batch"  # the Azure deployment: azure/wb-batch
 MODEL = f"azure/{DEPLOYMENT}"
 
@@ -58,9 +73,10 @@ def uploaded_lines(srv) -> list[dict]:
     return [json.loads(x) for x in srv.files["file-fake-1"]["data"].decode().splitlines() if x.strip()]
 
 
-def test_azure_batch_run_answers_as_a_normal_azure_run_on_azures_paths(small_study, server, study_templates, tmp_path,
-                                                                     monkeypatch):
-    from workbench import llm
+def test_azure_batch_run_answers_as_a_normal_azure_run_on_azures_paths(
+    small_study, server, study_templates, tmp_path, monkeypatch
+):
+    from workbench.labeller import llm
 
     normal_study = copy_study(study_templates["small"], tmp_path / "normal")
     normal = normal_study.start_run("dev", labels=LABELS, **azure(server))
@@ -77,15 +93,21 @@ def test_azure_batch_run_answers_as_a_normal_azure_run_on_azures_paths(small_stu
     assert values(small_study, summary.run_id) == values(normal_study, normal.run_id) == expected_values(LABELS)
     assert lines[-1] == f"batch batch_fake_1: completed, {N_CALLS} of {N_CALLS} done, 0 failed"
     # Azure's paths, each with litellm's api-version (no $AZURE_API_VERSION) and the api-key header
-    assert batch_requests(server) == [("POST", "/openai/files"), ("POST", "/openai/batches"),
-                                      ("GET", "/openai/batches/batch_fake_1"), ("GET", "/openai/batches/batch_fake_1"),
-                                      ("GET", "/openai/batches/batch_fake_1"), ("GET", "/openai/files/file-fake-2/content")]
+    assert batch_requests(server) == [
+        ("POST", "/openai/files"),
+        ("POST", "/openai/batches"),
+        ("GET", "/openai/batches/batch_fake_1"),
+        ("GET", "/openai/batches/batch_fake_1"),
+        ("GET", "/openai/batches/batch_fake_1"),
+        ("GET", "/openai/files/file-fake-2/content"),
+    ]
     assert {e["api_version"] for e in server.surface_log} == {llm._litellm().AZURE_DEFAULT_API_VERSION}
     assert {(e["api_key"], e["authorization"]) for e in server.surface_log} == {(llm.DUMMY_API_KEY, None)}
     # a line names the deployment and Azure's chat path; the batch's endpoint is that path
     sent = uploaded_lines(server)
     assert len(sent) == N_CALLS and {(x["method"], x["url"], x["body"]["model"]) for x in sent} == {
-        ("POST", "/chat/completions", DEPLOYMENT)}
+        ("POST", "/chat/completions", DEPLOYMENT)
+    }
     assert server.batches["batch_fake_1"]["object"]["endpoint"] == "/chat/completions"
     jobs = small_study.batch_jobs(summary.run_id)
     assert jobs[["batch_id", "status", "requests"]].values.tolist() == [["batch_fake_1", "collected", N_CALLS]]
@@ -105,13 +127,29 @@ def test_azure_v1_api_version_takes_the_openai_v1_paths(small_study, server, mon
     assert batch_requests(server)[-1] == ("GET", "/openai/v1/files/file-fake-2/content")
     # the v1 API is OpenAI's client on Azure's paths: the key named by api_key_env as a bearer token
     assert {(e["api_key"], e["authorization"]) for e in server.surface_log} == {
-        (None, "Bearer azure-key-named-by-api-key-env")}
+        (None, "Bearer azure-key-named-by-api-key-env")
+    }
 
 
 def test_a_failed_azure_batch_ends_the_run_with_one_line_and_nothing_stored(small_study, server):
     server.batch_end = "failed"
-    res = CliRunner().invoke(main, ["run", "--cohort", "dev", "--labels", ",".join(LABELS), "--model", MODEL,
-                                    "--api-base", server.azure_url, "--batch", "--study", str(small_study.root)])
+    res = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "--cohort",
+            "dev",
+            "--labels",
+            ",".join(LABELS),
+            "--model",
+            MODEL,
+            "--api-base",
+            server.azure_url,
+            "--batch",
+            "--study",
+            str(small_study.root),
+        ],
+    )
     assert res.exit_code == 3, res.output
     errors = [line for line in res.output.splitlines() if "ended failed" in line]
     assert len(errors) == 1, res.output
@@ -124,7 +162,6 @@ def test_a_failed_azure_batch_ends_the_run_with_one_line_and_nothing_stored(smal
     assert server.count == 0 and ("GET", "/openai/batches/batch_fake_1") in batch_requests(server)
     with small_study.session() as s:
         assert s.connection().exec_driver_sql("SELECT count(*) FROM callcache").scalar() == 0
-
 
 
 def test_an_azure_run_killed_mid_batch_resumes_the_same_batch_without_uploading_again(small_study, server):
@@ -149,18 +186,20 @@ def test_an_azure_endpoint_nobody_allowed_gets_not_one_connection(small_study, s
         monkeypatch.setenv("AZURE_API_KEY", "azure-key-not-for-127.0.0.2")
         with pytest.raises(StudyError, match=f"may not be sent to {forbidden.url} \\(\\$AZURE_API_BASE\\)"):
             wb.start_run("dev", labels=LABELS, batch=True, model=MODEL)
-        res = CliRunner().invoke(main, ["run", "--cohort", "dev", "--labels", "edema", "--model", MODEL, "--batch",
-                                        "--study", str(wb.root)])
+        res = CliRunner().invoke(
+            main, ["run", "--cohort", "dev", "--labels", "edema", "--model", MODEL, "--batch", "--study", str(wb.root)]
+        )
         assert res.exit_code == 2 and f"may not be sent to {forbidden.url} ($AZURE_API_BASE)" in res.output, res.output
         assert wb.runs().empty
 
         # allowed ($AZURE_API_BASE is the fake server), the batch is sent; stopped while it runs, then the
         # variable names the forbidden resource: the resume polls nothing, anywhere
         monkeypatch.setenv("AZURE_API_BASE", server.azure_url)
-        server.batch_polls = 10 ** 9
+        server.batch_polls = 10**9
         stop = threading.Event()
-        summary = wb.start_run("dev", labels=LABELS, batch=True, model=MODEL, cancel=stop,
-                               on_batch_status=lambda line: stop.set())
+        summary = wb.start_run(
+            "dev", labels=LABELS, batch=True, model=MODEL, cancel=stop, on_batch_status=lambda line: stop.set()
+        )
         assert summary.status == "cancelled" and server.batch_counts["upload"] == 1
         assert {e["api_key"] for e in server.surface_log} == {"azure-key-not-for-127.0.0.2"}
         seen = server.requests
@@ -184,18 +223,26 @@ def test_an_azure_endpoint_nobody_allowed_gets_not_one_connection(small_study, s
 
 def test_providers_without_a_batch_surface_are_still_refused(small_study):
     with pytest.raises(UserError, match="Azure OpenAI's \\(azure/DEPLOYMENT\\).*'anthropic': run without --batch"):
-        small_study.start_run("dev", labels=LABELS, batch=True, model="anthropic/claude-3-5-haiku-20241022",
-                              api_base="http://127.0.0.1:9/v1")
+        small_study.start_run(
+            "dev",
+            labels=LABELS,
+            batch=True,
+            model="anthropic/claude-3-5-haiku-20241022",
+            api_base="http://127.0.0.1:9/v1",
+        )
     assert small_study.runs().empty
 
 
 def test_estimate_of_an_azure_batch_uses_litellms_azure_batch_price(small_study, server):
-    assert_batch_costs_half(small_study, "azure/gpt-4o-mini", server.azure_url)  # azure/gpt-4o-mini's batch price is half
+    assert_batch_costs_half(
+        small_study, "azure/gpt-4o-mini", server.azure_url
+    )  # azure/gpt-4o-mini's batch price is half
     assert server.requests == 0
 
 
-def test_score_batch_with_an_azure_deployment_gives_the_scores_of_a_normal_score(small_study, server, tmp_path,
-                                                                                 monkeypatch):
+def test_score_batch_with_an_azure_deployment_gives_the_scores_of_a_normal_score(
+    small_study, server, tmp_path, monkeypatch
+):
     monkeypatch.delenv("WORKBENCH_STUDY", raising=False)
     score_batch_equals_a_normal_score(small_study, server, tmp_path, MODEL, server.azure_url)
     assert batch_requests(server).count(("POST", "/openai/batches")) == 2  # Azure's path, once per batch

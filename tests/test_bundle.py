@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
+from conftest import DATA
 
 from workbench import bundle as bundle_mod
 from workbench.cli import main
@@ -23,8 +24,6 @@ from workbench.core.parsing import PARSER_VERSION
 from workbench.core.prompts import dump_label_prompt, dump_task
 from workbench.services import Actor, PermissionDenied, init_study
 from workbench.study import StudyError
-
-from conftest import DATA
 
 FROZEN_AT = "2026-03-01T12:00:00+00:00"
 
@@ -55,7 +54,9 @@ def tag_of(wb, name):
 
 
 def test_freeze_needs_a_finished_run_of_that_version_on_the_dev_cohort(small_study):
-    with pytest.raises(StudyError, match=r"no finished run of prompt version [0-9a-f]{8} on cohort 'dev': run it first"):
+    with pytest.raises(
+        StudyError, match=r"no finished run of prompt version [0-9a-f]{8} on cohort 'dev': run it first"
+    ):
         small_study.freeze("v1")
     seed = small_study.prompt_commit()
     small_study.start_run("dev")
@@ -180,7 +181,9 @@ def test_bundle_holds_everything_needed_to_score_anywhere(frozen):
     for row in per_label.values():
         assert row["accuracy_lo"] <= row["accuracy"] <= row["accuracy_hi"]
     assert per_label["cardiomegaly"]["support"] == 2 and per_label["cardiomegaly"]["n"] == 8
-    assert per_label["edema"]["f1"] is None and per_label["edema"]["f1_undefined"] is True  # no positive: undefined, not 0
+    assert (
+        per_label["edema"]["f1"] is None and per_label["edema"]["f1_undefined"] is True
+    )  # no positive: undefined, not 0
 
 
 def test_load_bundle_gives_back_the_frozen_prompt_set(frozen):
@@ -199,10 +202,18 @@ def test_load_bundle_gives_back_the_frozen_prompt_set(frozen):
 
 def test_build_content_and_bundle_bytes_are_byte_identical_for_the_same_inputs(small_study):
     ps = small_study.prompt_set()
-    kwargs = dict(name="same", vocab=small_study.vocab, prompts=ps, model={"model": "workbench/rules", "temperature": 0.0},
-                  parser_version=PARSER_VERSION, prompt_commit="a" * 40,
-                  metrics={"macro_f1": np.float64(0.1234567891), "per_label": [{"f1": float("nan")}], "n": np.int64(3)},
-                  frozen_by="ann", frozen_at=FROZEN_AT, sections=["findings", "impression"])
+    kwargs = dict(
+        name="same",
+        vocab=small_study.vocab,
+        prompts=ps,
+        model={"model": "workbench/rules", "temperature": 0.0},
+        parser_version=PARSER_VERSION,
+        prompt_commit="a" * 40,
+        metrics={"macro_f1": np.float64(0.1234567891), "per_label": [{"f1": float("nan")}], "n": np.int64(3)},
+        frozen_by="ann",
+        frozen_at=FROZEN_AT,
+        sections=["findings", "impression"],
+    )
     first = bundle_mod.build_content(**kwargs)
     second = bundle_mod.build_content(**kwargs)
     assert bundle_mod.bundle_bytes(first) == bundle_mod.bundle_bytes(second)
@@ -223,11 +234,19 @@ def test_non_ascii_prompt_text_is_kept_as_utf8_and_stays_canonical(small_study):
     ps = small_study.prompt_set()
     pn = dataclasses.replace(ps.label("pneumonia"), definition="Infection pulmonaire (≥ 4 of 6 readers) — café, 肺炎")
     content = bundle_mod.build_content(
-        name="utf8", vocab=small_study.vocab, prompts=ps.with_label(pn), model={"model": "workbench/rules"},
-        parser_version=PARSER_VERSION, prompt_commit="b" * 40, metrics={}, frozen_by="ann", frozen_at=FROZEN_AT,
-        sections=["findings"])
+        name="utf8",
+        vocab=small_study.vocab,
+        prompts=ps.with_label(pn),
+        model={"model": "workbench/rules"},
+        parser_version=PARSER_VERSION,
+        prompt_commit="b" * 40,
+        metrics={},
+        frozen_by="ann",
+        frozen_at=FROZEN_AT,
+        sections=["findings"],
+    )
     data = bundle_mod.bundle_bytes(content)
-    assert "— café, 肺炎".encode("utf-8") in data and b"\\u" not in data
+    assert "— café, 肺炎".encode() in data and b"\\u" not in data
     assert canonical_bytes(json.loads(data)) == data[:-1]
     path, _, sha = bundle_mod.write_bundle(small_study.root / "out", content)
     assert path.read_bytes() == data and bundle_mod.verify_bundle(path) == (True, sha, sha)

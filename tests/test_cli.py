@@ -3,10 +3,9 @@
 import click
 import pytest
 from click.testing import CliRunner
+from conftest import DATA
 
 from workbench.cli import main
-
-from conftest import DATA
 
 
 def all_commands(group=main, prefix=()):

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import DATA
 
 from workbench.cli import main
-
-from conftest import DATA
 
 
 def invoke(*args, env=None, input=None):
@@ -90,8 +89,11 @@ def test_parquet_with_float_ids_or_integer_text_is_refused_naming_column_and_typ
 @pytest.mark.parametrize("sep,name", [("\t", "tab"), (";", "semicolon")])
 def test_a_tab_or_semicolon_file_named_csv_is_diagnosed(cli_study, tmp_path, sep, name):
     path = tmp_path / "reports.csv"
-    path.write_text(f"id{sep}findings{sep}impression\nq1{sep}Small effusion, left.{sep}Effusion.\n"
-                    f"q2{sep}Lungs clear, no effusion.{sep}Normal.\n", encoding="utf-8")
+    path.write_text(
+        f"id{sep}findings{sep}impression\nq1{sep}Small effusion, left.{sep}Effusion.\n"
+        f"q2{sep}Lungs clear, no effusion.{sep}Normal.\n",
+        encoding="utf-8",
+    )
     result = invoke("import", "reports", path, "--cohort", "q")
     assert result.exit_code == 2
     assert f"looks {name}-separated" in result.output and "has no text" not in result.output
@@ -222,7 +224,12 @@ def test_other_saves_never_overwrite_a_hand_edit(cli_study):
 def test_prompts_set_scalars_temporal_and_list_fields(cli_study):
     assert invoke("prompts", "set", "pneumonia", "hedged", "negative").exit_code == 0
     assert invoke("prompts", "set", "pneumonia", "temporal.stable", "negative").exit_code == 0
-    assert invoke("prompts", "set", "pneumonia", "look_for", "--add", "air bronchograms", "--add", "lobar opacity").exit_code == 0
+    assert (
+        invoke(
+            "prompts", "set", "pneumonia", "look_for", "--add", "air bronchograms", "--add", "lobar opacity"
+        ).exit_code
+        == 0
+    )
     assert invoke("prompts", "set", "pneumonia", "look_for", "--remove", "infectious process").exit_code == 0
     bad = CliRunner().invoke(main, ["prompts", "set", "pneumonia", "hedged", "maybe"])
     assert bad.exit_code == 2 and "hedged" in bad.output and "positive" in bad.output
@@ -235,7 +242,7 @@ def test_prompts_set_scalars_temporal_and_list_fields(cli_study):
     assert "air bronchograms" in shown and "lobar opacity" in shown and "infectious process" not in shown
 
 
-EDITOR_SCRIPT = '''
+EDITOR_SCRIPT = """
 import pathlib, sys
 path = pathlib.Path(sys.argv[1])
 log = pathlib.Path(sys.argv[2])
@@ -249,7 +256,7 @@ elif mode == "fix-second":
     path.write_text(text.replace("hedged: maybe", "hedged: negative"))
 elif mode == "always-bad":
     path.write_text(text.replace("hedged: positive", "hedged: maybe").replace("look_for:", "look_for:\\n  - x" * (calls + 1)))
-'''
+"""
 
 
 def _install_editor(tmp_path: Path, mode: str) -> Path:
@@ -320,10 +327,23 @@ def _widest(text: str) -> int:
     return max((len(line) for line in text.splitlines()), default=0)
 
 
-@pytest.mark.parametrize("args", [("agreement",), ("ceiling", "2"), ("compare", "1", "2"), ("metrics", "2"),
-                                  ("history", "--cohort", "dev"), ("disagreements", "2"),
-                                  ("disagreements", "2", "--label", "support_devices"), ("reference",),
-                                  ("prompts", "policy"), ("prompts", "history"), ("notes",), ("audit",)])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("agreement",),
+        ("ceiling", "2"),
+        ("compare", "1", "2"),
+        ("metrics", "2"),
+        ("history", "--cohort", "dev"),
+        ("disagreements", "2"),
+        ("disagreements", "2", "--label", "support_devices"),
+        ("reference",),
+        ("prompts", "policy"),
+        ("prompts", "history"),
+        ("notes",),
+        ("audit",),
+    ],
+)
 def test_every_table_fits_100_columns(demo_study, args):
     out = _demo(demo_study, *args)
     assert _widest(out) <= 100, out
@@ -364,7 +384,9 @@ def _one_reader_study(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("WORKBENCH_STUDY", str(root))
     monkeypatch.delenv("WORKBENCH_USER", raising=False)
     assert invoke("import", "reports", DATA / "reports_small.csv", "--cohort", "dev").exit_code == 0
-    rows = [r for r in csv.DictReader((DATA / "readings_small.csv").open(encoding="utf-8")) if r["reader"] == "reader-a"]
+    rows = [
+        r for r in csv.DictReader((DATA / "readings_small.csv").open(encoding="utf-8")) if r["reader"] == "reader-a"
+    ]
     path = write_csv(tmp_path / "one.csv", list(rows[0]), [list(r.values()) for r in rows])
     assert invoke("import", "readings", path).exit_code == 0
     return root
@@ -401,8 +423,10 @@ def test_ran_score_interval_is_the_same_whatever_the_order_of_the_rows(cli_study
     assert invoke("run", "--cohort", "dev").exit_code == 0
     assert invoke("freeze", "--name", "order").exit_code == 0
     scoring = DATA / "scoring"
-    files = {name: list(csv.reader((scoring / f"{name}.csv").open(encoding="utf-8")))
-             for name in ("reference", "generated_a")}
+    files = {
+        name: list(csv.reader((scoring / f"{name}.csv").open(encoding="utf-8")))
+        for name in ("reference", "generated_a")
+    }
     intervals = []
     for order in ("forward", "reversed"):
         paths = {}
@@ -410,8 +434,19 @@ def test_ran_score_interval_is_the_same_whatever_the_order_of_the_rows(cli_study
             body = rows[1:] if order == "forward" else rows[:0:-1]
             paths[name] = write_csv(tmp_path / f"{order}-{name}.csv", rows[0], body)
         out = tmp_path / f"out-{order}"
-        result = invoke("score", "--bundle", "order", "--reference", paths["reference"],
-                        "--generated", f"A={paths['generated_a']}", "--out", out, "--resamples", "300")
+        result = invoke(
+            "score",
+            "--bundle",
+            "order",
+            "--reference",
+            paths["reference"],
+            "--generated",
+            f"A={paths['generated_a']}",
+            "--out",
+            out,
+            "--resamples",
+            "300",
+        )
         assert result.exit_code == 0, result.output
         ran = json.loads((out / "results.json").read_text(encoding="utf-8"))["generators"]["A"]["ran_score"]
         intervals.append((ran["estimate"], ran["lo"], ran["hi"]))
@@ -422,8 +457,20 @@ def test_disagreements_show_failed_calls_even_where_the_reference_waits(cli_stud
     """A failed call on an item waiting for adjudication is shown, not a crash on its missing reference."""
     assert invoke("import", "readings", DATA / "readings_small.csv").exit_code == 0
     fake_llm_server.behaviour = "malformed"
-    CliRunner().invoke(main, ["run", "--cohort", "dev", "--labels", "pneumonia", "--model", "openai/fake",
-                              "--api-base", fake_llm_server.url])  # its exit code is the run command's business
+    CliRunner().invoke(
+        main,
+        [
+            "run",
+            "--cohort",
+            "dev",
+            "--labels",
+            "pneumonia",
+            "--model",
+            "openai/fake",
+            "--api-base",
+            fake_llm_server.url,
+        ],
+    )  # its exit code is the run command's business
     result = CliRunner().invoke(main, ["disagreements", "1", "--label", "pneumonia", "--type", "failed"])
     assert result.exit_code == 0, result.output
     assert "failed (no answer)" in result.output and "labeller no answer" in result.output

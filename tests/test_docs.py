@@ -58,7 +58,11 @@ def test_the_readme_is_short_and_links_only_to_pages_that_exist():
 
 
 def test_the_guide_builds_as_a_site_without_a_broken_link(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
-                            cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "site" / "cli" / "index.html").exists()

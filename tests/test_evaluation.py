@@ -26,18 +26,24 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import DATA
+from conftest import SMALL_FINDINGS as FINDINGS
+from conftest import SMALL_POSITIVE as POSITIVE
+from fake_llm_server import REFUSAL_REPLY, last_user_text, running_server
 from sklearn.metrics import cohen_kappa_score
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.inter_rater import fleiss_kappa
 from statsmodels.stats.proportion import proportion_confint
 
-from conftest import DATA, SMALL_FINDINGS as FINDINGS, SMALL_POSITIVE as POSITIVE
-from fake_llm_server import REFUSAL_REPLY, last_user_text, running_server
 from workbench.cli import main
 from workbench.services import Actor, PermissionDenied
 from workbench.study import StudyError
 
-LEFT_OUT = ("reports used as few-shot examples (leakage)", "items waiting for adjudication", "failed or missing predictions")
+LEFT_OUT = (
+    "reports used as few-shot examples (leakage)",
+    "items waiting for adjudication",
+    "failed or missing predictions",
+)
 
 
 def oracle(names: dict[str, str], overrides: dict):
@@ -67,12 +73,17 @@ def baseline(small_study):
 def edit_v2(wb) -> str:
     """Prompt version 2: fixes consolidation, breaks atelectasis and edema (hand-checked below)."""
     cons, atel, edema = (wb.label_prompt(x) for x in ("consolidation", "atelectasis", "edema"))
-    return wb.save_prompts([
-        dataclasses.replace(cons, hedged="positive"),  # "consolidation, cannot exclude pneumonia" -> 1
-        dataclasses.replace(atel, do_not_label_when=atel.do_not_label_when
-                            + ("the report only mentions 'bibasilar atelectasis'.",)),  # s6 -> 0
-        dataclasses.replace(edema, look_for=edema.look_for + ("heart",)),  # s1 "Heart size", s2 "Heart is" -> 1
-    ], "v2: consolidation hedge positive; atelectasis and edema experiments", base_commit=wb.prompt_commit())
+    return wb.save_prompts(
+        [
+            dataclasses.replace(cons, hedged="positive"),  # "consolidation, cannot exclude pneumonia" -> 1
+            dataclasses.replace(
+                atel, do_not_label_when=atel.do_not_label_when + ("the report only mentions 'bibasilar atelectasis'.",)
+            ),  # s6 -> 0
+            dataclasses.replace(edema, look_for=edema.look_for + ("heart",)),  # s1 "Heart size", s2 "Heart is" -> 1
+        ],
+        "v2: consolidation hedge positive; atelectasis and edema experiments",
+        base_commit=wb.prompt_commit(),
+    )
 
 
 # ---------------------------------------------------------------- metrics
@@ -105,16 +116,26 @@ def test_intervals_equal_statsmodels(baseline, ci, method):
     t = wb.evaluate_run(run, ci=ci, n_resamples=0).table
     checked = 0
     for lab, row in t.iterrows():
-        for name, k, n in (("accuracy", row.tp + row.tn, row.n), ("precision", row.tp, row.tp + row.fp),
-                           ("recall", row.tp, row.tp + row.fn), ("specificity", row.tn, row.tn + row.fp)):
+        for name, k, n in (
+            ("accuracy", row.tp + row.tn, row.n),
+            ("precision", row.tp, row.tp + row.fp),
+            ("recall", row.tp, row.tp + row.fn),
+            ("specificity", row.tn, row.tn + row.fp),
+        ):
             if n == 0:
                 continue
             lo, hi = proportion_confint(int(k), int(n), alpha=0.05, method=method)
-            assert (row[f"{name}_lo"], row[f"{name}_hi"]) == (pytest.approx(lo, abs=1e-9), pytest.approx(hi, abs=1e-9)), (lab, name)
+            assert (row[f"{name}_lo"], row[f"{name}_hi"]) == (
+                pytest.approx(lo, abs=1e-9),
+                pytest.approx(hi, abs=1e-9),
+            ), (lab, name)
             checked += 1
     assert checked > 60
     lo, hi = proportion_confint(7, 8, method=method)
-    assert (t.loc["consolidation", "accuracy_lo"], t.loc["consolidation", "accuracy_hi"]) == (pytest.approx(lo), pytest.approx(hi))
+    assert (t.loc["consolidation", "accuracy_lo"], t.loc["consolidation", "accuracy_hi"]) == (
+        pytest.approx(lo),
+        pytest.approx(hi),
+    )
 
 
 def test_undefined_f1_is_marked_in_the_paper_table(baseline):
@@ -163,15 +184,29 @@ def test_compare_runs_hand_checked(baseline):
     result = wb.compare_runs(run_a, run_b)
     table = result["table"]
     cases = {(r.report, r.label, r.change) for r in result["cases"].itertuples()}
-    assert cases == {("s3", "consolidation", "fixed"), ("s6", "atelectasis", "broken"), ("s1", "edema", "broken"),
-                     ("s2", "edema", "broken"), ("s1", "no_finding", "broken"), ("s6", "no_finding", "broken")}
+    assert cases == {
+        ("s3", "consolidation", "fixed"),
+        ("s6", "atelectasis", "broken"),
+        ("s1", "edema", "broken"),
+        ("s2", "edema", "broken"),
+        ("s1", "no_finding", "broken"),
+        ("s6", "no_finding", "broken"),
+    }
     assert (table.loc["consolidation", "b"], table.loc["consolidation", "c"]) == (0, 1)
     assert table.loc["consolidation", "delta_f1"] == 1.0 and table.loc["consolidation", "delta_accuracy"] == 1 / 8
     assert table.loc["atelectasis", "delta_f1"] == -1.0
-    assert (table.loc["edema", "b"], table.loc["edema", "delta_accuracy"], table.loc["edema", "f1_b"]) == (2, -0.25, 0.0)
+    assert (table.loc["edema", "b"], table.loc["edema", "delta_accuracy"], table.loc["edema", "f1_b"]) == (
+        2,
+        -0.25,
+        0.0,
+    )
     assert np.isnan(table.loc["edema", "f1_a"])  # undefined before: no positives on either side
     assert table.loc["edema", "p_value"] == pytest.approx(0.5)  # exact McNemar, b=2, c=0
-    assert (table.loc["cardiomegaly", "b"], table.loc["cardiomegaly", "c"], table.loc["cardiomegaly", "delta_f1"]) == (0, 0, 0)
+    assert (table.loc["cardiomegaly", "b"], table.loc["cardiomegaly", "c"], table.loc["cardiomegaly", "delta_f1"]) == (
+        0,
+        0,
+        0,
+    )
     for lab, row in table.iterrows():
         both_right = row.correct_a - row.b  # correct_a = both right + broken
         both_wrong = row.n - row.correct_a - row.c
@@ -183,8 +218,13 @@ def test_compare_runs_hand_checked(baseline):
 def test_compare_refuses_runs_on_different_cohorts(baseline, tmp_path):
     wb, run = baseline
     other = tmp_path / "other.csv"
-    pd.DataFrame({"id": ["t1", "t2"], "findings": ["Small right pleural effusion.", "Lungs are clear."],
-                  "impression": ["Effusion.", "Normal."]}).to_csv(other, index=False)
+    pd.DataFrame(
+        {
+            "id": ["t1", "t2"],
+            "findings": ["Small right pleural effusion.", "Lungs are clear."],
+            "impression": ["Effusion.", "Normal."],
+        }
+    ).to_csv(other, index=False)
     wb.import_reports(other, "test")
     run_test = wb.start_run("test").run_id
     with pytest.raises(StudyError, match="different cohorts"):
@@ -218,7 +258,9 @@ def test_human_ceiling_for_every_label(baseline):
         positives = readings[readings["label"] == lab].groupby("report_id")["value"].sum()
         table = np.column_stack([6 - positives.to_numpy(), positives.to_numpy()])
         assert hc.loc[lab, "readers_fleiss_kappa"] == pytest.approx(fleiss_kappa(table)), lab
-    assert np.isnan(hc.loc["edema", "readers_fleiss_kappa"]) and "agreement is perfect" in hc.loc["edema", "fleiss_note"]
+    assert (
+        np.isnan(hc.loc["edema", "readers_fleiss_kappa"]) and "agreement is perfect" in hc.loc["edema", "fleiss_note"]
+    )
     ev = wb.evaluate_run(run, n_resamples=0)
     y_true, y_pred, _ = wb.evaluation_inputs(run)
     for lab in ("consolidation", "lung_opacity", "cardiomegaly"):
@@ -226,11 +268,20 @@ def test_human_ceiling_for_every_label(baseline):
         assert hc.loc[lab, "labeller_kappa"] == pytest.approx(cohen_kappa_score(y_true[lab][ok], y_pred[lab][ok]))
         assert hc.loc[lab, "labeller_accuracy"] == ev.table.loc[lab, "accuracy"]
     # unanimous vs split votes (waiting ties are left out)
-    assert tuple(hc.loc["cardiomegaly", ["n_unanimous", "accuracy_unanimous", "n_split", "accuracy_split"]]) == (7, 1.0, 1, 1.0)
+    assert tuple(hc.loc["cardiomegaly", ["n_unanimous", "accuracy_unanimous", "n_split", "accuracy_split"]]) == (
+        7,
+        1.0,
+        1,
+        1.0,
+    )
     assert tuple(hc.loc["consolidation", ["n_unanimous", "n_split", "accuracy_split"]]) == (7, 1, 0.0)
     assert tuple(hc.loc["enlarged_cardiomediastinum", ["n_unanimous", "n_split", "accuracy_split"]]) == (6, 1, 0.0)
-    assert tuple(hc.loc["lung_opacity", ["n_unanimous", "accuracy_unanimous", "n_split", "accuracy_split"]]) == \
-        (6, pytest.approx(5 / 6), 2, 1.0)
+    assert tuple(hc.loc["lung_opacity", ["n_unanimous", "accuracy_unanimous", "n_split", "accuracy_split"]]) == (
+        6,
+        pytest.approx(5 / 6),
+        2,
+        1.0,
+    )
     assert (hc.loc["edema", "n_split"], hc.loc["edema", "n_unanimous"]) == (0, 8)
     assert hc["mean_reader_accuracy"].between(0, 1).all()
     result = CliRunner().invoke(main, ["ceiling", str(run), "--format", "csv", "--study", str(wb.root)])
@@ -242,21 +293,28 @@ def test_human_ceiling_for_every_label(baseline):
 
 def test_disagreement_queue_types_votes_order_and_filters(small_study):
     wb = small_study
-    answers = oracle(wb.vocab.names(), {
-        ("s1", "edema"): REFUSAL_REPLY,  # failed
-        ("s2", "edema"): reply(1),  # FP
-        ("s3", "consolidation"): reply(0),  # FN
-        ("s4", "support_devices"): reply(0),  # FN
-        ("s5", "cardiomegaly"): reply(0),  # FN
-    })
+    answers = oracle(
+        wb.vocab.names(),
+        {
+            ("s1", "edema"): REFUSAL_REPLY,  # failed
+            ("s2", "edema"): reply(1),  # FP
+            ("s3", "consolidation"): reply(0),  # FN
+            ("s4", "support_devices"): reply(0),  # FN
+            ("s5", "cardiomegaly"): reply(0),  # FN
+        },
+    )
     with running_server(answer_fn=answers) as server:
         run = wb.start_run("dev", model="openai/fake", api_base=server.url, max_retries=1).run_id
     queue = wb.disagreements(run)
     rows = [(r.report_id, r.label, r.type, r.votes) for r in queue.itertuples()]
     # edema: 1 wrong of 7 evaluable (s1 failed); the others 1 of 8, fewest positives first, then by label
-    assert rows == [("s1", "edema", "failed", "0 of 6"), ("s2", "edema", "FP", "0 of 6"),
-                    ("s3", "consolidation", "FN", "5 of 6"), ("s4", "support_devices", "FN", "6 of 6"),
-                    ("s5", "cardiomegaly", "FN", "4 of 6")]
+    assert rows == [
+        ("s1", "edema", "failed", "0 of 6"),
+        ("s2", "edema", "FP", "0 of 6"),
+        ("s3", "consolidation", "FN", "5 of 6"),
+        ("s4", "support_devices", "FN", "6 of 6"),
+        ("s5", "cardiomegaly", "FN", "4 of 6"),
+    ]
     assert queue.loc[0, "status"] == "refusal" and np.isnan(queue.loc[0, "prediction"])
     assert list(queue["label_error_rate"]) == pytest.approx([1 / 7, 1 / 7, 1 / 8, 1 / 8, 1 / 8])
     assert list(wb.disagreements(run, label="Edema")["report_id"]) == ["s1", "s2"]
@@ -271,18 +329,27 @@ def test_disagreement_queue_types_votes_order_and_filters(small_study):
 
 def test_notes_stay_attached_across_runs_and_reference_wrong_opens_adjudication(baseline):
     wb, run1 = baseline
-    wb.add_note("s3", "consolidation", "hedging/uncertainty", "changes management", "cannot exclude read as negative",
-                run_id=run1)
+    wb.add_note(
+        "s3",
+        "consolidation",
+        "hedging/uncertainty",
+        "changes management",
+        "cannot exclude read as negative",
+        run_id=run1,
+    )
     lp = wb.label_prompt("fracture")
-    wb.save_prompts([dataclasses.replace(lp, look_for=lp.look_for + ("fractured",))], "fracture wording",
-                    base_commit=wb.prompt_commit())
+    wb.save_prompts(
+        [dataclasses.replace(lp, look_for=lp.look_for + ("fractured",))],
+        "fracture wording",
+        base_commit=wb.prompt_commit(),
+    )
     run2 = wb.start_run("dev").run_id
     queue = wb.disagreements(run2).set_index(["report_id", "label"])
     assert queue.loc[("s3", "consolidation"), "notes"] == 1
     assert queue.loc[("s3", "consolidation"), "categories"] == "hedging/uncertainty"
     assert queue.loc[("s2", "enlarged_cardiomediastinum"), "notes"] == 0
     hedging = wb.disagreements(run2, category="hedging/uncertainty")
-    assert list(zip(hedging["report_id"], hedging["label"])) == [("s3", "consolidation")]
+    assert list(zip(hedging["report_id"], hedging["label"], strict=False)) == [("s3", "consolidation")]
     with pytest.raises(StudyError, match="unknown error category 'typo'"):
         wb.add_note("s3", "consolidation", "typo", "unsure")
     assert len(wb.notes()) == 1
@@ -290,18 +357,29 @@ def test_notes_stay_attached_across_runs_and_reference_wrong_opens_adjudication(
     assert counts.loc["consolidation", "hedging/uncertainty"] == 1 and list(counts.index) == ["consolidation"]
 
     # "the reference is wrong" opens an adjudication item, until a newer adjudication
-    wb.add_note("s3", "lung_opacity", "reference label wrong", "unsure", "opacity is the consolidation itself",
-                reference_wrong=True, run_id=run2)
-    waiting = set(zip(wb.adjudication_queue("dev")["report_id"], wb.adjudication_queue("dev")["label"]))
+    wb.add_note(
+        "s3",
+        "lung_opacity",
+        "reference label wrong",
+        "unsure",
+        "opacity is the consolidation itself",
+        reference_wrong=True,
+        run_id=run2,
+    )
+    waiting = set(zip(wb.adjudication_queue("dev")["report_id"], wb.adjudication_queue("dev")["label"], strict=False))
     assert ("s3", "lung_opacity") in waiting
     assert wb.evaluate_run(run2, n_resamples=0).excluded[LEFT_OUT[1]] == 3
-    assert ("s3", "lung_opacity") not in set(zip(wb.disagreements(run2)["report_id"], wb.disagreements(run2)["label"]))
+    assert ("s3", "lung_opacity") not in set(
+        zip(wb.disagreements(run2)["report_id"], wb.disagreements(run2)["label"], strict=False)
+    )
     wb.adjudicate("s3", "lung_opacity", 0, "no separate opacity")
-    queue_now = set(zip(wb.adjudication_queue("dev")["report_id"], wb.adjudication_queue("dev")["label"]))
+    queue_now = set(zip(wb.adjudication_queue("dev")["report_id"], wb.adjudication_queue("dev")["label"], strict=False))
     assert ("s3", "lung_opacity") not in queue_now
     assert wb.evaluate_run(run2, n_resamples=0).table.loc["lung_opacity", "fn"] == 0
     wb.add_note("s3", "lung_opacity", "reference label wrong", "unsure", "second thoughts", reference_wrong=True)
-    queue_again = set(zip(wb.adjudication_queue("dev")["report_id"], wb.adjudication_queue("dev")["label"]))
+    queue_again = set(
+        zip(wb.adjudication_queue("dev")["report_id"], wb.adjudication_queue("dev")["label"], strict=False)
+    )
     assert ("s3", "lung_opacity") in queue_again  # a flag newer than the adjudication reopens it
     everything = wb.note_counts().set_index("label")
     assert everything.loc["lung_opacity", "reference label wrong"] == 2
@@ -336,22 +414,30 @@ def test_blinding_at_the_service_layer(baseline):
 def test_cli_metrics_csv_and_json(baseline):
     wb, run = baseline
     runner = CliRunner()
-    result = runner.invoke(main, ["metrics", str(run), "--ci", "clopper-pearson", "--format", "csv", "--study", str(wb.root)])
+    result = runner.invoke(
+        main, ["metrics", str(run), "--ci", "clopper-pearson", "--format", "csv", "--study", str(wb.root)]
+    )
     assert result.exit_code == 0, result.output
     table = pd.read_csv(io.StringIO(result.output)).set_index("label")
     lo, hi = proportion_confint(7, 8, method="beta")
     # every estimate and bound in its own column at full precision (docs/output-formats.md)
     assert table.loc["consolidation", "accuracy"] == pytest.approx(0.875)
-    assert (table.loc["consolidation", "accuracy_lo"], table.loc["consolidation", "accuracy_hi"]) == \
-        (pytest.approx(lo), pytest.approx(hi))
+    assert (table.loc["consolidation", "accuracy_lo"], table.loc["consolidation", "accuracy_hi"]) == (
+        pytest.approx(lo),
+        pytest.approx(hi),
+    )
     assert pd.isna(table.loc["edema", "f1"]) and len(table) == 21  # undefined: an empty cell, never a 0
-    result = runner.invoke(main, ["metrics", str(run), "--ci", "clopper-pearson", "--format", "json", "--study", str(wb.root)])
+    result = runner.invoke(
+        main, ["metrics", str(run), "--ci", "clopper-pearson", "--format", "json", "--study", str(wb.root)]
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["ci"] == "clopper-pearson" and data["excluded"][LEFT_OUT[1]] == 2
     labels = {row["label"]: row for row in data["labels"]}
-    assert (labels["consolidation"]["accuracy_lo"], labels["consolidation"]["accuracy_hi"]) == \
-        (pytest.approx(lo), pytest.approx(hi))
+    assert (labels["consolidation"]["accuracy_lo"], labels["consolidation"]["accuracy_hi"]) == (
+        pytest.approx(lo),
+        pytest.approx(hi),
+    )
     assert labels["lung_opacity"]["fn"] == 1 and data["averages"]["macro_f1"] == pytest.approx((8 + 2 / 3) / 11)
     assert 0 <= data["macro_f1_bootstrap"]["lo"] <= data["averages"]["macro_f1"] <= data["macro_f1_bootstrap"]["hi"]
     result = runner.invoke(main, ["metrics", str(run), "--study", str(wb.root)])
@@ -367,7 +453,9 @@ def test_cli_compare_history_disagreements_note(baseline):
     result = runner.invoke(main, ["compare", str(run_a), str(run_b), *study])
     assert result.exit_code == 0, result.output
     assert "fixed and broken cases" in result.output
-    assert re.search(r"s3\s+consolidation\s+fixed", result.output) and re.search(r"s6\s+atelectasis\s+broken", result.output)
+    assert re.search(r"s3\s+consolidation\s+fixed", result.output) and re.search(
+        r"s6\s+atelectasis\s+broken", result.output
+    )
     assert f"macro F1 {(8 + 2 / 3) / 11:.3f} ->" in result.output
     result = runner.invoke(main, ["compare", str(run_a), str(run_b), "--format", "csv", *study])
     table = pd.read_csv(io.StringIO(result.output.split("\n\n")[0])).set_index("label")
@@ -384,19 +472,52 @@ def test_cli_compare_history_disagreements_note(baseline):
     assert "1 disagreement(s)" in result.output and "s3" in result.output and "lung_opacity" not in result.output
     result = runner.invoke(main, ["disagreements", str(run_a), "--label", "consolidation", "--format", "csv", *study])
     frame = pd.read_csv(io.StringIO(result.output))
-    assert list(zip(frame["report_id"], frame["type"], frame["votes"])) == [("s3", "FN", "5 of 6")]
+    assert list(zip(frame["report_id"], frame["type"], frame["votes"], strict=False)) == [("s3", "FN", "5 of 6")]
 
-    result = runner.invoke(main, ["note", "s3", "consolidation", "--category", "hedging/uncertainty", "--significance",
-                                  "changes management", "--text", "hedge read as negative", "--run", str(run_a), *study])
+    result = runner.invoke(
+        main,
+        [
+            "note",
+            "s3",
+            "consolidation",
+            "--category",
+            "hedging/uncertainty",
+            "--significance",
+            "changes management",
+            "--text",
+            "hedge read as negative",
+            "--run",
+            str(run_a),
+            *study,
+        ],
+    )
     assert result.exit_code == 0 and re.fullmatch(r"note \d+ added\n", result.output)
-    result = runner.invoke(main, ["note", "s3", "lung_opacity", "--category", "reference label wrong", "--significance",
-                                  "unsure", "--reference-wrong", *study])
+    result = runner.invoke(
+        main,
+        [
+            "note",
+            "s3",
+            "lung_opacity",
+            "--category",
+            "reference label wrong",
+            "--significance",
+            "unsure",
+            "--reference-wrong",
+            *study,
+        ],
+    )
     assert result.exit_code == 0 and "sent to adjudication" in result.output
-    assert ("s3", "lung_opacity") in set(zip(wb.adjudication_queue("dev")["report_id"], wb.adjudication_queue("dev")["label"]))
-    result = runner.invoke(main, ["note", "s3", "consolidation", "--category", "typo", "--significance", "unsure", *study])
+    assert ("s3", "lung_opacity") in set(
+        zip(wb.adjudication_queue("dev")["report_id"], wb.adjudication_queue("dev")["label"], strict=False)
+    )
+    result = runner.invoke(
+        main, ["note", "s3", "consolidation", "--category", "typo", "--significance", "unsure", *study]
+    )
     assert result.exit_code == 2 and "error: unknown error category 'typo'" in result.output
     notes = wb.notes()
     assert list(notes["label"]) == ["consolidation", "lung_opacity"] and notes["run_id"].iloc[0] == run_a
-    result = runner.invoke(main, ["disagreements", str(run_a), "--category", "hedging/uncertainty", "--format", "csv", *study])
+    result = runner.invoke(
+        main, ["disagreements", str(run_a), "--category", "hedging/uncertainty", "--format", "csv", *study]
+    )
     frame = pd.read_csv(io.StringIO(result.output))
     assert list(frame["label"]) == ["consolidation"] and frame["notes"].iloc[0] == 1

@@ -14,16 +14,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import ROOT
 
 from workbench.cli import main
 from workbench.core.export import csv_safe, neutralise_cell, to_csv
 from workbench.importers import ImportProblems, read_readings_long, read_reports
 from workbench.services import init_study
 
-from conftest import ROOT
-
-EVIL = ["=HYPERLINK(\"http://127.0.0.2/x\",\"click\")", "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(1,1)",
-        "\tTAB", "\rCR"]
+EVIL = ['=HYPERLINK("http://127.0.0.2/x","click")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(1,1)", "\tTAB", "\rCR"]
 DANGEROUS = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -71,13 +69,21 @@ def evil_study(tmp_path_factory):
     """A study whose report ids, reader ids and note texts start with formula characters; run and frozen."""
     root = tmp_path_factory.mktemp("evil")
     wb = init_study(root / "study", vocab="ranscore-21", rule={"rule": "at_least", "k": 1, "n": 1})
-    texts = ["Large right pleural effusion.", "Heart is enlarged.", "No acute findings.", "Right pneumothorax.",
-             "Left lower lobe consolidation.", "Small left effusion."]
+    texts = [
+        "Large right pleural effusion.",
+        "Heart is enlarged.",
+        "No acute findings.",
+        "Right pneumothorax.",
+        "Left lower lobe consolidation.",
+        "Small left effusion.",
+    ]
     ids = [e.strip() for e in EVIL[:4]] + ["@s5", "=s6"]
     reports = pd.DataFrame({"id": ids, "findings": texts, "impression": ["See findings."] * 6})
     reports.to_csv(root / "reports.csv", index=False)
     wb.import_reports(root / "reports.csv", "dev")
-    rows = [{"report_id": rid, "label": lab, "reader": "=reader", "value": 0} for rid in ids for lab in wb.vocab.asked_ids]
+    rows = [
+        {"report_id": rid, "label": lab, "reader": "=reader", "value": 0} for rid in ids for lab in wb.vocab.asked_ids
+    ]
     pd.DataFrame(rows).to_csv(root / "readings.csv", index=False)
     wb.import_readings(root / "readings.csv")
     run = wb.start_run("dev", labels=None)
@@ -86,14 +92,17 @@ def evil_study(tmp_path_factory):
     return {"wb": wb, "root": root, "ids": ids, "run": run.run_id, "bundle": info["json"]}
 
 
-@pytest.mark.parametrize("args", [
-    ["audit", "--format", "csv"],
-    ["disagreements", "{run}", "--format", "csv"],
-    ["reference", "--format", "csv"],
-    ["agreement", "--format", "csv"],
-    ["history", "--cohort", "dev", "--format", "csv"],
-    ["notes", "--format", "csv"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["audit", "--format", "csv"],
+        ["disagreements", "{run}", "--format", "csv"],
+        ["reference", "--format", "csv"],
+        ["agreement", "--format", "csv"],
+        ["history", "--cohort", "dev", "--format", "csv"],
+        ["notes", "--format", "csv"],
+    ],
+)
 def test_every_cli_csv_export_is_defused(evil_study, args, monkeypatch):
     monkeypatch.setenv("WORKBENCH_STUDY", str(evil_study["wb"].root))
     monkeypatch.delenv("WORKBENCH_USER", raising=False)
@@ -150,15 +159,22 @@ def test_no_csv_writer_bypasses_the_helper():
 # ---------------------------------------------------------------- ids on import
 
 
-@pytest.mark.parametrize("bad,message", [
-    ("s\x00x", "control character"), ("s\nx", "control character"), ("a\x1bb", "control character"),
-    ("x" * 201, "longer than 200"),
-])
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        ("s\x00x", "control character"),
+        ("s\nx", "control character"),
+        ("a\x1bb", "control character"),
+        ("x" * 201, "longer than 200"),
+    ],
+)
 def test_report_ids_with_control_characters_or_too_long_are_refused(tmp_path, bad, message):
     path = tmp_path / "r.jsonl"
     import json
 
-    path.write_text(json.dumps({"id": "ok", "text": "Normal."}) + "\n" + json.dumps({"id": bad, "text": "Normal."}) + "\n")
+    path.write_text(
+        json.dumps({"id": "ok", "text": "Normal."}) + "\n" + json.dumps({"id": bad, "text": "Normal."}) + "\n"
+    )
     with pytest.raises(ImportProblems, match=message):
         read_reports(path)
 
@@ -168,7 +184,7 @@ def test_reader_ids_are_checked_too(tmp_path):
 
     vocab = load_vocabulary_file(find_vocabulary_file("ranscore-21"))
     path = tmp_path / "readings.csv"
-    path.write_text("report_id,label,reader,value\ns1,edema,\"dr\x07bell\",1\ns1,edema," + "r" * 101 + ",0\n")
+    path.write_text('report_id,label,reader,value\ns1,edema,"dr\x07bell",1\ns1,edema,' + "r" * 101 + ",0\n")
     with pytest.raises(ImportProblems) as info:
         read_readings_long(path, vocab, None, {"s1"})
     text = str(info.value)

@@ -33,17 +33,28 @@ def reports_file(tmp_path) -> Path:
 def test_read_only_database_gives_one_line_without_report_text(small_study, reports_file):
     keep = small_study.engine.connect()  # a WAL database opened read-only needs its -shm file: keep one reader open
     keep.execute(text("SELECT 1"))
-    env = dict(os.environ, WORKBENCH_DATABASE_URL=f"sqlite:///file:{small_study.root / 'workbench.db'}?mode=ro&uri=true")
+    env = dict(
+        os.environ, WORKBENCH_DATABASE_URL=f"sqlite:///file:{small_study.root / 'workbench.db'}?mode=ro&uri=true"
+    )
     env.pop("WORKBENCH_USER", None)
     try:
-        cmds = [["import", "reports", str(reports_file), "--cohort", "dev"],
-                ["note", "s1", "edema", "--category", "other", "--significance", "unsure", "--text", SECRET],
-                ["adjudicate", "s1", "edema", "1", "--reason", SECRET]]
+        cmds = [
+            ["import", "reports", str(reports_file), "--cohort", "dev"],
+            ["note", "s1", "edema", "--category", "other", "--significance", "unsure", "--text", SECRET],
+            ["adjudicate", "s1", "edema", "1", "--reason", SECRET],
+        ]
         for args in cmds:
-            result = subprocess.run([sys.executable, "-m", "workbench.cli", *args, "--study", str(small_study.root)],
-                                    env=env, capture_output=True, text=True, timeout=300)
+            result = subprocess.run(
+                [sys.executable, "-m", "workbench.cli", *args, "--study", str(small_study.root)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             assert result.returncode == 1, result.stderr
-            assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: ") and "read-only" in result.stderr
+            assert (
+                result.stderr.count("\n") == 1 and result.stderr.startswith("error: ") and "read-only" in result.stderr
+            )
             assert "SECRET" not in result.stdout + result.stderr and "Traceback" not in result.stderr
             assert "INSERT" not in result.stderr and "[parameters" not in result.stderr
     finally:
@@ -72,7 +83,9 @@ def test_full_disk_gives_one_line_without_report_text(small_study, reports_file,
     rows = "".join(f"y{i},{SECRET} {'x' * 2000},none\n" for i in range(200))
     big.write_text("id,findings,impression\n" + rows, encoding="utf-8")
     monkeypatch.delenv("WORKBENCH_USER", raising=False)
-    result = CliRunner().invoke(main, ["import", "reports", str(big), "--cohort", "dev", "--study", str(small_study.root)])
+    result = CliRunner().invoke(
+        main, ["import", "reports", str(big), "--cohort", "dev", "--study", str(small_study.root)]
+    )
     assert result.exit_code == 1
     assert result.output.startswith("error: the disk is full") and result.output.count("\n") == 1
     assert "SECRET" not in result.output
@@ -82,10 +95,11 @@ def test_database_errors_never_carry_sql_parameters(small_study):
     """Even where an error is logged or shown raw (the app), SQLAlchemy hides the parameters."""
     from sqlalchemy.exc import IntegrityError
 
-    with pytest.raises(IntegrityError) as info:
-        with small_study.engine.begin() as conn:
-            conn.execute(text("INSERT INTO cohort (id, name, language, created_at) VALUES (:i, :n, 'en', 'x')"),
-                         {"i": 1, "n": SECRET})
+    with pytest.raises(IntegrityError) as info, small_study.engine.begin() as conn:
+        conn.execute(
+            text("INSERT INTO cohort (id, name, language, created_at) VALUES (:i, :n, 'en', 'x')"),
+            {"i": 1, "n": SECRET},
+        )
     assert SECRET not in str(info.value) and "hidden due to hide_parameters" in str(info.value)
 
 
@@ -124,12 +138,16 @@ def wait_for(condition, seconds: float, what: str) -> None:
 @pytest.mark.parametrize("command", ["app", "demo"])
 def test_sigterm_stops_the_streamlit_server(small_study, tmp_path, command):
     port = free_port()
-    args = ["app", "--study", str(small_study.root)] if command == "app" else \
-        ["demo", "--path", str(tmp_path / "demo")]
+    args = ["app", "--study", str(small_study.root)] if command == "app" else ["demo", "--path", str(tmp_path / "demo")]
     env = dict(os.environ, LITELLM_OFFLINE_MODE="true")
     env.pop("WORKBENCH_USER", None)
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", *args, "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench.cli", *args, "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         wait_for(lambda: healthy(port) or proc.poll() is not None, 240, "the app to serve")
         assert proc.poll() is None, "the command ended before serving"
@@ -149,11 +167,18 @@ def test_a_read_only_database_still_answers_reads(small_study):
     path.write_text(path.read_text().replace("dev_cohort: dev", "dev_cohort: dev2"))
     keep = small_study.engine.connect()
     keep.execute(text("SELECT 1"))
-    env = dict(os.environ, WORKBENCH_DATABASE_URL=f"sqlite:///file:{small_study.root / 'workbench.db'}?mode=ro&uri=true")
+    env = dict(
+        os.environ, WORKBENCH_DATABASE_URL=f"sqlite:///file:{small_study.root / 'workbench.db'}?mode=ro&uri=true"
+    )
     env.pop("WORKBENCH_USER", None)
     try:
-        result = subprocess.run([sys.executable, "-m", "workbench.cli", "reference", "--study", str(small_study.root)],
-                                env=env, capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            [sys.executable, "-m", "workbench.cli", "reference", "--study", str(small_study.root)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         keep.close()
     assert result.returncode == 0, result.stderr

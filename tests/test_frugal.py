@@ -15,16 +15,19 @@ import re
 
 import pandas as pd
 import pytest
-
 from conftest import copy_study
 from fake_llm_server import last_user_text, report_part, running_server
 from test_optimising import KINDS, LABELS14, _write
 
-from workbench.core import screening, splits
+from workbench.core import screening
 from workbench.services import Workbench, init_study
 
 GRANULOMA = (3, "Calcified granuloma in the left upper lobe.", {"nodule"})
-NORMALS = (300, "Heart size normal. Lungs clear.", set())  # agreements: the screen samples them, a full evaluation reads all
+NORMALS = (
+    300,
+    "Heart size normal. Lungs clear.",
+    set(),
+)  # agreements: the screen samples them, a full evaluation reads all
 
 
 def _rows_and_reference(extra=()):
@@ -100,8 +103,14 @@ def _optimise(template, target, screen: bool, **options):
     """optimise on a private copy of a labelled study (so no copy finds another's answers in the cache)."""
     folder, run_id = template
     wb = copy_study(folder, target)
-    return wb, wb.optimise(labels=["cardiomegaly", "mass", "edema", "nodule"], rounds=3, run_id=run_id,
-                           proposer="offline", screen=screen, **options)
+    return wb, wb.optimise(
+        labels=["cardiomegaly", "mass", "edema", "nodule"],
+        rounds=3,
+        run_id=run_id,
+        proposer="offline",
+        screen=screen,
+        **options,
+    )
 
 
 def test_screening_makes_fewer_calls_and_keeps_the_same_changes(frugal_template, tmp_path):
@@ -129,8 +138,9 @@ def test_screening_makes_fewer_calls_and_keeps_the_same_changes(frugal_template,
     assert "Screening off" in report_markdown(off)
 
 
-def test_a_passing_proposal_is_decided_on_all_of_validation_and_the_rest_of_tuning_is_left_unasked(frugal_template,
-                                                                                                    tmp_path):
+def test_a_passing_proposal_is_decided_on_all_of_validation_and_the_rest_of_tuning_is_left_unasked(
+    frugal_template, tmp_path
+):
     from workbench.services.optimising import report_markdown
 
     _, off = _optimise(frugal_template, tmp_path / "off", screen=False)
@@ -144,7 +154,9 @@ def test_a_passing_proposal_is_decided_on_all_of_validation_and_the_rest_of_tuni
         # the decision rests on the whole validation part, asked: the same figures as without the screen
         assert change["validation_f1"] == full[label]["validation_f1"]
         assert change["validation_mcnemar"] == full[label]["validation_mcnemar"]
-        assert change["calls_by_part"]["validation"] == sizes["validation"] == full[label]["calls_by_part"]["validation"]
+        assert (
+            change["calls_by_part"]["validation"] == sizes["validation"] == full[label]["calls_by_part"]["validation"]
+        )
         # of tuning only the screen was asked; the rest is carried over and said to be
         assert change["calls_by_part"]["tuning"] == 0 and full[label]["calls_by_part"]["tuning"] == sizes["tuning"]
         assert change["tuning_carried"] == sizes["tuning"] - change["screen"]["reports"] > 0
@@ -175,7 +187,17 @@ def test_cli_optimise_no_screen_flag(frugal_template, tmp_path):
 
     folder, run_id = frugal_template
     copy_study(folder, tmp_path / "study").engine.dispose()
-    args = ["optimise", "--study", str(tmp_path / "study"), "--labels", "nodule", "--run", str(run_id), "--proposer", "offline"]
+    args = [
+        "optimise",
+        "--study",
+        str(tmp_path / "study"),
+        "--labels",
+        "nodule",
+        "--run",
+        str(run_id),
+        "--proposer",
+        "offline",
+    ]
     screened = CliRunner().invoke(main, args)
     assert screened.exit_code == 0, screened.output
     assert "nodule: screened out" in screened.output and "0 passed" in screened.output
@@ -202,8 +224,9 @@ def test_screening_sends_fewer_chat_requests_to_a_model_over_http(tmp_path):
             srv.reset()
             folder, run_id = template
             wb = copy_study(folder, tmp_path / f"screen-{screen}")
-            reports[screen] = wb.optimise(labels=["cardiomegaly", "nodule"], rounds=2, run_id=run_id,
-                                          proposer="offline", screen=screen)
+            reports[screen] = wb.optimise(
+                labels=["cardiomegaly", "nodule"], rounds=2, run_id=run_id, proposer="offline", screen=screen
+            )
             counts[screen] = srv.count
     assert counts[True] < counts[False]
     assert counts[True] == reports[True]["calls"]["made"] and counts[False] == reports[False]["calls"]["made"]
@@ -251,15 +274,22 @@ def test_carried_answers_a_later_screen_picks_are_asked_under_the_current_prompt
             wb = copy_study(folder, tmp_path / f"screen-{screen}")
             srv.answer_fn = TwoRoundProposer(list(wb.label_prompt("cardiomegaly").look_for))
             srv.reset()
-            reports[screen] = wb.optimise(labels=["cardiomegaly"], rounds=3, run_id=run_id, proposer="llm",
-                                          model="openai/fake", api_base=srv.url, screen=screen)
+            reports[screen] = wb.optimise(
+                labels=["cardiomegaly"],
+                rounds=3,
+                run_id=run_id,
+                proposer="llm",
+                model="openai/fake",
+                api_base=srv.url,
+                screen=screen,
+            )
             asked[screen] = _labeller_bodies(srv)
             # the model proposer's calls are paid too: counted apart from the labeller's
             assert reports[screen]["calls"]["proposer"] == srv.count - len(asked[screen]) == 2  # round 3 has no case
         off, on = reports[False], reports[True]
         changes = lambda report: [c for e in report["rounds"] for c in e["changes"]]  # noqa: E731
         assert [len(e["changes"]) for e in on["rounds"][:2]] == [1, 1] == [len(e["changes"]) for e in off["rounds"][:2]]
-        for a, b in zip(changes(off), changes(on)):  # the same decisions on the same validation answers
+        for a, b in zip(changes(off), changes(on), strict=False):  # the same decisions on the same validation answers
             assert (a["validation_f1"], a["validation_mcnemar"]) == (b["validation_f1"], b["validation_mcnemar"])
         # the server saw exactly the calls optimise counts, and no (prompt, report) twice: the cache holds
         assert len(asked[True]) == on["calls"]["made"] < len(asked[False]) == off["calls"]["made"]
@@ -267,12 +297,17 @@ def test_carried_answers_a_later_screen_picks_are_asked_under_the_current_prompt
         pairs = [(b["messages"][-1]["content"]) for b in asked[True]]
         assert len(set(pairs)) == len(pairs)
         # round 2's screen asked the round-1 prompt on the carried reports it picked, and counted them
-        refreshed = [b for b in asked[True] if ROUND_1 in last_user_text(b["messages"])
-                     and ROUND_2 not in last_user_text(b["messages"])]
+        refreshed = [
+            b
+            for b in asked[True]
+            if ROUND_1 in last_user_text(b["messages"]) and ROUND_2 not in last_user_text(b["messages"])
+        ]
         first = changes(on)[0]
         assert on["screen"]["refresh_calls"] > 0
-        assert len(refreshed) == first["calls_by_part"]["screen"] + first["calls_by_part"]["validation"] + \
-            on["screen"]["refresh_calls"]
+        assert (
+            len(refreshed)
+            == first["calls_by_part"]["screen"] + first["calls_by_part"]["validation"] + on["screen"]["refresh_calls"]
+        )
         # what is left unasked is exactly what a run of the saved version asks
         wb = Workbench(tmp_path / "screen-True")
         deferred, left = on["screen"]["deferred"], on["screen"]["left_calls"]
@@ -292,11 +327,12 @@ def test_calls_sharing_a_label_prompt_go_together_and_cached_tokens_are_stored_a
     labels = ["pleural_effusion", "pneumothorax", "consolidation"]
     # a provider prefix cache with room for one prompt: interleaved labels would evict each other every call
     with running_server(prefix_slots=1) as srv:
-        summary = wb.start_run("dev", labels=labels, model="openai/fake", api_base=srv.url, concurrency=1,
-                               max_retries=0)
+        summary = wb.start_run(
+            "dev", labels=labels, model="openai/fake", api_base=srv.url, concurrency=1, max_retries=0
+        )
         assert summary.status == "finished" and srv.count == 8 * 3
         asked = [re.search(r"Definition of ([^:]+):", last_user_text(b["messages"])).group(1) for b in srv.bodies]
-        switches = sum(a != b for a, b in zip(asked, asked[1:]))
+        switches = sum(a != b for a, b in zip(asked, asked[1:], strict=False))
         assert switches == 2  # each label's 8 calls one after another
         facts = wb.call_facts(summary.run_id)
         hits = pd.to_numeric(facts["cached_tokens"]).fillna(0)

@@ -19,18 +19,25 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-
 from conftest import DATA, ROOT
 from fake_llm_server import running_server
 from test_runs import N_REPORTS, Oracle
+
 from workbench import scoring
 from workbench.cli import main
-from workbench.llm import CallRequest, ModelConfig, complete_all_sync, resolve_endpoints
+from workbench.labeller.llm import CallRequest, ModelConfig, complete_all_sync, resolve_endpoints
 from workbench.services.runs import endpoint_label, is_local_model
 from workbench.study import StudyError
 
-PROVIDER_VARS = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "OLLAMA_API_BASE", "ANTHROPIC_API_BASE", "ANTHROPIC_BASE_URL",
-                 "HOSTED_VLLM_API_BASE", "OPENAI_API_KEY")
+PROVIDER_VARS = (
+    "OPENAI_BASE_URL",
+    "OPENAI_API_BASE",
+    "OLLAMA_API_BASE",
+    "ANTHROPIC_API_BASE",
+    "ANTHROPIC_BASE_URL",
+    "HOSTED_VLLM_API_BASE",
+    "OPENAI_API_KEY",
+)
 PAIRS = ROOT / "annotations" / "robustness" / "pairs.csv"
 REPORTS = DATA / "reports_small.csv"
 
@@ -158,21 +165,30 @@ def test_no_route_sends_a_byte_to_a_forbidden_address(local_bundle, forbidden, m
         refused.append(result.output)
 
     # 1. provider environment variables litellm reads (the study allows only this machine's 127.0.0.1)
-    for model, var in [("ollama/llama3", "OLLAMA_API_BASE"), ("ollama_chat/llama3", "OLLAMA_API_BASE"),
-                       ("openai/gpt-4o-mini", "OPENAI_BASE_URL"), ("openai/gpt-4o-mini", "OPENAI_API_BASE"),
-                       ("anthropic/claude-3-5-haiku", "ANTHROPIC_BASE_URL"), ("hosted_vllm/qwen", "HOSTED_VLLM_API_BASE")]:
+    for model, var in [
+        ("ollama/llama3", "OLLAMA_API_BASE"),
+        ("ollama_chat/llama3", "OLLAMA_API_BASE"),
+        ("openai/gpt-4o-mini", "OPENAI_BASE_URL"),
+        ("openai/gpt-4o-mini", "OPENAI_API_BASE"),
+        ("anthropic/claude-3-5-haiku", "ANTHROPIC_BASE_URL"),
+        ("hosted_vllm/qwen", "HOSTED_VLLM_API_BASE"),
+    ]:
         with monkeypatch.context() as env:
             env.setenv(var, forbidden.url)
             env.setenv("OPENAI_API_KEY", "sk-secret-not-for-127.0.0.2")
-            expect_refusal(cli("run", "--cohort", "dev", "--labels", "edema", "--model", model, *study),
-                           re.escape(f"may not be sent to {forbidden.url} (${var})"))
+            expect_refusal(
+                cli("run", "--cohort", "dev", "--labels", "edema", "--model", model, *study),
+                re.escape(f"may not be sent to {forbidden.url} (${var})"),
+            )
     # ... also after an admin allowed the provider's real API
     wb.allow_endpoint("https://api.openai.com")
     for var in ("OPENAI_BASE_URL", "OPENAI_API_BASE"):
         with monkeypatch.context() as env:
             env.setenv(var, forbidden.url + "/v1")
-            expect_refusal(cli("run", "--cohort", "dev", "--labels", "edema", "--model", "openai/gpt-4o-mini", *study),
-                           re.escape(f"{forbidden.url}/v1 (${var})"))
+            expect_refusal(
+                cli("run", "--cohort", "dev", "--labels", "edema", "--model", "openai/gpt-4o-mini", *study),
+                re.escape(f"{forbidden.url}/v1 (${var})"),
+            )
 
     # ... and a configured server wins over them, as litellm is told on every call
     with monkeypatch.context() as env:
@@ -192,7 +208,9 @@ def test_no_route_sends_a_byte_to_a_forbidden_address(local_bundle, forbidden, m
         redirector = Redirector(forbidden.url, status)
         try:
             for model in ("openai/fake", "ollama_chat/fake"):
-                summary = wb.start_run("dev", labels=["edema"], model=model, api_base=redirector.url, max_retries=2, timeout_s=20)
+                summary = wb.start_run(
+                    "dev", labels=["edema"], model=model, api_base=redirector.url, max_retries=2, timeout_s=20
+                )
                 assert summary.failure_kinds == {"redirect": N_REPORTS}, summary.failure_kinds
                 detail = wb.predictions(summary.run_id)["detail"].iloc[0]
                 assert f"HTTP {status} redirect to {forbidden.url} not followed" in detail, detail
@@ -201,8 +219,14 @@ def test_no_route_sends_a_byte_to_a_forbidden_address(local_bundle, forbidden, m
             # a Router pool of two allowed servers, one of which redirects: the Router picks a member at
             # random, so labels not asked before (no cached answer) are run until a call went to the redirector
             for _ in range(4):
-                pooled = wb.start_run("dev", labels=[unasked.pop()], model="openai/fake",
-                                      endpoints=[redirector.url, server.url], max_retries=0, timeout_s=20)
+                pooled = wb.start_run(
+                    "dev",
+                    labels=[unasked.pop()],
+                    model="openai/fake",
+                    endpoints=[redirector.url, server.url],
+                    max_retries=0,
+                    timeout_s=20,
+                )
                 assert pooled.calls_reused == 0 and set(pooled.failure_kinds) <= {"redirect"}, pooled
                 if redirector.count > 2 * N_REPORTS:
                     break
@@ -214,9 +238,11 @@ def test_no_route_sends_a_byte_to_a_forbidden_address(local_bundle, forbidden, m
     # 4. litellm's own global api_base (ollama prefers it to the api_base passed with the call)
     monkeypatch.setattr(litellm, "api_base", forbidden.url)
     results = []
-    complete_all_sync([CallRequest("k", [{"role": "user", "content": "Report: secret text"}])],
-                      ModelConfig("ollama_chat/fake", api_base=server.url, max_retries=2, timeout_s=10),
-                      lambda _req, res: results.append(res))
+    complete_all_sync(
+        [CallRequest("k", [{"role": "user", "content": "Report: secret text"}])],
+        ModelConfig("ollama_chat/fake", api_base=server.url, max_retries=2, timeout_s=10),
+        lambda _req, res: results.append(res),
+    )
     assert results[0].error_kind == "refused" and "refused by the workbench" in results[0].error
     refused.append(results[0].error)
     monkeypatch.setattr(litellm, "api_base", None)
@@ -228,8 +254,10 @@ def test_no_route_sends_a_byte_to_a_forbidden_address(local_bundle, forbidden, m
     with monkeypatch.context() as env:
         env.setenv("OLLAMA_API_BASE", forbidden.url)
         for flag in ("--resume", "--retry-failed"):
-            expect_refusal(cli("run", flag, str(offline_server_run.run_id), *study),
-                           re.escape(f"it would now go to {forbidden.url} ($OLLAMA_API_BASE)"))
+            expect_refusal(
+                cli("run", flag, str(offline_server_run.run_id), *study),
+                re.escape(f"it would now go to {forbidden.url} ($OLLAMA_API_BASE)"),
+            )
     wb.disallow_endpoint(forbidden.url)
 
     # 6. bundles scored outside a study, and robustness: only the bundle's own local endpoint
@@ -237,15 +265,22 @@ def test_no_route_sends_a_byte_to_a_forbidden_address(local_bundle, forbidden, m
         env.setenv("OPENAI_API_KEY", "sk-secret")
         env.setenv("OPENAI_BASE_URL", forbidden.url + "/v1")
         score_args = ["score", "--bundle", str(bundle), "--reference", str(REPORTS), "--generated", f"g={REPORTS}"]
-        expect_refusal(cli(*score_args, "--model", "openai/gpt-4o-mini"),
-                       re.escape(f"may not be sent to {forbidden.url}/v1 ($OPENAI_BASE_URL)"), "--allow-endpoint")
-        expect_refusal(cli(*score_args, "--model", "openai/fake", "--api-base", forbidden.url + "/v1"),
-                       re.escape(f"may not be sent to {forbidden.url}/v1"))
+        expect_refusal(
+            cli(*score_args, "--model", "openai/gpt-4o-mini"),
+            re.escape(f"may not be sent to {forbidden.url}/v1 ($OPENAI_BASE_URL)"),
+            "--allow-endpoint",
+        )
+        expect_refusal(
+            cli(*score_args, "--model", "openai/fake", "--api-base", forbidden.url + "/v1"),
+            re.escape(f"may not be sent to {forbidden.url}/v1"),
+        )
         with pytest.raises(scoring.EndpointNotAllowed, match=re.escape(forbidden.url)) as err:
             scoring.score(bundle, REPORTS, {"g": REPORTS}, model="ollama/llama3", api_base=forbidden.url)
         refused.append(str(err.value))
-        expect_refusal(cli("robustness", "--bundle", str(bundle), "--pairs", str(PAIRS), "--model", "openai/gpt-4o-mini"),
-                       re.escape(f"{forbidden.url}/v1 ($OPENAI_BASE_URL)"))
+        expect_refusal(
+            cli("robustness", "--bundle", str(bundle), "--pairs", str(PAIRS), "--model", "openai/gpt-4o-mini"),
+            re.escape(f"{forbidden.url}/v1 ($OPENAI_BASE_URL)"),
+        )
         with pytest.raises(scoring.EndpointNotAllowed, match=re.escape(forbidden.url)) as err:
             scoring.robustness(bundle, PAIRS, model="openai/fake", api_base=forbidden.url)
         refused.append(str(err.value))
@@ -264,8 +299,20 @@ def test_no_route_sends_a_byte_to_a_forbidden_address(local_bundle, forbidden, m
     with monkeypatch.context() as env:
         env.setenv("OPENAI_API_KEY", "sk-secret")
         env.setenv("OPENAI_BASE_URL", forbidden.url + "/v1")
-        expect_refusal(cli("suggest", "edema", "--run", str(first_run), "--proposer", "llm", "--model", "openai/gpt-4o-mini",
-                           *study), re.escape(f"may not be sent to {forbidden.url}/v1 ($OPENAI_BASE_URL)"))
+        expect_refusal(
+            cli(
+                "suggest",
+                "edema",
+                "--run",
+                str(first_run),
+                "--proposer",
+                "llm",
+                "--model",
+                "openai/gpt-4o-mini",
+                *study,
+            ),
+            re.escape(f"may not be sent to {forbidden.url}/v1 ($OPENAI_BASE_URL)"),
+        )
     with pytest.raises(StudyError, match=re.escape(forbidden.url)) as err:
         wb.suggest("edema", run_id=first_run, proposer="llm", model="openai/fake", api_base=forbidden.url + "/v1")
     refused.append(str(err.value))
@@ -319,8 +366,19 @@ def test_bundle_records_its_endpoint_and_scoring_goes_there_and_says_so(local_bu
     content = json.loads(bundle.read_text())["bundle"]
     assert content["endpoint"]["resolved"] == [server.url] and content["endpoint"]["api_base"] == server.url
     before = server.count
-    result = cli("score", "--bundle", str(bundle), "--reference", str(REPORTS), "--generated", f"g={REPORTS}",
-                 "--resamples", "50", "--out", str(tmp_path / "out"))
+    result = cli(
+        "score",
+        "--bundle",
+        str(bundle),
+        "--reference",
+        str(REPORTS),
+        "--generated",
+        f"g={REPORTS}",
+        "--resamples",
+        "50",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert result.exit_code == 0, result.output
     assert f"report text went to {server.url}" in result.output
     assert server.count > before
@@ -334,15 +392,35 @@ def test_allow_endpoint_flag_allows_another_server_for_one_command(local_bundle)
     wb, _server, bundle = local_bundle
     with running_server() as other:
         other.answer_fn = Oracle(wb.vocab.names())
-        args = ["score", "--bundle", str(bundle), "--reference", str(REPORTS), "--generated", f"g={REPORTS}",
-                "--resamples", "20", "--model", "openai/fake", "--api-base", other.url]
+        args = [
+            "score",
+            "--bundle",
+            str(bundle),
+            "--reference",
+            str(REPORTS),
+            "--generated",
+            f"g={REPORTS}",
+            "--resamples",
+            "20",
+            "--model",
+            "openai/fake",
+            "--api-base",
+            other.url,
+        ]
         refused = cli(*args)
         assert refused.exit_code == 2 and f"may not be sent to {other.url}" in refused.output and other.count == 0
         allowed = cli(*args, "--allow-endpoint", other.url)
         assert allowed.exit_code == 0, allowed.output
         assert f"report text went to {other.url}" in allowed.output and other.count > 0
-        via_api = scoring.score(bundle, REPORTS, {"g": REPORTS}, model="openai/fake", api_base=other.url,
-                                allow_endpoints=[other.url], n_resamples=20)
+        via_api = scoring.score(
+            bundle,
+            REPORTS,
+            {"g": REPORTS},
+            model="openai/fake",
+            api_base=other.url,
+            allow_endpoints=[other.url],
+            n_resamples=20,
+        )
         assert via_api.endpoint == other.url
 
 
@@ -366,7 +444,7 @@ def test_the_guard_covers_litellms_own_http_handler_and_the_openai_sdk(own_handl
     request to another address is refused unsent and a redirect is not followed."""
     import asyncio
 
-    from workbench import llm
+    from workbench.labeller import llm
 
     monkeypatch.setenv("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", own_handler)  # litellm reads it at every call
     litellm = llm._litellm()
@@ -377,16 +455,27 @@ def test_the_guard_covers_litellms_own_http_handler_and_the_openai_sdk(own_handl
         async def stray_call():  # a call made while the engine's pin is active, to somewhere else
             token = llm.pin_endpoints(cfg)
             try:
-                await litellm.acompletion(model="openai/fake", messages=message, api_base=forbidden.url + "/v1",
-                                          api_key="sk-x", num_retries=0, max_retries=0, timeout=10)
+                await litellm.acompletion(
+                    model="openai/fake",
+                    messages=message,
+                    api_base=forbidden.url + "/v1",
+                    api_key="sk-x",
+                    num_retries=0,
+                    max_retries=0,
+                    timeout=10,
+                )
             finally:
                 llm._PINNED.reset(token)
 
         with pytest.raises(Exception) as err:
             asyncio.run(stray_call())
         assert llm.classify(err.value) == "refused"
-        handler_frames = [frame for link in llm._chain(err.value) for frame in traceback.extract_tb(link.__traceback__)
-                          if "llm_http_handler" in frame.filename]
+        handler_frames = [
+            frame
+            for link in llm._chain(err.value)
+            for frame in traceback.extract_tb(link.__traceback__)
+            if "llm_http_handler" in frame.filename
+        ]
         assert bool(handler_frames) is (own_handler == "true")  # the path this case is about was the one taken
         results = []
         complete_all_sync([CallRequest("k", message)], cfg, lambda _req, res: results.append(res))
@@ -394,8 +483,11 @@ def test_the_guard_covers_litellms_own_http_handler_and_the_openai_sdk(own_handl
     redirector = Redirector(forbidden.url, 307)
     try:
         results = []
-        complete_all_sync([CallRequest("k", message)], ModelConfig("openai/fake", api_base=redirector.url, max_retries=2,
-                                                                   timeout_s=10), lambda _req, res: results.append(res))
+        complete_all_sync(
+            [CallRequest("k", message)],
+            ModelConfig("openai/fake", api_base=redirector.url, max_retries=2, timeout_s=10),
+            lambda _req, res: results.append(res),
+        )
         assert results[0].error_kind == "redirect" and redirector.count == 1
     finally:
         redirector.close()

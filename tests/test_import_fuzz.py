@@ -12,22 +12,52 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from workbench import importers
 from workbench.importers import ImportProblems
 from workbench.study import StudyError
 
-FUZZ = settings(max_examples=600, deadline=None, database=None, derandomize=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-FUZZ_DB = settings(max_examples=250, deadline=None, database=None, derandomize=True,
-                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=600,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+FUZZ_DB = settings(
+    max_examples=250,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
-HEADERS = ["id", "report_id", "uid", "text", "report", "findings", "impression", "language", "label", "reader",
-           "value", "notes", "", " id ", "ID"]
+HEADERS = [
+    "id",
+    "report_id",
+    "uid",
+    "text",
+    "report",
+    "findings",
+    "impression",
+    "language",
+    "label",
+    "reader",
+    "value",
+    "notes",
+    "",
+    " id ",
+    "ID",
+]
 # text with the characters that break files: separators, quotes, newlines, BOM, NUL, surrogate-free unicode
-CELL = st.text(alphabet=st.one_of(st.sampled_from(list(',;\t"\'\n\r \\|\ufeff\x00é漢-1')),
-                                  st.characters(blacklist_categories=("Cs",))), max_size=24)
+CELL = st.text(
+    alphabet=st.one_of(
+        st.sampled_from(list(",;\t\"'\n\r \\|\ufeff\x00é漢-1")), st.characters(blacklist_categories=("Cs",))
+    ),
+    max_size=24,
+)
 VALUES = st.sampled_from(["0", "1", "-1", "1.0", "0.0", "", " 1 ", "2", "yes", "nan", "-1.0"])
 
 
@@ -50,9 +80,11 @@ def csv_bytes(draw):
     return buffer.getvalue().encode(encoding, errors="replace")
 
 
-JSON_VALUE = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), CELL),
-                          lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(CELL, inner, max_size=3)),
-                          max_leaves=6)
+JSON_VALUE = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), CELL),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(CELL, inner, max_size=3)),
+    max_leaves=6,
+)
 
 
 @st.composite
@@ -72,7 +104,7 @@ def jsonl_bytes(draw):
 
 
 COLUMN = st.one_of(
-    st.lists(st.integers(-10**12, 10**12), min_size=1, max_size=8),
+    st.lists(st.integers(-(10**12), 10**12), min_size=1, max_size=8),
     st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=8),
     st.lists(st.one_of(st.none(), CELL), min_size=1, max_size=8),
     st.lists(st.booleans(), min_size=1, max_size=8),
@@ -145,11 +177,13 @@ def test_reading_any_parquet_never_crashes_and_refuses_guessed_types(tmp_path_fa
 @pytest.fixture(scope="module")
 def fuzz_study(tmp_path_factory):
     """One study that every generated import goes into (SQLite, real Git)."""
-    from workbench.services import init_study
-
     from conftest import DATA
 
-    wb = init_study(tmp_path_factory.mktemp("fuzz") / "study", vocab="ranscore-21", rule={"rule": "at_least", "k": 4, "n": 6})
+    from workbench.services import init_study
+
+    wb = init_study(
+        tmp_path_factory.mktemp("fuzz") / "study", vocab="ranscore-21", rule={"rule": "at_least", "k": 4, "n": 6}
+    )
     wb.import_reports(DATA / "reports_small.csv", "dev")
     return wb
 
@@ -176,8 +210,11 @@ def report_rows(draw):
 @st.composite
 def reading_rows(draw):
     """A long readings file: known and unknown reports, labels, readers and values."""
-    rows = draw(st.lists(st.tuples(ID, LABEL, st.sampled_from(["reader-a", "reader-z", "", "r b"]), VALUES),
-                         min_size=1, max_size=30))
+    rows = draw(
+        st.lists(
+            st.tuples(ID, LABEL, st.sampled_from(["reader-a", "reader-z", "", "r b"]), VALUES), min_size=1, max_size=30
+        )
+    )
     return [["report_id", "label", "reader", "value"], *[list(r) for r in rows]]
 
 
@@ -223,13 +260,18 @@ def wide_rows(draw):
     """A wide readings file: report and reader columns, label columns (known, derived, unknown), any cells."""
     labels = draw(st.lists(LABEL, min_size=0, max_size=4))
     header = ["report_id", "reader", *labels]
-    rows = draw(st.lists(st.lists(st.one_of(VALUES, ID, CELL), min_size=len(header), max_size=len(header)), max_size=10))
+    rows = draw(
+        st.lists(st.lists(st.one_of(VALUES, ID, CELL), min_size=len(header), max_size=len(header)), max_size=10)
+    )
     return [header, *rows]
 
 
 @settings(FUZZ, max_examples=400)
-@given(rows=wide_rows(), uncertain=st.sampled_from([None, "positive", "negative", "reject"]),
-       blank=st.sampled_from(["skip", "negative", "reject"]))
+@given(
+    rows=wide_rows(),
+    uncertain=st.sampled_from([None, "positive", "negative", "reject"]),
+    blank=st.sampled_from(["skip", "negative", "reject"]),
+)
 def test_reading_any_wide_readings_file_never_crashes(fuzz_study, tmp_path_factory, rows, uncertain, blank):
     path = _write_rows(tmp_path_factory.mktemp("wide", numbered=True) / "wide.csv", rows)
     known = {f"s{i}" for i in range(1, 9)}

@@ -19,10 +19,27 @@ def interrupt_after_some_answers(wb, server, signum) -> tuple[subprocess.Complet
     """Start a run in a child, send it signum once 10 answers are stored; its output and the run id."""
     db = wb.root / "workbench.db"
     child = subprocess.Popen(
-        cli("run", "--cohort", "dev", "--study", str(wb.root), "--model", "openai/fake", "--api-base", server.url,
-            "--concurrency", "2"),
-        cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-        text=True, start_new_session=True)
+        cli(
+            "run",
+            "--cohort",
+            "dev",
+            "--study",
+            str(wb.root),
+            "--model",
+            "openai/fake",
+            "--api-base",
+            server.url,
+            "--concurrency",
+            "2",
+        ),
+        cwd=ROOT,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
         run_id, done = wait_for_answers(child, db, 10)
         assert child.poll() is None and done >= 10, "the run ended, or stored nothing, before it could be stopped"
@@ -46,25 +63,61 @@ def test_ctrl_c_marks_the_run_interrupted_says_how_to_resume_and_it_is_no_result
         server.settle()
 
         env = dict(child_env())
-        history = subprocess.run(cli("history", "--cohort", "dev", "--study", str(wb.root)), cwd=ROOT, env=env,
-                                 capture_output=True, text=True, timeout=240)
+        history = subprocess.run(
+            cli("history", "--cohort", "dev", "--study", str(wb.root)),
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert history.returncode == 0 and "interrupted runs (not results" in history.stdout
         assert f"run {run_id} (prompt" in history.stdout and "no finished run" in history.stdout
-        metrics = subprocess.run(cli("metrics", str(run_id), "--study", str(wb.root)), cwd=ROOT, env=env,
-                                 capture_output=True, text=True, timeout=240)
+        metrics = subprocess.run(
+            cli("metrics", str(run_id), "--study", str(wb.root)),
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert metrics.returncode == 2 and f"workbench run --resume {run_id}" in metrics.stderr
 
         # a plain run of the same settings, with nobody to ask: refused, naming the run and --new
-        again = subprocess.run(cli("run", "--cohort", "dev", "--study", str(wb.root), "--model", "openai/fake",
-                                   "--api-base", server.url, "--concurrency", "2"),
-                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+        again = subprocess.run(
+            cli(
+                "run",
+                "--cohort",
+                "dev",
+                "--study",
+                str(wb.root),
+                "--model",
+                "openai/fake",
+                "--api-base",
+                server.url,
+                "--concurrency",
+                "2",
+            ),
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            stdin=subprocess.DEVNULL,
+        )
         assert again.returncode == 2, again.stderr
         assert f"run {run_id} of this prompt version" in again.stderr and "--new" in again.stderr
         assert stored(wb.root / "workbench.db")[0] == run_id  # no second run was started
 
         server.latency = 0.0
-        resumed = subprocess.run(cli("run", "--resume", str(run_id), "--study", str(wb.root)), cwd=ROOT, env=env,
-                                 capture_output=True, text=True, timeout=240)
+        resumed = subprocess.run(
+            cli("run", "--resume", str(run_id), "--study", str(wb.root)),
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert resumed.returncode == 0, resumed.stderr
     run = wb.run_info(run_id)
     assert run.status == "finished" and len(wb.predictions(run_id)) == N_CALLS
@@ -79,9 +132,25 @@ def test_sigterm_interrupts_too_and_new_starts_a_fresh_run_beside_it(small_study
         assert f"resume with `workbench run --resume {run_id}`" in result.stderr
         server.settle()
         server.latency = 0.0
-        fresh = subprocess.run(cli("run", "--cohort", "dev", "--study", str(wb.root), "--model", "openai/fake",
-                                   "--api-base", server.url, "--new"),
-                               cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=240)
+        fresh = subprocess.run(
+            cli(
+                "run",
+                "--cohort",
+                "dev",
+                "--study",
+                str(wb.root),
+                "--model",
+                "openai/fake",
+                "--api-base",
+                server.url,
+                "--new",
+            ),
+            cwd=ROOT,
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert fresh.returncode == 0, fresh.stderr
     assert wb.run_info(run_id).status == "interrupted"
     assert wb.run_info(run_id + 1).status == "finished"

@@ -5,10 +5,10 @@ import threading
 import time
 
 import pytest
-
 from fake_llm_server import FakeLLMServer, running_server
+
 from workbench.core.parsing import parse_reply
-from workbench.llm import (
+from workbench.labeller.llm import (
     CallRequest,
     CallResult,
     LLMError,
@@ -40,8 +40,15 @@ def server():
 
 
 def cfg_for(srv: FakeLLMServer, **overrides) -> ModelConfig:
-    options = dict(model="openai/fake-model", api_base=srv.url, backoff_base_s=0.01, backoff_max_s=2.0,
-                   timeout_s=30.0, max_retries=3, concurrency=4)
+    options = dict(
+        model="openai/fake-model",
+        api_base=srv.url,
+        backoff_base_s=0.01,
+        backoff_max_s=2.0,
+        timeout_s=30.0,
+        max_retries=3,
+        concurrency=4,
+    )
     options.update(overrides)
     return ModelConfig(**options)
 
@@ -194,8 +201,9 @@ def test_permanent_500_gives_up_after_max_retries_plus_one(server):
 
 
 def test_no_retry_on_auth_or_bad_request(server):
-    results = run([request("a", "x", "[[behaviour:401]]"), request("b", "y", "[[behaviour:400]]")],
-                  cfg_for(server, max_retries=4))
+    results = run(
+        [request("a", "x", "[[behaviour:401]]"), request("b", "y", "[[behaviour:400]]")], cfg_for(server, max_retries=4)
+    )
     assert results["a"].error_kind == "auth" and results["a"].attempts == 1
     assert results["b"].error_kind == "bad_request" and results["b"].attempts == 1
     assert "401" in results["a"].error and "400" in results["b"].error
@@ -263,8 +271,9 @@ def test_router_pool_survives_a_dead_endpoint():
     with running_server() as dead:
         dead_url = dead.url
     with running_server() as alive:
-        cfg = ModelConfig("openai/fake", endpoints=(alive.url, dead_url), backoff_base_s=0.01,
-                          max_retries=6, concurrency=4)
+        cfg = ModelConfig(
+            "openai/fake", endpoints=(alive.url, dead_url), backoff_base_s=0.01, max_retries=6, concurrency=4
+        )
         results = run([request(str(i), "x") for i in range(20)], cfg)
         assert all(r.error is None for r in results.values())
         assert alive.count == 20
@@ -381,10 +390,21 @@ def test_check_model(server):
 
 
 def test_params_and_endpoint_label(monkeypatch):
-    cfg = ModelConfig("openai/qwen3-14b", api_base="http://127.0.0.1:8000/v1", api_key_env="KEY",
-                      endpoints=("http://a:8000/v1", "http://b:8000/v1"), seed=7, json_mode=True)
-    assert cfg.params() == {"model": "openai/qwen3-14b", "temperature": 0.0, "seed": 7,
-                            "max_tokens": 256, "json_mode": True}
+    cfg = ModelConfig(
+        "openai/qwen3-14b",
+        api_base="http://127.0.0.1:8000/v1",
+        api_key_env="KEY",
+        endpoints=("http://a:8000/v1", "http://b:8000/v1"),
+        seed=7,
+        json_mode=True,
+    )
+    assert cfg.params() == {
+        "model": "openai/qwen3-14b",
+        "temperature": 0.0,
+        "seed": 7,
+        "max_tokens": 256,
+        "json_mode": True,
+    }
     other_pool = ModelConfig("openai/qwen3-14b", endpoints=("http://c:8000/v1",), seed=7, json_mode=True)
     assert cfg.params() == other_pool.params()  # where it runs does not change the cache key
     assert cfg.endpoint_label() == "pool of 2: http://a:8000/v1, http://b:8000/v1"
@@ -435,14 +455,17 @@ def test_fake_server_stats_and_report_extraction(server):
 
 def test_fake_server_answers_per_label_and_joint_from_a_keyword_map():
     from fake_llm_server import keyword_answer
+
     from workbench.core.parsing import parse_joint_reply
 
     keywords = {"pneumothorax": ["pneumothorax"], "cardiomegaly": ["cardiomegaly", "enlarged heart"]}
     report = "Enlarged heart. Lungs clear."
     one = [{"role": "user", "content": f"Label: cardiomegaly\nReport: {report}"}]
     assert parse_reply(keyword_answer(one, keywords), report).value == 1
-    joint = [{"role": "system", "content": "Labels: pneumothorax, cardiomegaly"},
-             {"role": "user", "content": f"Report: {report}"}]
+    joint = [
+        {"role": "system", "content": "Labels: pneumothorax, cardiomegaly"},
+        {"role": "user", "content": f"Report: {report}"},
+    ]
     decisions = parse_joint_reply(keyword_answer(joint, keywords), list(keywords), report)
     assert {k: d.value for k, d in decisions.items()} == {"pneumothorax": 0, "cardiomegaly": 1}
     assert all(d.status == "ok" for d in decisions.values())
@@ -472,26 +495,29 @@ def test_a_real_server_500_stays_a_server_error_with_either_http_path(own_handle
     assert results["a"].error_kind == "server" and results["a"].attempts == 2
 
 
-@pytest.mark.parametrize("base,url,ok", [
-    ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1/chat/completions", True),
-    ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1", True),
-    ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v10/chat/completions", False),
-    ("http://127.0.0.1:8000/v1", "http://127.0.0.2:8000/v1/chat/completions", False),
-    ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8001/v1/chat/completions", False),
-    ("http://127.0.0.1:8000/v1", "https://127.0.0.1:8000/v1/chat/completions", False),
-    ("http://127.0.0.1:8000/v1", "http://evil@127.0.0.1:8000/v1/chat/completions", False),
-    ("https://api.anthropic.com", "https://api.anthropic.com/v1/messages", True),
-    ("https://api.openai.com/v1", "https://api.openai.com:443/v1/chat/completions", True),
-    ("http://localhost:11434", "http://LOCALHOST:11434/api/chat", True),
-])
+@pytest.mark.parametrize(
+    "base,url,ok",
+    [
+        ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1/chat/completions", True),
+        ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1", True),
+        ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v10/chat/completions", False),
+        ("http://127.0.0.1:8000/v1", "http://127.0.0.2:8000/v1/chat/completions", False),
+        ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8001/v1/chat/completions", False),
+        ("http://127.0.0.1:8000/v1", "https://127.0.0.1:8000/v1/chat/completions", False),
+        ("http://127.0.0.1:8000/v1", "http://evil@127.0.0.1:8000/v1/chat/completions", False),
+        ("https://api.anthropic.com", "https://api.anthropic.com/v1/messages", True),
+        ("https://api.openai.com/v1", "https://api.openai.com:443/v1/chat/completions", True),
+        ("http://localhost:11434", "http://LOCALHOST:11434/api/chat", True),
+    ],
+)
 def test_url_under_compares_scheme_host_port_and_path_segments(base, url, ok):
-    from workbench.llm import url_under
+    from workbench.labeller.llm import url_under
 
     assert url_under(base, url) is ok
 
 
 def test_provider_environment_variables_resolve_like_litellm():
-    from workbench.llm import resolve_endpoints
+    from workbench.labeller.llm import resolve_endpoints
 
     env = {"OPENAI_API_BASE": "http://b", "OPENAI_BASE_URL": "http://a"}
     assert [(e.url, e.source) for e in resolve_endpoints("openai/x", env=env)] == [("http://a", "$OPENAI_BASE_URL")]
@@ -501,17 +527,20 @@ def test_provider_environment_variables_resolve_like_litellm():
     assert resolve_endpoints("workbench/rules") == ()
 
 
-@pytest.mark.parametrize("allowed,url,ok", [
-    ("http://127.0.0.1", "http://127.0.0.1:8000/v1", True),  # no port in the entry: every port of the host
-    ("http://127.0.0.1", "http://127.0.0.2:8000/v1", False),
-    ("http://127.0.0.1", "http://127.0.0.1.example.com/v1", False),
-    ("http://127.0.0.1", "http://127.0.0.1:80@evil.com/v1", False),
-    ("https://api.openai.com/v1", "https://api.openai.com/v1", True),
-    ("https://api.openai.com/v1", "https://api.openai.com/v10", False),
-    ("https://api.openai.com", "http://api.openai.com/v1", False),
-    ("workbench/rules", "workbench/rules", True),
-])
+@pytest.mark.parametrize(
+    "allowed,url,ok",
+    [
+        ("http://127.0.0.1", "http://127.0.0.1:8000/v1", True),  # no port in the entry: every port of the host
+        ("http://127.0.0.1", "http://127.0.0.2:8000/v1", False),
+        ("http://127.0.0.1", "http://127.0.0.1.example.com/v1", False),
+        ("http://127.0.0.1", "http://127.0.0.1:80@evil.com/v1", False),
+        ("https://api.openai.com/v1", "https://api.openai.com/v1", True),
+        ("https://api.openai.com/v1", "https://api.openai.com/v10", False),
+        ("https://api.openai.com", "http://api.openai.com/v1", False),
+        ("workbench/rules", "workbench/rules", True),
+    ],
+)
 def test_url_allowed_entries(allowed, url, ok):
-    from workbench.llm import url_allowed
+    from workbench.labeller.llm import url_allowed
 
     assert url_allowed(allowed, url) is ok

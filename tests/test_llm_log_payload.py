@@ -12,10 +12,10 @@ from __future__ import annotations
 import gc
 
 import pytest
-
 from fake_llm_server import running_server
+
 from workbench import runtime
-from workbench.llm import CallRequest, ModelConfig, _litellm, complete_all_sync
+from workbench.labeller.llm import CallRequest, ModelConfig, _litellm, complete_all_sync
 
 SECRET = "PATIENT-7731 Mrs Example, MRN 0042"
 
@@ -30,7 +30,7 @@ def litellm():
 def callback_lists_restored(litellm):
     """Every litellm callback list as it was before the test: litellm copies a callback it has used into
     its other lists, so removing it from the one it was added to is not enough."""
-    from workbench.llm import _PAYLOAD_RECEIVERS
+    from workbench.labeller.llm import _PAYLOAD_RECEIVERS
 
     kept = {name: list(getattr(litellm, name)) for name in _PAYLOAD_RECEIVERS}
     yield
@@ -46,10 +46,16 @@ def server():
 
 def requests_with_secret(n: int) -> list[CallRequest]:
     """n calls whose report text carries an identifiable marker."""
-    return [CallRequest(key=f"r{i}", messages=[
-        {"role": "system", "content": "You label chest X-ray reports. Answer in JSON."},
-        {"role": "user", "content": f"Label: pleural effusion\nReport: {SECRET}. Small left effusion ({i})."}])
-        for i in range(n)]
+    return [
+        CallRequest(
+            key=f"r{i}",
+            messages=[
+                {"role": "system", "content": "You label chest X-ray reports. Answer in JSON."},
+                {"role": "user", "content": f"Label: pleural effusion\nReport: {SECRET}. Small left effusion ({i})."},
+            ],
+        )
+        for i in range(n)
+    ]
 
 
 def cfg_for(srv, **overrides) -> ModelConfig:
@@ -112,8 +118,9 @@ def test_a_callback_registered_mid_run_stops_the_calls_after_it(litellm, server)
 
 def test_without_a_receiver_the_payload_is_not_redacted(litellm, server):
     """Nothing receives the payload, so litellm's redaction of it (a tenth of the client's CPU) is skipped."""
-    assert not any(getattr(litellm, name) for name in ("callbacks", "success_callback", "_async_success_callback")), \
+    assert not any(getattr(litellm, name) for name in ("callbacks", "success_callback", "_async_success_callback")), (
         "another test left a litellm callback registered"
+    )
     litellm.turn_off_message_logging = True  # as at import
     results = []
     complete_all_sync(requests_with_secret(2), cfg_for(server), lambda req, res: results.append(res))

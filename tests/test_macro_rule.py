@@ -85,6 +85,8 @@ def test_macro_figure_fills_or_leaves_out_by_policy():
     assert metrics.macro_figure(values, undefined, "one").value == pytest.approx(2.5 / 3)
     fig = metrics.macro_figure(values, undefined, "exclude")
     assert fig.value == pytest.approx(0.75) and fig.left_out == ("b",) and fig.averaged == ("a", "c")
-    assert fig.describe() == "mean over 2 of 3 labels; left out (no positive on either side): b (zero_division: exclude)"
+    assert (
+        fig.describe() == "mean over 2 of 3 labels; left out (no positive on either side): b (zero_division: exclude)"
+    )
     # values computed under another policy are refilled: the policy asked for decides
     assert metrics.macro_figure(values.fillna(0.0), undefined, "exclude").value == pytest.approx(0.75)

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import store_noise
-from fake_llm_server import keyword_answer, running_server
+from fake_llm_server import running_server
 
 from workbench.cli import main
 from workbench.services.model_path import NeedsConfirmation
@@ -28,10 +27,12 @@ def remote(srv, model: str = "openai/fake", **extra) -> dict:
 
 def shaped(name: str):
     """A body_fn answering in a recorded reply shape, with the fake server's correct answer inside."""
+
     def body(request: dict, reply: str) -> dict:
         value = json.loads(reply).get("value", 0) if reply.startswith("{") else 0
         text = json.dumps(SHAPES[name]).replace("$ANSWER", reply.replace("\\", "\\\\").replace('"', '\\"'))
         return json.loads(text.replace("$VALUE", str(value)))
+
     return body
 
 
@@ -59,8 +60,9 @@ def test_a_registered_price_and_an_unknown_one(small_study):
     wb = small_study
     with running_server() as srv:
         wb.config.allowed_endpoints.append("http://10.9.9.9:8000/v1")
-        unknown = wb.estimate_run("dev", labels=["pleural_effusion"], model="openai/some-new-model",
-                                  api_base="http://10.9.9.9:8000/v1")
+        unknown = wb.estimate_run(
+            "dev", labels=["pleural_effusion"], model="openai/some-new-model", api_base="http://10.9.9.9:8000/v1"
+        )
         assert unknown.cost is None and "labeller.price" in unknown.how["cost"]
         wb.config.labeller["price"] = {"input_per_million": 1.0, "output_per_million": 2.0}
         priced = wb.estimate_run("dev", labels=["pleural_effusion"])  # the study's own model keeps its price
@@ -75,7 +77,9 @@ def test_confirm_above_refuses_without_confirmation(small_study):
         with pytest.raises(NeedsConfirmation, match="confirm_above"):
             wb.start_run("dev", labels=["pleural_effusion"], **remote(srv, model="openai/gpt-4o-mini"))
         assert srv.count == 0 and wb.runs().empty  # nothing sent, no run recorded
-        done = wb.start_run("dev", labels=["pleural_effusion"], confirmed=True, **remote(srv, model="openai/gpt-4o-mini"))
+        done = wb.start_run(
+            "dev", labels=["pleural_effusion"], confirmed=True, **remote(srv, model="openai/gpt-4o-mini")
+        )
         assert done.status == "finished" and srv.count == 8
         wb.start_run("dev", labels=["pleural_effusion"])  # the offline labeller costs nothing: never asks
 
@@ -86,8 +90,19 @@ def test_cli_estimate_and_confirm(small_study):
     wb.save_config()
     runner = CliRunner()
     with running_server() as srv:
-        args = ["run", "--study", str(wb.root), "--cohort", "dev", "--labels", "pleural_effusion",
-                "--model", "openai/gpt-4o-mini", "--api-base", srv.url]
+        args = [
+            "run",
+            "--study",
+            str(wb.root),
+            "--cohort",
+            "dev",
+            "--labels",
+            "pleural_effusion",
+            "--model",
+            "openai/gpt-4o-mini",
+            "--api-base",
+            srv.url,
+        ]
         out = runner.invoke(main, [*args, "--estimate"])
         assert out.exit_code == 0, out.output
         assert "8 to make" in out.output and "no model call was made" in out.output and srv.count == 0
@@ -95,7 +110,9 @@ def test_cli_estimate_and_confirm(small_study):
         assert refused.exit_code == 2 and "confirm_above" in refused.output and srv.count == 0
         accepted = runner.invoke(main, [*args, "--yes"])
         assert accepted.exit_code == 0, accepted.output
-        assert srv.count == 8 and re.search(r"tokens: [0-9,]+ prompt \+ [0-9,]+ completion; cost \$0\.", accepted.output)
+        assert srv.count == 8 and re.search(
+            r"tokens: [0-9,]+ prompt \+ [0-9,]+ completion; cost \$0\.", accepted.output
+        )
 
 
 # ---------------------------------------------------------------- 2 and 3. per-call facts, reply shapes
@@ -110,8 +127,10 @@ def run_shape(wb, srv, shape: str, model: str, **extra):
 def test_reasoning_replies_parse_their_answer_and_keep_the_thinking_apart(small_study):
     wb = small_study
     with running_server(keywords=KEYWORDS) as srv:
-        for shape, model, thinking in (("qwen3_think_vllm", "openai/qwen3-14b", "The question asks 0 or 1"),
-                                       ("deepseek_r1_reasoning_content", "openai/deepseek-r1", "Okay, the user wants")):
+        for shape, model, thinking in (
+            ("qwen3_think_vllm", "openai/qwen3-14b", "The question asks 0 or 1"),
+            ("deepseek_r1_reasoning_content", "openai/deepseek-r1", "Okay, the user wants"),
+        ):
             summary = run_shape(wb, srv, shape, model)
             assert (summary.status, summary.failures) == ("finished", 0), summary.failure_kinds
             preds = wb.predictions(summary.run_id)
@@ -139,7 +158,9 @@ def test_openai_json_mode_and_ollama_facts_are_recorded_and_summed_per_label(sma
         ollama = run_shape(wb, srv, "ollama_openai_json", "openai/llama3.1:8b", json_mode=True)
         assert (ollama.failures, set(wb.call_facts(ollama.run_id)["reported_model"])) == (0, {"llama3.1:8b"})
         # a re-run reuses every answer: the case view shows the facts of the run that paid for them
-        again = wb.start_run("dev", labels=["pleural_effusion"], **remote(srv, model="openai/gpt-4o-mini", json_mode=True))
+        again = wb.start_run(
+            "dev", labels=["pleural_effusion"], **remote(srv, model="openai/gpt-4o-mini", json_mode=True)
+        )
         assert again.calls_made == 0
         call = wb.case(again.run_id, "s2", "pleural_effusion")["call"]
         assert call["run_id"] == summary.run_id and call["cached_tokens"] == 1152
@@ -160,8 +181,12 @@ def test_ollama_native_chat_sends_format_json_and_records_its_facts(small_study)
     with running_server(keywords=KEYWORDS) as srv:
         srv.body_fn = shaped("ollama_native_format_json")
         base = srv.url.removesuffix("/v1")  # Ollama's own API sits at the root: /api/chat
-        summary = wb.start_run("dev", labels=["pleural_effusion"], json_mode=True,
-                               **{**remote(srv, model="ollama_chat/llama3.1:8b"), "api_base": base})
+        summary = wb.start_run(
+            "dev",
+            labels=["pleural_effusion"],
+            json_mode=True,
+            **{**remote(srv, model="ollama_chat/llama3.1:8b"), "api_base": base},
+        )
         assert (summary.status, summary.failures) == ("finished", 0), summary.causes()
         assert srv.count == 8 and all(body["format"] == "json" for body in srv.bodies)  # Ollama's JSON mode
         assert all("response_format" not in body for body in srv.bodies)
@@ -192,12 +217,16 @@ def test_truncated_and_refused_replies_are_their_own_failure_kinds_with_a_hint(s
 def test_a_json_schema_is_sent_only_where_litellm_says_the_model_supports_it(small_study):
     wb = small_study
     with running_server(keywords=KEYWORDS) as srv:
-        ok = wb.start_run("dev", labels=["pleural_effusion"], **remote(srv, model="openai/gpt-4o-mini", response_schema=True))
+        ok = wb.start_run(
+            "dev", labels=["pleural_effusion"], **remote(srv, model="openai/gpt-4o-mini", response_schema=True)
+        )
         sent = srv.bodies[-1]["response_format"]
         assert ok.failures == 0 and sent["type"] == "json_schema"
         assert sent["json_schema"]["schema"]["properties"]["value"]["enum"] == [0, 1]
         srv.reset()
-        plain = wb.start_run("dev", labels=["pleural_effusion"], **remote(srv, model="openai/qwen3-14b", response_schema=True))
+        plain = wb.start_run(
+            "dev", labels=["pleural_effusion"], **remote(srv, model="openai/qwen3-14b", response_schema=True)
+        )
         assert plain.failures == 0 and srv.count == 8
         assert all("response_format" not in body for body in srv.bodies)  # the prompt's output format applies
 
@@ -258,7 +287,9 @@ def test_per_call_facts_export_from_the_cli(small_study):
     header, *rows = out.output.strip().splitlines()
     assert {"latency_s", "cached_tokens", "cost", "finish_reason", "reported_model"} <= set(header.split(","))
     assert len(rows) == 8 and all("gpt-4o-mini-2024-07-18" in r for r in rows)
-    per_label = runner.invoke(main, ["calls", str(summary.run_id), "--per-label", "--format", "json", "--study", str(wb.root)])
+    per_label = runner.invoke(
+        main, ["calls", str(summary.run_id), "--per-label", "--format", "json", "--study", str(wb.root)]
+    )
     assert json.loads(per_label.output)[0]["label"] == "pleural_effusion"
 
 
@@ -289,5 +320,8 @@ def test_split_compare_and_suggest_print_the_noise_lines_per_part_from_the_cli(d
         assert moved and all(any(line.startswith(f"noise, {lab} ({part}): ") for line in lines) for lab in moved)
     assert all(re.search(r"changed; at noise rate [0-9.]+ noise alone would explain about", line) for line in lines)
     out = runner.invoke(main, suggest)
-    assert re.search(rf"^noise, {label} \(validation\): \d+ changed; at noise rate [0-9.]+ noise alone would explain",
-                     out.output, re.M), out.output
+    assert re.search(
+        rf"^noise, {label} \(validation\): \d+ changed; at noise rate [0-9.]+ noise alone would explain",
+        out.output,
+        re.M,
+    ), out.output

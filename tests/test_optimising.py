@@ -16,14 +16,28 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-
 from conftest import copy_study
+
 from workbench.core import proposals, splits
 from workbench.services import init_study
 from workbench.study import StudyError
 
-LABELS14 = ["atelectasis", "cardiomegaly", "effusion", "infiltration", "mass", "nodule", "pneumonia", "pneumothorax",
-            "consolidation", "edema", "emphysema", "fibrosis", "pleural_thickening", "hernia"]
+LABELS14 = [
+    "atelectasis",
+    "cardiomegaly",
+    "effusion",
+    "infiltration",
+    "mass",
+    "nodule",
+    "pneumonia",
+    "pneumothorax",
+    "consolidation",
+    "edema",
+    "emphysema",
+    "fibrosis",
+    "pleural_thickening",
+    "hernia",
+]
 KINDS = [  # (count, text, positive labels)
     (12, "The cardiac silhouette is enlarged. Lungs are clear.", {"cardiomegaly"}),
     (12, "The cardiac silhouette is normal. Mediastinal lymph nodes are enlarged.", set()),
@@ -82,10 +96,14 @@ def opt_template(tmp_path_factory):
     base = tmp_path_factory.mktemp("opt-template")
     rows, ref = _plan()
     parts = splits.stratified_split(ref, 0.3, 0)
-    rows = [(rid, f"{text} {SECRET_VALIDATION.capitalize()} sign." if parts[rid] == "validation" else text)
-            for rid, text in rows]
+    rows = [
+        (rid, f"{text} {SECRET_VALIDATION.capitalize()} sign." if parts[rid] == "validation" else text)
+        for rid, text in rows
+    ]
     test_rows = [(f"t{i}", f"The cardiac silhouette is enlarged. {SECRET_TEST.capitalize()} sign.") for i in range(6)]
-    test_ref = pd.DataFrame({lab: [int(lab == "cardiomegaly")] * 6 for lab in LABELS14}, index=[r for r, _ in test_rows])
+    test_ref = pd.DataFrame(
+        {lab: [int(lab == "cardiomegaly")] * 6 for lab in LABELS14}, index=[r for r, _ in test_rows]
+    )
     wb = split_study(base, rows, ref, test_rows, test_ref)
     first_run = wb.start_run("dev").run_id
     wb.engine.dispose()
@@ -107,8 +125,11 @@ def opt_study(opt_template, tmp_path):
 
 def test_split_is_stratified_reproducible_and_disjoint():
     rng = np.random.default_rng(5)
-    ref = pd.DataFrame((rng.random((300, 6)) < [0.02, 0.05, 0.1, 0.2, 0.4, 0.01]).astype(int),
-                       index=[f"r{i}" for i in range(300)], columns=list("abcdef"))
+    ref = pd.DataFrame(
+        (rng.random((300, 6)) < [0.02, 0.05, 0.1, 0.2, 0.4, 0.01]).astype(int),
+        index=[f"r{i}" for i in range(300)],
+        columns=list("abcdef"),
+    )
     first = splits.stratified_split(ref, 0.3, seed=0)
     assert set(first) == set(ref.index) and set(first.values()) == {"tuning", "validation"}
     assert splits.stratified_split(ref.sample(frac=1, random_state=1), 0.3, seed=0) == first  # order does not matter
@@ -206,32 +227,49 @@ def test_no_validation_or_test_report_reaches_queue_or_examples(opt_study):
 # ---------------------------------------------------------------- the structured edit
 
 
-LP = proposals.apply_edit.__globals__["parse_label_prompt"]({
-    "label": "cardiomegaly", "task": "Is the heart enlarged?", "definition": "Enlarged heart.",
-    "look_for": ["cardiomegaly"], "do_not_label_when": [], "hedged": "negative",
-    "temporal": {"resolved": "negative", "stable": "positive", "improving": "positive", "prior": "negative"},
-    "examples": []}, "test")
+LP = proposals.apply_edit.__globals__["parse_label_prompt"](
+    {
+        "label": "cardiomegaly",
+        "task": "Is the heart enlarged?",
+        "definition": "Enlarged heart.",
+        "look_for": ["cardiomegaly"],
+        "do_not_label_when": [],
+        "hedged": "negative",
+        "temporal": {"resolved": "negative", "stable": "positive", "improving": "positive", "prior": "negative"},
+        "examples": [],
+    },
+    "test",
+)
 
 
-@pytest.mark.parametrize("reply, status, detail", [
-    ('{"edit": {"look_for": ["cardiomegaly", "heart is large"]}, "rationale": "missed wording"}', "ok", ""),
-    ('```json\n{"edit": {"hedged": "positive"}, "rationale": "notes say so"}\n```', "ok", ""),
-    ("edit:\n  temporal:\n    stable: negative\nrationale: stable means old\n", "ok", ""),
-    ('{"edit": {"look_for": "heart is large"}}', "malformed", "list of non-empty strings"),
-    ('{"edit": {"colour": "blue"}}', "malformed", "unknown field 'colour'"),
-    ('{"edit": {"hedged": "maybe"}}', "malformed", "'positive' or 'negative'"),
-    ('{"edit": {"temporal": {"later": "positive"}}}', "malformed", "unknown key 'later'"),
-    ('{"edit": {}, "rationale": "fine as is"}', "empty", "no change"),
-    ('{"edit": {"look_for": ["cardiomegaly"]}}', "empty", "same as the current prompt"),
-    ('{"edits": {}}', "malformed", "unknown key 'edits'"),
-    ('{"value": , "evidence": "see report",,', "malformed", "not a JSON or YAML mapping"),
-    ("I'm sorry, but I can't help with interpreting medical reports.", "refusal", "declined"),
-    ("", "empty", "no text"),
-    ('{"edit": {"examples": [{"text": "Big heart.", "value": 1, "why": "x", "source_report_id": "v9"}]}}',
-     "malformed", "not one of the tuning cases"),
-    ('{"edit": {"examples": [{"text": "Big heart.", "value": 2, "why": "x", "source_report_id": "d1"}]}}',
-     "malformed", "must be 0 or 1"),
-])
+@pytest.mark.parametrize(
+    "reply, status, detail",
+    [
+        ('{"edit": {"look_for": ["cardiomegaly", "heart is large"]}, "rationale": "missed wording"}', "ok", ""),
+        ('```json\n{"edit": {"hedged": "positive"}, "rationale": "notes say so"}\n```', "ok", ""),
+        ("edit:\n  temporal:\n    stable: negative\nrationale: stable means old\n", "ok", ""),
+        ('{"edit": {"look_for": "heart is large"}}', "malformed", "list of non-empty strings"),
+        ('{"edit": {"colour": "blue"}}', "malformed", "unknown field 'colour'"),
+        ('{"edit": {"hedged": "maybe"}}', "malformed", "'positive' or 'negative'"),
+        ('{"edit": {"temporal": {"later": "positive"}}}', "malformed", "unknown key 'later'"),
+        ('{"edit": {}, "rationale": "fine as is"}', "empty", "no change"),
+        ('{"edit": {"look_for": ["cardiomegaly"]}}', "empty", "same as the current prompt"),
+        ('{"edits": {}}', "malformed", "unknown key 'edits'"),
+        ('{"value": , "evidence": "see report",,', "malformed", "not a JSON or YAML mapping"),
+        ("I'm sorry, but I can't help with interpreting medical reports.", "refusal", "declined"),
+        ("", "empty", "no text"),
+        (
+            '{"edit": {"examples": [{"text": "Big heart.", "value": 1, "why": "x", "source_report_id": "v9"}]}}',
+            "malformed",
+            "not one of the tuning cases",
+        ),
+        (
+            '{"edit": {"examples": [{"text": "Big heart.", "value": 2, "why": "x", "source_report_id": "d1"}]}}',
+            "malformed",
+            "must be 0 or 1",
+        ),
+    ],
+)
 def test_reply_parsed_strictly(reply, status, detail):
     result = proposals.parse_reply(reply, LP, {"d1"}, "model")
     assert result.status == status, result.detail
@@ -274,11 +312,25 @@ def test_offline_proposer_policy_flip_and_quoted_notes_cite_the_notes(opt_study)
     tuning = [r for r, p in wb.expected_parts.items() if p == "tuning"]
     edema = [r for r in tuning if "may represent" in wb.case(wb.first_run, r, "edema")["text"]]
     cons = [r for r in tuning if "airspace disease" in wb.case(wb.first_run, r, "consolidation")["text"]]
-    hedge_note = wb.add_note(edema[0], "edema", "hedging/uncertainty", "does not change management",
-                             "the reference counts 'may represent' as present", run_id=wb.first_run)
-    quote_note = wb.add_note(cons[0], "consolidation", "synonym or abbreviation", "changes management",
-                             "'airspace disease' is consolidation", run_id=wb.first_run)
-    wrong = wb.add_note(cons[1], "consolidation", "reference label wrong", "unsure", "'lobe' only", reference_wrong=True)
+    hedge_note = wb.add_note(
+        edema[0],
+        "edema",
+        "hedging/uncertainty",
+        "does not change management",
+        "the reference counts 'may represent' as present",
+        run_id=wb.first_run,
+    )
+    quote_note = wb.add_note(
+        cons[0],
+        "consolidation",
+        "synonym or abbreviation",
+        "changes management",
+        "'airspace disease' is consolidation",
+        run_id=wb.first_run,
+    )
+    wrong = wb.add_note(
+        cons[1], "consolidation", "reference label wrong", "unsure", "'lobe' only", reference_wrong=True
+    )
     hedged = _suggested(wb, "edema")
     assert hedged["edit"]["fields"]["hedged"] == "positive" and hedge_note in hedged["edit"]["note_ids"]
     consolidation = _suggested(wb, "consolidation")
@@ -311,8 +363,16 @@ def test_not_offered_proposal_cannot_be_accepted(opt_study):
     from workbench.store import queries as q
 
     with wb.session() as s:
-        pid = q.add_proposal(s, label="cardiomegaly", author="local", source="offline", status="not offered",
-                             base_commit=wb.prompt_commit(), run_id=wb.first_run, edit_json='{"fields": {}}').id
+        pid = q.add_proposal(
+            s,
+            label="cardiomegaly",
+            author="local",
+            source="offline",
+            status="not offered",
+            base_commit=wb.prompt_commit(),
+            run_id=wb.first_run,
+            edit_json='{"fields": {}}',
+        ).id
     with pytest.raises(StudyError, match="not offered"):
         wb.accept_proposal(pid)
 
@@ -347,7 +407,11 @@ def test_optimise_rounds_report_and_drafts(opt_study):
     first = report["rounds"][0]
     assert {c["label"] for c in first["changes"]} == {"cardiomegaly", "mass", "edema"}
     assert report["end"]["validation"]["macro_f1"] > report["start"]["validation"]["macro_f1"]
-    assert report["end"]["validation"]["lo"] <= report["end"]["validation"]["macro_f1"] <= report["end"]["validation"]["hi"]
+    assert (
+        report["end"]["validation"]["lo"]
+        <= report["end"]["validation"]["macro_f1"]
+        <= report["end"]["validation"]["hi"]
+    )
     assert {m["label"] for m in first["validation_mcnemar"]} == {"cardiomegaly", "mass", "edema"}
     assert all(m["broken"] == 0 for m in first["validation_mcnemar"])
     assert len(report["rounds"]) < 3  # the second round found nothing more and stopped
@@ -380,8 +444,12 @@ def _llm_suggest(wb, label="cardiomegaly"):
 def test_model_proposer_good_edit_evaluated_and_offered(llm_study):
     wb, server = llm_study, llm_study.server
     server.behaviour = "reply"
-    server.reply = json.dumps({"edit": {"look_for": ["cardiomegaly", "enlarged heart", "heart is enlarged",
-                                                     "silhouette is enlarged"]}, "rationale": "missed wording"})
+    server.reply = json.dumps(
+        {
+            "edit": {"look_for": ["cardiomegaly", "enlarged heart", "heart is enlarged", "silhouette is enlarged"]},
+            "rationale": "missed wording",
+        }
+    )
     result = _llm_suggest(wb)
     assert result["status"] == "ok" and result["offered"], result
     assert result["edit"]["source"] == "model proposer (openai/fake)"
@@ -411,11 +479,11 @@ def test_model_proposer_is_shown_attribute_disagreements_and_their_notes(llm_stu
     in_tuning, in_validation = [r for r in ids if r in tuning][0], [r for r in ids if r in validation][0]
     for rid in (in_tuning, in_validation):
         wb.record_reading_attributes("gold", rid, "mass", {"side": "left"})
-    wb.add_note(in_tuning, "mass", "laterality/location", "does not change management", "the reader's side",
-                run_id=run)
+    wb.add_note(in_tuning, "mass", "laterality/location", "does not change management", "the reader's side", run_id=run)
     server.behaviour = "reply"
-    server.reply = json.dumps({"edit": {"definition": "A mass; give its side as the report states it."},
-                               "rationale": "side"})
+    server.reply = json.dumps(
+        {"edit": {"definition": "A mass; give its side as the report states it."}, "rationale": "side"}
+    )
     result = _llm_suggest(wb, "mass")
     assert result["status"] == "ok", result
     body = json.dumps(server.bodies[0])
@@ -439,8 +507,13 @@ def test_model_proposer_malformed_or_refusal_reported_never_applied(llm_study, b
 
 def test_model_proposer_endpoint_must_be_allowed(opt_study):
     with pytest.raises(StudyError, match="may not be sent"):
-        opt_study.suggest("cardiomegaly", opt_study.first_run, proposer="llm", model="openai/fake",
-                          api_base="http://10.255.255.1:9/v1")
+        opt_study.suggest(
+            "cardiomegaly",
+            opt_study.first_run,
+            proposer="llm",
+            model="openai/fake",
+            api_base="http://10.255.255.1:9/v1",
+        )
 
 
 def test_suggest_needs_a_split(tmp_path):
@@ -456,11 +529,15 @@ def test_suggest_needs_a_split(tmp_path):
 
 def test_offline_proposer_recurring_sentence_becomes_a_positive_example():
     """No short phrase separates the missed wording from normal reports; the whole recurring sentence does."""
-    from workbench import rules
     from workbench.core.prompts import DEFAULT_CUES
+    from workbench.labeller import rules
 
-    texts = (["Heart size is mildly increased. Lungs are clear."] * 3 + ["Heart size is normal."] * 3
-             + ["Mildly increased interstitial markings."] * 3 + ["Cardiomegaly."] * 2)
+    texts = (
+        ["Heart size is mildly increased. Lungs are clear."] * 3
+        + ["Heart size is normal."] * 3
+        + ["Mildly increased interstitial markings."] * 3
+        + ["Cardiomegaly."] * 2
+    )
     reference = np.array([1] * 3 + [0] * 6 + [1] * 2)
 
     def label_fn(lp, batch):
@@ -469,16 +546,31 @@ def test_offline_proposer_recurring_sentence_becomes_a_positive_example():
     ids = [f"r{i}" for i in range(len(texts))]
     prediction = label_fn(LP, texts)
     assert prediction.tolist() == [0] * 9 + [1] * 2
-    cases = pd.DataFrame({"report_id": ids, "text": texts, "reference": reference, "prediction": prediction,
-                          "evidence": [""] * 9 + ["Cardiomegaly"] * 2})
-    candidates = proposals.mine_candidates(LP, cases, [t for t, v in zip(texts, reference) if v],
-                                           [t for t, v in zip(texts, reference) if not v])
+    cases = pd.DataFrame(
+        {
+            "report_id": ids,
+            "text": texts,
+            "reference": reference,
+            "prediction": prediction,
+            "evidence": [""] * 9 + ["Cardiomegaly"] * 2,
+        }
+    )
+    candidates = proposals.mine_candidates(
+        LP,
+        cases,
+        [t for t, v in zip(texts, reference, strict=False) if v],
+        [t for t, v in zip(texts, reference, strict=False) if not v],
+    )
     assert not [c for c in candidates if c.kind == "look_for"]  # every short phrase is as common without it
     result = proposals.offline_propose(LP, proposals.Tuning(ids, texts, reference, prediction), label_fn, candidates)
     assert result.status == "ok", result.detail
     example = result.edit.fields["examples"][0]
-    assert example == {"text": "Heart size is mildly increased", "value": 1, "source_report_id": "r0",
-                       "why": "a recurring wording of the finding (3 missed tuning reports)"}
+    assert example == {
+        "text": "Heart size is mildly increased",
+        "value": 1,
+        "source_report_id": "r0",
+        "why": "a recurring wording of the finding (3 missed tuning reports)",
+    }
     assert proposals.f1_of(reference, label_fn(proposals.apply_edit(LP, result.edit.fields), texts)) == 1.0
 
 
@@ -510,7 +602,9 @@ def test_cli_split_suggest_accept_optimise_and_test_look(opt_study):
     assert all(f"for {lab} (run" in out for lab in ("cardiomegaly", "mass", "edema", "consolidation"))
     wb.discard_draft("cardiomegaly")
     report = wb.root / "report.md"
-    out = cli("optimise", "--labels", "cardiomegaly,mass", "--rounds", "2", "--proposer", "offline", "--out", str(report))
+    out = cli(
+        "optimise", "--labels", "cardiomegaly,mass", "--rounds", "2", "--proposer", "offline", "--out", str(report)
+    )
     assert "## Round 1" in out and report.read_text().startswith("# Optimisation report")
     saved = wb.commit_drafts(["cardiomegaly", "mass"], "optimised")
     second = wb.start_run("dev", prompt_ref=saved).run_id

@@ -14,20 +14,28 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workbench import rules
 from workbench.core import proposals
 from workbench.core.prompts import DEFAULT_CUES, parse_label_prompt
 from workbench.importers import ImportProblems, read_phrase_lists
+from workbench.labeller import rules
 from workbench.study import find_vocabulary_file, load_vocabulary_file
 
 
 def _lp(label: str, look_for: list[str], hedged: str = "negative"):
     """A plain label prompt."""
-    return parse_label_prompt({
-        "label": label, "task": f"Is there {label}?", "definition": f"{label}.", "look_for": look_for,
-        "do_not_label_when": [], "hedged": hedged,
-        "temporal": {"resolved": "negative", "stable": "positive", "improving": "positive", "prior": "negative"},
-        "examples": []}, "test")
+    return parse_label_prompt(
+        {
+            "label": label,
+            "task": f"Is there {label}?",
+            "definition": f"{label}.",
+            "look_for": look_for,
+            "do_not_label_when": [],
+            "hedged": hedged,
+            "temporal": {"resolved": "negative", "stable": "positive", "improving": "positive", "prior": "negative"},
+            "examples": [],
+        },
+        "test",
+    )
 
 
 def label_fn(lp, texts):
@@ -62,8 +70,8 @@ def _propose(lp, rows, candidates=None, **kw):
     """Mine (unless candidates are given) and propose on the rows."""
     tuning, cases = _tuning(rows, lp)
     if candidates is None:
-        pos = [t for t, v in zip(tuning.texts, tuning.reference) if v]
-        neg = [t for t, v in zip(tuning.texts, tuning.reference) if not v]
+        pos = [t for t, v in zip(tuning.texts, tuning.reference, strict=False) if v]
+        neg = [t for t, v in zip(tuning.texts, tuning.reference, strict=False) if not v]
         candidates = proposals.mine_candidates(lp, cases, pos, neg, cues=DEFAULT_CUES, phrases=kw.pop("phrases", None))
     return proposals.offline_propose(lp, tuning, label_fn, candidates, cues=DEFAULT_CUES, **kw), tuning
 
@@ -78,11 +86,14 @@ CARDIO = _lp("cardiomegaly", ["cardiomegaly"])
 # ---------------------------------------------------------------- the halves of tuning
 
 
-@pytest.mark.parametrize("fixed_halves, broken_half, kept", [
-    ((4, 0), 1, False),   # all the gain in one half, the loss in the other: a quirk, refused
-    ((2, 2), 1, True),    # wins on both halves: kept although it breaks one case
-    ((4, 0), None, True),  # breaks nothing: losing on neither half is enough
-])
+@pytest.mark.parametrize(
+    "fixed_halves, broken_half, kept",
+    [
+        ((4, 0), 1, False),  # all the gain in one half, the loss in the other: a quirk, refused
+        ((2, 2), 1, True),  # wins on both halves: kept although it breaks one case
+        ((4, 0), None, True),  # breaks nothing: losing on neither half is enough
+    ],
+)
 def test_a_trade_must_win_on_both_halves_of_tuning(fixed_halves, broken_half, kept):
     missed = _ids(fixed_halves, "fn")
     rows = [(rid, "The heart is big.", 1) for rid in missed]
@@ -134,9 +145,13 @@ def test_hedge_flip_is_repaired_by_the_cues_the_reference_does_not_count():
 
 def test_hedge_convention_pooled_over_labels():
     """How the reference treats each hedge cue, from every label's hedged mentions; too rare a cue is left out."""
-    clauses = ([("Probable small effusion", 1)] * 3 + [("Atelectasis versus scarring", 1)] * 2
-               + [("Nodule versus vessel", 0)] + [("Which could represent edema", 0)] * 3
-               + [("Concerning for pneumonia", 1), ("Concerning for a mass", 0)])
+    clauses = (
+        [("Probable small effusion", 1)] * 3
+        + [("Atelectasis versus scarring", 1)] * 2
+        + [("Nodule versus vessel", 0)]
+        + [("Which could represent edema", 0)] * 3
+        + [("Concerning for pneumonia", 1), ("Concerning for a mass", 0)]
+    )
     convention = proposals.hedge_convention(clauses, DEFAULT_CUES)
     assert convention == {"probable": True, "versus": True, "could represent": False}
     label = [("Probable effusion", 1), ("Could represent effusion", 0), ("Could represent effusion", 1)]
@@ -155,7 +170,10 @@ def test_convention_candidate_counts_hedges_except_the_uncounted_cues():
     convention = [c for c in candidates if c.origin == "hedge convention"]
     assert [c.text for c in convention] == ["hedged wording: positive except 'could represent'"]
     result = proposals.offline_propose(lp, tuning, label_fn, convention, cues=DEFAULT_CUES)
-    assert result.edit.fields == {"do_not_label_when": ["the report only mentions 'could represent'"], "hedged": "positive"}
+    assert result.edit.fields == {
+        "do_not_label_when": ["the report only mentions 'could represent'"],
+        "hedged": "positive",
+    }
 
 
 # ---------------------------------------------------------------- look-for variants
@@ -164,8 +182,12 @@ def test_convention_candidate_counts_hedges_except_the_uncounted_cues():
 def test_a_look_for_phrase_with_a_word_inside_becomes_a_candidate():
     lp = _lp("cardiomegaly", ["cardiomegaly", "heart is enlarged"])
     rows = [(rid, "The heart is mildly enlarged. Lungs are clear.", 1) for rid in _ids((2, 2), "fn")]
-    rows += [("once", "The heart is moderately enlarged.", 1), ("tp", "The heart is enlarged.", 1),
-             ("tn1", "Mildly enlarged hilar nodes.", 0), ("tn2", "Mildly enlarged hilar nodes.", 0)]
+    rows += [
+        ("once", "The heart is moderately enlarged.", 1),
+        ("tp", "The heart is enlarged.", 1),
+        ("tn1", "Mildly enlarged hilar nodes.", 0),
+        ("tn2", "Mildly enlarged hilar nodes.", 0),
+    ]
     rows += [(f"n{i}", "Heart size is normal.", 0) for i in range(3)]
     tuning, cases = _tuning(rows, lp)
     kinds = {c.text: c.kind for c in proposals.mine_candidates(lp, cases, [], [], cues=DEFAULT_CUES)}
@@ -173,7 +195,7 @@ def test_a_look_for_phrase_with_a_word_inside_becomes_a_candidate():
     assert "heart is moderately enlarged" not in kinds  # one report is not a habit
     result, _ = _propose(lp, rows)
     assert "heart is mildly enlarged" in result.edit.fields["look_for"]
-    assert not any("mildly enlarged" == p for p in result.edit.fields["look_for"])  # not the bare modifier
+    assert not any(p == "mildly enlarged" for p in result.edit.fields["look_for"])  # not the bare modifier
 
 
 # ---------------------------------------------------------------- outside phrase lists
@@ -185,22 +207,30 @@ def _vocab():
 
 def test_phrase_list_read_in_place_and_mapped_to_labels(tmp_path):
     path = tmp_path / "phrases.csv"
-    path.write_text("observation,list,raw_phrase,matched_as\n"
-                    "Cardiomegaly,mention,cardiac enlargement,cardiac enlargement\n"
-                    "Pleural Effusion,mention,pleural fluid,pleural fluid\n"
-                    "Pleural Effusion,unmention,pericardial effusion,pericardial effusion\n"
-                    "Enlarged Cardiomediastinum,mention,_mediastinum, mediastinum\n"
-                    "Lung Lesion,mention,mass,mass\n", encoding="utf-8")
+    path.write_text(
+        "observation,list,raw_phrase,matched_as\n"
+        "Cardiomegaly,mention,cardiac enlargement,cardiac enlargement\n"
+        "Pleural Effusion,mention,pleural fluid,pleural fluid\n"
+        "Pleural Effusion,unmention,pericardial effusion,pericardial effusion\n"
+        "Enlarged Cardiomediastinum,mention,_mediastinum, mediastinum\n"
+        "Lung Lesion,mention,mass,mass\n",
+        encoding="utf-8",
+    )
     lists = read_phrase_lists(path, _vocab())
-    assert lists == {"cardiomegaly": {"mention": ["cardiac enlargement"], "unmention": []},
-                     "effusion": {"mention": ["pleural fluid"], "unmention": ["pericardial effusion"]}}
+    assert lists == {
+        "cardiomegaly": {"mention": ["cardiac enlargement"], "unmention": []},
+        "effusion": {"mention": ["pleural fluid"], "unmention": ["pericardial effusion"]},
+    }
 
 
-@pytest.mark.parametrize("body, message", [
-    ("observation,list\nCardiomegaly,mention\n", "raw_phrase"),
-    ("observation,list,raw_phrase\nCardiomegaly,maybe,big heart\n", "row 2, column 'list'"),
-    ("observation,list,raw_phrase\nCardiomegaly,mention, \n", "is empty"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("observation,list\nCardiomegaly,mention\n", "raw_phrase"),
+        ("observation,list,raw_phrase\nCardiomegaly,maybe,big heart\n", "row 2, column 'list'"),
+        ("observation,list,raw_phrase\nCardiomegaly,mention, \n", "is empty"),
+    ],
+)
 def test_a_bad_phrase_list_names_what_is_wrong(tmp_path, body, message):
     path = tmp_path / "phrases.csv"
     path.write_text(body, encoding="utf-8")
@@ -230,8 +260,11 @@ def test_after_a_rejection_one_clean_change_then_the_next_best_not_turned_down()
     rows += [(rid, "Possible cardiomegaly.", 1) for rid in _ids((2, 2), "c")]
     rows += [(rid, "Cardiomegaly.", 1) for rid in _ids((2, 2), "tp")]
     rows += [(rid, "Lungs are clear.", 0) for rid in _ids((2, 2), "tn")]
-    candidates = lambda: [_look_for(CARDIO, "heart is huge"), _look_for(CARDIO, "cardiac bulk"),  # noqa: E731
-                          proposals.Candidate("hedged", "hedged wording: positive", replace(CARDIO, hedged="positive"))]
+    candidates = lambda: [
+        _look_for(CARDIO, "heart is huge"),
+        _look_for(CARDIO, "cardiac bulk"),  # noqa: E731
+        proposals.Candidate("hedged", "hedged wording: positive", replace(CARDIO, hedged="positive")),
+    ]
     full, _ = _propose(CARDIO, rows, candidates())
     assert full.edit.fields == {"look_for": ["cardiomegaly", "heart is huge", "cardiac bulk"], "hedged": "positive"}
     first, _ = _propose(CARDIO, rows, candidates(), level=1)
@@ -262,7 +295,9 @@ def quirk_study(tmp_path):
     from workbench.core import splits
 
     ids = [f"r{i:03d}" for i in range(150)]
-    ref = pd.DataFrame({lab: [int(lab == "cardiomegaly" and i < 50) for i in range(150)] for lab in LABELS14}, index=ids)
+    ref = pd.DataFrame(
+        {lab: [int(lab == "cardiomegaly" and i < 50) for i in range(150)] for lab in LABELS14}, index=ids
+    )
     parts = splits.stratified_split(ref, 0.3, 0)
     counts = {"tuning": 0, "validation": 0}
     rows = []
@@ -272,8 +307,13 @@ def quirk_study(tmp_path):
             k = counts[part]
             counts[part] += 1
             cut = (14, 28) if part == "tuning" else (6, 12)
-            text = ("Cardiomegaly." if k < cut[0] else "The cardiac silhouette is enlarged." if k < cut[1]
-                    else "Heart quirk noted.")
+            text = (
+                "Cardiomegaly."
+                if k < cut[0]
+                else "The cardiac silhouette is enlarged."
+                if k < cut[1]
+                else "Heart quirk noted."
+            )
         else:
             text = "Lungs are clear." if part == "tuning" else "Heart quirk noted. Lungs are clear."
         rows.append((rid, text + (" Quokka sign." if part == "validation" else "")))
@@ -343,8 +383,21 @@ def test_a_proposals_validation_cases_are_shown_as_counts_and_ids_never_text(qui
     wb = quirk_study
     outputs = []
     for fmt in ("text", "json"):
-        result = CliRunner().invoke(main, ["suggest", "cardiomegaly", "--run", str(wb.first_run), "--proposer", "offline",
-                                           "--format", fmt, "--study", str(wb.root)])
+        result = CliRunner().invoke(
+            main,
+            [
+                "suggest",
+                "cardiomegaly",
+                "--run",
+                str(wb.first_run),
+                "--proposer",
+                "offline",
+                "--format",
+                fmt,
+                "--study",
+                str(wb.root),
+            ],
+        )
         assert result.exit_code == 0, result.output
         outputs.append(result.output)
     proposal = wb.proposal(int(wb.proposals("cardiomegaly")["id"].iloc[0]))

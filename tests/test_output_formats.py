@@ -39,8 +39,13 @@ def _env() -> dict:
 
 def _in_a_terminal(study: Path, command: str, columns: int) -> str:
     """The command's output in a real terminal (a TTY from `script`) of the given width."""
-    done = subprocess.run(["script", "-qc", f"workbench {command} --study {study}", "/dev/null"], capture_output=True,
-                          text=True, env={**_env(), "COLUMNS": str(columns)}, timeout=120)
+    done = subprocess.run(
+        ["script", "-qc", f"workbench {command} --study {study}", "/dev/null"],
+        capture_output=True,
+        text=True,
+        env={**_env(), "COLUMNS": str(columns)},
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout.replace("\r\n", "\n")
 
@@ -51,6 +56,7 @@ def _rows(csv_text: str) -> list[dict]:
 
 # ---------------------------------------------------------------- item 1: tables never cut a number
 
+
 @pytest.mark.skipif(shutil.which("script") is None, reason="needs `script` (util-linux) for a real terminal")
 def test_split_metrics_in_a_100_column_terminal_shows_every_gap_whole(demo_study):
     out = _in_a_terminal(demo_study, "split-metrics 2", 100)
@@ -58,7 +64,9 @@ def test_split_metrics_in_a_100_column_terminal_shows_every_gap_whole(demo_study
     tokens = out.split()
     for row in _rows(_cli(demo_study, "split-metrics", "2", "--format", "csv")):
         assert f"{float(row['gap']):.3f}" in tokens, (row, out)  # -0.059, never "-" or "-0.0"
-    assert "hidden: tuning_f1_lo, tuning_f1_hi, validation_f1_lo, validation_f1_hi; --wide shows them" in " ".join(out.split())
+    assert "hidden: tuning_f1_lo, tuning_f1_hi, validation_f1_lo, validation_f1_hi; --wide shows them" in " ".join(
+        out.split()
+    )
 
 
 @pytest.mark.skipif(shutil.which("script") is None, reason="needs `script` (util-linux) for a real terminal")
@@ -67,8 +75,23 @@ def test_a_160_column_terminal_gets_160_columns(demo_study):
     assert 100 < max(len(line) for line in out.splitlines()) <= 160, out
 
 
-@pytest.mark.parametrize("command", ["split-metrics", "split-compare", "split-history", "split", "audit", "score",
-                                     "history", "reference", "notes", "robustness", "metrics", "compare"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "split-metrics",
+        "split-compare",
+        "split-history",
+        "split",
+        "audit",
+        "score",
+        "history",
+        "reference",
+        "notes",
+        "robustness",
+        "metrics",
+        "compare",
+    ],
+)
 def test_every_table_printing_command_takes_wide(command):
     result = CliRunner().invoke(main, [command, "--help"])
     assert "--wide" in result.output, result.output
@@ -82,10 +105,15 @@ def test_wide_shows_the_hidden_columns(demo_study):
 
 # ---------------------------------------------------------------- item 8: a closed pipe ends quietly
 
+
 def test_a_closed_pipe_ends_quietly(demo_study):
     """`workbench disagreements 1 --text | head -2`: more than a pipe's 64 KB, so the writer meets the closed end."""
-    writer = subprocess.Popen(["workbench", "disagreements", "1", "--text", "--study", str(demo_study)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env())
+    writer = subprocess.Popen(
+        ["workbench", "disagreements", "1", "--text", "--study", str(demo_study)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(),
+    )
     head = subprocess.run(["head", "-2"], stdin=writer.stdout, capture_output=True, timeout=120)
     writer.stdout.close()
     code, err = writer.wait(timeout=120), writer.stderr.read()
@@ -94,6 +122,7 @@ def test_a_closed_pipe_ends_quietly(demo_study):
 
 
 # ---------------------------------------------------------------- item 8: the Python API
+
 
 def test_the_api_has_real_signatures_and_frozen_results():
     import dataclasses
@@ -143,11 +172,15 @@ def test_the_documented_example_prints_a_score(demo_bundle, tmp_path, capsys):
     finally:
         os.chdir(cwd)
     printed = capsys.readouterr().out
-    assert re.fullmatch(r"A: Ran Score \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] over \d+ labels\n"
-                        r"B: Ran Score \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] over \d+ labels\n", printed), printed
+    assert re.fullmatch(
+        r"A: Ran Score \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] over \d+ labels\n"
+        r"B: Ran Score \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] over \d+ labels\n",
+        printed,
+    ), printed
 
 
 # ---------------------------------------------------------------- item 8: robustness pairs for the bundle's vocabulary
+
 
 @pytest.fixture(scope="module")
 def chestxray14_bundle(tmp_path_factory):
@@ -161,8 +194,14 @@ def chestxray14_bundle(tmp_path_factory):
     reports = ROOT / "tests/data/scoring/reference.csv"
     wb.import_reports(reports, "dev")
     ids = pd.read_csv(reports)["id"].astype(str)
-    pd.DataFrame([{"report_id": rid, "label": lab, "reader": f"reader-{k}", "value": 0}
-                  for rid in ids for lab in wb.vocab.asked_ids for k in range(6)]).to_csv(root / "readings.csv", index=False)
+    pd.DataFrame(
+        [
+            {"report_id": rid, "label": lab, "reader": f"reader-{k}", "value": 0}
+            for rid in ids
+            for lab in wb.vocab.asked_ids
+            for k in range(6)
+        ]
+    ).to_csv(root / "readings.csv", index=False)
     wb.import_readings(root / "readings.csv")
     wb.start_run("dev")
     return Path(wb.freeze("cx14")["json"])
@@ -180,13 +219,19 @@ def test_robustness_says_when_no_shipped_pair_fits_and_how_to_pass_pairs():
     from workbench.errors import UserError
     from workbench.scoring import default_pairs
 
-    vocab = parse_vocabulary({"id": "own", "name": "own", "labels": [
-        {"id": "nodule_xyz", "name": "Nodule xyz", "category": "lung", "definition": "a made-up label"}]})
+    vocab = parse_vocabulary(
+        {
+            "id": "own",
+            "name": "own",
+            "labels": [{"id": "nodule_xyz", "name": "Nodule xyz", "category": "lung", "definition": "a made-up label"}],
+        }
+    )
     with pytest.raises(UserError, match="--pairs FILE"):
         default_pairs(vocab)
 
 
 # ---------------------------------------------------------------- item 4: CSV and JSON for scripts
+
 
 def _documented() -> dict[str, list[str]]:
     """`### \\`workbench COMMAND\\`` heading -> the names on its `Columns:` line (docs/output-formats.md)."""
@@ -220,12 +265,17 @@ def test_documented_columns_are_the_emitted_ones(demo_study, command):
 def test_score_summary_columns_are_documented(demo_bundle, tmp_path):
     import workbench
 
-    workbench.score(demo_bundle, ROOT / "tests/data/scoring/reference.csv",
-                    {"A": ROOT / "tests/data/scoring/generated_a.csv"}, n_resamples=20, out=tmp_path)
+    workbench.score(
+        demo_bundle,
+        ROOT / "tests/data/scoring/reference.csv",
+        {"A": ROOT / "tests/data/scoring/generated_a.csv"},
+        n_resamples=20,
+        out=tmp_path,
+    )
     header = next(csv.reader((tmp_path / "summary.csv").open(encoding="utf-8")))
     documented = _documented()["score ... --out FOLDER"]
-    assert header[:len(documented)] == documented
-    extra = header[len(documented):]  # one accuracy and one support column per attribute of the vocabulary
+    assert header[: len(documented)] == documented
+    extra = header[len(documented) :]  # one accuracy and one support column per attribute of the vocabulary
     assert extra and all(re.fullmatch(r"[a-z_]+_(accuracy|n)", c) for c in extra), extra
 
 
@@ -240,6 +290,7 @@ def test_csv_keeps_every_bound_in_its_own_column_at_full_precision(demo_study):
 
 
 # ---------------------------------------------------------------- item 3: verdicts explained
+
 
 def test_p_values_below_a_thousandth_print_as_less_than_and_csv_keeps_the_float(demo_study):
     table = _cli(demo_study, "compare", "1", "2")
@@ -265,8 +316,16 @@ def test_compare_rows_say_when_unadjusted_p_and_holm_disagree():
 
     from workbench.core.metrics import verdict_notes
 
-    table = pd.DataFrame({"b": [2, 0], "c": [14, 1], "p_value": [0.004, 1.0], "p_holm": [0.08, 1.0],
-                          "verdict": ["no significant change", "undecided"]}, index=["edema", "fracture"])
+    table = pd.DataFrame(
+        {
+            "b": [2, 0],
+            "c": [14, 1],
+            "p_value": [0.004, 1.0],
+            "p_holm": [0.08, 1.0],
+            "verdict": ["no significant change", "undecided"],
+        },
+        index=["edema", "fracture"],
+    )
     table.attrs.update(alpha=0.05, min_discordant=10)
     notes = verdict_notes(table)
     assert notes[0] == "p = 0.004 before adjustment, but Holm-adjusted over 2 labels p = 0.080, not below 0.05"

@@ -36,15 +36,18 @@ def _item(reference: pd.DataFrame, report: str, label: str) -> pd.Series:
 
 def _same(a: pd.DataFrame, b: pd.DataFrame) -> None:
     cols = ["report_id", "label", "positives", "n_readers", "value", "status"]
-    pd.testing.assert_frame_equal(a[cols].sort_values(cols[:2]).reset_index(drop=True),
-                                  b[cols].sort_values(cols[:2]).reset_index(drop=True), check_dtype=False)
+    pd.testing.assert_frame_equal(
+        a[cols].sort_values(cols[:2]).reset_index(drop=True),
+        b[cols].sort_values(cols[:2]).reset_index(drop=True),
+        check_dtype=False,
+    )
 
 
 def test_reference_follows_a_reading_saved_by_another_workbench(dev):
     before = dev.reference("dev")
     item = _item(before, "s1", "atelectasis")
     other = Workbench(dev.root)  # its own engine: as another server or the CLI would be
-    values = dict(zip(*other.my_readings("reader-a", "s1")[["label", "value"]].T.to_numpy()))
+    values = dict(zip(*other.my_readings("reader-a", "s1")[["label", "value"]].T.to_numpy(), strict=False))
     values["atelectasis"] = 1 - int(values["atelectasis"])
     other.record_reading("reader-a", "s1", {k: int(v) for k, v in values.items()})
     other.engine.dispose()
@@ -72,8 +75,13 @@ def test_a_reading_stamped_long_before_the_last_look_is_still_counted(dev, monke
     monkeypatch.setattr(q, "vote_counts", lambda *a, **k: whole.append(1) or real(*a, **k))
     with dev.session(write=True) as s:
         q.ensure_readers(s, ["reader-late"])
-        s.execute(text("INSERT INTO reading (report_id, label, reader_id, value, version, created_at, updated_at) "
-                       "VALUES ('s3', 'atelectasis', 'reader-late', 1, 1, :t, :t)"), {"t": "2000-01-01T00:00:00.000000+00:00"})
+        s.execute(
+            text(
+                "INSERT INTO reading (report_id, label, reader_id, value, version, created_at, updated_at) "
+                "VALUES ('s3', 'atelectasis', 'reader-late', 1, 1, :t, :t)"
+            ),
+            {"t": "2000-01-01T00:00:00.000000+00:00"},
+        )
     after = dev.reference("dev")
     assert whole == [1]
     assert _item(after, "s3", "atelectasis")["n_readers"] == 7
@@ -102,14 +110,18 @@ def test_predictions_are_kept_only_once_a_run_has_finished(dev):
     first = dev.predictions(run_id)
     with dev.session(write=True) as s:  # a resumed run is 'running' again, without a finish time
         q.update_run(s, run_id, status="running", finished_at=None)
-        s.execute(text("UPDATE prediction SET value = 1 - value WHERE run_id = :r AND value IS NOT NULL"), {"r": run_id})
+        s.execute(
+            text("UPDATE prediction SET value = 1 - value WHERE run_id = :r AND value IS NOT NULL"), {"r": run_id}
+        )
     flipped = dev.predictions(run_id)
     assert (flipped["value"].dropna() == 1 - first["value"].dropna()).all()
     with dev.session(write=True) as s:
         q.update_run(s, run_id, status="finished", finished_at=q.now())
     pd.testing.assert_frame_equal(dev.predictions(run_id), flipped)
     matrix = dev.prediction_matrix(run_id)
-    assert matrix.loc["s1", "atelectasis"] == flipped.set_index(["report_id", "label"]).loc[("s1", "atelectasis"), "value"]
+    assert (
+        matrix.loc["s1", "atelectasis"] == flipped.set_index(["report_id", "label"]).loc[("s1", "atelectasis"), "value"]
+    )
     frame = dev.predictions(run_id)
     frame["value"] = -5  # a caller changing its copy changes nothing kept
     assert (dev.predictions(run_id)["value"].dropna() != -5).all()
@@ -133,7 +145,7 @@ def test_metrics_follow_a_reading_that_changes_a_reference_value(dev):
     with dev.session() as s:
         names = q.readings_frame(s, report_ids_=[item["report_id"]])["reader"].unique()
     for reader in names:
-        values = dict(zip(*readers(reader, item["report_id"])[["label", "value"]].T.to_numpy()))
+        values = dict(zip(*readers(reader, item["report_id"])[["label", "value"]].T.to_numpy(), strict=False))
         values["atelectasis"] = flip
         dev.record_reading(reader, item["report_id"], {k: int(v) for k, v in values.items()})
     assert _item(dev.reference("dev"), item["report_id"], "atelectasis")["value"] == flip

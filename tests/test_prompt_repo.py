@@ -15,14 +15,13 @@ from pathlib import Path
 import git
 import pytest
 import yaml
+from conftest import ROOT
 
 from workbench.core.prompts import PromptError
 from workbench.services import Actor, ConflictError, PermissionDenied, init_study
 from workbench.store import prompt_repo
 from workbench.store.prompt_repo import PromptRepoError
 from workbench.study import StudyError
-
-from conftest import ROOT
 
 ANN = Actor("ann", "prompt_engineer", name="Ann Smith", email="ann@example.org")
 BOB = Actor("bob", "prompt_engineer", name="Bob Jones", email="bob@example.org")
@@ -41,12 +40,16 @@ def _project_state() -> dict:
     by mistake (prompt YAML, vocabularies, bundles, databases, commits, tags, the repo's config)
     is compared.
     """
+
     def concurrent_edit(line: str) -> bool:
         path = line[3:].split(" -> ")[-1].strip().strip('"')
         return path.endswith((".py", ".md")) or path.startswith(("tests/", "bench/"))
 
-    status = [line for line in _project_git("status", "--porcelain=v1", "--untracked-files=all").splitlines()
-              if not concurrent_edit(line)]
+    status = [
+        line
+        for line in _project_git("status", "--porcelain=v1", "--untracked-files=all").splitlines()
+        if not concurrent_edit(line)
+    ]
     return {
         "head": _project_git("rev-parse", "HEAD").strip(),
         "branch": _project_git("rev-parse", "--abbrev-ref", "HEAD").strip(),
@@ -92,7 +95,9 @@ def test_save_several_labels_is_one_commit_with_author_and_message(ann):
     co = ann.label_prompt("consolidation")
     commit = ann.save_prompts(
         [edited(pn, look_for=pn.look_for + ("airspace infection",)), edited(co, hedged="positive")],
-        "Pneumonia: add a synonym; consolidation: hedged counts as positive", seed)
+        "Pneumonia: add a synonym; consolidation: hedged counts as positive",
+        seed,
+    )
     c = head(ann)
     assert c.hexsha == commit != seed
     assert (c.author.name, c.author.email) == ("Ann Smith", "ann@example.org")
@@ -161,10 +166,19 @@ def test_diff_between_two_versions_as_text_and_fields(ann):
     seed = ann.prompt_commit()
     pn = ann.label_prompt("pneumonia")
     new_example = dataclasses.replace(pn.examples[0], text="Possible early pneumonia.", value=1, why="hedged")
-    c1 = ann.save_prompts([edited(
-        pn, look_for=("pneumonia", "bronchopneumonia"),  # 'infectious process' removed, one added
-        do_not_label_when=("the report only mentions 'aspiration' without an infiltrate.",),
-        examples=pn.examples + (new_example,), hedged="negative")], "Tighten pneumonia", seed)
+    c1 = ann.save_prompts(
+        [
+            edited(
+                pn,
+                look_for=("pneumonia", "bronchopneumonia"),  # 'infectious process' removed, one added
+                do_not_label_when=("the report only mentions 'aspiration' without an infiltrate.",),
+                examples=pn.examples + (new_example,),
+                hedged="negative",
+            )
+        ],
+        "Tighten pneumonia",
+        seed,
+    )
 
     diff = ann.prompt_diff("pneumonia", seed, c1)
     assert diff["label"] == "pneumonia"
@@ -242,7 +256,9 @@ def test_conflicting_save_is_refused_and_nothing_is_lost(ann, bob):
 
     # Ann re-applies her edit on the latest version and saves: both changes are kept
     latest = ann.label_prompt("pneumonia")
-    merged = ann.save_prompts([edited(latest, look_for=latest.look_for + ("bronchopneumonia",))], "Ann's pneumonia", bob_commit)
+    merged = ann.save_prompts(
+        [edited(latest, look_for=latest.look_for + ("bronchopneumonia",))], "Ann's pneumonia", bob_commit
+    )
     final = ann.label_prompt("pneumonia", merged)
     assert final.definition == "Infection of the lung (Bob)." and "bronchopneumonia" in final.look_for
     assert len(ann.drafts()) == 0  # saving the label closes the draft
@@ -332,7 +348,10 @@ def test_invalid_prompt_is_refused_naming_file_and_key_and_nothing_is_committed(
     with pytest.raises(PromptError) as err:
         ann.save_prompts([edited(co, notes="fine"), edited(pn, hedged="maybe")], "Hedge maybe", base)
     assert "pneumonia.yaml" in str(err.value) and "hedged" in str(err.value) and "'maybe'" in str(err.value)
-    bad_temporal = edited(pn, temporal=(("resolved", "negative"), ("stable", "sometimes"), ("improving", "positive"), ("prior", "negative")))
+    bad_temporal = edited(
+        pn,
+        temporal=(("resolved", "negative"), ("stable", "sometimes"), ("improving", "positive"), ("prior", "negative")),
+    )
     with pytest.raises(PromptError, match=r"pneumonia\.yaml: temporal\.stable"):
         ann.save_prompts([bad_temporal], "Temporal sometimes", base)
     with pytest.raises(PromptError, match=r"pneumonia\.yaml.*hedged"):
@@ -368,7 +387,10 @@ def test_readers_and_adjudicators_cannot_save_prompts(study, role):
 def test_prompt_repo_functions_on_a_bare_temporary_repository(tmp_path):
     path = tmp_path / "prompts"
     seed = prompt_repo.init_repo(path, {"a.yaml": "x: 1\n", "b.yaml": "y: 1\n"}, "seed", ("Seeder", "seed@example.org"))
-    assert prompt_repo.resolve(path) == seed and prompt_repo.read_files(path) == {"a.yaml": "x: 1\n", "b.yaml": "y: 1\n"}
+    assert prompt_repo.resolve(path) == seed and prompt_repo.read_files(path) == {
+        "a.yaml": "x: 1\n",
+        "b.yaml": "y: 1\n",
+    }
     c1 = prompt_repo.commit_files(path, {"a.yaml": "x: 2\n"}, "a two", ("Ann Smith", "ann@example.org"), base=seed)
     # b changed by someone working from c1; a save of a from the seed is still fine, b from the seed is not
     c2 = prompt_repo.commit_files(path, {"b.yaml": "y: 2\n"}, "b two", ("Bob Jones", "bob@example.org"), base=c1)
@@ -378,11 +400,16 @@ def test_prompt_repo_functions_on_a_bare_temporary_repository(tmp_path):
     assert prompt_repo.read_file(path, "b.yaml") == "y: 2\n"
     assert (path / "b.yaml").read_text() == "y: 2\n"  # the refused content was not left in the working tree
     with pytest.raises(PromptRepoError, match="unknown base version"):
-        prompt_repo.commit_files(path, {"a.yaml": "x: 4\n"}, "a four", ("Ann Smith", "ann@example.org"), base="nosuchbase")
+        prompt_repo.commit_files(
+            path, {"a.yaml": "x: 4\n"}, "a four", ("Ann Smith", "ann@example.org"), base="nosuchbase"
+        )
     assert [v.commit for v in prompt_repo.history(path)] == [c3, c2, c1, seed]
     assert [v.commit for v in prompt_repo.history(path, "a.yaml")] == [c3, c1, seed]
     assert [v.author for v in prompt_repo.history(path, "b.yaml")] == ["Bob Jones", "Seeder"]
-    assert prompt_repo.read_file(path, "a.yaml", c1) == "x: 2\n" and prompt_repo.read_file(path, "a.yaml", seed) == "x: 1\n"
+    assert (
+        prompt_repo.read_file(path, "a.yaml", c1) == "x: 2\n"
+        and prompt_repo.read_file(path, "a.yaml", seed) == "x: 1\n"
+    )
     assert prompt_repo.ordinal(path, seed) == 1 and prompt_repo.ordinal(path, c3) == 4
     with pytest.raises(PromptRepoError, match="unknown prompt version"):
         prompt_repo.resolve(path, "v9")
@@ -400,13 +427,18 @@ def test_save_from_an_unknown_full_sha_base_is_a_clear_error(tmp_path):
 
 def test_repo_is_opened_per_operation_and_closed(study):
     """Many operations in one long-running process must not accumulate open files."""
+
     def open_fds() -> int:
         return len(os.listdir("/proc/self/fd"))
 
     path = study.paths.prompts
     seed = study.prompt_commit()
     for _ in range(3):  # warm up imports and caches
-        prompt_repo.history(path), prompt_repo.read_files(path, seed), prompt_repo.read_file(path, "pneumonia.yaml", seed)
+        (
+            prompt_repo.history(path),
+            prompt_repo.read_files(path, seed),
+            prompt_repo.read_file(path, "pneumonia.yaml", seed),
+        )
     before = open_fds()
     for _ in range(40):
         prompt_repo.history(path)
@@ -450,8 +482,15 @@ def test_works_with_no_global_git_identity(tmp_path, monkeypatch):
         repo.close()
 
 
-TEST_EMAILS = ("ann@example.org", "bob@example.org", "carol@example.org", "rita@example.org", "seed@example.org", "workbench@localhost",
-               "local@workbench.local")
+TEST_EMAILS = (
+    "ann@example.org",
+    "bob@example.org",
+    "carol@example.org",
+    "rita@example.org",
+    "seed@example.org",
+    "workbench@localhost",
+    "local@workbench.local",
+)
 
 
 def test_zz_project_repository_is_untouched():
@@ -459,7 +498,9 @@ def test_zz_project_repository_is_untouched():
     after = _project_state()
     if after["head"] != PROJECT_BEFORE["head"]:
         # the team may commit while this file runs: allow only their own commits on top
-        subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor", PROJECT_BEFORE["head"], after["head"]], check=True)
+        subprocess.run(
+            ["git", "-C", str(ROOT), "merge-base", "--is-ancestor", PROJECT_BEFORE["head"], after["head"]], check=True
+        )
         authors = _project_git("log", "--format=%ae", f"{PROJECT_BEFORE['head']}..{after['head']}").split()
         assert not set(authors) & set(TEST_EMAILS), authors
     assert after["branch"] == PROJECT_BEFORE["branch"]

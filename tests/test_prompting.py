@@ -13,8 +13,8 @@ import pytest
 
 from workbench.core.prompts import TEMPORAL_KEYS
 from workbench.services import Actor, PermissionDenied
-from workbench.study import StudyError
 from workbench.store import queries as q
+from workbench.study import StudyError
 
 ANN = Actor("ann", "prompt_engineer", name="Ann Smith", email="ann@example.org")
 LEAKAGE = "reports used as few-shot examples (leakage)"
@@ -38,8 +38,14 @@ def test_disagreement_becomes_an_example_with_source_note_and_reference_value(an
     # consolidation 1, the starter labeller says 0 (a disagreement)
     dis = ann.disagreements(run_id)
     assert ((dis["report_id"] == "s3") & (dis["label"] == "consolidation")).any()
-    note_id = ann.add_note("s3", "consolidation", "negation missed", "changes management",
-                           "consolidation before a comma was missed", run_id=run_id)
+    note_id = ann.add_note(
+        "s3",
+        "consolidation",
+        "negation missed",
+        "changes management",
+        "consolidation before a comma was missed",
+        run_id=run_id,
+    )
     lp, warnings = ann.add_example_from_case("s3", "consolidation", "consolidation is described", run_id=run_id)
     assert len(lp.examples) == 1
     ex = lp.examples[0]
@@ -60,7 +66,9 @@ def test_disagreement_becomes_an_example_with_source_note_and_reference_value(an
 
 
 def test_why_defaults_to_the_note_and_value_can_be_given(ann, run_id):
-    ann.add_note("s3", "lung_opacity", "synonym or abbreviation", "does not change management", "consolidation is an opacity")
+    ann.add_note(
+        "s3", "lung_opacity", "synonym or abbreviation", "does not change management", "consolidation is an opacity"
+    )
     lp, _ = ann.add_example_from_case("s3", "lung_opacity", "", run_id=run_id)
     assert lp.examples[-1].why == "synonym or abbreviation (does not change management): consolidation is an opacity"
     assert lp.examples[-1].note == lp.examples[-1].why and lp.examples[-1].value == 1
@@ -205,8 +213,11 @@ def test_aligning_consolidation_and_lung_opacity_removes_the_finding(study):
     ann = study.as_actor(ANN)
     seed = ann.prompt_commit()
     co, lo = ann.label_prompt("consolidation"), ann.label_prompt("lung_opacity")
-    commit = ann.save_prompts([dataclasses.replace(co, hedged="positive"), dataclasses.replace(lo, hedged="positive")],
-                              "Cannot exclude counts as positive for consolidation and opacity too", seed)
+    commit = ann.save_prompts(
+        [dataclasses.replace(co, hedged="positive"), dataclasses.replace(lo, hedged="positive")],
+        "Cannot exclude counts as positive for consolidation and opacity too",
+        seed,
+    )
     assert not [f for f in hedge_findings(ann) if "pneumonia" in f.labels]
     table = ann.policy_table().set_index("label")
     assert table.loc[["pneumonia", "consolidation", "lung_opacity"], "hedged"].tolist() == ["positive"] * 3

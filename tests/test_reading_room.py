@@ -13,7 +13,8 @@ from workbench.study import StudyError
 def _reports(wb, tmp_path, n: int = 12) -> list[str]:
     ids = [f"r{i:02d}" for i in range(n)]
     pd.DataFrame({"id": ids, "findings": ["Small left pleural effusion."] * n, "impression": [""] * n}).to_csv(
-        tmp_path / "r.csv", index=False)
+        tmp_path / "r.csv", index=False
+    )
     wb.import_reports(tmp_path / "r.csv", "dev")
     return ids
 
@@ -27,7 +28,7 @@ def test_draft_is_kept_replaced_and_dropped_on_save(any_study, tmp_path):
     assert wb.reading_draft("dr-a", ids[0]) == {"edema": 1, "fracture": 1}
     assert wb.reading_draft_ids("dr-a") == [ids[0]]
     work = wb.work_list("dr-a", "dev")
-    assert dict(zip(work["report_id"], work["state"]))[ids[0]] == "draft"
+    assert dict(zip(work["report_id"], work["state"], strict=False))[ids[0]] == "draft"
     assert wb.my_readings("dr-a", ids[0]).empty, "a draft is not a reading"
     changed = wb.submit_reading("dr-a", ids[0], {"edema": 1, "fracture": 1})
     assert changed["added"] == len(wb.vocab.asked_ids)
@@ -86,8 +87,13 @@ def test_without_work_lists_every_report_is_on_the_list(any_study, tmp_path):
 def test_pace_leaves_breaks_out():
     from workbench.services.ui_support import reading_pace
 
-    stamps = ["2026-01-01T10:00:00+00:00", "2026-01-01T10:00:30+00:00", "2026-01-01T10:01:30+00:00",
-              "2026-01-01T13:00:00+00:00", "2026-01-01T13:00:40+00:00"]
+    stamps = [
+        "2026-01-01T10:00:00+00:00",
+        "2026-01-01T10:00:30+00:00",
+        "2026-01-01T10:01:30+00:00",
+        "2026-01-01T13:00:00+00:00",
+        "2026-01-01T13:00:40+00:00",
+    ]
     pace = reading_pace(stamps, remaining=10)
     assert pace["seconds_per_report"] == 40.0 and pace["based_on"] == 3  # the 3-hour break is not reading time
     assert pace["left_seconds"] == 400.0 and pace["reports_per_hour"] == 90.0
@@ -98,8 +104,11 @@ def test_queue_order_broken_first_and_adjudication_flagged_first(small_study):
     wb = small_study
     first = wb.start_run("dev").run_id
     lp = wb.label_prompt("pleural_effusion")
-    wb.save_prompts([lp.__class__(**{**lp.__dict__, "look_for": (), "definition": "Never present."})], "break it",
-                    wb.prompt_commit())
+    wb.save_prompts(
+        [lp.__class__(**{**lp.__dict__, "look_for": (), "definition": "Never present."})],
+        "break it",
+        wb.prompt_commit(),
+    )
     second = wb.start_run("dev").run_id
     assert wb.previous_run(second) == first and wb.previous_run(first) is None
     queue, order = wb.disagreement_queue(second, order="broken")
@@ -107,8 +116,9 @@ def test_queue_order_broken_first_and_adjudication_flagged_first(small_study):
     flags = queue["broken_by_last_change"].to_numpy()
     assert not (flags[1:] & ~flags[:-1]).any(), "broken cases first"
     plain, order_text = wb.disagreement_queue(second)
-    assert "highest error rate" in order_text and set(map(tuple, plain[["report_id", "label"]].values)) == \
-        set(map(tuple, queue[["report_id", "label"]].values))
+    assert "highest error rate" in order_text and set(map(tuple, plain[["report_id", "label"]].values)) == set(
+        map(tuple, queue[["report_id", "label"]].values)
+    )
     with pytest.raises(StudyError, match="order must be"):
         wb.disagreement_queue(second, order="random")
     worklist = wb.adjudication_worklist("dev")

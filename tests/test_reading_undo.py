@@ -101,7 +101,10 @@ def test_comment_and_unsure_are_kept_audited_and_cleared(any_study, tmp_path):
     assert wb.reading_note("dr-a", ids[3]) is None, "no comment and not unsure: nothing stored"
     notes = wb.reading_notes(cohort="dev")
     assert notes.set_index("report_id").loc[ids[2], ["reader", "comment", "unsure"]].tolist() == [
-        "dr-a", "old or new fracture?", True]
+        "dr-a",
+        "old or new fracture?",
+        True,
+    ]
     assert _audit(wb, f"{ids[2]}/dr-a").count("note") == 1
     versions = wb.my_readings("dr-a", ids[2]).set_index("label")["version"].astype(int).to_dict()
     wb.submit_reading("dr-a", ids[2], {"fracture": 1}, expected_versions=versions, comment="", unsure=False)
@@ -142,11 +145,11 @@ def test_cli_undo_and_the_note_in_the_audit(small_study):
 
 
 CONFIRM_CASES = [  # (ticked, seconds shown, min seconds, confirmed) -> asks first
-    ((0, 1.0, 0, False), False),   # off (the default)
-    ((0, 1.0, 5, False), True),    # nothing ticked, too soon
-    ((0, 1.0, 5, True), False),    # Enter again confirms
-    ((1, 1.0, 5, False), False),   # something ticked
-    ((0, 5.0, 5, False), False),   # shown long enough
+    ((0, 1.0, 0, False), False),  # off (the default)
+    ((0, 1.0, 5, False), True),  # nothing ticked, too soon
+    ((0, 1.0, 5, True), False),  # Enter again confirms
+    ((1, 1.0, 5, False), False),  # something ticked
+    ((0, 5.0, 5, False), False),  # shown long enough
 ]
 
 
@@ -169,8 +172,10 @@ def test_empty_save_confirmation_rule_in_python_and_in_the_browser_code(tmp_path
 
     module = tmp_path / "form.mjs"
     shutil.copy(keyboard.HERE / "form.js", module)
-    script = (f"import {{ needsEmptyConfirm }} from {json.dumps(str(module))};\n"
-              f"console.log(JSON.stringify({json.dumps([a for a, _ in CONFIRM_CASES])}.map((a) => needsEmptyConfirm(...a))));")
+    script = (
+        f"import {{ needsEmptyConfirm }} from {json.dumps(str(module))};\n"
+        f"console.log(JSON.stringify({json.dumps([a for a, _ in CONFIRM_CASES])}.map((a) => needsEmptyConfirm(...a))));"
+    )
     out = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == [want for _, want in CONFIRM_CASES]
 

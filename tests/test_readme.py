@@ -23,8 +23,7 @@ WALKS = {"readme": [README], "tutorial": [ROOT / "docs" / "tutorial.md", ROOT / 
 # Commands the test does not run, each with the reason; everything else in a ```bash block must
 # run and exit 0. An entry that no longer appears in the README fails the test too.
 SKIPPED = {
-    "workbench import openi reports.csv labels14.csv --cohort openi --study studies/openi":
-        "needs the OpenI download (reports.csv, labels14.csv), which is not shipped",
+    "workbench import openi reports.csv labels14.csv --cohort openi --study studies/openi": "needs the OpenI download (reports.csv, labels14.csv), which is not shipped",
     "workbench cohort-role held-out test": "needs a held-out cohort of the reader's own (the demo has one cohort)",
     "workbench test-look cxr-v1 --cohort held-out": "needs that held-out test cohort",
 }
@@ -101,7 +100,9 @@ def test_every_command_of_the_pages_runs_on_a_fresh_demo_study(walk, tmp_path, m
 def test_worked_example_figures_match_the_demo(demo_template, tmp_path):
     """The numbers the README quotes for the demo study are the demo's (`workbench demo` builds it the same way)."""
     shutil.copytree(demo_template, tmp_path / "demo")
-    history = CliRunner().invoke(main, ["history", "--cohort", "dev", "--format", "csv", "--study", str(tmp_path / "demo")])
+    history = CliRunner().invoke(
+        main, ["history", "--cohort", "dev", "--format", "csv", "--study", str(tmp_path / "demo")]
+    )
     f1 = [round(float(line.split(",")[6]), 3) for line in history.output.splitlines()[1:]]
     for page in (README, ROOT / "docs" / "tutorial.md"):
         assert f"macro F1 {f1[0]:.3f} -> {f1[1]:.3f}" in page.read_text(encoding="utf-8"), page.name

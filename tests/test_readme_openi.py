@@ -11,10 +11,9 @@ from __future__ import annotations
 import csv
 import re
 
-import pytest
 from click.testing import CliRunner
-
 from conftest import require_datasets
+
 from workbench.cli import main
 
 N_REPORTS = 800

@@ -27,10 +27,18 @@ def test_a_mistyped_label_fails_with_the_closest_name(labelled):
     assert result.exit_code == 2, result.output
     assert "unknown label 'support_device' (did you mean 'support_devices'?)" in result.output
     assert "0 disagreement" not in result.output
-    for args in (["metrics", "99"], ["run", "--cohort", "deev"], ["adjudicate", "s1", "edemaa", "1", "--reason", "x"],
-                 ["prompts", "show", "cardiomegali"], ["history", "--cohort", "deb"]):
+    for args in (
+        ["metrics", "99"],
+        ["run", "--cohort", "deev"],
+        ["adjudicate", "s1", "edemaa", "1", "--reason", "x"],
+        ["prompts", "show", "cardiomegali"],
+        ["history", "--cohort", "deb"],
+    ):
         result = invoke(labelled, *args)
-        assert result.exit_code == 2 and result.output.startswith(("error: no ", "error: unknown ")), (args, result.output)
+        assert result.exit_code == 2 and result.output.startswith(("error: no ", "error: unknown ")), (
+            args,
+            result.output,
+        )
     assert "did you mean 'dev'?" in invoke(labelled, "run", "--cohort", "deev").output
     assert "did you mean 'cardiomegaly'?" in invoke(labelled, "prompts", "show", "cardiomegali").output
     with pytest.raises(NotFound, match="did you mean 'pleural_effusion'"):
@@ -42,7 +50,7 @@ def test_notes_only_on_a_disagreement_of_the_named_run(labelled):
     queue = labelled.disagreements(run)
     wrong = queue.iloc[0]
     right = ("s1", "pneumothorax")  # s1: no finding, and the labeller says so
-    assert right not in set(zip(queue["report_id"], queue["label"]))
+    assert right not in set(zip(queue["report_id"], queue["label"], strict=False))
     with pytest.raises(UserError, match=f"not a disagreement of run {run}"):
         labelled.add_note(*right, "other", "unsure", "looks fine", run_id=run)
     result = invoke(labelled, "note", *right, "--category", "other", "--significance", "unsure", "--run", str(run))
@@ -102,8 +110,12 @@ def test_the_disagreement_check_of_a_note_reads_no_cohorts_readings_one_by_one(l
         event.remove(labelled.engine, "connect", traced)
         labelled.engine.dispose()
     assert any(s.startswith("INSERT INTO errornote") for s in statements), "the trace sees the statements"
-    row_by_row = [s for s in statements if s.startswith("SELECT r.report_id, r.label, r.reader_id, r.value, r.version FROM reading r")
-                  and "WHERE p.cohort_id = " in s]
+    row_by_row = [
+        s
+        for s in statements
+        if s.startswith("SELECT r.report_id, r.label, r.reader_id, r.value, r.version FROM reading r")
+        and "WHERE p.cohort_id = " in s
+    ]
     assert row_by_row == [], row_by_row
     assert len(labelled.notes()) == 1
 
@@ -112,9 +124,9 @@ def test_the_one_item_check_of_a_note_agrees_with_the_queue_on_every_item(labell
     """A note's check reads its own item only; on every asked (report, label) of the run it says what the queue says."""
     run = labelled.run_id
     queue = labelled.disagreements(run, with_attributes=False)
-    listed = set(zip(queue["report_id"], queue["label"]))
+    listed = set(zip(queue["report_id"], queue["label"], strict=False))
     preds = labelled.runner.predictions(run)
-    cells = list(zip(preds["report_id"], preds["label"]))
+    cells = list(zip(preds["report_id"], preds["label"], strict=False))
     assert listed and len(listed) < len(cells)
     said = {cell for cell in cells if labelled.triage._presence_disagreement(run, *cell)}
     assert said == listed

@@ -21,10 +21,10 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import DATA, ROOT
 from fake_llm_server import running_server
 from test_governance import PROVIDER_VARS, Listener
+
 from workbench.cli import main
 
 REPORTS = DATA / "reports_small.csv"
@@ -37,8 +37,17 @@ PROXY_CASES = [  # (variable(s) set, the api_base scheme they would carry)
     ({"HTTPS_PROXY": "{proxy}"}, "https"),
     ({"https_proxy": "{proxy}", "no_proxy": "::1"}, "https"),
 ]
-ALL_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy",
-                  "no_proxy", "AIOHTTP_TRUST_ENV")
+ALL_PROXY_VARS = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+    "AIOHTTP_TRUST_ENV",
+)
 
 
 @pytest.fixture
@@ -56,7 +65,7 @@ def clean_env(monkeypatch):
 
 def fresh_clients() -> None:
     """Forget litellm's cached HTTP clients: each case builds its client (and proxy mounts) under its own variables."""
-    from workbench import llm
+    from workbench.labeller import llm
 
     llm._litellm().in_memory_llm_clients_cache.flush_cache()
 
@@ -79,8 +88,19 @@ def test_no_proxy_variable_carries_report_text_to_a_host_nobody_allowed(small_st
                 fresh_clients()
                 api_base = server.url if scheme == "http" else server.url.replace("http://", "https://")
                 before = server.count
-                result = cli("run", "--cohort", "dev", "--labels", label, "--model", "openai/fake", "--api-base",
-                             api_base, "--study", str(wb.root))
+                result = cli(
+                    "run",
+                    "--cohort",
+                    "dev",
+                    "--labels",
+                    label,
+                    "--model",
+                    "openai/fake",
+                    "--api-base",
+                    api_base,
+                    "--study",
+                    str(wb.root),
+                )
                 if scheme == "http":  # direct to the checked server: every call answered
                     assert result.exit_code == 0, (variables, result.output)
                     assert server.count - before == 8, variables
@@ -89,7 +109,9 @@ def test_no_proxy_variable_carries_report_text_to_a_host_nobody_allowed(small_st
             assert (forbidden.connections, forbidden.bytes) == (0, 0), variables
 
 
-def test_a_proxy_inside_the_transport_is_refused_at_connect_and_the_run_stops_early(small_study, forbidden, monkeypatch):
+def test_a_proxy_inside_the_transport_is_refused_at_connect_and_the_run_stops_early(
+    small_study, forbidden, monkeypatch
+):
     """aiohttp told to read the proxy variables itself (AIOHTTP_TRUST_ENV) connects to the proxy below httpx:
     the socket check refuses that connect, nothing is sent, and the run stops after a few refusals,
     says why and exits non-zero; no run stays `running` and nothing is scored."""
@@ -98,8 +120,21 @@ def test_a_proxy_inside_the_transport_is_refused_at_connect_and_the_run_stops_ea
         monkeypatch.setenv("AIOHTTP_TRUST_ENV", "true")
         monkeypatch.setenv("HTTP_PROXY", forbidden.url)
         fresh_clients()
-        result = cli("run", "--cohort", "dev", "--labels", "edema", "--model", "openai/fake", "--api-base", server.url,
-                     "--concurrency", "1", "--study", str(wb.root))
+        result = cli(
+            "run",
+            "--cohort",
+            "dev",
+            "--labels",
+            "edema",
+            "--model",
+            "openai/fake",
+            "--api-base",
+            server.url,
+            "--concurrency",
+            "1",
+            "--study",
+            str(wb.root),
+        )
         assert server.count == 0
     assert result.exit_code == 3, result.output
     assert "stopped early: 5 calls in a row failed the same way (refused)" in result.output
@@ -118,9 +153,25 @@ def test_score_outside_a_study_bypasses_a_proxy_nobody_allowed(small_study, forb
         monkeypatch.setenv("HTTP_PROXY", forbidden.url)
         monkeypatch.setenv("all_proxy", forbidden.url)
         fresh_clients()
-        result = cli("score", "--bundle", str(bundle), "--reference", str(REPORTS), "--generated", f"g={REPORTS}",
-                     "--resamples", "20", "--model", "openai/fake", "--api-base", server.url,
-                     "--allow-endpoint", "http://127.0.0.1", "--out", str(tmp_path / "out"))
+        result = cli(
+            "score",
+            "--bundle",
+            str(bundle),
+            "--reference",
+            str(REPORTS),
+            "--generated",
+            f"g={REPORTS}",
+            "--resamples",
+            "20",
+            "--model",
+            "openai/fake",
+            "--api-base",
+            server.url,
+            "--allow-endpoint",
+            "http://127.0.0.1",
+            "--out",
+            str(tmp_path / "out"),
+        )
         assert result.exit_code == 0, result.output
         assert f"report text went to {server.url}" in result.output and server.count > 0
     assert (forbidden.connections, forbidden.bytes) == (0, 0)
@@ -136,7 +187,9 @@ def _unshare_works() -> bool:
     return probe.returncode == 0
 
 
-@pytest.mark.skipif(not _unshare_works(), reason="needs `unshare -rm` (a private mount namespace) for a private /etc/hosts")
+@pytest.mark.skipif(
+    not _unshare_works(), reason="needs `unshare -rm` (a private mount namespace) for a private /etc/hosts"
+)
 def test_a_name_that_resolves_elsewhere_is_refused_at_connect(small_study, tmp_path):
     """localhost (allowed as this machine) resolves to 127.0.0.2 in the second process: `workbench run` and
     `workbench score` there connect nowhere but the checked addresses, stop early and exit non-zero."""
@@ -150,16 +203,23 @@ def test_a_name_that_resolves_elsewhere_is_refused_at_connect(small_study, tmp_p
         base = f"http://localhost:{listener.port}/v1"
         script = tmp_path / "attack.sh"
         script.write_text(
-            "mount --bind \"$1\" /etc/hosts || exit 90\n"
+            'mount --bind "$1" /etc/hosts || exit 90\n'
             "getent hosts localhost | grep -q 127.0.0.2 || exit 91\n"
             f"{sys.executable} -m workbench.cli run --cohort dev --labels edema --model openai/fake --api-base {base} "
-            f"--concurrency 1 --study {wb.root}; echo \"run-exit=$?\"\n"
+            f'--concurrency 1 --study {wb.root}; echo "run-exit=$?"\n'
             f"{sys.executable} -m workbench.cli score --bundle {bundle} --reference {REPORTS} --generated g={REPORTS} "
-            f"--model openai/fake --api-base {base} --allow-endpoint http://localhost --resamples 10; echo \"score-exit=$?\"\n")
+            f'--model openai/fake --api-base {base} --allow-endpoint http://localhost --resamples 10; echo "score-exit=$?"\n'
+        )
         env = {k: v for k, v in os.environ.items() if k not in (*PROVIDER_VARS, *ALL_PROXY_VARS)}
         env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
-        done = subprocess.run(["unshare", "-rm", "sh", str(script), str(hosts)], capture_output=True, text=True,
-                              env=env, timeout=600, cwd=ROOT)
+        done = subprocess.run(
+            ["unshare", "-rm", "sh", str(script), str(hosts)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+            cwd=ROOT,
+        )
         out = done.stdout + done.stderr
         assert done.returncode == 0, out
         assert "run-exit=3" in out and "score-exit=2" in out, out

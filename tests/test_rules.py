@@ -10,18 +10,50 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workbench import rules
 from workbench.core.prompts import DEFAULT_CUES, Example, LabelPrompt, PromptError, parse_prompt_set
 from workbench.core.vocab import VocabularyError, parse_vocabulary
+from workbench.labeller import rules
 
 ROOT = Path(__file__).resolve().parents[1]
 # Fixed cue lists so that these tests do not move when the shipped defaults are tuned.
 CUES = {
-    "negation": ("no", "not", "without", "negative for", "free of", "absence of", "no evidence of", "no sign of",
-                 "rule out", "ruled out", "clear of", "removed", "resolution of"),
-    "hedge": ("cannot exclude", "cannot be excluded", "can not be excluded", "not excluded", "possible", "possibly",
-              "may represent", "may be", "questionable", "suspicious for", "suggestive of", "concerning for",
-              "likely", "probable", "versus", "vs", "differential", "could represent", "question of", "borderline"),
+    "negation": (
+        "no",
+        "not",
+        "without",
+        "negative for",
+        "free of",
+        "absence of",
+        "no evidence of",
+        "no sign of",
+        "rule out",
+        "ruled out",
+        "clear of",
+        "removed",
+        "resolution of",
+    ),
+    "hedge": (
+        "cannot exclude",
+        "cannot be excluded",
+        "can not be excluded",
+        "not excluded",
+        "possible",
+        "possibly",
+        "may represent",
+        "may be",
+        "questionable",
+        "suspicious for",
+        "suggestive of",
+        "concerning for",
+        "likely",
+        "probable",
+        "versus",
+        "vs",
+        "differential",
+        "could represent",
+        "question of",
+        "borderline",
+    ),
     "resolved": ("resolved", "no longer", "interval resolution", "has cleared", "removed"),
     "stable": ("stable", "unchanged", "persistent", "again seen", "redemonstrated", "similar"),
     "improving": ("improving", "improved", "decreased", "smaller", "diminished"),
@@ -31,14 +63,26 @@ CUES = {
 STARTER_TEMPORAL = {"resolved": "negative", "stable": "positive", "improving": "positive", "prior": "negative"}
 
 
-def make_lp(label="effusion", look_for=("pleural effusion", "effusion"), do_not=(), hedged="negative",
-            temporal=None, examples=()) -> LabelPrompt:
+def make_lp(
+    label="effusion",
+    look_for=("pleural effusion", "effusion"),
+    do_not=(),
+    hedged="negative",
+    temporal=None,
+    examples=(),
+) -> LabelPrompt:
     """A LabelPrompt built in code (the shipped prompt files are edited independently)."""
     policy = dict(STARTER_TEMPORAL, **(temporal or {}))
-    return LabelPrompt(label=label, task=f"Does the report describe {label}?", definition=f"{label}.",
-                       look_for=tuple(look_for), do_not_label_when=tuple(do_not), hedged=hedged,
-                       temporal=tuple((k, policy[k]) for k in ("resolved", "stable", "improving", "prior")),
-                       examples=tuple(examples))
+    return LabelPrompt(
+        label=label,
+        task=f"Does the report describe {label}?",
+        definition=f"{label}.",
+        look_for=tuple(look_for),
+        do_not_label_when=tuple(do_not),
+        hedged=hedged,
+        temporal=tuple((k, policy[k]) for k in ("resolved", "stable", "improving", "prior")),
+        examples=tuple(examples),
+    )
 
 
 def value(report: str, lp: LabelPrompt, cues=CUES) -> int:
@@ -53,40 +97,46 @@ NODULE = make_lp("nodule", ("nodule",))
 # ---------------------------------------------------------------- negation
 
 
-@pytest.mark.parametrize("report, expected", [
-    ("Small left pleural effusion.", 1),
-    ("No pleural effusion.", 0),
-    ("There is no evidence of pleural effusion.", 0),
-    ("There are no XXXX of a pleural effusion.", 0),
-    ("The lungs are clear without effusion.", 0),
-    ("Negative for pleural effusion.", 0),
-    ("The costophrenic angles are free of effusion.", 0),
-    ("Pleural effusion is not seen.", 0),
-    ("A pleural effusion is not definitely seen.", 0),
-    ("Pleural effusions are absent.", 0),
-    ("Pleural effusion is excluded.", 0),
-    ("No focal airspace opacity to suggest a pleural effusion.", 0),
-    ("No pneumothorax. Small right pleural effusion.", 1),
-    ("No pneumothorax; small right pleural effusion.", 1),
-    ("No pneumothorax, but there is a small right pleural effusion.", 1),
-    ("Heart size normal. However, a small effusion is present.", 1),
-    ("No interval change in the small left pleural effusion.", 1),
-    ("There is redemonstration without significant interval change of the left effusion.", 1),
-    ("No pneumothorax, there is a small right effusion.", 1),
-])
+@pytest.mark.parametrize(
+    "report, expected",
+    [
+        ("Small left pleural effusion.", 1),
+        ("No pleural effusion.", 0),
+        ("There is no evidence of pleural effusion.", 0),
+        ("There are no XXXX of a pleural effusion.", 0),
+        ("The lungs are clear without effusion.", 0),
+        ("Negative for pleural effusion.", 0),
+        ("The costophrenic angles are free of effusion.", 0),
+        ("Pleural effusion is not seen.", 0),
+        ("A pleural effusion is not definitely seen.", 0),
+        ("Pleural effusions are absent.", 0),
+        ("Pleural effusion is excluded.", 0),
+        ("No focal airspace opacity to suggest a pleural effusion.", 0),
+        ("No pneumothorax. Small right pleural effusion.", 1),
+        ("No pneumothorax; small right pleural effusion.", 1),
+        ("No pneumothorax, but there is a small right pleural effusion.", 1),
+        ("Heart size normal. However, a small effusion is present.", 1),
+        ("No interval change in the small left pleural effusion.", 1),
+        ("There is redemonstration without significant interval change of the left effusion.", 1),
+        ("No pneumothorax, there is a small right effusion.", 1),
+    ],
+)
 def test_negation(report, expected):
     assert value(report, EFFUSION) == expected
 
 
-@pytest.mark.parametrize("report, lp, expected", [
-    ("No effusion or pneumothorax.", EFFUSION, 0),
-    ("No effusion or pneumothorax.", PNEUMOTHORAX, 0),
-    ("There is no consolidation, pleural effusion or pneumothorax.", EFFUSION, 0),
-    ("There is no consolidation, pleural effusion or pneumothorax.", PNEUMOTHORAX, 0),
-    ("No displaced rib fractures, pneumothorax, or pleural effusion identified.", EFFUSION, 0),
-    ("No focal airspace disease, pleural effusion, or pneumothorax.", PNEUMOTHORAX, 0),
-    ("No acute bony abnormality. Small apical pneumothorax.", PNEUMOTHORAX, 1),
-])
+@pytest.mark.parametrize(
+    "report, lp, expected",
+    [
+        ("No effusion or pneumothorax.", EFFUSION, 0),
+        ("No effusion or pneumothorax.", PNEUMOTHORAX, 0),
+        ("There is no consolidation, pleural effusion or pneumothorax.", EFFUSION, 0),
+        ("There is no consolidation, pleural effusion or pneumothorax.", PNEUMOTHORAX, 0),
+        ("No displaced rib fractures, pneumothorax, or pleural effusion identified.", EFFUSION, 0),
+        ("No focal airspace disease, pleural effusion, or pneumothorax.", PNEUMOTHORAX, 0),
+        ("No acute bony abnormality. Small apical pneumothorax.", PNEUMOTHORAX, 1),
+    ],
+)
 def test_negation_lists(report, lp, expected):
     assert value(report, lp) == expected
 
@@ -94,42 +144,51 @@ def test_negation_lists(report, lp, expected):
 # ---------------------------------------------------------------- hedge and temporal policy
 
 
-@pytest.mark.parametrize("report", [
-    "Cannot exclude a small left pleural effusion.",
-    "Small left pleural effusion cannot be excluded.",
-    "Possible small left effusion.",
-    "Blunting of the left costophrenic angle may represent a small effusion.",
-    "Left basilar opacity, atelectasis versus effusion.",
-    "Findings are suspicious for a loculated pleural effusion.",
-])
+@pytest.mark.parametrize(
+    "report",
+    [
+        "Cannot exclude a small left pleural effusion.",
+        "Small left pleural effusion cannot be excluded.",
+        "Possible small left effusion.",
+        "Blunting of the left costophrenic angle may represent a small effusion.",
+        "Left basilar opacity, atelectasis versus effusion.",
+        "Findings are suspicious for a loculated pleural effusion.",
+    ],
+)
 def test_hedge_policy_flips_the_answer(report):
     assert value(report, make_lp(hedged="negative")) == 0
     assert value(report, make_lp(hedged="positive")) == 1
 
 
-@pytest.mark.parametrize("report, kind", [
-    ("The left pleural effusion has resolved.", "resolved"),
-    ("Interval resolution of the left pleural effusion.", "resolved"),
-    ("The effusion is no longer seen.", "resolved"),
-    ("Stable small left pleural effusion.", "stable"),
-    ("Small left pleural effusion, unchanged from prior.", "stable"),
-    ("Persistent small left effusion.", "stable"),
-    ("Improving small left pleural effusion.", "improving"),
-    ("The left pleural effusion has decreased in size.", "improving"),
-    ("History of pleural effusion.", "prior"),
-    ("Status post drainage of a pleural effusion.", "prior"),
-])
+@pytest.mark.parametrize(
+    "report, kind",
+    [
+        ("The left pleural effusion has resolved.", "resolved"),
+        ("Interval resolution of the left pleural effusion.", "resolved"),
+        ("The effusion is no longer seen.", "resolved"),
+        ("Stable small left pleural effusion.", "stable"),
+        ("Small left pleural effusion, unchanged from prior.", "stable"),
+        ("Persistent small left effusion.", "stable"),
+        ("Improving small left pleural effusion.", "improving"),
+        ("The left pleural effusion has decreased in size.", "improving"),
+        ("History of pleural effusion.", "prior"),
+        ("Status post drainage of a pleural effusion.", "prior"),
+    ],
+)
 def test_temporal_policy_flips_the_answer(report, kind):
     assert value(report, make_lp(temporal={kind: "positive"})) == 1
     assert value(report, make_lp(temporal={kind: "negative"})) == 0
 
 
-@pytest.mark.parametrize("report, kind", [
-    ("Previously improving effusion has now resolved.", "resolved"),      # resolved beats improving
-    ("Stable to slightly improved small effusion.", "improving"),          # improving beats stable
-    ("Small effusion, unchanged from the prior exam.", "stable"),         # "prior exam" is the comparison
-    ("Small effusion, stable compared to previous.", "stable"),
-])
+@pytest.mark.parametrize(
+    "report, kind",
+    [
+        ("Previously improving effusion has now resolved.", "resolved"),  # resolved beats improving
+        ("Stable to slightly improved small effusion.", "improving"),  # improving beats stable
+        ("Small effusion, unchanged from the prior exam.", "stable"),  # "prior exam" is the comparison
+        ("Small effusion, stable compared to previous.", "stable"),
+    ],
+)
 def test_temporal_precedence(report, kind):
     others = {k: "positive" for k in rules.TEMPORAL_PRECEDENCE if k != kind}
     assert value(report, make_lp(temporal={**others, kind: "negative"})) == 0
@@ -144,17 +203,25 @@ def test_comparison_wording_is_not_a_prior_finding():
 def test_cue_inside_a_look_for_phrase_is_part_of_the_phrase():
     copd = make_lp("emphysema", ("emphysema", "chronic obstructive pulmonary disease"))
     assert value("Hyperinflated lungs consistent with chronic obstructive pulmonary disease.", copd) == 1
-    assert value("Mild cardiomegaly with findings of chronic obstructive pulmonary disease.",
-                 make_lp("cardiomegaly", ("cardiomegaly",))) == 0  # prior applies to the clause
+    assert (
+        value(
+            "Mild cardiomegaly with findings of chronic obstructive pulmonary disease.",
+            make_lp("cardiomegaly", ("cardiomegaly",)),
+        )
+        == 0
+    )  # prior applies to the clause
 
 
-@pytest.mark.parametrize("report, expected", [
-    ("No pleural effusion or pneumothorax.", 0),
-    ("Small left pleural effusion.", 1),
-    ("Cannot exclude a small effusion.", 0),
-    ("The effusion has resolved.", 0),
-    ("Stable small effusion.", 1),
-])
+@pytest.mark.parametrize(
+    "report, expected",
+    [
+        ("No pleural effusion or pneumothorax.", 0),
+        ("Small left pleural effusion.", 1),
+        ("Cannot exclude a small effusion.", 0),
+        ("The effusion has resolved.", 0),
+        ("Stable small effusion.", 1),
+    ],
+)
 def test_shipped_default_cues(report, expected):
     assert value(report, EFFUSION, dict(DEFAULT_CUES)) == expected
 
@@ -168,31 +235,42 @@ def test_task_cue_override_changes_the_answer():
 # ---------------------------------------------------------------- exclusions and prompt edits
 
 
-@pytest.mark.parametrize("report, expected", [
-    ("Small pericardial effusion.", 0),
-    ("Small pericardial effusion and a small left pleural effusion.", 1),
-    ("Small pericardial effusion. Small left pleural effusion.", 1),
-    ("Moderate left pleural effusion.", 1),
-])
+@pytest.mark.parametrize(
+    "report, expected",
+    [
+        ("Small pericardial effusion.", 0),
+        ("Small pericardial effusion and a small left pleural effusion.", 1),
+        ("Small pericardial effusion. Small left pleural effusion.", 1),
+        ("Moderate left pleural effusion.", 1),
+    ],
+)
 def test_exclusion_overlapping_the_mention(report, expected):
     lp = make_lp(do_not=("the report only mentions a 'pericardial effusion'.",))
     assert value(report, lp) == expected
 
 
-@pytest.mark.parametrize("rule, expected", [
-    ("the report only mentions a 'calcified granuloma'.", 0),
-    ("the report mentions a ‘calcified granuloma’ (typographic quotes).", 0),
-    ("the patient's nodule is a 'calcified granuloma' in the report.", 0),   # an apostrophe is not a quote
-    ("the nodule is calcified (no quoted phrase: for the model only).", 1),
-])
+@pytest.mark.parametrize(
+    "rule, expected",
+    [
+        ("the report only mentions a 'calcified granuloma'.", 0),
+        ("the report mentions a ‘calcified granuloma’ (typographic quotes).", 0),
+        ("the patient's nodule is a 'calcified granuloma' in the report.", 0),  # an apostrophe is not a quote
+        ("the nodule is calcified (no quoted phrase: for the model only).", 1),
+    ],
+)
 def test_exclusion_phrases_from_quoted_rules(rule, expected):
     lp = make_lp("nodule", ("nodule",), do_not=(rule,))
     assert value("Calcified granuloma and a 5 mm nodule in the right upper lobe.", lp) == expected
 
 
 def test_exclusion_phrases_are_the_quoted_fragments():
-    got = rules.exclusion_phrases(["the report only mentions 'calcified granuloma' or 'granulomatous disease'.",
-                                   "the patient's history says so.", "it is a 'Calcified granuloma'."])
+    got = rules.exclusion_phrases(
+        [
+            "the report only mentions 'calcified granuloma' or 'granulomatous disease'.",
+            "the patient's history says so.",
+            "it is a 'Calcified granuloma'.",
+        ]
+    )
     assert got == ("calcified granuloma", "granulomatous disease")
 
 
@@ -216,8 +294,12 @@ def test_adding_a_value_0_example_suppresses_a_false_positive():
     fp = "Dense nodule in the right hilum consistent with a calcified lymph node."
     other = "New 8 mm nodule in the left upper lobe."
     assert value(fp, NODULE) == 1
-    example = Example(text="nodule in the right hilum consistent with a calcified lymph node", value=0,
-                      why="a calcified node, not a lung nodule", source_report_id="r-17")
+    example = Example(
+        text="nodule in the right hilum consistent with a calcified lymph node",
+        value=0,
+        why="a calcified node, not a lung nodule",
+        source_report_id="r-17",
+    )
     edited = dataclasses.replace(NODULE, examples=(example,))
     assert value(fp, edited) == 0
     assert value(other, edited) == 1
@@ -225,26 +307,32 @@ def test_adding_a_value_0_example_suppresses_a_false_positive():
 
 def test_a_long_positive_example_found_in_the_report_makes_it_positive():
     report = "Heart size normal.\nThere is increased opacity in the right base, which may be\nfluid in the fissure."
-    example = Example(text="increased opacity in the right base, which may be fluid in the fissure", value=1,
-                      why="fluid in the fissure is pleural fluid")
+    example = Example(
+        text="increased opacity in the right base, which may be fluid in the fissure",
+        value=1,
+        why="fluid in the fissure is pleural fluid",
+    )
     assert value(report, EFFUSION) == 0
     got = rules.label_one(report, dataclasses.replace(EFFUSION, examples=(example,)), CUES)
     assert got["value"] == 1 and got["evidence"] in report
 
 
-@pytest.mark.parametrize("phrase, report, expected", [
-    ("effusion", "Bilateral effusions.", 1),
-    ("opacity", "Patchy opacities at both bases.", 1),
-    ("atelectasis", "Bibasilar atelectases.", 1),
-    ("pneumothorax", "Bilateral pneumothoraces.", 1),
-    ("mass", "Massive cardiomegaly.", 0),
-    ("hernia", "Large HIATAL HERNIA.", 1),
-    ("hernia", "Herniation of the disc.", 0),
-    ("opacity (RUL)", "New opacity (RUL) since yesterday.", 1),
-    ("c.diff+ colitis", "Known c.diff+ colitis.", 1),
-    ("c.diff+ colitis", "Known cxdiff colitis.", 0),
-    ("pleural effusion", "Small left pleural\n  effusion.", 1),
-])
+@pytest.mark.parametrize(
+    "phrase, report, expected",
+    [
+        ("effusion", "Bilateral effusions.", 1),
+        ("opacity", "Patchy opacities at both bases.", 1),
+        ("atelectasis", "Bibasilar atelectases.", 1),
+        ("pneumothorax", "Bilateral pneumothoraces.", 1),
+        ("mass", "Massive cardiomegaly.", 0),
+        ("hernia", "Large HIATAL HERNIA.", 1),
+        ("hernia", "Herniation of the disc.", 0),
+        ("opacity (RUL)", "New opacity (RUL) since yesterday.", 1),
+        ("c.diff+ colitis", "Known c.diff+ colitis.", 1),
+        ("c.diff+ colitis", "Known cxdiff colitis.", 0),
+        ("pleural effusion", "Small left pleural\n  effusion.", 1),
+    ],
+)
 def test_phrase_matching(phrase, report, expected):
     assert value(report, make_lp(look_for=(phrase,))) == expected
 
@@ -276,7 +364,9 @@ def test_evidence_is_a_verbatim_substring(report, lp):
 
 def test_negative_answer_cites_the_clause_that_decided_it():
     assert rules.label_one("Heart normal. No pleural effusion.", EFFUSION, CUES) == {
-        "value": 0, "evidence": "No pleural effusion"}
+        "value": 0,
+        "evidence": "No pleural effusion",
+    }
     assert rules.label_one("Heart normal.", EFFUSION, CUES) == {"value": 0, "evidence": ""}
 
 
@@ -305,8 +395,8 @@ def test_explain_lists_every_mention_with_its_outcome():
 
 @pytest.fixture
 def llm_types():
-    """CallRequest and CallResult of the engine interface (workbench.llm)."""
-    from workbench.llm import CallRequest, CallResult
+    """CallRequest and CallResult of the engine interface (workbench.labeller.llm)."""
+    from workbench.labeller.llm import CallRequest, CallResult
 
     return CallRequest, CallResult
 
@@ -322,11 +412,23 @@ def requests_for(CallRequest, reports, prompts, mode):
     for i, report in enumerate(reports):
         groups = [prompts] if mode == "joint" else [[lp] for lp in prompts]
         for group in groups:
-            messages = [{"role": "system", "content": "You label reports."},
-                        {"role": "user", "content": f"Labels {[lp.label for lp in group]}\nReport:\n{report}"}]
-            out.append(CallRequest(f"k{i}-{len(out)}", messages, {
-                "report": report, "mode": mode, "prompts": group, "cues": CUES,
-                "labels": [lp.label for lp in group]}))
+            messages = [
+                {"role": "system", "content": "You label reports."},
+                {"role": "user", "content": f"Labels {[lp.label for lp in group]}\nReport:\n{report}"},
+            ]
+            out.append(
+                CallRequest(
+                    f"k{i}-{len(out)}",
+                    messages,
+                    {
+                        "report": report,
+                        "mode": mode,
+                        "prompts": group,
+                        "cues": CUES,
+                        "labels": [lp.label for lp in group],
+                    },
+                )
+            )
     return out
 
 
@@ -359,7 +461,7 @@ def test_complete_all_joint_answers_every_label(llm_types):
     seen = []
     rules.complete_all(reqs, Cfg(), lambda req, res: seen.append(res))
     assert len(seen) == len(REPORTS)
-    for req, res in zip(reqs, seen):
+    for req, res in zip(reqs, seen, strict=False):
         labels = json.loads(res.text)["labels"]
         assert list(labels) == [lp.label for lp in prompts]
         for lp in prompts:
@@ -385,11 +487,14 @@ def test_complete_all_honours_cancel(llm_types):
     assert seen == []
 
 
-@pytest.mark.parametrize("meta, error", [
-    ({"mode": "per_label", "prompts": [EFFUSION], "cues": CUES}, KeyError),
-    ({"report": "x", "mode": "per_label", "prompts": [EFFUSION, NODULE], "cues": CUES}, ValueError),
-    ({"report": "x", "mode": "both", "prompts": [EFFUSION], "cues": CUES}, ValueError),
-])
+@pytest.mark.parametrize(
+    "meta, error",
+    [
+        ({"mode": "per_label", "prompts": [EFFUSION], "cues": CUES}, KeyError),
+        ({"report": "x", "mode": "per_label", "prompts": [EFFUSION, NODULE], "cues": CUES}, ValueError),
+        ({"report": "x", "mode": "both", "prompts": [EFFUSION], "cues": CUES}, ValueError),
+    ],
+)
 def test_malformed_requests_are_programmer_errors(llm_types, meta, error):
     CallRequest, _ = llm_types
     with pytest.raises(error):
@@ -415,20 +520,25 @@ def test_starter_chestxray14_prompts_label_synthetic_sentences():
     except (PromptError, VocabularyError, yaml.YAMLError) as exc:
         pytest.skip(f"starter prompt set does not parse yet: {exc}")
     cues = ps.task.cue_lists()
-    report = ("Heart size is enlarged, with cardiomegaly. Small right pleural effusion. No pneumothorax. "
-              "Right upper lobe consolidation.")
+    report = (
+        "Heart size is enlarged, with cardiomegaly. Small right pleural effusion. No pneumothorax. "
+        "Right upper lobe consolidation."
+    )
     got = {lab: rules.label_one(report, ps.label(lab), cues)["value"] for lab in vocab.asked_ids}
     assert got["cardiomegaly"] == 1 and got["effusion"] == 1 and got["consolidation"] == 1
     assert got["pneumothorax"] == 0 and got["hernia"] == 0 and got["mass"] == 0
     assert rules.label_one("No pleural effusion or pneumothorax.", ps.label("effusion"), cues)["value"] == 0
 
 
-@pytest.mark.parametrize("report, expected", [
-    ("There is no focal consolidation, pleural effusion or\n    pneumothorax.", 0),    # hard-wrapped sentence
-    ("FINDINGS:\nNo pneumothorax.\nIMPRESSION:\nSmall pneumothorax", 1),
-    ("No pleural effusion\nPneumothorax on the right", 1),                           # a line of its own
-    ("1. No effusion\n2. Small apical pneumothorax", 1),
-])
+@pytest.mark.parametrize(
+    "report, expected",
+    [
+        ("There is no focal consolidation, pleural effusion or\n    pneumothorax.", 0),  # hard-wrapped sentence
+        ("FINDINGS:\nNo pneumothorax.\nIMPRESSION:\nSmall pneumothorax", 1),
+        ("No pleural effusion\nPneumothorax on the right", 1),  # a line of its own
+        ("1. No effusion\n2. Small apical pneumothorax", 1),
+    ],
+)
 def test_line_breaks(report, expected):
     assert value(report, PNEUMOTHORAX) == expected
 

@@ -9,9 +9,9 @@ import socket
 
 import pytest
 from click.testing import CliRunner
-
 from fake_llm_server import MALFORMED_REPLY, REFUSAL_REPLY, running_server
 from test_runs import N_REPORTS, Oracle, edit_effusion
+
 from workbench.cli import EXIT_INCOMPLETE, main
 
 ALL_CALLS = 20 * N_REPORTS
@@ -44,10 +44,13 @@ def test_closed_port_stops_early_and_exits_nonzero_with_the_cause(small_study):
     assert "macro F1 undefined" in metrics.output and f"--retry-failed {run_id}" in metrics.output
 
 
-@pytest.mark.parametrize("behaviour,kind,example", [
-    ("404", "not_found", "HTTP 404 not found at"),
-    ("401", "auth", "HTTP 401 authentication failed"),
-])
+@pytest.mark.parametrize(
+    "behaviour,kind,example",
+    [
+        ("404", "not_found", "HTTP 404 not found at"),
+        ("401", "auth", "HTTP 401 authentication failed"),
+    ],
+)
 def test_model_not_found_and_bad_key_stop_early(small_study, behaviour, kind, example):
     with running_server(behaviour=behaviour) as server:
         result = run_cli(small_study, "--cohort", "dev", "--model", "openai/fake", "--api-base", server.url)
@@ -61,12 +64,20 @@ def test_model_not_found_and_bad_key_stop_early(small_study, behaviour, kind, ex
 def test_partial_failures_exit_3_and_list_each_cause_once_without_the_reply_text(small_study):
     wb = small_study
     with running_server() as server:
-        server.answer_fn = Oracle(wb.vocab.names(), overrides={("s1", "edema"): MALFORMED_REPLY, ("s2", "edema"): REFUSAL_REPLY})
-        result = run_cli(wb, "--cohort", "dev", "--labels", "edema,fracture", "--model", "openai/fake", "--api-base", server.url)
+        server.answer_fn = Oracle(
+            wb.vocab.names(), overrides={("s1", "edema"): MALFORMED_REPLY, ("s2", "edema"): REFUSAL_REPLY}
+        )
+        result = run_cli(
+            wb, "--cohort", "dev", "--labels", "edema,fracture", "--model", "openai/fake", "--api-base", server.url
+        )
     assert result.exit_code == 3, result.output
     assert "failures by cause" in result.output
-    assert "parse_error: 1 call(s), e.g. " in result.output and "refusal: 1 call(s), e.g. model refused" in result.output
-    assert "interpreting medical reports" not in result.output  # the model's reply (it may quote a report) is not printed
+    assert (
+        "parse_error: 1 call(s), e.g. " in result.output and "refusal: 1 call(s), e.g. model refused" in result.output
+    )
+    assert (
+        "interpreting medical reports" not in result.output
+    )  # the model's reply (it may quote a report) is not printed
     assert "stopped early" not in result.output  # other calls succeeded: the endpoint works
 
 
@@ -79,9 +90,20 @@ def test_unknown_model_is_named_before_any_word_about_endpoints(small_study):
     prefixed = run_cli(small_study, "--cohort", "dev", "--model", "nosuchprovider/x")
     assert prefixed.exit_code == 2 and "litellm has no provider 'nosuchprovider'" in prefixed.output
     assert small_study.runs().empty
-    bundle_score = CliRunner().invoke(main, ["score", "--bundle", str(_rules_bundle(small_study)), "--reference",
-                                             str(small_study.root / "r.csv"), "--generated", f"g={small_study.root / 'r.csv'}",
-                                             "--model", "no-such-model-xyz"])
+    bundle_score = CliRunner().invoke(
+        main,
+        [
+            "score",
+            "--bundle",
+            str(_rules_bundle(small_study)),
+            "--reference",
+            str(small_study.root / "r.csv"),
+            "--generated",
+            f"g={small_study.root / 'r.csv'}",
+            "--model",
+            "no-such-model-xyz",
+        ],
+    )
     assert bundle_score.exit_code == 2 and "model 'no-such-model-xyz' is unknown to litellm" in bundle_score.output
 
 

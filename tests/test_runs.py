@@ -15,9 +15,10 @@ import threading
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-
-from conftest import SMALL_FINDINGS as FINDINGS, SMALL_POSITIVE as POSITIVE
+from conftest import SMALL_FINDINGS as FINDINGS
+from conftest import SMALL_POSITIVE as POSITIVE
 from fake_llm_server import MALFORMED_REPLY, REFUSAL_REPLY, last_user_text, running_server
+
 from workbench.cli import main
 from workbench.study import StudyError
 
@@ -71,7 +72,10 @@ def remote(srv, **extra) -> dict:
 def values(wb, run_id: int) -> dict:
     """(report, label) -> value (None for a failure) of a run's stored predictions."""
     preds = wb.predictions(run_id)
-    return {(r, lab): (None if pd.isna(v) else int(v)) for r, lab, v in zip(preds["report_id"], preds["label"], preds["value"])}
+    return {
+        (r, lab): (None if pd.isna(v) else int(v))
+        for r, lab, v in zip(preds["report_id"], preds["label"], preds["value"], strict=False)
+    }
 
 
 def expected_values(labels) -> dict:
@@ -91,8 +95,13 @@ def edit_effusion(wb) -> str:
 def test_offline_run_records_everything(small_study):
     wb = small_study
     summary = wb.start_run("dev")
-    assert (summary.status, summary.calls_total, summary.calls_made, summary.calls_reused, summary.failures) == \
-        ("finished", N_REPORTS * ASKED, N_REPORTS * ASKED, 0, 0)
+    assert (summary.status, summary.calls_total, summary.calls_made, summary.calls_reused, summary.failures) == (
+        "finished",
+        N_REPORTS * ASKED,
+        N_REPORTS * ASKED,
+        0,
+        0,
+    )
     run = wb.run_info(summary.run_id)
     assert run.prompt_commit == wb.prompt_commit() and len(run.prompt_commit) == 40
     assert run.model == "workbench/rules" and run.mode == "per_label" and run.endpoint == "workbench/rules"
@@ -104,7 +113,9 @@ def test_offline_run_records_everything(small_study):
     assert (run.calls_total, run.calls_made, run.calls_reused, run.failures, run.status) == (160, 160, 0, 0, "finished")
     preds = wb.predictions(summary.run_id)
     assert len(preds) == 160
-    assert set(zip(preds["report_id"], preds["label"])) == {(f"s{i}", lab) for i in range(1, 9) for lab in wb.vocab.asked_ids}
+    assert set(zip(preds["report_id"], preds["label"], strict=False)) == {
+        (f"s{i}", lab) for i in range(1, 9) for lab in wb.vocab.asked_ids
+    }
     assert set(preds["status"]) == {"ok"} and set(preds["value"]) == {0, 1}
     got = values(wb, summary.run_id)
     assert got[("s2", "pleural_effusion")] == 1 and got[("s1", "pleural_effusion")] == 0  # "No pleural effusion"
@@ -151,7 +162,9 @@ def test_label_subset_unknown_and_derived_labels(small_study):
     assert (summary.calls_total, summary.calls_made) == (16, 16)
     assert json.loads(wb.run_info(summary.run_id).labels_json) == ["pleural_effusion", "pneumothorax"]
     assert set(wb.predictions(summary.run_id)["label"]) == {"pleural_effusion", "pneumothorax"}
-    with pytest.raises(StudyError, match=r"unknown label 'pleural_efusion' \(did you mean 'pleural_effusion'.*; labels: atelectasis"):
+    with pytest.raises(
+        StudyError, match=r"unknown label 'pleural_efusion' \(did you mean 'pleural_effusion'.*; labels: atelectasis"
+    ):
         wb.start_run("dev", labels=["pleural_effusion", "pleural_efusion"])
     with pytest.raises(StudyError, match=r"'no_finding' is derived"):
         wb.start_run("dev", labels=["No Finding"])
@@ -160,7 +173,9 @@ def test_label_subset_unknown_and_derived_labels(small_study):
     result = runner.invoke(main, ["run", "--cohort", "dev", "--labels", "edema,fracture", "--study", str(wb.root)])
     assert result.exit_code == 0 and "16 calls needed, 16 made" in result.output
     result = runner.invoke(main, ["run", "--cohort", "dev", "--labels", "edema,oedema", "--study", str(wb.root)])
-    assert result.exit_code == 2 and "error: unknown label 'oedema'" in result.output and "Traceback" not in result.output
+    assert (
+        result.exit_code == 2 and "error: unknown label 'oedema'" in result.output and "Traceback" not in result.output
+    )
 
 
 def test_progress_is_reported_up_to_total_and_throttled(small_study, monkeypatch):
@@ -175,12 +190,13 @@ def test_progress_is_reported_up_to_total_and_throttled(small_study, monkeypatch
     wb.start_run("dev", on_progress=lambda p: again.append((p.done, p.total, p.made, p.reused)))
     assert again == [(160, 160, 0, 160)]  # all reused: one report, already complete
     # throttled: with a long interval only the first call and the final count are reported
-    import workbench.labelling as labelling_module  # the one labelling path reports runs' progress
+    import workbench.labeller.labelling as labelling_module  # the one labelling path reports runs' progress
 
     monkeypatch.setattr(labelling_module, "PROGRESS_EVERY_S", 3600.0)
     throttled = []
-    wb.start_run("dev", labels=["pneumothorax"], prompt_ref=None, temperature=0.5,
-                 on_progress=lambda p: throttled.append(p.done))
+    wb.start_run(
+        "dev", labels=["pneumothorax"], prompt_ref=None, temperature=0.5, on_progress=lambda p: throttled.append(p.done)
+    )
     assert throttled[0] == 0 and throttled[-1] == 8 and len(throttled) == 2
 
 
@@ -216,7 +232,7 @@ def test_storing_reused_answers_is_not_one_statement_per_cell(small_study):
 
 
 def test_a_cached_rerun_stored_in_several_batches_equals_the_first_run(small_study, monkeypatch):
-    from workbench import labelling
+    from workbench.labeller import labelling
 
     wb = small_study
     first = wb.start_run("dev")
@@ -225,8 +241,10 @@ def test_a_cached_rerun_stored_in_several_batches_equals_the_first_run(small_stu
     assert (again.calls_made, again.calls_reused, again.failures, again.status) == (0, N_REPORTS * ASKED, 0, "finished")
     assert wb.run_info(again.run_id).calls_reused == N_REPORTS * ASKED  # counted with each batch, none twice
     columns = ["report_id", "label", "value", "evidence", "evidence_found", "status", "detail", "call_key"]
-    before, after = (wb.predictions(r).sort_values(["report_id", "label"])[columns].reset_index(drop=True)
-                     for r in (first.run_id, again.run_id))
+    before, after = (
+        wb.predictions(r).sort_values(["report_id", "label"])[columns].reset_index(drop=True)
+        for r in (first.run_id, again.run_id)
+    )
     pd.testing.assert_frame_equal(before, after)
 
 
@@ -395,6 +413,7 @@ def test_joint_failure_kinds_name_the_failure(small_study, server):
 
 def test_fake_server_keyword_answer_reads_the_report_not_the_examples(small_study):
     from fake_llm_server import keyword_answer
+
     from workbench.core.prompts import render_label_call
 
     messages = render_label_call(small_study.prompt_set(), "pleural_effusion", "Pleural Effusion", "Lungs are clear.")
@@ -472,8 +491,24 @@ def test_failures_never_enter_the_call_cache(small_study, server):
 
 def test_cli_run_against_the_server(small_study, server):
     server.answer_fn = Oracle(small_study.vocab.names())
-    result = CliRunner().invoke(main, ["run", "--cohort", "dev", "--model", "openai/fake", "--api-base", server.url,
-                                       "--labels", "edema", "--concurrency", "2", "--study", str(small_study.root)])
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "--cohort",
+            "dev",
+            "--model",
+            "openai/fake",
+            "--api-base",
+            server.url,
+            "--labels",
+            "edema",
+            "--concurrency",
+            "2",
+            "--study",
+            str(small_study.root),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "8 calls needed, 8 made" in result.output
     assert server.count == N_REPORTS and server.max_in_flight <= 2

@@ -16,17 +16,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from conftest import DATA, ROOT
 from sqlmodel import select
 
 import workbench
 from workbench import scoring
 from workbench.bundle import load_bundle
 from workbench.cli import main
-from workbench.labelling import text_sha
+from workbench.labeller.labelling import text_sha
 from workbench.services import init_study
 from workbench.store.tables import Extraction
-
-from conftest import DATA, ROOT
 
 SCORING = DATA / "scoring"
 REFERENCE, GEN_A, GEN_B = SCORING / "reference.csv", SCORING / "generated_a.csv", SCORING / "generated_b.csv"
@@ -36,28 +35,37 @@ REFERENCE, GEN_A, GEN_B = SCORING / "reference.csv", SCORING / "generated_a.csv"
 # derived No Finding is 1 exactly when a report has no other positive). Written by reading the
 # texts in tests/data/scoring/*.csv, not by running the labeller.
 EXPECTED_REF: dict[str, set[str]] = {
-    "r01": set(),                                    # normal; effusion and pneumothorax negated
+    "r01": set(),  # normal; effusion and pneumothorax negated
     "r02": {"cardiomegaly", "pleural_effusion"},
     "r03": {"consolidation", "pneumonia"},
-    "r04": {"support_devices"},                      # pneumothorax negated
+    "r04": {"support_devices"},  # pneumothorax negated
     "r05": {"edema", "cardiomegaly"},
     "r06": {"pneumothorax"},
-    "r07": {"atelectasis"},                          # consolidation negated
+    "r07": {"atelectasis"},  # consolidation negated
     "r08": {"fracture"},
     "r09": {"pleural_effusion", "atelectasis"},
     "r10": {"lung_lesion"},
-    "r11": set(),                                    # normal
+    "r11": set(),  # normal
     "r12": {"support_devices", "cardiomegaly"},
 }
 # Generator A: r02 paraphrased (same labels), r03 misses pneumonia, r04 invents a pneumothorax,
 # r07 turns the negated consolidation positive.
-EXPECTED_A = {**EXPECTED_REF, "r03": {"consolidation"}, "r04": {"support_devices", "pneumothorax"},
-              "r07": {"atelectasis", "consolidation"}}
+EXPECTED_A = {
+    **EXPECTED_REF,
+    "r03": {"consolidation"},
+    "r04": {"support_devices", "pneumothorax"},
+    "r07": {"atelectasis", "consolidation"},
+}
 # Generator B: r02 misses the effusion, r04 turns the negated pneumothorax positive, r06
 # paraphrased (same labels), r10 misses the nodule (so it reads as No Finding), r11 invents
 # cardiomegaly (so it loses No Finding).
-EXPECTED_B = {**EXPECTED_REF, "r02": {"cardiomegaly"}, "r04": {"support_devices", "pneumothorax"},
-              "r10": set(), "r11": {"cardiomegaly"}}
+EXPECTED_B = {
+    **EXPECTED_REF,
+    "r02": {"cardiomegaly"},
+    "r04": {"support_devices", "pneumothorax"},
+    "r10": set(),
+    "r11": {"cardiomegaly"},
+}
 
 # Hand-checked per-label counts (TP, FP, FN) for the labels the generators get wrong:
 #   A: consolidation (1, 1, 0): r03 found, r07 invented   -> P 1/2, R 1, F1 2/3
@@ -69,10 +77,22 @@ EXPECTED_B = {**EXPECTED_REF, "r02": {"cardiomegaly"}, "r04": {"support_devices"
 #      lung_lesion   (0, 0, 1): r10 missed                -> F1 0
 #      pneumothorax  (1, 1, 0): r04 invented              -> F1 2/3
 HAND_COUNTS = {
-    "A": {"consolidation": (1, 1, 0), "pneumonia": (0, 0, 1), "pneumothorax": (1, 1, 0), "cardiomegaly": (3, 0, 0),
-          "no_finding": (2, 0, 0), "pleural_effusion": (2, 0, 0)},
-    "B": {"cardiomegaly": (3, 1, 0), "no_finding": (1, 1, 1), "pleural_effusion": (1, 0, 1), "lung_lesion": (0, 0, 1),
-          "pneumothorax": (1, 1, 0), "consolidation": (1, 0, 0)},
+    "A": {
+        "consolidation": (1, 1, 0),
+        "pneumonia": (0, 0, 1),
+        "pneumothorax": (1, 1, 0),
+        "cardiomegaly": (3, 0, 0),
+        "no_finding": (2, 0, 0),
+        "pleural_effusion": (2, 0, 0),
+    },
+    "B": {
+        "cardiomegaly": (3, 1, 0),
+        "no_finding": (1, 1, 1),
+        "pleural_effusion": (1, 0, 1),
+        "lung_lesion": (0, 0, 1),
+        "pneumothorax": (1, 1, 0),
+        "consolidation": (1, 0, 0),
+    },
 }
 # Ran Score by hand. 21 labels; 11 have a positive somewhere (atelectasis, cardiomegaly,
 # consolidation, edema, fracture, lung_lesion, no_finding, pleural_effusion, pneumonia,
@@ -107,8 +127,14 @@ def expected_matrix(table: dict[str, set[str]], ids: list[str]) -> dict[str, dic
 def expected_counts(ref: dict, gen: dict, ids: list[str]) -> dict[str, tuple[int, int, int]]:
     """Per label (TP, FP, FN) from two expected label tables."""
     r, g = expected_matrix(ref, ids), expected_matrix(gen, ids)
-    return {lab: (sum(r[i][lab] and g[i][lab] for i in r), sum((not r[i][lab]) and g[i][lab] for i in r),
-                  sum(r[i][lab] and not g[i][lab] for i in r)) for lab in ids}
+    return {
+        lab: (
+            sum(r[i][lab] and g[i][lab] for i in r),
+            sum((not r[i][lab]) and g[i][lab] for i in r),
+            sum(r[i][lab] and not g[i][lab] for i in r),
+        )
+        for lab in ids
+    }
 
 
 def f1(tp: int, fp: int, fn: int, policy: str) -> Fraction | None:
@@ -133,8 +159,12 @@ def scored_study(tmp_path_factory):
     root = tmp_path_factory.mktemp("scoring")
     wb = init_study(root / "study", vocab="ranscore-21", rule={"rule": "at_least", "k": 4, "n": 6})
     wb.import_reports(REFERENCE, "dev")
-    rows = [{"report_id": rid, "label": lab, "reader": f"reader-{k}", "value": int(lab in positives)}
-            for rid, positives in EXPECTED_REF.items() for lab in wb.vocab.asked_ids for k in range(6)]
+    rows = [
+        {"report_id": rid, "label": lab, "reader": f"reader-{k}", "value": int(lab in positives)}
+        for rid, positives in EXPECTED_REF.items()
+        for lab in wb.vocab.asked_ids
+        for k in range(6)
+    ]
     pd.DataFrame(rows).to_csv(root / "readings.csv", index=False)
     wb.import_readings(root / "readings.csv")
     run = wb.start_run("dev")
@@ -245,8 +275,9 @@ def test_ran_score_under_each_zero_division_policy(bundle_path, scored_study, po
 
 def test_ran_score_bootstrap_is_reproducible_with_a_seed(bundle_path):
     def interval(seed):
-        res = scoring.score(bundle_path, REFERENCE, {"A": GEN_A, "B": GEN_B}, zero_division="exclude",
-                            n_resamples=300, seed=seed)
+        res = scoring.score(
+            bundle_path, REFERENCE, {"A": GEN_A, "B": GEN_B}, zero_division="exclude", n_resamples=300, seed=seed
+        )
         return {g: (r.ran_score["lo"], r.ran_score["estimate"], r.ran_score["hi"]) for g, r in res.generators.items()}
 
     first, again, other = interval(11), interval(11), interval(12)
@@ -273,7 +304,11 @@ def test_per_report_rows_name_invented_and_missed_findings(result):
     assert (a.loc["r04", "invented_findings"], a.loc["r04", "missed_findings"]) == ("pneumothorax", "")
     assert a.loc["r07", "invented_findings"] == "consolidation"
     # the paraphrase keeps the same labels
-    assert (a.loc["r02", "invented_findings"], a.loc["r02", "missed_findings"], a.loc["r02", "matched_positive"]) == ("", "", 2)
+    assert (a.loc["r02", "invented_findings"], a.loc["r02", "missed_findings"], a.loc["r02", "matched_positive"]) == (
+        "",
+        "",
+        2,
+    )
     assert set(a.index[(a["invented_findings"] != "") | (a["missed_findings"] != "")]) == {"r03", "r04", "r07"}
     assert b.loc["r02", "missed_findings"] == "pleural_effusion"
     assert b.loc["r04", "invented_findings"] == "pneumothorax"
@@ -292,8 +327,16 @@ def test_side_by_side_summary_for_two_generators(result):
     assert s["macro_f1"].tolist() == s["ran_score"].tolist()
     assert s["invented_findings_fp"].tolist() == [2, 3] and s["missed_findings_fn"].tolist() == [1, 3]
     assert s.loc["A", "micro_f1"] == pytest.approx(32 / 35) and s.loc["B", "micro_f1"] == pytest.approx(28 / 34)
-    for col in ("micro_accuracy", "micro_precision", "micro_recall", "macro_accuracy", "macro_precision",
-                "macro_recall", "ran_score_lo", "ran_score_hi"):
+    for col in (
+        "micro_accuracy",
+        "micro_precision",
+        "micro_recall",
+        "macro_accuracy",
+        "macro_precision",
+        "macro_recall",
+        "ran_score_lo",
+        "ran_score_hi",
+    ):
         assert s[col].between(0, 1).all(), col
     assert result.model == "workbench/rules" and result.bundle_name == "starter" and len(result.bundle_sha) == 64
 
@@ -304,15 +347,39 @@ def test_side_by_side_summary_for_two_generators(result):
 def test_cli_writes_readable_csv_and_json(bundle_path, tmp_path, monkeypatch):
     monkeypatch.delenv("WORKBENCH_STUDY", raising=False)
     out = tmp_path / "out"
-    res = CliRunner().invoke(main, ["score", "--bundle", str(bundle_path), "--reference", str(REFERENCE),
-                                    "--generated", f"A={GEN_A}", "--generated", f"B={GEN_B}", "--out", str(out),
-                                    "--resamples", "200"])
+    res = CliRunner().invoke(
+        main,
+        [
+            "score",
+            "--bundle",
+            str(bundle_path),
+            "--reference",
+            str(REFERENCE),
+            "--generated",
+            f"A={GEN_A}",
+            "--generated",
+            f"B={GEN_B}",
+            "--out",
+            str(out),
+            "--resamples",
+            "200",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "Ran Score 0.444" in res.output and "Ran Score 0.414" in res.output
     assert "zero_division=0" in res.output and f"wrote CSV and JSON to {out}" in res.output
-    assert sorted(p.name for p in out.iterdir()) == ["A.attributes.csv", "A.per_label.csv", "A.per_report.csv",
-                                                     "A.report_errors.csv", "B.attributes.csv", "B.per_label.csv",
-                                                     "B.per_report.csv", "B.report_errors.csv", "results.json", "summary.csv"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "A.attributes.csv",
+        "A.per_label.csv",
+        "A.per_report.csv",
+        "A.report_errors.csv",
+        "B.attributes.csv",
+        "B.per_label.csv",
+        "B.per_report.csv",
+        "B.report_errors.csv",
+        "results.json",
+        "summary.csv",
+    ]
     summary = pd.read_csv(out / "summary.csv")
     assert summary["generator"].tolist() == ["A", "B"]
     assert summary["ran_score"].tolist() == pytest.approx([float(HAND_RAN["A"]["zero"]), float(HAND_RAN["B"]["zero"])])
@@ -331,8 +398,22 @@ def test_cli_writes_readable_csv_and_json(bundle_path, tmp_path, monkeypatch):
 
 def test_cli_zero_division_choice(bundle_path, monkeypatch):
     monkeypatch.delenv("WORKBENCH_STUDY", raising=False)
-    res = CliRunner().invoke(main, ["score", "--bundle", str(bundle_path), "--reference", str(REFERENCE),
-                                    "--generated", f"A={GEN_A}", "--zero-division", "exclude", "--resamples", "50"])
+    res = CliRunner().invoke(
+        main,
+        [
+            "score",
+            "--bundle",
+            str(bundle_path),
+            "--reference",
+            str(REFERENCE),
+            "--generated",
+            f"A={GEN_A}",
+            "--zero-division",
+            "exclude",
+            "--resamples",
+            "50",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert f"Ran Score {float(HAND_RAN['A']['exclude']):.3f}" in res.output
     assert "left out of the macro average" in res.output
@@ -346,12 +427,16 @@ def test_generated_ids_that_do_not_match_give_a_clear_error(bundle_path, tmp_pat
     gen.loc[gen["id"] == "r12", "id"] = "r99"
     bad = tmp_path / "bad.csv"
     gen.to_csv(bad, index=False)
-    with pytest.raises(ValueError, match=r"generator 'bad': 1 reference id\(s\) have no generated report \(e\.g\. r12\); "
-                                         r"1 generated id\(s\) are not in the reference \(e\.g\. r99\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"generator 'bad': 1 reference id\(s\) have no generated report \(e\.g\. r12\); "
+        r"1 generated id\(s\) are not in the reference \(e\.g\. r99\)",
+    ):
         scoring.score(bundle_path, REFERENCE, {"A": GEN_A, "bad": bad}, n_resamples=10)
     monkeypatch.delenv("WORKBENCH_STUDY", raising=False)
-    res = CliRunner().invoke(main, ["score", "--bundle", str(bundle_path), "--reference", str(REFERENCE),
-                                    "--generated", f"bad={bad}"])
+    res = CliRunner().invoke(
+        main, ["score", "--bundle", str(bundle_path), "--reference", str(REFERENCE), "--generated", f"bad={bad}"]
+    )
     assert res.exit_code == 2 and "error: generator 'bad'" in res.output and "r99" in res.output
     with pytest.raises(ValueError, match="zero_division must be one of"):
         scoring.score(bundle_path, REFERENCE, {"A": GEN_A}, zero_division="nan")
@@ -398,16 +483,30 @@ def test_reference_labels_are_extracted_once_and_cached_by_bundle_and_text(bundl
     assert extraction_rows(wb) == []
 
     first = wb.score_generated(bundle_path, tmp_path / "ref.csv", {"A": tmp_path / "a.csv"}, n_resamples=50)
-    assert first.reference_stats == {"texts": 13, "extracted": 12, "reused": 0, "failures": 0, "failure_causes": {},
-                                     "attribute_parse_failures": 0}
+    assert first.reference_stats == {
+        "texts": 13,
+        "extracted": 12,
+        "reused": 0,
+        "failures": 0,
+        "failure_causes": {},
+        "attribute_parse_failures": 0,
+    }
     ref_hashes = {text_sha(t) for t in ref["text"]}
     rows = extraction_rows(wb)
     assert len(ref_hashes) == 12
-    assert sorted(r.text_hash for r in rows if r.text_hash in ref_hashes) == sorted(ref_hashes)  # one row per distinct text
+    assert sorted(r.text_hash for r in rows if r.text_hash in ref_hashes) == sorted(
+        ref_hashes
+    )  # one row per distinct text
     assert {r.bundle_sha for r in rows} == {first.bundle_sha}
     # generator A shares 9 of its 13 texts with the reference: those are reused, 4 are new
-    assert first.generators["A"].stats == {"texts": 13, "extracted": 4, "reused": 9, "failures": 0, "failure_causes": {},
-                                          "attribute_parse_failures": 0}
+    assert first.generators["A"].stats == {
+        "texts": 13,
+        "extracted": 4,
+        "reused": 9,
+        "failures": 0,
+        "failure_causes": {},
+        "attribute_parse_failures": 0,
+    }
     assert len(rows) == 12 + 4
 
     second = wb.score_generated(bundle_path, tmp_path / "ref.csv", {"B": tmp_path / "b.csv"}, n_resamples=50)
@@ -425,8 +524,19 @@ def test_reference_labels_are_extracted_once_and_cached_by_bundle_and_text(bundl
 def test_cli_score_with_a_study_uses_its_cache(scored_study, bundle_path, tmp_path):
     wb = scored_study[0]
     before = len(extraction_rows(wb))
-    args = ["score", "--bundle", str(bundle_path), "--reference", str(REFERENCE), "--generated", f"A={GEN_A}",
-            "--resamples", "20", "--study", str(wb.root)]
+    args = [
+        "score",
+        "--bundle",
+        str(bundle_path),
+        "--reference",
+        str(REFERENCE),
+        "--generated",
+        f"A={GEN_A}",
+        "--resamples",
+        "20",
+        "--study",
+        str(wb.root),
+    ]
     first = CliRunner().invoke(main, args)
     assert first.exit_code == 0, first.output
     second = CliRunner().invoke(main, args)
@@ -467,7 +577,10 @@ def test_robustness_on_a_users_own_pairs_file(bundle_path):
     assert pairs.loc["own-p1", "detail"] == "same labels"
     assert res["per_kind"].set_index("kind")["pairs"].to_dict() == {"paraphrase": 3, "significant": 3}
     assert res["per_label"].set_index("label")["share_detected"].to_dict() == {
-        "cardiomegaly": 1.0, "pleural_effusion": 1.0, "pneumothorax": 1.0}
+        "cardiomegaly": 1.0,
+        "pleural_effusion": 1.0,
+        "pneumothorax": 1.0,
+    }
     assert res["paraphrase_flips"] == {}
     # a harmful "paraphrase" is caught as a change
     own = pd.read_csv(SCORING / "pairs.csv", keep_default_na=False)
@@ -484,12 +597,21 @@ def test_robustness_cli(bundle_path):
     assert "paraphrase" in res.output and "significant" in res.output and "pleural_effusion" in res.output
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda f: f.assign(kind=f["kind"].replace("paraphrase", "synonym")), r"kind must be paraphrase or significant, got \['synonym'\]"),
-    (lambda f: f.drop(columns=["text_b"]), r"missing column\(s\) \['text_b'\]"),
-    (lambda f: f.drop(columns=["pair_id", "kind"]), r"missing column\(s\) \['kind', 'pair_id'\]"),
-    (lambda f: f.assign(label=f["label"].replace("pneumothorax", "unicorn")), "pair own-s1: unknown label 'unicorn'"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda f: f.assign(kind=f["kind"].replace("paraphrase", "synonym")),
+            r"kind must be paraphrase or significant, got \['synonym'\]",
+        ),
+        (lambda f: f.drop(columns=["text_b"]), r"missing column\(s\) \['text_b'\]"),
+        (lambda f: f.drop(columns=["pair_id", "kind"]), r"missing column\(s\) \['kind', 'pair_id'\]"),
+        (
+            lambda f: f.assign(label=f["label"].replace("pneumothorax", "unicorn")),
+            "pair own-s1: unknown label 'unicorn'",
+        ),
+    ],
+)
 def test_robustness_bad_pairs_give_a_clear_error(bundle_path, tmp_path, change, message):
     frame = change(pd.read_csv(SCORING / "pairs.csv", keep_default_na=False))
     with pytest.raises(ValueError, match=message):

@@ -35,42 +35,132 @@ SAMPLE_REPORT = (
 
 # As the released Ran Score code writes them (DOMAIN.md), in that order.
 RANSCORE_NAMES = [
-    "Atelectasis", "Cardiomegaly", "Consolidation", "Edema", "Enlarged Cardiomediastinum", "Fracture",
-    "Lung Lesion", "No Finding", "Pleural Effusion", "Pleural Other", "Lung Opacity", "Pneumonia",
-    "Pneumothorax", "Support Devices", "emphysema", "interstitial lung disease",
-    "calcification(lung and mediastinal)", "Trachea and bronchus", "cavity and cyst",
-    "mediastinal other", "pulmonary vascular abnormal",
+    "Atelectasis",
+    "Cardiomegaly",
+    "Consolidation",
+    "Edema",
+    "Enlarged Cardiomediastinum",
+    "Fracture",
+    "Lung Lesion",
+    "No Finding",
+    "Pleural Effusion",
+    "Pleural Other",
+    "Lung Opacity",
+    "Pneumonia",
+    "Pneumothorax",
+    "Support Devices",
+    "emphysema",
+    "interstitial lung disease",
+    "calcification(lung and mediastinal)",
+    "Trachea and bronchus",
+    "cavity and cyst",
+    "mediastinal other",
+    "pulmonary vascular abnormal",
 ]
 RANSCORE_IDS = [
-    "atelectasis", "cardiomegaly", "consolidation", "edema", "enlarged_cardiomediastinum", "fracture",
-    "lung_lesion", "no_finding", "pleural_effusion", "pleural_other", "lung_opacity", "pneumonia",
-    "pneumothorax", "support_devices", "emphysema", "interstitial_lung_disease", "calcification",
-    "trachea_bronchus", "cavity_cyst", "mediastinal_other", "pulmonary_vascular_abnormal",
+    "atelectasis",
+    "cardiomegaly",
+    "consolidation",
+    "edema",
+    "enlarged_cardiomediastinum",
+    "fracture",
+    "lung_lesion",
+    "no_finding",
+    "pleural_effusion",
+    "pleural_other",
+    "lung_opacity",
+    "pneumonia",
+    "pneumothorax",
+    "support_devices",
+    "emphysema",
+    "interstitial_lung_disease",
+    "calcification",
+    "trachea_bronchus",
+    "cavity_cyst",
+    "mediastinal_other",
+    "pulmonary_vascular_abnormal",
 ]
 CHEXPERT_IDS = [
-    "no_finding", "enlarged_cardiomediastinum", "cardiomegaly", "lung_opacity", "lung_lesion", "edema",
-    "consolidation", "pneumonia", "atelectasis", "pneumothorax", "pleural_effusion", "pleural_other",
-    "fracture", "support_devices",
+    "no_finding",
+    "enlarged_cardiomediastinum",
+    "cardiomegaly",
+    "lung_opacity",
+    "lung_lesion",
+    "edema",
+    "consolidation",
+    "pneumonia",
+    "atelectasis",
+    "pneumothorax",
+    "pleural_effusion",
+    "pleural_other",
+    "fracture",
+    "support_devices",
 ]
 CHEXPERT_NAMES = [
-    "No Finding", "Enlarged Cardiomediastinum", "Cardiomegaly", "Lung Opacity", "Lung Lesion", "Edema",
-    "Consolidation", "Pneumonia", "Atelectasis", "Pneumothorax", "Pleural Effusion", "Pleural Other",
-    "Fracture", "Support Devices",
+    "No Finding",
+    "Enlarged Cardiomediastinum",
+    "Cardiomegaly",
+    "Lung Opacity",
+    "Lung Lesion",
+    "Edema",
+    "Consolidation",
+    "Pneumonia",
+    "Atelectasis",
+    "Pneumothorax",
+    "Pleural Effusion",
+    "Pleural Other",
+    "Fracture",
+    "Support Devices",
 ]
 # The OpenI gold standard's labels14.csv header, without "filename" and "normal".
 CHESTXRAY14_NAMES = [
-    "Atelectasis", "Cardiomegaly", "Effusion", "Infiltration", "Mass", "Nodule", "Pneumonia",
-    "Pneumothorax", "Consolidation", "Edema", "Emphysema", "Fibrosis", "Pleural_Thickening", "Hernia",
+    "Atelectasis",
+    "Cardiomegaly",
+    "Effusion",
+    "Infiltration",
+    "Mass",
+    "Nodule",
+    "Pneumonia",
+    "Pneumothorax",
+    "Consolidation",
+    "Edema",
+    "Emphysema",
+    "Fibrosis",
+    "Pleural_Thickening",
+    "Hernia",
 ]
 CHESTXRAY14_IDS = [
-    "atelectasis", "cardiomegaly", "effusion", "infiltration", "mass", "nodule", "pneumonia",
-    "pneumothorax", "consolidation", "edema", "emphysema", "fibrosis", "pleural_thickening", "hernia",
+    "atelectasis",
+    "cardiomegaly",
+    "effusion",
+    "infiltration",
+    "mass",
+    "nodule",
+    "pneumonia",
+    "pneumothorax",
+    "consolidation",
+    "edema",
+    "emphysema",
+    "fibrosis",
+    "pleural_thickening",
+    "hernia",
 ]
 STARTER_TEMPORAL = {"resolved": "negative", "stable": "positive", "improving": "positive", "prior": "negative"}
 # Synonyms and abbreviations a clinician's first iteration should add; the starters must lack them.
 NOT_IN_STARTERS = [
-    "blunting", "costophrenic", "hyperinflation", "hyperexpan", "air-space", "airspace", "air space",
-    "ptx", "ett", "ngt", "chf", "picc", "heart failure",
+    "blunting",
+    "costophrenic",
+    "hyperinflation",
+    "hyperexpan",
+    "air-space",
+    "airspace",
+    "air space",
+    "ptx",
+    "ett",
+    "ngt",
+    "chf",
+    "picc",
+    "heart failure",
 ]
 
 
@@ -163,17 +253,26 @@ def test_chestxray14_names_match_the_real_labels14_csv():
         pytest.skip(f"{path} not present (shared datasets live beside the project)")
     with path.open(newline="", encoding="utf-8") as f:
         header = next(csv.reader(f))
-    assert [h for h in header if h not in ("filename", "normal")] == [lab.name for lab in load_vocab("chestxray14").labels]
+    assert [h for h in header if h not in ("filename", "normal")] == [
+        lab.name for lab in load_vocab("chestxray14").labels
+    ]
 
 
 def _good_vocab() -> dict:
     return {
-        "id": "tiny", "name": "Tiny",
+        "id": "tiny",
+        "name": "Tiny",
         "labels": [
             {"id": "effusion", "name": "Effusion", "category": "pleura", "definition": "Fluid."},
             {"id": "devices", "name": "Devices", "category": "devices", "definition": "Tubes."},
-            {"id": "no_finding", "name": "No Finding", "category": "global", "definition": "Nothing.",
-             "derived": "none_of_others", "ignore_for_derived": ["devices"]},
+            {
+                "id": "no_finding",
+                "name": "No Finding",
+                "category": "global",
+                "definition": "Nothing.",
+                "derived": "none_of_others",
+                "ignore_for_derived": ["devices"],
+            },
         ],
     }
 
@@ -184,6 +283,7 @@ def _set(path: list, value):
         for key in path[:-1]:
             target = target[key]
         target[path[-1]] = value
+
     return edit
 
 
@@ -193,6 +293,7 @@ def _delete(path: list):
         for key in path[:-1]:
             target = target[key]
         del target[path[-1]]
+
     return edit
 
 
@@ -205,7 +306,11 @@ VOCAB_ERRORS = [
     ("empty category", _set(["labels", 0, "category"], ""), ["labels[0]", "'category'"]),
     ("id not snake_case", _set(["labels", 0, "id"], "Pleural-Effusion"), ["labels[0]", "Pleural-Effusion"]),
     ("unknown derived rule", _set(["labels", 2, "derived"], "all_of_others"), ["labels[2]", "all_of_others"]),
-    ("ignore list not a list", _set(["labels", 2, "ignore_for_derived"], "devices"), ["labels[2]", "ignore_for_derived"]),
+    (
+        "ignore list not a list",
+        _set(["labels", 2, "ignore_for_derived"], "devices"),
+        ["labels[2]", "ignore_for_derived"],
+    ),
     ("ignore names unknown label", _set(["labels", 2, "ignore_for_derived"], ["tubes"]), ["no_finding", "tubes"]),
     ("look_for not a list", _set(["labels", 0, "look_for"], "fluid"), ["labels[0]", "look_for"]),
     ("look_for with an empty phrase", _set(["labels", 0, "look_for"], ["fluid", " "]), ["labels[0]", "look_for"]),
@@ -221,11 +326,17 @@ def test_good_vocab_fixture_is_valid():
 KNOWN_VOCAB_BUGS: dict[str, str] = {}
 
 
-@pytest.mark.parametrize("case,edit,expected", [
-    pytest.param(*c, id=c[0], marks=[pytest.mark.xfail(strict=True, reason=KNOWN_VOCAB_BUGS[c[0]])]
-                 if c[0] in KNOWN_VOCAB_BUGS else [])
-    for c in VOCAB_ERRORS
-])
+@pytest.mark.parametrize(
+    "case,edit,expected",
+    [
+        pytest.param(
+            *c,
+            id=c[0],
+            marks=[pytest.mark.xfail(strict=True, reason=KNOWN_VOCAB_BUGS[c[0]])] if c[0] in KNOWN_VOCAB_BUGS else [],
+        )
+        for c in VOCAB_ERRORS
+    ],
+)
 def test_vocab_errors_name_file_and_key(case, edit, expected):
     data = _good_vocab()
     edit(data)
@@ -340,12 +451,14 @@ def test_positive_examples_quote_text_that_signals_the_label(name):
 def _edit_label(label_id: str, edit):
     def apply(files: dict) -> None:
         edit(files[f"{label_id}.yaml"])
+
     return apply
 
 
 def _edit_task(edit):
     def apply(files: dict) -> None:
         edit(files[TASK_FILE])
+
     return apply
 
 
@@ -354,35 +467,79 @@ def _add_file(filename: str, label: str):
         data = copy.deepcopy(files["atelectasis.yaml"])
         data["label"] = label
         files[filename] = data
+
     return apply
 
 
 def _drop_file(filename: str):
     def apply(files: dict) -> None:
         del files[filename]
+
     return apply
 
 
 PROMPT_ERRORS = [
-    ("unknown label key", _edit_label("pleural_effusion", _set(["look_fro"], ["x"])), ["pleural_effusion.yaml", "look_fro"]),
+    (
+        "unknown label key",
+        _edit_label("pleural_effusion", _set(["look_fro"], ["x"])),
+        ["pleural_effusion.yaml", "look_fro"],
+    ),
     ("missing field", _edit_label("pneumothorax", _delete(["hedged"])), ["pneumothorax.yaml", "'hedged'"]),
-    ("missing temporal key", _edit_label("edema", _delete(["temporal", "stable"])), ["edema.yaml", "temporal", "'stable'"]),
-    ("bad hedged policy", _edit_label("pneumonia", _set(["hedged"], "uncertain")), ["pneumonia.yaml", "hedged", "uncertain"]),
-    ("bad temporal policy", _edit_label("fracture", _set(["temporal", "prior"], "yes")), ["fracture.yaml", "temporal.prior"]),
-    ("look_for not a list", _edit_label("cardiomegaly", _set(["look_for"], "cardiomegaly")), ["cardiomegaly.yaml", "look_for"]),
-    ("bad example value", _edit_label("pleural_effusion", _set(["examples", 0, "value"], 2)),
-     ["pleural_effusion.yaml", "examples[0].value"]),
-    ("boolean example value", _edit_label("pleural_effusion", _set(["examples", 0, "value"], True)),
-     ["pleural_effusion.yaml", "examples[0].value"]),
-    ("example missing why", _edit_label("pleural_effusion", _delete(["examples", 0, "why"])),
-     ["pleural_effusion.yaml", "examples[0]", "'why'"]),
-    ("unknown placeholder", _edit_task(_set(["per_label_template"], "{task}\n{patient_name}\n{report}")),
-     [TASK_FILE, "per_label_template", "patient_name"]),
-    ("per-label placeholder in joint template", _edit_task(_set(["joint_template"], "{label_name}: {report}")),
-     [TASK_FILE, "joint_template", "label_name"]),
-    ("template without report", _edit_task(_set(["per_label_template"], "{task} {guidance}")),
-     [TASK_FILE, "per_label_template", "{report}"]),
-    ("unbalanced brace", _edit_task(_set(["joint_template"], '{report} {"labels": ...}')), [TASK_FILE, "joint_template"]),
+    (
+        "missing temporal key",
+        _edit_label("edema", _delete(["temporal", "stable"])),
+        ["edema.yaml", "temporal", "'stable'"],
+    ),
+    (
+        "bad hedged policy",
+        _edit_label("pneumonia", _set(["hedged"], "uncertain")),
+        ["pneumonia.yaml", "hedged", "uncertain"],
+    ),
+    (
+        "bad temporal policy",
+        _edit_label("fracture", _set(["temporal", "prior"], "yes")),
+        ["fracture.yaml", "temporal.prior"],
+    ),
+    (
+        "look_for not a list",
+        _edit_label("cardiomegaly", _set(["look_for"], "cardiomegaly")),
+        ["cardiomegaly.yaml", "look_for"],
+    ),
+    (
+        "bad example value",
+        _edit_label("pleural_effusion", _set(["examples", 0, "value"], 2)),
+        ["pleural_effusion.yaml", "examples[0].value"],
+    ),
+    (
+        "boolean example value",
+        _edit_label("pleural_effusion", _set(["examples", 0, "value"], True)),
+        ["pleural_effusion.yaml", "examples[0].value"],
+    ),
+    (
+        "example missing why",
+        _edit_label("pleural_effusion", _delete(["examples", 0, "why"])),
+        ["pleural_effusion.yaml", "examples[0]", "'why'"],
+    ),
+    (
+        "unknown placeholder",
+        _edit_task(_set(["per_label_template"], "{task}\n{patient_name}\n{report}")),
+        [TASK_FILE, "per_label_template", "patient_name"],
+    ),
+    (
+        "per-label placeholder in joint template",
+        _edit_task(_set(["joint_template"], "{label_name}: {report}")),
+        [TASK_FILE, "joint_template", "label_name"],
+    ),
+    (
+        "template without report",
+        _edit_task(_set(["per_label_template"], "{task} {guidance}")),
+        [TASK_FILE, "per_label_template", "{report}"],
+    ),
+    (
+        "unbalanced brace",
+        _edit_task(_set(["joint_template"], '{report} {"labels": ...}')),
+        [TASK_FILE, "joint_template"],
+    ),
     ("bad mode", _edit_task(_set(["mode"], "batch")), [TASK_FILE, "mode", "batch"]),
     ("unknown task key", _edit_task(_set(["temperature"], 0)), [TASK_FILE, "temperature"]),
     ("unknown cue list", _edit_task(_set(["cues"], {"negations": ["no"]})), [TASK_FILE, "cues", "negations"]),

@@ -6,18 +6,20 @@ import threading
 
 import pandas as pd
 import pytest
+from conftest import DATA
 from sqlalchemy import select
 
-from workbench.store import db, queries as q
+from workbench.store import db
+from workbench.store import queries as q
 from workbench.store.tables import Reading, Report
-
-from conftest import DATA
 
 pytestmark = pytest.mark.postgres
 
 
 def test_every_storage_function_is_tested_here():
-    public = {n for n, f in inspect.getmembers(q, inspect.isfunction) if f.__module__ == q.__name__ and not n.startswith("_")}
+    public = {
+        n for n, f in inspect.getmembers(q, inspect.isfunction) if f.__module__ == q.__name__ and not n.startswith("_")
+    }
     source = open(__file__, encoding="utf-8").read()
     untested = sorted(n for n in public if f"q.{n}(" not in source)
     assert untested == [], f"storage functions without a test: {untested}"
@@ -25,7 +27,9 @@ def test_every_storage_function_is_tested_here():
 
 def reading_stamp(s, report_id: str, reader: str) -> str:
     """updated_at of one reading."""
-    return s.execute(select(Reading.updated_at).where(Reading.report_id == report_id, Reading.reader_id == reader)).scalar_one()
+    return s.execute(
+        select(Reading.updated_at).where(Reading.report_id == report_id, Reading.reader_id == reader)
+    ).scalar_one()
 
 
 def test_schema_version_and_migrate_idempotent(any_study):
@@ -38,8 +42,16 @@ def test_cohorts_reports_readers_readings(any_study):
         cohort, created = q.get_or_create_cohort(s, "dev", "en")
         assert created and q.get_or_create_cohort(s, "dev")[1] is False
         assert q.get_cohort(s, "dev").id == cohort.id
-        frame = pd.DataFrame({"report_id": ["a", "b"], "text": ["", ""], "findings": ["No effusion.", "Effusion."],
-                              "impression": ["Normal.", "Effusion."], "language": ["en", "en"], "text_hash": ["h1", "h2"]})
+        frame = pd.DataFrame(
+            {
+                "report_id": ["a", "b"],
+                "text": ["", ""],
+                "findings": ["No effusion.", "Effusion."],
+                "impression": ["Normal.", "Effusion."],
+                "language": ["en", "en"],
+                "text_hash": ["h1", "h2"],
+            }
+        )
         assert q.insert_reports(s, cohort.id, frame, 0) == 2
         assert q.max_report_seq(s, cohort.id) == 1
         assert q.report_hashes(s) == {"a": ("h1", cohort.id), "b": ("h2", cohort.id)}
@@ -49,7 +61,9 @@ def test_cohorts_reports_readers_readings(any_study):
         assert q.list_cohorts(s).set_index("name").loc["dev", "reports"] == 2
         assert q.ensure_readers(s, ["r1", "r2"]) == 2 and q.ensure_readers(s, ["r1"]) == 0
         assert q.list_readers(s) == ["r1", "r2"]
-        readings = pd.DataFrame({"report_id": ["a", "a", "b"], "label": ["edema"] * 3, "reader": ["r1", "r2", "r1"], "value": [1, 0, 1]})
+        readings = pd.DataFrame(
+            {"report_id": ["a", "a", "b"], "label": ["edema"] * 3, "reader": ["r1", "r2", "r1"], "value": [1, 0, 1]}
+        )
         assert q.insert_readings(s, readings) == 3
         assert len(q.readings_frame(s, cohort_id=cohort.id)) == 3
         assert len(q.readings_frame(s, report_ids_=["a"], reader="r1")) == 1
@@ -63,10 +77,19 @@ def test_cohorts_reports_readers_readings(any_study):
         assert q.update_reading(s, reading.id, 1, expected_version=1) is False  # stale version
         assert q.count_rows(s, Reading) == 3 and q.count_rows(s, Report) == 2
         top, stamp = q.reading_watermark(s)
-        assert q.count_readings(s) == 3 and top == max(r[0] for r in s.execute(select(Reading.id)).all()) and stamp == reading_stamp(s, "a", "r1")
+        assert (
+            q.count_readings(s) == 3
+            and top == max(r[0] for r in s.execute(select(Reading.id)).all())
+            and stamp == reading_stamp(s, "a", "r1")
+        )
         assert q.reports_read_since(s, stamp) == ["a"] and sorted(q.reports_read_since(s, "2000-01-01")) == ["a", "b"]
-        assert q.vote_counts_of(s, ["b"]).to_dict("records") == [{"report_id": "b", "label": "edema", "positives": 1, "n_readers": 1}]
-        assert q.reading_counts_of(s, ["a"]).set_index(["reader", "report_id"])["labels"].to_dict() == {("r1", "a"): 1, ("r2", "a"): 1}
+        assert q.vote_counts_of(s, ["b"]).to_dict("records") == [
+            {"report_id": "b", "label": "edema", "positives": 1, "n_readers": 1}
+        ]
+        assert q.reading_counts_of(s, ["a"]).set_index(["reader", "report_id"])["labels"].to_dict() == {
+            ("r1", "a"): 1,
+            ("r2", "a"): 1,
+        }
 
 
 def test_adjudications_flags_notes_audit(any_study):
@@ -76,14 +99,35 @@ def test_adjudications_flags_notes_audit(any_study):
         q.add_adjudication(s, "s1", "edema", 0, "senior", "second")
         adj = q.adjudications_frame(s)
         assert list(adj["reason"]) == ["first", "second"] and adj["seq"].is_monotonic_increasing
-        note = q.add_note(s, report_id="s1", label="edema", run_id=None, author="rad", category="other",
-                          significance="unsure", text="t", reference_wrong=True)
+        note = q.add_note(
+            s,
+            report_id="s1",
+            label="edema",
+            run_id=None,
+            author="rad",
+            category="other",
+            significance="unsure",
+            text="t",
+            reference_wrong=True,
+        )
         q.add_flag(s, "s1", "edema", "rad", "wrong", note.id)
         assert len(q.flags_frame(s)) == 1
         assert q.notes_frame(s, label="edema")["reference_wrong"].tolist() == [True]
         q.add_audit(s, "rad", "add", "note", "s1/edema", None, {"x": 1})
-        q.add_audit_many(s, [{"at": q.now(), "actor": "a", "action": "import", "entity": "readings", "entity_key": "f",
-                              "old_json": "", "new_json": "{}"}])
+        q.add_audit_many(
+            s,
+            [
+                {
+                    "at": q.now(),
+                    "actor": "a",
+                    "action": "import",
+                    "entity": "readings",
+                    "entity_key": "f",
+                    "old_json": "",
+                    "new_json": "{}",
+                }
+            ],
+        )
         log = q.list_audit(s, entity="note")
         assert json.loads(log.iloc[0]["new"]) == {"x": 1}
 
@@ -92,16 +136,41 @@ def test_runs_predictions_cache(any_study):
     any_study.import_reports(DATA / "reports_small.csv", "dev")
     with any_study.session() as s:
         cohort = q.get_cohort(s, "dev")
-        run = q.add_run(s, cohort_id=cohort.id, prompt_commit="c" * 40, model="m", params_json="{}", mode="per_label",
-                        labels_json='["edema"]')
+        run = q.add_run(
+            s,
+            cohort_id=cohort.id,
+            prompt_commit="c" * 40,
+            model="m",
+            params_json="{}",
+            mode="per_label",
+            labels_json='["edema"]',
+        )
         q.add_run_counts(s, run.id, calls_made=2, failures=1)
         q.update_run(s, run.id, status="finished")
         assert q.get_run(s, run.id).calls_made == 2
         assert q.list_runs(s, cohort.id).iloc[0]["status"] == "finished"
-        rows = [{"report_id": "s1", "label": "edema", "value": 1, "evidence": "e", "evidence_found": True,
-                 "status": "ok", "detail": "", "call_key": "k1"},
-                {"report_id": "s2", "label": "edema", "value": None, "evidence": "", "evidence_found": None,
-                 "status": "parse_error", "detail": "bad", "call_key": "k2"}]
+        rows = [
+            {
+                "report_id": "s1",
+                "label": "edema",
+                "value": 1,
+                "evidence": "e",
+                "evidence_found": True,
+                "status": "ok",
+                "detail": "",
+                "call_key": "k1",
+            },
+            {
+                "report_id": "s2",
+                "label": "edema",
+                "value": None,
+                "evidence": "",
+                "evidence_found": None,
+                "status": "parse_error",
+                "detail": "bad",
+                "call_key": "k2",
+            },
+        ]
         q.upsert_predictions(s, run.id, rows)
         q.upsert_predictions(s, run.id, rows[:1])  # replacing, not duplicating
         assert len(q.predictions_frame(s, run.id)) == 2
@@ -130,8 +199,15 @@ def test_run_lease_is_taken_by_exactly_one_of_two_executors_and_taken_over_after
 
     any_study.import_reports(DATA / "reports_small.csv", "dev")
     with any_study.session() as s:
-        run = q.add_run(s, cohort_id=q.get_cohort(s, "dev").id, prompt_commit="c" * 40, model="m", params_json="{}",
-                        mode="per_label", labels_json='["edema"]')
+        run = q.add_run(
+            s,
+            cohort_id=q.get_cohort(s, "dev").id,
+            prompt_commit="c" * 40,
+            model="m",
+            params_json="{}",
+            mode="per_label",
+            labels_json='["edema"]',
+        )
     other = Workbench(any_study.root)  # a second engine: another executor's connections
     try:
         for round_ in range(10):
@@ -151,7 +227,9 @@ def test_run_lease_is_taken_by_exactly_one_of_two_executors_and_taken_over_after
             winner, loser = won[0], ({"h0", "h1"} - set(won)).pop()
             with any_study.session() as s:
                 assert not q.take_run_lease(s, run.id, loser, now + 30, now + 29)  # live: refused
-                assert q.renew_run_lease(s, run.id, winner, now + 60) and not q.renew_run_lease(s, run.id, loser, now + 60)
+                assert q.renew_run_lease(s, run.id, winner, now + 60) and not q.renew_run_lease(
+                    s, run.id, loser, now + 60
+                )
                 assert q.take_run_lease(s, run.id, winner, now + 90, now + 59)  # the holder may take it again
                 assert q.take_run_lease(s, run.id, loser, now + 200, now + 91)  # expired: taken over
                 assert not q.renew_run_lease(s, run.id, winner, now + 300)  # the old holder learns it lost
@@ -165,7 +243,8 @@ def test_run_lease_is_taken_by_exactly_one_of_two_executors_and_taken_over_after
 
 
 def test_a_version_1_database_gets_the_run_lease_columns(any_study):
-    from sqlalchemy import inspect as sa_inspect, text
+    from sqlalchemy import inspect as sa_inspect
+    from sqlalchemy import text
 
     with any_study.engine.begin() as conn:
         conn.execute(text("ALTER TABLE run DROP COLUMN lease_holder"))
@@ -177,16 +256,22 @@ def test_a_version_1_database_gets_the_run_lease_columns(any_study):
 
 
 def test_a_version_40_database_loses_the_unread_prediction_indexes(any_study):
-    from sqlalchemy import inspect as sa_inspect, text
+    from sqlalchemy import inspect as sa_inspect
+    from sqlalchemy import text
 
     with any_study.engine.begin() as conn:  # the indexes a database created before version 70 has
         conn.execute(text("CREATE INDEX ix_prediction_run_id ON prediction (run_id)"))
         conn.execute(text("CREATE INDEX ix_prediction_call_key ON prediction (call_key)"))
         conn.execute(text("UPDATE meta SET value = '40' WHERE key = 'schema_version'"))
-    assert {"ix_prediction_run_id", "ix_prediction_call_key"} <= {i["name"] for i in sa_inspect(any_study.engine).get_indexes("prediction")}
+    assert {"ix_prediction_run_id", "ix_prediction_call_key"} <= {
+        i["name"] for i in sa_inspect(any_study.engine).get_indexes("prediction")
+    }
     assert any(step.startswith("70: ") for step in any_study.migrate())
     inspector = sa_inspect(any_study.engine)
-    assert {i["name"] for i in inspector.get_indexes("prediction")} & {"ix_prediction_run_id", "ix_prediction_call_key"} == set()
+    assert {i["name"] for i in inspector.get_indexes("prediction")} & {
+        "ix_prediction_run_id",
+        "ix_prediction_call_key",
+    } == set()
     unique = inspector.get_unique_constraints("prediction")  # what a run's predictions are read by
     assert any(u["column_names"] == ["run_id", "report_id", "label"] for u in unique)
     assert db.schema_version(any_study.engine) == db.SCHEMA_VERSION and any_study.migrate() == []
@@ -264,12 +349,29 @@ def test_audit_chain_tokens_login_failures_meta(any_study):
 
     with any_study.session() as s:
         q.add_audit(s, "ann", "add", "note", "s1/edema", None, {"text": "x"})
-        q.add_audit_many(s, [{"at": q.now(), "actor": "ann", "action": "import", "entity": "reports", "entity_key": "dev",
-                              "old_json": "", "new_json": "{}"} for _ in range(3)])
+        q.add_audit_many(
+            s,
+            [
+                {
+                    "at": q.now(),
+                    "actor": "ann",
+                    "action": "import",
+                    "entity": "reports",
+                    "entity_key": "dev",
+                    "old_json": "",
+                    "new_json": "{}",
+                }
+                for _ in range(3)
+            ],
+        )
         result = q.verify_audit(s)
         assert result["ok"] and result["events"] >= 4
-        rows = s.execute(text("SELECT id, at, actor, action, entity, entity_key, old_json, new_json, prev_hash, hash "
-                              "FROM auditevent ORDER BY id")).all()
+        rows = s.execute(
+            text(
+                "SELECT id, at, actor, action, entity, entity_key, old_json, new_json, prev_hash, hash "
+                "FROM auditevent ORDER BY id"
+            )
+        ).all()
         assert rows[-1][9] == q.audit_event_hash(tuple(rows[-1][:8]), rows[-1][8]) and rows[-1][8] == rows[-2][9]
         q.set_meta(s, "k", "v1")
         q.set_meta(s, "k", "v2")
@@ -280,7 +382,7 @@ def test_audit_chain_tokens_login_failures_meta(any_study):
         assert q.user_token_digests(s, "boss") == ["d" * 64]
         assert q.delete_user_tokens(s, "boss") == 1 and q.user_token_digests(s, "boss") == []
         q.add_user_token(s, "boss", "e" * 64, "2099-01-01T00:00:00+00:00")
-        (digest, created, expires), = q.user_tokens(s, "boss")
+        ((digest, created, expires),) = q.user_tokens(s, "boss")
         assert digest == "e" * 64 and created and expires == "2099-01-01T00:00:00+00:00"
         assert q.revoke_credentials(s, "boss") == 1 and q.user_tokens(s, "boss") == []
         assert q.record_login_failure(s, "nobody").failures == 1
@@ -314,7 +416,8 @@ def test_concurrent_audit_writers_keep_one_chain(any_study):
 
 def test_a_version_1_database_migrates_to_the_chain_and_disabled_accounts(any_study):
     """The steps of versions 20 and 21 on a database made before them (SQLite and PostgreSQL)."""
-    from sqlalchemy import inspect as sa_inspect, text
+    from sqlalchemy import inspect as sa_inspect
+    from sqlalchemy import text
 
     any_study.add_user("boss", "admin", "boss-pass-0001")
     with any_study.engine.begin() as conn:
@@ -335,8 +438,16 @@ def test_cohort_roles_splits_looks_proposals_optimisations(any_study):
     with any_study.session() as s:
         cohort, _ = q.get_or_create_cohort(s, "dev", "en")
         test, _ = q.get_or_create_cohort(s, "held", "en")
-        frame = pd.DataFrame({"report_id": ["a", "b", "c"], "text": ["", "", ""], "findings": ["x", "y", "z"],
-                              "impression": ["", "", ""], "language": ["en"] * 3, "text_hash": ["h1", "h2", "h3"]})
+        frame = pd.DataFrame(
+            {
+                "report_id": ["a", "b", "c"],
+                "text": ["", "", ""],
+                "findings": ["x", "y", "z"],
+                "impression": ["", "", ""],
+                "language": ["en"] * 3,
+                "text_hash": ["h1", "h2", "h3"],
+            }
+        )
         q.insert_reports(s, cohort.id, frame.iloc[:2], 0)
         q.insert_reports(s, test.id, frame.iloc[2:], 0)
         assert q.cohort_roles(s) == {"dev": "development", "held": "development"}
@@ -349,14 +460,30 @@ def test_cohort_roles_splits_looks_proposals_optimisations(any_study):
         roles = q.report_cohort_roles(s, ["a", "c", "zz"]).set_index("report_id")
         assert roles.loc["a", "part"] == "validation" and roles.loc["c", "role"] == "test"
         assert pd.isna(roles.loc["c", "part"]) and "zz" not in roles.index
-        run = q.add_run(s, cohort_id=test.id, prompt_commit="c" * 40, model="m", params_json="{}", mode="per_label",
-                        labels_json="[]")
+        run = q.add_run(
+            s,
+            cohort_id=test.id,
+            prompt_commit="c" * 40,
+            model="m",
+            params_json="{}",
+            mode="per_label",
+            labels_json="[]",
+        )
         q.add_look(s, test.id, "v1", "f" * 64, run.id, "dr-a")
         q.add_look(s, test.id, "v2", "e" * 64, None, "dr-b")
         assert q.looks_frame(s)["bundle"].tolist() == ["v1", "v2"]
         assert q.looks_frame(s, "v1")["actor"].tolist() == ["dr-a"]
-        p = q.add_proposal(s, label="edema", author="me", source="offline", status="offered", base_commit="c" * 40,
-                           run_id=run.id, edit_json="{}", note_ids_json="[1, 2]")
+        p = q.add_proposal(
+            s,
+            label="edema",
+            author="me",
+            source="offline",
+            status="offered",
+            base_commit="c" * 40,
+            run_id=run.id,
+            edit_json="{}",
+            note_ids_json="[1, 2]",
+        )
         assert q.get_proposal(s, p.id).status == "offered"
         q.update_proposal(s, p.id, status="saved", commit="d" * 40)
         assert q.get_proposal(s, p.id).commit == "d" * 40
@@ -381,8 +508,16 @@ def test_put_cached_calls_in_bulk_first_writer_wins(any_study):
 def test_reading_drafts_and_work_lists(any_study):
     with any_study.session() as s:
         cohort, _ = q.get_or_create_cohort(s, "dev", "en")
-        frame = pd.DataFrame({"report_id": ["a", "b", "c"], "text": ["", "", ""], "findings": ["x", "y", "z"],
-                              "impression": ["", "", ""], "language": ["en"] * 3, "text_hash": ["h1", "h2", "h3"]})
+        frame = pd.DataFrame(
+            {
+                "report_id": ["a", "b", "c"],
+                "text": ["", "", ""],
+                "findings": ["x", "y", "z"],
+                "impression": ["", "", ""],
+                "language": ["en"] * 3,
+                "text_hash": ["h1", "h2", "h3"],
+            }
+        )
         q.insert_reports(s, cohort.id, frame, 0)
     with any_study.session() as s:
         assert q.get_reading_draft(s, "dr", "a") is None
@@ -396,8 +531,12 @@ def test_reading_drafts_and_work_lists(any_study):
     with any_study.session() as s:
         assert q.reading_draft_ids(s, "dr") == ["b"]
         q.ensure_readers(s, ["dr"])
-        q.insert_readings(s, pd.DataFrame({"report_id": ["a", "a"], "label": ["edema", "fracture"], "reader": ["dr", "dr"],
-                                           "value": [1, 0]}))
+        q.insert_readings(
+            s,
+            pd.DataFrame(
+                {"report_id": ["a", "a"], "label": ["edema", "fracture"], "reader": ["dr", "dr"], "value": [1, 0]}
+            ),
+        )
         counts = q.reader_report_counts(s, "dr", cohort.id)
         assert counts[["report_id", "labels"]].values.tolist() == [["a", 2]] and counts["saved_at"].iloc[0]
         assert q.get_work_list(s, cohort.id) is None
@@ -417,24 +556,58 @@ def test_bulk_writes_above_the_copy_threshold(any_study, monkeypatch):
     monkeypatch.setattr(q, "_pg_copy_insert", lambda cur, table, *a: (copies.append(table), real_copy(cur, table, *a)))
     n = q.COPY_MIN_ROWS + 50
     ids = [f"r{i}" for i in range(n)]
-    odd = "tab\there, new\nline, back\\slash \\N, quote \" ' , comma; \u00e9\u4e2d\U0001F600 \\."
+    odd = "tab\there, new\nline, back\\slash \\N, quote \" ' , comma; \u00e9\u4e2d\U0001f600 \\."
     with any_study.session() as s:
         cohort, _ = q.get_or_create_cohort(s, "dev", "en")
-        q.insert_reports(s, cohort.id, pd.DataFrame({
-            "report_id": ids, "text": [odd] * n, "findings": [""] * n, "impression": [""] * n, "language": ["en"] * n,
-            "text_hash": [f"h{i}" for i in range(n)]}), 0)
-        readings = pd.DataFrame({"report_id": ids, "label": ["edema"] * n, "reader": ["r1"] * n, "value": [i % 2 for i in range(n)]})
+        q.insert_reports(
+            s,
+            cohort.id,
+            pd.DataFrame(
+                {
+                    "report_id": ids,
+                    "text": [odd] * n,
+                    "findings": [""] * n,
+                    "impression": [""] * n,
+                    "language": ["en"] * n,
+                    "text_hash": [f"h{i}" for i in range(n)],
+                }
+            ),
+            0,
+        )
+        readings = pd.DataFrame(
+            {"report_id": ids, "label": ["edema"] * n, "reader": ["r1"] * n, "value": [i % 2 for i in range(n)]}
+        )
         q.ensure_readers(s, ["r1"])
         assert q.insert_readings(s, readings) == n
-        run = q.add_run(s, cohort_id=cohort.id, prompt_commit="c" * 40, model="m", params_json="{}", mode="per_label",
-                        labels_json='["edema"]')
-        rows = [{"report_id": r, "label": "edema", "value": i % 2 if i % 7 else None, "evidence": odd if i % 3 else "",
-                 "evidence_found": [True, False, None][i % 3], "status": "ok", "detail": "", "call_key": f"k{i}"}
-                for i, r in enumerate(ids)]
+        run = q.add_run(
+            s,
+            cohort_id=cohort.id,
+            prompt_commit="c" * 40,
+            model="m",
+            params_json="{}",
+            mode="per_label",
+            labels_json='["edema"]',
+        )
+        rows = [
+            {
+                "report_id": r,
+                "label": "edema",
+                "value": i % 2 if i % 7 else None,
+                "evidence": odd if i % 3 else "",
+                "evidence_found": [True, False, None][i % 3],
+                "status": "ok",
+                "detail": "",
+                "call_key": f"k{i}",
+            }
+            for i, r in enumerate(ids)
+        ]
         q.upsert_predictions(s, run.id, rows + [{**rows[0], "value": 1, "detail": "the later row"}])
         q.put_cached_calls(s, [q.CachedCall("k0", "m", "first", 1, 1, None)])
-        q.put_cached_calls(s, [q.CachedCall(f"k{i}", "m", odd + str(i), i, 2 * i, i / 8 if i % 2 else None) for i in range(n)]
-                           + [q.CachedCall("k1", "m", "second in the batch", 0, 0, None)])
+        q.put_cached_calls(
+            s,
+            [q.CachedCall(f"k{i}", "m", odd + str(i), i, 2 * i, i / 8 if i % 2 else None) for i in range(n)]
+            + [q.CachedCall("k1", "m", "second in the batch", 0, 0, None)],
+        )
     with any_study.session() as s:
         stored = q.predictions_frame(s, run.id).set_index("report_id")
         cached = q.cached_calls(s, [f"k{i}" for i in range(n)] + ["line\nbreak"])
@@ -467,20 +640,42 @@ def test_prediction_and_reading_attributes(any_study):
     any_study.import_reports(DATA / "reports_small.csv", "dev")
     with any_study.session() as s:
         cohort = q.get_cohort(s, "dev")
-        run = q.add_run(s, cohort_id=cohort.id, prompt_commit="c" * 40, model="m", params_json="{}", mode="per_label",
-                        labels_json='["pleural_effusion"]')
-        rows = [{"report_id": f"s{i % 8 + 1}", "label": "pleural_effusion", "attribute": a, "value": v, "status": "ok",
-                 "detail": ""} for i in range(8) for a, v in (("side", "left"), ("severity", "mild"))]
+        run = q.add_run(
+            s,
+            cohort_id=cohort.id,
+            prompt_commit="c" * 40,
+            model="m",
+            params_json="{}",
+            mode="per_label",
+            labels_json='["pleural_effusion"]',
+        )
+        rows = [
+            {
+                "report_id": f"s{i % 8 + 1}",
+                "label": "pleural_effusion",
+                "attribute": a,
+                "value": v,
+                "status": "ok",
+                "detail": "",
+            }
+            for i in range(8)
+            for a, v in (("side", "left"), ("severity", "mild"))
+        ]
         q.upsert_prediction_attributes(s, run.id, rows * 13)  # 208 rows: PostgreSQL's COPY path, last row of a key wins
-        q.upsert_prediction_attributes(s, run.id, [{**rows[0], "attribute": "", "value": None,
-                                                    "status": "attribute_parse_error", "detail": "not an object"}])
+        q.upsert_prediction_attributes(
+            s,
+            run.id,
+            [{**rows[0], "attribute": "", "value": None, "status": "attribute_parse_error", "detail": "not an object"}],
+        )
         stored = q.prediction_attributes_frame(s, run.id)
         assert len(stored) == 15  # s1's two values were replaced by its parse failure
         assert stored[stored["report_id"] == "s1"]["status"].tolist() == ["attribute_parse_error"]
         assert len(q.prediction_attributes_frame(s, run.id, label="edema")) == 0
         q.ensure_readers(s, ["ann"])
-        frame = pd.DataFrame([("s1", "pleural_effusion", "ann", "side", "left"), ("s2", "pleural_effusion", "ann", "side", "right")],
-                             columns=q.READING_ATTRIBUTE_COLUMNS)
+        frame = pd.DataFrame(
+            [("s1", "pleural_effusion", "ann", "side", "left"), ("s2", "pleural_effusion", "ann", "side", "right")],
+            columns=q.READING_ATTRIBUTE_COLUMNS,
+        )
         assert q.put_reading_attributes(s, frame) == 2
         q.put_reading_attributes(s, frame.assign(value="bilateral").iloc[:1])  # replaced, not duplicated
         q.put_reading_attributes(s, frame.iloc[:1].assign(reader="senior"), adjudicated=True)
@@ -506,8 +701,15 @@ def test_adaptive_reading_storage(any_study, tmp_path):
         assert q.count_cohort_reports(s, cid) == 3 and q.report_cohorts(s, ["x1", "x3"]) == {"x1": cid, "x3": cid}
         q.put_agreement_sample(s, cid, ["x2"], 0, 0.3, None, "local")
         assert q.agreement_sample_ids(s, cid) == {"x2"} and q.agreement_sample_ids(s, cid, ["x1"]) == set()
-        frame = pd.DataFrame({"report_id": ["x1", "x2", "x3"], "open": [True, True, False], "tie": [False] * 3,
-                              "readers": [1, 0, 4], "cap": [6, 6, 6]})
+        frame = pd.DataFrame(
+            {
+                "report_id": ["x1", "x2", "x3"],
+                "open": [True, True, False],
+                "tie": [False] * 3,
+                "readers": [1, 0, 4],
+                "cap": [6, 6, 6],
+            }
+        )
         q.put_report_progress(s, cid, frame, replace=True)
         q.put_report_progress(s, cid, frame.iloc[:1].assign(readers=2))
         assert q.report_progress(s, cid).set_index("report_id")["readers"].to_dict() == {"x1": 2, "x2": 0, "x3": 4}
@@ -532,10 +734,19 @@ def test_call_facts_and_noise_repeats(any_study):
     any_study.import_reports(DATA / "reports_small.csv", "dev")
     with any_study.session() as s:
         cohort = q.get_cohort(s, "dev")
-        run = q.add_run(s, cohort_id=cohort.id, prompt_commit="c" * 40, model="openai/m", params_json="{}", mode="per_label",
-                        labels_json='["edema"]')
+        run = q.add_run(
+            s,
+            cohort_id=cohort.id,
+            prompt_commit="c" * 40,
+            model="openai/m",
+            params_json="{}",
+            mode="per_label",
+            labels_json='["edema"]',
+        )
         fact = ["k1", run.id, "edema", 0.25, 1, 120, 9, 64, 0.0012, "stop", "m-2026", None]
-        q.put_call_facts(s, [tuple(fact), ("k2", run.id, "edema", 0.5, 2, 100, 0, None, None, "length", "m-2026", "think")])
+        q.put_call_facts(
+            s, [tuple(fact), ("k2", run.id, "edema", 0.5, 2, 100, 0, None, None, "length", "m-2026", "think")]
+        )
         q.put_call_facts(s, [tuple(fact[:3] + [0.3] + fact[4:])])  # a call made again keeps its latest facts
         facts = q.call_facts(s, ["k1", "k2", "nope", ""]).set_index("call_key")
         assert facts.loc["k1", "latency_s"] == 0.3 and facts.loc["k1", "cached_tokens"] == 64 and len(facts) == 2
@@ -555,12 +766,35 @@ def test_case_rows_search_rows_and_failed_replies(any_study):
     any_study.import_reports(DATA / "reports_small.csv", "dev")
     with any_study.session() as s:
         cohort = q.get_cohort(s, "dev")
-        runs = [q.add_run(s, cohort_id=cohort.id, prompt_commit=c * 40, model="openai/m", params_json="{}",
-                          mode="per_label", labels_json='["edema"]').id for c in "ab"]
+        runs = [
+            q.add_run(
+                s,
+                cohort_id=cohort.id,
+                prompt_commit=c * 40,
+                model="openai/m",
+                params_json="{}",
+                mode="per_label",
+                labels_json='["edema"]',
+            ).id
+            for c in "ab"
+        ]
         for run_id, value, key in ((runs[0], 1, "k1"), (runs[1], None, "k2")):
-            q.upsert_predictions(s, run_id, [dict(report_id="s1", label="edema", value=value, evidence="Mild EDEMA 100%",
-                                                  evidence_found=True, status="ok" if value else "parse_error",
-                                                  detail="" if value else "not JSON: 'x'", call_key=key)])
+            q.upsert_predictions(
+                s,
+                run_id,
+                [
+                    dict(
+                        report_id="s1",
+                        label="edema",
+                        value=value,
+                        evidence="Mild EDEMA 100%",
+                        evidence_found=True,
+                        status="ok" if value else "parse_error",
+                        detail="" if value else "not JSON: 'x'",
+                        call_key=key,
+                    )
+                ],
+            )
         q.put_cached_call(s, "k1", "openai/m", '{"value": 1}', 10, 2, None)
         q.put_call_facts(s, [("k2", runs[1], "edema", 0.2, 1, 10, 2, None, None, "stop", "m", None)])
         q.put_call_replies(s, [("x" * 5000, "k2"), ("y", "no-such-key")])
@@ -597,13 +831,23 @@ def test_run_scoring_is_kept_as_first_recorded_and_reference_changes_are_counted
     any_study.import_reports(DATA / "reports_small.csv", "dev")
     with any_study.session() as s:
         cohort = q.get_cohort(s, "dev")
-        run = q.add_run(s, cohort_id=cohort.id, prompt_commit="c" * 40, model="m", params_json="{}", mode="per_label",
-                        labels_json='["edema"]')
+        run = q.add_run(
+            s,
+            cohort_id=cohort.id,
+            prompt_commit="c" * 40,
+            model="m",
+            params_json="{}",
+            mode="per_label",
+            labels_json='["edema"]',
+        )
         q.put_run_scoring(s, run.id, "2026-01-01T00:00:00+00:00", {"edema": [1, 0, 0, 7]})
         q.put_run_scoring(s, run.id, "2026-06-01T00:00:00+00:00", {"edema": [0, 1, 1, 6]})  # the first one stays
         assert q.run_scorings(s, [run.id]) == {run.id: ("2026-01-01T00:00:00+00:00", {"edema": [1, 0, 0, 7]})}
         assert q.run_scorings(s, []) == {}
-        assert q.reference_changes_since(s, cohort.id, "2026-01-01T00:00:00+00:00") == {"adjudications": 0, "readings": 0}
+        assert q.reference_changes_since(s, cohort.id, "2026-01-01T00:00:00+00:00") == {
+            "adjudications": 0,
+            "readings": 0,
+        }
         q.ensure_readers(s, ["senior"])
         q.add_adjudication(s, "s1", "edema", 1, "senior", "clear on the film")
         assert q.reference_changes_since(s, cohort.id, "2026-01-01T00:00:00+00:00")["adjudications"] == 1
@@ -614,23 +858,51 @@ def small_cohort(s, ids=("a", "b", "c")):
     """A cohort "dev" with reports `ids` (seq in that order); its id."""
     cohort, _ = q.get_or_create_cohort(s, "dev", "en")
     n = len(ids)
-    q.insert_reports(s, cohort.id, pd.DataFrame({"report_id": list(ids), "text": [""] * n, "findings": ["x"] * n,
-                                                 "impression": [""] * n, "language": ["en"] * n,
-                                                 "text_hash": [f"h-{i}" for i in ids]}), 0)
+    q.insert_reports(
+        s,
+        cohort.id,
+        pd.DataFrame(
+            {
+                "report_id": list(ids),
+                "text": [""] * n,
+                "findings": ["x"] * n,
+                "impression": [""] * n,
+                "language": ["en"] * n,
+                "text_hash": [f"h-{i}" for i in ids],
+            }
+        ),
+        0,
+    )
     return cohort.id
 
 
 def test_batch_jobs(any_study):
     with any_study.session() as s:
         cid = small_cohort(s)
-        run = q.add_run(s, cohort_id=cid, prompt_commit="c" * 40, model="m", params_json="{}", mode="per_label",
-                        labels_json='["edema"]')
+        run = q.add_run(
+            s,
+            cohort_id=cid,
+            prompt_commit="c" * 40,
+            model="m",
+            params_json="{}",
+            mode="per_label",
+            labels_json='["edema"]',
+        )
         assert q.pending_batch_job(s, f"run:{run.id}") is None and q.batch_jobs(s, run.id).empty
         common = dict(scope=f"run:{run.id}", run_id=run.id, model="m", api_base="http://x", keys_sha="0" * 64)
         q.add_batch_job(s, batch_id="b1", input_file_id="in1", status="in_progress", requests=3, **common)
         q.add_batch_job(s, batch_id="b2", input_file_id="in2", status="validating", requests=2, **common)
-        q.add_batch_job(s, scope="calls:abc", run_id=None, batch_id="b3", input_file_id="in3", status="completed",
-                        model="m", api_base="http://x", keys_sha="1" * 64)
+        q.add_batch_job(
+            s,
+            scope="calls:abc",
+            run_id=None,
+            batch_id="b3",
+            input_file_id="in3",
+            status="completed",
+            model="m",
+            api_base="http://x",
+            keys_sha="1" * 64,
+        )
     with any_study.session() as s:
         pending = q.pending_batch_job(s, f"run:{run.id}")
         assert pending["batch_id"] == "b2" and pending["input_file_id"] == "in2" and pending["requests"] == 2  # newest
@@ -660,7 +932,10 @@ def test_reading_save_log_and_delete_reading(any_study):
     with any_study.session() as s:
         last = q.last_reading_save(s, "dr")
         assert last.report_id == "b" and json.loads(last.before_json) == {"edema": 0}
-        assert json.loads(last.after_json) == {"edema": 2} and json.loads(last.note_before_json) == {"comment": "c", "unsure": True}
+        assert json.loads(last.after_json) == {"edema": 2} and json.loads(last.note_before_json) == {
+            "comment": "c",
+            "unsure": True,
+        }
         assert json.loads(last.draft_before_json) is None and last.undone_at == ""
         first_id, last_id = q.last_reading_save(s, "dr").id, last.id
         assert q.mark_reading_save_undone(s, last_id) is True
@@ -680,7 +955,9 @@ def test_reading_save_log_and_delete_reading(any_study):
         assert again.id == prior.id and json.loads(again.after_json) == {"edema": 4}
         assert q.last_reading_save(s, "other").report_id == "a"
         q.ensure_readers(s, ["dr"])
-        q.insert_readings(s, pd.DataFrame({"report_id": ["a", "b"], "label": ["edema"] * 2, "reader": ["dr"] * 2, "value": [1, 0]}))
+        q.insert_readings(
+            s, pd.DataFrame({"report_id": ["a", "b"], "label": ["edema"] * 2, "reader": ["dr"] * 2, "value": [1, 0]})
+        )
         reading = q.get_reading(s, "a", "edema", "dr")
         assert q.delete_reading(s, reading.id, expected_version=2) is False  # changed since: kept
         assert q.get_reading(s, "a", "edema", "dr") is not None
@@ -706,7 +983,9 @@ def test_reading_notes(any_study):
         assert q.get_reading_note(s, "dr", "c") is None and q.get_reading_note(s, "ann", "a") is None
         notes = q.reading_notes_frame(s)
         assert notes[["report_id", "reader", "comment", "unsure"]].values.tolist() == [
-            ["a", "dr", "no, a fold", False], ["b", "ann", "", True]]
+            ["a", "dr", "no, a fold", False],
+            ["b", "ann", "", True],
+        ]
         assert notes["updated_at"].str.len().gt(0).all()
         assert q.reading_notes_frame(s, reader="ann")["report_id"].tolist() == ["b"]
         assert q.reading_notes_frame(s, report_ids_=["a", "zz"])["reader"].tolist() == ["dr"]
@@ -719,21 +998,43 @@ def test_adaptive_facts_claims_and_sample_readings(any_study):
         assert q.cohort_id_named(s, "dev") == cid and q.cohort_id_named(s, "nope") is None
         other, _ = q.get_or_create_cohort(s, "held", "en")
         assert q.cohort_id_named(s, "held") == other.id != cid
-        assert q.adaptive_facts(s, cid, "dr") == {"sample": None, "progress": None, "reports": 3, "work_list": False,
-                                                  "open_claim": False}
+        assert q.adaptive_facts(s, cid, "dr") == {
+            "sample": None,
+            "progress": None,
+            "reports": 3,
+            "work_list": False,
+            "open_claim": False,
+        }
         assert q.adaptive_facts(s, other.id, "dr")["reports"] == 0
         q.set_meta(s, f"adaptive_sample:{cid}", '{"seed": 0}')
         q.set_meta(s, f"adaptive_progress:{cid}", "sig")
         q.put_work_list(s, cid, 2, "boss")
         s.flush()  # an ORM add; adaptive_facts reads on the DBAPI cursor
-        q.put_report_progress(s, cid, pd.DataFrame({"report_id": ["x1", "x2", "x3"], "open": [True, True, False],
-                                                    "tie": [False] * 3, "readers": [0, 0, 0], "cap": [2, 2, 2]}),
-                              replace=True)
+        q.put_report_progress(
+            s,
+            cid,
+            pd.DataFrame(
+                {
+                    "report_id": ["x1", "x2", "x3"],
+                    "open": [True, True, False],
+                    "tie": [False] * 3,
+                    "readers": [0, 0, 0],
+                    "cap": [2, 2, 2],
+                }
+            ),
+            replace=True,
+        )
         stamp = q.now()
         assert q.own_claim(s, cid, "dr", stamp) is None  # no claim
         q.put_claims(s, cid, [("x3", "dr"), ("x2", "dr")], done=False, expires_at="9999")
         facts = q.adaptive_facts(s, cid, "dr")
-        assert facts == {"sample": '{"seed": 0}', "progress": "sig", "reports": 3, "work_list": True, "open_claim": True}
+        assert facts == {
+            "sample": '{"seed": 0}',
+            "progress": "sig",
+            "reports": 3,
+            "work_list": True,
+            "open_claim": True,
+        }
         assert q.adaptive_facts(s, cid, "ann")["open_claim"] is False
         assert q.own_claim(s, cid, "dr", stamp) == "x2"  # x3 is closed
         assert q.own_claim(s, cid, "dr", stamp, "x2") == "x2" and q.own_claim(s, cid, "dr", stamp, "x3") is None
@@ -742,15 +1043,25 @@ def test_adaptive_facts_claims_and_sample_readings(any_study):
         assert q.own_claim(s, cid, "dr", stamp) is None
         q.put_claims(s, cid, [("x1", "dr")], done=False, expires_at="9999")
         assert q.own_claim(s, cid, "dr", stamp) == "x1"
-        q.put_report_progress(s, cid, pd.DataFrame({"report_id": ["x1"], "open": [True], "tie": [False], "readers": [2],
-                                                    "cap": [2]}))
+        q.put_report_progress(
+            s, cid, pd.DataFrame({"report_id": ["x1"], "open": [True], "tie": [False], "readers": [2], "cap": [2]})
+        )
         assert q.own_claim(s, cid, "dr", stamp) is None  # no room left
         assert q.count_sample_readings(s, cid) == 0
         q.put_agreement_sample(s, cid, ["x1", "x2"], 0, 0.5, None, "boss")
         assert q.count_sample_readings(s, cid) == 0
         q.ensure_readers(s, ["dr", "ann"])
-        q.insert_readings(s, pd.DataFrame({"report_id": ["x1", "x1", "x2", "x3"], "label": ["edema", "fracture", "edema", "edema"],
-                                           "reader": ["dr", "dr", "ann", "dr"], "value": [1, 0, 1, 1]}))
+        q.insert_readings(
+            s,
+            pd.DataFrame(
+                {
+                    "report_id": ["x1", "x1", "x2", "x3"],
+                    "label": ["edema", "fracture", "edema", "edema"],
+                    "reader": ["dr", "dr", "ann", "dr"],
+                    "value": [1, 0, 1, 1],
+                }
+            ),
+        )
         assert q.count_sample_readings(s, cid) == 3  # x3 is outside the sample
         assert q.count_sample_readings(s, other.id) == 0
         q.delete_agreement_sample(s, other.id)  # another cohort's: nothing happens

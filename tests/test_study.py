@@ -5,14 +5,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from conftest import DATA, ROOT, require_datasets
 
 from workbench.importers import ImportProblems
 from workbench.services import Actor, ConflictError, PermissionDenied, Workbench, init_study
-from workbench.store import prompt_repo, queries as q
+from workbench.store import prompt_repo
+from workbench.store import queries as q
 from workbench.store.tables import Reading, Report
 from workbench.study import StudyError
-
-from conftest import DATA, ROOT, require_datasets
 
 
 def counts(wb):
@@ -76,8 +76,14 @@ def test_changed_report_text_is_refused_and_nothing_written(study, tmp_path):
 
 def test_import_readings_all_or_nothing(small_study, tmp_path):
     before = counts(small_study)
-    bad = pd.DataFrame({"report_id": ["s1", "s1", "nope"], "label": ["edema", "Edema", "edema"],
-                        "reader": ["reader-z", "reader-y", "reader-z"], "value": ["1", "0", "1"]})
+    bad = pd.DataFrame(
+        {
+            "report_id": ["s1", "s1", "nope"],
+            "label": ["edema", "Edema", "edema"],
+            "reader": ["reader-z", "reader-y", "reader-z"],
+            "value": ["1", "0", "1"],
+        }
+    )
     path = tmp_path / "bad.csv"
     bad.to_csv(path, index=False)
     with pytest.raises(ImportProblems) as err:
@@ -102,7 +108,7 @@ def test_reimport_with_a_changed_value_is_refused(small_study, tmp_path):
 
 def test_reference_ties_go_to_adjudication(small_study):
     queue = small_study.adjudication_queue("dev")
-    items = set(zip(queue["report_id"], queue["label"]))
+    items = set(zip(queue["report_id"], queue["label"], strict=False))
     assert items == {("s3", "pneumonia"), ("s5", "enlarged_cardiomediastinum")}
     summary = small_study.reference_summary("dev")
     assert summary.loc["pneumonia", "waiting"] == 1
@@ -147,7 +153,9 @@ def test_record_reading_stale_version_is_a_conflict(small_study):
         small_study.record_reading("reader-g", "s1", {"edema": 1}, {"edema": 1})
 
 
-@pytest.mark.parametrize("values,message", [({"no_finding": 1}, "derived"), ({"edemaa": 1}, "unknown"), ({"edema": 2}, "0 or 1")])
+@pytest.mark.parametrize(
+    "values,message", [({"no_finding": 1}, "derived"), ({"edemaa": 1}, "unknown"), ({"edema": 2}, "0 or 1")]
+)
 def test_record_reading_bad_input(small_study, values, message):
     with pytest.raises(StudyError, match=message):
         small_study.record_reading("reader-g", "s1", values)

@@ -82,11 +82,18 @@ def test_an_update_that_rehashes_one_event_breaks_the_next_link(trail):
     events = ids(trail)
     target = events[2]
     with trail.engine.begin() as conn:
-        row = conn.execute(text("SELECT id, at, actor, action, entity, entity_key, old_json, new_json, prev_hash "
-                                "FROM auditevent WHERE id = :i"), {"i": target}).one()
+        row = conn.execute(
+            text(
+                "SELECT id, at, actor, action, entity, entity_key, old_json, new_json, prev_hash "
+                "FROM auditevent WHERE id = :i"
+            ),
+            {"i": target},
+        ).one()
         forged = (row[0], row[1], "someone-else", *row[3:8])
-        conn.execute(text("UPDATE auditevent SET actor = 'someone-else', hash = :h WHERE id = :i"),
-                     {"h": audit_event_hash(forged, row[8]), "i": target})
+        conn.execute(
+            text("UPDATE auditevent SET actor = 'someone-else', hash = :h WHERE id = :i"),
+            {"h": audit_event_hash(forged, row[8]), "i": target},
+        )
     assert trail.verify_audit()["broken_at"] == events[3]
 
 
@@ -172,8 +179,11 @@ def local_auth(small_study):
 
 def test_workbench_user_alone_no_longer_acts_as_an_account(local_auth):
     study = ["--study", str(local_auth.root)]
-    result = cli(["user", "add", "mallory", "--role", "admin", "--password-stdin", *study],
-                 env={"WORKBENCH_USER": "boss"}, input="wrong-password-1\nmallory-pass-01\n")
+    result = cli(
+        ["user", "add", "mallory", "--role", "admin", "--password-stdin", *study],
+        env={"WORKBENCH_USER": "boss"},
+        input="wrong-password-1\nmallory-pass-01\n",
+    )
     assert result.exit_code == 2 and "unknown user or wrong password" in result.output
     result = cli(["user", "add", "mallory", "--role", "admin", "--password-stdin", *study], input="mallory-pass-01\n")
     assert result.exit_code == 2 and "set WORKBENCH_USER" in result.output
@@ -182,8 +192,11 @@ def test_workbench_user_alone_no_longer_acts_as_an_account(local_auth):
 
 def test_password_prompt_then_attributed(local_auth):
     study = ["--study", str(local_auth.root)]
-    result = cli(["adjudicate", "s3", "pneumonia", "1", "--reason", "seen", *study],
-                 env={"WORKBENCH_USER": "boss"}, input="boss-pass-0001\n")
+    result = cli(
+        ["adjudicate", "s3", "pneumonia", "1", "--reason", "seen", *study],
+        env={"WORKBENCH_USER": "boss"},
+        input="boss-pass-0001\n",
+    )
     assert result.exit_code == 0, result.output
     assert local_auth.audit_log(entity="adjudication").iloc[0]["actor"] == "boss"
 
@@ -195,8 +208,10 @@ def test_token_made_by_its_owner_works_and_is_refused_for_others(local_auth):
     token = [line for line in made.output.splitlines() if line.startswith("wbt_")][0]
     ok = cli(["reference", *study], env={"WORKBENCH_USER": "rdr", "WORKBENCH_TOKEN": token})
     assert ok.exit_code == 0, ok.output
-    denied = cli(["adjudicate", "s3", "pneumonia", "1", "--reason", "x", *study],
-                 env={"WORKBENCH_USER": "rdr", "WORKBENCH_TOKEN": token})
+    denied = cli(
+        ["adjudicate", "s3", "pneumonia", "1", "--reason", "x", *study],
+        env={"WORKBENCH_USER": "rdr", "WORKBENCH_TOKEN": token},
+    )
     assert denied.exit_code == 2 and "rdr (reader) may not adjudicate" in denied.output
     stolen = cli(["reference", *study], env={"WORKBENCH_USER": "boss", "WORKBENCH_TOKEN": token})
     assert stolen.exit_code == 2 and "wrong token" in stolen.output
@@ -311,7 +326,13 @@ def test_git_rejected_names_are_a_clear_error(small_study, name):
 def test_the_first_admin_of_a_local_auth_study_is_added_without_credentials(study):
     path = study.root / "workbench.yaml"
     path.write_text(path.read_text().replace("auth: none", "auth: local"))
-    first = cli(["user", "add", "boss", "--role", "admin", "--password-stdin", "--study", str(study.root)], input="boss-pass-0001\n")
+    first = cli(
+        ["user", "add", "boss", "--role", "admin", "--password-stdin", "--study", str(study.root)],
+        input="boss-pass-0001\n",
+    )
     assert first.exit_code == 0, first.output
-    second = cli(["user", "add", "eve", "--role", "admin", "--password-stdin", "--study", str(study.root)], input="eve-pass-00001\n")
+    second = cli(
+        ["user", "add", "eve", "--role", "admin", "--password-stdin", "--study", str(study.root)],
+        input="eve-pass-00001\n",
+    )
     assert second.exit_code == 2 and "set WORKBENCH_USER" in second.output

@@ -1,11 +1,10 @@
 """Teams: accounts, sign-in, role rules at the service layer, audit trail, governance, migrate-db."""
 
 import pytest
+from conftest import DATA
 
 from workbench.services import Actor, PermissionDenied, Workbench
 from workbench.study import StudyError
-
-from conftest import DATA
 
 ROLES = ["reader", "adjudicator", "prompt_engineer", "admin"]
 
@@ -37,7 +36,6 @@ def test_passwords_are_salted_argon2_hashes(team):
     assert a.startswith("$argon2") and b.startswith("$argon2") and a != b  # same password, different salt
 
 
-
 @pytest.mark.real_argon2
 def test_stored_hashes_use_argon2_cffi_default_parameters_and_sign_in_with_them(study):
     """The other tests hash with the smallest work factor (conftest); the product keeps argon2-cffi's defaults."""
@@ -52,6 +50,7 @@ def test_stored_hashes_use_argon2_cffi_default_parameters_and_sign_in_with_them(
     assert study.authenticate("boss", "correct horse 1").user == "boss"
     with pytest.raises(PermissionDenied, match="unknown user or wrong password"):
         study.authenticate("boss", "correct horse 2")
+
 
 def test_authenticate(team):
     actor = team.authenticate("reader-1", "password-123")

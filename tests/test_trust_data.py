@@ -9,21 +9,20 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC
 
 import pytest
-import yaml
 from click.testing import CliRunner
+from conftest import DATA
+from test_tamper import local_auth  # noqa: F401  (fixture: boss and rdr on auth: local)
 
 from workbench.cli import main
 from workbench.core.vocab import VocabularyError, parse_vocabulary
 from workbench.errors import StorageFault, UserError
-from workbench.services import PermissionDenied
 from workbench.importers import ImportProblems
+from workbench.services import PermissionDenied
 from workbench.store.prompt_repo import PromptRepoError
 from workbench.study import StudyError
-
-from conftest import DATA
-from test_tamper import local_auth  # noqa: F401  (fixture: boss and rdr on auth: local)
 
 MAX_LABELS = 1000  # the stated limit (workbench.core.vocab.MAX_LABELS)
 
@@ -36,8 +35,13 @@ def cli(args, env=None, input=None):
 
 def vocabulary(n: int) -> dict:
     """A vocabulary of n distinct labels as parsed YAML."""
-    return {"id": "big", "name": "Big", "labels": [
-        {"id": f"l{i}", "name": f"Label {i}", "category": "finding", "definition": "a finding"} for i in range(n)]}
+    return {
+        "id": "big",
+        "name": "Big",
+        "labels": [
+            {"id": f"l{i}", "name": f"Label {i}", "category": "finding", "definition": "a finding"} for i in range(n)
+        ],
+    }
 
 
 # ---------------------------------------------------------------- item 6: vocabulary size and parse time
@@ -51,11 +55,15 @@ def test_a_vocabulary_over_the_limit_is_refused_before_its_labels_are_parsed():
 
 def test_init_with_100000_labels_is_refused_at_once(tmp_path):
     path = tmp_path / "big.yaml"
-    items = "".join(f"  - id: l{i}\n    name: Label {i}\n    category: finding\n    definition: a finding\n" for i in range(100_000))
+    items = "".join(
+        f"  - id: l{i}\n    name: Label {i}\n    category: finding\n    definition: a finding\n" for i in range(100_000)
+    )
     path.write_text(f"id: big\nname: Big\nlabels:\n{items}", encoding="utf-8")
     result = cli(["init", str(tmp_path / "study"), "--vocab", str(path)])
     assert result.exit_code == 2, result.output
-    assert "more than 1,000 labels; a vocabulary holds at most 1,000" in result.output and "Traceback" not in result.output
+    assert (
+        "more than 1,000 labels; a vocabulary holds at most 1,000" in result.output and "Traceback" not in result.output
+    )
     assert not (tmp_path / "study" / "workbench.db").exists()
 
 
@@ -84,7 +92,9 @@ def test_optimise_after_a_partial_run_names_the_missing_labels_and_the_command(p
     text = str(err.value)
     assert f"run {run.run_id} labelled 2 of {len(wb.vocab.asked_ids)} asked labels" in text
     assert "atelectasis" in text and "edema" not in text.split("needs:")[1].split(";")[0]
-    assert f"workbench run --cohort dev --prompt {wb.prompt_commit()[:8]}" in text and "--labels edema,pneumonia" in text
+    assert (
+        f"workbench run --cohort dev --prompt {wb.prompt_commit()[:8]}" in text and "--labels edema,pneumonia" in text
+    )
     assert wb.optimise(labels=["edema"], rounds=1)["labels"] == ["edema"]  # what it covers still works
 
 
@@ -108,7 +118,10 @@ def write(path, text: str):
 
 @pytest.mark.parametrize("char", ["\x00", "\x07", "\x1b", "\x0b"])
 def test_a_control_character_in_report_text_is_refused_naming_row_and_column(study, tmp_path, char):
-    path = write(tmp_path / "reports.csv", f"id,findings,impression\na1,Clear lungs.,Normal.\na2,Small eff{char}usion.,Effusion.\n")
+    path = write(
+        tmp_path / "reports.csv",
+        f"id,findings,impression\na1,Clear lungs.,Normal.\na2,Small eff{char}usion.,Effusion.\n",
+    )
     with pytest.raises(ImportProblems) as err:
         study.import_reports(path, "dev")
     assert f"reports.csv row 3, column 'findings': report text contains U+{ord(char):04X}" in str(err.value)
@@ -122,13 +135,24 @@ def test_tab_newline_and_crlf_stay_accepted(study, tmp_path):
 
 
 def test_the_same_check_on_jsonl_openi_and_the_cli(study, tmp_path):
-    jsonl = write(tmp_path / "reports.jsonl", json.dumps({"id": "j1", "text": "ok"}) + "\n"
-                  + json.dumps({"id": "j2", "text": "nul\u0000here"}) + "\n")
-    with pytest.raises(ImportProblems, match=r"reports.jsonl row 2, column 'text': report text contains U\+0000 \(NUL\)"):
+    jsonl = write(
+        tmp_path / "reports.jsonl",
+        json.dumps({"id": "j1", "text": "ok"}) + "\n" + json.dumps({"id": "j2", "text": "nul\u0000here"}) + "\n",
+    )
+    with pytest.raises(
+        ImportProblems, match=r"reports.jsonl row 2, column 'text': report text contains U\+0000 \(NUL\)"
+    ):
         study.import_reports(jsonl, "dev")
-    reports = (DATA / "importers" / "openi_reports.csv").read_text().replace("Mildly enlarged heart.", "Mildly\x00 enlarged heart.")
-    with pytest.raises(ImportProblems, match=r"openi_reports.csv row 3, column 'findings': report text contains U\+0000"):
+    reports = (
+        (DATA / "importers" / "openi_reports.csv")
+        .read_text()
+        .replace("Mildly enlarged heart.", "Mildly\x00 enlarged heart.")
+    )
+    with pytest.raises(
+        ImportProblems, match=r"openi_reports.csv row 3, column 'findings': report text contains U\+0000"
+    ):
         from workbench.importers import read_openi
+
         read_openi(write(tmp_path / "openi_reports.csv", reports), DATA / "importers" / "openi_labels14.csv")
     result = cli(["import", "reports", str(jsonl), "--cohort", "dev", "--study", str(study.root)])
     assert result.exit_code == 2 and "row 2, column 'text': report text contains U+0000 (NUL)" in result.output
@@ -136,7 +160,10 @@ def test_the_same_check_on_jsonl_openi_and_the_cli(study, tmp_path):
 
 def test_readings_refuse_control_characters_in_their_ids(small_study, tmp_path):
     path = write(tmp_path / "readings.csv", "report_id,label,reader,value\ns1,edema,reader\x00x,1\n")
-    with pytest.raises(ImportProblems, match=r"row 2, column 'reader': reader contains a control character or one that hides or reorders text \(U\+0000 \(NUL\) at character 7\)"):
+    with pytest.raises(
+        ImportProblems,
+        match=r"row 2, column 'reader': reader contains a control character or one that hides or reorders text \(U\+0000 \(NUL\) at character 7\)",
+    ):
         small_study.import_readings(path)
 
 
@@ -146,8 +173,11 @@ def test_migrate_db_names_the_report_with_a_nul_and_leaves_the_target_empty(smal
     with small_study.engine.begin() as conn:  # an old study: stored before the importers refused it
         conn.execute(text("UPDATE report SET findings = 'Heart' || char(0) || 'normal' WHERE id = 's3'"))
     target = tmp_path / "target.db"
-    with pytest.raises(StudyError, match=r"NUL character\(s\) in the study's text, which PostgreSQL cannot store: "
-                                         r"report s3, column findings; nothing was copied"):
+    with pytest.raises(
+        StudyError,
+        match=r"NUL character\(s\) in the study's text, which PostgreSQL cannot store: "
+        r"report s3, column findings; nothing was copied",
+    ):
         small_study.migrate_database(f"sqlite:///{target}")
     assert not target.exists() or target.stat().st_size == 0
     assert small_study.config.database in (None, "") or "target" not in str(small_study.config.database)
@@ -161,7 +191,10 @@ def test_report_ids_refuse_invisible_and_direction_characters(study, tmp_path, r
     path = write(tmp_path / "reports.csv", f"id,findings,impression\nok1,Clear.,Normal.\n{rid},Clear.,Normal.\n")
     with pytest.raises(ImportProblems) as err:
         study.import_reports(path, "dev")
-    assert f"row 3, column 'id': report id contains a control character or one that hides or reorders text (U+{ord(rid[1]):04X}" in str(err.value)
+    assert (
+        f"row 3, column 'id': report id contains a control character or one that hides or reorders text (U+{ord(rid[1]):04X}"
+        in str(err.value)
+    )
     assert study.cohorts().empty
 
 
@@ -171,16 +204,24 @@ def test_the_hidden_character_set_covers_every_control_and_format_character():
     from workbench.core.names import HIDDEN
 
     planes = [*range(0x20000), *range(0xE0000, 0xE1000)]  # the only planes holding such characters (Unicode 15)
-    missing = [hex(c) for c in planes
-               if unicodedata.category(chr(c)) in ("Cc", "Cf", "Zl", "Zp") and not HIDDEN.match(chr(c))]
+    missing = [
+        hex(c) for c in planes if unicodedata.category(chr(c)) in ("Cc", "Cf", "Zl", "Zp") and not HIDDEN.match(chr(c))
+    ]
     assert missing == []
     assert not HIDDEN.search("s1 Ünïcode-ids_ok.7 日本")
 
 
-@pytest.mark.parametrize("name,why", [
-    ("dev\nrm", "U+000A"), ("dev\x00", "U+0000"), ("te\u202ets", "U+202E (RIGHT-TO-LEFT OVERRIDE)"),
-    ("d\u200bev", "U+200B (ZERO WIDTH SPACE)"), ("x" * 5000, "5,000 characters long; at most 100"), ("  ", "blank"),
-])
+@pytest.mark.parametrize(
+    "name,why",
+    [
+        ("dev\nrm", "U+000A"),
+        ("dev\x00", "U+0000"),
+        ("te\u202ets", "U+202E (RIGHT-TO-LEFT OVERRIDE)"),
+        ("d\u200bev", "U+200B (ZERO WIDTH SPACE)"),
+        ("x" * 5000, "5,000 characters long; at most 100"),
+        ("  ", "blank"),
+    ],
+)
 def test_cohort_names_are_checked_in_the_services_and_the_cli(study, tmp_path, name, why):
     path = write(tmp_path / "reports.csv", "id,findings,impression\na1,Clear.,Normal.\n")
     with pytest.raises(UserError, match=re.escape(why)):
@@ -251,9 +292,11 @@ def freeze_state(wb, name="v1") -> dict:
     from workbench.store import prompt_repo
 
     events = wb.audit_log(entity="bundle", key=name)
-    return {"tag": name in prompt_repo.tags(wb.paths.prompts),
-            "files": sorted(p.name for p in wb.paths.bundles.glob(f"{name}.*")) if wb.paths.bundles.exists() else [],
-            "events": int((events["action"] == "freeze").sum()) if len(events) else 0}
+    return {
+        "tag": name in prompt_repo.tags(wb.paths.prompts),
+        "files": sorted(p.name for p in wb.paths.bundles.glob(f"{name}.*")) if wb.paths.bundles.exists() else [],
+        "events": int((events["action"] == "freeze").sum()) if len(events) else 0,
+    }
 
 
 NOTHING = {"tag": False, "files": [], "events": 0}
@@ -261,16 +304,20 @@ NOTHING = {"tag": False, "files": [], "events": 0}
 
 def _raise_before(exc):
     """A replacement step that fails before doing anything."""
+
     def step(*args, **kwargs):
         raise exc
+
     return step
 
 
 def _raise_after(real, exc):
     """A replacement step that does its work, then fails (a kill just after it)."""
+
     def step(*args, **kwargs):
         real(*args, **kwargs)
         raise exc
+
     return step
 
 
@@ -322,12 +369,19 @@ def test_a_real_kill_mid_freeze_is_undone_by_the_next_freeze(small_study, point)
 
     wb = small_study
     wb.start_run("dev")
-    patch = ("from workbench.store import prompt_repo as m; real = m.create_tag; name = 'create_tag'" if point == "after the tag"
-             else "from workbench import bundle as m; real = m._write_readable; name = '_write_readable'")
-    code = (f"import os, signal, sys\n{patch}\n"
-            "def step(*a, **k):\n    real(*a, **k)\n    os.kill(os.getpid(), signal.SIGKILL)\n"
-            "setattr(m, name, step)\nfrom workbench.services import Workbench\nWorkbench(sys.argv[1]).freeze('v1')\n")
-    done = subprocess.run([sys.executable, "-c", code, str(wb.root)], env=os.environ.copy(), capture_output=True, timeout=300)
+    patch = (
+        "from workbench.store import prompt_repo as m; real = m.create_tag; name = 'create_tag'"
+        if point == "after the tag"
+        else "from workbench import bundle as m; real = m._write_readable; name = '_write_readable'"
+    )
+    code = (
+        f"import os, signal, sys\n{patch}\n"
+        "def step(*a, **k):\n    real(*a, **k)\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "setattr(m, name, step)\nfrom workbench.services import Workbench\nWorkbench(sys.argv[1]).freeze('v1')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(wb.root)], env=os.environ.copy(), capture_output=True, timeout=300
+    )
     assert done.returncode == -9, done.stderr.decode()[-2000:]
     left = freeze_state(wb)
     assert left["tag"] and left["events"] == 0  # what a kill leaves, before the next freeze
@@ -397,9 +451,9 @@ def test_freeze_on_a_full_disk_leaves_nothing_and_says_so_in_one_line(full_disk)
             break
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and "disk is full" in lines[0], result.output
-        fill(10 ** 9)  # room to look at what was left (fill nothing)
+        fill(10**9)  # room to look at what was left (fill nothing)
         assert freeze_state(wb) == NOTHING, (free, result.output)
-    fill(10 ** 9)
+    fill(10**9)
     assert 0 not in outcomes[:1]  # with no space at all it must fail
     if outcomes[-1] != 0:
         result = cli(["freeze", "--name", "v1", "--study", str(wb.root)])
@@ -423,33 +477,37 @@ def _token_rows(wb, user_id="rdr"):
     from sqlalchemy import text
 
     with wb.engine.connect() as conn:
-        return conn.execute(text("SELECT created_at, expires_at FROM usertoken WHERE user_id = :u"), {"u": user_id}).all()
+        return conn.execute(
+            text("SELECT created_at, expires_at FROM usertoken WHERE user_id = :u"), {"u": user_id}
+        ).all()
 
 
 def test_a_token_expires_after_90_days_by_default_and_is_then_refused(accounts):
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from sqlalchemy import text
 
     wb, _, token = accounts
-    (created, expires), = _token_rows(wb)
-    days = (datetime.fromisoformat(expires) - datetime.now(timezone.utc)).total_seconds() / 86400
+    ((created, expires),) = _token_rows(wb)
+    days = (datetime.fromisoformat(expires) - datetime.now(UTC)).total_seconds() / 86400
     assert 89.9 < days <= 90
     assert wb.authenticate_token("rdr", token).user == "rdr"
-    past = (datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat()
+    past = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
     with wb.engine.begin() as conn:
         conn.execute(text("UPDATE usertoken SET expires_at = :p"), {"p": past})
-    with pytest.raises(PermissionDenied, match=r"this token of rdr expired on \d{4}-\d\d-\d\d; sign in with your password"):
+    with pytest.raises(
+        PermissionDenied, match=r"this token of rdr expired on \d{4}-\d\d-\d\d; sign in with your password"
+    ):
         wb.authenticate_token("rdr", token)
 
 
 def test_a_token_from_before_expiry_existed_expires_90_days_after_it_was_made(accounts):
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from sqlalchemy import text
 
     wb, _, token = accounts
-    old = (datetime.now(timezone.utc) - timedelta(days=91)).isoformat()
+    old = (datetime.now(UTC) - timedelta(days=91)).isoformat()
     with wb.engine.begin() as conn:
         conn.execute(text("UPDATE usertoken SET expires_at = '', created_at = :c"), {"c": old})
     with pytest.raises(PermissionDenied, match="expired"):
@@ -457,18 +515,21 @@ def test_a_token_from_before_expiry_existed_expires_90_days_after_it_was_made(ac
 
 
 def test_the_expiry_is_set_at_creation_within_limits(accounts):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     wb, _, _ = accounts
     rdr = wb.as_actor(wb.authenticate("rdr", "reader-pass-0001"))
     rdr.revoke_tokens("rdr")
     rdr.create_token("rdr", days=7)
-    (_, expires), = _token_rows(wb)
-    assert 6.9 < (datetime.fromisoformat(expires) - datetime.now(timezone.utc)).total_seconds() / 86400 <= 7
+    ((_, expires),) = _token_rows(wb)
+    assert 6.9 < (datetime.fromisoformat(expires) - datetime.now(UTC)).total_seconds() / 86400 <= 7
     with pytest.raises(StudyError, match="1 to 365 days"):
         rdr.create_token("rdr", days=400)
-    result = cli(["user", "token", "rdr", "--days", "0", "--study", str(wb.root)], env={"WORKBENCH_USER": "rdr"},
-                 input="reader-pass-0001\n")
+    result = cli(
+        ["user", "token", "rdr", "--days", "0", "--study", str(wb.root)],
+        env={"WORKBENCH_USER": "rdr"},
+        input="reader-pass-0001\n",
+    )
     assert result.exit_code == 2 and "--days" in result.output
 
 
@@ -524,14 +585,20 @@ def test_revoke_credentials_is_the_one_store_function(accounts):
 def test_cli_passwd_with_hidden_prompts_then_the_old_token_is_refused(accounts):
     wb, _, token = accounts
     study = ["--study", str(wb.root)]
-    result = cli(["user", "passwd", "rdr", *study], env={"WORKBENCH_USER": "rdr", "WORKBENCH_TOKEN": token},
-                 input="reader-pass-0001\nfresh-password-01\nfresh-password-01\n")
+    result = cli(
+        ["user", "passwd", "rdr", *study],
+        env={"WORKBENCH_USER": "rdr", "WORKBENCH_TOKEN": token},
+        input="reader-pass-0001\nfresh-password-01\nfresh-password-01\n",
+    )
     assert result.exit_code == 0, result.output
     assert "fresh-password-01" not in result.output and "tokens are revoked" in result.output
     again = cli(["reference", *study], env={"WORKBENCH_USER": "rdr", "WORKBENCH_TOKEN": token})
     assert again.exit_code == 2 and "wrong token" in again.output
-    stdin = cli(["user", "passwd", "rdr", "--password-stdin", *study], env={"WORKBENCH_USER": "rdr"},
-                input="fresh-password-01\nfresh-password-01\nthird-password-01\n")
+    stdin = cli(
+        ["user", "passwd", "rdr", "--password-stdin", *study],
+        env={"WORKBENCH_USER": "rdr"},
+        input="fresh-password-01\nfresh-password-01\nthird-password-01\n",
+    )
     assert stdin.exit_code == 0, stdin.output
     assert wb.authenticate("rdr", "third-password-01").user == "rdr"
 
@@ -539,14 +606,23 @@ def test_cli_passwd_with_hidden_prompts_then_the_old_token_is_refused(accounts):
 def test_a_password_value_option_is_refused_with_the_way_to_do_it(accounts):
     wb, _, _ = accounts
     study = ["--study", str(wb.root)]
-    result = cli(["user", "add", "eve", "--role", "reader", "--password", "eve-password-001", *study],
-                 env={"WORKBENCH_USER": "boss"}, input="boss-pass-0001\n")
+    result = cli(
+        ["user", "add", "eve", "--role", "reader", "--password", "eve-password-001", *study],
+        env={"WORKBENCH_USER": "boss"},
+        input="boss-pass-0001\n",
+    )
     assert result.exit_code == 2 and "--password VALUE is no longer accepted" in result.output
     assert "--password-stdin" in result.output and "eve" not in set(wb.users()["id"])
-    ok = cli(["user", "add", "eve", "--role", "reader", "--password-stdin", *study], env={"WORKBENCH_USER": "boss"},
-             input="boss-pass-0001\neve-password-001\n")
+    ok = cli(
+        ["user", "add", "eve", "--role", "reader", "--password-stdin", *study],
+        env={"WORKBENCH_USER": "boss"},
+        input="boss-pass-0001\neve-password-001\n",
+    )
     assert ok.exit_code == 0, ok.output
     assert wb.authenticate("eve", "eve-password-001").user == "eve"
-    typed = cli(["user", "add", "fay", "--role", "reader", *study], env={"WORKBENCH_USER": "boss"},
-                input="boss-pass-0001\nfay-password-001\nfay-password-001\n")
+    typed = cli(
+        ["user", "add", "fay", "--role", "reader", *study],
+        env={"WORKBENCH_USER": "boss"},
+        input="boss-pass-0001\nfay-password-001\nfay-password-001\n",
+    )
     assert typed.exit_code == 0 and "fay-password-001" not in typed.output

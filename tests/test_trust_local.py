@@ -12,13 +12,11 @@ import sqlite3
 import stat
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import ROOT
+
 from workbench.cli import main
 from workbench.services import init_study
 
@@ -33,8 +31,14 @@ def workbench_process(*args: str, env: dict | None = None) -> subprocess.Popen:
     """`workbench ARGS` as a real second process (this worktree's code first on the path)."""
     full = dict(os.environ, **(env or {}))
     full["PYTHONPATH"] = f"{ROOT}{os.pathsep}{full.get('PYTHONPATH', '')}"
-    return subprocess.Popen([sys.executable, "-m", "workbench.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=full, cwd=ROOT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "workbench.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full,
+        cwd=ROOT,
+    )
 
 
 def run_rows(db) -> list[tuple]:
@@ -65,8 +69,17 @@ def test_a_run_that_cannot_get_the_database_says_it_waits_fails_after_the_bound_
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # the other process: it writes, and keeps the lock
     try:
-        proc = workbench_process("run", "--cohort", "dev", "--model", "workbench/rules", "--new", "--study",
-                                 str(small_study.root), env={"WORKBENCH_DB_WAIT_S": "3"})
+        proc = workbench_process(
+            "run",
+            "--cohort",
+            "dev",
+            "--model",
+            "workbench/rules",
+            "--new",
+            "--study",
+            str(small_study.root),
+            env={"WORKBENCH_DB_WAIT_S": "3"},
+        )
         out, err = proc.communicate(timeout=600)
     finally:
         holder.execute("ROLLBACK")

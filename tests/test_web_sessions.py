@@ -20,8 +20,8 @@ def signed_in(wb, user):
 
 
 def test_a_session_token_resumes_its_account_and_only_its_hash_is_stored(team):
-    from workbench.store import queries as q
     from workbench.services.team import token_digest
+    from workbench.store import queries as q
 
     token = signed_in(team, "reader-1").start_web_session()
     actor = team.resume_web_session(token)

@@ -6,12 +6,17 @@ import multiprocessing
 import threading
 
 import pytest
-
 from fake_llm_server import running_server
-from workbench import workers
-from workbench.llm import CallRequest, ModelConfig
 
-REPORTS = ["Small left pleural effusion.", "No effusion or pneumothorax.", "Lungs are clear.", "Moderate right effusion."]
+from workbench.labeller import workers
+from workbench.labeller.llm import CallRequest, ModelConfig
+
+REPORTS = [
+    "Small left pleural effusion.",
+    "No effusion or pneumothorax.",
+    "Lungs are clear.",
+    "Moderate right effusion.",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -37,21 +42,36 @@ def test_workers_do_not_re_run_the_hosts_main_script(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "__main__", host)
     seen = []
     with running_server(latency=0.0) as srv:
-        workers.complete_all_workers(requests(2 * workers.MIN_CALLS_PER_WORKER), cfg(srv.url),
-                                     lambda req, res: seen.append(res))
+        workers.complete_all_workers(
+            requests(2 * workers.MIN_CALLS_PER_WORKER), cfg(srv.url), lambda req, res: seen.append(res)
+        )
     assert len(seen) == 2 * workers.MIN_CALLS_PER_WORKER
     assert not mark.exists(), "the host's main script ran again in a labeller worker"
 
 
 def requests(n: int) -> list[CallRequest]:
-    return [CallRequest(f"k{i}", [{"role": "system", "content": "Answer in JSON."},
-                                  {"role": "user", "content": f"Label: pleural effusion\nReport {i}: {REPORTS[i % 4]}"}])
-            for i in range(n)]
+    return [
+        CallRequest(
+            f"k{i}",
+            [
+                {"role": "system", "content": "Answer in JSON."},
+                {"role": "user", "content": f"Label: pleural effusion\nReport {i}: {REPORTS[i % 4]}"},
+            ],
+        )
+        for i in range(n)
+    ]
 
 
 def cfg(url: str, **overrides) -> ModelConfig:
-    options = dict(model="openai/fake-model", api_base=url, timeout_s=20.0, max_retries=2, backoff_base_s=0.01,
-                   concurrency=8, workers=2)
+    options = dict(
+        model="openai/fake-model",
+        api_base=url,
+        timeout_s=20.0,
+        max_retries=2,
+        backoff_base_s=0.01,
+        concurrency=8,
+        workers=2,
+    )
     options.update(overrides)
     return ModelConfig(**options)
 
@@ -61,7 +81,9 @@ def test_worker_count_needs_enough_calls_per_worker():
     assert workers.worker_count(c, 10) == 1  # too little work: this process
     assert workers.worker_count(c, 2 * workers.MIN_CALLS_PER_WORKER) == 2
     assert workers.worker_count(c, 100 * workers.MIN_CALLS_PER_WORKER) == 4
-    assert workers.worker_count(ModelConfig(model="openai/x", concurrency=2, workers=4), 10**6) == 2  # one call each at least
+    assert (
+        workers.worker_count(ModelConfig(model="openai/x", concurrency=2, workers=4), 10**6) == 2
+    )  # one call each at least
 
 
 def test_every_call_answered_once_by_two_processes_in_this_thread():

@@ -16,8 +16,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,23 +122,50 @@ def vocab_to_dict(vocab: Vocabulary) -> dict:
         if lab.attributes:
             item["attributes"] = list(lab.attributes)
         labels.append(item)
-    out = {"id": vocab.id, "name": vocab.name, "description": vocab.description, "source": vocab.source, "labels": labels}
+    out = {
+        "id": vocab.id,
+        "name": vocab.name,
+        "description": vocab.description,
+        "source": vocab.source,
+        "labels": labels,
+    }
     own = {name: list(values) for name, values in vocab.attribute_values if STANDARD_ATTRIBUTES.get(name) != values}
     if own:  # a study's own attributes (zone ...); the standard ones are known to every reader of the bundle
         out["attributes"] = own
     return out
 
 
-def build_content(name: str, vocab: Vocabulary, prompts: PromptSet, model: dict, parser_version: str,
-                  prompt_commit: str, metrics: dict, frozen_by: str, frozen_at: str, sections: list[str],
-                  endpoint: dict | None = None) -> dict:
+def build_content(
+    name: str,
+    vocab: Vocabulary,
+    prompts: PromptSet,
+    model: dict,
+    parser_version: str,
+    prompt_commit: str,
+    metrics: dict,
+    frozen_by: str,
+    frozen_at: str,
+    sections: list[str],
+    endpoint: dict | None = None,
+) -> dict:
     """Everything a bundle holds, as plain data (endpoint: where the labeller's text went)."""
     check_name(name)
     content = {
-        "format": FORMAT, "name": name, "vocabulary": vocab_to_dict(vocab),
-        "prompts": {"task": dump_task(prompts.task), "labels": {k: dump_label_prompt(v) for k, v in prompts.labels.items()}},
-        "mode": prompts.task.mode, "model": model, "parser_version": parser_version, "prompt_commit": prompt_commit,
-        "sections": list(sections), "metrics": metrics, "frozen_by": frozen_by, "frozen_at": frozen_at,
+        "format": FORMAT,
+        "name": name,
+        "vocabulary": vocab_to_dict(vocab),
+        "prompts": {
+            "task": dump_task(prompts.task),
+            "labels": {k: dump_label_prompt(v) for k, v in prompts.labels.items()},
+        },
+        "mode": prompts.task.mode,
+        "model": model,
+        "parser_version": parser_version,
+        "prompt_commit": prompt_commit,
+        "sections": list(sections),
+        "metrics": metrics,
+        "frozen_by": frozen_by,
+        "frozen_at": frozen_at,
     }
     if endpoint is not None:
         content["endpoint"] = endpoint
@@ -185,7 +212,9 @@ def write_bundle(folder: Path, content: dict) -> tuple[Path, Path, str]:
     json_path = folder / f"{content['name']}.json"
     yaml_path = folder / f"{content['name']}.yaml"
     if json_path.exists():
-        raise BundleError(f"a bundle named {content['name']!r} already exists at {json_path}; frozen names are never reused")
+        raise BundleError(
+            f"a bundle named {content['name']!r} already exists at {json_path}; frozen names are never reused"
+        )
     data = bundle_bytes(content)
     sha = content_sha256(content)
     readable = {"sha256": sha, "note": "readable copy; the .json file is the canonical bundle", **_round(content)}
@@ -231,15 +260,18 @@ def load_bundle(path: Path) -> Bundle:
     content, recorded = read_bundle_file(path)
     actual = content_sha256(content)
     if actual != recorded:
-        raise BundleError(f"{path}: content hash {actual[:12]} does not match the recorded {recorded[:12]}; the bundle was modified")
+        raise BundleError(
+            f"{path}: content hash {actual[:12]} does not match the recorded {recorded[:12]}; the bundle was modified"
+        )
     if content.get("format") != FORMAT:
         raise BundleError(f"{path}: unsupported bundle format {content.get('format')!r}")
     vocab = parse_vocabulary(content["vocabulary"], f"{path}: vocabulary")
     task = parse_task(content["prompts"]["task"], f"{path}: task")
     labels = {k: parse_label_prompt(v, f"{path}: prompts.{k}") for k, v in content["prompts"]["labels"].items()}
     attributes = {k: v for k, v in vocab.attribute_specs().items() if k in labels}
-    return Bundle(sha256=actual, content=content, vocab=vocab,
-                  prompts=PromptSet(task=task, labels=labels, attributes=attributes))
+    return Bundle(
+        sha256=actual, content=content, vocab=vocab, prompts=PromptSet(task=task, labels=labels, attributes=attributes)
+    )
 
 
 # ---------------------------------------------------------------- signatures (Ed25519, a team key)
@@ -317,9 +349,12 @@ def sign_bundle(path: Path, private_key_path: Path) -> str:
         raise BundleError(f"{path}: content does not match its sha256; refusing to sign a modified bundle")
     key = _load_private(private_key_path)
     raw = _raw_public(key.public_key())
-    signature = {"algorithm": SIGNATURE_ALGORITHM, "key_id": key_id(raw),
-                 "public_key": base64.b64encode(raw).decode("ascii"),
-                 "value": base64.b64encode(key.sign(content_bytes(content))).decode("ascii")}
+    signature = {
+        "algorithm": SIGNATURE_ALGORITHM,
+        "key_id": key_id(raw),
+        "public_key": base64.b64encode(raw).decode("ascii"),
+        "value": base64.b64encode(key.sign(content_bytes(content))).decode("ascii"),
+    }
     tmp = Path(path).with_suffix(".json.tmp")
     tmp.write_bytes(bundle_bytes(content, signature))
     tmp.replace(path)

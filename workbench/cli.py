@@ -21,7 +21,6 @@ from workbench import runtime
 from workbench.errors import WorkbenchError
 from workbench.study import NO_AUTH_ON_NETWORK, PROJECT_ROOT, StudyError, builtin_vocabularies, resolve_study_path
 
-
 pd = runtime.lazy_module("pandas")  # imported on first use: `workbench --help` starts ~0.3 s sooner
 
 DEMO_DIR = PROJECT_ROOT / "annotations"
@@ -31,8 +30,13 @@ EXIT_INCOMPLETE = 3  # the command ran, but failed calls or extractions leave it
 def study_option(func):
     """Add --study PATH (or $WORKBENCH_STUDY) to a command and open the Workbench for it."""
 
-    @click.option("--study", "study", type=click.Path(file_okay=False), envvar="WORKBENCH_STUDY",
-                  help="Study folder (default: $WORKBENCH_STUDY, else the current folder).")
+    @click.option(
+        "--study",
+        "study",
+        type=click.Path(file_okay=False),
+        envvar="WORKBENCH_STUDY",
+        help="Study folder (default: $WORKBENCH_STUDY, else the current folder).",
+    )
     @functools.wraps(func)
     def wrapper(*args, study=None, **kwargs):
         from workbench.services import Workbench
@@ -72,16 +76,26 @@ def _signed_in(wb):
     if wb.users().empty:
         return wb.actor
     if not user:
-        raise StudyError(f"this study signs users in (auth: {wb.config.auth}): set WORKBENCH_USER to your account and "
-                         "WORKBENCH_TOKEN to a token from `workbench user token NAME` (or type the password when asked)")
+        raise StudyError(
+            f"this study signs users in (auth: {wb.config.auth}): set WORKBENCH_USER to your account and "
+            "WORKBENCH_TOKEN to a token from `workbench user token NAME` (or type the password when asked)"
+        )
     token = os.environ.get("WORKBENCH_TOKEN", "").strip()
     if token:
         return wb.authenticate_token(user, token)
     return wb.authenticate(user, click.prompt(f"password for {user}", hide_input=True, err=True))
 
 
-def echo_table(frame: pd.DataFrame, fmt: str = "table", *, wide: bool | None = None, columns: list[str] | None = None,
-               undefined: dict[str, str] | None = None, title: str | None = None, bootstrap: tuple[str, ...] = ()) -> None:
+def echo_table(
+    frame: pd.DataFrame,
+    fmt: str = "table",
+    *,
+    wide: bool | None = None,
+    columns: list[str] | None = None,
+    undefined: dict[str, str] | None = None,
+    title: str | None = None,
+    bootstrap: tuple[str, ...] = (),
+) -> None:
     """Print a DataFrame as a table within the terminal's width (every column when wide), CSV or JSON.
 
     wide: None = the command's --wide flag; columns: what the table shows by default (CSV, JSON and
@@ -115,6 +129,8 @@ def json_default(obj):
     from workbench.services.results import json_default as default
 
     return default(obj)
+
+
 def say(text: str) -> None:
     """A line of explanation wrapped to the terminal's width."""
 
@@ -126,8 +142,9 @@ def say(text: str) -> None:
 def wrap_item(text: str) -> str:
     """A list item wrapped to 100 columns, continuation lines indented under it."""
 
-    return textwrap.fill(text, width=100, initial_indent="  ", subsequent_indent="    ",
-                         break_long_words=False, break_on_hyphens=False)
+    return textwrap.fill(
+        text, width=100, initial_indent="  ", subsequent_indent="    ", break_long_words=False, break_on_hyphens=False
+    )
 
 
 def wide_option(func):
@@ -137,11 +154,17 @@ def wide_option(func):
 
 def wide_flag(func):
     """Add --wide to a command whose tables read it from the context (echo_table), not as a parameter."""
+
     def keep(ctx, _param, value):
         ctx.meta["wide"] = value
 
-    return click.option("--wide", is_flag=True, expose_value=False, callback=keep,
-                        help="Every column, without the terminal's width limit.")(func)
+    return click.option(
+        "--wide",
+        is_flag=True,
+        expose_value=False,
+        callback=keep,
+        help="Every column, without the terminal's width limit.",
+    )(func)
 
 
 class CliGroup(click.Group):
@@ -172,8 +195,10 @@ def _report_bug() -> None:
     """Print the traceback of the exception being handled and ask for a report: it is not the user's mistake."""
 
     traceback.print_exc(file=sys.stderr)
-    click.echo("error: this is a bug in the workbench, not a mistake of yours; please report it with the "
-               "traceback above", err=True)
+    click.echo(
+        "error: this is a bug in the workbench, not a mistake of yours; please report it with the traceback above",
+        err=True,
+    )
 
 
 def _quiet_closed_pipe():
@@ -196,7 +221,9 @@ def _storage_error(exc: BaseException) -> str:
 
     orig = getattr(exc, "orig", None) or exc
     code = getattr(orig, "errno", None)
-    message = str(orig.args[0]) if getattr(orig, "args", None) and isinstance(orig.args[0], str) else type(orig).__name__
+    message = (
+        str(orig.args[0]) if getattr(orig, "args", None) and isinstance(orig.args[0], str) else type(orig).__name__
+    )
     message = message.splitlines()[0][:200] if message else type(orig).__name__
     low = message.lower()
     if code == errno.ENOSPC or "disk is full" in low or "no space" in low:
@@ -206,8 +233,10 @@ def _storage_error(exc: BaseException) -> str:
     if "locked" in low:
         from workbench.store.db import busy_timeout_s
 
-        return (f"the database stayed busy for {busy_timeout_s():g} s (another process is writing to it); this "
-                "command's last change was not saved; try again when the other one is done")
+        return (
+            f"the database stayed busy for {busy_timeout_s():g} s (another process is writing to it); this "
+            "command's last change was not saved; try again when the other one is done"
+        )
     if isinstance(orig, OSError) and getattr(orig, "filename", None):
         return f"{orig.strerror or type(orig).__name__}: {orig.filename}"  # a path, never file content
     what = "database" if hasattr(exc, "orig") or "sql" in type(exc).__module__ else "file system"
@@ -228,24 +257,49 @@ def main():
 
 @main.command()
 @click.argument("path", type=click.Path(file_okay=False))
-@click.option("--vocab", default="ranscore-21", show_default=True,
-              help=f"Vocabulary: one of {', '.join(builtin_vocabularies()) or 'the shipped ones'} or a path to your own YAML file.")
-@click.option("--db", "db_url", default=None, help="Database URL (default: an SQLite file in the study folder); e.g. postgresql+psycopg://user@host/db")
-@click.option("--rule", type=click.Choice(["at_least", "positive_at_least", "majority"]), default="at_least", show_default=True,
-              help="Reference rule: at_least (K votes on either side, else adjudication), positive_at_least "
-                   "(positive with K votes of N, otherwise negative: the Ran Score paper's rule) or majority.")
-@click.option("--k", type=int, default=4, show_default=True,
-              help="at_least: votes needed on either side; positive_at_least: positive votes needed.")
-@click.option("--n", type=int, default=6, show_default=True, help="Readers needed per item (majority: minimum readers).")
-@click.option("--prompts", "prompt_set", default=None, help="Starter prompt set in prompts/ (default: the vocabulary's).")
+@click.option(
+    "--vocab",
+    default="ranscore-21",
+    show_default=True,
+    help=f"Vocabulary: one of {', '.join(builtin_vocabularies()) or 'the shipped ones'} or a path to your own YAML file.",
+)
+@click.option(
+    "--db",
+    "db_url",
+    default=None,
+    help="Database URL (default: an SQLite file in the study folder); e.g. postgresql+psycopg://user@host/db",
+)
+@click.option(
+    "--rule",
+    type=click.Choice(["at_least", "positive_at_least", "majority"]),
+    default="at_least",
+    show_default=True,
+    help="Reference rule: at_least (K votes on either side, else adjudication), positive_at_least "
+    "(positive with K votes of N, otherwise negative: the Ran Score paper's rule) or majority.",
+)
+@click.option(
+    "--k",
+    type=int,
+    default=4,
+    show_default=True,
+    help="at_least: votes needed on either side; positive_at_least: positive votes needed.",
+)
+@click.option(
+    "--n", type=int, default=6, show_default=True, help="Readers needed per item (majority: minimum readers)."
+)
+@click.option(
+    "--prompts", "prompt_set", default=None, help="Starter prompt set in prompts/ (default: the vocabulary's)."
+)
 def init(path, vocab, db_url, rule, k, n, prompt_set):
     """Create a study at PATH: workbench.yaml, prompt Git repo, database."""
     from workbench.services import init_study
 
     rule_cfg = {"rule": rule, "k": k, "n": n} if rule != "majority" else {"rule": "majority", "n": n}
     wb = init_study(Path(path), vocab=vocab, db_url=db_url, rule=rule_cfg, prompt_set=prompt_set)
-    click.echo(f"created study {wb.root} (vocabulary {wb.vocab.id}, {len(wb.vocab.ids)} labels; "
-               f"reference: {wb.rule().describe()}; database {wb.url.split('://')[0]})")
+    click.echo(
+        f"created study {wb.root} (vocabulary {wb.vocab.id}, {len(wb.vocab.ids)} labels; "
+        f"reference: {wb.rule().describe()}; database {wb.url.split('://')[0]})"
+    )
 
 
 @main.group("import")
@@ -265,7 +319,9 @@ def _cohort_name(ctx, param, value):
 
 @import_.command("reports")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--cohort", required=True, callback=_cohort_name, help="Cohort name (created when new), e.g. dev, test, external.")
+@click.option(
+    "--cohort", required=True, callback=_cohort_name, help="Cohort name (created when new), e.g. dev, test, external."
+)
 @click.option("--language", default="en", show_default=True, help="Language of the reports.")
 @study_option
 def import_reports(wb, file, cohort, language):
@@ -285,13 +341,28 @@ def import_openi(wb, reports, labels, cohort):
 
 @import_.command("readings")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["long", "wide"]), default="long", show_default=True,
-              help="long: report_id,label,reader,value[,side,severity,...]; wide: report_id,reader,<one column per label>"
-                   "[,<label>.<attribute>] (attribute columns: docs/attributes.md).")
-@click.option("--uncertain-as", type=click.Choice(["positive", "negative", "reject"]), default=None,
-              help="How to read CheXpert-style -1 (uncertain) values; required when the file has any.")
-@click.option("--blank-as", type=click.Choice(["skip", "negative", "reject"]), default="skip", show_default=True,
-              help="Wide format: what a blank cell means.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["long", "wide"]),
+    default="long",
+    show_default=True,
+    help="long: report_id,label,reader,value[,side,severity,...]; wide: report_id,reader,<one column per label>"
+    "[,<label>.<attribute>] (attribute columns: docs/attributes.md).",
+)
+@click.option(
+    "--uncertain-as",
+    type=click.Choice(["positive", "negative", "reject"]),
+    default=None,
+    help="How to read CheXpert-style -1 (uncertain) values; required when the file has any.",
+)
+@click.option(
+    "--blank-as",
+    type=click.Choice(["skip", "negative", "reject"]),
+    default="skip",
+    show_default=True,
+    help="Wide format: what a blank cell means.",
+)
 @study_option
 def import_readings(wb, file, fmt, uncertain_as, blank_as):
     """Import readers' 0/1 labels."""
@@ -309,8 +380,10 @@ def readings_():
 def readings_undo(wb, reader):
     """Undo a reader's last saved reading: the values before it come back (a new reading goes back to a draft)."""
     done = wb.undo_last_save(reader)
-    click.echo(f"Undid the last save of {done['report_id']} by {reader}: {done['restored']} label(s) restored, "
-               f"{done['removed']} new reading(s) removed.")
+    click.echo(
+        f"Undid the last save of {done['report_id']} by {reader}: {done['restored']} label(s) restored, "
+        f"{done['removed']} new reading(s) removed."
+    )
 
 
 @readings_.command("notes")
@@ -336,39 +409,65 @@ def reference(wb, cohort, fmt):
     say(f"reference rule: {wb.rule().describe()}") if fmt == "table" else None
     echo_table(summary.reset_index(), fmt)
     if fmt == "table":
-        for name in ([cohort] if cohort else wb.cohorts()["name"].tolist()):
+        for name in [cohort] if cohort else wb.cohorts()["name"].tolist():
             say(_reads_line(name, wb.adaptive_status(name)))
         if wb.vocab.attribute_specs():
-            say(f"attribute ties waiting for adjudication: {len(wb.attribute_ties(cohort))} (`workbench attribute-ties`)")
+            say(
+                f"attribute ties waiting for adjudication: {len(wb.attribute_ties(cohort))} (`workbench attribute-ties`)"
+            )
 
 
 def _reads_line(cohort: str, status: dict) -> str:
     """Reads done and saved, items decided / undecided / waiting, in one sentence."""
-    saved = (f"reads saved {status['reads_saved']:,} ({status['saved_share']:.1%} of a full panel of "
-             f"{status['full_panel']:,} reads)" if status["full_panel"] else "reads saved 0")
+    saved = (
+        f"reads saved {status['reads_saved']:,} ({status['saved_share']:.1%} of a full panel of "
+        f"{status['full_panel']:,} reads)"
+        if status["full_panel"]
+        else "reads saved 0"
+    )
     state = "on" if status["enabled"] else "off"
-    return (f"{cohort} (adaptive reading {state}): reads done {status['reads_done']:,}, {saved}; items decided "
-            f"{status['decided']:,}, undecided {status['undecided']:,}, waiting for adjudication {status['waiting']:,}; "
-            f"reports still offered {status['reports_open']:,} of {status['reports']:,}")
+    return (
+        f"{cohort} (adaptive reading {state}): reads done {status['reads_done']:,}, {saved}; items decided "
+        f"{status['decided']:,}, undecided {status['undecided']:,}, waiting for adjudication {status['waiting']:,}; "
+        f"reports still offered {status['reports_open']:,} of {status['reports']:,}"
+    )
 
 
 @main.command("adaptive")
 @click.option("--on/--off", "enabled", default=None, help="Turn adaptive reading on or off (admins).")
 @click.option("--share", type=float, default=None, help="Agreement sample: the share of reports kept at full overlap.")
 @click.option("--seed", type=int, default=None, help="Seed of the agreement sample's draw.")
-@click.option("--extra-reader/--no-extra-reader", default=None,
-              help="Majority rules: a tie at the panel goes to one more reader before adjudication.")
-@click.option("--order", type=click.Choice(["finish", "cohort"]), default=None,
-              help="finish: reports nearest a decision first, then the agreement sample, then unread; cohort: the old order.")
+@click.option(
+    "--extra-reader/--no-extra-reader",
+    default=None,
+    help="Majority rules: a tie at the panel goes to one more reader before adjudication.",
+)
+@click.option(
+    "--order",
+    type=click.Choice(["finish", "cohort"]),
+    default=None,
+    help="finish: reports nearest a decision first, then the agreement sample, then unread; cohort: the old order.",
+)
 @study_option
 def adaptive(wb, enabled, share, seed, extra_reader, order):
     """Adaptive reading: a report leaves the readers' lists once its reference can no longer change."""
-    changes = {k: v for k, v in {"enabled": enabled, "agreement_share": share, "seed": seed,
-                                 "extra_reader": extra_reader, "order": order}.items() if v is not None}
+    changes = {
+        k: v
+        for k, v in {
+            "enabled": enabled,
+            "agreement_share": share,
+            "seed": seed,
+            "extra_reader": extra_reader,
+            "order": order,
+        }.items()
+        if v is not None
+    }
     settings = wb.set_adaptive(**changes) if changes else wb.adaptive_settings()
-    say(f"adaptive reading {'on' if settings.enabled else 'off'}: agreement sample {settings.agreement_share:.0%} "
+    say(
+        f"adaptive reading {'on' if settings.enabled else 'off'}: agreement sample {settings.agreement_share:.0%} "
         f"(seed {settings.seed}), extra reader on a tie {'yes' if settings.extra_reader else 'no'}, order "
-        f"{settings.order}. {wb.reading_order_text()}")
+        f"{settings.order}. {wb.reading_order_text()}"
+    )
     for name in wb.cohorts()["name"]:
         say(_reads_line(name, wb.adaptive_status(name)))
 
@@ -409,8 +508,10 @@ def attribute_ties(wb, cohort, fmt):
     ties = wb.attribute_ties(cohort)
     echo_table(ties, fmt)
     if fmt == "table":
-        say(f"{len(ties)} attribute tie(s) waiting (findings whose presence reference is positive); settle one with "
-            "`workbench adjudicate-attribute REPORT LABEL ATTRIBUTE VALUE`")
+        say(
+            f"{len(ties)} attribute tie(s) waiting (findings whose presence reference is positive); settle one with "
+            "`workbench adjudicate-attribute REPORT LABEL ATTRIBUTE VALUE`"
+        )
 
 
 @main.command()
@@ -422,7 +523,9 @@ def agreement(wb, cohort, fmt, wide):
     """Readers' agreement: Fleiss kappa per label, pairwise Cohen, each reader vs the reference."""
     tables = {name: _with_label_column(frame) for name, frame in wb.agreement(cohort).items()}
     if fmt == "json":
-        click.echo(json.dumps({name: json.loads(frame.to_json(orient="records")) for name, frame in tables.items()}, indent=2))
+        click.echo(
+            json.dumps({name: json.loads(frame.to_json(orient="records")) for name, frame in tables.items()}, indent=2)
+        )
         return
     if fmt == "csv":
         for name, frame in tables.items():
@@ -430,25 +533,36 @@ def agreement(wb, cohort, fmt, wide):
         return
     readers = wb.readers()
     if len(readers) < 2 or all(frame.empty for name, frame in tables.items() if name != "reader_vs_reference"):
-        click.echo(f"one-reader study: agreement between readers needs at least two readers of the same reports; "
-                   f"this study has {len(readers)} reader(s) ({', '.join(readers) or 'none yet'}).")
+        click.echo(
+            f"one-reader study: agreement between readers needs at least two readers of the same reports; "
+            f"this study has {len(readers)} reader(s) ({', '.join(readers) or 'none yet'})."
+        )
         if not tables["reader_vs_reference"].empty:
             click.echo("")
             echo_table(tables["reader_vs_reference"], title="each reader against the reference", wide=wide)
         return
     scope = wb.agreement_scope(cohort)
     say(scope) if scope else None
-    shown = {"fleiss": ["label", "fleiss_kappa", "observed_agreement", "positive_rate", "n_items", "n_readers", "note"],
-             "pairwise": ["label", "reader_a", "reader_b", "kappa", "n_items", "agreement", "note"],
-             "reader_vs_reference": ["reader", "label", "n", "accuracy", "accuracy_lo", "accuracy_hi", "kappa", "note"]}
+    shown = {
+        "fleiss": ["label", "fleiss_kappa", "observed_agreement", "positive_rate", "n_items", "n_readers", "note"],
+        "pairwise": ["label", "reader_a", "reader_b", "kappa", "n_items", "agreement", "note"],
+        "reader_vs_reference": ["reader", "label", "n", "accuracy", "accuracy_lo", "accuracy_hi", "kappa", "note"],
+    }
     for name, frame in tables.items():
         click.echo("")
         if frame.empty:
             click.echo(f"{name.replace('_', ' ')}: nothing to show")
             continue
-        echo_table(frame, title=name.replace("_", " "), wide=wide, columns=shown.get(name),
-                   undefined={c: "kappa undefined: every reading of the label has the same value (see note)"
-                              for c in ("fleiss_kappa", "kappa")})
+        echo_table(
+            frame,
+            title=name.replace("_", " "),
+            wide=wide,
+            columns=shown.get(name),
+            undefined={
+                c: "kappa undefined: every reading of the label has the same value (see note)"
+                for c in ("fleiss_kappa", "kappa")
+            },
+        )
 
 
 def _with_label_column(frame: pd.DataFrame) -> pd.DataFrame:
@@ -459,17 +573,47 @@ def _with_label_column(frame: pd.DataFrame) -> pd.DataFrame:
 @main.command()
 @click.option("--cohort", default=None, help="Cohort to label (required for a new run).")
 @click.option("--prompt", "prompt_ref", default=None, help="Prompt version: a commit, tag or branch (default: latest).")
-@click.option("--model", default=None, help="Any litellm model string, e.g. openai/gpt-4o-mini, ollama/llama3, or workbench/rules (the offline rule-based baseline).")
-@click.option("--api-base", default=None, help="OpenAI-compatible server URL, e.g. http://127.0.0.1:8000/v1 (vLLM, Ollama, llama.cpp).")
+@click.option(
+    "--model",
+    default=None,
+    help="Any litellm model string, e.g. openai/gpt-4o-mini, ollama/llama3, or workbench/rules (the offline rule-based baseline).",
+)
+@click.option(
+    "--api-base",
+    default=None,
+    help="OpenAI-compatible server URL, e.g. http://127.0.0.1:8000/v1 (vLLM, Ollama, llama.cpp).",
+)
 @click.option("--labels", default=None, help="Comma-separated label ids or names (default: all asked labels).")
 @click.option("--concurrency", type=int, default=None, help="Calls in flight at once.")
-@click.option("--resume", "resume", type=int, default=None, metavar="RUN", help="Finish a stopped run without repeating finished calls.")
-@click.option("--retry-failed", "retry", type=int, default=None, metavar="RUN", help="Call again every failed (report, label) of a run.")
+@click.option(
+    "--resume",
+    "resume",
+    type=int,
+    default=None,
+    metavar="RUN",
+    help="Finish a stopped run without repeating finished calls.",
+)
+@click.option(
+    "--retry-failed",
+    "retry",
+    type=int,
+    default=None,
+    metavar="RUN",
+    help="Call again every failed (report, label) of a run.",
+)
 @click.option("--new", "new", is_flag=True, help="Start a new run even when an identical finished run exists.")
-@click.option("--estimate", is_flag=True, help="Print calls after the cache, tokens, cost and wall time; make no model call.")
-@click.option("--yes", "yes", is_flag=True, help="Accept an estimated cost above labeller.confirm_above without asking.")
-@click.option("--batch", "batch", is_flag=True,
-              help="Send the calls as one provider batch job (OpenAI-compatible /v1/batches or Azure OpenAI's; often half price, answers within 24 h).")
+@click.option(
+    "--estimate", is_flag=True, help="Print calls after the cache, tokens, cost and wall time; make no model call."
+)
+@click.option(
+    "--yes", "yes", is_flag=True, help="Accept an estimated cost above labeller.confirm_above without asking."
+)
+@click.option(
+    "--batch",
+    "batch",
+    is_flag=True,
+    help="Send the calls as one provider batch job (OpenAI-compatible /v1/batches or Azure OpenAI's; often half price, answers within 24 h).",
+)
 @study_option
 def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, retry, new, estimate, yes, batch):
     """Label a cohort with the labeller (cached, resumable); prints calls made and answers reused.
@@ -482,8 +626,22 @@ def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, re
     bar = _progress_bar()
     try:
         with _sigterm_as_interrupt():
-            summary = _run_or_resume(wb, bar, cohort, prompt_ref, model, api_base, labels, concurrency, resume, retry, new,
-                                     estimate=estimate, yes=yes, batch=batch)
+            summary = _run_or_resume(
+                wb,
+                bar,
+                cohort,
+                prompt_ref,
+                model,
+                api_base,
+                labels,
+                concurrency,
+                resume,
+                retry,
+                new,
+                estimate=estimate,
+                yes=yes,
+                batch=batch,
+            )
     except RunInterrupted as exc:
         click.echo("", err=True)
         click.echo(str(exc), err=True)
@@ -502,8 +660,10 @@ def _cost_line(wb, run_id: int) -> None:
     if run.model.startswith("workbench/"):
         return
     cost = "unknown (litellm has no price for this model)" if run.cost is None else f"${run.cost:,.4f}"
-    click.echo(f"tokens: {run.prompt_tokens or 0:,} prompt + {run.completion_tokens or 0:,} completion; cost {cost} "
-               f"(per label: `workbench calls {run_id} --per-label`)")
+    click.echo(
+        f"tokens: {run.prompt_tokens or 0:,} prompt + {run.completion_tokens or 0:,} completion; cost {cost} "
+        f"(per label: `workbench calls {run_id} --per-label`)"
+    )
 
 
 def _confirm_cost(wb, cohort, prompt_ref, model, labels, api_base, concurrency, batch=False) -> bool:
@@ -518,22 +678,47 @@ def _confirm_cost(wb, cohort, prompt_ref, model, labels, api_base, concurrency, 
         wb.check_budget(cohort, prompt_ref, model, labels, None, batch, api_base=api_base, concurrency=concurrency)
         return False
     except NeedsConfirmation as exc:
-        est = wb.estimate_run(cohort, prompt_ref=prompt_ref, model=model, labels=labels, api_base=api_base,
-                              concurrency=concurrency, batch=batch)
+        est = wb.estimate_run(
+            cohort,
+            prompt_ref=prompt_ref,
+            model=model,
+            labels=labels,
+            api_base=api_base,
+            concurrency=concurrency,
+            batch=batch,
+        )
         click.echo("\n".join(est.lines()), err=True)
         if not click.confirm(f"{exc}. Start the run anyway?", default=False, err=True):
             raise SystemExit(2)
         return True
 
 
-def _run_or_resume(wb, bar, cohort, prompt_ref, model, api_base, labels, concurrency, resume, retry, new, *,
-                   estimate=False, yes=False, batch=False):
+def _run_or_resume(
+    wb,
+    bar,
+    cohort,
+    prompt_ref,
+    model,
+    api_base,
+    labels,
+    concurrency,
+    resume,
+    retry,
+    new,
+    *,
+    estimate=False,
+    yes=False,
+    batch=False,
+):
     """The run the options ask for: a resumption, a retry, or a new run (None when nothing changed since
     an identical run; an interrupted run of the same settings is resumed or refused, unless --new)."""
     jobs = dict(batch=batch, on_batch_status=lambda line: click.echo(line, err=True))  # a batch job's progress lines
     if resume is not None or retry is not None:
-        return (wb.resume_run(resume, on_progress=bar, **jobs) if resume is not None
-                else wb.retry_failed(retry, on_progress=bar, **jobs))
+        return (
+            wb.resume_run(resume, on_progress=bar, **jobs)
+            if resume is not None
+            else wb.retry_failed(retry, on_progress=bar, **jobs)
+        )
     if not cohort:
         raise click.UsageError("--cohort is required for a new run")
     label_list = [x.strip() for x in labels.split(",")] if labels else None
@@ -543,8 +728,10 @@ def _run_or_resume(wb, bar, cohort, prompt_ref, model, api_base, labels, concurr
         return None
     stopped = None if new else wb.interrupted_run(cohort, **same)
     if stopped is not None:
-        hint = (f"run {stopped} of this prompt version, model and settings on {cohort} was interrupted: resume it with "
-                f"`workbench run --resume {stopped}` (answered calls are kept), or start a fresh run with --new")
+        hint = (
+            f"run {stopped} of this prompt version, model and settings on {cohort} was interrupted: resume it with "
+            f"`workbench run --resume {stopped}` (answered calls are kept), or start a fresh run with --new"
+        )
         if not (sys.stdin.isatty() and click.confirm(f"{hint}\nresume run {stopped} now?", default=True, err=True)):
             from workbench.errors import UserError
 
@@ -552,9 +739,11 @@ def _run_or_resume(wb, bar, cohort, prompt_ref, model, api_base, labels, concurr
         return wb.resume_run(stopped, on_progress=bar, **jobs)
     unchanged = None if new else wb.unchanged_run(cohort, **same)
     if unchanged is not None:
-        click.echo(f"nothing changed since run {unchanged} (same prompt version, model, parameters, endpoint, cohort "
-                   f"reports and labels; it finished without failures): see `workbench metrics {unchanged}`; "
-                   "use --new to label again anyway")
+        click.echo(
+            f"nothing changed since run {unchanged} (same prompt version, model, parameters, endpoint, cohort "
+            f"reports and labels; it finished without failures): see `workbench metrics {unchanged}`; "
+            "use --new to label again anyway"
+        )
         return None
     confirmed = yes or _confirm_cost(wb, cohort, prompt_ref, model, label_list, api_base, concurrency, batch)
     return wb.start_run(cohort, on_progress=bar, confirmed=confirmed, **jobs, **same)
@@ -587,8 +776,11 @@ def _report_failures(summary) -> None:
         for line in summary.causes():
             click.echo(f"  {line}", err=True)
     elif summary.failures:
-        click.echo(f"{summary.failures} failed (report, label) answer(s) remain from earlier attempts: "
-                   f"`workbench run --retry-failed {summary.run_id}`", err=True)
+        click.echo(
+            f"{summary.failures} failed (report, label) answer(s) remain from earlier attempts: "
+            f"`workbench run --retry-failed {summary.run_id}`",
+            err=True,
+        )
     if summary.failures or summary.status != "finished":
         raise SystemExit(EXIT_INCOMPLETE)
 
@@ -605,12 +797,26 @@ def _progress_bar():
 
 @main.command()
 @click.argument("run_id", type=int)
-@click.option("--ci", type=click.Choice(["wilson", "clopper-pearson"]), default="wilson", show_default=True, help="Interval method (Clopper-Pearson reproduces the Ran Score paper).")
+@click.option(
+    "--ci",
+    type=click.Choice(["wilson", "clopper-pearson"]),
+    default="wilson",
+    show_default=True,
+    help="Interval method (Clopper-Pearson reproduces the Ran Score paper).",
+)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
-@click.option("--zero-division", type=click.Choice(["undefined", "zero", "one", "exclude"]), default=None,
-              help="Precision/recall/F1 with a zero denominator: undefined (marked *, left out of macro means), 0, 1, or left "
-                   "out (default: the study's zero_division, which every other view uses too).")
-@click.option("--full", is_flag=True, help="Every column (counts, specificity, NPV, kappa, intervals) instead of the paper's layout.")
+@click.option(
+    "--zero-division",
+    type=click.Choice(["undefined", "zero", "one", "exclude"]),
+    default=None,
+    help="Precision/recall/F1 with a zero denominator: undefined (marked *, left out of macro means), 0, 1, or left "
+    "out (default: the study's zero_division, which every other view uses too).",
+)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Every column (counts, specificity, NPV, kappa, intervals) instead of the paper's layout.",
+)
 @click.option("--previous", type=int, default=None, help="Another run to show the change in F1 against.")
 @wide_option
 @study_option
@@ -620,28 +826,51 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous, wide):
     ev = wb.evaluate_run(run_id, ci=ci, zero_division=zero_division)
     prev = wb.evaluate_run(previous, ci=ci, zero_division=zero_division, n_resamples=0) if previous else None
     if fmt == "json":
-        click.echo(json.dumps({"run": run_id, "ci": ci, "zero_division": zero_division, "excluded": ev.excluded,
-                               "averages": ev.averages, "macro_f1_bootstrap": ev.bootstrap,
-                               "labels": json.loads(ev.table.reset_index().to_json(orient="records"))}, indent=2, default=str))
+        click.echo(
+            json.dumps(
+                {
+                    "run": run_id,
+                    "ci": ci,
+                    "zero_division": zero_division,
+                    "excluded": ev.excluded,
+                    "averages": ev.averages,
+                    "macro_f1_bootstrap": ev.bootstrap,
+                    "labels": json.loads(ev.table.reset_index().to_json(orient="records")),
+                },
+                indent=2,
+                default=str,
+            )
+        )
         return
     table = ev.table.reset_index() if (full or wide or fmt != "table") else ev.paper_table(prev)
     if prev is not None and fmt != "table":  # scripts: the change in F1 as two more full-precision columns
         table["f1_previous"] = prev.table["f1"].reindex(table["label"]).to_numpy()
         table["delta_f1"] = table["f1"] - table["f1_previous"]
-    echo_table(table, fmt, wide=wide, bootstrap=("f1",),
-               undefined={c: "undefined: zero denominator (no positives on the side it divides by)"
-                          for c in ("precision", "recall", "f1", "specificity", "npv", "kappa")})
+    echo_table(
+        table,
+        fmt,
+        wide=wide,
+        bootstrap=("f1",),
+        undefined={
+            c: "undefined: zero denominator (no positives on the side it divides by)"
+            for c in ("precision", "recall", "f1", "specificity", "npv", "kappa")
+        },
+    )
     if fmt == "table":
         from workbench.terminal import EDGE_NOTE, at_edge
 
         a, b = ev.averages, ev.bootstrap
         click.echo("")
         if a["macro_f1"] != a["macro_f1"]:  # NaN: no pair could be scored (e.g. every call failed)
-            say(f"macro F1 undefined: no (report, label) pair has both a labeller answer and a decided reference; failed "
-                f"calls are left out, never counted as 0. Fix the cause, then `workbench run --retry-failed {run_id}`.")
+            say(
+                f"macro F1 undefined: no (report, label) pair has both a labeller answer and a decided reference; failed "
+                f"calls are left out, never counted as 0. Fix the cause, then `workbench run --retry-failed {run_id}`."
+            )
         else:
-            say(f"macro F1 {a['macro_f1']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}] (bootstrap over reports, {b['n_resamples']} "
-                f"resamples, seed {b['seed']}); macro accuracy {a['macro_accuracy']:.3f}; micro F1 {a['micro_f1']:.3f}")
+            say(
+                f"macro F1 {a['macro_f1']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}] (bootstrap over reports, {b['n_resamples']} "
+                f"resamples, seed {b['seed']}); macro accuracy {a['macro_accuracy']:.3f}; micro F1 {a['micro_f1']:.3f}"
+            )
             if at_edge(a["macro_f1"], b["lo"], b["hi"]):
                 say(f"macro F1: {EDGE_NOTE}")
         say(f"macro F1: {ev.macro.describe()}")
@@ -662,31 +891,63 @@ def compare(wb, run_a, run_b, mid_p, cases, fmt, show_all, wide):
     """Compare two runs on the same cohort: per-label change, McNemar with Holm, fixed and broken cases."""
     result = wb.compare_runs(run_a, run_b, mid_p=mid_p)
     table = result["table"].reset_index()
-    cols = ["label", "n", "accuracy_a", "accuracy_b", "delta_accuracy", "f1_a", "f1_b", "delta_f1", "b", "c",
-            "p_value", "p_holm", "verdict", "verdict_note", "reports_needed", "reports_note"]
+    cols = [
+        "label",
+        "n",
+        "accuracy_a",
+        "accuracy_b",
+        "delta_accuracy",
+        "f1_a",
+        "f1_b",
+        "delta_f1",
+        "b",
+        "c",
+        "p_value",
+        "p_holm",
+        "verdict",
+        "verdict_note",
+        "reports_needed",
+        "reports_note",
+    ]
     if fmt != "table":
         echo_table(table[cols], fmt)
         return
     changed = table[(table["b"] + table["c"]) > 0]
     shown = table if show_all else changed
     attrs = result["table"].attrs
-    shown = shown.assign(more_reports=[_needed_text(v, note) for v, note in zip(shown["reports_needed"], shown["reports_note"])])
+    shown = shown.assign(
+        more_reports=[
+            _needed_text(v, note) for v, note in zip(shown["reports_needed"], shown["reports_note"], strict=False)
+        ]
+    )
     if len(shown):
-        echo_table(shown, wide=wide,
-                   columns=["label", "f1_a", "f1_b", "b", "c", "p_holm", "verdict", "more_reports", "verdict_note"],
-                   undefined={c: "F1 undefined: no positive in the reference or the run on these reports"
-                              for c in ("f1_a", "f1_b", "delta_f1")})
+        echo_table(
+            shown,
+            wide=wide,
+            columns=["label", "f1_a", "f1_b", "b", "c", "p_holm", "verdict", "more_reports", "verdict_note"],
+            undefined={
+                c: "F1 undefined: no positive in the reference or the run on these reports"
+                for c in ("f1_a", "f1_b", "delta_f1")
+            },
+        )
     hidden = len(table) - len(shown)
     if len(shown):
         click.echo("")
-    say(f"{hidden} label(s) with no change hidden (the runs agree on every report; --all shows them)" if hidden
-        else "every label shown")
-    say(f"b = right in run {run_a}, wrong in run {run_b} (broken); c = wrong in run {run_a}, right in run {run_b} "
+    say(
+        f"{hidden} label(s) with no change hidden (the runs agree on every report; --all shows them)"
+        if hidden
+        else "every label shown"
+    )
+    say(
+        f"b = right in run {run_a}, wrong in run {run_b} (broken); c = wrong in run {run_a}, right in run {run_b} "
         f"(fixed); p_holm = exact McNemar{' (mid-p)' if mid_p else ''}, Holm-adjusted over {len(table)} labels; "
-        "verdict 'undecided' = fewer than 10 changed cases.")
-    say(f"more_reports = further paired reports for 80% power to call the change significant (exact McNemar "
+        "verdict 'undecided' = fewer than 10 changed cases."
+    )
+    say(
+        f"more_reports = further paired reports for 80% power to call the change significant (exact McNemar "
         f"at alpha {attrs.get('alpha', 0.05)}/{len(table)}, Holm's strictest step) if the observed rates of fixed "
-        "and broken cases held; 0 = the cohort is already large enough.")
+        "and broken cases held; 0 = the cohort is already large enough."
+    )
     say(f"macro F1 {result['macro_f1_a']:.3f} -> {result['macro_f1_b']:.3f} ({result['macro_b'].describe()})")
     _drift_line(wb, [run_a, run_b])
     say("left out: " + "; ".join(f"{k}: {v}" for k, v in result["excluded"].items()))
@@ -726,8 +987,11 @@ def history(wb, cohort, fmt, per_label):
         click.echo(f"no finished run on cohort {cohort!r} yet: workbench run --cohort {cohort}")
         _interrupted_lines(stopped)
         return
-    echo_table(frame.drop(columns="macro_labels", errors="ignore") if fmt == "table" else frame, fmt,
-               wide=True if per_label else None)
+    echo_table(
+        frame.drop(columns="macro_labels", errors="ignore") if fmt == "table" else frame,
+        fmt,
+        wide=True if per_label else None,
+    )
     if fmt == "table":
         for text in frame.attrs.get("macro_labels", []):
             say(f"macro F1: {text}")
@@ -752,25 +1016,49 @@ def _interrupted_lines(stopped) -> None:
     click.echo("")
     say("interrupted runs (not results: their figures would cover only the reports labelled before the stop):")
     for row in stopped.itertuples(index=False):
-        click.echo(wrap_item(f"run {row.id} (prompt {row.prompt_commit[:8]}, {row.model}): resume with "
-                             f"`workbench run --resume {row.id}`"))
+        click.echo(
+            wrap_item(
+                f"run {row.id} (prompt {row.prompt_commit[:8]}, {row.model}): resume with "
+                f"`workbench run --resume {row.id}`"
+            )
+        )
 
 
 @main.command()
 @click.argument("run_id", type=int)
 @click.option("--label", default=None, help="Only this label.")
-@click.option("--type", "kind", type=click.Choice(["FP", "FN", "failed", "attribute"]), default=None,
-              help="Only this kind (attribute: a matched finding whose side, severity or change differs).")
+@click.option(
+    "--type",
+    "kind",
+    type=click.Choice(["FP", "FN", "failed", "attribute"]),
+    default=None,
+    help="Only this kind (attribute: a matched finding whose side, severity or change differs).",
+)
 @click.option("--category", default=None, help="Only cases with a note of this error category.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
-@click.option("--text/--no-text", "show_text", default=None,
-              help="Show each report with the evidence and look-for matches marked (default: on with --label).")
+@click.option(
+    "--text/--no-text",
+    "show_text",
+    default=None,
+    help="Show each report with the evidence and look-for matches marked (default: on with --label).",
+)
 @wide_option
 @study_option
 def disagreements(wb, run_id, label, kind, category, fmt, show_text, wide):
     """The disagreement queue of a run: where the labeller and the reference differ."""
     frame = wb.disagreements(run_id, label=label, kind=kind, category=category)
-    cols = ["report_id", "label", "type", "reference", "prediction", "votes", "evidence", "status", "notes", "categories"]
+    cols = [
+        "report_id",
+        "label",
+        "type",
+        "reference",
+        "prediction",
+        "votes",
+        "evidence",
+        "status",
+        "notes",
+        "categories",
+    ]
     if (frame["type"] == "attribute").any():  # which attribute differs and the category a note on it takes
         cols += ["detail", "attribute_category"]
     if fmt != "table":
@@ -781,16 +1069,31 @@ def disagreements(wb, run_id, label, kind, category, fmt, show_text, wide):
     if show_text:
         _disagreement_texts(wb, run_id, frame)
     elif len(frame):
-        echo_table(frame[cols], wide=wide, columns=[c for c in cols if c != "evidence"],
-                   undefined={"prediction": "no answer (the call failed)"})
+        echo_table(
+            frame[cols],
+            wide=wide,
+            columns=[c for c in cols if c != "evidence"],
+            undefined={"prediction": "no answer (the call failed)"},
+        )
     click.echo("")
-    say(f"{len(frame)} disagreement(s)" + ("" if show_text or not len(frame) else
-                                           f"; see the reports with: workbench disagreements {run_id} --label LABEL"))
+    say(
+        f"{len(frame)} disagreement(s)"
+        + (
+            ""
+            if show_text or not len(frame)
+            else f"; see the reports with: workbench disagreements {run_id} --label LABEL"
+        )
+    )
     if len(frame):
-        click.echo(f"note one: workbench note REPORT LABEL --run {run_id} \\\n"
-                   "    --category CATEGORY --significance SIGNIFICANCE --text 'what went wrong'")
-        say("categories: " + ", ".join(wb.config.error_categories) +
-            "; significance: changes management, does not change management, unsure")
+        click.echo(
+            f"note one: workbench note REPORT LABEL --run {run_id} \\\n"
+            "    --category CATEGORY --significance SIGNIFICANCE --text 'what went wrong'"
+        )
+        say(
+            "categories: "
+            + ", ".join(wb.config.error_categories)
+            + "; significance: changes management, does not change management, unsure"
+        )
 
 
 KIND_WORDS = {"FN": "missed", "FP": "false alarm", "failed": "no answer", "attribute": "attribute differs"}
@@ -804,22 +1107,27 @@ def _disagreement_texts(wb, run_id: int, frame: pd.DataFrame) -> None:
     phrases: dict[str, list[str]] = {}
     for row in frame.itertuples(index=False):
         if row.label not in phrases:
-            phrases[row.label] = (list(wb.label_prompt(row.label, commit).look_for)
-                                  if row.label in wb.vocab.asked_ids else [])
+            phrases[row.label] = (
+                list(wb.label_prompt(row.label, commit).look_for) if row.label in wb.vocab.asked_ids else []
+            )
         text, found, _ = emphasise(wb.report_text(row.report_id)["text"], row.evidence or "", phrases[row.label])
         value = "no answer" if pd.isna(row.prediction) else int(row.prediction)
         reference = "waiting for adjudication" if pd.isna(row.reference) else int(row.reference)
         click.echo("")
-        say(f"{row.report_id}  {row.label}  {row.type} ({KIND_WORDS.get(row.type, row.type)}): reference "
+        say(
+            f"{row.report_id}  {row.label}  {row.type} ({KIND_WORDS.get(row.type, row.type)}): reference "
             f"{reference} ({row.votes} readers), labeller {value}"
-            + (f"; {row.notes} note(s): {row.categories}" if row.notes else ""))
+            + (f"; {row.notes} note(s): {row.categories}" if row.notes else "")
+        )
         click.echo(wrap(text))
         if row.evidence and not found:
             click.echo(wrap(f"evidence (not found verbatim in the report): {row.evidence}"))
         elif not row.evidence:
             click.echo(wrap("evidence: none quoted by the labeller"))
-        click.echo(f"  workbench note {row.report_id} {row.label} --run {run_id} \\\n"
-                   "      --category CATEGORY --significance SIGNIFICANCE --text '...'")
+        click.echo(
+            f"  workbench note {row.report_id} {row.label} --run {run_id} \\\n"
+            "      --category CATEGORY --significance SIGNIFICANCE --text '...'"
+        )
     if len(frame):
         click.echo("")
         say(">>...<< = the labeller's evidence; [...] = a look-for phrase of the prompt version the run used")
@@ -829,7 +1137,9 @@ def _disagreement_texts(wb, run_id: int, frame: pd.DataFrame) -> None:
 @click.argument("report_id")
 @click.argument("label")
 @click.option("--category", required=True, help="Error category (see error_categories in workbench.yaml).")
-@click.option("--significance", required=True, type=click.Choice(["changes management", "does not change management", "unsure"]))
+@click.option(
+    "--significance", required=True, type=click.Choice(["changes management", "does not change management", "unsure"])
+)
 @click.option("--text", default="", help="What went wrong, in your words.")
 @click.option("--reference-wrong", is_flag=True, help="The reference label is wrong: opens an adjudication item.")
 @click.option("--run", "run_id", type=int, default=None, help="The run in which you saw it.")
@@ -869,18 +1179,31 @@ def ceiling(wb, run_id, fmt, wide):
         echo_table(table, fmt)
         return
     notes = [n for n in dict.fromkeys(table.get("fleiss_note", pd.Series(dtype=str)).fillna("")) if n]
-    short = {"readers_fleiss_kappa": "readers_kappa", "mean_reader_accuracy": "readers_acc",
-             "labeller_accuracy": "labeller_acc", "accuracy_unanimous": "acc_unanimous", "accuracy_split": "acc_split"}
+    short = {
+        "readers_fleiss_kappa": "readers_kappa",
+        "mean_reader_accuracy": "readers_acc",
+        "labeller_accuracy": "labeller_acc",
+        "accuracy_unanimous": "acc_unanimous",
+        "accuracy_split": "acc_split",
+    }
     scope = wb.agreement_scope(wb.run_cohort(run_id))  # the run's cohort's sample, not every cohort's
     say(scope) if scope else None
-    echo_table(table.drop(columns=["fleiss_note"], errors="ignore").rename(columns=short), wide=wide,
-               columns=["label", "labeller_kappa", "readers_kappa", "acc_unanimous", "acc_split", "n_split"],
-               undefined={"readers_kappa": "; ".join(notes) or "readers' kappa undefined",
-                          "labeller_kappa": "labeller kappa undefined (one value everywhere)",
-                          "acc_unanimous": "no item of this kind", "acc_split": "no item of this kind"})
-    say("readers_kappa = the readers' Fleiss kappa (the human ceiling); acc_unanimous / acc_split = the labeller's "
+    echo_table(
+        table.drop(columns=["fleiss_note"], errors="ignore").rename(columns=short),
+        wide=wide,
+        columns=["label", "labeller_kappa", "readers_kappa", "acc_unanimous", "acc_split", "n_split"],
+        undefined={
+            "readers_kappa": "; ".join(notes) or "readers' kappa undefined",
+            "labeller_kappa": "labeller kappa undefined (one value everywhere)",
+            "acc_unanimous": "no item of this kind",
+            "acc_split": "no item of this kind",
+        },
+    )
+    say(
+        "readers_kappa = the readers' Fleiss kappa (the human ceiling); acc_unanimous / acc_split = the labeller's "
         "accuracy on items every reader agreed on / on split votes (n_split of them). --wide adds the readers' mean "
-        "accuracy and the labeller's overall accuracy.")
+        "accuracy and the labeller's overall accuracy."
+    )
 
 
 # ---------------------------------------------------------------- prompts
@@ -947,9 +1270,15 @@ def prompts_revert(wb, label, ref, message):
 def prompts_policy(wb, ref, wide):
     """Every label's hedge and temporal policy side by side, with inconsistencies flagged."""
     table = wb.policy_table(ref).replace({"positive": "pos", "negative": "neg"})
-    echo_table(table, wide=wide, columns=["label", "hedged", "resolved", "stable", "improving", "prior", "look_for", "examples"])
-    say("pos/neg = what hedged wording (\"cannot exclude\") and temporal wording (resolved, stable, improving, prior) "
-        "count as; look_for / examples = how many phrases and few-shot examples. --wide adds exclusions.")
+    echo_table(
+        table,
+        wide=wide,
+        columns=["label", "hedged", "resolved", "stable", "improving", "prior", "look_for", "examples"],
+    )
+    say(
+        'pos/neg = what hedged wording ("cannot exclude") and temporal wording (resolved, stable, improving, prior) '
+        "count as; look_for / examples = how many phrases and few-shot examples. --wide adds exclusions."
+    )
     findings = wb.policy_conflicts(ref)
     click.echo(f"\n{len(findings)} finding(s):")
     for f in findings:
@@ -966,7 +1295,9 @@ def prompts_policy(wb, ref, wide):
 def prompts_add_example(wb, report_id, label, why, run_id, value):
     """Turn a disagreement into a few-shot example in your draft of the label's prompt."""
     lp, warnings = wb.add_example_from_case(report_id, label, why, run_id=run_id, value=value)
-    click.echo(f"draft of {lp.label} now has {len(lp.examples)} example(s); save it with `workbench prompts save {lp.label} -m MESSAGE`")
+    click.echo(
+        f"draft of {lp.label} now has {len(lp.examples)} example(s); save it with `workbench prompts save {lp.label} -m MESSAGE`"
+    )
     for w in warnings:
         click.echo(f"warning: {w}")
 
@@ -996,7 +1327,13 @@ def prompts_status(wb):
 
 @prompts.command("edit")
 @click.argument("label")
-@click.option("--attempts", type=int, default=10, show_default=True, help="Re-open the editor at most this often on an invalid file.")
+@click.option(
+    "--attempts",
+    type=int,
+    default=10,
+    show_default=True,
+    help="Re-open the editor at most this often on an invalid file.",
+)
 @study_option
 def prompts_edit(wb, label, attempts):
     """Open $EDITOR on your draft of a label (or its uncommitted file), validated on close."""
@@ -1023,7 +1360,9 @@ def prompts_edit(wb, label, attempts):
         click.echo(f"{label}: nothing changed")
         return
     kept = _keep_rejected(wb, label, text)
-    raise click.ClickException(f"{label}: not saved ({error or 'editor closed without saving'}); your text is kept in {kept}")
+    raise click.ClickException(
+        f"{label}: not saved ({error or 'editor closed without saving'}); your text is kept in {kept}"
+    )
 
 
 ERROR_MARK = "# workbench: "
@@ -1031,7 +1370,9 @@ ERROR_MARK = "# workbench: "
 
 def _with_error(text: str, error: str) -> str:
     """The buffer re-opened with the validation error on top (removed again on save)."""
-    lines = [f"{ERROR_MARK}{line}" for line in ["not saved: " + error, "fix it and save, or quit without saving to stop"]]
+    lines = [
+        f"{ERROR_MARK}{line}" for line in ["not saved: " + error, "fix it and save, or quit without saving to stop"]
+    ]
     return "\n".join(lines) + "\n" + text
 
 
@@ -1054,14 +1395,18 @@ def _keep_rejected(wb, label: str, text: str) -> Path:
 @click.argument("label")
 @click.argument("field")
 @click.argument("value", required=False)
-@click.option("--add", "add", multiple=True, help="List fields (look_for, do_not_label_when): add this item; repeatable.")
+@click.option(
+    "--add", "add", multiple=True, help="List fields (look_for, do_not_label_when): add this item; repeatable."
+)
 @click.option("--remove", "remove", multiple=True, help="List fields: remove this item; repeatable.")
 @study_option
 def prompts_set(wb, label, field, value, add, remove):
     """Change one field of your draft of a label, e.g. `prompts set pneumonia hedged negative`."""
     lp, target = wb.set_prompt_field(label, field, value, tuple(add), tuple(remove))
     where = "draft" if target == "draft" else "uncommitted file"
-    click.echo(f"{lp.label}: {field} updated in your {where}; commit it with `workbench prompts save {lp.label} -m MESSAGE`")
+    click.echo(
+        f"{lp.label}: {field} updated in your {where}; commit it with `workbench prompts save {lp.label} -m MESSAGE`"
+    )
 
 
 @prompts.command("discard")
@@ -1089,10 +1434,19 @@ def prompts_import_dictionary(wb, file, message):
 @main.command()
 @click.option("--prompt", "prompt_ref", default=None, help="Prompt version to freeze (default: latest).")
 @click.option("--name", required=True, help="Bundle name (also an annotated Git tag; never reused).")
-@click.option("--cohort", default=None, help="Cohort whose run justifies the freeze (default: the study's dev_cohort, else its only cohort).")
+@click.option(
+    "--cohort",
+    default=None,
+    help="Cohort whose run justifies the freeze (default: the study's dev_cohort, else its only cohort).",
+)
 @click.option("--ci", type=click.Choice(["wilson", "clopper-pearson"]), default="wilson", show_default=True)
-@click.option("--sign", "sign_key", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Sign the bundle with this Ed25519 private key (from `workbench bundle keygen`).")
+@click.option(
+    "--sign",
+    "sign_key",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Sign the bundle with this Ed25519 private key (from `workbench bundle keygen`).",
+)
 @study_option
 def freeze(wb, prompt_ref, name, cohort, ci, sign_key):
     """Freeze a prompt version into a bundle (canonical JSON + YAML) with a sha256."""
@@ -1101,7 +1455,9 @@ def freeze(wb, prompt_ref, name, cohort, ci, sign_key):
     if sign_key:
         bundle_mod._load_private(Path(sign_key))  # a bad key is refused before anything is frozen
     info = wb.freeze(name, prompt_ref, cohort=cohort, ci=ci)
-    click.echo(f"froze {name}: sha256 {info['sha256']}\n  {info['json']}\n  {info['yaml']}\n  prompt {info['commit'][:8]}, run {info['run']}")
+    click.echo(
+        f"froze {name}: sha256 {info['sha256']}\n  {info['json']}\n  {info['yaml']}\n  prompt {info['commit'][:8]}, run {info['run']}"
+    )
     if sign_key:
         click.echo(f"  signed with key {bundle_mod.sign_bundle(info['json'], Path(sign_key))}")
 
@@ -1112,15 +1468,22 @@ def bundle_group():
 
 
 @bundle_group.command("keygen")
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False),
-              help="Private key file to create (owner-only); the public key is written beside it as OUT.pub.")
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Private key file to create (owner-only); the public key is written beside it as OUT.pub.",
+)
 def bundle_keygen(out):
     """Create a team signing key pair; keep the private key secret, share the .pub file."""
     from workbench.bundle import _load_public, _raw_public, generate_key, key_id
 
     private, public = generate_key(Path(out))
-    click.echo(f"private key: {private} (keep it secret)\npublic key: {public} (share it)\n"
-               f"key id: {key_id(_raw_public(_load_public(public)))}")
+    click.echo(
+        f"private key: {private} (keep it secret)\npublic key: {public} (share it)\n"
+        f"key id: {key_id(_raw_public(_load_public(public)))}"
+    )
 
 
 @bundle_group.command("sign")
@@ -1135,15 +1498,24 @@ def bundle_sign(bundle, key):
 
 @main.command()
 @click.argument("bundle")
-@click.option("--public-key", "public_key", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Also check the bundle's Ed25519 signature with this team public key (who made it).")
-@click.option("--study", "study", type=click.Path(file_okay=False), default=None,
-              help="Also check the bundle against this study: its annotated tag and its audit trail (a bundle name "
-                   "is looked up in its bundles/, else in $WORKBENCH_STUDY's).")
+@click.option(
+    "--public-key",
+    "public_key",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Also check the bundle's Ed25519 signature with this team public key (who made it).",
+)
+@click.option(
+    "--study",
+    "study",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Also check the bundle against this study: its annotated tag and its audit trail (a bundle name "
+    "is looked up in its bundles/, else in $WORKBENCH_STUDY's).",
+)
 def verify(bundle, public_key, study):
     """Check a bundle (a path, or a name in the study's bundles/): sha256 over its exact content (integrity); optionally its signature and its study."""
     from workbench.bundle import verify_bundle, verify_signature
-
 
     bundle = find_bundle(bundle, study or os.environ.get("WORKBENCH_STUDY"))
     ok, recorded, actual = verify_bundle(Path(bundle))
@@ -1163,7 +1535,9 @@ def verify(bundle, public_key, study):
         wb = Workbench(resolve_study_path(study), actor=_cli_actor())
         wb.migrate()
         for check in wb.check_bundle(Path(bundle)):
-            click.echo(f"{'ok' if check['ok'] else 'MISMATCH'}: {check['check']}: {check['detail']}", err=not check["ok"])
+            click.echo(
+                f"{'ok' if check['ok'] else 'MISMATCH'}: {check['check']}: {check['detail']}", err=not check["ok"]
+            )
             failed |= not check["ok"]
     if failed:
         raise SystemExit(1)
@@ -1181,10 +1555,26 @@ def find_bundle(name: str, study: str | None) -> Path:
     raise click.UsageError(f"no bundle {name!r}; looked for " + ", ".join(dict.fromkeys(tried)))
 
 
-SCORE_SHORT = {"ran_score_lo": "ci_lo", "ran_score_hi": "ci_hi", "invented_findings_fp": "invented_fp",
-               "missed_findings_fn": "missed_fn", "failed_generated": "failed_gen", "failed_reference": "failed_ref"}
-SCORE_COLUMNS = ["generator", "reports", "macro_f1", "ran_score", "ci_lo", "ci_hi", "invented_fp", "missed_fn",
-                 "failed_gen", "failed_ref"]
+SCORE_SHORT = {
+    "ran_score_lo": "ci_lo",
+    "ran_score_hi": "ci_hi",
+    "invented_findings_fp": "invented_fp",
+    "missed_findings_fn": "missed_fn",
+    "failed_generated": "failed_gen",
+    "failed_reference": "failed_ref",
+}
+SCORE_COLUMNS = [
+    "generator",
+    "reports",
+    "macro_f1",
+    "ran_score",
+    "ci_lo",
+    "ci_hi",
+    "invented_fp",
+    "missed_fn",
+    "failed_gen",
+    "failed_ref",
+]
 
 
 def _generated(values: tuple[str, ...]) -> dict:
@@ -1202,13 +1592,30 @@ def _generated(values: tuple[str, ...]) -> dict:
 
 def _allow_options(func):
     """--api-base, --allow-endpoint (repeatable) and --study for the commands that label texts with a bundle."""
-    func = click.option("--study", "study", type=click.Path(file_okay=False), envvar="WORKBENCH_STUDY", default=None,
-                        help="Study whose database caches extractions and whose allowed endpoints apply (optional).")(func)
-    func = click.option("--allow-endpoint", "allow", multiple=True, metavar="URL",
-                        help="Also allow report text to go to this endpoint (URL prefix) for this command; repeatable. "
-                             "Without it text goes only to the bundle's own local endpoint (or --study's allowed list).")(func)
-    func = click.option("--api-base", default=None, help="Server URL for --model (an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1).")(func)
-    return click.option("--model", default=None, help="Label with another model than the bundle's (recorded in the output).")(func)
+    func = click.option(
+        "--study",
+        "study",
+        type=click.Path(file_okay=False),
+        envvar="WORKBENCH_STUDY",
+        default=None,
+        help="Study whose database caches extractions and whose allowed endpoints apply (optional).",
+    )(func)
+    func = click.option(
+        "--allow-endpoint",
+        "allow",
+        multiple=True,
+        metavar="URL",
+        help="Also allow report text to go to this endpoint (URL prefix) for this command; repeatable. "
+        "Without it text goes only to the bundle's own local endpoint (or --study's allowed list).",
+    )(func)
+    func = click.option(
+        "--api-base",
+        default=None,
+        help="Server URL for --model (an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1).",
+    )(func)
+    return click.option(
+        "--model", default=None, help="Label with another model than the bundle's (recorded in the output)."
+    )(func)
 
 
 def _bundle_study(study):
@@ -1223,21 +1630,61 @@ def _bundle_study(study):
 
 
 @main.command()
-@click.option("--bundle", "bundle_path", required=True, help="Frozen bundle: a path, or a name in the study's bundles/.")
-@click.option("--reference", required=True, type=click.Path(exists=True, dir_okay=False), help="Reference reports (id + text or findings/impression).")
-@click.option("--generated", multiple=True, required=True, help="NAME=FILE of generated reports with the same ids; repeat for several generators.")
+@click.option(
+    "--bundle", "bundle_path", required=True, help="Frozen bundle: a path, or a name in the study's bundles/."
+)
+@click.option(
+    "--reference",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Reference reports (id + text or findings/impression).",
+)
+@click.option(
+    "--generated",
+    multiple=True,
+    required=True,
+    help="NAME=FILE of generated reports with the same ids; repeat for several generators.",
+)
 @click.option("--out", type=click.Path(file_okay=False), default=None, help="Folder for CSV and JSON outputs.")
-@click.option("--zero-division", type=click.Choice(["zero", "one", "exclude"]), default="zero", show_default=True,
-              help="F1 of a label with no positive on either side: 0 (as the released Ran Score script), 1, or left out.")
-@click.option("--resamples", type=int, default=1000, show_default=True, help="Bootstrap resamples for the Ran Score interval.")
-@click.option("--max-failed-share", type=click.FloatRange(0, 1), default=0.10, show_default=True,
-              help="A generator with more than this share of failed (report, label) extractions gets no score (exit code 3).")
-@click.option("--batch", "batch", is_flag=True,
-              help="Send the extractions as provider batch jobs (OpenAI-compatible /v1/batches or Azure OpenAI's); with --study a restart resumes them.")
+@click.option(
+    "--zero-division",
+    type=click.Choice(["zero", "one", "exclude"]),
+    default="zero",
+    show_default=True,
+    help="F1 of a label with no positive on either side: 0 (as the released Ran Score script), 1, or left out.",
+)
+@click.option(
+    "--resamples", type=int, default=1000, show_default=True, help="Bootstrap resamples for the Ran Score interval."
+)
+@click.option(
+    "--max-failed-share",
+    type=click.FloatRange(0, 1),
+    default=0.10,
+    show_default=True,
+    help="A generator with more than this share of failed (report, label) extractions gets no score (exit code 3).",
+)
+@click.option(
+    "--batch",
+    "batch",
+    is_flag=True,
+    help="Send the extractions as provider batch jobs (OpenAI-compatible /v1/batches or Azure OpenAI's); with --study a restart resumes them.",
+)
 @_allow_options
 @wide_flag
-def score(bundle_path, reference, generated, model, api_base, allow, study, out, zero_division, resamples, max_failed_share,
-          batch):
+def score(
+    bundle_path,
+    reference,
+    generated,
+    model,
+    api_base,
+    allow,
+    study,
+    out,
+    zero_division,
+    resamples,
+    max_failed_share,
+    batch,
+):
     """Score generated reports against reference reports with a frozen bundle (Ran Score)."""
     from workbench import scoring
     from workbench.terminal import EDGE_NOTE, at_edge
@@ -1245,18 +1692,29 @@ def score(bundle_path, reference, generated, model, api_base, allow, study, out,
     bundle_path = find_bundle(bundle_path, study)
     gens = _generated(generated)
     wb = _bundle_study(study)
-    common = dict(model=model, out=Path(out) if out else None, zero_division=zero_division, n_resamples=resamples,
-                  api_base=api_base, allow_endpoints=list(allow), max_failed_share=max_failed_share)
+    common = dict(
+        model=model,
+        out=Path(out) if out else None,
+        zero_division=zero_division,
+        n_resamples=resamples,
+        api_base=api_base,
+        allow_endpoints=list(allow),
+        max_failed_share=max_failed_share,
+    )
     status = lambda line: click.echo(line, err=True)  # noqa: E731 (a batch job's progress lines)
     if wb is not None:
-        result = wb.score_generated(Path(bundle_path), Path(reference), gens, batch=batch, on_batch_status=status, **common)
+        result = wb.score_generated(
+            Path(bundle_path), Path(reference), gens, batch=batch, on_batch_status=status, **common
+        )
     else:
-        from workbench import batch as batch_mod
+        from workbench.labeller import batch as batch_mod
 
         engine = batch_mod.BatchEngine(batch_mod.MemoryJournal(), on_status=status) if batch else None
         result = scoring.score(Path(bundle_path), Path(reference), gens, engine=engine, **common)
-    click.echo(f"bundle {result.bundle_name} ({result.bundle_sha[:12]}), model {result.model}; report text went to {result.endpoint}; "
-               f"reference: {result.reference_stats['extracted']} extracted, {result.reference_stats['reused']} reused from cache")
+    click.echo(
+        f"bundle {result.bundle_name} ({result.bundle_sha[:12]}), model {result.model}; report text went to {result.endpoint}; "
+        f"reference: {result.reference_stats['extracted']} extracted, {result.reference_stats['reused']} reused from cache"
+    )
     echo_table(result.summary().rename(columns=SCORE_SHORT), columns=SCORE_COLUMNS)
     for name, g in result.generators.items():
         r = g.ran_score
@@ -1265,16 +1723,37 @@ def score(bundle_path, reference, generated, model, api_base, allow, study, out,
             click.echo(f"== {name}: NO SCORE: {r['no_score']} ==")
             title = f"{name}: per label (no score)"
         else:
-            left_out = "" if r["pairs_scored"] == r["pairs_total"] else (
-                f" over {r['pairs_scored']} of {r['pairs_total']} (report, label) pairs: {r['failed_generated']} generated and "
-                f"{r['failed_reference']} reference extractions failed and are left out")
+            left_out = (
+                ""
+                if r["pairs_scored"] == r["pairs_total"]
+                else (
+                    f" over {r['pairs_scored']} of {r['pairs_total']} (report, label) pairs: {r['failed_generated']} generated and "
+                    f"{r['failed_reference']} reference extractions failed and are left out"
+                )
+            )
             click.echo(f"== {name}: Ran Score {r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]{left_out} ==")
             if at_edge(r["estimate"], r["lo"], r["hi"]):
-                say(f"Ran Score: {EDGE_NOTE}" + ("; this interval was widened to contain the estimate"
-                                                  if "widened" in r["interval"] else ""))
+                say(
+                    f"Ran Score: {EDGE_NOTE}"
+                    + ("; this interval was widened to contain the estimate" if "widened" in r["interval"] else "")
+                )
             title = f"{name}: per label"
-        echo_table(g.per_label.reset_index(), title=title,
-                   columns=["label", "support", "tp", "fp", "fn", "precision", "recall", "f1", "failed_generated", "failed_reference"])
+        echo_table(
+            g.per_label.reset_index(),
+            title=title,
+            columns=[
+                "label",
+                "support",
+                "tp",
+                "fp",
+                "fn",
+                "precision",
+                "recall",
+                "f1",
+                "failed_generated",
+                "failed_reference",
+            ],
+        )
         _echo_attribute_scores(name, g)
     click.echo("")
     say(f"zero division: {scoring.POLICY_TEXT[zero_division]}")
@@ -1288,10 +1767,16 @@ def score(bundle_path, reference, generated, model, api_base, allow, study, out,
 
 
 @main.command()
-@click.option("--bundle", "bundle_path", required=True, help="Frozen bundle: a path, or a name in the study's bundles/.")
-@click.option("--pairs", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="CSV: pair_id,kind(paraphrase|significant),label,text_a,text_b (default: the shipped pairs that fit "
-                   "the bundle's vocabulary).")
+@click.option(
+    "--bundle", "bundle_path", required=True, help="Frozen bundle: a path, or a name in the study's bundles/."
+)
+@click.option(
+    "--pairs",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="CSV: pair_id,kind(paraphrase|significant),label,text_a,text_b (default: the shipped pairs that fit "
+    "the bundle's vocabulary).",
+)
 @_allow_options
 @wide_flag
 def robustness(bundle_path, pairs, model, api_base, allow, study):
@@ -1301,8 +1786,9 @@ def robustness(bundle_path, pairs, model, api_base, allow, study):
     bundle_path = find_bundle(bundle_path, study)
     wb = _bundle_study(study)
     allowed = [*(wb.config.allowed_endpoints if wb is not None else []), *allow]
-    result = scoring.robustness(Path(bundle_path), Path(pairs) if pairs else None, model=model, api_base=api_base,
-                                allow_endpoints=allowed)
+    result = scoring.robustness(
+        Path(bundle_path), Path(pairs) if pairs else None, model=model, api_base=api_base, allow_endpoints=allowed
+    )
     click.echo(f"pairs: {result.source}; report text went to {result.endpoint}")
     echo_table(result.per_kind)
     click.echo("")
@@ -1319,18 +1805,29 @@ def user():
 
 def password_options(func):
     """--password-stdin, and the refused --password VALUE (kept hidden so old scripts get an explanation)."""
-    func = click.option("--password-stdin", is_flag=True,
-                        help="Read the password from the first line of stdin (scripts) instead of a hidden prompt.")(func)
-    return click.option("--password", default=None, hidden=True, expose_value=False, callback=_refuse_password_value,
-                        help="Refused: see --password-stdin.")(func)
+    func = click.option(
+        "--password-stdin",
+        is_flag=True,
+        help="Read the password from the first line of stdin (scripts) instead of a hidden prompt.",
+    )(func)
+    return click.option(
+        "--password",
+        default=None,
+        hidden=True,
+        expose_value=False,
+        callback=_refuse_password_value,
+        help="Refused: see --password-stdin.",
+    )(func)
 
 
 def _refuse_password_value(ctx, param, value) -> None:
     """A password given as an option shows in `ps` and the shell history: refuse it (before any sign-in) and say what to do."""
     if value is not None:
-        raise click.UsageError("--password VALUE is no longer accepted: a password on the command line shows in `ps` "
-                               "and the shell history. Type it at the hidden prompt, or pipe it with --password-stdin "
-                               "(e.g. `printf '%s\\n' \"$PW\" | workbench user add ... --password-stdin`)")
+        raise click.UsageError(
+            "--password VALUE is no longer accepted: a password on the command line shows in `ps` "
+            "and the shell history. Type it at the hidden prompt, or pipe it with --password-stdin "
+            "(e.g. `printf '%s\\n' \"$PW\" | workbench user add ... --password-stdin`)"
+        )
 
 
 def _stdin_line(what: str) -> str:
@@ -1378,9 +1875,15 @@ def user_passwd(wb, user_id, password_stdin):
     own = actor.account and actor.user == user_id
     current = None
     if own:
-        current = _stdin_line("current password") if password_stdin else click.prompt("current password", hide_input=True, err=True)
+        current = (
+            _stdin_line("current password")
+            if password_stdin
+            else click.prompt("current password", hide_input=True, err=True)
+        )
     wb.set_password(user_id, _new_password(password_stdin, "new password"), current=current)
-    click.echo(f"password of {user_id} changed; its command-line tokens are revoked (make a new one with `workbench user token {user_id}`)")
+    click.echo(
+        f"password of {user_id} changed; its command-line tokens are revoked (make a new one with `workbench user token {user_id}`)"
+    )
 
 
 @user.command("list")
@@ -1416,8 +1919,12 @@ def cohort_role(wb, cohort, role):
 
 @main.command()
 @click.argument("cohort")
-@click.option("--validation", type=float, default=0.3, show_default=True, help="Share of reports in the validation part.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Random seed (the same seed gives the same split).")
+@click.option(
+    "--validation", type=float, default=0.3, show_default=True, help="Share of reports in the validation part."
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Random seed (the same seed gives the same split)."
+)
 @click.option("--force", is_flag=True, help="Replace an existing split with a different one (recorded in the audit).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @wide_flag
@@ -1428,8 +1935,10 @@ def split(wb, cohort, validation, seed, force, fmt):
     echo_table(summary, fmt)
     if fmt == "table":
         sizes = summary.attrs.get("reports", {})
-        click.echo(f"\n{cohort}: {sizes.get('tuning', 0)} tuning and {sizes.get('validation', 0)} validation reports "
-                   f"(seed {seed}); suggestions and the disagreement queue read only the tuning part")
+        click.echo(
+            f"\n{cohort}: {sizes.get('tuning', 0)} tuning and {sizes.get('validation', 0)} validation reports "
+            f"(seed {seed}); suggestions and the disagreement queue read only the tuning part"
+        )
 
 
 @main.command("split-metrics")
@@ -1449,8 +1958,10 @@ def split_metrics(wb, run_id, fmt):
         from workbench.services.optimising import fmt_figure as f
 
         for p, m in parts.items():
-            click.echo(f"{p}: {m['reports']} reports, macro F1 {f(m['macro_f1'])} [{f(m['macro_f1_lo'])}, {f(m['macro_f1_hi'])}]"
-                       f" ({m['macro_labels']})")
+            click.echo(
+                f"{p}: {m['reports']} reports, macro F1 {f(m['macro_f1'])} [{f(m['macro_f1_lo'])}, {f(m['macro_f1_hi'])}]"
+                f" ({m['macro_labels']})"
+            )
         click.echo(f"gap (tuning - validation): {f(parts['tuning']['macro_f1'] - parts['validation']['macro_f1'])}")
 
 
@@ -1467,8 +1978,11 @@ def split_compare(wb, run_a, run_b, fmt):
     frame = pd.concat({part: r["table"][cols] for part, r in result.items()}, axis=1)
     frame.columns = [f"{p} {c}" for p, c in frame.columns]
     frame.index.name = "label"
-    echo_table(frame.reset_index(), fmt,  # 100 columns: the change and verdict per part (CSV/JSON: all)
-               columns=["label", "tuning delta_f1", "tuning verdict", "validation delta_f1", "validation verdict"])
+    echo_table(
+        frame.reset_index(),
+        fmt,  # 100 columns: the change and verdict per part (CSV/JSON: all)
+        columns=["label", "tuning delta_f1", "tuning verdict", "validation delta_f1", "validation verdict"],
+    )
     if fmt == "table":
         from workbench.services.optimising import fmt_figure as f
 
@@ -1497,21 +2011,40 @@ def split_history(wb, cohort, fmt):
 
 @main.command()
 @click.argument("label")
-@click.option("--run", "run_id", type=int, default=None, help="Run whose disagreements to learn from (default: the newest finished run on the development cohort).")
-@click.option("--proposer", type=click.Choice(["auto", "offline", "llm"]), default="auto", show_default=True,
-              help="llm: one reflective call to a model; offline: mined from the disagreements, scored with the rule-based labeller; auto: llm when a model is configured.")
+@click.option(
+    "--run",
+    "run_id",
+    type=int,
+    default=None,
+    help="Run whose disagreements to learn from (default: the newest finished run on the development cohort).",
+)
+@click.option(
+    "--proposer",
+    type=click.Choice(["auto", "offline", "llm"]),
+    default="auto",
+    show_default=True,
+    help="llm: one reflective call to a model; offline: mined from the disagreements, scored with the rule-based labeller; auto: llm when a model is configured.",
+)
 @click.option("--model", default=None, help="Model for the llm proposer (default: the study's labeller).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--phrases", "phrase_list", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Outside phrase list (CheXpert labeler CSV: observation, list, raw_phrase) read in place: its synonyms are tried as offline candidates.")
+@click.option(
+    "--phrases",
+    "phrase_list",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Outside phrase list (CheXpert labeler CSV: observation, list, raw_phrase) read in place: its synonyms are tried as offline candidates.",
+)
 @study_option
 def suggest(wb, label, run_id, proposer, model, fmt, phrase_list):
     """Propose a revision of LABEL (or `all` failing labels) from its tuning disagreements and error notes,
     evaluated on tuning and validation before it is shown."""
     from workbench.services.optimising import suggestion_text
 
-    results = (wb.suggest_failing(run_id, proposer=proposer, model=model, phrase_list=phrase_list) if label == "all"
-               else [wb.suggest(label, run_id=run_id, proposer=proposer, model=model, phrase_list=phrase_list)])
+    results = (
+        wb.suggest_failing(run_id, proposer=proposer, model=model, phrase_list=phrase_list)
+        if label == "all"
+        else [wb.suggest(label, run_id=run_id, proposer=proposer, model=model, phrase_list=phrase_list)]
+    )
     for result in results:  # per-report answers are not printed
         if result.get("evaluation"):
             result["evaluation"] = {k: v for k, v in result["evaluation"].items() if k not in ("values", "evidence")}
@@ -1520,13 +2053,17 @@ def suggest(wb, label, run_id, proposer, model, fmt, phrase_list):
     if fmt == "json":
         click.echo(json.dumps(results if label == "all" else results[0], indent=2, default=json_default))
     else:
-        click.echo("\n\n".join(suggestion_text(r) + (f"\n{r['noise']}" if r["noise"] else "") for r in results)
-                   or "no label has a disagreement on the tuning part")
+        click.echo(
+            "\n\n".join(suggestion_text(r) + (f"\n{r['noise']}" if r["noise"] else "") for r in results)
+            or "no label has a disagreement on the tuning part"
+        )
 
 
 @main.command("calls")
 @click.argument("run_id", type=int)
-@click.option("--per-label", is_flag=True, help="Sum per label: calls, tokens, cost, cost and tokens per label answer, latency.")
+@click.option(
+    "--per-label", is_flag=True, help="Sum per label: calls, tokens, cost, cost and tokens per label answer, latency."
+)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @study_option
 def calls_cmd(wb, run_id, per_label, fmt):
@@ -1537,8 +2074,14 @@ def calls_cmd(wb, run_id, per_label, fmt):
 @main.command("case")
 @click.argument("report_id")
 @click.option("--label", default=None, help="Only this label (id or name; default: every label of the report).")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True,
-              help="json also carries each call's messages, raw reply and thinking.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+    help="json also carries each call's messages, raw reply and thinking.",
+)
 @wide_option
 @study_option
 def case_cmd(wb, report_id, label, fmt, wide):
@@ -1557,15 +2100,22 @@ def case_cmd(wb, report_id, label, fmt, wide):
     why = "not recorded (the offline labeller records no latency, tokens or cost; a model with no known price has no cost)"
     echo_table(table, fmt, undefined={c.heading: why for c in matrix.columns})
     if matrix.withheld and fmt == "table":
-        say(f"left out: run(s) {', '.join(map(str, matrix.withheld))}, on a test or validation cohort or part "
-            "(their answers are never shown to the person tuning prompts)")
+        say(
+            f"left out: run(s) {', '.join(map(str, matrix.withheld))}, on a test or validation cohort or part "
+            "(their answers are never shown to the person tuning prompts)"
+        )
 
 
 @main.command("search")
 @click.argument("run_id", type=int)
 @click.argument("query")
-@click.option("--in", "where", type=click.Choice(["report", "evidence", "answer"]), default=None,
-              help="Search only the report text, the evidence or the raw answer (default: all three).")
+@click.option(
+    "--in",
+    "where",
+    type=click.Choice(["report", "evidence", "answer"]),
+    default=None,
+    help="Search only the report text, the evidence or the raw answer (default: all three).",
+)
 @click.option("--regex", is_flag=True, help="QUERY is a regular expression (default: a plain substring).")
 @click.option("--label", default=None, help="Only this label.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
@@ -1585,8 +2135,20 @@ def search_cmd(wb, run_id, query, where, regex, label, fmt, wide):
 
 @main.command()
 @click.argument("run_id", type=int)
-@click.option("--sample", type=int, default=200, show_default=True, help="(report, label) answers to ask again, stratified by label and answer.")
-@click.option("--repeats", type=int, default=2, show_default=True, help="Times each is asked again (a new seed each time where the model takes one).")
+@click.option(
+    "--sample",
+    type=int,
+    default=200,
+    show_default=True,
+    help="(report, label) answers to ask again, stratified by label and answer.",
+)
+@click.option(
+    "--repeats",
+    type=int,
+    default=2,
+    show_default=True,
+    help="Times each is asked again (a new seed each time where the model takes one).",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample.")
 @click.option("--format", "fmt", type=click.Choice(["text", "csv", "json"]), default="text", show_default=True)
 @study_option
@@ -1606,38 +2168,73 @@ def noise(wb, run_id, sample, repeats, seed, fmt):
 def accept(wb, proposal_id):
     """Accept an offered proposal: it becomes your draft (save it with `workbench prompts save`)."""
     lp = wb.accept_proposal(proposal_id)
-    click.echo(f"proposal {proposal_id} is now your draft of {lp.label}; review it, then "
-               f"`workbench prompts save {lp.label} -m MESSAGE` (the message will name the notes it came from)")
+    click.echo(
+        f"proposal {proposal_id} is now your draft of {lp.label}; review it, then "
+        f"`workbench prompts save {lp.label} -m MESSAGE` (the message will name the notes it came from)"
+    )
 
 
 @main.command()
 @click.option("--labels", default=None, help="Comma-separated labels (default: every asked label).")
 @click.option("--rounds", type=int, default=3, show_default=True, help="Rounds of suggest -> evaluate -> keep.")
-@click.option("--run", "run_id", type=int, default=None, help="Run to start from (default: the newest finished run on the development cohort).")
+@click.option(
+    "--run",
+    "run_id",
+    type=int,
+    default=None,
+    help="Run to start from (default: the newest finished run on the development cohort).",
+)
 @click.option("--proposer", type=click.Choice(["auto", "offline", "llm"]), default="auto", show_default=True)
 @click.option("--model", default=None, help="Model for the llm proposer.")
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the report here (.md or .json).")
-@click.option("--phrases", "phrase_list", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Outside phrase list (CheXpert labeler CSV: observation, list, raw_phrase) read in place: its synonyms are tried as offline candidates.")
-@click.option("--screen/--no-screen", default=True, show_default=True,
-              help="Label each proposal first on the label's tuning disagreements plus a stratified sample of agreements; ask the whole validation part (which decides) only for those that pass, and carry the rest of tuning over (the report says how many answers; a run of the saved version asks them).")
+@click.option(
+    "--phrases",
+    "phrase_list",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Outside phrase list (CheXpert labeler CSV: observation, list, raw_phrase) read in place: its synonyms are tried as offline candidates.",
+)
+@click.option(
+    "--screen/--no-screen",
+    default=True,
+    show_default=True,
+    help="Label each proposal first on the label's tuning disagreements plus a stratified sample of agreements; ask the whole validation part (which decides) only for those that pass, and carry the rest of tuning over (the report says how many answers; a run of the saved version asks them).",
+)
 @study_option
 def optimise(wb, labels, rounds, run_id, proposer, model, out, phrase_list, screen):
     """Rounds of suggest -> evaluate -> keep if validation does not drop; the best version is left as drafts."""
     from workbench.services.optimising import report_markdown
 
     label_list = [x.strip() for x in labels.split(",")] if labels else None
-    report = wb.optimise(label_list, rounds=rounds, run_id=run_id, proposer=proposer, model=model,
-                         on_progress=lambda m: click.echo(m, err=True), phrase_list=phrase_list, screen=screen)
+    report = wb.optimise(
+        label_list,
+        rounds=rounds,
+        run_id=run_id,
+        proposer=proposer,
+        model=model,
+        on_progress=lambda m: click.echo(m, err=True),
+        phrase_list=phrase_list,
+        screen=screen,
+    )
     text = report_markdown(report)
     click.echo(text)
     if out:
-        Path(out).write_text(json.dumps(report, indent=2, default=json_default) if out.endswith(".json") else text, encoding="utf-8")
+        Path(out).write_text(
+            json.dumps(report, indent=2, default=json_default) if out.endswith(".json") else text, encoding="utf-8"
+        )
 
 
 @main.command("evaluate-drafts")
-@click.option("--run", "run_id", type=int, default=None, help="Run of the committed version to compare with (default: the newest finished run on the development cohort).")
-@click.option("--labels", default=None, help="Comma-separated labels (default: every label with a draft or an uncommitted edit).")
+@click.option(
+    "--run",
+    "run_id",
+    type=int,
+    default=None,
+    help="Run of the committed version to compare with (default: the newest finished run on the development cohort).",
+)
+@click.option(
+    "--labels", default=None, help="Comma-separated labels (default: every label with a draft or an uncommitted edit)."
+)
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @study_option
 def evaluate_drafts(wb, run_id, labels, fmt):
@@ -1666,8 +2263,10 @@ def test_look(wb, bundle, cohort, fmt):
     from workbench.services.optimising import fmt_figure as f
 
     echo_table(pd.DataFrame(figures["per_label"]).round(3))
-    click.echo(f"\n{bundle} on {cohort}: macro F1 {f(figures['macro_f1'])} [{f(figures['macro_f1_lo'])}, "
-               f"{f(figures['macro_f1_hi'])}]; {figures['message']}")
+    click.echo(
+        f"\n{bundle} on {cohort}: macro F1 {f(figures['macro_f1'])} [{f(figures['macro_f1_lo'])}, "
+        f"{f(figures['macro_f1_hi'])}]; {figures['message']}"
+    )
 
 
 @main.command("test-looks")
@@ -1700,8 +2299,13 @@ def user_enable(wb, user_id):
 @user.command("token")
 @click.argument("user_id")
 @click.option("--revoke", is_flag=True, help="Delete every token of the account instead.")
-@click.option("--days", type=click.IntRange(1, 365), default=90, show_default=True,
-              help="Days until the token expires (disable, a password or role change end it sooner).")
+@click.option(
+    "--days",
+    type=click.IntRange(1, 365),
+    default=90,
+    show_default=True,
+    help="Days until the token expires (disable, a password or role change end it sooner).",
+)
 @study_option
 def user_token(wb, user_id, revoke, days):
     """Make a command-line token for your own account (use it as WORKBENCH_TOKEN); shown once."""
@@ -1709,14 +2313,23 @@ def user_token(wb, user_id, revoke, days):
         click.echo(f"revoked {wb.revoke_tokens(user_id)} token(s) of {user_id}")
         return
     click.echo(wb.create_token(user_id, days=days))
-    click.echo(f"(shown once; only its hash is stored; expires in {days} days) "
-               f"export WORKBENCH_USER={user_id} WORKBENCH_TOKEN=<the token>", err=True)
+    click.echo(
+        f"(shown once; only its hash is stored; expires in {days} days) "
+        f"export WORKBENCH_USER={user_id} WORKBENCH_TOKEN=<the token>",
+        err=True,
+    )
 
 
 @main.command("audit")
-@click.option("--entity", default=None, help="Only one kind: reading, reading_note, adjudication, note, prompt, bundle, run, user, endpoint, settings.")
+@click.option(
+    "--entity",
+    default=None,
+    help="Only one kind: reading, reading_note, adjudication, note, prompt, bundle, run, user, endpoint, settings.",
+)
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
-@click.option("--verify", "check", is_flag=True, help="Check the hash chain instead: reports the first broken link (exit 1).")
+@click.option(
+    "--verify", "check", is_flag=True, help="Check the hash chain instead: reports the first broken link (exit 1)."
+)
 @wide_flag
 @study_option
 def audit(wb, entity, fmt, check):
@@ -1752,15 +2365,29 @@ def migrate_db(wb, to_url):
 
 
 @main.command()
-@click.option("--path", "path", type=click.Path(file_okay=False), default=str(PROJECT_ROOT / "sessions" / "demo"),
-              show_default=True, help="Where the demo study lives (created when absent).")
+@click.option(
+    "--path",
+    "path",
+    type=click.Path(file_okay=False),
+    default=str(PROJECT_ROOT / "sessions" / "demo"),
+    show_default=True,
+    help="Where the demo study lives (created when absent).",
+)
 @click.option("--port", type=int, default=8501, show_default=True)
 @click.option("--no-app", is_flag=True, help="Only create the demo study; do not start the app.")
 @click.option("--reset", is_flag=True, help="Delete and recreate the demo study first.")
-@click.option("--address", default="127.0.0.1", show_default=True,
-              help="Interface to serve on; the default keeps report text on this machine (0.0.0.0 serves the network).")
-@click.option("--no-auth-on-network", "open_network", is_flag=True,
-              help="Serve the demo (auth: none) on a non-loopback --address anyway.")
+@click.option(
+    "--address",
+    default="127.0.0.1",
+    show_default=True,
+    help="Interface to serve on; the default keeps report text on this machine (0.0.0.0 serves the network).",
+)
+@click.option(
+    "--no-auth-on-network",
+    "open_network",
+    is_flag=True,
+    help="Serve the demo (auth: none) on a non-loopback --address anyway.",
+)
 def demo(path, port, no_app, reset, address, open_network):
     """Create the synthetic demo study (offline labeller, SQLite) and start the app on it."""
     from workbench.demo import create_demo
@@ -1776,12 +2403,25 @@ def demo(path, port, no_app, reset, address, open_network):
 
 @main.command()
 @click.option("--port", type=int, default=8501, show_default=True)
-@click.option("--address", default="127.0.0.1", show_default=True,
-              help="Interface to serve on; use 0.0.0.0 for a team server (with auth: local or oidc).")
-@click.option("--study", "study", type=click.Path(file_okay=False), envvar="WORKBENCH_STUDY",
-              help="Study folder (default: $WORKBENCH_STUDY, else the current folder).")
-@click.option("--no-auth-on-network", "open_network", is_flag=True,
-              help="Serve a study with auth: none on a non-loopback --address anyway (everyone who reaches it reads every report; the app says so on every page).")
+@click.option(
+    "--address",
+    default="127.0.0.1",
+    show_default=True,
+    help="Interface to serve on; use 0.0.0.0 for a team server (with auth: local or oidc).",
+)
+@click.option(
+    "--study",
+    "study",
+    type=click.Path(file_okay=False),
+    envvar="WORKBENCH_STUDY",
+    help="Study folder (default: $WORKBENCH_STUDY, else the current folder).",
+)
+@click.option(
+    "--no-auth-on-network",
+    "open_network",
+    is_flag=True,
+    help="Serve a study with auth: none on a non-loopback --address anyway (everyone who reaches it reads every report; the app says so on every page).",
+)
 def app(port, address, study, open_network):
     """Start the Streamlit app on a study (each user signs in in the browser when auth is local or oidc)."""
     from workbench.services import Workbench
@@ -1796,7 +2436,7 @@ def app(port, address, study, open_network):
 
 def check_network_auth(address: str, auth: str, open_network: bool) -> bool:
     """Refuse to serve a study without sign-in beyond this machine unless asked; True when it will be."""
-    from workbench.endpoints import is_loopback_host
+    from workbench.labeller.endpoints import is_loopback_host
 
     if is_loopback_host(address) or auth != "none":
         return False
@@ -1804,9 +2444,13 @@ def check_network_auth(address: str, auth: str, open_network: bool) -> bool:
         raise StudyError(
             f"refusing to serve on {address} with auth: none: anyone who reaches it could read every report. Set "
             "auth: local (`workbench user add ...`) or oidc in workbench.yaml, serve on 127.0.0.1, or pass "
-            "--no-auth-on-network to serve it anyway (the app then says so on every page)")
-    click.echo(f"warning: serving on {address} with auth: none (--no-auth-on-network): anyone who reaches it can "
-               "read every report", err=True)
+            "--no-auth-on-network to serve it anyway (the app then says so on every page)"
+        )
+    click.echo(
+        f"warning: serving on {address} with auth: none (--no-auth-on-network): anyone who reaches it can "
+        "read every report",
+        err=True,
+    )
     return True
 
 
@@ -1823,15 +2467,33 @@ def app_command(port: int, address: str = "127.0.0.1", *options: str) -> list[st
     """The command that serves the app (tests and benches start the same one): Streamlit runs
     workbench/ui/serve.py, its ASGI app with the middleware that answers a deep link without 404s."""
     server = Path(__file__).resolve().parent / "ui" / "serve.py"
-    return [sys.executable, "-m", "streamlit", "run", str(server), "--server.port", str(port), "--server.address", address,
-            "--browser.gatherUsageStats", "false", "--server.headless", "true", "--client.toolbarMode", "minimal", *options]
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(server),
+        "--server.port",
+        str(port),
+        "--server.address",
+        address,
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.headless",
+        "true",
+        "--client.toolbarMode",
+        "minimal",
+        *options,
+    ]
 
 
 def _run_app(root: Path, port: int, address: str = "127.0.0.1", open_network: bool = False) -> None:
     """Run Streamlit on the app module with the study in the environment (loopback by default)."""
     env = app_environment(root, address, open_network)
     cmd = app_command(port, address)
-    click.echo(f"starting the app on http://{'localhost' if address == '127.0.0.1' else address}:{port} (Ctrl+C to stop)")
+    click.echo(
+        f"starting the app on http://{'localhost' if address == '127.0.0.1' else address}:{port} (Ctrl+C to stop)"
+    )
     sys.stdout.flush()
     sys.stderr.flush()
     if os.name == "posix":
@@ -1859,11 +2521,19 @@ def _call_forwarding_signals(cmd: list[str], env: dict) -> int:
 @click.argument("run_id", type=int)
 @click.option("--label", default=None, help="One label (id or display name); default every label with attributes.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
-@click.option("--metrics", "show_metrics", is_flag=True,
-              help="Accuracy and coverage per label and attribute on matched findings, with 95% Wilson intervals.")
-@click.option("--confusion", "show_confusion", is_flag=True,
-              help="The confusion of values on matched findings: reference value x labeller value, with counts "
-                   "('-' where a side gave none).")
+@click.option(
+    "--metrics",
+    "show_metrics",
+    is_flag=True,
+    help="Accuracy and coverage per label and attribute on matched findings, with 95% Wilson intervals.",
+)
+@click.option(
+    "--confusion",
+    "show_confusion",
+    is_flag=True,
+    help="The confusion of values on matched findings: reference value x labeller value, with counts "
+    "('-' where a side gave none).",
+)
 @wide_option
 @study_option
 def attributes_cmd(wb, run_id, label, fmt, show_metrics, show_confusion, wide):
@@ -1878,24 +2548,50 @@ def attributes_cmd(wb, run_id, label, fmt, show_metrics, show_confusion, wide):
     if show_metrics:
         result = wb.attribute_metrics(run_id, label)
         if fmt == "json":
-            click.echo(json.dumps({"run": run_id, "rule": result["rule"], "parse_failures": result["parse_failures"],
-                                   "attributes": json.loads(result["table"].to_json(orient="records")),
-                                   "confusion": json.loads(result["confusion"].to_json(orient="records"))}, indent=2))
+            click.echo(
+                json.dumps(
+                    {
+                        "run": run_id,
+                        "rule": result["rule"],
+                        "parse_failures": result["parse_failures"],
+                        "attributes": json.loads(result["table"].to_json(orient="records")),
+                        "confusion": json.loads(result["confusion"].to_json(orient="records")),
+                    },
+                    indent=2,
+                )
+            )
             return
-        echo_table(result["table"].round(3), fmt, wide=wide,
-                   columns=["label", "attribute", "reference", "n", "correct", "accuracy", "accuracy_lo", "accuracy_hi",
-                            "coverage"])
+        echo_table(
+            result["table"].round(3),
+            fmt,
+            wide=wide,
+            columns=[
+                "label",
+                "attribute",
+                "reference",
+                "n",
+                "correct",
+                "accuracy",
+                "accuracy_lo",
+                "accuracy_hi",
+                "coverage",
+            ],
+        )
         if fmt == "table":
             click.echo("")
-            say(result["rule"] + f"; attribute parse failures (recorded, never guessed): {result['parse_failures']}; "
-                "the confusion of values: `--confusion`")
+            say(
+                result["rule"] + f"; attribute parse failures (recorded, never guessed): {result['parse_failures']}; "
+                "the confusion of values: `--confusion`"
+            )
         return
     rows = wb.attribute_rows(run_id, label)
     echo_table(rows, fmt, wide=wide)
     if fmt == "table":
         matched = rows["reference"].notna() & rows["value"].notna()
-        say(f"{len(rows)} row(s); {int(matched.sum())} with both values, "
-            f"{int((matched & (rows['value'] != rows['reference'])).sum())} disagree (`--metrics` for accuracy)")
+        say(
+            f"{len(rows)} row(s); {int(matched.sum())} with both values, "
+            f"{int((matched & (rows['value'] != rows['reference'])).sum())} disagree (`--metrics` for accuracy)"
+        )
         _echo_attribute_failures(wb.attribute_failures(run_id, label))
 
 
@@ -1916,22 +2612,34 @@ def _echo_attribute_scores(name: str, g) -> None:
     if len(g.attributes):
         click.echo("")
         shown = g.attributes[g.attributes["reference"] > 0].round(3)
-        echo_table(shown, title=f"{name}: attributes on matched findings (support = reference values)",
-                   columns=["label", "attribute", "reference", "n", "accuracy", "accuracy_lo", "accuracy_hi", "coverage"])
-        say("attribute accuracy per label and attribute, micro-pooled over labels in the 'all' rows; n = matched "
-            "findings (both reports positive) where both give the attribute a value; 95% Wilson intervals")
+        echo_table(
+            shown,
+            title=f"{name}: attributes on matched findings (support = reference values)",
+            columns=["label", "attribute", "reference", "n", "accuracy", "accuracy_lo", "accuracy_hi", "coverage"],
+        )
+        say(
+            "attribute accuracy per label and attribute, micro-pooled over labels in the 'all' rows; n = matched "
+            "findings (both reports positive) where both give the attribute a value; 95% Wilson intervals"
+        )
     e = g.report_errors
     if e and len(g.report_errors_by_label) and e["reports"]:
         click.echo("")
         shown = g.report_errors_by_label
-        echo_table(shown[(shown["support"] > 0) | (shown["errors"] > 0) | (shown["label"] == "all")],
-                   title=f"{name}: report-level errors per label")
-        say("support = reference positives; labels with no reference positive and no error are not shown; "
-            "the 'all' row sums every label")
+        echo_table(
+            shown[(shown["support"] > 0) | (shown["errors"] > 0) | (shown["label"] == "all")],
+            title=f"{name}: report-level errors per label",
+        )
+        say(
+            "support = reference positives; labels with no reference positive and no error are not shown; "
+            "the 'all' row sums every label"
+        )
     if e:
-        click.echo(f"{name}: report-level errors {e['total']} over {e['reports']} reports (mean {e['mean']:.2f}: "
-                   f"{e['fp']} invented + {e['fn']} missed + {e['attribute_mismatches']} attribute mismatches)"
-                   if e["reports"] else f"{name}: no report without a failed extraction to count errors on")
+        click.echo(
+            f"{name}: report-level errors {e['total']} over {e['reports']} reports (mean {e['mean']:.2f}: "
+            f"{e['fp']} invented + {e['fn']} missed + {e['attribute_mismatches']} attribute mismatches)"
+            if e["reports"]
+            else f"{name}: no report without a failed extraction to count errors on"
+        )
         say(e["rule"])  # the averaging rule beside the figure (SPEC-CXR: publish it with the support)
 
 

@@ -5,14 +5,13 @@ It lets a newcomer see the whole loop on first start without an API key or netwo
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-from typing import Callable
 import dataclasses
+import shutil
+from collections.abc import Callable
+from pathlib import Path
 
+from workbench.services import Actor, Workbench, init_study
 from workbench.study import PROJECT_ROOT
-from workbench.services import Workbench, init_study
-from workbench.services import Actor
 
 ANNOTATIONS = PROJECT_ROOT / "annotations"
 
@@ -58,5 +57,7 @@ def iterate_once(wb) -> str:
         lp = wb.label_prompt(label)
         edited.append(dataclasses.replace(lp, look_for=lp.look_for + tuple(p for p in phrases if p not in lp.look_for)))
     return engineer.save_prompts(
-        edited, "Iteration 2: device abbreviations (ETT, NG tube, PICC); opacity includes consolidation and atelectasis",
-        wb.prompt_commit())
+        edited,
+        "Iteration 2: device abbreviations (ETT, NG tube, PICC); opacity includes consolidation and atelectasis",
+        wb.prompt_commit(),
+    )

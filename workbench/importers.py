@@ -23,11 +23,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from workbench.core.names import HIDDEN, TEXT_CONTROL, first_hidden
-from workbench.core.vocab import Vocabulary
-from workbench.errors import UserError, WorkbenchError
-from workbench.core.vocab import VocabularyError
 from workbench.core.attributes import mesh_attributes
+from workbench.core.names import HIDDEN, TEXT_CONTROL, first_hidden
+from workbench.core.vocab import Vocabulary, VocabularyError
+from workbench.errors import UserError, WorkbenchError
 
 TABLE_EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 ID_COLUMNS = ("id", "report_id", "uid")
@@ -40,8 +39,22 @@ BLANK_CHOICES = ("skip", "negative", "reject")
 # the values readers and CheXpert-style files write; -1 is CheXpert's "uncertain"
 VALUE_CODES = {"1": 1, "1.0": 1, "0": 0, "0.0": 0, "-1": -1, "-1.0": -1}
 OPENI_READER = "openi-gold"
-OPENI_LABELS = ("Atelectasis", "Cardiomegaly", "Effusion", "Infiltration", "Mass", "Nodule", "Pneumonia",
-                "Pneumothorax", "Consolidation", "Edema", "Emphysema", "Fibrosis", "Pleural_Thickening", "Hernia")
+OPENI_LABELS = (
+    "Atelectasis",
+    "Cardiomegaly",
+    "Effusion",
+    "Infiltration",
+    "Mass",
+    "Nodule",
+    "Pneumonia",
+    "Pneumothorax",
+    "Consolidation",
+    "Edema",
+    "Emphysema",
+    "Fibrosis",
+    "Pleural_Thickening",
+    "Hernia",
+)
 READING_COLUMNS = ["report_id", "label", "reader", "value", "row"]
 
 
@@ -106,7 +119,7 @@ class _Table:
         rows = self.rows[mask]
         if isinstance(messages, str):
             return [Problem(int(r), column, messages) for r in rows]
-        return [Problem(int(r), column, m) for r, m in zip(rows, messages)]
+        return [Problem(int(r), column, m) for r, m in zip(rows, messages, strict=False)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -126,8 +139,10 @@ def _load(path) -> _Table:
     source = path.name
     kind = TABLE_EXTENSIONS.get(path.suffix.lower())
     if kind is None:
-        _fail(source, f"unknown file type {path.suffix or '(no extension)'!r}; "
-                      f"use one of {', '.join(sorted(TABLE_EXTENSIONS))}")
+        _fail(
+            source,
+            f"unknown file type {path.suffix or '(no extension)'!r}; use one of {', '.join(sorted(TABLE_EXTENSIONS))}",
+        )
     data = _read_bytes(path, source)
     if kind == "parquet":
         return _load_parquet(data, source)
@@ -168,14 +183,25 @@ def _decode(data: bytes, limit: int = 20) -> tuple[str, list[Problem]]:
             break
         except UnicodeDecodeError as exc:
             if len(problems) == limit:
-                problems.append(Problem(None, None, f"more undecodable bytes after the first {limit}; the "
-                                                    "file is probably not UTF-8 (Latin-1 or Windows-1252?)"))
+                problems.append(
+                    Problem(
+                        None,
+                        None,
+                        f"more undecodable bytes after the first {limit}; the "
+                        "file is probably not UTF-8 (Latin-1 or Windows-1252?)",
+                    )
+                )
                 break
             offset = start + exc.start
             line = data.count(b"\n", 0, offset) + 1
-            bad = data[offset:start + exc.end].hex(" ")
-            problems.append(Problem(None, None, f"line {line}, byte offset {offset}: byte(s) {bad} are not "
-                                                "valid UTF-8; save the file as UTF-8"))
+            bad = data[offset : start + exc.end].hex(" ")
+            problems.append(
+                Problem(
+                    None,
+                    None,
+                    f"line {line}, byte offset {offset}: byte(s) {bad} are not valid UTF-8; save the file as UTF-8",
+                )
+            )
             start += exc.end
     return data.decode("utf-8-sig", errors="replace"), problems
 
@@ -194,16 +220,23 @@ def _load_csv(text: str, source: str, sep: str) -> _Table:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", pd.errors.ParserWarning)
         try:
-            frame = pd.read_csv(io.StringIO(text), sep=sep, dtype=str, keep_default_na=False,
-                                skip_blank_lines=False, on_bad_lines="warn")
+            frame = pd.read_csv(
+                io.StringIO(text),
+                sep=sep,
+                dtype=str,
+                keep_default_na=False,
+                skip_blank_lines=False,
+                on_bad_lines="warn",
+            )
         except (pd.errors.ParserError, ValueError) as exc:
             _fail(source, f"cannot parse as {'TSV' if sep == chr(9) else 'CSV'}: {exc}")
     skipped = []
     for warning in caught:
         for match in re.finditer(r"Skipping line (\d+): (.*)", str(warning.message)):
             skipped.append(int(match.group(1)))
-            problems.append(Problem(int(match.group(1)), None, f"{match.group(2)} (check quoting and "
-                                                                   "separators on this row)"))
+            problems.append(
+                Problem(int(match.group(1)), None, f"{match.group(2)} (check quoting and separators on this row)")
+            )
     frame = _drop_unnamed(frame, header, problems)
     _refuse_duplicate_columns(frame, source, problems)
     # pandas numbers records as a spreadsheet does (a multi-line quoted cell is one row)
@@ -214,11 +247,14 @@ def _load_csv(text: str, source: str, sep: str) -> _Table:
 
 
 def _refuse_duplicate_columns(frame: pd.DataFrame, source: str, problems: list[Problem]) -> None:
-    """" id" and "id" are one name once stripped: with two such columns nothing can be read reliably."""
+    """ " id" and "id" are one name once stripped: with two such columns nothing can be read reliably."""
     if frame.columns.has_duplicates:
         dup = sorted(set(frame.columns[frame.columns.duplicated()]))
-        raise ImportProblems(source, [p for p in problems if "more than once" in p.message]
-                             or [Problem(1, name, "column appears more than once") for name in dup])
+        raise ImportProblems(
+            source,
+            [p for p in problems if "more than once" in p.message]
+            or [Problem(1, name, "column appears more than once") for name in dup],
+        )
 
 
 def _header_problems(header: list[str], sep: str) -> list[Problem]:
@@ -245,9 +281,13 @@ def _separator_problem(text: str, sep: str) -> Problem | None:
         widths = {len(row) for row in csv.reader(lines[:20], delimiter=other)}
         if min(widths) > 1:
             hint = "save it as .tsv or comma-separated" if other == "\t" else "save it comma-separated (or as .tsv)"
-            return Problem(1, None, f"the file looks {name}-separated (the header splits into "
-                                    f"{len(next(csv.reader([lines[0]], delimiter=other)))} columns at {name}s, "
-                                    f"1 at {SEPARATOR_NAMES[sep]}s); {hint}")
+            return Problem(
+                1,
+                None,
+                f"the file looks {name}-separated (the header splits into "
+                f"{len(next(csv.reader([lines[0]], delimiter=other)))} columns at {name}s, "
+                f"1 at {SEPARATOR_NAMES[sep]}s); {hint}",
+            )
     return None
 
 
@@ -257,7 +297,7 @@ def _drop_unnamed(frame: pd.DataFrame, header: list[str], problems: list[Problem
     if len(header) != len(frame.columns):
         return frame
     keep = []
-    for position, (name, col) in enumerate(zip(header, frame.columns), start=1):
+    for position, (name, col) in enumerate(zip(header, frame.columns, strict=False), start=1):
         if name:
             keep.append(col)
         elif (frame[col].fillna("").str.strip() != "").any():
@@ -329,8 +369,9 @@ def _stringify(table: _Table) -> None:
         values = series.astype(object).tolist()
         nested = [i for i, v in enumerate(values) if isinstance(v, (dict, list, np.ndarray))]
         if nested:
-            table.problems += table.at(np.isin(np.arange(len(values)), nested), col,
-                                       "nested value (object or list); expected text or a number")
+            table.problems += table.at(
+                np.isin(np.arange(len(values)), nested), col, "nested value (object or list); expected text or a number"
+            )
         frame[col] = pd.Series([_cell_text(v) for v in values], index=frame.index, dtype=str)
 
 
@@ -365,10 +406,21 @@ def _raise_if(source: str, problems: list[Problem]) -> None:
 # What a typed column may hold: ids are text or whole numbers (7 -> "7"); text is text.
 ID_KINDS = ("string", "empty", "integer")
 TEXT_KINDS = ("string", "empty")
-KIND_WORDS = {"floating": "decimal numbers", "integer": "whole numbers", "mixed-integer": "numbers mixed with text",
-              "mixed-integer-float": "whole and decimal numbers", "boolean": "true/false values", "mixed": "mixed types",
-              "decimal": "decimal numbers", "datetime": "dates", "datetime64": "dates", "date": "dates",
-              "bytes": "bytes", "timedelta": "durations", "timedelta64": "durations"}
+KIND_WORDS = {
+    "floating": "decimal numbers",
+    "integer": "whole numbers",
+    "mixed-integer": "numbers mixed with text",
+    "mixed-integer-float": "whole and decimal numbers",
+    "boolean": "true/false values",
+    "mixed": "mixed types",
+    "decimal": "decimal numbers",
+    "datetime": "dates",
+    "datetime64": "dates",
+    "date": "dates",
+    "bytes": "bytes",
+    "timedelta": "durations",
+    "timedelta64": "durations",
+}
 
 
 def _type_problems(table: _Table, column: str | None, allowed: tuple[str, ...], what: str) -> list[Problem]:
@@ -380,8 +432,14 @@ def _type_problems(table: _Table, column: str | None, allowed: tuple[str, ...], 
     hint = ""
     if kind == "floating" and table.frame[column].str.fullmatch(r"-?\d+\.0|").all():
         hint = " (whole numbers stored as decimals, as a missing value makes Parquet and pandas do)"
-    return [Problem(None, column, f"holds {KIND_WORDS.get(kind, kind)} ({kind}){hint}; {what} must be {want}. "
-                                  "Convert the column and export again")]
+    return [
+        Problem(
+            None,
+            column,
+            f"holds {KIND_WORDS.get(kind, kind)} ({kind}){hint}; {what} must be {want}. "
+            "Convert the column and export again",
+        )
+    ]
 
 
 def _require_rows(table: _Table) -> None:
@@ -404,15 +462,17 @@ def read_reports(path, id_column: str = "id") -> pd.DataFrame:
     """Read reports: report_id, text, findings, impression (and language when present)."""
     table = _load(path)
     _require_rows(table)
-    id_names = tuple(dict.fromkeys((id_column.lower(),) + ID_COLUMNS)) if id_column.lower() in ID_COLUMNS \
-        else (id_column,)
+    id_names = (
+        tuple(dict.fromkeys((id_column.lower(),) + ID_COLUMNS)) if id_column.lower() in ID_COLUMNS else (id_column,)
+    )
     frame, problems = _reports(table, id_names, allow_empty=False)
     _raise_if(table.source, table.problems + problems)
     return frame
 
 
-def _reports(table: _Table, id_names: tuple[str, ...], allow_empty: bool,
-             extra: tuple[str, ...] = ()) -> tuple[pd.DataFrame, list[Problem]]:
+def _reports(
+    table: _Table, id_names: tuple[str, ...], allow_empty: bool, extra: tuple[str, ...] = ()
+) -> tuple[pd.DataFrame, list[Problem]]:
     """Validate a reports table; returns the frame and its problems."""
     id_col = table.column(*id_names)
     text_col = table.column(*TEXT_COLUMNS)
@@ -459,9 +519,15 @@ def _control_problems(table: _Table, out: pd.DataFrame, columns: dict[str, str |
         if col is None:
             continue
         bad = out[name].str.contains(TEXT_CONTROL).to_numpy(dtype=bool)
-        problems += table.at(bad, col, [f"report text contains {first_hidden(t, TEXT_CONTROL)}; only tab, newline "
-                                        "and carriage return are allowed among control characters: remove it and import again"
-                                        for t in out[name][bad]])
+        problems += table.at(
+            bad,
+            col,
+            [
+                f"report text contains {first_hidden(t, TEXT_CONTROL)}; only tab, newline "
+                "and carriage return are allowed among control characters: remove it and import again"
+                for t in out[name][bad]
+            ],
+        )
     return problems
 
 
@@ -473,10 +539,18 @@ def _id_text_problems(table: _Table, ids: pd.Series, column: str, what: str) -> 
     or longer than the database keeps are refused."""
     limit = MAX_ID_CHARS.get(what, 200)
     hidden = ids.str.contains(HIDDEN).to_numpy(dtype=bool)
-    problems = table.at(hidden, column, [
-        f"{what} contains a control character or one that hides or reorders text ({first_hidden(i)}); ids are "
-        "plain text (no tab, newline, NUL, zero-width space, right-to-left override ...)" for i in ids[hidden]])
-    problems += table.at((ids.str.len() > limit).to_numpy(dtype=bool), column, f"{what} is longer than {limit} characters")
+    problems = table.at(
+        hidden,
+        column,
+        [
+            f"{what} contains a control character or one that hides or reorders text ({first_hidden(i)}); ids are "
+            "plain text (no tab, newline, NUL, zero-width space, right-to-left override ...)"
+            for i in ids[hidden]
+        ],
+    )
+    problems += table.at(
+        (ids.str.len() > limit).to_numpy(dtype=bool), column, f"{what} is longer than {limit} characters"
+    )
     return problems
 
 
@@ -487,9 +561,10 @@ def _id_problems(table: _Table, ids: pd.Series, column: str, what: str) -> list[
     dup = ids.duplicated(keep="first").to_numpy() & ~blank
     if dup.any():
         first = pd.Series(table.rows, index=ids.index)[~ids.duplicated(keep="first")]
-        first_row = dict(zip(ids[first.index], first))
-        problems += table.at(dup, column, [f"duplicate {what} {i!r} (first seen at row {first_row[i]})"
-                                           for i in ids[dup]])
+        first_row = dict(zip(ids[first.index], first, strict=False))
+        problems += table.at(
+            dup, column, [f"duplicate {what} {i!r} (first seen at row {first_row[i]})" for i in ids[dup]]
+        )
     return problems
 
 
@@ -498,49 +573,78 @@ def _oversized(table: _Table, out: pd.DataFrame) -> list[Problem]:
     chars = sum(out[name].str.len().to_numpy() for name in ("text",) + SECTION_COLUMNS)
     # a character is at most 4 bytes: only encode the few that could be over the limit
     suspects = np.flatnonzero(chars * 4 > MAX_REPORT_BYTES)
-    sizes = {i: sum(len(out[name].iat[i].encode("utf-8")) for name in ("text",) + SECTION_COLUMNS)
-             for i in suspects}
+    sizes = {i: sum(len(out[name].iat[i].encode("utf-8")) for name in ("text",) + SECTION_COLUMNS) for i in suspects}
     big = [i for i, size in sizes.items() if size > MAX_REPORT_BYTES]
-    return [Problem(int(table.rows[i]), None, f"report has {sizes[i]:,} bytes of text, more than the "
-                                              f"{MAX_REPORT_BYTES:,} allowed (a broken quote in a CSV?)")
-            for i in big]
+    return [
+        Problem(
+            int(table.rows[i]),
+            None,
+            f"report has {sizes[i]:,} bytes of text, more than the "
+            f"{MAX_REPORT_BYTES:,} allowed (a broken quote in a CSV?)",
+        )
+        for i in big
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
 # readings
 
 
-def read_readings_long(path, vocab: Vocabulary, uncertain_as: str | None,
-                       known_report_ids: set[str] | None) -> pd.DataFrame:
+def read_readings_long(
+    path, vocab: Vocabulary, uncertain_as: str | None, known_report_ids: set[str] | None
+) -> pd.DataFrame:
     """Read one reading per row (report_id, label, reader, value); returns report_id, label, reader, value, row."""
     _check_choices(uncertain_as, "skip")
     table = _load(path)
     _require_rows(table)
-    cols = {"report_id": table.column("report_id", *ID_COLUMNS), "label": table.column("label"),
-            "reader": table.column("reader"), "value": table.column("value")}
+    cols = {
+        "report_id": table.column("report_id", *ID_COLUMNS),
+        "label": table.column("label"),
+        "reader": table.column("reader"),
+        "value": table.column("value"),
+    }
     missing = [name for name, col in cols.items() if col is None]
     if missing:
-        _raise_if(table.source, table.problems + [Problem(None, None, "missing column(s): " + ", ".join(
-            repr(m) for m in missing) + " (long format needs report_id, label, reader, value)")])
+        _raise_if(
+            table.source,
+            table.problems
+            + [
+                Problem(
+                    None,
+                    None,
+                    "missing column(s): "
+                    + ", ".join(repr(m) for m in missing)
+                    + " (long format needs report_id, label, reader, value)",
+                )
+            ],
+        )
     rid, raw_label, reader = (_stripped(table, cols[k]) for k in ("report_id", "label", "reader"))
     problems = _key_problems(table, rid, cols["report_id"], reader, cols["reader"], known_report_ids)
     label, label_problems = _resolve_labels(raw_label, vocab)
     problems += table.at((raw_label == "").to_numpy(), cols["label"], "blank label")
     problems += [Problem(int(r), cols["label"], m) for r, m in _masked(table.rows, label_problems)]
-    value, value_problems = _values(_stripped(table, cols["value"]), uncertain_as, "reject",
-                                    "blank value (long format needs 0 or 1 on every row; leave the row "
-                                    "out when a reader did not mark the label)")
+    value, value_problems = _values(
+        _stripped(table, cols["value"]),
+        uncertain_as,
+        "reject",
+        "blank value (long format needs 0 or 1 on every row; leave the row out when a reader did not mark the label)",
+    )
     problems += [Problem(int(r), cols["value"], m) for r, m in _masked(table.rows, value_problems)]
-    out = pd.DataFrame({"report_id": rid, "label": label, "reader": reader, "value": value,
-                        "row": table.rows})
+    out = pd.DataFrame({"report_id": rid, "label": label, "reader": reader, "value": value, "row": table.rows})
     problems += _duplicate_readings(out)
     _raise_if(table.source, table.problems + problems)
     return _finish(out)
 
 
-def read_readings_wide(path, vocab: Vocabulary, uncertain_as: str | None, known_report_ids: set[str] | None,
-                       reader_column: str = "reader", blank_as: str = "skip",
-                       ignore_columns: tuple[str, ...] = ()) -> pd.DataFrame:
+def read_readings_wide(
+    path,
+    vocab: Vocabulary,
+    uncertain_as: str | None,
+    known_report_ids: set[str] | None,
+    reader_column: str = "reader",
+    blank_as: str = "skip",
+    ignore_columns: tuple[str, ...] = (),
+) -> pd.DataFrame:
     """Read one row per (report, reader) with a column per label; returns the long shape with row."""
     _check_choices(uncertain_as, blank_as)
     table = _load(path)
@@ -551,8 +655,11 @@ def read_readings_wide(path, vocab: Vocabulary, uncertain_as: str | None, known_
     if missing:
         _raise_if(table.source, table.problems + [Problem(None, None, "missing column(s): " + ", ".join(missing))])
     ignored = {c.strip().lower() for c in ignore_columns}
-    headers = [c for c in table.frame.columns if c not in (id_col, reader_col) and c.lower() not in ignored
-               and _attribute_header(c, vocab) is None]  # "<label>.<attribute>" columns: read_reading_attributes
+    headers = [
+        c
+        for c in table.frame.columns
+        if c not in (id_col, reader_col) and c.lower() not in ignored and _attribute_header(c, vocab) is None
+    ]  # "<label>.<attribute>" columns: read_reading_attributes
     label_of, problems = _label_columns(headers, vocab)
     if not headers:
         problems.append(Problem(None, None, "no label columns (wide format: one column per label)"))
@@ -573,20 +680,28 @@ def _check_choices(uncertain_as: str | None, blank_as: str) -> None:
         raise UserError(f"blank_as must be one of {BLANK_CHOICES}, not {blank_as!r}")
 
 
-def _key_problems(table: _Table, rid: pd.Series, rid_col: str, reader: pd.Series, reader_col: str,
-                  known: set[str] | None) -> list[Problem]:
+def _key_problems(
+    table: _Table, rid: pd.Series, rid_col: str, reader: pd.Series, reader_col: str, known: set[str] | None
+) -> list[Problem]:
     """Blank report ids and readers, and report ids the study does not have."""
-    typed = _type_problems(table, rid_col, ID_KINDS, "report ids") + _type_problems(table, reader_col, ID_KINDS, "readers")
+    typed = _type_problems(table, rid_col, ID_KINDS, "report ids") + _type_problems(
+        table, reader_col, ID_KINDS, "readers"
+    )
     if typed:
         _raise_if(table.source, table.problems + typed)
     blank_rid = (rid == "").to_numpy()
     problems = table.at(blank_rid, rid_col, "blank report id")
     problems += table.at((reader == "").to_numpy(), reader_col, "blank reader")
-    problems += _id_text_problems(table, rid, rid_col, "report id") + _id_text_problems(table, reader, reader_col, "reader")
+    problems += _id_text_problems(table, rid, rid_col, "report id") + _id_text_problems(
+        table, reader, reader_col, "reader"
+    )
     if known is not None:
         unknown = ~rid.isin(list(known)).to_numpy() & ~blank_rid
-        problems += table.at(unknown, rid_col, [f"unknown report id {r!r} (not in the study nor among the "
-                                                "reports being imported)" for r in rid[unknown]])
+        problems += table.at(
+            unknown,
+            rid_col,
+            [f"unknown report id {r!r} (not in the study nor among the reports being imported)" for r in rid[unknown]],
+        )
     return problems
 
 
@@ -605,11 +720,14 @@ def _resolve_label(key: str, vocab: Vocabulary) -> tuple[str, str]:
         sample = ", ".join(vocab.asked_ids[:6]) + (", ..." if len(vocab.asked_ids) > 6 else "")
         close = difflib.get_close_matches(str(key), [lab.name for lab in vocab.labels] + vocab.ids, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        return "", (f"unknown label {key!r}: not an id or display name in vocabulary {vocab.id!r} "
-                    f"(valid ids: {sample}){hint}")
+        return "", (
+            f"unknown label {key!r}: not an id or display name in vocabulary {vocab.id!r} (valid ids: {sample}){hint}"
+        )
     if found in vocab.derived_ids:
-        return "", (f"label {key!r} ({found}) is derived in vocabulary {vocab.id!r}: it is computed from "
-                    "the other labels, not imported; leave it out")
+        return "", (
+            f"label {key!r} ({found}) is derived in vocabulary {vocab.id!r}: it is computed from "
+            "the other labels, not imported; leave it out"
+        )
     return found, ""
 
 
@@ -621,16 +739,16 @@ def _label_columns(headers: list[str], vocab: Vocabulary) -> tuple[dict[str, str
         if message:
             problems.append(Problem(None, header, message))
         elif found in seen:
-            problems.append(Problem(None, header, f"column names label {found!r} again (as does "
-                                                  f"column {seen[found]!r})"))
+            problems.append(
+                Problem(None, header, f"column names label {found!r} again (as does column {seen[found]!r})")
+            )
         else:
             label_of[header] = found
             seen[found] = header
     return label_of, problems
 
 
-def _values(raw: pd.Series, uncertain_as: str | None, blank_as: str,
-            blank_message: str) -> tuple[pd.Series, pd.Series]:
+def _values(raw: pd.Series, uncertain_as: str | None, blank_as: str, blank_message: str) -> tuple[pd.Series, pd.Series]:
     """Map value strings to 1/0 (NaN when skipped or invalid) and per-row messages ("" when fine)."""
     code = raw.map(VALUE_CODES)
     blank = raw == ""
@@ -643,8 +761,7 @@ def _values(raw: pd.Series, uncertain_as: str | None, blank_as: str,
     if bad.any():
         messages[bad] = [f"value {v!r} is not 1, 0 or -1 (uncertain)" for v in raw[bad]]
     if uncertain_as is None:
-        messages[uncertain] = ("value -1 (uncertain) needs a rule: choose --uncertain-as "
-                               "positive|negative|reject")
+        messages[uncertain] = "value -1 (uncertain) needs a rule: choose --uncertain-as positive|negative|reject"
     elif uncertain_as == "reject":
         messages[uncertain] = "value -1 (uncertain) rejected (--uncertain-as reject)"
     if blank_as == "reject":
@@ -655,7 +772,7 @@ def _values(raw: pd.Series, uncertain_as: str | None, blank_as: str,
 def _masked(rows: np.ndarray, messages: pd.Series):
     """(row, message) pairs where a message is set."""
     mask = (messages != "").to_numpy()
-    return zip(rows[mask], messages[mask])
+    return zip(rows[mask], messages[mask], strict=False)
 
 
 def _duplicate_readings(out: pd.DataFrame) -> list[Problem]:
@@ -666,9 +783,15 @@ def _duplicate_readings(out: pd.DataFrame) -> list[Problem]:
     if not dup.any():
         return []
     first = out[valid & ~out[keys].duplicated(keep="first")].set_index(keys)["row"]
-    return [Problem(int(r.row), None, f"duplicate reading of {r.label!r} by {r.reader!r} for report "
-                                      f"{r.report_id!r} (first at row {first[(r.report_id, r.label, r.reader)]})")
-            for r in out[dup].itertuples()]
+    return [
+        Problem(
+            int(r.row),
+            None,
+            f"duplicate reading of {r.label!r} by {r.reader!r} for report "
+            f"{r.report_id!r} (first at row {first[(r.report_id, r.label, r.reader)]})",
+        )
+        for r in out[dup].itertuples()
+    ]
 
 
 def _duplicate_rows(table: _Table, dup: np.ndarray, rid: pd.Series, reader: pd.Series) -> list[Problem]:
@@ -677,12 +800,19 @@ def _duplicate_rows(table: _Table, dup: np.ndarray, rid: pd.Series, reader: pd.S
         return []
     keys = pd.DataFrame({"r": rid, "d": reader, "row": table.rows})
     first = keys[~keys[["r", "d"]].duplicated(keep="first")].set_index(["r", "d"])["row"]
-    return table.at(dup, None, [f"duplicate row for report {r!r} and reader {d!r} (first at row {first[(r, d)]})"
-                                for r, d in zip(rid[dup], reader[dup])])
+    return table.at(
+        dup,
+        None,
+        [
+            f"duplicate row for report {r!r} and reader {d!r} (first at row {first[(r, d)]})"
+            for r, d in zip(rid[dup], reader[dup], strict=False)
+        ],
+    )
 
 
-def _cells(table: _Table, rid: pd.Series, reader: pd.Series, label_of: dict[str, str],
-           uncertain_as: str | None, blank_as: str) -> tuple[pd.DataFrame, list[Problem]]:
+def _cells(
+    table: _Table, rid: pd.Series, reader: pd.Series, label_of: dict[str, str], uncertain_as: str | None, blank_as: str
+) -> tuple[pd.DataFrame, list[Problem]]:
     """Melt the label columns row-major into readings and check every cell."""
     headers = list(label_of)
     n, k = len(table.frame), len(headers)
@@ -690,21 +820,35 @@ def _cells(table: _Table, rid: pd.Series, reader: pd.Series, label_of: dict[str,
         return pd.DataFrame(columns=READING_COLUMNS), []
     cells = pd.Series(table.frame[headers].to_numpy().ravel(), dtype=str).str.strip()
     value, messages = _values(cells, uncertain_as, blank_as, "blank value (--blank-as reject)")
-    out = pd.DataFrame({"report_id": np.repeat(rid.to_numpy(), k), "label": np.tile([label_of[h] for h in headers], n),
-                        "reader": np.repeat(reader.to_numpy(), k), "value": value,
-                        "row": np.repeat(table.rows, k)})
+    out = pd.DataFrame(
+        {
+            "report_id": np.repeat(rid.to_numpy(), k),
+            "label": np.tile([label_of[h] for h in headers], n),
+            "reader": np.repeat(reader.to_numpy(), k),
+            "value": value,
+            "row": np.repeat(table.rows, k),
+        }
+    )
     mask = (messages != "").to_numpy()
     header_of = np.tile(np.array(headers, dtype=object), n)
-    problems = [Problem(int(r), h, m) for r, h, m in zip(out["row"][mask], header_of[mask], messages[mask])]
+    problems = [
+        Problem(int(r), h, m) for r, h, m in zip(out["row"][mask], header_of[mask], messages[mask], strict=False)
+    ]
     return out[value.notna().to_numpy()], problems
 
 
 def _finish(out: pd.DataFrame) -> pd.DataFrame:
     """The readings frame as callers get it: typed columns, fresh index."""
     out = out.reset_index(drop=True)
-    return pd.DataFrame({"report_id": out["report_id"].astype(str), "label": out["label"].astype(str),
-                         "reader": out["reader"].astype(str), "value": out["value"].astype("int64"),
-                         "row": out["row"].astype("int64")})
+    return pd.DataFrame(
+        {
+            "report_id": out["report_id"].astype(str),
+            "label": out["label"].astype(str),
+            "reader": out["reader"].astype(str),
+            "value": out["value"].astype("int64"),
+            "row": out["row"].astype("int64"),
+        }
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -730,13 +874,20 @@ def read_reading_attributes(path, vocab: Vocabulary, fmt: str, readings: pd.Data
     if fmt == "long":
         columns = {c: (None, c.strip().lower()) for c in table.frame.columns if c.strip().lower() in names}
     else:
-        columns = {c: (str(c).rsplit(".", 1)[0], _attribute_header(c, vocab)) for c in table.frame.columns
-                   if _attribute_header(c, vocab)}
+        columns = {
+            c: (str(c).rsplit(".", 1)[0], _attribute_header(c, vocab))
+            for c in table.frame.columns
+            if _attribute_header(c, vocab)
+        }
     if not columns:
         return pd.DataFrame(columns=ATTRIBUTE_COLUMNS)
     rid = _stripped(table, table.column("report_id", *ID_COLUMNS))
     reader = _stripped(table, table.column("reader")) if table.column("reader") else pd.Series("", index=rid.index)
-    ticked = {(r, lab, d) for r, lab, d, v in readings[["report_id", "label", "reader", "value"]].itertuples(index=False) if v == 1}
+    ticked = {
+        (r, lab, d)
+        for r, lab, d, v in readings[["report_id", "label", "reader", "value"]].itertuples(index=False)
+        if v == 1
+    }
     labels = _stripped(table, table.column("label")) if fmt == "long" else None
     rows, problems = [], []
     for col, (label_key, attribute) in columns.items():
@@ -774,9 +925,12 @@ def read_openi_attributes(reports_path, vocab: Vocabulary) -> pd.DataFrame:
     if uid is None or mesh is None:
         return pd.DataFrame(columns=ATTRIBUTE_COLUMNS)
     specs = vocab.attribute_specs()
-    rows = [(rid, label, OPENI_READER, name, value)
-            for rid, cell in zip(_stripped(table, uid), _stripped(table, mesh))
-            for label, found in mesh_attributes(cell, specs).items() for name, value in found.items()]
+    rows = [
+        (rid, label, OPENI_READER, name, value)
+        for rid, cell in zip(_stripped(table, uid), _stripped(table, mesh), strict=False)
+        for label, found in mesh_attributes(cell, specs).items()
+        for name, value in found.items()
+    ]
     return pd.DataFrame(rows, columns=ATTRIBUTE_COLUMNS)
 
 
@@ -812,11 +966,13 @@ def _openi_labels(table: _Table, report_ids: set[str]) -> tuple[pd.DataFrame, li
         return pd.DataFrame(columns=READING_COLUMNS), [Problem(None, None, "missing column(s): " + ", ".join(names))]
     filename = _stripped(table, file_col)
     matched = filename.str.extract(r"^(?i:CXR)(\S+)$")[0].fillna("")
-    problems = table.at((matched == "").to_numpy(), file_col,
-                        [f"filename {f!r} is not CXR<uid>" for f in filename[matched == ""]])
+    problems = table.at(
+        (matched == "").to_numpy(), file_col, [f"filename {f!r} is not CXR<uid>" for f in filename[matched == ""]]
+    )
     known = (matched == "") | matched.isin(list(report_ids))
-    problems += table.at(~known.to_numpy(), file_col, [f"labels for uid {u!r}, which has no report"
-                                                       for u in matched[~known]])
+    problems += table.at(
+        ~known.to_numpy(), file_col, [f"labels for uid {u!r}, which has no report" for u in matched[~known]]
+    )
     dup = (matched.duplicated(keep="first") & (matched != "")).to_numpy()
     reader = pd.Series(OPENI_READER, index=matched.index, dtype=str)
     problems += _duplicate_rows(table, dup, matched, reader)
@@ -843,8 +999,9 @@ def read_prompt_dictionary(path) -> dict[str, str]:
         problems.append(Problem(None, None, "mapping has no entries"))
     for key, value in data.items():
         if not isinstance(key, str):
-            problems.append(Problem(lines.get(str(key)), None, f"key {key!r} must be a label name (text), "
-                                                               f"got {_kind(key)}"))
+            problems.append(
+                Problem(lines.get(str(key)), None, f"key {key!r} must be a label name (text), got {_kind(key)}")
+            )
         elif not isinstance(value, str):
             problems.append(Problem(lines.get(key), None, f"guidance for {key!r} must be text, got {_kind(value)}"))
     _raise_if(source, problems)
@@ -853,8 +1010,15 @@ def read_prompt_dictionary(path) -> dict[str, str]:
 
 def _kind(value) -> str:
     """A user-facing type name."""
-    names = {dict: "a mapping", list: "a list", str: "text", int: "a number", float: "a number",
-             bool: "true/false", type(None): "nothing (null)"}
+    names = {
+        dict: "a mapping",
+        list: "a list",
+        str: "text",
+        int: "a number",
+        float: "a number",
+        bool: "true/false",
+        type(None): "nothing (null)",
+    }
     return names.get(type(value), type(value).__name__)
 
 
@@ -921,8 +1085,10 @@ def read_phrase_lists(path, vocab: Vocabulary) -> dict[str, dict[str, list[str]]
     frame, problems = table.frame, list(table.problems)
     missing = [c for c in PHRASE_LIST_COLUMNS if c not in frame.columns]
     if missing:
-        _raise_if(table.source, problems + [Problem(None, c, "missing column (needs observation, list, raw_phrase)")
-                                            for c in missing])
+        _raise_if(
+            table.source,
+            problems + [Problem(None, c, "missing column (needs observation, list, raw_phrase)") for c in missing],
+        )
     _require_rows(table)
     kind = _stripped(table, "list").str.lower()
     problems += table.at(~kind.isin(PHRASE_LISTS), "list", "must be 'mention' or 'unmention'")
@@ -932,7 +1098,7 @@ def read_phrase_lists(path, vocab: Vocabulary) -> dict[str, dict[str, list[str]]
     _raise_if(table.source, problems)
     words = {lab.id: _name_words(lab.name) | _name_words(lab.id) for lab in vocab.labels if not lab.derived}
     out: dict[str, dict[str, list[str]]] = {}
-    for obs, k, p in zip(frame["observation"], kind, phrase):
+    for obs, k, p in zip(frame["observation"], kind, phrase, strict=False):
         ow = _name_words(obs)
         for lab, lw in words.items():
             if ow and (ow <= lw or lw <= ow):

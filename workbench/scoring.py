@@ -12,31 +12,39 @@ the offline labeller; the result says where it went.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-import dataclasses
 
 import pandas as pd
 
-from workbench import endpoints, importers
+from workbench import importers
 from workbench.bundle import Bundle, load_bundle
 from workbench.core import attributes as attribute_scores
 from workbench.core import metrics
-from workbench.labelling import ExtractionCache, MemoryCache, label_texts, label_texts_with_attributes, model_config, nan_to_none
-from workbench.errors import UserError, WorkbenchError
-from workbench.study import PROJECT_ROOT
-from workbench.core.text import compose_text
-from workbench.llm import EndpointError, check_model_name
 from workbench.core.export import to_csv  # formula cells neutralised (CSV injection)
+from workbench.core.text import compose_text
+from workbench.errors import UserError, WorkbenchError
+from workbench.labeller import endpoints
+from workbench.labeller.labelling import (
+    ExtractionCache,
+    MemoryCache,
+    label_texts,
+    label_texts_with_attributes,
+    model_config,
+    nan_to_none,
+)
+from workbench.labeller.llm import EndpointError, check_model_name
+from workbench.study import PROJECT_ROOT
 
 ZERO_DIVISION_CHOICES = ("zero", "one", "exclude")
 MAX_FAILED_SHARE = 0.10  # above this share of failed extractions a generator gets no score
 POLICY_TEXT = {
     "zero": "a label with no positive in either the reference or the generated reports scores F1 = 0 "
-            "(as the released Ran Score script, zero_division=0)",
+    "(as the released Ran Score script, zero_division=0)",
     "one": "a label with no positive on either side scores F1 = 1 (nothing to find, nothing invented)",
     "exclude": "a label with no positive on either side is left out of the macro average (counted and reported)",
 }
@@ -130,38 +138,69 @@ class ScoreResult:
         rows = []
         for name, g in self.generators.items():
             a, r = g.averages, g.ran_score
-            rows.append({
-                "generator": name, "reports": g.stats["texts"],
-                "micro_accuracy": a["micro_accuracy"], "micro_precision": a["micro_precision"],
-                "micro_recall": a["micro_recall"], "micro_f1": a["micro_f1"],
-                "macro_accuracy": a["macro_accuracy"], "macro_precision": a["macro_precision"],
-                "macro_recall": a["macro_recall"], "macro_f1": a["macro_f1"],
-                "ran_score": r["estimate"], "ran_score_lo": r["lo"], "ran_score_hi": r["hi"],
-                "invented_findings_fp": int(g.per_label["fp"].sum()), "missed_findings_fn": int(g.per_label["fn"].sum()),
-                "pairs_scored": r["pairs_scored"], "pairs_total": r["pairs_total"],
-                "failed_generated": r["failed_generated"], "failed_reference": r["failed_reference"],
-                **_attribute_summary(g),
-            })
+            rows.append(
+                {
+                    "generator": name,
+                    "reports": g.stats["texts"],
+                    "micro_accuracy": a["micro_accuracy"],
+                    "micro_precision": a["micro_precision"],
+                    "micro_recall": a["micro_recall"],
+                    "micro_f1": a["micro_f1"],
+                    "macro_accuracy": a["macro_accuracy"],
+                    "macro_precision": a["macro_precision"],
+                    "macro_recall": a["macro_recall"],
+                    "macro_f1": a["macro_f1"],
+                    "ran_score": r["estimate"],
+                    "ran_score_lo": r["lo"],
+                    "ran_score_hi": r["hi"],
+                    "invented_findings_fp": int(g.per_label["fp"].sum()),
+                    "missed_findings_fn": int(g.per_label["fn"].sum()),
+                    "pairs_scored": r["pairs_scored"],
+                    "pairs_total": r["pairs_total"],
+                    "failed_generated": r["failed_generated"],
+                    "failed_reference": r["failed_reference"],
+                    **_attribute_summary(g),
+                }
+            )
         return pd.DataFrame(rows)
 
     def to_json(self) -> dict:
         """Everything as plain data."""
         return {
-            "bundle": {"name": self.bundle_name, "sha256": self.bundle_sha}, "model": self.model, "endpoint": self.endpoint,
-            "zero_division": self.zero_division, "zero_division_policy": POLICY_TEXT[self.zero_division],
-            "max_failed_share": self.max_failed_share, "unscored": self.unscored(),
+            "bundle": {"name": self.bundle_name, "sha256": self.bundle_sha},
+            "model": self.model,
+            "endpoint": self.endpoint,
+            "zero_division": self.zero_division,
+            "zero_division_policy": POLICY_TEXT[self.zero_division],
+            "max_failed_share": self.max_failed_share,
+            "unscored": self.unscored(),
             "reference": self.reference_stats,
             "summary": json.loads(self.summary().to_json(orient="records")),
-            "generators": {name: {
-                "per_label": json.loads(g.per_label.reset_index().to_json(orient="records")),
-                "averages": g.averages, "ran_score": dict(g.ran_score), "stats": g.stats,
-                "entity_f1": {"per_label": json.loads(g.per_label[["support", "tp", "fp", "fn", "f1"]].reset_index()
-                                                      .to_json(orient="records")), "rule": ENTITY_F1_RULE},
-                "attributes": {"per_label": json.loads(g.attributes.to_json(orient="records")) if len(g.attributes) else [],
-                               "rule": attribute_scores.ACCURACY_RULE},
-                "report_errors": {**g.report_errors, "per_label": json.loads(g.report_errors_by_label.to_json(orient="records"))
-                                  if len(g.report_errors_by_label) else []},
-            } for name, g in self.generators.items()},
+            "generators": {
+                name: {
+                    "per_label": json.loads(g.per_label.reset_index().to_json(orient="records")),
+                    "averages": g.averages,
+                    "ran_score": dict(g.ran_score),
+                    "stats": g.stats,
+                    "entity_f1": {
+                        "per_label": json.loads(
+                            g.per_label[["support", "tp", "fp", "fn", "f1"]].reset_index().to_json(orient="records")
+                        ),
+                        "rule": ENTITY_F1_RULE,
+                    },
+                    "attributes": {
+                        "per_label": json.loads(g.attributes.to_json(orient="records")) if len(g.attributes) else [],
+                        "rule": attribute_scores.ACCURACY_RULE,
+                    },
+                    "report_errors": {
+                        **g.report_errors,
+                        "per_label": json.loads(g.report_errors_by_label.to_json(orient="records"))
+                        if len(g.report_errors_by_label)
+                        else [],
+                    },
+                }
+                for name, g in self.generators.items()
+            },
         }
 
     def write(self, out: Path) -> list[Path]:
@@ -188,14 +227,19 @@ class ScoreResult:
         return files
 
 
-ENTITY_F1_RULE = ("entity F1 per label = 2TP / (2TP + FP + FN) over reports, a finding counted once per report "
-                  "whatever its attributes; support = reference positives")
+ENTITY_F1_RULE = (
+    "entity F1 per label = 2TP / (2TP + FP + FN) over reports, a finding counted once per report "
+    "whatever its attributes; support = reference positives"
+)
 
 
 def _attribute_summary(g: GeneratorScore) -> dict:
     """Summary columns: mean report-level errors and the pooled accuracy of each attribute."""
-    out = {"mean_report_errors": g.report_errors.get("mean"), "report_errors": g.report_errors.get("total"),
-           "report_errors_reports": g.report_errors.get("reports")}
+    out = {
+        "mean_report_errors": g.report_errors.get("mean"),
+        "report_errors": g.report_errors.get("total"),
+        "report_errors_reports": g.report_errors.get("reports"),
+    }
     if len(g.attributes):
         pooled = g.attributes[g.attributes["label"] == "all"]
         for row in pooled.itertuples(index=False):
@@ -204,8 +248,9 @@ def _attribute_summary(g: GeneratorScore) -> dict:
     return out
 
 
-def _attribute_scores(b: Bundle, ref_labels: pd.DataFrame, gen_labels: pd.DataFrame, ref_attrs: pd.DataFrame,
-                      gen_attrs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, dict, pd.DataFrame]:
+def _attribute_scores(
+    b: Bundle, ref_labels: pd.DataFrame, gen_labels: pd.DataFrame, ref_attrs: pd.DataFrame, gen_attrs: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame, dict, pd.DataFrame]:
     """(accuracy per label and attribute on matched findings, per-report errors, the report-error summary,
     the report-level errors per label)."""
     asked = [lab for lab in b.vocab.asked_ids if lab in ref_labels.columns]
@@ -213,11 +258,16 @@ def _attribute_scores(b: Bundle, ref_labels: pd.DataFrame, gen_labels: pd.DataFr
     table = attribute_scores.attribute_accuracy(matched)
     scored = ref_labels[asked].notna().all(axis=1) & gen_labels[asked].notna().all(axis=1)
     errors = attribute_scores.report_errors(gen_labels[scored], ref_labels[scored], matched, asked)
-    summary = {"mean": float(errors["errors"].mean()) if len(errors) else None, "total": int(errors["errors"].sum()),
-               "fp": int(errors["fp"].sum()), "fn": int(errors["fn"].sum()),
-               "attribute_mismatches": int(errors["attribute_mismatches"].sum()), "reports": int(len(errors)),
-               "reports_left_out": int((~scored).sum()),
-               "rule": attribute_scores.REPORT_ERROR_RULE + "; mean over reports with no failed extraction"}
+    summary = {
+        "mean": float(errors["errors"].mean()) if len(errors) else None,
+        "total": int(errors["errors"].sum()),
+        "fp": int(errors["fp"].sum()),
+        "fn": int(errors["fn"].sum()),
+        "attribute_mismatches": int(errors["attribute_mismatches"].sum()),
+        "reports": int(len(errors)),
+        "reports_left_out": int((~scored).sum()),
+        "rule": attribute_scores.REPORT_ERROR_RULE + "; mean over reports with no failed extraction",
+    }
     by_label = attribute_scores.label_errors(gen_labels[scored], ref_labels[scored], matched, asked)
     return table, errors, summary, by_label
 
@@ -225,7 +275,9 @@ def _attribute_scores(b: Bundle, ref_labels: pd.DataFrame, gen_labels: pd.DataFr
 def read_texts(path_or_frame, sections: list[str], what: str) -> dict[str, str]:
     """id -> text from a reports file (or DataFrame) using the bundle's sections."""
     frame = importers.read_reports(path_or_frame) if not isinstance(path_or_frame, pd.DataFrame) else path_or_frame
-    return {r.report_id: compose_text(r.findings, r.impression, r.text, sections) for r in frame.itertuples(index=False)}
+    return {
+        r.report_id: compose_text(r.findings, r.impression, r.text, sections) for r in frame.itertuples(index=False)
+    }
 
 
 def _check_ids(reference: dict, generated: dict, name: str) -> None:
@@ -279,7 +331,8 @@ def check_endpoint(cfg, bundle: Bundle, allow_endpoints: list[str] | None = None
         raise EndpointNotAllowed(
             f"report text may not be sent to {', '.join(e.label() for e in refused)}: scoring sends text only to the "
             f"bundle's own local endpoint ({', '.join(own) or 'none recorded'}){extra}. Allow it for this command with "
-            "--allow-endpoint URL (allow_endpoints=[...] in Python), or score with --study S to use that study's allowed endpoints")
+            "--allow-endpoint URL (allow_endpoints=[...] in Python), or score with --study S to use that study's allowed endpoints"
+        )
     return cfg.endpoint_label()
 
 
@@ -288,13 +341,22 @@ def routed(cfg, allow_endpoints: list[str] | None):
     return dataclasses.replace(cfg, proxies=endpoints.allowed_proxies(allow_endpoints or [], os.environ))
 
 
-def score(bundle: str | os.PathLike | Bundle, reference: str | os.PathLike | pd.DataFrame,
-          generated: str | os.PathLike | pd.DataFrame | Mapping[str, str | os.PathLike | pd.DataFrame],
-          model: str | None = None, out: str | os.PathLike | None = None,
-          zero_division: str = "zero", n_resamples: int = 1000, seed: int = 0,
-          cache: ExtractionCache | None = None, api_base: str | None = None, on_progress=None,
-          allow_endpoints: list[str] | None = None, max_failed_share: float = MAX_FAILED_SHARE,
-          engine=None) -> ScoreResult:
+def score(
+    bundle: str | os.PathLike | Bundle,
+    reference: str | os.PathLike | pd.DataFrame,
+    generated: str | os.PathLike | pd.DataFrame | Mapping[str, str | os.PathLike | pd.DataFrame],
+    model: str | None = None,
+    out: str | os.PathLike | None = None,
+    zero_division: str = "zero",
+    n_resamples: int = 1000,
+    seed: int = 0,
+    cache: ExtractionCache | None = None,
+    api_base: str | None = None,
+    on_progress=None,
+    allow_endpoints: list[str] | None = None,
+    max_failed_share: float = MAX_FAILED_SHARE,
+    engine=None,
+) -> ScoreResult:
     """Score generated reports against reference reports with a frozen bundle (Ran Score).
 
     bundle: a bundle file (or a loaded Bundle); reference: a reports file or DataFrame (id + text,
@@ -303,7 +365,7 @@ def score(bundle: str | os.PathLike | Bundle, reference: str | os.PathLike | pd.
     Report text goes only to the bundle's own local endpoint or one in allow_endpoints (URL prefixes).
     Failed extractions are counted per generator and label and left out of the metrics; a generator
     with more than max_failed_share of its (report, label) pairs failed (or all) gets no score.
-    engine: another labelling engine (workbench/batch.py's BatchEngine: the extractions as batch jobs).
+    engine: another labelling engine (workbench/labeller/batch.py's BatchEngine: the extractions as batch jobs).
     Returns a ScoreResult: `result.generators["A"].ran_score.estimate` (with .lo and .hi).
     """
     if zero_division not in ZERO_DIVISION_CHOICES:
@@ -315,61 +377,119 @@ def score(bundle: str | os.PathLike | Bundle, reference: str | os.PathLike | pd.
     cfg = model_config_for(b, model, api_base)
     where = check_endpoint(cfg, b, allow_endpoints)
     if engine is not None:
-        from workbench import batch
+        from workbench.labeller import batch
 
         batch.check_batchable(cfg)  # before any text is read or sent
     cfg = routed(cfg, allow_endpoints)
     cache = cache or MemoryCache()
     ref_texts = read_texts(reference, b.sections, "reference")
-    ref_labels, ref_attrs, ref_stats = label_texts_with_attributes(b.prompts, b.vocab, ref_texts, cfg, b.sha256, cache,
-                                                                   on_progress, engine)
+    ref_labels, ref_attrs, ref_stats = label_texts_with_attributes(
+        b.prompts, b.vocab, ref_texts, cfg, b.sha256, cache, on_progress, engine
+    )
     scores: dict[str, GeneratorScore] = {}
     for name, source in generated.items():
         gen_texts = read_texts(source, b.sections, name)
         _check_ids(ref_texts, gen_texts, name)
-        gen_labels, gen_attrs, stats = label_texts_with_attributes(b.prompts, b.vocab, gen_texts, cfg, b.sha256, cache,
-                                                                   on_progress, engine)
-        scores[name] = _generator_score(b, name, ref_labels, gen_labels.reindex(ref_labels.index), ref_attrs, gen_attrs,
-                                        stats, zero_division, n_resamples, seed, max_failed_share)
-    result = ScoreResult(b.sha256, b.name, cfg.model, zero_division, ref_stats, generators=scores, endpoint=where,
-                         max_failed_share=max_failed_share)
+        gen_labels, gen_attrs, stats = label_texts_with_attributes(
+            b.prompts, b.vocab, gen_texts, cfg, b.sha256, cache, on_progress, engine
+        )
+        scores[name] = _generator_score(
+            b,
+            name,
+            ref_labels,
+            gen_labels.reindex(ref_labels.index),
+            ref_attrs,
+            gen_attrs,
+            stats,
+            zero_division,
+            n_resamples,
+            seed,
+            max_failed_share,
+        )
+    result = ScoreResult(
+        b.sha256,
+        b.name,
+        cfg.model,
+        zero_division,
+        ref_stats,
+        generators=scores,
+        endpoint=where,
+        max_failed_share=max_failed_share,
+    )
     if out is not None:
         result.write(Path(out))
     return result
 
 
-def _generator_score(b: Bundle, name: str, ref_labels: pd.DataFrame, gen_labels: pd.DataFrame, ref_attrs, gen_attrs,
-                     stats, zero_division: str, n_resamples: int, seed: int, max_failed_share: float) -> GeneratorScore:
+def _generator_score(
+    b: Bundle,
+    name: str,
+    ref_labels: pd.DataFrame,
+    gen_labels: pd.DataFrame,
+    ref_attrs,
+    gen_attrs,
+    stats,
+    zero_division: str,
+    n_resamples: int,
+    seed: int,
+    max_failed_share: float,
+) -> GeneratorScore:
     """One generator's scores: Ran Score with its interval, the per-label table, per report, attributes."""
     policy = "undefined" if zero_division == "exclude" else zero_division
     table = metrics.label_metrics(ref_labels, gen_labels, zero_division=policy)
     avg = metrics.averages(table, zero_division=policy)
     ran = _ran_score(b, ref_labels, gen_labels, table, avg, stats, zero_division, n_resamples, seed, max_failed_share)
-    per_label = table[["support", "tp", "fp", "fn", "tn", "precision", "recall", "f1", "f1_undefined", "accuracy"]].copy()
+    per_label = table[
+        ["support", "tp", "fp", "fn", "tn", "precision", "recall", "f1", "f1_undefined", "accuracy"]
+    ].copy()
     per_label.insert(0, "name", [b.vocab.names()[i] for i in per_label.index])
     per_label["n_scored"] = table["n"]
     per_label["failed_generated"] = gen_labels[table.index].isna().sum()
     per_label["failed_reference"] = ref_labels[table.index].isna().sum()
     per_report = _per_report(ref_labels, gen_labels)
-    attr_table, errors, error_summary, errors_by_label = _attribute_scores(b, ref_labels, gen_labels, ref_attrs, gen_attrs)
+    attr_table, errors, error_summary, errors_by_label = _attribute_scores(
+        b, ref_labels, gen_labels, ref_attrs, gen_attrs
+    )
     per_report = per_report.join(errors, on="report_id")
     return GeneratorScore(name, per_label, avg, ran, per_report, stats, attr_table, error_summary, errors_by_label)
 
 
-def _ran_score(b: Bundle, ref_labels: pd.DataFrame, gen_labels: pd.DataFrame, table: pd.DataFrame, avg: dict, stats,
-               zero_division: str, n_resamples: int, seed: int, max_failed_share: float) -> RanScore:
+def _ran_score(
+    b: Bundle,
+    ref_labels: pd.DataFrame,
+    gen_labels: pd.DataFrame,
+    table: pd.DataFrame,
+    avg: dict,
+    stats,
+    zero_division: str,
+    n_resamples: int,
+    seed: int,
+    max_failed_share: float,
+) -> RanScore:
     """Macro F1 with its bias-corrected bootstrap interval, the policy it used and the failures it left out."""
     policy = "undefined" if zero_division == "exclude" else zero_division
-    boot = metrics.bootstrap_macro_f1(ref_labels, gen_labels, n_resamples=n_resamples, seed=seed,
-                                      zero_division=policy, method="bc")
+    boot = metrics.bootstrap_macro_f1(
+        ref_labels, gen_labels, n_resamples=n_resamples, seed=seed, zero_division=policy, method="bc"
+    )
     lo, hi, est = boot.get("lo"), boot.get("hi"), avg["macro_f1"]
     widened = bool(lo == lo and hi == hi and not lo <= est <= hi)
-    if widened:  # few reports and rare labels: the resampled macro F1 is biased; never report an interval missing the estimate
+    if (
+        widened
+    ):  # few reports and rare labels: the resampled macro F1 is biased; never report an interval missing the estimate
         lo, hi = min(lo, est), max(hi, est)
-    ran = {"estimate": est, "lo": lo, "hi": hi, "n_resamples": n_resamples,
-           "interval": "bias-corrected percentile bootstrap over reports" + (", widened to contain the estimate" if widened else ""),
-           "seed": seed, "labels": len(table), "labels_undefined": int(table["f1_undefined"].sum()),
-           "labels_used": avg["macro_f1_labels_used"], "policy": POLICY_TEXT[zero_division]}
+    ran = {
+        "estimate": est,
+        "lo": lo,
+        "hi": hi,
+        "n_resamples": n_resamples,
+        "interval": "bias-corrected percentile bootstrap over reports"
+        + (", widened to contain the estimate" if widened else ""),
+        "seed": seed,
+        "labels": len(table),
+        "labels_undefined": int(table["f1_undefined"].sum()),
+        "labels_used": avg["macro_f1_labels_used"],
+        "policy": POLICY_TEXT[zero_division],
+    }
     ran.update(_failure_counts(ref_labels, gen_labels, b.vocab.asked_ids, stats, max_failed_share))
     if ran["no_score"]:
         ran.update(estimate=None, lo=None, hi=None)
@@ -387,8 +507,9 @@ def _as_generators(generated) -> dict:
     raise TypeError(f"generated: a reports file, a DataFrame or a mapping name -> file, not {type(generated).__name__}")
 
 
-def _failure_counts(ref_labels: pd.DataFrame, gen_labels: pd.DataFrame, asked: list[str], stats: dict,
-                    max_failed_share: float) -> dict:
+def _failure_counts(
+    ref_labels: pd.DataFrame, gen_labels: pd.DataFrame, asked: list[str], stats: dict, max_failed_share: float
+) -> dict:
     """Failed extractions of one generator: counts, the share of (report, label) pairs left out, and
     why there is no score when too many failed."""
     ref_failed, gen_failed = ref_labels[asked].isna(), gen_labels[asked].isna()
@@ -400,13 +521,20 @@ def _failure_counts(ref_labels: pd.DataFrame, gen_labels: pd.DataFrame, asked: l
     if total and left_out == total:
         no_score = f"all {total} (report, label) pairs have a failed extraction ({counts})"
     elif share > max_failed_share:
-        no_score = (f"{left_out} of {total} (report, label) pairs have a failed extraction ({counts}; {share:.1%}, "
-                    f"more than the {max_failed_share:.0%} allowed)")
+        no_score = (
+            f"{left_out} of {total} (report, label) pairs have a failed extraction ({counts}; {share:.1%}, "
+            f"more than the {max_failed_share:.0%} allowed)"
+        )
     if no_score and stats.get("failure_causes"):
         no_score += "; causes: " + ", ".join(f"{k}: {v}" for k, v in sorted(stats["failure_causes"].items()))
-    return {"pairs_total": total, "pairs_scored": total - left_out, "failed_share": share,
-            "failed_generated": int(gen_failed.to_numpy().sum()), "failed_reference": int(ref_failed.to_numpy().sum()),
-            "no_score": no_score}
+    return {
+        "pairs_total": total,
+        "pairs_scored": total - left_out,
+        "failed_share": share,
+        "failed_generated": int(gen_failed.to_numpy().sum()),
+        "failed_reference": int(ref_failed.to_numpy().sum()),
+        "no_score": no_score,
+    }
 
 
 def _per_report(ref_labels: pd.DataFrame, gen_labels: pd.DataFrame) -> pd.DataFrame:
@@ -414,15 +542,17 @@ def _per_report(ref_labels: pd.DataFrame, gen_labels: pd.DataFrame) -> pd.DataFr
     rows = []
     for rid in ref_labels.index:
         r, g = ref_labels.loc[rid], gen_labels.loc[rid]
-        rows.append({
-            "report_id": rid,
-            "invented_findings": ";".join(c for c in ref_labels.columns if g[c] == 1 and r[c] == 0),
-            "missed_findings": ";".join(c for c in ref_labels.columns if g[c] == 0 and r[c] == 1),
-            "matched_positive": int(((g == 1) & (r == 1)).sum()),
-            "failed_labels": ";".join(c for c in ref_labels.columns if g[c] != g[c] or r[c] != r[c]),
-            "reference_labels": json.dumps(nan_to_none(ref_labels.loc[[rid]]).iloc[0].to_dict()),
-            "generated_labels": json.dumps(nan_to_none(gen_labels.loc[[rid]]).iloc[0].to_dict()),
-        })
+        rows.append(
+            {
+                "report_id": rid,
+                "invented_findings": ";".join(c for c in ref_labels.columns if g[c] == 1 and r[c] == 0),
+                "missed_findings": ";".join(c for c in ref_labels.columns if g[c] == 0 and r[c] == 1),
+                "matched_positive": int(((g == 1) & (r == 1)).sum()),
+                "failed_labels": ";".join(c for c in ref_labels.columns if g[c] != g[c] or r[c] != r[c]),
+                "reference_labels": json.dumps(nan_to_none(ref_labels.loc[[rid]]).iloc[0].to_dict()),
+                "generated_labels": json.dumps(nan_to_none(gen_labels.loc[[rid]]).iloc[0].to_dict()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -444,22 +574,31 @@ def default_pairs(vocab) -> tuple[pd.DataFrame, str]:
     labels), and a line saying so; UserError when none of its labels has a shipped change."""
     frame = importers.read_table(DEFAULT_PAIRS)
     fits = frame["kind"].eq("paraphrase") | frame["label"].fillna("").astype(str).map(
-        lambda lab: vocab.resolve(lab) in vocab.asked_ids)
+        lambda lab: vocab.resolve(lab) in vocab.asked_ids
+    )
     kept = frame[fits]
     if not kept["kind"].eq("significant").any():
-        raise UserError(f"no shipped robustness pairs for vocabulary {vocab.id!r} (they change ranscore-21 labels); "
-                        "write a CSV with columns pair_id,kind,label,text_a,text_b (kind: paraphrase or significant) "
-                        "for its labels and pass it with --pairs FILE")
+        raise UserError(
+            f"no shipped robustness pairs for vocabulary {vocab.id!r} (they change ranscore-21 labels); "
+            "write a CSV with columns pair_id,kind,label,text_a,text_b (kind: paraphrase or significant) "
+            "for its labels and pass it with --pairs FILE"
+        )
     left = int((~fits).sum())
     return kept.reset_index(drop=True), (
         f"the shipped pairs for vocabulary {vocab.id!r}: {int(kept['kind'].eq('paraphrase').sum())} paraphrases, "
         f"{int(kept['kind'].eq('significant').sum())} significant changes"
-        + (f" ({left} changes of labels it does not ask left out)" if left else ""))
+        + (f" ({left} changes of labels it does not ask left out)" if left else "")
+    )
 
 
-def robustness(bundle: str | os.PathLike | Bundle, pairs: str | os.PathLike | pd.DataFrame | None = None,
-               model: str | None = None, cache: ExtractionCache | None = None,
-               api_base: str | None = None, allow_endpoints: list[str] | None = None) -> RobustnessResult:
+def robustness(
+    bundle: str | os.PathLike | Bundle,
+    pairs: str | os.PathLike | pd.DataFrame | None = None,
+    model: str | None = None,
+    cache: ExtractionCache | None = None,
+    api_base: str | None = None,
+    allow_endpoints: list[str] | None = None,
+) -> RobustnessResult:
     """ReEvalMed's point: same labels for harmless paraphrases, different for significant changes.
 
     pairs: a CSV/DataFrame with pair_id, kind (paraphrase | significant), label (for significant),
@@ -479,7 +618,9 @@ def robustness(bundle: str | os.PathLike | Bundle, pairs: str | os.PathLike | pd
     if missing:
         raise UserError(f"robustness pairs: missing column(s) {sorted(missing)}")
     if "label" not in frame.columns and (frame["kind"] == "significant").any():
-        raise UserError("robustness pairs: missing column(s) ['label'] (significant pairs name the label that must change)")
+        raise UserError(
+            "robustness pairs: missing column(s) ['label'] (significant pairs name the label that must change)"
+        )
     bad = sorted(set(frame["kind"]) - {"paraphrase", "significant"})
     if bad:
         raise UserError(f"robustness pairs: kind must be paraphrase or significant, got {bad}")
@@ -493,18 +634,40 @@ def robustness(bundle: str | os.PathLike | Bundle, pairs: str | os.PathLike | pd
         a, bb = labels.loc[f"{r.pair_id}:a", asked], labels.loc[f"{r.pair_id}:b", asked]
         if r.kind == "paraphrase":
             changed = [lab for lab in asked if a[lab] != bb[lab]]
-            rows.append({"pair_id": r.pair_id, "kind": r.kind, "label": "", "correct": not changed,
-                         "detail": "changed: " + ", ".join(changed) if changed else "same labels"})
+            rows.append(
+                {
+                    "pair_id": r.pair_id,
+                    "kind": r.kind,
+                    "label": "",
+                    "correct": not changed,
+                    "detail": "changed: " + ", ".join(changed) if changed else "same labels",
+                }
+            )
         else:
             label = b.vocab.resolve(str(r.label or ""))
             if label is None:
                 raise UserError(f"robustness pair {r.pair_id}: unknown label {r.label!r}")
-            rows.append({"pair_id": r.pair_id, "kind": r.kind, "label": label, "correct": bool(a[label] != bb[label]),
-                         "detail": f"{label}: {a[label]} -> {bb[label]}"})
+            rows.append(
+                {
+                    "pair_id": r.pair_id,
+                    "kind": r.kind,
+                    "label": label,
+                    "correct": bool(a[label] != bb[label]),
+                    "detail": f"{label}: {a[label]} -> {bb[label]}",
+                }
+            )
     result = pd.DataFrame(rows)
-    per_kind = result.groupby("kind")["correct"].agg(["mean", "count"]).rename(columns={"mean": "share_correct", "count": "pairs"})
+    per_kind = (
+        result.groupby("kind")["correct"]
+        .agg(["mean", "count"])
+        .rename(columns={"mean": "share_correct", "count": "pairs"})
+    )
     sig = result[result["kind"] == "significant"]
-    per_label = sig.groupby("label")["correct"].agg(["mean", "count"]).rename(columns={"mean": "share_detected", "count": "pairs"})
+    per_label = (
+        sig.groupby("label")["correct"]
+        .agg(["mean", "count"])
+        .rename(columns={"mean": "share_detected", "count": "pairs"})
+    )
     para = result[result["kind"] == "paraphrase"]
     flips = {}
     for detail in para.loc[~para["correct"], "detail"]:

@@ -7,15 +7,15 @@ or opened by a later version of the workbench and still mean the same thing.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-import stat
 
 import yaml
 
+from workbench.core.reading import min_seconds_empty
 from workbench.core.vocab import MAX_LABELS, Vocabulary, VocabularyError, parse_vocabulary
 from workbench.errors import NotFound, WorkbenchError
-from workbench.core.reading import min_seconds_empty
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 VOCAB_DIR = PROJECT_ROOT / "vocab"
@@ -24,11 +24,19 @@ CONFIG_FILE = "workbench.yaml"
 VOCAB_FILE = "vocabulary.yaml"
 PROMPT_REPO_DIR = "prompts"
 DEFAULT_CATEGORIES = [
-    "negation missed", "hedging/uncertainty", "synonym or abbreviation", "temporal wording",
-    "device or post-procedure", "laterality/location", "overlapping label definitions",
-    "report ambiguous", "reference label wrong", "other",
+    "negation missed",
+    "hedging/uncertainty",
+    "synonym or abbreviation",
+    "temporal wording",
+    "device or post-procedure",
+    "laterality/location",
+    "overlapping label definitions",
+    "report ambiguous",
+    "reference label wrong",
+    "other",
     # attribute disagreements (a matched finding's severity or change differs; side is laterality/location)
-    "severity", "comparison",
+    "severity",
+    "comparison",
 ]
 SIGNIFICANCE = ["changes management", "does not change management", "unsure"]
 NO_AUTH_ON_NETWORK = "WORKBENCH_NO_AUTH_ON_NETWORK"  # set by `workbench app --no-auth-on-network` to the address served
@@ -69,16 +77,29 @@ class StudyConfig:
     adaptive: dict = field(default_factory=dict)  # adaptive reading (core/adaptive.py); empty: off
     reading: dict = field(default_factory=dict)  # the reading room's settings (core/reading.py); empty: defaults
 
-    KEYS = ("name", "vocabulary", "database", "reference", "sections", "labeller", "error_categories",
-            "allowed_endpoints", "auth", "dev_cohort", "annotate_attributes", "zero_division", "adaptive",
-            "reading")
+    KEYS = (
+        "name",
+        "vocabulary",
+        "database",
+        "reference",
+        "sections",
+        "labeller",
+        "error_categories",
+        "allowed_endpoints",
+        "auth",
+        "dev_cohort",
+        "annotate_attributes",
+        "zero_division",
+        "adaptive",
+        "reading",
+    )
 
     def to_dict(self) -> dict:
         """Plain data for YAML (adaptive reading only once set: older studies' settings read as before)."""
         return {k: getattr(self, k) for k in self.KEYS if k not in ("adaptive", "reading") or getattr(self, k)}
 
     @classmethod
-    def from_dict(cls, data: dict, source: str) -> "StudyConfig":
+    def from_dict(cls, data: dict, source: str) -> StudyConfig:
         """Validate workbench.yaml content."""
         if not isinstance(data, dict) or "name" not in data:
             raise StudyError(f"{source}: must be a mapping with at least 'name'")
@@ -88,10 +109,13 @@ class StudyConfig:
         cfg = cls(**data)
         bad = [s for s in cfg.sections if s not in ("findings", "impression", "text")]
         if bad or not cfg.sections:
-            raise StudyError(f"{source}: sections must be a non-empty list of findings, impression, text; got {cfg.sections}")
+            raise StudyError(
+                f"{source}: sections must be a non-empty list of findings, impression, text; got {cfg.sections}"
+            )
         if cfg.zero_division not in ZERO_DIVISION_POLICIES:
-            raise StudyError(f"{source}: zero_division must be one of {', '.join(ZERO_DIVISION_POLICIES)}, "
-                             f"got {cfg.zero_division!r}")
+            raise StudyError(
+                f"{source}: zero_division must be one of {', '.join(ZERO_DIVISION_POLICIES)}, got {cfg.zero_division!r}"
+            )
         # numpy/pandas come with these: not needed for `workbench --help`, so imported only to check a config
         from workbench.core.adaptive import AdaptiveSettings
         from workbench.core.reference import ReferenceRule
@@ -148,7 +172,9 @@ def find_vocabulary_file(name_or_path: str) -> Path:
     shipped = VOCAB_DIR / f"{name_or_path}.yaml"
     if shipped.exists():
         return shipped
-    raise StudyError(f"unknown vocabulary {name_or_path!r}: use one of {builtin_vocabularies()} or a path to a .yaml file")
+    raise StudyError(
+        f"unknown vocabulary {name_or_path!r}: use one of {builtin_vocabularies()} or a path to a .yaml file"
+    )
 
 
 def safe_load_fast(text: str):
@@ -177,8 +203,10 @@ def _refuse_too_many_labels(text: str, source: str) -> None:
             elif depth == 1:
                 key = ev.value if key is None else None  # a top-level key, then its value
         if count > MAX_LABELS:
-            raise VocabularyError(f"{source}: more than {MAX_LABELS:,} labels; a vocabulary holds at most {MAX_LABELS:,} "
-                                  "(split it into several studies or keep the labels you read)")
+            raise VocabularyError(
+                f"{source}: more than {MAX_LABELS:,} labels; a vocabulary holds at most {MAX_LABELS:,} "
+                "(split it into several studies or keep the labels you read)"
+            )
 
 
 _VOCABULARIES: dict[tuple[str, int, int], Vocabulary] = {}  # (path, mtime_ns, size) -> parsed (it is frozen)
@@ -229,8 +257,12 @@ def database_url(root: Path, cfg: StudyConfig) -> str:
     """The database URL with a relative SQLite path resolved against the study folder."""
     url = os.environ.get("WORKBENCH_DATABASE_URL") or cfg.database
     prefix = "sqlite:///"
-    if url.startswith(prefix) and not url.startswith(("sqlite:////", "sqlite:///file:")) and url != "sqlite:///:memory:":
-        return prefix + str((root / url[len(prefix):]).resolve())
+    if (
+        url.startswith(prefix)
+        and not url.startswith(("sqlite:////", "sqlite:///file:"))
+        and url != "sqlite:///:memory:"
+    ):
+        return prefix + str((root / url[len(prefix) :]).resolve())
     return url
 
 
@@ -244,8 +276,10 @@ def permission_warnings(root: Path, db: Path | None) -> list[str]:
         except OSError:
             continue
         if mode & 0o077:
-            found.append(f"the {what} {path} can be read by other users of this machine (mode {mode:04o}; it holds "
-                         f"report text{' and password hashes' if what == 'database' else ''}): `chmod {private:o} {path}`")
+            found.append(
+                f"the {what} {path} can be read by other users of this machine (mode {mode:04o}; it holds "
+                f"report text{' and password hashes' if what == 'database' else ''}): `chmod {private:o} {path}`"
+            )
     return found
 
 

@@ -18,7 +18,7 @@ import shutil
 import sys
 import textwrap
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import pandas as pd
 
@@ -91,7 +91,10 @@ def format_value(value, kind: str) -> str:
 def formatted(frame: pd.DataFrame) -> tuple[list[list[str]], list[str], list[str]]:
     """(rows of text, column kinds, columns holding an undefined value)."""
     kinds = [_column_kind(str(c), frame[c]) for c in frame.columns]
-    rows = [[format_value(v, k) for v, k in zip(record, kinds)] for record in frame.itertuples(index=False, name=None)]
+    rows = [
+        [format_value(v, k) for v, k in zip(record, kinds, strict=False)]
+        for record in frame.itertuples(index=False, name=None)
+    ]
     undefined = [str(c) for c in frame.columns if frame[c].map(_is_missing).any()]
     return rows, kinds, undefined
 
@@ -107,8 +110,14 @@ def undefined_notes(columns: list[str], explained: dict[str, str] | None) -> lis
     return [f"{DASH} in {', '.join(cols)}: {reason}" for reason, cols in by_reason.items()]
 
 
-def render_table(frame: pd.DataFrame, wide: bool = False, undefined: dict[str, str] | None = None,
-                 title: str | None = None, width: int | None = None, bootstrap: tuple[str, ...] = ()) -> str:
+def render_table(
+    frame: pd.DataFrame,
+    wide: bool = False,
+    undefined: dict[str, str] | None = None,
+    title: str | None = None,
+    width: int | None = None,
+    bootstrap: tuple[str, ...] = (),
+) -> str:
     """A DataFrame as a plain-text table within the terminal's width (or `width`; no limit when wide).
 
     No number is ever cut: text columns are elided or wrapped, then whole columns left out and named
@@ -125,9 +134,16 @@ def render_table(frame: pd.DataFrame, wide: bool = False, undefined: dict[str, s
     if text is None:
         keep, widths = _fit(header, rows, right, limit)
         hidden = [header[i] for i in range(len(header)) if i not in keep]
-        text = _rich_table([header[i] for i in keep], [[row[i] for i in keep] for row in rows],
-                           [kinds[i] for i in keep], [right[i] for i in keep], wide, title,
-                           widths=widths, width=limit)
+        text = _rich_table(
+            [header[i] for i in keep],
+            [[row[i] for i in keep] for row in rows],
+            [kinds[i] for i in keep],
+            [right[i] for i in keep],
+            wide,
+            title,
+            widths=widths,
+            width=limit,
+        )
     notes = undefined_notes([c for c in missing if c not in hidden], undefined)
     notes += edge_notes(frame, [c for c in bootstrap if not {c, f"{c}_lo", f"{c}_hi"} & set(hidden)])
     if hidden:
@@ -135,9 +151,11 @@ def render_table(frame: pd.DataFrame, wide: bool = False, undefined: dict[str, s
     return "\n".join(text.splitlines() + [wrap(note, indent="", width=limit) if limit else note for note in notes])
 
 
-EDGE_NOTE = ("an estimate equal to a bound of its interval is expected of a percentile bootstrap (the resampled "
-             "values pile up there, e.g. F1 1.000 when most resamples are perfect); the interval is one-sided there, "
-             "not wrong")
+EDGE_NOTE = (
+    "an estimate equal to a bound of its interval is expected of a percentile bootstrap (the resampled "
+    "values pile up there, e.g. F1 1.000 when most resamples are perfect); the interval is one-sided there, "
+    "not wrong"
+)
 
 
 def at_edge(estimate, lo, hi) -> bool:
@@ -150,8 +168,12 @@ def at_edge(estimate, lo, hi) -> bool:
 
 def edge_notes(frame: pd.DataFrame, estimates: list[str]) -> list[str]:
     """One line when an estimate, as printed, equals a bound of its bootstrap percentile interval."""
-    at = [col for col in estimates if {col, f"{col}_lo", f"{col}_hi"} <= set(frame.columns)
-          and any(at_edge(*values) for values in zip(frame[col], frame[f"{col}_lo"], frame[f"{col}_hi"]))]
+    at = [
+        col
+        for col in estimates
+        if {col, f"{col}_lo", f"{col}_hi"} <= set(frame.columns)
+        and any(at_edge(*values) for values in zip(frame[col], frame[f"{col}_lo"], frame[f"{col}_hi"], strict=False))
+    ]
     return [f"{', '.join(at)}: {EDGE_NOTE}"] if at else []
 
 
@@ -245,13 +267,23 @@ def _plain_table(header: list[str], rows: list[list[str]], right: list[bool], wi
         return None  # rich wraps or folds columns to fit
 
     def line(row: list[str]) -> str:
-        return "  ".join(cell.rjust(w) if r else cell.ljust(w) for cell, w, r in zip(row, widths, right)).rstrip()
+        return "  ".join(
+            cell.rjust(w) if r else cell.ljust(w) for cell, w, r in zip(row, widths, right, strict=False)
+        ).rstrip()
 
     return "\n".join([line(header), "─" * total, *(line(row) for row in rows)])
 
 
-def _rich_table(header: list[str], rows: list[list[str]], kinds: list[str], right: list[bool], wide: bool,
-                title: str | None, widths: list[int] | None = None, width: int | None = WIDTH) -> str:
+def _rich_table(
+    header: list[str],
+    rows: list[list[str]],
+    kinds: list[str],
+    right: list[bool],
+    wide: bool,
+    title: str | None,
+    widths: list[int] | None = None,
+    width: int | None = WIDTH,
+) -> str:
     """The table laid out by rich; with widths (from _fit) each column has exactly that width: headings
     wrap at spaces, identifiers are elided with "…", prose wraps, numbers are never cut."""
     from rich import box
@@ -259,23 +291,38 @@ def _rich_table(header: list[str], rows: list[list[str]], kinds: list[str], righ
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), title=title,
-                  title_justify="left")
+    table = Table(
+        box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0), title=title, title_justify="left"
+    )
     styles = []
-    for position, (col, kind) in enumerate(zip(header, kinds)):
+    for position, (col, kind) in enumerate(zip(header, kinds, strict=False)):
         # identifiers (no spaces) stay whole; prose columns wrap to make room
         cells = [row[position] for row in rows]
         words = kind == "text" and _is_prose(cells)
         whole = right[position] or all(WHOLE_TEXT.match(c) or SHORT_STAMP.match(c) for c in cells)
-        styles.append({} if widths is None else {"no_wrap": True, "overflow": "ellipsis"} if not (words or whole) else {})
-        table.add_column(Text(col, no_wrap=False, overflow="fold") if widths is not None else Text(col),
-                         justify="right" if right[position] else "left", overflow="fold", no_wrap=not words,
-                         width=None if widths is None else widths[position])
+        styles.append(
+            {} if widths is None else {"no_wrap": True, "overflow": "ellipsis"} if not (words or whole) else {}
+        )
+        table.add_column(
+            Text(col, no_wrap=False, overflow="fold") if widths is not None else Text(col),
+            justify="right" if right[position] else "left",
+            overflow="fold",
+            no_wrap=not words,
+            width=None if widths is None else widths[position],
+        )
     for row in rows:
-        table.add_row(*[Text(cell, **style) for cell, style in zip(row, styles)])
+        table.add_row(*[Text(cell, **style) for cell, style in zip(row, styles, strict=False)])
     buffer = io.StringIO()
-    console = Console(file=buffer, width=100_000 if wide or width is None else width, color_system=None,
-                      highlight=False, emoji=False, markup=False, force_terminal=False, legacy_windows=False)
+    console = Console(
+        file=buffer,
+        width=100_000 if wide or width is None else width,
+        color_system=None,
+        highlight=False,
+        emoji=False,
+        markup=False,
+        force_terminal=False,
+        legacy_windows=False,
+    )
     console.print(table)
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())
 
@@ -283,8 +330,14 @@ def _rich_table(header: list[str], rows: list[list[str]], kinds: list[str], righ
 def wrap(text: str, indent: str = "  ", width: int = WIDTH) -> str:
     """A paragraph wrapped to the terminal width with an indent (words kept whole)."""
 
-    return textwrap.fill(text, width=width, initial_indent=indent, subsequent_indent=indent,
-                         break_long_words=False, break_on_hyphens=False)
+    return textwrap.fill(
+        text,
+        width=width,
+        initial_indent=indent,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 def emphasise(text: str, evidence: str, phrases: list[str]) -> tuple[str, int, int]:
@@ -358,12 +411,19 @@ class Progress:
 
     def _bar(self, p) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeRemainingColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+        from rich.progress import Progress as RichProgress
 
         if self.bar is None:
-            self.bar = RichProgress(TextColumn("calls"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                                    TextColumn("{task.description}"), console=Console(file=self.stream),
-                                    transient=False)
+            self.bar = RichProgress(
+                TextColumn("calls"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.description}"),
+                console=Console(file=self.stream),
+                transient=False,
+            )
             self.task = self.bar.add_task(self._describe(p), total=p.total, completed=p.done)
             self.bar.start()
         now = time.monotonic()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from workbench.core import adaptive
 from workbench.core.reference import ReferenceRule, reference_from_counts, vote
@@ -40,7 +41,9 @@ def _replay(values, order, rule, labels, sample, extra_reader=False):
     read = np.zeros((n_reports, n_readers), dtype=bool)
     ids = [f"r{i}" for i in range(n_reports)]
     for step in range(max(len(o) for o in order)):
-        status = adaptive.report_status(_counts(values, read, labels), rule, labels, sample, extra_reader, report_ids=ids)
+        status = adaptive.report_status(
+            _counts(values, read, labels), rule, labels, sample, extra_reader, report_ids=ids
+        )
         still = status["open"].to_numpy()
         if not still.any():
             break
@@ -78,11 +81,11 @@ def test_the_adaptive_reference_equals_the_full_panel_reference_on_every_item(ca
     """With more readers than the panel, a report's full panel is the first N readers its order brings; adaptive
     reading reads a prefix of them and gives their reference."""
     rule, values, order, labels, sample = case
-    values = values[:, :, :len(order[0])]
+    values = values[:, :, : len(order[0])]
     read = _replay(values, order, rule, labels, sample)
     panel = np.zeros(read.shape, dtype=bool)
     for i, o in enumerate(order):
-        panel[i, o[:rule.n]] = True
+        panel[i, o[: rule.n]] = True
     assert not (read & ~panel).any()  # never more than the panel, never a reader outside it
     full = _reference(_counts(values, panel, labels), rule)
     early = _reference(_counts(values, read, labels), rule, panel=rule.n)
@@ -97,7 +100,7 @@ def test_the_adaptive_reference_equals_the_full_panel_reference_on_every_item(ca
 @given(panels())
 def test_with_the_extra_reader_a_tie_at_the_panel_gets_one_more_reader_and_nothing_else_changes(case):
     rule, values, order, labels, sample = case
-    values = values[:, :, :rule.n + 1]
+    values = values[:, :, : rule.n + 1]
     order = [[k for k in o if k < rule.n] + [rule.n] for o in order]  # the panel in its order, then reader N+1
     read = _replay(values, order, rule, labels, sample, extra_reader=True)
     panel_read = np.ones((values.shape[0], rule.n + 1), dtype=bool)
@@ -168,9 +171,18 @@ def test_majority_decides_before_the_panel_is_complete():
 
 
 def test_offered_reports_one_reader_at_a_time_outside_the_sample_and_value_free_order():
-    c = pd.DataFrame({"report_id": list("abcde"), "seq": [0, 1, 2, 3, 4], "open": [True, True, True, False, True],
-                      "readers": [0, 2, 1, 3, 5], "cap": [6, 6, 6, 6, 6], "sample": [False, False, True, False, False],
-                      "mine": [False, False, False, False, False], "in_flight": [0, 0, 1, 0, 1]})
+    c = pd.DataFrame(
+        {
+            "report_id": list("abcde"),
+            "seq": [0, 1, 2, 3, 4],
+            "open": [True, True, True, False, True],
+            "readers": [0, 2, 1, 3, 5],
+            "cap": [6, 6, 6, 6, 6],
+            "sample": [False, False, True, False, False],
+            "mine": [False, False, False, False, False],
+            "in_flight": [0, 0, 1, 0, 1],
+        }
+    )
     offered = adaptive.offered(c)
     assert offered["report_id"].tolist() == ["a", "b", "c"]  # d is closed; e has a read in flight; c is in the sample
     assert adaptive.reading_order(offered)["report_id"].tolist() == ["b", "c", "a"]

@@ -82,9 +82,7 @@ def test_proportion_ci_edges_are_exact_bounds():
     assert metrics.proportion_ci(20, 20, "clopper-pearson")[1] == 1.0
 
 
-@pytest.mark.parametrize(
-    "method, expected", [("clopper-pearson", (0.966, 0.996)), ("wilson", (0.966, 0.995))]
-)
+@pytest.mark.parametrize("method, expected", [("clopper-pearson", (0.966, 0.996)), ("wilson", (0.966, 0.995))])
 def test_ran_score_table2_interval(method, expected):
     # The paper prints 296/300 -> 0.987 [0.966, 0.996] (Clopper-Pearson).
     lo, hi = metrics.proportion_ci(296, 300, method)
@@ -330,11 +328,15 @@ def test_bootstrap_interval_does_not_depend_on_the_order_of_the_reports(noisy):
     shuffled = metrics.bootstrap_macro_f1(y_true.iloc[order], y_pred.iloc[order], n_resamples=200, seed=3)
     assert (shuffled["lo"], shuffled["hi"]) == (first["lo"], first["hi"])
     per_label = metrics.bootstrap_label_f1(y_true, y_pred, n_resamples=200, seed=3)
-    pd.testing.assert_frame_equal(metrics.bootstrap_label_f1(y_true.iloc[order], y_pred.iloc[order], n_resamples=200, seed=3), per_label)
+    pd.testing.assert_frame_equal(
+        metrics.bootstrap_label_f1(y_true.iloc[order], y_pred.iloc[order], n_resamples=200, seed=3), per_label
+    )
     other = y_pred.iloc[::-1].copy()  # a second run: reversed rows, some answers flipped
     other.iloc[::7] = 1 - other.iloc[::7]
     delta = metrics.bootstrap_delta_f1(y_true, y_pred, other, n_resamples=200, seed=3)
-    pd.testing.assert_frame_equal(metrics.bootstrap_delta_f1(y_true.iloc[order], y_pred, other, n_resamples=200, seed=3), delta)
+    pd.testing.assert_frame_equal(
+        metrics.bootstrap_delta_f1(y_true.iloc[order], y_pred, other, n_resamples=200, seed=3), delta
+    )
 
 
 def test_bootstrap_estimate_equals_macro_f1_and_sits_in_interval(complete_with_empty_label):
@@ -475,8 +477,11 @@ def _simulated_power(n, p_broken, p_fixed, alpha, min_discordant, sims=4000, see
     rng = np.random.default_rng(seed)
     counts = rng.multinomial(n, [p_broken, p_fixed, 1 - p_broken - p_fixed], size=sims)
     b, c = counts[:, 0], counts[:, 1]
-    pairs = {pair: mcnemar([[0, pair[0]], [pair[1], 0]], exact=True).pvalue for pair in set(zip(b.tolist(), c.tolist()))}
-    p = np.array([pairs[pair] for pair in zip(b.tolist(), c.tolist())])
+    pairs = {
+        pair: mcnemar([[0, pair[0]], [pair[1], 0]], exact=True).pvalue
+        for pair in set(zip(b.tolist(), c.tolist(), strict=False))
+    }
+    p = np.array([pairs[pair] for pair in zip(b.tolist(), c.tolist(), strict=False)])
     return float(np.mean((p < alpha) & (b + c >= min_discordant)))
 
 
@@ -486,7 +491,11 @@ def test_reports_needed_gives_80_percent_power_in_simulation(b, c, n):
     m = 21
     alpha = 0.05 / m
     total = metrics.reports_for_power(b / n, c / n, alpha, 0.8, min_discordant=10)
-    assert metrics.mcnemar_power(total, b / n, c / n, alpha, 10) >= 0.8 > metrics.mcnemar_power(total - 1, b / n, c / n, alpha, 10) - 0.01
+    assert (
+        metrics.mcnemar_power(total, b / n, c / n, alpha, 10)
+        >= 0.8
+        > metrics.mcnemar_power(total - 1, b / n, c / n, alpha, 10) - 0.01
+    )
     simulated = _simulated_power(total, b / n, c / n, alpha, 10)
     assert simulated == pytest.approx(0.8, abs=0.03), (total, simulated)
     # the old figure (just significant at the observed split, unadjusted alpha) had about half that power

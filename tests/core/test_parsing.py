@@ -32,14 +32,20 @@ PER_LABEL = [
     # fenced JSON
     ('```json\n{"value": 1, "evidence": "Small left effusion"}\n```', 1, "ok"),
     ('```\n{"value": 0, "evidence": ""}\n```', 0, "ok"),
-    ('Here is the JSON:\n```json\n{\n  "value": 0,\n  "evidence": ""\n}\n```\nThe report does not mention it.',
-     0, "ok"),
+    (
+        'Here is the JSON:\n```json\n{\n  "value": 0,\n  "evidence": ""\n}\n```\nThe report does not mention it.',
+        0,
+        "ok",
+    ),
     # JSON inside prose
     ('Sure! Here is my assessment.\n{"value": 1, "evidence": "Cardiomegaly."}\nLet me know if you need more.', 1, "ok"),
     ('Based on the findings, {"value": 0, "evidence": ""} is my answer.', 0, "ok"),
     # reasoning models
-    ('<think>The report says small left effusion, so yes.</think>\n{"value": 1, "evidence": "Small left effusion"}',
-     1, "ok"),
+    (
+        '<think>The report says small left effusion, so yes.</think>\n{"value": 1, "evidence": "Small left effusion"}',
+        1,
+        "ok",
+    ),
     ('<think>\nLet me check {"value": 0} hmm no, it is present.\n</think>\n{"value": 1}', 1, "ok"),
     ('Okay, the report mentions effusion.\n</think>\n\n{"value": 1, "evidence": ""}', 1, "ok"),
     # lenient JSON
@@ -189,34 +195,54 @@ LABELS = ["pleural_effusion", "pneumothorax", "cardiomegaly"]
 
 JOINT = [
     # nested, flat, display names, list form, fenced, prose
-    ('{"labels": {"pleural_effusion": {"value": 1, "evidence": "Small left pleural effusion"},'
-     ' "pneumothorax": {"value": 0, "evidence": ""}, "cardiomegaly": {"value": 1, "evidence": "Cardiomegaly."}}}',
-     {"pleural_effusion": (1, "ok"), "pneumothorax": (0, "ok"), "cardiomegaly": (1, "ok")}),
-    ('{"pleural_effusion": 1, "pneumothorax": 0, "cardiomegaly": "1"}',
-     {"pleural_effusion": (1, "ok"), "pneumothorax": (0, "ok"), "cardiomegaly": (1, "ok")}),
-    ('{"Pleural Effusion": 1, "Pneumothorax": 0, "Cardiomegaly": true}',
-     {"pleural_effusion": (1, "ok"), "pneumothorax": (0, "ok"), "cardiomegaly": (1, "ok")}),
-    ('{"labels": [{"id": "pleural_effusion", "value": 1}, {"id": "pneumothorax", "value": 0},'
-     ' {"id": "cardiomegaly", "value": 0}]}',
-     {"pleural_effusion": (1, "ok"), "pneumothorax": (0, "ok"), "cardiomegaly": (0, "ok")}),
-    ('Here you go:\n```json\n{"labels": {"pleural_effusion": {"value": 1}, "pneumothorax": {"value": 0},'
-     ' "cardiomegaly": {"value": 1}}}\n```',
-     {"pleural_effusion": (1, "ok"), "pneumothorax": (0, "ok"), "cardiomegaly": (1, "ok")}),
+    (
+        '{"labels": {"pleural_effusion": {"value": 1, "evidence": "Small left pleural effusion"},'
+        ' "pneumothorax": {"value": 0, "evidence": ""}, "cardiomegaly": {"value": 1, "evidence": "Cardiomegaly."}}}',
+        {"pleural_effusion": (1, "ok"), "pneumothorax": (0, "ok"), "cardiomegaly": (1, "ok")},
+    ),
+    (
+        '{"pleural_effusion": 1, "pneumothorax": 0, "cardiomegaly": "1"}',
+        {"pleural_effusion": (1, "ok"), "pneumothorax": (0, "ok"), "cardiomegaly": (1, "ok")},
+    ),
+    (
+        '{"Pleural Effusion": 1, "Pneumothorax": 0, "Cardiomegaly": true}',
+        {"pleural_effusion": (1, "ok"), "pneumothorax": (0, "ok"), "cardiomegaly": (1, "ok")},
+    ),
+    (
+        '{"labels": [{"id": "pleural_effusion", "value": 1}, {"id": "pneumothorax", "value": 0},'
+        ' {"id": "cardiomegaly", "value": 0}]}',
+        {"pleural_effusion": (1, "ok"), "pneumothorax": (0, "ok"), "cardiomegaly": (0, "ok")},
+    ),
+    (
+        'Here you go:\n```json\n{"labels": {"pleural_effusion": {"value": 1}, "pneumothorax": {"value": 0},'
+        ' "cardiomegaly": {"value": 1}}}\n```',
+        {"pleural_effusion": (1, "ok"), "pneumothorax": (0, "ok"), "cardiomegaly": (1, "ok")},
+    ),
     # one label missing or wrong: only that label fails
-    ('{"labels": {"pleural_effusion": {"value": 1}, "pneumothorax": {"value": 0}}}',
-     {"pleural_effusion": (1, "ok"), "pneumothorax": (0, "ok"), "cardiomegaly": (None, "parse_error")}),
-    ('{"pleural_effusion": 1, "pneumothorax": 2, "cardiomegaly": -1}',
-     {"pleural_effusion": (1, "ok"), "pneumothorax": (None, "parse_error"), "cardiomegaly": (None, "parse_error")}),
-    ('{"labels": {"pleural_effusion": {"evidence": "x"}, "pneumothorax": {"value": "no"}, "cardiomegaly": 1}}',
-     {"pleural_effusion": (None, "parse_error"), "pneumothorax": (0, "ok_tolerant"), "cardiomegaly": (1, "ok")}),
+    (
+        '{"labels": {"pleural_effusion": {"value": 1}, "pneumothorax": {"value": 0}}}',
+        {"pleural_effusion": (1, "ok"), "pneumothorax": (0, "ok"), "cardiomegaly": (None, "parse_error")},
+    ),
+    (
+        '{"pleural_effusion": 1, "pneumothorax": 2, "cardiomegaly": -1}',
+        {"pleural_effusion": (1, "ok"), "pneumothorax": (None, "parse_error"), "cardiomegaly": (None, "parse_error")},
+    ),
+    (
+        '{"labels": {"pleural_effusion": {"evidence": "x"}, "pneumothorax": {"value": "no"}, "cardiomegaly": 1}}',
+        {"pleural_effusion": (None, "parse_error"), "pneumothorax": (0, "ok_tolerant"), "cardiomegaly": (1, "ok")},
+    ),
     # plain lines
-    ("pleural_effusion: 1\npneumothorax: 0\n- Cardiomegaly: yes",
-     {"pleural_effusion": (1, "ok_tolerant"), "pneumothorax": (0, "ok_tolerant"), "cardiomegaly": (1, "ok_tolerant")}),
+    (
+        "pleural_effusion: 1\npneumothorax: 0\n- Cardiomegaly: yes",
+        {
+            "pleural_effusion": (1, "ok_tolerant"),
+            "pneumothorax": (0, "ok_tolerant"),
+            "cardiomegaly": (1, "ok_tolerant"),
+        },
+    ),
     # nothing usable
-    ("The report shows a small effusion and an enlarged heart.",
-     {lid: (None, "parse_error") for lid in LABELS}),
-    ("I'm sorry, but I can't help with that.",
-     {lid: (None, "refusal") for lid in LABELS}),
+    ("The report shows a small effusion and an enlarged heart.", {lid: (None, "parse_error") for lid in LABELS}),
+    ("I'm sorry, but I can't help with that.", {lid: (None, "refusal") for lid in LABELS}),
     ('{"findings": "none"}', {lid: (None, "parse_error") for lid in LABELS}),
     ("", {lid: (None, "parse_error") for lid in LABELS}),
 ]
@@ -232,7 +258,8 @@ def test_parse_joint_reply_table(reply, expected):
 
 def test_joint_missing_label_detail_and_evidence():
     decisions = parse_joint_reply(
-        '{"labels": {"pleural_effusion": {"value": 1, "evidence": "small left pleural effusion"}}}', LABELS, REPORT)
+        '{"labels": {"pleural_effusion": {"value": 1, "evidence": "small left pleural effusion"}}}', LABELS, REPORT
+    )
     assert decisions["pleural_effusion"].evidence_found is True
     assert "cardiomegaly" in decisions["cardiomegaly"].detail
 

@@ -17,7 +17,7 @@ REPLIES = [
     '{"value": 2}',
     '{"evidence": "x", "other": 1}',
     '{"value": 1, "evidence": "a {brace} and \\"quote\\""}',
-    '{}',
+    "{}",
 ]
 
 
@@ -29,8 +29,12 @@ def _slow(text: str, report: str) -> parsing.Decision:
 def test_fast_path_decides_as_the_tolerant_path():
     for text in REPLIES:
         fast, slow = parsing.parse_reply(text, REPORT), _slow(text, REPORT)
-        assert (fast.value, fast.evidence, fast.status, fast.evidence_found) == \
-               (slow.value, slow.evidence, slow.status, slow.evidence_found), text
+        assert (fast.value, fast.evidence, fast.status, fast.evidence_found) == (
+            slow.value,
+            slow.evidence,
+            slow.status,
+            slow.evidence_found,
+        ), text
 
 
 def test_replies_the_fast_path_leaves_to_the_tolerant_path():
@@ -42,7 +46,7 @@ def test_replies_the_fast_path_leaves_to_the_tolerant_path():
 
 
 def test_reply_memo_decides_as_parse_reply_whatever_the_order():
-    reports = [REPORT, "No effusion. Normal heart.", "", None, "Tube in place; \"quoted\" effusion"]
+    reports = [REPORT, "No effusion. Normal heart.", "", None, 'Tube in place; "quoted" effusion']
     replies = REPLIES + [None, "yes", "I cannot help", '{"value": 1, "evidence": "effusion"}', "<think>x</think>1"]
     memo = parsing.ReplyMemo()
     for _ in range(2):  # the second pass answers from the memo where it may

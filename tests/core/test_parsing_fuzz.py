@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from workbench.core.parsing import STATUSES, TOO_DEEP, parse_joint_reply, parse_reply
 
@@ -18,13 +19,48 @@ REPORT = "Small left pleural effusion. No edema."
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-        st.sampled_from(["value", "evidence", "labels", "answer", "id", *LABELS]) | st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(["value", "evidence", "labels", "answer", "id", *LABELS]) | st.text(max_size=8),
+            inner,
+            max_size=4,
+        )
+    ),
     max_leaves=30,
 )
-fragments = st.sampled_from(['{', '}', '[', ']', '"', "'", ':', ',', '```json', '```', '<think>', '</think>',
-                             'value', '"value": 1', 'Answer: 0', 'yes', 'no', '\\', '\n', 'null', 'true', 'NaN',
-                             "I'm sorry, but", 'pleural_effusion: 1', '1e999', '-1', '\u202e', '\x00'])
+fragments = st.sampled_from(
+    [
+        "{",
+        "}",
+        "[",
+        "]",
+        '"',
+        "'",
+        ":",
+        ",",
+        "```json",
+        "```",
+        "<think>",
+        "</think>",
+        "value",
+        '"value": 1',
+        "Answer: 0",
+        "yes",
+        "no",
+        "\\",
+        "\n",
+        "null",
+        "true",
+        "NaN",
+        "I'm sorry, but",
+        "pleural_effusion: 1",
+        "1e999",
+        "-1",
+        "\u202e",
+        "\x00",
+    ]
+)
 replies = st.one_of(
     st.text(max_size=300),
     st.lists(fragments | st.text(max_size=5), max_size=60).map("".join),

@@ -12,15 +12,15 @@ NAN = float("nan")
 VOTES = [
     (ReferenceRule("at_least", 4, 6), 6, 6, 1.0, ""),
     (ReferenceRule("at_least", 4, 6), 4, 6, 1.0, ""),
-    (ReferenceRule("at_least", 4, 6), 3, 6, NAN, "no decisive vote"),   # 3-3 tie
+    (ReferenceRule("at_least", 4, 6), 3, 6, NAN, "no decisive vote"),  # 3-3 tie
     (ReferenceRule("at_least", 4, 6), 2, 6, 0.0, ""),
     (ReferenceRule("at_least", 4, 6), 0, 6, 0.0, ""),
     # fewer than N readers: decided once the readers still to come cannot change the outcome
     (ReferenceRule("at_least", 4, 6), 5, 5, 1.0, ""),
     (ReferenceRule("at_least", 4, 6), 4, 5, 1.0, ""),
     (ReferenceRule("at_least", 4, 6), 4, 4, 1.0, ""),
-    (ReferenceRule("at_least", 4, 6), 1, 5, 0.0, ""),                  # 4 negatives; 1 + 1 < 4
-    (ReferenceRule("at_least", 4, 6), 2, 5, NAN, "too few readers"),   # 3-2: 3-3 or 2-4 to come
+    (ReferenceRule("at_least", 4, 6), 1, 5, 0.0, ""),  # 4 negatives; 1 + 1 < 4
+    (ReferenceRule("at_least", 4, 6), 2, 5, NAN, "too few readers"),  # 3-2: 3-3 or 2-4 to come
     (ReferenceRule("at_least", 4, 6), 3, 5, NAN, "too few readers"),
     (ReferenceRule("at_least", 4, 6), 0, 3, NAN, "too few readers"),
     (ReferenceRule("at_least", 5, 6), 3, 5, NAN, "no decisive vote"),  # neither side can reach 5
@@ -29,7 +29,7 @@ VOTES = [
     (ReferenceRule("at_least", 4, 6), 3, 7, NAN, "no decisive vote"),  # 4 of 7 negative < 5 of 7
     (ReferenceRule("at_least", 4, 6), 2, 7, 0.0, ""),
     (ReferenceRule("at_least", 4, 6), 4, 8, NAN, "no decisive vote"),  # a 4-4 tie
-    (ReferenceRule("at_least", 4, 6), 4, 10, NAN, "no decisive vote"), # a 4-6 split: 6 of 10 < 7 of 10
+    (ReferenceRule("at_least", 4, 6), 4, 10, NAN, "no decisive vote"),  # a 4-6 split: 6 of 10 < 7 of 10
     (ReferenceRule("at_least", 4, 6), 7, 10, 1.0, ""),
     (ReferenceRule("at_least", 4, 6), 3, 10, 0.0, ""),
     (ReferenceRule("at_least", 6, 6), 6, 7, NAN, "no decisive vote"),  # unanimity stays unanimity
@@ -67,8 +67,14 @@ def test_bad_rules_are_refused(kind, k, n):
 
 
 def _readings(pos, n=6, report="r1", label="a"):
-    return pd.DataFrame({"report_id": [report] * n, "label": [label] * n,
-                         "reader": [f"x{i}" for i in range(n)], "value": [1] * pos + [0] * (n - pos)})
+    return pd.DataFrame(
+        {
+            "report_id": [report] * n,
+            "label": [label] * n,
+            "reader": [f"x{i}" for i in range(n)],
+            "value": [1] * pos + [0] * (n - pos),
+        }
+    )
 
 
 def _events(rows):
@@ -80,11 +86,11 @@ PRECEDENCE = [
     (5, [], [], 1.0, "decided"),
     (3, [], [], NAN, "waiting"),
     (3, [(0, "t1")], [], 0.0, "adjudicated"),
-    (5, [(0, "t1")], [], 0.0, "adjudicated"),            # adjudication overrides a decisive vote
+    (5, [(0, "t1")], [], 0.0, "adjudicated"),  # adjudication overrides a decisive vote
     (3, [(0, "t1"), (1, "t2")], [], 1.0, "adjudicated"),  # the latest adjudication counts
-    (5, [], ["t1"], NAN, "waiting"),                      # flagged: the reference may be wrong
-    (5, [(0, "t0")], ["t1"], NAN, "waiting"),             # an adjudication older than the flag does not settle it
-    (5, [(0, "t2")], ["t1"], 0.0, "adjudicated"),         # a newer adjudication does
+    (5, [], ["t1"], NAN, "waiting"),  # flagged: the reference may be wrong
+    (5, [(0, "t0")], ["t1"], NAN, "waiting"),  # an adjudication older than the flag does not settle it
+    (5, [(0, "t2")], ["t1"], 0.0, "adjudicated"),  # a newer adjudication does
 ]
 
 
@@ -103,8 +109,9 @@ def test_adjudication_precedence(pos, adjs, flags, value, status):
 
 
 def test_status_summary_counts_per_label():
-    readings = pd.concat([_readings(6, report="r1"), _readings(3, report="r2"), _readings(0, report="r3"),
-                          _readings(3, report="r4")])
+    readings = pd.concat(
+        [_readings(6, report="r1"), _readings(3, report="r2"), _readings(0, report="r3"), _readings(3, report="r4")]
+    )
     adj = _events([("r4", "a", 1, "t1")])
     out = compute_reference(readings, ReferenceRule("at_least", 4, 6), adj, None)
     summary = status_summary(out, ["a", "b"])
@@ -116,18 +123,18 @@ def test_status_summary_counts_per_label():
 # (positives, readers, expected value, expected reason) under positive_at_least 4 of 6
 PAPER_VOTES = [
     (4, 6, 1.0, ""),
-    (3, 6, 0.0, ""),                  # 3-3 is negative, not a tie
+    (3, 6, 0.0, ""),  # 3-3 is negative, not a tie
     (0, 6, 0.0, ""),
-    (0, 3, 0.0, ""),                  # three unticked: no later reader can make it positive
-    (1, 4, 0.0, ""),                  # 1 + 2 to come < 4
-    (0, 2, NAN, "too few readers"),   # four readers to come could still mark it
+    (0, 3, 0.0, ""),  # three unticked: no later reader can make it positive
+    (1, 4, 0.0, ""),  # 1 + 2 to come < 4
+    (0, 2, NAN, "too few readers"),  # four readers to come could still mark it
     (2, 4, NAN, "too few readers"),
     (4, 4, 1.0, ""),
     (3, 3, NAN, "too few readers"),
     # more than N readers: the same share as at_least, ceil(K * n / N) of n to be positive
     (5, 7, 1.0, ""),
     (4, 7, 0.0, ""),
-    (4, 8, 0.0, ""),                  # 4-4: negative (6 of 8 needed), not a tie
+    (4, 8, 0.0, ""),  # 4-4: negative (6 of 8 needed), not a tie
     (6, 8, 1.0, ""),
 ]
 

@@ -13,8 +13,13 @@ def test_settings_turn_adaptive_reading_on_and_home_and_annotate_say_so(study): 
     [n for n in at.number_input if n.label.startswith("Agreement sample")][0].set_value(0.25)
     button(at, "Save settings").click().run()
     assert_clean(at)
-    assert load_config(study).adaptive == {"enabled": True, "agreement_share": 0.25, "seed": 0, "extra_reader": False,
-                                           "order": "finish"}
+    assert load_config(study).adaptive == {
+        "enabled": True,
+        "agreement_share": 0.25,
+        "seed": 0,
+        "extra_reader": False,
+        "order": "finish",
+    }
     events = workbench(study).audit_log(entity="settings")
     assert any("adaptive" in key for key in events["entity_key"])
     home = open_page(study, "home")
@@ -33,8 +38,12 @@ def _fresh_cohort(study, n: int = 4):  # noqa: F811
 
     wb = workbench(study)
     path = study / "fresh.csv"
-    pd.DataFrame({"id": [f"fresh-{i}" for i in range(n)],
-                  "findings": [f"Report {i}: heart size normal, lungs clear." for i in range(n)]}).to_csv(path, index=False)
+    pd.DataFrame(
+        {
+            "id": [f"fresh-{i}" for i in range(n)],
+            "findings": [f"Report {i}: heart size normal, lungs clear." for i in range(n)],
+        }
+    ).to_csv(path, index=False)
     wb.import_reports(path, "fresh")
     wb.set_adaptive(enabled=True, agreement_share=0.0)
     return wb
@@ -44,6 +53,7 @@ def test_a_report_opened_by_a_link_or_the_arrows_is_not_given_to_another_reader_
     """A reader who opens a report next_report did not give them (a link, the arrows) holds it like a given one:
     another reader asking for their next report meanwhile gets another report (before, the same one)."""
     from test_app_pages import form_data, open_url, press
+
     from workbench.ui import state
 
     wb = _fresh_cohort(study)

@@ -51,7 +51,8 @@ def test_picker_is_off_by_default_and_saves_attributes_when_on(demo_template, tm
     with wb.session() as s:
         stored = q.reading_attributes_frame(s)
     assert stored[stored["reader"] == "dr-attr"][["report_id", "label", "attribute", "value"]].values.tolist() == [
-        [report, "pleural_effusion", "side", "left"]]
+        [report, "pleural_effusion", "side", "left"]
+    ]
 
 
 def test_a_saved_report_opened_again_shows_its_attributes_and_saving_keeps_them(demo_template, tmp_path):
@@ -85,7 +86,8 @@ def test_a_saved_report_opened_again_shows_its_attributes_and_saving_keeps_them(
     with Workbench(study).session() as s:
         stored = q.reading_attributes_frame(s)
     assert stored[stored["reader"] == "dr-attr"][["report_id", "attribute", "value"]].values.tolist() == [
-        [report, "side", "left"]]
+        [report, "side", "left"]
+    ]
 
 
 def test_an_admin_turns_the_picker_on_in_settings(demo_template, tmp_path):

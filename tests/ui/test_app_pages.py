@@ -17,8 +17,17 @@ from workbench.services.results import CaseRef
 from workbench.ui import keyboard, state
 
 PAGES = ["home", "annotate", "adjudicate", "disagreements", "prompts", "runs", "freeze", "settings", "audit"]
-TITLES = {"home": "Study: demo", "annotate": "Annotate", "adjudicate": "Adjudicate", "disagreements": "Disagreements",
-          "prompts": "Prompts", "runs": "Runs", "freeze": "Freeze and score", "settings": "Settings", "audit": "Audit log"}
+TITLES = {
+    "home": "Study: demo",
+    "annotate": "Annotate",
+    "adjudicate": "Adjudicate",
+    "disagreements": "Disagreements",
+    "prompts": "Prompts",
+    "runs": "Runs",
+    "freeze": "Freeze and score",
+    "settings": "Settings",
+    "audit": "Audit log",
+}
 EVIL = "<script>alert(1)</script> **bold** <b>not bold</b> [link](http://x) :red[red] $x^2$"
 
 
@@ -79,8 +88,13 @@ def press(at: AppTest, form_key: str, kind: str = "save", **values) -> AppTest:
     """Send a keyboard form's trigger as its browser half does: Enter (save) or an arrow (prev/next/skip),
     with the values on screen (the shown ones, changed by `values`)."""
     data = form_data(at, form_key)
-    payload = {"seq": data["acked"] + 1, "kind": kind, "item": data["item"]["id"],
-               "values": {**data["values"], **values}, "context": data.get("context")}
+    payload = {
+        "seq": data["acked"] + 1,
+        "kind": kind,
+        "item": data["item"]["id"],
+        "values": {**data["values"], **values},
+        "context": data.get("context"),
+    }
     keyboard.replay(at, form_key, ("action", payload))
     at.run()
     assert_clean(at)
@@ -90,7 +104,9 @@ def press(at: AppTest, form_key: str, kind: str = "save", **values) -> AppTest:
 def draft(at: AppTest, form_key: str, **values) -> AppTest:
     """Send a keyboard form's debounced draft (the values on screen after some keys)."""
     data = form_data(at, form_key)
-    keyboard.replay(at, form_key, ("draft", {"item": data["item"]["id"], "values": {**data["values"], **values}, "n": 1}))
+    keyboard.replay(
+        at, form_key, ("draft", {"item": data["item"]["id"], "values": {**data["values"], **values}, "n": 1})
+    )
     at.run()
     assert_clean(at)
     return at
@@ -216,7 +232,7 @@ def test_annotate_saves_a_reading_and_moves_on(study):
     press(at, state.ANN_FORM, labels=["pleural_effusion"])
     mine = wb.my_readings("dr-new", report)
     assert len(mine) == 20
-    assert dict(zip(mine["label"], mine["value"]))["pleural_effusion"] == 1
+    assert dict(zip(mine["label"], mine["value"], strict=False))["pleural_effusion"] == 1
     assert int(mine["value"].sum()) == 1
     assert wb.reading_draft("dr-new", report) is None, "the draft is dropped once saved"
     assert at.toast and "Saved" in at.toast[0].value
@@ -271,7 +287,13 @@ def test_annotate_saves_the_report_the_trigger_names_not_the_open_one(study):
     ids = workbench(study).work_list("dr-name", "dev")["report_id"].tolist()
     at.session_state[state.ANN_REPORT] = ids[5]  # the server moved on (another tab, a row click) ...
     at.run()
-    payload = {"seq": 1, "kind": "save", "item": ids[0], "values": {"labels": ["fracture"]}, "context": {"versions": {}}}
+    payload = {
+        "seq": 1,
+        "kind": "save",
+        "item": ids[0],
+        "values": {"labels": ["fracture"]},
+        "context": {"versions": {}},
+    }
     keyboard.replay(at, state.ANN_FORM, ("action", payload))  # ... but the browser's Enter was for the first report
     at.run()
     wb = workbench(study)
@@ -290,7 +312,7 @@ def test_annotate_every_label_has_a_visible_key_and_navigation_keys(study):
     assert all(keys) and len(set(keys)) == len(keys), keys
     assert not {"c", "r", "s", ".", "/"} & set(keys), "S skips, . marks unsure, / opens the comment"
     assert all(o["hint"] for o in options), "every chip carries its label's definition"
-    for o, help_row in zip(options, data["help"]):  # the tooltip and the guidelines panel (key ?)
+    for o, help_row in zip(options, data["help"], strict=False):  # the tooltip and the guidelines panel (key ?)
         lab = wb.vocab.label(o["id"])
         look_for = "Look for: " + "; ".join(lab.look_for) + "."
         assert o["hint"] == f"{lab.definition} {look_for}" and help_row["text"] == o["hint"], o["id"]
@@ -350,7 +372,9 @@ def test_annotate_admin_assigns_work_lists_and_a_reader_sees_only_theirs(study):
     path.write_text(path.read_text().replace("auth: none", "auth: local"))
     at = open_page(study, "annotate", {state.ACTOR: Actor("dr-2", "reader")})
     assert any("0 of 120 read" in str(p.proto.text) for p in at.get("progress"))
-    assert at.session_state[state.ANN_REPORT] in set(wb.as_actor(Actor("dr-2", "reader")).work_list("dr-2", "dev")["report_id"])
+    assert at.session_state[state.ANN_REPORT] in set(
+        wb.as_actor(Actor("dr-2", "reader")).work_list("dr-2", "dev")["report_id"]
+    )
 
 
 # ---------------------------------------------------------------- adjudicate
@@ -362,8 +386,14 @@ def test_adjudicate_by_keys_flagged_first_then_next(study):
     tie = before[before["why"] == "tie"].iloc[0]
     decided = wb.reference("dev")
     decided = decided[decided["status"] == "decided"].iloc[0]
-    wb.add_note(decided["report_id"], decided["label"], "reference label wrong", "changes management", "looks wrong",
-                reference_wrong=True)
+    wb.add_note(
+        decided["report_id"],
+        decided["label"],
+        "reference label wrong",
+        "changes management",
+        "looks wrong",
+        reference_wrong=True,
+    )
     at = open_page(study, "adjudicate")
     assert at.session_state[state.ADJ_ITEM] == (decided["report_id"], decided["label"]), "flagged items first"
     queue = wb.adjudication_worklist("dev")
@@ -373,7 +403,9 @@ def test_adjudicate_by_keys_flagged_first_then_next(study):
     assert [o["key"] for o in data["groups"][0]["options"]] == ["1", "0"]
     assert data["groups"][1]["options"][0]["key"] == "q"
     press(at, state.ADJ_FORM, value=None)
-    assert "choose the value" in form_data(at, state.ADJ_FORM)["error"].lower(), "a value is needed (the browser checks it too)"
+    assert "choose the value" in form_data(at, state.ADJ_FORM)["error"].lower(), (
+        "a value is needed (the browser checks it too)"
+    )
     press(at, state.ADJ_FORM, value="0", reason="Hedged wording: absent per study policy")
     history = wb.adjudication_history(decided["report_id"], decided["label"])
     assert len(history) == 1 and int(history["value"].iloc[0]) == 0
@@ -434,8 +466,12 @@ def test_disagreements_reference_wrong_keeps_the_position(study):
     queue = wb.disagreements(int(wb.runs().iloc[0]["id"]))
     _note(at, "reference label wrong", "changes management")
     assert wb.notes(label, report)["reference_wrong"].iloc[0]
-    assert (report, label) not in set(zip(*(wb.disagreements(int(wb.runs().iloc[0]["id"]))[c] for c in ("report_id", "label"))))
-    assert at.session_state[state.DIS_PICK] == (queue["report_id"].iloc[3], queue["label"].iloc[3]), "not back to the top"
+    assert (report, label) not in set(
+        zip(*(wb.disagreements(int(wb.runs().iloc[0]["id"]))[c] for c in ("report_id", "label")), strict=False)
+    )
+    assert at.session_state[state.DIS_PICK] == (queue["report_id"].iloc[3], queue["label"].iloc[3]), (
+        "not back to the top"
+    )
 
 
 def test_disagreements_example(study):
@@ -503,8 +539,9 @@ def test_prompts_conflict_keeps_the_draft(study):
 
     other = wb.as_actor(Actor("other", "prompt_engineer"))
     lp = other.label_prompt("edema")
-    other.save_prompts([lp.__class__(**{**lp.__dict__, "definition": "Changed by someone else."})], "other",
-                       other.prompt_commit())
+    other.save_prompts(
+        [lp.__class__(**{**lp.__dict__, "definition": "Changed by someone else."})], "other", other.prompt_commit()
+    )
     at.text_input(key=state.COMMIT_MESSAGE).input("mine")
     button(at, "Save version").click().run()
     assert_clean(at)
@@ -531,7 +568,9 @@ def test_runs_starts_a_run_with_progress(study):
 def test_runs_compare_opens_a_case_in_disagreements(study):
     wb = workbench(study)
     lp = wb.label_prompt("atelectasis")
-    wb.save_prompts([lp.__class__(**{**lp.__dict__, "look_for": lp.look_for + ("collapse",)})], "collapse", wb.prompt_commit())
+    wb.save_prompts(
+        [lp.__class__(**{**lp.__dict__, "look_for": lp.look_for + ("collapse",)})], "collapse", wb.prompt_commit()
+    )
     wb.start_run("dev")
     at = open_page(study, "runs", {state.RUNS_TAB: "Compare two runs"})
     newest = wb.runs()["id"].tolist()
@@ -550,7 +589,9 @@ def test_runs_compare_opens_a_case_in_disagreements(study):
 def test_runs_compare_sorted_by_change_with_verdict_and_explained_numbers(study):
     wb = workbench(study)
     lp = wb.label_prompt("atelectasis")
-    wb.save_prompts([lp.__class__(**{**lp.__dict__, "look_for": lp.look_for + ("collapse",)})], "collapse", wb.prompt_commit())
+    wb.save_prompts(
+        [lp.__class__(**{**lp.__dict__, "look_for": lp.look_for + ("collapse",)})], "collapse", wb.prompt_commit()
+    )
     wb.start_run("dev")
     at = open_page(study, "runs", {state.RUNS_TAB: "Compare two runs"})
     table = [d.value for d in at.dataframe if "verdict" in d.value.columns][0]
@@ -691,10 +732,14 @@ def test_settings_endpoint_changes_are_audited(study):
 def _import_evil_report(study: Path, tmp_path: Path) -> str:
     wb = workbench(study)
     pd.DataFrame({"id": ["evil-1"], "findings": [EVIL], "impression": ["Heart size normal."]}).to_csv(
-        tmp_path / "evil.csv", index=False)
+        tmp_path / "evil.csv", index=False
+    )
     wb.import_reports(tmp_path / "evil.csv", "evil")
-    rows = [{"report_id": "evil-1", "label": lab, "reader": f"reader-{r}", "value": int(lab == "pleural_effusion")}
-            for lab in wb.vocab.asked_ids for r in "abcdef"]
+    rows = [
+        {"report_id": "evil-1", "label": lab, "reader": f"reader-{r}", "value": int(lab == "pleural_effusion")}
+        for lab in wb.vocab.asked_ids
+        for r in "abcdef"
+    ]
     pd.DataFrame(rows).to_csv(tmp_path / "evil_readings.csv", index=False)
     wb.import_readings(tmp_path / "evil_readings.csv")
     return wb.start_run("evil").run_id
@@ -735,12 +780,15 @@ def test_commit_message_and_report_id_are_not_markdown(study, tmp_path):
     lp = wb.label_prompt("edema")
     wb.save_prompts([lp.__class__(**{**lp.__dict__, "definition": "Fluid."})], INJECT, wb.prompt_commit())
     pd.DataFrame({"id": [INJECT], "findings": ["Small left pleural effusion."], "impression": [""]}).to_csv(
-        tmp_path / "inj.csv", index=False)
+        tmp_path / "inj.csv", index=False
+    )
     wb.import_reports(tmp_path / "inj.csv", "inj")
     at = open_page(study, "home")
     shown = _rendered_markdown(at)
     assert not any(INJECT in s for s in shown), "raw Markdown from a commit message reached the page"
-    assert INJECT in [t.value for t in at.text], "the commit message is shown as typed, as plain text (issue 20, item 12)"
+    assert INJECT in [t.value for t in at.text], (
+        "the commit message is shown as typed, as plain text (issue 20, item 12)"
+    )
     # a report id: the report heading and the 'saved' message
     at = open_page(study, "annotate", {state.COHORT: "inj"})
     at.text_input(key=state.NEW_READER).input("dr-inj").run()
@@ -757,8 +805,20 @@ def test_md_escapes_every_markdown_construct():
 
     from workbench.ui.components import md
 
-    for raw in ["**b**", "_i_", "`c`", "[l](http://h)", "![i](http://h/x.png)", ":red[r]", "$x^2$", "# h", "<b>x</b>",
-                "http://127.0.0.2/x", "a\\*b", "1. item"]:
+    for raw in [
+        "**b**",
+        "_i_",
+        "`c`",
+        "[l](http://h)",
+        "![i](http://h/x.png)",
+        ":red[r]",
+        "$x^2$",
+        "# h",
+        "<b>x</b>",
+        "http://127.0.0.2/x",
+        "a\\*b",
+        "1. item",
+    ]:
         out = md(raw)
         tokens = re.findall(r"\\.|.", out, flags=re.S)  # an escape pair or one character
         assert "".join(t[-1] for t in tokens) == raw, (raw, out)
@@ -771,7 +831,9 @@ def test_home_leads_with_f1_and_shows_prevalence(study):
     labels = [m.label for m in at.metric]
     assert labels.index("Latest run: macro F1") < labels.index("Latest run: macro accuracy")
     worst = [d.value for d in at.dataframe if "F1" in d.value.columns][0]
-    assert list(worst.columns[:2]) == ["label", "F1"] and {"precision", "recall", "accuracy", "prevalence"} <= set(worst.columns)
+    assert list(worst.columns[:2]) == ["label", "F1"] and {"precision", "recall", "accuracy", "prevalence"} <= set(
+        worst.columns
+    )
     f1 = pd.to_numeric(worst["F1"], errors="coerce").fillna(-1).to_numpy()
     assert (f1[:-1] <= f1[1:]).all(), "lowest F1 first"
     wb = workbench(study)
@@ -793,8 +855,13 @@ def test_prompt_field_changes_read_as_text(study):
     from workbench.ui.components import field_changes
 
     assert field_changes({}) == []
-    lines = field_changes({"changed": {"definition": ("Old.", "New.")}, "added": {"look_for": ["collapse"]},
-                           "removed": {"do_not_label_when": ["scar"]}})
+    lines = field_changes(
+        {
+            "changed": {"definition": ("Old.", "New.")},
+            "added": {"look_for": ["collapse"]},
+            "removed": {"do_not_label_when": ["scar"]},
+        }
+    )
     assert lines == ["definition: Old. → New.", "look for: + collapse", "do not label when: − scar"]
     assert field_changes({"created": True}) == ["the label's prompt was created"]
     old = workbench(study).label_prompt("edema")
@@ -827,7 +894,9 @@ def test_annotate_link_returns_to_the_report(study):
     assert at.session_state[state.ANN_REPORT] == "demo-007"
     assert form_data(at, state.ANN_FORM)["item"]["id"] == "demo-007"
     press(at, state.ANN_FORM)
-    assert url(at) == {"cohort": "dev", "report": at.session_state[state.ANN_REPORT]} and url(at)["report"] != "demo-007"
+    assert (
+        url(at) == {"cohort": "dev", "report": at.session_state[state.ANN_REPORT]} and url(at)["report"] != "demo-007"
+    )
     unknown = open_url(study, "annotate", {"report": "no-such-report"}, {state.NEW_READER: "dr-url"})
     assert unknown.session_state[state.ANN_REPORT] != "no-such-report", "a stale link opens the work list as usual"
 
@@ -864,7 +933,8 @@ def test_runs_link_carries_the_comparison(study):
 def test_home_link_carries_the_cohort(study, tmp_path):
     wb = workbench(study)
     pd.DataFrame({"id": ["other-1"], "findings": ["No acute disease."], "impression": ["Normal."]}).to_csv(
-        tmp_path / "other.csv", index=False)
+        tmp_path / "other.csv", index=False
+    )
     wb.import_reports(tmp_path / "other.csv", "other")
     at = open_url(study, "home", {})
     assert url(at) == {"cohort": "dev"}, "the page writes the cohort it shows"

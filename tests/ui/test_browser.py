@@ -21,14 +21,24 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 TIMEOUT_MS = 120_000  # a condition wait: it only runs this long when something is wrong (CI may be loaded)
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Chromium at /usr/bin/chromium "
-                       "(apt-get install -y chromium chromium-driver)"),
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason="needs Chromium at /usr/bin/chromium (apt-get install -y chromium chromium-driver)",
+    ),
 ]
 
 
@@ -113,7 +123,9 @@ def settle(pg) -> None:
     pg.locator('[data-testid="stApp"][data-test-script-state="notRunning"]').wait_for(timeout=TIMEOUT_MS)
     pg.locator('[data-testid="stStatusWidget"]').wait_for(state="detached", timeout=TIMEOUT_MS)
     pg.wait_for_function("document.querySelectorAll('[data-stale=\"true\"]').length === 0", timeout=TIMEOUT_MS)
-    assert pg.locator('[data-testid="stException"]').count() == 0, pg.locator('[data-testid="stException"]').first.inner_text()
+    assert pg.locator('[data-testid="stException"]').count() == 0, pg.locator(
+        '[data-testid="stException"]'
+    ).first.inner_text()
 
 
 def shot(pg, name: str) -> None:
@@ -199,7 +211,7 @@ def test_the_whole_loop(page, study):
     label = "lung_opacity"
     choose(pg, "Label", "Lung Opacity")
     report = wb.disagreements(int(wb.runs().iloc[0]["id"]), label).iloc[0]["report_id"]
-    see(pg, f"Case 1 of")
+    see(pg, "Case 1 of")
     see(pg, f"{report} · Lung Opacity")
     pg.locator(".wb-report").wait_for()
     shot(pg, "04-disagreement")
@@ -215,7 +227,10 @@ def test_the_whole_loop(page, study):
     form_moves_on(pg, f"{report}|{label}")
     note = wb.notes(label, report).iloc[0]
     assert (note["category"], note["significance"], note["text"]) == (
-        "synonym or abbreviation", "does not change management", "collapse of a lobe is an opacity")
+        "synonym or abbreviation",
+        "does not change management",
+        "collapse of a lobe is an opacity",
+    )
     shot(pg, "06-note-saved")
 
     # save the prompt as a new version
@@ -228,7 +243,9 @@ def test_the_whole_loop(page, study):
     pg.get_by_role("button", name="Save draft", exact=True).click()
     see(pg, f"Draft of {label} saved")
     assert "collapse" in wb.draft(label)[0].look_for
-    pg.get_by_label("Message (what changed and why)", exact=True).fill(f"{label}: lobar collapse; example from {report}")
+    pg.get_by_label("Message (what changed and why)", exact=True).fill(
+        f"{label}: lobar collapse; example from {report}"
+    )
     shot(pg, "07-prompt-draft")
     pg.get_by_role("button", name="Save version", exact=True).click()
     # the condition is the commit itself (the page's message is a passing flash a loaded machine can miss)
@@ -265,18 +282,24 @@ def test_the_whole_loop(page, study):
         pg.get_by_role("button", name="Download browser-v1.json", exact=True).click()
     saved = ARTIFACTS / "browser-v1.json"
     download.value.save_as(saved)
-    assert json.loads(saved.read_text())["sha256"] == json.loads((study / "bundles" / "browser-v1.json").read_text())["sha256"]
+    assert (
+        json.loads(saved.read_text())["sha256"]
+        == json.loads((study / "bundles" / "browser-v1.json").read_text())["sha256"]
+    )
     shot(pg, "11-frozen")
 
 
 def test_report_markup_is_not_rendered_in_the_browser(page, study, tmp_path):
     """A report with a script tag and Markdown shows as text; the script never runs."""
     import pandas as pd
+
     from workbench.services import Workbench
 
     wb = Workbench(study)
     evil = "<script>window.__pwned = 1</script> **bold** <img src=x onerror=window.__pwned=2>"
-    pd.DataFrame({"id": ["evil-1"], "findings": [evil], "impression": ["Normal."]}).to_csv(tmp_path / "evil.csv", index=False)
+    pd.DataFrame({"id": ["evil-1"], "findings": [evil], "impression": ["Normal."]}).to_csv(
+        tmp_path / "evil.csv", index=False
+    )
     wb.import_reports(tmp_path / "evil.csv", "evil")
     pg = page
     pg.get_by_role("button", name="Reload data", exact=True).click()
@@ -412,7 +435,7 @@ def test_reader_annotates_five_reports_with_the_keyboard_alone(browser, team_ser
         presses.append(count)
         saved = wb.my_readings("dr-kbd", report).set_index("label")["value"].to_dict()
         assert saved == {lab: int(j in ticks) for j, lab in enumerate(asked)}, report
-    assert all(n <= len(t) + 2 for n, t in zip(presses, plans)), presses
+    assert all(n <= len(t) + 2 for n, t in zip(presses, plans, strict=False)), presses
     shot(pg, "20-keyboard-annotate")
     # mid-report: tick two, leave the app (a new session), come back: the ticks are there
     report = heading(pg)

@@ -24,8 +24,16 @@ def test_runs_search_opens_a_case_with_every_run_side_by_side(study):
     matrix = wb.case_matrix(*first)
     shown = [d.value for d in at.dataframe if any(str(c).startswith("run ") for c in d.value.columns)]
     assert shown and list(shown[0].columns) == [c.heading for c in matrix.columns]
-    assert list(shown[0].index) == ["answer", "evidence", "status", "latency_s", "tokens", "cost", "finish_reason",
-                                    "reported_model"]
+    assert list(shown[0].index) == [
+        "answer",
+        "evidence",
+        "status",
+        "latency_s",
+        "tokens",
+        "cost",
+        "finish_reason",
+        "reported_model",
+    ]
     text = all_text(at)
     assert "Messages sent" in text and "Raw reply" in text
     assert matrix.columns[-1].call.reply in [c.value for c in at.code], "the raw reply of the newest run's call"

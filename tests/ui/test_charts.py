@@ -13,12 +13,21 @@ from workbench.ui import charts
 @pytest.fixture
 def table() -> pd.DataFrame:
     """A small Evaluation.table-like frame: three labels, one with an undefined F1."""
-    return pd.DataFrame({
-        "n": [100, 100, 100], "support": [10, 30, 0],
-        "tp": [8, 20, 0], "fp": [2, 5, 0], "fn": [2, 10, 0], "tn": [88, 65, 100],
-        "accuracy": [0.96, 0.85, 1.0], "accuracy_lo": [0.90, 0.77, 0.96], "accuracy_hi": [0.98, 0.91, 1.0],
-        "f1": [0.8, 0.727, np.nan],
-    }, index=pd.Index(["edema", "atelectasis", "fracture"], name="label"))
+    return pd.DataFrame(
+        {
+            "n": [100, 100, 100],
+            "support": [10, 30, 0],
+            "tp": [8, 20, 0],
+            "fp": [2, 5, 0],
+            "fn": [2, 10, 0],
+            "tn": [88, 65, 100],
+            "accuracy": [0.96, 0.85, 1.0],
+            "accuracy_lo": [0.90, 0.77, 0.96],
+            "accuracy_hi": [0.98, 0.91, 1.0],
+            "f1": [0.8, 0.727, np.nan],
+        },
+        index=pd.Index(["edema", "atelectasis", "fracture"], name="label"),
+    )
 
 
 def test_forest_plot_accuracy_with_intervals(table):
@@ -42,8 +51,15 @@ def test_forest_plot_f1_leaves_undefined_out_and_says_so(table):
 
 
 def test_history_chart_lines_per_metric():
-    history = pd.DataFrame({"run": [1, 2], "version": [1, 2], "prompt": ["aaaa1111", "bbbb2222"],
-                            "macro_accuracy": [0.9, 0.95], "macro_f1": [0.75, 0.9]})
+    history = pd.DataFrame(
+        {
+            "run": [1, 2],
+            "version": [1, 2],
+            "prompt": ["aaaa1111", "bbbb2222"],
+            "macro_accuracy": [0.9, 0.95],
+            "macro_f1": [0.75, 0.9],
+        }
+    )
     fig = charts.history_chart(history)
     assert [t.name for t in fig.data] == ["Macro F1", "Macro accuracy"], "F1 leads"
     assert list(fig.data[0].y) == [0.75, 0.9]
@@ -72,17 +88,26 @@ def test_comparison_chart_before_after():
 
 
 def test_score_chart_interval():
-    summary = pd.DataFrame({"generator": ["a", "b"], "ran_score": [0.6, 0.7], "ran_score_lo": [0.5, 0.65],
-                            "ran_score_hi": [0.7, 0.8]})
+    summary = pd.DataFrame(
+        {"generator": ["a", "b"], "ran_score": [0.6, 0.7], "ran_score_lo": [0.5, 0.65], "ran_score_hi": [0.7, 0.8]}
+    )
     (bar,) = charts.score_chart(summary).data
     assert list(bar.y) == [0.6, 0.7]
-    assert list(bar.error_y.array) == pytest.approx([0.1, 0.1]) and list(bar.error_y.arrayminus) == pytest.approx([0.1, 0.05])
+    assert list(bar.error_y.array) == pytest.approx([0.1, 0.1]) and list(bar.error_y.arrayminus) == pytest.approx(
+        [0.1, 0.05]
+    )
 
 
 def test_delta_chart_centres_on_zero_with_intervals_and_verdict_colours():
-    table = pd.DataFrame({"delta_f1": [0.2, -0.05, 0.0], "delta_f1_lo": [0.1, -0.12, -0.02],
-                          "delta_f1_hi": [0.3, 0.01, 0.02], "verdict": ["better", "no significant change", "no change"]},
-                         index=pd.Index(["edema", "fracture", "mass"], name="label"))
+    table = pd.DataFrame(
+        {
+            "delta_f1": [0.2, -0.05, 0.0],
+            "delta_f1_lo": [0.1, -0.12, -0.02],
+            "delta_f1_hi": [0.3, 0.01, 0.02],
+            "verdict": ["better", "no significant change", "no change"],
+        },
+        index=pd.Index(["edema", "fracture", "mass"], name="label"),
+    )
     fig = charts.delta_chart(table, {"edema": "Edema"})
     (trace,) = fig.data
     assert list(trace.y) == ["Edema", "fracture", "mass"]

@@ -34,7 +34,7 @@ def test_runs_page_estimates_with_no_model_call_and_asks_before_a_run_above_conf
         assert_clean(at)
         refusals = [e.value.replace("\\", "") for e in at.error]
         assert len(refusals) == 1 and "above labeller.confirm_above" in refusals[0], all_text(at)
-        assert "nothing was sent. Tick \"Accept an estimated cost above" in refusals[0] and "--yes" not in refusals[0]
+        assert 'nothing was sent. Tick "Accept an estimated cost above' in refusals[0] and "--yes" not in refusals[0]
         assert srv.count == 0 and wb.runs().empty
         accept = [c for c in at.checkbox if c.label.startswith("Accept an estimated cost above")]
         assert len(accept) == 1
@@ -51,8 +51,9 @@ def test_runs_page_shows_a_model_runs_cost_and_tokens_per_label(small_study):
     with running_server() as srv:
         _point_at(wb, srv)
         reply = SHAPES["openai_json_mode"]
-        srv.body_fn = lambda request, answer: json.loads(json.dumps(reply).replace(
-            "$ANSWER", answer.replace("\\", "\\\\").replace('"', '\\"')))
+        srv.body_fn = lambda request, answer: json.loads(
+            json.dumps(reply).replace("$ANSWER", answer.replace("\\", "\\\\").replace('"', '\\"'))
+        )
         summary = wb.start_run("dev", labels=["pleural_effusion", "pneumothorax"], confirmed=True)
     assert summary.failures == 0
     costs = wb.call_costs(summary.run_id).set_index("label")
@@ -63,8 +64,10 @@ def test_runs_page_shows_a_model_runs_cost_and_tokens_per_label(small_study):
     assert len(shown) == 1
     table = shown[0].set_index("label")
     names = wb.vocab.names()
-    assert list(table.index) == [names["pleural_effusion"], names["pneumothorax"]] or \
-        list(table.index) == [names["pneumothorax"], names["pleural_effusion"]]
+    assert list(table.index) == [names["pleural_effusion"], names["pneumothorax"]] or list(table.index) == [
+        names["pneumothorax"],
+        names["pleural_effusion"],
+    ]
     assert list(table["calls"]) == [8, 8] and (table["cost"] > 0).all()
     assert list(table["tokens_per_label"]) == [1290 + 18] * 2  # the recorded reply's usage, per label answer
 
@@ -76,9 +79,11 @@ def test_a_reasoning_models_thinking_is_in_the_case_view_and_never_in_its_answer
     with running_server(keywords=("effusion",)) as srv:
         _point_at(wb, srv)
         reply = SHAPES["qwen3_think_vllm"]
-        srv.body_fn = lambda request, answer: json.loads(json.dumps(reply).replace(
-            "$ANSWER", answer.replace("\\", "\\\\").replace('"', '\\"')).replace(
-            "$VALUE", str(json.loads(answer)["value"])))
+        srv.body_fn = lambda request, answer: json.loads(
+            json.dumps(reply)
+            .replace("$ANSWER", answer.replace("\\", "\\\\").replace('"', '\\"'))
+            .replace("$VALUE", str(json.loads(answer)["value"]))
+        )
         summary = wb.start_run("dev", labels=["pleural_effusion"], confirmed=True)
     assert summary.failures == 0
     at = open_page(wb.root, "runs", {state.RUNS_TAB: "Metrics of a run", state.RUN: summary.run_id})

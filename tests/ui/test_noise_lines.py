@@ -4,9 +4,9 @@ split-compare and suggest, flag a verdict noise alone could produce, and say whe
 
 from __future__ import annotations
 
+from conftest import store_noise
 from test_app_pages import all_text, assert_clean, button, open_page, study, workbench  # noqa: F401
 
-from conftest import store_noise
 from workbench.ui import state
 
 NOT_MEASURED = "noise: not measured (`workbench noise"
@@ -43,8 +43,11 @@ def test_split_comparison_and_suggestion_show_the_noise_line(study):  # noqa: F8
     wb = workbench(study)
     wb.split_cohort("dev", 0.3, 0)
     older, newer = _runs(wb)
-    at = open_page(study, "optimise", {state.widget_key("optimise-tab"): "Tuning and validation", state.OPT_RUN: newer,
-                                       state.OPT_COMPARE: older})
+    at = open_page(
+        study,
+        "optimise",
+        {state.widget_key("optimise-tab"): "Tuning and validation", state.OPT_RUN: newer, state.OPT_COMPARE: older},
+    )
     assert all_text(at).count(NOT_MEASURED) == 1  # once, not once per part
     queue = wb.disagreements(newer)
     label = queue["label"].value_counts().index[0]

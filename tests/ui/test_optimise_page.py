@@ -49,8 +49,16 @@ def test_suggest_on_disagreements_page_refuses_without_split(study):  # noqa: F8
 def test_parts_history_chart_has_both_parts_and_the_gap():
     import pandas as pd
 
-    history = pd.DataFrame({"run": [1, 2], "version": [1, 2], "prompt": ["a", "b"], "tuning_macro_f1": [0.7, 0.8],
-                            "validation_macro_f1": [0.65, 0.7], "gap": [0.05, 0.1]})
+    history = pd.DataFrame(
+        {
+            "run": [1, 2],
+            "version": [1, 2],
+            "prompt": ["a", "b"],
+            "tuning_macro_f1": [0.7, 0.8],
+            "validation_macro_f1": [0.65, 0.7],
+            "gap": [0.05, 0.1],
+        }
+    )
     fig = charts.parts_history_chart(history)
     assert [t.name for t in fig.data] == ["tuning", "validation", "gap (tuning - validation)"]
     assert list(fig.data[2].y) == [0.05, 0.1]
@@ -73,8 +81,11 @@ def test_two_runs_compared_on_both_parts(study):  # noqa: F811
     wb.split_cohort("dev", 0.3, 0)
     runs = wb.runs("dev")
     newest, older = int(runs.iloc[0]["id"]), int(runs.iloc[1]["id"])
-    at = open_page(study, "optimise", {state.widget_key("optimise-tab"): "Tuning and validation", state.OPT_RUN: newest,
-                                       state.OPT_COMPARE: older})
+    at = open_page(
+        study,
+        "optimise",
+        {state.widget_key("optimise-tab"): "Tuning and validation", state.OPT_RUN: newest, state.OPT_COMPARE: older},
+    )
     frames = [d.value for d in at.dataframe if "validation verdict" in d.value.columns]
     assert frames and {"tuning delta_f1", "validation p_value"} <= set(frames[0].columns)
     assert any("validation: macro F1" in c.value for c in at.caption)
@@ -121,13 +132,22 @@ def test_suggestion_panel_shows_validation_cases_by_id_never_by_text(study):  # 
         reports = q.reports_frame(s, ids=list(parts))
     texts = {part: [] for part in ("tuning", "validation")}
     for row in reports.itertuples(index=False):
-        texts[parts[row.report_id]].append(compose_text(row.findings, row.impression, row.text, ["findings", "impression"]))
+        texts[parts[row.report_id]].append(
+            compose_text(row.findings, row.impression, row.text, ["findings", "impression"])
+        )
     tuning_text = "\n".join(texts["tuning"]).lower()  # a phrase mined from tuning may also be a validation sentence
-    only_validation = {x.strip() for t in texts["validation"] for x in re.split(r"[.\n]", t)
-                       if len(x.strip()) > 15 and x.strip().lower() not in tuning_text}
+    only_validation = {
+        x.strip()
+        for t in texts["validation"]
+        for x in re.split(r"[.\n]", t)
+        if len(x.strip()) > 15 and x.strip().lower() not in tuning_text
+    }
     assert only_validation  # the check below can fail
-    shown = [e.value for kind in ("markdown", "text", "code", "caption", "success", "error", "warning")
-             for e in getattr(at, kind)]
+    shown = [
+        e.value
+        for kind in ("markdown", "text", "code", "caption", "success", "error", "warning")
+        for e in getattr(at, kind)
+    ]
     frames = [d.value for d in at.dataframe]
     shown += [str(v) for f in frames for v in f.astype(str).to_numpy().ravel()]
     page = "\n".join(map(str, shown))

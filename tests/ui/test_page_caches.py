@@ -4,7 +4,14 @@
 from __future__ import annotations
 
 from test_app_pages import (  # noqa: F401  (fixtures)
-    all_text, assert_clean, button, open_page, press, study, wait_for_job, workbench,
+    all_text,
+    assert_clean,
+    button,
+    open_page,
+    press,
+    study,
+    wait_for_job,
+    workbench,
 )
 
 from workbench.ui import state
@@ -13,7 +20,7 @@ from workbench.ui import state
 def _progress(at) -> dict:
     """Reader -> reports complete, from Home's Readers table."""
     table = [d.value for d in at.dataframe if "reports complete" in d.value.columns][0]
-    return dict(zip(table["reader"], table["reports complete"]))
+    return dict(zip(table["reader"], table["reports complete"], strict=False))
 
 
 def test_a_reading_saved_on_annotate_shows_on_home(study):

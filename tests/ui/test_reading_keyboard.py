@@ -18,13 +18,14 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-
 from test_browser import ARTIFACTS, CHROMIUM, TIMEOUT_MS, Watch, browser, open_by_keyboard, serve, sign_in  # noqa: F401
 
-pytestmark = [pytest.mark.browser,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Chromium at /usr/bin/chromium")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Chromium at /usr/bin/chromium"),
+]
 
-KEY_GAP_MS, ENTER_GAP_MS = 20, 10   # the reader's pace: these are inputs of the test, not waits for a condition
+KEY_GAP_MS, ENTER_GAP_MS = 20, 10  # the reader's pace: these are inputs of the test, not waits for a condition
 READER, BOSS = ("dr-burst", "reader-password-1"), ("boss", "boss-password-1")
 # the form's state, read from inside its shadow root: item id, ready/saving, keys held
 FORM_STATE = """() => {
@@ -64,8 +65,9 @@ def burst_server(burst_study):
 @pytest.fixture
 def cpu_hog():
     """A busy loop on one core for the length of a test (bounded: it ends by itself after 10 minutes)."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time\nend = time.monotonic() + 600\n"
-                             "while time.monotonic() < end:\n    pass\n"])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end:\n    pass\n"]
+    )
     yield proc
     proc.terminate()
     proc.wait(10)
@@ -80,7 +82,9 @@ def wait_ready(pg, item: str) -> None:
                 f"([item, seen]) => {{ const s = ({FORM_STATE})(); if (!s) return false;"
                 " if (s.item === item && s.state === 'ready' && s.held === 0) return 'done';"
                 " const now = s.item + '/' + s.held; return now !== seen ? now : false; }",
-                arg=[item, seen], timeout=TIMEOUT_MS * 2).json_value()
+                arg=[item, seen],
+                timeout=TIMEOUT_MS * 2,
+            ).json_value()
         except Exception:
             pg.screenshot(path=str(ARTIFACTS / f"form-not-ready-{item.replace('|', '-')}.png"))
             raise AssertionError(f"waiting for {item}, the form is stuck at {pg.evaluate(FORM_STATE)}") from None
@@ -130,13 +134,16 @@ def test_fifty_reports_typed_fast_on_a_loaded_machine_lose_nothing(browser, burs
     open_by_keyboard(pg, "Annotate")
     walk(pg, ids, [[LABEL_KEYS[i] for i in t] for t in ticks])
     lost = []
-    for report, t in zip(ids, ticks):
+    for report, t in zip(ids, ticks, strict=False):
         saved = wb.my_readings(READER[0], report).set_index("label")["value"].astype(int).to_dict()
         if saved != {lab: int(j in t) for j, lab in enumerate(asked)}:
             lost.append((report, saved))
     assert lost == [], f"{len(lost)} of 50 readings differ from the keys pressed: {lost[:3]}"
-    others = [r for r in ids[50:] + wb.work_list(READER[0], "dev")["report_id"].tolist()[51:]
-              if len(wb.my_readings(READER[0], r))]
+    others = [
+        r
+        for r in ids[50:] + wb.work_list(READER[0], "dev")["report_id"].tolist()[51:]
+        if len(wb.my_readings(READER[0], r))
+    ]
     assert others == [], "a reading landed on a report that was not typed"
     watch.check(pg)
     context.close()
@@ -150,8 +157,8 @@ def test_twenty_notes_typed_fast_lose_nothing(browser, burst_server, burst_study
     wb = Workbench(burst_study)
     run_id = int(wb.runs().iloc[0]["id"])
     queue, _ = wb.disagreement_queue(run_id)
-    cases = [f"{r}|{lab}" for r, lab in zip(queue["report_id"], queue["label"])][:21]
-    categories = [c for c in wb.config.error_categories[:len(CATEGORY_KEYS)] if c != WRONG]  # the ones with a key
+    cases = [f"{r}|{lab}" for r, lab in zip(queue["report_id"], queue["label"], strict=False)][:21]
+    categories = [c for c in wb.config.error_categories[: len(CATEGORY_KEYS)] if c != WRONG]  # the ones with a key
     rng = random.Random(7)
     plans = [(rng.choice(categories), rng.choice(SIGNIFICANCE)) for _ in range(20)]
     context, pg, watch = new_page(browser, burst_server)
@@ -174,10 +181,14 @@ def test_twenty_notes_typed_fast_lose_nothing(browser, burst_server, burst_study
     pg.keyboard.press("Control+Enter")
     walk(pg, cases[2:], plans=keys[2:])
     notes = wb.notes()
-    got = {f"{r}|{lab}": (c, s, t) for r, lab, c, s, t in zip(notes["report_id"], notes["label"], notes["category"],
-                                                             notes["significance"], notes["text"])}
+    got = {
+        f"{r}|{lab}": (c, s, t)
+        for r, lab, c, s, t in zip(
+            notes["report_id"], notes["label"], notes["category"], notes["significance"], notes["text"], strict=False
+        )
+    }
     texts = ["collapse 1", "collapse 2"] + [""] * 18
-    want = {case: (c, s, t) for case, (c, s), t in zip(cases, plans, texts)}
+    want = {case: (c, s, t) for case, (c, s), t in zip(cases, plans, texts, strict=False)}
     assert {k: got.get(k) for k in want} == want
     assert len(notes) == 20, "no note on a case that was not typed"
     watch.check(pg)
@@ -190,17 +201,20 @@ def test_twenty_adjudications_typed_fast_lose_nothing(browser, burst_server, bur
 
     wb = Workbench(burst_study)
     queue = wb.adjudication_worklist("dev")
-    items = [f"{r}|{lab}" for r, lab in zip(queue["report_id"], queue["label"])][:21]
+    items = [f"{r}|{lab}" for r, lab in zip(queue["report_id"], queue["label"], strict=False)][:21]
     rng = random.Random(3)
     plans = [(rng.choice([0, 1]), rng.randrange(len(REASONS))) for _ in range(20)]
     context, pg, watch = new_page(browser, burst_server)
     sign_in(pg, burst_server, *BOSS)
     open_by_keyboard(pg, "Adjudicate")
     walk(pg, items, [[str(v), REASON_KEYS[r].lower()] for v, r in plans])
-    for item, (value, reason) in zip(items, plans):
+    for item, (value, reason) in zip(items, plans, strict=False):
         report, _, label = item.partition("|")
         history = wb.adjudication_history(report, label)
-        assert len(history) == 1 and (int(history["value"].iloc[0]), history["reason"].iloc[0]) == (value, REASONS[reason]), item
+        assert len(history) == 1 and (int(history["value"].iloc[0]), history["reason"].iloc[0]) == (
+            value,
+            REASONS[reason],
+        ), item
     assert len(wb.adjudication_worklist("dev")) == len(queue) - 20
     watch.check(pg)
     context.close()
@@ -214,7 +228,9 @@ class ReloadWatch(Watch):
     def __init__(self, pg, base: str):
         super().__init__(pg, base)
         self.failed: list[str] = []
-        pg.on("response", lambda r: self.failed.append(f"{r.status} {urlparse(r.url).path}") if r.status >= 400 else None)
+        pg.on(
+            "response", lambda r: self.failed.append(f"{r.status} {urlparse(r.url).path}") if r.status >= 400 else None
+        )
 
     def check(self, pg) -> None:
         assert self.failed == [], self.failed
@@ -225,7 +241,9 @@ def step_and_reload(pg, key: str) -> str:
     """Move the open form by one key, then reload: returns the item that must be open again."""
     before = pg.evaluate(FORM_STATE)["item"]
     pg.keyboard.press(key)
-    pg.wait_for_function(f"(b) => {{ const s = ({FORM_STATE})(); return s && s.item !== b && s.state === 'ready'; }}", arg=before)
+    pg.wait_for_function(
+        f"(b) => {{ const s = ({FORM_STATE})(); return s && s.item !== b && s.state === 'ready'; }}", arg=before
+    )
     item = pg.evaluate(FORM_STATE)["item"]
     pg.reload()
     wait_ready(pg, item)
@@ -243,8 +261,11 @@ def test_reload_keeps_the_user_signed_in_and_on_the_same_item(browser, burst_ser
     assert len(cookies) == 1 and cookies[0]["sameSite"] == "Strict" and cookies[0]["value"].startswith("wbs_")
     assert cookies[0]["httpOnly"], "set by the server: the page's scripts cannot read the token"
     assert "wb_session_" not in pg.evaluate("document.cookie")
-    for title, key, param in (("Annotate", "ArrowRight", "report"), ("Disagreements", "ArrowRight", "case"),
-                              ("Adjudicate", "ArrowRight", "item")):
+    for title, key, param in (
+        ("Annotate", "ArrowRight", "report"),
+        ("Disagreements", "ArrowRight", "case"),
+        ("Adjudicate", "ArrowRight", "item"),
+    ):
         # by click: while a keyboard form is open it takes Enter, also on a focused sidebar link
         pg.get_by_test_id("stSidebarNav").get_by_role("link", name=title, exact=True).click()
         pg.get_by_role("heading", name=title, exact=True).wait_for()
@@ -302,7 +323,7 @@ def test_unsure_comment_undo_and_enter_on_a_focused_link(browser, burst_server, 
     pg.keyboard.press(UNSURE_KEY)
     pg.keyboard.press(COMMENT_KEY)  # into the comment field: the label keys are text there
     pg.keyboard.type("faint 2 opacity")
-    pg.keyboard.press("Escape")     # out again: the keys tick labels
+    pg.keyboard.press("Escape")  # out again: the keys tick labels
     pg.keyboard.press(LABEL_KEYS[1])
     pg.keyboard.press("Enter")
     wait_ready(pg, ids[1])
@@ -363,8 +384,9 @@ def test_text_typed_at_a_readers_pace_stays_in_the_field_and_ticks_nothing(brows
     pg.keyboard.press(COMMENT_KEY)
     type_at_a_readers_pace(pg, comment)
     pg.keyboard.press("Control+Enter")
-    pg.wait_for_function(f"(b) => {{ const s = ({FORM_STATE})(); return s && s.item !== b && s.state === 'ready'; }}",
-                         arg=first)
+    pg.wait_for_function(
+        f"(b) => {{ const s = ({FORM_STATE})(); return s && s.item !== b && s.state === 'ready'; }}", arg=first
+    )
     assert wb.reading_note(SLOW[0], first) == {"comment": comment, "unsure": False}
     assert wb.my_readings(SLOW[0], first)["value"].astype(int).sum() == 0, "no letter of the comment ticked a label"
     context.close()
@@ -378,8 +400,9 @@ def test_text_typed_at_a_readers_pace_stays_in_the_field_and_ticks_nothing(brows
     pg.keyboard.press("1")
     pg.keyboard.press("n")
     pg.keyboard.press("Enter")
-    pg.wait_for_function(f"(b) => {{ const s = ({FORM_STATE})(); return s && s.item !== b && s.state === 'ready'; }}",
-                         arg=case)
+    pg.wait_for_function(
+        f"(b) => {{ const s = ({FORM_STATE})(); return s && s.item !== b && s.state === 'ready'; }}", arg=case
+    )
     report, _, label = case.partition("|")
     notes = boss.notes(label, report)
     mine = notes[notes["text"] == note]
@@ -420,15 +443,17 @@ def test_enter_on_an_empty_report_asks_first_when_the_study_says_so(browser, con
     assert pg.evaluate(FORM_STATE)["item"] == first and wb.my_readings(CONFIRMER[0], first).empty
     pg.keyboard.press("Enter")
     pg.wait_for_function(f"() => ({CONFIRM_STATE})().confirm === '1'")
-    pg.keyboard.press("Enter")   # confirmed: saved with every label 0, the next report opens
-    pg.wait_for_function(f"(b) => {{ const s = ({FORM_STATE})(); return s && s.item !== b && s.state === 'ready'; }}",
-                         arg=first)
+    pg.keyboard.press("Enter")  # confirmed: saved with every label 0, the next report opens
+    pg.wait_for_function(
+        f"(b) => {{ const s = ({FORM_STATE})(); return s && s.item !== b && s.state === 'ready'; }}", arg=first
+    )
     second = pg.evaluate(FORM_STATE)["item"]
     assert wb.my_readings(CONFIRMER[0], first)["value"].astype(int).tolist() == [0] * len(wb.vocab.asked_ids)
-    pg.keyboard.press("1")       # something ticked: Enter saves at once
+    pg.keyboard.press("1")  # something ticked: Enter saves at once
     pg.keyboard.press("Enter")
-    pg.wait_for_function(f"(b) => {{ const s = ({FORM_STATE})(); return s && s.item !== b && s.state === 'ready'; }}",
-                         arg=second)
+    pg.wait_for_function(
+        f"(b) => {{ const s = ({FORM_STATE})(); return s && s.item !== b && s.state === 'ready'; }}", arg=second
+    )
     assert wb.my_readings(CONFIRMER[0], second)["value"].astype(int).sum() == 1
     watch.check(pg)
     context.close()
@@ -466,16 +491,18 @@ def test_save_button_and_queue_columns_fit_without_scrolling(browser, burst_serv
         pg.wait_for_function(f"() => {{ const s = ({FORM_STATE})(); return s && s.state === 'ready'; }}")
         if title in QUEUES:  # a loaded machine may still be laying the page out: wait for it to settle
             with contextlib.suppress(PlaywrightError):
-                pg.wait_for_function(f"() => {{ const f = ({FIT})(); return f.shown && f.columns <= f.shown; }}",
-                                     timeout=30_000)
+                pg.wait_for_function(
+                    f"() => {{ const f = ({FIT})(); return f.shown && f.columns <= f.shown; }}", timeout=30_000
+                )
         fit = pg.evaluate(FIT)
         save = fit["save"]
         assert save and save["top"] >= 0 and save["bottom"] <= fit["h"] and save["right"] <= fit["w"], (title, fit)
         if title in QUEUES:
             queue = fit["queue"]
             assert queue and queue["left"] >= 0 and queue["right"] <= fit["w"] and queue["top"] < fit["h"], (title, fit)
-            assert fit["shown"] and fit["columns"] <= fit["shown"], f"{title}: the queue shows {fit['shown']} px of " \
-                f"its {fit['columns']} px of columns"
+            assert fit["shown"] and fit["columns"] <= fit["shown"], (
+                f"{title}: the queue shows {fit['shown']} px of its {fit['columns']} px of columns"
+            )
     watch.check(pg)
     context.close()
 
@@ -519,11 +546,13 @@ def test_a_chip_clicked_while_a_rerun_arrives_is_not_lost(browser, burst_server,
     wait_ready(pg, first)
     assert "unread" in pg.evaluate(FORM_TEXT)["caption"]
     pg.keyboard.press(LABEL_KEYS[0])  # its draft reaches the server 250 ms later: the page reruns
-    press_across(pg, pg.locator(f".wbk-chip[data-option='{asked[1]}']"),
-                 f"() => ({FORM_TEXT})().caption.includes('draft')")
+    press_across(
+        pg, pg.locator(f".wbk-chip[data-option='{asked[1]}']"), f"() => ({FORM_TEXT})().caption.includes('draft')"
+    )
     pg.keyboard.press("Enter")
-    pg.wait_for_function(f"(b) => {{ const s = ({FORM_TEXT})(); return s && s.state === 'ready' && s.item !== b; }}",
-                         arg=first)
+    pg.wait_for_function(
+        f"(b) => {{ const s = ({FORM_TEXT})(); return s && s.state === 'ready' && s.item !== b; }}", arg=first
+    )
     saved = wb.my_readings(PRESSER[0], first).set_index("label")["value"].astype(int).to_dict()
     assert saved == {lab: int(j in (0, 1)) for j, lab in enumerate(asked)}
     context.close()
@@ -534,16 +563,22 @@ def test_a_chip_clicked_while_a_rerun_arrives_is_not_lost(browser, burst_server,
     pg.get_by_text("Added ").first.wait_for()
     pg.wait_for_function(IDLE)
     pg.keyboard.press("1")  # a category by key: its draft's rerun no longer shows the flash
-    press_across(pg, pg.locator(".wbk-chip", has=pg.locator(".wbk-label", has_text="does not change management")),
-                 "() => ![...document.querySelectorAll('[data-testid=\"stAlertContainer\"]')]"
-                 ".some((e) => e.textContent.includes('Added '))")
+    press_across(
+        pg,
+        pg.locator(".wbk-chip", has=pg.locator(".wbk-label", has_text="does not change management")),
+        "() => ![...document.querySelectorAll('[data-testid=\"stAlertContainer\"]')]"
+        ".some((e) => e.textContent.includes('Added '))",
+    )
     pg.keyboard.press("Enter")
-    pg.wait_for_function(f"(b) => {{ const s = ({FORM_TEXT})(); return s && s.state === 'ready' && (s.item !== b || s.status); }}",
-                         arg=case)
+    pg.wait_for_function(
+        f"(b) => {{ const s = ({FORM_TEXT})(); return s && s.state === 'ready' && (s.item !== b || s.status); }}",
+        arg=case,
+    )
     assert pg.evaluate(FORM_TEXT)["status"] == "", "the note was refused: a choice was lost"
     report, _, label = case.partition("|")
     notes = boss.notes(label, report)
-    assert notes[["category", "significance"]].values.tolist()[-1:] == [[boss.config.error_categories[0],
-                                                                         "does not change management"]]
+    assert notes[["category", "significance"]].values.tolist()[-1:] == [
+        [boss.config.error_categories[0], "does not change management"]
+    ]
     watch.check(pg)
     context.close()

@@ -15,7 +15,7 @@ def test_the_page_names_the_base_url_before_streamlit_starts():
 
     html = serve.page_html("/").decode("utf-8")
     named, streamlit = html.index("BACKEND_BASE_URL"), html.index('<script type="module"')
-    assert named < streamlit and "window.location.origin" in html and "http" not in html[named - 200:named + 200]
+    assert named < streamlit and "window.location.origin" in html and "http" not in html[named - 200 : named + 200]
 
 
 def test_workbench_app_serves_the_asgi_app():
@@ -61,7 +61,10 @@ def test_the_cookie_endpoint_sets_an_http_only_cookie_and_refuses_other_requests
     assert client.post("/_wb/session", content=code).status_code == 403, "without the page's header"
     answer = client.post("/_wb/session", content=code, headers={"X-Workbench": "session"})
     assert answer.status_code == 204
-    assert answer.headers["set-cookie"] == "wb_session_0123456789ab=wbs_token; Path=/; Max-Age=3600; HttpOnly; SameSite=Strict"
+    assert (
+        answer.headers["set-cookie"]
+        == "wb_session_0123456789ab=wbs_token; Path=/; Max-Age=3600; HttpOnly; SameSite=Strict"
+    )
     assert client.post("/_wb/session", content=code, headers={"X-Workbench": "session"}).status_code == 403, "used once"
     ended = client.post("/_wb/session/end", content="wb_session_0123456789ab", headers={"X-Workbench": "session"})
     assert ended.status_code == 204 and "Max-Age=0; HttpOnly" in ended.headers["set-cookie"]

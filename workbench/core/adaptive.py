@@ -46,15 +46,19 @@ class AdaptiveSettings:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {self.order!r}")
 
     @classmethod
-    def from_config(cls, data: dict | None) -> "AdaptiveSettings":
+    def from_config(cls, data: dict | None) -> AdaptiveSettings:
         """Build from workbench.yaml's `adaptive` mapping (missing: off); unknown keys are refused."""
         data = dict(data or {})
         unknown = sorted(set(data) - set(cls.KEYS))
         if unknown:
             raise ValueError(f"unknown key {unknown[0]!r} (allowed: {', '.join(cls.KEYS)})")
-        return cls(enabled=bool(data.get("enabled", False)), agreement_share=float(data.get("agreement_share", 0.2)),
-                   seed=int(data.get("seed", 0)), extra_reader=bool(data.get("extra_reader", False)),
-                   order=str(data.get("order", "finish")))
+        return cls(
+            enabled=bool(data.get("enabled", False)),
+            agreement_share=float(data.get("agreement_share", 0.2)),
+            seed=int(data.get("seed", 0)),
+            extra_reader=bool(data.get("extra_reader", False)),
+            order=str(data.get("order", "finish")),
+        )
 
     def to_config(self) -> dict:
         """Plain data for workbench.yaml."""
@@ -91,8 +95,14 @@ def settled_vote(positives, n, rule: ReferenceRule, panel: int) -> tuple[np.ndar
     return out_value, out_reason, final
 
 
-def report_status(counts: pd.DataFrame, rule: ReferenceRule, labels: list[str], sample: set[str],
-                  extra_reader: bool = False, report_ids: list[str] | None = None) -> pd.DataFrame:
+def report_status(
+    counts: pd.DataFrame,
+    rule: ReferenceRule,
+    labels: list[str],
+    sample: set[str],
+    extra_reader: bool = False,
+    report_ids: list[str] | None = None,
+) -> pd.DataFrame:
     """Per report (of report_ids, else those in counts: report_id, label, positives, n_readers): open,
     tie, readers (the most readers of any label), cap.
 
@@ -125,8 +135,9 @@ def report_status(counts: pd.DataFrame, rule: ReferenceRule, labels: list[str], 
     escalate = extra_reader & (rule.kind == "majority") & any_tie
     cap = np.where(escalate, panel + 1, panel)
     is_open = (~all_final | (in_sample & (readers < panel)) | (escalate & (readers < panel + 1))) & (readers < cap)
-    out = pd.DataFrame({"report_id": np.asarray(ids, dtype=object), "open": is_open, "tie": any_tie,
-                        "readers": readers, "cap": cap})
+    out = pd.DataFrame(
+        {"report_id": np.asarray(ids, dtype=object), "open": is_open, "tie": any_tie, "readers": readers, "cap": cap}
+    )
     return out[["report_id", "open", "tie", "readers", "cap"]]
 
 
@@ -163,5 +174,9 @@ def reads_summary(status: pd.DataFrame, panel: int, n_reports: int) -> dict:
     done = int(readers.sum())
     saved = int(np.maximum(panel - readers[closed], 0).sum())
     full = int(panel * n_reports)
-    return {"reads_done": done, "reads_saved": saved, "full_panel": full,
-            "saved_share": saved / full if full else float("nan")}
+    return {
+        "reads_done": done,
+        "reads_saved": saved,
+        "full_panel": full,
+        "saved_share": saved / full if full else float("nan"),
+    }

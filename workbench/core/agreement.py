@@ -181,7 +181,7 @@ def _reader_range(label_of: np.ndarray, readers: np.ndarray, n_labels: int) -> t
 
 def _fleiss_notes(n_used, n_read, modal, pos_rate, max_readers) -> np.ndarray:
     notes = []
-    for used, read, m, rate, top in zip(n_used, n_read, modal, pos_rate, max_readers):
+    for used, read, m, rate, top in zip(n_used, n_read, modal, pos_rate, max_readers, strict=False):
         parts = []
         if read == 0:
             parts.append("no readings")
@@ -212,8 +212,12 @@ def _dense(coded: _Coded) -> np.ndarray:
 
 def _counts_by(group: np.ndarray, first: np.ndarray, second: np.ndarray, size: int) -> tuple[np.ndarray, ...]:
     """2x2 counts (tp, fp, fn, tn) per group, first = rows; NaN on either side is skipped."""
-    cells = ((first == 1) & (second == 1), (first == 0) & (second == 1), (first == 1) & (second == 0),
-             (first == 0) & (second == 0))
+    cells = (
+        (first == 1) & (second == 1),
+        (first == 0) & (second == 1),
+        (first == 1) & (second == 0),
+        (first == 0) & (second == 0),
+    )
     return tuple(np.bincount(group[cell], minlength=size) for cell in cells)
 
 
@@ -244,8 +248,9 @@ def pairwise_cohen(readings: pd.DataFrame) -> pd.DataFrame:
             )
         )
     if not frames:
-        return pd.DataFrame(columns=["label", "reader_a", "reader_b", "kappa", "kappa_undefined", "n_items",
-                                     "agreement", "note"])
+        return pd.DataFrame(
+            columns=["label", "reader_a", "reader_b", "kappa", "kappa_undefined", "n_items", "agreement", "note"]
+        )
     # Label-major order, pairs in reader order within a label.
     table = pd.concat(frames, ignore_index=True)
     order = np.argsort(np.tile(np.arange(n_labels), len(frames)), kind="stable")

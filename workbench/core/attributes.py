@@ -23,31 +23,58 @@ SEVERITY_ORDER = ("mild", "moderate", "severe")
 SIDES = ("left", "right")
 # how a MeSH qualifier of OpenI names a severity (PITFALLS: mild/small/minimal/borderline, moderate,
 # severe/large); size words stand for severity the way a radiologist grades an effusion or a heart
-MESH_SEVERITY = {"mild": "mild", "small": "mild", "minimal": "mild", "borderline": "mild",
-                 "moderate": "moderate", "severe": "severe", "large": "severe"}
+MESH_SEVERITY = {
+    "mild": "mild",
+    "small": "mild",
+    "minimal": "mild",
+    "borderline": "mild",
+    "moderate": "moderate",
+    "severe": "severe",
+    "large": "severe",
+}
 MESH_SIDE = {"left": "left", "right": "right", "bilateral": "bilateral"}
 # OpenI MeSH headings that name a ChestX-ray14 label (the label gold itself comes from labels14.csv)
 OPENI_MESH_LABELS = {
-    "pulmonary atelectasis": "atelectasis", "atelectasis": "atelectasis", "cardiomegaly": "cardiomegaly",
-    "pleural effusion": "effusion", "infiltrate": "infiltration", "mass": "mass", "nodule": "nodule",
-    "pneumonia": "pneumonia", "pneumothorax": "pneumothorax", "consolidation": "consolidation",
-    "pulmonary edema": "edema", "edema": "edema", "emphysema": "emphysema", "pulmonary emphysema": "emphysema",
-    "pulmonary fibrosis": "fibrosis", "fibrosis": "fibrosis", "hernia, hiatal": "hernia",
+    "pulmonary atelectasis": "atelectasis",
+    "atelectasis": "atelectasis",
+    "cardiomegaly": "cardiomegaly",
+    "pleural effusion": "effusion",
+    "infiltrate": "infiltration",
+    "mass": "mass",
+    "nodule": "nodule",
+    "pneumonia": "pneumonia",
+    "pneumothorax": "pneumothorax",
+    "consolidation": "consolidation",
+    "pulmonary edema": "edema",
+    "edema": "edema",
+    "emphysema": "emphysema",
+    "pulmonary emphysema": "emphysema",
+    "pulmonary fibrosis": "fibrosis",
+    "fibrosis": "fibrosis",
+    "hernia, hiatal": "hernia",
     "thickening": "pleural_thickening",
 }
 # headings whose attributes are gold only with this qualifier: labels14 counts every MeSH "Thickening" as
 # Pleural_Thickening, but "Thickening/lung/upper lobe/bronchi/left" places bronchial thickening, not the pleura
 MESH_NEEDS = {"thickening": "pleura"}
-CATEGORY = {"side": "laterality/location", "zone": "laterality/location", "severity": "severity",
-            "change": "comparison"}
+CATEGORY = {
+    "side": "laterality/location",
+    "zone": "laterality/location",
+    "severity": "severity",
+    "change": "comparison",
+}
 ATTRIBUTE_PARSE_ERROR = "attribute_parse_error"
-REPORT_ERROR_RULE = ("report errors = presence FP + presence FN + attribute mismatches on matched findings "
-                     "(an attribute counts only when both sides give it a value; a missed finding is not "
-                     "also an attribute error), over the asked finding labels (No Finding and other derived "
-                     "labels are left out: they would count a finding twice)")
-ACCURACY_RULE = ("attribute accuracy = agreeing values / findings where labeller and reference are both "
-                 "positive and both give the attribute a value; coverage = share of the reference's valued "
-                 "attributes on matched findings that the labeller gave a value; 95% Wilson intervals")
+REPORT_ERROR_RULE = (
+    "report errors = presence FP + presence FN + attribute mismatches on matched findings "
+    "(an attribute counts only when both sides give it a value; a missed finding is not "
+    "also an attribute error), over the asked finding labels (No Finding and other derived "
+    "labels are left out: they would count a finding twice)"
+)
+ACCURACY_RULE = (
+    "attribute accuracy = agreeing values / findings where labeller and reference are both "
+    "positive and both give the attribute a value; coverage = share of the reference's valued "
+    "attributes on matched findings that the labeller gave a value; 95% Wilson intervals"
+)
 
 
 class AttributeParseError(WorkbenchError, ValueError):
@@ -63,7 +90,9 @@ def parse_attributes(raw: object, spec: Spec) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, value in raw.items():
         if name not in allowed:
-            raise AttributeParseError(f"unknown attribute {str(name)!r} (this label has: {', '.join(allowed) or 'none'})")
+            raise AttributeParseError(
+                f"unknown attribute {str(name)!r} (this label has: {', '.join(allowed) or 'none'})"
+            )
         if value is None or value == "":
             continue
         if not isinstance(value, str):
@@ -120,8 +149,9 @@ def mesh_attributes(mesh: str, spec_of: dict[str, Spec]) -> dict[str, dict[str, 
 # ---------------------------------------------------------------- the attribute reference
 
 
-def reference_attributes(readings: pd.DataFrame, values: pd.DataFrame, adjudicated: pd.DataFrame | None = None
-                         ) -> pd.DataFrame:
+def reference_attributes(
+    readings: pd.DataFrame, values: pd.DataFrame, adjudicated: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Per (report, label, attribute): the majority value of the readers who ticked the label, a tie
     settled by the latest adjudication (no reference while it waits).
 
@@ -142,7 +172,9 @@ def reference_attributes(readings: pd.DataFrame, values: pd.DataFrame, adjudicat
     out = pd.DataFrame(rows, columns=cols)
     if adjudicated is not None and not adjudicated.empty:
         last = adjudicated.drop_duplicates(["report_id", "label", "attribute"], keep="last")
-        out = out.merge(last.rename(columns={"value": "adjudicated"}), on=["report_id", "label", "attribute"], how="left")
+        out = out.merge(
+            last.rename(columns={"value": "adjudicated"}), on=["report_id", "label", "attribute"], how="left"
+        )
         settle = out["tie"] & out["adjudicated"].notna()
         out.loc[settle, "reference"] = out.loc[settle, "adjudicated"]
         out = out.drop(columns=["adjudicated"])
@@ -155,14 +187,17 @@ def vote_counts(readings: pd.DataFrame, values: pd.DataFrame) -> pd.DataFrame:
     ticked = readings[readings["value"] == 1][["report_id", "label", "reader"]]
     votes = values.merge(ticked, on=["report_id", "label", "reader"])  # only readers who ticked the label
     counts = votes.groupby(["report_id", "label", "attribute", "value"]).size().rename("n").reset_index()
-    return counts.sort_values(["report_id", "label", "attribute", "n", "value"], ascending=[True, True, True, False, True])
+    return counts.sort_values(
+        ["report_id", "label", "attribute", "n", "value"], ascending=[True, True, True, False, True]
+    )
 
 
 TIE_COLUMNS = ["report_id", "label", "attribute", "votes", "tied", "readers"]
 
 
-def attribute_ties(readings: pd.DataFrame, values: pd.DataFrame, adjudicated: pd.DataFrame | None = None
-                   ) -> pd.DataFrame:
+def attribute_ties(
+    readings: pd.DataFrame, values: pd.DataFrame, adjudicated: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Tied attribute votes no adjudication has settled: report_id, label, attribute, votes (every value
     with its count, "left 1, right 1"), tied (the values sharing the top count), readers (who gave one)."""
     import pandas as pd
@@ -172,22 +207,33 @@ def attribute_ties(readings: pd.DataFrame, values: pd.DataFrame, adjudicated: pd
     if waiting.empty:
         return pd.DataFrame(columns=TIE_COLUMNS)
     counts = vote_counts(readings, values)
-    open_keys = set(zip(waiting["report_id"], waiting["label"], waiting["attribute"]))
+    open_keys = set(zip(waiting["report_id"], waiting["label"], waiting["attribute"], strict=False))
     rows = []
     for key, group in counts.groupby(["report_id", "label", "attribute"], sort=True):
         if key not in open_keys:
             continue
         top = group["n"].max()
-        rows.append((*key, ", ".join(f"{v} {n}" for v, n in zip(group["value"], group["n"])),
-                     ", ".join(group.loc[group["n"] == top, "value"]), int(group["n"].sum())))
+        rows.append(
+            (
+                *key,
+                ", ".join(f"{v} {n}" for v, n in zip(group["value"], group["n"], strict=False)),
+                ", ".join(group.loc[group["n"] == top, "value"]),
+                int(group["n"].sum()),
+            )
+        )
     return pd.DataFrame(rows, columns=TIE_COLUMNS)
 
 
 # ---------------------------------------------------------------- scoring on matched findings
 
 
-def matched_rows(pred_presence: pd.DataFrame, ref_presence: pd.DataFrame, pred_attrs: pd.DataFrame,
-                 ref_attrs: pd.DataFrame, specs: dict[str, Spec]) -> pd.DataFrame:
+def matched_rows(
+    pred_presence: pd.DataFrame,
+    ref_presence: pd.DataFrame,
+    pred_attrs: pd.DataFrame,
+    ref_attrs: pd.DataFrame,
+    specs: dict[str, Spec],
+) -> pd.DataFrame:
     """One row per (report, label, attribute) of every matched finding (both sides positive):
     report_id, label, attribute, value (labeller, None when not given), reference (None when none).
 
@@ -211,8 +257,11 @@ def lookup(frame: pd.DataFrame) -> dict:
     """(report_id, label, attribute) -> value of a long attribute frame."""
     if frame is None or frame.empty:
         return {}
-    return {(r, lab, a): v for r, lab, a, v in frame[["report_id", "label", "attribute", "value"]].itertuples(index=False)
-            if isinstance(v, str) and v}
+    return {
+        (r, lab, a): v
+        for r, lab, a, v in frame[["report_id", "label", "attribute", "value"]].itertuples(index=False)
+        if isinstance(v, str) and v
+    }
 
 
 def attribute_accuracy(matched: pd.DataFrame, ci: str = "wilson") -> pd.DataFrame:
@@ -224,16 +273,33 @@ def attribute_accuracy(matched: pd.DataFrame, ci: str = "wilson") -> pd.DataFram
 
     from workbench.core.metrics import proportion_ci_arrays
 
-    cols = ["label", "attribute", "category", "matched", "reference", "n", "correct", "accuracy", "accuracy_lo",
-            "accuracy_hi", "coverage", "coverage_lo", "coverage_hi"]
+    cols = [
+        "label",
+        "attribute",
+        "category",
+        "matched",
+        "reference",
+        "n",
+        "correct",
+        "accuracy",
+        "accuracy_lo",
+        "accuracy_hi",
+        "coverage",
+        "coverage_lo",
+        "coverage_hi",
+    ]
     if matched.empty:
         return pd.DataFrame(columns=cols)
-    m = matched.assign(has_ref=matched["reference"].notna(), has_both=matched["reference"].notna() & matched["value"].notna())
+    m = matched.assign(
+        has_ref=matched["reference"].notna(), has_both=matched["reference"].notna() & matched["value"].notna()
+    )
     m["agree"] = m["has_both"] & (m["value"] == m["reference"])
     per = m.groupby(["label", "attribute"], sort=False).agg(
-        matched=("report_id", "size"), reference=("has_ref", "sum"), n=("has_both", "sum"), correct=("agree", "sum"))
+        matched=("report_id", "size"), reference=("has_ref", "sum"), n=("has_both", "sum"), correct=("agree", "sum")
+    )
     pooled = m.groupby("attribute", sort=False).agg(
-        matched=("report_id", "size"), reference=("has_ref", "sum"), n=("has_both", "sum"), correct=("agree", "sum"))
+        matched=("report_id", "size"), reference=("has_ref", "sum"), n=("has_both", "sum"), correct=("agree", "sum")
+    )
     pooled.index = pd.MultiIndex.from_tuples([("all", a) for a in pooled.index], names=["label", "attribute"])
     table = pd.concat([per, pooled]).reset_index()
     k, n, ref = (table[c].to_numpy(dtype=float) for c in ("correct", "n", "reference"))
@@ -272,8 +338,9 @@ def mismatches(matched: pd.DataFrame) -> pd.DataFrame:
 LABEL_ERROR_COLUMNS = ["label", "support", "fp", "fn", "attribute_mismatches", "errors"]
 
 
-def label_errors(pred_presence: pd.DataFrame, ref_presence: pd.DataFrame, matched: pd.DataFrame,
-                 labels: list[str]) -> pd.DataFrame:
+def label_errors(
+    pred_presence: pd.DataFrame, ref_presence: pd.DataFrame, matched: pd.DataFrame, labels: list[str]
+) -> pd.DataFrame:
     """The report-level error count per finding label (support = reference positives), plus an `all` row
     with the sums: the per-finding table beside the report-level figure (SPEC-CXR)."""
     import pandas as pd
@@ -282,17 +349,24 @@ def label_errors(pred_presence: pd.DataFrame, ref_presence: pd.DataFrame, matche
     r = ref_presence.reindex(index=p.index, columns=labels).astype(float)
     wrong = mismatches(matched[matched["report_id"].isin(set(p.index))]) if not matched.empty else matched
     by_label = wrong.groupby("label").size() if len(wrong) else pd.Series(dtype=int)
-    out = pd.DataFrame({"label": labels, "support": (r == 1).sum().to_numpy(), "fp": ((p == 1) & (r == 0)).sum().to_numpy(),
-                        "fn": ((p == 0) & (r == 1)).sum().to_numpy(),
-                        "attribute_mismatches": by_label.reindex(labels).fillna(0).to_numpy()})
+    out = pd.DataFrame(
+        {
+            "label": labels,
+            "support": (r == 1).sum().to_numpy(),
+            "fp": ((p == 1) & (r == 0)).sum().to_numpy(),
+            "fn": ((p == 0) & (r == 1)).sum().to_numpy(),
+            "attribute_mismatches": by_label.reindex(labels).fillna(0).to_numpy(),
+        }
+    )
     out["errors"] = out["fp"] + out["fn"] + out["attribute_mismatches"]
     total = out[LABEL_ERROR_COLUMNS[1:]].sum()
     out = pd.concat([out, pd.DataFrame([{"label": "all", **total.to_dict()}])], ignore_index=True)
     return out.astype({c: int for c in LABEL_ERROR_COLUMNS[1:]})[LABEL_ERROR_COLUMNS]
 
 
-def report_errors(pred_presence: pd.DataFrame, ref_presence: pd.DataFrame, matched: pd.DataFrame,
-                  labels: list[str]) -> pd.DataFrame:
+def report_errors(
+    pred_presence: pd.DataFrame, ref_presence: pd.DataFrame, matched: pd.DataFrame, labels: list[str]
+) -> pd.DataFrame:
     """Per report: presence FP, FN, attribute mismatches and their sum (the SPEC-CXR report-level count)."""
     import pandas as pd
 

@@ -27,7 +27,9 @@ from enum import StrEnum
 
 import numpy as np
 import pandas as pd
+
 from workbench.errors import UserError
+
 # scipy.special and scipy.stats are imported where used (_special()): `metrics` with the default
 # 95% Wilson intervals needs neither, and importing scipy is a sizeable part of a cold start.
 _NORMAL_CRIT = {0.05: 1.9599639845400545}  # -scipy.special.ndtri(alpha / 2), bit for bit (tested)
@@ -44,6 +46,7 @@ def _normal_crit(alpha: float) -> float:
     """Two-sided standard normal critical value, -ndtri(alpha/2) (the usual alpha from the table)."""
     crit = _NORMAL_CRIT.get(alpha)
     return crit if crit is not None else float(-_special().ndtri(alpha / 2.0))
+
 
 __all__ = [
     "ZeroDivisionPolicy",
@@ -185,13 +188,13 @@ def _aligned(first: pd.DataFrame, *others: pd.DataFrame, names: tuple[str, ...])
     if first.index.has_duplicates or first.columns.has_duplicates:
         raise ValueError(f"{names[0]} has duplicate report ids or label ids")
     frames = [first]
-    for other, name in zip(others, names[1:]):
+    for other, name in zip(others, names[1:], strict=False):
         same_rows = other.index.sort_values().equals(first.index.sort_values())
         same_cols = set(other.columns) == set(first.columns) and len(other.columns) == len(first.columns)
         if not (same_rows and same_cols):
             raise ValueError(f"{name} must have the same reports (index) and labels (columns) as {names[0]}")
         frames.append(other.reindex(index=first.index, columns=first.columns))
-    return [_matrix(frame, name) for frame, name in zip(frames, names)]
+    return [_matrix(frame, name) for frame, name in zip(frames, names, strict=False)]
 
 
 def _by_report_id(frame: pd.DataFrame) -> pd.DataFrame:
@@ -259,10 +262,8 @@ def _kappa_notes(tp, fp, fn, tn, names) -> np.ndarray:
         ],
         [
             "no evaluable items",
-            f"{first} and {second} are all " + first_value
-            + ": agreement is perfect but kappa is undefined",
-            f"{first} is all " + first_value + f" and {second} is all " + second_value
-            + ": kappa is 0 by construction",
+            f"{first} and {second} are all " + first_value + ": agreement is perfect but kappa is undefined",
+            f"{first} is all " + first_value + f" and {second} is all " + second_value + ": kappa is 0 by construction",
             f"{first} is all " + first_value + ": kappa is 0 by construction; read accuracy instead",
             f"{second} is all " + second_value + ": kappa is 0 by construction; read accuracy instead",
         ],
@@ -335,9 +336,9 @@ class MacroFigure:
     """A macro mean over labels and which labels it averages (the one macro rule: `macro_figure`)."""
 
     value: float
-    averaged: tuple[str, ...]   # the labels whose values enter the mean
-    left_out: tuple[str, ...]   # undefined labels the policy leaves out (undefined / exclude)
-    filled: tuple[str, ...]     # undefined labels the policy counts as 0 or 1 (zero / one)
+    averaged: tuple[str, ...]  # the labels whose values enter the mean
+    left_out: tuple[str, ...]  # undefined labels the policy leaves out (undefined / exclude)
+    filled: tuple[str, ...]  # undefined labels the policy counts as 0 or 1 (zero / one)
     policy: str
 
     @property
@@ -347,13 +348,18 @@ class MacroFigure:
 
     def describe(self) -> str:
         """Which labels the mean covers, in words (printed beside every macro figure)."""
-        text = f"mean over {len(self.averaged)} of {self.n_labels} labels" if self.left_out else \
-            f"mean over {len(self.averaged)} labels"
+        text = (
+            f"mean over {len(self.averaged)} of {self.n_labels} labels"
+            if self.left_out
+            else f"mean over {len(self.averaged)} labels"
+        )
         if self.left_out:
             text += f"; left out (no positive on either side): {', '.join(self.left_out)}"
         if self.filled:
-            text += (f"; {', '.join(self.filled)} (no positive on either side) count"
-                     f"{'s' * (len(self.filled) == 1)} as {_FILL[ZeroDivisionPolicy(self.policy)]:g}")
+            text += (
+                f"; {', '.join(self.filled)} (no positive on either side) count"
+                f"{'s' * (len(self.filled) == 1)} as {_FILL[ZeroDivisionPolicy(self.policy)]:g}"
+            )
         return f"{text} (zero_division: {self.policy})"
 
 
@@ -368,9 +374,13 @@ def macro_figure(values, undefined, zero_division: str) -> MacroFigure:
     mean, _ = _macro(filled.to_numpy())
     kept = filled.notna()
     labels = [str(x) for x in values.index]
-    return MacroFigure(float(mean), tuple(lab for lab, k in zip(labels, kept) if k),
-                       tuple(lab for lab, k in zip(labels, kept) if not k),
-                       tuple(lab for lab, u, k in zip(labels, undefined, kept) if u and k), policy.value)
+    return MacroFigure(
+        float(mean),
+        tuple(lab for lab, k in zip(labels, kept, strict=False) if k),
+        tuple(lab for lab, k in zip(labels, kept, strict=False) if not k),
+        tuple(lab for lab, u, k in zip(labels, undefined, kept, strict=False) if u and k),
+        policy.value,
+    )
 
 
 def f1_from_counts(table: pd.DataFrame, zero_division: str = "undefined") -> pd.Series:
@@ -388,7 +398,7 @@ def averages(table: pd.DataFrame, zero_division: str = "undefined", ci: str = "w
     policy = _policy(zero_division)
     tp, fp, fn, tn = (table[col].to_numpy(dtype=float) for col in ("tp", "fp", "fn", "tn"))
     out: dict = {"zero_division": policy.value, "ci": ci, "n_labels": int(len(table))}
-    sums = {name: float(x.sum()) for name, x in zip(("tp", "fp", "fn", "tn"), (tp, fp, fn, tn))}
+    sums = {name: float(x.sum()) for name, x in zip(("tp", "fp", "fn", "tn"), (tp, fp, fn, tn), strict=False)}
     out["micro_n"] = int(sum(sums.values()))
     out.update({f"micro_{name}": int(v) for name, v in sums.items()})
     micro = _per_label(*(np.array(sums[k]) for k in ("tp", "fp", "fn", "tn")), policy)
@@ -401,7 +411,9 @@ def averages(table: pd.DataFrame, zero_division: str = "undefined", ci: str = "w
         if name in dens:
             out[f"micro_{name}_lo"], out[f"micro_{name}_hi"] = proportion_ci(nums[name], dens[name], ci)
     for name, (value, undefined) in _per_label(tp, fp, fn, tn, policy).items():
-        figure = macro_figure(pd.Series(value, index=table.index), pd.Series(undefined, index=table.index), policy.value)
+        figure = macro_figure(
+            pd.Series(value, index=table.index), pd.Series(undefined, index=table.index), policy.value
+        )
         out[f"macro_{name}"] = figure.value
         out[f"macro_{name}_labels_used"] = len(figure.averaged)
         out[f"macro_{name}_labels_undefined"] = int(undefined.sum())
@@ -484,7 +496,9 @@ def bootstrap_macro_f1(
     n_rows, n_labels = t.shape
     full = _indicators(t, p).sum(axis=0)
     estimate = _macro(_f1(full[:n_labels], full[n_labels : 2 * n_labels], full[2 * n_labels :], policy)[0])[0]
-    values = [_macro(_f1(tp, fp, fn, policy)[0], axis=1)[0] for tp, fp, fn in _resampled_counts(t, p, n_resamples, seed)]
+    values = [
+        _macro(_f1(tp, fp, fn, policy)[0], axis=1)[0] for tp, fp, fn in _resampled_counts(t, p, n_resamples, seed)
+    ]
     samples = np.concatenate(values)
     finite = samples[~np.isnan(samples)]
     q_lo, q_hi = alpha / 2, 1 - alpha / 2
@@ -525,7 +539,9 @@ def bootstrap_label_f1(
     """
     _check_alpha(alpha)
     t, p = _aligned(_by_report_id(y_true), y_pred, names=("y_true", "y_pred"))
-    parts = [_f1(tp, fp, fn, ZeroDivisionPolicy.UNDEFINED)[0] for tp, fp, fn in _resampled_counts(t, p, n_resamples, seed)]
+    parts = [
+        _f1(tp, fp, fn, ZeroDivisionPolicy.UNDEFINED)[0] for tp, fp, fn in _resampled_counts(t, p, n_resamples, seed)
+    ]
     lo, hi = _percentile_bounds(parts, t.shape[1], alpha)
     return pd.DataFrame({"f1_lo": lo, "f1_hi": hi}, index=pd.Index(y_true.columns, name="label"))
 
@@ -603,7 +619,7 @@ def mcnemar_power(n: int, p_broken: float, p_fixed: float, alpha: float, min_dis
     d = np.arange(lo, hi + 1)
     # largest smaller count with exact p < alpha: cdf(k; D, 1/2) < alpha / 2
     k = stats.binom.ppf(alpha / 2, d, 0.5).astype(np.int64)
-    k -= (stats.binom.cdf(k, d, 0.5) >= alpha / 2)
+    k -= stats.binom.cdf(k, d, 0.5) >= alpha / 2
     q = p_broken / psi
     reject = np.where(k >= 0, stats.binom.cdf(k, d, q) + stats.binom.sf(d - k - 1, d, q), 0.0)
     return float(np.sum(stats.binom.pmf(d, n, psi) * reject))
@@ -617,8 +633,9 @@ def _connor_size(p_broken: float, p_fixed: float, alpha: float, power: float) ->
     return (za * np.sqrt(psi) + zb * np.sqrt(psi - delta**2)) ** 2 / delta**2
 
 
-def reports_for_power(p_broken: float, p_fixed: float, alpha: float, power: float = POWER,
-                      min_discordant: int = 0) -> int | None:
+def reports_for_power(
+    p_broken: float, p_fixed: float, alpha: float, power: float = POWER, min_discordant: int = 0
+) -> int | None:
     """Paired reports at which the exact McNemar test reaches `power` (None above _MAX_REPORTS).
 
     Starts from Connor's approximation, doubles until the exact power is reached, then bisects
@@ -701,12 +718,21 @@ def compare_labels(
     out["p_holm"] = holm(out["p_value"])
     out["verdict"] = _verdicts(broken, fixed, out["p_holm"], alpha, min_discordant)
     alpha_power = alpha / max(int(np.sum(~np.isnan(out["p_value"]))), 1)  # Holm's strictest step
-    needed = [_reports_needed(int(x), int(y), int(m), alpha_power, min_discordant) for x, y, m in zip(broken, fixed, n)]
+    needed = [
+        _reports_needed(int(x), int(y), int(m), alpha_power, min_discordant)
+        for x, y, m in zip(broken, fixed, n, strict=False)
+    ]
     out["reports_needed"] = np.array([value for value, _ in needed], dtype=float)
     out["reports_note"] = np.array([note for _, note in needed], dtype=object)
     table = pd.DataFrame(out, index=pd.Index(y_true.columns, name="label"))
-    table.attrs.update(mid_p=mid_p, alpha=alpha, min_discordant=min_discordant, zero_division=policy.value,
-                       alpha_power=alpha_power, power=POWER)
+    table.attrs.update(
+        mid_p=mid_p,
+        alpha=alpha,
+        min_discordant=min_discordant,
+        zero_division=policy.value,
+        alpha_power=alpha_power,
+        power=POWER,
+    )
     table["verdict_note"] = verdict_notes(table)
     return table
 
@@ -723,17 +749,24 @@ def verdict_notes(table: pd.DataFrame) -> np.ndarray:
     for row in table.itertuples():
         called = row.verdict in ("better", "worse")
         changed = int(row.b + row.c)
-        why_not = (f"only {changed} changed case(s), fewer than the {least} a verdict needs" if row.verdict == "undecided"
-                   else f"Holm-adjusted over {m} labels p = {p_text(row.p_holm)}, not below {alpha}")
+        why_not = (
+            f"only {changed} changed case(s), fewer than the {least} a verdict needs"
+            if row.verdict == "undecided"
+            else f"Holm-adjusted over {m} labels p = {p_text(row.p_holm)}, not below {alpha}"
+        )
         excludes = has_interval and row.delta_f1_lo == row.delta_f1_lo and (row.delta_f1_lo > 0 or row.delta_f1_hi < 0)
         if not called and excludes:
-            notes.append(f"the 95% interval of the change in F1 [{row.delta_f1_lo:+.3f}, {row.delta_f1_hi:+.3f}] "
-                         f"excludes 0 (unadjusted) but the test does not decide: {why_not}")
+            notes.append(
+                f"the 95% interval of the change in F1 [{row.delta_f1_lo:+.3f}, {row.delta_f1_hi:+.3f}] "
+                f"excludes 0 (unadjusted) but the test does not decide: {why_not}"
+            )
         elif not called and row.p_value == row.p_value and row.p_value < alpha and row.verdict != "no change":
             notes.append(f"p = {p_text(row.p_value)} before adjustment, but {why_not}")
         elif called and has_interval and row.delta_f1_lo == row.delta_f1_lo and row.delta_f1_lo <= 0 <= row.delta_f1_hi:
-            notes.append(f"McNemar counts right and wrong answers ({row.c} fixed, {row.b} broken); the change in F1 "
-                         f"[{row.delta_f1_lo:+.3f}, {row.delta_f1_hi:+.3f}] includes 0 (F1 weighs positives only)")
+            notes.append(
+                f"McNemar counts right and wrong answers ({row.c} fixed, {row.b} broken); the change in F1 "
+                f"[{row.delta_f1_lo:+.3f}, {row.delta_f1_hi:+.3f}] includes 0 (F1 weighs positives only)"
+            )
         else:
             notes.append("")
     return np.array(notes, dtype=object)
@@ -774,9 +807,7 @@ def fixed_and_broken(y_true: pd.DataFrame, pred_a: pd.DataFrame, pred_b: pd.Data
     )
 
 
-def subset_accuracy(
-    y_true: pd.DataFrame, y_pred: pd.DataFrame, mask: pd.DataFrame, ci: str = "wilson"
-) -> pd.DataFrame:
+def subset_accuracy(y_true: pd.DataFrame, y_pred: pd.DataFrame, mask: pd.DataFrame, ci: str = "wilson") -> pd.DataFrame:
     """Per-label accuracy with interval over the cells where mask is True (e.g. unanimous votes)."""
     t, p = _aligned(y_true, y_pred, names=("y_true", "y_pred"))
     if not (mask.index.sort_values().equals(y_true.index.sort_values()) and set(mask.columns) == set(y_true.columns)):
@@ -820,8 +851,10 @@ def bootstrap_delta_f1(
     k = t.shape[1]
     parts = []
     for counts in _resampled_sums(np.hstack([_indicators(t, a), _indicators(t, b)]), n_resamples, seed):
-        f1_a = _f1(counts[:, :k], counts[:, k:2 * k], counts[:, 2 * k:3 * k], ZeroDivisionPolicy.UNDEFINED)[0]
-        f1_b = _f1(counts[:, 3 * k:4 * k], counts[:, 4 * k:5 * k], counts[:, 5 * k:], ZeroDivisionPolicy.UNDEFINED)[0]
+        f1_a = _f1(counts[:, :k], counts[:, k : 2 * k], counts[:, 2 * k : 3 * k], ZeroDivisionPolicy.UNDEFINED)[0]
+        f1_b = _f1(
+            counts[:, 3 * k : 4 * k], counts[:, 4 * k : 5 * k], counts[:, 5 * k :], ZeroDivisionPolicy.UNDEFINED
+        )[0]
         parts.append(f1_b - f1_a)
     lo, hi = _percentile_bounds(parts, k, alpha)
     return pd.DataFrame({"delta_f1_lo": lo, "delta_f1_hi": hi}, index=pd.Index(y_true.columns, name="label"))

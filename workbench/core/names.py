@@ -24,7 +24,8 @@ HIDDEN = re.compile(
     "[\x00-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160\u180e"
     "\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\u2800\u3164\ufeff\uffa0\ufff9-\ufffb"
     "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
-    "\U000e0001\U000e0020-\U000e007f]")
+    "\U000e0001\U000e0020-\U000e007f]"
+)
 # in report text: every C0 control but tab, line feed and carriage return (the importers accept CRLF files)
 TEXT_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
@@ -46,11 +47,15 @@ def check_cohort_name(name: str) -> str:
     if not isinstance(name, str) or not name.strip():
         raise UserError("a cohort name cannot be blank; give a short name such as dev, test or external")
     if len(name) > MAX_COHORT_CHARS:
-        raise UserError(f"cohort name is {len(name):,} characters long; at most {MAX_COHORT_CHARS} (a short name such as dev)")
+        raise UserError(
+            f"cohort name is {len(name):,} characters long; at most {MAX_COHORT_CHARS} (a short name such as dev)"
+        )
     hidden = first_hidden(name)
     if hidden:
-        raise UserError(f"cohort name {name.encode('unicode_escape').decode('ascii')!r} contains {hidden}: "
-                        "no line breaks, control, zero-width or direction characters; type the name plainly")
+        raise UserError(
+            f"cohort name {name.encode('unicode_escape').decode('ascii')!r} contains {hidden}: "
+            "no line breaks, control, zero-width or direction characters; type the name plainly"
+        )
     if name != name.strip():
         raise UserError(f"cohort name {name!r} starts or ends with spaces; give it without them")
     return name

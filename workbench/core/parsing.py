@@ -121,8 +121,9 @@ class ReplyMemo:
         return decision
 
 
-def parse_joint_reply(text: str | None, label_ids: list[str], report_text: str | None = None,
-                      specs: dict[str, Spec] | None = None) -> dict[str, Decision]:
+def parse_joint_reply(
+    text: str | None, label_ids: list[str], report_text: str | None = None, specs: dict[str, Spec] | None = None
+) -> dict[str, Decision]:
     """Parse a joint reply for several labels; a missing label fails alone; specs: label -> its attributes."""
     try:
         return _parse_joint_reply(text, label_ids, report_text, specs or {})
@@ -130,8 +131,9 @@ def parse_joint_reply(text: str | None, label_ids: list[str], report_text: str |
         return {lid: _fail(TOO_DEEP) for lid in label_ids}
 
 
-def _parse_joint_reply(text: str | None, label_ids: list[str], report_text: str | None,
-                       specs: dict[str, Spec]) -> dict[str, Decision]:
+def _parse_joint_reply(
+    text: str | None, label_ids: list[str], report_text: str | None, specs: dict[str, Spec]
+) -> dict[str, Decision]:
     if text is None:
         return {lid: Decision(None, "", "call_error", "no reply: the call failed") for lid in label_ids}
     if not isinstance(text, str):
@@ -196,7 +198,7 @@ def _strip_think(text: str) -> tuple[str, bool]:
     if "<think>" in lower:  # unclosed: the reply was cut while reasoning
         return body[: lower.index("<think>")], True
     if "</think>" in lower:  # some servers strip the opening tag only
-        body = body[lower.rindex("</think>") + len("</think>"):]
+        body = body[lower.rindex("</think>") + len("</think>") :]
     return body, False
 
 
@@ -245,7 +247,7 @@ def _brace_chunks(text: str):
         elif ch == "}" and depth > 0:
             depth -= 1
             if depth == 0:
-                yield text[start: i + 1]
+                yield text[start : i + 1]
 
 
 def _load(chunk: str) -> tuple[object, bool]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from workbench.core.prompts import Example, LabelPrompt, PromptSet, TEMPORAL_KEYS
+from workbench.core.prompts import TEMPORAL_KEYS, Example, LabelPrompt, PromptSet
 
 # Labels whose wording overlaps in reports: a policy difference between them needs a reason.
 RELATED_GROUPS: tuple[tuple[str, ...], ...] = (
@@ -42,8 +42,12 @@ def policy_table(ps: PromptSet, names: dict[str, str]) -> pd.DataFrame:
     for label_id, lp in ps.labels.items():
         row = {"label": label_id, "name": names.get(label_id, label_id), "hedged": lp.hedged}
         row.update({k: v for k, v in lp.temporal})
-        row.update(look_for=len(lp.look_for), exclusions=len(lp.do_not_label_when), examples=len(lp.examples),
-                   positive_examples=sum(ex.value == 1 for ex in lp.examples))
+        row.update(
+            look_for=len(lp.look_for),
+            exclusions=len(lp.do_not_label_when),
+            examples=len(lp.examples),
+            positive_examples=sum(ex.value == 1 for ex in lp.examples),
+        )
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -69,14 +73,24 @@ def _group_conflicts(ps: PromptSet, members: list[str], names: dict[str, str]) -
     hedges = {m: ps.labels[m].hedged for m in members}
     if len(set(hedges.values())) > 1:
         parts = ", ".join(f"{names.get(m, m)}: {v}" for m, v in hedges.items())
-        found.append(Finding("hedge policy differs", tuple(members),
-                             f'"cannot exclude"/"possible" is counted differently for related labels ({parts})'))
+        found.append(
+            Finding(
+                "hedge policy differs",
+                tuple(members),
+                f'"cannot exclude"/"possible" is counted differently for related labels ({parts})',
+            )
+        )
     for key in TEMPORAL_KEYS:
         values = {m: ps.labels[m].temporal_policy()[key] for m in members}
         if len(set(values.values())) > 1:
             parts = ", ".join(f"{names.get(m, m)}: {v}" for m, v in values.items())
-            found.append(Finding(f"temporal policy differs ({key})", tuple(members),
-                                 f'"{key}" wording is counted differently for related labels ({parts})'))
+            found.append(
+                Finding(
+                    f"temporal policy differs ({key})",
+                    tuple(members),
+                    f'"{key}" wording is counted differently for related labels ({parts})',
+                )
+            )
     return found
 
 
@@ -86,18 +100,34 @@ def label_warnings(lp: LabelPrompt, name: str) -> list[Finding]:
     excluded = {p.lower() for rule in lp.do_not_label_when for p in QUOTED.findall(rule)}
     both = sorted(p for p in lp.look_for if p.lower() in excluded)
     if both:
-        found.append(Finding("look-for phrase also excluded", (lp.label,),
-                             f"{name}: {', '.join(both)} is both a look-for phrase and an exclusion"))
+        found.append(
+            Finding(
+                "look-for phrase also excluded",
+                (lp.label,),
+                f"{name}: {', '.join(both)} is both a look-for phrase and an exclusion",
+            )
+        )
     values = {ex.value for ex in lp.examples}
     if len(lp.examples) >= 2 and len(values) == 1:
         cls = "positive" if values == {1} else "negative"
-        found.append(Finding("examples all one class", (lp.label,),
-                             f"{name}: all {len(lp.examples)} few-shot examples are {cls}; add a counter-example"))
+        found.append(
+            Finding(
+                "examples all one class",
+                (lp.label,),
+                f"{name}: all {len(lp.examples)} few-shot examples are {cls}; add a counter-example",
+            )
+        )
     texts = {}
     for ex in lp.examples:
         key = ex.text.strip().lower()
         if key in texts and texts[key] != ex.value:
-            found.append(Finding("contradictory examples", (lp.label,), f"{name}: the example {ex.text[:60]!r} appears as both 0 and 1"))
+            found.append(
+                Finding(
+                    "contradictory examples",
+                    (lp.label,),
+                    f"{name}: the example {ex.text[:60]!r} appears as both 0 and 1",
+                )
+            )
         texts[key] = ex.value
     return found
 
@@ -108,7 +138,7 @@ def _listed(items) -> list[str]:
 
 
 def _example_details(examples) -> dict[str, tuple]:
-    """"[value] text" -> (why, source, note) for spotting examples changed in place."""
+    """ "[value] text" -> (why, source, note) for spotting examples changed in place."""
     return {f"[{e.value}] {e.text}": (e.why, e.source_report_id, e.note) for e in examples}
 
 
@@ -145,11 +175,23 @@ def diff_is_empty(diff: dict) -> bool:
     return not any(diff.get(k) for k in ("changed", "added", "removed", "created", "deleted"))
 
 
-def example_from_case(report_text: str, value: int, why: str, report_id: str | None, note: str | None,
-                      evidence: str = "", max_chars: int = 600) -> Example:
+def example_from_case(
+    report_text: str,
+    value: int,
+    why: str,
+    report_id: str | None,
+    note: str | None,
+    evidence: str = "",
+    max_chars: int = 600,
+) -> Example:
     """A few-shot example from a disagreement: the deciding sentence when known, else the report."""
     text = evidence.strip() if evidence and evidence.strip() and evidence in report_text else report_text.strip()
     if len(text) > max_chars:
         text = text[:max_chars].rsplit(" ", 1)[0] + " ..."
-    return Example(text=text, value=int(value), why=why.strip() or "taken from a reviewed disagreement",
-                   source_report_id=report_id, note=note)
+    return Example(
+        text=text,
+        value=int(value),
+        why=why.strip() or "taken from a reviewed disagreement",
+        source_report_id=report_id,
+        note=note,
+    )

@@ -15,6 +15,7 @@ import json.encoder
 import string
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+
 from workbench.errors import NotFound, WorkbenchError
 
 TASK_FILE = "_task.yaml"
@@ -34,17 +35,64 @@ ATTRIBUTE_CUE_PREFIX = "attribute:"
 
 # Default cue lists for the offline labeller and for the policy sentences; a task file may override.
 DEFAULT_CUES: dict[str, tuple[str, ...]] = {
-    "negation": ("no", "not", "without", "negative for", "free of", "absence of", "no evidence of",
-                 "no sign of", "no signs of", "rule out", "ruled out", "clear of", "removed", "resolution of"),
-    "hedge": ("cannot exclude", "cannot be excluded", "can not be excluded", "not excluded", "possible",
-              "possibly", "may represent", "may be", "questionable", "suspicious for", "suggestive of",
-              "concerning for", "likely", "probable", "versus", "vs", "differential", "could represent",
-              "question of", "borderline"),
-    "resolved": ("resolved", "no longer", "interval resolution", "has cleared", "have cleared", "removed",
-                 "interval removal"),
+    "negation": (
+        "no",
+        "not",
+        "without",
+        "negative for",
+        "free of",
+        "absence of",
+        "no evidence of",
+        "no sign of",
+        "no signs of",
+        "rule out",
+        "ruled out",
+        "clear of",
+        "removed",
+        "resolution of",
+    ),
+    "hedge": (
+        "cannot exclude",
+        "cannot be excluded",
+        "can not be excluded",
+        "not excluded",
+        "possible",
+        "possibly",
+        "may represent",
+        "may be",
+        "questionable",
+        "suspicious for",
+        "suggestive of",
+        "concerning for",
+        "likely",
+        "probable",
+        "versus",
+        "vs",
+        "differential",
+        "could represent",
+        "question of",
+        "borderline",
+    ),
+    "resolved": (
+        "resolved",
+        "no longer",
+        "interval resolution",
+        "has cleared",
+        "have cleared",
+        "removed",
+        "interval removal",
+    ),
     "stable": ("stable", "unchanged", "persistent", "again seen", "again noted", "redemonstrated", "similar"),
-    "improving": ("improving", "improved", "resolving", "decreased", "decreasing", "smaller", "less prominent",
-                  "diminished"),
+    "improving": (
+        "improving",
+        "improved",
+        "resolving",
+        "decreased",
+        "decreasing",
+        "smaller",
+        "less prominent",
+        "diminished",
+    ),
     # deliberately narrow: "chronic ILD" or "old rib fracture" still describe a present finding
     "prior": ("history of", "previously treated", "on the prior study only"),
     "scope_break": ("but", "however", "although", "though", "except", "which", "otherwise"),
@@ -129,7 +177,7 @@ class PromptSet:
         """Report ids used as few-shot examples anywhere in the set (left out of evaluation)."""
         return {ex.source_report_id for lp in self.labels.values() for ex in lp.examples if ex.source_report_id}
 
-    def with_label(self, lp: LabelPrompt) -> "PromptSet":
+    def with_label(self, lp: LabelPrompt) -> PromptSet:
         """A copy with one label's prompt replaced."""
         labels = dict(self.labels)
         labels[lp.label] = lp
@@ -145,7 +193,9 @@ def _require_keys(data: object, required, optional, where: str) -> dict:
         raise PromptError(f"{where}: must be a mapping")
     unknown = sorted(set(data) - set(required) - set(optional))
     if unknown:
-        raise PromptError(f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(list(required) + list(optional))})")
+        raise PromptError(
+            f"{where}: unknown key {unknown[0]!r} (allowed: {', '.join(list(required) + list(optional))})"
+        )
     for key in required:
         if key not in data or data[key] is None:
             raise PromptError(f"{where}: missing key {key!r}")
@@ -175,9 +225,13 @@ def parse_example(data: object, where: str) -> Example:
     if not str(d["text"]).strip():
         raise PromptError(f"{where}.text: must not be empty")
     src = d.get("source_report_id")
-    return Example(text=str(d["text"]).strip(), value=int(value), why=str(d["why"]).strip(),
-                   source_report_id=str(src) if src not in (None, "") else None,
-                   note=str(d["note"]).strip() if d.get("note") else None)
+    return Example(
+        text=str(d["text"]).strip(),
+        value=int(value),
+        why=str(d["why"]).strip(),
+        source_report_id=str(src) if src not in (None, "") else None,
+        note=str(d["note"]).strip() if d.get("note") else None,
+    )
 
 
 def parse_label_prompt(data: object, source: str) -> LabelPrompt:
@@ -190,7 +244,9 @@ def parse_label_prompt(data: object, source: str) -> LabelPrompt:
         if not isinstance(d[key], str) or not d[key].strip():
             raise PromptError(f"{source}: {key!r} must be a non-empty string")
     return LabelPrompt(
-        label=d["label"].strip(), task=d["task"].strip(), definition=d["definition"].strip(),
+        label=d["label"].strip(),
+        task=d["task"].strip(),
+        definition=d["definition"].strip(),
         look_for=_str_list(d["look_for"], f"{source}: look_for"),
         do_not_label_when=_str_list(d["do_not_label_when"], f"{source}: do_not_label_when"),
         hedged=_policy(d["hedged"], f"{source}: hedged"),
@@ -214,8 +270,11 @@ def parse_task(data: object, source: str = TASK_FILE) -> TaskSpec:
         if key not in CUE_KEYS:
             raise PromptError(f"{source}: cues: unknown key {key!r} (allowed: {', '.join(CUE_KEYS)})")
     return TaskSpec(
-        mode=d["mode"], system=str(d["system"]).strip(), per_label_template=str(d["per_label_template"]),
-        joint_template=str(d["joint_template"]), output_format=str(d["output_format"]).strip(),
+        mode=d["mode"],
+        system=str(d["system"]).strip(),
+        per_label_template=str(d["per_label_template"]),
+        joint_template=str(d["joint_template"]),
+        output_format=str(d["output_format"]).strip(),
         joint_output_format=str(d["joint_output_format"]).strip(),
         cues=tuple((k, _str_list(v, f"{source}: cues.{k}")) for k, v in sorted(cues.items())),
         description=str(d.get("description") or "").strip(),
@@ -231,9 +290,16 @@ def _attribute_cues(data: object, source: str) -> tuple:
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise PromptError(f"{source}: attribute_cues must map an attribute to {{value: [phrases]}}")
     # sorted: a frozen bundle stores the task as canonical (sorted-key) JSON, and must load back equal
-    return tuple((str(name), tuple((str(value), _str_list(phrases, f"{source}: attribute_cues.{name}.{value}"))
-                                   for value, phrases in sorted(values.items())))
-                 for name, values in sorted(data.items()))
+    return tuple(
+        (
+            str(name),
+            tuple(
+                (str(value), _str_list(phrases, f"{source}: attribute_cues.{name}.{value}"))
+                for value, phrases in sorted(values.items())
+            ),
+        )
+        for name, values in sorted(data.items())
+    )
 
 
 def check_attribute_cues(task: TaskSpec, attributes: dict, source: str = TASK_FILE) -> None:
@@ -243,12 +309,15 @@ def check_attribute_cues(task: TaskSpec, attributes: dict, source: str = TASK_FI
         known.update(dict(spec))
     for name, values in task.attribute_cues:
         if name not in known:
-            raise PromptError(f"{source}: attribute_cues: unknown attribute {name!r} "
-                              f"(the vocabulary's labels carry: {', '.join(known) or 'none'})")
+            raise PromptError(
+                f"{source}: attribute_cues: unknown attribute {name!r} "
+                f"(the vocabulary's labels carry: {', '.join(known) or 'none'})"
+            )
         for value, _ in values:
             if value not in known[name]:
-                raise PromptError(f"{source}: attribute_cues.{name}: unknown value {value!r} "
-                                  f"(allowed: {', '.join(known[name])})")
+                raise PromptError(
+                    f"{source}: attribute_cues.{name}: unknown value {value!r} (allowed: {', '.join(known[name])})"
+                )
 
 
 def check_template(template: object, allowed: set[str], where: str) -> None:
@@ -262,13 +331,16 @@ def check_template(template: object, allowed: set[str], where: str) -> None:
     unknown = sorted(f for f in fields if f not in allowed)
     if unknown:
         hint = "; write literal braces (e.g. JSON) as {{ and }}" if not unknown[0].isidentifier() else ""
-        raise PromptError(f"{where}: unknown placeholder {{{unknown[0]}}} (allowed: {', '.join(sorted(allowed))}){hint}")
+        raise PromptError(
+            f"{where}: unknown placeholder {{{unknown[0]}}} (allowed: {', '.join(sorted(allowed))}){hint}"
+        )
     if "report" not in fields:
         raise PromptError(f"{where}: the template must contain {{report}}")
 
 
-def parse_prompt_set(files: dict[str, object], label_ids: list[str], derived_ids: list[str] = (),
-                     attributes: dict | None = None) -> PromptSet:
+def parse_prompt_set(
+    files: dict[str, object], label_ids: list[str], derived_ids: list[str] = (), attributes: dict | None = None
+) -> PromptSet:
     """Build a PromptSet from {filename: parsed YAML}; every asked label needs exactly one file.
 
     attributes: label id -> attribute spec (Vocabulary.attribute_specs()); None asks for no attributes."""
@@ -283,7 +355,9 @@ def parse_prompt_set(files: dict[str, object], label_ids: list[str], derived_ids
             continue
         lp = parse_label_prompt(data, name)
         if lp.label in derived_ids:
-            raise PromptError(f"{name}: label {lp.label!r} is derived from the other labels and is not asked; remove this file")
+            raise PromptError(
+                f"{name}: label {lp.label!r} is derived from the other labels and is not asked; remove this file"
+            )
         if lp.label not in label_ids:
             raise PromptError(f"{name}: label {lp.label!r} is not in the vocabulary")
         if name != f"{lp.label}.yaml":
@@ -292,8 +366,11 @@ def parse_prompt_set(files: dict[str, object], label_ids: list[str], derived_ids
     missing = [i for i in label_ids if i not in labels]
     if missing:
         raise PromptError(f"prompt set: no prompt file for label(s) {', '.join(missing)}")
-    return PromptSet(task=task, labels={i: labels[i] for i in label_ids},
-                     attributes={k: v for k, v in (attributes or {}).items() if k in label_ids})
+    return PromptSet(
+        task=task,
+        labels={i: labels[i] for i in label_ids},
+        attributes={k: v for k, v in (attributes or {}).items() if k in label_ids},
+    )
 
 
 # ---------------------------------------------------------------- dumping
@@ -302,9 +379,13 @@ def parse_prompt_set(files: dict[str, object], label_ids: list[str], derived_ids
 def dump_label_prompt(lp: LabelPrompt) -> dict:
     """A LabelPrompt as plain data in the file's key order (for YAML)."""
     out: dict = {
-        "label": lp.label, "task": lp.task, "definition": lp.definition,
-        "look_for": list(lp.look_for), "do_not_label_when": list(lp.do_not_label_when),
-        "hedged": lp.hedged, "temporal": dict(lp.temporal),
+        "label": lp.label,
+        "task": lp.task,
+        "definition": lp.definition,
+        "look_for": list(lp.look_for),
+        "do_not_label_when": list(lp.do_not_label_when),
+        "hedged": lp.hedged,
+        "temporal": dict(lp.temporal),
         "examples": [dump_example(ex) for ex in lp.examples],
     }
     if lp.notes:
@@ -324,9 +405,14 @@ def dump_example(ex: Example) -> dict:
 
 def dump_task(task: TaskSpec) -> dict:
     """A TaskSpec as plain data."""
-    out: dict = {"mode": task.mode, "system": task.system, "per_label_template": task.per_label_template,
-                 "joint_template": task.joint_template, "output_format": task.output_format,
-                 "joint_output_format": task.joint_output_format}
+    out: dict = {
+        "mode": task.mode,
+        "system": task.system,
+        "per_label_template": task.per_label_template,
+        "joint_template": task.joint_template,
+        "output_format": task.output_format,
+        "joint_output_format": task.joint_output_format,
+    }
     if task.cues:
         out["cues"] = {k: list(v) for k, v in task.cues}
     if task.attribute_cues:
@@ -353,8 +439,10 @@ def label_guidance(lp: LabelPrompt, label_name: str, spec: tuple = ()) -> str:
     lines.append(f"Temporal wording: {temporal}.")
     if spec:
         listed = "; ".join(f"{name} ({', '.join(values)})" for name, values in spec)
-        lines.append(f"Attributes of a positive {label_name}: {listed}. Give each one the report states for this "
-                     "finding, null when it does not; no attributes for a 0.")
+        lines.append(
+            f"Attributes of a positive {label_name}: {listed}. Give each one the report states for this "
+            "finding, null when it does not; no attributes for a 0."
+        )
     return "\n".join(lines)
 
 
@@ -380,11 +468,18 @@ def _fill(template: str, values: dict, where: str) -> str:
 def render_label_call(ps: PromptSet, label_id: str, label_name: str, report: str) -> list[dict]:
     """Chat messages asking about one label (per-label mode)."""
     lp = ps.label(label_id)
-    user = _fill(ps.task.per_label_template, {
-        "label_name": label_name, "task": lp.task,
-        "guidance": label_guidance(lp, label_name, ps.attributes.get(label_id, ())),
-        "examples": render_examples(lp), "report": report, "output_format": ps.task.output_format,
-    }, f"{TASK_FILE}: per_label_template")
+    user = _fill(
+        ps.task.per_label_template,
+        {
+            "label_name": label_name,
+            "task": lp.task,
+            "guidance": label_guidance(lp, label_name, ps.attributes.get(label_id, ())),
+            "examples": render_examples(lp),
+            "report": report,
+            "output_format": ps.task.output_format,
+        },
+        f"{TASK_FILE}: per_label_template",
+    )
     return [{"role": "system", "content": ps.task.system}, {"role": "user", "content": user}]
 
 
@@ -395,13 +490,18 @@ def _label_call_parts(ps: PromptSet, label_id: str, label_name: str) -> tuple[st
     """A per-label call's system message and its user message split where the report goes (None when a
     prompt value itself contains the split marker, so splitting would be ambiguous)."""
     lp = ps.label(label_id)
-    values = {"label_name": label_name, "task": lp.task,
-              "guidance": label_guidance(lp, label_name, ps.attributes.get(label_id, ())),
-              "examples": render_examples(lp), "output_format": ps.task.output_format}
+    values = {
+        "label_name": label_name,
+        "task": lp.task,
+        "guidance": label_guidance(lp, label_name, ps.attributes.get(label_id, ())),
+        "examples": render_examples(lp),
+        "output_format": ps.task.output_format,
+    }
     if any(_REPORT_SLOT in str(v) for v in values.values()) or _REPORT_SLOT in str(ps.task.system):
         return None
-    parts = _fill(ps.task.per_label_template, {**values, "report": _REPORT_SLOT},
-                  f"{TASK_FILE}: per_label_template").split(_REPORT_SLOT)
+    parts = _fill(
+        ps.task.per_label_template, {**values, "report": _REPORT_SLOT}, f"{TASK_FILE}: per_label_template"
+    ).split(_REPORT_SLOT)
     return ps.task.system, parts
 
 
@@ -428,10 +528,16 @@ def render_joint_call(ps: PromptSet, names: dict[str, str], report: str) -> list
         lp = ps.label(label_id)
         guidance = label_guidance(lp, name, ps.attributes.get(label_id, ()))
         blocks.append(f"## {label_id} ({name})\n{lp.task}\n{guidance}\n{render_examples(lp)}")
-    user = _fill(ps.task.joint_template, {
-        "labels_guidance": "\n\n".join(blocks), "label_ids": ", ".join(names),
-        "report": report, "output_format": ps.task.joint_output_format,
-    }, f"{TASK_FILE}: joint_template")
+    user = _fill(
+        ps.task.joint_template,
+        {
+            "labels_guidance": "\n\n".join(blocks),
+            "label_ids": ", ".join(names),
+            "report": report,
+            "output_format": ps.task.joint_output_format,
+        },
+        f"{TASK_FILE}: joint_template",
+    )
     return [{"role": "system", "content": ps.task.system}, {"role": "user", "content": user}]
 
 
@@ -455,8 +561,10 @@ def call_keyer(params: dict) -> Callable[[list[dict]], str]:
     enc = json.encoder.encode_basestring  # what json.dumps(ensure_ascii=False) uses for strings
 
     def key(messages: list[dict]) -> str:
-        if not all(type(m) is dict and m.keys() == {"role", "content"} and type(m["role"]) is str
-                   and type(m["content"]) is str for m in messages):
+        if not all(
+            type(m) is dict and m.keys() == {"role", "content"} and type(m["role"]) is str and type(m["content"]) is str
+            for m in messages
+        ):
             return call_key(messages, params)
         body = ",".join('{"content":' + enc(m["content"]) + ',"role":' + enc(m["role"]) + "}" for m in messages)
         return hashlib.sha256(('{"messages":[' + body + "]" + tail).encode("utf-8")).hexdigest()
@@ -470,8 +578,9 @@ def report_json(report: str) -> bytes:
     return json.encoder.encode_basestring(report)[1:-1].encode("utf-8")
 
 
-def label_call_keyer(ps: PromptSet, label_id: str, label_name: str,
-                     params: dict) -> Callable[[str, bytes], tuple[list[dict], str]]:
+def label_call_keyer(
+    ps: PromptSet, label_id: str, label_name: str, params: dict
+) -> Callable[[str, bytes], tuple[list[dict], str]]:
     """label_call_renderer and call_keyer in one: (report, report_json(report)) -> (messages, call_key).
 
     A per-label call's canonical JSON is the same text for every report except where the report is
@@ -491,8 +600,11 @@ def label_call_keyer(ps: PromptSet, label_id: str, label_name: str,
     enc = json.encoder.encode_basestring
     escaped = [enc(part)[1:-1].encode("utf-8") for part in parts]
     head = ('{"messages":[{"content":' + enc(system) + ',"role":"system"},{"content":"').encode("utf-8")
-    tail = ('","role":"user"}],"params":' + json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-            + "}").encode("utf-8")
+    tail = (
+        '","role":"user"}],"params":'
+        + json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        + "}"
+    ).encode("utf-8")
     start = hashlib.sha256(head + escaped[0])
     middles, last = escaped[1:-1], escaped[-1] + tail
 
@@ -503,7 +615,10 @@ def label_call_keyer(ps: PromptSet, label_id: str, label_name: str,
             digest.update(middle)
             digest.update(report_bytes)
         digest.update(last)
-        return [{"role": "system", "content": system}, {"role": "user", "content": report.join(parts)}], digest.hexdigest()
+        return [
+            {"role": "system", "content": system},
+            {"role": "user", "content": report.join(parts)},
+        ], digest.hexdigest()
 
     return render_and_key
 
@@ -517,9 +632,18 @@ def prompt_set_from_dictionary(guidance: dict, label_ids: list[str], task: TaskS
         if not isinstance(text, str) or not text.strip():
             raise PromptError(f"prompt dictionary: guidance for {key!r} must be non-empty text")
         labels[key] = LabelPrompt(
-            label=key, task=f"Does the report describe {key.replace('_', ' ')}?", definition=text.strip(),
-            look_for=(), do_not_label_when=(), hedged="negative",
-            temporal=(("resolved", "negative"), ("stable", "positive"), ("improving", "positive"), ("prior", "negative")),
+            label=key,
+            task=f"Does the report describe {key.replace('_', ' ')}?",
+            definition=text.strip(),
+            look_for=(),
+            do_not_label_when=(),
+            hedged="negative",
+            temporal=(
+                ("resolved", "negative"),
+                ("stable", "positive"),
+                ("improving", "positive"),
+                ("prior", "negative"),
+            ),
             examples=(),
         )
     missing = [i for i in label_ids if i not in labels]

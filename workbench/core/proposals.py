@@ -17,15 +17,21 @@ import json
 import re
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 import numpy as np
 import pandas as pd
 import yaml
 
 from workbench.core.prompts import (
-    DEFAULT_CUES, Example, LabelPrompt, PromptError, TEMPORAL_KEYS, dump_label_prompt, parse_label_prompt,
+    DEFAULT_CUES,
+    TEMPORAL_KEYS,
+    Example,
+    LabelPrompt,
+    PromptError,
+    dump_label_prompt,
+    parse_label_prompt,
 )
 from workbench.errors import WorkbenchError
 
@@ -37,16 +43,161 @@ _FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*\n(.*?)\n\s*```\s*$", re.S)
 _WORDS = re.compile(r"[a-z]+(?:-[a-z]+)?")
 _SENTENCES = re.compile(r"[.;:!?\n]+")
 _QUOTES = re.compile(r"['\"‘’“”]([^'\"‘’“”\n]{3,80})['\"‘’“”]")
-STOPWORDS = frozenset("""a an the and or of in on at to for with by from is are was were be been being this that
-these those there here it its as no not without any some both each than then which who whom whose when where
-while within into onto over under upon again also only very more most less least per via may might can could
-should would will shall has have had do does did noted seen see shows show demonstrates demonstrated identified
-evidence findings impression left right bilateral mild mildly moderate severe small large minimal stable
-unchanged new otherwise normal limits size appearance likely possible xxxx""".split())
+STOPWORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "of",
+        "in",
+        "on",
+        "at",
+        "to",
+        "for",
+        "with",
+        "by",
+        "from",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "this",
+        "that",
+        "these",
+        "those",
+        "there",
+        "here",
+        "it",
+        "its",
+        "as",
+        "no",
+        "not",
+        "without",
+        "any",
+        "some",
+        "both",
+        "each",
+        "than",
+        "then",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "when",
+        "where",
+        "while",
+        "within",
+        "into",
+        "onto",
+        "over",
+        "under",
+        "upon",
+        "again",
+        "also",
+        "only",
+        "very",
+        "more",
+        "most",
+        "less",
+        "least",
+        "per",
+        "via",
+        "may",
+        "might",
+        "can",
+        "could",
+        "should",
+        "would",
+        "will",
+        "shall",
+        "has",
+        "have",
+        "had",
+        "do",
+        "does",
+        "did",
+        "noted",
+        "seen",
+        "see",
+        "shows",
+        "show",
+        "demonstrates",
+        "demonstrated",
+        "identified",
+        "evidence",
+        "findings",
+        "impression",
+        "left",
+        "right",
+        "bilateral",
+        "mild",
+        "mildly",
+        "moderate",
+        "severe",
+        "small",
+        "large",
+        "minimal",
+        "stable",
+        "unchanged",
+        "new",
+        "otherwise",
+        "normal",
+        "limits",
+        "size",
+        "appearance",
+        "likely",
+        "possible",
+        "xxxx",
+    ]
+)
 # where, not what: a look-for phrase made only of these (and stopwords) names no finding
-LOCATION_WORDS = frozenset("""upper lower middle mid lobe lobes lingula lingular base bases basal basilar apex apices
-apical hilar hilum perihilar lung lungs zone zones field fields chest thorax side sided anterior posterior lateral
-medial superior inferior central peripheral region area""".split())
+LOCATION_WORDS = frozenset(
+    [
+        "upper",
+        "lower",
+        "middle",
+        "mid",
+        "lobe",
+        "lobes",
+        "lingula",
+        "lingular",
+        "base",
+        "bases",
+        "basal",
+        "basilar",
+        "apex",
+        "apices",
+        "apical",
+        "hilar",
+        "hilum",
+        "perihilar",
+        "lung",
+        "lungs",
+        "zone",
+        "zones",
+        "field",
+        "fields",
+        "chest",
+        "thorax",
+        "side",
+        "sided",
+        "anterior",
+        "posterior",
+        "lateral",
+        "medial",
+        "superior",
+        "inferior",
+        "central",
+        "peripheral",
+        "region",
+        "area",
+    ]
+)
 HEDGE_CATEGORIES = ("hedging", "uncertain")
 MIN_PRECISION = 0.6  # share of tuning reports containing a look-for candidate that have the finding
 TEMPORAL_CATEGORIES = ("temporal",)
@@ -70,8 +221,14 @@ class Edit:
 
     def to_dict(self) -> dict:
         """Plain data (stored with the proposal)."""
-        return {"label": self.label, "fields": self.fields, "rationale": self.rationale, "source": self.source,
-                "note_ids": list(self.note_ids), "changes": list(self.changes)}
+        return {
+            "label": self.label,
+            "fields": self.fields,
+            "rationale": self.rationale,
+            "source": self.source,
+            "note_ids": list(self.note_ids),
+            "changes": list(self.changes),
+        }
 
 
 @dataclass(frozen=True)
@@ -129,8 +286,11 @@ def describe(old: LabelPrompt, new: LabelPrompt) -> tuple[str, ...]:
         a, b = old.temporal_policy()[key], new.temporal_policy()[key]
         if a != b:
             out.append(f"temporal {key}: {a} -> {b}")
-    out += [f"+ example [{e.value}] {e.text[:80]} (from {e.source_report_id or 'no report'})"
-            for e in new.examples if e not in old.examples]
+    out += [
+        f"+ example [{e.value}] {e.text[:80]} (from {e.source_report_id or 'no report'})"
+        for e in new.examples
+        if e not in old.examples
+    ]
     out += [f"- example [{e.value}] {e.text[:80]}" for e in old.examples if e not in new.examples]
     return tuple(out)
 
@@ -218,7 +378,7 @@ def _ngrams(text: str, max_n: int) -> set[str]:
     for words in _tokens(text):
         for n in range(1, max_n + 1):
             for i in range(len(words) - n + 1):
-                gram = words[i:i + n]
+                gram = words[i : i + n]
                 if gram[0] in STOPWORDS or gram[-1] in STOPWORDS or "xxxx" in gram:
                     continue
                 if max(len(w) for w in gram) < 4:
@@ -239,10 +399,19 @@ def _covered(phrase: str, lp: LabelPrompt) -> bool:
     return any(f" {p.lower()} " in low or f" {p.lower()}s " in low for p in lp.look_for)
 
 
-def mine_candidates(lp: LabelPrompt, cases: pd.DataFrame, positives_text: list[str], negatives_text: list[str],
-                    notes: pd.DataFrame | None = None, max_n: int = 3, min_df: int = 2,
-                    per_kind: int = 25, cues: dict | None = None, phrases: dict | None = None,
-                    uncounted_hedges: tuple[str, ...] | None = None) -> list[Candidate]:
+def mine_candidates(
+    lp: LabelPrompt,
+    cases: pd.DataFrame,
+    positives_text: list[str],
+    negatives_text: list[str],
+    notes: pd.DataFrame | None = None,
+    max_n: int = 3,
+    min_df: int = 2,
+    per_kind: int = 25,
+    cues: dict | None = None,
+    phrases: dict | None = None,
+    uncounted_hedges: tuple[str, ...] | None = None,
+) -> list[Candidate]:
     """Candidate single changes from the tuning disagreements (and their notes), most promising first.
 
     cases: report_id, text, reference, prediction, evidence (FN: reference 1, FP: prediction 1).
@@ -286,9 +455,14 @@ def _look_for_candidates(lp, fn, pos_texts, neg_texts, max_n, min_df, per_kind, 
     mention are ignored) instead of naming the finding; the policy flips are the honest way.
     """
     df = Counter(g for text in fn["text"] for g in _ngrams(text, max_n))
-    frequent = [g for g, c in df.items() if c >= min_df and not _covered(g, lp)
-                and not any(w in cue_words for w in g.split())
-                and any(w not in STOPWORDS and w not in LOCATION_WORDS for w in g.split())]
+    frequent = [
+        g
+        for g, c in df.items()
+        if c >= min_df
+        and not _covered(g, lp)
+        and not any(w in cue_words for w in g.split())
+        and any(w not in STOPWORDS and w not in LOCATION_WORDS for w in g.split())
+    ]
     if not frequent:
         return []
     pos_low, neg_low = [t.lower() for t in pos_texts], [t.lower() for t in neg_texts]
@@ -342,7 +516,8 @@ def _exclusion_candidates(lp, fp, cases, max_n, min_df, per_kind) -> list[Candid
     tp_low = [e.lower() for e in tp["evidence"] if isinstance(e, str)]
     # excluding a look-for phrase itself would only switch the label off
     existing = {p.lower() for rule in lp.do_not_label_when for p in _QUOTES.findall(rule)} | {
-        p.lower() for p in lp.look_for}
+        p.lower() for p in lp.look_for
+    }
     scored = []
     for g, c in df.items():
         if c < min_df or g in existing or "'" in g:
@@ -362,7 +537,7 @@ def _example_candidates(lp, fp, min_df) -> list[Candidate]:
     """A value-0 example from a false-positive clause that recurs word for word in several reports."""
     norm = Counter()
     first: dict[str, tuple[str, str]] = {}
-    for rid, e in zip(fp["report_id"], fp["evidence"]):
+    for rid, e in zip(fp["report_id"], fp["evidence"], strict=False):
         if not isinstance(e, str) or not e.strip() or len(e.split()) < 3:
             continue
         key = " ".join(_WORDS.findall(e.lower()))
@@ -373,8 +548,12 @@ def _example_candidates(lp, fp, min_df) -> list[Candidate]:
         if count < min_df:
             break
         rid, text = first[key]
-        ex = Example(text=text, value=0, why=f"a recurring wording that does not describe the finding ({count} tuning reports)",
-                     source_report_id=str(rid))
+        ex = Example(
+            text=text,
+            value=0,
+            why=f"a recurring wording that does not describe the finding ({count} tuning reports)",
+            source_report_id=str(rid),
+        )
         out.append(Candidate("example", text, replace(lp, examples=lp.examples + (ex,))))
     return out
 
@@ -389,7 +568,7 @@ def _positive_example_candidates(lp, fn, pos_texts, neg_texts, min_df, cue_words
     wording such as "The heart is mildly enlarged") and mostly in reports that have the finding."""
     df: Counter = Counter()
     first: dict[str, tuple[str, str]] = {}
-    for rid, text in zip(fn["report_id"], fn["text"]):
+    for rid, text in zip(fn["report_id"], fn["text"], strict=False):
         for sent in set(_sentences(text)):
             words = _WORDS.findall(sent.lower())
             if len(words) < 3 or "xxxx" in words or any(w in cue_words for w in words):
@@ -409,8 +588,12 @@ def _positive_example_candidates(lp, fn, pos_texts, neg_texts, min_df, cue_words
         if pos / (pos + neg) < MIN_PRECISION:
             continue
         rid, sent = first[key]
-        ex = Example(text=sent, value=1, why=f"a recurring wording of the finding ({count} missed tuning reports)",
-                     source_report_id=rid)
+        ex = Example(
+            text=sent,
+            value=1,
+            why=f"a recurring wording of the finding ({count} missed tuning reports)",
+            source_report_id=rid,
+        )
         out.append(Candidate("positive_example", key, replace(lp, examples=lp.examples + (ex,))))
     return out
 
@@ -421,11 +604,14 @@ def _note_candidates(lp, fn, fp, notes: pd.DataFrame, cue_words: set[str]) -> li
     out = []
     for frame, kind in ((fn, "look_for"), (fp, "do_not_label_when")):
         mine = notes[notes["report_id"].isin(set(frame["report_id"]))]
-        for note_id, text in zip(mine["id"], mine["text"]):
+        for note_id, text in zip(mine["id"], mine["text"], strict=False):
             for quote in _QUOTES.findall(str(text or "")):
                 quote = quote.strip()
-                if kind == "look_for" and not _covered(quote, lp) and not any(
-                        w in cue_words for w in _WORDS.findall(quote.lower())):
+                if (
+                    kind == "look_for"
+                    and not _covered(quote, lp)
+                    and not any(w in cue_words for w in _WORDS.findall(quote.lower()))
+                ):
                     new = replace(lp, look_for=lp.look_for + (quote,))
                 elif kind == "do_not_label_when":
                     quote = quote.replace("'", "")
@@ -469,8 +655,11 @@ def uncounted_hedges(convention: dict[str, bool], clauses: list[tuple[str, int]]
 def _convention_candidates(lp, uncounted: tuple[str, ...]) -> list[Candidate]:
     """Hedged wording counts except under the cues the reference does not count (as do-not-label phrases)."""
     rules = tuple(f"the report only mentions '{c}'" for c in uncounted if c and "'" not in c)
-    new = replace(lp, hedged="positive", do_not_label_when=lp.do_not_label_when + tuple(
-        r for r in rules if r not in lp.do_not_label_when))
+    new = replace(
+        lp,
+        hedged="positive",
+        do_not_label_when=lp.do_not_label_when + tuple(r for r in rules if r not in lp.do_not_label_when),
+    )
     text = "hedged wording: positive" + (f" except {', '.join(repr(c) for c in uncounted)}" if uncounted else "")
     return [Candidate("hedged", text, new, origin="hedge convention")]
 
@@ -482,13 +671,21 @@ def _phrase_list_candidates(lp, phrases: dict) -> list[Candidate]:
     for phrase in phrases.get("mention", ()):
         phrase = " ".join(str(phrase).split())
         if phrase and phrase.lower() not in existing and not _covered(phrase, lp):
-            out.append(Candidate("look_for", phrase, replace(lp, look_for=lp.look_for + (phrase,)), origin="phrase list"))
+            out.append(
+                Candidate("look_for", phrase, replace(lp, look_for=lp.look_for + (phrase,)), origin="phrase list")
+            )
     for phrase in phrases.get("unmention", ()):
         phrase = " ".join(str(phrase).replace("'", "").split())
         if phrase:
             rule = f"the report only mentions '{phrase}'"
-            out.append(Candidate("do_not_label_when", phrase, replace(lp, do_not_label_when=lp.do_not_label_when + (rule,)),
-                                 origin="phrase list"))
+            out.append(
+                Candidate(
+                    "do_not_label_when",
+                    phrase,
+                    replace(lp, do_not_label_when=lp.do_not_label_when + (rule,)),
+                    origin="phrase list",
+                )
+            )
     return out
 
 
@@ -499,16 +696,30 @@ def _policy_candidates(lp, notes: pd.DataFrame, cases: pd.DataFrame) -> list[Can
     ids = tuple(int(i) for i in mine["id"])
     out = []
     flip = {"positive": "negative", "negative": "positive"}
-    hedge_notes = tuple(i for i, c in zip(ids, cats) if any(h in c for h in HEDGE_CATEGORIES))
-    out.append(Candidate("hedged", f"hedged wording: {flip[lp.hedged]}", replace(lp, hedged=flip[lp.hedged]),
-                         origin="note" if hedge_notes else "disagreements", note_ids=hedge_notes))
-    temporal_notes = tuple(i for i, c in zip(ids, cats) if any(t in c for t in TEMPORAL_CATEGORIES))
+    hedge_notes = tuple(i for i, c in zip(ids, cats, strict=False) if any(h in c for h in HEDGE_CATEGORIES))
+    out.append(
+        Candidate(
+            "hedged",
+            f"hedged wording: {flip[lp.hedged]}",
+            replace(lp, hedged=flip[lp.hedged]),
+            origin="note" if hedge_notes else "disagreements",
+            note_ids=hedge_notes,
+        )
+    )
+    temporal_notes = tuple(i for i, c in zip(ids, cats, strict=False) if any(t in c for t in TEMPORAL_CATEGORIES))
     for key in TEMPORAL_KEYS:
         policy = dict(lp.temporal)
         policy[key] = flip[policy[key]]
         new = replace(lp, temporal=tuple((k, policy[k]) for k in TEMPORAL_KEYS))
-        out.append(Candidate("temporal", f"temporal {key}: {policy[key]}", new,
-                             origin="note" if temporal_notes else "disagreements", note_ids=temporal_notes))
+        out.append(
+            Candidate(
+                "temporal",
+                f"temporal {key}: {policy[key]}",
+                new,
+                origin="note" if temporal_notes else "disagreements",
+                note_ids=temporal_notes,
+            )
+        )
     return out
 
 
@@ -546,8 +757,11 @@ def _could_change(cand: Candidate, base: LabelPrompt, tuning: Tuning, pred: np.n
 
 def _counts(reference: np.ndarray, prediction: np.ndarray) -> tuple[int, int, int]:
     """(tp, fp, fn)."""
-    return (int(((prediction == 1) & (reference == 1)).sum()), int(((prediction == 1) & (reference == 0)).sum()),
-            int(((prediction == 0) & (reference == 1)).sum()))
+    return (
+        int(((prediction == 1) & (reference == 1)).sum()),
+        int(((prediction == 1) & (reference == 0)).sum()),
+        int(((prediction == 0) & (reference == 1)).sum()),
+    )
 
 
 def f1_of(reference: np.ndarray, prediction: np.ndarray) -> float:
@@ -600,8 +814,9 @@ def _mention_sentences(text: str, lp: LabelPrompt) -> list[str]:
     return [s for s in _sentences(text) if any(st in s.lower() for st in stems)]
 
 
-def _repaired(cand: Candidate, base: LabelPrompt, tuning: Tuning, label_fn: "LabelFn", min_df: int,
-              per_kind: int, cues: dict) -> Candidate | None:
+def _repaired(
+    cand: Candidate, base: LabelPrompt, tuning: Tuning, label_fn: LabelFn, min_df: int, per_kind: int, cues: dict
+) -> Candidate | None:
     """A policy flip plus the exclusions that take back the false findings it creates.
 
     Flipping "hedged wording" to positive fixes the hedges the reference counts ("probable effusion")
@@ -621,8 +836,14 @@ def _repaired(cand: Candidate, base: LabelPrompt, tuning: Tuning, label_fn: "Lab
     df = Counter(g for c in clauses for g in _ngrams(c, 3) | {h for h in hedges if h in c})
     tp_low = [" ".join(_mention_sentences(tuning.texts[i], cand.prompt)).lower() for i in tp]
     existing = {p.lower() for p in base.look_for}
-    scored = sorted(((c - sum(g in t for t in tp_low), g in hedges, -len(g.split()), g) for g, c in df.items()
-                     if c >= min_df and g not in existing and "'" not in g), reverse=True)
+    scored = sorted(
+        (
+            (c - sum(g in t for t in tp_low), g in hedges, -len(g.split()), g)
+            for g, c in df.items()
+            if c >= min_df and g not in existing and "'" not in g
+        ),
+        reverse=True,
+    )
     prompt, pred, added = cand.prompt, flipped, []
     for *_, g in scored[:per_kind]:  # the labeller decides; the order only says what to try first
         rule = f"the report only mentions '{g}'"
@@ -635,14 +856,30 @@ def _repaired(cand: Candidate, base: LabelPrompt, tuning: Tuning, label_fn: "Lab
             added.append(g)
     if not added:
         return None
-    return Candidate(cand.kind, f"{cand.text} with exclusions {', '.join(repr(a) for a in added)}", prompt,
-                     origin=cand.origin, note_ids=cand.note_ids)
+    return Candidate(
+        cand.kind,
+        f"{cand.text} with exclusions {', '.join(repr(a) for a in added)}",
+        prompt,
+        origin=cand.origin,
+        note_ids=cand.note_ids,
+    )
 
 
-def offline_propose(lp: LabelPrompt, tuning: Tuning, label_fn: LabelFn, candidates: list[Candidate],
-                    min_fixed: int = 2, broken_ratio: float = 0.25, keep: int = 4, source: str = "offline",
-                    level: int = 0, min_df: int = 2, per_kind: int = 25, cues: dict | None = None,
-                    avoid: frozenset = frozenset()) -> ProposalResult:
+def offline_propose(
+    lp: LabelPrompt,
+    tuning: Tuning,
+    label_fn: LabelFn,
+    candidates: list[Candidate],
+    min_fixed: int = 2,
+    broken_ratio: float = 0.25,
+    keep: int = 4,
+    source: str = "offline",
+    level: int = 0,
+    min_df: int = 2,
+    per_kind: int = 25,
+    cues: dict | None = None,
+    avoid: frozenset = frozenset(),
+) -> ProposalResult:
     """Score candidates on tuning with the real labeller; combine the best few into one edit, greedily.
 
     A candidate counts when it fixes at least min_fixed tuning cases, breaks at most broken_ratio of
@@ -658,18 +895,29 @@ def offline_propose(lp: LabelPrompt, tuning: Tuning, label_fn: LabelFn, candidat
         pool = [c for c in pool if c.kind not in POLICY_KINDS]
         keep, broken_ratio = 1, 0.0
     else:
-        pool += [r for c in candidates if c.kind == "hedged"
-                 and (r := _repaired(c, lp, tuning, label_fn, min_df, per_kind, cues or DEFAULT_CUES)) is not None]
+        pool += [
+            r
+            for c in candidates
+            if c.kind == "hedged"
+            and (r := _repaired(c, lp, tuning, label_fn, min_df, per_kind, cues or DEFAULT_CUES)) is not None
+        ]
     good = []
     for cand in pool:
         rows = _could_change(cand, lp, tuning, tuning.prediction)
-        fixed, broken = _change(tuning, tuning.prediction, _score(cand.prompt, rows, tuning, tuning.prediction, label_fn))
+        fixed, broken = _change(
+            tuning, tuning.prediction, _score(cand.prompt, rows, tuning, tuning.prediction, label_fn)
+        )
         cand.fixed, cand.broken = int(fixed.sum()), int(broken.sum())
-        if _acceptable(cand.fixed, cand.broken, min_fixed, broken_ratio) and _consistent(tuning, fixed, broken, cand.origin):
+        if _acceptable(cand.fixed, cand.broken, min_fixed, broken_ratio) and _consistent(
+            tuning, fixed, broken, cand.origin
+        ):
             good.append(cand)
     if not good:
-        return ProposalResult("empty", f"no candidate change fixes {min_fixed} or more tuning cases on both halves "
-                                       f"of tuning without breaking others ({len(pool)} tried)")
+        return ProposalResult(
+            "empty",
+            f"no candidate change fixes {min_fixed} or more tuning cases on both halves "
+            f"of tuning without breaking others ({len(pool)} tried)",
+        )
     current_lp, current_pred, current_f1, used = lp, tuning.prediction.copy(), base_f1, []
     while good and len(used) < keep:
         ranked = []
@@ -681,14 +929,22 @@ def offline_propose(lp: LabelPrompt, tuning: Tuning, label_fn: LabelFn, candidat
             f, b = int(fixed.sum()), int(broken.sum())
             f1 = f1_of(tuning.reference, new)
             # fewer errors at equal F1 counts too (false positives on a label with no positive at all)
-            if combined in avoid or not (f1 >= current_f1 and f > b and _acceptable(f, b, min_fixed, broken_ratio)
-                                         and _consistent(tuning, fixed, broken, cand.origin)):
+            if combined in avoid or not (
+                f1 >= current_f1
+                and f > b
+                and _acceptable(f, b, min_fixed, broken_ratio)
+                and _consistent(tuning, fixed, broken, cand.origin)
+            ):
                 continue
             # best net gain, less one case for each item beyond the first (a small edit generalises better);
             # then what a note or a phrase list asked for; then a phrase or rule before an example (an
             # example's report leaves evaluation); then the shorter phrase
-            key = (f - 2 * b - _size(lp, cand.prompt) + 1, cand.origin in OUTSIDE_ORIGINS, "example" not in cand.kind,
-                   -len(cand.text.split()))
+            key = (
+                f - 2 * b - _size(lp, cand.prompt) + 1,
+                cand.origin in OUTSIDE_ORIGINS,
+                "example" not in cand.kind,
+                -len(cand.text.split()),
+            )
             ranked.append((key, -order, cand, combined, new, f1))  # ties: the order mined
         if not ranked:
             break
@@ -698,8 +954,9 @@ def offline_propose(lp: LabelPrompt, tuning: Tuning, label_fn: LabelFn, candidat
     if not used:
         return ProposalResult("empty", "no combination of candidates raised tuning F1")
     note_ids = tuple(sorted({i for c in used for i in c.note_ids}))
-    rationale = (f"tuning F1 {base_f1:.3f} -> {current_f1:.3f}; "
-                 + "; ".join(f"{c.kind} {c.text!r}: fixes {c.fixed}, breaks {c.broken}" for c in used))
+    rationale = f"tuning F1 {base_f1:.3f} -> {current_f1:.3f}; " + "; ".join(
+        f"{c.kind} {c.text!r}: fixes {c.fixed}, breaks {c.broken}" for c in used
+    )
     edit = Edit(lp.label, edit_fields(lp, current_lp), rationale, source, note_ids, describe(lp, current_lp))
     apply_edit(lp, edit.fields)  # the combined edit must pass the strict validation like any other
     return ProposalResult("ok", "", edit)
@@ -707,9 +964,13 @@ def offline_propose(lp: LabelPrompt, tuning: Tuning, label_fn: LabelFn, candidat
 
 def _size(base: LabelPrompt, new: LabelPrompt) -> int:
     """How many items an edit adds or changes: phrases, rules, examples, policies."""
-    return (len(set(new.look_for) - set(base.look_for)) + len(set(new.do_not_label_when) - set(base.do_not_label_when))
-            + len(set(new.examples) - set(base.examples)) + int(new.hedged != base.hedged)
-            + sum(a != b for a, b in zip(new.temporal_policy().values(), base.temporal_policy().values())))
+    return (
+        len(set(new.look_for) - set(base.look_for))
+        + len(set(new.do_not_label_when) - set(base.do_not_label_when))
+        + len(set(new.examples) - set(base.examples))
+        + int(new.hedged != base.hedged)
+        + sum(a != b for a, b in zip(new.temporal_policy().values(), base.temporal_policy().values(), strict=False))
+    )
 
 
 def _acceptable(fixed: int, broken: int, min_fixed: int, broken_ratio: float) -> bool:
@@ -724,13 +985,35 @@ def _combine(current: LabelPrompt, base: LabelPrompt, single: LabelPrompt) -> La
     return replace(
         current,
         look_for=current.look_for + tuple(p for p in single.look_for if p not in base.look_for),
-        do_not_label_when=current.do_not_label_when + tuple(r for r in single.do_not_label_when if r not in base.do_not_label_when),
+        do_not_label_when=current.do_not_label_when
+        + tuple(r for r in single.do_not_label_when if r not in base.do_not_label_when),
         examples=current.examples + tuple(e for e in single.examples if e not in base.examples),
         hedged=single.hedged if single.hedged != base.hedged else current.hedged,
-        temporal=tuple((k, single.temporal_policy()[k] if single.temporal_policy()[k] != base.temporal_policy()[k]
-                        else current.temporal_policy()[k]) for k in TEMPORAL_KEYS),
+        temporal=tuple(
+            (
+                k,
+                single.temporal_policy()[k]
+                if single.temporal_policy()[k] != base.temporal_policy()[k]
+                else current.temporal_policy()[k],
+            )
+            for k in TEMPORAL_KEYS
+        ),
     )
 
 
-__all__ = ["Edit", "EditError", "ProposalResult", "Candidate", "Tuning", "apply_edit", "edit_fields", "describe",
-           "parse_reply", "mine_candidates", "offline_propose", "f1_of", "hedge_convention", "uncounted_hedges"]
+__all__ = [
+    "Edit",
+    "EditError",
+    "ProposalResult",
+    "Candidate",
+    "Tuning",
+    "apply_edit",
+    "edit_fields",
+    "describe",
+    "parse_reply",
+    "mine_candidates",
+    "offline_propose",
+    "f1_of",
+    "hedge_convention",
+    "uncounted_hedges",
+]

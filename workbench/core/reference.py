@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
 from workbench.errors import UserError
 
 RULES = ("at_least", "positive_at_least", "majority")
@@ -50,13 +51,17 @@ class ReferenceRule:
         if self.kind == "majority":
             return f"majority of at least {self.n} reader(s); ties wait for adjudication"
         if self.kind == "positive_at_least":
-            return (f"positive when at least {self.k} of {self.n} readers mark it, otherwise negative (with more "
-                    "readers, the same share of all of them); never a tie")
-        return (f"at least {self.k} of {self.n} readers agree (with more readers, the same share of all of them); "
-                "otherwise adjudication")
+            return (
+                f"positive when at least {self.k} of {self.n} readers mark it, otherwise negative (with more "
+                "readers, the same share of all of them); never a tie"
+            )
+        return (
+            f"at least {self.k} of {self.n} readers agree (with more readers, the same share of all of them); "
+            "otherwise adjudication"
+        )
 
     @classmethod
-    def from_config(cls, data: dict) -> "ReferenceRule":
+    def from_config(cls, data: dict) -> ReferenceRule:
         """Build from the study config's `reference` mapping."""
         kind = data.get("rule", "at_least")
         n = int(data.get("n", 1 if kind == "majority" else 6))
@@ -160,7 +165,9 @@ def _latest(frame: pd.DataFrame | None, cols: list[str]) -> pd.DataFrame | None:
     return frame.drop_duplicates(["report_id", "label"], keep="last")[["report_id", "label", *cols]]
 
 
-def _apply_flags_and_adjudications(out: pd.DataFrame, adj: pd.DataFrame | None, flags: pd.DataFrame | None) -> pd.DataFrame:
+def _apply_flags_and_adjudications(
+    out: pd.DataFrame, adj: pd.DataFrame | None, flags: pd.DataFrame | None
+) -> pd.DataFrame:
     """Flags reopen an item; an adjudication newer than any flag overrides the vote."""
     latest_adj = _latest(adj, ["value", "seq"])
     if latest_adj is not None:
@@ -205,5 +212,12 @@ def status_summary(reference: pd.DataFrame, label_ids: list[str]) -> pd.DataFram
     for col in (DECIDED, ADJUDICATED, WAITING):
         if col not in counts:
             counts[col] = 0
-    counts["positive"] = reference.assign(pos=reference["value"] == 1).groupby("label")["pos"].sum().reindex(label_ids).fillna(0).astype(int)
+    counts["positive"] = (
+        reference.assign(pos=reference["value"] == 1)
+        .groupby("label")["pos"]
+        .sum()
+        .reindex(label_ids)
+        .fillna(0)
+        .astype(int)
+    )
     return counts[[DECIDED, ADJUDICATED, WAITING, "positive"]].fillna(0).astype(int)

@@ -52,18 +52,27 @@ class ScreenVerdict:
 
     def why(self) -> str:
         """One line a person reads."""
-        head = (f"screen on {self.reports} tuning reports: fixed {self.fixed}, broken {self.broken} "
-                f"(about {self.broken_estimate:.1f} on all of tuning), net about {self.net_estimate:+.1f}, "
-                f"McNemar p = {self.p_value:.3f}")
+        head = (
+            f"screen on {self.reports} tuning reports: fixed {self.fixed}, broken {self.broken} "
+            f"(about {self.broken_estimate:.1f} on all of tuning), net about {self.net_estimate:+.1f}, "
+            f"McNemar p = {self.p_value:.3f}"
+        )
         if self.noise_allowance:
             head += f", noise alone about {self.noise_allowance:.1f}"
         return head + ("; passed: validation asked in full" if self.passed else "; screened out: validation not asked")
 
     def to_dict(self) -> dict:
         """Plain figures for the stored report."""
-        return {"reports": self.reports, "fixed": self.fixed, "broken": self.broken,
-                "broken_estimate": round(self.broken_estimate, 2), "net_estimate": round(self.net_estimate, 2),
-                "noise_allowance": round(self.noise_allowance, 2), "p_value": self.p_value, "passed": self.passed}
+        return {
+            "reports": self.reports,
+            "fixed": self.fixed,
+            "broken": self.broken,
+            "broken_estimate": round(self.broken_estimate, 2),
+            "net_estimate": round(self.net_estimate, 2),
+            "noise_allowance": round(self.noise_allowance, 2),
+            "p_value": self.p_value,
+            "passed": self.passed,
+        }
 
 
 def screen_sample(reference: pd.Series, prediction: pd.Series, seed: int = 0) -> Screen:
@@ -84,8 +93,9 @@ def screen_sample(reference: pd.Series, prediction: pd.Series, seed: int = 0) ->
     return Screen(disagreements, tuple(picked), weights)
 
 
-def screen_verdict(screen: Screen, reference: pd.Series, before: pd.Series, after: pd.Series,
-                   noise_rate: float = 0.0) -> ScreenVerdict:
+def screen_verdict(
+    screen: Screen, reference: pd.Series, before: pd.Series, after: pd.Series, noise_rate: float = 0.0
+) -> ScreenVerdict:
     """Fixed and broken on the screen, broken scaled up to all agreements; passed when the estimated net
     gain beats what noise alone would change on the screen and chance is unlikely to give it (p <= SCREEN_P)."""
     ids = screen.ids
@@ -97,5 +107,6 @@ def screen_verdict(screen: Screen, reference: pd.Series, before: pd.Series, afte
     net = fixed - broken_estimate
     allowance = noise_rate * len(ids)
     p = float(metrics.mcnemar_exact(int(round(broken_estimate)), fixed))
-    return ScreenVerdict(len(ids), fixed, broken, broken_estimate, net, allowance, p,
-                         passed=bool(net > allowance and p <= SCREEN_P))
+    return ScreenVerdict(
+        len(ids), fixed, broken, broken_estimate, net, allowance, p, passed=bool(net > allowance and p <= SCREEN_P)
+    )

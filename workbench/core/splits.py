@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
 from workbench.errors import UserError
 
 PARTS = ("tuning", "validation")
@@ -31,10 +32,10 @@ def stratified_split(reference: pd.DataFrame, validation: float, seed: int = 0) 
         raise ValueError("reference has a report id twice")
     ref = reference.sort_index()
     ids = [str(i) for i in ref.index]
-    positives = (ref.to_numpy(dtype=float) == 1)
+    positives = ref.to_numpy(dtype=float) == 1
     rng = np.random.default_rng(seed)
     share = np.array([1 - validation, validation])
-    need_label = share[:, None] * positives.sum(axis=0)[None, :]   # parts x labels still wanted
+    need_label = share[:, None] * positives.sum(axis=0)[None, :]  # parts x labels still wanted
     need_total = share * len(ids)
     part = np.full(len(ids), -1)
     unplaced = positives.copy()
@@ -52,7 +53,7 @@ def stratified_split(reference: pd.DataFrame, validation: float, seed: int = 0) 
     for row in rest:
         part[row] = _choose(need_total, need_total, rng)
         need_total[part[row]] -= 1
-    return {rid: PARTS[k] for rid, k in zip(ids, part)}
+    return {rid: PARTS[k] for rid, k in zip(ids, part, strict=False)}
 
 
 def _choose(need: np.ndarray, need_total: np.ndarray, rng: np.random.Generator) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+
 from workbench.errors import NotFound, WorkbenchError
 
 ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -110,11 +111,14 @@ class Vocabulary:
         spec = dict(self.attribute_spec(label_id))
         if attribute not in spec:
             allowed = ", ".join(spec) or "none"
-            raise VocabularyError(f"label {label_id!r} has no attribute {attribute!r} in vocabulary {self.id!r} "
-                                  f"(its attributes: {allowed})")
+            raise VocabularyError(
+                f"label {label_id!r} has no attribute {attribute!r} in vocabulary {self.id!r} "
+                f"(its attributes: {allowed})"
+            )
         if value is not None and value not in spec[attribute]:
-            raise VocabularyError(f"{label_id}.{attribute}: unknown value {value!r}; "
-                                  f"allowed: {', '.join(spec[attribute])}")
+            raise VocabularyError(
+                f"{label_id}.{attribute}: unknown value {value!r}; allowed: {', '.join(spec[attribute])}"
+            )
 
 
 def _norm(text: str) -> str:
@@ -135,8 +139,10 @@ def parse_vocabulary(data: object, source: str = "<vocabulary>") -> Vocabulary:
     if not isinstance(data["labels"], list) or not data["labels"]:
         raise VocabularyError(f"{source}: 'labels' must be a non-empty list")
     if len(data["labels"]) > MAX_LABELS:
-        raise VocabularyError(f"{source}: {len(data['labels']):,} labels; a vocabulary holds at most {MAX_LABELS:,} "
-                              "(split it into several studies or keep the labels you read)")
+        raise VocabularyError(
+            f"{source}: {len(data['labels']):,} labels; a vocabulary holds at most {MAX_LABELS:,} "
+            "(split it into several studies or keep the labels you read)"
+        )
     labels = tuple(_parse_label(item, f"{source}: labels[{i}]") for i, item in enumerate(data["labels"]))
     _check_unique(labels, source)
     ids = {lab.id for lab in labels}
@@ -148,13 +154,18 @@ def parse_vocabulary(data: object, source: str = "<vocabulary>") -> Vocabulary:
     for lab in labels:
         for name in lab.attributes:
             if name not in values:
-                raise VocabularyError(f"{source}: label {lab.id!r} names unknown attribute {name!r}; known: "
-                                      f"{', '.join(values)} (declare your own under the top-level 'attributes:')")
+                raise VocabularyError(
+                    f"{source}: label {lab.id!r} names unknown attribute {name!r}; known: "
+                    f"{', '.join(values)} (declare your own under the top-level 'attributes:')"
+                )
         if lab.derived and lab.attributes:
             raise VocabularyError(f"{source}: label {lab.id!r} is derived and cannot carry attributes")
     return Vocabulary(
-        id=str(data["id"]), name=str(data["name"]), labels=labels,
-        description=str(data.get("description", "")), source=str(data.get("source", "")),
+        id=str(data["id"]),
+        name=str(data["name"]),
+        labels=labels,
+        description=str(data.get("description", "")),
+        source=str(data.get("source", "")),
         attribute_values=tuple(values.items()),
     )
 
@@ -170,8 +181,11 @@ def _parse_attribute_values(data: object, source: str) -> dict[str, tuple[str, .
         where = f"{source}: attributes.{name}"
         if not ID_PATTERN.match(str(name)):
             raise VocabularyError(f"{where}: attribute name must be snake_case (a-z, 0-9, _)")
-        if (not isinstance(items, list) or not items
-                or not all(isinstance(v, str) and ID_PATTERN.match(v) for v in items)):
+        if (
+            not isinstance(items, list)
+            or not items
+            or not all(isinstance(v, str) and ID_PATTERN.match(v) for v in items)
+        ):
             raise VocabularyError(f"{where}: must be a non-empty list of snake_case values (e.g. [upper, lower])")
         if len(set(items)) != len(items):
             raise VocabularyError(f"{where}: a value is listed twice")
@@ -206,11 +220,17 @@ def _parse_label(item: object, where: str) -> Label:
         raise VocabularyError(f"{where}: an attribute is listed twice")
     look_for = item.get("look_for", []) or []
     if not isinstance(look_for, list) or not all(isinstance(p, str) and p.strip() for p in look_for):
-        raise VocabularyError(f"{where}: look_for must be a list of phrases a reader looks for (e.g. [collapse, volume loss])")
+        raise VocabularyError(
+            f"{where}: look_for must be a list of phrases a reader looks for (e.g. [collapse, volume loss])"
+        )
     return Label(
-        id=str(item["id"]), name=str(item["name"]), category=str(item["category"]),
-        definition=str(item["definition"]).strip(), derived=derived,
-        ignore_for_derived=tuple(str(x) for x in ignore), attributes=tuple(attributes),
+        id=str(item["id"]),
+        name=str(item["name"]),
+        category=str(item["category"]),
+        definition=str(item["definition"]).strip(),
+        derived=derived,
+        ignore_for_derived=tuple(str(x) for x in ignore),
+        attributes=tuple(attributes),
         look_for=tuple(p.strip() for p in look_for),
     )
 

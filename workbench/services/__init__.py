@@ -23,25 +23,31 @@ the flat names (`wb.start_run`), which are the same bound methods: each one belo
 owns it.
 """
 
-from workbench.services.base import Service, StudyContext
 from workbench.services.adaptive import AdaptiveService
 from workbench.services.attributes import AttributesService
-from workbench.services.evaluation import EvaluationService
+from workbench.services.base import Service, StudyContext
+from workbench.services.evaluation import Evaluation, EvaluationService
 from workbench.services.freezing import FreezeService
 from workbench.services.model_path import ModelPathService
 from workbench.services.optimising import OptimisingService
 from workbench.services.prompting import PromptsService
-from workbench.services.runs import RunsService
+from workbench.services.runs import RunsService, RunSummary
 from workbench.services.splits import SplitsService
-from workbench.services.study import StudyService
+from workbench.services.study import (
+    PERMISSIONS,
+    ROLES,
+    Actor,
+    ConflictError,
+    ImportSummary,
+    PermissionDenied,
+    StudyService,
+    compose_text,
+    init_study,
+    text_hash,
+)
 from workbench.services.team import TeamService
 from workbench.services.triage import TriageService
 from workbench.services.ui_support import UISupportService
-from workbench.services.study import (
-    PERMISSIONS, ROLES, Actor, ConflictError, ImportSummary, PermissionDenied, compose_text, init_study, text_hash,
-)
-from workbench.services.evaluation import Evaluation
-from workbench.services.runs import RunSummary
 
 
 class _Forward:
@@ -75,8 +81,12 @@ class Workbench:
         self.attributes = AttributesService(ctx, self.study, self.runner, self.evaluation)
         self.freezing = FreezeService(ctx, self.study, self.splits, self.runner, self.evaluation)
         self.triage = TriageService(ctx, self.study, self.splits, self.runner, self.model_path, self.attributes)
-        self.views = UISupportService(ctx, self.study, self.runner, self.prompts, self.evaluation, self.triage, self.adaptive)
-        self.optimising = OptimisingService(ctx, self.study, self.splits, self.runner, self.model_path, self.prompts, self.evaluation, self.triage)
+        self.views = UISupportService(
+            ctx, self.study, self.runner, self.prompts, self.evaluation, self.triage, self.adaptive
+        )
+        self.optimising = OptimisingService(
+            ctx, self.study, self.splits, self.runner, self.model_path, self.prompts, self.evaluation, self.triage
+        )
 
     def as_actor(self, actor: Actor) -> "Workbench":
         """The same study (sharing its engine) acting as another user; settings are read again."""
@@ -305,5 +315,19 @@ class Workbench:
     optimisation_reports = _Forward("optimising")
 
 
-__all__ = ["Workbench", "Service", "StudyContext", "Actor", "init_study", "ImportSummary", "PermissionDenied", "ConflictError",
-           "RunSummary", "Evaluation", "ROLES", "PERMISSIONS", "compose_text", "text_hash"]
+__all__ = [
+    "Workbench",
+    "Service",
+    "StudyContext",
+    "Actor",
+    "init_study",
+    "ImportSummary",
+    "PermissionDenied",
+    "ConflictError",
+    "RunSummary",
+    "Evaluation",
+    "ROLES",
+    "PERMISSIONS",
+    "compose_text",
+    "text_hash",
+]

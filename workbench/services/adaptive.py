@@ -12,18 +12,18 @@ sees depends on other readers' values only through a report leaving their list (
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from workbench.core import adaptive as core
+from workbench.core import reference as ref
+from workbench.core.splits import stratified_split
+from workbench.services.base import Service, StudyContext
 from workbench.store import queries as q
 from workbench.study import StudyError
-from workbench.services.base import Service, StudyContext
-from workbench.core.splits import stratified_split
-from workbench.core import reference as ref
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
     from workbench.services.study import StudyService
@@ -34,7 +34,7 @@ COMPLETED, DRAFT, UNREAD = "completed", "draft", "unread"
 
 def _later(seconds: float) -> str:
     """An ISO stamp `seconds` from now, in the format of q.now()."""
-    return (datetime.now(timezone.utc) + timedelta(seconds=seconds)).isoformat(timespec="microseconds")
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat(timespec="microseconds")
 
 
 def _signature(wb, session, cohort_id: int, reports: int | None = None) -> str:
@@ -43,9 +43,16 @@ def _signature(wb, session, cohort_id: int, reports: int | None = None) -> str:
     settings = wb.adaptive_settings()
     if reports is None:
         reports = q.count_cohort_reports(session, cohort_id)
-    return json.dumps({"rule": wb.config.reference, "extra_reader": settings.extra_reader,
-                       "labels": list(wb.vocab.asked_ids), "reports": reports,
-                       "sample": [settings.agreement_share, settings.seed]}, sort_keys=True)
+    return json.dumps(
+        {
+            "rule": wb.config.reference,
+            "extra_reader": settings.extra_reader,
+            "labels": list(wb.vocab.asked_ids),
+            "reports": reports,
+            "sample": [settings.agreement_share, settings.seed],
+        },
+        sort_keys=True,
+    )
 
 
 def _progress_key(cohort_id: int) -> str:
@@ -56,8 +63,9 @@ def _status_frame(wb, session, cohort_id: int, report_ids: list[str], counts: pd
     """core.report_status for some reports of a cohort."""
     settings = wb.adaptive_settings()
     sample = q.agreement_sample_ids(session, cohort_id, report_ids if len(report_ids) <= 500 else None)
-    return core.report_status(counts, wb.rule(), list(wb.vocab.asked_ids), sample, settings.extra_reader,
-                              report_ids=report_ids)
+    return core.report_status(
+        counts, wb.rule(), list(wb.vocab.asked_ids), sample, settings.extra_reader, report_ids=report_ids
+    )
 
 
 def _sample_info(session, cohort_id: int) -> dict | None:
@@ -91,7 +99,7 @@ def after_readings(wb, session, pairs: list[tuple[str, str]]) -> None:
 class AdaptiveService(Service):
     """The adaptive-reading setting, the agreement sample, next report, work lists and progress figures."""
 
-    def __init__(self, ctx: StudyContext, study: "StudyService") -> None:
+    def __init__(self, ctx: StudyContext, study: StudyService) -> None:
         super().__init__(ctx)
         self.study = study
 
@@ -116,14 +124,15 @@ class AdaptiveService(Service):
         settings = settings or self.adaptive_settings()
         with self.session() as s:
             cohorts = q.list_cohorts(s)
-            for cohort_id, name in zip(cohorts["id"], cohorts["name"]):
+            for cohort_id, name in zip(cohorts["id"], cohorts["name"], strict=False):
                 info = _sample_info(s, cohort_id)
                 if info is None or not _sample_differs(info, settings) or not q.count_sample_readings(s, cohort_id):
                     continue
                 raise StudyError(
                     f"adaptive reading: the agreement sample of cohort {name!r} (share {info['share']:.0%}, seed "
                     f"{info['seed']}) already has readings, and a new share or seed would break its full overlap: "
-                    f"keep share {info['share']:.0%}, seed {info['seed']} (a new cohort gets a new sample)")
+                    f"keep share {info['share']:.0%}, seed {info['seed']} (a new cohort gets a new sample)"
+                )
 
     # ------------------------------------------------------------ sample and progress
 
@@ -132,7 +141,11 @@ class AdaptiveService(Service):
         (facts: q.adaptive_facts read in this transaction, which saves the hot path three queries)."""
         facts = facts or q.adaptive_facts(s, cohort_id, "")
         drawn = json.loads(facts["sample"]) if facts["sample"] else None
-        if drawn is not None and _sample_differs(drawn, self.adaptive_settings()) and not q.count_sample_readings(s, cohort_id):
+        if (
+            drawn is not None
+            and _sample_differs(drawn, self.adaptive_settings())
+            and not q.count_sample_readings(s, cohort_id)
+        ):
             q.delete_agreement_sample(s, cohort_id)  # nobody has read it yet: draw it again with the new share or seed
             drawn = None
         if drawn is None:
@@ -203,7 +216,10 @@ class AdaptiveService(Service):
         mine = frame["mine"].to_numpy() & ~frame["done"].to_numpy()
         if mine.any():  # rare: a report given to them and not saved yet
             own = frame[mine & frame["open"].to_numpy()]
-            own = own[((own["expires_at"] > stamp) | (own["in_flight"] == 0)) & (own["readers"] + own["in_flight"] < own["cap"])]
+            own = own[
+                ((own["expires_at"] > stamp) | (own["in_flight"] == 0))
+                & (own["readers"] + own["in_flight"] < own["cap"])
+            ]
             if len(own):
                 return str(own.sort_values("seq")["report_id"].iloc[0])
         ordered = core.reading_order(core.offered(frame), self.adaptive_settings().order)
@@ -273,14 +289,20 @@ class AdaptiveService(Service):
         stamp = q.now()
         labels = counts["labels"].reindex(frame["report_id"]).fillna(0).to_numpy()
         complete = labels >= len(self.vocab.asked_ids)
-        started = frame["report_id"].isin(draft_ids).to_numpy() | (frame["mine"] & ~frame["done"]
-                                                                   & ((frame["expires_at"] > stamp) | frame["open"])).to_numpy()
+        started = (
+            frame["report_id"].isin(draft_ids).to_numpy()
+            | (frame["mine"] & ~frame["done"] & ((frame["expires_at"] > stamp) | frame["open"])).to_numpy()
+        )
         started |= (labels > 0) & ~complete
         done_rows = frame[complete].assign(saved_at=lambda f: f["report_id"].map(counts["saved_at"]))
         done_rows = done_rows.sort_values(["saved_at", "seq"], kind="stable")
         going = frame[started & ~complete].sort_values("seq", kind="stable")
         offered = core.reading_order(core.offered(frame), self.adaptive_settings().order)
-        ids = [*done_rows["report_id"], *going["report_id"], *[r for r in offered["report_id"] if r not in set(going["report_id"])]]
+        ids = [
+            *done_rows["report_id"],
+            *going["report_id"],
+            *[r for r in offered["report_id"] if r not in set(going["report_id"])],
+        ]
         out = pd.DataFrame({"report_id": ids})
         out["labels_saved"] = out["report_id"].map(counts["labels"]).fillna(0).astype(int)
         out["saved_at"] = out["report_id"].map(counts["saved_at"])
@@ -294,9 +316,11 @@ class AdaptiveService(Service):
         settings = self.adaptive_settings()
         if not settings.enabled:
             return "Your list is in the cohort's order; every report is read by every reader on it."
-        return ("Adaptive reading: a report leaves your list once its reference can no longer change. "
-                f"Order: {core.ORDERS[settings.order]}. A report you open is kept for you for "
-                f"{CLAIM_TTL_S // 60} minutes (nobody else is given it meanwhile); after that it may go to another reader.")
+        return (
+            "Adaptive reading: a report leaves your list once its reference can no longer change. "
+            f"Order: {core.ORDERS[settings.order]}. A report you open is kept for you for "
+            f"{CLAIM_TTL_S // 60} minutes (nobody else is given it meanwhile); after that it may go to another reader."
+        )
 
     # ------------------------------------------------------------ figures
 
@@ -312,9 +336,15 @@ class AdaptiveService(Service):
             ids = q.report_ids(s, cohort_id)
             if progress is None:  # without adaptive reading no report leaves the lists: only reads done count
                 per = q.reading_counts(s, cohort_id=cohort_id).groupby("report_id")["reader"].nunique()
-                progress = pd.DataFrame({"report_id": ids, "open": True, "tie": False,
-                                         "readers": per.reindex(ids).fillna(0).astype(int).to_numpy(),
-                                         "cap": core.panel_size(self.rule())})
+                progress = pd.DataFrame(
+                    {
+                        "report_id": ids,
+                        "open": True,
+                        "tie": False,
+                        "readers": per.reindex(ids).fillna(0).astype(int).to_numpy(),
+                        "cap": core.panel_size(self.rule()),
+                    }
+                )
         scope = self.study.blind_scope()
         if scope is not None:
             progress = progress[progress["report_id"].isin(scope)]
@@ -324,10 +354,20 @@ class AdaptiveService(Service):
         out = core.reads_summary(progress, core.panel_size(self.rule()), len(ids))
         n_items = len(ids) * len(self.vocab.asked_ids)
         decided = int((table["value"].notna()).sum())
-        waiting = int((table["status"].eq(ref.WAITING) & final).sum()) + int(table["flagged"].sum() if "flagged" in table else 0)
-        out.update({"enabled": settings.enabled, "reports": len(ids), "reports_open": int(progress["open"].sum()),
-                    "items": n_items, "decided": decided, "waiting": waiting,
-                    "undecided": max(n_items - decided - waiting, 0)})
+        waiting = int((table["status"].eq(ref.WAITING) & final).sum()) + int(
+            table["flagged"].sum() if "flagged" in table else 0
+        )
+        out.update(
+            {
+                "enabled": settings.enabled,
+                "reports": len(ids),
+                "reports_open": int(progress["open"].sum()),
+                "items": n_items,
+                "decided": decided,
+                "waiting": waiting,
+                "undecided": max(n_items - decided - waiting, 0),
+            }
+        )
         return out
 
     def _full_work_list(self, reader: str, cohort: str, drafts: bool = True) -> pd.DataFrame:
@@ -375,5 +415,7 @@ def agreement_scope_text(wb, cohort: str | None = None) -> str:
     n = sum(i["reports"] for i in infos)
     total = sum(i["of"] for i in infos)
     shares = ", ".join(sorted({f"{i['share']:.0%}" for i in infos})) or "not drawn yet"
-    return (f"adaptive reading is on: computed on the agreement sample only (full overlap), n = {n} reports "
-            f"of {total} (sample share {shares})")
+    return (
+        f"adaptive reading is on: computed on the agreement sample only (full overlap), n = {n} reports "
+        f"of {total} (sample share {shares})"
+    )

@@ -8,20 +8,21 @@ workbench/core/attributes.py for the rules and docs/attributes.md for the figure
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pandas as pd
 
 from workbench.core import attributes as core
 from workbench.core.vocab import VocabularyError
+from workbench.services.base import Service, StudyContext
 from workbench.services.study import PermissionDenied
 from workbench.store import queries as q
 from workbench.study import StudyError
-from workbench.services.base import Service, StudyContext
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
-    from workbench.services.study import StudyService
-    from workbench.services.runs import RunsService
     from workbench.services.evaluation import EvaluationService
+    from workbench.services.runs import RunsService
+    from workbench.services.study import StudyService
 
 ROW_COLUMNS = ["report_id", "label", "attribute", "value", "reference", "evidence"]
 
@@ -29,7 +30,9 @@ ROW_COLUMNS = ["report_id", "label", "attribute", "value", "reference", "evidenc
 class AttributesService(Service):
     """Attribute reference, per-row listing, accuracy on matched findings, and readers' attribute values."""
 
-    def __init__(self, ctx: StudyContext, study: "StudyService", runner: "RunsService", evaluation: "EvaluationService") -> None:
+    def __init__(
+        self, ctx: StudyContext, study: StudyService, runner: RunsService, evaluation: EvaluationService
+    ) -> None:
         super().__init__(ctx)
         self.study = study
         self.runner = runner
@@ -62,8 +65,14 @@ class AttributesService(Service):
             if ties.empty:
                 continue
             presence = self.study.reference(name)
-            positive = set(zip(presence.loc[presence["value"] == 1, "report_id"], presence.loc[presence["value"] == 1, "label"]))
-            frames.append(ties[[key in positive for key in zip(ties["report_id"], ties["label"])]])
+            positive = set(
+                zip(
+                    presence.loc[presence["value"] == 1, "report_id"],
+                    presence.loc[presence["value"] == 1, "label"],
+                    strict=False,
+                )
+            )
+            frames.append(ties[[key in positive for key in zip(ties["report_id"], ties["label"], strict=False)]])
         if not frames:
             return pd.DataFrame(columns=core.TIE_COLUMNS)
         return self.study._blind_rows(pd.concat(frames, ignore_index=True))
@@ -74,7 +83,9 @@ class AttributesService(Service):
         run = self.runner.run_info(run_id)
         pred_attrs = self.runner.prediction_attributes(run_id)
         pred_attrs = pred_attrs[pred_attrs["status"] == "ok"]
-        ref_attrs = self.reference_attributes(self.study._cohort_name(run.cohort_id)).rename(columns={"reference": "value"})
+        ref_attrs = self.reference_attributes(self.study._cohort_name(run.cohort_id)).rename(
+            columns={"reference": "value"}
+        )
         return y_pred, y_true, pred_attrs, ref_attrs
 
     def attribute_rows(self, run_id: int, label: str | None = None) -> pd.DataFrame:
@@ -110,24 +121,32 @@ class AttributesService(Service):
         y_pred, y_true, pred_attrs, ref_attrs = self.attribute_inputs(run_id)
         matched = core.matched_rows(y_pred, y_true, pred_attrs, ref_attrs, specs)
         failures = self.runner.prediction_attributes(run_id, label)
-        return {"table": core.attribute_accuracy(matched), "confusion": core.confusion(matched),
-                "mismatches": core.mismatches(matched), "rule": core.ACCURACY_RULE,
-                "parse_failures": int((failures["status"] == core.ATTRIBUTE_PARSE_ERROR).sum())}
+        return {
+            "table": core.attribute_accuracy(matched),
+            "confusion": core.confusion(matched),
+            "mismatches": core.mismatches(matched),
+            "rule": core.ACCURACY_RULE,
+            "parse_failures": int((failures["status"] == core.ATTRIBUTE_PARSE_ERROR).sum()),
+        }
 
     def _attribute_specs(self, label: str | None) -> dict:
         """label -> attribute spec, of one label (checked) or of all; a clear error when there is none."""
         specs = self.vocab.attribute_specs()
         if label is None:
             if not specs:
-                raise StudyError(f"vocabulary {self.vocab.id!r} declares no attributes; add `attributes: [side, ...]` "
-                                 "to its labels (see docs/attributes.md)")
+                raise StudyError(
+                    f"vocabulary {self.vocab.id!r} declares no attributes; add `attributes: [side, ...]` "
+                    "to its labels (see docs/attributes.md)"
+                )
             return specs
         found = self.vocab.resolve(label)
         if found is None:
             raise StudyError(f"unknown label {label!r}; labels: {', '.join(self.vocab.asked_ids)}")
         if found not in specs:
-            raise StudyError(f"label {found!r} has no attributes in vocabulary {self.vocab.id!r}; labels with "
-                             f"attributes: {', '.join(specs) or 'none'}")
+            raise StudyError(
+                f"label {found!r} has no attributes in vocabulary {self.vocab.id!r}; labels with "
+                f"attributes: {', '.join(specs) or 'none'}"
+            )
         return {found: specs[found]}
 
     # ------------------------------------------------------------ readers' attribute values
@@ -137,7 +156,7 @@ class AttributesService(Service):
         with self.session() as s:
             rows = q.reading_attributes_frame(s, report_id=report_id, reader=reader)
         out: dict[str, dict[str, str]] = {}
-        for lab, name, value in zip(rows["label"], rows["attribute"], rows["value"]):
+        for lab, name, value in zip(rows["label"], rows["attribute"], rows["value"], strict=False):
             out.setdefault(lab, {})[name] = value
         return out
 
@@ -156,14 +175,25 @@ class AttributesService(Service):
         with self.session(write=True) as s:
             reading = q.get_reading(s, report_id, label, reader)
             if reading is None or reading.value != 1:
-                raise StudyError(f"{reader} has not ticked {label!r} on report {report_id!r}: tick it first, then set its attributes")
+                raise StudyError(
+                    f"{reader} has not ticked {label!r} on report {report_id!r}: tick it first, then set its attributes"
+                )
             old = q.reading_attributes_frame(s)
             old = old[(old["report_id"] == report_id) & (old["label"] == label) & (old["reader"] == reader)]
             q.delete_reading_attributes(s, report_id, label, reader)
-            frame = pd.DataFrame([(report_id, label, reader, k, v) for k, v in kept.items()], columns=q.READING_ATTRIBUTE_COLUMNS)
+            frame = pd.DataFrame(
+                [(report_id, label, reader, k, v) for k, v in kept.items()], columns=q.READING_ATTRIBUTE_COLUMNS
+            )
             q.put_reading_attributes(s, frame)
-            q.add_audit(s, actor.user, "set", "reading attributes", f"{report_id}/{label}/{reader}",
-                        dict(zip(old["attribute"], old["value"])) or None, kept or None)
+            q.add_audit(
+                s,
+                actor.user,
+                "set",
+                "reading attributes",
+                f"{report_id}/{label}/{reader}",
+                dict(zip(old["attribute"], old["value"], strict=False)) or None,
+                kept or None,
+            )
         return len(kept)
 
     def adjudicate_attribute(self, report_id: str, label: str, attribute: str, value: str, reason: str = "") -> None:
@@ -179,8 +209,15 @@ class AttributesService(Service):
         frame = pd.DataFrame([(report_id, label, actor.user, attribute, value)], columns=q.READING_ATTRIBUTE_COLUMNS)
         with self.session(write=True) as s:
             q.put_reading_attributes(s, frame, adjudicated=True)
-            q.add_audit(s, actor.user, "adjudicate", "reading attribute", f"{report_id}/{label}/{attribute}", None,
-                        {"value": value, "reason": reason})
+            q.add_audit(
+                s,
+                actor.user,
+                "adjudicate",
+                "reading attribute",
+                f"{report_id}/{label}/{attribute}",
+                None,
+                {"value": value, "reason": reason},
+            )
 
     def _require_attribute_tie(self, report_id: str, label: str, attribute: str) -> None:
         """Refuse an attribute adjudication where the readers do not tie (it would never count)."""
@@ -193,8 +230,12 @@ class AttributesService(Service):
         row = ref[(ref["report_id"] == report_id) & (ref["label"] == label) & (ref["attribute"] == attribute)]
         where = f"{report_id} / {label} / {attribute}"
         if row.empty:
-            raise StudyError(f"no tie waits on {where}: no reader who ticked it gave a {attribute} "
-                             "(adjudication settles ties only; `workbench attribute-ties` lists them)")
+            raise StudyError(
+                f"no tie waits on {where}: no reader who ticked it gave a {attribute} "
+                "(adjudication settles ties only; `workbench attribute-ties` lists them)"
+            )
         if not bool(row["tie"].iloc[0]):
-            raise StudyError(f"no tie waits on {where}: the readers' majority is {row['reference'].iloc[0]} "
-                             "(adjudication settles ties only; `workbench attribute-ties` lists them)")
+            raise StudyError(
+                f"no tie waits on {where}: the readers' majority is {row['reference'].iloc[0]} "
+                "(adjudication settles ties only; `workbench attribute-ties` lists them)"
+            )

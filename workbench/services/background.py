@@ -27,16 +27,23 @@ MARK = "WBRUN "  # protocol lines start with this; anything else a library print
 POLL_S = 0.2
 
 
-def start_run_in_process(root: Path, actor, on_progress: Callable | None = None,
-                         cancel: threading.Event | None = None, **run_kwargs):
+def start_run_in_process(
+    root: Path, actor, on_progress: Callable | None = None, cancel: threading.Event | None = None, **run_kwargs
+):
     """Workbench(root, actor).start_run(**run_kwargs) in a child process; returns its RunSummary.
 
     on_progress receives Progress objects as the child reports them; setting cancel stops the child
     after the calls in flight. The child's error is raised here as a StudyError.
     """
     request = {"root": str(root), "actor": dataclasses.asdict(actor), "run": run_kwargs}
-    child = subprocess.Popen([sys.executable, "-m", "workbench.services.background"], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "workbench.services.background"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        bufsize=1,
+    )
     lines: queue_module.Queue = queue_module.Queue()
     reader = threading.Thread(target=lambda: [lines.put(line) for line in child.stdout], daemon=True)
     reader.start()
@@ -59,7 +66,7 @@ def start_run_in_process(root: Path, actor, on_progress: Callable | None = None,
                 continue
             if not line.startswith(MARK):
                 continue
-            message = json.loads(line[len(MARK):])
+            message = json.loads(line[len(MARK) :])
             if "progress" in message:
                 if on_progress is not None:
                     on_progress(Progress(**message["progress"]))
@@ -101,8 +108,9 @@ def main() -> None:
 
         threading.Thread(target=watch_stdin, daemon=True).start()
         wb = Workbench(Path(request["root"]), actor=Actor(**request["actor"]))
-        summary = wb.start_run(on_progress=lambda p: _emit({"progress": dataclasses.asdict(p)}), cancel=cancel,
-                               **request["run"])
+        summary = wb.start_run(
+            on_progress=lambda p: _emit({"progress": dataclasses.asdict(p)}), cancel=cancel, **request["run"]
+        )
         _emit({"done": dataclasses.asdict(summary)})
     except BaseException as exc:  # shown on the page like an in-process run's error
         _emit({"error": str(exc) or type(exc).__name__})

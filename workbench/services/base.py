@@ -14,8 +14,16 @@ from pathlib import Path
 from workbench.core import adaptive as adaptive_core
 from workbench.core import reference as ref
 from workbench.core.vocab import Vocabulary
-from workbench.store import db, queries as q
-from workbench.study import StudyConfig, StudyPaths, database_url, find_vocabulary_file, load_config, load_vocabulary_file
+from workbench.store import db
+from workbench.store import queries as q
+from workbench.study import (
+    StudyConfig,
+    StudyPaths,
+    database_url,
+    find_vocabulary_file,
+    load_config,
+    load_vocabulary_file,
+)
 
 
 class StudyContext:
@@ -26,7 +34,9 @@ class StudyContext:
         self.paths = StudyPaths(self.root)
         self.config: StudyConfig = load_config(self.root)
         vocab_file = self.root / self.config.vocabulary
-        self.vocab: Vocabulary = load_vocabulary_file(vocab_file if vocab_file.exists() else find_vocabulary_file(self.config.vocabulary))
+        self.vocab: Vocabulary = load_vocabulary_file(
+            vocab_file if vocab_file.exists() else find_vocabulary_file(self.config.vocabulary)
+        )
         self.url = database_url(self.root, self.config)
         self.engine = engine or db.make_engine(self.url)
         self.actor = actor

@@ -8,30 +8,31 @@ left out, and every output says how many.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-import dataclasses
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from workbench.core import agreement, metrics
 from workbench.core.text import compose_text
-from workbench.store import prompt_repo, queries as q
 from workbench.errors import NotFound, UserError
-from workbench.study import StudyError
-from workbench.services.base import Service, StudyContext
-from workbench.services.results import Comparison
+from workbench.labeller import labelling
 from workbench.services import memo
 from workbench.services.adaptive import agreement_readings
-from workbench import labelling
-from typing import TYPE_CHECKING
+from workbench.services.base import Service, StudyContext
+from workbench.services.results import Comparison
+from workbench.store import prompt_repo
+from workbench.store import queries as q
+from workbench.study import StudyError
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
-    from workbench.services.study import StudyService
-    from workbench.services.splits import SplitsService
     from workbench.services.runs import RunsService
+    from workbench.services.splits import SplitsService
+    from workbench.services.study import StudyService
 
 _FULL_SHA = re.compile(r"[0-9a-f]{40}")  # a commit id, which names content that never changes
 
@@ -48,22 +49,27 @@ class Evaluation:
     ci: str
     zero_division: str
     labels: list = field(default_factory=list)
-    macro: "metrics.MacroFigure | None" = None  # macro F1 under the study's policy, with the labels it averages
+    macro: metrics.MacroFigure | None = None  # macro F1 under the study's policy, with the labels it averages
 
-    def paper_table(self, previous: "Evaluation | None" = None) -> pd.DataFrame:
+    def paper_table(self, previous: Evaluation | None = None) -> pd.DataFrame:
         """The Ran Score paper's layout: label, accuracy [interval], precision, recall, F1, change in F1."""
         t = self.table
-        out = pd.DataFrame({
-            "label": t.index,
-            "n": t["n"].to_numpy(),
-            "support": t["support"].to_numpy(),
-            "accuracy [95% CI]": [f"{a:.3f} [{lo:.3f}, {hi:.3f}]" if a == a else "n/a"
-                                  for a, lo, hi in zip(t["accuracy"], t["accuracy_lo"], t["accuracy_hi"])],
-            "precision": [_fmt(v, u) for v, u in zip(t["precision"], t["precision_undefined"])],
-            "recall": [_fmt(v, u) for v, u in zip(t["recall"], t["recall_undefined"])],
-            "F1": [_fmt(v, u) for v, u in zip(t["f1"], t["f1_undefined"])],
-            "FP": t["fp"].to_numpy(), "FN": t["fn"].to_numpy(),
-        })
+        out = pd.DataFrame(
+            {
+                "label": t.index,
+                "n": t["n"].to_numpy(),
+                "support": t["support"].to_numpy(),
+                "accuracy [95% CI]": [
+                    f"{a:.3f} [{lo:.3f}, {hi:.3f}]" if a == a else "n/a"
+                    for a, lo, hi in zip(t["accuracy"], t["accuracy_lo"], t["accuracy_hi"], strict=False)
+                ],
+                "precision": [_fmt(v, u) for v, u in zip(t["precision"], t["precision_undefined"], strict=False)],
+                "recall": [_fmt(v, u) for v, u in zip(t["recall"], t["recall_undefined"], strict=False)],
+                "F1": [_fmt(v, u) for v, u in zip(t["f1"], t["f1_undefined"], strict=False)],
+                "FP": t["fp"].to_numpy(),
+                "FN": t["fn"].to_numpy(),
+            }
+        )
         if previous is not None:
             prev = previous.table["f1"].reindex(t.index)
             out["change in F1"] = [f"{d:+.3f}" if d == d else "n/a" for d in (t["f1"] - prev)]
@@ -96,16 +102,20 @@ def drift_text(drift: list[dict]) -> str:
     for d in drift:
         labels = ", ".join(f"{lab} {fmt(a)} -> {fmt(b)}" for lab, (a, b) in list(d["labels"].items())[:5])
         more = f" and {len(d['labels']) - 5} more" if len(d["labels"]) > 5 else ""
-        runs.append(f"run {d['run']} macro F1 {fmt(d['macro_f1'][0])} -> {fmt(d['macro_f1'][1])}"
-                    + (f" ({labels}{more})" if labels else " (no label's F1 moved)"))
+        runs.append(
+            f"run {d['run']} macro F1 {fmt(d['macro_f1'][0])} -> {fmt(d['macro_f1'][1])}"
+            + (f" ({labels}{more})" if labels else " (no label's F1 moved)")
+        )
     return head + "; ".join(runs)
 
 
 def refuse_same_run(run_a: int, run_b: int) -> None:
     """A comparison of a run with itself says nothing: refuse it with the fix."""
     if run_a == run_b:
-        raise UserError(f"run {run_a} compared with itself shows no change: name two different runs of the same cohort "
-                        "(e.g. the run before a prompt change and the run after it)")
+        raise UserError(
+            f"run {run_a} compared with itself shows no change: name two different runs of the same cohort "
+            "(e.g. the run before a prompt change and the run after it)"
+        )
 
 
 def paired_macro(table: pd.DataFrame, zero_division: str) -> tuple:
@@ -123,7 +133,7 @@ def _fmt(value: float, undefined: bool) -> str:
 class EvaluationService(Service):
     """Metrics, comparisons, history, ceiling, disagreements, notes."""
 
-    def __init__(self, ctx: StudyContext, study: "StudyService", splits: "SplitsService", runner: "RunsService") -> None:
+    def __init__(self, ctx: StudyContext, study: StudyService, splits: SplitsService, runner: RunsService) -> None:
         super().__init__(ctx)
         self.study = study
         self.splits = splits
@@ -160,16 +170,19 @@ class EvaluationService(Service):
             q.put_version_examples(s, commit, ids)
         return ids
 
-    def evaluation_inputs(self, run_id: int, extra_commits: tuple[str, ...] = (),
-                          reference: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    def evaluation_inputs(
+        self, run_id: int, extra_commits: tuple[str, ...] = (), reference: pd.DataFrame | None = None
+    ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
         """(reference, predictions, excluded counts) aligned on the evaluable reports.
 
         reference: the cohort's reference matrix when the caller already has it (history, queue).
         """
         run = self.runner.run_info(run_id)
         if run.status == "interrupted":  # part of a run is not a result: its figures would be read as one
-            raise UserError(f"run {run_id} was interrupted before it finished, so it has no figures yet: resume with "
-                            f"`workbench run --resume {run_id}`")
+            raise UserError(
+                f"run {run_id} was interrupted before it finished, so it has no figures yet: resume with "
+                f"`workbench run --resume {run_id}`"
+            )
         self.splits.check_test_lock(run)  # a test cohort is measured only through a frozen bundle's counted look
         cohort = self.study._cohort_name(run.cohort_id)
         labels = self._run_labels(run)
@@ -186,7 +199,9 @@ class EvaluationService(Service):
         }
         if self.study.blind_scope() is not None:  # a reader: only the reports they have finished count
             with self.session() as s:
-                excluded["reports you have not finished reading (blinded)"] = len(q.report_ids(s, run.cohort_id)) - len(y_true) - len(leaked)
+                excluded["reports you have not finished reading (blinded)"] = (
+                    len(q.report_ids(s, run.cohort_id)) - len(y_true) - len(leaked)
+                )
         return y_true, y_pred, excluded
 
     # ------------------------------------------------------------ metrics
@@ -195,8 +210,15 @@ class EvaluationService(Service):
         """The zero-division policy of every macro figure: the one asked for, else the study's."""
         return zero_division or self.config.zero_division
 
-    def evaluate_run(self, run_id: int, ci: str = "wilson", zero_division: str | None = None,
-                     n_resamples: int = 1000, seed: int = 0, reference: pd.DataFrame | None = None) -> Evaluation:
+    def evaluate_run(
+        self,
+        run_id: int,
+        ci: str = "wilson",
+        zero_division: str | None = None,
+        n_resamples: int = 1000,
+        seed: int = 0,
+        reference: pd.DataFrame | None = None,
+    ) -> Evaluation:
         """Per-label metrics with intervals, micro/macro averages, bootstrap of macro F1 (the study's
         zero-division policy unless another is asked for)."""
         zero_division = self.macro_policy(zero_division)
@@ -208,7 +230,9 @@ class EvaluationService(Service):
             avg = metrics.averages(table, zero_division=zero_division, ci=ci)
             boot = {}
             if n_resamples:
-                boot = metrics.bootstrap_macro_f1(y_true, y_pred, n_resamples=n_resamples, seed=seed, zero_division=zero_division)
+                boot = metrics.bootstrap_macro_f1(
+                    y_true, y_pred, n_resamples=n_resamples, seed=seed, zero_division=zero_division
+                )
                 # F1 has no binomial interval: a bootstrap over reports gives one per label
                 table = table.join(metrics.bootstrap_label_f1(y_true, y_pred, n_resamples=n_resamples, seed=seed))
             kept = (table, avg, boot)
@@ -216,7 +240,9 @@ class EvaluationService(Service):
         table, avg, boot = kept
         self._record_scoring(run_id, table)
         macro = metrics.macro_figure(table["f1"], table["f1_undefined"], zero_division)
-        return Evaluation(run_id, table.copy(), dict(avg), dict(boot), excluded, ci, zero_division, list(y_true.columns), macro)
+        return Evaluation(
+            run_id, table.copy(), dict(avg), dict(boot), excluded, ci, zero_division, list(y_true.columns), macro
+        )
 
     def _record_scoring(self, run_id: int, table: pd.DataFrame) -> None:
         """Keep the per-label counts of a run's first scoring, so a later change of the reference shows."""
@@ -258,26 +284,40 @@ class EvaluationService(Service):
             then = pd.DataFrame.from_dict(counts, orient="index", columns=["tp", "fp", "fn", "tn"])
             now = self.evaluate_run(run_id, n_resamples=0).table
             f1_then, f1_now = metrics.f1_from_counts(then, policy), metrics.f1_from_counts(now, policy)
-            moved = {lab: (_plain(f1_then.get(lab)), _plain(f1_now[lab])) for lab in now.index
-                     if not _same(f1_then.get(lab), f1_now[lab])}
-            out.append({"run": run_id, "scored_at": scored_at, **changes, "labels": moved,
-                        "macro_f1": (metrics.averages(then, policy)["macro_f1"], metrics.averages(now, policy)["macro_f1"])})
+            moved = {
+                lab: (_plain(f1_then.get(lab)), _plain(f1_now[lab]))
+                for lab in now.index
+                if not _same(f1_then.get(lab), f1_now[lab])
+            }
+            out.append(
+                {
+                    "run": run_id,
+                    "scored_at": scored_at,
+                    **changes,
+                    "labels": moved,
+                    "macro_f1": (metrics.averages(then, policy)["macro_f1"], metrics.averages(now, policy)["macro_f1"]),
+                }
+            )
         return out
 
-    def compare_runs(self, run_a: int, run_b: int, mid_p: bool = False, min_discordant: int = 10,
-                     zero_division: str | None = None) -> Comparison:
+    def compare_runs(
+        self, run_a: int, run_b: int, mid_p: bool = False, min_discordant: int = 10, zero_division: str | None = None
+    ) -> Comparison:
         """Paired comparison of two runs on the same cohort: per-label deltas, McNemar + Holm, cases."""
         zero_division = self.macro_policy(zero_division)
         refuse_same_run(run_a, run_b)
         a, b = self.runner.run_info(run_a), self.runner.run_info(run_b)
         if a.cohort_id != b.cohort_id:
-            raise StudyError(f"runs {run_a} and {run_b} are on different cohorts; a paired comparison needs the same reports")
+            raise StudyError(
+                f"runs {run_a} and {run_b} are on different cohorts; a paired comparison needs the same reports"
+            )
         y_true, pred_a, excluded = self.evaluation_inputs(run_a, extra_commits=(b.prompt_commit,))
         _, pred_b, excluded_b = self.evaluation_inputs(run_b, extra_commits=(a.prompt_commit,))
         labels = [lab for lab in y_true.columns if lab in pred_b.columns]
         y_true, pred_a, pred_b = y_true[labels], pred_a[labels], pred_b.reindex(index=y_true.index)[labels]
-        table = metrics.compare_labels(y_true, pred_a, pred_b, mid_p=mid_p, min_discordant=min_discordant,
-                                       zero_division=zero_division)
+        table = metrics.compare_labels(
+            y_true, pred_a, pred_b, mid_p=mid_p, min_discordant=min_discordant, zero_division=zero_division
+        )
         ma = metrics.label_metrics(y_true, pred_a, zero_division=zero_division)
         mb = metrics.label_metrics(y_true, pred_b, zero_division=zero_division)
         for col in ("precision", "recall", "specificity", "kappa"):
@@ -286,9 +326,18 @@ class EvaluationService(Service):
         cases = metrics.fixed_and_broken(y_true, pred_a, pred_b)
         excluded["failed or missing predictions (run B)"] = excluded_b["failed or missing predictions"]
         macro_a, macro_b = paired_macro(table, zero_division)
-        return Comparison(run_a=run_a, run_b=run_b, table=table, cases=cases, excluded=excluded,
-                          macro_f1_a=macro_a.value, macro_f1_b=macro_b.value, macro_a=macro_a, macro_b=macro_b,
-                          zero_division=zero_division)
+        return Comparison(
+            run_a=run_a,
+            run_b=run_b,
+            table=table,
+            cases=cases,
+            excluded=excluded,
+            macro_f1_a=macro_a.value,
+            macro_f1_b=macro_b.value,
+            macro_a=macro_a,
+            macro_b=macro_b,
+            zero_division=zero_division,
+        )
 
     def iteration_history(self, cohort: str, ci: str = "wilson") -> pd.DataFrame:
         """Every finished run on a cohort in prompt-version order: macro and per-label accuracy and F1."""
@@ -299,9 +348,16 @@ class EvaluationService(Service):
         for run in runs.itertuples(index=False):
             ev = self.evaluate_run(int(run.id), ci=ci, n_resamples=0, reference=reference)
             version = prompt_repo.ordinal(self.paths.prompts, run.prompt_commit)
-            row = {"run": int(run.id), "version": version, "prompt": run.prompt_commit[:8], "model": run.model,
-                   "started": run.started_at, "macro_accuracy": ev.averages["macro_accuracy"],
-                   "macro_f1": ev.averages["macro_f1"], "micro_f1": ev.averages["micro_f1"]}
+            row = {
+                "run": int(run.id),
+                "version": version,
+                "prompt": run.prompt_commit[:8],
+                "model": run.model,
+                "started": run.started_at,
+                "macro_accuracy": ev.averages["macro_accuracy"],
+                "macro_f1": ev.averages["macro_f1"],
+                "micro_f1": ev.averages["micro_f1"],
+            }
             for lab in ev.table.index:
                 row[f"accuracy:{lab}"] = ev.table.loc[lab, "accuracy"]
                 row[f"f1:{lab}"] = ev.table.loc[lab, "f1"]
@@ -355,7 +411,7 @@ class EvaluationService(Service):
 
     # ------------------------------------------------------------ the engineer's view of a case, and search
 
-    def case_matrix(self, report_id: str, label: str | None = None) -> "CaseMatrix":
+    def case_matrix(self, report_id: str, label: str | None = None) -> CaseMatrix:
         """One report's answers under every run that labelled it, side by side (one column per run and label),
         each with its call: the messages sent, the raw reply, the thinking kept apart, latency, tokens, cost."""
         self.require("see_unblinded")  # every labeller answer and the prompts' examples: never for a blinded reader
@@ -398,17 +454,27 @@ class EvaluationService(Service):
             return {}
         cfg = labelling.model_config(self.runner._settings_from_params(json.loads(run.params_json)), strict=False)
         run_labels = json.loads(run.labels_json)
-        frame = pd.DataFrame([{"report_id": report.id, "findings": report.findings, "impression": report.impression,
-                               "text": report.text}])
+        frame = pd.DataFrame(
+            [
+                {
+                    "report_id": report.id,
+                    "findings": report.findings,
+                    "impression": report.impression,
+                    "text": report.text,
+                }
+            ]
+        )
         done = set() if run.mode == "joint" else {(report.id, lab) for lab in run_labels if lab not in asked}
-        requests = self.runner._build_requests(self.study.prompt_set(run.prompt_commit), frame, run_labels, run.mode,
-                                        run.sections.split(","), cfg, done)
+        requests = self.runner._build_requests(
+            self.study.prompt_set(run.prompt_commit), frame, run_labels, run.mode, run.sections.split(","), cfg, done
+        )
         out = {r.key: r.messages for r in requests}
         out.update({lab: r.messages for r in requests for lab in r.meta["labels"]})
         return out
 
-    def search_run(self, run_id: int, query: str, where: str | None = None, regex: bool = False,
-                   label: str | None = None) -> "SearchResult":
+    def search_run(
+        self, run_id: int, query: str, where: str | None = None, regex: bool = False, label: str | None = None
+    ) -> SearchResult:
         """(report, label) cases of a run whose report text, evidence or raw answer matches the query
         (case-insensitive; a substring, or a regular expression when regex), vectorised over the whole run."""
         self.require("see_unblinded")  # answers and evidence of reports a blinded reader has not read
@@ -419,8 +485,10 @@ class EvaluationService(Service):
         try:
             pattern = re.compile(query if regex else re.escape(query), re.IGNORECASE)
         except re.error as exc:
-            raise UserError(f"{query!r} is not a valid regular expression ({exc}); leave out --regex to search "
-                            "for the text as it is") from None
+            raise UserError(
+                f"{query!r} is not a valid regular expression ({exc}); leave out --regex to search "
+                "for the text as it is"
+            ) from None
         run = self.runner.run_info(run_id)
         shown = self.splits.queue_reports(run)  # validation text never reaches the person tuning prompts
         label = self.study.label_id(label) if label else None
@@ -449,8 +517,15 @@ class EvaluationService(Service):
         """report_id, text of the run's cohort as the labeller read them."""
         reports = q.reports_frame(s, cohort_id=run.cohort_id)
         sections = run.sections.split(",")
-        return pd.DataFrame({"report_id": reports["report_id"], "text": [
-            compose_text(f, i, t, sections) for f, i, t in zip(reports["findings"], reports["impression"], reports["text"])]})
+        return pd.DataFrame(
+            {
+                "report_id": reports["report_id"],
+                "text": [
+                    compose_text(f, i, t, sections)
+                    for f, i, t in zip(reports["findings"], reports["impression"], reports["text"], strict=False)
+                ],
+            }
+        )
 
     # ------------------------------------------------------------ error notes
 
@@ -512,9 +587,16 @@ class CaseColumn:
         """The matrix rows of this column, in CASE_ROWS order."""
         c = self.call
         tokens = None if c is None or c.prompt_tokens is None else c.prompt_tokens + (c.completion_tokens or 0)
-        return ["no answer" if self.value is None else str(self.value), self.evidence, self.status,
-                None if c is None else c.latency_s, tokens, None if c is None else c.cost,
-                None if c is None else c.finish_reason, None if c is None else c.reported_model]
+        return [
+            "no answer" if self.value is None else str(self.value),
+            self.evidence,
+            self.status,
+            None if c is None else c.latency_s,
+            tokens,
+            None if c is None else c.cost,
+            None if c is None else c.finish_reason,
+            None if c is None else c.reported_model,
+        ]
 
 
 @dataclass(frozen=True)
@@ -543,9 +625,19 @@ class CaseMatrix:
 
     def to_json(self) -> dict:
         """Everything, for export: the report, each column with its call (messages, raw reply, facts)."""
-        return {"report_id": self.report_id, "label": self.label, "text": self.text, "withheld_runs": list(self.withheld),
-                "columns": [{**{k: v for k, v in dataclasses.asdict(c).items() if k != "call"},
-                             "call": None if c.call is None else c.call.to_json()} for c in self.columns]}
+        return {
+            "report_id": self.report_id,
+            "label": self.label,
+            "text": self.text,
+            "withheld_runs": list(self.withheld),
+            "columns": [
+                {
+                    **{k: v for k, v in dataclasses.asdict(c).items() if k != "call"},
+                    "call": None if c.call is None else c.call.to_json(),
+                }
+                for c in self.columns
+            ],
+        }
 
 
 @dataclass(frozen=True)
@@ -571,13 +663,35 @@ def _case_column(run, row, sent: dict, facts: pd.DataFrame, replies: dict) -> Ca
             value = fact.get(name)
             return None if value is None or value != value else cast(value)
 
-        call = CaseCall(key, tuple(messages), key in sent, replies.get(key), fact.get("reasoning") or None,
-                        num("latency_s", float), num("attempts", int), num("prompt_tokens", int),
-                        num("completion_tokens", int), num("cached_tokens", int), num("cost", float),
-                        fact.get("finish_reason"), fact.get("reported_model"), num("run_id", int))
+        call = CaseCall(
+            key,
+            tuple(messages),
+            key in sent,
+            replies.get(key),
+            fact.get("reasoning") or None,
+            num("latency_s", float),
+            num("attempts", int),
+            num("prompt_tokens", int),
+            num("completion_tokens", int),
+            num("cached_tokens", int),
+            num("cost", float),
+            fact.get("finish_reason"),
+            fact.get("reported_model"),
+            num("run_id", int),
+        )
     value = None if row.value is None or row.value != row.value else int(row.value)
-    return CaseColumn(int(run.id), run.prompt_commit, run.prompt_ref or "", run.model, row.label, value,
-                      row.evidence or "", row.status, row.detail or "", call)
+    return CaseColumn(
+        int(run.id),
+        run.prompt_commit,
+        run.prompt_ref or "",
+        run.model,
+        row.label,
+        value,
+        row.evidence or "",
+        row.status,
+        row.detail or "",
+        call,
+    )
 
 
 def _snippet(text: str, pattern: re.Pattern) -> str:

@@ -7,31 +7,29 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
+import yaml
 
 from workbench import bundle as bundle_mod
 from workbench import scoring
 from workbench.core.parsing import PARSER_VERSION
 from workbench.errors import StorageFault, WorkbenchError
-from workbench.store import db, prompt_repo, queries as q
+from workbench.labeller import batch
+from workbench.services.base import Service, StudyContext
+from workbench.services.optimising import _TEST_LOOK, _figures, _plain
+from workbench.services.runs import StudyBatchJournal, model_endpoints
+from workbench.store import db, prompt_repo
+from workbench.store import queries as q
 from workbench.store.prompt_repo import PromptRepoError
 from workbench.study import StudyError
-from workbench.services.optimising import _TEST_LOOK
-from workbench.services.optimising import _figures
-from workbench.services.optimising import _plain
-import yaml
-from workbench.services.base import Service, StudyContext
-from workbench.services.runs import model_endpoints
-from workbench import batch
-from workbench.services.runs import StudyBatchJournal
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
-    from workbench.services.study import StudyService
-    from workbench.services.splits import SplitsService
-    from workbench.services.runs import RunsService
     from workbench.services.evaluation import EvaluationService
+    from workbench.services.runs import RunsService
+    from workbench.services.splits import SplitsService
+    from workbench.services.study import StudyService
 
 
 class StudyExtractionCache:
@@ -54,7 +52,14 @@ class StudyExtractionCache:
 class FreezeService(Service):
     """Bundles and scoring."""
 
-    def __init__(self, ctx: StudyContext, study: "StudyService", splits: "SplitsService", runner: "RunsService", evaluation: "EvaluationService") -> None:
+    def __init__(
+        self,
+        ctx: StudyContext,
+        study: StudyService,
+        splits: SplitsService,
+        runner: RunsService,
+        evaluation: EvaluationService,
+    ) -> None:
         super().__init__(ctx)
         self.study = study
         self.splits = splits
@@ -69,7 +74,8 @@ class FreezeService(Service):
         if runs.empty:
             raise StudyError(
                 f"no finished run of prompt version {prompt_commit[:8]} on cohort {cohort!r}: run it first "
-                f"(workbench run --cohort {cohort} --prompt {prompt_commit[:8]}) so the bundle carries the metrics that justify it")
+                f"(workbench run --cohort {cohort} --prompt {prompt_commit[:8]}) so the bundle carries the metrics that justify it"
+            )
         asked = list(self.vocab.asked_ids)
         for row in runs.itertuples(index=False):  # newest first: the latest run that covers every asked label
             if not set(asked) - set(json.loads(row.labels_json)):
@@ -79,7 +85,8 @@ class FreezeService(Service):
         raise StudyError(
             f"run {latest} of prompt version {prompt_commit[:8]} on cohort {cohort!r} does not cover every asked label: "
             f"{len(missing)} of {len(asked)} missing ({', '.join(missing)}); a bundle is justified by a run of all its labels: "
-            f"run `workbench run --cohort {cohort} --prompt {prompt_commit[:8]}` (cached answers are reused) and freeze again")
+            f"run `workbench run --cohort {cohort} --prompt {prompt_commit[:8]}` (cached answers are reused) and freeze again"
+        )
 
     def default_cohort(self) -> str:
         """The study's development cohort when it exists, else the only cohort; else an error naming the choices."""
@@ -88,11 +95,19 @@ class FreezeService(Service):
             return self.config.dev_cohort
         if len(names) == 1:
             return names[0]
-        raise StudyError(f"no development cohort {self.config.dev_cohort!r} (dev_cohort in workbench.yaml); "
-                         f"choose one with --cohort: {', '.join(names) or '(none yet: import reports first)'}")
+        raise StudyError(
+            f"no development cohort {self.config.dev_cohort!r} (dev_cohort in workbench.yaml); "
+            f"choose one with --cohort: {', '.join(names) or '(none yet: import reports first)'}"
+        )
 
-    def freeze(self, name: str, prompt_ref: str | None = None, cohort: str | None = None,
-               frozen_at: str | None = None, ci: str = "wilson") -> dict:
+    def freeze(
+        self,
+        name: str,
+        prompt_ref: str | None = None,
+        cohort: str | None = None,
+        frozen_at: str | None = None,
+        ci: str = "wilson",
+    ) -> dict:
         """Tag a prompt version and write its bundle (canonical JSON + YAML) with a sha256: all or nothing.
 
         Steps: tag, bundle files, audit event. The audit event's commit is the point of no return; any
@@ -113,18 +128,23 @@ class FreezeService(Service):
         bundle_mod.bundle_bytes(content)  # fails early (before the tag) if the content cannot be serialised
         sha = bundle_mod.content_sha256(content)
         try:
-            prompt_repo.create_tag(self.paths.prompts, name, commit, _freeze_message(name, self.actor.user, sha),
-                                   self.actor.identity())
+            prompt_repo.create_tag(
+                self.paths.prompts, name, commit, _freeze_message(name, self.actor.user, sha), self.actor.identity()
+            )
             json_path, yaml_path, sha = bundle_mod.write_bundle(self.paths.bundles, content)
             with self.session() as s:
-                q.add_audit(s, self.actor.user, "freeze", "bundle", name, None, {"sha256": sha, "commit": commit, "run": run.id})
+                q.add_audit(
+                    s, self.actor.user, "freeze", "bundle", name, None, {"sha256": sha, "commit": commit, "run": run.id}
+                )
         except BaseException as exc:
             left = self._remove_freeze(name, sha)
             if not isinstance(exc, _freeze_faults()):
                 raise  # a kill (KeyboardInterrupt ...) or a bug: undone, then passed on
             fault = StudyError if isinstance(exc, WorkbenchError) else StorageFault  # a refusal, or the disk's fault
-            raise fault(f"freeze of {name!r} failed: {_one_line(exc, self.root)}; {left or 'nothing was kept (no tag, no bundle, no audit event)'}; "
-                        "the name is still free: fix the cause and freeze again") from exc
+            raise fault(
+                f"freeze of {name!r} failed: {_one_line(exc, self.root)}; {left or 'nothing was kept (no tag, no bundle, no audit event)'}; "
+                "the name is still free: fix the cause and freeze again"
+            ) from exc
         return {"name": name, "sha256": sha, "json": json_path, "yaml": yaml_path, "commit": commit, "run": run.id}
 
     def _undo_incomplete_freeze(self, name: str) -> None:
@@ -133,7 +153,9 @@ class FreezeService(Service):
         tag = prompt_repo.tag_info(self.paths.prompts, name)
         if tag is None:
             return
-        found = re.fullmatch(rf"Frozen bundle {re.escape(name)} by .*\n\nsha256 ([0-9a-f]{{64}})\s*", tag[1] or "", re.S)
+        found = re.fullmatch(
+            rf"Frozen bundle {re.escape(name)} by .*\n\nsha256 ([0-9a-f]{{64}})\s*", tag[1] or "", re.S
+        )
         if found is None:
             return  # a tag made by hand or by an older version: the name stays taken
         with self.session() as s:
@@ -172,47 +194,99 @@ class FreezeService(Service):
         ev = self.evaluation.evaluate_run(run.id, ci=ci)
         t = ev.table
         metrics = {
-            "cohort": self.study._cohort_name(run.cohort_id), "run": run.id, "ci": ci, "zero_division": ev.zero_division,
-            "excluded": ev.excluded, "macro_f1": ev.averages["macro_f1"], "macro_accuracy": ev.averages["macro_accuracy"],
-            "micro_f1": ev.averages["micro_f1"], "macro_f1_bootstrap": {k: ev.bootstrap.get(k) for k in ("lo", "hi", "n_resamples", "seed")},
+            "cohort": self.study._cohort_name(run.cohort_id),
+            "run": run.id,
+            "ci": ci,
+            "zero_division": ev.zero_division,
+            "excluded": ev.excluded,
+            "macro_f1": ev.averages["macro_f1"],
+            "macro_accuracy": ev.averages["macro_accuracy"],
+            "micro_f1": ev.averages["micro_f1"],
+            "macro_f1_bootstrap": {k: ev.bootstrap.get(k) for k in ("lo", "hi", "n_resamples", "seed")},
             "per_label": [
-                {"label": lab, "n": int(t.loc[lab, "n"]), "support": int(t.loc[lab, "support"]),
-                 "accuracy": t.loc[lab, "accuracy"], "accuracy_lo": t.loc[lab, "accuracy_lo"], "accuracy_hi": t.loc[lab, "accuracy_hi"],
-                 "precision": t.loc[lab, "precision"], "recall": t.loc[lab, "recall"], "f1": t.loc[lab, "f1"],
-                 "f1_lo": t.loc[lab, "f1_lo"] if "f1_lo" in t else None, "f1_hi": t.loc[lab, "f1_hi"] if "f1_hi" in t else None,
-                 "f1_undefined": bool(t.loc[lab, "f1_undefined"])}
-                for lab in t.index],
+                {
+                    "label": lab,
+                    "n": int(t.loc[lab, "n"]),
+                    "support": int(t.loc[lab, "support"]),
+                    "accuracy": t.loc[lab, "accuracy"],
+                    "accuracy_lo": t.loc[lab, "accuracy_lo"],
+                    "accuracy_hi": t.loc[lab, "accuracy_hi"],
+                    "precision": t.loc[lab, "precision"],
+                    "recall": t.loc[lab, "recall"],
+                    "f1": t.loc[lab, "f1"],
+                    "f1_lo": t.loc[lab, "f1_lo"] if "f1_lo" in t else None,
+                    "f1_hi": t.loc[lab, "f1_hi"] if "f1_hi" in t else None,
+                    "f1_undefined": bool(t.loc[lab, "f1_undefined"]),
+                }
+                for lab in t.index
+            ],
         }
         params = json.loads(run.params_json)
-        model = {k: v for k, v in params.items() if k not in ("api_base", "endpoints", "concurrency", "resolved_endpoints")}
+        model = {
+            k: v for k, v in params.items() if k not in ("api_base", "endpoints", "concurrency", "resolved_endpoints")
+        }
         return bundle_mod.build_content(
-            name=name, vocab=self.vocab, prompts=self.study.prompt_set(commit), model=model, parser_version=PARSER_VERSION,
-            prompt_commit=commit, metrics=metrics, frozen_by=self.actor.user, frozen_at=frozen_at,
-            sections=run.sections.split(","), endpoint=self._run_endpoint(run, params))
+            name=name,
+            vocab=self.vocab,
+            prompts=self.study.prompt_set(commit),
+            model=model,
+            parser_version=PARSER_VERSION,
+            prompt_commit=commit,
+            metrics=metrics,
+            frozen_by=self.actor.user,
+            frozen_at=frozen_at,
+            sections=run.sections.split(","),
+            endpoint=self._run_endpoint(run, params),
+        )
 
     @staticmethod
     def _run_endpoint(run, params: dict) -> dict:
         """Where a run sent report text, as a bundle records it (scoring goes there by default)."""
         settings = {k: params.get(k) for k in ("model", "api_base", "endpoints")}
         resolved = params.get("resolved_endpoints")
-        return {"api_base": params.get("api_base"), "endpoints": list(params.get("endpoints") or []),
-                "resolved": list(resolved if resolved is not None else model_endpoints(settings)), "label": run.endpoint}
+        return {
+            "api_base": params.get("api_base"),
+            "endpoints": list(params.get("endpoints") or []),
+            "resolved": list(resolved if resolved is not None else model_endpoints(settings)),
+            "label": run.endpoint,
+        }
 
-    def score_generated(self, bundle_path: Path, reference, generated: dict, model: str | None = None,
-                        out: Path | None = None, zero_division: str = "zero", n_resamples: int = 1000,
-                        on_progress=None, api_base: str | None = None,
-                        allow_endpoints: list[str] | None = None,
-                        max_failed_share: float = scoring.MAX_FAILED_SHARE, batch: bool = False,
-                        on_batch_status=None) -> scoring.ScoreResult:
+    def score_generated(
+        self,
+        bundle_path: Path,
+        reference,
+        generated: dict,
+        model: str | None = None,
+        out: Path | None = None,
+        zero_division: str = "zero",
+        n_resamples: int = 1000,
+        on_progress=None,
+        api_base: str | None = None,
+        allow_endpoints: list[str] | None = None,
+        max_failed_share: float = scoring.MAX_FAILED_SHARE,
+        batch: bool = False,
+        on_batch_status=None,
+    ) -> scoring.ScoreResult:
         """Score generators with a bundle, caching extractions in the study database; report text goes
         only to the bundle's own local endpoint, this study's allowed endpoints or those allowed here.
         batch: the extractions as provider batch jobs, recorded in the study (a restart polls them again)."""
         b = bundle_mod.load_bundle(Path(bundle_path))
         allowed = [*self.config.allowed_endpoints, *(allow_endpoints or [])]
-        return scoring.score(b, reference, generated, model=model, out=out, zero_division=zero_division,
-                             n_resamples=n_resamples, cache=StudyExtractionCache(self), on_progress=on_progress,
-                             api_base=api_base, allow_endpoints=allowed, max_failed_share=max_failed_share,
-                             engine=self._score_batch_engine(on_batch_status) if batch else None)
+        return scoring.score(
+            b,
+            reference,
+            generated,
+            model=model,
+            out=out,
+            zero_division=zero_division,
+            n_resamples=n_resamples,
+            cache=StudyExtractionCache(self),
+            on_progress=on_progress,
+            api_base=api_base,
+            allow_endpoints=allowed,
+            max_failed_share=max_failed_share,
+            engine=self._score_batch_engine(on_batch_status) if batch else None,
+        )
 
     def _score_batch_engine(self, on_status):
         """A batch engine whose jobs are recorded in this study (scoped by their call keys: the same score resumes them)."""
@@ -237,17 +311,28 @@ class FreezeService(Service):
         with self.session() as s:
             q.add_look(s, self.study.cohort_id(cohort), bundle, b.sha256, run.id, self.actor.user)
             looks = int((q.looks_frame(s, bundle)["bundle"] == bundle).sum())
-            q.add_audit(s, self.actor.user, "look", "test cohort", f"{cohort}/{bundle}", None,
-                        {"bundle": bundle, "sha256": b.sha256, "run": run.id, "looks": looks})
+            q.add_audit(
+                s,
+                self.actor.user,
+                "look",
+                "test cohort",
+                f"{cohort}/{bundle}",
+                None,
+                {"bundle": bundle, "sha256": b.sha256, "run": run.id, "looks": looks},
+            )
         figures = _figures(ev, cohort, run.id)
-        figures.update(bundle=bundle, sha256=b.sha256, looks=looks, message=f"test looked at {looks} time{'s' * (looks != 1)}")
+        figures.update(
+            bundle=bundle, sha256=b.sha256, looks=looks, message=f"test looked at {looks} time{'s' * (looks != 1)}"
+        )
         self._write_test_sidecar(bundle, figures)
         return figures
 
     def _test_run(self, cohort: str, commit: str, model: dict, on_progress):
         """The finished run of a bundle's version on the test cohort (labelled now when there is none)."""
         runs = self.runner.runs(cohort)
-        runs = runs[(runs["prompt_commit"] == commit) & (runs["status"] == "finished") & (runs["model"] == model.get("model"))]
+        runs = runs[
+            (runs["prompt_commit"] == commit) & (runs["status"] == "finished") & (runs["model"] == model.get("model"))
+        ]
         if len(runs):
             return self.runner.run_info(int(runs.iloc[0]["id"]))
         summary = self.runner.start_run(cohort, prompt_ref=commit, model=model.get("model"), on_progress=on_progress)
@@ -275,9 +360,19 @@ class FreezeService(Service):
             try:
                 ok, recorded, _ = bundle_mod.verify_bundle(path)
                 content, _ = bundle_mod.read_bundle_file(path)
-                rows.append({"name": content.get("name"), "sha256": recorded, "verified": ok, "prompt_commit": content.get("prompt_commit", "")[:8],
-                             "model": content.get("model", {}).get("model"), "macro_f1": content.get("metrics", {}).get("macro_f1"),
-                             "frozen_by": content.get("frozen_by"), "frozen_at": content.get("frozen_at"), "path": str(path)})
+                rows.append(
+                    {
+                        "name": content.get("name"),
+                        "sha256": recorded,
+                        "verified": ok,
+                        "prompt_commit": content.get("prompt_commit", "")[:8],
+                        "model": content.get("model", {}).get("model"),
+                        "macro_f1": content.get("metrics", {}).get("macro_f1"),
+                        "frozen_by": content.get("frozen_by"),
+                        "frozen_at": content.get("frozen_at"),
+                        "path": str(path),
+                    }
+                )
             except bundle_mod.BundleError as exc:
                 rows.append({"name": path.stem, "sha256": "", "verified": False, "path": str(path), "error": str(exc)})
         return pd.DataFrame(rows)
@@ -301,7 +396,12 @@ def _one_line(exc: BaseException, folder: Path) -> str:
     first line of the message."""
     text = (getattr(exc, "stderr", None) or str(exc)).strip()  # Git's own words, not the command line
     low = text.lower()
-    if getattr(exc, "errno", None) == errno.ENOSPC or "no space left" in low or "disk is full" in low or _nearly_full(folder):
+    if (
+        getattr(exc, "errno", None) == errno.ENOSPC
+        or "no space left" in low
+        or "disk is full" in low
+        or _nearly_full(folder)
+    ):
         return "the disk is full"
     line = next((part.strip() for part in text.splitlines() if part.strip()), type(exc).__name__)
     return line.removeprefix("stderr: ")[:300]

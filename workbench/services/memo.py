@@ -19,8 +19,8 @@ import hashlib
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Callable
 
 import pandas as pd
 
@@ -64,7 +64,9 @@ class Memo:
 
 RUN_PREDICTIONS = Memo(8)  # about 11 MB each for 3,000 reports x 21 labels
 READING_AGGREGATES = Memo(16)
-EVALUATIONS = Memo(64)  # metrics of (reference, predictions) by content: most saved readings leave the values as they were
+EVALUATIONS = Memo(
+    64
+)  # metrics of (reference, predictions) by content: most saved readings leave the values as they were
 
 
 def frame_digest(*frames: pd.DataFrame) -> str:

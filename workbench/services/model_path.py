@@ -7,20 +7,19 @@ import dataclasses
 import json
 import math
 import threading
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from workbench import labelling
 from workbench.errors import UserError
+from workbench.labeller import labelling, llm
+from workbench.services.base import Service, StudyContext
 from workbench.store import queries as q
 from workbench.study import StudyError
-from workbench.services.base import Service, StudyContext
-from workbench import llm
-from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
-    from workbench.services.study import StudyService
     from workbench.services.runs import RunsService
+    from workbench.services.study import StudyService
 
 NOISE_SAMPLE = 200  # (report, label) answers re-asked by default
 NOISE_REPEATS = 2  # times each is asked again
@@ -47,7 +46,7 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 class ModelPathService(Service):
     """Estimates and budgets, per-call facts, noise measurements."""
 
-    def __init__(self, ctx: StudyContext, study: "StudyService", runner: "RunsService") -> None:
+    def __init__(self, ctx: StudyContext, study: StudyService, runner: RunsService) -> None:
         super().__init__(ctx)
         self.study = study
         self.runner = runner
@@ -68,8 +67,18 @@ class ModelPathService(Service):
     def call_costs(self, run_id: int) -> pd.DataFrame:
         """Per label: calls with facts, tokens, cost, cost and tokens per label answer, median latency, truncated."""
         facts = self.call_facts(run_id)
-        cols = ["label", "calls", "prompt_tokens", "completion_tokens", "cached_tokens", "cost", "cost_per_label",
-                "tokens_per_label", "median_latency_s", "truncated"]
+        cols = [
+            "label",
+            "calls",
+            "prompt_tokens",
+            "completion_tokens",
+            "cached_tokens",
+            "cost",
+            "cost_per_label",
+            "tokens_per_label",
+            "median_latency_s",
+            "truncated",
+        ]
         if facts.empty:
             return pd.DataFrame(columns=cols)
         rows = []
@@ -79,13 +88,20 @@ class ModelPathService(Service):
         for label, g in facts.groupby("label", sort=True):
             cost = (g["cost"].astype(float) * g["share"]).sum(min_count=1)
             tokens = ((g["prompt_tokens"] + g["completion_tokens"]) * g["share"]).sum()
-            rows.append({"label": label, "calls": len(g), "prompt_tokens": int((g["prompt_tokens"] * g["share"]).sum()),
-                         "completion_tokens": int((g["completion_tokens"] * g["share"]).sum()),
-                         "cached_tokens": int(pd.to_numeric(g["cached_tokens"]).fillna(0).mul(g["share"]).sum()),
-                         "cost": None if pd.isna(cost) else float(cost),
-                         "cost_per_label": None if pd.isna(cost) else float(cost) / len(g),
-                         "tokens_per_label": float(tokens) / len(g), "median_latency_s": float(g["latency_s"].median()),
-                         "truncated": int((g["finish_reason"] == "length").sum())})
+            rows.append(
+                {
+                    "label": label,
+                    "calls": len(g),
+                    "prompt_tokens": int((g["prompt_tokens"] * g["share"]).sum()),
+                    "completion_tokens": int((g["completion_tokens"] * g["share"]).sum()),
+                    "cached_tokens": int(pd.to_numeric(g["cached_tokens"]).fillna(0).mul(g["share"]).sum()),
+                    "cost": None if pd.isna(cost) else float(cost),
+                    "cost_per_label": None if pd.isna(cost) else float(cost) / len(g),
+                    "tokens_per_label": float(tokens) / len(g),
+                    "median_latency_s": float(g["latency_s"].median()),
+                    "truncated": int((g["finish_reason"] == "length").sum()),
+                }
+            )
         return pd.DataFrame(rows, columns=cols)
 
     def call_fact(self, call_key: str | None) -> dict | None:
@@ -98,8 +114,14 @@ class ModelPathService(Service):
 
     # ------------------------------------------------------------ the noise floor
 
-    def measure_noise(self, run_id: int, sample: int = NOISE_SAMPLE, repeats: int = NOISE_REPEATS, seed: int = 0,
-                      cancel: threading.Event | None = None) -> "NoiseResult":
+    def measure_noise(
+        self,
+        run_id: int,
+        sample: int = NOISE_SAMPLE,
+        repeats: int = NOISE_REPEATS,
+        seed: int = 0,
+        cancel: threading.Event | None = None,
+    ) -> NoiseResult:
         """Ask a stratified sample of a run's answered (report, label) pairs again, repeats times, bypassing the
         cache (a new seed each time where the model takes one); store the repeats apart from the run and
         return the share that differ from the run's answer, per label and overall."""
@@ -118,37 +140,59 @@ class ModelPathService(Service):
         if picked.empty:
             raise StudyError(f"run {run_id} has no answered (report, label) pair to repeat")
         requests = self._noise_requests(run, cfg, picked)
-        original = {(r, lab): int(v) for r, lab, v in zip(picked["report_id"], picked["label"], picked["value"])}
+        original = {
+            (r, lab): int(v) for r, lab, v in zip(picked["report_id"], picked["label"], picked["value"], strict=False)
+        }
 
         seeded = llm.accepts_seed(cfg.model)
         with self.session() as s:
             measurement = q.next_noise_measurement(s, run_id)
         rows: list[tuple] = []
         for k in range(1, repeats + 1):
-
             cfg_k = dataclasses.replace(cfg, seed=(cfg.seed or 0) + k) if seeded else cfg
             answers: list = []
             labelling.label_calls(requests, cfg_k, lambda _keys: {}, answers.extend, cancel=cancel)  # no cache
-            rows += [(run_id, measurement, a.req.meta["report_id"], lab, k, cfg_k.seed if seeded else None,
-                      original[(a.req.meta["report_id"], lab)], d.value, d.status)
-                     for a in answers for lab, d in a.decisions.items() if (a.req.meta["report_id"], lab) in original]
+            rows += [
+                (
+                    run_id,
+                    measurement,
+                    a.req.meta["report_id"],
+                    lab,
+                    k,
+                    cfg_k.seed if seeded else None,
+                    original[(a.req.meta["report_id"], lab)],
+                    d.value,
+                    d.status,
+                )
+                for a in answers
+                for lab, d in a.decisions.items()
+                if (a.req.meta["report_id"], lab) in original
+            ]
         with self.session(write=True) as s:
             q.put_noise_repeats(s, rows)
-            q.add_audit(s, self.actor.user, "noise", "run", str(run_id), None,
-                        {"measurement": measurement, "pairs": len(picked), "repeats": repeats})
+            q.add_audit(
+                s,
+                self.actor.user,
+                "noise",
+                "run",
+                str(run_id),
+                None,
+                {"measurement": measurement, "pairs": len(picked), "repeats": repeats},
+            )
         frame = pd.DataFrame(rows, columns=q.NOISE_COLUMNS)
         return NoiseResult(run_id, measurement, cfg.model, len(picked), repeats, noise_table(frame), seeded=seeded)
 
     def _noise_requests(self, run, cfg, picked: pd.DataFrame) -> list:
         """The run's own calls for the picked pairs (joint runs: each picked report's whole call)."""
         labels = json.loads(run.labels_json)
-        wanted = set(zip(picked["report_id"], picked["label"]))
+        wanted = set(zip(picked["report_id"], picked["label"], strict=False))
         ids = sorted(set(picked["report_id"]))
         with self.session() as s:
             reports = q.reports_frame(s, ids=ids)
         done = set() if run.mode == "joint" else {(r, lab) for r in ids for lab in labels} - wanted
-        return self.runner._build_requests(self.study.prompt_set(run.prompt_commit), reports, labels, run.mode,
-                                    run.sections.split(","), cfg, done)
+        return self.runner._build_requests(
+            self.study.prompt_set(run.prompt_commit), reports, labels, run.mode, run.sections.split(","), cfg, done
+        )
 
     def noise_rates(self, run_ids) -> pd.DataFrame:
         """Noise rate per label (and overall, label "all") from every noise measurement of these runs."""
@@ -163,8 +207,11 @@ class ModelPathService(Service):
         rates = self.noise_rates([run_a, run_b])
         if rates.empty:
             return [not_measured(run_b)]
-        return [noise_line(label, part, int(row["n"]), int(row["b"] + row["c"]), rates)
-                for label, row in table.iterrows() if int(row["b"] + row["c"])]
+        return [
+            noise_line(label, part, int(row["n"]), int(row["b"] + row["c"]), rates)
+            for label, row in table.iterrows()
+            if int(row["b"] + row["c"])
+        ]
 
     def suggestion_noise_lines(self, result: dict) -> list[str]:
         """suggestion_noise as lines, or the not-measured line when the suggestion's run has no noise measurement."""
@@ -213,16 +260,34 @@ def noise_table(repeats: pd.DataFrame) -> pd.DataFrame:
         answered = g[g["value"].notna()]
         differ = int((answered["value"].astype(int) != answered["original"].astype(int)).sum())
         lo, hi = wilson(differ, len(answered))
-        rows.append({"label": label, "repeats": len(answered), "differ": differ, "failed": len(g) - len(answered),
-                     "rate": differ / len(answered) if len(answered) else 0.0, "lo": lo, "hi": hi})
+        rows.append(
+            {
+                "label": label,
+                "repeats": len(answered),
+                "differ": differ,
+                "failed": len(g) - len(answered),
+                "rate": differ / len(answered) if len(answered) else 0.0,
+                "lo": lo,
+                "hi": hi,
+            }
+        )
     return pd.DataFrame(rows, columns=NOISE_TABLE)
 
 
 class NoiseResult:
     """One noise measurement: what was repeated and the noise rate per label and overall."""
 
-    def __init__(self, run_id: int, measurement: int, model: str, pairs: int, repeats: int, table: pd.DataFrame,
-                 deterministic: bool = False, seeded: bool = False) -> None:
+    def __init__(
+        self,
+        run_id: int,
+        measurement: int,
+        model: str,
+        pairs: int,
+        repeats: int,
+        table: pd.DataFrame,
+        deterministic: bool = False,
+        seeded: bool = False,
+    ) -> None:
         self.run_id, self.measurement, self.model, self.pairs, self.repeats = run_id, measurement, model, pairs, repeats
         self.table, self.deterministic, self.seeded = table, deterministic, seeded
 
@@ -236,15 +301,21 @@ class NoiseResult:
     def lines(self) -> list[str]:
         """The measurement for a person: per label and overall `noise rate X [lo, hi]`."""
         if self.deterministic:
-            return [f"run {self.run_id} ({self.model}): noise rate 0 [0, 0] - the offline labeller is deterministic "
-                    "(the same text always gets the same answer); nothing was asked again"]
+            return [
+                f"run {self.run_id} ({self.model}): noise rate 0 [0, 0] - the offline labeller is deterministic "
+                "(the same text always gets the same answer); nothing was asked again"
+            ]
         seeds = "a new seed per repeat" if self.seeded else "the model takes no seed: same parameters each time"
-        out = [f"run {self.run_id} ({self.model}), measurement {self.measurement}: {self.pairs} (report, label) answers "
-               f"asked {self.repeats} more time(s) each, bypassing the cache ({seeds})"]
+        out = [
+            f"run {self.run_id} ({self.model}), measurement {self.measurement}: {self.pairs} (report, label) answers "
+            f"asked {self.repeats} more time(s) each, bypassing the cache ({seeds})"
+        ]
         for row in self.table.itertuples(index=False):
             failed = f", {row.failed} failed" if row.failed else ""
-            out.append(f"{row.label}: noise rate {row.rate:.3f} [{row.lo:.3f}, {row.hi:.3f}] "
-                       f"({row.differ} of {row.repeats} repeats differ{failed})")
+            out.append(
+                f"{row.label}: noise rate {row.rate:.3f} [{row.lo:.3f}, {row.hi:.3f}] "
+                f"({row.differ} of {row.repeats} repeats differ{failed})"
+            )
         return out
 
 
@@ -262,5 +333,7 @@ def noise_line(label: str, part: str, reports: int, changed: int, rates: pd.Data
     r = by_label.loc[label] if label in by_label.index else by_label.loc["all"]
     expected, high = reports * float(r["rate"]), reports * float(r["hi"])
     flag = " - noise alone could produce this verdict" if changed <= high else ""
-    return (f"noise, {label}{' (' + part + ')' if part else ''}: {changed} changed; at noise rate {float(r['rate']):.3f} "
-            f"noise alone would explain about {expected:.1f} (up to {high:.1f}){flag}")
+    return (
+        f"noise, {label}{' (' + part + ')' if part else ''}: {changed} changed; at noise rate {float(r['rate']):.3f} "
+        f"noise alone would explain about {expected:.1f} (up to {high:.1f}){flag}"
+    )

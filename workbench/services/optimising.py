@@ -10,49 +10,46 @@ metrics are computed only through a frozen bundle and every such look is recorde
 from __future__ import annotations
 
 import contextvars
+import dataclasses
+import difflib
 import json
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from workbench.core import metrics, proposals, splits
+from workbench.core import metrics, proposals, screening, splits
 from workbench.core.prompts import LabelPrompt, call_key, dump_label_prompt
-from workbench.core.vocab import derive_frame
-from workbench.services.evaluation import paired_macro, refuse_same_run
-from workbench.store import queries as q
-from workbench.errors import UserError
-from workbench.study import StudyError
-from workbench.services.base import Service, StudyContext
-from workbench.services.results import EditEvaluation, OptimiseReport, json_default
-from workbench.services.prompting import label_yaml
-from workbench.store import prompt_repo
-from workbench import labelling
-from workbench.services.runs import _cache_entries, _rows
 from workbench.core.text import compose_text
+from workbench.core.vocab import derive_frame
+from workbench.errors import UserError
 from workbench.importers import read_phrase_lists
-from workbench import rules
-from workbench import llm
-from workbench.labelling import model_config
-from workbench.core import screening
-from typing import TYPE_CHECKING
-import difflib
-from pathlib import Path
-import dataclasses
+from workbench.labeller import labelling, llm, rules
+from workbench.labeller.labelling import model_config
+from workbench.services.base import Service, StudyContext
+from workbench.services.evaluation import paired_macro, refuse_same_run
+from workbench.services.prompting import label_yaml
+from workbench.services.results import EditEvaluation, OptimiseReport, json_default
+from workbench.services.runs import _cache_entries, _rows
+from workbench.store import prompt_repo
+from workbench.store import queries as q
+from workbench.study import StudyError
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
-    from workbench.services.study import StudyService
-    from workbench.services.splits import SplitsService
-    from workbench.services.runs import RunsService
+    from workbench.services.evaluation import EvaluationService
     from workbench.services.model_path import ModelPathService
     from workbench.services.prompting import PromptsService
-    from workbench.services.evaluation import EvaluationService
+    from workbench.services.runs import RunsService
+    from workbench.services.splits import SplitsService
+    from workbench.services.study import StudyService
     from workbench.services.triage import TriageService
 
 COHORT_ROLES = ("development", "validation", "test", "external")
 PROPOSERS = ("auto", "offline", "llm")
 PROPOSER_MAX_TOKENS = 2000
-MAX_CASES = 20          # failing cases shown to a model in one proposal call
+MAX_CASES = 20  # failing cases shown to a model in one proposal call
 MAX_CASE_CHARS = 1500
 _TEST_LOOK: contextvars.ContextVar[str | None] = contextvars.ContextVar("workbench_test_look", default=None)
 
@@ -60,7 +57,7 @@ PROPOSER_SYSTEM = (
     "You improve the prompt of one label of a chest X-ray report labeller. You are shown the label's current "
     "prompt (YAML), reports it answered wrongly on the tuning set, the labeller's answers and the radiologists' "
     "error notes. Propose a revision that fixes these errors without breaking correct answers. Reply with ONE "
-    "JSON object and nothing else: {\"edit\": {...}, \"rationale\": \"...\"}. \"edit\" holds only the fields you "
+    'JSON object and nothing else: {"edit": {...}, "rationale": "..."}. "edit" holds only the fields you '
     "change, each with its full new value: definition (text), look_for (list of phrases), do_not_label_when "
     "(list of rules; put exact phrases in single quotes), hedged (positive|negative), temporal (mapping of "
     "resolved/stable/improving/prior to positive|negative), examples (list of {text, value 0|1, why, "
@@ -71,9 +68,17 @@ PROPOSER_SYSTEM = (
 class OptimisingService(Service):
     """Suggestions, proposals and optimisation rounds (splits and the test lock are SplitsService's)."""
 
-    def __init__(self, ctx: StudyContext, study: "StudyService", splits: "SplitsService", runner: "RunsService",
-                 model_path: "ModelPathService", prompts: "PromptsService", evaluation: "EvaluationService",
-                 triage: "TriageService") -> None:
+    def __init__(
+        self,
+        ctx: StudyContext,
+        study: StudyService,
+        splits: SplitsService,
+        runner: RunsService,
+        model_path: ModelPathService,
+        prompts: PromptsService,
+        evaluation: EvaluationService,
+        triage: TriageService,
+    ) -> None:
         super().__init__(ctx)
         self.study = study
         self.splits = splits
@@ -93,7 +98,9 @@ class OptimisingService(Service):
         """The name of the cohort a run labelled."""
         return self.study._cohort_name(self.runner.run_info(run_id).cohort_id)
 
-    def evaluate_parts(self, run_id: int, ci: str = "wilson", n_resamples: int = 1000, zero_division: str | None = None) -> dict:
+    def evaluate_parts(
+        self, run_id: int, ci: str = "wilson", n_resamples: int = 1000, zero_division: str | None = None
+    ) -> dict:
         """Per part (tuning, validation): per-label metrics with intervals, macro F1 with a bootstrap interval."""
         zero_division = self.evaluation.macro_policy(zero_division)
         run = self.runner.run_info(run_id)
@@ -101,8 +108,12 @@ class OptimisingService(Service):
         if not parts:
             raise StudyError("the run's cohort is not split into tuning and validation parts (workbench split)")
         y_true, y_pred, _ = self.evaluation.evaluation_inputs(run_id)
-        return {part: _part_metrics(y_true, y_pred, [r for r in y_true.index if parts.get(r) == part], ci,
-                                    n_resamples, zero_division) for part in splits.PARTS}
+        return {
+            part: _part_metrics(
+                y_true, y_pred, [r for r in y_true.index if parts.get(r) == part], ci, n_resamples, zero_division
+            )
+            for part in splits.PARTS
+        }
 
     def compare_by_part(self, run_a: int, run_b: int) -> dict:
         """Two runs on a split cohort: per part, macro F1 of each and the per-label McNemar table (Holm within the part)."""
@@ -120,11 +131,16 @@ class OptimisingService(Service):
         out = {}
         for part in splits.PARTS:
             ids = [r for r in y_true.index if parts.get(r) == part]
-            table = metrics.compare_labels(y_true.loc[ids, labels], pred_a.loc[ids, labels], pred_b.reindex(ids)[labels],
-                                           zero_division=policy)
+            table = metrics.compare_labels(
+                y_true.loc[ids, labels], pred_a.loc[ids, labels], pred_b.reindex(ids)[labels], zero_division=policy
+            )
             macro_a, macro_b = paired_macro(table, policy)
-            out[part] = {"table": table, "macro_f1_a": _num(macro_a.value), "macro_f1_b": _num(macro_b.value),
-                         "macro_labels": macro_b.describe()}
+            out[part] = {
+                "table": table,
+                "macro_f1_a": _num(macro_a.value),
+                "macro_f1_b": _num(macro_b.value),
+                "macro_labels": macro_b.describe(),
+            }
         return out
 
     def history_by_part(self, cohort: str) -> pd.DataFrame:
@@ -139,18 +155,34 @@ class OptimisingService(Service):
 
         for run in runs.itertuples(index=False):
             y_true, y_pred, _ = self.evaluation.evaluation_inputs(int(run.id), reference=reference)
-            row = {"run": int(run.id), "version": prompt_repo.ordinal(self.paths.prompts, run.prompt_commit),
-                   "prompt": run.prompt_commit[:8]}
+            row = {
+                "run": int(run.id),
+                "version": prompt_repo.ordinal(self.paths.prompts, run.prompt_commit),
+                "prompt": run.prompt_commit[:8],
+            }
             for part in splits.PARTS:
                 keep = [r for r in y_true.index if parts.get(r) == part]
-                table = metrics.label_metrics(y_true.loc[keep], y_pred.loc[keep], zero_division=self.evaluation.macro_policy())
+                table = metrics.label_metrics(
+                    y_true.loc[keep], y_pred.loc[keep], zero_division=self.evaluation.macro_policy()
+                )
                 figure = metrics.macro_figure(table["f1"], table["f1_undefined"], self.evaluation.macro_policy())
                 row[f"{part}_macro_f1"] = figure.value
                 row[f"{part}_macro_labels"] = figure.describe()
             row["gap"] = row["tuning_macro_f1"] - row["validation_macro_f1"]
             rows.append(row)
-        frame = pd.DataFrame(rows, columns=["run", "version", "prompt", "tuning_macro_f1", "validation_macro_f1", "gap",
-                                            "tuning_macro_labels", "validation_macro_labels"])
+        frame = pd.DataFrame(
+            rows,
+            columns=[
+                "run",
+                "version",
+                "prompt",
+                "tuning_macro_f1",
+                "validation_macro_f1",
+                "gap",
+                "tuning_macro_labels",
+                "validation_macro_labels",
+            ],
+        )
         frame = frame.sort_values(["version", "run"]).reset_index(drop=True)
         frame.attrs["macro_labels"] = sorted(set(frame["tuning_macro_labels"]) | set(frame["validation_macro_labels"]))
         return frame
@@ -177,19 +209,48 @@ class OptimisingService(Service):
             with self.session() as s:
                 q.put_cached_calls(s, _cache_entries(cfg, answers))
 
-        done = labelling.label_calls(requests, cfg, self.runner._cached_replies, store,
-                                     store_reused=lambda answers: rows.extend({**r, "made": False} for r in _rows(answers)))
-        counts = {"calls": done.calls, "made": done.made, "reused": done.reused, "cost": done.cost,
-                  "prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens}
-        frame = pd.DataFrame(rows, columns=["report_id", "label", "value", "evidence", "evidence_found", "status",
-                                            "detail", "call_key", "made"])
+        done = labelling.label_calls(
+            requests,
+            cfg,
+            self.runner._cached_replies,
+            store,
+            store_reused=lambda answers: rows.extend({**r, "made": False} for r in _rows(answers)),
+        )
+        counts = {
+            "calls": done.calls,
+            "made": done.made,
+            "reused": done.reused,
+            "cost": done.cost,
+            "prompt_tokens": done.prompt_tokens,
+            "completion_tokens": done.completion_tokens,
+        }
+        frame = pd.DataFrame(
+            rows,
+            columns=[
+                "report_id",
+                "label",
+                "value",
+                "evidence",
+                "evidence_found",
+                "status",
+                "detail",
+                "call_key",
+                "made",
+            ],
+        )
         frame = frame[frame["label"] == label].drop_duplicates("report_id").set_index("report_id")
         return frame.reindex(report_ids)[["value", "evidence", "made"]], counts
 
     # ------------------------------------------------------------ suggestions
 
-    def _tuning_material(self, run, label: str, pred: pd.Series | None = None, evidence: pd.Series | None = None,
-                         inputs: tuple | None = None):
+    def _tuning_material(
+        self,
+        run,
+        label: str,
+        pred: pd.Series | None = None,
+        evidence: pd.Series | None = None,
+        inputs: tuple | None = None,
+    ):
         """The tuning part for one label: reference, predictions, texts, evidence and usable notes.
 
         inputs: the run's (reference, predictions) when the caller already has them (optimise rounds).
@@ -197,8 +258,10 @@ class OptimisingService(Service):
         cohort = self.study._cohort_name(run.cohort_id)
         parts = self.splits.split_parts(cohort)
         if not parts:
-            raise StudyError(f"split {cohort!r} into tuning and validation parts first: workbench split {cohort} "
-                             "--validation 0.3 --seed 0 (suggestions are checked on the validation part)")
+            raise StudyError(
+                f"split {cohort!r} into tuning and validation parts first: workbench split {cohort} "
+                "--validation 0.3 --seed 0 (suggestions are checked on the validation part)"
+            )
         y_true, y_pred = inputs if inputs is not None else self.evaluation.evaluation_inputs(run.id)[:2]
         ids = [r for r in y_true.index if parts.get(r) == "tuning"]
         allowed = self.splits.tuning_reports(ids)  # belt and braces: never a validation or test report
@@ -216,12 +279,18 @@ class OptimisingService(Service):
         with self.session() as s:
             reports = q.reports_frame(s, ids=ids).set_index("report_id")
         sections = run.sections.split(",")
-        texts = {row.Index: compose_text(row.findings, row.impression, row.text, sections)
-                 for row in reports.itertuples()}
-        cases = pd.DataFrame({"report_id": ids, "text": [texts[r] for r in ids],
-                              "reference": y_true.loc[ids, label].astype(int).to_numpy(),
-                              "prediction": values.loc[ids].astype(int).to_numpy(),
-                              "evidence": [str(evidence.get(r, "") or "") for r in ids]})
+        texts = {
+            row.Index: compose_text(row.findings, row.impression, row.text, sections) for row in reports.itertuples()
+        }
+        cases = pd.DataFrame(
+            {
+                "report_id": ids,
+                "text": [texts[r] for r in ids],
+                "reference": y_true.loc[ids, label].astype(int).to_numpy(),
+                "prediction": values.loc[ids].astype(int).to_numpy(),
+                "evidence": [str(evidence.get(r, "") or "") for r in ids],
+            }
+        )
         return cases, notes
 
     def phrase_lists(self, path) -> dict[str, dict[str, list[str]]]:
@@ -237,8 +306,12 @@ class OptimisingService(Service):
         """(clause, reference) for every tuning mention of a label that hedged wording sets aside."""
         cues = ps.task.cue_lists()
         lp = dataclasses.replace(ps.label(label), hedged="negative")
-        return [(d["clause"], int(ref)) for text, ref in zip(cases["text"], cases["reference"])
-                for d in rules.explain(text, lp, cues) if d["outcome"] == "hedged"]
+        return [
+            (d["clause"], int(ref))
+            for text, ref in zip(cases["text"], cases["reference"], strict=False)
+            for d in rules.explain(text, lp, cues)
+            if d["outcome"] == "hedged"
+        ]
 
     def _hedge_convention(self, ps, material: dict) -> dict:
         """Per label, the hedge cues the reference does not count (None: none it counts hedges the label),
@@ -247,9 +320,17 @@ class OptimisingService(Service):
         convention = proposals.hedge_convention([c for rows in clauses.values() for c in rows], ps.task.cue_lists())
         return {lab: proposals.uncounted_hedges(convention, rows) for lab, rows in clauses.items()}
 
-    def _offline_proposal(self, ps, label: str, cases: pd.DataFrame, notes: pd.DataFrame, level: int = 0,
-                          phrases: dict | None = None, hedges: dict | None = None,
-                          avoid: frozenset = frozenset()) -> proposals.ProposalResult:
+    def _offline_proposal(
+        self,
+        ps,
+        label: str,
+        cases: pd.DataFrame,
+        notes: pd.DataFrame,
+        level: int = 0,
+        phrases: dict | None = None,
+        hedges: dict | None = None,
+        avoid: frozenset = frozenset(),
+    ) -> proposals.ProposalResult:
         """Mine candidates from the tuning disagreements and notes (and an outside phrase list); score
         them with the rule-based labeller on tuning only."""
         cues = ps.task.cue_lists()
@@ -258,24 +339,47 @@ class OptimisingService(Service):
         def label_fn(prompt: LabelPrompt, texts: list[str]) -> np.ndarray:
             return np.array([rules.label_one(t, prompt, cues)["value"] for t in texts], dtype=int)
 
-        tuning = proposals.Tuning(cases["report_id"].tolist(), cases["text"].tolist(),
-                                  cases["reference"].to_numpy(), cases["prediction"].to_numpy())
+        tuning = proposals.Tuning(
+            cases["report_id"].tolist(),
+            cases["text"].tolist(),
+            cases["reference"].to_numpy(),
+            cases["prediction"].to_numpy(),
+        )
         pos = cases.loc[cases["reference"] == 1, "text"].tolist()
         neg = cases.loc[cases["reference"] == 0, "text"].tolist()
         shown = cases[(cases["reference"] == 1) | (cases["prediction"] == 1)]
-        candidates = proposals.mine_candidates(lp, shown, pos, neg, notes, cues=cues, phrases=(phrases or {}).get(label),
-                                               uncounted_hedges=(hedges or {}).get(label))
-        return proposals.offline_propose(lp, tuning, label_fn, candidates, source="offline proposer", level=level,
-                                         cues=cues, avoid=avoid)
+        candidates = proposals.mine_candidates(
+            lp,
+            shown,
+            pos,
+            neg,
+            notes,
+            cues=cues,
+            phrases=(phrases or {}).get(label),
+            uncounted_hedges=(hedges or {}).get(label),
+        )
+        return proposals.offline_propose(
+            lp, tuning, label_fn, candidates, source="offline proposer", level=level, cues=cues, avoid=avoid
+        )
 
-    def _llm_proposal(self, ps, label: str, cases: pd.DataFrame, notes: pd.DataFrame, model: str | None,
-                      api_base: str | None = None, attribute_cases: pd.DataFrame | None = None) -> proposals.ProposalResult:
+    def _llm_proposal(
+        self,
+        ps,
+        label: str,
+        cases: pd.DataFrame,
+        notes: pd.DataFrame,
+        model: str | None,
+        api_base: str | None = None,
+        attribute_cases: pd.DataFrame | None = None,
+    ) -> proposals.ProposalResult:
         """One reflective call: the label's prompt, the failing tuning cases and attribute disagreements, the notes;
         a strict structured edit back."""
         settings = self.runner.labeller_settings(model, max_tokens=PROPOSER_MAX_TOKENS, api_base=api_base)
         if settings.get("model", "").startswith("workbench/"):
-            raise StudyError("the model proposer needs a language model; the study's labeller is the offline one "
-                             "(use --proposer offline, or --model openai/NAME with --api-base)")
+            raise StudyError(
+                "the model proposer needs a language model; the study's labeller is the offline one "
+                "(use --proposer offline, or --model openai/NAME with --api-base)"
+            )
         self.runner._check_endpoint(settings)
         cfg = model_config(settings)
         failing = cases[cases["reference"] != cases["prediction"]].head(MAX_CASES)
@@ -304,17 +408,39 @@ class OptimisingService(Service):
         with self.session() as s:
             if res is not None and result.status == "ok":  # a malformed reply is not kept: asking again may help
                 q.put_cached_call(s, key, cfg.model, text, res.prompt_tokens, res.completion_tokens, res.cost)
-            q.add_audit(s, self.actor.user, "propose", "prompt", label, None, {
-                "proposer": source, "status": result.status, "cached": cached is not None, "cases": len(failing),
-                "prompt_tokens": getattr(res, "prompt_tokens", 0), "completion_tokens": getattr(res, "completion_tokens", 0),
-                "cost": getattr(res, "cost", None)})
+            q.add_audit(
+                s,
+                self.actor.user,
+                "propose",
+                "prompt",
+                label,
+                None,
+                {
+                    "proposer": source,
+                    "status": result.status,
+                    "cached": cached is not None,
+                    "cases": len(failing),
+                    "prompt_tokens": getattr(res, "prompt_tokens", 0),
+                    "completion_tokens": getattr(res, "completion_tokens", 0),
+                    "cost": getattr(res, "cost", None),
+                },
+            )
         if result.edit is not None:
-            result = proposals.ProposalResult(result.status, result.detail, proposals.Edit(
-                **{**result.edit.__dict__, "note_ids": tuple(int(i) for i in notes["id"])}))
+            result = proposals.ProposalResult(
+                result.status,
+                result.detail,
+                proposals.Edit(**{**result.edit.__dict__, "note_ids": tuple(int(i) for i in notes["id"])}),
+            )
         return dataclasses.replace(result, calls_made=int(res is not None))
 
-    def suggest_failing(self, run_id: int | None = None, proposer: str = "auto", model: str | None = None,
-                        api_base: str | None = None, phrase_list=None) -> list[dict]:
+    def suggest_failing(
+        self,
+        run_id: int | None = None,
+        proposer: str = "auto",
+        model: str | None = None,
+        api_base: str | None = None,
+        phrase_list=None,
+    ) -> list[dict]:
         """A suggestion for every label with a disagreement on the tuning part."""
         run = self.runner.run_info(run_id) if run_id is not None else self._latest_dev_run()
         queue = self.triage.disagreements(run.id)
@@ -325,12 +451,23 @@ class OptimisingService(Service):
     def _run_hedge_convention(self, run) -> dict:
         """The hedge convention from every predicted label's tuning part of a run (see _hedge_convention)."""
         inputs = self.evaluation.evaluation_inputs(run.id)[:2]
-        material = {lab: self._tuning_material(run, lab, inputs=inputs)[0]
-                    for lab in self.vocab.asked_ids if lab in inputs[1].columns}
+        material = {
+            lab: self._tuning_material(run, lab, inputs=inputs)[0]
+            for lab in self.vocab.asked_ids
+            if lab in inputs[1].columns
+        }
         return self._hedge_convention(self.study.prompt_set(run.prompt_commit), material)
 
-    def suggest(self, label: str, run_id: int | None = None, proposer: str = "auto", model: str | None = None,
-                api_base: str | None = None, phrase_list=None, hedges: dict | None = None) -> dict:
+    def suggest(
+        self,
+        label: str,
+        run_id: int | None = None,
+        proposer: str = "auto",
+        model: str | None = None,
+        api_base: str | None = None,
+        phrase_list=None,
+        hedges: dict | None = None,
+    ) -> dict:
         """Propose a revision of one label from its tuning disagreements and notes, evaluated on tuning and
         validation before it is shown; stored as a proposal (offered only when validation does not drop).
         hedges: the run's hedge convention when the caller has it (suggest_failing computes it once)."""
@@ -343,8 +480,18 @@ class OptimisingService(Service):
         if hedges is None and not self._uses_model(proposer, model):
             hedges = self._run_hedge_convention(run)
         attribute_cases = self._attribute_cases(run, label, cases) if self._uses_model(proposer, model) else None
-        result = self._propose(ps, label, cases, notes, proposer, model, api_base, phrases=self.phrase_lists(phrase_list),
-                               hedges=hedges, attribute_cases=attribute_cases)
+        result = self._propose(
+            ps,
+            label,
+            cases,
+            notes,
+            proposer,
+            model,
+            api_base,
+            phrases=self.phrase_lists(phrase_list),
+            hedges=hedges,
+            attribute_cases=attribute_cases,
+        )
         return self._record(run, label, result, ps)
 
     def _attribute_cases(self, run, label: str, cases: pd.DataFrame) -> pd.DataFrame:
@@ -355,19 +502,38 @@ class OptimisingService(Service):
         queue = self.triage.disagreements(run.id, label=label, kind="attribute")
         texts = cases.set_index("report_id")["text"]
         queue = queue[queue["report_id"].isin(set(texts.index))]
-        return pd.DataFrame({"report_id": queue["report_id"].to_numpy(), "detail": queue["detail"].to_numpy(),
-                             "text": [texts[r] for r in queue["report_id"]]})
+        return pd.DataFrame(
+            {
+                "report_id": queue["report_id"].to_numpy(),
+                "detail": queue["detail"].to_numpy(),
+                "text": [texts[r] for r in queue["report_id"]],
+            }
+        )
 
     def _uses_model(self, proposer: str, model: str | None) -> bool:
         """Whether a suggestion goes to the model proposer (else the offline one)."""
         if proposer not in PROPOSERS:
             raise StudyError(f"proposer must be one of {', '.join(PROPOSERS)}, got {proposer!r}")
-        return proposer == "llm" or (proposer == "auto" and bool(model or not str(
-            self.config.labeller.get("model", "")).startswith("workbench/")))
+        return proposer == "llm" or (
+            proposer == "auto"
+            and bool(model or not str(self.config.labeller.get("model", "")).startswith("workbench/"))
+        )
 
-    def _propose(self, ps, label, cases, notes, proposer: str, model: str | None, api_base: str | None = None,
-                 level: int = 0, phrases: dict | None = None, hedges: dict | None = None,
-                 avoid: frozenset = frozenset(), attribute_cases: pd.DataFrame | None = None) -> proposals.ProposalResult:
+    def _propose(
+        self,
+        ps,
+        label,
+        cases,
+        notes,
+        proposer: str,
+        model: str | None,
+        api_base: str | None = None,
+        level: int = 0,
+        phrases: dict | None = None,
+        hedges: dict | None = None,
+        avoid: frozenset = frozenset(),
+        attribute_cases: pd.DataFrame | None = None,
+    ) -> proposals.ProposalResult:
         """Dispatch to the model proposer or the offline one (level > 0: a smaller edit after a rejection)."""
         if self._uses_model(proposer, model):
             return self._llm_proposal(ps, label, cases, notes, model, api_base, attribute_cases)
@@ -380,12 +546,17 @@ class OptimisingService(Service):
         if not missing:
             return
         cohort = self.study._cohort_name(run.cohort_id)
-        instead = (f", or {command} only what it covers: --labels {','.join(covered)}" if command == "optimise" and covered else "")
+        instead = (
+            f", or {command} only what it covers: --labels {','.join(covered)}"
+            if command == "optimise" and covered
+            else ""
+        )
         raise UserError(
             f"run {run.id} labelled {len(covered)} of {len(self.vocab.asked_ids)} asked labels and lacks "
             f"{len(missing)} that {command} needs: {', '.join(missing)}; label them first with "
             f"`workbench run --cohort {cohort} --prompt {run.prompt_commit[:8]}` (cached answers are reused) "
-            f"and {command} with --run of that run{instead}")
+            f"and {command} with --run of that run{instead}"
+        )
 
     def development_cohort(self) -> str:
         """The study's development cohort, found by its role (dev_cohort in workbench.yaml only breaks a tie)."""
@@ -397,9 +568,13 @@ class OptimisingService(Service):
         if self.config.dev_cohort in dev:
             return self.config.dev_cohort
         if not dev:
-            raise StudyError("no development cohort: import reports (`workbench import reports FILE --cohort NAME`) or give "
-                             "a cohort that role (`workbench cohort-role NAME development`)")
-        raise StudyError(f"several development cohorts ({', '.join(dev)}): pass --run N, or set dev_cohort in workbench.yaml")
+            raise StudyError(
+                "no development cohort: import reports (`workbench import reports FILE --cohort NAME`) or give "
+                "a cohort that role (`workbench cohort-role NAME development`)"
+            )
+        raise StudyError(
+            f"several development cohorts ({', '.join(dev)}): pass --run N, or set dev_cohort in workbench.yaml"
+        )
 
     def _latest_dev_run(self):
         """The newest finished run on the development cohort."""
@@ -407,8 +582,10 @@ class OptimisingService(Service):
         runs = self.runner.runs(cohort)
         runs = runs[runs["status"] == "finished"]
         if runs.empty:
-            raise StudyError(f"no finished run on the development cohort {cohort!r}: `workbench run --cohort {cohort}` "
-                             "first (or pass --run N)")
+            raise StudyError(
+                f"no finished run on the development cohort {cohort!r}: `workbench run --cohort {cohort}` "
+                "first (or pass --run N)"
+            )
         return self.runner.run_info(int(runs.iloc[0]["id"]))
 
     def _record(self, run, label: str, result: proposals.ProposalResult, ps) -> dict:
@@ -418,25 +595,45 @@ class OptimisingService(Service):
         if result.status == "ok":
             new_lp = proposals.apply_edit(ps.label(label), result.edit.fields)
             evaluation = self.evaluate_edit(run.id, new_lp)
-            out.update(edit=result.edit.to_dict(), evaluation=evaluation, offered=evaluation["offered"],
-                       diff=_yaml_diff(ps.label(label), new_lp))
+            out.update(
+                edit=result.edit.to_dict(),
+                evaluation=evaluation,
+                offered=evaluation["offered"],
+                diff=_yaml_diff(ps.label(label), new_lp),
+            )
             status = "offered" if evaluation["offered"] else "not offered"
         else:
             status = result.status
         edit = result.edit.to_dict() if result.edit else {}
-        stored = {k: v for k, v in evaluation.items() if k not in ("values", "evidence")}  # per-report answers: not kept
+        stored = {
+            k: v for k, v in evaluation.items() if k not in ("values", "evidence")
+        }  # per-report answers: not kept
         with self.session() as s:
-            row = q.add_proposal(s, label=label, author=self.actor.user, source=edit.get("source", "") or "none",
-                                 status=status, base_commit=run.prompt_commit, run_id=run.id,
-                                 edit_json=json.dumps(edit, default=_plain),
-                                 evaluation_json=json.dumps(stored, default=_plain),
-                                 note_ids_json=json.dumps(edit.get("note_ids", [])))
+            row = q.add_proposal(
+                s,
+                label=label,
+                author=self.actor.user,
+                source=edit.get("source", "") or "none",
+                status=status,
+                base_commit=run.prompt_commit,
+                run_id=run.id,
+                edit_json=json.dumps(edit, default=_plain),
+                evaluation_json=json.dumps(stored, default=_plain),
+                note_ids_json=json.dumps(edit.get("note_ids", [])),
+            )
             out["proposal"] = row.id
         out["proposal_status"] = status
         return out
 
-    def evaluate_edit(self, run_id: int, new_lp: LabelPrompt, base_ps=None, base_pred: pd.Series | None = None,
-                      inputs: tuple | None = None, tuning_ids=None) -> EditEvaluation:
+    def evaluate_edit(
+        self,
+        run_id: int,
+        new_lp: LabelPrompt,
+        base_ps=None,
+        base_pred: pd.Series | None = None,
+        inputs: tuple | None = None,
+        tuning_ids=None,
+    ) -> EditEvaluation:
         """Label tuning and validation with the revised label (through the call cache); per part: F1 before
         and after, fixed and broken cases; on validation the exact McNemar verdict. Offered only when
         validation does not get worse.
@@ -457,8 +654,10 @@ class OptimisingService(Service):
         ids = [r for r in y_true.index if r in parts and r not in leaked and known.loc[r]]
         before = (y_pred[label] if base_pred is None else base_pred).reindex(ids)
         wanted = None if tuning_ids is None else set(tuning_ids)
-        asked = {part: [r for r in ids if parts[r] == part and (part != "tuning" or wanted is None or r in wanted)]
-                 for part in splits.PARTS}
+        asked = {
+            part: [r for r in ids if parts[r] == part and (part != "tuning" or wanted is None or r in wanted)]
+            for part in splits.PARTS
+        }
         carried = tuple(r for r in ids if parts[r] == "tuning" and wanted is not None and r not in wanted)
         started = time.perf_counter()
         after, counts = self._label_with(run, new_ps, label, [r for part in splits.PARTS for r in asked[part]])
@@ -470,17 +669,30 @@ class OptimisingService(Service):
         by_part = {}
         for part in splits.PARTS:
             keep = [r for r in ids if parts[r] == part]
-            by_part[part] = _compare_part(y_true.loc[keep, [label]], before.loc[keep].to_frame(label),
-                                          values.loc[keep].to_frame(label))
+            by_part[part] = _compare_part(
+                y_true.loc[keep, [label]], before.loc[keep].to_frame(label), values.loc[keep].to_frame(label)
+            )
         by_part["tuning"]["carried"] = len(carried)
         val = by_part["validation"]
-        worse = (val["delta_f1"] == val["delta_f1"] and val["delta_f1"] < 0) or val["verdict"] == "worse" or (
-            val["delta_f1"] != val["delta_f1"] and val["broken"] > val["fixed"])
+        worse = (
+            (val["delta_f1"] == val["delta_f1"] and val["delta_f1"] < 0)
+            or val["verdict"] == "worse"
+            or (val["delta_f1"] != val["delta_f1"] and val["broken"] > val["fixed"])
+        )
         return EditEvaluation(
-            label=label, calls=counts, parts=by_part, offered=not worse,
-            why=("validation gets worse: not offered" if worse else
-                 "validation does not drop" + (f" (McNemar: {val['verdict']})" if val["verdict"] else "")),
-            values=after["value"].to_dict(), evidence=after["evidence"].to_dict(), carried=carried)
+            label=label,
+            calls=counts,
+            parts=by_part,
+            offered=not worse,
+            why=(
+                "validation gets worse: not offered"
+                if worse
+                else "validation does not drop" + (f" (McNemar: {val['verdict']})" if val["verdict"] else "")
+            ),
+            values=after["value"].to_dict(),
+            evidence=after["evidence"].to_dict(),
+            carried=carried,
+        )
 
     def evaluate_drafts(self, run_id: int | None = None, labels: list[str] | None = None) -> dict:
         """Your drafts (and uncommitted file edits) labelled through the call cache on tuning and validation,
@@ -498,8 +710,14 @@ class OptimisingService(Service):
         base_ps = self.study.prompt_set(run.prompt_commit)
         y_true, y_pred, _ = self.evaluation.evaluation_inputs(run.id)
         current = y_pred.copy()
-        out = {"run": run.id, "base_commit": run.prompt_commit, "head": self.study.prompt_commit(), "labels": [],
-               "calls": {"made": 0, "reused": 0}, "zero_division": self.evaluation.macro_policy()}
+        out = {
+            "run": run.id,
+            "base_commit": run.prompt_commit,
+            "head": self.study.prompt_commit(),
+            "labels": [],
+            "calls": {"made": 0, "reused": 0},
+            "zero_division": self.evaluation.macro_policy(),
+        }
         for label in wanted:
             lp = self.prompts.pending_prompt(label)
             ev = self.evaluate_edit(run.id, lp, base_ps=base_ps, inputs=(y_true, y_pred))
@@ -507,8 +725,15 @@ class OptimisingService(Service):
                 out["calls"][key] += ev["calls"][key]
             values = pd.Series(ev["values"], dtype=float)
             current.loc[values.index, label] = values
-            out["labels"].append({"label": label, "parts": ev["parts"], "offered": ev["offered"], "why": ev["why"],
-                                  "diff": _yaml_diff(base_ps.label(label), lp).replace("(proposed)", "(draft)")})
+            out["labels"].append(
+                {
+                    "label": label,
+                    "parts": ev["parts"],
+                    "offered": ev["offered"],
+                    "why": ev["why"],
+                    "diff": _yaml_diff(base_ps.label(label), lp).replace("(proposed)", "(draft)"),
+                }
+            )
         current = derive_frame(self.vocab, current)[current.columns]
         out["before"] = _macro_by_part(y_true, y_pred, parts, out["zero_division"])
         out["after"] = _macro_by_part(y_true, current, parts, out["zero_division"])
@@ -528,17 +753,29 @@ class OptimisingService(Service):
         evaluation = json.loads(row.evaluation_json or "{}")
         evaluation.pop("values", None)
         evaluation.pop("evidence", None)
-        return {"id": row.id, "label": row.label, "author": row.author, "source": row.source, "status": row.status,
-                "base_commit": row.base_commit, "run": row.run_id, "edit": json.loads(row.edit_json or "{}"),
-                "evaluation": evaluation, "note_ids": json.loads(row.note_ids_json or "[]"), "commit": row.commit}
+        return {
+            "id": row.id,
+            "label": row.label,
+            "author": row.author,
+            "source": row.source,
+            "status": row.status,
+            "base_commit": row.base_commit,
+            "run": row.run_id,
+            "edit": json.loads(row.edit_json or "{}"),
+            "evaluation": evaluation,
+            "note_ids": json.loads(row.note_ids_json or "[]"),
+            "commit": row.commit,
+        }
 
     def accept_proposal(self, proposal_id: int) -> LabelPrompt:
         """Turn an offered proposal into this user's draft (never a commit by itself)."""
         self.require("edit_prompts")
         p = self.proposal(proposal_id)
         if p["status"] != "offered":
-            raise StudyError(f"proposal {proposal_id} is {p['status']}: only a proposal that does not make validation "
-                             "worse can be accepted")
+            raise StudyError(
+                f"proposal {proposal_id} is {p['status']}: only a proposal that does not make validation "
+                "worse can be accepted"
+            )
         _, _, exists = self.prompts.draft(p["label"])
         if exists:
             raise StudyError(f"you already have a draft of {p['label']}: save or discard it first")
@@ -547,15 +784,32 @@ class OptimisingService(Service):
         self.prompts.save_draft(lp, p["base_commit"])
         with self.session() as s:
             q.update_proposal(s, proposal_id, status="accepted")
-            q.add_audit(s, self.actor.user, "accept", "proposal", str(proposal_id), None,
-                        {"label": p["label"], "source": p["source"], "notes": p["note_ids"]})
+            q.add_audit(
+                s,
+                self.actor.user,
+                "accept",
+                "proposal",
+                str(proposal_id),
+                None,
+                {"label": p["label"], "source": p["source"], "notes": p["note_ids"]},
+            )
         return lp
 
     # ------------------------------------------------------------ optimise rounds
 
-    def optimise(self, labels: list[str] | None = None, rounds: int = 3, run_id: int | None = None,
-                 proposer: str = "auto", model: str | None = None, on_progress=None, save_drafts: bool = True,
-                 api_base: str | None = None, phrase_list=None, screen: bool = True) -> OptimiseReport:
+    def optimise(
+        self,
+        labels: list[str] | None = None,
+        rounds: int = 3,
+        run_id: int | None = None,
+        proposer: str = "auto",
+        model: str | None = None,
+        on_progress=None,
+        save_drafts: bool = True,
+        api_base: str | None = None,
+        phrase_list=None,
+        screen: bool = True,
+    ) -> OptimiseReport:
         """suggest -> evaluate -> keep if validation does not drop, for K rounds; a report per round; the
         best version is left as drafts for a person to save. A label whose proposal validation rejected
         gets a smaller, safer one in the next round (the offline proposer; a model is asked again).
@@ -578,19 +832,44 @@ class OptimisingService(Service):
         evidence = {lab: preds[preds["label"] == lab].set_index("report_id")["evidence"] for lab in labels}
         current = y_pred.copy()
         policy = self.evaluation.macro_policy()
-        report = {"run": run.id, "base_commit": run.prompt_commit, "labels": labels, "rounds": [],
-                  "proposer": proposer, "calls": {"made": 0, "reused": 0, "cost": 0.0, "proposer": 0}, "zero_division": policy,
-                  "screen": {"on": screen, "screened": 0, "screened_out": 0, "calls": 0, "refresh_calls": 0,
-                             "full_calls": 0, "full_by_part": {part: 0 for part in splits.PARTS}, "deferred": {}}}
+        report = {
+            "run": run.id,
+            "base_commit": run.prompt_commit,
+            "labels": labels,
+            "rounds": [],
+            "proposer": proposer,
+            "calls": {"made": 0, "reused": 0, "cost": 0.0, "proposer": 0},
+            "zero_division": policy,
+            "screen": {
+                "on": screen,
+                "screened": 0,
+                "screened_out": 0,
+                "calls": 0,
+                "refresh_calls": 0,
+                "full_calls": 0,
+                "full_by_part": {part: 0 for part in splits.PARTS},
+                "deferred": {},
+            },
+        }
         noise_rate = self._screen_noise_rate(run.id) if screen else 0.0
         # every macro figure covers all the run's labels (not only those optimised), under the study's policy
         report["start"] = _macro_by_part(y_true, current, parts, policy)
         phrases = self.phrase_lists(phrase_list)
         # how the reference treats hedges, from every label's tuning part (offline proposer only)
         hedges = None if self._uses_model(proposer, model) else self._run_hedge_convention(run)
-        o = _Optimising(run=run, y_true=y_true, y_pred=y_pred, parts=parts, screen=screen, noise_rate=noise_rate,
-                        ask={"proposer": proposer, "model": model, "api_base": api_base, "phrases": phrases, "hedges": hedges},
-                        report=report, ps=ps, current=current, evidence=evidence)
+        o = _Optimising(
+            run=run,
+            y_true=y_true,
+            y_pred=y_pred,
+            parts=parts,
+            screen=screen,
+            noise_rate=noise_rate,
+            ask={"proposer": proposer, "model": model, "api_base": api_base, "phrases": phrases, "hedges": hedges},
+            report=report,
+            ps=ps,
+            current=current,
+            evidence=evidence,
+        )
         for k in range(1, rounds + 1):
             entry = {"round": k, "changes": [], "rejected": []}
             previous = o.current.copy()
@@ -614,12 +893,22 @@ class OptimisingService(Service):
         self._record_optimisation(report, run, labels, base_ps, ps, save_drafts)
         return OptimiseReport(**report)
 
-    def _optimise_label(self, o: "_Optimising", entry: dict, k: int, label: str) -> None:
+    def _optimise_label(self, o: _Optimising, entry: dict, k: int, label: str) -> None:
         """One label's turn in round k: propose, screen, decide on validation, keep or refuse (recorded in o and entry)."""
         cases, notes = self._tuning_material(o.run, label, o.current[label], o.evidence[label], (o.y_true, o.y_pred))
-        result = self._propose(o.ps, label, cases, notes, o.ask["proposer"], o.ask["model"], o.ask["api_base"],
-                               level=o.refusals.get(label, 0), phrases=o.ask["phrases"], hedges=o.ask["hedges"],
-                               avoid=frozenset(o.rejected))
+        result = self._propose(
+            o.ps,
+            label,
+            cases,
+            notes,
+            o.ask["proposer"],
+            o.ask["model"],
+            o.ask["api_base"],
+            level=o.refusals.get(label, 0),
+            phrases=o.ask["phrases"],
+            hedges=o.ask["hedges"],
+            avoid=frozenset(o.rejected),
+        )
         o.report["calls"]["proposer"] += result.calls_made
         if result.status != "ok":
             entry["rejected"].append({"label": label, "status": result.status, "detail": result.detail})
@@ -632,14 +921,27 @@ class OptimisingService(Service):
         screened = self._screen_in_optimise(o, label, new_lp) if o.screen else None
         if screened is not None and not screened["verdict"]["passed"]:
             o.report["screen"]["screened_out"] += 1
-            entry["rejected"].append({"label": label, "status": "screened out", "detail": screened["why"],
-                                      "changes": list(result.edit.changes), "screen": screened["verdict"]})
+            entry["rejected"].append(
+                {
+                    "label": label,
+                    "status": "screened out",
+                    "detail": screened["why"],
+                    "changes": list(result.edit.changes),
+                    "screen": screened["verdict"],
+                }
+            )
             o.refuse(label, new_lp, f"screened out in round {k}: {screened['why']}")
             return
         # after a screen, only validation (which alone decides) is asked beyond it; the rest of tuning is
         # carried over and left for a run of the saved version (or evaluate-drafts) to ask
-        ev = self.evaluate_edit(o.run.id, new_lp, base_ps=o.ps, base_pred=o.current[label], inputs=(o.y_true, o.y_pred),
-                                tuning_ids=screened["ids"] if screened else None)
+        ev = self.evaluate_edit(
+            o.run.id,
+            new_lp,
+            base_ps=o.ps,
+            base_pred=o.current[label],
+            inputs=(o.y_true, o.y_pred),
+            tuning_ids=screened["ids"] if screened else None,
+        )
         _add_calls(o.report, ev["calls"], "full_calls")
         summary = _change_summary(label, result.edit, ev, screened)
         if not ev["offered"]:
@@ -647,15 +949,22 @@ class OptimisingService(Service):
             o.refuse(label, new_lp, f"rejected in round {k}: {ev['why']}")
             return
         o.ps = o.ps.with_label(new_lp)
-        o.current = _take_answers(self.vocab, o.current, o.evidence, label, pd.Series(ev["values"], dtype=float),
-                                  pd.Series(ev["evidence"], dtype=object))
+        o.current = _take_answers(
+            self.vocab,
+            o.current,
+            o.evidence,
+            label,
+            pd.Series(ev["values"], dtype=float),
+            pd.Series(ev["evidence"], dtype=object),
+        )
         o.carried[label] = set(ev["carried"])
         entry["changes"].append(summary)
 
-    def _screen_in_optimise(self, o: "_Optimising", label: str, new_lp: LabelPrompt) -> dict:
+    def _screen_in_optimise(self, o: _Optimising, label: str, new_lp: LabelPrompt) -> dict:
         """Screen a proposal; the real answers of the current prompt it asked replace carried-over ones in o."""
-        screened = self._screen_edit(o.run, new_lp, o.ps, o.current[label], o.y_true, o.parts, o.noise_rate,
-                                     carried=o.carried.get(label, set()))
+        screened = self._screen_edit(
+            o.run, new_lp, o.ps, o.current[label], o.y_true, o.parts, o.noise_rate, carried=o.carried.get(label, set())
+        )
         _add_calls(o.report, screened["calls"], "calls", screened["refresh_calls"])
         fresh = screened["refreshed"]
         o.current = _take_answers(self.vocab, o.current, o.evidence, label, fresh["value"], fresh["evidence"])
@@ -670,19 +979,41 @@ class OptimisingService(Service):
         report["drafts"] = [lab for lab in changed if save_drafts and lab not in mine]
         report["not_drafted"] = [lab for lab in changed if lab in mine]  # never overwrite a person's own draft
         report["final_prompts"] = {lab: dump_label_prompt(ps.label(lab)) for lab in changed}
-        notes = {lab: sorted({n for e in report["rounds"] for c in e["changes"] if c["label"] == lab for n in c["note_ids"]})
-                 for lab in changed}
+        notes = {
+            lab: sorted({n for e in report["rounds"] for c in e["changes"] if c["label"] == lab for n in c["note_ids"]})
+            for lab in changed
+        }
         with self.session() as s:
             report["id"] = q.add_optimisation(s, self.actor.user, run.id, json.dumps(report, default=_plain))
             for lab in report["drafts"]:  # an accepted proposal per draft: the saved version's message cites it
-                edit = proposals.Edit(lab, proposals.edit_fields(base_ps.label(lab), ps.label(lab)),
-                                      f"optimise report #{report['id']}", f"optimise (report #{report['id']})",
-                                      tuple(notes[lab]), proposals.describe(base_ps.label(lab), ps.label(lab)))
-                q.add_proposal(s, label=lab, author=self.actor.user, source=edit.source, status="accepted",
-                               base_commit=run.prompt_commit, run_id=run.id, edit_json=json.dumps(edit.to_dict()),
-                               note_ids_json=json.dumps(list(edit.note_ids)))
-            q.add_audit(s, self.actor.user, "optimise", "prompt", ",".join(labels), None,
-                        {"report": report["id"], "rounds": len(report["rounds"]), "drafts": report["drafts"]})
+                edit = proposals.Edit(
+                    lab,
+                    proposals.edit_fields(base_ps.label(lab), ps.label(lab)),
+                    f"optimise report #{report['id']}",
+                    f"optimise (report #{report['id']})",
+                    tuple(notes[lab]),
+                    proposals.describe(base_ps.label(lab), ps.label(lab)),
+                )
+                q.add_proposal(
+                    s,
+                    label=lab,
+                    author=self.actor.user,
+                    source=edit.source,
+                    status="accepted",
+                    base_commit=run.prompt_commit,
+                    run_id=run.id,
+                    edit_json=json.dumps(edit.to_dict()),
+                    note_ids_json=json.dumps(list(edit.note_ids)),
+                )
+            q.add_audit(
+                s,
+                self.actor.user,
+                "optimise",
+                "prompt",
+                ",".join(labels),
+                None,
+                {"report": report["id"], "rounds": len(report["rounds"]), "drafts": report["drafts"]},
+            )
         for lab in report["drafts"]:
             self.prompts.save_draft(ps.label(lab), run.prompt_commit)
 
@@ -694,7 +1025,9 @@ class OptimisingService(Service):
         cfg = labelling.model_config(self.runner._settings_from_params(json.loads(run.params_json)))
         with self.session() as s:
             reports = q.reports_frame(s, cohort_id=run.cohort_id)
-        groups = {lab: [lab] for lab in labels} if run.mode == "per_label" else {"joint calls": json.loads(run.labels_json)}
+        groups = (
+            {lab: [lab] for lab in labels} if run.mode == "per_label" else {"joint calls": json.loads(run.labels_json)}
+        )
         left = {}
         for name, group in groups.items():
             requests = self.runner._build_requests(ps, reports, group, run.mode, run.sections.split(","), cfg, set())
@@ -709,8 +1042,18 @@ class OptimisingService(Service):
         overall = rates[rates["label"] == "all"]
         return float(overall["hi"].iloc[0]) if len(overall) else 0.0
 
-    def _screen_edit(self, run, new_lp: LabelPrompt, base_ps, before: pd.Series, y_true: pd.DataFrame, parts: dict,
-                     noise_rate: float = 0.0, seed: int = 0, carried=frozenset()) -> dict:
+    def _screen_edit(
+        self,
+        run,
+        new_lp: LabelPrompt,
+        base_ps,
+        before: pd.Series,
+        y_true: pd.DataFrame,
+        parts: dict,
+        noise_rate: float = 0.0,
+        seed: int = 0,
+        carried=frozenset(),
+    ) -> dict:
         """Label one proposal on its screen (the label's tuning disagreements and a stratified, seeded sample of
         agreements) through the call cache, and judge whether it is worth asking validation.
 
@@ -736,14 +1079,22 @@ class OptimisingService(Service):
         after, screen_counts = self._label_with(run, new_ps, label, chosen.ids)
         _sum_calls(counts, screen_counts)
         verdict = screening.screen_verdict(chosen, y_true[label], before, after["value"].astype(float), noise_rate)
-        return {"calls": counts, "refresh_calls": refresh_made, "refreshed": refreshed, "ids": chosen.ids,
-                "verdict": verdict.to_dict(), "why": verdict.why()}
+        return {
+            "calls": counts,
+            "refresh_calls": refresh_made,
+            "refreshed": refreshed,
+            "ids": chosen.ids,
+            "verdict": verdict.to_dict(),
+            "why": verdict.why(),
+        }
 
     def optimisation_reports(self) -> pd.DataFrame:
         """Stored optimisation reports, newest first."""
         with self.session() as s:
             frame = q.optimisations_frame(s)
-        frame["report"] = [{**json.loads(text), "id": int(i)} for i, text in zip(frame["id"], frame.pop("report_json"))]
+        frame["report"] = [
+            {**json.loads(text), "id": int(i)} for i, text in zip(frame["id"], frame.pop("report_json"), strict=False)
+        ]
         return frame
 
 
@@ -752,14 +1103,19 @@ class OptimisingService(Service):
 
 def _change_summary(label: str, edit, ev, screened: dict | None) -> dict:
     """One evaluated change as the optimise report keeps it: the edit, F1 per part, validation's McNemar, calls."""
-    return {"label": label, "changes": list(edit.changes), "note_ids": list(edit.note_ids),
-            "rationale": edit.rationale, "source": edit.source,
-            **{f"{p}_f1": [ev["parts"][p]["f1_before"], ev["parts"][p]["f1_after"]] for p in splits.PARTS},
-            "validation_mcnemar": {k: ev["parts"]["validation"][k] for k in ("fixed", "broken", "p_value", "verdict")},
-            "tuning_carried": ev["parts"]["tuning"].get("carried", 0),  # tuning answers not asked: tuning F1 estimates
-            "calls_made": ev["calls"]["made"] + (screened["calls"]["made"] if screened else 0),
-            "calls_by_part": {"screen": screened["calls"]["made"] if screened else 0, **ev["calls"]["by_part"]},
-            **({"screen": screened["verdict"]} if screened else {})}
+    return {
+        "label": label,
+        "changes": list(edit.changes),
+        "note_ids": list(edit.note_ids),
+        "rationale": edit.rationale,
+        "source": edit.source,
+        **{f"{p}_f1": [ev["parts"][p]["f1_before"], ev["parts"][p]["f1_after"]] for p in splits.PARTS},
+        "validation_mcnemar": {k: ev["parts"]["validation"][k] for k in ("fixed", "broken", "p_value", "verdict")},
+        "tuning_carried": ev["parts"]["tuning"].get("carried", 0),  # tuning answers not asked: tuning F1 estimates
+        "calls_made": ev["calls"]["made"] + (screened["calls"]["made"] if screened else 0),
+        "calls_by_part": {"screen": screened["calls"]["made"] if screened else 0, **ev["calls"]["by_part"]},
+        **({"screen": screened["verdict"]} if screened else {}),
+    }
 
 
 def _no_calls() -> dict:
@@ -805,13 +1161,13 @@ class _Optimising:
     parts: dict
     screen: bool
     noise_rate: float
-    ask: dict             # how proposals are asked for: proposer, model, api_base, phrases, hedges
-    report: dict          # the report being written (calls and screen counts are added up here)
-    ps: object            # the prompt set with every change kept so far
+    ask: dict  # how proposals are asked for: proposer, model, api_base, phrases, hedges
+    report: dict  # the report being written (calls and screen counts are added up here)
+    ps: object  # the prompt set with every change kept so far
     current: pd.DataFrame  # the answers under ps (carried-over ones where a screen left tuning unasked)
     evidence: dict
     rejected: dict = dataclasses.field(default_factory=dict)  # proposal -> why it was turned down
-    carried: dict = dataclasses.field(default_factory=dict)   # label -> tuning reports not asked under its prompt
+    carried: dict = dataclasses.field(default_factory=dict)  # label -> tuning reports not asked under its prompt
     refusals: dict = dataclasses.field(default_factory=dict)  # label -> its proposals turned down so far
 
     def refuse(self, label: str, proposal, why: str) -> None:
@@ -820,8 +1176,9 @@ class _Optimising:
         self.refusals[label] = self.refusals.get(label, 0) + 1
 
 
-def _take_answers(vocab, current: pd.DataFrame, evidence: dict, label: str, values: pd.Series,
-                  found: pd.Series) -> pd.DataFrame:
+def _take_answers(
+    vocab, current: pd.DataFrame, evidence: dict, label: str, values: pd.Series, found: pd.Series
+) -> pd.DataFrame:
     """current with label's answers on values' reports replaced (No Finding derived again); evidence updated in place."""
     if values.empty:
         return current
@@ -842,11 +1199,22 @@ def _part_metrics(y_true, y_pred, ids, ci, n_resamples, zero_division) -> dict:
     t, p = y_true.loc[ids], y_pred.loc[ids]
     table = metrics.label_metrics(t, p, ci=ci, zero_division=zero_division)
     avg = metrics.averages(table, zero_division=zero_division, ci=ci)
-    boot = metrics.bootstrap_macro_f1(t, p, n_resamples=n_resamples, zero_division=zero_division) if n_resamples and len(ids) else {}
+    boot = (
+        metrics.bootstrap_macro_f1(t, p, n_resamples=n_resamples, zero_division=zero_division)
+        if n_resamples and len(ids)
+        else {}
+    )
     if n_resamples and len(ids):
         table = table.join(metrics.bootstrap_label_f1(t, p, n_resamples=n_resamples))
-    return {"reports": len(ids), "table": table, "macro_f1": avg["macro_f1"], "macro_f1_lo": boot.get("lo"),
-            "macro_f1_hi": boot.get("hi"), "averages": avg, "macro_labels": avg["macro_f1_labels"]}
+    return {
+        "reports": len(ids),
+        "table": table,
+        "macro_f1": avg["macro_f1"],
+        "macro_f1_lo": boot.get("lo"),
+        "macro_f1_hi": boot.get("hi"),
+        "averages": avg,
+        "macro_labels": avg["macro_f1_labels"],
+    }
 
 
 def _macro_by_part(y_true, y_pred, parts, zero_division: str, n_resamples: int = 1000) -> dict:
@@ -859,9 +1227,16 @@ def _macro_by_part(y_true, y_pred, parts, zero_division: str, n_resamples: int =
         table = metrics.label_metrics(t, p, zero_division=zero_division)
         figure = metrics.macro_figure(table["f1"], table["f1_undefined"], zero_division)
         boot = metrics.bootstrap_macro_f1(t, p, n_resamples=n_resamples, zero_division=zero_division)
-        out[part] = {"macro_f1": _num(figure.value), "lo": _num(boot.get("lo", np.nan)), "labels": figure.describe(),
-                     "hi": _num(boot.get("hi", np.nan)), "per_label": {k: _num(v) for k, v in table["f1"].items()}}
-    out["gap"] = None if out["tuning"]["macro_f1"] is None else _num(out["tuning"]["macro_f1"] - out["validation"]["macro_f1"])
+        out[part] = {
+            "macro_f1": _num(figure.value),
+            "lo": _num(boot.get("lo", np.nan)),
+            "labels": figure.describe(),
+            "hi": _num(boot.get("hi", np.nan)),
+            "per_label": {k: _num(v) for k, v in table["f1"].items()},
+        }
+    out["gap"] = (
+        None if out["tuning"]["macro_f1"] is None else _num(out["tuning"]["macro_f1"] - out["validation"]["macro_f1"])
+    )
     return out
 
 
@@ -872,9 +1247,19 @@ def _mcnemar_table(y_true, before, after, parts, labels) -> list[dict]:
     if not changed:
         return []
     table = metrics.compare_labels(y_true.loc[ids, changed], before.loc[ids, changed], after.loc[ids, changed])
-    return [{"label": lab, "fixed": int(r.c), "broken": int(r.b), "p_value": _num(r.p_value), "p_holm": _num(r.p_holm),
-             "verdict": r.verdict, "f1_before": _num(r.f1_a), "f1_after": _num(r.f1_b)}
-            for lab, r in zip(table.index, table.itertuples(index=False))]
+    return [
+        {
+            "label": lab,
+            "fixed": int(r.c),
+            "broken": int(r.b),
+            "p_value": _num(r.p_value),
+            "p_holm": _num(r.p_holm),
+            "verdict": r.verdict,
+            "f1_before": _num(r.f1_a),
+            "f1_after": _num(r.f1_b),
+        }
+        for lab, r in zip(table.index, table.itertuples(index=False), strict=False)
+    ]
 
 
 def _compare_part(y_true: pd.DataFrame, before: pd.DataFrame, after: pd.DataFrame) -> dict:
@@ -882,53 +1267,91 @@ def _compare_part(y_true: pd.DataFrame, before: pd.DataFrame, after: pd.DataFram
     table = metrics.compare_labels(y_true, before, after)
     row = table.iloc[0]
     cases = metrics.fixed_and_broken(y_true, before, after)
-    return {"reports": int(row["n"]), "f1_before": _num(row["f1_a"]), "f1_after": _num(row["f1_b"]),
-            "delta_f1": _num(row["delta_f1"]) if row["delta_f1"] == row["delta_f1"] else float("nan"),
-            "fixed": int(row["c"]), "broken": int(row["b"]), "p_value": _num(row["p_value"]), "verdict": row["verdict"],
-            "fixed_cases": cases.loc[cases["change"] == "fixed", "report"].tolist(),
-            "broken_cases": cases.loc[cases["change"] == "broken", "report"].tolist()}
+    return {
+        "reports": int(row["n"]),
+        "f1_before": _num(row["f1_a"]),
+        "f1_after": _num(row["f1_b"]),
+        "delta_f1": _num(row["delta_f1"]) if row["delta_f1"] == row["delta_f1"] else float("nan"),
+        "fixed": int(row["c"]),
+        "broken": int(row["b"]),
+        "p_value": _num(row["p_value"]),
+        "verdict": row["verdict"],
+        "fixed_cases": cases.loc[cases["change"] == "fixed", "report"].tolist(),
+        "broken_cases": cases.loc[cases["change"] == "broken", "report"].tolist(),
+    }
 
 
 def _figures(ev, cohort: str, run_id: int) -> dict:
     """A bundle's figures on a cohort: macro F1 with interval, per label with intervals."""
     t = ev.table
-    return {"cohort": cohort, "run": run_id, "macro_f1": _num(ev.averages["macro_f1"]),
-            "macro_f1_lo": _num(ev.bootstrap.get("lo", np.nan)), "macro_f1_hi": _num(ev.bootstrap.get("hi", np.nan)),
-            "per_label": [{"label": lab, "n": int(t.loc[lab, "n"]), "support": int(t.loc[lab, "support"]),
-                           "accuracy": _num(t.loc[lab, "accuracy"]), "accuracy_lo": _num(t.loc[lab, "accuracy_lo"]),
-                           "accuracy_hi": _num(t.loc[lab, "accuracy_hi"]), "f1": _num(t.loc[lab, "f1"]),
-                           "f1_lo": _num(t.loc[lab, "f1_lo"]) if "f1_lo" in t else None,
-                           "f1_hi": _num(t.loc[lab, "f1_hi"]) if "f1_hi" in t else None} for lab in t.index]}
+    return {
+        "cohort": cohort,
+        "run": run_id,
+        "macro_f1": _num(ev.averages["macro_f1"]),
+        "macro_f1_lo": _num(ev.bootstrap.get("lo", np.nan)),
+        "macro_f1_hi": _num(ev.bootstrap.get("hi", np.nan)),
+        "per_label": [
+            {
+                "label": lab,
+                "n": int(t.loc[lab, "n"]),
+                "support": int(t.loc[lab, "support"]),
+                "accuracy": _num(t.loc[lab, "accuracy"]),
+                "accuracy_lo": _num(t.loc[lab, "accuracy_lo"]),
+                "accuracy_hi": _num(t.loc[lab, "accuracy_hi"]),
+                "f1": _num(t.loc[lab, "f1"]),
+                "f1_lo": _num(t.loc[lab, "f1_lo"]) if "f1_lo" in t else None,
+                "f1_hi": _num(t.loc[lab, "f1_hi"]) if "f1_hi" in t else None,
+            }
+            for lab in t.index
+        ],
+    }
 
 
 def _yaml_diff(old: LabelPrompt, new: LabelPrompt) -> str:
     """Unified diff of the label's YAML."""
     a, b = label_yaml(old), label_yaml(new)
-    return "".join(difflib.unified_diff(a.splitlines(True), b.splitlines(True), fromfile=f"{old.label}.yaml",
-                                        tofile=f"{new.label}.yaml (proposed)"))
+    return "".join(
+        difflib.unified_diff(
+            a.splitlines(True), b.splitlines(True), fromfile=f"{old.label}.yaml", tofile=f"{new.label}.yaml (proposed)"
+        )
+    )
 
 
-def _proposer_messages(lp: LabelPrompt, name: str, failing: pd.DataFrame, notes: pd.DataFrame,
-                       attribute_cases: pd.DataFrame | None = None) -> list[dict]:
+def _proposer_messages(
+    lp: LabelPrompt, name: str, failing: pd.DataFrame, notes: pd.DataFrame, attribute_cases: pd.DataFrame | None = None
+) -> list[dict]:
     """The reflective proposer's messages: current prompt, failing tuning cases with answers and notes, and
     the matched findings whose attributes differ (with their notes)."""
+
     def note_lines(report_id: str) -> str:
         mine = notes[notes["report_id"] == report_id]
-        lines = [f"  - note #{int(n.id)} [{n.category}; {n.significance}] {n.text}" for n in mine.itertuples(index=False)]
+        lines = [
+            f"  - note #{int(n.id)} [{n.category}; {n.significance}] {n.text}" for n in mine.itertuples(index=False)
+        ]
         return "\n" + "\n".join(lines) if lines else ""
 
     parts = [f"Label: {name} ({lp.label})", "Current prompt (YAML):", label_yaml(lp), "Failing tuning cases:"]
     for row in failing.itertuples(index=False):
-        kind = "missed finding (labeller said 0, reference 1)" if row.reference == 1 else "false finding (labeller said 1, reference 0)"
-        parts.append(f"Case {row.report_id}: {kind}\n  report: {row.text[:MAX_CASE_CHARS]}\n"
-                     f"  labeller's evidence: {row.evidence or '(none)'}" + note_lines(row.report_id))
+        kind = (
+            "missed finding (labeller said 0, reference 1)"
+            if row.reference == 1
+            else "false finding (labeller said 1, reference 0)"
+        )
+        parts.append(
+            f"Case {row.report_id}: {kind}\n  report: {row.text[:MAX_CASE_CHARS]}\n"
+            f"  labeller's evidence: {row.evidence or '(none)'}" + note_lines(row.report_id)
+        )
     if attribute_cases is not None and len(attribute_cases):
-        parts.append("Tuning cases where the finding is rightly found but an attribute the labeller gave differs from "
-                     "the reference's (guidance in the definition can say how this label's side, severity or change "
-                     "is read):")
+        parts.append(
+            "Tuning cases where the finding is rightly found but an attribute the labeller gave differs from "
+            "the reference's (guidance in the definition can say how this label's side, severity or change "
+            "is read):"
+        )
         for row in attribute_cases.itertuples(index=False):
-            parts.append(f"Case {row.report_id}: attribute differs ({row.detail})\n  report: {row.text[:MAX_CASE_CHARS]}"
-                         + note_lines(row.report_id))
+            parts.append(
+                f"Case {row.report_id}: attribute differs ({row.detail})\n  report: {row.text[:MAX_CASE_CHARS]}"
+                + note_lines(row.report_id)
+            )
     parts.append('Reply with one JSON object: {"edit": {...fields you change...}, "rationale": "..."}')
     return [{"role": "system", "content": PROPOSER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
@@ -950,9 +1373,11 @@ def suggestion_text(result: dict) -> str:
     if edit["rationale"]:
         lines.append(f"rationale: {edit['rationale']}")
     for part, m in ev["parts"].items():
-        lines.append(f"{part}: F1 {fmt_figure(m['f1_before'])} -> {fmt_figure(m['f1_after'])} on {m['reports']} reports; fixed "
-                     f"{m['fixed']} ({', '.join(m['fixed_cases'][:10])}), broken {m['broken']} ({', '.join(m['broken_cases'][:10])})"
-                     + (f"; McNemar p = {fmt_figure(m['p_value'])}, {m['verdict']}" if part == "validation" else ""))
+        lines.append(
+            f"{part}: F1 {fmt_figure(m['f1_before'])} -> {fmt_figure(m['f1_after'])} on {m['reports']} reports; fixed "
+            f"{m['fixed']} ({', '.join(m['fixed_cases'][:10])}), broken {m['broken']} ({', '.join(m['broken_cases'][:10])})"
+            + (f"; McNemar p = {fmt_figure(m['p_value'])}, {m['verdict']}" if part == "validation" else "")
+        )
     c = ev["calls"]
     lines.append(f"calls: {c['made']} made, {c['reused']} reused from the cache")
     lines.append(ev["why"] + (f"; accept with: workbench accept {result['proposal']}" if result["offered"] else ""))
@@ -962,52 +1387,75 @@ def suggestion_text(result: dict) -> str:
 
 def drafts_text(result: dict) -> str:
     """evaluate-drafts as text: per draft F1 before -> after on each part with fixed/broken cases, then macro F1."""
-    lines = [f"drafts against run {result['run']} (version {result['base_commit'][:8]}), labelled through the call cache; "
-             "nothing is committed"]
+    lines = [
+        f"drafts against run {result['run']} (version {result['base_commit'][:8]}), labelled through the call cache; "
+        "nothing is committed"
+    ]
     if result["head"] != result["base_commit"]:
-        lines.append(f"note: run {result['run']} used version {result['base_commit'][:8]}, the latest is {result['head'][:8]}: "
-                     "run the latest version first for a comparison with it")
+        lines.append(
+            f"note: run {result['run']} used version {result['base_commit'][:8]}, the latest is {result['head'][:8]}: "
+            "run the latest version first for a comparison with it"
+        )
     for entry in result["labels"]:
         lines.append(f"\n{entry['label']}: {entry['why']}")
         for part, m in entry["parts"].items():
-            lines.append(f"  {part}: F1 {fmt_figure(m['f1_before'])} -> {fmt_figure(m['f1_after'])} on {m['reports']} reports; "
-                         f"fixed {m['fixed']}, broken {m['broken']}"
-                         + (f"; McNemar p = {fmt_figure(m['p_value'])}, {m['verdict']}" if part == "validation" else ""))
+            lines.append(
+                f"  {part}: F1 {fmt_figure(m['f1_before'])} -> {fmt_figure(m['f1_after'])} on {m['reports']} reports; "
+                f"fixed {m['fixed']}, broken {m['broken']}"
+                + (f"; McNemar p = {fmt_figure(m['p_value'])}, {m['verdict']}" if part == "validation" else "")
+            )
     for part in splits.PARTS:
         b, a = result["before"][part], result["after"][part]
-        lines.append(f"{'' if part != 'tuning' else chr(10)}{part}: macro F1 {fmt_figure(b['macro_f1'])} -> "
-                     f"{fmt_figure(a['macro_f1'])} ({a['labels']})")
+        lines.append(
+            f"{'' if part != 'tuning' else chr(10)}{part}: macro F1 {fmt_figure(b['macro_f1'])} -> "
+            f"{fmt_figure(a['macro_f1'])} ({a['labels']})"
+        )
     c = result["calls"]
-    lines.append(f"calls: {c['made']} made, {c['reused']} reused from the cache; save with `workbench prompts save "
-                 f"{' '.join(e['label'] for e in result['labels'])} -m MESSAGE`")
+    lines.append(
+        f"calls: {c['made']} made, {c['reused']} reused from the cache; save with `workbench prompts save "
+        f"{' '.join(e['label'] for e in result['labels'])} -m MESSAGE`"
+    )
     return "\n".join(lines)
 
 
 def report_markdown(report: dict) -> str:
     """An optimisation report as Markdown: per round what changed, tuning and validation F1, McNemar on validation."""
+
     def macro(m: dict) -> str:
-        return (f"tuning {fmt_figure(m['tuning']['macro_f1'])} [{fmt_figure(m['tuning']['lo'])}, {fmt_figure(m['tuning']['hi'])}], validation "
-                f"{fmt_figure(m['validation']['macro_f1'])} [{fmt_figure(m['validation']['lo'])}, {fmt_figure(m['validation']['hi'])}], gap {fmt_figure(m['gap'])}")
+        return (
+            f"tuning {fmt_figure(m['tuning']['macro_f1'])} [{fmt_figure(m['tuning']['lo'])}, {fmt_figure(m['tuning']['hi'])}], validation "
+            f"{fmt_figure(m['validation']['macro_f1'])} [{fmt_figure(m['validation']['lo'])}, {fmt_figure(m['validation']['hi'])}], gap {fmt_figure(m['gap'])}"
+        )
 
     start = report["start"]
     covers = start["validation"].get("labels") or f"zero_division: {report.get('zero_division', 'zero')}"
-    lines = [f"# Optimisation report #{report.get('id', '')} (run {report['run']}, version {report['base_commit'][:8]})", "",
-             f"Macro F1 ({covers}; bootstrap 95% intervals) at the start: {macro(start)}", ""]
+    lines = [
+        f"# Optimisation report #{report.get('id', '')} (run {report['run']}, version {report['base_commit'][:8]})",
+        "",
+        f"Macro F1 ({covers}; bootstrap 95% intervals) at the start: {macro(start)}",
+        "",
+    ]
     for entry in report["rounds"]:
         lines.append(f"## Round {entry['round']}")
         for ch in entry["changes"]:
-            estimate = f" (estimated, {ch['tuning_carried']:,} answers carried over)" if ch.get("tuning_carried") else ""
-            lines.append(f"- **{ch['label']}** ({ch['source']}): tuning F1 {fmt_figure(ch['tuning_f1'][0])} -> "
-                         f"{fmt_figure(ch['tuning_f1'][1])}{estimate}, "
-                         f"validation F1 {fmt_figure(ch['validation_f1'][0])} -> {fmt_figure(ch['validation_f1'][1])}; McNemar on validation: "
-                         f"fixed {ch['validation_mcnemar']['fixed']}, broken {ch['validation_mcnemar']['broken']}, "
-                         f"p = {fmt_figure(ch['validation_mcnemar']['p_value'])} ({ch['validation_mcnemar']['verdict']})")
+            estimate = (
+                f" (estimated, {ch['tuning_carried']:,} answers carried over)" if ch.get("tuning_carried") else ""
+            )
+            lines.append(
+                f"- **{ch['label']}** ({ch['source']}): tuning F1 {fmt_figure(ch['tuning_f1'][0])} -> "
+                f"{fmt_figure(ch['tuning_f1'][1])}{estimate}, "
+                f"validation F1 {fmt_figure(ch['validation_f1'][0])} -> {fmt_figure(ch['validation_f1'][1])}; McNemar on validation: "
+                f"fixed {ch['validation_mcnemar']['fixed']}, broken {ch['validation_mcnemar']['broken']}, "
+                f"p = {fmt_figure(ch['validation_mcnemar']['p_value'])} ({ch['validation_mcnemar']['verdict']})"
+            )
             lines += [f"    - {c}" for c in ch["changes"]]
             if ch["note_ids"]:
                 lines.append("    - from error notes " + ", ".join(f"#{n}" for n in ch["note_ids"]))
         for r in entry["rejected"]:
             if r.get("status") == "validation worse":
-                lines.append(f"- {r['label']}: not kept, validation F1 {fmt_figure(r['validation_f1'][0])} -> {fmt_figure(r['validation_f1'][1])}")
+                lines.append(
+                    f"- {r['label']}: not kept, validation F1 {fmt_figure(r['validation_f1'][0])} -> {fmt_figure(r['validation_f1'][1])}"
+                )
             elif r.get("status") == "screened out":
                 lines.append(f"- {r['label']}: screened out, validation not asked ({r['detail']})")
             elif r.get("status") == "already rejected":
@@ -1018,8 +1466,10 @@ def report_markdown(report: dict) -> str:
     lines.append(f"At the end: {macro(report['end'])}{carried_note(report['rounds'][-1] if report['rounds'] else {})}")
     calls = report["calls"]
     proposer = f" (plus {calls['proposer']:,} calls to the model proposer)" if calls.get("proposer") else ""
-    lines.append(f"\nCalls made {calls['made']}{proposer}, reused from the cache {calls['reused']}; {report['seconds']} s. "
-                 + (f"Left as drafts (not saved): {', '.join(report['drafts'])}." if report["drafts"] else "No draft left."))
+    lines.append(
+        f"\nCalls made {calls['made']}{proposer}, reused from the cache {calls['reused']}; {report['seconds']} s. "
+        + (f"Left as drafts (not saved): {', '.join(report['drafts'])}." if report["drafts"] else "No draft left.")
+    )
     lines.append(screen_text(report))
     return "\n".join(lines)
 
@@ -1038,27 +1488,47 @@ def screen_text(report: dict) -> str:
     made = report["calls"]["made"]
     per = f"{made / kept:,.0f} calls made per kept change ({kept} kept)" if kept else "no change kept"
     by_part = scr.get("full_by_part")
-    split = (f": tuning {by_part['tuning']:,}, validation {by_part['validation']:,}" if by_part else "")
-    refresh = (f", {scr['refresh_calls']:,} of them asking the current prompt where an answer was carried over"
-               if scr.get("refresh_calls") else "")
-    text = (f"Screening off: every proposal evaluated in full ({made:,} calls{split}); {made:,} calls made, {per}."
-            if not scr.get("on") else
-            f"Screening: {scr['screened']} proposals screened ({scr['calls']:,} calls{refresh}), {scr['screened_out']} "
-            f"screened out, {scr['screened'] - scr['screened_out']} passed ({scr['full_calls']:,} calls more{split}); "
-            f"{made:,} calls made in all, {per}.")
+    split = f": tuning {by_part['tuning']:,}, validation {by_part['validation']:,}" if by_part else ""
+    refresh = (
+        f", {scr['refresh_calls']:,} of them asking the current prompt where an answer was carried over"
+        if scr.get("refresh_calls")
+        else ""
+    )
+    text = (
+        f"Screening off: every proposal evaluated in full ({made:,} calls{split}); {made:,} calls made, {per}."
+        if not scr.get("on")
+        else f"Screening: {scr['screened']} proposals screened ({scr['calls']:,} calls{refresh}), {scr['screened_out']} "
+        f"screened out, {scr['screened'] - scr['screened_out']} passed ({scr['full_calls']:,} calls more{split}); "
+        f"{made:,} calls made in all, {per}."
+    )
     deferred, left = scr.get("deferred") or {}, scr.get("left_calls") or {}
     if scr.get("on") and by_part is not None and kept:  # frugal optimise (older reports asked all of tuning)
         text += " Keep or reject was decided on the whole validation part, asked for every proposal that passed."
         if deferred:
-            text += (f" Not asked: {sum(deferred.values()):,} tuning answers of the changed labels ("
-                     + ", ".join(f"{lab} {n:,}" for lab, n in deferred.items()) + "), carried over from the version "
-                     "before: their tuning figures above are estimates.")
+            text += (
+                f" Not asked: {sum(deferred.values()):,} tuning answers of the changed labels ("
+                + ", ".join(f"{lab} {n:,}" for lab, n in deferred.items())
+                + "), carried over from the version "
+                "before: their tuning figures above are estimates."
+            )
     if sum(left.values()):
-        text += (f" A run of the saved version still makes {sum(left.values()):,} calls after the call cache ("
-                 + ", ".join(f"{lab} {n:,}" for lab, n in left.items() if n) + "); `workbench evaluate-drafts` asks "
-                 "the tuning and validation ones before anything is saved.")
+        text += (
+            f" A run of the saved version still makes {sum(left.values()):,} calls after the call cache ("
+            + ", ".join(f"{lab} {n:,}" for lab, n in left.items() if n)
+            + "); `workbench evaluate-drafts` asks "
+            "the tuning and validation ones before anything is saved."
+        )
     return text
 
 
-__all__ = ["OptimisingService", "COHORT_ROLES", "PROPOSERS", "suggestion_text", "report_markdown", "fmt_figure", "drafts_text",
-           "screen_text", "carried_note"]
+__all__ = [
+    "OptimisingService",
+    "COHORT_ROLES",
+    "PROPOSERS",
+    "suggestion_text",
+    "report_markdown",
+    "fmt_figure",
+    "drafts_text",
+    "screen_text",
+    "carried_note",
+]

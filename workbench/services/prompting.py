@@ -11,28 +11,33 @@ from __future__ import annotations
 import difflib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import yaml
 
+from workbench import importers
 from workbench.core import policy
 from workbench.core.prompts import (
-    LabelPrompt, PromptError, dump_label_prompt, dump_task, parse_label_prompt, prompt_set_from_dictionary,
+    LabelPrompt,
+    PromptError,
+    dump_label_prompt,
+    dump_task,
+    parse_label_prompt,
+    prompt_set_from_dictionary,
 )
-from workbench.store import prompt_repo, queries as q
-from workbench.store.prompt_repo import PromptRepoError
-from workbench.errors import NotFound
-from workbench.study import StudyError
-from workbench.services.base import Service, StudyContext
-from workbench.services.study import ConflictError
-from workbench.services.study import _validate_prompt_files
-from workbench import importers
 from workbench.core.text import compose_text
-from typing import TYPE_CHECKING
+from workbench.errors import NotFound
+from workbench.services.base import Service, StudyContext
+from workbench.services.study import ConflictError, _validate_prompt_files
+from workbench.store import prompt_repo
+from workbench.store import queries as q
+from workbench.store.prompt_repo import PromptRepoError
+from workbench.study import StudyError
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
-    from workbench.services.study import StudyService
     from workbench.services.splits import SplitsService
+    from workbench.services.study import StudyService
 
 DRAFT_REF = "draft"  # names a label's pending edit (draft or uncommitted file) wherever a version is asked
 
@@ -60,14 +65,18 @@ def _provenance_line(row) -> str:
     """One line of a commit message naming the accepted proposal a label's new version came from."""
     notes = json.loads(row.note_ids_json or "[]")
     source = f"{'the ' if 'proposer' in row.source else ''}{row.source}"
-    origin = f", from error notes {', '.join('#' + str(n) for n in notes)}" if notes else ", from the disagreements (no notes)"
+    origin = (
+        f", from error notes {', '.join('#' + str(n) for n in notes)}"
+        if notes
+        else ", from the disagreements (no notes)"
+    )
     return f"{row.label}: proposal #{row.id} by {source}{origin}"
 
 
 class PromptsService(Service):
     """Editing, versioning and comparing prompts."""
 
-    def __init__(self, ctx: StudyContext, study: "StudyService", splits: "SplitsService") -> None:
+    def __init__(self, ctx: StudyContext, study: StudyService, splits: SplitsService) -> None:
         super().__init__(ctx)
         self.study = study
         self.splits = splits
@@ -86,8 +95,10 @@ class PromptsService(Service):
         """Resolve an asked label id (derived labels have no prompt)."""
         label_id = self.study.label_id(label)  # an unknown label: refused with the closest names
         if label_id not in self.vocab.asked_ids:
-            raise StudyError(f"no prompt for label {label!r} (it is derived from the others); labels with prompts: "
-                             f"{', '.join(self.vocab.asked_ids)}")
+            raise StudyError(
+                f"no prompt for label {label!r} (it is derived from the others); labels with prompts: "
+                f"{', '.join(self.vocab.asked_ids)}"
+            )
         return label_id
 
     def draft(self, label: str) -> tuple[LabelPrompt, str, bool]:
@@ -136,7 +147,7 @@ class PromptsService(Service):
         if not prompts:
             raise StudyError("nothing to save: the prompts are the same as the current version")
         files = {f"{lp.label}.yaml": label_yaml(lp) for lp in prompts}
-        bases = ({f"{lab}.yaml": b for lab, b in base_commit.items()} if isinstance(base_commit, dict) else base_commit)
+        bases = {f"{lab}.yaml": b for lab, b in base_commit.items()} if isinstance(base_commit, dict) else base_commit
         current = self.study.prompt_files(None)
         current.update(files)
 
@@ -189,12 +200,23 @@ class PromptsService(Service):
                         problem = "draft and file differ: keep one (prompts discard LABEL, or restore the file)"
                 except (PromptError, StudyError) as exc:
                     problem = str(exc)
-            rows.append({"label": label,
-                         "draft": f"from {drafts.loc[label, 'base_commit'][:8]}" if draft is not None else "",
-                         "file": edit, "problem": problem})
+            rows.append(
+                {
+                    "label": label,
+                    "draft": f"from {drafts.loc[label, 'base_commit'][:8]}" if draft is not None else "",
+                    "file": edit,
+                    "problem": problem,
+                }
+            )
         if "_task.yaml" in changes:
-            rows.append({"label": "_task", "draft": "", "file": "edited" if changes["_task.yaml"] else "deleted",
-                         "problem": "the shared task file: commit it with git"})
+            rows.append(
+                {
+                    "label": "_task",
+                    "draft": "",
+                    "file": "edited" if changes["_task.yaml"] else "deleted",
+                    "problem": "the shared task file: commit it with git",
+                }
+            )
         return pd.DataFrame(rows, columns=["label", "draft", "file", "problem"])
 
     def _refuse_clash(self, label: str) -> tuple[LabelPrompt | None, str | None, bool]:
@@ -209,7 +231,8 @@ class PromptsService(Service):
                     f"{label}: your draft (see workbench prompts status) and the uncommitted edit of "
                     f"{self.paths.prompts / (label + '.yaml')} differ; keep one: `workbench prompts discard {label}` "
                     f"drops the draft, `git -C {self.paths.prompts} checkout -- {label}.yaml` drops the file edit. "
-                    "Nothing was saved.")
+                    "Nothing was saved."
+                )
         return (lp if has_draft else None), text, edited
 
     def pending_prompt(self, label: str) -> LabelPrompt:
@@ -219,8 +242,10 @@ class PromptsService(Service):
         if edited and text is not None:
             return self._validated_file_text(label, text, f"{self.paths.prompts.name}/{label}.yaml")
         if draft is None:
-            raise NotFound(f"no draft of {label} and no uncommitted edit of {label}.yaml: `workbench prompts status` "
-                           f"lists them; start one with `workbench prompts edit {label}`")
+            raise NotFound(
+                f"no draft of {label} and no uncommitted edit of {label}.yaml: `workbench prompts status` "
+                f"lists them; start one with `workbench prompts edit {label}`"
+            )
         return draft
 
     def pending_labels(self) -> list[str]:
@@ -251,14 +276,19 @@ class PromptsService(Service):
             self.save_draft(lp, base)
         return lp
 
-    def set_prompt_field(self, label: str, field: str, value: str | None = None,
-                         add: tuple[str, ...] = (), remove: tuple[str, ...] = ()) -> tuple[LabelPrompt, str]:
+    def set_prompt_field(
+        self, label: str, field: str, value: str | None = None, add: tuple[str, ...] = (), remove: tuple[str, ...] = ()
+    ) -> tuple[LabelPrompt, str]:
         """Change one field of a label's draft (or its uncommitted file): scalars set, list fields add/remove."""
         label = self._asked(label)
         text, target = self.editable_text(label)
         data = dump_label_prompt(self._validated_file_text(label, text, f"{label}.yaml"))
         lists = ("look_for", "do_not_label_when")
-        keys = [k for k in data if k not in ("label", "examples", "temporal", *lists)] + ["notes"] + [f"temporal.{k}" for k in data["temporal"]]
+        keys = (
+            [k for k in data if k not in ("label", "examples", "temporal", *lists)]
+            + ["notes"]
+            + [f"temporal.{k}" for k in data["temporal"]]
+        )
         if field in lists:
             if value is not None or not (add or remove):
                 raise StudyError(f"{field} is a list: use --add TEXT or --remove TEXT")
@@ -274,8 +304,10 @@ class PromptsService(Service):
             else:
                 data[field] = value
         else:
-            raise StudyError(f"no field {field!r}; fields: {', '.join(dict.fromkeys(keys + list(lists)))} "
-                             "(examples: workbench prompts add-example)")
+            raise StudyError(
+                f"no field {field!r}; fields: {', '.join(dict.fromkeys(keys + list(lists)))} "
+                "(examples: workbench prompts add-example)"
+            )
         new_text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
         return self.store_edited_text(label, new_text, target), target
 
@@ -305,7 +337,9 @@ class PromptsService(Service):
                 raise StudyError(f"nothing to save for {label}: no draft and no uncommitted edit of {label}.yaml")
             saved.append(label)
         if not files:
-            raise StudyError(f"nothing to save: the draft(s) of {', '.join(wanted)} are the same as the current version")
+            raise StudyError(
+                f"nothing to save: the draft(s) of {', '.join(wanted)} are the same as the current version"
+            )
         current = self.study.prompt_files(None)
         current.update(files)
 
@@ -335,7 +369,9 @@ class PromptsService(Service):
             for label in labels:
                 base = bases.get(f"{label}.yaml") if isinstance(bases, dict) else bases
                 q.delete_draft(s, label, self.actor.user)
-                q.add_audit(s, self.actor.user, "save", "prompt", label, {"base": base}, {"commit": commit, "message": message})
+                q.add_audit(
+                    s, self.actor.user, "save", "prompt", label, {"base": base}, {"commit": commit, "message": message}
+                )
             for row in accepted.itertuples(index=False):
                 q.update_proposal(s, int(row.id), status="saved", commit=commit)
         return commit
@@ -371,11 +407,20 @@ class PromptsService(Service):
         name = f"{self._asked(label)}.yaml" if label else None
         versions = prompt_repo.history(self.paths.prompts, name)
         tags = {v: k for k, v in prompt_repo.tags(self.paths.prompts).items()}
-        return pd.DataFrame([{
-            "commit": v.commit, "short": v.short, "when": v.when, "author": v.author, "message": v.message,
-            "labels": ", ".join(f[:-5] for f in v.files if f.endswith(".yaml") and f != "_task.yaml"),
-            "frozen as": tags.get(v.commit, ""),
-        } for v in versions])
+        return pd.DataFrame(
+            [
+                {
+                    "commit": v.commit,
+                    "short": v.short,
+                    "when": v.when,
+                    "author": v.author,
+                    "message": v.message,
+                    "labels": ", ".join(f[:-5] for f in v.files if f.endswith(".yaml") and f != "_task.yaml"),
+                    "frozen as": tags.get(v.commit, ""),
+                }
+                for v in versions
+            ]
+        )
 
     def prompt_diff(self, label: str, ref_a: str, ref_b: str | None = None) -> dict:
         """Difference of one label between two versions: unified text and fields."""
@@ -383,8 +428,14 @@ class PromptsService(Service):
         label = self._asked(label)
         name = f"{label}.yaml"
         a, b = self._version_text(label, ref_a), self._version_text(label, ref_b)
-        unified = "".join(difflib.unified_diff(a.splitlines(True), b.splitlines(True),
-                                               fromfile=f"{name}@{_ref_name(ref_a)}", tofile=f"{name}@{_ref_name(ref_b)}"))
+        unified = "".join(
+            difflib.unified_diff(
+                a.splitlines(True),
+                b.splitlines(True),
+                fromfile=f"{name}@{_ref_name(ref_a)}",
+                tofile=f"{name}@{_ref_name(ref_b)}",
+            )
+        )
         lp_a = parse_label_yaml(a, name) if a else None
         lp_b = parse_label_yaml(b, name) if b else None
         return {"label": label, "unified": unified, "fields": policy.diff_label_prompts(lp_a, lp_b)}
@@ -400,8 +451,14 @@ class PromptsService(Service):
         lp, base, _ = self.draft(label)
         old = self.label_prompt(label, base)
         a, b = label_yaml(old), label_yaml(lp)
-        unified = "".join(difflib.unified_diff(a.splitlines(True), b.splitlines(True),
-                                               fromfile=f"{lp.label}.yaml@{base[:8]}", tofile=f"{lp.label}.yaml (draft)"))
+        unified = "".join(
+            difflib.unified_diff(
+                a.splitlines(True),
+                b.splitlines(True),
+                fromfile=f"{lp.label}.yaml@{base[:8]}",
+                tofile=f"{lp.label}.yaml (draft)",
+            )
+        )
         return {"label": lp.label, "unified": unified, "fields": policy.diff_label_prompts(old, lp)}
 
     def previous_version(self, label: str) -> str | None:
@@ -421,8 +478,15 @@ class PromptsService(Service):
 
     # ------------------------------------------------------------ few-shot curation
 
-    def add_example_from_case(self, report_id: str, label: str, why: str = "", run_id: int | None = None,
-                              note_id: int | None = None, value: int | None = None) -> tuple[LabelPrompt, list[str]]:
+    def add_example_from_case(
+        self,
+        report_id: str,
+        label: str,
+        why: str = "",
+        run_id: int | None = None,
+        note_id: int | None = None,
+        value: int | None = None,
+    ) -> tuple[LabelPrompt, list[str]]:
         """Turn a disagreement into a few-shot example in this user's draft of the label.
 
         The example keeps the source report id (so evaluation leaves that report out) and the
@@ -444,7 +508,9 @@ class PromptsService(Service):
         if value is None:
             item = self.study.item_reference(report_id, label)
             if item is None or item["value"] is None:
-                raise StudyError(f"{report_id}/{label} has no reference value yet (adjudicate it first) and no value was given")
+                raise StudyError(
+                    f"{report_id}/{label} has no reference value yet (adjudicate it first) and no value was given"
+                )
             value = item["value"]
         note_text = None
         if note_id is not None and len(notes):
@@ -455,8 +521,9 @@ class PromptsService(Service):
 
         text = compose_text(report.findings, report.impression, report.text, self.config.sections)
         # the model's evidence is a useful excerpt only when it was wrong to be positive
-        example = policy.example_from_case(text, value, why or (note_text or ""), report_id, note_text,
-                                           evidence if value == 0 else "")
+        example = policy.example_from_case(
+            text, value, why or (note_text or ""), report_id, note_text, evidence if value == 0 else ""
+        )
         lp, base, _ = self.draft(label)
         if any(ex.source_report_id == report_id for ex in lp.examples):
             raise StudyError(f"{report_id} is already an example of {label}")

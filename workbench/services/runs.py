@@ -4,6 +4,7 @@ store each prediction as it arrives (so a killed run resumes), and count everyth
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import queue
@@ -11,30 +12,24 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-
-from workbench import endpoints, labelling
-from workbench.labelling import MODEL_FIELDS, RULES_PREFIX, Progress, model_config  # noqa: F401 (re-exported)
-from workbench.runtime import AnyEvent, fewer_collections
-from workbench.store import queries as q
-from workbench.errors import WorkbenchError
-from workbench.study import StudyError
-from workbench.services.model_path import NeedsConfirmation
-from workbench.services.base import Service, StudyContext
-from typing import TYPE_CHECKING
-import dataclasses
-from workbench.services import memo
-from workbench.llm import resolve_endpoints
-from workbench.llm import UnknownModel, check_model_name
-from workbench.llm import EndpointError
-from workbench import batch
-from workbench.llm import UNUSABLE
 from workbench.core.text import compose_text
 from workbench.core.vocab import derive_frame
+from workbench.errors import WorkbenchError
+from workbench.labeller import batch, endpoints, labelling
+from workbench.labeller.labelling import MODEL_FIELDS, RULES_PREFIX, Progress, model_config  # noqa: F401 (re-exported)
+from workbench.labeller.llm import UNUSABLE, EndpointError, UnknownModel, check_model_name, resolve_endpoints
+from workbench.runtime import AnyEvent, fewer_collections
+from workbench.services import memo
+from workbench.services.base import Service, StudyContext
+from workbench.services.model_path import NeedsConfirmation
+from workbench.store import queries as q
+from workbench.study import StudyError
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
     from workbench.services.study import StudyService
@@ -49,8 +44,10 @@ class RunInterrupted(WorkbenchError):
     def __init__(self, run_id: int, stored: int, total: int | None) -> None:
         self.run_id, self.stored, self.total = run_id, stored, total
         of = f" of {total:,}" if total else ""
-        super().__init__(f"run {run_id} interrupted after {stored:,}{of} answers (kept): resume with "
-                         f"`workbench run --resume {run_id}`")
+        super().__init__(
+            f"run {run_id} interrupted after {stored:,}{of} answers (kept): resume with "
+            f"`workbench run --resume {run_id}`"
+        )
 
 
 @dataclass
@@ -71,16 +68,20 @@ class RunSummary:
 
     def causes(self) -> list[str]:
         """One line per distinct cause of this execution's failures: count and one example message."""
-        return [f"{kind}: {n} call(s), e.g. {self.failure_examples.get(kind, '')}"
-                + (f" (hint: {labelling.HINTS[kind]})" if kind in labelling.HINTS else "")
-                for kind, n in sorted(self.failure_kinds.items(), key=lambda kv: (-kv[1], kv[0]))]
+        return [
+            f"{kind}: {n} call(s), e.g. {self.failure_examples.get(kind, '')}"
+            + (f" (hint: {labelling.HINTS[kind]})" if kind in labelling.HINTS else "")
+            for kind, n in sorted(self.failure_kinds.items(), key=lambda kv: (-kv[1], kv[0]))
+        ]
 
     def message(self) -> str:
         """One line for a person."""
-        return (f"run {self.run_id} {self.status}: {self.calls_total} calls needed, {self.calls_made} made, "
-                f"{self.calls_reused} answers reused from the cache, {self.already_done} already done, "
-                f"{self.failures} failures in {self.seconds:.1f} s"
-                + (f" ({', '.join(f'{k}: {v}' for k, v in self.failure_kinds.items())})" if self.failure_kinds else ""))
+        return (
+            f"run {self.run_id} {self.status}: {self.calls_total} calls needed, {self.calls_made} made, "
+            f"{self.calls_reused} answers reused from the cache, {self.already_done} already done, "
+            f"{self.failures} failures in {self.seconds:.1f} s"
+            + (f" ({', '.join(f'{k}: {v}' for k, v in self.failure_kinds.items())})" if self.failure_kinds else "")
+        )
 
 
 class RunWriter:
@@ -127,34 +128,71 @@ def attribute_rows(rows: list[dict]) -> list[dict]:
     out = []
     for r in rows:
         if r.get("attribute_error"):
-            out.append({"report_id": r["report_id"], "label": r["label"], "attribute": "", "value": None,
-                        "status": "attribute_parse_error", "detail": r["attribute_error"][:2000]})
+            out.append(
+                {
+                    "report_id": r["report_id"],
+                    "label": r["label"],
+                    "attribute": "",
+                    "value": None,
+                    "status": "attribute_parse_error",
+                    "detail": r["attribute_error"][:2000],
+                }
+            )
         for name, value in r.get("attributes", ()):
-            out.append({"report_id": r["report_id"], "label": r["label"], "attribute": name, "value": value,
-                        "status": "ok", "detail": ""})
+            out.append(
+                {
+                    "report_id": r["report_id"],
+                    "label": r["label"],
+                    "attribute": name,
+                    "value": value,
+                    "status": "ok",
+                    "detail": "",
+                }
+            )
     return out
-
-
 
 
 def _answer_params(params: dict) -> dict:
     """A run's recorded parameters without those that cannot change an answer (speed, patience)."""
-    return {k: v for k, v in params.items()
-            if k not in ("concurrency", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s")}
+    return {
+        k: v
+        for k, v in params.items()
+        if k not in ("concurrency", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s")
+    }
 
 
 def _rows(answers: list) -> list[dict]:
     """Prediction rows of answers (a failed call is a recorded failure, never a 0)."""
-    return [{"report_id": a.req.meta["report_id"], "label": lab, "value": d.value, "evidence": d.evidence,
-             "evidence_found": d.evidence_found, "status": d.status, "detail": d.detail[:2000], "call_key": a.req.key,
-             **({"attributes": d.attributes, "attribute_error": d.attribute_error} if d.attributes or d.attribute_error else {})}
-            for a in answers for lab, d in a.decisions.items()]
+    return [
+        {
+            "report_id": a.req.meta["report_id"],
+            "label": lab,
+            "value": d.value,
+            "evidence": d.evidence,
+            "evidence_found": d.evidence_found,
+            "status": d.status,
+            "detail": d.detail[:2000],
+            "call_key": a.req.key,
+            **(
+                {"attributes": d.attributes, "attribute_error": d.attribute_error}
+                if d.attributes or d.attribute_error
+                else {}
+            ),
+        }
+        for a in answers
+        for lab, d in a.decisions.items()
+    ]
 
 
 def _cache_entries(cfg, answers: list) -> list:
     """Call-cache rows of the new answers worth keeping (failures are never cached)."""
-    return [q.CachedCall(a.req.key, cfg.model, a.res.text, a.res.prompt_tokens or 0, a.res.completion_tokens or 0,
-                         a.res.cost) for a in answers if labelling.cacheable(a)]
+    return [
+        q.CachedCall(
+            a.req.key, cfg.model, a.res.text, a.res.prompt_tokens or 0, a.res.completion_tokens or 0, a.res.cost
+        )
+        for a in answers
+        if labelling.cacheable(a)
+    ]
 
 
 def _resolved(settings: dict):
@@ -244,13 +282,17 @@ class RunLease:
                 return
             run = q.get_run(s, self.run_id)
             holder, until = (run.lease_holder, run.lease_expires_at) if run is not None else (None, None)
-            if holder and _holder_gone(holder) and q.take_run_lease(s, self.run_id, self.holder, now + self.ttl_s, now,
-                                                                    dead_holder=holder):
+            if (
+                holder
+                and _holder_gone(holder)
+                and q.take_run_lease(s, self.run_id, self.holder, now + self.ttl_s, now, dead_holder=holder)
+            ):
                 return
         when = time.strftime("%H:%M:%S UTC", time.gmtime(until)) if until else "soon"
         raise StudyError(
             f"run {self.run_id} is already being executed by {holder} (its lease is renewed while it works and runs "
-            f"until {when}): wait for it to finish; if that process is gone, resume after its lease expires")
+            f"until {when}): wait for it to finish; if that process is gone, resume after its lease expires"
+        )
 
     def keep(self, stop: threading.Event, cancel: threading.Event | None) -> None:
         """Renew in the background; set stop when the caller cancels or the lease is lost."""
@@ -306,7 +348,7 @@ class RunsService(Service):
 
     lease_ttl_s = 60.0  # a run's executor renews its lease every third of this
 
-    def __init__(self, ctx: StudyContext, study: "StudyService") -> None:
+    def __init__(self, ctx: StudyContext, study: StudyService) -> None:
         super().__init__(ctx)
         self.study = study
 
@@ -316,28 +358,51 @@ class RunsService(Service):
         """The study's labeller settings, with a model chosen for this run."""
         settings = dict(self.config.labeller)
         if model and model != settings.get("model"):
-            settings = {k: v for k, v in settings.items() if k in ("concurrency", "temperature", "seed", "max_tokens", "timeout_s", "max_retries",
-                                                                   "workers", "confirm_above")}
+            settings = {
+                k: v
+                for k, v in settings.items()
+                if k
+                in (
+                    "concurrency",
+                    "temperature",
+                    "seed",
+                    "max_tokens",
+                    "timeout_s",
+                    "max_retries",
+                    "workers",
+                    "confirm_above",
+                )
+            }
             settings["model"] = model
         settings.update({k: v for k, v in overrides.items() if v is not None})
         return settings
 
     # ------------------------------------------------------------ run lifecycle
 
-    def start_run(self, cohort: str, prompt_ref: str | None = None, model: str | None = None,
-                  labels: list[str] | None = None, on_progress: Callable[[Progress], None] | None = None,
-                  cancel: threading.Event | None = None, mode: str | None = None, confirmed: bool = False,
-                  batch: bool = False, on_batch_status: Callable[[str], None] | None = None, **overrides) -> RunSummary:
+    def start_run(
+        self,
+        cohort: str,
+        prompt_ref: str | None = None,
+        model: str | None = None,
+        labels: list[str] | None = None,
+        on_progress: Callable[[Progress], None] | None = None,
+        cancel: threading.Event | None = None,
+        mode: str | None = None,
+        confirmed: bool = False,
+        batch: bool = False,
+        on_batch_status: Callable[[str], None] | None = None,
+        **overrides,
+    ) -> RunSummary:
         """Label a cohort with a prompt version and a model; returns the run's counts.
 
         confirmed: the caller has shown the estimate and the user accepted a cost above labeller.confirm_above.
-        batch: send the calls as a provider batch job (workbench/batch.py); on_batch_status sees its progress lines."""
+        batch: send the calls as a provider batch job (workbench/labeller/batch.py); on_batch_status sees its progress lines."""
         self.require("run")
         settings = self.labeller_settings(model, **overrides)
         self._check_model_name(settings)
         self._check_endpoint(settings)
         if batch:
-            from workbench import batch as batch_mod
+            from workbench.labeller import batch as batch_mod
 
             batch_mod.check_batchable(model_config(settings))  # before the run's row: a refusal leaves nothing
         if not confirmed:
@@ -353,20 +418,41 @@ class RunsService(Service):
         with self.session(write=True) as s:
             q.put_version_examples(s, commit, ps.example_report_ids())  # so evaluating needs no Git
             run = q.add_run(
-                s, cohort_id=cid, prompt_commit=commit, prompt_ref=prompt_ref or "HEAD", model=cfg.model,
-                params_json=json.dumps(self._run_params(cfg, settings), sort_keys=True), mode=mode or ps.task.mode,
-                labels_json=json.dumps(labels), sections=",".join(self.config.sections),
-                endpoint=endpoint_label(settings), created_by=self.actor.user,
-                lease_holder=lease.holder, lease_expires_at=time.time() + self.lease_ttl_s,
+                s,
+                cohort_id=cid,
+                prompt_commit=commit,
+                prompt_ref=prompt_ref or "HEAD",
+                model=cfg.model,
+                params_json=json.dumps(self._run_params(cfg, settings), sort_keys=True),
+                mode=mode or ps.task.mode,
+                labels_json=json.dumps(labels),
+                sections=",".join(self.config.sections),
+                endpoint=endpoint_label(settings),
+                created_by=self.actor.user,
+                lease_holder=lease.holder,
+                lease_expires_at=time.time() + self.lease_ttl_s,
             )
-            q.add_audit(s, self.actor.user, "start", "run", str(run.id), None,
-                        {"model": cfg.model, "endpoint": run.endpoint, "prompt": commit[:12], "cohort": cohort})
+            q.add_audit(
+                s,
+                self.actor.user,
+                "start",
+                "run",
+                str(run.id),
+                None,
+                {"model": cfg.model, "endpoint": run.endpoint, "prompt": commit[:12], "cohort": cohort},
+            )
             run_id = lease.run_id = run.id
-        return self._execute(run_id, on_progress, cancel, lease=lease, started=True,
-                             batch=(batch, on_batch_status))
+        return self._execute(run_id, on_progress, cancel, lease=lease, started=True, batch=(batch, on_batch_status))
 
-    def unchanged_run(self, cohort: str, prompt_ref: str | None = None, model: str | None = None,
-                      labels: list[str] | None = None, mode: str | None = None, **overrides) -> int | None:
+    def unchanged_run(
+        self,
+        cohort: str,
+        prompt_ref: str | None = None,
+        model: str | None = None,
+        labels: list[str] | None = None,
+        mode: str | None = None,
+        **overrides,
+    ) -> int | None:
         """The latest finished run without failures that a new run would repeat exactly (same prompt
         version, model and parameters, endpoint, cohort reports, labels, sections and mode), or None."""
         cid = self.study.cohort_id(cohort)
@@ -380,12 +466,25 @@ class RunsService(Service):
                     return run.id
         return None
 
-    def interrupted_run(self, cohort: str, prompt_ref: str | None = None, model: str | None = None,
-                        labels: list[str] | None = None, mode: str | None = None, **overrides) -> int | None:
+    def interrupted_run(
+        self,
+        cohort: str,
+        prompt_ref: str | None = None,
+        model: str | None = None,
+        labels: list[str] | None = None,
+        mode: str | None = None,
+        **overrides,
+    ) -> int | None:
         """The latest interrupted run (Ctrl-C, SIGTERM) that a new run would repeat exactly, or None:
         resuming it finishes the same work without repeating its answered calls."""
-        return next((run.id for run in self._same_runs(cohort, prompt_ref, model, labels, mode, overrides)
-                     if run.status == INTERRUPTED), None)
+        return next(
+            (
+                run.id
+                for run in self._same_runs(cohort, prompt_ref, model, labels, mode, overrides)
+                if run.status == INTERRUPTED
+            ),
+            None,
+        )
 
     def _same_runs(self, cohort: str, prompt_ref, model, labels, mode, overrides: dict) -> list:
         """Runs on a cohort, newest first, with the prompt version, model, answer-changing parameters,
@@ -402,8 +501,11 @@ class RunsService(Service):
                 if row.prompt_commit != commit or row.mode != mode:
                     continue
                 run = q.get_run(s, int(row.id))
-                if (_answer_params(json.loads(run.params_json)) == params and sorted(json.loads(run.labels_json)) == sorted(labels)
-                        and run.sections == ",".join(self.config.sections)):
+                if (
+                    _answer_params(json.loads(run.params_json)) == params
+                    and sorted(json.loads(run.labels_json)) == sorted(labels)
+                    and run.sections == ",".join(self.config.sections)
+                ):
                     out.append(run)
         return out
 
@@ -412,20 +514,32 @@ class RunsService(Service):
         runs = self.runs(cohort)
         return runs[runs["status"] == INTERRUPTED].reset_index(drop=True)
 
-    def resume_run(self, run_id: int, on_progress=None, cancel=None, batch: bool = False,
-                   on_batch_status: Callable[[str], None] | None = None) -> RunSummary:
+    def resume_run(
+        self,
+        run_id: int,
+        on_progress=None,
+        cancel=None,
+        batch: bool = False,
+        on_batch_status: Callable[[str], None] | None = None,
+    ) -> RunSummary:
         """Finish a run that stopped (killed, cancelled, failures): finished calls are not repeated. A run with
         a pending batch job polls that job (no second upload), batch or not; batch: send the rest as a batch."""
         self.require("run")
         return self._execute(run_id, on_progress, cancel, batch=(batch, on_batch_status))
 
-    def retry_failed(self, run_id: int, on_progress=None, cancel=None, batch: bool = False,
-                     on_batch_status: Callable[[str], None] | None = None) -> RunSummary:
+    def retry_failed(
+        self,
+        run_id: int,
+        on_progress=None,
+        cancel=None,
+        batch: bool = False,
+        on_batch_status: Callable[[str], None] | None = None,
+    ) -> RunSummary:
         """Call again every (report, label) of a run whose answer failed (failures are never cached)."""
         return self.resume_run(run_id, on_progress, cancel, batch, on_batch_status)
 
     def pending_batch(self, run_id: int) -> dict | None:
-        """The run's batch job still to poll or collect (workbench/batch.py), None when it has none."""
+        """The run's batch job still to poll or collect (workbench/labeller/batch.py), None when it has none."""
         with self.session() as s:
             return q.pending_batch_job(s, f"run:{run_id}")
 
@@ -477,15 +591,31 @@ class RunsService(Service):
         """What is recorded on the run: the answer-changing parameters plus concurrency/endpoints."""
         params = dict(cfg.params())
         params["resolved_endpoints"] = model_endpoints(settings)  # a resume must go to the same place
-        keep = ("api_base", "api_key_env", "endpoints", "concurrency", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s",
-                "workers")
+        keep = (
+            "api_base",
+            "api_key_env",
+            "endpoints",
+            "concurrency",
+            "timeout_s",
+            "max_retries",
+            "backoff_base_s",
+            "backoff_max_s",
+            "workers",
+        )
         params.update({k: settings[k] for k in keep if settings.get(k) is not None})
         return params
 
     # ------------------------------------------------------------ execution
 
-    def _execute(self, run_id: int, on_progress, cancel, lease: "RunLease | None" = None,
-                 started: bool = False, batch: tuple = (False, None)) -> RunSummary:
+    def _execute(
+        self,
+        run_id: int,
+        on_progress,
+        cancel,
+        lease: RunLease | None = None,
+        started: bool = False,
+        batch: tuple = (False, None),
+    ) -> RunSummary:
         """Do every call a run still needs, as its one executor (see RunLease); started: a new run's row
         was created "running" with this lease held; batch: (send as a batch job, its status callback)."""
         with self.session() as s:
@@ -529,7 +659,8 @@ class RunsService(Service):
         if recorded is not None and recorded != model_endpoints(settings):
             raise StudyError(
                 f"run {run_id} sent report text to {', '.join(recorded) or 'this machine'}; it would now go to "
-                f"{endpoint_label(settings)} (the environment changed): restore it, or start a new run")
+                f"{endpoint_label(settings)} (the environment changed): restore it, or start a new run"
+            )
         cfg = self._routed(model_config(settings))
         engine = self._batch_engine(run_id, cfg, *batch)
         with self.session(write=True) as s:  # read, then write: it takes the write lock first (waits, bounded)
@@ -565,9 +696,20 @@ class RunsService(Service):
         batch.check_batchable(cfg)
         return batch.BatchEngine(StudyBatchJournal(self), run_id=run_id, on_status=on_status)
 
-    def _label(self, run_id: int, cfg, requests: list, summary: RunSummary, on_progress, stop: threading.Event, halt,
-               writer: "RunWriter", engine=None) -> None:
+    def _label(
+        self,
+        run_id: int,
+        cfg,
+        requests: list,
+        summary: RunSummary,
+        on_progress,
+        stop: threading.Event,
+        halt,
+        writer: RunWriter,
+        engine=None,
+    ) -> None:
         """Label through the one path: cached answers and offline ones stored by the writer, paid ones as they return."""
+
         def store_reused(answers: list) -> None:
             rows = _rows(answers)
             writer.submit(lambda: self._store_reused(run_id, rows, len(answers)))
@@ -585,9 +727,19 @@ class RunsService(Service):
                 summary.failure_examples.setdefault(failed[0], labelling.example(failed[1]))
             self._watch_unusable(streak, answer.res, summary, stop)
 
-        labelling.label_calls(requests, cfg, self._cached_replies, lambda answers: self._store_answers(run_id, cfg, answers),
-                              store_reused=store_reused, defer=writer.submit, on_answer=on_answer,
-                              on_progress=on_progress, cancel=halt, on_start=started, engine=engine)
+        labelling.label_calls(
+            requests,
+            cfg,
+            self._cached_replies,
+            lambda answers: self._store_answers(run_id, cfg, answers),
+            store_reused=store_reused,
+            defer=writer.submit,
+            on_answer=on_answer,
+            on_progress=on_progress,
+            cancel=halt,
+            on_start=started,
+            engine=engine,
+        )
 
     def _cached_replies(self, keys: list[str]) -> dict[str, str]:
         """Call key -> cached reply text, for the keys that have one."""
@@ -612,9 +764,13 @@ class RunsService(Service):
             if not labelling.is_offline(cfg):  # the rule engine's latency and tokens say nothing about a model
                 q.put_call_facts(s, labelling.call_facts(run_id, answered))
                 q.put_call_replies(s, labelling.failed_replies(answered))
-            q.add_run_counts(s, run_id, calls_made=len(answered),
-                             prompt_tokens=sum(res.prompt_tokens or 0 for res in results),
-                             completion_tokens=sum(res.completion_tokens or 0 for res in results))
+            q.add_run_counts(
+                s,
+                run_id,
+                calls_made=len(answered),
+                prompt_tokens=sum(res.prompt_tokens or 0 for res in results),
+                completion_tokens=sum(res.completion_tokens or 0 for res in results),
+            )
             if any(res.cost is not None for res in results):
                 cost = sum(res.cost for res in results if res.cost is not None)
                 q.update_run(s, run_id, cost=(q.get_run(s, run_id).cost or 0.0) + cost)
@@ -635,10 +791,13 @@ class RunsService(Service):
             summary.stopped_reason = (
                 f"stopped early: {streak['n']} calls in a row failed the same way ({res.error_kind}) and none succeeded, "
                 f"so the endpoint looks unusable; the remaining calls were not made. Fix the cause, then "
-                f"`workbench run --resume {summary.run_id}`")
+                f"`workbench run --resume {summary.run_id}`"
+            )
             stop.set()
 
-    def _finish(self, run_id: int, labels: list[str], n_reports: int, summary: RunSummary, started: float, cancel) -> RunSummary:
+    def _finish(
+        self, run_id: int, labels: list[str], n_reports: int, summary: RunSummary, started: float, cancel
+    ) -> RunSummary:
         """Recount failures from the stored predictions and set the run's status."""
         with self.session(write=True) as s:
             stored, failures = q.prediction_tally(s, run_id)
@@ -657,11 +816,14 @@ class RunsService(Service):
         settings = {k: v for k, v in params.items() if k in MODEL_FIELDS}
         return settings
 
-    def _build_requests(self, ps, reports: pd.DataFrame, labels: list[str], mode: str,
-                        sections: list[str], cfg, done: set) -> list:
+    def _build_requests(
+        self, ps, reports: pd.DataFrame, labels: list[str], mode: str, sections: list[str], cfg, done: set
+    ) -> list:
         """Every call the run still needs for these reports (see labelling.build_requests)."""
-        items = ((row.report_id, compose_text(row.findings, row.impression, row.text, sections))
-                 for row in reports.itertuples(index=False))
+        items = (
+            (row.report_id, compose_text(row.findings, row.impression, row.text, sections))
+            for row in reports.itertuples(index=False)
+        )
         return labelling.build_requests(ps, items, labels, mode, self.vocab.names(), labelling.call_params(cfg), done)
 
     # ------------------------------------------------------------ reading runs
@@ -689,7 +851,9 @@ class RunsService(Service):
                 from workbench.study import UnknownName
 
                 ids = [str(i) for i in sorted(q.list_runs(s)["id"].tolist())]
-                raise UnknownName(unknown_message("run", run_id, ids[-12:], "list them with `workbench history --cohort NAME`"))
+                raise UnknownName(
+                    unknown_message("run", run_id, ids[-12:], "list them with `workbench history --cohort NAME`")
+                )
         return run
 
     @memo.per_request
@@ -712,9 +876,16 @@ class RunsService(Service):
         wide = wide.reindex(index=ids, columns=self.vocab.asked_ids).astype(float)
         return derive_frame(self.vocab, wide)[self.vocab.ids]
 
-    def estimate_run(self, cohort: str, prompt_ref: str | None = None, model: str | None = None,
-                     labels: list[str] | None = None, mode: str | None = None, batch: bool = False,
-                     **overrides) -> labelling.Estimate:
+    def estimate_run(
+        self,
+        cohort: str,
+        prompt_ref: str | None = None,
+        model: str | None = None,
+        labels: list[str] | None = None,
+        mode: str | None = None,
+        batch: bool = False,
+        **overrides,
+    ) -> labelling.Estimate:
         """What start_run with these arguments would cost (calls after the cache, tokens, cost, time); no model call.
         batch: as a provider batch job (its price where litellm lists one)."""
         from workbench.services.runs import is_local_model
@@ -726,20 +897,30 @@ class RunsService(Service):
         labels = self._check_labels(labels)
         cfg = labelling.model_config(settings)
         if batch:
-            from workbench import batch as batch_mod
+            from workbench.labeller import batch as batch_mod
 
             batch_mod.check_batchable(cfg)  # the offline labeller, a pool: refused as the run would be
         with self.session() as s:
             reports = q.reports_frame(s, cohort_id=self.study.cohort_id(cohort))
-        requests = self._build_requests(ps, reports, labels, mode or ps.task.mode, list(self.config.sections), cfg, set())
+        requests = self._build_requests(
+            ps, reports, labels, mode or ps.task.mode, list(self.config.sections), cfg, set()
+        )
         with self.session() as s:
             cached = set(q.cached_calls(s, [r.key for r in requests]))
             history = [] if labelling.is_offline(cfg) else q.model_call_history(s, cfg.model)
-        return labelling.estimate_calls(requests, cfg, cached, price=settings.get("price"),
-                                        local=is_local_model(settings), history=history, batch=batch)
+        return labelling.estimate_calls(
+            requests,
+            cfg,
+            cached,
+            price=settings.get("price"),
+            local=is_local_model(settings),
+            history=history,
+            batch=batch,
+        )
 
-    def check_budget(self, cohort: str, prompt_ref=None, model=None, labels=None, mode=None, batch: bool = False,
-                     **overrides) -> None:
+    def check_budget(
+        self, cohort: str, prompt_ref=None, model=None, labels=None, mode=None, batch: bool = False, **overrides
+    ) -> None:
         """Raise NeedsConfirmation when the run may cost more than labeller.confirm_above (estimated, no call)."""
         settings = self.labeller_settings(model, **overrides)
         limit = settings.get("confirm_above")
@@ -750,4 +931,5 @@ class RunsService(Service):
             cost = "an unknown cost" if est.cost is None else f"about ${est.cost:,.4f}"
             raise NeedsConfirmation(
                 f"this run may cost {cost} for {est.to_make:,} calls, above labeller.confirm_above (${float(limit):,.2f})",
-                "see `workbench run --estimate`, then confirm (answer yes, or pass --yes)")
+                "see `workbench run --estimate`, then confirm (answer yes, or pass --yes)",
+            )

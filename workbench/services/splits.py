@@ -2,14 +2,16 @@
 test-cohort lock that keeps a test cohort out of every loop."""
 
 from __future__ import annotations
-from workbench.store import queries as q
-from workbench.services.optimising import COHORT_ROLES
-from workbench.study import StudyError
-from workbench.core import splits
-import pandas as pd
-from workbench.services.optimising import _TEST_LOOK
-from workbench.services.base import Service, StudyContext
+
 from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from workbench.core import splits
+from workbench.services.base import Service, StudyContext
+from workbench.services.optimising import _TEST_LOOK, COHORT_ROLES
+from workbench.store import queries as q
+from workbench.study import StudyError
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
     from workbench.services.study import StudyService
@@ -18,7 +20,7 @@ if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
 class SplitsService(Service):
     """Cohort roles, the tuning/validation split and the test-cohort lock."""
 
-    def __init__(self, ctx: StudyContext, study: "StudyService") -> None:
+    def __init__(self, ctx: StudyContext, study: StudyService) -> None:
         super().__init__(ctx)
         self.study = study
 
@@ -38,9 +40,13 @@ class SplitsService(Service):
             old = q.cohort_roles(s)[cohort]
             if old == "test" and role != "test":
                 looks = int((q.looks_frame(s)["cohort_id"] == cid).sum())
-                raise StudyError(f"{cohort!r} is a locked test cohort; its role cannot be changed (looked at {looks} times)")
+                raise StudyError(
+                    f"{cohort!r} is a locked test cohort; its role cannot be changed (looked at {looks} times)"
+                )
             if role != "development" and len(q.split_frame(s, cid)):
-                raise StudyError(f"{cohort!r} is split into tuning and validation parts; only a development cohort is split")
+                raise StudyError(
+                    f"{cohort!r} is split into tuning and validation parts; only a development cohort is split"
+                )
             q.set_cohort_role(s, cid, role)
             q.add_audit(s, self.actor.user, "set role", "cohort", cohort, {"role": old}, {"role": role})
 
@@ -56,23 +62,32 @@ class SplitsService(Service):
                 row = q.split_frame(s, cid).iloc[0]
             if int(row["seed"]) == seed and abs(float(row["validation_fraction"]) - validation) < 1e-9:
                 return self.split_summary(cohort)
-            raise StudyError(f"{cohort!r} is already split (seed {int(row['seed'])}, validation "
-                             f"{float(row['validation_fraction']):g}); re-splitting after tuning lets tuned-on reports "
-                             "into validation: pass --force to do it anyway (recorded in the audit)")
+            raise StudyError(
+                f"{cohort!r} is already split (seed {int(row['seed'])}, validation "
+                f"{float(row['validation_fraction']):g}); re-splitting after tuning lets tuned-on reports "
+                "into validation: pass --force to do it anyway (recorded in the audit)"
+            )
         reference = self.study.reference_matrix(cohort)[self.vocab.asked_ids]
         assignment = splits.stratified_split(reference, validation, seed)
         with self.session() as s:
             q.put_split(s, cid, assignment, seed, validation, self.actor.user)
             counts = pd.Series(assignment).value_counts().to_dict()
-            q.add_audit(s, self.actor.user, "split", "cohort", cohort, {"previous": len(existing)} if existing else None,
-                        {"seed": seed, "validation": validation, **{k: int(v) for k, v in counts.items()}})
+            q.add_audit(
+                s,
+                self.actor.user,
+                "split",
+                "cohort",
+                cohort,
+                {"previous": len(existing)} if existing else None,
+                {"seed": seed, "validation": validation, **{k: int(v) for k, v in counts.items()}},
+            )
         return self.split_summary(cohort)
 
     def split_parts(self, cohort: str) -> dict[str, str]:
         """report id -> tuning/validation ({} when the cohort is not split)."""
         with self.session() as s:
             frame = q.split_frame(s, self.study.cohort_id(cohort))
-        return dict(zip(frame["report_id"], frame["part"]))
+        return dict(zip(frame["report_id"], frame["part"], strict=False))
 
     def split_summary(self, cohort: str) -> pd.DataFrame:
         """Per label: positives in tuning and in validation."""
@@ -96,14 +111,18 @@ class SplitsService(Service):
         with self.session() as s:
             known = len(q.report_cohort_roles(s, [report_id])) > 0
         if known and report_id not in self.tuning_reports([report_id]):  # an unknown id gets the caller's own error
-            raise StudyError(f"{report_id} is in a validation or test set: it is only measured, never used to tune prompts")
+            raise StudyError(
+                f"{report_id} is in a validation or test set: it is only measured, never used to tune prompts"
+            )
 
     def queue_reports(self, run) -> set[str] | None:
         """Reports the disagreement queue may show for a run (None: every report of its cohort)."""
         role = self.cohort_role(self.study._cohort_name(run.cohort_id))
         if role in ("test", "validation"):
-            raise StudyError(f"run {run.id} is on a {role} cohort: its disagreements are never shown "
-                             "(they would leak into the prompts)")
+            raise StudyError(
+                f"run {run.id} is on a {role} cohort: its disagreements are never shown "
+                "(they would leak into the prompts)"
+            )
         parts = self.split_parts(self.study._cohort_name(run.cohort_id)) if role == "development" else {}
         return {rid for rid, part in parts.items() if part == "tuning"} if parts else None
 
@@ -114,4 +133,5 @@ class SplitsService(Service):
         if _TEST_LOOK.get() != run.prompt_commit:
             raise StudyError(
                 f"run {run.id} is on the locked test cohort {self.study._cohort_name(run.cohort_id)!r}: its metrics are "
-                "shown only for a frozen bundle, and every look is counted: workbench test-look BUNDLE --cohort NAME")
+                "shown only for a frozen bundle, and every look is counted: workbench test-look BUNDLE --cohort NAME"
+            )

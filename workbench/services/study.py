@@ -17,18 +17,27 @@ import yaml
 
 from workbench import importers
 from workbench.core import reference as ref
-from workbench.core.text import compose_text, text_hash  # noqa: F401  (re-exported for callers)
 from workbench.core.names import HIDDEN, check_cohort_name, first_hidden, unknown_message
-from workbench.core.prompts import PromptSet, TASK_FILE, parse_prompt_set
+from workbench.core.prompts import TASK_FILE, PromptSet, parse_prompt_set
+from workbench.core.text import compose_text, text_hash  # noqa: F401  (re-exported for callers)
 from workbench.core.vocab import Vocabulary
-from workbench.store import db, prompt_repo, queries as q
-from workbench.study import (
-    PROMPTS_DIR, StudyConfig, StudyError, StudyPaths, UnknownName, VOCAB_FILE, find_vocabulary_file,
-    load_vocabulary_file, permission_warnings, save_config,
-)
 from workbench.errors import UserError, WorkbenchError
-from workbench.services.base import Service, StudyContext
 from workbench.services import memo
+from workbench.services.base import Service, StudyContext
+from workbench.store import db, prompt_repo
+from workbench.store import queries as q
+from workbench.study import (
+    PROMPTS_DIR,
+    VOCAB_FILE,
+    StudyConfig,
+    StudyError,
+    StudyPaths,
+    UnknownName,
+    find_vocabulary_file,
+    load_vocabulary_file,
+    permission_warnings,
+    save_config,
+)
 
 ROLES = ("reader", "adjudicator", "prompt_engineer", "admin")
 
@@ -95,15 +104,23 @@ def _is_integrity_error(exc: BaseException) -> bool:
     return db.is_integrity_error(exc)
 
 
-def init_study(root: Path, vocab: str = "ranscore-21", db_url: str | None = None, rule: dict | None = None,
-               name: str | None = None, prompt_set: str | None = None):
+def init_study(
+    root: Path,
+    vocab: str = "ranscore-21",
+    db_url: str | None = None,
+    rule: dict | None = None,
+    name: str | None = None,
+    prompt_set: str | None = None,
+):
     """Create a study folder: config, vocabulary copy, seeded prompt repo, database."""
     root = Path(root).resolve()
     if (root / "workbench.yaml").exists():
         raise StudyError(f"{root} is already a study (workbench.yaml exists)")
     vocab_path = find_vocabulary_file(vocab)
     vocabulary = load_vocabulary_file(vocab_path)
-    seed_dir = Path(prompt_set) if prompt_set and Path(prompt_set).is_dir() else PROMPTS_DIR / (prompt_set or vocabulary.id)
+    seed_dir = (
+        Path(prompt_set) if prompt_set and Path(prompt_set).is_dir() else PROMPTS_DIR / (prompt_set or vocabulary.id)
+    )
     if not seed_dir.is_dir():
         raise StudyError(f"no starter prompt set {seed_dir.name!r} in {PROMPTS_DIR}; pass --prompts NAME")
     seed_files = {p.name: p.read_text(encoding="utf-8") for p in sorted(seed_dir.glob("*.yaml"))}
@@ -181,8 +198,15 @@ class StudyService(Service):
                 return
             if old is not None:
                 changed = sorted(k for k in snapshot if old.get(k) != snapshot[k])
-                q.add_audit(s, "(workbench.yaml edited outside the workbench)", "change", "settings", ",".join(changed),
-                            {k: old.get(k) for k in changed}, {k: snapshot[k] for k in changed})
+                q.add_audit(
+                    s,
+                    "(workbench.yaml edited outside the workbench)",
+                    "change",
+                    "settings",
+                    ",".join(changed),
+                    {k: old.get(k) for k in changed},
+                    {k: snapshot[k] for k in changed},
+                )
             q.set_meta(s, "settings", json.dumps(snapshot, sort_keys=True, default=str))
 
     # ------------------------------------------------------------ blinding (every read that reveals votes,
@@ -217,8 +241,15 @@ class StudyService(Service):
             new = self._settings_snapshot()
             changed = sorted(k for k in new if old.get(k) != new[k])
             if changed:
-                q.add_audit(s, self.actor.user, action, entity, key or ",".join(changed),
-                            {k: old.get(k) for k in changed}, {k: new[k] for k in changed})
+                q.add_audit(
+                    s,
+                    self.actor.user,
+                    action,
+                    entity,
+                    key or ",".join(changed),
+                    {k: old.get(k) for k in changed},
+                    {k: new[k] for k in changed},
+                )
                 q.set_meta(s, "settings", json.dumps(new, sort_keys=True, default=str))
             save_config(self.root, self.config)  # inside the transaction: a failed write records nothing
 
@@ -256,7 +287,9 @@ class StudyService(Service):
         frame = frame.copy()
         if "language" not in frame or (frame["language"] == "").all():
             frame["language"] = language
-        frame["text_hash"] = [text_hash("\x1f".join(t)) for t in zip(frame["findings"], frame["impression"], frame["text"])]
+        frame["text_hash"] = [
+            text_hash("\x1f".join(t)) for t in zip(frame["findings"], frame["impression"], frame["text"], strict=False)
+        ]
         _refuse_hidden_ids(frame["report_id"], source)
         with self.session() as s:
             if q.get_cohort(s, cohort) is None:
@@ -265,13 +298,19 @@ class StudyService(Service):
             existing = q.report_hashes(s)
             known = frame["report_id"].map(lambda r: existing.get(r))
             problems, elsewhere = [], {}
-            for pos, (rid, hit, h) in enumerate(zip(frame["report_id"], known, frame["text_hash"])):
+            for pos, (rid, hit, h) in enumerate(zip(frame["report_id"], known, frame["text_hash"], strict=False)):
                 if hit is None:
                     continue
                 if hit[1] != cohort_row.id:
                     elsewhere.setdefault(hit[1], []).append(rid)
                 elif hit[0] != h:
-                    problems.append(importers.Problem(pos + 2, "id", f"report {rid!r} is already imported with a different text; give the new text a new id"))
+                    problems.append(
+                        importers.Problem(
+                            pos + 2,
+                            "id",
+                            f"report {rid!r} is already imported with a different text; give the new text a new id",
+                        )
+                    )
             problems += _other_cohort_problems(s, elsewhere, cohort)
             if problems:
                 raise importers.ImportProblems(source, problems)
@@ -288,8 +327,10 @@ class StudyService(Service):
         reports, readings = importers.read_openi(reports_path, labels_path)
         unknown = sorted(set(readings["label"]) - set(self.vocab.ids))
         if unknown:
-            raise StudyError(f"the OpenI gold standard uses labels {unknown[:5]} that this study's vocabulary "
-                             f"({self.vocab.id}) lacks; create the study with --vocab chestxray14")
+            raise StudyError(
+                f"the OpenI gold standard uses labels {unknown[:5]} that this study's vocabulary "
+                f"({self.vocab.id}) lacks; create the study with --vocab chestxray14"
+            )
         if "empty" in reports:
             reports = reports.drop(columns=["empty"])
         gold_attributes = importers.read_openi_attributes(reports_path, self.vocab)
@@ -297,11 +338,14 @@ class StudyService(Service):
         gold = self._store_readings(readings, Path(labels_path).name, kind="gold")
         summary.details["readings added"] = gold.added
         summary.details["readings already present"] = gold.unchanged
-        summary.details["attribute values (MeSH)"] = self._store_reading_attributes(gold_attributes, Path(reports_path).name)
+        summary.details["attribute values (MeSH)"] = self._store_reading_attributes(
+            gold_attributes, Path(reports_path).name
+        )
         return summary
 
-    def import_readings(self, path: Path, fmt: str = "long", uncertain_as: str | None = None,
-                        blank_as: str = "skip") -> ImportSummary:
+    def import_readings(
+        self, path: Path, fmt: str = "long", uncertain_as: str | None = None, blank_as: str = "skip"
+    ) -> ImportSummary:
         """Import readings (long or wide format); all or nothing, idempotent."""
         self.require("import")
         with self.session() as s:
@@ -312,7 +356,9 @@ class StudyService(Service):
             frame = importers.read_readings_wide(path, self.vocab, uncertain_as, known, blank_as=blank_as)
         else:
             raise UserError(f"format must be 'long' or 'wide', got {fmt!r}")
-        attributes = importers.read_reading_attributes(path, self.vocab, fmt, frame)  # refused before anything is written
+        attributes = importers.read_reading_attributes(
+            path, self.vocab, fmt, frame
+        )  # refused before anything is written
         summary = self._store_readings(frame, Path(path).name)
         if not attributes.empty:
             summary.details["attribute values"] = self._store_reading_attributes(attributes, Path(path).name)
@@ -338,15 +384,22 @@ class StudyService(Service):
         """Write validated readings; an existing different value is refused (use annotate to change)."""
         with self.session() as s:
             existing = q.readings_frame(s, report_ids_=None)
-            merged = frame.merge(existing[["report_id", "label", "reader", "value"]], how="left",
-                                 on=["report_id", "label", "reader"], suffixes=("", "_old"))
+            merged = frame.merge(
+                existing[["report_id", "label", "reader", "value"]],
+                how="left",
+                on=["report_id", "label", "reader"],
+                suffixes=("", "_old"),
+            )
             clash = merged["value_old"].notna() & (merged["value_old"] != merged["value"])
             if clash.any():
                 rows = merged[clash]
                 problems = [
-                    importers.Problem(int(r.row) if "row" in rows else None, "value",
-                                      f"reader {r.reader!r} already gave {r.report_id!r}/{r.label!r} the value {int(r.value_old)}; "
-                                      "change a stored reading in the app (its history is kept), not by re-import")
+                    importers.Problem(
+                        int(r.row) if "row" in rows else None,
+                        "value",
+                        f"reader {r.reader!r} already gave {r.report_id!r}/{r.label!r} the value {int(r.value_old)}; "
+                        "change a stored reading in the app (its history is kept), not by re-import",
+                    )
                     for r in rows.itertuples(index=False)
                 ]
                 raise importers.ImportProblems(source, problems)
@@ -357,13 +410,19 @@ class StudyService(Service):
                 q.add_audit(s, self.actor.user, "import", "readings", source, None, {"added": added})
                 from workbench.services.adaptive import after_readings
 
-                after_readings(self, s, list(zip(new["report_id"], new["reader"])))
+                after_readings(self, s, list(zip(new["report_id"], new["reader"], strict=False)))
         return ImportSummary(source, added=added, unchanged=len(frame) - added)
 
     # ------------------------------------------------------------ reading one report
 
-    def record_reading(self, reader: str, report_id: str, values: dict[str, int],
-                       expected_versions: dict[str, int] | None = None, on_saved=None) -> dict:
+    def record_reading(
+        self,
+        reader: str,
+        report_id: str,
+        values: dict[str, int],
+        expected_versions: dict[str, int] | None = None,
+        on_saved=None,
+    ) -> dict:
         """Record one reader's labels for one report (the annotate form); returns what changed.
 
         expected_versions maps label -> the reading version the form showed; if another save
@@ -375,8 +434,10 @@ class StudyService(Service):
         # only the reader themself writes their readings (an adjudicator adjudicates instead); the one
         # exception is the local operator of a single-user study (auth: none), who names the reader
         if reader != actor.user and (actor.account or actor.role != "admin"):
-            raise PermissionDenied(f"{actor.user} may only record their own readings, not {reader!r}'s"
-                                   + ("; adjudicate the item instead" if actor.role == "adjudicator" else ""))
+            raise PermissionDenied(
+                f"{actor.user} may only record their own readings, not {reader!r}'s"
+                + ("; adjudicate the item instead" if actor.role == "adjudicator" else "")
+            )
         unknown = [k for k in values if k not in self.vocab.asked_ids]
         if unknown:
             raise StudyError(f"unknown or derived label(s) {unknown}; readers mark: {', '.join(self.vocab.asked_ids)}")
@@ -390,11 +451,14 @@ class StudyService(Service):
             if not _is_integrity_error(exc):
                 raise
             # a concurrent first save of the same report landed first
-            raise ConflictError(f"{report_id}: another save of the same report by {reader} landed first; "
-                                "reload and save again (nothing was saved)") from exc
+            raise ConflictError(
+                f"{report_id}: another save of the same report by {reader} landed first; "
+                "reload and save again (nothing was saved)"
+            ) from exc
 
-    def _record_reading(self, reader: str, report_id: str, values: dict[str, int], expected_versions: dict,
-                        on_saved=None) -> dict:
+    def _record_reading(
+        self, reader: str, report_id: str, values: dict[str, int], expected_versions: dict, on_saved=None
+    ) -> dict:
         """The transaction of record_reading."""
         changed = {"added": 0, "changed": 0, "unchanged": 0}
         with self.session(write=True) as s:
@@ -414,19 +478,37 @@ class StudyService(Service):
                 old_value, version = int(row["value"]), int(row["version"])
                 if label in expected_versions and expected_versions[label] != version:
                     raise ConflictError(
-                        f"{report_id}/{label} was changed by another save since you opened it; reload and save again (nothing was saved)")
+                        f"{report_id}/{label} was changed by another save since you opened it; reload and save again (nothing was saved)"
+                    )
                 if old_value == value:
                     changed["unchanged"] += 1
                     continue
                 reading = q.get_reading(s, report_id, label, reader)
                 if not q.update_reading(s, reading.id, value, version):
-                    raise ConflictError(f"{report_id}/{label} was changed by another save just now; reload and save again (nothing was saved)")
-                q.add_audit(s, self.actor.user, "change", "reading", f"{report_id}/{label}/{reader}", {"value": old_value}, {"value": value})
+                    raise ConflictError(
+                        f"{report_id}/{label} was changed by another save just now; reload and save again (nothing was saved)"
+                    )
+                q.add_audit(
+                    s,
+                    self.actor.user,
+                    "change",
+                    "reading",
+                    f"{report_id}/{label}/{reader}",
+                    {"value": old_value},
+                    {"value": value},
+                )
                 changed["changed"] += 1
             if new_rows:
                 q.insert_readings(s, pd.DataFrame(new_rows))
-                q.add_audit(s, self.actor.user, "add", "reading", f"{report_id}/{reader}", None,
-                            {r["label"]: r["value"] for r in new_rows})
+                q.add_audit(
+                    s,
+                    self.actor.user,
+                    "add",
+                    "reading",
+                    f"{report_id}/{reader}",
+                    None,
+                    {r["label"]: r["value"] for r in new_rows},
+                )
             if on_saved is not None:
                 on_saved(s, existing)
             if new_rows or changed["changed"]:
@@ -444,10 +526,15 @@ class StudyService(Service):
             per = memo.reading_counts(self.engine, s)
             if cid is not None:
                 per = per[per["report_id"].isin(q.report_ids(s, cid))]
-            total = int(q.list_cohorts(s).set_index("name")["reports"].get(cohort, 0)) if cohort else len(q.report_hashes(s))
+            total = (
+                int(q.list_cohorts(s).set_index("name")["reports"].get(cohort, 0))
+                if cohort
+                else len(q.report_hashes(s))
+            )
         n_labels = len(self.vocab.asked_ids)
-        out = per.groupby("reader").agg(reports_started=("report_id", "count"),
-                                        reports_complete=("labels", lambda x: int((x >= n_labels).sum())))
+        out = per.groupby("reader").agg(
+            reports_started=("report_id", "count"), reports_complete=("labels", lambda x: int((x >= n_labels).sum()))
+        )
         out["reports_in_scope"] = total
         return out.reset_index()
 
@@ -498,8 +585,12 @@ class StudyService(Service):
         adj = adj[(adj["report_id"] == report_id) & (adj["label"] == label)]
         flags = flags[(flags["report_id"] == report_id) & (flags["label"] == label)]
         row = ref.reference_from_counts(counts, self.rule(), adj, flags, panel=self._adaptive_panel()).iloc[0]
-        return {"value": None if pd.isna(row["value"]) else int(row["value"]), "status": row["status"],
-                "positives": int(row["positives"]), "n_readers": int(row["n_readers"])}
+        return {
+            "value": None if pd.isna(row["value"]) else int(row["value"]),
+            "status": row["status"],
+            "positives": int(row["positives"]),
+            "n_readers": int(row["n_readers"]),
+        }
 
     @memo.per_request
     def reference_matrix(self, cohort: str, reference: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -537,8 +628,15 @@ class StudyService(Service):
             if q.get_report(s, report_id) is None:
                 raise StudyError(f"no report {report_id!r}")
             adj = q.add_adjudication(s, report_id, label, value, self.actor.user, reason.strip())
-            q.add_audit(s, self.actor.user, "adjudicate", "adjudication", f"{report_id}/{label}", None,
-                        {"value": value, "reason": reason.strip(), "id": adj.id})
+            q.add_audit(
+                s,
+                self.actor.user,
+                "adjudicate",
+                "adjudication",
+                f"{report_id}/{label}",
+                None,
+                {"value": value, "reason": reason.strip(), "id": adj.id},
+            )
 
     def adjudication_history(self, report_id: str, label: str) -> pd.DataFrame:
         """Every adjudication of one item, oldest first."""
@@ -562,7 +660,9 @@ class StudyService(Service):
         with self.session() as s:
             cid = self.cohort_id(cohort) if cohort else None
             readings = q.readings_frame(s, cohort_id=cid)
-        readings = self._blind_rows(readings[readings["label"].isin(self.vocab.asked_ids)][["report_id", "label", "reader", "value"]])
+        readings = self._blind_rows(
+            readings[readings["label"].isin(self.vocab.asked_ids)][["report_id", "label", "reader", "value"]]
+        )
         reference = self.reference(cohort, readings=readings)[["report_id", "label", "value"]]
         from workbench.services.adaptive import agreement_readings
 
@@ -636,13 +736,19 @@ __all__ = ["Actor", "init_study", "ImportSummary", "PermissionDenied", "Conflict
 
 def _other_cohort_problems(session, elsewhere: dict[int, list[str]], cohort: str) -> list:
     """One problem per other cohort holding some of the ids: its name, how many, the first few."""
-    names = dict(zip(*[q.list_cohorts(session)[c] for c in ("id", "name")])) if elsewhere else {}
+    names = dict(zip(*[q.list_cohorts(session)[c] for c in ("id", "name")], strict=False)) if elsewhere else {}
     problems = []
     for cohort_id, ids in elsewhere.items():
         sample = ", ".join(repr(i) for i in ids[:3]) + (", ..." if len(ids) > 3 else "")
-        problems.append(importers.Problem(None, "id", f"{len(ids)} report id(s) already belong to cohort "
-                                                      f"{names.get(cohort_id, cohort_id)!r} ({sample}); a report "
-                                                      f"belongs to one cohort: nothing was imported into {cohort!r}"))
+        problems.append(
+            importers.Problem(
+                None,
+                "id",
+                f"{len(ids)} report id(s) already belong to cohort "
+                f"{names.get(cohort_id, cohort_id)!r} ({sample}); a report "
+                f"belongs to one cohort: nothing was imported into {cohort!r}",
+            )
+        )
     return problems
 
 
@@ -651,6 +757,14 @@ def _refuse_hidden_ids(ids: pd.Series, source: str) -> None:
     hidden = ids.astype(str).str.contains(HIDDEN)
     if hidden.any():
         rid = ids[hidden].iloc[0]
-        raise importers.ImportProblems(source, [importers.Problem(
-            None, "report_id", f"report id {rid.encode('unicode_escape').decode('ascii')!r} contains {first_hidden(rid)}; "
-                               "ids are plain text")])
+        raise importers.ImportProblems(
+            source,
+            [
+                importers.Problem(
+                    None,
+                    "report_id",
+                    f"report id {rid.encode('unicode_escape').decode('ascii')!r} contains {first_hidden(rid)}; "
+                    "ids are plain text",
+                )
+            ],
+        )

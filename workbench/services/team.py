@@ -13,20 +13,21 @@ import hmac
 import json
 import re
 import secrets
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 import pandas as pd
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from workbench.services.study import ROLES, Actor, PermissionDenied
-from workbench.store import db, queries as q
-from workbench.store.transfer import copy_tables, find_nul_text, is_empty
-from workbench.store.tables import User
-from workbench.study import StudyError
-from workbench.services.base import Service, StudyContext
+
 from workbench import bundle as bundle_mod
-from workbench.store import prompt_repo
-from typing import TYPE_CHECKING
+from workbench.services.base import Service, StudyContext
+from workbench.services.study import ROLES, Actor, PermissionDenied
+from workbench.store import db, prompt_repo
+from workbench.store import queries as q
+from workbench.store.tables import User
+from workbench.store.transfer import copy_tables, find_nul_text, is_empty
+from workbench.study import StudyError
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
     from workbench.services.study import StudyService
@@ -34,20 +35,42 @@ if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
 USER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,99}$")
 MIN_PASSWORD = 12
 # a short list of the passwords tried first by every guessing attack (compared case-insensitively)
-COMMON_PASSWORDS = frozenset({
-    "password", "password1", "password12", "password123", "password1234", "passwordpassword", "123456789012",
-    "1234567890123", "qwertyuiopas", "qwerty123456", "qwertyuiop123", "111111111111", "000000000000",
-    "iloveyou1234", "letmeinletmein", "welcome12345", "administrator", "admin1234567", "changeme1234",
-    "abcdefghijkl", "abc123456789", "trustno1trustno1", "correcthorsebatterystaple", "monkey123456",
-})
-FREE_FAILURES = 5          # failed sign-ins before the back-off starts
-BACKOFF_SECONDS = 30       # first lockout; doubles with every further failure
+COMMON_PASSWORDS = frozenset(
+    {
+        "password",
+        "password1",
+        "password12",
+        "password123",
+        "password1234",
+        "passwordpassword",
+        "123456789012",
+        "1234567890123",
+        "qwertyuiopas",
+        "qwerty123456",
+        "qwertyuiop123",
+        "111111111111",
+        "000000000000",
+        "iloveyou1234",
+        "letmeinletmein",
+        "welcome12345",
+        "administrator",
+        "admin1234567",
+        "changeme1234",
+        "abcdefghijkl",
+        "abc123456789",
+        "trustno1trustno1",
+        "correcthorsebatterystaple",
+        "monkey123456",
+    }
+)
+FREE_FAILURES = 5  # failed sign-ins before the back-off starts
+BACKOFF_SECONDS = 30  # first lockout; doubles with every further failure
 MAX_BACKOFF_SECONDS = 900  # at most 15 minutes
 TOKEN_PREFIX = "wbt_"
-DEFAULT_TOKEN_DAYS = 90    # a command-line token's life unless its owner asks for another
+DEFAULT_TOKEN_DAYS = 90  # a command-line token's life unless its owner asks for another
 MAX_TOKEN_DAYS = 365
 WEB_SESSION_PREFIX = "wbs_"
-WEB_SESSION_HOURS = 12     # a browser stays signed in this long after signing in (a working day)
+WEB_SESSION_HOURS = 12  # a browser stays signed in this long after signing in (a working day)
 
 
 def _hasher():
@@ -85,13 +108,13 @@ def token_expiry(created_at: str, expires_at: str) -> str:
 
 def _seconds_from_now(stamp: str) -> float:
     """Seconds until a UTC ISO timestamp (negative when past)."""
-    return (datetime.fromisoformat(stamp) - datetime.now(timezone.utc)).total_seconds()
+    return (datetime.fromisoformat(stamp) - datetime.now(UTC)).total_seconds()
 
 
 class TeamService(Service):
     """Users, sign-in, audit, governance, database migration."""
 
-    def __init__(self, ctx: StudyContext, study: "StudyService") -> None:
+    def __init__(self, ctx: StudyContext, study: StudyService) -> None:
         super().__init__(ctx)
         self.study = study
 
@@ -151,8 +174,15 @@ class TeamService(Service):
                 return
             user.disabled = disabled
             s.add(user)
-            q.add_audit(s, self.actor.user, "disable" if disabled else "enable", "user", user_id,
-                        {"disabled": not disabled}, {"disabled": disabled})
+            q.add_audit(
+                s,
+                self.actor.user,
+                "disable" if disabled else "enable",
+                "user",
+                user_id,
+                {"disabled": not disabled},
+                {"disabled": disabled},
+            )
             if disabled:  # gone, not paused: enabling the account again does not revive an old token
                 self._revoke(s, user_id, "disabled")
 
@@ -186,7 +216,9 @@ class TeamService(Service):
         """Every credential of a user ends (q.revoke_credentials), recorded with the reason."""
         n = q.revoke_credentials(s, user_id)
         if n:
-            q.add_audit(s, self.current_actor().user, "revoke", "token", user_id, {"tokens": n}, {"tokens": 0, "why": why})
+            q.add_audit(
+                s, self.current_actor().user, "revoke", "token", user_id, {"tokens": n}, {"tokens": 0, "why": why}
+            )
         return n
 
     def users(self) -> pd.DataFrame:
@@ -230,8 +262,10 @@ class TeamService(Service):
         expires = token_expiry(match[1], match[2])
         if _seconds_from_now(expires) <= 0:
             self._record_failure(user_id)
-            raise PermissionDenied(f"this token of {user_id} expired on {expires[:10]}; sign in with your password "
-                                   f"and make a new one (workbench user token {user_id})")
+            raise PermissionDenied(
+                f"this token of {user_id} expired on {expires[:10]}; sign in with your password "
+                f"and make a new one (workbench user token {user_id})"
+            )
         self._clear_failures(user_id)
         return Actor(user=user.id, role=user.role, name=user.name, email=user.email, account=True)
 
@@ -239,12 +273,14 @@ class TeamService(Service):
         """A new command-line token for the acting user themself, valid for `days` (shown once; only its hash is stored)."""
         actor = self.current_actor()
         if actor.user != user_id or not actor.account:
-            raise PermissionDenied(f"a token is made by its owner: sign in as {user_id} (WORKBENCH_USER={user_id}, "
-                                   "then the password) to make one")
+            raise PermissionDenied(
+                f"a token is made by its owner: sign in as {user_id} (WORKBENCH_USER={user_id}, "
+                "then the password) to make one"
+            )
         if not 1 <= int(days) <= MAX_TOKEN_DAYS:
             raise StudyError(f"a token lives 1 to {MAX_TOKEN_DAYS} days, not {days}")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        expires = (datetime.now(timezone.utc) + timedelta(days=int(days))).isoformat(timespec="seconds")
+        expires = (datetime.now(UTC) + timedelta(days=int(days))).isoformat(timespec="seconds")
         with self.session() as s:
             q.add_user_token(s, user_id, token_digest(token), expires)
             q.add_audit(s, actor.user, "add", "token", user_id, None, {"token": "issued", "expires_at": expires})
@@ -269,7 +305,7 @@ class TeamService(Service):
         if not actor.account:
             raise PermissionDenied("only a signed-in account has a browser session")
         token = WEB_SESSION_PREFIX + secrets.token_urlsafe(32)
-        expires = (datetime.now(timezone.utc) + timedelta(hours=hours)).isoformat()
+        expires = (datetime.now(UTC) + timedelta(hours=hours)).isoformat()
         with self.session() as s:
             q.add_web_session(s, actor.user, token_digest(token), expires)
         return token
@@ -303,7 +339,7 @@ class TeamService(Service):
             over = row.failures - FREE_FAILURES
             if over >= 0:
                 seconds = min(BACKOFF_SECONDS * 2 ** min(over, 10), MAX_BACKOFF_SECONDS)
-                row.locked_until = (datetime.now(timezone.utc) + timedelta(seconds=seconds)).isoformat()
+                row.locked_until = (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat()
                 s.add(row)
 
     def _clear_failures(self, user_id: str) -> None:
@@ -316,7 +352,9 @@ class TeamService(Service):
         with self.session() as s:
             user = q.get_user(s, user_id)
         if user is None:
-            raise PermissionDenied(f"{user_id} has no account in this study; an admin adds it with `workbench user add`")
+            raise PermissionDenied(
+                f"{user_id} has no account in this study; an admin adds it with `workbench user add`"
+            )
         if user.disabled:
             raise PermissionDenied(f"the account {user_id} is disabled; ask an admin")
         return Actor(user=user.id, role=user.role, name=user.name, email=user.email, account=True)
@@ -351,19 +389,44 @@ class TeamService(Service):
             commit, message = tag
             tagged_sha = re.search(r"sha256 ([0-9a-f]{64})", message or "")
             ok = commit == content.get("prompt_commit") and (tagged_sha is None or tagged_sha.group(1) == actual)
-            checks.append({"check": "tag", "ok": ok, "detail": (
-                f"tag {name} points at {commit[:8]}" + (f" and records sha256 {tagged_sha.group(1)[:12]}" if tagged_sha else "")
-                + ("" if ok else f"; the bundle says prompt {str(content.get('prompt_commit'))[:8]}, sha256 {actual[:12]}"))})
+            checks.append(
+                {
+                    "check": "tag",
+                    "ok": ok,
+                    "detail": (
+                        f"tag {name} points at {commit[:8]}"
+                        + (f" and records sha256 {tagged_sha.group(1)[:12]}" if tagged_sha else "")
+                        + (
+                            ""
+                            if ok
+                            else f"; the bundle says prompt {str(content.get('prompt_commit'))[:8]}, sha256 {actual[:12]}"
+                        )
+                    ),
+                }
+            )
         with self.session() as s:
             events = q.list_audit(s, entity="bundle", key=name)
         frozen = events[events["action"] == "freeze"]
         shas = [json.loads(n).get("sha256") for n in frozen["new"]] if len(frozen) else []
-        checks.append({"check": "audit", "ok": actual in shas, "detail": (
-            f"the freeze of {name} is recorded with this sha256" if actual in shas else
-            f"the audit trail records {name} with sha256 {', '.join(x[:12] for x in shas if x) or '(no freeze event)'}, not {actual[:12]}")})
+        checks.append(
+            {
+                "check": "audit",
+                "ok": actual in shas,
+                "detail": (
+                    f"the freeze of {name} is recorded with this sha256"
+                    if actual in shas
+                    else f"the audit trail records {name} with sha256 {', '.join(x[:12] for x in shas if x) or '(no freeze event)'}, not {actual[:12]}"
+                ),
+            }
+        )
         chain = self.verify_audit()
-        checks.append({"check": "audit chain", "ok": chain["ok"],
-                       "detail": f"{chain['events']} events intact" if chain["ok"] else chain["reason"]})
+        checks.append(
+            {
+                "check": "audit chain",
+                "ok": chain["ok"],
+                "detail": f"{chain['events']} events intact" if chain["ok"] else chain["reason"],
+            }
+        )
         return checks
 
     # ------------------------------------------------------------ governance
@@ -395,9 +458,11 @@ class TeamService(Service):
         self.require("settings")
         nul = find_nul_text(self.engine)
         if nul:  # before the target is touched: it stays empty for the next attempt
-            raise StudyError(f"NUL character(s) in the study's text, which PostgreSQL cannot store: {'; '.join(nul)}; "
-                             "nothing was copied (the target is untouched). Remove the NUL in this study's database first (in "
-                             "SQLite: UPDATE report SET findings = replace(findings, char(0), '') WHERE id = '...'), then migrate again")
+            raise StudyError(
+                f"NUL character(s) in the study's text, which PostgreSQL cannot store: {'; '.join(nul)}; "
+                "nothing was copied (the target is untouched). Remove the NUL in this study's database first (in "
+                "SQLite: UPDATE report SET findings = replace(findings, char(0), '') WHERE id = '...'), then migrate again"
+            )
         target = db.make_engine(to_url)
         try:
             if not is_empty(target):
@@ -410,7 +475,15 @@ class TeamService(Service):
             raise StudyError("copy mismatch; the study still uses its old database:\n" + report.to_string(index=False))
         if switch:
             with self.session() as s:
-                q.add_audit(s, self.actor.user, "migrate", "database", "url", {"url": _redact(self.url)}, {"url": _redact(to_url)})
+                q.add_audit(
+                    s,
+                    self.actor.user,
+                    "migrate",
+                    "database",
+                    "url",
+                    {"url": _redact(self.url)},
+                    {"url": _redact(to_url)},
+                )
             self.config.database = to_url
             self.study.save_config()
         return report
@@ -419,5 +492,3 @@ class TeamService(Service):
 def _redact(url: str) -> str:
     """A URL without its password."""
     return re.sub(r"://([^:/@]+):[^@]+@", r"://\1:***@", url)
-
-

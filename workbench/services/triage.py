@@ -1,34 +1,42 @@
 """Triage of a run's disagreements: the queue, one case, and the error notes radiologists write on them."""
 
 from __future__ import annotations
-import numpy as np
-import pandas as pd
-from workbench.store import queries as q
-from workbench.core.prompts import render_joint_call
-from workbench.core.prompts import render_label_call
-from workbench.study import StudyError
+
 import json
-from workbench.errors import NotFound
-from workbench.study import SIGNIFICANCE
-from workbench.errors import UserError
-from workbench.services.base import Service, StudyContext
-from workbench.services.results import Case
-from workbench.core import attributes as core
-from workbench.core.text import compose_text
 from typing import TYPE_CHECKING
 
+import numpy as np
+import pandas as pd
+
+from workbench.core import attributes as core
+from workbench.core.prompts import render_joint_call, render_label_call
+from workbench.core.text import compose_text
+from workbench.errors import NotFound, UserError
+from workbench.services.base import Service, StudyContext
+from workbench.services.results import Case
+from workbench.store import queries as q
+from workbench.study import SIGNIFICANCE, StudyError
+
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
-    from workbench.services.study import StudyService
-    from workbench.services.splits import SplitsService
-    from workbench.services.runs import RunsService
-    from workbench.services.model_path import ModelPathService
     from workbench.services.attributes import AttributesService
+    from workbench.services.model_path import ModelPathService
+    from workbench.services.runs import RunsService
+    from workbench.services.splits import SplitsService
+    from workbench.services.study import StudyService
 
 
 class TriageService(Service):
     """A run's disagreements with the reference (presence and attributes), cases and error notes."""
 
-    def __init__(self, ctx: StudyContext, study: "StudyService", splits: "SplitsService", runner: "RunsService", model_path: "ModelPathService", attributes: "AttributesService") -> None:
+    def __init__(
+        self,
+        ctx: StudyContext,
+        study: StudyService,
+        splits: SplitsService,
+        runner: RunsService,
+        model_path: ModelPathService,
+        attributes: AttributesService,
+    ) -> None:
         super().__init__(ctx)
         self.study = study
         self.splits = splits
@@ -36,28 +44,41 @@ class TriageService(Service):
         self.model_path = model_path
         self.attributes = attributes
 
-    def disagreements(self, run_id: int, label: str | None = None, kind: str | None = None,
-                      category: str | None = None, with_attributes: bool = True) -> pd.DataFrame:
+    def disagreements(
+        self,
+        run_id: int,
+        label: str | None = None,
+        kind: str | None = None,
+        category: str | None = None,
+        with_attributes: bool = True,
+    ) -> pd.DataFrame:
         """The queue: every (report, label) where the labeller and the reference differ (or the call failed);
         with_attributes=False leaves out the matched findings whose attributes differ."""
         run = self.runner.run_info(run_id)
         cohort = self.study._cohort_name(run.cohort_id)
         ref_table = self.study.reference(cohort)
         preds = self.runner.predictions(run_id)
-        shown = self.splits.queue_reports(run)  # only the tuning part: validation and test reports never reach the queue
+        shown = self.splits.queue_reports(
+            run
+        )  # only the tuning part: validation and test reports never reach the queue
         preds = preds if shown is None else preds[preds["report_id"].isin(shown)]
         if label:  # one label's queue (its error rate and support are its own): 1/21 of the rows to merge
             one = label = self.study.label_id(label)  # a typo is refused, never an empty queue
             preds, ref_table = preds[preds["label"] == one], ref_table[ref_table["label"] == one]
-        merged = preds.merge(ref_table[["report_id", "label", "value", "positives", "n_readers", "status"]],
-                             on=["report_id", "label"], how="inner", suffixes=("", "_ref"))
-        merged = merged.rename(columns={"value": "prediction", "value_ref": "reference", "status_ref": "reference_status"})
+        merged = preds.merge(
+            ref_table[["report_id", "label", "value", "positives", "n_readers", "status"]],
+            on=["report_id", "label"],
+            how="inner",
+            suffixes=("", "_ref"),
+        )
+        merged = merged.rename(
+            columns={"value": "prediction", "value_ref": "reference", "status_ref": "reference_status"}
+        )
         failed = merged["prediction"].isna()
         settled = merged["reference"].notna()
         differs = settled & ~failed & (merged["prediction"] != merged["reference"])
         out = merged[differs | failed].copy()
-        out["type"] = np.where(out["prediction"].isna(), "failed",
-                               np.where(out["prediction"] == 1, "FP", "FN"))
+        out["type"] = np.where(out["prediction"].isna(), "failed", np.where(out["prediction"] == 1, "FP", "FN"))
         out["votes"] = out["positives"].astype(int).astype(str) + " of " + out["n_readers"].astype(int).astype(str)
         out = self._attach_notes(out)
         # label error rate and support over the settled, answered cells (no full evaluation needed)
@@ -66,8 +87,9 @@ class TriageService(Service):
         support = (scored["reference"] == 1).groupby(scored["label"]).sum().to_dict()
         out["label_error_rate"] = out["label"].map(error_rate)
         out["label_support"] = out["label"].map(support)
-        out = out.sort_values(["label_error_rate", "label_support", "label", "report_id"],
-                              ascending=[False, True, True, True])
+        out = out.sort_values(
+            ["label_error_rate", "label_support", "label", "report_id"], ascending=[False, True, True, True]
+        )
         out = self.study._blind_rows(out)  # a reader: only reports they have finished
         out["attribute"], out["attribute_category"] = "", ""
         if with_attributes and kind in (None, "attribute") and self.vocab.attribute_specs():
@@ -79,26 +101,63 @@ class TriageService(Service):
         if kind:
             out = out[out["type"] == kind]
         if category:
-            out = out[out["categories"].str.contains(category, regex=False)
-                      | out["attribute_category"].map(lambda cats: category in str(cats).split(", "))]
-        cols = ["report_id", "label", "type", "reference", "prediction", "votes", "reference_status", "evidence",
-                "evidence_found", "status", "detail", "notes", "categories", "label_error_rate", "label_support",
-                "attribute", "attribute_category"]
+            out = out[
+                out["categories"].str.contains(category, regex=False)
+                | out["attribute_category"].map(lambda cats: category in str(cats).split(", "))
+            ]
+        cols = [
+            "report_id",
+            "label",
+            "type",
+            "reference",
+            "prediction",
+            "votes",
+            "reference_status",
+            "evidence",
+            "evidence_found",
+            "status",
+            "detail",
+            "notes",
+            "categories",
+            "label_error_rate",
+            "label_support",
+            "attribute",
+            "attribute_category",
+        ]
         return out[cols].reset_index(drop=True)
 
-    def _attribute_disagreements(self, run_id: int, merged: pd.DataFrame, label: str | None, shown,
-                                 error_rate: dict, support: dict) -> pd.DataFrame:
+    def _attribute_disagreements(
+        self, run_id: int, merged: pd.DataFrame, label: str | None, shown, error_rate: dict, support: dict
+    ) -> pd.DataFrame:
         """Queue rows of matched findings whose attribute differs from the reference's, type "attribute", with
         their error category (laterality/location, severity, comparison) for the radiologist's note."""
         specs = self.vocab.attribute_specs()
         if label:
             one = self.vocab.resolve(label) or label
             specs = {k: v for k, v in specs.items() if k == one}
-        columns = ["report_id", "label", "type", "reference", "prediction", "votes", "reference_status", "evidence",
-                   "evidence_found", "status", "detail", "label_error_rate", "label_support", "attribute",
-                   "attribute_category", "notes", "categories"]
+        columns = [
+            "report_id",
+            "label",
+            "type",
+            "reference",
+            "prediction",
+            "votes",
+            "reference_status",
+            "evidence",
+            "evidence_found",
+            "status",
+            "detail",
+            "label_error_rate",
+            "label_support",
+            "attribute",
+            "attribute_category",
+            "notes",
+            "categories",
+        ]
         if self.attributes.reference_attributes(self.study._cohort_name(self.runner.run_info(run_id).cohort_id)).empty:
-            return pd.DataFrame(columns=columns)  # no reader gave an attribute: nothing to compare (and no matrices built)
+            return pd.DataFrame(
+                columns=columns
+            )  # no reader gave an attribute: nothing to compare (and no matrices built)
         y_pred, y_true, pred_attrs, ref_attrs = self.attributes.attribute_inputs(run_id)
         wrong = core.mismatches(core.matched_rows(y_pred, y_true, pred_attrs, ref_attrs, specs))
         if shown is not None:
@@ -109,16 +168,28 @@ class TriageService(Service):
         # one case per finding: its differing attributes are listed together (the queue is keyed by report and label)
         for (report_id, lab), group in wrong.groupby(["report_id", "label"], sort=False):
             cell = base.loc[(report_id, lab)] if (report_id, lab) in base.index else None
-            rows.append({
-                "report_id": report_id, "label": lab, "type": "attribute", "reference": 1, "prediction": 1,
-                "votes": "" if cell is None else f"{int(cell['positives'])} of {int(cell['n_readers'])}",
-                "reference_status": "" if cell is None else cell["reference_status"],
-                "evidence": "" if cell is None else cell["evidence"],
-                "evidence_found": None if cell is None else cell["evidence_found"], "status": "ok",
-                "detail": "; ".join(f"{r.attribute}: labeller {r.value}, reference {r.reference}"
-                                    for r in group.itertuples(index=False)),
-                "label_error_rate": error_rate.get(lab), "label_support": support.get(lab),
-                "attribute": ", ".join(group["attribute"]), "attribute_category": ", ".join(dict.fromkeys(group["category"]))})
+            rows.append(
+                {
+                    "report_id": report_id,
+                    "label": lab,
+                    "type": "attribute",
+                    "reference": 1,
+                    "prediction": 1,
+                    "votes": "" if cell is None else f"{int(cell['positives'])} of {int(cell['n_readers'])}",
+                    "reference_status": "" if cell is None else cell["reference_status"],
+                    "evidence": "" if cell is None else cell["evidence"],
+                    "evidence_found": None if cell is None else cell["evidence_found"],
+                    "status": "ok",
+                    "detail": "; ".join(
+                        f"{r.attribute}: labeller {r.value}, reference {r.reference}"
+                        for r in group.itertuples(index=False)
+                    ),
+                    "label_error_rate": error_rate.get(lab),
+                    "label_support": support.get(lab),
+                    "attribute": ", ".join(group["attribute"]),
+                    "attribute_category": ", ".join(dict.fromkeys(group["category"])),
+                }
+            )
         frame = pd.DataFrame(rows, columns=columns[:-2])
         return self._attach_notes(frame) if len(frame) else frame.assign(notes=0, categories="")
 
@@ -130,8 +201,11 @@ class TriageService(Service):
             frame["notes"] = 0
             frame["categories"] = ""
             return frame
-        agg = notes.groupby(["report_id", "label"]).agg(
-            notes=("id", "count"), categories=("category", lambda x: ", ".join(sorted(set(x))))).reset_index()
+        agg = (
+            notes.groupby(["report_id", "label"])
+            .agg(notes=("id", "count"), categories=("category", lambda x: ", ".join(sorted(set(x)))))
+            .reset_index()
+        )
         frame = frame.merge(agg, on=["report_id", "label"], how="left")
         frame["notes"] = frame["notes"].fillna(0).astype(int)
         frame["categories"] = frame["categories"].fillna("")
@@ -155,8 +229,10 @@ class TriageService(Service):
             pred = q.predictions_frame(s, run_id, report_id=report_id, label=label)
         shown = self.splits.queue_reports(run)  # validation and test text never reaches the person tuning prompts
         if shown is not None and report_id not in shown:
-            raise StudyError(f"report {report_id!r} is not in the tuning part of its cohort: validation cases are "
-                             "shown by id only, so the prompts are not tuned to them")
+            raise StudyError(
+                f"report {report_id!r} is not in the tuning part of its cohort: validation cases are "
+                "shown by id only, so the prompts are not tuned to them"
+            )
         text = compose_text(report.findings, report.impression, report.text, run.sections.split(","))
         messages = []
         if label in self.vocab.asked_ids:
@@ -171,24 +247,42 @@ class TriageService(Service):
         else:  # a derived label: from the whole report's reference
             column = self.study.reference_matrix(self.study._cohort_name(run.cohort_id))[label]
             value = column.get(report_id)
-            reference = None if value is None else {"value": None if pd.isna(value) else int(value), "status": "derived"}
+            reference = (
+                None if value is None else {"value": None if pd.isna(value) else int(value), "status": "derived"}
+            )
         return Case(
-            report_id=report_id, label=label, text=text, findings=report.findings, impression=report.impression,
+            report_id=report_id,
+            label=label,
+            text=text,
+            findings=report.findings,
+            impression=report.impression,
             votes=votes[votes["label"] == label][["reader", "value"]],
             reference=None if reference is None else reference["value"],
             reference_status=None if reference is None else reference["status"],
-            prediction=pred.iloc[0].to_dict() if len(pred) else None, notes=notes, messages=messages,
+            prediction=pred.iloc[0].to_dict() if len(pred) else None,
+            notes=notes,
+            messages=messages,
             call=self.model_path.call_fact(pred.iloc[0]["call_key"]) if len(pred) else None,
         )
 
-    def add_note(self, report_id: str, label: str, category: str, significance: str, text: str = "",
-                 reference_wrong: bool = False, run_id: int | None = None) -> int:
+    def add_note(
+        self,
+        report_id: str,
+        label: str,
+        category: str,
+        significance: str,
+        text: str = "",
+        reference_wrong: bool = False,
+        run_id: int | None = None,
+    ) -> int:
         """Attach an error note to (report, label); "the reference is wrong" opens an adjudication item."""
         self.require("note")
         label_id = self.study.label_id(label)
         if category not in self.config.error_categories:
-            raise StudyError(f"unknown error category {category!r}; categories: {', '.join(self.config.error_categories)} "
-                             "(a study can add its own in workbench.yaml: error_categories)")
+            raise StudyError(
+                f"unknown error category {category!r}; categories: {', '.join(self.config.error_categories)} "
+                "(a study can add its own in workbench.yaml: error_categories)"
+            )
         if significance not in SIGNIFICANCE:
             raise StudyError(f"clinical significance must be one of: {', '.join(SIGNIFICANCE)}")
         if not self.study.can_see_report(report_id):
@@ -202,14 +296,35 @@ class TriageService(Service):
         if run_id is not None:  # a note names the run whose disagreement it explains
             self._require_disagreement(run_id, report_id, label_id)
         with self.session() as s:
-            note = q.add_note(s, report_id=report_id, label=label_id, run_id=run_id, author=self.actor.user,
-                              category=category, significance=significance, text=text.strip(),
-                              reference_wrong=bool(reference_wrong))
+            note = q.add_note(
+                s,
+                report_id=report_id,
+                label=label_id,
+                run_id=run_id,
+                author=self.actor.user,
+                category=category,
+                significance=significance,
+                text=text.strip(),
+                reference_wrong=bool(reference_wrong),
+            )
             if reference_wrong:
                 q.add_flag(s, report_id, label_id, self.actor.user, text.strip() or category, note.id)
-            q.add_audit(s, self.actor.user, "add", "note", f"{report_id}/{label_id}", None,
-                        {"id": note.id, "category": category, "significance": significance, "text": text.strip(),
-                         "reference_wrong": bool(reference_wrong), "run": run_id})
+            q.add_audit(
+                s,
+                self.actor.user,
+                "add",
+                "note",
+                f"{report_id}/{label_id}",
+                None,
+                {
+                    "id": note.id,
+                    "category": category,
+                    "significance": significance,
+                    "text": text.strip(),
+                    "reference_wrong": bool(reference_wrong),
+                    "run": run_id,
+                },
+            )
             return note.id
 
     def _require_disagreement(self, run_id: int, report_id: str, label: str) -> None:
@@ -217,10 +332,13 @@ class TriageService(Service):
         if self._presence_disagreement(run_id, report_id, label):
             return  # the attribute rows need not be computed
         if label in self.vocab.attribute_specs() and report_id in set(
-                self.disagreements(run_id, label=label, kind="attribute")["report_id"]):
+            self.disagreements(run_id, label=label, kind="attribute")["report_id"]
+        ):
             return
-        raise UserError(f"{report_id}/{label} is not a disagreement of run {run_id} (the labeller agrees with the "
-                        f"reference there): notes go on disagreements; see `workbench disagreements {run_id} --label {label}`")
+        raise UserError(
+            f"{report_id}/{label} is not a disagreement of run {run_id} (the labeller agrees with the "
+            f"reference there): notes go on disagreements; see `workbench disagreements {run_id} --label {label}`"
+        )
 
     def _presence_disagreement(self, run_id: int, report_id: str, label: str) -> bool:
         """The queue's rule for one asked item (a failed call, or a settled reference the answer differs from),
@@ -246,8 +364,8 @@ class TriageService(Service):
         notes = self.notes()
         if run_id is not None:
             queue = self.disagreements(run_id)
-            keys = set(zip(queue["report_id"], queue["label"]))
-            notes = notes[[k in keys for k in zip(notes["report_id"], notes["label"])]]
+            keys = set(zip(queue["report_id"], queue["label"], strict=False))
+            notes = notes[[k in keys for k in zip(notes["report_id"], notes["label"], strict=False)]]
         if notes.empty:
             return pd.DataFrame(columns=["label"])
         return pd.crosstab(notes["label"], notes["category"]).reset_index()

@@ -8,32 +8,33 @@ record_reading, so the reference and every metric see saved readings only.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
+from workbench import bundle as bundle_mod
+from workbench import scoring
+from workbench.core import metrics
 from workbench.core.text import compose_text
-from workbench.store import queries as q
-from workbench.study import PROJECT_ROOT, StudyError
-from workbench.services.base import Service, StudyContext
-from workbench.services.background import start_run_in_process
 from workbench.errors import UserError
 from workbench.services.adaptive import after_readings
-from workbench.core import metrics
-from workbench import bundle as bundle_mod, scoring
+from workbench.services.background import start_run_in_process
+from workbench.services.base import Service, StudyContext
 from workbench.services.freezing import StudyExtractionCache
-from typing import TYPE_CHECKING
-import json
+from workbench.store import queries as q
+from workbench.study import PROJECT_ROOT, StudyError
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
-    from workbench.services.study import StudyService
-    from workbench.services.runs import RunsService
-    from workbench.services.prompting import PromptsService
-    from workbench.services.evaluation import EvaluationService
-    from workbench.services.triage import TriageService
     from workbench.services.adaptive import AdaptiveService
+    from workbench.services.evaluation import EvaluationService
+    from workbench.services.prompting import PromptsService
+    from workbench.services.runs import RunsService
+    from workbench.services.study import StudyService
+    from workbench.services.triage import TriageService
 
 ROBUSTNESS_PAIRS = PROJECT_ROOT / "annotations" / "robustness" / "pairs.csv"
 COMPLETED, DRAFT, UNREAD = "completed", "draft", "unread"
@@ -59,14 +60,27 @@ def reading_pace(saved_at, remaining: int) -> dict:
     if gaps.empty:
         return {"seconds_per_report": None, "reports_per_hour": None, "left_seconds": None, "based_on": 0}
     per = float(np.median(gaps))
-    return {"seconds_per_report": per, "reports_per_hour": 3600.0 / per, "left_seconds": per * remaining,
-            "based_on": int(len(gaps))}
+    return {
+        "seconds_per_report": per,
+        "reports_per_hour": 3600.0 / per,
+        "left_seconds": per * remaining,
+        "based_on": int(len(gaps)),
+    }
 
 
 class UISupportService(Service):
     """Reports to read, a reader's own queue, readers, robustness with the study's cache."""
 
-    def __init__(self, ctx: StudyContext, study: "StudyService", runner: "RunsService", prompts: "PromptsService", evaluation: "EvaluationService", triage: "TriageService", adaptive: "AdaptiveService") -> None:
+    def __init__(
+        self,
+        ctx: StudyContext,
+        study: StudyService,
+        runner: RunsService,
+        prompts: PromptsService,
+        evaluation: EvaluationService,
+        triage: TriageService,
+        adaptive: AdaptiveService,
+    ) -> None:
         super().__init__(ctx)
         self.study = study
         self.runner = runner
@@ -78,9 +92,9 @@ class UISupportService(Service):
     def start_run_detached(self, cohort: str, on_progress=None, cancel=None, **run_kwargs):
         """start_run in its own process (services/background.py): the app stays responsive."""
         self.require("run")
-        return start_run_in_process(self.root, self.actor, on_progress=on_progress, cancel=cancel, cohort=cohort,
-                                    **run_kwargs)
-
+        return start_run_in_process(
+            self.root, self.actor, on_progress=on_progress, cancel=cancel, cohort=cohort, **run_kwargs
+        )
 
     def readers(self) -> list[str]:
         """Every reader id known to the study (for choosing a name in local mode)."""
@@ -93,8 +107,12 @@ class UISupportService(Service):
             report = q.get_report(s, report_id)
             if report is None:
                 raise StudyError(f"no report {report_id!r}")
-            return {"report_id": report_id, "findings": report.findings, "impression": report.impression,
-                    "text": compose_text(report.findings, report.impression, report.text, self.config.sections)}
+            return {
+                "report_id": report_id,
+                "findings": report.findings,
+                "impression": report.impression,
+                "text": compose_text(report.findings, report.impression, report.text, self.config.sections),
+            }
 
     def reading_queue(self, reader: str, cohort: str) -> pd.DataFrame:
         """A cohort's reports in order with how many labels this reader has marked (only their own readings)."""
@@ -146,8 +164,15 @@ class UISupportService(Service):
         with self.session() as s:
             return q.reading_draft_ids(s, reader)
 
-    def submit_reading(self, reader: str, report_id: str, values: dict, expected_versions: dict | None = None,
-                       comment: str | None = None, unsure: bool | None = None) -> dict:
+    def submit_reading(
+        self,
+        reader: str,
+        report_id: str,
+        values: dict,
+        expected_versions: dict | None = None,
+        comment: str | None = None,
+        unsure: bool | None = None,
+    ) -> dict:
         """Save a report's reading (every asked label: unticked = 0) with the reader's comment and unsure mark,
         drop its draft and log the save for undo, in one transaction (comment/unsure None: left as they are)."""
         self.study._check_own_reading(reader)
@@ -164,8 +189,15 @@ class UISupportService(Service):
                 q.add_audit(s, self.actor.user, "note", "reading_note", f"{report_id}/{reader}", note_before, note)
             s.flush()
             after = q.readings_frame(s, report_ids_=[report_id], reader=reader).set_index("label")["version"]
-            q.add_reading_save(s, reader, report_id, before, {lab: int(v) for lab, v in after.items()},
-                               note_before, q.get_reading_draft(s, reader, report_id))
+            q.add_reading_save(
+                s,
+                reader,
+                report_id,
+                before,
+                {lab: int(v) for lab, v in after.items()},
+                note_before,
+                q.get_reading_draft(s, reader, report_id),
+            )
             q.delete_reading_draft(s, reader, report_id)
 
         return self.study.record_reading(reader, report_id, full, expected_versions=expected_versions, on_saved=saved)
@@ -197,8 +229,10 @@ class UISupportService(Service):
             now_ = q.readings_frame(s, report_ids_=[save.report_id], reader=reader).set_index("label")
             moved = [lab for lab, v in after.items() if lab not in now_.index or int(now_.loc[lab, "version"]) != v]
             if moved or not q.mark_reading_save_undone(s, save.id):
-                raise UserError(f"cannot undo: the reading of {save.report_id} by {reader} was changed since that save "
-                                f"({', '.join(moved) or 'undone already'}); nothing was undone")
+                raise UserError(
+                    f"cannot undo: the reading of {save.report_id} by {reader} was changed since that save "
+                    f"({', '.join(moved) or 'undone already'}); nothing was undone"
+                )
             restored = removed = 0
             for lab, value in before.items():
                 reading = q.get_reading(s, save.report_id, lab, reader)
@@ -210,8 +244,15 @@ class UISupportService(Service):
             q.add_audit(s, self.actor.user, "undo", "reading", f"{save.report_id}/{reader}", current, before)
             note_before = json.loads(save.note_before_json)
             if q.get_reading_note(s, reader, save.report_id) != note_before:
-                q.add_audit(s, self.actor.user, "undo", "reading_note", f"{save.report_id}/{reader}",
-                            q.get_reading_note(s, reader, save.report_id), note_before)
+                q.add_audit(
+                    s,
+                    self.actor.user,
+                    "undo",
+                    "reading_note",
+                    f"{save.report_id}/{reader}",
+                    q.get_reading_note(s, reader, save.report_id),
+                    note_before,
+                )
                 q.put_reading_note(s, reader, save.report_id, note_before)
             draft = json.loads(save.draft_before_json)
             if draft is None and all(v is None for v in before.values()):
@@ -243,18 +284,23 @@ class UISupportService(Service):
             notes = q.reading_notes_frame(s, work["report_id"], reader=reader).set_index("report_id")
             needle = search.strip().lower()
             if needle:
-                keep = [rid for rid in work["report_id"] if needle in rid.lower()
-                        or needle in self._report_words(s, rid)]
+                keep = [
+                    rid for rid in work["report_id"] if needle in rid.lower() or needle in self._report_words(s, rid)
+                ]
                 work = work[work["report_id"].isin(keep)]
         ticked = readings[readings["value"].astype(int) == 1].groupby("report_id")["label"].agg(list).to_dict()
         for rid, values in drafts.items():
             ticked[rid] = [lab for lab, v in (values or {}).items() if v]
-        out = pd.DataFrame({"report_id": work["report_id"],
-                            "state": work["state"].map({COMPLETED: "saved", DRAFT: "draft"}).fillna("partly saved"),
-                            "ticked": [", ".join(names.get(lab, lab) for lab in ticked.get(rid, [])) for rid in work["report_id"]],
-                            "unsure": work["report_id"].isin(notes.index[notes["unsure"].astype(bool)]),
-                            "comment": work["report_id"].map(notes["comment"]).fillna(""),
-                            "saved_at": work["saved_at"]})
+        out = pd.DataFrame(
+            {
+                "report_id": work["report_id"],
+                "state": work["state"].map({COMPLETED: "saved", DRAFT: "draft"}).fillna("partly saved"),
+                "ticked": [", ".join(names.get(lab, lab) for lab in ticked.get(rid, [])) for rid in work["report_id"]],
+                "unsure": work["report_id"].isin(notes.index[notes["unsure"].astype(bool)]),
+                "comment": work["report_id"].map(notes["comment"]).fillna(""),
+                "saved_at": work["saved_at"],
+            }
+        )
         return out.reset_index(drop=True)
 
     def _report_words(self, s, report_id: str) -> str:
@@ -275,7 +321,9 @@ class UISupportService(Service):
         if not readers:
             raise StudyError("name at least one reader to assign reports to")
         if not 1 <= int(overlap) <= len(readers):
-            raise StudyError(f"the overlap (readers per report) must be between 1 and {len(readers)} (the readers named), got {overlap}")
+            raise StudyError(
+                f"the overlap (readers per report) must be between 1 and {len(readers)} (the readers named), got {overlap}"
+            )
         overlap = int(overlap)
         with self.session(write=True) as s:
             cohort_row = q.get_cohort(s, cohort)
@@ -298,8 +346,15 @@ class UISupportService(Service):
             q.ensure_readers(s, readers)
             q.add_assignments(s, cohort_row.id, new, self.actor.user)
             q.put_work_list(s, cohort_row.id, overlap, self.actor.user)
-            q.add_audit(s, self.actor.user, "assign", "work_list", cohort, None,
-                        {"readers": readers, "overlap": overlap, "added": len(new)})
+            q.add_audit(
+                s,
+                self.actor.user,
+                "assign",
+                "work_list",
+                cohort,
+                None,
+                {"readers": readers, "overlap": overlap, "added": len(new)},
+            )
         return {"added": len(new), "per_reader": load}
 
     def work_list_status(self, cohort: str) -> pd.DataFrame:
@@ -315,7 +370,9 @@ class UISupportService(Service):
             counts = q.reading_counts(s, cohort_id=cohort_row.id)
         done = counts[counts["labels"] >= len(self.vocab.asked_ids)][["reader", "report_id"]]
         merged = assigned.merge(done.assign(completed=1), on=["reader", "report_id"], how="left")
-        out = merged.groupby("reader").agg(assigned=("report_id", "count"), completed=("completed", "sum")).reset_index()
+        out = (
+            merged.groupby("reader").agg(assigned=("report_id", "count"), completed=("completed", "sum")).reset_index()
+        )
         out["completed"] = out["completed"].fillna(0).astype(int)
         out["overlap"] = settings.overlap
         return out
@@ -331,11 +388,21 @@ class UISupportService(Service):
         """The finished run before this one on the same cohort, or None."""
         run = self.runner.run_info(run_id)
         runs = self.runner.runs()
-        done = runs[runs["status"].isin(["finished", "incomplete"]) & (runs["cohort_id"] == run.cohort_id) & (runs["id"] < run_id)]
+        done = runs[
+            runs["status"].isin(["finished", "incomplete"])
+            & (runs["cohort_id"] == run.cohort_id)
+            & (runs["id"] < run_id)
+        ]
         return int(done["id"].max()) if len(done) else None
 
-    def disagreement_queue(self, run_id: int, label: str | None = None, kind: str | None = None,
-                           category: str | None = None, order: str = "errors") -> tuple[pd.DataFrame, str]:
+    def disagreement_queue(
+        self,
+        run_id: int,
+        label: str | None = None,
+        kind: str | None = None,
+        category: str | None = None,
+        order: str = "errors",
+    ) -> tuple[pd.DataFrame, str]:
         """The disagreement queue in the chosen order, with a sentence saying which order is used."""
         if order not in self.QUEUE_ORDERS:
             raise StudyError(f"order must be one of {', '.join(self.QUEUE_ORDERS)}, got {order!r}")
@@ -347,10 +414,12 @@ class UISupportService(Service):
         if previous is None:
             return queue, "no earlier run on this cohort: " + self.QUEUE_ORDERS["errors"]
         cases = self.evaluation.compare_runs(previous, run_id)["cases"]
-        broken = set(zip(*(cases.loc[cases["change"] == "broken", c] for c in ("report", "label"))))
-        queue["broken_by_last_change"] = [k in broken for k in zip(queue["report_id"], queue["label"])]
+        broken = set(zip(*(cases.loc[cases["change"] == "broken", c] for c in ("report", "label")), strict=False))
+        queue["broken_by_last_change"] = [k in broken for k in zip(queue["report_id"], queue["label"], strict=False)]
         queue = queue.sort_values("broken_by_last_change", ascending=False, kind="stable").reset_index(drop=True)
-        return queue, self.QUEUE_ORDERS[order] + f" (run {previous} -> {run_id}: {int(queue['broken_by_last_change'].sum())} broken)"
+        return queue, self.QUEUE_ORDERS[
+            order
+        ] + f" (run {previous} -> {run_id}: {int(queue['broken_by_last_change'].sum())} broken)"
 
     def with_fresh_notes(self, queue: pd.DataFrame, category: str | None = None) -> pd.DataFrame:
         """A queue with its note counts and categories read now (one query), then filtered by category."""
@@ -361,7 +430,8 @@ class UISupportService(Service):
             out["notes"], out["categories"] = 0, ""
         else:  # look the (small) note table up by key: a merge over a 10,000-row queue costs more
             agg = notes.groupby(["report_id", "label"]).agg(
-                notes=("id", "count"), categories=("category", lambda x: ", ".join(sorted(set(x)))))
+                notes=("id", "count"), categories=("category", lambda x: ", ".join(sorted(set(x))))
+            )
             keys = pd.MultiIndex.from_arrays([out["report_id"].to_numpy(), out["label"].to_numpy()])
             out["notes"] = agg["notes"].reindex(keys).fillna(0).astype(int).to_numpy()
             out["categories"] = agg["categories"].reindex(keys).fillna("").to_numpy()
@@ -389,8 +459,11 @@ class UISupportService(Service):
         """Items waiting for a senior reader: flagged ones first, then ties, then too few readers; why each waits."""
         queue = self.study.adjudication_queue(cohort)
         tie = (queue["positives"] * 2 == queue["n_readers"]) & (queue["n_readers"] > 0)
-        queue["why"] = np.where(queue["flagged"], "flagged: the reference may be wrong",
-                                np.where(tie, "tie", queue["reason"].replace("", "waiting")))
+        queue["why"] = np.where(
+            queue["flagged"],
+            "flagged: the reference may be wrong",
+            np.where(tie, "tie", queue["reason"].replace("", "waiting")),
+        )
         queue["rank"] = np.where(queue["flagged"], 0, np.where(tie, 1, 2))
         return queue.sort_values("rank", kind="stable").drop(columns="rank").reset_index(drop=True)
 
@@ -407,7 +480,9 @@ class UISupportService(Service):
         _, pred_b, _ = self.evaluation.evaluation_inputs(run_b, extra_commits=(a.prompt_commit,))
         labels = list(cmp["table"].index)
         pred_b = pred_b.reindex(index=y_true.index)
-        interval = metrics.bootstrap_delta_f1(y_true[labels], pred_a[labels], pred_b[labels], n_resamples=n_resamples, seed=seed)
+        interval = metrics.bootstrap_delta_f1(
+            y_true[labels], pred_a[labels], pred_b[labels], n_resamples=n_resamples, seed=seed
+        )
         table = cmp["table"].join(interval)
         table["verdict_note"] = metrics.verdict_notes(table)  # now with the interval beside the test
         table["significant"] = table["verdict"].isin(self.SIGNIFICANT)
@@ -419,7 +494,10 @@ class UISupportService(Service):
             ev = self.evaluation.evaluate_run(run_id, n_resamples=0)
             t_alone, _, _ = self.evaluation.evaluation_inputs(run_id)
             alone[key] = {"macro_f1": ev.averages["macro_f1"], "reports": len(t_alone)}
-        leaked = len(self.evaluation._leaked_reports(a.prompt_commit, b.prompt_commit) & set(self.study.reference_matrix(self.study._cohort_name(a.cohort_id)).index))
+        leaked = len(
+            self.evaluation._leaked_reports(a.prompt_commit, b.prompt_commit)
+            & set(self.study.reference_matrix(self.study._cohort_name(a.cohort_id)).index)
+        )
         counts = {"reports": len(y_true), "labels": len(labels), "leaked_either": leaked, "alone": alone}
         return {**cmp, "table": table, "counts": counts}
 
@@ -430,5 +508,10 @@ class UISupportService(Service):
     def robustness(self, bundle_path: Path, pairs=None, model: str | None = None) -> dict:
         """Robustness and discrimination of a bundle on text pairs, using the study's extraction cache."""
         b = bundle_mod.load_bundle(Path(bundle_path))
-        return scoring.robustness(b, pairs, model=model,  # None: the shipped pairs that fit the bundle's vocabulary
-                                  cache=StudyExtractionCache(self), allow_endpoints=list(self.config.allowed_endpoints))
+        return scoring.robustness(
+            b,
+            pairs,
+            model=model,  # None: the shipped pairs that fit the bundle's vocabulary
+            cache=StudyExtractionCache(self),
+            allow_endpoints=list(self.config.allowed_endpoints),
+        )

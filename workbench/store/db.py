@@ -11,16 +11,14 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 from sqlalchemy import event, inspect, text
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlmodel import Session, SQLModel, create_engine
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.exc import OperationalError
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from workbench.store import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 from workbench.store.queries import audit_event_hash
@@ -43,9 +41,13 @@ def _seal_audit(conn: Connection) -> None:
     _add_column("auditevent", "hash", "VARCHAR(64) NOT NULL DEFAULT ''")(conn)
 
     prev, last = "", None
-    for row in conn.execute(text("SELECT id, at, actor, action, entity, entity_key, old_json, new_json FROM auditevent ORDER BY id")):
+    for row in conn.execute(
+        text("SELECT id, at, actor, action, entity, entity_key, old_json, new_json FROM auditevent ORDER BY id")
+    ):
         digest = audit_event_hash(tuple(row), prev)
-        conn.execute(text("UPDATE auditevent SET prev_hash = :p, hash = :h WHERE id = :i"), {"p": prev, "h": digest, "i": row[0]})
+        conn.execute(
+            text("UPDATE auditevent SET prev_hash = :p, hash = :h WHERE id = :i"), {"p": prev, "h": digest, "i": row[0]}
+        )
         prev, last = digest, row[0]
     if last is not None:
         conn.execute(text("DELETE FROM meta WHERE key = 'audit_head'"))
@@ -81,21 +83,36 @@ def _steps(*steps: Callable[[Connection], None]) -> Callable[[Connection], None]
 
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None] | None]] = [
     (1, "initial schema", None),
-    (10, "run lease: one executor at a time", _steps(_add_column("run", "lease_holder", "VARCHAR(200)"),
-                                                      _add_column("run", "lease_expires_at", "FLOAT"))),
+    (
+        10,
+        "run lease: one executor at a time",
+        _steps(_add_column("run", "lease_holder", "VARCHAR(200)"), _add_column("run", "lease_expires_at", "FLOAT")),
+    ),
     (20, "audit events chained by hash", _seal_audit),
     (21, "accounts can be disabled", _add_user_disabled),
-    (40, "cohort roles (development, validation, test, external); split members and test looks (new tables)",
-     _add_column("cohort", "role", "VARCHAR(20) NOT NULL DEFAULT 'development'")),
-    (60, "readings indexed by when they changed (pages refresh the reference for those reports only)",
-     lambda conn: conn.execute(text("CREATE INDEX IF NOT EXISTS ix_reading_updated_at ON reading (updated_at)"))),
-    (70, "predictions lose two indexes nothing reads (run_id is uq_prediction's first column; call_key is never "
-         "searched): a 43,000-answer run writes a quarter less", _steps(_drop_index("ix_prediction_run_id"),
-                                                                       _drop_index("ix_prediction_call_key"))),
+    (
+        40,
+        "cohort roles (development, validation, test, external); split members and test looks (new tables)",
+        _add_column("cohort", "role", "VARCHAR(20) NOT NULL DEFAULT 'development'"),
+    ),
+    (
+        60,
+        "readings indexed by when they changed (pages refresh the reference for those reports only)",
+        lambda conn: conn.execute(text("CREATE INDEX IF NOT EXISTS ix_reading_updated_at ON reading (updated_at)")),
+    ),
+    (
+        70,
+        "predictions lose two indexes nothing reads (run_id is uq_prediction's first column; call_key is never "
+        "searched): a 43,000-answer run writes a quarter less",
+        _steps(_drop_index("ix_prediction_run_id"), _drop_index("ix_prediction_call_key")),
+    ),
     (85, "command-line tokens expire", _add_column("usertoken", "expires_at", "VARCHAR(40) NOT NULL DEFAULT ''")),
     (100, "adaptive reading: agreement samples, report progress and reading claims (new tables)", None),
-    (115, "per-call facts keep a failed call's raw reply (a success's is in the call cache)",
-     _add_column("callfact", "reply", "TEXT")),
+    (
+        115,
+        "per-call facts keep a failed call's raw reply (a success's is in the call cache)",
+        _add_column("callfact", "reply", "TEXT"),
+    ),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -110,8 +127,9 @@ def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         _create_private(url)
         # hide_parameters: SQL parameters hold report text; they must never reach an error message or log
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": busy_timeout_s()},
-                               hide_parameters=True)
+        engine = create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": busy_timeout_s()}, hide_parameters=True
+        )
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
         return engine
@@ -123,7 +141,7 @@ def sqlite_file(url: str) -> Path | None:
     prefix = "sqlite:///"
     if not url.startswith(prefix) or url == "sqlite:///:memory:" or url.startswith("sqlite:///file:"):
         return None
-    return Path(url[len(prefix):])
+    return Path(url[len(prefix) :])
 
 
 def _create_private(url: str) -> None:
@@ -229,10 +247,10 @@ _WATCHER_LOCK = threading.Lock()
 def _start_watcher() -> None:
     """Start this process's wait watcher once."""
     global _WATCHER_PID
-    if _WATCHER_PID == os.getpid():
+    if os.getpid() == _WATCHER_PID:
         return
     with _WATCHER_LOCK:
-        if _WATCHER_PID != os.getpid():
+        if os.getpid() != _WATCHER_PID:
             threading.Thread(target=_watch_waits, name="workbench-db-wait", daemon=True).start()
             _WATCHER_PID = os.getpid()
 
@@ -246,8 +264,10 @@ def _watch_waits() -> None:
         for token, since in waits:
             if now - since >= WAIT_NOTICE_S and id(token) not in said:
                 said.add(id(token))
-                _log.warning(f"waiting for the database: another process is writing to it (giving up after "
-                             f"{busy_timeout_s():g} s) ...")
+                _log.warning(
+                    f"waiting for the database: another process is writing to it (giving up after "
+                    f"{busy_timeout_s():g} s) ..."
+                )
         said &= {id(token) for token, _ in waits}
 
 

@@ -12,12 +12,12 @@ import fcntl
 import os
 import stat
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
-from workbench.errors import WorkbenchError
 
+from workbench.errors import WorkbenchError
 
 
 class _LazyGit:
@@ -99,7 +99,8 @@ def check_regular_files(path: Path) -> None:
     if bad:
         raise PromptRepoError(
             f"the prompt folder {path} holds only regular files: {'; '.join(bad)}. Replace each link with a copy of "
-            "its file (cp --remove-destination TARGET FILE) or remove it, then save again. Nothing was saved.")
+            "its file (cp --remove-destination TARGET FILE) or remove it, then save again. Nothing was saved."
+        )
 
 
 def _odd_kind(entry: Path) -> str | None:
@@ -115,8 +116,10 @@ def _odd_kind(entry: Path) -> str | None:
 def _blob_of(item, where: str):
     """A tree entry that is a regular file, or PromptRepoError naming a committed link."""
     if item.mode == SYMLINK_MODE:
-        raise PromptRepoError(f"{item.path} is a symbolic link in prompt version {where}; the workbench reads only "
-                              "regular files: save the file itself as a new version (it refuses links now)")
+        raise PromptRepoError(
+            f"{item.path} is a symbolic link in prompt version {where}; the workbench reads only "
+            "regular files: save the file itself as a new version (it refuses links now)"
+        )
     return item
 
 
@@ -177,8 +180,9 @@ def read_file(path: Path, name: str, ref: str | None = None) -> str | None:
         return _blob_of(item, str(ref or "HEAD")).data_stream.read().decode("utf-8")
 
 
-def commit_files(path: Path, files: dict[str, str], message: str, author: tuple[str, str],
-                 base: str | dict[str, str] | None) -> str:
+def commit_files(
+    path: Path, files: dict[str, str], message: str, author: tuple[str, str], base: str | dict[str, str] | None
+) -> str:
     """Write files and commit them as one version; refuse when a file changed since its base.
 
     `base` is the version the editor started from (one for all files, or one per file); if a
@@ -221,7 +225,9 @@ def working_changes(path: Path) -> dict[str, str | None]:
     path = Path(path)
     check_regular_files(path)
     committed = read_files(path, None) if _has_head(path) else {}
-    on_disk = {f.relative_to(path).as_posix(): f for f in path.rglob("*.yaml") if ".git" not in f.relative_to(path).parts}
+    on_disk = {
+        f.relative_to(path).as_posix(): f for f in path.rglob("*.yaml") if ".git" not in f.relative_to(path).parts
+    }
     out: dict[str, str | None] = {}
     for name in sorted(set(committed) | set(on_disk)):
         text = on_disk[name].read_text(encoding="utf-8", errors="replace") if name in on_disk else None
@@ -296,11 +302,17 @@ def history(path: Path, name: str | None = None, limit: int = 200) -> list[Versi
         kwargs = {"paths": name} if name else {}
         out = []
         for c in repo.iter_commits("HEAD", max_count=limit, **kwargs):
-            out.append(Version(
-                commit=c.hexsha, short=c.hexsha[:8], author=c.author.name, email=c.author.email,
-                when=c.authored_datetime.isoformat(timespec="seconds"), message=c.message.strip(),
-                files=tuple(sorted(c.stats.files)),
-            ))
+            out.append(
+                Version(
+                    commit=c.hexsha,
+                    short=c.hexsha[:8],
+                    author=c.author.name,
+                    email=c.author.email,
+                    when=c.authored_datetime.isoformat(timespec="seconds"),
+                    message=c.message.strip(),
+                    files=tuple(sorted(c.stats.files)),
+                )
+            )
         return out
 
 
@@ -317,7 +329,9 @@ def create_tag(path: Path, name: str, ref: str, message: str, author: tuple[str,
     """An annotated tag; refuses to move or reuse a name."""
     with write_lock(path), open_repo(path) as repo:
         if name in [t.name for t in repo.tags]:
-            raise PromptRepoError(f"the name {name!r} is already frozen (tag exists at {repo.tags[name].commit.hexsha[:8]}); choose a new name")
+            raise PromptRepoError(
+                f"the name {name!r} is already frozen (tag exists at {repo.tags[name].commit.hexsha[:8]}); choose a new name"
+            )
         try:
             commit = repo.commit(ref)
         except (git.BadName, ValueError) as exc:

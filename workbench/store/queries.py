@@ -6,36 +6,55 @@ import is all or nothing). Bulk paths use SQLAlchemy Core inserts: 378,000 readi
 
 from __future__ import annotations
 
-import json
 import hashlib
-from datetime import datetime, timezone
-from typing import Iterable, NamedTuple
+import json
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import NamedTuple
 
 import pandas as pd
-from sqlalchemy import delete, func, insert, or_, select, text, tuple_, update
+from sqlalchemy import delete, func, insert, or_, select, text, update
 from sqlmodel import Session
 
 from workbench.store.tables import (
-    Adjudication, AuditEvent, CallCache, Cohort, ErrorNote, Extraction, Flag, LoginFailure, Meta, Prediction,
-    PromptDraft, Reader, Reading, Report, Run, User, UserToken,
+    Adjudication,
+    AgreementSample,
+    AuditEvent,
+    BatchJob,
+    Cohort,
+    CohortLook,
+    ErrorNote,
+    Extraction,
+    Flag,
+    LoginFailure,
+    Meta,
+    Optimisation,
+    Prediction,
+    PromptDraft,
+    PromptVersionExamples,
+    Proposal,
+    Reader,
+    Reading,
+    ReadingDraft,
+    ReadingNote,
+    ReadingSave,
+    Report,
+    Run,
+    RunScoring,
+    SplitMember,
+    User,
+    UserToken,
+    WebSession,
+    WorkAssignment,
+    WorkList,
 )
-from workbench.store.tables import CohortLook, Optimisation, PromptVersionExamples, Proposal, SplitMember
-from workbench.store.tables import RunScoring
-from workbench.store.tables import WebSession
-from workbench.store.tables import BatchJob
-from workbench.store.tables import ReadingDraft
-from workbench.store.tables import ReadingNote
-from workbench.store.tables import ReadingSave
-from workbench.store.tables import WorkList
-from workbench.store.tables import WorkAssignment
-from workbench.store.tables import AgreementSample
 
 CHUNK = 5000
 
 
 def now() -> str:
     """UTC timestamp as an ISO string with microseconds (sortable, portable)."""
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def _frame(session: Session, stmt, columns: list[str]) -> pd.DataFrame:
@@ -58,8 +77,9 @@ def _raw_rows(session: Session, sql: str, params: tuple = ()) -> list[tuple]:
         cursor.close()
 
 
-def _raw_insert(session: Session, table: str, columns: list[str], rows: list[tuple], suffix: str = "",
-                key: int = 0) -> None:
+def _raw_insert(
+    session: Session, table: str, columns: list[str], rows: list[tuple], suffix: str = "", key: int = 0
+) -> None:
     """executemany on the DBAPI cursor for bulk inserts (inside the session's transaction); COPY on PostgreSQL.
 
     ``suffix`` is appended to the statement (an ON CONFLICT clause; SQLite and PostgreSQL share it).
@@ -74,7 +94,7 @@ def _raw_insert(session: Session, table: str, columns: list[str], rows: list[tup
     cursor = conn.connection.cursor()
     try:
         for i in range(0, len(rows), 50000):
-            cursor.executemany(sql, rows[i:i + 50000])
+            cursor.executemany(sql, rows[i : i + 50000])
     finally:
         cursor.close()
 
@@ -108,7 +128,7 @@ def _pg_copy_insert(cursor, table: str, columns: list[str], rows: list[tuple], s
 def _bulk_insert(session: Session, table, rows: list[dict]) -> None:
     """Insert many rows in chunks through Core (fast executemany)."""
     for i in range(0, len(rows), CHUNK):
-        session.execute(insert(table.__table__), rows[i:i + CHUNK])
+        session.execute(insert(table.__table__), rows[i : i + CHUNK])
 
 
 # ---------------------------------------------------------------- audit
@@ -119,14 +139,26 @@ AUDIT_LOCK = 7_212_016  # PostgreSQL advisory lock id: one writer extends the au
 
 def audit_event_hash(row: tuple, prev_hash: str) -> str:
     """sha256 of one event's canonical content (id, at, actor, action, entity, key, old, new) and the previous hash."""
-    payload = json.dumps([*(str(v) if i == 0 else (v or "") for i, v in enumerate(row)), prev_hash],
-                         ensure_ascii=False, separators=(",", ":"))
+    payload = json.dumps(
+        [*(str(v) if i == 0 else (v or "") for i, v in enumerate(row)), prev_hash],
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
 def _event_row(event: AuditEvent) -> tuple:
     """The hashed fields of an event, in order."""
-    return (event.id, event.at, event.actor, event.action, event.entity, event.entity_key, event.old_json, event.new_json)
+    return (
+        event.id,
+        event.at,
+        event.actor,
+        event.action,
+        event.entity,
+        event.entity_key,
+        event.old_json,
+        event.new_json,
+    )
 
 
 def _chain(session: Session, events: list[AuditEvent]) -> None:
@@ -136,8 +168,12 @@ def _chain(session: Session, events: list[AuditEvent]) -> None:
     session.add_all(events)
     session.flush()  # ids; on SQLite this also takes the write lock, so the tail read next is the latest
     first = min(e.id for e in events)
-    prev = session.execute(select(AuditEvent.hash).where(AuditEvent.id < first)
-                           .order_by(AuditEvent.id.desc()).limit(1)).scalar() or ""
+    prev = (
+        session.execute(
+            select(AuditEvent.hash).where(AuditEvent.id < first).order_by(AuditEvent.id.desc()).limit(1)
+        ).scalar()
+        or ""
+    )
     for event in sorted(events, key=lambda e: e.id):
         event.prev_hash = prev
         event.hash = prev = audit_event_hash(_event_row(event), prev)
@@ -153,7 +189,11 @@ def _chain(session: Session, events: list[AuditEvent]) -> None:
 def _audit_event(actor: str, action: str, entity: str, key: str, old=None, new=None) -> AuditEvent:
     """An unsaved audit event."""
     return AuditEvent(
-        at=now(), actor=actor or "local", action=action, entity=entity, entity_key=key,
+        at=now(),
+        actor=actor or "local",
+        action=action,
+        entity=entity,
+        entity_key=key,
         old_json="" if old is None else json.dumps(old, ensure_ascii=False, sort_keys=True, default=str),
         new_json="" if new is None else json.dumps(new, ensure_ascii=False, sort_keys=True, default=str),
     )
@@ -189,24 +229,45 @@ def set_meta(session: Session, key: str, value: str) -> None:
 def verify_audit(session: Session) -> dict:
     """Walk the chain oldest first: {ok, events, broken_at, reason}; the first broken link is reported."""
     prev, count, last_id = "", 0, None
-    stmt = select(AuditEvent.id, AuditEvent.at, AuditEvent.actor, AuditEvent.action, AuditEvent.entity,
-                  AuditEvent.entity_key, AuditEvent.old_json, AuditEvent.new_json, AuditEvent.prev_hash,
-                  AuditEvent.hash).order_by(AuditEvent.id)
+    stmt = select(
+        AuditEvent.id,
+        AuditEvent.at,
+        AuditEvent.actor,
+        AuditEvent.action,
+        AuditEvent.entity,
+        AuditEvent.entity_key,
+        AuditEvent.old_json,
+        AuditEvent.new_json,
+        AuditEvent.prev_hash,
+        AuditEvent.hash,
+    ).order_by(AuditEvent.id)
     for row in session.execute(stmt.execution_options(yield_per=5000)):
         count += 1
         if row.prev_hash != prev:
-            return {"ok": False, "events": count, "broken_at": row.id,
-                    "reason": f"event {row.id} does not follow event {last_id if last_id is not None else '(start)'}: "
-                              "an event before it was deleted or changed"}
+            return {
+                "ok": False,
+                "events": count,
+                "broken_at": row.id,
+                "reason": f"event {row.id} does not follow event {last_id if last_id is not None else '(start)'}: "
+                "an event before it was deleted or changed",
+            }
         if audit_event_hash(tuple(row[:8]), prev) != row.hash:
-            return {"ok": False, "events": count, "broken_at": row.id,
-                    "reason": f"event {row.id} was changed after it was recorded (its content does not match its hash)"}
+            return {
+                "ok": False,
+                "events": count,
+                "broken_at": row.id,
+                "reason": f"event {row.id} was changed after it was recorded (its content does not match its hash)",
+            }
         prev, last_id = row.hash, row.id
     head = session.get(Meta, "audit_head")
     if head is not None and head.value != f"{last_id} {prev}":
         head_id = head.value.split(" ")[0]
-        return {"ok": False, "events": count, "broken_at": int(head_id) if head_id.isdigit() else None,
-                "reason": f"the trail ends at event {last_id} but event {head_id} was recorded last: events were deleted from the end"}
+        return {
+            "ok": False,
+            "events": count,
+            "broken_at": int(head_id) if head_id.isdigit() else None,
+            "reason": f"the trail ends at event {last_id} but event {head_id} was recorded last: events were deleted from the end",
+        }
     if head is None and count:
         return {"ok": False, "events": count, "broken_at": None, "reason": "the record of the last event is missing"}
     return {"ok": True, "events": count, "broken_at": None, "reason": ""}
@@ -214,8 +275,16 @@ def verify_audit(session: Session) -> dict:
 
 def list_audit(session: Session, entity: str | None = None, key: str | None = None, limit: int = 1000) -> pd.DataFrame:
     """Audit events newest first."""
-    stmt = select(AuditEvent.id, AuditEvent.at, AuditEvent.actor, AuditEvent.action, AuditEvent.entity,
-                  AuditEvent.entity_key, AuditEvent.old_json, AuditEvent.new_json)
+    stmt = select(
+        AuditEvent.id,
+        AuditEvent.at,
+        AuditEvent.actor,
+        AuditEvent.action,
+        AuditEvent.entity,
+        AuditEvent.entity_key,
+        AuditEvent.old_json,
+        AuditEvent.new_json,
+    )
     if entity:
         stmt = stmt.where(AuditEvent.entity == entity)
     if key:
@@ -245,9 +314,12 @@ def get_cohort(session: Session, name: str) -> Cohort | None:
 
 def list_cohorts(session: Session) -> pd.DataFrame:
     """Cohorts with their report counts."""
-    stmt = (select(Cohort.id, Cohort.name, Cohort.language, func.count(Report.id))
-            .join(Report, Report.cohort_id == Cohort.id, isouter=True)
-            .group_by(Cohort.id, Cohort.name, Cohort.language).order_by(Cohort.id))
+    stmt = (
+        select(Cohort.id, Cohort.name, Cohort.language, func.count(Report.id))
+        .join(Report, Report.cohort_id == Cohort.id, isouter=True)
+        .group_by(Cohort.id, Cohort.name, Cohort.language)
+        .order_by(Cohort.id)
+    )
     return _frame(session, stmt, ["id", "name", "language", "reports"])
 
 
@@ -261,8 +333,17 @@ def insert_reports(session: Session, cohort_id: int, frame: pd.DataFrame, start_
     """Insert validated report rows (report_id, text, findings, impression, language, text_hash)."""
     stamp = now()
     rows = [
-        {"id": r.report_id, "cohort_id": cohort_id, "seq": start_seq + i, "text": r.text, "findings": r.findings,
-         "impression": r.impression, "language": r.language, "text_hash": r.text_hash, "created_at": stamp}
+        {
+            "id": r.report_id,
+            "cohort_id": cohort_id,
+            "seq": start_seq + i,
+            "text": r.text,
+            "findings": r.findings,
+            "impression": r.impression,
+            "language": r.language,
+            "text_hash": r.text_hash,
+            "created_at": stamp,
+        }
         for i, r in enumerate(frame.itertuples(index=False))
     ]
     _bulk_insert(session, Report, rows)
@@ -277,14 +358,24 @@ def max_report_seq(session: Session, cohort_id: int) -> int:
 
 def reports_frame(session: Session, cohort_id: int | None = None, ids: Iterable[str] | None = None) -> pd.DataFrame:
     """Reports with their sections, in import order."""
-    stmt = select(Report.id, Report.cohort_id, Report.seq, Report.text, Report.findings, Report.impression,
-                  Report.language, Report.text_hash)
+    stmt = select(
+        Report.id,
+        Report.cohort_id,
+        Report.seq,
+        Report.text,
+        Report.findings,
+        Report.impression,
+        Report.language,
+        Report.text_hash,
+    )
     if cohort_id is not None:
         stmt = stmt.where(Report.cohort_id == cohort_id)
     if ids is not None:
         stmt = stmt.where(Report.id.in_(list(ids)))
     stmt = stmt.order_by(Report.cohort_id, Report.seq)
-    return _frame(session, stmt, ["report_id", "cohort_id", "seq", "text", "findings", "impression", "language", "text_hash"])
+    return _frame(
+        session, stmt, ["report_id", "cohort_id", "seq", "text", "findings", "impression", "language", "text_hash"]
+    )
 
 
 def report_ids(session: Session, cohort_id: int) -> list[str]:
@@ -312,8 +403,10 @@ def ensure_readers(session: Session, reader_ids: Iterable[str], kind: str = "hum
         mark = "%s" if conn.dialect.paramstyle in ("format", "pyformat") else "?"
         cursor = conn.connection.cursor()
         try:
-            cursor.executemany(f"INSERT INTO reader (id, kind, created_at) VALUES ({mark}, {mark}, {mark}) ON CONFLICT DO NOTHING",
-                               [(r, kind, stamp) for r in new])
+            cursor.executemany(
+                f"INSERT INTO reader (id, kind, created_at) VALUES ({mark}, {mark}, {mark}) ON CONFLICT DO NOTHING",
+                [(r, kind, stamp) for r in new],
+            )
         finally:
             cursor.close()
     return len(new)
@@ -324,8 +417,12 @@ def list_readers(session: Session) -> list[str]:
     return [r[0] for r in session.execute(select(Reader.id).order_by(Reader.id)).all()]
 
 
-def _reading_filter(cohort_id: int | None = None, report_ids_: list[str] | None = None, reader: str | None = None,
-                    report_id: str | None = None) -> tuple[str, tuple]:
+def _reading_filter(
+    cohort_id: int | None = None,
+    report_ids_: list[str] | None = None,
+    reader: str | None = None,
+    report_id: str | None = None,
+) -> tuple[str, tuple]:
     """FROM/JOIN/WHERE over readings (alias r) and its parameters, shared by the reading queries."""
     sql, where, params = " FROM reading r", [], []
     if cohort_id is not None:
@@ -344,8 +441,9 @@ def _reading_filter(cohort_id: int | None = None, report_ids_: list[str] | None 
     return sql + (" WHERE " + " AND ".join(where) if where else ""), tuple(params)
 
 
-def readings_frame(session: Session, cohort_id: int | None = None, report_ids_: Iterable[str] | None = None,
-                   reader: str | None = None) -> pd.DataFrame:
+def readings_frame(
+    session: Session, cohort_id: int | None = None, report_ids_: Iterable[str] | None = None, reader: str | None = None
+) -> pd.DataFrame:
     """Readings as a long frame: report_id, label, reader, value, version."""
     columns = ["report_id", "label", "reader", "value", "version"]
     ids = None if report_ids_ is None else list(report_ids_)
@@ -356,10 +454,17 @@ def readings_frame(session: Session, cohort_id: int | None = None, report_ids_: 
     return pd.DataFrame(rows, columns=columns)
 
 
-def _reading_groups(session: Session, select: str, group_by: str, columns: list[str], cohort_id: int | None = None,
-                    report_id: str | None = None, report_ids_: list[str] | None = None) -> pd.DataFrame:
+def _reading_groups(
+    session: Session,
+    select: str,
+    group_by: str,
+    columns: list[str],
+    cohort_id: int | None = None,
+    report_id: str | None = None,
+    report_ids_: list[str] | None = None,
+) -> pd.DataFrame:
     """One aggregate over readings per group, in the database; a list of report ids goes in chunks of 500."""
-    chunks = [None] if report_ids_ is None else [report_ids_[i:i + 500] for i in range(0, len(report_ids_), 500)]
+    chunks = [None] if report_ids_ is None else [report_ids_[i : i + 500] for i in range(0, len(report_ids_), 500)]
     rows: list = []
     for chunk in chunks:
         tail, params = _reading_filter(cohort_id, report_ids_=chunk, report_id=report_id)
@@ -367,9 +472,16 @@ def _reading_groups(session: Session, select: str, group_by: str, columns: list[
     return pd.DataFrame(rows, columns=columns)
 
 
-_VOTES = ("SELECT r.report_id, r.label, SUM(r.value), COUNT(*)", "r.report_id, r.label",
-          ["report_id", "label", "positives", "n_readers"])
-_LABELS_READ = ("SELECT r.reader_id, r.report_id, COUNT(*)", "r.reader_id, r.report_id", ["reader", "report_id", "labels"])
+_VOTES = (
+    "SELECT r.report_id, r.label, SUM(r.value), COUNT(*)",
+    "r.report_id, r.label",
+    ["report_id", "label", "positives", "n_readers"],
+)
+_LABELS_READ = (
+    "SELECT r.reader_id, r.report_id, COUNT(*)",
+    "r.reader_id, r.report_id",
+    ["reader", "report_id", "labels"],
+)
 
 
 def vote_counts(session: Session, cohort_id: int | None = None, report_id: str | None = None) -> pd.DataFrame:
@@ -385,9 +497,21 @@ def reading_counts(session: Session, cohort_id: int | None = None) -> pd.DataFra
 def insert_readings(session: Session, frame: pd.DataFrame) -> int:
     """Insert validated readings (report_id, label, reader, value)."""
     stamp = now()
-    rows = list(zip(frame["report_id"].tolist(), frame["label"].tolist(), frame["reader"].tolist(),
-                    frame["value"].astype(int).tolist(), [1] * len(frame), [stamp] * len(frame), [stamp] * len(frame)))
-    _raw_insert(session, "reading", ["report_id", "label", "reader_id", "value", "version", "created_at", "updated_at"], rows)
+    rows = list(
+        zip(
+            frame["report_id"].tolist(),
+            frame["label"].tolist(),
+            frame["reader"].tolist(),
+            frame["value"].astype(int).tolist(),
+            [1] * len(frame),
+            [stamp] * len(frame),
+            [stamp] * len(frame),
+            strict=False,
+        )
+    )
+    _raw_insert(
+        session, "reading", ["report_id", "label", "reader_id", "value", "version", "created_at", "updated_at"], rows
+    )
     return len(rows)
 
 
@@ -400,7 +524,8 @@ def get_reading(session: Session, report_id: str, label: str, reader: str) -> Re
 def update_reading(session: Session, reading_id: int, value: int, expected_version: int) -> bool:
     """Change a reading only if nobody changed it since `expected_version` (optimistic lock)."""
     result = session.execute(
-        update(Reading).where(Reading.id == reading_id, Reading.version == expected_version)
+        update(Reading)
+        .where(Reading.id == reading_id, Reading.version == expected_version)
         .values(value=value, version=expected_version + 1, updated_at=now())
     )
     return result.rowcount == 1
@@ -409,9 +534,13 @@ def update_reading(session: Session, reading_id: int, value: int, expected_versi
 # ---------------------------------------------------------------- adjudication
 
 
-def add_adjudication(session: Session, report_id: str, label: str, value: int, adjudicator: str, reason: str) -> Adjudication:
+def add_adjudication(
+    session: Session, report_id: str, label: str, value: int, adjudicator: str, reason: str
+) -> Adjudication:
     """Record an adjudication (older ones are kept as history)."""
-    adj = Adjudication(report_id=report_id, label=label, value=value, adjudicator=adjudicator, reason=reason, created_at=now())
+    adj = Adjudication(
+        report_id=report_id, label=label, value=value, adjudicator=adjudicator, reason=reason, created_at=now()
+    )
     session.add(adj)
     session.flush()
     return adj
@@ -419,11 +548,22 @@ def add_adjudication(session: Session, report_id: str, label: str, value: int, a
 
 def adjudications_frame(session: Session, cohort_id: int | None = None) -> pd.DataFrame:
     """All adjudications (history included), oldest first; seq orders them against flags."""
-    stmt = select(Adjudication.id, Adjudication.report_id, Adjudication.label, Adjudication.value,
-                  Adjudication.adjudicator, Adjudication.reason, Adjudication.created_at)
+    stmt = select(
+        Adjudication.id,
+        Adjudication.report_id,
+        Adjudication.label,
+        Adjudication.value,
+        Adjudication.adjudicator,
+        Adjudication.reason,
+        Adjudication.created_at,
+    )
     if cohort_id is not None:
         stmt = stmt.join(Report, Report.id == Adjudication.report_id).where(Report.cohort_id == cohort_id)
-    frame = _frame(session, stmt.order_by(Adjudication.id), ["id", "report_id", "label", "value", "adjudicator", "reason", "created_at"])
+    frame = _frame(
+        session,
+        stmt.order_by(Adjudication.id),
+        ["id", "report_id", "label", "value", "adjudicator", "reason", "created_at"],
+    )
     frame["seq"] = frame["created_at"]
     return frame
 
@@ -464,9 +604,27 @@ def get_run(session: Session, run_id: int) -> Run | None:
 
 def list_runs(session: Session, cohort_id: int | None = None) -> pd.DataFrame:
     """Runs newest first with their counts."""
-    cols = [Run.id, Run.cohort_id, Run.prompt_commit, Run.prompt_ref, Run.model, Run.mode, Run.status,
-            Run.started_at, Run.finished_at, Run.calls_total, Run.calls_made, Run.calls_reused, Run.failures,
-            Run.prompt_tokens, Run.completion_tokens, Run.cost, Run.endpoint, Run.labels_json, Run.created_by]
+    cols = [
+        Run.id,
+        Run.cohort_id,
+        Run.prompt_commit,
+        Run.prompt_ref,
+        Run.model,
+        Run.mode,
+        Run.status,
+        Run.started_at,
+        Run.finished_at,
+        Run.calls_total,
+        Run.calls_made,
+        Run.calls_reused,
+        Run.failures,
+        Run.prompt_tokens,
+        Run.completion_tokens,
+        Run.cost,
+        Run.endpoint,
+        Run.labels_json,
+        Run.created_by,
+    ]
     stmt = select(*cols)
     if cohort_id is not None:
         stmt = stmt.where(Run.cohort_id == cohort_id)
@@ -478,8 +636,9 @@ def update_run(session: Session, run_id: int, **fields) -> None:
     session.execute(update(Run).where(Run.id == run_id).values(**fields))
 
 
-def take_run_lease(session: Session, run_id: int, holder: str, expires_at: float, now: float,
-                   dead_holder: str | None = None) -> bool:
+def take_run_lease(
+    session: Session, run_id: int, holder: str, expires_at: float, now: float, dead_holder: str | None = None
+) -> bool:
     """Become a run's executor in one conditional UPDATE: when nobody holds it, we already do, it
     expired, or it is held by dead_holder (a process known to be dead). True when taken."""
     free = [Run.lease_holder.is_(None), Run.lease_holder == holder, Run.lease_expires_at < now]
@@ -497,7 +656,9 @@ def renew_run_lease(session: Session, run_id: int, holder: str, expires_at: floa
 
 def release_run_lease(session: Session, run_id: int, holder: str) -> None:
     """Give the run up (only if we still hold it)."""
-    stmt = update(Run).where(Run.id == run_id, Run.lease_holder == holder).values(lease_holder=None, lease_expires_at=None)
+    stmt = (
+        update(Run).where(Run.id == run_id, Run.lease_holder == holder).values(lease_holder=None, lease_expires_at=None)
+    )
     session.execute(stmt.execution_options(synchronize_session=False))
 
 
@@ -517,14 +678,22 @@ def upsert_predictions(session: Session, run_id: int, rows: list[dict]) -> None:
     cols = PREDICTION_COLUMNS
     updates = ", ".join(f"{c} = excluded.{c}" for c in cols[2:])
     data = [(run_id, *(r[c] for c in cols)) for r in rows]
-    _raw_insert(session, "prediction", ["run_id", *cols], data,
-                f"ON CONFLICT (run_id, report_id, label) DO UPDATE SET {updates}", key=3)
+    _raw_insert(
+        session,
+        "prediction",
+        ["run_id", *cols],
+        data,
+        f"ON CONFLICT (run_id, report_id, label) DO UPDATE SET {updates}",
+        key=3,
+    )
 
 
 PREDICTION_COLUMNS = ["report_id", "label", "value", "evidence", "evidence_found", "status", "detail", "call_key"]
 
 
-def predictions_frame(session: Session, run_id: int, report_id: str | None = None, label: str | None = None) -> pd.DataFrame:
+def predictions_frame(
+    session: Session, run_id: int, report_id: str | None = None, label: str | None = None
+) -> pd.DataFrame:
     """A run's predictions as a long frame (optionally one report / one cell)."""
     sql = f"SELECT {', '.join(PREDICTION_COLUMNS)} FROM prediction WHERE run_id = ?"
     params: list = [run_id]
@@ -549,7 +718,9 @@ def prediction_tally(session: Session, run_id: int) -> tuple[int, int]:
 
 def done_prediction_keys(session: Session, run_id: int) -> set[tuple[str, str]]:
     """(report, label) pairs with a successful prediction in a run."""
-    stmt = select(Prediction.report_id, Prediction.label).where(Prediction.run_id == run_id, Prediction.value.is_not(None))
+    stmt = select(Prediction.report_id, Prediction.label).where(
+        Prediction.run_id == run_id, Prediction.value.is_not(None)
+    )
     return {(r[0], r[1]) for r in session.execute(stmt).all()}
 
 
@@ -580,11 +751,13 @@ def cached_calls(session: Session, keys: Iterable[str]) -> dict[str, CachedCall]
         # the keys go as one newline-joined text: adapting 43,000 strings as an array costs 0.1 s of client CPU
         joined = "\n".join(keys)
         plain = joined.count("\n") == len(keys) - 1  # no key holds a newline (call keys are hex digests)
-        sql = (f"SELECT {', '.join('c.' + c for c in CACHE_COLUMNS)} FROM callcache c "
-               f"JOIN unnest({'string_to_array(?, chr(10))' if plain else '?::text[]'}) AS k(key) ON c.key = k.key")
+        sql = (
+            f"SELECT {', '.join('c.' + c for c in CACHE_COLUMNS)} FROM callcache c "
+            f"JOIN unnest({'string_to_array(?, chr(10))' if plain else '?::text[]'}) AS k(key) ON c.key = k.key"
+        )
         return {row[0]: CachedCall(*row) for row in _raw_rows(session, sql, (joined if plain else keys,))}
     for i in range(0, len(keys), 900):  # SQLite's bound-parameter limit
-        chunk = keys[i:i + 900]
+        chunk = keys[i : i + 900]
         sql = f"SELECT {sql_cols} FROM callcache WHERE key IN ({', '.join('?' * len(chunk))})"
         for row in _raw_rows(session, sql, tuple(chunk)):
             out[row[0]] = CachedCall(*row)
@@ -595,12 +768,24 @@ def put_cached_calls(session: Session, calls: list[CachedCall]) -> None:
     """Store many model answers in the call cache in one statement (first writer wins)."""
     if calls:
         created = now()
-        _raw_insert(session, "callcache", [*CACHE_COLUMNS, "created_at"], [(*c, created) for c in calls],
-                    "ON CONFLICT (key) DO NOTHING")
+        _raw_insert(
+            session,
+            "callcache",
+            [*CACHE_COLUMNS, "created_at"],
+            [(*c, created) for c in calls],
+            "ON CONFLICT (key) DO NOTHING",
+        )
 
 
-def put_cached_call(session: Session, key: str, model: str, response: str, prompt_tokens: int,
-                    completion_tokens: int, cost: float | None) -> None:
+def put_cached_call(
+    session: Session,
+    key: str,
+    model: str,
+    response: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    cost: float | None,
+) -> None:
     """Store a model answer in the call cache (first writer wins)."""
     put_cached_calls(session, [CachedCall(key, model, response, prompt_tokens, completion_tokens, cost)])
 
@@ -618,8 +803,18 @@ def add_note(session: Session, **fields) -> ErrorNote:
 
 def notes_frame(session: Session, label: str | None = None, report_id: str | None = None) -> pd.DataFrame:
     """Error notes oldest first."""
-    cols = [ErrorNote.id, ErrorNote.report_id, ErrorNote.label, ErrorNote.run_id, ErrorNote.author,
-            ErrorNote.category, ErrorNote.significance, ErrorNote.text, ErrorNote.reference_wrong, ErrorNote.created_at]
+    cols = [
+        ErrorNote.id,
+        ErrorNote.report_id,
+        ErrorNote.label,
+        ErrorNote.run_id,
+        ErrorNote.author,
+        ErrorNote.category,
+        ErrorNote.significance,
+        ErrorNote.text,
+        ErrorNote.reference_wrong,
+        ErrorNote.created_at,
+    ]
     stmt = select(*cols)
     if label:
         stmt = stmt.where(ErrorNote.label == label)
@@ -636,7 +831,9 @@ def get_extractions(session: Session, keys: Iterable[str]) -> dict[str, str]:
     keys = list(set(keys))
     out = {}
     for i in range(0, len(keys), 900):
-        for row in session.execute(select(Extraction.key, Extraction.labels_json).where(Extraction.key.in_(keys[i:i + 900]))).all():
+        for row in session.execute(
+            select(Extraction.key, Extraction.labels_json).where(Extraction.key.in_(keys[i : i + 900]))
+        ).all():
             out[row[0]] = row[1]
     return out
 
@@ -644,7 +841,9 @@ def get_extractions(session: Session, keys: Iterable[str]) -> dict[str, str]:
 def put_extraction(session: Session, key: str, bundle_sha: str, text_hash: str, labels_json: str) -> None:
     """Cache a bundle's labels for one text."""
     if session.get(Extraction, key) is None:
-        session.add(Extraction(key=key, bundle_sha=bundle_sha, text_hash=text_hash, labels_json=labels_json, created_at=now()))
+        session.add(
+            Extraction(key=key, bundle_sha=bundle_sha, text_hash=text_hash, labels_json=labels_json, created_at=now())
+        )
 
 
 # ---------------------------------------------------------------- users
@@ -707,7 +906,9 @@ def get_web_session(session: Session, digest: str) -> WebSession | None:
 
 def revoke_web_session(session: Session, digest: str) -> int:
     """Revoke one browser session (sign-out); returns how many were open."""
-    stmt = update(WebSession).where(WebSession.token_hash == digest, WebSession.revoked_at == "").values(revoked_at=now())
+    stmt = (
+        update(WebSession).where(WebSession.token_hash == digest, WebSession.revoked_at == "").values(revoked_at=now())
+    )
     return session.execute(stmt).rowcount or 0
 
 
@@ -789,20 +990,40 @@ def set_cohort_role(session: Session, cohort_id: int, role: str) -> None:
     session.execute(update(Cohort).where(Cohort.id == cohort_id).values(role=role))
 
 
-def put_split(session: Session, cohort_id: int, assignment: dict[str, str], seed: int, fraction: float,
-              actor: str) -> None:
+def put_split(
+    session: Session, cohort_id: int, assignment: dict[str, str], seed: int, fraction: float, actor: str
+) -> None:
     """Replace a cohort's split membership with a new assignment (one transaction)."""
     session.execute(delete(SplitMember).where(SplitMember.cohort_id == cohort_id))
     stamp = now()
-    _bulk_insert(session, SplitMember, [
-        {"report_id": rid, "cohort_id": cohort_id, "part": part, "seed": seed, "validation_fraction": fraction,
-         "created_by": actor, "created_at": stamp} for rid, part in assignment.items()])
+    _bulk_insert(
+        session,
+        SplitMember,
+        [
+            {
+                "report_id": rid,
+                "cohort_id": cohort_id,
+                "part": part,
+                "seed": seed,
+                "validation_fraction": fraction,
+                "created_by": actor,
+                "created_at": stamp,
+            }
+            for rid, part in assignment.items()
+        ],
+    )
 
 
 def split_frame(session: Session, cohort_id: int | None = None) -> pd.DataFrame:
     """Split membership: report_id, cohort_id, part, seed, validation_fraction, created_at."""
-    cols = [SplitMember.report_id, SplitMember.cohort_id, SplitMember.part, SplitMember.seed,
-            SplitMember.validation_fraction, SplitMember.created_at]
+    cols = [
+        SplitMember.report_id,
+        SplitMember.cohort_id,
+        SplitMember.part,
+        SplitMember.seed,
+        SplitMember.validation_fraction,
+        SplitMember.created_at,
+    ]
     stmt = select(*cols)
     if cohort_id is not None:
         stmt = stmt.where(SplitMember.cohort_id == cohort_id)
@@ -814,23 +1035,34 @@ def report_cohort_roles(session: Session, ids: Iterable[str]) -> pd.DataFrame:
     ids = list(ids)
     rows = []
     for i in range(0, len(ids), 900):
-        stmt = (select(Report.id, Cohort.role, SplitMember.part)
-                .join(Cohort, Cohort.id == Report.cohort_id)
-                .join(SplitMember, SplitMember.report_id == Report.id, isouter=True)
-                .where(Report.id.in_(ids[i:i + 900])))
+        stmt = (
+            select(Report.id, Cohort.role, SplitMember.part)
+            .join(Cohort, Cohort.id == Report.cohort_id)
+            .join(SplitMember, SplitMember.report_id == Report.id, isouter=True)
+            .where(Report.id.in_(ids[i : i + 900]))
+        )
         rows += session.execute(stmt).all()
     return pd.DataFrame(rows, columns=["report_id", "role", "part"])
 
 
 def add_look(session: Session, cohort_id: int, bundle: str, bundle_sha: str, run_id: int | None, actor: str) -> None:
     """Record one look at a test cohort's metrics."""
-    session.add(CohortLook(cohort_id=cohort_id, bundle=bundle, bundle_sha=bundle_sha, run_id=run_id, actor=actor, at=now()))
+    session.add(
+        CohortLook(cohort_id=cohort_id, bundle=bundle, bundle_sha=bundle_sha, run_id=run_id, actor=actor, at=now())
+    )
 
 
 def looks_frame(session: Session, bundle: str | None = None) -> pd.DataFrame:
     """Looks at test cohorts, oldest first."""
-    cols = [CohortLook.id, CohortLook.cohort_id, CohortLook.bundle, CohortLook.bundle_sha, CohortLook.run_id,
-            CohortLook.actor, CohortLook.at]
+    cols = [
+        CohortLook.id,
+        CohortLook.cohort_id,
+        CohortLook.bundle,
+        CohortLook.bundle_sha,
+        CohortLook.run_id,
+        CohortLook.actor,
+        CohortLook.at,
+    ]
     stmt = select(*cols)
     if bundle:
         stmt = stmt.where(CohortLook.bundle == bundle)
@@ -856,11 +1088,23 @@ def update_proposal(session: Session, proposal_id: int, **fields) -> None:
     session.execute(update(Proposal).where(Proposal.id == proposal_id).values(updated_at=now(), **fields))
 
 
-def proposals_frame(session: Session, label: str | None = None, status: str | None = None,
-                    author: str | None = None) -> pd.DataFrame:
+def proposals_frame(
+    session: Session, label: str | None = None, status: str | None = None, author: str | None = None
+) -> pd.DataFrame:
     """Proposals newest first."""
-    cols = [Proposal.id, Proposal.label, Proposal.author, Proposal.source, Proposal.status, Proposal.base_commit,
-            Proposal.run_id, Proposal.note_ids_json, Proposal.commit, Proposal.created_at, Proposal.updated_at]
+    cols = [
+        Proposal.id,
+        Proposal.label,
+        Proposal.author,
+        Proposal.source,
+        Proposal.status,
+        Proposal.base_commit,
+        Proposal.run_id,
+        Proposal.note_ids_json,
+        Proposal.commit,
+        Proposal.created_at,
+        Proposal.updated_at,
+    ]
     stmt = select(*cols)
     if label:
         stmt = stmt.where(Proposal.label == label)
@@ -881,9 +1125,14 @@ def add_optimisation(session: Session, created_by: str, run_id: int, report_json
 
 def optimisations_frame(session: Session) -> pd.DataFrame:
     """Optimisation reports newest first (with their JSON)."""
-    cols = [Optimisation.id, Optimisation.created_by, Optimisation.created_at, Optimisation.run_id, Optimisation.report_json]
+    cols = [
+        Optimisation.id,
+        Optimisation.created_by,
+        Optimisation.created_at,
+        Optimisation.run_id,
+        Optimisation.report_json,
+    ]
     return _frame(session, select(*cols).order_by(Optimisation.id.desc()), [c.key for c in cols])
-
 
 
 # ---------------------------------------------------------------- reading room (drafts and work lists)
@@ -898,9 +1147,13 @@ def get_reading_draft(session: Session, reader: str, report_id: str) -> dict | N
 
 def put_reading_draft(session: Session, reader: str, report_id: str, values: dict) -> None:
     """Create or replace a reader's draft in one statement (two tabs saving at once cannot collide)."""
-    _raw_rows_write(session, "INSERT INTO readingdraft (reader_id, report_id, values_json, updated_at) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (reader_id, report_id) DO UPDATE SET values_json = excluded.values_json, "
-                    "updated_at = excluded.updated_at", (reader, report_id, json.dumps(values, sort_keys=True), now()))
+    _raw_rows_write(
+        session,
+        "INSERT INTO readingdraft (reader_id, report_id, values_json, updated_at) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (reader_id, report_id) DO UPDATE SET values_json = excluded.values_json, "
+        "updated_at = excluded.updated_at",
+        (reader, report_id, json.dumps(values, sort_keys=True), now()),
+    )
 
 
 def delete_reading_draft(session: Session, reader: str, report_id: str) -> None:
@@ -921,8 +1174,9 @@ def delete_reading(session: Session, reading_id: int, expected_version: int) -> 
 
 def get_reading_note(session: Session, reader: str, report_id: str) -> dict | None:
     """A reader's comment and unsure mark on one report ({comment, unsure}), or None."""
-    stmt = select(ReadingNote.comment, ReadingNote.unsure).where(ReadingNote.reader_id == reader,
-                                                                  ReadingNote.report_id == report_id)
+    stmt = select(ReadingNote.comment, ReadingNote.unsure).where(
+        ReadingNote.reader_id == reader, ReadingNote.report_id == report_id
+    )
     row = session.execute(stmt).first()
     return None if row is None else {"comment": row[0], "unsure": bool(row[1])}
 
@@ -931,16 +1185,26 @@ def put_reading_note(session: Session, reader: str, report_id: str, note: dict |
     """Create, replace or (None) drop a reader's note on one report."""
     session.execute(delete(ReadingNote).where(ReadingNote.reader_id == reader, ReadingNote.report_id == report_id))
     if note is not None:
-        session.add(ReadingNote(reader_id=reader, report_id=report_id, comment=note["comment"],
-                                unsure=bool(note["unsure"]), updated_at=now()))
+        session.add(
+            ReadingNote(
+                reader_id=reader,
+                report_id=report_id,
+                comment=note["comment"],
+                unsure=bool(note["unsure"]),
+                updated_at=now(),
+            )
+        )
         session.flush()
 
 
-def reading_notes_frame(session: Session, report_ids_: Iterable[str] | None = None, reader: str | None = None) -> pd.DataFrame:
+def reading_notes_frame(
+    session: Session, report_ids_: Iterable[str] | None = None, reader: str | None = None
+) -> pd.DataFrame:
     """Readers' notes: report_id, reader, comment, unsure, updated_at (optionally of some reports or one reader)."""
     columns = ["report_id", "reader", "comment", "unsure", "updated_at"]
-    stmt = select(ReadingNote.report_id, ReadingNote.reader_id, ReadingNote.comment, ReadingNote.unsure,
-                  ReadingNote.updated_at).order_by(ReadingNote.report_id, ReadingNote.reader_id)
+    stmt = select(
+        ReadingNote.report_id, ReadingNote.reader_id, ReadingNote.comment, ReadingNote.unsure, ReadingNote.updated_at
+    ).order_by(ReadingNote.report_id, ReadingNote.reader_id)
     if reader is not None:
         stmt = stmt.where(ReadingNote.reader_id == reader)
     rows = session.execute(stmt).all()
@@ -948,42 +1212,66 @@ def reading_notes_frame(session: Session, report_ids_: Iterable[str] | None = No
     return frame if report_ids_ is None else frame[frame["report_id"].isin(set(report_ids_))]
 
 
-def add_reading_save(session: Session, reader: str, report_id: str, before: dict, after: dict, note_before, draft_before) -> None:
+def add_reading_save(
+    session: Session, reader: str, report_id: str, before: dict, after: dict, note_before, draft_before
+) -> None:
     """Log one save of a reading for undo (values before, versions after, the note and draft it replaced)."""
-    session.add(ReadingSave(reader_id=reader, report_id=report_id, at=now(), before_json=json.dumps(before, sort_keys=True),
-                            after_json=json.dumps(after, sort_keys=True), note_before_json=json.dumps(note_before),
-                            draft_before_json=json.dumps(draft_before)))
+    session.add(
+        ReadingSave(
+            reader_id=reader,
+            report_id=report_id,
+            at=now(),
+            before_json=json.dumps(before, sort_keys=True),
+            after_json=json.dumps(after, sort_keys=True),
+            note_before_json=json.dumps(note_before),
+            draft_before_json=json.dumps(draft_before),
+        )
+    )
 
 
 def last_reading_save(session: Session, reader: str):
     """A reader's latest save not undone yet, or None."""
-    stmt = (select(ReadingSave).where(ReadingSave.reader_id == reader, ReadingSave.undone_at == "")
-            .order_by(ReadingSave.id.desc()).limit(1))
+    stmt = (
+        select(ReadingSave)
+        .where(ReadingSave.reader_id == reader, ReadingSave.undone_at == "")
+        .order_by(ReadingSave.id.desc())
+        .limit(1)
+    )
     return session.execute(stmt).scalar_one_or_none()
 
 
 def restamp_last_reading_save(session: Session, reader: str, report_id: str, after: dict) -> None:
     """Give a reader's latest save of a report that is not undone the versions after an undo of a later one
     (the undo restored its values with new versions: it can be undone in turn)."""
-    stmt = (select(ReadingSave.id).where(ReadingSave.reader_id == reader, ReadingSave.report_id == report_id,
-                                         ReadingSave.undone_at == "").order_by(ReadingSave.id.desc()).limit(1))
+    stmt = (
+        select(ReadingSave.id)
+        .where(ReadingSave.reader_id == reader, ReadingSave.report_id == report_id, ReadingSave.undone_at == "")
+        .order_by(ReadingSave.id.desc())
+        .limit(1)
+    )
     row = session.execute(stmt).first()
     if row is not None:
-        session.execute(update(ReadingSave).where(ReadingSave.id == row[0])
-                        .values(after_json=json.dumps(after, sort_keys=True)))
+        session.execute(
+            update(ReadingSave).where(ReadingSave.id == row[0]).values(after_json=json.dumps(after, sort_keys=True))
+        )
 
 
 def mark_reading_save_undone(session: Session, save_id: int) -> bool:
     """Mark a save undone (only once: False when another undo got there first)."""
-    result = session.execute(update(ReadingSave).where(ReadingSave.id == save_id, ReadingSave.undone_at == "")
-                             .values(undone_at=now()))
+    result = session.execute(
+        update(ReadingSave).where(ReadingSave.id == save_id, ReadingSave.undone_at == "").values(undone_at=now())
+    )
     return result.rowcount == 1
 
 
 def reader_report_counts(session: Session, reader: str, cohort_id: int) -> pd.DataFrame:
     """Per report of a cohort: how many labels one reader has saved, and when last."""
-    rows = _raw_rows(session, "SELECT r.report_id, COUNT(*), MAX(r.updated_at) FROM reading r JOIN report p ON p.id = r.report_id "
-                     "WHERE p.cohort_id = ? AND r.reader_id = ? GROUP BY r.report_id", (cohort_id, reader))
+    rows = _raw_rows(
+        session,
+        "SELECT r.report_id, COUNT(*), MAX(r.updated_at) FROM reading r JOIN report p ON p.id = r.report_id "
+        "WHERE p.cohort_id = ? AND r.reader_id = ? GROUP BY r.report_id",
+        (cohort_id, reader),
+    )
     return pd.DataFrame(rows, columns=["report_id", "labels", "saved_at"])
 
 
@@ -994,15 +1282,20 @@ def get_work_list(session: Session, cohort_id: int):
 
 def put_work_list(session: Session, cohort_id: int, overlap: int, created_by: str) -> None:
     """Set a cohort's overlap target."""
-    row = session.get(WorkList, cohort_id) or WorkList(cohort_id=cohort_id, overlap=overlap, created_by=created_by, updated_at=now())
+    row = session.get(WorkList, cohort_id) or WorkList(
+        cohort_id=cohort_id, overlap=overlap, created_by=created_by, updated_at=now()
+    )
     row.overlap, row.created_by, row.updated_at = overlap, created_by, now()
     session.add(row)
 
 
 def assignments_frame(session: Session, cohort_id: int, reader: str | None = None) -> pd.DataFrame:
     """Work-list assignments of a cohort (report_id, reader) in report order."""
-    stmt = (select(WorkAssignment.report_id, WorkAssignment.reader_id).join(Report, Report.id == WorkAssignment.report_id)
-            .where(WorkAssignment.cohort_id == cohort_id))
+    stmt = (
+        select(WorkAssignment.report_id, WorkAssignment.reader_id)
+        .join(Report, Report.id == WorkAssignment.report_id)
+        .where(WorkAssignment.cohort_id == cohort_id)
+    )
     if reader is not None:
         stmt = stmt.where(WorkAssignment.reader_id == reader)
     return _frame(session, stmt.order_by(Report.seq, WorkAssignment.reader_id), ["report_id", "reader"])
@@ -1011,8 +1304,14 @@ def assignments_frame(session: Session, cohort_id: int, reader: str | None = Non
 def add_assignments(session: Session, cohort_id: int, rows: list[tuple[str, str]], assigned_by: str) -> int:
     """Put (report_id, reader) pairs on work lists."""
     stamp = now()
-    _bulk_insert(session, WorkAssignment, [{"cohort_id": cohort_id, "report_id": r, "reader_id": d, "assigned_by": assigned_by,
-                                            "created_at": stamp} for r, d in rows])
+    _bulk_insert(
+        session,
+        WorkAssignment,
+        [
+            {"cohort_id": cohort_id, "report_id": r, "reader_id": d, "assigned_by": assigned_by, "created_at": stamp}
+            for r, d in rows
+        ],
+    )
     return len(rows)
 
 
@@ -1039,8 +1338,13 @@ def version_examples(session: Session, commit: str) -> set[str] | None:
 
 def put_version_examples(session: Session, commit: str, report_ids: set[str]) -> None:
     """Record a prompt commit's example report ids (first writer wins: the answer cannot differ)."""
-    _raw_insert(session, "promptversionexamples", ["prompt_commit", "report_ids"],
-                [(commit, json.dumps(sorted(report_ids)))], "ON CONFLICT (prompt_commit) DO NOTHING")
+    _raw_insert(
+        session,
+        "promptversionexamples",
+        ["prompt_commit", "report_ids"],
+        [(commit, json.dumps(sorted(report_ids)))],
+        "ON CONFLICT (prompt_commit) DO NOTHING",
+    )
 
 
 # ---------------------------------------------------------------- readings: what changed since a look (page caches)
@@ -1088,14 +1392,23 @@ def upsert_prediction_attributes(session: Session, run_id: int, rows: list[dict]
         return
     cells = sorted({(r["report_id"], r["label"]) for r in rows})
     for i in range(0, len(cells), 400):
-        chunk = cells[i:i + 400]
+        chunk = cells[i : i + 400]
         where = " OR ".join(["(report_id = ? AND label = ?)"] * len(chunk))
-        _raw_rows_write(session, f"DELETE FROM predictionattribute WHERE run_id = ? AND ({where})",
-                        (run_id, *[x for cell in chunk for x in cell]))
+        _raw_rows_write(
+            session,
+            f"DELETE FROM predictionattribute WHERE run_id = ? AND ({where})",
+            (run_id, *[x for cell in chunk for x in cell]),
+        )
     data = [(run_id, *(r[c] for c in PREDICTION_ATTRIBUTE_COLUMNS)) for r in rows if r.get("attribute") is not None]
-    _raw_insert(session, "predictionattribute", ["run_id", *PREDICTION_ATTRIBUTE_COLUMNS], data,
-                "ON CONFLICT (run_id, report_id, label, attribute) DO UPDATE SET value = excluded.value, "
-                "status = excluded.status, detail = excluded.detail", key=4)
+    _raw_insert(
+        session,
+        "predictionattribute",
+        ["run_id", *PREDICTION_ATTRIBUTE_COLUMNS],
+        data,
+        "ON CONFLICT (run_id, report_id, label, attribute) DO UPDATE SET value = excluded.value, "
+        "status = excluded.status, detail = excluded.detail",
+        key=4,
+    )
 
 
 def prediction_attributes_frame(session: Session, run_id: int, label: str | None = None) -> pd.DataFrame:
@@ -1113,38 +1426,67 @@ def put_reading_attributes(session: Session, frame: pd.DataFrame, adjudicated: b
     if frame.empty:
         return 0
     stamp = now()
-    rows = [(r, lab, reader, a, v, adjudicated, stamp) for r, lab, reader, a, v in
-            frame[READING_ATTRIBUTE_COLUMNS].itertuples(index=False)]
-    _raw_insert(session, "readingattribute",
-                ["report_id", "label", "reader_id", "attribute", "value", "adjudicated", "updated_at"], rows,
-                "ON CONFLICT (report_id, label, reader_id, attribute, adjudicated) DO UPDATE SET "
-                "value = excluded.value, updated_at = excluded.updated_at", key=5)
+    rows = [
+        (r, lab, reader, a, v, adjudicated, stamp)
+        for r, lab, reader, a, v in frame[READING_ATTRIBUTE_COLUMNS].itertuples(index=False)
+    ]
+    _raw_insert(
+        session,
+        "readingattribute",
+        ["report_id", "label", "reader_id", "attribute", "value", "adjudicated", "updated_at"],
+        rows,
+        "ON CONFLICT (report_id, label, reader_id, attribute, adjudicated) DO UPDATE SET "
+        "value = excluded.value, updated_at = excluded.updated_at",
+        key=5,
+    )
     return len(rows)
 
 
 def delete_reading_attributes(session: Session, report_id: str, label: str, reader: str) -> None:
     """Forget one reader's attribute values of one (report, label) (the tick was removed or re-set)."""
-    _raw_rows_write(session, "DELETE FROM readingattribute WHERE report_id = ? AND label = ? AND reader_id = ? "
-                             "AND adjudicated = ?", (report_id, label, reader, False))
+    _raw_rows_write(
+        session,
+        "DELETE FROM readingattribute WHERE report_id = ? AND label = ? AND reader_id = ? AND adjudicated = ?",
+        (report_id, label, reader, False),
+    )
 
 
-def reading_attributes_frame(session: Session, cohort_id: int | None = None, adjudicated: bool = False,
-                             report_id: str | None = None, reader: str | None = None) -> pd.DataFrame:
+def reading_attributes_frame(
+    session: Session,
+    cohort_id: int | None = None,
+    adjudicated: bool = False,
+    report_id: str | None = None,
+    reader: str | None = None,
+) -> pd.DataFrame:
     """Readers' (or adjudicators') attribute values: report_id, label, reader, attribute, value, oldest first;
     of one cohort, one report and one reader when given."""
-    sql = ("SELECT a.report_id, a.label, a.reader_id, a.attribute, a.value FROM readingattribute a"
-           + (" JOIN report p ON p.id = a.report_id WHERE p.cohort_id = ? AND" if cohort_id is not None else " WHERE")
-           + (" a.report_id = ? AND" if report_id is not None else "")
-           + (" a.reader_id = ? AND" if reader is not None else "")
-           + " a.adjudicated = ? ORDER BY a.updated_at, a.id")
+    sql = (
+        "SELECT a.report_id, a.label, a.reader_id, a.attribute, a.value FROM readingattribute a"
+        + (" JOIN report p ON p.id = a.report_id WHERE p.cohort_id = ? AND" if cohort_id is not None else " WHERE")
+        + (" a.report_id = ? AND" if report_id is not None else "")
+        + (" a.reader_id = ? AND" if reader is not None else "")
+        + " a.adjudicated = ? ORDER BY a.updated_at, a.id"
+    )
     params = tuple(v for v in (cohort_id, report_id, reader) if v is not None) + (adjudicated,)
     return pd.DataFrame(_raw_rows(session, sql, params), columns=READING_ATTRIBUTE_COLUMNS)
 
 
 # ---------------------------------------------------------------- per-call facts and noise repeats
 
-FACT_COLUMNS = ["call_key", "run_id", "labels", "latency_s", "attempts", "prompt_tokens", "completion_tokens",
-                "cached_tokens", "cost", "finish_reason", "reported_model", "reasoning"]
+FACT_COLUMNS = [
+    "call_key",
+    "run_id",
+    "labels",
+    "latency_s",
+    "attempts",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "cost",
+    "finish_reason",
+    "reported_model",
+    "reasoning",
+]
 
 
 def put_call_facts(session: Session, facts: list[tuple]) -> None:
@@ -1152,8 +1494,14 @@ def put_call_facts(session: Session, facts: list[tuple]) -> None:
     if facts:
         created = now()
         cols = [*FACT_COLUMNS, "created_at"]
-        _raw_insert(session, "callfact", cols, [(*f, created) for f in facts],
-                    "ON CONFLICT (call_key) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in cols[1:]), key=1)
+        _raw_insert(
+            session,
+            "callfact",
+            cols,
+            [(*f, created) for f in facts],
+            "ON CONFLICT (call_key) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in cols[1:]),
+            key=1,
+        )
 
 
 def call_facts(session: Session, keys: Iterable[str]) -> pd.DataFrame:
@@ -1161,7 +1509,7 @@ def call_facts(session: Session, keys: Iterable[str]) -> pd.DataFrame:
     keys = sorted(set(k for k in keys if k))
     frames = []
     for i in range(0, len(keys), 900):
-        chunk = keys[i:i + 900]
+        chunk = keys[i : i + 900]
         sql = f"SELECT {', '.join(FACT_COLUMNS)} FROM callfact WHERE call_key IN ({', '.join('?' * len(chunk))})"
         frames.append(pd.DataFrame(_raw_rows(session, sql, tuple(chunk)), columns=FACT_COLUMNS))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=FACT_COLUMNS)
@@ -1178,7 +1526,7 @@ def call_replies(session: Session, keys: Iterable[str]) -> dict[str, str]:
     keys = sorted(set(k for k in keys if k))
     out: dict[str, str] = {}
     for i in range(0, len(keys), 900):
-        chunk = keys[i:i + 900]
+        chunk = keys[i : i + 900]
         sql = f"SELECT call_key, reply FROM callfact WHERE reply IS NOT NULL AND call_key IN ({', '.join('?' * len(chunk))})"
         out.update(dict(_raw_rows(session, sql, tuple(chunk))))
     return out
@@ -1192,8 +1540,10 @@ def run_call_facts(session: Session, run_id: int) -> pd.DataFrame:
 
 def model_call_history(session: Session, model: str, limit: int = 2000) -> list[tuple[float, int]]:
     """(latency_s, completion_tokens) of this model's most recent successful calls (for an estimate)."""
-    sql = ("SELECT f.latency_s, f.completion_tokens FROM callfact f JOIN run r ON r.id = f.run_id "
-           "WHERE r.model = ? AND f.completion_tokens > 0 ORDER BY f.created_at DESC LIMIT ?")
+    sql = (
+        "SELECT f.latency_s, f.completion_tokens FROM callfact f JOIN run r ON r.id = f.run_id "
+        "WHERE r.model = ? AND f.completion_tokens > 0 ORDER BY f.created_at DESC LIMIT ?"
+    )
     return [(float(r[0]), int(r[1])) for r in _raw_rows(session, sql, (model, limit))]
 
 
@@ -1218,7 +1568,9 @@ def noise_repeats(session: Session, run_ids: Iterable[int]) -> pd.DataFrame:
     ids = sorted(set(int(r) for r in run_ids))
     if not ids:
         return pd.DataFrame(columns=NOISE_COLUMNS)
-    sql = f"SELECT {', '.join(NOISE_COLUMNS)} FROM noiserepeat WHERE run_id IN ({', '.join('?' * len(ids))}) ORDER BY id"
+    sql = (
+        f"SELECT {', '.join(NOISE_COLUMNS)} FROM noiserepeat WHERE run_id IN ({', '.join('?' * len(ids))}) ORDER BY id"
+    )
     return pd.DataFrame(_raw_rows(session, sql, tuple(ids)), columns=NOISE_COLUMNS)
 
 
@@ -1242,10 +1594,14 @@ def run_scorings(session: Session, run_ids: list[int]) -> dict[int, tuple[str, d
 def reference_changes_since(session: Session, cohort_id: int, since: str) -> dict[str, int]:
     """Adjudications made and readings changed on a cohort's reports after a moment."""
     in_cohort = select(Report.id).where(Report.cohort_id == cohort_id)
-    adjudications = session.execute(select(func.count()).select_from(Adjudication).where(
-        Adjudication.created_at > since, Adjudication.report_id.in_(in_cohort))).scalar_one()
-    readings = session.execute(select(func.count()).select_from(Reading).where(
-        Reading.updated_at > since, Reading.report_id.in_(in_cohort))).scalar_one()
+    adjudications = session.execute(
+        select(func.count())
+        .select_from(Adjudication)
+        .where(Adjudication.created_at > since, Adjudication.report_id.in_(in_cohort))
+    ).scalar_one()
+    readings = session.execute(
+        select(func.count()).select_from(Reading).where(Reading.updated_at > since, Reading.report_id.in_(in_cohort))
+    ).scalar_one()
     return {"adjudications": int(adjudications), "readings": int(readings)}
 
 
@@ -1274,18 +1630,36 @@ def agreement_sample_ids(session: Session, cohort_id: int | None = None, among: 
     return {r[0] for r in _raw_rows(session, sql, tuple(params))}
 
 
-def put_agreement_sample(session: Session, cohort_id: int, report_ids_: list[str], seed: int, share: float,
-                         run_id: int | None, actor: str) -> None:
+def put_agreement_sample(
+    session: Session, cohort_id: int, report_ids_: list[str], seed: int, share: float, run_id: int | None, actor: str
+) -> None:
     """Record a cohort's agreement sample."""
     stamp = now()
-    _bulk_insert(session, AgreementSample, [{"report_id": r, "cohort_id": cohort_id, "seed": seed, "share": share,
-                                             "run_id": run_id, "drawn_by": actor, "drawn_at": stamp} for r in report_ids_])
+    _bulk_insert(
+        session,
+        AgreementSample,
+        [
+            {
+                "report_id": r,
+                "cohort_id": cohort_id,
+                "seed": seed,
+                "share": share,
+                "run_id": run_id,
+                "drawn_by": actor,
+                "drawn_at": stamp,
+            }
+            for r in report_ids_
+        ],
+    )
 
 
 def count_sample_readings(session: Session, cohort_id: int) -> int:
     """How many readings the reports of a cohort's agreement sample have."""
-    rows = _raw_rows(session, "SELECT COUNT(*) FROM reading r JOIN agreementsample g ON g.report_id = r.report_id "
-                     "WHERE g.cohort_id = ?", (cohort_id,))
+    rows = _raw_rows(
+        session,
+        "SELECT COUNT(*) FROM reading r JOIN agreementsample g ON g.report_id = r.report_id WHERE g.cohort_id = ?",
+        (cohort_id,),
+    )
     return int(rows[0][0])
 
 
@@ -1299,30 +1673,49 @@ def put_report_progress(session: Session, cohort_id: int, frame: pd.DataFrame, r
     if replace:
         _raw_rows_write(session, "DELETE FROM reportprogress WHERE cohort_id = ?", (cohort_id,))
     stamp = now()
-    rows = [(r, cohort_id, bool(o), bool(t), int(n), int(c), stamp)
-            for r, o, t, n, c in zip(frame["report_id"], frame["open"], frame["tie"], frame["readers"], frame["cap"])]
-    _raw_insert(session, "reportprogress", ["report_id", "cohort_id", "open", "tie", "readers", "cap", "updated_at"], rows,
-                "ON CONFLICT (report_id) DO UPDATE SET open = excluded.open, tie = excluded.tie, readers = excluded.readers, "
-                "cap = excluded.cap, updated_at = excluded.updated_at", key=1)
+    rows = [
+        (r, cohort_id, bool(o), bool(t), int(n), int(c), stamp)
+        for r, o, t, n, c in zip(
+            frame["report_id"], frame["open"], frame["tie"], frame["readers"], frame["cap"], strict=False
+        )
+    ]
+    _raw_insert(
+        session,
+        "reportprogress",
+        ["report_id", "cohort_id", "open", "tie", "readers", "cap", "updated_at"],
+        rows,
+        "ON CONFLICT (report_id) DO UPDATE SET open = excluded.open, tie = excluded.tie, readers = excluded.readers, "
+        "cap = excluded.cap, updated_at = excluded.updated_at",
+        key=1,
+    )
 
 
 def report_progress(session: Session, cohort_id: int) -> pd.DataFrame:
     """A cohort's per-report progress rows."""
-    rows = _raw_rows(session, "SELECT report_id, open, tie, readers, cap FROM reportprogress WHERE cohort_id = ?", (cohort_id,))
+    rows = _raw_rows(
+        session, "SELECT report_id, open, tie, readers, cap FROM reportprogress WHERE cohort_id = ?", (cohort_id,)
+    )
     frame = pd.DataFrame(rows, columns=["report_id", "open", "tie", "readers", "cap"])
     return frame.astype({"open": bool, "tie": bool})
 
 
-def put_claims(session: Session, cohort_id: int, pairs: list[tuple[str, str]], done: bool, expires_at: str = "") -> None:
+def put_claims(
+    session: Session, cohort_id: int, pairs: list[tuple[str, str]], done: bool, expires_at: str = ""
+) -> None:
     """Give (report, reader) pairs to readers (done=False, until expires_at) or mark them read (done=True)."""
     if not pairs:
         return
     stamp = now()
     keep_done = "readingclaim.done OR excluded.done" if not done else "excluded.done"
     rows = [(cohort_id, r, d, done, stamp, expires_at or stamp) for r, d in dict.fromkeys(pairs)]
-    _raw_insert(session, "readingclaim", ["cohort_id", "report_id", "reader_id", "done", "claimed_at", "expires_at"], rows,
-                f"ON CONFLICT (report_id, reader_id) DO UPDATE SET done = {keep_done}, "
-                "claimed_at = excluded.claimed_at, expires_at = excluded.expires_at")
+    _raw_insert(
+        session,
+        "readingclaim",
+        ["cohort_id", "report_id", "reader_id", "done", "claimed_at", "expires_at"],
+        rows,
+        f"ON CONFLICT (report_id, reader_id) DO UPDATE SET done = {keep_done}, "
+        "claimed_at = excluded.claimed_at, expires_at = excluded.expires_at",
+    )
 
 
 _OFFER_ORDER = {  # core/adaptive.py's reading_order, in SQL
@@ -1331,26 +1724,31 @@ _OFFER_ORDER = {  # core/adaptive.py's reading_order, in SQL
 }
 
 
-def first_offered(session: Session, cohort_id: int, reader: str, stamp: str, order: str,
-                  report_id: str | None = None) -> str | None:
+def first_offered(
+    session: Session, cohort_id: int, reader: str, stamp: str, order: str, report_id: str | None = None
+) -> str | None:
     """The first report core.adaptive.offered gives this reader, in reading order, found by the database
     (one row back instead of the cohort's candidates: the next-report hot path); with report_id, that report
     when it is offered to the reader, else None."""
     one = " AND p.report_id = ?" if report_id is not None else ""
-    sql = ("SELECT p.report_id FROM reportprogress p JOIN report r ON r.id = p.report_id "
-           "LEFT JOIN agreementsample g ON g.report_id = p.report_id "
-           "LEFT JOIN readingclaim m ON m.report_id = p.report_id AND m.reader_id = ? "
-           "LEFT JOIN (SELECT report_id, COUNT(*) AS n FROM readingclaim WHERE cohort_id = ? AND done = FALSE "
-           "AND expires_at > ? AND reader_id <> ? GROUP BY report_id) f ON f.report_id = p.report_id "
-           "WHERE p.cohort_id = ? AND p.open = TRUE AND m.report_id IS NULL AND p.readers + COALESCE(f.n, 0) < p.cap "
-           f"AND (g.report_id IS NOT NULL OR COALESCE(f.n, 0) = 0){one} ORDER BY {_OFFER_ORDER[order]} LIMIT 1")
+    sql = (
+        "SELECT p.report_id FROM reportprogress p JOIN report r ON r.id = p.report_id "
+        "LEFT JOIN agreementsample g ON g.report_id = p.report_id "
+        "LEFT JOIN readingclaim m ON m.report_id = p.report_id AND m.reader_id = ? "
+        "LEFT JOIN (SELECT report_id, COUNT(*) AS n FROM readingclaim WHERE cohort_id = ? AND done = FALSE "
+        "AND expires_at > ? AND reader_id <> ? GROUP BY report_id) f ON f.report_id = p.report_id "
+        "WHERE p.cohort_id = ? AND p.open = TRUE AND m.report_id IS NULL AND p.readers + COALESCE(f.n, 0) < p.cap "
+        f"AND (g.report_id IS NOT NULL OR COALESCE(f.n, 0) = 0){one} ORDER BY {_OFFER_ORDER[order]} LIMIT 1"
+    )
     params = (reader, cohort_id, stamp, reader, cohort_id) + ((report_id,) if report_id is not None else ())
     rows = _raw_rows(session, sql, params)
     return rows[0][0] if rows else None
 
 
-_IN_FLIGHT = ("LEFT JOIN (SELECT report_id, COUNT(*) AS n FROM readingclaim WHERE cohort_id = ? AND done = FALSE "
-              "AND expires_at > ? AND reader_id <> ? GROUP BY report_id) f ON f.report_id = p.report_id ")
+_IN_FLIGHT = (
+    "LEFT JOIN (SELECT report_id, COUNT(*) AS n FROM readingclaim WHERE cohort_id = ? AND done = FALSE "
+    "AND expires_at > ? AND reader_id <> ? GROUP BY report_id) f ON f.report_id = p.report_id "
+)
 
 
 def own_claim(session: Session, cohort_id: int, reader: str, stamp: str, report_id: str | None = None) -> str | None:
@@ -1358,11 +1756,14 @@ def own_claim(session: Session, cohort_id: int, reader: str, stamp: str, report_
     live or held by nobody else), first in cohort order; found by the database like first_offered (with
     report_id: that claim only)."""
     one = " AND m.report_id = ?" if report_id is not None else ""
-    sql = ("SELECT p.report_id FROM readingclaim m JOIN reportprogress p ON p.report_id = m.report_id "
-           "JOIN report r ON r.id = p.report_id " + _IN_FLIGHT +
-           "WHERE m.cohort_id = ? AND m.reader_id = ? AND m.done = FALSE AND p.open = TRUE "
-           f"AND (m.expires_at > ? OR COALESCE(f.n, 0) = 0) AND p.readers + COALESCE(f.n, 0) < p.cap{one} "
-           "ORDER BY r.seq LIMIT 1")
+    sql = (
+        "SELECT p.report_id FROM readingclaim m JOIN reportprogress p ON p.report_id = m.report_id "
+        "JOIN report r ON r.id = p.report_id "
+        + _IN_FLIGHT
+        + "WHERE m.cohort_id = ? AND m.reader_id = ? AND m.done = FALSE AND p.open = TRUE "
+        f"AND (m.expires_at > ? OR COALESCE(f.n, 0) = 0) AND p.readers + COALESCE(f.n, 0) < p.cap{one} "
+        "ORDER BY r.seq LIMIT 1"
+    )
     params = (cohort_id, stamp, reader, cohort_id, reader, stamp) + ((report_id,) if report_id is not None else ())
     rows = _raw_rows(session, sql, params)
     return rows[0][0] if rows else None
@@ -1370,27 +1771,35 @@ def own_claim(session: Session, cohort_id: int, reader: str, stamp: str, report_
 
 def has_open_claim(session: Session, cohort_id: int, reader: str) -> bool:
     """Whether a reader holds a claim on a report of the cohort they have not read yet."""
-    rows = _raw_rows(session, "SELECT 1 FROM readingclaim WHERE cohort_id = ? AND reader_id = ? AND done = FALSE LIMIT 1",
-                     (cohort_id, reader))
+    rows = _raw_rows(
+        session,
+        "SELECT 1 FROM readingclaim WHERE cohort_id = ? AND reader_id = ? AND done = FALSE LIMIT 1",
+        (cohort_id, reader),
+    )
     return bool(rows)
 
 
 def adaptive_candidates(session: Session, cohort_id: int, reader: str, stamp: str) -> pd.DataFrame:
     """Per report of a cohort: seq, open, readers, cap, sample, and for this reader: mine (read or claimed),
     done, expires_at; in_flight = other readers' live claims. One query over the cohort's progress rows."""
-    sql = ("SELECT p.report_id, r.seq, p.open, p.readers, p.cap, g.report_id IS NOT NULL, m.report_id IS NOT NULL, "
-           "COALESCE(m.done, FALSE), COALESCE(m.expires_at, ''), COALESCE(f.n, 0) "
-           "FROM reportprogress p JOIN report r ON r.id = p.report_id "
-           "LEFT JOIN agreementsample g ON g.report_id = p.report_id "
-           "LEFT JOIN readingclaim m ON m.report_id = p.report_id AND m.reader_id = ? "
-           "LEFT JOIN (SELECT report_id, COUNT(*) AS n FROM readingclaim WHERE cohort_id = ? AND done = FALSE "
-           "AND expires_at > ? AND reader_id <> ? GROUP BY report_id) f ON f.report_id = p.report_id "
-           "WHERE p.cohort_id = ?")
+    sql = (
+        "SELECT p.report_id, r.seq, p.open, p.readers, p.cap, g.report_id IS NOT NULL, m.report_id IS NOT NULL, "
+        "COALESCE(m.done, FALSE), COALESCE(m.expires_at, ''), COALESCE(f.n, 0) "
+        "FROM reportprogress p JOIN report r ON r.id = p.report_id "
+        "LEFT JOIN agreementsample g ON g.report_id = p.report_id "
+        "LEFT JOIN readingclaim m ON m.report_id = p.report_id AND m.reader_id = ? "
+        "LEFT JOIN (SELECT report_id, COUNT(*) AS n FROM readingclaim WHERE cohort_id = ? AND done = FALSE "
+        "AND expires_at > ? AND reader_id <> ? GROUP BY report_id) f ON f.report_id = p.report_id "
+        "WHERE p.cohort_id = ?"
+    )
     rows = _raw_rows(session, sql, (reader, cohort_id, stamp, reader, cohort_id))
-    frame = pd.DataFrame(rows, columns=["report_id", "seq", "open", "readers", "cap", "sample", "mine", "done",
-                                        "expires_at", "in_flight"])
-    return frame.astype({"open": bool, "sample": bool, "mine": bool, "done": bool, "readers": int, "cap": int,
-                         "in_flight": int})
+    frame = pd.DataFrame(
+        rows,
+        columns=["report_id", "seq", "open", "readers", "cap", "sample", "mine", "done", "expires_at", "in_flight"],
+    )
+    return frame.astype(
+        {"open": bool, "sample": bool, "mine": bool, "done": bool, "readers": int, "cap": int, "in_flight": int}
+    )
 
 
 def cohort_id_named(session: Session, name: str) -> int | None:
@@ -1402,22 +1811,33 @@ def cohort_id_named(session: Session, name: str) -> int | None:
 def adaptive_facts(session: Session, cohort_id: int, reader: str) -> dict:
     """What next_report checks before choosing, in one round trip: the sample and progress meta values, the
     cohort's report count, whether it has work lists and whether the reader holds an unread claim."""
-    rows = _raw_rows(session, "SELECT (SELECT value FROM meta WHERE key = ?), (SELECT value FROM meta WHERE key = ?), "
-                     "(SELECT COUNT(*) FROM report WHERE cohort_id = ?), "
-                     "(SELECT COUNT(*) FROM worklist WHERE cohort_id = ?), "
-                     "(SELECT COUNT(*) FROM (SELECT 1 FROM readingclaim WHERE cohort_id = ? AND reader_id = ? "
-                     "AND done = FALSE LIMIT 1) c)",
-                     (f"adaptive_sample:{cohort_id}", f"adaptive_progress:{cohort_id}", cohort_id, cohort_id,
-                      cohort_id, reader))
+    rows = _raw_rows(
+        session,
+        "SELECT (SELECT value FROM meta WHERE key = ?), (SELECT value FROM meta WHERE key = ?), "
+        "(SELECT COUNT(*) FROM report WHERE cohort_id = ?), "
+        "(SELECT COUNT(*) FROM worklist WHERE cohort_id = ?), "
+        "(SELECT COUNT(*) FROM (SELECT 1 FROM readingclaim WHERE cohort_id = ? AND reader_id = ? "
+        "AND done = FALSE LIMIT 1) c)",
+        (f"adaptive_sample:{cohort_id}", f"adaptive_progress:{cohort_id}", cohort_id, cohort_id, cohort_id, reader),
+    )
     sample, progress, reports, work_list, claim = rows[0]
-    return {"sample": sample, "progress": progress, "reports": int(reports), "work_list": bool(work_list),
-            "open_claim": bool(claim)}
+    return {
+        "sample": sample,
+        "progress": progress,
+        "reports": int(reports),
+        "work_list": bool(work_list),
+        "open_claim": bool(claim),
+    }
 
 
 def reader_pairs(session: Session, cohort_id: int) -> list[tuple[str, str]]:
     """(report, reader) pairs with at least one reading in a cohort."""
-    rows = _raw_rows(session, "SELECT DISTINCT r.report_id, r.reader_id FROM reading r JOIN report p ON p.id = r.report_id "
-                     "WHERE p.cohort_id = ?", (cohort_id,))
+    rows = _raw_rows(
+        session,
+        "SELECT DISTINCT r.report_id, r.reader_id FROM reading r JOIN report p ON p.id = r.report_id "
+        "WHERE p.cohort_id = ?",
+        (cohort_id,),
+    )
     return [(a, b) for a, b in rows]
 
 
@@ -1430,7 +1850,13 @@ def report_cohorts(session: Session, report_ids_: list[str]) -> dict[str, int]:
     """report id -> cohort id."""
     out: dict[str, int] = {}
     for i in range(0, len(report_ids_), 900):
-        out.update(dict(session.execute(select(Report.id, Report.cohort_id).where(Report.id.in_(report_ids_[i:i + 900]))).all()))
+        out.update(
+            dict(
+                session.execute(
+                    select(Report.id, Report.cohort_id).where(Report.id.in_(report_ids_[i : i + 900]))
+                ).all()
+            )
+        )
     return out
 
 
@@ -1453,8 +1879,14 @@ def report_predictions(session: Session, report_id: str, label: str | None = Non
 SEARCH_TEXT = {"evidence": "p.evidence", "answer": "COALESCE(c.response, p.detail)", "report": "''"}
 
 
-def search_rows(session: Session, run_id: int, field: str, like: str | None = None, label: str | None = None,
-                report_ids: list[str] | None = None) -> pd.DataFrame:
+def search_rows(
+    session: Session,
+    run_id: int,
+    field: str,
+    like: str | None = None,
+    label: str | None = None,
+    report_ids: list[str] | None = None,
+) -> pd.DataFrame:
     """A run's (report_id, label, value, status, text) rows, text being the evidence or the raw answer (the call
     cache's reply; a failure's detail, which quotes it); like: a lower-case LIKE pattern the text must match
     (a prefilter run in the database); report_ids: only these reports."""
@@ -1473,11 +1905,13 @@ def search_rows(session: Session, run_id: int, field: str, like: str | None = No
         return pd.DataFrame(_raw_rows(session, sql, tuple(params)), columns=columns)
     frames = [pd.DataFrame(columns=columns)]
     for i in range(0, len(report_ids), 900):  # SQLite's bound-parameter limit
-        chunk = report_ids[i:i + 900]
+        chunk = report_ids[i : i + 900]
         rows = _raw_rows(session, sql + f" AND p.report_id IN ({', '.join('?' * len(chunk))})", (*params, *chunk))
         frames.append(pd.DataFrame(rows, columns=columns))
     return pd.concat(frames, ignore_index=True)
-# ---------------------------------------------------------------- batch jobs (workbench/batch.py)
+
+
+# ---------------------------------------------------------------- batch jobs (workbench/labeller/batch.py)
 
 BATCH_ENDED = ("failed", "expired", "cancelled", "collected")  # a job in one of these is never polled again
 
@@ -1490,8 +1924,15 @@ def add_batch_job(session: Session, **fields) -> None:
 
 def pending_batch_job(session: Session, scope: str) -> dict | None:
     """The newest batch job of a scope that has not ended (still to poll or to collect), as a dict; None when none."""
-    row = session.execute(select(BatchJob).where(BatchJob.scope == scope, BatchJob.status.not_in(BATCH_ENDED))
-                          .order_by(BatchJob.id.desc())).scalars().first()
+    row = (
+        session.execute(
+            select(BatchJob)
+            .where(BatchJob.scope == scope, BatchJob.status.not_in(BATCH_ENDED))
+            .order_by(BatchJob.id.desc())
+        )
+        .scalars()
+        .first()
+    )
     return None if row is None else row.model_dump()
 
 

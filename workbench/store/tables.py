@@ -6,8 +6,6 @@ the next. Timestamps are UTC ISO strings (portable between SQLite and PostgreSQL
 
 from __future__ import annotations
 
-from typing import Optional
-
 from sqlalchemy import Column, Index, String, Text, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
@@ -22,7 +20,7 @@ class Meta(SQLModel, table=True):
 class Cohort(SQLModel, table=True):
     """A named set of reports (development, test, external)."""
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     name: str = Field(index=True, unique=True, max_length=200)
     language: str = Field(default="en", max_length=16)
     created_at: str = Field(max_length=40)
@@ -55,7 +53,7 @@ class Reading(SQLModel, table=True):
     """One reader's 0/1 for one (report, label); version counts changes for optimistic locking."""
 
     __table_args__ = (UniqueConstraint("report_id", "label", "reader_id", name="uq_reading"),)
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     report_id: str = Field(foreign_key="report.id", max_length=200)
     label: str = Field(max_length=100, index=True)
     reader_id: str = Field(foreign_key="reader.id", max_length=100, index=True)
@@ -69,7 +67,7 @@ class Adjudication(SQLModel, table=True):
     """A senior reader's decision on an item; every decision is kept, the latest one counts."""
 
     __table_args__ = (Index("ix_adjudication_item", "report_id", "label"),)
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     report_id: str = Field(foreign_key="report.id", max_length=200)
     label: str = Field(max_length=100)
     value: int
@@ -82,19 +80,19 @@ class Flag(SQLModel, table=True):
     """An item sent to adjudication although its vote was decisive ("the reference is wrong")."""
 
     __table_args__ = (Index("ix_flag_item", "report_id", "label"),)
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     report_id: str = Field(foreign_key="report.id", max_length=200)
     label: str = Field(max_length=100)
     opened_by: str = Field(max_length=100)
     reason: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
-    note_id: Optional[int] = Field(default=None)
+    note_id: int | None = Field(default=None)
     created_at: str = Field(max_length=40)
 
 
 class Run(SQLModel, table=True):
     """Prompt version x model x parameters x cohort -> predictions, with its counts."""
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     cohort_id: int = Field(foreign_key="cohort.id", index=True)
     prompt_commit: str = Field(max_length=64)
     prompt_ref: str = Field(default="", max_length=200)
@@ -107,17 +105,17 @@ class Run(SQLModel, table=True):
     status: str = Field(default="running", max_length=20)
     created_by: str = Field(default="", max_length=100)
     started_at: str = Field(max_length=40)
-    finished_at: Optional[str] = Field(default=None, max_length=40)
+    finished_at: str | None = Field(default=None, max_length=40)
     calls_total: int = 0
     calls_made: int = 0
     calls_reused: int = 0
     failures: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cost: Optional[float] = None
+    cost: float | None = None
     note: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
-    lease_holder: Optional[str] = Field(default=None, max_length=200)  # the one executor of this run (host:pid:token)
-    lease_expires_at: Optional[float] = None  # epoch seconds; after it another executor may take the run over
+    lease_holder: str | None = Field(default=None, max_length=200)  # the one executor of this run (host:pid:token)
+    lease_expires_at: float | None = None  # epoch seconds; after it another executor may take the run over
 
 
 class RunScoring(SQLModel, table=True):
@@ -133,13 +131,13 @@ class Prediction(SQLModel, table=True):
     """The labeller's answer for one (run, report, label); a failure keeps value None and says why."""
 
     __table_args__ = (UniqueConstraint("run_id", "report_id", "label", name="uq_prediction"),)
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="run.id")  # indexed as uq_prediction's first column
     report_id: str = Field(foreign_key="report.id", max_length=200)
     label: str = Field(max_length=100)
-    value: Optional[int] = None
+    value: int | None = None
     evidence: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
-    evidence_found: Optional[bool] = None
+    evidence_found: bool | None = None
     status: str = Field(max_length=20)
     detail: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
     call_key: str = Field(max_length=64)  # not indexed: nothing searches by it, and every answer would pay
@@ -153,7 +151,7 @@ class CallCache(SQLModel, table=True):
     response: str = Field(sa_column=Column(Text, nullable=False))
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cost: Optional[float] = None
+    cost: float | None = None
     created_at: str = Field(max_length=40)
 
 
@@ -161,10 +159,10 @@ class ErrorNote(SQLModel, table=True):
     """A radiologist's note on a disagreement; attached to (report, label) so it outlives the run."""
 
     __table_args__ = (Index("ix_note_item", "report_id", "label"),)
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     report_id: str = Field(foreign_key="report.id", max_length=200)
     label: str = Field(max_length=100)
-    run_id: Optional[int] = Field(default=None, foreign_key="run.id")
+    run_id: int | None = Field(default=None, foreign_key="run.id")
     author: str = Field(max_length=100)
     category: str = Field(max_length=100)
     significance: str = Field(max_length=40)
@@ -187,7 +185,7 @@ class PromptDraft(SQLModel, table=True):
     """A label's prompt being edited: its YAML and the version the edit started from."""
 
     __table_args__ = (UniqueConstraint("label", "author", name="uq_draft"),)
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     label: str = Field(max_length=100)
     author: str = Field(max_length=100)
     base_commit: str = Field(max_length=64)
@@ -210,7 +208,7 @@ class User(SQLModel, table=True):
 class AuditEvent(SQLModel, table=True):
     """Append-only record of every change to user data: who, when, old -> new."""
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     at: str = Field(max_length=40, index=True)
     actor: str = Field(max_length=100)
     action: str = Field(max_length=60)
@@ -235,7 +233,7 @@ class LoginFailure(SQLModel, table=True):
 class UserToken(SQLModel, table=True):
     """A command-line token of one user; only its sha256 is stored."""
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     user_id: str = Field(foreign_key="user.id", max_length=100, index=True)
     token_hash: str = Field(max_length=64, unique=True)
     created_at: str = Field(max_length=40)
@@ -248,7 +246,7 @@ class WebSession(SQLModel, table=True):
     """A signed-in browser (auth: local): only the cookie token's sha256 is stored; it expires, and sign-out,
     `user disable` and a role change revoke it."""
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     user_id: str = Field(foreign_key="user.id", max_length=100, index=True)
     token_hash: str = Field(max_length=64, unique=True)
     created_at: str = Field(max_length=40)
@@ -271,11 +269,11 @@ class SplitMember(SQLModel, table=True):
 class CohortLook(SQLModel, table=True):
     """One look at a locked test cohort's metrics: who, when, through which frozen bundle."""
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     cohort_id: int = Field(foreign_key="cohort.id", index=True)
     bundle: str = Field(max_length=200, index=True)
     bundle_sha: str = Field(max_length=64)
-    run_id: Optional[int] = Field(default=None, foreign_key="run.id")
+    run_id: int | None = Field(default=None, foreign_key="run.id")
     actor: str = Field(max_length=100)
     at: str = Field(max_length=40)
 
@@ -283,13 +281,13 @@ class CohortLook(SQLModel, table=True):
 class Proposal(SQLModel, table=True):
     """A proposed revision of one label's prompt, with its evaluation and what became of it."""
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     label: str = Field(max_length=100, index=True)
     author: str = Field(max_length=100)
     source: str = Field(max_length=300)
     status: str = Field(max_length=20)
     base_commit: str = Field(max_length=64)
-    run_id: Optional[int] = Field(default=None, foreign_key="run.id")
+    run_id: int | None = Field(default=None, foreign_key="run.id")
     edit_json: str = Field(sa_column=Column(Text, nullable=False))
     evaluation_json: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
     note_ids_json: str = Field(default="[]", sa_column=Column(Text, nullable=False, default="[]"))
@@ -301,13 +299,11 @@ class Proposal(SQLModel, table=True):
 class Optimisation(SQLModel, table=True):
     """The report of one `optimise` job: per round, what changed and how tuning and validation moved."""
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     created_by: str = Field(max_length=100)
     created_at: str = Field(max_length=40)
     run_id: int = Field(foreign_key="run.id")
     report_json: str = Field(sa_column=Column(Text, nullable=False))
-
-
 
 
 # ---------------------------------------------------------------- reading room (drafts and work lists)
@@ -317,7 +313,7 @@ class ReadingDraft(SQLModel, table=True):
     """A reader's ticks on a report not saved yet: kept the moment they change, so nothing is lost."""
 
     __table_args__ = (UniqueConstraint("reader_id", "report_id", name="uq_reading_draft"),)
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     reader_id: str = Field(max_length=100, index=True)
     report_id: str = Field(foreign_key="report.id", max_length=200)
     values_json: str = Field(sa_column=Column(Text, nullable=False))
@@ -328,7 +324,7 @@ class ReadingNote(SQLModel, table=True):
     """A reader's per-report comment and "unsure" mark, saved with their reading (none stored when empty)."""
 
     __table_args__ = (UniqueConstraint("reader_id", "report_id", name="uq_reading_note"),)
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     reader_id: str = Field(max_length=100, index=True)
     report_id: str = Field(foreign_key="report.id", max_length=200)
     comment: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
@@ -339,7 +335,7 @@ class ReadingNote(SQLModel, table=True):
 class ReadingSave(SQLModel, table=True):
     """One save of a report's reading as undo needs it: the values before, the versions after, the draft it replaced."""
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     reader_id: str = Field(max_length=100, index=True)
     report_id: str = Field(foreign_key="report.id", max_length=200)
     at: str = Field(max_length=40)
@@ -362,9 +358,11 @@ class WorkList(SQLModel, table=True):
 class WorkAssignment(SQLModel, table=True):
     """One report on one reader's work list."""
 
-    __table_args__ = (UniqueConstraint("report_id", "reader_id", name="uq_work_assignment"),
-                      Index("ix_work_assignment_reader", "cohort_id", "reader_id"))
-    id: Optional[int] = Field(default=None, primary_key=True)
+    __table_args__ = (
+        UniqueConstraint("report_id", "reader_id", name="uq_work_assignment"),
+        Index("ix_work_assignment_reader", "cohort_id", "reader_id"),
+    )
+    id: int | None = Field(default=None, primary_key=True)
     cohort_id: int = Field(foreign_key="cohort.id")
     report_id: str = Field(foreign_key="report.id", max_length=200)
     reader_id: str = Field(max_length=100)
@@ -389,12 +387,12 @@ class PredictionAttribute(SQLModel, table=True):
     attribute_parse_error (the presence answer still counts)."""
 
     __table_args__ = (UniqueConstraint("run_id", "report_id", "label", "attribute", name="uq_prediction_attribute"),)
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="run.id")  # indexed as the unique constraint's first column
     report_id: str = Field(foreign_key="report.id", max_length=200)
     label: str = Field(max_length=100)
     attribute: str = Field(max_length=100)
-    value: Optional[str] = Field(default=None, max_length=100)
+    value: str | None = Field(default=None, max_length=100)
     status: str = Field(default="ok", max_length=40)
     detail: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
 
@@ -402,10 +400,11 @@ class PredictionAttribute(SQLModel, table=True):
 class ReadingAttribute(SQLModel, table=True):
     """One reader's value of one attribute of a label they ticked; adjudicated rows settle a tied vote."""
 
-    __table_args__ = (UniqueConstraint("report_id", "label", "reader_id", "attribute", "adjudicated",
-                                       name="uq_reading_attribute"),
-                      Index("ix_reading_attribute_item", "report_id", "label"))
-    id: Optional[int] = Field(default=None, primary_key=True)
+    __table_args__ = (
+        UniqueConstraint("report_id", "label", "reader_id", "attribute", "adjudicated", name="uq_reading_attribute"),
+        Index("ix_reading_attribute_item", "report_id", "label"),
+    )
+    id: int | None = Field(default=None, primary_key=True)
     report_id: str = Field(foreign_key="report.id", max_length=200)
     label: str = Field(max_length=100)
     reader_id: str = Field(max_length=100)
@@ -422,19 +421,19 @@ class CallFact(SQLModel, table=True):
 
     __table_args__ = (Index("ix_callfact_run", "run_id"),)
     call_key: str = Field(primary_key=True, max_length=64)
-    run_id: Optional[int] = Field(default=None, foreign_key="run.id")
+    run_id: int | None = Field(default=None, foreign_key="run.id")
     labels: str = Field(max_length=4000)  # comma-joined label ids the call asked
     latency_s: float = 0.0
     attempts: int = 1
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cached_tokens: Optional[int] = None
-    cost: Optional[float] = None
-    finish_reason: Optional[str] = Field(default=None, max_length=40)
-    reported_model: Optional[str] = Field(default=None, max_length=300)
-    reasoning: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))
+    cached_tokens: int | None = None
+    cost: float | None = None
+    finish_reason: str | None = Field(default=None, max_length=40)
+    reported_model: str | None = Field(default=None, max_length=300)
+    reasoning: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     created_at: str = Field(max_length=40)
-    reply: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))  # a failed call's raw reply
+    reply: str | None = Field(default=None, sa_column=Column(Text, nullable=True))  # a failed call's raw reply
     # (a success's is in the call cache; failures are never cached, and the case view shows what came back)
 
 
@@ -443,15 +442,15 @@ class NoiseRepeat(SQLModel, table=True):
     cache; kept apart from the run's predictions."""
 
     __table_args__ = (Index("ix_noise_run", "run_id", "measurement"),)
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="run.id")
     measurement: int  # one `workbench noise` execution (1, 2, ... per run)
     report_id: str = Field(max_length=200)
     label: str = Field(max_length=100)
     repeat: int
-    seed: Optional[int] = None
-    original: Optional[int] = None  # the run's answer
-    value: Optional[int] = None  # the repeat's answer (None: it failed)
+    seed: int | None = None
+    original: int | None = None  # the run's answer
+    value: int | None = None  # the repeat's answer (None: it failed)
     status: str = Field(max_length=40)
     created_at: str = Field(max_length=40)
 
@@ -466,7 +465,7 @@ class AgreementSample(SQLModel, table=True):
     cohort_id: int = Field(foreign_key="cohort.id", index=True)
     seed: int
     share: float
-    run_id: Optional[int] = Field(default=None)  # the run whose predictions stratified the draw
+    run_id: int | None = Field(default=None)  # the run whose predictions stratified the draw
     drawn_by: str = Field(max_length=100)
     drawn_at: str = Field(max_length=40)
 
@@ -487,9 +486,11 @@ class ReportProgress(SQLModel, table=True):
 class ReadingClaim(SQLModel, table=True):
     """A report given to a reader: in flight until the reading is saved (done) or the claim expires."""
 
-    __table_args__ = (UniqueConstraint("report_id", "reader_id", name="uq_reading_claim"),
-                      Index("ix_reading_claim_cohort", "cohort_id", "done"))
-    id: Optional[int] = Field(default=None, primary_key=True)
+    __table_args__ = (
+        UniqueConstraint("report_id", "reader_id", name="uq_reading_claim"),
+        Index("ix_reading_claim_cohort", "cohort_id", "done"),
+    )
+    id: int | None = Field(default=None, primary_key=True)
     cohort_id: int = Field(foreign_key="cohort.id")
     report_id: str = Field(foreign_key="report.id", max_length=200)
     reader_id: str = Field(max_length=100)
@@ -499,16 +500,16 @@ class ReadingClaim(SQLModel, table=True):
 
 
 class BatchJob(SQLModel, table=True):
-    """A provider batch job (workbench/batch.py), recorded before it is polled so a restart picks it up
+    """A provider batch job (workbench/labeller/batch.py), recorded before it is polled so a restart picks it up
     instead of uploading again. scope: "run:<id>" for a run, "calls:<sha of its call keys>" otherwise."""
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     scope: str = Field(index=True, max_length=200)
-    run_id: Optional[int] = Field(default=None, foreign_key="run.id", index=True)
+    run_id: int | None = Field(default=None, foreign_key="run.id", index=True)
     batch_id: str = Field(index=True, unique=True, max_length=200)
     input_file_id: str = Field(max_length=200)
-    output_file_id: Optional[str] = Field(default=None, max_length=200)
-    error_file_id: Optional[str] = Field(default=None, max_length=200)
+    output_file_id: str | None = Field(default=None, max_length=200)
+    error_file_id: str | None = Field(default=None, max_length=200)
     status: str = Field(max_length=40)  # the provider's status; "collected" once every answer is stored
     model: str = Field(max_length=300)
     api_base: str = Field(max_length=1000)

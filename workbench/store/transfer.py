@@ -6,10 +6,8 @@ import hashlib
 import json
 
 import pandas as pd
-from sqlalchemy import MetaData, Table, func, inspect, select
+from sqlalchemy import MetaData, String, Table, Text, func, inspect, select, text
 from sqlmodel import SQLModel
-from sqlalchemy import String, Text
-from sqlalchemy import text
 
 
 def is_empty(engine) -> bool:
@@ -46,9 +44,9 @@ def find_nul_text(source, limit: int = 10) -> list[str]:
             if not columns or not pk:
                 continue
             for row in conn.execute(select(*pk, *columns)):
-                for col, value in zip(columns, row[len(pk):]):
+                for col, value in zip(columns, row[len(pk) :], strict=False):
                     if isinstance(value, str) and "\x00" in value:
-                        key = ", ".join(str(v) for v in row[:len(pk)])
+                        key = ", ".join(str(v) for v in row[: len(pk)])
                         found.append(f"{table.name} {key}, column {col.name}")
                         if len(found) >= limit:
                             return found
@@ -65,15 +63,23 @@ def copy_tables(source, target) -> pd.DataFrame:
             if table.name == "meta":
                 dst.execute(table.delete())
             for i in range(0, len(data), 5000):
-                dst.execute(table.insert(), data[i:i + 5000])
+                dst.execute(table.insert(), data[i : i + 5000])
         _reset_sequences(dst, metadata)
     with source.connect() as src, target.connect() as dst:
         for table in metadata.sorted_tables:
             n_src = src.execute(select(func.count()).select_from(table)).scalar()
             n_dst = dst.execute(select(func.count()).select_from(table)).scalar()
             c_src, c_dst = _checksum(src, table), _checksum(dst, table)
-            rows.append({"table": table.name, "rows_source": n_src, "rows_target": n_dst,
-                         "checksum_source": c_src[:16], "checksum_target": c_dst[:16], "match": n_src == n_dst and c_src == c_dst})
+            rows.append(
+                {
+                    "table": table.name,
+                    "rows_source": n_src,
+                    "rows_target": n_dst,
+                    "checksum_source": c_src[:16],
+                    "checksum_target": c_dst[:16],
+                    "match": n_src == n_dst and c_src == c_dst,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -89,6 +95,9 @@ def _reset_sequences(conn, metadata: MetaData) -> None:
         except NotImplementedError:
             is_int = False
         if is_int:
-            conn.execute(text(
-                f"SELECT setval(pg_get_serial_sequence('{table.name}', '{pk[0].name}'), "
-                f"COALESCE((SELECT MAX({pk[0].name}) FROM {table.name}), 0) + 1, false)"))
+            conn.execute(
+                text(
+                    f"SELECT setval(pg_get_serial_sequence('{table.name}', '{pk[0].name}'), "
+                    f"COALESCE((SELECT MAX({pk[0].name}) FROM {table.name}), 0) + 1, false)"
+                )
+            )

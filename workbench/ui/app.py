@@ -22,16 +22,27 @@ import streamlit as st  # noqa: E402
 
 from workbench.ui import components, cookies, keyboard, state  # noqa: E402
 from workbench.ui.app_pages import (  # noqa: E402
-    adjudicate, annotate, audit, disagreements, freeze_score, home, optimise, prompts, runs, settings,
+    adjudicate,
+    annotate,
+    audit,
+    disagreements,
+    freeze_score,
+    home,
+    optimise,
+    prompts,
+    runs,
+    settings,
 )
 
 # url path, title, icon, module, the permission a role needs to see the page. Icons are Streamlit's own
 # Material symbols (its bundled font: an emoji renders as an empty box on a workstation without an
 # emoji font). The browser tab's icon is an inline SVG (a data: URL): a ":material/...:" favicon is
 # fetched from an outside font server, and an emoji one is an emoji.
-FAVICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24"><rect width="24" height="24" rx="5" fill="#31333f"/>'
-           '<path d="M12 4v16M11 8C9 8 7 8.5 6 10M13 8c2 0 4 .5 5 2M11 12c-2 0-4 .5-5 2M13 12c2 0 4 .5 5 2M11 16c-2 0-3.5'
-           ' .5-4.5 1.5M13 16c2 0 3.5.5 4.5 1.5" stroke="#fff" stroke-width="1.6" fill="none" stroke-linecap="round"/></svg>')
+FAVICON = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24"><rect width="24" height="24" rx="5" fill="#31333f"/>'
+    '<path d="M12 4v16M11 8C9 8 7 8.5 6 10M13 8c2 0 4 .5 5 2M11 12c-2 0-4 .5-5 2M13 12c2 0 4 .5 5 2M11 16c-2 0-3.5'
+    ' .5-4.5 1.5M13 16c2 0 3.5.5 4.5 1.5" stroke="#fff" stroke-width="1.6" fill="none" stroke-linecap="round"/></svg>'
+)
 PAGES = (
     ("home", "Home", ":material/home:", home, "read"),
     ("annotate", "Annotate", ":material/edit_note:", annotate, "annotate"),
@@ -58,7 +69,6 @@ def open_study(path: str):
 def _sign_in(base):
     """The acting user: the local admin (auth none), or whoever signed in; None while signing in."""
     from workbench.services import Actor, PermissionDenied
-
     from workbench.study import load_config
 
     mode = load_config(base.root).auth  # fresh: Settings may have changed it since the study was opened
@@ -102,8 +112,9 @@ def _sign_in(base):
 
         token = base.as_actor(actor).start_web_session()
         st.session_state[state.SESSION_TOKEN] = token
-        st.session_state[state.SESSION_COOKIE] = cookies.start(_cookie_name(base), token, int(WEB_SESSION_HOURS * 3600),
-                                                               _base_url())
+        st.session_state[state.SESSION_COOKIE] = cookies.start(
+            _cookie_name(base), token, int(WEB_SESSION_HOURS * 3600), _base_url()
+        )
         st.rerun()
     return None
 
@@ -158,7 +169,9 @@ def _sidebar(wb) -> None:
             st.logout()
         st.rerun()
     components.model_notice(wb)
-    if st.button("Reload data", key=state.widget_key("reload"), help="Pick up changes made outside this app (CLI, other servers)"):
+    if st.button(
+        "Reload data", key=state.widget_key("reload"), help="Pick up changes made outside this app (CLI, other servers)"
+    ):
         state.bump(wb)
 
 
@@ -207,8 +220,10 @@ def main(study: str | None = None, start: str | None = None) -> None:
     wb = state.request_scoped(state.attach_revision(base.as_actor(actor), base.ui_revision))
     allowed = [p for p in PAGES if actor.role in PERMISSIONS[p[4]]]
     start = start if start in {p[0] for p in allowed} else allowed[0][0]
-    pages = [st.Page(_runner(module, wb), title=title, icon=icon, url_path=url, default=(url == start))
-             for url, title, icon, module, _ in allowed]
+    pages = [
+        st.Page(_runner(module, wb), title=title, icon=icon, url_path=url, default=(url == start))
+        for url, title, icon, module, _ in allowed
+    ]
     nav = st.navigation(pages)
     with st.sidebar:
         _sidebar(wb)

@@ -8,33 +8,37 @@ report containing HTML or Markdown displays verbatim and cannot inject anything.
 
 from __future__ import annotations
 
+import dataclasses
 import html
+import json
+import os
 import re
 from contextlib import contextmanager
-import os
-import json
-import dataclasses
 
 import pandas as pd
 import streamlit as st
 
+from workbench.core.export import to_csv
 from workbench.errors import WorkbenchError
-from workbench.ui import state
-from workbench.study import NO_AUTH_ON_NETWORK
 from workbench.services import ConflictError, PermissionDenied
 from workbench.services.runs import RULES_PREFIX, endpoint_label, is_local_model
-from workbench.core.export import to_csv
+from workbench.study import NO_AUTH_ON_NETWORK
+from workbench.ui import state
 
-REPORT_STYLE = ("white-space: pre-wrap; line-height: 1.6; padding: 0.75rem 1rem; "
-                "border: 1px solid rgba(49, 51, 63, 0.2); border-radius: 0.5rem;")
+REPORT_STYLE = (
+    "white-space: pre-wrap; line-height: 1.6; padding: 0.75rem 1rem; "
+    "border: 1px solid rgba(49, 51, 63, 0.2); border-radius: 0.5rem;"
+)
 
 
 def compact_chips() -> None:
     """Smaller buttons inside containers keyed chips-*, and narrower page margins: a whole key-driven form
     and its queue's columns fit on one screen at 1280x800 (the margins alone took 160 px)."""
-    st.html("<style>[class*='st-key-chips'] button {min-height: 2rem; padding: 0.1rem 0.6rem;}"
-            "[class*='st-key-chips'] button p {font-size: 0.9rem;}"
-            "[data-testid='stMainBlockContainer'] {padding-left: 1.5rem; padding-right: 1.5rem;}</style>")
+    st.html(
+        "<style>[class*='st-key-chips'] button {min-height: 2rem; padding: 0.1rem 0.6rem;}"
+        "[class*='st-key-chips'] button p {font-size: 0.9rem;}"
+        "[data-testid='stMainBlockContainer'] {padding-left: 1.5rem; padding-right: 1.5rem;}</style>"
+    )
 
 
 def window(n_rows: int, pos: int, size: int = 100, before: int = 20) -> tuple[int, int]:
@@ -64,9 +68,13 @@ def exposure_notices(wb) -> None:
     """Say on every page what exposes the study: served to the network without sign-in, files others can read."""
     address = os.environ.get(NO_AUTH_ON_NETWORK)
     if address and wb.config.auth == "none":
-        st.error(md(f"Served on the network ({address}) without sign-in (auth: none, started with --no-auth-on-network): "
-                    "anyone who reaches this address can read every report. Set auth: local or oidc in Settings."),
-                 icon=":material/warning:")
+        st.error(
+            md(
+                f"Served on the network ({address}) without sign-in (auth: none, started with --no-auth-on-network): "
+                "anyone who reaches this address can read every report. Set auth: local or oidc in Settings."
+            ),
+            icon=":material/warning:",
+        )
     for warning in wb.permission_warnings():
         st.warning(md(warning))
 
@@ -114,7 +122,7 @@ def evidence_spans(text: str, evidence) -> list[tuple[int, int]]:
 
 
 # Okabe-Ito colours (safe for the common colour-vision deficiencies), lightened for a text background
-EVIDENCE_STYLE = "background: #F0E442; color: inherit; padding: 0 2px;"            # yellow
+EVIDENCE_STYLE = "background: #F0E442; color: inherit; padding: 0 2px;"  # yellow
 LOOK_FOR_STYLE = "background: #A6D8F5; color: inherit; padding: 0 2px; border-bottom: 2px dotted #0072B2;"  # sky blue
 
 
@@ -150,8 +158,11 @@ def highlight_html(text: str, evidence, phrases=()) -> str:
             marks.append((a, b, "look-for"))
     out, pos = [], 0
     for start, end, kind in sorted(marks):
-        style, title = (EVIDENCE_STYLE, "the labeller's quoted evidence") if kind == "evidence" else \
-            (LOOK_FOR_STYLE, "a look-for phrase of this label")
+        style, title = (
+            (EVIDENCE_STYLE, "the labeller's quoted evidence")
+            if kind == "evidence"
+            else (LOOK_FOR_STYLE, "a look-for phrase of this label")
+        )
         out.append(html.escape(text[pos:start]))
         out.append(f'<mark class="wb-{kind}" title="{title}" style="{style}">{html.escape(text[start:end])}</mark>')
         pos = end
@@ -168,7 +179,9 @@ def highlighted_report(text: str, evidence, phrases=()) -> None:
     if found_ev:
         legend.append(f'<mark style="{EVIDENCE_STYLE}">yellow</mark> = the labeller\'s quoted evidence')
     if found_lf:
-        legend.append(f'<mark style="{LOOK_FOR_STYLE}">blue</mark> = this label\'s look-for phrases or name found in the text')
+        legend.append(
+            f'<mark style="{LOOK_FOR_STYLE}">blue</mark> = this label\'s look-for phrases or name found in the text'
+        )
     if not legend:
         legend.append("Nothing highlighted: no evidence quoted and none of this label's phrases occur in the text.")
     st.html('<div style="font-size: 0.85rem; opacity: 0.8">' + " · ".join(legend) + "</div>")
@@ -188,8 +201,12 @@ def shown_errors(action: str = ""):
     except PermissionDenied as exc:
         st.error(md(f"Not allowed{': ' + action if action else ''}. {exc}"))
     except ConflictError as exc:
-        st.error(md(f"Someone else saved first{' (' + action + ')' if action else ''}: {exc}. "
-                    "Reload the page (press R) and redo your change; nothing of yours was lost."))
+        st.error(
+            md(
+                f"Someone else saved first{' (' + action + ')' if action else ''}: {exc}. "
+                "Reload the page (press R) and redo your change; nothing of yours was lost."
+            )
+        )
     except WorkbenchError as exc:  # StudyError, PromptError, BundleError, ImportProblems ...: the user's to fix
         st.error(md(f"{action + ': ' if action else ''}{exc}"))
     except OSError as exc:  # a full or read-only disk: said without a traceback; anything else is a bug Streamlit shows
@@ -218,7 +235,7 @@ def do(wb, action: str, fn, *args, done=None, rerun: bool = True, **kwargs):
 
 def lazy_tabs(key: str, tabs: dict) -> None:
     """Tabs whose content is computed only when open (title -> zero-argument draw function)."""
-    for tab, draw in zip(st.tabs(list(tabs), key=key, on_change="rerun"), tabs.values()):
+    for tab, draw in zip(st.tabs(list(tabs), key=key, on_change="rerun"), tabs.values(), strict=False):
         if tab.open:
             with tab:
                 draw()
@@ -273,7 +290,7 @@ def pick_cohort(wb, key: str = state.COHORT) -> str | None:
         return None
     if st.session_state.get(key) not in names:
         st.session_state[key] = wb.config.dev_cohort if wb.config.dev_cohort in names else names[0]
-    counts = dict(zip(cohorts["name"], cohorts["reports"]))
+    counts = dict(zip(cohorts["name"], cohorts["reports"], strict=False))
     return st.selectbox("Cohort", names, key=key, format_func=lambda n: f"{n} ({counts[n]} reports)", width=360)
 
 
@@ -301,8 +318,14 @@ def job_panel(job: state.Job, describe) -> None:
 
 def download_csv(frame: pd.DataFrame, file_name: str, label: str = "Download CSV", key: str | None = None) -> None:
     """A CSV download of a table."""
-    st.download_button(md(label), to_csv(frame).encode("utf-8"), file_name=file_name, mime="text/csv",
-                       key=key or state.widget_key("csv", file_name), on_click="ignore")
+    st.download_button(
+        md(label),
+        to_csv(frame).encode("utf-8"),
+        file_name=file_name,
+        mime="text/csv",
+        key=key or state.widget_key("csv", file_name),
+        on_click="ignore",
+    )
 
 
 def viewer_timezone() -> str:
@@ -332,6 +355,7 @@ def when_column(values: pd.Series, tz: str | None = None) -> pd.Series:
 
 def audit_change(old_json: str, new_json: str) -> str:
     """An audit event's old and new values as one readable line: 'value: 0 → 1; reason: ...'."""
+
     def load(text):
         if not text:
             return None
@@ -350,8 +374,13 @@ def audit_change(old_json: str, new_json: str) -> str:
     old, new = load(old_json), load(new_json)
     if isinstance(old, dict) and isinstance(new, dict):
         keys = list(dict.fromkeys([*old, *new]))
-        parts = [f"{k}: {show(old.get(k))} → {show(new.get(k))}" if k in old and old.get(k) != new.get(k)
-                 else f"{k}: {show(new[k])}" for k in keys if k in new and (k not in old or old.get(k) != new.get(k))]
+        parts = [
+            f"{k}: {show(old.get(k))} → {show(new.get(k))}"
+            if k in old and old.get(k) != new.get(k)
+            else f"{k}: {show(new[k])}"
+            for k in keys
+            if k in new and (k not in old or old.get(k) != new.get(k))
+        ]
         parts += [f"{k}: {show(old[k])} → (removed)" for k in keys if k not in new]
         return "; ".join(parts) or "no change"
     if old is None:
@@ -359,8 +388,15 @@ def audit_change(old_json: str, new_json: str) -> str:
     return f"{show(old)} → {show(new)}"
 
 
-FIELD_NAMES = {"task": "question", "definition": "definition", "hedged": "hedged wording", "notes": "notes",
-               "look_for": "look for", "do_not_label_when": "do not label when", "examples": "few-shot examples"}
+FIELD_NAMES = {
+    "task": "question",
+    "definition": "definition",
+    "hedged": "hedged wording",
+    "notes": "notes",
+    "look_for": "look for",
+    "do_not_label_when": "do not label when",
+    "examples": "few-shot examples",
+}
 
 
 def field_changes(fields: dict) -> list[str]:
@@ -381,28 +417,45 @@ def field_changes(fields: dict) -> list[str]:
 
 def label_quality(table: pd.DataFrame, names: dict) -> pd.DataFrame:
     """Per label F1 first, then precision, recall, accuracy, prevalence and counts (Evaluation.table rows)."""
+
     def fmt(values):
         return [("n/a" if v != v else f"{v:.3f}") for v in values]
 
     out = pd.DataFrame({"label": [names.get(lab, lab) for lab in table.index], "F1": fmt(table["f1"])})
     if "f1_lo" in table:
-        out["F1 95% interval"] = [f"[{lo:.3f}, {hi:.3f}]" if lo == lo else "n/a" for lo, hi in zip(table["f1_lo"], table["f1_hi"])]
-    return out.assign(**{
-        "precision": fmt(table["precision"]), "recall": fmt(table["recall"]), "accuracy": fmt(table["accuracy"]),
-        "prevalence": fmt(table["support"] / table["n"].where(table["n"] > 0)),
-        "positives": table["support"].to_numpy(), "false positives": table["fp"].to_numpy(),
-        "false negatives": table["fn"].to_numpy(), "items": table["n"].to_numpy(),
-    })
+        out["F1 95% interval"] = [
+            f"[{lo:.3f}, {hi:.3f}]" if lo == lo else "n/a"
+            for lo, hi in zip(table["f1_lo"], table["f1_hi"], strict=False)
+        ]
+    return out.assign(
+        **{
+            "precision": fmt(table["precision"]),
+            "recall": fmt(table["recall"]),
+            "accuracy": fmt(table["accuracy"]),
+            "prevalence": fmt(table["support"] / table["n"].where(table["n"] > 0)),
+            "positives": table["support"].to_numpy(),
+            "false positives": table["fp"].to_numpy(),
+            "false negatives": table["fn"].to_numpy(),
+            "items": table["n"].to_numpy(),
+        }
+    )
 
 
 def history_table(history: pd.DataFrame, names: dict) -> pd.DataFrame:
     """The iteration history with readable column names, local times and per-label F1 under display names."""
     if history is None or history.empty:
         return pd.DataFrame()
-    out = pd.DataFrame({"run": history["run"], "prompt version": "v" + history["version"].astype(str) + " " + history["prompt"],
-                        "model": history["model"], "started": when_column(history["started"]),
-                        "macro F1": history["macro_f1"].round(3), "macro accuracy": history["macro_accuracy"].round(3),
-                        "micro F1": history["micro_f1"].round(3)})
+    out = pd.DataFrame(
+        {
+            "run": history["run"],
+            "prompt version": "v" + history["version"].astype(str) + " " + history["prompt"],
+            "model": history["model"],
+            "started": when_column(history["started"]),
+            "macro F1": history["macro_f1"].round(3),
+            "macro accuracy": history["macro_accuracy"].round(3),
+            "micro F1": history["micro_f1"].round(3),
+        }
+    )
     for column in [c for c in history.columns if c.startswith("f1:")]:
         label = column.split(":", 1)[1]
         out[f"F1 {names.get(label, label)}"] = history[column].round(3)
@@ -411,7 +464,9 @@ def history_table(history: pd.DataFrame, names: dict) -> pd.DataFrame:
 
 def decimals(frame: pd.DataFrame, **extra) -> dict:
     """column_config showing every float column of a table with 3 decimals (plus any extra settings)."""
-    floats = {c: st.column_config.NumberColumn(format="%.3f") for c in frame.columns if pd.api.types.is_float_dtype(frame[c])}
+    floats = {
+        c: st.column_config.NumberColumn(format="%.3f") for c in frame.columns if pd.api.types.is_float_dtype(frame[c])
+    }
     return {**floats, **extra}
 
 
@@ -427,11 +482,15 @@ def call_facts(call: dict | None, run_id: int) -> None:
     cost = "unknown" if call.get("cost") is None or call["cost"] != call["cost"] else f"${call['cost']:.6f}"
     cached = call.get("cached_tokens")
     where = "" if call.get("run_id") == run_id else f" (answer from the cache: made by run {call.get('run_id')})"
-    st.caption(md(f"Call: {call.get('latency_s', 0):.2f} s, {call.get('attempts', 1)} attempt(s) · "
-                  f"{call.get('prompt_tokens', 0)} prompt + {call.get('completion_tokens', 0)} completion tokens"
-                  + (f" ({int(cached)} cached)" if cached == cached and cached is not None else "")
-                  + f" · cost {cost} · finish {call.get('finish_reason') or 'n/a'} · "
-                  f"model {call.get('reported_model') or 'n/a'}{where}"))
+    st.caption(
+        md(
+            f"Call: {call.get('latency_s', 0):.2f} s, {call.get('attempts', 1)} attempt(s) · "
+            f"{call.get('prompt_tokens', 0)} prompt + {call.get('completion_tokens', 0)} completion tokens"
+            + (f" ({int(cached)} cached)" if cached == cached and cached is not None else "")
+            + f" · cost {cost} · finish {call.get('finish_reason') or 'n/a'} · "
+            f"model {call.get('reported_model') or 'n/a'}{where}"
+        )
+    )
     if call.get("reasoning"):
         with st.expander("The model's thinking (kept out of parsing)"):
             st.text(call["reasoning"])
@@ -457,8 +516,13 @@ def case_matrix(wb, report_id: str, label: str) -> None:
     if matrix.withheld:
         st.caption(f"Left out: run(s) {', '.join(map(str, matrix.withheld))}, on a test or validation cohort or part.")
     cols = matrix.columns
-    pick = st.selectbox("Call of", range(len(cols)), index=len(cols) - 1, format_func=lambda i: cols[i].heading,
-                        key=state.widget_key(f"matrix-call-{report_id}-{label}"))
+    pick = st.selectbox(
+        "Call of",
+        range(len(cols)),
+        index=len(cols) - 1,
+        format_func=lambda i: cols[i].heading,
+        key=state.widget_key(f"matrix-call-{report_id}-{label}"),
+    )
     call_detail(cols[pick])
 
 
@@ -472,8 +536,14 @@ def call_detail(column) -> None:
         call_facts({**dataclasses.asdict(call), "run_id": call.made_by_run, "reasoning": None}, column.run_id)
     else:
         st.caption("No latency, tokens or cost recorded (the offline labeller records none).")
-    st.caption("Messages sent" + ("" if call.messages_match else " (rendered again: this prompt version now renders "
-                                                                 "differently from what was sent)"))
+    st.caption(
+        "Messages sent"
+        + (
+            ""
+            if call.messages_match
+            else " (rendered again: this prompt version now renders differently from what was sent)"
+        )
+    )
     for message in call.messages:
         st.text(f"[{message['role']}]\n{message['content']}")
     st.caption("Raw reply" if call.reply is not None else "Raw reply not kept; the parser's detail:")

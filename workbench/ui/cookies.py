@@ -17,9 +17,9 @@ import time
 ENDPOINT = "_wb/session"
 NAME = re.compile(r"^wb_session_[0-9a-f]{12}$")
 CODE_SECONDS = 120
-HEADER = "x-workbench"   # a header no other site's form or link can send (a request with it needs CORS)
+HEADER = "x-workbench"  # a header no other site's form or link can send (a request with it needs CORS)
 
-SERVED = {"on": False}   # set when workbench/ui/serve.py serves the app (its middleware answers ENDPOINT)
+SERVED = {"on": False}  # set when workbench/ui/serve.py serves the app (its middleware answers ENDPOINT)
 _codes: dict[str, tuple[str, str, int, float]] = {}
 _lock = threading.Lock()
 
@@ -27,7 +27,13 @@ _lock = threading.Lock()
 def start(name: str, token: str, max_age_s: int, base: str = "/") -> dict:
     """The cookie component's data that gives the browser this session (a code to redeem, or the token itself)."""
     if not SERVED["on"]:
-        return {"name": name, "action": "start", "value": token, "maxAge": int(max_age_s), "nonce": secrets.token_hex(8)}
+        return {
+            "name": name,
+            "action": "start",
+            "value": token,
+            "maxAge": int(max_age_s),
+            "nonce": secrets.token_hex(8),
+        }
     code = secrets.token_urlsafe(32)
     now = time.monotonic()
     with _lock:
@@ -54,5 +60,6 @@ def redeem(code: str) -> tuple[str, str, int] | None:
 
 def header(name: str, token: str, max_age_s: int, path: str, secure: bool) -> str:
     """A Set-Cookie value (max_age 0 and an empty token clear it)."""
-    return (f"{name}={token}; Path={path}; Max-Age={int(max_age_s)}; HttpOnly; SameSite=Strict"
-            + ("; Secure" if secure else ""))
+    return f"{name}={token}; Path={path}; Max-Age={int(max_age_s)}; HttpOnly; SameSite=Strict" + (
+        "; Secure" if secure else ""
+    )

@@ -43,8 +43,10 @@ def page_html(base: str) -> bytes:
     """Streamlit's index.html with the server's base URL set before its script runs."""
     index = (Path(st.__file__).resolve().parent / "static" / "index.html").read_text(encoding="utf-8")
     # window.__streamlit.BACKEND_BASE_URL: where the frontend looks for the server (else it tries the page's path)
-    script = ("<script>window.__streamlit = Object.assign(window.__streamlit || {}, "
-              f"{{BACKEND_BASE_URL: window.location.origin + {json.dumps(base)}}});</script>")
+    script = (
+        "<script>window.__streamlit = Object.assign(window.__streamlit || {}, "
+        f"{{BACKEND_BASE_URL: window.location.origin + {json.dumps(base)}}});</script>"
+    )
     marker = "<script"
     at = index.index(marker)
     return (index[:at] + script + "\n    " + index[at:]).encode("utf-8")
@@ -63,7 +65,7 @@ class Workbench:
 
             base = "/" + (config.get_option("server.baseUrlPath") or "").strip("/")
             path = scope.get("path", "")
-            rest = path[len(base.rstrip("/")):] if path.startswith(base) else ""
+            rest = path[len(base.rstrip("/")) :] if path.startswith(base) else ""
             if scope["method"] in ("GET", "HEAD") and rest.startswith("/") and rest[1:] in page_paths():
                 # exactly /<page>: /<page>/ is redirected by Streamlit
                 await self._page(scope, receive, send, base)
@@ -78,8 +80,9 @@ class Workbench:
         from starlette.responses import Response
 
         body = page_html(base.rstrip("/") + "/")
-        await Response(body if scope["method"] == "GET" else b"", media_type="text/html",
-                       headers={"Cache-Control": "no-cache"})(scope, receive, send)
+        await Response(
+            body if scope["method"] == "GET" else b"", media_type="text/html", headers={"Cache-Control": "no-cache"}
+        )(scope, receive, send)
 
     async def _cookie(self, scope, receive, send, base: str, ending: bool) -> None:
         """Redeem a sign-in's one-time code as the HttpOnly session cookie, or clear the cookie (sign-out)."""
@@ -104,7 +107,9 @@ class Workbench:
                 await Response(status_code=403)(scope, receive, send)
                 return
             header = cookies.header(*found, path, secure)
-        await Response(status_code=204, headers={"Set-Cookie": header, "Cache-Control": "no-store"})(scope, receive, send)
+        await Response(status_code=204, headers={"Set-Cookie": header, "Cache-Control": "no-store"})(
+            scope, receive, send
+        )
 
 
 app = st.App(str(APP), middleware=[Middleware(Workbench)])

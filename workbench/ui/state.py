@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import streamlit as st
 
@@ -20,33 +21,33 @@ from workbench.services.memo import RequestMemo
 
 # ---------------------------------------------------------------- keys (the only place they are named)
 
-ACTOR = "wb.actor"              # the signed-in Actor (never the Workbench)
-START_PAGE = "wb.start_page"    # the page the browser asked for before signing in
-FLASH = "wb.flash"              # messages to show once after a rerun
-JOBS = "wb.jobs"                # name -> Job of this session
-COHORT = "wb.cohort"            # cohort chosen on Home / Annotate / Adjudicate
-READER = "wb.reader"            # reader name in local mode
+ACTOR = "wb.actor"  # the signed-in Actor (never the Workbench)
+START_PAGE = "wb.start_page"  # the page the browser asked for before signing in
+FLASH = "wb.flash"  # messages to show once after a rerun
+JOBS = "wb.jobs"  # name -> Job of this session
+COHORT = "wb.cohort"  # cohort chosen on Home / Annotate / Adjudicate
+READER = "wb.reader"  # reader name in local mode
 NEW_READER = "wb.new_reader"
 ANN_REPORT = "wb.annotate.report"
 ANN_HELD = "wb.annotate.held"  # (reader, cohort, report) last claimed by opening it (adaptive reading)
 ADJ_ITEM = "wb.adjudicate.item"
-ADJ_POS = "wb.adjudicate.pos"           # its place in the queue (kept when the item leaves it)
-ADJ_CLICKED = "wb.adjudicate.clicked"   # row clicks handled
-RUN = "wb.run"                  # run shown on Runs and Disagreements
+ADJ_POS = "wb.adjudicate.pos"  # its place in the queue (kept when the item leaves it)
+ADJ_CLICKED = "wb.adjudicate.clicked"  # row clicks handled
+RUN = "wb.run"  # run shown on Runs and Disagreements
 RUN_A, RUN_B = "wb.run_a", "wb.run_b"  # the two runs of a comparison
 RUNS_TAB, PROMPTS_TAB = "wb.runs.tab", "wb.prompts.tab"  # lazy tabs: only the open one is computed
 CI = "wb.ci"
 FOREST_METRIC = "wb.forest_metric"
-CASE = "wb.case"                # a services.results.CaseRef opened on Disagreements
+CASE = "wb.case"  # a services.results.CaseRef opened on Disagreements
 SEARCH, SEARCH_IN, SEARCH_REGEX = "wb.search", "wb.search.in", "wb.search.regex"  # the Runs page's search of a run
 SEARCH_CASE = "wb.search.case"  # (report_id, label) opened from the search results
 DIS_LABEL, DIS_KIND, DIS_CATEGORY = "wb.dis.label", "wb.dis.kind", "wb.dis.category"
-DIS_PICK = "wb.dis.pick"        # (report_id, label) of the open case
-DIS_POS = "wb.dis.pos"          # its place in the filtered queue (kept when the case leaves the queue)
-DIS_ORDER = "wb.dis.order"      # queue order: errors | broken
-DIS_NOTE = "wb.dis.note"        # the quick note being composed: item, category, significance, wrong
+DIS_PICK = "wb.dis.pick"  # (report_id, label) of the open case
+DIS_POS = "wb.dis.pos"  # its place in the filtered queue (kept when the case leaves the queue)
+DIS_ORDER = "wb.dis.order"  # queue order: errors | broken
+DIS_NOTE = "wb.dis.note"  # the quick note being composed: item, category, significance, wrong
 DIS_COMPARE = "wb.dis.compare"  # (run_a, run_b) when the case was opened from Compare
-DIS_KEPT = "wb.dis.kept"        # filters -> the queue order first shown (kept while noting and flagging)
+DIS_KEPT = "wb.dis.kept"  # filters -> the queue order first shown (kept while noting and flagging)
 DIS_CLICKED = "wb.dis.clicked"  # row clicks handled (keys the queue table so a click is consumed once)
 ANN_CLICKED = "wb.annotate.clicked"
 PROMPT_LABEL = "wb.prompt.label"
@@ -57,14 +58,14 @@ ROBUST_RESULT = "wb.robust.result"
 FROZEN = "wb.freeze.last"
 AUDIT_ENTITY, AUDIT_KEY = "wb.audit.entity", "wb.audit.key"
 SIGNIN_USER, SIGNIN_PASSWORD = "wb.signin.user", "wb.signin.password"
-SUGGESTION = "wb.suggestion"    # the last "Suggest a revision" result of this session
+SUGGESTION = "wb.suggestion"  # the last "Suggest a revision" result of this session
 OPT_RUN, OPT_REPORT, OPT_COMPARE = "wb.optimise.run", "wb.optimise.report", "wb.optimise.compare"
-SESSION_TOKEN = "wb.session.token"    # the browser session's token (auth: local), also in its cookie (HttpOnly)
-CLEAR_COOKIE = "wb.session.clear"     # the next sign-in form also clears a dead session cookie
+SESSION_TOKEN = "wb.session.token"  # the browser session's token (auth: local), also in its cookie (HttpOnly)
+CLEAR_COOKIE = "wb.session.clear"  # the next sign-in form also clears a dead session cookie
 SESSION_COOKIE = "wb.session.cookie"  # what gives the browser its cookie after a sign-in (workbench/ui/cookies.py)
-URL_SEEDED = "wb.url.seeded"          # pages whose state this session took from the URL (once each)
-KBD_PAGE = "wb.kbd.page"        # the browser page's random id (keyboard forms answer triggers per page)
-ADJ_DRAFT = "wb.adjudicate.draft"       # item -> the decision being composed (kept across reruns)
+URL_SEEDED = "wb.url.seeded"  # pages whose state this session took from the URL (once each)
+KBD_PAGE = "wb.kbd.page"  # the browser page's random id (keyboard forms answer triggers per page)
+ADJ_DRAFT = "wb.adjudicate.draft"  # item -> the decision being composed (kept across reruns)
 ADJ_ATTR_TIE = "wb.adjudicate.attribute_tie"  # the open attribute tie: "report|label|attribute"
 ANN_FORM, DIS_FORM, ADJ_FORM = "wb.kbd.annotate", "wb.kbd.disagreements", "wb.kbd.adjudicate"  # component keys
 
@@ -85,8 +86,6 @@ def widget_key(*parts: Any) -> str:
 def workbench_class():
     """The Workbench class the app opens studies with."""
     return Workbench
-
-
 
 
 # ---------------------------------------------------------------- revision (shared per study)
@@ -148,15 +147,31 @@ def read(method, *args, **kwargs):
     """Call a read-only service method (a bound method, e.g. wb.runner.run_info) through the bounded
     cache keyed by study, actor, method and the study's revision."""
     study, user, role, name = _key_parts(method)
-    return _cached_call(study, user, role, method.__self__.ctx.ui_revision.value, name, args,
-                        tuple(sorted(kwargs.items())), _method=method)
+    return _cached_call(
+        study,
+        user,
+        role,
+        method.__self__.ctx.ui_revision.value,
+        name,
+        args,
+        tuple(sorted(kwargs.items())),
+        _method=method,
+    )
 
 
 def read_stable(method, *args, **kwargs):
     """As read(), for reads whose result does not depend on error notes (kept across note saves)."""
     study, user, role, name = _key_parts(method)
-    return _cached_call(study, user, role, f"data-{method.__self__.ctx.ui_revision.data}", name, args,
-                        tuple(sorted(kwargs.items())), _method=method)
+    return _cached_call(
+        study,
+        user,
+        role,
+        f"data-{method.__self__.ctx.ui_revision.data}",
+        name,
+        args,
+        tuple(sorted(kwargs.items())),
+        _method=method,
+    )
 
 
 # ---------------------------------------------------------------- flash messages
@@ -239,7 +254,7 @@ class Job:
     done: threading.Event = field(default_factory=threading.Event)
     cancel: threading.Event = field(default_factory=threading.Event)
     seen: bool = False
-    handled: bool = False           # the page has acted on the result once (e.g. selected the new run)
+    handled: bool = False  # the page has acted on the result once (e.g. selected the new run)
     thread: threading.Thread | None = None
 
     @property

@@ -17,8 +17,10 @@ def panel(wb, label: str | None, run_id: int | None = None) -> None:
     if not label or label not in wb.vocab.asked_ids:
         return
     with st.expander(f"Suggest a revision of {wb.vocab.names().get(label, label)}", expanded=False):
-        st.caption("Proposed from this label's disagreements on the tuning part and their error notes, then checked "
-                   "on tuning and validation. Accepting makes it your draft; nothing is saved by itself.")
+        st.caption(
+            "Proposed from this label's disagreements on the tuning part and their error notes, then checked "
+            "on tuning and validation. Accepting makes it your draft; nothing is saved by itself."
+        )
         if st.button("Suggest a revision", key=state.widget_key("suggest", label, run_id)):
             with components.shown_errors("suggesting a revision"), st.spinner("Proposing and evaluating ..."):
                 st.session_state[state.SUGGESTION] = wb.suggest(label, run_id)
@@ -33,13 +35,26 @@ def show(wb, result: dict) -> None:
         st.warning(f"No revision to offer ({result['status']}): {result['detail']}")
         return
     edit, ev = result["edit"], result["evaluation"]
-    st.markdown(f"**Proposal #{result['proposal']}** by the {edit['source']}"
-                + (f", from error notes {', '.join('#' + str(n) for n in edit['note_ids'])}" if edit["note_ids"] else ""))
+    st.markdown(
+        f"**Proposal #{result['proposal']}** by the {edit['source']}"
+        + (f", from error notes {', '.join('#' + str(n) for n in edit['note_ids'])}" if edit["note_ids"] else "")
+    )
     st.text("\n".join(edit["changes"]))
-    rows = [{"part": part, "reports": m["reports"], "F1 before": m["f1_before"], "F1 after": m["f1_after"],
-             "fixed": m["fixed"], "broken": m["broken"], "McNemar p": m["p_value"], "verdict": m["verdict"],
-             "fixed cases": ", ".join(m["fixed_cases"][:20]), "broken cases": ", ".join(m["broken_cases"][:20])}
-            for part, m in ev["parts"].items()]
+    rows = [
+        {
+            "part": part,
+            "reports": m["reports"],
+            "F1 before": m["f1_before"],
+            "F1 after": m["f1_after"],
+            "fixed": m["fixed"],
+            "broken": m["broken"],
+            "McNemar p": m["p_value"],
+            "verdict": m["verdict"],
+            "fixed cases": ", ".join(m["fixed_cases"][:20]),
+            "broken cases": ", ".join(m["broken_cases"][:20]),
+        }
+        for part, m in ev["parts"].items()
+    ]
     st.dataframe(pd.DataFrame(rows), hide_index=True)
     components.noise_lines(wb.suggestion_noise_lines(result))
     st.caption(f"{ev['calls']['made']} calls made, {ev['calls']['reused']} answers reused from the cache")
@@ -49,5 +64,10 @@ def show(wb, result: dict) -> None:
         return
     st.success(ev["why"])
     if st.button("Accept as my draft", key=state.widget_key("accept", result["proposal"]), type="primary"):
-        components.do(wb, "accepting the proposal", wb.accept_proposal, result["proposal"],
-                      done=f"Proposal #{result['proposal']} is your draft of {result['label']}: review and save it on Prompts.")
+        components.do(
+            wb,
+            "accepting the proposal",
+            wb.accept_proposal,
+            result["proposal"],
+            done=f"Proposal #{result['proposal']} is your draft of {result['label']}: review and save it on Prompts.",
+        )

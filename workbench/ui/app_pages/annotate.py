@@ -8,27 +8,33 @@ from __future__ import annotations
 
 import streamlit as st
 
-from workbench.errors import WorkbenchError
-from workbench.ui import components, keyboard, state
-from workbench.services.ui_support import reading_pace
-from workbench.services import ConflictError
 from workbench.core.reading import min_seconds_empty
+from workbench.errors import WorkbenchError
+from workbench.services import ConflictError
+from workbench.services.ui_support import reading_pace
+from workbench.ui import components, keyboard, state
 
 # one key per label, in vocabulary order: digits, then letters (Streamlit reserves C and R;
 # S skips, the arrows move, Enter saves)
 LABEL_KEYS = list("1234567890") + list("qwetyuiopadfghjklzxvbnm")
 UNSURE_KEY, COMMENT_KEY = ".", "/"  # never a label key: "." marks the reading unsure, "/" opens the comment
-STATE_TEXT = {"completed": "saved", "edited": "saved, changes not saved", "draft": "draft (not saved)",
-              "unread": "unread"}
+STATE_TEXT = {
+    "completed": "saved",
+    "edited": "saved, changes not saved",
+    "draft": "draft (not saved)",
+    "unread": "unread",
+}
 READ = ("completed", "edited")
 
 
 def render(wb) -> None:
     """The work list, one report, a key per label, save and next."""
     st.title("Annotate")
-    components.help_line("Press the key shown on every finding the report describes (unticked = 0). Enter saves "
-                         "and opens the next unread report; ← → move; S skips. Ticks are kept as your draft at once. "
-                         "Blinded: other readers and the labeller stay hidden.")
+    components.help_line(
+        "Press the key shown on every finding the report describes (unticked = 0). Enter saves "
+        "and opens the next unread report; ← → move; S skips. Ticks are kept as your draft at once. "
+        "Blinded: other readers and the labeller stay hidden."
+    )
     state.seed_from_url("annotate", {"cohort": (state.COHORT, str), "report": (state.ANN_REPORT, str)})
     st.caption(components.md(wb.reading_order_text()))
     reader = _reader(wb)
@@ -50,13 +56,19 @@ def _annotate(wb, reader: str, cohort: str, work, drafts: set) -> None:
     if work.empty:
         st.info(f"Your work list on {components.md(cohort)} is empty.")
         return
-    work = work.assign(state=[(("edited" if s == "completed" else "draft") if r in drafts else s)
-                              for r, s in zip(work["report_id"], work["state"])])
+    work = work.assign(
+        state=[
+            (("edited" if s == "completed" else "draft") if r in drafts else s)
+            for r, s in zip(work["report_id"], work["state"], strict=False)
+        ]
+    )
     ids = work["report_id"].tolist()
     given = None
     if st.session_state.get(state.ANN_REPORT) not in ids:
         pending = work.loc[~work["state"].isin(READ), "report_id"]
-        given = wb.next_report(reader, cohort) if wb.adaptive_settings().enabled else None  # claimed: one reader at a time
+        given = (
+            wb.next_report(reader, cohort) if wb.adaptive_settings().enabled else None
+        )  # claimed: one reader at a time
         st.session_state[state.ANN_REPORT] = given if given in ids else (pending.iloc[0] if len(pending) else ids[0])
     report_id = st.session_state[state.ANN_REPORT]
     _hold(wb, reader, cohort, report_id, given, work)
@@ -66,9 +78,12 @@ def _annotate(wb, reader: str, cohort: str, work, drafts: set) -> None:
     values, versions = _current(wb, reader, report_id, report_id in drafts)
     data = _form_data(wb, report_id, pos, work, values, versions)
     _with_note(wb, reader, report_id, data)
-    keyboard.form(state.ANN_FORM, data,
-                  on_action=lambda payload: _act(wb, reader, work, payload),
-                  on_draft=lambda draft: _keep_draft(wb, reader, ids, draft))
+    keyboard.form(
+        state.ANN_FORM,
+        data,
+        on_action=lambda payload: _act(wb, reader, work, payload),
+        on_draft=lambda draft: _keep_draft(wb, reader, ids, draft),
+    )
     if wb.config.annotate_attributes:
         _attributes(wb, reader, report_id, values)
     _queue(work)
@@ -105,30 +120,50 @@ def _attributes(wb, reader: str, report_id: str, values: dict) -> None:
         with st.container(horizontal=True, gap="small"):
             st.markdown(components.md(names[label]))
             for name, choices in spec:
-                st.segmented_control(name, list(choices), key=state.widget_key("attr", report_id, label, name),
-                                     label_visibility="collapsed")
+                st.segmented_control(
+                    name,
+                    list(choices),
+                    key=state.widget_key("attr", report_id, label, name),
+                    label_visibility="collapsed",
+                )
 
 
 def _picked_attributes(wb, report_id: str, values: dict) -> dict[str, dict[str, str | None]]:
     """label -> {attribute: value or None} as picked on screen for the ticked labels."""
-    return {label: {name: st.session_state.get(state.widget_key("attr", report_id, label, name)) for name, _ in spec}
-            for label, spec in wb.vocab.attribute_specs().items() if values.get(label)}
+    return {
+        label: {name: st.session_state.get(state.widget_key("attr", report_id, label, name)) for name, _ in spec}
+        for label, spec in wb.vocab.attribute_specs().items()
+        if values.get(label)
+    }
 
 
 def _form_data(wb, report_id: str, pos: int, work, values: dict, versions: dict) -> dict:
     """What the keyboard form shows: the report, one chip per asked label with its key, the navigation."""
     names = wb.vocab.names()
     derived = "".join(f" · {names[d]} is derived" for d in wb.vocab.derived_ids)
-    options = [{"id": lab, "label": names[lab], "key": LABEL_KEYS[i] if i < len(LABEL_KEYS) else None,
-                "hint": _guideline(wb.vocab.label(lab))} for i, lab in enumerate(wb.vocab.asked_ids)]
+    options = [
+        {
+            "id": lab,
+            "label": names[lab],
+            "key": LABEL_KEYS[i] if i < len(LABEL_KEYS) else None,
+            "hint": _guideline(wb.vocab.label(lab)),
+        }
+        for i, lab in enumerate(wb.vocab.asked_ids)
+    ]
     return {
-        "item": {"id": report_id, "heading": report_id, "text": state.read(wb.views.report_text, report_id)["text"],
-                 "caption": f"Report {pos + 1} of {len(work)} · " + STATE_TEXT[work["state"].iloc[pos]]},
-        "groups": [{"id": "labels", "title": "Findings", "kind": "multi", "options": options,
-                    "note": "unticked = 0" + derived}],
+        "item": {
+            "id": report_id,
+            "heading": report_id,
+            "text": state.read(wb.views.report_text, report_id)["text"],
+            "caption": f"Report {pos + 1} of {len(work)} · " + STATE_TEXT[work["state"].iloc[pos]],
+        },
+        "groups": [
+            {"id": "labels", "title": "Findings", "kind": "multi", "options": options, "note": "unticked = 0" + derived}
+        ],
         "values": {"labels": [lab for lab in wb.vocab.asked_ids if values.get(lab)]},
         "nav": {"prev": pos > 0, "next": pos < len(work) - 1, "skip": True},
-        "save_label": "Save and next", "context": {"versions": versions},
+        "save_label": "Save and next",
+        "context": {"versions": versions},
         "help": [{"title": o["label"], "text": o["hint"]} for o in options],
         "footer": "? shows the label definitions.",
     }
@@ -146,8 +181,10 @@ def _progress(wb, reader: str, cohort: str, work, pos: int) -> None:
     pace = reading_pace(work["saved_at"], len(work) - done)
     text = f"{components.md(reader)}: {done} of {len(work)} read · {n_drafts} drafts"
     if pace["seconds_per_report"]:
-        text += (f" · pace {pace['seconds_per_report']:.0f} s per report ({pace['reports_per_hour']:.0f} an hour), "
-                 f"about {_duration(pace['left_seconds'])} left")
+        text += (
+            f" · pace {pace['seconds_per_report']:.0f} s per report ({pace['reports_per_hour']:.0f} an hour), "
+            f"about {_duration(pace['left_seconds'])} left"
+        )
     st.progress(done / len(work), text=text)
 
 
@@ -160,10 +197,10 @@ def _duration(seconds: float) -> str:
 def _current(wb, reader: str, report_id: str, has_draft: bool = True) -> tuple[dict, dict]:
     """The ticks shown (the draft, else the saved reading, else all 0) and the saved versions."""
     mine = state.read(wb.study.my_readings, reader, report_id)
-    saved = dict(zip(mine["label"], mine["value"].astype(int)))
+    saved = dict(zip(mine["label"], mine["value"].astype(int), strict=False))
     draft = wb.reading_draft(reader, report_id) if has_draft else None
     values = {lab: int((draft if draft is not None else saved).get(lab, 0)) for lab in wb.vocab.asked_ids}
-    return values, {lab: int(v) for lab, v in zip(mine["label"], mine["version"])}
+    return values, {lab: int(v) for lab, v in zip(mine["label"], mine["version"], strict=False)}
 
 
 def _ticks(wb, values: dict) -> dict:
@@ -195,15 +232,24 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
     pos = ids.index(report_id)
     if payload.get("kind") != "save":
         wb.save_reading_draft(reader, report_id, values)  # drafts are read fresh, not through the cache
-        target = {"prev": ids[max(pos - 1, 0)], "next": ids[min(pos + 1, len(ids) - 1)],
-                  "skip": _next_open(work, report_id) or ids[min(pos + 1, len(ids) - 1)]}.get(payload.get("kind"))
+        target = {
+            "prev": ids[max(pos - 1, 0)],
+            "next": ids[min(pos + 1, len(ids) - 1)],
+            "skip": _next_open(work, report_id) or ids[min(pos + 1, len(ids) - 1)],
+        }.get(payload.get("kind"))
         st.session_state[state.ANN_REPORT] = target or report_id
         return None
     versions = ((payload.get("context") or {}).get("versions")) or {}
     sent = payload.get("values") or {}
     try:
-        changed = wb.submit_reading(reader, report_id, values, expected_versions={k: int(v) for k, v in versions.items()},
-                                    comment=str(sent.get("comment") or ""), unsure=sent.get("unsure") == "unsure")
+        changed = wb.submit_reading(
+            reader,
+            report_id,
+            values,
+            expected_versions={k: int(v) for k, v in versions.items()},
+            comment=str(sent.get("comment") or ""),
+            unsure=sent.get("unsure") == "unsure",
+        )
     except ConflictError as exc:
         wb.save_reading_draft(reader, report_id, values)
         state.bump(wb)
@@ -212,12 +258,17 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
         for label, picked in _picked_attributes(wb, report_id, values).items():
             wb.record_reading_attributes(reader, report_id, label, picked)
     state.bump(wb)
-    state.flash(f"Saved {report_id} for {reader}: {changed['added']} new, {changed['changed']} changed, "
-                f"{changed['unchanged']} unchanged.", "toast")  # a toast: the next report keeps its place on screen
+    state.flash(
+        f"Saved {report_id} for {reader}: {changed['added']} new, {changed['changed']} changed, "
+        f"{changed['unchanged']} unchanged.",
+        "toast",
+    )  # a toast: the next report keeps its place on screen
     if wb.adaptive_settings().enabled:  # the next one is given afresh: reports may have left the list meanwhile
         st.session_state.pop(state.ANN_REPORT, None)
         return None
-    following = _next_open(work.assign(state=work["state"].where(work["report_id"] != report_id, "completed")), report_id)
+    following = _next_open(
+        work.assign(state=work["state"].where(work["report_id"] != report_id, "completed")), report_id
+    )
     st.session_state[state.ANN_REPORT] = following or report_id
     return None
 
@@ -225,18 +276,36 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
 def _with_note(wb, reader: str, report_id: str, data: dict) -> None:
     """Add the unsure mark, the comment field, undo and the empty-save confirmation to the form's data."""
     note = wb.reading_note(reader, report_id) or {"comment": "", "unsure": False}
-    data["groups"].append({"id": "unsure", "title": "Unsure", "kind": "one", "note": "saved with the reading",
-                           "options": [{"id": "unsure", "label": "Unsure of this reading", "key": UNSURE_KEY,
-                                        "hint": "Mark a reading you are not confident about (it is saved as ticked)."}]})
+    data["groups"].append(
+        {
+            "id": "unsure",
+            "title": "Unsure",
+            "kind": "one",
+            "note": "saved with the reading",
+            "options": [
+                {
+                    "id": "unsure",
+                    "label": "Unsure of this reading",
+                    "key": UNSURE_KEY,
+                    "hint": "Mark a reading you are not confident about (it is saved as ticked).",
+                }
+            ],
+        }
+    )
     data["values"]["unsure"] = "unsure" if note["unsure"] else None
-    data["text"] = {"id": "comment", "label": "Comment (optional, saved with the reading)",
-                    "placeholder": f"{COMMENT_KEY} to write · Esc leaves the field · Ctrl+Enter saves",
-                    "hint": "In the comment, Enter adds a line; the label keys work again after Esc."}
+    data["text"] = {
+        "id": "comment",
+        "label": "Comment (optional, saved with the reading)",
+        "placeholder": f"{COMMENT_KEY} to write · Esc leaves the field · Ctrl+Enter saves",
+        "hint": "In the comment, Enter adds a line; the label keys work again after Esc.",
+    }
     data["values"]["comment"] = note["comment"]
     data["nav"]["undo"] = wb.last_saved_report(reader) is not None
     data["min_seconds_empty"] = min_seconds_empty(wb.config.reading)
-    data["footer"] = (f"? shows the label definitions · {UNSURE_KEY} marks unsure · {COMMENT_KEY} writes a comment · "
-                      "Ctrl+Z undoes your last save.")
+    data["footer"] = (
+        f"? shows the label definitions · {UNSURE_KEY} marks unsure · {COMMENT_KEY} writes a comment · "
+        "Ctrl+Z undoes your last save."
+    )
 
 
 def _undo(wb, reader: str, ids: list) -> str | None:
@@ -246,8 +315,11 @@ def _undo(wb, reader: str, ids: list) -> str | None:
     except WorkbenchError as exc:
         return f"Nothing undone: {exc}"
     state.bump(wb)
-    state.flash(f"Undid your last save of {done['report_id']}: {done['restored']} label(s) restored, "
-                f"{done['removed']} new reading(s) removed.", "toast")
+    state.flash(
+        f"Undid your last save of {done['report_id']}: {done['restored']} label(s) restored, "
+        f"{done['removed']} new reading(s) removed.",
+        "toast",
+    )
     if done["report_id"] in ids:
         st.session_state[state.ANN_REPORT] = done["report_id"]
     return None
@@ -255,18 +327,30 @@ def _undo(wb, reader: str, ids: list) -> str | None:
 
 def _my_readings(wb, reader: str, cohort: str, ids: list) -> None:
     """Review mode: the reader's own saved readings and drafts, searchable by report id or text; a row opens it."""
-    if not st.toggle("My readings: review your saved readings and drafts", key=state.widget_key("my-readings-on", cohort)):
+    if not st.toggle(
+        "My readings: review your saved readings and drafts", key=state.widget_key("my-readings-on", cohort)
+    ):
         return  # read only when asked for: the search reads report texts
     with st.container(border=True):
-        search = st.text_input("Search by report id or report text", key=state.widget_key("my-readings-search", cohort),
-                               placeholder="e.g. b00012 or effusion")
+        search = st.text_input(
+            "Search by report id or report text",
+            key=state.widget_key("my-readings-search", cohort),
+            placeholder="e.g. b00012 or effusion",
+        )
         mine = wb.my_reading_list(reader, cohort, search)  # fresh: drafts change without a revision
         if mine.empty:
             st.caption("No saved reading or draft matches." if search else "You have no saved reading or draft yet.")
             return
         clicks = st.session_state.get(state.ANN_CLICKED, 0)
-        event = st.dataframe(mine, hide_index=True, height=260, on_select="rerun", selection_mode="single-row",
-                             key=state.widget_key("my-readings", clicks), column_config={"report_id": "report"})
+        event = st.dataframe(
+            mine,
+            hide_index=True,
+            height=260,
+            on_select="rerun",
+            selection_mode="single-row",
+            key=state.widget_key("my-readings", clicks),
+            column_config={"report_id": "report"},
+        )
         rows = event.selection.rows if event else []
         if rows and mine["report_id"].iloc[rows[0]] in ids:
             st.session_state[state.ANN_CLICKED] = clicks + 1
@@ -285,16 +369,24 @@ def _next_open(work, report_id: str) -> str | None:
 
 def _queue(work) -> None:
     """The whole work list with each report's state; click a row to open it."""
-    with st.expander(f"Work list: {int(work['state'].isin(READ).sum())} saved, "
-                     f"{int((work['state'] == 'draft').sum())} drafts, {int((work['state'] == 'unread').sum())} unread"):
+    with st.expander(
+        f"Work list: {int(work['state'].isin(READ).sum())} saved, "
+        f"{int((work['state'] == 'draft').sum())} drafts, {int((work['state'] == 'unread').sum())} unread"
+    ):
         pos = work["report_id"].tolist().index(st.session_state[state.ANN_REPORT])
         start, end = components.window(len(work), pos)
         part = work.iloc[start:end]
         table = part.assign(position=range(start + 1, end + 1), state=part["state"].map(STATE_TEXT))
         clicks = st.session_state.get(state.ANN_CLICKED, 0)  # a new key after each click clears the selection
-        event = st.dataframe(table[["position", "report_id", "state"]], hide_index=True, height=260,
-                             on_select="rerun", selection_mode="single-row", key=state.widget_key("ann-queue", clicks),
-                             column_config={"report_id": "report", "position": "#"})
+        event = st.dataframe(
+            table[["position", "report_id", "state"]],
+            hide_index=True,
+            height=260,
+            on_select="rerun",
+            selection_mode="single-row",
+            key=state.widget_key("ann-queue", clicks),
+            column_config={"report_id": "report", "position": "#"},
+        )
         if end - start < len(work):
             st.caption(f"Reports {start + 1}-{end} of {len(work)} around the open one.")
         rows = event.selection.rows if event else []
@@ -309,10 +401,15 @@ def _reader(wb) -> str | None:
     if wb.config.auth != "none":
         return wb.actor.user
     with st.sidebar:
-        chosen = st.selectbox("Reader", state.read(wb.views.readers), key=state.READER, index=None,
-                              placeholder="Choose your name")
-        typed = st.text_input("... or a new reader name", key=state.NEW_READER, placeholder="e.g. dr-smith",
-                              help="After Enter, press Tab (or click the report) so that the keys reach the labels.")
+        chosen = st.selectbox(
+            "Reader", state.read(wb.views.readers), key=state.READER, index=None, placeholder="Choose your name"
+        )
+        typed = st.text_input(
+            "... or a new reader name",
+            key=state.NEW_READER,
+            placeholder="e.g. dr-smith",
+            help="After Enter, press Tab (or click the report) so that the keys reach the labels.",
+        )
         return typed.strip() or chosen
 
 
@@ -328,9 +425,18 @@ def _work_lists(wb, cohort: str) -> None:
         else:
             st.caption("No work lists on this cohort: every reader reads every report.")
         with st.form(state.widget_key("assign", cohort)):
-            readers = st.text_input("Readers (comma-separated user ids)", ", ".join(status["reader"]) if len(status) else "")
+            readers = st.text_input(
+                "Readers (comma-separated user ids)", ", ".join(status["reader"]) if len(status) else ""
+            )
             overlap = st.number_input("Readers per report (overlap)", min_value=1, value=2, step=1)
             submitted = st.form_submit_button("Assign")
         if submitted:
-            components.do(wb, "assigning work lists", wb.assign_work, cohort, readers.split(","), int(overlap),
-                          done=lambda r: f"Assigned {r['added']} report places.")
+            components.do(
+                wb,
+                "assigning work lists",
+                wb.assign_work,
+                cohort,
+                readers.split(","),
+                int(overlap),
+                done=lambda r: f"Assigned {r['added']} report places.",
+            )

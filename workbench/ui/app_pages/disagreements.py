@@ -14,27 +14,39 @@ import streamlit as st
 
 from workbench.errors import WorkbenchError
 from workbench.services import PERMISSIONS
-from workbench.ui import components, keyboard, state, suggestions
 from workbench.study import SIGNIFICANCE
+from workbench.ui import components, keyboard, state, suggestions
 
 CATEGORY_KEYS = list("1234567890")
 SIGNIFICANCE_KEYS = {"changes management": "M", "does not change management": "N", "unsure": "U"}
 WRONG = "reference label wrong"  # the category that is also the flag: one control sends the item to adjudication
-KIND_TEXT = {"FP": "FP: labeller said 1", "FN": "FN: labeller said 0", "failed": "failed call",
-             "attribute": "attribute: side, severity or change differs"}
+KIND_TEXT = {
+    "FP": "FP: labeller said 1",
+    "FN": "FN: labeller said 0",
+    "failed": "failed call",
+    "attribute": "attribute: side, severity or change differs",
+}
 ORDERS = {"errors": "Labels with most errors first", "broken": "Broken by the last prompt change first"}
 
 
 def render(wb) -> None:
     """Filter a run's queue, open a case, note what went wrong, move on."""
     st.title("Disagreements")
-    components.help_line("Each row is a (report, label) where the labeller's answer differs from the reference. Click a "
-                         "row or use ← →; keys 1-9/0 say what went wrong, M/N/U how much it matters, Enter saves and "
-                         "opens the next case without a note.")
+    components.help_line(
+        "Each row is a (report, label) where the labeller's answer differs from the reference. Click a "
+        "row or use ← →; keys 1-9/0 say what went wrong, M/N/U how much it matters, Enter saves and "
+        "opens the next case without a note."
+    )
     names = wb.vocab.names()
-    state.seed_from_url("disagreements", {
-        "run": (state.RUN, int), "label": (state.DIS_LABEL, lambda v: wb.vocab.ids[wb.vocab.ids.index(v)]),
-        "case": (state.DIS_PICK, state.pair), "compare": (state.DIS_COMPARE, lambda v: tuple(map(int, state.pair(v, "-"))))})
+    state.seed_from_url(
+        "disagreements",
+        {
+            "run": (state.RUN, int),
+            "label": (state.DIS_LABEL, lambda v: wb.vocab.ids[wb.vocab.ids.index(v)]),
+            "case": (state.DIS_PICK, state.pair),
+            "compare": (state.DIS_COMPARE, lambda v: tuple(map(int, state.pair(v, "-")))),
+        },
+    )
     opened = st.session_state.pop(state.CASE, None)  # sent here from the Runs page
     if opened:  # a CaseRef
         st.session_state[state.RUN], st.session_state[state.DIS_LABEL] = opened.run_id, opened.label
@@ -45,16 +57,32 @@ def render(wb) -> None:
         run_id = components.pick_run(state.read_stable(wb.runner.runs), state.RUN)
         if run_id is None:
             return
-        label = st.selectbox("Label", wb.vocab.ids, index=None, key=state.DIS_LABEL, format_func=names.get,
-                             placeholder="all labels")
-        kind = st.selectbox("Type", list(KIND_TEXT), index=None, key=state.DIS_KIND, placeholder="FP, FN, failed and attribute",
-                            format_func=KIND_TEXT.get)
-        category = st.selectbox("Error category", wb.config.error_categories, index=None, key=state.DIS_CATEGORY,
-                                placeholder="any (or none yet)")
+        label = st.selectbox(
+            "Label", wb.vocab.ids, index=None, key=state.DIS_LABEL, format_func=names.get, placeholder="all labels"
+        )
+        kind = st.selectbox(
+            "Type",
+            list(KIND_TEXT),
+            index=None,
+            key=state.DIS_KIND,
+            placeholder="FP, FN, failed and attribute",
+            format_func=KIND_TEXT.get,
+        )
+        category = st.selectbox(
+            "Error category",
+            wb.config.error_categories,
+            index=None,
+            key=state.DIS_CATEGORY,
+            placeholder="any (or none yet)",
+        )
         order = st.radio("Order", list(ORDERS), format_func=ORDERS.get, key=state.DIS_ORDER)
-        st.button("Re-sort the queue", key=state.widget_key("dis-resort"), help="The queue keeps its order while you "
-                  "note and flag cases; this sorts it again by the counts as they are now.",
-                  on_click=lambda: st.session_state.pop(state.DIS_KEPT, None))
+        st.button(
+            "Re-sort the queue",
+            key=state.widget_key("dis-resort"),
+            help="The queue keeps its order while you "
+            "note and flag cases; this sorts it again by the counts as they are now.",
+            on_click=lambda: st.session_state.pop(state.DIS_KEPT, None),
+        )
     with components.shown_errors("reading the queue"):
         # the queue behind the notes is kept across note saves; its note counts are read fresh
         base, order_text = state.read_stable(wb.views.disagreement_queue, run_id, label, kind, None, order=order)
@@ -78,8 +106,12 @@ def _page(wb, run_id: int, queue, order_text: str, names: dict) -> None:
     pos = keys.index(pick)
     st.session_state[state.DIS_PICK], st.session_state[state.DIS_POS] = pick, pos
     compare = st.session_state.get(state.DIS_COMPARE)
-    state.to_url(run=run_id, label=st.session_state.get(state.DIS_LABEL), case="|".join(pick),
-                 compare="-".join(map(str, compare)) if compare else None)
+    state.to_url(
+        run=run_id,
+        label=st.session_state.get(state.DIS_LABEL),
+        case="|".join(pick),
+        compare="-".join(map(str, compare)) if compare else None,
+    )
     components.compact_chips()
     # the queue's five columns in sight at 1280 px, the row checkboxes' 33 px too (tests/ui: fit)
     left, middle, right = st.columns([5, 3, 4], gap="xsmall")
@@ -109,7 +141,7 @@ def _page(wb, run_id: int, queue, order_text: str, names: dict) -> None:
 def _keys(queue) -> list[tuple[str, str]]:
     """(report_id, label) of every row (tolist: iterating an arrow string column one value at a time cost 0.07 s
     per pass over a 10,000-row queue, three passes per save)."""
-    return list(zip(queue["report_id"].tolist(), queue["label"].tolist()))
+    return list(zip(queue["report_id"].tolist(), queue["label"].tolist(), strict=False))
 
 
 def _kept_order(queue, ident: tuple):
@@ -144,16 +176,27 @@ def _queue_table(queue, names: dict, pos: int) -> None:
     """The filtered queue around the open case; clicking a row opens that case."""
     start, end = components.window(len(queue), pos)
     part = queue.iloc[start:end]
-    table = part.assign(label=part["label"].map(names), note=part["notes"].map(lambda n: str(n) if n else ""),
-                        case=[f"→ {i}" if i == pos + 1 else str(i) for i in range(start + 1, end + 1)])
+    table = part.assign(
+        label=part["label"].map(names),
+        note=part["notes"].map(lambda n: str(n) if n else ""),
+        case=[f"→ {i}" if i == pos + 1 else str(i) for i in range(start + 1, end + 1)],
+    )
     clicks = st.session_state.get(state.DIS_CLICKED, 0)  # a new key after each click clears the old selection
-    event = st.dataframe(table[["case", "report_id", "label", "type", "note"]], hide_index=True, height=560,
-                         on_select="rerun", selection_mode="single-row", key=state.widget_key("dis-queue", clicks),
-                         column_config={"report_id": st.column_config.TextColumn("report", width=64),
-                                        "case": st.column_config.TextColumn("#", width=36, help="→ marks the open case"),
-                                        "label": st.column_config.TextColumn("label", width=150),
-                                        "type": st.column_config.TextColumn("type", width=40),
-                                        "note": st.column_config.TextColumn("note", width=36, help="Notes on the case")})
+    event = st.dataframe(
+        table[["case", "report_id", "label", "type", "note"]],
+        hide_index=True,
+        height=560,
+        on_select="rerun",
+        selection_mode="single-row",
+        key=state.widget_key("dis-queue", clicks),
+        column_config={
+            "report_id": st.column_config.TextColumn("report", width=64),
+            "case": st.column_config.TextColumn("#", width=36, help="→ marks the open case"),
+            "label": st.column_config.TextColumn("label", width=150),
+            "type": st.column_config.TextColumn("type", width=40),
+            "note": st.column_config.TextColumn("note", width=36, help="Notes on the case"),
+        },
+    )
     if end - start < len(queue):
         st.caption(f"Cases {start + 1}-{end} of {len(queue)} around the open one; ← → or the filters reach the rest.")
     rows = event.selection.rows if event else []
@@ -187,23 +230,34 @@ def _answer(wb, run_id: int, case: dict) -> None:
     pred = case["prediction"] or {}
     votes = case["votes"]
     positive = int(votes["value"].sum()) if len(votes) else 0
-    st.markdown(f"Labeller (run {run_id}): **{_value(pred.get('value'))}** ({components.md(pred.get('status', 'no answer'))})"
-                f" · reference: **{_value(case['reference'])}** ({components.md(case['reference_status'])})"
-                f" · votes: {positive} of {len(votes)} positive")
+    st.markdown(
+        f"Labeller (run {run_id}): **{_value(pred.get('value'))}** ({components.md(pred.get('status', 'no answer'))})"
+        f" · reference: **{_value(case['reference'])}** ({components.md(case['reference_status'])})"
+        f" · votes: {positive} of {len(votes)} positive"
+    )
     if pred.get("detail"):
         st.caption("Parser detail:")
         st.text(pred["detail"])
     if len(case["notes"]):
         notes = case["notes"]
-        st.caption(f"{len(notes)} earlier note(s): " + components.md("; ".join(
-            f"{a}: {c} ({s})" for a, c, s in zip(notes["author"], notes["category"], notes["significance"]))))
+        st.caption(
+            f"{len(notes)} earlier note(s): "
+            + components.md(
+                "; ".join(
+                    f"{a}: {c} ({s})"
+                    for a, c, s in zip(notes["author"], notes["category"], notes["significance"], strict=False)
+                )
+            )
+        )
 
 
 def _attribute_difference(row) -> None:
     """For an attribute case (presence agrees), which attributes differ: otherwise 1 beside 1 explains nothing."""
     if row.get("type") == "attribute":
-        st.markdown(f"**Attributes differ** ({components.md(str(row['attribute_category']))}): "
-                    f"{components.md(str(row['detail']))}")
+        st.markdown(
+            f"**Attributes differ** ({components.md(str(row['attribute_category']))}): "
+            f"{components.md(str(row['detail']))}"
+        )
 
 
 def _note_form(wb, run_id: int, case: dict, queue, pos: int, names: dict) -> None:
@@ -212,24 +266,52 @@ def _note_form(wb, run_id: int, case: dict, queue, pos: int, names: dict) -> Non
     item = f"{case['report_id']}|{case['label']}"
     draft = st.session_state.setdefault(state.DIS_NOTE, {})
     values = draft.get(item) or {"category": _suggested_category(wb, queue.iloc[pos]), "significance": None, "text": ""}
-    categories = [{"id": c, "label": c + (" (sends it to adjudication)" if c == WRONG else ""),
-                   "key": CATEGORY_KEYS[i] if i < len(CATEGORY_KEYS) else None} for i, c in enumerate(wb.config.error_categories)]
+    categories = [
+        {
+            "id": c,
+            "label": c + (" (sends it to adjudication)" if c == WRONG else ""),
+            "key": CATEGORY_KEYS[i] if i < len(CATEGORY_KEYS) else None,
+        }
+        for i, c in enumerate(wb.config.error_categories)
+    ]
     data = {
-        "item": {"id": item, "heading": f"Case {pos + 1} of {len(queue)} · {case['report_id']} · "
-                                        f"{names.get(case['label'], case['label'])}"},
-        "groups": [{"id": "category", "title": "What went wrong", "kind": "one", "options": categories},
-                   {"id": "significance", "title": "Clinical significance", "kind": "one",
-                    "options": [{"id": v, "label": v, "key": SIGNIFICANCE_KEYS.get(v, "").lower() or None} for v in SIGNIFICANCE]}],
+        "item": {
+            "id": item,
+            "heading": f"Case {pos + 1} of {len(queue)} · {case['report_id']} · "
+            f"{names.get(case['label'], case['label'])}",
+        },
+        "groups": [
+            {"id": "category", "title": "What went wrong", "kind": "one", "options": categories},
+            {
+                "id": "significance",
+                "title": "Clinical significance",
+                "kind": "one",
+                "options": [
+                    {"id": v, "label": v, "key": SIGNIFICANCE_KEYS.get(v, "").lower() or None} for v in SIGNIFICANCE
+                ],
+            },
+        ],
         "values": values,
-        "text": {"id": "text", "label": "Note (optional)", "placeholder": "e.g. 'no longer seen' means resolved",
-                 "hint": "In the note, Ctrl+Enter saves and Esc leaves the field."},
-        "require": [{"ids": ["category"], "message": "Choose what went wrong (1-9, 0) first."},
-                    {"ids": ["significance"], "message": "Choose its clinical significance (M, N, U) first."}],
+        "text": {
+            "id": "text",
+            "label": "Note (optional)",
+            "placeholder": "e.g. 'no longer seen' means resolved",
+            "hint": "In the note, Ctrl+Enter saves and Esc leaves the field.",
+        },
+        "require": [
+            {"ids": ["category"], "message": "Choose what went wrong (1-9, 0) first."},
+            {"ids": ["significance"], "message": "Choose its clinical significance (M, N, U) first."},
+        ],
         "nav": {"prev": pos > 0, "next": pos < len(queue) - 1},
-        "save_label": "Save, next", "context": {"run": run_id},
+        "save_label": "Save, next",
+        "context": {"run": run_id},
     }
-    keyboard.form(state.DIS_FORM, data, on_action=lambda payload: _act(wb, run_id, queue, payload),
-                  on_draft=lambda d: draft.update({d["item"]: d["values"]}))
+    keyboard.form(
+        state.DIS_FORM,
+        data,
+        on_action=lambda payload: _act(wb, run_id, queue, payload),
+        on_draft=lambda d: draft.update({d["item"]: d["values"]}),
+    )
 
 
 def _suggested_category(wb, row) -> str | None:
@@ -255,8 +337,15 @@ def _act(wb, run_id: int, queue, payload: dict) -> str | None:
         return None
     values = payload.get("values") or {}
     wrong = values.get("category") == WRONG
-    wb.add_note(report_id, label, values.get("category"), values.get("significance"), str(values.get("text") or ""),
-                reference_wrong=wrong, run_id=run_id)
+    wb.add_note(
+        report_id,
+        label,
+        values.get("category"),
+        values.get("significance"),
+        str(values.get("text") or ""),
+        reference_wrong=wrong,
+        run_id=run_id,
+    )
     state.bump(wb, notes_only=not wrong)  # a flag changes the reference: everything is read again
     st.session_state.get(state.DIS_NOTE, {}).pop(payload["item"], None)
     state.flash(f"Note saved on {report_id} / {wb.vocab.names().get(label, label)}.", "toast")
@@ -268,7 +357,7 @@ def _act(wb, run_id: int, queue, payload: dict) -> str | None:
 
 def _next_without_note(queue, pos: int) -> int | None:
     """The first position after pos (wrapping) whose case has no note yet (vectorised: queues run to 10,000s)."""
-    order = np.r_[pos + 1:len(queue), 0:pos]
+    order = np.r_[pos + 1 : len(queue), 0:pos]
     free = order[queue["notes"].to_numpy()[order] == 0]
     return int(free[0]) if len(free) else None
 
@@ -288,24 +377,42 @@ def _compare_panel(wb, case: dict) -> None:
             col.markdown(f"{title} (run {run_id}): **{_value(pred.get('value'))}**")
             col.text(pred.get("evidence") or "(no evidence quoted)")
         if case["label"] in wb.vocab.asked_ids:
-            commit_a, commit_b = state.read_stable(wb.runner.run_info, run_a).prompt_commit, state.read_stable(wb.runner.run_info, run_b).prompt_commit
+            commit_a, commit_b = (
+                state.read_stable(wb.runner.run_info, run_a).prompt_commit,
+                state.read_stable(wb.runner.run_info, run_b).prompt_commit,
+            )
             diff = state.read_stable(wb.prompts.prompt_diff, case["label"], commit_a, commit_b)
             st.caption(f"Prompt of this label, {commit_a[:8]} → {commit_b[:8]}:")
             st.code(diff["unified"] or "(the prompt of this label did not change)", language="diff", wrap_lines=True)
             if diff["fields"]:
                 st.text("\n".join(components.field_changes(diff["fields"])))
-        st.button("Stop comparing", key=state.widget_key("dis-stop-compare"),
-                  on_click=lambda: st.session_state.update({state.DIS_COMPARE: None}))
+        st.button(
+            "Stop comparing",
+            key=state.widget_key("dis-stop-compare"),
+            on_click=lambda: st.session_state.update({state.DIS_COMPARE: None}),
+        )
 
 
 def _example_form(wb, run_id: int, report_id: str, label: str) -> None:
     """One click: this case becomes a few-shot example in your draft of the label's prompt."""
     with st.form(state.widget_key("example", run_id, report_id, label), clear_on_submit=True, border=False):
         c = st.columns([3, 1], vertical_alignment="bottom")
-        why = c[0].text_input("Why (shown to the model with the example)", placeholder="optional; the latest note is used")
+        why = c[0].text_input(
+            "Why (shown to the model with the example)", placeholder="optional; the latest note is used"
+        )
         submitted = c[1].form_submit_button("Add as few-shot example")
     if submitted:
-        components.do(wb, "adding the example", wb.add_example_from_case, report_id, label, why, run_id=run_id,
-                      done=lambda res: (f"Added {report_id} to your draft of {label} (see Prompts). Warning: "
-                                        + " ".join(res[1]), "warning") if res[1] else
-                      f"Added {report_id} to your draft of {label} (see Prompts).")
+        components.do(
+            wb,
+            "adding the example",
+            wb.add_example_from_case,
+            report_id,
+            label,
+            why,
+            run_id=run_id,
+            done=lambda res: (
+                (f"Added {report_id} to your draft of {label} (see Prompts). Warning: " + " ".join(res[1]), "warning")
+                if res[1]
+                else f"Added {report_id} to your draft of {label} (see Prompts)."
+            ),
+        )

@@ -13,8 +13,10 @@ BLIND = "hidden until you finish reading"
 def render(wb) -> None:
     """Cohorts, readers, reference status, prompt version, latest run, history, attention list."""
     st.title(f"Study: {components.md(wb.config.name)}")
-    components.help_line("The study at a glance: who has read what, whether the reference is settled, "
-                         "how the current prompts score, and what to look at next.")
+    components.help_line(
+        "The study at a glance: who has read what, whether the reference is settled, "
+        "how the current prompts score, and what to look at next."
+    )
     state.seed_from_url("home", {"cohort": (state.COHORT, str)})  # an unknown cohort falls back to the default
     cohort = components.pick_cohort(wb)
     if cohort is None:
@@ -27,17 +29,30 @@ def render(wb) -> None:
     ev = state.read(wb.evaluation.evaluate_run, latest, n_resamples=0) if latest else None
     blind = wb.actor.role not in PERMISSIONS["see_unblinded"]  # a reader sees no reference or score while reading
     c = st.columns(5)
-    c[0].metric("Reference decided", BLIND if blind else int(summary["decided"].sum() + summary["adjudicated"].sum()),
-                help="(report, label) items settled by the reader vote or by adjudication")
+    c[0].metric(
+        "Reference decided",
+        BLIND if blind else int(summary["decided"].sum() + summary["adjudicated"].sum()),
+        help="(report, label) items settled by the reader vote or by adjudication",
+    )
     c[1].metric("Waiting for adjudication", BLIND if blind else int(summary["waiting"].sum()))
     c[2].metric("Prompt version", f"v{len(history)}", help=f"commit {history.iloc[0]['short']} (its message is below)")
-    c[3].metric("Latest run: macro F1", BLIND if blind else components.pct(ev.averages["macro_f1"]) if ev else "no run",
-                help="mean over labels of each label's F1: how good the labeller is at finding each finding")
-    c[4].metric("Latest run: macro accuracy", BLIND if blind else components.pct(ev.averages["macro_accuracy"]) if ev else "no run",
-                help="high whenever findings are rare, even if most positives are missed: read it beside F1")
-    st.caption(components.md(f"Current prompt version {history.iloc[0]['short']} ({components.when(history.iloc[0]['when'])}, "
-                             f"{history.iloc[0]['author']}), its message:"
-                             + (f" · latest run {latest} ({runs.set_index('id').loc[latest, 'model']})" if latest else "")))
+    c[3].metric(
+        "Latest run: macro F1",
+        BLIND if blind else components.pct(ev.averages["macro_f1"]) if ev else "no run",
+        help="mean over labels of each label's F1: how good the labeller is at finding each finding",
+    )
+    c[4].metric(
+        "Latest run: macro accuracy",
+        BLIND if blind else components.pct(ev.averages["macro_accuracy"]) if ev else "no run",
+        help="high whenever findings are rare, even if most positives are missed: read it beside F1",
+    )
+    st.caption(
+        components.md(
+            f"Current prompt version {history.iloc[0]['short']} ({components.when(history.iloc[0]['when'])}, "
+            f"{history.iloc[0]['author']}), its message:"
+            + (f" · latest run {latest} ({runs.set_index('id').loc[latest, 'model']})" if latest else "")
+        )
+    )
     components.user_text(history.iloc[0]["message"])
     _reads(wb, cohort)
     _attention(wb, cohort, summary, latest, ev)
@@ -45,8 +60,11 @@ def render(wb) -> None:
     _readers(wb, cohort)
     with st.expander("Reference status per label"):
         settled = (summary["decided"] + summary["adjudicated"]).where(lambda x: x > 0)
-        st.dataframe(summary.assign(prevalence=(summary["positive"] / settled).round(3))
-                     .rename(index=wb.vocab.names()).rename_axis("label"))
+        st.dataframe(
+            summary.assign(prevalence=(summary["positive"] / settled).round(3))
+            .rename(index=wb.vocab.names())
+            .rename_axis("label")
+        )
     with st.expander("Cohorts"):
         st.dataframe(state.read(wb.study.cohorts), hide_index=True)
 
@@ -56,9 +74,13 @@ def _reads(wb, cohort: str) -> None:
     status = state.read(wb.adaptive.adaptive_status, cohort)
     c = st.columns(5)
     c[0].metric("Reads done", f"{status['reads_done']:,}", help="one reader's reading of one report")
-    c[1].metric("Reads saved", f"{status['reads_saved']:,}",
-                delta=f"{status['saved_share']:.0%} of a full panel" if status["full_panel"] else None, delta_color="off",
-                help=f"panel places of reports that left every list, of {status['full_panel']:,} reads for a full panel")
+    c[1].metric(
+        "Reads saved",
+        f"{status['reads_saved']:,}",
+        delta=f"{status['saved_share']:.0%} of a full panel" if status["full_panel"] else None,
+        delta_color="off",
+        help=f"panel places of reports that left every list, of {status['full_panel']:,} reads for a full panel",
+    )
     c[2].metric("Items decided", f"{status['decided']:,}", help="(report, label) items with a reference value")
     c[3].metric("Undecided", f"{status['undecided']:,}", help="still being read: the outcome can still change")
     c[4].metric("Waiting", f"{status['waiting']:,}", help="no decisive vote (a tie) or flagged: adjudication")
@@ -79,13 +101,18 @@ def _attention(wb, cohort: str, summary, latest, ev) -> None:
     with right:
         st.metric("Open adjudications", int(summary["waiting"].sum()))
         if wb.vocab.attribute_specs():
-            st.metric("Attribute ties waiting", len(state.read(wb.attributes.attribute_ties, cohort)),
-                      help="readers who ticked a confirmed finding split on its side, severity or change: adjudication")
+            st.metric(
+                "Attribute ties waiting",
+                len(state.read(wb.attributes.attribute_ties, cohort)),
+                help="readers who ticked a confirmed finding split on its side, severity or change: adjudication",
+            )
         if wb.actor.role in PERMISSIONS["adjudicate"] and st.button("Adjudicate", key=state.widget_key("home-adj")):
             state.switch_to("adjudicate")
         if latest is not None:
             queue = state.read(wb.triage.disagreements, latest, None, None, None)
-            st.metric("Disagreements without notes", int((queue["notes"] == 0).sum()), help=f"of {len(queue)} in run {latest}")
+            st.metric(
+                "Disagreements without notes", int((queue["notes"] == 0).sum()), help=f"of {len(queue)} in run {latest}"
+            )
             if st.button("Review disagreements", key=state.widget_key("home-dis")):
                 state.switch_to("disagreements", {state.RUN: latest})
 
@@ -98,6 +125,16 @@ def _readers(wb, cohort: str) -> None:
         st.info("No readings yet.")
         return
     progress = progress.assign(share=progress["reports_complete"] / progress["reports_in_scope"].clip(lower=1))
-    st.dataframe(progress.rename(columns={"reports_started": "reports started", "reports_complete": "reports complete",
-                                          "reports_in_scope": "reports in cohort"}), hide_index=True, column_config={
-        "share": st.column_config.ProgressColumn("complete", min_value=0.0, max_value=1.0, format="percent")})
+    st.dataframe(
+        progress.rename(
+            columns={
+                "reports_started": "reports started",
+                "reports_complete": "reports complete",
+                "reports_in_scope": "reports in cohort",
+            }
+        ),
+        hide_index=True,
+        column_config={
+            "share": st.column_config.ProgressColumn("complete", min_value=0.0, max_value=1.0, format="percent")
+        },
+    )

@@ -9,7 +9,6 @@ import streamlit as st
 from workbench.services.optimising import COHORT_ROLES, fmt_figure, report_markdown
 from workbench.ui import charts, components, state
 
-
 TABS = ("Split", "Tuning and validation", "Optimise", "Reports", "Test cohorts")
 TAB = state.widget_key("optimise-tab")
 
@@ -17,18 +16,42 @@ TAB = state.widget_key("optimise-tab")
 def render(wb) -> None:
     """Split, parts side by side, optimise, reports, test looks."""
     st.title("Optimise")
-    components.help_line("Tune on the tuning part, check on the validation part: proposals are offered only when "
-                         "validation does not drop, and the gap between the two is the overfitting signal.")
-    state.seed_from_url("optimise", {"tab": (TAB, lambda v: TABS[int(v)]), "cohort": (state.COHORT, str),
-                                     "run": (state.OPT_RUN, int), "compare": (state.OPT_COMPARE, int),
-                                     "report": (state.OPT_REPORT, int)})
-    components.lazy_tabs(TAB, dict(zip(TABS, (lambda: _split(wb), lambda: _parts(wb), lambda: _optimise(wb),
-                                              lambda: _reports(wb), lambda: _looks(wb)))))
+    components.help_line(
+        "Tune on the tuning part, check on the validation part: proposals are offered only when "
+        "validation does not drop, and the gap between the two is the overfitting signal."
+    )
+    state.seed_from_url(
+        "optimise",
+        {
+            "tab": (TAB, lambda v: TABS[int(v)]),
+            "cohort": (state.COHORT, str),
+            "run": (state.OPT_RUN, int),
+            "compare": (state.OPT_COMPARE, int),
+            "report": (state.OPT_REPORT, int),
+        },
+    )
+    components.lazy_tabs(
+        TAB,
+        dict(
+            zip(
+                TABS,
+                (
+                    lambda: _split(wb),
+                    lambda: _parts(wb),
+                    lambda: _optimise(wb),
+                    lambda: _reports(wb),
+                    lambda: _looks(wb),
+                ),
+                strict=False,
+            )
+        ),
+    )
     tab = st.session_state.get(TAB)
     shown = {"Split": ("cohort",), "Tuning and validation": ("run", "compare"), "Reports": ("report",)}.get(tab, ())
     keys = {"cohort": state.COHORT, "run": state.OPT_RUN, "compare": state.OPT_COMPARE, "report": state.OPT_REPORT}
-    state.to_url(tab=TABS.index(tab) if tab in TABS else None,
-                 **{name: st.session_state.get(keys[name]) for name in shown})  # what the open tab shows
+    state.to_url(
+        tab=TABS.index(tab) if tab in TABS else None, **{name: st.session_state.get(keys[name]) for name in shown}
+    )  # what the open tab shows
 
 
 def _split(wb) -> None:
@@ -52,8 +75,15 @@ def _split(wb) -> None:
         seed = st.number_input("Seed", 0, 10_000, 0)
         submitted = st.form_submit_button("Split into tuning and validation", type="primary")
     if submitted:
-        components.do(wb, "splitting", wb.split_cohort, cohort, validation=fraction, seed=int(seed),
-                      done=f"{cohort} split (seed {int(seed)}).")
+        components.do(
+            wb,
+            "splitting",
+            wb.split_cohort,
+            cohort,
+            validation=fraction,
+            seed=int(seed),
+            done=f"{cohort} split (seed {int(seed)}).",
+        )
 
 
 def _role_form(wb, cohort: str, role: str) -> None:
@@ -75,11 +105,16 @@ def _parts(wb) -> None:
     with components.shown_errors("measuring the parts"):
         parts = state.read(wb.optimising.evaluate_parts, run_id)
         cols = st.columns(2)
-        for col, (part, m) in zip(cols, parts.items()):
-            col.metric(f"{part} macro F1 ({m['reports']} reports)", components.pct(m["macro_f1"]),
-                       help=f"95% bootstrap interval {fmt_figure(m['macro_f1_lo'])} to {fmt_figure(m['macro_f1_hi'])}")
+        for col, (part, m) in zip(cols, parts.items(), strict=False):
+            col.metric(
+                f"{part} macro F1 ({m['reports']} reports)",
+                components.pct(m["macro_f1"]),
+                help=f"95% bootstrap interval {fmt_figure(m['macro_f1_lo'])} to {fmt_figure(m['macro_f1_hi'])}",
+            )
             col.caption(f"Macro F1: {m['macro_labels']}")
-        frame = pd.DataFrame({f"{p} {c}": parts[p]["table"][c] for p in parts for c in ("support", "f1", "f1_lo", "f1_hi")})
+        frame = pd.DataFrame(
+            {f"{p} {c}": parts[p]["table"][c] for p in parts for c in ("support", "f1", "f1_lo", "f1_hi")}
+        )
         frame["gap"] = frame["tuning f1"] - frame["validation f1"]
         st.dataframe(frame.round(3))
         history = state.read(wb.optimising.history_by_part, state.read(wb.optimising.run_cohort, run_id))
@@ -92,22 +127,32 @@ def _compare(wb, run_id: int) -> None:
     """This run against another on the same cohort, tuning and validation side by side (exact McNemar)."""
     runs = state.read(wb.runner.runs)
     cohort_id = state.read(wb.runner.run_info, run_id).cohort_id
-    others = runs[(runs["id"] != run_id) & (runs["cohort_id"] == cohort_id) & runs["status"].isin(["finished", "incomplete"])]
+    others = runs[
+        (runs["id"] != run_id) & (runs["cohort_id"] == cohort_id) & runs["status"].isin(["finished", "incomplete"])
+    ]
     if others.empty:
         return
     if st.session_state.get(state.OPT_COMPARE) not in others["id"].tolist():  # e.g. a link to another cohort's run
         st.session_state.pop(state.OPT_COMPARE, None)
-    other = st.selectbox("Compare with an earlier run", others["id"].tolist(), index=None, key=state.OPT_COMPARE,
-                         format_func=lambda i: components.run_title(others.set_index("id").loc[i].to_dict() | {"id": i}))
+    other = st.selectbox(
+        "Compare with an earlier run",
+        others["id"].tolist(),
+        index=None,
+        key=state.OPT_COMPARE,
+        format_func=lambda i: components.run_title(others.set_index("id").loc[i].to_dict() | {"id": i}),
+    )
     if other is None:
         return
     result = state.read(wb.optimising.compare_by_part, int(other), run_id)
     cols = ["f1_a", "f1_b", "delta_f1", "b", "c", "p_value", "verdict"]
     frame = pd.concat({part: r["table"][cols] for part, r in result.items()}, axis=1)
     frame.columns = [f"{p} {c}" for p, c in frame.columns]
-    st.caption(" · ".join(f"{p}: macro F1 {fmt_figure(r['macro_f1_a'])} -> {fmt_figure(r['macro_f1_b'])}"
-                          for p, r in result.items())
-               + " · b = broken, c = fixed")
+    st.caption(
+        " · ".join(
+            f"{p}: macro F1 {fmt_figure(r['macro_f1_a'])} -> {fmt_figure(r['macro_f1_b'])}" for p, r in result.items()
+        )
+        + " · b = broken, c = fixed"
+    )
     st.caption(f"Macro F1: {result['validation']['macro_labels']}")
     st.dataframe(frame.round(3))
     lines = [line for part, r in result.items() for line in wb.comparison_noise(int(other), run_id, r["table"], part)]
@@ -124,7 +169,9 @@ def _optimise(wb) -> None:
                 st.error(f"Optimisation stopped: {job.error}")
             else:
                 st.session_state[state.OPT_REPORT] = job.result["id"]
-                st.success(f"Report #{job.result['id']}: drafts left for {', '.join(job.result['drafts']) or 'no label'}.")
+                st.success(
+                    f"Report #{job.result['id']}: drafts left for {', '.join(job.result['drafts']) or 'no label'}."
+                )
             st.button("Dismiss", key=state.widget_key("dismiss-optimise"), on_click=state.clear_job, args=("optimise",))
         return
     names = wb.vocab.names()
@@ -135,9 +182,14 @@ def _optimise(wb) -> None:
         submitted = st.form_submit_button("Optimise", type="primary")
     if submitted:
         worker = wb.as_actor(wb.actor)  # a plain view for the worker thread (no per-rerun memo)
-        state.start_job("optimise", "optimise", lambda j: worker.optimise(
-            labels or None, rounds=int(rounds), proposer=proposer, on_progress=lambda m: setattr(j, "progress", m)),
-            on_done=lambda: state.bump(wb))
+        state.start_job(
+            "optimise",
+            "optimise",
+            lambda j: worker.optimise(
+                labels or None, rounds=int(rounds), proposer=proposer, on_progress=lambda m: setattr(j, "progress", m)
+            ),
+            on_done=lambda: state.bump(wb),
+        )
         st.rerun()
 
 
@@ -150,15 +202,21 @@ def _reports(wb) -> None:
     ids = [int(i) for i in reports["id"]]
     if st.session_state.get(state.OPT_REPORT) not in ids:
         st.session_state[state.OPT_REPORT] = ids[0]
-    chosen = st.selectbox("Report", ids, key=state.OPT_REPORT,
-                          format_func=lambda i: f"#{i} by {reports.set_index('id').loc[i, 'created_by']}")
+    chosen = st.selectbox(
+        "Report",
+        ids,
+        key=state.OPT_REPORT,
+        format_func=lambda i: f"#{i} by {reports.set_index('id').loc[i, 'created_by']}",
+    )
     st.markdown(report_markdown(reports.set_index("id").loc[chosen, "report"]))
 
 
 def _looks(wb) -> None:
     """Measure a frozen bundle on a locked test cohort (a counted look), and every look so far."""
-    st.caption("A test cohort's metrics are computed only for frozen bundles; every look is recorded (who, when, "
-               "which bundle) and counted.")
+    st.caption(
+        "A test cohort's metrics are computed only for frozen bundles; every look is recorded (who, when, "
+        "which bundle) and counted."
+    )
     cohorts = state.read(wb.study.cohorts)["name"].tolist()
     tests = [c for c in cohorts if state.read(wb.splits.cohort_role, c) == "test"]
     bundles = state.read(wb.freezing.bundles)
@@ -171,8 +229,10 @@ def _looks(wb) -> None:
             figures = components.do(wb, "measuring the test cohort", wb.test_look, bundle, cohort, rerun=False)
             if figures:
                 f = fmt_figure
-                st.success(f"{bundle} on {cohort}: macro F1 {f(figures['macro_f1'])} [{f(figures['macro_f1_lo'])}, "
-                           f"{f(figures['macro_f1_hi'])}]; {figures['message']}")
+                st.success(
+                    f"{bundle} on {cohort}: macro F1 {f(figures['macro_f1'])} [{f(figures['macro_f1_lo'])}, "
+                    f"{f(figures['macro_f1_hi'])}]; {figures['message']}"
+                )
                 st.dataframe(pd.DataFrame(figures["per_label"]), hide_index=True)
     else:
         st.info("Give a cohort the test role (Split tab) and freeze a bundle to measure it.")

@@ -6,8 +6,8 @@ import pandas as pd
 import streamlit as st
 
 from workbench.core.prompts import POLICY_VALUES, Example, LabelPrompt
-from workbench.ui import components, state, suggestions
 from workbench.errors import UserError
+from workbench.ui import components, state, suggestions
 
 EXAMPLE_COLUMNS = ["text", "value", "why", "source_report_id", "note"]
 TEMPORAL_HINTS = {"resolved": "no longer seen", "stable": "unchanged", "improving": "decreasing", "prior": "history of"}
@@ -16,17 +16,24 @@ TEMPORAL_HINTS = {"resolved": "no longer seen", "stable": "unchanged", "improvin
 def render(wb) -> None:
     """Editor on the user's draft, notes beside it, diff, commit, history with revert, policy table."""
     st.title("Prompts")
-    components.help_line("Edit one label's prompt as your draft (only you see it), read the error notes on its "
-                         "current disagreements, then save it as a new version (a Git commit) and re-run.")
+    components.help_line(
+        "Edit one label's prompt as your draft (only you see it), read the error notes on its "
+        "current disagreements, then save it as a new version (a Git commit) and re-run."
+    )
     names = wb.vocab.names()
-    state.seed_from_url("prompts", {"label": (state.PROMPT_LABEL, lambda v: wb.vocab.asked_ids[wb.vocab.asked_ids.index(v)])})
+    state.seed_from_url(
+        "prompts", {"label": (state.PROMPT_LABEL, lambda v: wb.vocab.asked_ids[wb.vocab.asked_ids.index(v)])}
+    )
     label = st.selectbox("Label", wb.vocab.asked_ids, key=state.PROMPT_LABEL, format_func=names.get)
     state.to_url(label=label)
-    components.lazy_tabs(state.PROMPTS_TAB, {
-        "Edit": lambda: _edit(wb, label),
-        "History": lambda: _history(wb, label),
-        "Policy across labels": lambda: _policy(wb),
-    })
+    components.lazy_tabs(
+        state.PROMPTS_TAB,
+        {
+            "Edit": lambda: _edit(wb, label),
+            "History": lambda: _history(wb, label),
+            "Policy across labels": lambda: _policy(wb),
+        },
+    )
 
 
 def _policy(wb) -> None:
@@ -61,21 +68,52 @@ def _editor(wb, lp: LabelPrompt, base: str, exists: bool) -> None:
         exclusions = st.text_area("Do not label when (one rule per line)", "\n".join(lp.do_not_label_when))
         st.markdown("**Policy**: how each kind of wording counts for this label")
         c = st.columns(2)
-        hedged = c[0].radio("Hedged ('cannot exclude', 'possible', 'may represent')", POLICY_VALUES,
-                            index=POLICY_VALUES.index(lp.hedged), horizontal=True)
-        temporal = {k: c[(i + 1) % 2].radio(f"{k.capitalize()} ('{TEMPORAL_HINTS[k]}')", POLICY_VALUES,
-                                             index=POLICY_VALUES.index(v), horizontal=True)
-                    for i, (k, v) in enumerate(lp.temporal_policy().items())}
-        examples = st.data_editor(_examples_frame(lp), num_rows="dynamic", hide_index=True, column_config={
-            "value": st.column_config.SelectboxColumn("value", options=[0, 1], required=True),
-            "text": st.column_config.TextColumn("example text", width="large", required=True)})
+        hedged = c[0].radio(
+            "Hedged ('cannot exclude', 'possible', 'may represent')",
+            POLICY_VALUES,
+            index=POLICY_VALUES.index(lp.hedged),
+            horizontal=True,
+        )
+        temporal = {
+            k: c[(i + 1) % 2].radio(
+                f"{k.capitalize()} ('{TEMPORAL_HINTS[k]}')",
+                POLICY_VALUES,
+                index=POLICY_VALUES.index(v),
+                horizontal=True,
+            )
+            for i, (k, v) in enumerate(lp.temporal_policy().items())
+        }
+        examples = st.data_editor(
+            _examples_frame(lp),
+            num_rows="dynamic",
+            hide_index=True,
+            column_config={
+                "value": st.column_config.SelectboxColumn("value", options=[0, 1], required=True),
+                "text": st.column_config.TextColumn("example text", width="large", required=True),
+            },
+        )
         notes = st.text_area("Notes for editors (not sent to the model)", lp.notes)
         saved = st.form_submit_button("Save draft", type="primary")
     if saved:
-        components.do(wb, "saving the draft", lambda: wb.save_draft(LabelPrompt(
-            label=lp.label, task=task.strip(), definition=definition.strip(), look_for=_lines(look_for),
-            do_not_label_when=_lines(exclusions), hedged=hedged, temporal=tuple(temporal.items()),
-            examples=_examples(examples), notes=notes.strip()), base), done=f"Draft of {lp.label} saved.")
+        components.do(
+            wb,
+            "saving the draft",
+            lambda: wb.save_draft(
+                LabelPrompt(
+                    label=lp.label,
+                    task=task.strip(),
+                    definition=definition.strip(),
+                    look_for=_lines(look_for),
+                    do_not_label_when=_lines(exclusions),
+                    hedged=hedged,
+                    temporal=tuple(temporal.items()),
+                    examples=_examples(examples),
+                    notes=notes.strip(),
+                ),
+                base,
+            ),
+            done=f"Draft of {lp.label} saved.",
+        )
     if exists and st.button("Discard my draft", key=state.widget_key("discard", lp.label)):
         components.do(wb, "discarding the draft", wb.discard_draft, lp.label, done="Draft discarded.")
 
@@ -85,8 +123,16 @@ def _lines(text: str) -> tuple[str, ...]:
 
 
 def _examples_frame(lp: LabelPrompt) -> pd.DataFrame:
-    rows = [{"text": e.text, "value": e.value, "why": e.why, "source_report_id": e.source_report_id or "",
-             "note": e.note or ""} for e in lp.examples]
+    rows = [
+        {
+            "text": e.text,
+            "value": e.value,
+            "why": e.why,
+            "source_report_id": e.source_report_id or "",
+            "note": e.note or "",
+        }
+        for e in lp.examples
+    ]
     return pd.DataFrame(rows, columns=EXAMPLE_COLUMNS)
 
 
@@ -98,9 +144,15 @@ def _examples(frame: pd.DataFrame) -> tuple[Example, ...]:
             continue
         if row["value"] in ("", None):
             raise UserError(f"the example {str(row['text'])[:40]!r} needs a value (0 or 1)")
-        out.append(Example(text=str(row["text"]).strip(), value=int(row["value"]), why=str(row["why"]).strip(),
-                           source_report_id=str(row["source_report_id"]).strip() or None,
-                           note=str(row["note"]).strip() or None))
+        out.append(
+            Example(
+                text=str(row["text"]).strip(),
+                value=int(row["value"]),
+                why=str(row["why"]).strip(),
+                source_report_id=str(row["source_report_id"]).strip() or None,
+                note=str(row["note"]).strip() or None,
+            )
+        )
     return tuple(out)
 
 
@@ -114,8 +166,10 @@ def _notes(wb, label: str) -> None:
     queue = state.read(wb.triage.disagreements, latest, label, None, None)
     notes = state.read(wb.triage.notes, label)
     notes = notes[notes["report_id"].isin(set(queue["report_id"]))]
-    st.caption(f"Run {latest}: {len(queue)} disagreements on this label "
-               f"({int((queue['type'] == 'FP').sum())} FP, {int((queue['type'] == 'FN').sum())} FN), {len(notes)} notes")
+    st.caption(
+        f"Run {latest}: {len(queue)} disagreements on this label "
+        f"({int((queue['type'] == 'FP').sum())} FP, {int((queue['type'] == 'FN').sum())} FN), {len(notes)} notes"
+    )
     if len(notes):
         st.dataframe(notes["category"].value_counts().rename("notes"))
         st.dataframe(notes[["report_id", "category", "significance", "text", "reference_wrong"]], hide_index=True)
@@ -130,13 +184,28 @@ def _evaluate_drafts(wb) -> None:
         return
     with components.shown_errors("evaluating the drafts"):
         result = wb.evaluate_drafts()
-        rows = [{"label": e["label"], "part": part, "F1 now": m["f1_before"], "F1 with the draft": m["f1_after"],
-                 "fixed": m["fixed"], "broken": m["broken"], "verdict": m["verdict"] if part == "validation" else ""}
-                for e in result["labels"] for part, m in e["parts"].items()]
+        rows = [
+            {
+                "label": e["label"],
+                "part": part,
+                "F1 now": m["f1_before"],
+                "F1 with the draft": m["f1_after"],
+                "fixed": m["fixed"],
+                "broken": m["broken"],
+                "verdict": m["verdict"] if part == "validation" else "",
+            }
+            for e in result["labels"]
+            for part, m in e["parts"].items()
+        ]
         st.dataframe(pd.DataFrame(rows).round(3), hide_index=True)
-        st.caption(" · ".join(f"{part}: macro F1 {components.pct(result['before'][part]['macro_f1'])} -> "
-                              f"{components.pct(result['after'][part]['macro_f1'])}" for part in ("tuning", "validation"))
-                   + f" · against run {result['run']}; {result['after']['validation']['labels']}; nothing is committed")
+        st.caption(
+            " · ".join(
+                f"{part}: macro F1 {components.pct(result['before'][part]['macro_f1'])} -> "
+                f"{components.pct(result['after'][part]['macro_f1'])}"
+                for part in ("tuning", "validation")
+            )
+            + f" · against run {result['run']}; {result['after']['validation']['labels']}; nothing is committed"
+        )
 
 
 def _diff(wb, label: str, exists: bool) -> None:
@@ -172,20 +241,36 @@ def _commit(wb, label: str, exists: bool) -> None:
         elif which == "this label" and not exists:
             st.error("You have no draft of this label: edit it and press 'Save draft' first.")
         else:
-            components.do(wb, "saving the version", wb.commit_drafts, labels, message.strip(),
-                          done=lambda commit: f"Saved version {commit[:8]} ({', '.join(labels)}). Re-run on the Runs page.")
+            components.do(
+                wb,
+                "saving the version",
+                wb.commit_drafts,
+                labels,
+                message.strip(),
+                done=lambda commit: f"Saved version {commit[:8]} ({', '.join(labels)}). Re-run on the Runs page.",
+            )
 
 
 def _history(wb, label: str) -> None:
     """Versions of this label, newest first, with the difference to the current one and revert."""
     history = state.read(wb.prompts.prompt_history, label)
-    st.dataframe(history.assign(when=components.when_column(history["when"]))[["short", "when", "author", "message", "labels", "frozen as"]]
-                 .rename(columns={"short": "version"}), hide_index=True)
+    st.dataframe(
+        history.assign(when=components.when_column(history["when"]))[
+            ["short", "when", "author", "message", "labels", "frozen as"]
+        ].rename(columns={"short": "version"}),
+        hide_index=True,
+    )
     if len(history) < 2:
         return
     commits = history["commit"].tolist()[1:]
-    messages = dict(zip(history["commit"], history["message"]))
+    messages = dict(zip(history["commit"], history["message"], strict=False))
     ref = st.selectbox("Earlier version", commits, key=state.REVERT_TO, format_func=lambda c: f"{c[:8]}: {messages[c]}")
-    st.code(state.read(wb.prompts.prompt_diff, label, ref, None)["unified"] or "(same as now)", language="diff", wrap_lines=True)
+    st.code(
+        state.read(wb.prompts.prompt_diff, label, ref, None)["unified"] or "(same as now)",
+        language="diff",
+        wrap_lines=True,
+    )
     if st.button(f"Revert {label} to {ref[:8]}", key=state.widget_key("revert", label)):
-        components.do(wb, "reverting", wb.revert_label, label, ref, done=lambda c: f"Reverted {label}: new version {c[:8]}.")
+        components.do(
+            wb, "reverting", wb.revert_label, label, ref, done=lambda c: f"Reverted {label}: new version {c[:8]}."
+        )

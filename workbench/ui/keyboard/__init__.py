@@ -13,13 +13,13 @@ from __future__ import annotations
 import functools
 import secrets
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import streamlit as st
 
-from workbench.ui import state
 from workbench.errors import WorkbenchError
+from workbench.ui import state
 
 HERE = Path(__file__).resolve().parent
 Handler = Callable[[dict], "str | None"]  # a payload -> None when stored, else the message to show
@@ -28,8 +28,11 @@ Handler = Callable[[dict], "str | None"]  # a payload -> None when stored, else 
 @functools.cache
 def _form_component():
     """The registered keyboard form (registered once per process)."""
-    return st.components.v2.component("workbench_keyboard_form", css=(HERE / "form.css").read_text(encoding="utf-8"),
-                                      js=(HERE / "form.js").read_text(encoding="utf-8"))
+    return st.components.v2.component(
+        "workbench_keyboard_form",
+        css=(HERE / "form.css").read_text(encoding="utf-8"),
+        js=(HERE / "form.js").read_text(encoding="utf-8"),
+    )
 
 
 @functools.cache
@@ -54,12 +57,19 @@ def form(key: str, data: dict, on_action: Handler, on_draft: Callable[[dict], No
     replayed = st.session_state.pop(state.kbd_inbox(key), None)
     if replayed:  # AppTest cannot run the browser half: events queued there take the same path, then redraw
         for kind, payload in replayed:
-            (_apply_action if kind == "action" else _apply_draft)(key, payload, on_action if kind == "action" else on_draft)
+            (_apply_action if kind == "action" else _apply_draft)(
+                key, payload, on_action if kind == "action" else on_draft
+            )
         st.rerun()
     ack = ANSWERS.get(_ident(key, None))
-    _form_component()(key=key, data={**data, "acked": ack["seq"], "error": ack.get("error")}, default={"draft": None},
-                      on_action_change=functools.partial(_on_action, key, on_action),
-                      on_draft_change=functools.partial(_on_draft, key, on_draft), width="stretch")
+    _form_component()(
+        key=key,
+        data={**data, "acked": ack["seq"], "error": ack.get("error")},
+        default={"draft": None},
+        on_action_change=functools.partial(_on_action, key, on_action),
+        on_draft_change=functools.partial(_on_draft, key, on_draft),
+        width="stretch",
+    )
 
 
 def _on_action(key: str, handler: Handler) -> None:

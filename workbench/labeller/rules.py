@@ -64,16 +64,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from workbench.core.attributes import CATEGORY, combine
 from workbench.core.prompts import ATTRIBUTE_CUE_PREFIX, LabelPrompt
 from workbench.errors import UserError
-from workbench.core.attributes import CATEGORY, combine
-from workbench.llm import CallResult
+from workbench.labeller.llm import CallResult
 
 RULES_MODEL = "workbench/rules"
 # Part of every call-cache key of this engine: any change to these rules changes the answers, so
 # cached answers of an older engine must not be reused (a hash of the sources that decide an answer:
 # this module and the one that combines attribute values, computed once).
-ENGINE_SOURCES = (Path(__file__), Path(__file__).parent / "core" / "attributes.py")
+ENGINE_SOURCES = (Path(__file__), Path(__file__).parents[1] / "core" / "attributes.py")
 ENGINE_VERSION = hashlib.sha256(b"".join(p.read_bytes() for p in ENGINE_SOURCES)).hexdigest()[:12]
 MODEL_PREFIX = "workbench/"
 PRE_WINDOW = 8
@@ -85,17 +85,41 @@ TEMPORAL_PRECEDENCE = ("resolved", "improving", "stable", "prior")
 PSEUDO_NEGATION = (
     r"(?:no|without)\s+(?:(?:significant|substantial|appreciable|interval|other|definite|visible|marked)\s+){0,3}"
     r"(?:change|changes|increase|progression|worsening)",
-    r"not\s+only", r"not\s+(?:significantly\s+)?changed",
+    r"not\s+only",
+    r"not\s+(?:significantly\s+)?changed",
 )
 POST_NEGATION = (
     r"not\s+(?:\w+ly\s+)?(?:seen|identified|present|visualized|visualised|evident|appreciated|demonstrated"
     r"|detected|noted|apparent)",
-    r"absent", r"excluded", r"ruled\s+out",
+    r"absent",
+    r"excluded",
+    r"ruled\s+out",
 )
 TERMINATORS = ("there is", "there are", "there has been", "there have been", "there was", "there were")
-_STUDY_WORDS = ("exam", "exams", "examination", "examinations", "study", "studies", "film", "films",
-                "radiograph", "radiographs", "image", "images", "imaging", "ct", "x-ray", "xray", "chest",
-                "comparison", "one", "pa", "ap", "cxr")
+_STUDY_WORDS = (
+    "exam",
+    "exams",
+    "examination",
+    "examinations",
+    "study",
+    "studies",
+    "film",
+    "films",
+    "radiograph",
+    "radiographs",
+    "image",
+    "images",
+    "imaging",
+    "ct",
+    "x-ray",
+    "xray",
+    "chest",
+    "comparison",
+    "one",
+    "pa",
+    "ap",
+    "cxr",
+)
 _CACHE_LIMIT = 4096
 
 _WORD = re.compile(r"\w+")
@@ -103,13 +127,15 @@ _LIST_SEP = re.compile(r",|(?<!\w)(?:or|nor)(?!\w)", re.IGNORECASE)
 # A single line break ends a clause only before what starts a line of its own (a capital, "1.", a
 # bullet): hard-wrapped reports ("no effusion or\n pneumothorax") keep their negation scope.
 # A section header at the start of a line ("FINDINGS:", "IMPRESSION:") is a delimiter, not evidence.
-_SENTENCE_END = re.compile(r"[.!?]+(?=\s|$)|\.(?=[A-Z])|;|\r?\n\s*\n|\r?\n(?=[ \t]*(?:[A-Z]|\d+[.)]|[-*\u2022]))"
-                           r"|(?:^|(?<=\n))[ \t]*[A-Z][A-Z /&-]{2,}:")
+_SENTENCE_END = re.compile(
+    r"[.!?]+(?=\s|$)|\.(?=[A-Z])|;|\r?\n\s*\n|\r?\n(?=[ \t]*(?:[A-Z]|\d+[.)]|[-*\u2022]))"
+    r"|(?:^|(?<=\n))[ \t]*[A-Z][A-Z /&-]{2,}:"
+)
 _TRIM = " \t\r\n,:-"
 _QUOTED = re.compile(r"(?<![\w'‘’])['‘]([^'‘’\n]+?)['’](?!\w)")
 _COMPARISON_BEFORE = re.compile(
-    r"(?<!\w)(?:compared\s+(?:to|with)|from|since|than|to|versus|vs\.?)\s+(?:the\s+|a\s+|an\s+)?$",
-    re.IGNORECASE)
+    r"(?<!\w)(?:compared\s+(?:to|with)|from|since|than|to|versus|vs\.?)\s+(?:the\s+|a\s+|an\s+)?$", re.IGNORECASE
+)
 _COMPARISON_WORDS = ("prior", "previous", "previously", "earlier")
 _STUDY_AFTER = re.compile(r"^\s+(?:" + "|".join(re.escape(w) for w in _STUDY_WORDS) + r")(?!\w)", re.IGNORECASE)
 
@@ -223,10 +249,9 @@ class _CueSet:
             cuts += [m.start(), m.end()]
         cuts.append(len(report))
         spans: list[tuple[int, int]] = []
-        for s, e in zip(cuts[::2], cuts[1::2]):
-            starts = [s] + ([m.start() for m in self.scope_break.finditer(report, s, e)]
-                            if self.scope_break else [])
-            for a, b in zip(starts, starts[1:] + [e]):
+        for s, e in zip(cuts[::2], cuts[1::2], strict=False):
+            starts = [s] + ([m.start() for m in self.scope_break.finditer(report, s, e)] if self.scope_break else [])
+            for a, b in zip(starts, starts[1:] + [e], strict=False):
                 span = _trim(report, a, b)
                 if span and _WORD.search(report, span[0], span[1]):
                     spans.append(span)
@@ -250,8 +275,13 @@ class _CueSet:
         yielding = hedge + [sp for spans in temporal.values() for sp in spans] + pseudo
         negation = [sp for sp in _spans(self.negation, text) if not _overlaps(sp, yielding)]
         post = [sp for sp in _spans(self.post, text) if not _overlaps(sp, yielding)]
-        return _Clause(negation=negation, post_negation=post, hedge=hedge,
-                       terminators=_spans(self.terminators, text), temporal=temporal)
+        return _Clause(
+            negation=negation,
+            post_negation=post,
+            hedge=hedge,
+            terminators=_spans(self.terminators, text),
+            temporal=temporal,
+        )
 
 
 def _builtin(sources) -> re.Pattern:
@@ -266,9 +296,9 @@ def _spans(pattern: re.Pattern | None, text: str) -> list[tuple[int, int]]:
 
 def _is_comparison(text: str, span: tuple[int, int]) -> bool:
     """Whether a prior cue ("prior", "previous") names the comparison study rather than an old finding."""
-    if text[span[0]:span[1]].lower() not in _COMPARISON_WORDS:
+    if text[span[0] : span[1]].lower() not in _COMPARISON_WORDS:
         return False
-    return bool(_COMPARISON_BEFORE.search(text, 0, span[0]) or _STUDY_AFTER.match(text[span[1]:]))
+    return bool(_COMPARISON_BEFORE.search(text, 0, span[0]) or _STUDY_AFTER.match(text[span[1] :]))
 
 
 def _trim(text: str, a: int, b: int) -> tuple[int, int] | None:
@@ -294,8 +324,9 @@ class _Label:
 
 def _compile_label(lp: LabelPrompt) -> _Label:
     """Precompile a label's phrases, exclusions and examples."""
-    short_pos = [_example_phrase(ex.text) for ex in lp.examples
-                 if ex.value == 1 and len(ex.text.split()) <= SHORT_EXAMPLE_WORDS]
+    short_pos = [
+        _example_phrase(ex.text) for ex in lp.examples if ex.value == 1 and len(ex.text.split()) <= SHORT_EXAMPLE_WORDS
+    ]
     long_pos = [ex.text for ex in lp.examples if ex.value == 1 and len(ex.text.split()) > SHORT_EXAMPLE_WORDS]
     neg = [ex.text for ex in lp.examples if ex.value == 0]
     return _Label(
@@ -360,12 +391,14 @@ def _judge(text: str, span: tuple[int, int], info: _Clause, comp: _Label) -> str
     pre_blockers = info.hedge + info.terminators
     if any(e <= ms and _in_scope(text, e, ms, PRE_WINDOW, pre_blockers) for _, e in _outside(info.negation, span)):
         return "negated"
-    if any(s >= me and _in_scope(text, me, s, POST_WINDOW, info.terminators)
-           for s, _ in _outside(info.post_negation, span)):
+    if any(
+        s >= me and _in_scope(text, me, s, POST_WINDOW, info.terminators) for s, _ in _outside(info.post_negation, span)
+    ):
         return "negated"
     hedge = _outside(info.hedge, span)
-    hedged = (any(e <= ms and _in_scope(text, e, ms, PRE_WINDOW, info.terminators) for _, e in hedge)
-              or any(s >= me and _in_scope(text, me, s, POST_WINDOW, info.terminators) for s, _ in hedge))
+    hedged = any(e <= ms and _in_scope(text, e, ms, PRE_WINDOW, info.terminators) for _, e in hedge) or any(
+        s >= me and _in_scope(text, me, s, POST_WINDOW, info.terminators) for s, _ in hedge
+    )
     if hedged and not comp.hedge_positive:
         return "hedged"
     for kind in TEMPORAL_PRECEDENCE:
@@ -385,8 +418,17 @@ def explain(report: str, lp: LabelPrompt, cues: dict[str, tuple[str, ...]]) -> l
     out: list[dict] = []
     for pattern in comp.force:
         for m in pattern.finditer(report):
-            out.append({"start": m.start(), "end": m.end(), "clause": report[m.start():m.end()],
-                        "mention": m.group(0), "outcome": "positive", "rule": "example", "at": m.span()})
+            out.append(
+                {
+                    "start": m.start(),
+                    "end": m.end(),
+                    "clause": report[m.start() : m.end()],
+                    "mention": m.group(0),
+                    "outcome": "positive",
+                    "rule": "example",
+                    "at": m.span(),
+                }
+            )
     if comp.mention is None or comp.mention.search(report) is None:
         return sorted(out, key=lambda d: d["start"])
     spans = cs.split(report)
@@ -398,15 +440,24 @@ def explain(report: str, lp: LabelPrompt, cues: dict[str, tuple[str, ...]]) -> l
             continue
         excluded = _excluded(text, [m.span() for m in found], comp)
         info = None if i in suppressed or all(excluded) else cs.clause(text)
-        for m, is_excluded in zip(found, excluded):
+        for m, is_excluded in zip(found, excluded, strict=False):
             if i in suppressed:
                 outcome, rule = "suppressed", "example"
             elif is_excluded:
                 outcome, rule = "excluded", "exclusion"
             else:
                 outcome, rule = _judge(text, m.span(), info, comp), "cues"
-            out.append({"start": a, "end": b, "clause": text, "mention": m.group(0),
-                        "outcome": outcome, "rule": rule, "at": (a + m.start(), a + m.end())})
+            out.append(
+                {
+                    "start": a,
+                    "end": b,
+                    "clause": text,
+                    "mention": m.group(0),
+                    "outcome": outcome,
+                    "rule": rule,
+                    "at": (a + m.start(), a + m.end()),
+                }
+            )
     return sorted(out, key=lambda d: d["start"])
 
 
@@ -459,15 +510,105 @@ def label_report(report: str, prompts, cues: dict[str, tuple[str, ...]], specs: 
 # Words that only modify or place a finding: a coordinated chunk made of these and attribute cues belongs
 # to the finding next to it ("small right and moderate left effusions", "effusions, left greater than
 # right"); a chunk with any other word names another finding and its attributes stay its own.
-MODIFIER_WORDS = frozenset("""
-a an the this these there is are was were be been seen noted present identified again also now still
-on in at of to than from into within involving along greater larger more less worse equal similar
-side sides lung lungs base bases basal basilar apex apices apical hemithorax hemithoraces lobe lobes
-lower upper middle mid zone zones field fields region regions lingula lingular perihilar hilar
-posterior anterior lateral medial costophrenic angle angles pleural space spaces lobar segmental
-subsegmental sided size sized
-before previously prior previous since compared comparison study exam examination radiograph film
-""".split())  # the last line: comparison words ("slightly larger than before" describes the finding's change)
+MODIFIER_WORDS = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "this",
+        "these",
+        "there",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "seen",
+        "noted",
+        "present",
+        "identified",
+        "again",
+        "also",
+        "now",
+        "still",
+        "on",
+        "in",
+        "at",
+        "of",
+        "to",
+        "than",
+        "from",
+        "into",
+        "within",
+        "involving",
+        "along",
+        "greater",
+        "larger",
+        "more",
+        "less",
+        "worse",
+        "equal",
+        "similar",
+        "side",
+        "sides",
+        "lung",
+        "lungs",
+        "base",
+        "bases",
+        "basal",
+        "basilar",
+        "apex",
+        "apices",
+        "apical",
+        "hemithorax",
+        "hemithoraces",
+        "lobe",
+        "lobes",
+        "lower",
+        "upper",
+        "middle",
+        "mid",
+        "zone",
+        "zones",
+        "field",
+        "fields",
+        "region",
+        "regions",
+        "lingula",
+        "lingular",
+        "perihilar",
+        "hilar",
+        "posterior",
+        "anterior",
+        "lateral",
+        "medial",
+        "costophrenic",
+        "angle",
+        "angles",
+        "pleural",
+        "space",
+        "spaces",
+        "lobar",
+        "segmental",
+        "subsegmental",
+        "sided",
+        "size",
+        "sized",
+        "before",
+        "previously",
+        "prior",
+        "previous",
+        "since",
+        "compared",
+        "comparison",
+        "study",
+        "exam",
+        "examination",
+        "radiograph",
+        "film",
+    ]
+)  # the last line: comparison words ("slightly larger than before" describes the finding's change)
 _COORDINATION = re.compile(r",|(?<!\w)(?:and|with|plus|as well as)(?!\w)", re.IGNORECASE)
 
 
@@ -518,14 +659,14 @@ def attribute_scope(clause: str, start: int, end: int, any_cue: re.Pattern | Non
     """The part of a clause that describes the mention at [start, end): its coordinated chunk plus
     neighbouring chunks that hold no other finding."""
     cuts = [0] + [x for m in _COORDINATION.finditer(clause) for x in m.span()] + [len(clause)]
-    chunks = list(zip(cuts[::2], cuts[1::2]))
+    chunks = list(zip(cuts[::2], cuts[1::2], strict=False))
     here = next((i for i, (a, b) in enumerate(chunks) if a <= start < b or (a < end <= b)), 0)
     lo = hi = here
-    while lo > 0 and _modifier_only(clause[chunks[lo - 1][0]:chunks[lo - 1][1]], any_cue):
+    while lo > 0 and _modifier_only(clause[chunks[lo - 1][0] : chunks[lo - 1][1]], any_cue):
         lo -= 1
-    while hi + 1 < len(chunks) and _modifier_only(clause[chunks[hi + 1][0]:chunks[hi + 1][1]], any_cue):
+    while hi + 1 < len(chunks) and _modifier_only(clause[chunks[hi + 1][0] : chunks[hi + 1][1]], any_cue):
         hi += 1
-    return clause[chunks[lo][0]:chunks[hi][1]]
+    return clause[chunks[lo][0] : chunks[hi][1]]
 
 
 def _values_in(text: str, compiled) -> list[str]:
@@ -591,13 +732,16 @@ def answer(meta: dict) -> str:
     if mode == "per_label":
         if len(prompts) != 1:
             raise ValueError(f"rules engine: per_label mode needs exactly one prompt, got {len(prompts)}")
-        decision = label_one(meta["report"], prompts[0], meta["cues"], (meta.get("attributes") or {}).get(prompts[0].label, ()))
+        decision = label_one(
+            meta["report"], prompts[0], meta["cues"], (meta.get("attributes") or {}).get(prompts[0].label, ())
+        )
         if decision == _ABSENT:  # most answers of a run: the same text, serialised once
             return _ABSENT_JSON
         return json.dumps(decision, ensure_ascii=False)
     if mode == "joint":
-        return json.dumps({"labels": label_report(meta["report"], prompts, meta["cues"], meta.get("attributes"))},
-                          ensure_ascii=False)
+        return json.dumps(
+            {"labels": label_report(meta["report"], prompts, meta["cues"], meta.get("attributes"))}, ensure_ascii=False
+        )
     raise ValueError(f"rules engine: unknown mode {mode!r} (per_label or joint)")
 
 
@@ -616,8 +760,17 @@ def complete_all(requests: list, cfg, on_result, cancel=None) -> None:
             return
         started = time.perf_counter()
         text = answer(request.meta)
-        on_result(request, CallResult(
-            key=request.key, text=text, error=None, error_kind=None,
-            prompt_tokens=_message_chars(request.messages) // 4, completion_tokens=len(text) // 4,
-            cost=0.0, latency_s=time.perf_counter() - started, attempts=1,
-        ))
+        on_result(
+            request,
+            CallResult(
+                key=request.key,
+                text=text,
+                error=None,
+                error_kind=None,
+                prompt_tokens=_message_chars(request.messages) // 4,
+                completion_tokens=len(text) // 4,
+                cost=0.0,
+                latency_s=time.perf_counter() - started,
+                attempts=1,
+            ),
+        )

@@ -6,7 +6,7 @@ once under a bound, retries what is worth retrying (429, 5xx, timeouts, connecti
 with its own counted backoff that honours Retry-After, and turns every model failure into a
 CallResult instead of an exception: a failed call is data to record, not a crash.
 
-Where report text goes is decided here, once: resolve_endpoints() (rules in workbench/endpoints.py)
+Where report text goes is decided here, once: resolve_endpoints() (rules in workbench/labeller/endpoints.py)
 finds the URL litellm would use (settings, else the provider's environment variables litellm reads,
 else its default), every call is made with that URL as api_base, and while calls run a guard refuses
 any request to another URL, never follows a redirect (a 307/308 would re-post the body), bypasses
@@ -21,40 +21,69 @@ import contextlib
 import contextvars
 import dataclasses
 import email.utils
+import json
 import logging
 import os
 import random
+import re
+import socket
 import threading
 import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
-import socket
-import re
-import json
 from types import SimpleNamespace
+from urllib.parse import urlsplit
 
 import httpx
 import openai  # litellm depends on it; it is already imported when this runs
 
-from workbench.endpoints import (PROVIDER_BASES, Endpoint, EndpointError, all_local, is_address, normal_address,  # noqa: F401
-                                 peers_of, provider_of, resolve, url_allowed, url_under)
 from workbench.errors import UserError, WorkbenchError
+from workbench.labeller.endpoints import (  # noqa: F401
+    PROVIDER_BASES,
+    Endpoint,
+    EndpointError,
+    all_local,
+    is_address,
+    normal_address,
+    peers_of,
+    provider_of,
+    resolve,
+    url_allowed,
+    url_under,
+)
 from workbench.runtime import AnyEvent, fewer_collections
 
 DUMMY_API_KEY = "sk-no-key-needed"  # local OpenAI-compatible servers need a key-shaped string
 RETRYABLE = frozenset({"rate_limit", "server", "timeout", "connection"})
-ERROR_KINDS = ("rate_limit", "server", "timeout", "connection", "auth", "not_found", "bad_request", "redirect", "refused",
-               "other")
+ERROR_KINDS = (
+    "rate_limit",
+    "server",
+    "timeout",
+    "connection",
+    "auth",
+    "not_found",
+    "bad_request",
+    "redirect",
+    "refused",
+    "other",
+)
 UNUSABLE = frozenset({"connection", "auth", "not_found", "refused"})  # the endpoint itself is wrong: no point going on
 _POOL_NAME = "workbench-pool"
 REFUSED_IN_A_ROW = 5  # refusals with no success that stop the engine: every call would be refused
 # litellm's callback lists: whatever is registered in one receives each call's logging payload.
-_PAYLOAD_RECEIVERS = ("callbacks", "success_callback", "failure_callback", "input_callback", "service_callback",
-                      "audit_log_callbacks", "_async_success_callback", "_async_failure_callback",
-                      "_async_input_callback")
-_PINNED: contextvars.ContextVar["Pin | None"] = contextvars.ContextVar("workbench_pinned_endpoints", default=None)
+_PAYLOAD_RECEIVERS = (
+    "callbacks",
+    "success_callback",
+    "failure_callback",
+    "input_callback",
+    "service_callback",
+    "audit_log_callbacks",
+    "_async_success_callback",
+    "_async_failure_callback",
+    "_async_input_callback",
+)
+_PINNED: contextvars.ContextVar[Pin | None] = contextvars.ContextVar("workbench_pinned_endpoints", default=None)
 # the refusals of the attempt under way (a list per attempt; the tasks it spawns share it): a refused
 # connect is raised deep inside httpx/aiohttp, whose wrappers may drop its type and message
 _REFUSALS: contextvars.ContextVar[list | None] = contextvars.ContextVar("workbench_refusals", default=None)
@@ -96,7 +125,7 @@ class ModelConfig:
     backoff_max_s: float = 30.0
     concurrency: int = 8
     json_mode: bool = False
-    workers: int = 1  # processes that share the calls (workbench/workers.py); 1 = this process only
+    workers: int = 1  # processes that share the calls (workbench/labeller/workers.py); 1 = this process only
     # proxy URLs the caller checked against its allowed endpoints: only these may carry the calls; a
     # proxy variable naming any other is bypassed (the calls connect directly), see _install_guard
     proxies: tuple[str, ...] = ()
@@ -202,7 +231,9 @@ def _litellm():
         import litellm
 
         litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banners on errors
-        litellm.turn_off_message_logging = True  # until a call has checked that nothing receives them (see _refuse_payload_receivers)
+        litellm.turn_off_message_logging = (
+            True  # until a call has checked that nothing receives them (see _refuse_payload_receivers)
+        )
         if hasattr(litellm, "telemetry"):
             litellm.telemetry = False
         for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
@@ -230,7 +261,8 @@ def _refuse_payload_receivers(litellm) -> None:
             f"refused by the workbench: a litellm logging callback is registered in this process ({names}); litellm "
             "hands callbacks each call's request body, report text included, even with message logging off, so no "
             "call is made while one is registered (remove it from litellm.callbacks / success_callback); no report "
-            "text was sent")
+            "text was sent"
+        )
     litellm.turn_off_message_logging = False
 
 
@@ -251,13 +283,20 @@ class Pin:
     peers: frozenset = frozenset()  # (address, port) pairs a socket may connect to
 
     @classmethod
-    def of(cls, cfg: "ModelConfig") -> "Pin":
+    def of(cls, cfg: ModelConfig) -> Pin:
         """The pin of a config: its endpoints and allowed proxies, with the addresses they resolve to now."""
         urls = cfg.base_urls()
         targets = (*urls, *cfg.proxies)
         peers = frozenset().union(*(peers_of(u, _system_resolver) for u in targets))
-        names = tuple(sorted({(p.hostname.lower(), p.port or {"http": 80, "https": 443}.get(p.scheme, 0))
-                              for p in map(urlsplit, targets) if p.hostname and not peers_of(p.geturl())}))
+        names = tuple(
+            sorted(
+                {
+                    (p.hostname.lower(), p.port or {"http": 80, "https": 443}.get(p.scheme, 0))
+                    for p in map(urlsplit, targets)
+                    if p.hostname and not peers_of(p.geturl())
+                }
+            )
+        )
         return cls(urls, cfg.proxies, names, peers)
 
     def admits(self, address: str, port: int) -> bool:
@@ -373,7 +412,8 @@ def _checked_peer(sock, address):
     refusal = EndpointRefused(
         f"refused by the workbench: a connection to {shown} is not to an address of the checked endpoint "
         f"({', '.join(pin.urls)}){via} (a proxy variable, a redirect or a name that resolves elsewhere); no report "
-        "text was sent there")
+        "text was sent there"
+    )
     attempt = _REFUSALS.get()
     if attempt is not None:
         attempt.append(refusal)
@@ -388,8 +428,10 @@ def _pinned_check(request) -> bool:
     url = str(request.url)
     if not any(url_under(base, url) for base in pin.urls):
         parts = urlsplit(url)
-        raise EndpointRefused(f"refused by the workbench: a request to {parts.scheme}://{parts.netloc} is outside the "
-                              f"checked endpoint ({', '.join(pin.urls)}); no report text was sent there")
+        raise EndpointRefused(
+            f"refused by the workbench: a request to {parts.scheme}://{parts.netloc} is outside the "
+            f"checked endpoint ({', '.join(pin.urls)}); no report text was sent there"
+        )
     return True
 
 
@@ -408,7 +450,8 @@ def check_model_name(model: str) -> str:
         raise UnknownModel(
             f"model {model!r} is unknown to litellm ({what}): write it as provider/name, e.g. openai/{name} with "
             f"--api-base URL for an OpenAI-compatible server (vLLM, llama.cpp), ollama/{name}, anthropic/{name}; "
-            "providers: https://docs.litellm.ai/docs/providers") from exc
+            "providers: https://docs.litellm.ai/docs/providers"
+        ) from exc
 
 
 def _check_model_string(cfg: ModelConfig) -> None:
@@ -457,7 +500,9 @@ def _make_caller(cfg: ModelConfig) -> Callable:
 
         async def call_pool(messages: list[dict], response_format: dict | None = None):
             _refuse_payload_receivers(litellm)
-            return await router.acompletion(model=_POOL_NAME, messages=messages, **_with_format(kwargs, response_format))
+            return await router.acompletion(
+                model=_POOL_NAME, messages=messages, **_with_format(kwargs, response_format)
+            )
 
         return call_pool
     kwargs["api_base"] = cfg.base_urls()[0]  # always explicit: what was checked is what is used
@@ -485,8 +530,16 @@ def _price_local_model(litellm, cfg: ModelConfig) -> None:
     if not all_local(bases) or _has_price(litellm, cfg.model):
         return
     provider = provider_of(cfg.model)
-    litellm.register_model({cfg.model: {"input_cost_per_token": 0.0, "output_cost_per_token": 0.0, "mode": "chat",
-                                        "litellm_provider": provider if provider != "unknown" else "openai"}})
+    litellm.register_model(
+        {
+            cfg.model: {
+                "input_cost_per_token": 0.0,
+                "output_cost_per_token": 0.0,
+                "mode": "chat",
+                "litellm_provider": provider if provider != "unknown" else "openai",
+            }
+        }
+    )
 
 
 def _has_price(litellm, model: str) -> bool:
@@ -520,8 +573,9 @@ def _chain(exc: BaseException):
     while link is not None and id(link) not in seen:
         seen.add(id(link))
         yield link
-        link = link.__cause__ if link.__cause__ is not None else (
-            None if link.__suppress_context__ else link.__context__)
+        link = (
+            link.__cause__ if link.__cause__ is not None else (None if link.__suppress_context__ else link.__context__)
+        )
 
 
 def classify(exc: BaseException) -> str:
@@ -546,12 +600,18 @@ def classify(exc: BaseException) -> str:
         if isinstance(link, openai.APITimeoutError):
             return "timeout"
         if isinstance(link, (openai.APIConnectionError, ConnectionError)) or type(link).__name__ in (
-                "ConnectError", "ClientConnectorError", "ServerDisconnectedError"):
+            "ConnectError",
+            "ClientConnectorError",
+            "ServerDisconnectedError",
+        ):
             return "connection"
     if status == 500 and "connection error" in str(exc).lower():
         return "connection"  # through a Router the cause chain is gone; litellm's wording stays
-    if status == 500 and getattr(exc, "litellm_response_headers", None) is None and any(
-            words in str(exc).lower() for words in _CONNECT_FAILURES):
+    if (
+        status == 500
+        and getattr(exc, "litellm_response_headers", None) is None
+        and any(words in str(exc).lower() for words in _CONNECT_FAILURES)
+    ):
         return "connection"  # litellm's own HTTP handler: no server answered (a real 500 carries its headers)
     if isinstance(status, int) and status >= 500:
         return "server"
@@ -560,8 +620,14 @@ def classify(exc: BaseException) -> str:
     return "other"
 
 
-_CONNECT_FAILURES = ("cannot connect to host", "connect call failed", "connection refused", "name or service not known",
-                     "temporary failure in name resolution", "network is unreachable")
+_CONNECT_FAILURES = (
+    "cannot connect to host",
+    "connect call failed",
+    "connection refused",
+    "name or service not known",
+    "temporary failure in name resolution",
+    "network is unreachable",
+)
 
 
 def retry_after_s(exc: BaseException) -> float | None:
@@ -633,7 +699,7 @@ def _short(exc: BaseException, limit: int = 300) -> str:
         text = text.replace(noise, "")
     name = type(exc).__name__ + ": "
     while text.startswith(name + name):  # litellm repeats the class name
-        text = text[len(name):]
+        text = text[len(name) :]
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -659,8 +725,10 @@ def describe(kind: str, exc: BaseException | None, attempts: int, cfg: ModelConf
         return f"HTTP 404 not found at {cfg.endpoint_label()} (is the model name {cfg.model!r} served there?): {detail}"
     if kind == "redirect":
         target, status = _location(exc), _redirect_status(exc)
-        return (f"HTTP {status} redirect{' to ' + target if target else ''} not followed: report text is only sent to "
-                f"{cfg.endpoint_label()}, never re-posted to another address (not retried)")
+        return (
+            f"HTTP {status} redirect{' to ' + target if target else ''} not followed: report text is only sent to "
+            f"{cfg.endpoint_label()}, never re-posted to another address (not retried)"
+        )
     if kind == "refused":
         text = str(exc)
         start = text.find("refused by the workbench")
@@ -808,7 +876,8 @@ class RefusalWatch:
         if self.own.is_set() and not (self.cancel is not None and self.cancel.is_set()) and self.seen < total:
             raise CallsRefused(
                 f"stopped early: {self.in_a_row} calls in a row were refused and none was answered, so the remaining "
-                f"{total - self.seen} were not made: {self.first}")
+                f"{total - self.seen} were not made: {self.first}"
+            )
 
 
 async def _run_workers(requests, cfg: ModelConfig, call, on_result, cancel) -> None:
@@ -877,7 +946,7 @@ def check_model(cfg: ModelConfig) -> str:
     return result.text or ""
 
 
-# the engine's parts, for workbench/workers.py (each worker process runs its own event loop)
+# the engine's parts, for workbench/labeller/workers.py (each worker process runs its own event loop)
 make_caller = _make_caller
 run_one = _run_one
 
@@ -926,7 +995,7 @@ def accepts_seed(model: str) -> bool:
         return False
 
 
-# -- what workbench/batch.py needs: the same checks, body and reply handling as a chat call ---------
+# -- what workbench/labeller/batch.py needs: the same checks, body and reply handling as a chat call ---------
 
 
 @contextlib.contextmanager

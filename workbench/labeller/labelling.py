@@ -10,13 +10,13 @@ is scored against the same reference labels.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
-import dataclasses
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -24,10 +24,9 @@ import pandas as pd
 from workbench.core import parsing
 from workbench.core.prompts import PromptSet, call_keyer, label_call_keyer, render_joint_call, report_json
 from workbench.core.vocab import Vocabulary, derive_frame
-from workbench.llm import ModelConfig
+from workbench.labeller import llm
+from workbench.labeller.llm import CallRequest, ModelConfig
 from workbench.study import StudyError
-from workbench import llm
-from workbench.llm import CallRequest
 
 
 class ExtractionCache(Protocol):
@@ -65,8 +64,23 @@ def extraction_key(bundle_sha: str, model_params: dict, text: str) -> str:
 
 
 RULES_PREFIX = "workbench/"  # the offline rule-based labeller's model strings
-MODEL_FIELDS = ("model", "api_base", "api_key_env", "endpoints", "temperature", "seed", "max_tokens", "timeout_s",
-                "max_retries", "backoff_base_s", "backoff_max_s", "concurrency", "json_mode", "workers", "response_schema")
+MODEL_FIELDS = (
+    "model",
+    "api_base",
+    "api_key_env",
+    "endpoints",
+    "temperature",
+    "seed",
+    "max_tokens",
+    "timeout_s",
+    "max_retries",
+    "backoff_base_s",
+    "backoff_max_s",
+    "concurrency",
+    "json_mode",
+    "workers",
+    "response_schema",
+)
 # labeller settings that are about the study's budget, not the model call (never part of a ModelConfig)
 BUDGET_FIELDS = ("confirm_above", "price")
 REUSE_BATCH = 8000  # cached answers handed to the caller's store at a time
@@ -87,7 +101,9 @@ def model_config(settings: dict, strict: bool = True):
     parameters are left out (a bundle's or run's record carries more)."""
     unknown = sorted(set(settings) - set(MODEL_FIELDS) - set(BUDGET_FIELDS))
     if unknown and strict:
-        raise StudyError(f"labeller settings: unknown key {unknown[0]!r} (allowed: {', '.join(MODEL_FIELDS + BUDGET_FIELDS)})")
+        raise StudyError(
+            f"labeller settings: unknown key {unknown[0]!r} (allowed: {', '.join(MODEL_FIELDS + BUDGET_FIELDS)})"
+        )
     values = {k: v for k, v in settings.items() if v is not None and k in MODEL_FIELDS}
     if "endpoints" in values:
         values["endpoints"] = tuple(values["endpoints"])
@@ -102,11 +118,11 @@ def is_offline(cfg) -> bool:
 def engine_for(cfg) -> Callable:
     """The offline labeller, worker processes or litellm, behind one complete_all interface."""
     if is_offline(cfg):
-        from workbench import rules
+        from workbench.labeller import rules
 
         return rules.complete_all
     if cfg.workers > 1:
-        from workbench import workers
+        from workbench.labeller import workers
 
         return workers.complete_all_workers
 
@@ -118,7 +134,7 @@ def call_params(cfg) -> dict:
     model name on two servers may be two models), the offline engine's version."""
     params = dict(cfg.params())
     if is_offline(cfg):
-        from workbench import rules
+        from workbench.labeller import rules
 
         params["engine_version"] = getattr(rules, "ENGINE_VERSION", "1")
         return params
@@ -128,8 +144,15 @@ def call_params(cfg) -> dict:
     return params
 
 
-def build_requests(ps: PromptSet, items: Iterable[tuple[str, str]], labels: list[str], mode: str, names: dict[str, str],
-                   params: dict, done: set | frozenset = frozenset()) -> list:
+def build_requests(
+    ps: PromptSet,
+    items: Iterable[tuple[str, str]],
+    labels: list[str],
+    mode: str,
+    names: dict[str, str],
+    params: dict,
+    done: set | frozenset = frozenset(),
+) -> list:
     """Every call for (item id, text) pairs and labels, with its cache key and what the offline labeller reads;
     (item id, label) pairs in done are left out. meta["report_id"] is the item id."""
     cues = ps.task.cue_lists()
@@ -146,19 +169,42 @@ def build_requests(ps: PromptSet, items: Iterable[tuple[str, str]], labels: list
             if not todo:
                 continue
             messages = render_joint_call(ps, {lab: names[lab] for lab in todo}, text)
-            out.append(CallRequest(key_of(messages), messages, {
-                "report_id": item, "labels": todo, "report": text, "mode": "joint",
-                "prompts": [ps.label(lab) for lab in todo], "cues": cues,
-                "attributes": {lab: specs[lab] for lab in todo if lab in specs}}))
+            out.append(
+                CallRequest(
+                    key_of(messages),
+                    messages,
+                    {
+                        "report_id": item,
+                        "labels": todo,
+                        "report": text,
+                        "mode": "joint",
+                        "prompts": [ps.label(lab) for lab in todo],
+                        "cues": cues,
+                        "attributes": {lab: specs[lab] for lab in todo if lab in specs},
+                    },
+                )
+            )
             continue
         text_json = report_json(text)
         for lab in labels:
             if (item, lab) in done:
                 continue
             messages, key = keyed[lab](text, text_json)
-            out.append(CallRequest(key, messages, {
-                "report_id": item, "labels": [lab], "report": text, "mode": "per_label",
-                "prompts": prompts[lab], "cues": cues, "attributes": {lab: specs[lab]} if lab in specs else {}}))
+            out.append(
+                CallRequest(
+                    key,
+                    messages,
+                    {
+                        "report_id": item,
+                        "labels": [lab],
+                        "report": text,
+                        "mode": "per_label",
+                        "prompts": prompts[lab],
+                        "cues": cues,
+                        "attributes": {lab: specs[lab]} if lab in specs else {},
+                    },
+                )
+            )
     return out
 
 
@@ -186,8 +232,10 @@ def decide(req, text: str | None, res=None, replies: parsing.ReplyMemo | None = 
         parse = replies.parse if replies is not None else parsing.parse_reply
         return {meta["labels"][0]: parse(text, meta["report"], specs.get(meta["labels"][0], ()))}
     except Exception as exc:  # the parser's contract is never to raise; if it does, one failure, not a dead run
-        return {lab: parsing.Decision(None, "", "parse_error", f"parser error ({type(exc).__name__})")
-                for lab in meta["labels"]}
+        return {
+            lab: parsing.Decision(None, "", "parse_error", f"parser error ({type(exc).__name__})")
+            for lab in meta["labels"]
+        }
 
 
 def reply_shape_failure(res) -> parsing.Decision | None:
@@ -196,8 +244,12 @@ def reply_shape_failure(res) -> parsing.Decision | None:
         return None
     finish = getattr(res, "finish_reason", None)
     if finish == "length":
-        return parsing.Decision(None, "", "truncated",
-                                f"reply cut off at max_tokens (finish_reason length, {res.completion_tokens} completion tokens)")
+        return parsing.Decision(
+            None,
+            "",
+            "truncated",
+            f"reply cut off at max_tokens (finish_reason length, {res.completion_tokens} completion tokens)",
+        )
     refusal = getattr(res, "refusal", None)
     if refusal or finish == "content_filter":
         why = f"provider refusal: {refusal}" if refusal else "the provider's content filter stopped the reply"
@@ -249,8 +301,12 @@ class LabelCounts:
     response_format: str = ""  # how the reply format was asked for (see with_response_schema)
 
 
-LABEL_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["value", "evidence"],
-                "properties": {"value": {"type": "integer", "enum": [0, 1]}, "evidence": {"type": "string"}}}
+LABEL_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["value", "evidence"],
+    "properties": {"value": {"type": "integer", "enum": [0, 1]}, "evidence": {"type": "string"}},
+}
 
 
 def label_schema(spec: tuple = ()) -> dict:
@@ -259,10 +315,17 @@ def label_schema(spec: tuple = ()) -> dict:
     is null; the parser reads null as no value)."""
     if not spec:
         return LABEL_SCHEMA
-    attributes = {"type": "object", "additionalProperties": False, "required": [name for name, _ in spec],
-                  "properties": {name: {"type": ["string", "null"], "enum": [*values, None]} for name, values in spec}}
-    return {**LABEL_SCHEMA, "required": [*LABEL_SCHEMA["required"], "attributes"],
-            "properties": {**LABEL_SCHEMA["properties"], "attributes": attributes}}
+    attributes = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": [name for name, _ in spec],
+        "properties": {name: {"type": ["string", "null"], "enum": [*values, None]} for name, values in spec},
+    }
+    return {
+        **LABEL_SCHEMA,
+        "required": [*LABEL_SCHEMA["required"], "attributes"],
+        "properties": {**LABEL_SCHEMA["properties"], "attributes": attributes},
+    }
 
 
 def response_schema(mode: str, labels: list[str] | None = None, specs: dict | None = None) -> dict:
@@ -272,14 +335,34 @@ def response_schema(mode: str, labels: list[str] | None = None, specs: dict | No
     if mode != "joint":
         schema = label_schema(specs.get(labels[0], ())) if labels else LABEL_SCHEMA
     elif labels:
-        schema = {"type": "object", "additionalProperties": False, "required": ["labels"],
-                  "properties": {"labels": {"type": "object", "additionalProperties": False, "required": list(labels),
-                                            "properties": {lab: label_schema(specs.get(lab, ())) for lab in labels}}}}
+        schema = {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["labels"],
+            "properties": {
+                "labels": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": list(labels),
+                    "properties": {lab: label_schema(specs.get(lab, ())) for lab in labels},
+                }
+            },
+        }
     else:
-        schema = {"type": "object", "additionalProperties": False, "required": ["labels"],
-                  "properties": {"labels": {"type": "object", "additionalProperties": LABEL_SCHEMA}}}
-    return {"type": "json_schema", "json_schema": {"name": "label_answer" if mode != "joint" else "label_answers",
-                                                   "schema": schema, "strict": mode != "joint"}}
+        schema = {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["labels"],
+            "properties": {"labels": {"type": "object", "additionalProperties": LABEL_SCHEMA}},
+        }
+    return {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "label_answer" if mode != "joint" else "label_answers",
+            "schema": schema,
+            "strict": mode != "joint",
+        },
+    }
 
 
 def with_request_schemas(requests: list, cfg) -> None:
@@ -305,8 +388,10 @@ def with_response_schema(cfg, mode: str):
         return cfg, "the prompt's output format" + (" and JSON mode" if cfg.json_mode else "")
 
     if not llm.supports_response_schema(cfg.model):
-        return cfg, (f"the prompt's output format: litellm does not list {cfg.model} as supporting a JSON schema "
-                     "(response_schema asked for, not sent)")
+        return cfg, (
+            f"the prompt's output format: litellm does not list {cfg.model} as supporting a JSON schema "
+            "(response_schema asked for, not sent)"
+        )
     return dataclasses.replace(cfg, response_format=response_schema(mode)), "a JSON schema sent as response_format"
 
 
@@ -316,11 +401,20 @@ def prefix_order(requests: list) -> list:
     return sorted(requests, key=lambda r: (r.meta.get("mode", ""), tuple(r.meta.get("labels", ()))))
 
 
-def label_calls(requests: list, cfg, lookup: Callable[[list[str]], dict[str, str]], store: Callable[[list[Answer]], None],
-                *, store_reused: Callable[[list[Answer]], None] | None = None, defer: Callable | None = None,
-                on_answer: Callable[[Answer], None] | None = None, on_progress: Callable[[Progress], None] | None = None,
-                cancel=None, on_start: Callable[[LabelCounts], None] | None = None,
-                engine: Callable | None = None) -> LabelCounts:
+def label_calls(
+    requests: list,
+    cfg,
+    lookup: Callable[[list[str]], dict[str, str]],
+    store: Callable[[list[Answer]], None],
+    *,
+    store_reused: Callable[[list[Answer]], None] | None = None,
+    defer: Callable | None = None,
+    on_answer: Callable[[Answer], None] | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+    cancel=None,
+    on_start: Callable[[LabelCounts], None] | None = None,
+    engine: Callable | None = None,
+) -> LabelCounts:
     """Label requests: cached replies (lookup: keys -> reply text) are parsed and handed to store_reused (else
     store) in batches; the rest go to the engine, and each answer is parsed and handed to store.
 
@@ -328,7 +422,7 @@ def label_calls(requests: list, cfg, lookup: Callable[[list[str]], dict[str, str
     offline labeller's answers cost nothing to redo, so they are stored in batches, through defer (a
     background writer) when given. on_answer sees every new answer after it is queued for storing;
     on_start sees the counts once the cache is read, before any call. engine: another engine with
-    complete_all's interface (workbench/batch.py's BatchEngine; its store_every answers are stored per
+    complete_all's interface (workbench/labeller/batch.py's BatchEngine; its store_every answers are stored per
     transaction, and it is given flush to store the rest before it records a job as collected). Raises what the engine raises, after storing what was answered."""
     counts = LabelCounts(calls=len(requests))
     cfg, counts.response_format = with_response_schema(cfg, requests[0].meta.get("mode") if requests else "per_label")
@@ -428,20 +522,40 @@ def example(detail: str) -> str:
 
 def cacheable(answer: Answer) -> bool:
     """A new reply worth caching: the call succeeded and every label got a value (failures are never cached)."""
-    return answer.res is not None and answer.res.text is not None and all(
-        d.value is not None for d in answer.decisions.values())
+    return (
+        answer.res is not None
+        and answer.res.text is not None
+        and all(d.value is not None for d in answer.decisions.values())
+    )
 
 
 def call_facts(run_id: int | None, answers: list[Answer]) -> list[tuple]:
     """Per-call facts of new answers, as rows for the callfact table (store.queries.FACT_COLUMNS)."""
-    return [(a.req.key, run_id, ",".join(a.req.meta["labels"]), round(a.res.latency_s, 4), a.res.attempts,
-             a.res.prompt_tokens or 0, a.res.completion_tokens or 0, a.res.cached_tokens, a.res.cost,
-             a.res.finish_reason, a.res.reported_model, a.res.reasoning) for a in answers if a.res is not None]
+    return [
+        (
+            a.req.key,
+            run_id,
+            ",".join(a.req.meta["labels"]),
+            round(a.res.latency_s, 4),
+            a.res.attempts,
+            a.res.prompt_tokens or 0,
+            a.res.completion_tokens or 0,
+            a.res.cached_tokens,
+            a.res.cost,
+            a.res.finish_reason,
+            a.res.reported_model,
+            a.res.reasoning,
+        )
+        for a in answers
+        if a.res is not None
+    ]
 
 
 def failed_replies(answers: list[Answer]) -> list[tuple[str, str]]:
     """(raw reply, call key) of new answers that got a reply but are not cached (failures): the case view shows it."""
-    return [(a.res.text, a.req.key) for a in answers if a.res is not None and a.res.text is not None and not cacheable(a)]
+    return [
+        (a.res.text, a.req.key) for a in answers if a.res is not None and a.res.text is not None and not cacheable(a)
+    ]
 
 
 ASSUMED_LATENCY_S = 1.0  # seconds per call when this model has no recorded calls yet
@@ -497,14 +611,22 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def estimate_calls(requests: list, cfg, cached_keys: set, *, price: dict | None = None, local: bool = False,
-                   history: list[tuple[float, int]] = (), batch: bool = False) -> Estimate:
+def estimate_calls(
+    requests: list,
+    cfg,
+    cached_keys: set,
+    *,
+    price: dict | None = None,
+    local: bool = False,
+    history: list[tuple[float, int]] = (),
+    batch: bool = False,
+) -> Estimate:
     """Estimate the calls not in cached_keys, without making any: prompt tokens by litellm's token counter
     (on a sample, scaled by characters), completion tokens from this model's recorded calls (else a stated
     assumption), cost from the study's registered price or litellm's price map, wall time from recorded
     latencies at the configured concurrency. price: {"input_per_million": $, "output_per_million": $};
     history: (latency_s, completion_tokens) of this model's recorded calls; batch: priced and timed as a
-    provider batch job (workbench/batch.py)."""
+    provider batch job (workbench/labeller/batch.py)."""
     todo = [r for r in requests if r.key not in cached_keys]
     n = len(todo)
     offline = is_offline(cfg)
@@ -513,8 +635,11 @@ def estimate_calls(requests: list, cfg, cached_keys: set, *, price: dict | None 
     recorded = [c for _, c in history if c]
     per_call = sum(recorded) / len(recorded) if recorded else ASSUMED_REPLY_TOKENS * labels_per_call
     per_call = min(per_call, cfg.max_tokens)
-    completion_how = (f"mean of {len(recorded):,} recorded calls of this model" if recorded else
-                      f"assumed {ASSUMED_REPLY_TOKENS} per label asked; no call of this model recorded yet")
+    completion_how = (
+        f"mean of {len(recorded):,} recorded calls of this model"
+        if recorded
+        else f"assumed {ASSUMED_REPLY_TOKENS} per label asked; no call of this model recorded yet"
+    )
     completion, completion_max = round(per_call * n), n * cfg.max_tokens
     prices, cost_how = _prices(cfg.model, price, local or offline, batch)
     cost = cost_max = None
@@ -525,16 +650,33 @@ def estimate_calls(requests: list, cfg, cached_keys: set, *, price: dict | None 
     if offline:
         latency, time_how = 0.0005, "the offline labeller: about 2,000 calls a second"
     elif latencies:
-        latency, time_how = latencies[len(latencies) // 2], f"median latency {latencies[len(latencies) // 2]:.2f} s of {len(latencies):,} recorded calls"
+        latency, time_how = (
+            latencies[len(latencies) // 2],
+            f"median latency {latencies[len(latencies) // 2]:.2f} s of {len(latencies):,} recorded calls",
+        )
     else:
-        latency, time_how = ASSUMED_LATENCY_S, f"assumed {ASSUMED_LATENCY_S:g} s per call; no call of this model recorded yet"
+        latency, time_how = (
+            ASSUMED_LATENCY_S,
+            f"assumed {ASSUMED_LATENCY_S:g} s per call; no call of this model recorded yet",
+        )
     concurrency = 1 if offline else cfg.concurrency
     seconds = -(-n // concurrency) * latency if n else 0.0
     if batch and n:
         time_how += "; as a batch job the provider answers within its 24 h completion window instead"
-    return Estimate(cfg.model, len(requests), len(requests) - n, n, prompt_tokens, completion, completion_max, cost,
-                    cost_max, seconds, concurrency, {"tokens": tokens_how, "completion": completion_how, "cost": cost_how,
-                                                     "time": time_how})
+    return Estimate(
+        cfg.model,
+        len(requests),
+        len(requests) - n,
+        n,
+        prompt_tokens,
+        completion,
+        completion_max,
+        cost,
+        cost_max,
+        seconds,
+        concurrency,
+        {"tokens": tokens_how, "completion": completion_how, "cost": cost_how, "time": time_how},
+    )
 
 
 def _prompt_tokens(todo: list, model: str, offline: bool) -> tuple[int, str]:
@@ -551,14 +693,18 @@ def _prompt_tokens(todo: list, model: str, offline: bool) -> tuple[int, str]:
     if len(sample) == len(todo):
         return counted, "litellm's token counter, every call"
     per_char = counted / max(1, sum(chars[i] for i in sample))
-    return round(per_char * sum(chars)), f"litellm's token counter on {len(sample)} of {len(todo):,} calls, scaled by characters"
+    return round(
+        per_char * sum(chars)
+    ), f"litellm's token counter on {len(sample)} of {len(todo):,} calls, scaled by characters"
 
 
 def _prices(model: str, price: dict | None, free: bool, batch: bool = False) -> tuple[tuple[float, float] | None, str]:
     """(input, output) price per token and where it came from; batch: litellm's batch price when it lists one."""
     if price:
-        return ((float(price.get("input_per_million", 0)) / 1e6, float(price.get("output_per_million", 0)) / 1e6),
-                "the study's registered price (labeller.price)" + ("; assumed for a batch job too" if batch else ""))
+        return (
+            (float(price.get("input_per_million", 0)) / 1e6, float(price.get("output_per_million", 0)) / 1e6),
+            "the study's registered price (labeller.price)" + ("; assumed for a batch job too" if batch else ""),
+        )
     if free and is_offline_model(model):
         return (0.0, 0.0), "the offline labeller: no charge"
 
@@ -569,10 +715,14 @@ def _prices(model: str, price: dict | None, free: bool, batch: bool = False) -> 
     found = llm.token_prices(model)
     if found is not None:
         return found, "litellm's price map" + (
-            f"; it lists no batch price for {model}: assumed the normal price" if batch else "")
+            f"; it lists no batch price for {model}: assumed the normal price" if batch else ""
+        )
     if free:  # as the engine records it: a model on this machine that litellm has no price for costs nothing
         return (0.0, 0.0), "on this machine, no price known: no charge"
-    return None, f"litellm has no price for {model}: register one as labeller.price (input_per_million, output_per_million)"
+    return (
+        None,
+        f"litellm has no price for {model}: register one as labeller.price (input_per_million, output_per_million)",
+    )
 
 
 def is_offline_model(model: str) -> bool:
@@ -580,8 +730,15 @@ def is_offline_model(model: str) -> bool:
     return model.startswith(RULES_PREFIX)
 
 
-def label_texts(ps: PromptSet, vocab: Vocabulary, texts: dict[str, str], cfg, bundle_sha: str,
-                cache: ExtractionCache | None = None, on_progress: Callable[[int, int], None] | None = None) -> tuple[pd.DataFrame, dict]:
+def label_texts(
+    ps: PromptSet,
+    vocab: Vocabulary,
+    texts: dict[str, str],
+    cfg,
+    bundle_sha: str,
+    cache: ExtractionCache | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> tuple[pd.DataFrame, dict]:
     """Reports x labels (derived labels filled) for texts keyed by id; NaN where the labeller failed.
 
     Returns (labels, stats) with stats: texts, extracted, reused, failures.
@@ -593,10 +750,16 @@ def label_texts(ps: PromptSet, vocab: Vocabulary, texts: dict[str, str], cfg, bu
 ATTRIBUTES_KEY = "_attributes"  # beside the label values in a cached extraction: {label: {attribute: value}}
 
 
-def label_texts_with_attributes(ps: PromptSet, vocab: Vocabulary, texts: dict[str, str], cfg, bundle_sha: str,
-                                cache: ExtractionCache | None = None,
-                                on_progress: Callable[[int, int], None] | None = None,
-                                engine: Callable | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+def label_texts_with_attributes(
+    ps: PromptSet,
+    vocab: Vocabulary,
+    texts: dict[str, str],
+    cfg,
+    bundle_sha: str,
+    cache: ExtractionCache | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+    engine: Callable | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """label_texts plus the attributes of positive findings: (labels, attributes long frame with report_id,
     label, attribute, value, stats); stats also counts attribute parse failures. engine: as label_calls'."""
     cache = cache or MemoryCache()
@@ -654,10 +817,20 @@ def label_texts_with_attributes(ps: PromptSet, vocab: Vocabulary, texts: dict[st
             found[rid] = partial_attrs[key]
     frame = pd.DataFrame.from_dict(results, orient="index").reindex(index=list(texts), columns=vocab.asked_ids)
     frame = derive_frame(vocab, frame.astype(float))[vocab.ids]
-    stats = {"texts": len(texts), "extracted": len(by_key), "reused": len(texts) - len(todo_ids), "failures": failures,
-             "failure_causes": causes, "attribute_parse_failures": attribute_failures[0]}
-    rows = [(rid, lab, name, value) for rid in texts for lab, values in found.get(rid, {}).items()
-            for name, value in values.items()]
+    stats = {
+        "texts": len(texts),
+        "extracted": len(by_key),
+        "reused": len(texts) - len(todo_ids),
+        "failures": failures,
+        "failure_causes": causes,
+        "attribute_parse_failures": attribute_failures[0],
+    }
+    rows = [
+        (rid, lab, name, value)
+        for rid in texts
+        for lab, values in found.get(rid, {}).items()
+        for name, value in values.items()
+    ]
     return frame, pd.DataFrame(rows, columns=["report_id", "label", "attribute", "value"]), stats
 
 
@@ -666,5 +839,21 @@ def nan_to_none(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.astype(object).where(frame.notna(), None).map(lambda v: v if v is None else int(v))
 
 
-__all__ = ["label_texts", "label_texts_with_attributes", "label_calls", "build_requests", "decide", "model_config", "call_params", "Answer", "Progress",
-           "LabelCounts", "MemoryCache", "extraction_key", "text_sha", "engine_for", "nan_to_none", "np"]
+__all__ = [
+    "label_texts",
+    "label_texts_with_attributes",
+    "label_calls",
+    "build_requests",
+    "decide",
+    "model_config",
+    "call_params",
+    "Answer",
+    "Progress",
+    "LabelCounts",
+    "MemoryCache",
+    "extraction_key",
+    "text_sha",
+    "engine_for",
+    "nan_to_none",
+    "np",
+]

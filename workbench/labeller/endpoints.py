@@ -67,7 +67,9 @@ def provider_of(model: str) -> str:
     return "unknown"
 
 
-def resolve(model: str, api_base: str | None = None, endpoints=(), env: Mapping[str, str] | None = None) -> tuple[Endpoint, ...]:
+def resolve(
+    model: str, api_base: str | None = None, endpoints=(), env: Mapping[str, str] | None = None
+) -> tuple[Endpoint, ...]:
     """The base URLs litellm will send this model's calls to: settings, else the provider's
     environment variables litellm reads, else its default; () for the offline labeller."""
     if model.startswith("workbench/"):
@@ -80,15 +82,18 @@ def resolve(model: str, api_base: str | None = None, endpoints=(), env: Mapping[
     if provider not in PROVIDER_BASES:
         raise EndpointError(
             f"cannot tell where litellm would send {model!r} (provider {provider!r}): give its api_base explicitly "
-            f"(--api-base URL), or use a provider whose endpoint the workbench resolves: {', '.join(PROVIDER_BASES)}")
+            f"(--api-base URL), or use a provider whose endpoint the workbench resolves: {', '.join(PROVIDER_BASES)}"
+        )
     names, default = PROVIDER_BASES[provider]
     env = {} if env is None else env
     for name in names:
         if env.get(name):
             return (Endpoint(env[name], f"${name}"),)
     if default is None:
-        raise EndpointError(f"{model!r}: provider {provider!r} has no default endpoint; give its api_base (--api-base URL)"
-                            f" or set ${names[0]}")
+        raise EndpointError(
+            f"{model!r}: provider {provider!r} has no default endpoint; give its api_base (--api-base URL)"
+            f" or set ${names[0]}"
+        )
     return (Endpoint(default, "provider default"),)
 
 
@@ -216,6 +221,25 @@ def peers_of(url: str, resolver: Resolver | None = None) -> frozenset[tuple[str,
     return frozenset((normal_address(a), port) for a in resolver(host, port))
 
 
-__all__ = ["LOOPBACK_HOSTS", "LOOPBACK_ADDRESSES", "PROVIDER_BASES", "PROXY_VARIABLES", "Endpoint", "EndpointError",
-           "provider_of", "resolve", "host_of", "is_local", "is_loopback_host", "all_local", "url_allowed", "may_send", "url_under",
-           "proxies_in", "allowed_proxies", "normal_address", "is_address", "peers_of"]
+__all__ = [
+    "LOOPBACK_HOSTS",
+    "LOOPBACK_ADDRESSES",
+    "PROVIDER_BASES",
+    "PROXY_VARIABLES",
+    "Endpoint",
+    "EndpointError",
+    "provider_of",
+    "resolve",
+    "host_of",
+    "is_local",
+    "is_loopback_host",
+    "all_local",
+    "url_allowed",
+    "may_send",
+    "url_under",
+    "proxies_in",
+    "allowed_proxies",
+    "normal_address",
+    "is_address",
+    "peers_of",
+]

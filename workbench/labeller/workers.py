@@ -7,7 +7,7 @@ fork; and a thread of the calling process, which labels at once while the others
 importing litellm) each run their own event loop with a share of the concurrency, take small
 chunks of calls from one queue as they free up, and send every CallResult back through a second
 queue to the calling thread, which stays the only writer (it calls on_result, exactly as
-llm.complete_all does). litellm stays the only model layer: the workers call workbench.llm.
+llm.complete_all does). litellm stays the only model layer: the workers call workbench.labeller.llm.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ import time
 import types
 from collections.abc import Callable
 
-from workbench import llm
+from workbench.labeller import llm
 
 CHUNK = 16  # calls handed to a worker at a time: small, so no worker sits on a long tail
 MIN_CALLS_PER_WORKER = 200  # below this, starting processes (and litellm in each) costs more than it saves
 
 
-def worker_count(cfg: "llm.ModelConfig", n_calls: int) -> int:
+def worker_count(cfg: llm.ModelConfig, n_calls: int) -> int:
     """How many processes to use for n_calls: cfg.workers, fewer when there is too little work."""
     wanted = max(1, int(getattr(cfg, "workers", 1) or 1))
     return max(1, min(wanted, n_calls // MIN_CALLS_PER_WORKER, cfg.concurrency))
@@ -49,9 +49,9 @@ def _plain_main():
 
 
 def complete_all_workers(
-    requests: list["llm.CallRequest"],
-    cfg: "llm.ModelConfig",
-    on_result: Callable[["llm.CallRequest", "llm.CallResult"], None],
+    requests: list[llm.CallRequest],
+    cfg: llm.ModelConfig,
+    on_result: Callable[[llm.CallRequest, llm.CallResult], None],
     cancel: threading.Event | None = None,
 ) -> None:
     """llm.complete_all_sync over worker_count(cfg) processes; on_result runs in this thread."""
@@ -64,20 +64,27 @@ def complete_all_workers(
     share = dataclasses.replace(cfg, concurrency=max(1, cfg.concurrency // workers), workers=1)
     by_key = {}
     for start in range(0, len(requests), CHUNK):
-        chunk = requests[start:start + CHUNK]
+        chunk = requests[start : start + CHUNK]
         by_key.update({r.key: r for r in chunk})
         tasks.put([(r.key, r.messages, r.response_format) for r in chunk])
     for _ in range(workers):
         tasks.put(None)  # one end marker per worker
     # this process is one of the K: it labels from the same queue at once, while each spawned process
     # spends seconds importing litellm before its first call, then shares the calls with them
-    procs = [ctx.Process(target=_worker_main, args=(share, tasks, results, stop), daemon=True,
-                         name=f"workbench-labeller-{i}") for i in range(1, workers)]
+    procs = [
+        ctx.Process(
+            target=_worker_main, args=(share, tasks, results, stop), daemon=True, name=f"workbench-labeller-{i}"
+        )
+        for i in range(1, workers)
+    ]
     with _plain_main():
         for proc in procs:
             proc.start()
-    procs.append(threading.Thread(target=_worker_main, args=(share, tasks, results, stop), daemon=True,
-                                  name="workbench-labeller-0"))
+    procs.append(
+        threading.Thread(
+            target=_worker_main, args=(share, tasks, results, stop), daemon=True, name="workbench-labeller-0"
+        )
+    )
     procs[-1].start()
     try:
         _collect(by_key, procs, results, on_result, cancel, stop)

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from io import BytesIO
 
 from workbench.errors import UserError, WorkbenchError
-from workbench.labelling import is_offline
-from workbench import llm
+from workbench.labeller import llm
+from workbench.labeller.labelling import is_offline
 
 POLL_S = 30.0  # seconds between polls (WORKBENCH_BATCH_POLL_S overrides: tests poll fast)
 ENDPOINT = "/v1/chat/completions"
@@ -60,8 +60,9 @@ class MemoryJournal:
 
     def pending(self, scope: str) -> dict | None:
         """The newest job of scope still to poll or collect."""
-        return next((j for j in reversed(self.jobs) if j["scope"] == scope and j["status"] not in (*FAILED, "collected")),
-                    None)
+        return next(
+            (j for j in reversed(self.jobs) if j["scope"] == scope and j["status"] not in (*FAILED, "collected")), None
+        )
 
     def record(self, job: dict) -> None:
         """Keep a new job."""
@@ -77,16 +78,22 @@ class MemoryJournal:
 def check_batchable(cfg) -> None:
     """Refuse (UserError, nothing sent) a labeller that has no batch API to use."""
     if is_offline(cfg):
-        raise UserError(f"--batch: {cfg.model} is the offline labeller; it answers at once on this machine and has no "
-                        "batch API: run without --batch")
+        raise UserError(
+            f"--batch: {cfg.model} is the offline labeller; it answers at once on this machine and has no "
+            "batch API: run without --batch"
+        )
     provider = cfg.model.split("/", 1)[0]
     if provider not in PROVIDERS:
-        raise UserError(f"--batch needs an OpenAI-compatible batch endpoint (model openai/NAME with --api-base, or "
-                        f"hosted_vllm/NAME) or Azure OpenAI's (azure/DEPLOYMENT); {cfg.model} is served by "
-                        f"{provider!r}: run without --batch")
+        raise UserError(
+            f"--batch needs an OpenAI-compatible batch endpoint (model openai/NAME with --api-base, or "
+            f"hosted_vllm/NAME) or Azure OpenAI's (azure/DEPLOYMENT); {cfg.model} is served by "
+            f"{provider!r}: run without --batch"
+        )
     if len(cfg.endpoints) > 1:
-        raise UserError("--batch sends one file to one endpoint; this labeller is a pool of "
-                        f"{len(cfg.endpoints)}: give a single api_base")
+        raise UserError(
+            "--batch sends one file to one endpoint; this labeller is a pool of "
+            f"{len(cfg.endpoints)}: give a single api_base"
+        )
 
 
 def keys_sha(keys) -> str:
@@ -117,8 +124,13 @@ class BatchEngine:
 
     store_every = 500  # answers stored per transaction: a batch's answers all arrive at once
 
-    def __init__(self, journal, run_id: int | None = None, on_status: Callable[[str], None] | None = None,
-                 poll_s: float | None = None) -> None:
+    def __init__(
+        self,
+        journal,
+        run_id: int | None = None,
+        on_status: Callable[[str], None] | None = None,
+        poll_s: float | None = None,
+    ) -> None:
         self.journal, self.run_id, self.on_status = journal, run_id, on_status
         self.poll_s = poll_s if poll_s is not None else poll_seconds()
         self.uploads = 0  # files uploaded by this engine (a resumed job uploads none)
@@ -127,8 +139,14 @@ class BatchEngine:
         """The journal scope: the run, else the set of call keys."""
         return f"run:{self.run_id}" if self.run_id is not None else f"calls:{keys_sha(keys)}"
 
-    def __call__(self, requests: list, cfg, on_result: Callable, cancel: threading.Event | None = None,
-                 flush: Callable[[], None] | None = None) -> None:
+    def __call__(
+        self,
+        requests: list,
+        cfg,
+        on_result: Callable,
+        cancel: threading.Event | None = None,
+        flush: Callable[[], None] | None = None,
+    ) -> None:
         """Answer requests through batches: a pending job of this scope first, then one new job for the rest.
         flush: stores every answer handed so far (a job is recorded collected only after that: a kill before
         it leaves the job to collect again, never to pay again)."""
@@ -153,19 +171,47 @@ class BatchEngine:
     def _submit(self, litellm, cfg, requests: list, scope: str) -> dict:
         """Upload the JSONL, create the batch, record it; the job's record."""
         endpoint = endpoint_of(cfg)
-        lines = [json.dumps({"custom_id": r.key, "method": "POST", "url": endpoint,
-                             "body": llm.request_body(cfg, r.messages, r.response_format)}) for r in requests]
+        lines = [
+            json.dumps(
+                {
+                    "custom_id": r.key,
+                    "method": "POST",
+                    "url": endpoint,
+                    "body": llm.request_body(cfg, r.messages, r.response_format),
+                }
+            )
+            for r in requests
+        ]
         data = ("\n".join(lines) + "\n").encode()
         kwargs = _kwargs(cfg)
-        file = self._ask("upload the batch file", cfg, lambda: litellm.create_file(
-            file=("workbench-batch.jsonl", BytesIO(data)), purpose="batch", **kwargs))
+        file = self._ask(
+            "upload the batch file",
+            cfg,
+            lambda: litellm.create_file(file=("workbench-batch.jsonl", BytesIO(data)), purpose="batch", **kwargs),
+        )
         self.uploads += 1
-        batch = self._ask("create the batch", cfg, lambda: litellm.create_batch(
-            completion_window="24h", endpoint=endpoint, input_file_id=file.id,
-            metadata={"workbench_scope": scope[:64]}, **kwargs))
-        job = {"scope": scope, "run_id": self.run_id, "batch_id": batch.id, "input_file_id": file.id,
-               "status": batch.status or "validating", "model": cfg.model, "api_base": kwargs["api_base"],
-               "requests": len(requests), "keys_sha": keys_sha(r.key for r in requests)}
+        batch = self._ask(
+            "create the batch",
+            cfg,
+            lambda: litellm.create_batch(
+                completion_window="24h",
+                endpoint=endpoint,
+                input_file_id=file.id,
+                metadata={"workbench_scope": scope[:64]},
+                **kwargs,
+            ),
+        )
+        job = {
+            "scope": scope,
+            "run_id": self.run_id,
+            "batch_id": batch.id,
+            "input_file_id": file.id,
+            "status": batch.status or "validating",
+            "model": cfg.model,
+            "api_base": kwargs["api_base"],
+            "requests": len(requests),
+            "keys_sha": keys_sha(r.key for r in requests),
+        }
         self.journal.record(job)
         return job
 
@@ -174,8 +220,9 @@ class BatchEngine:
         kwargs = _kwargs(cfg)
         shown = None
         while True:
-            batch = self._ask(f"poll batch {job['batch_id']}", cfg,
-                              lambda: litellm.retrieve_batch(batch_id=job["batch_id"], **kwargs))
+            batch = self._ask(
+                f"poll batch {job['batch_id']}", cfg, lambda: litellm.retrieve_batch(batch_id=job["batch_id"], **kwargs)
+            )
             line = status_line(batch)
             if line != shown:
                 shown = line
@@ -188,8 +235,10 @@ class BatchEngine:
                 return batch
             if batch.status in FAILED:
                 self.journal.update(job["batch_id"], status=batch.status)
-                raise BatchFailed(f"batch {batch.id} ended {batch.status}{_errors(batch)}: no answer of it was stored; "
-                                  "run again to send a new batch (or without --batch)")
+                raise BatchFailed(
+                    f"batch {batch.id} ended {batch.status}{_errors(batch)}: no answer of it was stored; "
+                    "run again to send a new batch (or without --batch)"
+                )
             if _sleep_unless_cancelled(self.poll_s, cancel):
                 return None
 
@@ -203,8 +252,9 @@ class BatchEngine:
         for file_id in (batch.output_file_id, batch.error_file_id):
             if not file_id:
                 continue
-            content = self._ask(f"download {file_id} of batch {batch.id}", cfg,
-                                lambda: litellm.file_content(file_id=file_id, **kwargs))
+            content = self._ask(
+                f"download {file_id} of batch {batch.id}", cfg, lambda: litellm.file_content(file_id=file_id, **kwargs)
+            )
             for raw in content.content.decode("utf-8").splitlines():
                 if not raw.strip():
                     continue
@@ -213,8 +263,10 @@ class BatchEngine:
                 if key in todo:
                     on_result(todo.pop(key), _result(key, line, batch.id, prices))
         for key in sorted(sent & set(todo)):
-            on_result(todo.pop(key), llm.CallResult(key, None, f"no reply for this call in batch {batch.id}'s output",
-                                                    "other"))
+            on_result(
+                todo.pop(key),
+                llm.CallResult(key, None, f"no reply for this call in batch {batch.id}'s output", "other"),
+            )
 
     @staticmethod
     def _ask(what: str, cfg, call: Callable):
@@ -272,8 +324,11 @@ def _result(key: str, line: dict, batch_id: str, prices):
     body = response.get("body") or {}
     if status == 200 and not line.get("error"):
         usage = body.get("usage") or {}
-        cost = None if prices is None else (usage.get("prompt_tokens", 0) * prices[0]
-                                            + usage.get("completion_tokens", 0) * prices[1])
+        cost = (
+            None
+            if prices is None
+            else (usage.get("prompt_tokens", 0) * prices[0] + usage.get("completion_tokens", 0) * prices[1])
+        )
         return llm.result_of_reply(key, body, cost)
     error = line.get("error") or body.get("error") or {}
     message = (error.get("message") if isinstance(error, dict) else str(error)) or "no message"
