@@ -454,3 +454,258 @@ def top_share(candidates: list[Candidate], k: int) -> float:
     """Share of affirmed mentions covered by the top k candidates (0 when there are none)."""
     curve = coverage_curve(candidates)
     return curve[min(k, len(curve)) - 1] if curve and k > 0 else 0.0
+
+
+# ---------------------------------------------------------------- review
+
+
+RULES = ("unanimous", "k_of_n")
+ACTIONS = ("approve", "reject", "merge", "rename")
+OPEN, SETTLED = "open", "settled"
+
+
+@dataclass(frozen=True)
+class ReviewRule:
+    """How many reviewers must agree on a candidate: all of them (Ran Score's rule) or k of the n named."""
+
+    reviewers: tuple[str, ...]
+    rule: str = "unanimous"
+    k: int = 0
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise ValueError(f"approval rule {self.rule!r}: use one of {', '.join(RULES)}")
+        if not self.reviewers:
+            raise ValueError("the approval rule needs at least one reviewer")
+        if self.rule == "k_of_n" and not 1 <= self.k <= len(self.reviewers):
+            raise ValueError(f"k of n: k must be 1..{len(self.reviewers)} (the reviewers named), got {self.k}")
+
+    @property
+    def needed(self) -> int:
+        """Agreeing votes that settle a candidate."""
+        return len(self.reviewers) if self.rule == "unanimous" else self.k
+
+    def describe(self) -> str:
+        """One line for people."""
+        who = ", ".join(self.reviewers)
+        return f"unanimous ({who})" if self.rule == "unanimous" else f"{self.k} of {len(self.reviewers)} ({who})"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Where one candidate stands: settled on a decision, or open with who has not agreed."""
+
+    status: str
+    decision: tuple[str, str] | None  # (action, argument): ("merge", target key), ("rename", name), ("approve", "")
+    waiting_on: tuple[str, ...]
+    adjudicated: bool = False
+
+
+def outcome(votes: dict[str, tuple[str, str]], rule: ReviewRule, settled: tuple[str, str] | None = None) -> Outcome:
+    """A candidate's outcome from its reviewers' votes (reviewer -> (action, argument)) under the rule; an
+    adjudicator's settlement wins. Votes of people who are not reviewers do not count."""
+    if settled is not None:
+        return Outcome(SETTLED, settled, (), adjudicated=True)
+    counted = {r: v for r, v in votes.items() if r in rule.reviewers}
+    tally = Counter(counted.values())
+    top = sorted(tally.items(), key=lambda kv: (-kv[1], kv[0]))
+    if top and top[0][1] >= rule.needed:
+        return Outcome(SETTLED, top[0][0], ())
+    lead = top[0][0] if top else None
+    waiting = tuple(r for r in rule.reviewers if counted.get(r) is None or counted[r] != lead)
+    return Outcome(OPEN, None, waiting)
+
+
+def check_vote(action: str, argument: str, keys: set[str], key: str) -> tuple[str, str]:
+    """A vote made safe to store: a known action, a merge target that exists and is another candidate, a name."""
+    if action not in ACTIONS:
+        raise ValueError(f"unknown review action {action!r}: use one of {', '.join(ACTIONS)}")
+    argument = (argument or "").strip()
+    if action == "merge":
+        if argument not in keys:
+            raise ValueError(f"merge target {argument!r} is not a candidate of this label set")
+        if argument == key:
+            raise ValueError("a candidate cannot be merged into itself")
+    elif action == "rename" and not argument:
+        raise ValueError("rename needs the new name")
+    elif action in ("approve", "reject"):
+        argument = ""
+    return action, argument
+
+
+# ---------------------------------------------------------------- adoption
+
+
+def label_id(name: str) -> str:
+    """A vocabulary id from a display name ("Pleural effusion" -> "pleural_effusion")."""
+    slug = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+    return slug if slug and slug[0].isalpha() else f"label_{slug}"
+
+
+def approved_labels(rows: list[dict]) -> list[dict]:
+    """Vocabulary labels from reviewed candidates (dicts with key, name, definition, look_for, forms, attributes
+    and decision): approved and renamed ones, with the forms of the candidates merged into them."""
+    kept = [r for r in rows if r["decision"] and r["decision"][0] in ("approve", "rename")]
+    out, used = [], set()
+    for r in kept:
+        name = r["decision"][1] if r["decision"][0] == "rename" else r["name"]
+        merged = [m for m in rows if m["decision"] and m["decision"] == ("merge", r["key"])]
+        look_for = list(dict.fromkeys([*r["look_for"], *(t for m in merged for t in m["look_for"][:3])]))
+        lid = label_id(name)
+        while lid in used:
+            lid += "_2"
+        used.add(lid)
+        attrs = sorted({a for x in [r, *merged] for a in x.get("attributes", {})})
+        out.append(
+            {
+                "id": lid,
+                "name": name,
+                "category": "corpus",
+                "definition": r["definition"],
+                "look_for": look_for,
+                "attributes": attrs,
+                "from": [r["key"], *(m["key"] for m in merged)],
+            }
+        )
+    return out
+
+
+def vocabulary_document(vocab_id: str, name: str, labels: list[dict], source: str) -> dict:
+    """The vocabulary file (as data) of an adopted label set; a derived No Finding closes it, as in every shipped one."""
+    body = [
+        {k: v for k, v in lab.items() if k != "from" and (v or k in ("id", "name", "definition"))} for lab in labels
+    ]
+    body.append(
+        {
+            "id": "no_finding",
+            "name": "No Finding",
+            "category": "global",
+            "definition": "None of the other labels is positive (derived, never asked).",
+            "derived": "none_of_others",
+        }
+    )
+    return {
+        "id": vocab_id,
+        "name": name,
+        "description": "Mined from the corpus and approved by its reviewers.",
+        "source": source,
+        "labels": body,
+    }
+
+
+def starter_prompt(label: dict) -> dict:
+    """A label's starter prompt (iteration 1) written from its definition and look-for phrases."""
+    look_for = list(label.get("look_for") or []) or [label["name"].lower()]
+    first = look_for[0]
+    return {
+        "label": label["id"],
+        "task": f"Does this chest X-ray report describe {label['name'].lower()}?",
+        "definition": label.get("definition") or f"The report describes {label['name'].lower()}.",
+        "look_for": look_for,
+        "do_not_label_when": [f"the finding is negated (for example 'no {first}')."],
+        "hedged": "negative",
+        "temporal": {"resolved": "negative", "stable": "positive", "improving": "positive", "prior": "negative"},
+        "examples": [{"text": f"No {first}.", "value": 0, "why": "The finding is negated."}],
+    }
+
+
+@dataclass
+class VocabularyChange:
+    """What adopting a label set does to a vocabulary: labels added, renamed, merged and dropped."""
+
+    added: list[str] = field(default_factory=list)
+    renamed: list[tuple[str, str]] = field(default_factory=list)
+    merged: list[tuple[str, str]] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        """One line per kind of change, for the CLI and the app."""
+        out = [f"added: {', '.join(self.added) or 'none'}"]
+        out.append(f"renamed: {', '.join(f'{a} -> {b}' for a, b in self.renamed) or 'none'}")
+        out.append(f"merged: {', '.join(f'{a} into {b}' for a, b in self.merged) or 'none'}")
+        out.append(f"dropped (their readings and runs are kept): {', '.join(self.dropped) or 'none'}")
+        return out
+
+
+def vocabulary_change(old: list[tuple[str, str]], new: list[dict], merges: list[tuple[str, str]]) -> VocabularyChange:
+    """Compare an old vocabulary's (id, name) pairs with the adopted labels: a label keeps its id when the id or
+    name matches, is renamed when its name changed, and is dropped when nothing adopted carries it."""
+    change = VocabularyChange()
+    old_ids = {i for i, _ in old}
+    old_by_name = {n.lower(): i for i, n in old}
+    carried = set()
+    for lab in new:
+        was = lab["id"] if lab["id"] in old_ids else old_by_name.get(lab["name"].lower())
+        if was is None:
+            change.added.append(lab["id"])
+            continue
+        carried.add(was)
+        name = dict(old)[was]
+        (change.renamed.append((name, lab["name"])) if name != lab["name"] else change.kept.append(was))
+    change.merged = list(merges)
+    change.dropped = [i for i, _ in old if i not in carried and i != "no_finding"]
+    return change
+
+
+# ---------------------------------------------------------------- the model engine's replies
+
+
+EXTRACTION_INSTRUCTIONS = (
+    "List every finding this chest X-ray report mentions, one entry per finding, as JSON: "
+    '{"findings": [{"text": "<the finding as written, without side or size words>", '
+    '"assertion": "affirmed" | "negated" | "uncertain"}]}. Use "negated" for findings the report rules out '
+    '("no pneumothorax") and "uncertain" for hedged ones ("possible pneumonia"). Answer with the JSON only.'
+)
+
+
+def parse_entities(text: str) -> list[tuple[str, str]]:
+    """A model's extraction reply -> [(finding text, assertion)]; ValueError names what is wrong (never guessed)."""
+    import json
+
+    body = text.strip()
+    fenced = re.match(r"^```(?:json)?\s*(.*?)\s*```$", body, re.DOTALL)
+    body = fenced.group(1) if fenced else body
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the reply is not JSON ({exc.msg} at character {exc.pos})") from None
+    items = data.get("findings") if isinstance(data, dict) else data
+    if not isinstance(items, list):
+        raise ValueError('the reply has no "findings" list')
+    out = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("text"), str) or not item["text"].strip():
+            raise ValueError(f"finding {i + 1} has no text")
+        assertion = str(item.get("assertion", "")).strip().lower()
+        if assertion not in ASSERTIONS:
+            raise ValueError(
+                f"finding {i + 1}: assertion {item.get('assertion')!r} is not one of {', '.join(ASSERTIONS)}"
+            )
+        out.append((item["text"].strip(), assertion))
+    return out
+
+
+def entity_mentions(report_id: str, entities: list[tuple[str, str]], lex: Lexicon) -> list[Mention]:
+    """Mentions from a model's entities: attribute words become attributes, as in the offline engine."""
+    out = []
+    for text, assertion in entities:
+        words = _WORD.findall(text.lower())
+        shown = [w for w in words if w not in lex.attributes]
+        attrs = tuple(sorted({lex.attributes[w] for w in words if w in lex.attributes}))
+        if lex.core(" ".join(shown)):
+            out.append(Mention(report_id, text, " ".join(shown), assertion, attrs))
+    return out
+
+
+def trim_attribute_cues(task: dict, carried: set[str]) -> dict:
+    """A task file's data without the attribute cues of attributes no label of the vocabulary carries (the
+    prompt set refuses cues for an attribute it does not know)."""
+    cues = task.get("attribute_cues")
+    if not isinstance(cues, dict):
+        return task
+    kept = {name: values for name, values in cues.items() if name in carried}
+    out = {k: v for k, v in task.items() if k != "attribute_cues"}
+    if kept:
+        out["attribute_cues"] = kept
+    return out

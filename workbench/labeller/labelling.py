@@ -225,6 +225,8 @@ def decide(req, text: str | None, res=None, replies: parsing.ReplyMemo | None = 
     shape = reply_shape_failure(res)
     if shape is not None:
         return {lab: shape for lab in meta["labels"]}
+    if meta["mode"] == EXTRACT_MODE:
+        return {lab: extraction_decision(text) for lab in meta["labels"]}
     specs = meta.get("attributes") or {}
     try:
         if meta["mode"] == "joint":
@@ -236,6 +238,21 @@ def decide(req, text: str | None, res=None, replies: parsing.ReplyMemo | None = 
             lab: parsing.Decision(None, "", "parse_error", f"parser error ({type(exc).__name__})")
             for lab in meta["labels"]
         }
+
+
+EXTRACT_MODE = "extract"  # label-set mining: one call lists a report's findings (workbench/core/labelset.py)
+
+
+def extraction_decision(text: str) -> parsing.Decision:
+    """A findings-list reply as one decision: value 1 with the findings as JSON evidence, or a parse failure
+    naming what is wrong (never an empty list in its place)."""
+    from workbench.core.labelset import parse_entities
+
+    try:
+        found = parse_entities(text)
+    except ValueError as exc:
+        return parsing.Decision(None, "", "parse_error", str(exc))
+    return parsing.Decision(1, json.dumps(found), "ok")
 
 
 def reply_shape_failure(res) -> parsing.Decision | None:

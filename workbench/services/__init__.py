@@ -16,6 +16,7 @@ service takes the services it uses in its constructor, so the order below is the
 - `freezing` (FreezeService, freezing.py): uses study, splits, runner, evaluation
 - `triage` (TriageService, triage.py): uses study, splits, runner, model_path, attributes
 - `views` (UISupportService, ui_support.py): uses study, runner, prompts, evaluation, triage, adaptive
+- `labelset` (LabelSetService, labelset.py): uses study, runner
 - `optimising` (OptimisingService, optimising.py): uses study, splits, runner, model_path, prompts, evaluation, triage
 
 Call a service directly (`wb.runner.start_run("dev")`, `wb.evaluation.evaluate_run(1)`) or through
@@ -28,6 +29,7 @@ from workbench.services.attributes import AttributesService
 from workbench.services.base import Service, StudyContext
 from workbench.services.evaluation import Evaluation, EvaluationService
 from workbench.services.freezing import FreezeService
+from workbench.services.labelset import LabelSetService
 from workbench.services.model_path import ModelPathService
 from workbench.services.optimising import OptimisingService
 from workbench.services.prompting import PromptsService
@@ -84,6 +86,7 @@ class Workbench:
         self.views = UISupportService(
             ctx, self.study, self.runner, self.prompts, self.evaluation, self.triage, self.adaptive
         )
+        self.labelset = LabelSetService(ctx, self.study, self.runner)
         self.optimising = OptimisingService(
             ctx, self.study, self.splits, self.runner, self.model_path, self.prompts, self.evaluation, self.triage
         )

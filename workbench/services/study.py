@@ -121,9 +121,12 @@ def init_study(
     seed_dir = (
         Path(prompt_set) if prompt_set and Path(prompt_set).is_dir() else PROMPTS_DIR / (prompt_set or vocabulary.id)
     )
-    if not seed_dir.is_dir():
+    if seed_dir.is_dir():
+        seed_files = {p.name: p.read_text(encoding="utf-8") for p in sorted(seed_dir.glob("*.yaml"))}
+    elif prompt_set is None:  # an own vocabulary (an adopted label set): starters from definitions and look-for
+        seed_files = _starter_prompts(vocabulary)
+    else:
         raise StudyError(f"no starter prompt set {seed_dir.name!r} in {PROMPTS_DIR}; pass --prompts NAME")
-    seed_files = {p.name: p.read_text(encoding="utf-8") for p in sorted(seed_dir.glob("*.yaml"))}
     _validate_prompt_files(seed_files, vocabulary)
     if not root.exists():
         root.mkdir(parents=True, mode=0o700)
@@ -142,6 +145,21 @@ def init_study(
     wb = Workbench(root)
     wb.migrate()
     return wb
+
+
+def _starter_prompts(vocab: Vocabulary) -> dict[str, str]:
+    """A starter prompt per asked label, written from its definition and look-for phrases, with the shipped
+    task file (its cue lists and attribute cues are not specific to any vocabulary)."""
+    from workbench.core.labelset import starter_prompt, trim_attribute_cues
+
+    task = yaml.safe_load((PROMPTS_DIR / "chexpert-14" / TASK_FILE).read_text(encoding="utf-8"))
+    carried = {a for lab in vocab.labels for a in lab.attributes}
+    files = {TASK_FILE: yaml.safe_dump(trim_attribute_cues(task, carried), sort_keys=False, allow_unicode=True)}
+    for lab in vocab.labels:
+        if not lab.derived:
+            data = {"id": lab.id, "name": lab.name, "definition": lab.definition, "look_for": list(lab.look_for)}
+            files[f"{lab.id}.yaml"] = yaml.safe_dump(starter_prompt(data), sort_keys=False, allow_unicode=True)
+    return files
 
 
 def _validate_prompt_files(files: dict[str, str], vocab: Vocabulary) -> PromptSet:

@@ -113,6 +113,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None] | None]] = [
         "per-call facts keep a failed call's raw reply (a success's is in the call cache)",
         _add_column("callfact", "reply", "TEXT"),
     ),
+    (131, "label sets: candidates mined from a cohort and their reviewers' votes (new tables)", None),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -181,13 +181,19 @@ def read_file(path: Path, name: str, ref: str | None = None) -> str | None:
 
 
 def commit_files(
-    path: Path, files: dict[str, str], message: str, author: tuple[str, str], base: str | dict[str, str] | None
+    path: Path,
+    files: dict[str, str],
+    message: str,
+    author: tuple[str, str],
+    base: str | dict[str, str] | None,
+    remove: list[str] | tuple[str, ...] = (),
 ) -> str:
     """Write files and commit them as one version; refuse when a file changed since its base.
 
     `base` is the version the editor started from (one for all files, or one per file); if a
     file being saved differs between its base and HEAD, someone else saved it meanwhile: refuse
-    rather than overwrite their work.
+    rather than overwrite their work. `remove` names files that leave this version (a vocabulary's
+    dropped labels); the versions before it keep them.
     """
     path = Path(path)
     if not message.strip():
@@ -209,8 +215,11 @@ def commit_files(
                 target.write_text(content, encoding="utf-8")
             if _blob_text(head, name) != content:  # a committed working-tree edit is a change too
                 changed.append(name)
-        if not changed and repo.head.is_valid():
+        gone = [name for name in remove if _blob_text(head, name) is not None]  # older versions keep them
+        if not changed and not gone and repo.head.is_valid():
             raise PromptRepoError("nothing to save: the files are the same as the current version")
+        if gone:
+            repo.index.remove(gone, working_tree=True)
         repo.index.add(sorted(files))
         commit = repo.index.commit(message.strip(), author=_actor(author), committer=_actor(author))
         return commit.hexsha

@@ -517,3 +517,32 @@ class BatchJob(SQLModel, table=True):
     keys_sha: str = Field(max_length=64)
     created_at: str = Field(max_length=40)
     updated_at: str = Field(max_length=40)
+
+
+class LabelSetCandidate(SQLModel, table=True):
+    """A candidate label mined from a cohort (workbench/core/labelset.py), with its evidence, as reviewed."""
+
+    __table_args__ = (UniqueConstraint("labelset", "key", name="uq_labelset_candidate"),)
+    id: int | None = Field(default=None, primary_key=True)
+    labelset: str = Field(max_length=200, index=True)
+    key: str = Field(max_length=300)
+    rank: int = 0
+    name: str = Field(max_length=300)
+    definition: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))
+    look_for_json: str = Field(default="[]", sa_column=Column(Text, nullable=False, default="[]"))
+    evidence_json: str = Field(sa_column=Column(Text, nullable=False))  # forms, counts, examples, attributes
+    settled_json: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))  # an adjudicator's
+    created_at: str = Field(max_length=40)
+
+
+class LabelSetVote(SQLModel, table=True):
+    """One reviewer's current vote on one candidate (approve, reject, merge into, rename); history is audited."""
+
+    __table_args__ = (UniqueConstraint("labelset", "key", "reviewer", name="uq_labelset_vote"),)
+    id: int | None = Field(default=None, primary_key=True)
+    labelset: str = Field(max_length=200, index=True)
+    key: str = Field(max_length=300)
+    reviewer: str = Field(max_length=100)
+    action: str = Field(max_length=20)
+    argument: str = Field(default="", max_length=300)
+    updated_at: str = Field(max_length=40)
