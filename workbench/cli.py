@@ -2643,6 +2643,223 @@ def _echo_attribute_scores(name: str, g) -> None:
         say(e["rule"])  # the averaging rule beside the figure (SPEC-CXR: publish it with the support)
 
 
+# ---------------------------------------------------------------- label set (mined, reviewed, adopted)
+
+
+@main.group("labelset")
+def labelset_():
+    """The label set from the corpus: mine candidate findings, review them, adopt the approved vocabulary."""
+
+
+def _candidate_table(candidates: list[dict]):
+    """Candidates as a table: rank, key, name, report counts, first forms, status."""
+    return pd.DataFrame(
+        [
+            {
+                "rank": c.get("rank", i),
+                "key": c["key"],
+                "name": c["name"],
+                "affirmed": c["affirmed_reports"],
+                "negated": c["negated_reports"],
+                "uncertain": c["uncertain_reports"],
+                "forms": ", ".join(f["text"] for f in c["forms"][:3]),
+                "overlaps": ", ".join(c.get("overlaps") or []),
+                **({"status": c["status"], "waiting_on": ", ".join(c["waiting_on"])} if "status" in c else {}),
+            }
+            for i, c in enumerate(candidates, 1)
+        ]
+    )
+
+
+@labelset_.command("mine")
+@click.option("--cohort", required=True, help="Cohort whose reports are mined.")
+@click.option(
+    "--engine",
+    type=click.Choice(["offline", "model"]),
+    default="offline",
+    show_default=True,
+    help="offline: rules and scikit-learn, deterministic, local; model: one extraction call per report.",
+)
+@click.option("--model", default=None, help="The model engine's model (default: the study's labeller model).")
+@click.option(
+    "--against", default=None, help="Compare with a vocabulary: chexpert-14, ranscore-21, a file, or 'study'."
+)
+@click.option("--min-reports", type=int, default=2, show_default=True, help="Affirmed reports a candidate needs.")
+@click.option("--labelset", "name", default=None, help="Name of the label set (default: the cohort's name).")
+@click.option("--top", type=int, default=40, show_default=True, help="Candidates shown in the table.")
+@click.option("--estimate", is_flag=True, help="Model engine: say what mining would cost, make no call.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@study_option
+def labelset_mine(wb, cohort, engine, model, against, min_reports, name, top, estimate, fmt):
+    """Mine a cohort's candidate findings, ranked by reports with an affirmed mention (`--format json`: the list)."""
+    if estimate:
+        est = wb.labelset.estimate(cohort, model)
+        for line in est.lines():
+            click.echo(line)
+        return
+    result = wb.labelset.mine(cohort, engine, against, min_reports, name, model)
+    if fmt == "json":
+        click.echo(json.dumps([c.to_json() for c in result.candidates], indent=2, ensure_ascii=False))
+        return
+    shown = [c.to_json() for c in result.candidates[:top]]
+    echo_table(
+        _candidate_table(shown), columns=["rank", "name", "affirmed", "negated", "uncertain", "forms", "overlaps"]
+    )
+    tail = ", ".join(f"top {k}: {v:.0%}" for k, v in result.tail().items())
+    click.echo(
+        f"label set {result.labelset!r}: {len(result.candidates)} candidates from {result.reports} reports "
+        f"({result.engine}); affirmed mentions covered by {tail}"
+    )
+    if result.calls:
+        c = result.calls
+        cost = "unknown" if c["cost"] is None else f"${c['cost']:.4f}"
+        click.echo(f"calls: {c['made']} made, {c['reused']} from the cache, {c['failed']} failed; cost {cost}")
+    if result.comparison is not None:
+        cmp = result.comparison
+        click.echo(
+            f"against {cmp.vocabulary}: {len(cmp.additions)} additions, unsupported: "
+            f"{', '.join(cmp.unsupported) or 'none'}"
+        )
+        for c in cmp.additions[:top]:
+            click.echo(wrap_item(f"+ {c.name} ({c.affirmed_reports} reports): {', '.join(t for t, _ in c.forms[:3])}"))
+        for label, forms in cmp.missing_forms.items():
+            click.echo(wrap_item(f"{label} look_for lacks: {', '.join(f'{t} ({n})' for t, n in forms)}"))
+
+
+@labelset_.command("list")
+@click.option("--labelset", "name", required=True, help="The label set.")
+@click.option("--open", "only_open", is_flag=True, help="Only candidates still open, with who has not agreed.")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@wide_flag
+@study_option
+def labelset_list(wb, name, only_open, fmt):
+    """A label set's candidates with their review status (open ones say who has not agreed)."""
+    rows = wb.labelset.candidates(name)
+    if only_open:
+        rows = [r for r in rows if r["status"] == "open"]
+    echo_table(
+        _candidate_table(rows), fmt, columns=["rank", "key", "name", "affirmed", "forms", "status", "waiting_on"]
+    )
+    rule = wb.labelset.review_rule(name)
+    if fmt == "table":
+        click.echo(f"approval rule: {rule.describe() if rule else 'not set (`workbench labelset rule`)'}")
+
+
+@labelset_.command("show")
+@click.argument("key")
+@click.option("--labelset", "name", required=True, help="The label set.")
+@study_option
+def labelset_show(wb, key, name):
+    """One candidate: forms, counts, examples, attributes, and the votes once you have voted."""
+    row = next((r for r in wb.labelset.candidates(name) if r["key"] == key), None)
+    if row is None:
+        raise click.ClickException(f"no candidate {key!r} in label set {name!r}")
+    click.echo(
+        f"{row['name']} [{row['key']}]: {row['affirmed_reports']} affirmed, {row['negated_reports']} negated, "
+        f"{row['uncertain_reports']} uncertain reports; {row['status']}"
+    )
+    click.echo(f"definition: {row['definition']}")
+    click.echo(f"look for: {'; '.join(row['look_for'])}")
+    click.echo("forms: " + ", ".join(f"{f['text']} ({f['count']})" for f in row["forms"][:15]))
+    if row.get("attributes"):
+        click.echo("attributes: " + "; ".join(f"{a}: {dict(v)}" for a, v in row["attributes"].items()))
+    for ex in row["examples"]:
+        click.echo(wrap_item(f"{ex['report_id']} ({ex['assertion']}): {ex['sentence']}"))
+    votes = wb.labelset.votes(name, key)
+    click.echo(
+        "votes: "
+        + (", ".join(f"{r}: {' '.join(v).strip()}" for r, v in votes.items()) if votes else "hidden until you vote")
+    )
+
+
+@labelset_.command("rule")
+@click.option("--labelset", "name", required=True, help="The label set.")
+@click.option("--reviewers", required=True, help="Comma-separated reviewers whose votes count.")
+@click.option("--rule", type=click.Choice(["unanimous", "k_of_n"]), default="unanimous", show_default=True)
+@click.option("--k", type=int, default=0, help="k_of_n: agreeing votes needed.")
+@study_option
+def labelset_rule(wb, name, reviewers, rule, k):
+    """Set who reviews a label set and how many must agree (admins); unanimous is Ran Score's rule."""
+    parsed = wb.labelset.set_rule(name, reviewers.split(","), rule, k)
+    click.echo(f"label set {name!r}: approval {parsed.describe()}")
+
+
+@labelset_.command("vote")
+@click.argument("key")
+@click.argument("action", type=click.Choice(["approve", "reject", "merge", "rename"]))
+@click.argument("argument", required=False, default="")
+@click.option("--labelset", "name", required=True, help="The label set.")
+@click.option("--reviewer", default=None, help="Vote as this reviewer (yourself when signed in).")
+@study_option
+def labelset_vote(wb, key, action, argument, name, reviewer):
+    """Vote on a candidate: approve, reject, merge TARGET_KEY, or rename NEW_NAME."""
+    out = wb.labelset.vote(name, key, action, argument, reviewer)
+    state = (
+        f"settled: {' '.join(out.decision).strip()}"
+        if out.status == "settled"
+        else (f"open, waiting on {', '.join(out.waiting_on)}")
+    )
+    click.echo(f"{key}: {state}")
+
+
+@labelset_.command("edit")
+@click.argument("key")
+@click.option("--labelset", "name", required=True, help="The label set.")
+@click.option("--definition", default=None, help="New definition.")
+@click.option("--look-for", "look_for", default=None, help="New look-for phrases, separated by ';'.")
+@study_option
+def labelset_edit(wb, key, name, definition, look_for):
+    """Edit a candidate's definition or look-for phrases (audited)."""
+    wb.labelset.edit(name, key, definition, look_for.split(";") if look_for is not None else None)
+    click.echo(f"{key}: edited")
+
+
+@labelset_.command("split")
+@click.argument("key")
+@click.option("--labelset", "name", required=True, help="The label set.")
+@click.option("--forms", required=True, help="Surface forms to move out, separated by ';'.")
+@click.option("--name", "new_name", required=True, help="Name of the new candidate.")
+@study_option
+def labelset_split(wb, key, name, forms, new_name):
+    """Move some surface forms of a candidate into a new candidate of their own."""
+    new_key = wb.labelset.split(name, key, [f.strip() for f in forms.split(";") if f.strip()], new_name)
+    click.echo(f"{key}: split into {new_key}")
+
+
+@labelset_.command("settle")
+@click.argument("key")
+@click.argument("action", type=click.Choice(["approve", "reject", "merge", "rename"]))
+@click.argument("argument", required=False, default="")
+@click.option("--labelset", "name", required=True, help="The label set.")
+@click.option("--reason", required=True, help="Why (kept in the audit trail).")
+@study_option
+def labelset_settle(wb, key, action, argument, name, reason):
+    """Settle a contested candidate (adjudicators and admins); the decision wins over the votes."""
+    out = wb.labelset.settle(name, key, action, argument, reason)
+    click.echo(f"{key}: settled by adjudication: {' '.join(out.decision).strip()}")
+
+
+@labelset_.command("adopt")
+@click.option("--labelset", "name", required=True, help="The label set.")
+@click.option("--message", default="", help="Commit message (default: what changed).")
+@study_option
+def labelset_adopt(wb, name, message):
+    """Make the approved label set the study's vocabulary (committed beside the prompts; old data kept)."""
+    change = wb.labelset.adopt(name, message)
+    for line in change.lines():
+        click.echo(line)
+
+
+@labelset_.command("export")
+@click.option("--labelset", "name", required=True, help="The label set.")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Vocabulary file to write.")
+@study_option
+def labelset_export(wb, name, out):
+    """Write the approved label set as a vocabulary file, for `workbench init NEW --vocab FILE`."""
+    path = wb.labelset.export(name, Path(out))
+    click.echo(f"wrote {path}")
+
+
 def _whole_sentence_summaries(group: click.Group) -> None:
     """Show each command's whole first paragraph in listings (click cuts it at 45 characters or at 'e.g.')."""
     for cmd in group.commands.values():

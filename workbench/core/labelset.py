@@ -66,6 +66,7 @@ class Candidate:
     definition: str = ""
     look_for: list[str] = field(default_factory=list)
     overlaps: list[str] = field(default_factory=list)
+    affirmed_forms: dict[str, int] = field(default_factory=dict)  # form -> its affirmed mentions
 
     def to_json(self) -> dict:
         """A JSON-ready dict (forms as {text, count}, most frequent first)."""
@@ -82,6 +83,7 @@ class Candidate:
             "definition": self.definition,
             "look_for": self.look_for,
             "overlaps": self.overlaps,
+            "affirmed_forms": self.affirmed_forms,
         }
 
 
@@ -308,6 +310,7 @@ def build_candidate(key: str, mentions: list[Mention]) -> Candidate:
         affirmed_mentions=sum(1 for m in mentions if m.assertion == AFFIRMED),
         examples=_examples(mentions),
         attributes={a: dict(c.most_common()) for a, c in sorted(attrs.items())},
+        affirmed_forms=dict(affirmed_forms.most_common()),
     )
     cand.look_for = [t for t, _ in forms[:MAX_LOOK_FOR] if affirmed_forms[t]]
     cand.definition = suggested_definition(cand)
@@ -416,7 +419,12 @@ def compare(
         hits = [c for c in candidates if c.key in keys and c.affirmed_reports > 0]
         covered[lab.id] = [c.key for c in hits]
         taken |= {c.key for c in hits}
-        lacks = [(t, n) for c in hits for t, n in c.forms if n >= min_form and not _covers(lab.phrases, t)]
+        lacks = [
+            (t, n)
+            for c in hits
+            for t, n in c.affirmed_forms.items()
+            if n >= min_form and not _covers((lab.name, *lab.phrases), t)
+        ]
         if lacks:
             missing[lab.id] = sorted(lacks, key=lambda tn: (-tn[1], tn[0]))[:10]
     return Comparison(
@@ -511,7 +519,8 @@ def outcome(votes: dict[str, tuple[str, str]], rule: ReviewRule, settled: tuple[
     top = sorted(tally.items(), key=lambda kv: (-kv[1], kv[0]))
     if top and top[0][1] >= rule.needed:
         return Outcome(SETTLED, top[0][0], ())
-    lead = top[0][0] if top else None
+    # the leading vote, when one leads: with a tie nobody's vote is the one the others must join
+    lead = top[0][0] if top and (len(top) == 1 or top[0][1] > top[1][1]) else None
     waiting = tuple(r for r in rule.reviewers if counted.get(r) is None or counted[r] != lead)
     return Outcome(OPEN, None, waiting)
 

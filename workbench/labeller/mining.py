@@ -197,7 +197,27 @@ COPULA = frozenset(
 )
 # words that put what follows them in place of the finding before them ("changes of the spine")
 PLACE_LINKS = frozenset(
-    ["of", "in", "within", "at", "along", "involving", "overlying", "over", "the", "a", "an", "both", "this"]
+    ["of", "in", "on", "within", "at", "along", "involving", "overlying", "over", "the", "a", "an", "both", "this"]
+)
+# nouns that name no finding of their own: in "X of Y" the finding is Y
+GENERAL_NOUNS = frozenset(
+    [
+        "change",
+        "changes",
+        "sign",
+        "signs",
+        "feature",
+        "features",
+        "sequela",
+        "sequelae",
+        "area",
+        "areas",
+        "amount",
+        "degree",
+        "focus",
+        "foci",
+        "component",
+    ]
 )
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z'-]*|\d+(?:\.\d+)?(?:st|nd|rd|th)?|[^\sA-Za-z\d]")
 
@@ -279,6 +299,8 @@ class Miner:
         elif gap and set(gap) <= COPULA and len(bare) <= 2 and not prev.get("predicate"):  # "heart is enlarged"
             prev["shown"] = bare + prev["shown"]
             prev["predicate"] = True
+        elif gap and gap[0] == "of" and set(prev["shown"]) <= GENERAL_NOUNS:
+            prev["shown"] = list(run["words"])  # "changes of COPD", "areas of atelectasis": the finding follows "of"
         elif gap and set(gap) <= PLACE_LINKS and gap[0] in PLACE_LINKS - {"the", "a", "an", "both", "this"}:
             pass  # "changes of the thoracic spine": the place qualifies the finding
         else:

@@ -74,7 +74,10 @@ class LabelSetService(Service):
         sections = list(self.config.sections)
         with self.session() as s:
             frame = q.reports_frame(s, cohort_id=self.study.cohort_id(cohort))
-        return [(r.id, compose_text(r.findings, r.impression, r.text, sections)) for r in frame.itertuples(index=False)]
+        return [
+            (r.report_id, compose_text(r.findings, r.impression, r.text, sections))
+            for r in frame.itertuples(index=False)
+        ]
 
     def mine(
         self,
@@ -305,14 +308,13 @@ class LabelSetService(Service):
 
     def votes(self, labelset: str, key: str) -> dict[str, tuple[str, str]]:
         """Every reviewer's vote on a candidate, shown only to who has voted on it (or may see unblinded)."""
-        me = self.current_actor()
         with self.session() as s:
-            mine = {v.reviewer: (v.action, v.argument) for v in store.vote_rows(s, labelset) if v.key == key}
-        from workbench.services.study import PERMISSIONS
+            cast = {v.reviewer: (v.action, v.argument) for v in store.vote_rows(s, labelset) if v.key == key}
+        return cast if self._me() in cast or self._unblinded() else {}
 
-        if me.user in mine or me.role in PERMISSIONS["see_unblinded"] - {"prompt_engineer"}:
-            return mine
-        return {}
+    def _unblinded(self) -> bool:
+        """Whether the actor sees every vote (adjudicators and admins, as with readings)."""
+        return self.current_actor().role in ("adjudicator", "admin")
 
     def candidates(self, labelset: str) -> list[dict]:
         """The candidates in rank order with their evidence, current name/definition/look-for and outcome (the
@@ -320,10 +322,14 @@ class LabelSetService(Service):
         outcomes = self.outcomes(labelset)
         with self.session() as s:
             rows = self._require_labelset(s, labelset)
+            voted = {v.key for v in store.vote_rows(s, labelset) if v.reviewer == self._me()}
+        unblinded = self._unblinded()
         out = []
         for c in rows:
             ev = json.loads(c.evidence_json)
             o = outcomes[c.key]
+            if not (unblinded or c.key in voted or o.status == ls.SETTLED):  # who agreed would hint at the votes
+                o = dataclasses.replace(o, waiting_on=())
             ev.update(
                 key=c.key,
                 rank=c.rank,
