@@ -6,6 +6,7 @@ Small fixtures with known answers; real SQLite, real Git, real HTTP to the local
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -340,3 +341,85 @@ def test_cli_review_commands_and_bad_input(mined):
     rows = {c["name"]: c for c in mined.labelset.candidates("corpus")}
     assert [f["text"] for f in rows["Spelled out"]["forms"]] == ["chronic obstructive pulmonary disease"]
     assert [f["text"] for f in rows["copd"]["forms"]] == ["copd"] and rows["Spelled out"]["status"] == "open"
+
+
+# ---------------------------------------------------------------- the model engine, through real HTTP
+
+
+def sentence_findings(messages) -> str:
+    """The fake model's extraction: each sentence of the report is one finding, negated when it starts with No."""
+    from fake_llm_server import last_user_text
+
+    found = []
+    text = re.sub(r"\b[A-Z]{3,}:\s*", "", last_user_text(messages))  # section headers ("FINDINGS:") are no finding
+    for sentence in text.replace("\n", " ").split("."):
+        words = sentence.strip()
+        if not words or words.startswith("[["):
+            continue
+        negated = words.lower().startswith("no ")
+        found.append({"text": words[3:] if negated else words, "assertion": "negated" if negated else "affirmed"})
+    return json.dumps({"findings": found})
+
+
+MODEL_CORPUS = [
+    ("m1", "Small left pleural effusion. No pneumothorax."),
+    ("m2", "Pleural effusions. No pneumothorax."),
+    ("m3", "Cardiomegaly. Pleural effusion."),
+    ("m4", "[[behaviour:malformed]] Cardiomegaly."),
+    ("m5", "[[behaviour:refusal]] Pleural effusion."),
+]
+
+
+@pytest.fixture
+def model_study(study, tmp_path):
+    """A study with the MODEL_CORPUS cohort."""
+    path = tmp_path / "m.csv"
+    path.write_text("id,findings,impression\n" + "".join(f'{i},"{t}",\n' for i, t in MODEL_CORPUS))
+    study.import_reports(path, "m")
+    return study
+
+
+def test_the_model_engine_through_real_http_good_malformed_and_refused_replies(model_study, fake_llm_server):
+    wb, server = model_study, fake_llm_server
+    server.answer_fn = sentence_findings
+    remote = {"model": "openai/fake", "api_base": server.url, "max_retries": 1, "timeout_s": 20}
+    est = wb.labelset.estimate("m", **remote)
+    assert est.to_make == len(MODEL_CORPUS) and server.count == 0  # an estimate makes no call
+    result = wb.labelset.mine("m", engine="model", min_reports=1, **remote)
+    assert server.count == len(MODEL_CORPUS)  # one extraction call per report
+    assert result.calls["made"] == 5 and result.calls["failed"] == 2  # malformed and refused: failures, never []
+    assert set(result.calls["failure_kinds"]) == {"parse_error"}
+    names = {c.name: c for c in result.candidates}
+    assert set(names) == {"pleural effusion", "cardiomegaly"}, [c.to_json() for c in result.candidates]
+    assert names["pleural effusion"].affirmed_reports == 3  # m1 (left, small), m2 (plural), m3
+    assert names["pleural effusion"].attributes == {"severity": {"mild": 1}, "side": {"left": 1}}
+    assert names["cardiomegaly"].affirmed_reports == 1  # m3 only: m4's reply was malformed
+    assert "pneumothorax" not in names  # negated only
+    again = wb.labelset.mine("m", engine="model", min_reports=1, labelset="m2", **remote)
+    assert again.calls["reused"] == 3 and again.calls["made"] == 2  # the cache answers; failures are asked again
+    assert [c.to_json() for c in again.candidates] == [c.to_json() for c in result.candidates]
+    wb.config.allowed_endpoints = ["workbench/rules"]  # an admin withdrew the local server
+    with pytest.raises(StudyError, match="may not be sent"):
+        wb.labelset.mine("m", engine="model", labelset="m3", **remote)
+    assert server.count == 7
+
+
+def test_the_model_engine_needs_a_model(model_study):
+    with pytest.raises(StudyError, match="needs a model"):
+        model_study.labelset.mine("m", engine="model")
+    with pytest.raises(StudyError, match="unknown engine"):
+        model_study.labelset.mine("m", engine="magic")
+
+
+def test_parse_entities_names_what_is_wrong():
+    assert ls.parse_entities('```json\n{"findings": [{"text": "effusion", "assertion": "Affirmed"}]}\n```') == [
+        ("effusion", "affirmed")
+    ]
+    for reply, message in [
+        ("not json", "not JSON"),
+        ('{"found": []}', 'no "findings" list'),
+        ('{"findings": [{"text": ""}]}', "finding 1 has no text"),
+        ('{"findings": [{"text": "x", "assertion": "maybe"}]}', "'maybe' is not one of"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            ls.parse_entities(reply)

@@ -188,7 +188,8 @@ class LabelSetService(Service):
 
         counts = labelling.label_calls(requests, cfg, lookup, store_new, store_reused=keep, on_progress=on_progress)
         lex = self.lexicon()
-        mentions = [m for rid, ents in found.items() for m in ls.entity_mentions(rid, ents, lex)]
+        # in report order, whichever answers came from the cache: the same corpus gives the same candidates
+        mentions = [m for rid, _ in reports if rid in found for m in ls.entity_mentions(rid, found[rid], lex)]
         calls = {
             "calls": counts.calls,
             "made": counts.made,
