@@ -150,44 +150,44 @@ def mined(study, tmp_path):
     path = tmp_path / "corpus.csv"
     path.write_text("id,findings,impression\n" + "".join(f'{i},"{t}",\n' for i, t in CORPUS))
     study.import_reports(path, "corpus")
-    study.labelset.mine("corpus", min_reports=1)
+    study.labelset.mine_labelset("corpus", min_reports=1)
     return study
 
 
 def keys(wb, name="corpus"):
     """Candidate name -> key."""
-    return {c["name"]: c["key"] for c in wb.labelset.candidates(name)}
+    return {c["name"]: c["key"] for c in wb.labelset.labelset_candidates(name)}
 
 
 def test_merge_rename_and_reject_by_two_reviewers_under_the_unanimous_rule(mined):
     from workbench.services import Actor
 
     wb = mined
-    wb.labelset.set_rule("corpus", ["ann", "bob"])
+    wb.labelset.set_review_rule("corpus", ["ann", "bob"])
     k = keys(wb)
     ann = wb.as_actor(Actor("ann", "reader"))
     bob = wb.as_actor(Actor("bob", "reader"))
-    ann.labelset.vote("corpus", k["copd"], "rename", "Chronic obstructive pulmonary disease")
-    out = bob.labelset.vote("corpus", k["copd"], "rename", "COPD")
+    ann.labelset.vote_candidate("corpus", k["copd"], "rename", "Chronic obstructive pulmonary disease")
+    out = bob.labelset.vote_candidate("corpus", k["copd"], "rename", "COPD")
     assert out.status == ls.OPEN and set(out.waiting_on) == {"ann", "bob"}  # they disagree on the name
-    bob.labelset.vote("corpus", k["copd"], "rename", "Chronic obstructive pulmonary disease")
+    bob.labelset.vote_candidate("corpus", k["copd"], "rename", "Chronic obstructive pulmonary disease")
     for who in (ann, bob):
-        who.labelset.vote("corpus", k["enlarged heart"], "merge", k["pleural effusion"])
-        who.labelset.vote("corpus", k["calcified granuloma"], "reject")
-    ann.labelset.vote("corpus", k["pleural effusion"], "approve")
-    status = {c["name"]: c for c in wb.labelset.candidates("corpus")}
+        who.labelset.vote_candidate("corpus", k["enlarged heart"], "merge", k["pleural effusion"])
+        who.labelset.vote_candidate("corpus", k["calcified granuloma"], "reject")
+    ann.labelset.vote_candidate("corpus", k["pleural effusion"], "approve")
+    status = {c["name"]: c for c in wb.labelset.labelset_candidates("corpus")}
     assert status["copd"]["decision"] == ("rename", "Chronic obstructive pulmonary disease")
     assert status["enlarged heart"]["decision"] == ("merge", k["pleural effusion"])
     assert status["calcified granuloma"]["decision"] == ("reject", "")
     assert status["pleural effusion"]["status"] == ls.OPEN and status["pleural effusion"]["waiting_on"] == ["bob"]
     with pytest.raises(StudyError, match="still open"):
-        wb.labelset.vocabulary("corpus")
+        wb.labelset.labelset_vocabulary("corpus")
     from workbench.services.study import PermissionDenied
 
     with pytest.raises(PermissionDenied):
-        ann.labelset.settle("corpus", k["pleural effusion"], "approve", reason="obvious")
+        ann.labelset.settle_candidate("corpus", k["pleural effusion"], "approve", reason="obvious")
     with pytest.raises(PermissionDenied, match="only vote as themself"):
-        ann.labelset.vote("corpus", k["pleural effusion"], "approve", reviewer="bob")
+        ann.labelset.vote_candidate("corpus", k["pleural effusion"], "approve", reviewer="bob")
     with wb.session() as s:
         from sqlmodel import select
 
@@ -203,29 +203,29 @@ def test_votes_are_blinded_until_the_reviewer_has_voted(mined):
     from workbench.services import Actor
 
     wb = mined
-    wb.labelset.set_rule("corpus", ["ann", "bob"])
+    wb.labelset.set_review_rule("corpus", ["ann", "bob"])
     key = keys(wb)["pleural effusion"]
     ann = wb.as_actor(Actor("ann", "reader"))
     bob = wb.as_actor(Actor("bob", "reader"))
-    ann.labelset.vote("corpus", key, "approve")
-    assert bob.labelset.votes("corpus", key) == {}  # bob has not voted: ann's vote is hidden
-    listed = {c["key"]: c for c in bob.labelset.candidates("corpus")}[key]
+    ann.labelset.vote_candidate("corpus", key, "approve")
+    assert bob.labelset.candidate_votes("corpus", key) == {}  # bob has not voted: ann's vote is hidden
+    listed = {c["key"]: c for c in bob.labelset.labelset_candidates("corpus")}[key]
     assert listed["waiting_on"] == [] and listed["decision"] is None  # nor hinted at by the listing
-    assert wb.labelset.candidates("corpus")[0]["waiting_on"] == ["bob"]  # the admin sees who has not agreed
-    bob.labelset.vote("corpus", key, "reject")
-    assert bob.labelset.votes("corpus", key) == {"ann": ("approve", ""), "bob": ("reject", "")}
-    assert wb.labelset.votes("corpus", key)  # the admin sees them
+    assert wb.labelset.labelset_candidates("corpus")[0]["waiting_on"] == ["bob"]  # the admin sees who has not agreed
+    bob.labelset.vote_candidate("corpus", key, "reject")
+    assert bob.labelset.candidate_votes("corpus", key) == {"ann": ("approve", ""), "bob": ("reject", "")}
+    assert wb.labelset.candidate_votes("corpus", key)  # the admin sees them
 
 
 def approve_all(wb, name="corpus", drop=()):
     """Both reviewers approve every candidate except those in drop (rejected)."""
     from workbench.services import Actor
 
-    wb.labelset.set_rule(name, ["ann", "bob"])
+    wb.labelset.set_review_rule(name, ["ann", "bob"])
     for who in ("ann", "bob"):
         r = wb.as_actor(Actor(who, "reader"))
-        for c in wb.labelset.candidates(name):
-            r.labelset.vote(name, c["key"], "reject" if c["name"] in drop else "approve")
+        for c in wb.labelset.labelset_candidates(name):
+            r.labelset.vote_candidate(name, c["key"], "reject" if c["name"] in drop else "approve")
 
 
 def test_adoption_commits_the_vocabulary_and_keeps_old_readings(mined, tmp_path):
@@ -239,7 +239,7 @@ def test_adoption_commits_the_vocabulary_and_keeps_old_readings(mined, tmp_path)
         before = len(list(s.exec(select(Reading))))
     assert before == 1
     approve_all(wb, drop=("calcified granuloma",))
-    change = wb.labelset.adopt("corpus")
+    change = wb.labelset.adopt_labelset("corpus")
     assert "pneumothorax" in change.dropped and "pleural_effusion" not in change.added  # same name: same id kept
     assert "copd" in change.added
     from workbench.services import Workbench
@@ -338,7 +338,7 @@ def test_cli_review_commands_and_bad_input(mined):
     assert wrong.exit_code == 2 and "forms not in 'effusion': effusion pleural" in wrong.output
     split = run("split", k["copd"], "--forms", "chronic obstructive pulmonary disease", "--name", "Spelled out")
     assert split.exit_code == 0, split.output
-    rows = {c["name"]: c for c in mined.labelset.candidates("corpus")}
+    rows = {c["name"]: c for c in mined.labelset.labelset_candidates("corpus")}
     assert [f["text"] for f in rows["Spelled out"]["forms"]] == ["chronic obstructive pulmonary disease"]
     assert [f["text"] for f in rows["copd"]["forms"]] == ["copd"] and rows["Spelled out"]["status"] == "open"
 
@@ -383,9 +383,9 @@ def test_the_model_engine_through_real_http_good_malformed_and_refused_replies(m
     wb, server = model_study, fake_llm_server
     server.answer_fn = sentence_findings
     remote = {"model": "openai/fake", "api_base": server.url, "max_retries": 1, "timeout_s": 20}
-    est = wb.labelset.estimate("m", **remote)
+    est = wb.labelset.estimate_mining("m", **remote)
     assert est.to_make == len(MODEL_CORPUS) and server.count == 0  # an estimate makes no call
-    result = wb.labelset.mine("m", engine="model", min_reports=1, **remote)
+    result = wb.labelset.mine_labelset("m", engine="model", min_reports=1, **remote)
     assert server.count == len(MODEL_CORPUS)  # one extraction call per report
     assert result.calls["made"] == 5 and result.calls["failed"] == 2  # malformed and refused: failures, never []
     assert set(result.calls["failure_kinds"]) == {"parse_error"}
@@ -395,20 +395,20 @@ def test_the_model_engine_through_real_http_good_malformed_and_refused_replies(m
     assert names["pleural effusion"].attributes == {"severity": {"mild": 1}, "side": {"left": 1}}
     assert names["cardiomegaly"].affirmed_reports == 1  # m3 only: m4's reply was malformed
     assert "pneumothorax" not in names  # negated only
-    again = wb.labelset.mine("m", engine="model", min_reports=1, labelset="m2", **remote)
+    again = wb.labelset.mine_labelset("m", engine="model", min_reports=1, labelset="m2", **remote)
     assert again.calls["reused"] == 3 and again.calls["made"] == 2  # the cache answers; failures are asked again
     assert [c.to_json() for c in again.candidates] == [c.to_json() for c in result.candidates]
     wb.config.allowed_endpoints = ["workbench/rules"]  # an admin withdrew the local server
     with pytest.raises(StudyError, match="may not be sent"):
-        wb.labelset.mine("m", engine="model", labelset="m3", **remote)
+        wb.labelset.mine_labelset("m", engine="model", labelset="m3", **remote)
     assert server.count == 7
 
 
 def test_the_model_engine_needs_a_model(model_study):
     with pytest.raises(StudyError, match="needs a model"):
-        model_study.labelset.mine("m", engine="model")
+        model_study.labelset.mine_labelset("m", engine="model")
     with pytest.raises(StudyError, match="unknown engine"):
-        model_study.labelset.mine("m", engine="magic")
+        model_study.labelset.mine_labelset("m", engine="magic")
 
 
 def test_parse_entities_names_what_is_wrong():

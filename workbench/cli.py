@@ -2693,11 +2693,11 @@ def _candidate_table(candidates: list[dict]):
 def labelset_mine(wb, cohort, engine, model, against, min_reports, name, top, estimate, fmt):
     """Mine a cohort's candidate findings, ranked by reports with an affirmed mention (`--format json`: the list)."""
     if estimate:
-        est = wb.labelset.estimate(cohort, model)
+        est = wb.labelset.estimate_mining(cohort, model)
         for line in est.lines():
             click.echo(line)
         return
-    result = wb.labelset.mine(cohort, engine, against, min_reports, name, model)
+    result = wb.labelset.mine_labelset(cohort, engine, against, min_reports, name, model)
     if fmt == "json":
         click.echo(json.dumps([c.to_json() for c in result.candidates], indent=2, ensure_ascii=False))
         return
@@ -2734,7 +2734,7 @@ def labelset_mine(wb, cohort, engine, model, against, min_reports, name, top, es
 @study_option
 def labelset_list(wb, name, only_open, fmt):
     """A label set's candidates with their review status (open ones say who has not agreed)."""
-    rows = wb.labelset.candidates(name)
+    rows = wb.labelset.labelset_candidates(name)
     if only_open:
         rows = [r for r in rows if r["status"] == "open"]
     echo_table(
@@ -2751,7 +2751,7 @@ def labelset_list(wb, name, only_open, fmt):
 @study_option
 def labelset_show(wb, key, name):
     """One candidate: forms, counts, examples, attributes, and the votes once you have voted."""
-    row = next((r for r in wb.labelset.candidates(name) if r["key"] == key), None)
+    row = next((r for r in wb.labelset.labelset_candidates(name) if r["key"] == key), None)
     if row is None:
         raise click.ClickException(f"no candidate {key!r} in label set {name!r}")
     click.echo(
@@ -2765,7 +2765,7 @@ def labelset_show(wb, key, name):
         click.echo("attributes: " + "; ".join(f"{a}: {dict(v)}" for a, v in row["attributes"].items()))
     for ex in row["examples"]:
         click.echo(wrap_item(f"{ex['report_id']} ({ex['assertion']}): {ex['sentence']}"))
-    votes = wb.labelset.votes(name, key)
+    votes = wb.labelset.candidate_votes(name, key)
     click.echo(
         "votes: "
         + (", ".join(f"{r}: {' '.join(v).strip()}" for r, v in votes.items()) if votes else "hidden until you vote")
@@ -2780,7 +2780,7 @@ def labelset_show(wb, key, name):
 @study_option
 def labelset_rule(wb, name, reviewers, rule, k):
     """Set who reviews a label set and how many must agree (admins); unanimous is Ran Score's rule."""
-    parsed = wb.labelset.set_rule(name, reviewers.split(","), rule, k)
+    parsed = wb.labelset.set_review_rule(name, reviewers.split(","), rule, k)
     click.echo(f"label set {name!r}: approval {parsed.describe()}")
 
 
@@ -2793,7 +2793,7 @@ def labelset_rule(wb, name, reviewers, rule, k):
 @study_option
 def labelset_vote(wb, key, action, argument, name, reviewer):
     """Vote on a candidate: approve, reject, merge TARGET_KEY, or rename NEW_NAME."""
-    out = wb.labelset.vote(name, key, action, argument, reviewer)
+    out = wb.labelset.vote_candidate(name, key, action, argument, reviewer)
     state = (
         f"settled: {' '.join(out.decision).strip()}"
         if out.status == "settled"
@@ -2810,7 +2810,7 @@ def labelset_vote(wb, key, action, argument, name, reviewer):
 @study_option
 def labelset_edit(wb, key, name, definition, look_for):
     """Edit a candidate's definition or look-for phrases (audited)."""
-    wb.labelset.edit(name, key, definition, look_for.split(";") if look_for is not None else None)
+    wb.labelset.edit_candidate(name, key, definition, look_for.split(";") if look_for is not None else None)
     click.echo(f"{key}: edited")
 
 
@@ -2822,7 +2822,7 @@ def labelset_edit(wb, key, name, definition, look_for):
 @study_option
 def labelset_split(wb, key, name, forms, new_name):
     """Move some surface forms of a candidate into a new candidate of their own."""
-    new_key = wb.labelset.split(name, key, [f.strip() for f in forms.split(";") if f.strip()], new_name)
+    new_key = wb.labelset.split_candidate(name, key, [f.strip() for f in forms.split(";") if f.strip()], new_name)
     click.echo(f"{key}: split into {new_key}")
 
 
@@ -2835,7 +2835,7 @@ def labelset_split(wb, key, name, forms, new_name):
 @study_option
 def labelset_settle(wb, key, action, argument, name, reason):
     """Settle a contested candidate (adjudicators and admins); the decision wins over the votes."""
-    out = wb.labelset.settle(name, key, action, argument, reason)
+    out = wb.labelset.settle_candidate(name, key, action, argument, reason)
     click.echo(f"{key}: settled by adjudication: {' '.join(out.decision).strip()}")
 
 
@@ -2845,7 +2845,7 @@ def labelset_settle(wb, key, action, argument, name, reason):
 @study_option
 def labelset_adopt(wb, name, message):
     """Make the approved label set the study's vocabulary (committed beside the prompts; old data kept)."""
-    change = wb.labelset.adopt(name, message)
+    change = wb.labelset.adopt_labelset(name, message)
     for line in change.lines():
         click.echo(line)
 
@@ -2856,7 +2856,7 @@ def labelset_adopt(wb, name, message):
 @study_option
 def labelset_export(wb, name, out):
     """Write the approved label set as a vocabulary file, for `workbench init NEW --vocab FILE`."""
-    path = wb.labelset.export(name, Path(out))
+    path = wb.labelset.export_labelset(name, Path(out))
     click.echo(f"wrote {path}")
 
 

@@ -63,7 +63,7 @@ class LabelSetService(Service):
 
     # ------------------------------------------------------------ mining
 
-    def lexicon(self) -> ls.Lexicon:
+    def labelset_lexicon(self) -> ls.Lexicon:
         """The word lists of the study's task (its attribute cues and the labeller's placing words)."""
         from workbench.labeller import mining
 
@@ -79,7 +79,7 @@ class LabelSetService(Service):
             for r in frame.itertuples(index=False)
         ]
 
-    def mine(
+    def mine_labelset(
         self,
         cohort: str,
         engine: str = "offline",
@@ -105,7 +105,7 @@ class LabelSetService(Service):
             candidates = mining.mine(reports, task, min_reports)
         else:
             candidates, calls = self._mine_with_model(reports, model, min_reports, on_progress, **overrides)
-        lex = self.lexicon()
+        lex = self.labelset_lexicon()
         labels = self._label_words(against or "study")
         ls.mark_overlaps(candidates, labels, lex)
         comparison = ls.compare(candidates, labels, lex, against) if against else None
@@ -146,7 +146,7 @@ class LabelSetService(Service):
         cfg = dataclasses.replace(labelling.model_config(settings), response_schema=False, json_mode=False)
         return self.runner._routed(cfg), settings
 
-    def estimate(self, cohort: str, model: str | None = None, **overrides):
+    def estimate_mining(self, cohort: str, model: str | None = None, **overrides):
         """What mining a cohort with a model would cost (calls after the cache, tokens, cost, time); no call."""
         from workbench.labeller import labelling
         from workbench.services.runs import is_local_model
@@ -187,7 +187,7 @@ class LabelSetService(Service):
                 return {k: c.response for k, c in q.cached_calls(s, keys).items()}
 
         counts = labelling.label_calls(requests, cfg, lookup, store_new, store_reused=keep, on_progress=on_progress)
-        lex = self.lexicon()
+        lex = self.labelset_lexicon()
         # in report order, whichever answers came from the cache: the same corpus gives the same candidates
         mentions = [m for rid, _ in reports if rid in found for m in ls.entity_mentions(rid, found[rid], lex)]
         calls = {
@@ -228,7 +228,9 @@ class LabelSetService(Service):
 
     # ------------------------------------------------------------ review
 
-    def set_rule(self, labelset: str, reviewers: list[str], rule: str = "unanimous", k: int = 0) -> ls.ReviewRule:
+    def set_review_rule(
+        self, labelset: str, reviewers: list[str], rule: str = "unanimous", k: int = 0
+    ) -> ls.ReviewRule:
         """Set who reviews a label set and how many must agree (admins)."""
         self.require("settings")
         try:
@@ -260,14 +262,12 @@ class LabelSetService(Service):
 
     def labelsets(self) -> list[str]:
         """Names of the study's label sets."""
-        from sqlmodel import select
-
-        from workbench.store.tables import LabelSetCandidate
-
         with self.session() as s:
-            return sorted(set(s.exec(select(LabelSetCandidate.labelset))))
+            return store.labelset_names(s)
 
-    def vote(self, labelset: str, key: str, action: str, argument: str = "", reviewer: str | None = None) -> ls.Outcome:
+    def vote_candidate(
+        self, labelset: str, key: str, action: str, argument: str = "", reviewer: str | None = None
+    ) -> ls.Outcome:
         """Record one reviewer's vote on a candidate (approve, reject, merge ARG=target key, rename ARG=name)."""
         self.require("annotate")
         who = reviewer or self._me()
@@ -285,9 +285,9 @@ class LabelSetService(Service):
             except ValueError as exc:
                 raise StudyError(str(exc)) from exc
             store.put_vote(s, labelset, key, who, action, argument)
-        return self.outcomes(labelset)[key]
+        return self.candidate_outcomes(labelset)[key]
 
-    def outcomes(self, labelset: str) -> dict[str, ls.Outcome]:
+    def candidate_outcomes(self, labelset: str) -> dict[str, ls.Outcome]:
         """key -> outcome under the label set's rule (every candidate open until a rule is set)."""
         rule = self.review_rule(labelset)
         with self.session() as s:
@@ -307,7 +307,7 @@ class LabelSetService(Service):
                 out[c.key] = ls.outcome(by_key.get(c.key, {}), rule, settled)
         return out
 
-    def votes(self, labelset: str, key: str) -> dict[str, tuple[str, str]]:
+    def candidate_votes(self, labelset: str, key: str) -> dict[str, tuple[str, str]]:
         """Every reviewer's vote on a candidate, shown only to who has voted on it (or may see unblinded)."""
         with self.session() as s:
             cast = {v.reviewer: (v.action, v.argument) for v in store.vote_rows(s, labelset) if v.key == key}
@@ -317,10 +317,10 @@ class LabelSetService(Service):
         """Whether the actor sees every vote (adjudicators and admins, as with readings)."""
         return self.current_actor().role in ("adjudicator", "admin")
 
-    def candidates(self, labelset: str) -> list[dict]:
+    def labelset_candidates(self, labelset: str) -> list[dict]:
         """The candidates in rank order with their evidence, current name/definition/look-for and outcome (the
         votes themselves are behind votes(), which blinds them)."""
-        outcomes = self.outcomes(labelset)
+        outcomes = self.candidate_outcomes(labelset)
         with self.session() as s:
             rows = self._require_labelset(s, labelset)
             voted = {v.key for v in store.vote_rows(s, labelset) if v.reviewer == self._me()}
@@ -345,7 +345,9 @@ class LabelSetService(Service):
             out.append(ev)
         return out
 
-    def edit(self, labelset: str, key: str, definition: str | None = None, look_for: list[str] | None = None) -> None:
+    def edit_candidate(
+        self, labelset: str, key: str, definition: str | None = None, look_for: list[str] | None = None
+    ) -> None:
         """Edit a candidate's definition or look-for phrases (audited with the old values)."""
         self.require("annotate")
         with self.session(write=True) as s:
@@ -369,7 +371,7 @@ class LabelSetService(Service):
             raise StudyError(f"no candidate {key!r} in label set {labelset!r}")
         return c
 
-    def split(self, labelset: str, key: str, forms: list[str], name: str) -> str:
+    def split_candidate(self, labelset: str, key: str, forms: list[str], name: str) -> str:
         """Move some surface forms of a candidate into a new candidate of their own (open for review)."""
         self.require("annotate")
         with self.session(write=True) as s:
@@ -403,7 +405,9 @@ class LabelSetService(Service):
             )
         return new_key
 
-    def settle(self, labelset: str, key: str, action: str, argument: str = "", reason: str = "") -> ls.Outcome:
+    def settle_candidate(
+        self, labelset: str, key: str, action: str, argument: str = "", reason: str = ""
+    ) -> ls.Outcome:
         """An adjudicator's (or admin's) decision on a contested candidate; it wins over the votes."""
         self.require("adjudicate")
         with self.session(write=True) as s:
@@ -419,13 +423,13 @@ class LabelSetService(Service):
             q.add_audit(
                 s, self._me(), "settle", "labelset_candidate", f"{labelset}/{key}", old, json.loads(c.settled_json)
             )
-        return self.outcomes(labelset)[key]
+        return self.candidate_outcomes(labelset)[key]
 
     # ------------------------------------------------------------ adoption
 
-    def vocabulary(self, labelset: str, vocab_id: str | None = None) -> dict:
+    def labelset_vocabulary(self, labelset: str, vocab_id: str | None = None) -> dict:
         """The approved label set as a vocabulary document (refused while a candidate is still open)."""
-        rows = self.candidates(labelset)
+        rows = self.labelset_candidates(labelset)
         still = [c for c in rows if c["status"] == ls.OPEN]
         if self.review_rule(labelset) is None:
             raise StudyError(f"label set {labelset!r} has no approval rule yet: `workbench labelset rule` (admins)")
@@ -438,16 +442,16 @@ class LabelSetService(Service):
         vid = vocab_id or f"labelset-{ls.label_id(labelset).replace('_', '-')}"
         return ls.vocabulary_document(vid, f"Label set {labelset}", labels, f"workbench labelset, cohort {labelset}")
 
-    def adopt(self, labelset: str, message: str = "") -> ls.VocabularyChange:
+    def adopt_labelset(self, labelset: str, message: str = "") -> ls.VocabularyChange:
         """Make the approved label set the study's vocabulary: the file committed beside the prompts with a
         starter prompt per new label; dropped labels' prompts leave the current version (their readings, runs
         and old prompt versions are kept)."""
         self.require("settings")
-        doc = self.vocabulary(labelset)
+        doc = self.labelset_vocabulary(labelset)
         labels = [lab for lab in doc["labels"] if not lab.get("derived")]
         merges = [
             (c["name"], c["decision"][1])
-            for c in self.candidates(labelset)
+            for c in self.labelset_candidates(labelset)
             if c["decision"] and c["decision"][0] == "merge"
         ]
         old = [(lab.id, lab.name) for lab in self.vocab.labels]
@@ -498,9 +502,9 @@ class LabelSetService(Service):
             )
         return change
 
-    def export(self, labelset: str, path: Path) -> Path:
+    def export_labelset(self, labelset: str, path: Path) -> Path:
         """Write the approved label set as a vocabulary file (for `workbench init --vocab FILE`)."""
-        doc = self.vocabulary(labelset)
+        doc = self.labelset_vocabulary(labelset)
         path = Path(path)
         path.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), encoding="utf-8")
         return path

@@ -23,6 +23,11 @@ def candidate_rows(session: Session, labelset: str) -> list[LabelSetCandidate]:
     return list(session.exec(stmt))
 
 
+def labelset_names(session: Session) -> list[str]:
+    """Names of the study's label sets."""
+    return sorted(set(session.exec(select(LabelSetCandidate.labelset))))
+
+
 def get_candidate(session: Session, labelset: str, key: str) -> LabelSetCandidate | None:
     """One candidate, or None."""
     stmt = select(LabelSetCandidate).where(LabelSetCandidate.labelset == labelset, LabelSetCandidate.key == key)
