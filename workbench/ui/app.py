@@ -28,6 +28,7 @@ from workbench.ui.app_pages import (  # noqa: E402
     disagreements,
     freeze_score,
     home,
+    labelset,
     optimise,
     prompts,
     runs,
@@ -45,6 +46,7 @@ FAVICON = (
 )
 PAGES = (
     ("home", "Home", ":material/home:", home, "read"),
+    ("labelset", "Label set", ":material/checklist:", labelset, "annotate"),
     ("annotate", "Annotate", ":material/edit_note:", annotate, "annotate"),
     ("adjudicate", "Adjudicate", ":material/gavel:", adjudicate, "adjudicate"),
     ("disagreements", "Disagreements", ":material/compare_arrows:", disagreements, "note"),

@@ -327,3 +327,38 @@ def delta_chart(table: pd.DataFrame, names: dict | None = None, metric: str = "f
         yaxis=dict(autorange="reversed"),
     )
     return fig
+
+
+def labelset_prevalence(candidates: list[dict], top: int = 40) -> go.Figure:
+    """Affirmed reports per candidate (the top ones), coloured by whether a vocabulary label covers it, with the
+    share of affirmed mentions the first k candidates cover as a line (the long tail)."""
+    shown = candidates[:top]
+    total = sum(c["affirmed_mentions"] for c in candidates) or 1
+    running = np.cumsum([c["affirmed_mentions"] for c in shown]) / total
+    covered = [bool(c.get("overlaps")) for c in shown]
+    fig = go.Figure()
+    for flag, name, colour in ((True, "covered by the vocabulary", "blue"), (False, "not covered", "orange")):
+        idx = [i for i, f in enumerate(covered) if f == flag]
+        fig.add_bar(
+            x=[shown[i]["name"] for i in idx],
+            y=[shown[i]["affirmed_reports"] for i in idx],
+            name=name,
+            marker_color=OKABE_ITO[colour],
+        )
+    fig.add_scatter(
+        x=[c["name"] for c in shown],
+        y=running,
+        yaxis="y2",
+        mode="lines+markers",
+        name="share of affirmed mentions covered",
+        line_color=OKABE_ITO["black"],
+    )
+    fig.update_layout(
+        xaxis={"categoryorder": "array", "categoryarray": [c["name"] for c in shown], "tickangle": -45},
+        yaxis={"title": "reports with an affirmed mention"},
+        yaxis2={"title": "covered share", "overlaying": "y", "side": "right", "range": [0, 1], "tickformat": ".0%"},
+        legend={"orientation": "h", "y": 1.12},
+        margin={"t": 40, "b": 120},
+        height=420,
+    )
+    return fig

@@ -67,6 +67,8 @@ URL_SEEDED = "wb.url.seeded"  # pages whose state this session took from the URL
 KBD_PAGE = "wb.kbd.page"  # the browser page's random id (keyboard forms answer triggers per page)
 ADJ_DRAFT = "wb.adjudicate.draft"  # item -> the decision being composed (kept across reruns)
 ADJ_ATTR_TIE = "wb.adjudicate.attribute_tie"  # the open attribute tie: "report|label|attribute"
+LABELSET = "wb.labelset"  # the label set open on the Label set page
+LABELSET_POS = "wb.labelset.pos"  # the candidate under review there
 ANN_FORM, DIS_FORM, ADJ_FORM = "wb.kbd.annotate", "wb.kbd.disagreements", "wb.kbd.adjudicate"  # component keys
 
 
