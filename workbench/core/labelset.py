@@ -396,7 +396,12 @@ def label_keys(label: LabelWords, lex: Lexicon, candidates: list[Candidate]) -> 
     for phrase in (label.name, *label.phrases):
         words = lex.core(phrase)
         mine = [tuple(words[-n:]) for n in (1, 2) if len(words) >= n]
-        out |= {ck for ck, k in keys.items() if any(same_family(m, k) for m in mine)}
+        # a label's own word covers its modified forms too ("opacity" covers "reticular opacity")
+        out |= {
+            ck
+            for ck, k in keys.items()
+            if any(same_family(m, k) or (len(words) == 1 and same_family(m, k[-1:])) for m in mine)
+        }
         shown = display_form(phrase)
         out |= {c.key for c in candidates if any(shown == t for t, _ in c.forms)}
     return out

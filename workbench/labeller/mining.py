@@ -171,6 +171,17 @@ REPORT_WORDS = frozenset(
         "dr",
         "called",
         "age",
+        "terminate",
+        "terminates",
+        "terminating",
+        "ends",
+        "extends",
+        "extending",
+        "courses",
+        "coursing",
+        "positioned",
+        "placed",
+        "located",
     ]
 )
 # a clause that says its subject is normal affirms nothing about it
@@ -197,7 +208,25 @@ COPULA = frozenset(
 )
 # words that put what follows them in place of the finding before them ("changes of the spine")
 PLACE_LINKS = frozenset(
-    ["of", "in", "on", "within", "at", "along", "involving", "overlying", "over", "the", "a", "an", "both", "this"]
+    [
+        "of",
+        "in",
+        "on",
+        "within",
+        "at",
+        "above",
+        "below",
+        "near",
+        "along",
+        "involving",
+        "overlying",
+        "over",
+        "the",
+        "a",
+        "an",
+        "both",
+        "this",
+    ]
 )
 # nouns that name no finding of their own: in "X of Y" the finding is Y
 GENERAL_NOUNS = frozenset(
@@ -329,7 +358,9 @@ class Miner:
     def _assertion(self, clause: str, chunk: dict, info) -> str:
         """Affirmed, negated or uncertain, by the labeller's judge on the chunk's first and last word."""
         spans = chunk["spans"]
-        outcomes = {_judge(clause, (spans[0][0], spans[len(chunk["words"]) - 1][1]), info, _NEUTRAL)}
+        # the finding's own words: "resolved" or "new" before it are cues about it, not part of it
+        own = [sp for w, sp in zip(chunk["words"], spans, strict=False) if w not in self.lex.attributes] or spans[:1]
+        outcomes = {_judge(clause, (own[0][0], own[-1][1]), info, _NEUTRAL)}
         if len(spans) > len(chunk["words"]):  # a joined predicate or place: judge its words too
             outcomes.add(_judge(clause, (spans[len(chunk["words"])][0], spans[-1][1]), info, _NEUTRAL))
         if ls.NEGATED in {_OUTCOME.get(o) for o in outcomes}:

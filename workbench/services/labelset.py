@@ -455,6 +455,9 @@ class LabelSetService(Service):
             if c["decision"] and c["decision"][0] == "merge"
         ]
         old = [(lab.id, lab.name) for lab in self.vocab.labels]
+        names = {n.lower(): n for _, n in old}
+        for lab in labels:  # a name that differs only in case keeps the vocabulary's own (files exchanged line up)
+            lab["name"] = names.get(lab["name"].lower(), lab["name"])
         change = ls.vocabulary_change(old, labels, merges)
         renamed_ids = {lab["id"]: self.vocab.resolve(lab["name"]) or lab["id"] for lab in labels}
         for lab in labels:  # a label that keeps its name keeps its id (and so its readings and runs)
