@@ -231,6 +231,7 @@ def approve_all(wb, name="corpus", drop=()):
 def test_adoption_commits_the_vocabulary_and_keeps_old_readings(mined, tmp_path):
     wb = mined
     wb.record_reading("reader_a", "r1", {"pneumothorax": 1})
+    run_id = wb.start_run("corpus", labels=["pneumothorax"]).run_id  # a run of a label the set will drop
     with wb.session() as s:
         from sqlmodel import select
 
@@ -254,7 +255,11 @@ def test_adoption_commits_the_vocabulary_and_keeps_old_readings(mined, tmp_path)
     assert prompt_repo.read_file(again.paths.prompts, "pneumothorax.yaml") is None  # not in this version
     assert prompt_repo.read_file(again.paths.prompts, "pneumothorax.yaml", "HEAD~1") is not None  # kept before it
     with again.session() as s:
+        from workbench.store.tables import Prediction
+
         assert len(list(s.exec(select(Reading)))) == before  # the dropped label's reading is still there
+        kept = list(s.exec(select(Prediction).where(Prediction.run_id == run_id)))
+        assert len(kept) == len(CORPUS) and {p.label for p in kept} == {"pneumothorax"}  # and its run's answers
 
 
 def test_init_accepts_an_exported_label_set(mined, tmp_path):
