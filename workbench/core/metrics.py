@@ -110,7 +110,7 @@ def _ci_method(method: str) -> str:
     try:
         return _CI_METHODS[method.lower()]
     except (KeyError, AttributeError):
-        raise UserError(f"unknown interval method {method!r}; use one of {sorted(_CI_METHODS)}")
+        raise UserError(f"unknown interval method {method!r}; use one of {sorted(_CI_METHODS)}") from None
 
 
 def _check_alpha(alpha: float) -> None:
@@ -381,6 +381,21 @@ def macro_figure(values, undefined, zero_division: str) -> MacroFigure:
         tuple(lab for lab, u, k in zip(labels, undefined, kept, strict=False) if u and k),
         policy.value,
     )
+
+
+def paired_macro_figures(values_a, undefined_a, values_b, undefined_b, zero_division: str) -> tuple[MacroFigure, ...]:
+    """Two macro figures (before and after, tuning and validation, run A and run B) over the same labels: a
+    label undefined on either side is treated as undefined on both, so a policy that leaves it out leaves it
+    out of both means and the difference compares like with like; labels only one side has are left out."""
+    a, b = pd.Series(values_a, dtype=float), pd.Series(values_b, dtype=float)
+    labels = [lab for lab in a.index if lab in b.index]
+    ua, ub = (
+        pd.Series(u, index=v.index).reindex(labels).fillna(True).astype(bool) | v.reindex(labels).isna()
+        for u, v in ((undefined_a, a), (undefined_b, b))
+    )
+    if np.isnan(_FILL[_policy(zero_division)]):  # the label is left out: of both means
+        ua = ub = ua | ub
+    return macro_figure(a.reindex(labels), ua, zero_division), macro_figure(b.reindex(labels), ub, zero_division)
 
 
 def f1_from_counts(table: pd.DataFrame, zero_division: str = "undefined") -> pd.Series:
