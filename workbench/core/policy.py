@@ -325,10 +325,17 @@ def finding_stems(label: Label, lp: LabelPrompt | None = None) -> set[str]:
     texts = [*label.look_for, _included(label.definition)]
     if lp is not None:
         texts += [_included(lp.definition), lp.task]
-    words = {w for t in texts for w in _WORD.findall(t.lower())}
+    words = {w for t in texts for w in _compounds(t)}
     return {_stem(w) for w in words if len(w) > 2 and w not in _GENERIC and w not in ANATOMY_WORDS} | _stems(
         _name_words(label)
     )
+
+
+def _compounds(text: str) -> list[str]:
+    """The words of a text and each adjacent pair written as one ("air spaces" -> "airspaces"): reports spell a
+    finding both ways."""
+    words = _WORD.findall(text.lower())
+    return words + [a + b for a, b in zip(words, words[1:], strict=False)]
 
 
 def _name_words(label: Label) -> str:
@@ -342,19 +349,21 @@ def _included(definition: str) -> str:
 
 
 def look_for_refusal(phrase: str, lp: LabelPrompt, vocab: Vocabulary) -> str:
-    """Why a look-for phrase cannot stand in a label's prompt ("" when it can): it must contain a word naming
-    the label's own finding (from its vocabulary or definition), not only anatomy, image-quality or procedure
-    wording, and must not be another label's name or listed phrase."""
+    """Why a look-for phrase cannot stand in a label's prompt ("" when it can): it must not be another label's
+    name, and must contain a word naming the label's own finding (from its name, vocabulary or definition), not
+    only anatomy, image-quality or procedure wording (nor only another label's listed phrase)."""
     label = vocab.label(lp.label)
     own = finding_stems(label, lp)
     low = " ".join(_WORD.findall(phrase.lower()))
-    other = _other_label_named(low, lp.label, vocab)
-    if other is not None and not _stems(low) <= own:
+    other, by_name = _other_label_named(low, lp.label, vocab)
+    if other is not None and by_name:
         return f"names another label ({other.name})"
     words = _WORD.findall(low)
     named = set(_WORD.findall(_name_words(label)))
     if any((w not in ANATOMY_WORDS and _stem(w) in own) or w in named for w in words if len(w) > 2):
         return ""
+    if other is not None:
+        return f"is a phrase of another label ({other.name}) with no word naming {label.name}"
     quality = [w for w in words if w in IMAGE_QUALITY_WORDS]
     procedure = [w for w in words if w in PROCEDURE_WORDS]
     if quality:
@@ -366,13 +375,17 @@ def look_for_refusal(phrase: str, lp: LabelPrompt, vocab: Vocabulary) -> str:
     return f"has no word naming {label.name} (its name, definition or listed phrases){where}"
 
 
-def _other_label_named(words: str, label: str, vocab: Vocabulary) -> Label | None:
-    """The other asked label whose name, id or listed phrase these words are (lower-case, single-spaced)."""
+def _other_label_named(words: str, label: str, vocab: Vocabulary) -> tuple[Label | None, bool]:
+    """(the other asked label whose name, id or listed phrase these words are, whether by its name or id)."""
     for other in vocab.labels:
-        names = (other.name, other.id.replace("_", " "), *other.look_for)
-        if other.id != label and not other.derived and words in {" ".join(_WORD.findall(x.lower())) for x in names}:
-            return other
-    return None
+        if other.id == label or other.derived:
+            continue
+        names = {" ".join(_WORD.findall(x.lower())) for x in (other.name, other.id.replace("_", " "))}
+        if words in names:
+            return other, True
+        if words in {" ".join(_WORD.findall(x.lower())) for x in other.look_for}:
+            return other, False
+    return None, False
 
 
 def _listed(items) -> list[str]:

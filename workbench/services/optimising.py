@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from workbench.core import metrics, proposals, screening, splits
+from workbench.core import metrics, parsing, proposals, screening, splits
 from workbench.core.prompts import LabelPrompt, call_key, dump_label_prompt
 from workbench.core.text import compose_text
 from workbench.core.vocab import derive_frame
@@ -359,7 +359,15 @@ class OptimisingService(Service):
             uncounted_hedges=(hedges or {}).get(label),
         )
         return proposals.offline_propose(
-            lp, tuning, label_fn, candidates, source="offline proposer", level=level, cues=cues, avoid=avoid
+            lp,
+            tuning,
+            label_fn,
+            candidates,
+            source="offline proposer",
+            level=level,
+            cues=cues,
+            avoid=avoid,
+            vocab=self.vocab,
         )
 
     def _llm_proposal(
@@ -373,9 +381,11 @@ class OptimisingService(Service):
         attribute_cases: pd.DataFrame | None = None,
     ) -> proposals.ProposalResult:
         """One reflective call: the label's prompt, the failing tuning cases and attribute disagreements, the notes;
-        a strict structured edit back."""
+        a strict structured edit back. The call goes through the labelling path (labelling.label_calls) like a
+        run's: the same governance, call cache (only a usable reply is kept), counts and call records, and a
+        reply that is not a usable edit is kept with the call's record (and returned, to be shown)."""
         settings = self.runner.labeller_settings(model, max_tokens=PROPOSER_MAX_TOKENS, api_base=api_base)
-        if settings.get("model", "").startswith("workbench/"):
+        if labelling.is_offline_model(settings.get("model", "")):
             raise StudyError(
                 "the model proposer needs a language model; the study's labeller is the offline one "
                 "(use --proposer offline, or --model openai/NAME with --api-base)"
@@ -387,27 +397,21 @@ class OptimisingService(Service):
         if failing.empty and attribute_cases.empty:
             return proposals.ProposalResult("empty", "no failing tuning case for this label")
         messages = _proposer_messages(ps.label(label), self.vocab.names()[label], failing, notes, attribute_cases)
-        params = dict(cfg.params(), purpose="proposer")
-        if cfg.api_base:
-            params["api_base"] = cfg.api_base
-        key = call_key(messages, params)
+        request = llm.CallRequest(
+            call_key(messages, {**labelling.call_params(cfg), "purpose": "proposer"}),
+            messages,
+            {"mode": "proposer", "labels": [label]},
+        )
+        reading = _ProposerReply(ps.label(label), set(failing["report_id"]), f"model proposer ({cfg.model})")
+        counts = labelling.label_calls(
+            [request],
+            cfg,
+            self.runner._cached_replies,
+            lambda answers: self._store_proposer_call(cfg, answers),
+            decide=reading,
+        )
+        result = reading.result or proposals.ProposalResult("call_error", "no reply")
         with self.session() as s:
-            cached = q.cached_calls(s, [key]).get(key)
-        source = f"model proposer ({cfg.model})"
-        res = None
-        if cached is not None:
-            text = cached.response
-        else:
-            results: list = []
-            llm.complete_all_sync([llm.CallRequest(key, messages)], cfg, lambda _r, x: results.append(x))
-            res = results[0]
-            if res.text is None:
-                return proposals.ProposalResult("call_error", res.error or "no reply", calls_made=1)
-            text = res.text
-        result = proposals.parse_reply(text, ps.label(label), set(failing["report_id"]), source)
-        with self.session() as s:
-            if res is not None and result.status == "ok":  # a malformed reply is not kept: asking again may help
-                q.put_cached_call(s, key, cfg.model, text, res.prompt_tokens, res.completion_tokens, res.cost)
             q.add_audit(
                 s,
                 self.actor.user,
@@ -416,22 +420,27 @@ class OptimisingService(Service):
                 label,
                 None,
                 {
-                    "proposer": source,
+                    "proposer": reading.source,
                     "status": result.status,
-                    "cached": cached is not None,
+                    "cached": counts.reused > 0,
                     "cases": len(failing),
-                    "prompt_tokens": getattr(res, "prompt_tokens", 0),
-                    "completion_tokens": getattr(res, "completion_tokens", 0),
-                    "cost": getattr(res, "cost", None),
+                    "prompt_tokens": counts.prompt_tokens,
+                    "completion_tokens": counts.completion_tokens,
+                    "cost": counts.cost if counts.made else None,
                 },
             )
         if result.edit is not None:
-            result = proposals.ProposalResult(
-                result.status,
-                result.detail,
-                proposals.Edit(**{**result.edit.__dict__, "note_ids": tuple(int(i) for i in notes["id"])}),
-            )
-        return dataclasses.replace(result, calls_made=int(res is not None))
+            edit = proposals.Edit(**{**result.edit.__dict__, "note_ids": tuple(int(i) for i in notes["id"])})
+            result = dataclasses.replace(result, edit=edit)
+        return dataclasses.replace(result, calls_made=counts.made, reply="" if result.status == "ok" else reading.text)
+
+    def _store_proposer_call(self, cfg, answers: list) -> None:
+        """A proposer call's record, as a run's: the reply cached when it is a usable edit; the call's facts (tokens,
+        cost, latency) and, when it is not usable, the raw reply kept with them."""
+        with self.session(write=True) as s:
+            q.put_cached_calls(s, _cache_entries(cfg, answers))
+            q.put_call_facts(s, labelling.call_facts(None, answers))
+            q.put_call_replies(s, labelling.failed_replies(answers))
 
     def suggest_failing(
         self,
@@ -591,7 +600,13 @@ class OptimisingService(Service):
     def _record(self, run, label: str, result: proposals.ProposalResult, ps) -> dict:
         """Evaluate an ok proposal, store it with its verdict, and return what the engineer is shown."""
         out = {"label": label, "status": result.status, "detail": result.detail, "run": run.id}
-        evaluation = {}
+        evaluation = {"reply": result.reply} if result.reply else {}  # a model's unusable reply, kept to be read
+        if result.reply:
+            out["reply"] = result.reply
+        contradictions = self._contradictions(ps, result)
+        if contradictions:  # an LLM cannot follow it: not worth a call, never offered
+            result = dataclasses.replace(result, status="inconsistent", detail=contradictions)
+            out.update(status="inconsistent", detail=contradictions, edit=result.edit.to_dict())
         if result.status == "ok":
             new_lp = proposals.apply_edit(ps.label(label), result.edit.fields)
             evaluation = self.evaluate_edit(run.id, new_lp)
@@ -624,6 +639,14 @@ class OptimisingService(Service):
             out["proposal"] = row.id
         out["proposal_status"] = status
         return out
+
+    def _contradictions(self, ps, result: proposals.ProposalResult) -> str:
+        """Why an ok proposal would make its label's prompt contradict itself ("" when it would not)."""
+        if result.status != "ok":
+            return ""
+        old = ps.label(result.edit.label)
+        found = self.prompts.new_contradictions(old, proposals.apply_edit(old, result.edit.fields), ps.task.cue_lists())
+        return "; ".join(f"[{f.kind}] {f.message}" for f in found)
 
     def evaluate_edit(
         self,
@@ -781,6 +804,12 @@ class OptimisingService(Service):
             raise StudyError(f"you already have a draft of {p['label']}: save or discard it first")
         base = self.prompts.label_prompt(p["label"], p["base_commit"])
         lp = proposals.apply_edit(base, p["edit"]["fields"])
+        found = self.prompts.new_contradictions(base, lp)
+        if found:
+            raise StudyError(
+                f"proposal {proposal_id} would make {p['label']}'s prompt contradict itself, so an LLM could not "
+                "follow it: " + "; ".join(f"[{f.kind}] {f.message}" for f in found)
+            )
         self.prompts.save_draft(lp, p["base_commit"])
         with self.session() as s:
             q.update_proposal(s, proposal_id, status="accepted")
@@ -881,7 +910,9 @@ class OptimisingService(Service):
             entry["carried"] = sum(len(c) for c in o.carried.values())  # tuning answers not asked: its figures estimate
             entry["validation_mcnemar"] = _mcnemar_table(y_true, previous, o.current, parts, labels)
             report["rounds"].append(entry)
-            retry = any(r.get("status") in ("validation worse", "already rejected") for r in entry["rejected"])
+            retry = any(
+                r.get("status") in ("validation worse", "already rejected", "inconsistent") for r in entry["rejected"]
+            )
             if not entry["changes"] and not retry:
                 break  # nothing more to propose: later rounds would see the same material
         ps, current, carried = o.ps, o.current, o.carried
@@ -910,10 +941,24 @@ class OptimisingService(Service):
             avoid=frozenset(o.rejected),
         )
         o.report["calls"]["proposer"] += result.calls_made
-        if result.status != "ok":
-            entry["rejected"].append({"label": label, "status": result.status, "detail": result.detail})
+        if result.status != "ok":  # a model's unusable reply is kept in the report, to be read
+            entry["rejected"].append(
+                {"label": label, "status": result.status, "detail": result.detail, "reply": result.reply}
+            )
             return
         new_lp = proposals.apply_edit(o.ps.label(label), result.edit.fields)
+        contradictions = self._contradictions(o.ps, result)
+        if contradictions:  # refused before any call: an LLM could not follow the prompt it would make
+            entry["rejected"].append(
+                {
+                    "label": label,
+                    "status": "inconsistent",
+                    "detail": contradictions,
+                    "changes": list(result.edit.changes),
+                }
+            )
+            o.refuse(label, new_lp, f"inconsistent in round {k}: {contradictions}")
+            return
         if new_lp in o.rejected:  # the same material gives the same proposal: do not pay to evaluate it again
             entry["rejected"].append({"label": label, "status": "already rejected", "detail": o.rejected[new_lp]})
             o.refusals[label] = o.refusals.get(label, 0) + 1
@@ -1152,6 +1197,33 @@ def _add_calls(report: dict, counts: dict, kind: str, refresh: int = 0) -> None:
 
 
 @dataclasses.dataclass
+class _ProposerReply:
+    """How the model proposer reads a reply (labelling.label_calls' decide): a strict edit, or why there is none;
+    what it read (the reply and the proposal) stays here for the caller."""
+
+    def __init__(self, lp: LabelPrompt, allowed: set[str], source: str) -> None:
+        self.lp, self.allowed, self.source = lp, allowed, source
+        self.result: proposals.ProposalResult | None = None
+        self.text = ""
+
+    def __call__(self, req, text: str | None, res=None, replies=None) -> dict:
+        """label -> Decision: a value only for a usable edit, so only that reply is cached."""
+        self.text = text or ""
+        shape = labelling.reply_shape_failure(res)
+        if text is None:
+            self.result = proposals.ProposalResult("call_error", ((res.error if res else None) or "no reply")[:2000])
+        elif shape is not None:  # cut off at max_tokens, or declined by the provider
+            self.result = proposals.ProposalResult(shape.status, shape.detail)
+        else:
+            self.result = proposals.parse_reply(text, self.lp, self.allowed, self.source)
+        ok = self.result.status == "ok"
+        return {
+            self.lp.label: parsing.Decision(
+                1 if ok else None, "", "ok" if ok else self.result.status, self.result.detail
+            )
+        }
+
+
 class _Optimising:
     """What one optimise call carries from label to label and round to round."""
 
@@ -1365,7 +1437,8 @@ def suggestion_text(result: dict) -> str:
     """A suggestion as text for a terminal: status, changes, evaluation per part, diff."""
     head = f"proposal #{result['proposal']} for {result['label']} (run {result['run']}): {result['proposal_status']}"
     if result["status"] != "ok":
-        return f"{head}\n{result['status']}: {result['detail']}"
+        reply = f"\nthe proposer replied: {reply_excerpt(result['reply'])}" if result.get("reply") else ""
+        return f"{head}\n{result['status']}: {result['detail']}{reply}"
     edit, ev = result["edit"], result["evaluation"]
     lines = [head, f"proposer: {edit['source']}", "changes:"] + [f"  {c}" for c in edit["changes"]]
     if edit["note_ids"]:
@@ -1460,6 +1533,8 @@ def report_markdown(report: dict) -> str:
                 lines.append(f"- {r['label']}: screened out, validation not asked ({r['detail']})")
             elif r.get("status") == "already rejected":
                 lines.append(f"- {r['label']}: the same proposal again ({r['detail']}); not evaluated again")
+            else:
+                lines.append(rejected_line(r))
         if not entry["changes"]:
             lines.append("- no change kept")
         lines.append(f"\nAfter round {entry['round']}: {macro(entry['metrics'])}{carried_note(entry)}\n")
@@ -1472,6 +1547,23 @@ def report_markdown(report: dict) -> str:
     )
     lines.append(screen_text(report))
     return "\n".join(lines)
+
+
+def rejected_line(r: dict) -> str:
+    """A proposal turned down before any evaluation: an inconsistent one, or no usable proposal (a model
+    proposer's malformed, empty or refused reply, shown as it came)."""
+    if r["status"] == "inconsistent":
+        return f"- {r['label']}: not evaluated, the proposal would make the prompt contradict itself: {r['detail']}"
+    line = f"- {r['label']}: no proposal ({r['status']}: {r['detail']})"
+    if r.get("reply"):
+        line += f"; the proposer replied: {reply_excerpt(r['reply'])}"
+    return line
+
+
+def reply_excerpt(reply: str, limit: int = 300) -> str:
+    """A model's reply on one line, cut to limit characters (the whole reply is stored with the report)."""
+    flat = " ".join(str(reply).split())
+    return repr(flat if len(flat) <= limit else flat[:limit] + " ...")
 
 
 def carried_note(entry: dict) -> str:
