@@ -1196,7 +1196,6 @@ def _add_calls(report: dict, counts: dict, kind: str, refresh: int = 0) -> None:
             report["screen"]["full_by_part"][part] += made
 
 
-@dataclasses.dataclass
 class _ProposerReply:
     """How the model proposer reads a reply (labelling.label_calls' decide): a strict edit, or why there is none;
     what it read (the reply and the proposal) stays here for the caller."""
@@ -1224,6 +1223,7 @@ class _ProposerReply:
         }
 
 
+@dataclasses.dataclass
 class _Optimising:
     """What one optimise call carries from label to label and round to round."""
 
