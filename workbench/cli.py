@@ -1264,11 +1264,15 @@ def prompts_revert(wb, label, ref, message):
 
 
 @prompts.command("policy")
-@click.option("--prompt", "ref", default=None, help="Version (default: latest).")
+@click.option(
+    "--prompt", "ref", default=None, help="Version (default: the latest, with your drafts and uncommitted edits)."
+)
 @wide_option
 @study_option
 def prompts_policy(wb, ref, wide):
-    """Every label's hedge and temporal policy side by side, with inconsistencies flagged."""
+    """Every label's hedge and temporal policy side by side, with inconsistencies flagged (between related labels,
+    and inside a label: exclusions, look-for phrases and examples against its policy, look-for phrases naming no
+    finding of the label)."""
     table = wb.policy_table(ref).replace({"positive": "pos", "negative": "neg"})
     echo_table(
         table,
