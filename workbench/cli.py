@@ -689,7 +689,7 @@ def _confirm_cost(wb, cohort, prompt_ref, model, labels, api_base, concurrency, 
         )
         click.echo("\n".join(est.lines()), err=True)
         if not click.confirm(f"{exc}. Start the run anyway?", default=False, err=True):
-            raise SystemExit(2)
+            raise SystemExit(2) from None
         return True
 
 
@@ -1997,6 +1997,16 @@ def split_compare(wb, run_a, run_b, fmt):
             say(line)
 
 
+def macro_lines_by_row(frame) -> dict[str, str]:
+    """Each distinct "mean over" text of a split-history table -> the rows (runs, parts) it belongs to."""
+    where: dict[str, list[str]] = {}
+    for row in frame.itertuples(index=False):
+        for part in ("tuning", "validation"):
+            where.setdefault(getattr(row, f"{part}_macro_labels"), []).append(f"run {row.run} {part}")
+    total = 2 * len(frame)
+    return {text: "every row, both parts" if len(rows) == total else ", ".join(rows) for text, rows in where.items()}
+
+
 @main.command("split-history")
 @click.argument("cohort")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
@@ -2009,8 +2019,8 @@ def split_history(wb, cohort, fmt):
         echo_table(frame, fmt)
         return
     echo_table(frame.drop(columns=["tuning_macro_labels", "validation_macro_labels"]), fmt)
-    for text in frame.attrs.get("macro_labels", []):
-        say(f"macro F1: {text}")
+    for text, rows in macro_lines_by_row(frame).items():
+        say(f"macro F1 ({rows}): {text}")
 
 
 @main.command()

@@ -151,10 +151,16 @@ class OptimisingService(Service):
         runs = self.runner.runs(cohort)
         runs = runs[runs["status"].isin(["finished", "incomplete"])]
         reference = self.study.reference_matrix(cohort) if len(runs) else None
+        policy = self.evaluation.macro_policy()
+        inputs = {
+            int(run.id): self.evaluation.evaluation_inputs(int(run.id), reference=reference)[:2]
+            for run in runs.itertuples(index=False)
+        }
+        # one label set for every row and both parts: the trend and each gap compare like with like
+        same = frozenset().union(*(_same_labels(t, [p], parts, policy) for t, p in inputs.values()))
         rows = []
-
         for run in runs.itertuples(index=False):
-            y_true, y_pred, _ = self.evaluation.evaluation_inputs(int(run.id), reference=reference)
+            y_true, y_pred = inputs[int(run.id)]
             row = {
                 "run": int(run.id),
                 "version": prompt_repo.ordinal(self.paths.prompts, run.prompt_commit),
@@ -162,10 +168,9 @@ class OptimisingService(Service):
             }
             for part in splits.PARTS:
                 keep = [r for r in y_true.index if parts.get(r) == part]
-                table = metrics.label_metrics(
-                    y_true.loc[keep], y_pred.loc[keep], zero_division=self.evaluation.macro_policy()
-                )
-                figure = metrics.macro_figure(table["f1"], table["f1_undefined"], self.evaluation.macro_policy())
+                table = metrics.label_metrics(y_true.loc[keep], y_pred.loc[keep], zero_division=policy)
+                undefined = table["f1_undefined"].astype(bool) | table.index.isin(list(same))
+                figure = metrics.macro_figure(table["f1"], undefined, policy, paired=bool(same))
                 row[f"{part}_macro_f1"] = figure.value
                 row[f"{part}_macro_labels"] = figure.describe()
             row["gap"] = row["tuning_macro_f1"] - row["validation_macro_f1"]
@@ -758,8 +763,9 @@ class OptimisingService(Service):
                 }
             )
         current = derive_frame(self.vocab, current)[current.columns]
-        out["before"] = _macro_by_part(y_true, y_pred, parts, out["zero_division"])
-        out["after"] = _macro_by_part(y_true, current, parts, out["zero_division"])
+        same = _same_labels(y_true, [y_pred, current], parts, out["zero_division"])  # before and after alike
+        out["before"] = _macro_by_part(y_true, y_pred, parts, out["zero_division"], left_out=same)
+        out["after"] = _macro_by_part(y_true, current, parts, out["zero_division"], left_out=same)
         return out
 
     def proposals(self, label: str | None = None, status: str | None = None) -> pd.DataFrame:
@@ -881,8 +887,6 @@ class OptimisingService(Service):
             },
         }
         noise_rate = self._screen_noise_rate(run.id) if screen else 0.0
-        # every macro figure covers all the run's labels (not only those optimised), under the study's policy
-        report["start"] = _macro_by_part(y_true, current, parts, policy)
         phrases = self.phrase_lists(phrase_list)
         # how the reference treats hedges, from every label's tuning part (offline proposer only)
         hedges = None if self._uses_model(proposer, model) else self._run_hedge_convention(run)
@@ -899,6 +903,7 @@ class OptimisingService(Service):
             current=current,
             evidence=evidence,
         )
+        snapshots = []
         for k in range(1, rounds + 1):
             entry = {"round": k, "changes": [], "rejected": []}
             previous = o.current.copy()
@@ -906,7 +911,7 @@ class OptimisingService(Service):
                 if on_progress:
                     on_progress(f"round {k}: {label}")
                 self._optimise_label(o, entry, k, label)
-            entry["metrics"] = _macro_by_part(y_true, o.current, parts, policy)
+            snapshots.append(o.current.copy())  # its macro figures come at the end, over the labels of all
             entry["carried"] = sum(len(c) for c in o.carried.values())  # tuning answers not asked: its figures estimate
             entry["validation_mcnemar"] = _mcnemar_table(y_true, previous, o.current, parts, labels)
             report["rounds"].append(entry)
@@ -919,7 +924,13 @@ class OptimisingService(Service):
         report["screen"]["deferred"] = {lab: len(c) for lab, c in carried.items() if c}
         changed = [lab for lab in labels if ps.label(lab) != base_ps.label(lab)]
         report["screen"]["left_calls"] = self._left_to_ask(run, ps, changed)
-        report["end"] = _macro_by_part(y_true, current, parts, policy)
+        # every macro figure covers all the run's labels (not only those optimised), under the study's policy, and
+        # the same labels at the start, after each round and at the end (a label undefined in one is left out of all)
+        same = _same_labels(y_true, [y_pred, *snapshots], parts, policy)
+        report["start"] = _macro_by_part(y_true, y_pred, parts, policy, left_out=same)
+        for entry, snapshot in zip(report["rounds"], snapshots, strict=True):
+            entry["metrics"] = _macro_by_part(y_true, snapshot, parts, policy, left_out=same)
+        report["end"] = _macro_by_part(y_true, current, parts, policy, left_out=same)
         report["seconds"] = round(time.perf_counter() - started, 2)
         self._record_optimisation(report, run, labels, base_ps, ps, save_drafts)
         return OptimiseReport(**report)
@@ -1289,16 +1300,23 @@ def _part_metrics(y_true, y_pred, ids, ci, n_resamples, zero_division) -> dict:
     }
 
 
-def _macro_by_part(y_true, y_pred, parts, zero_division: str, n_resamples: int = 1000) -> dict:
+def _macro_by_part(
+    y_true, y_pred, parts, zero_division: str, n_resamples: int = 1000, left_out: frozenset = frozenset()
+) -> dict:
     """Macro F1 under the study's policy with a bootstrap interval, per part, over every label of the run
-    (the same figure split-metrics shows for a run of these predictions)."""
+    (the same figure split-metrics shows for a run of these predictions). left_out: labels to leave out of
+    every part's mean as well (undefined in a figure compared: see _same_labels), so tuning and validation,
+    and before and after, average the same labels; the figure names them."""
+    left_out = left_out | _same_labels(y_true, [y_pred], parts, zero_division)
     out = {}
     for part in splits.PARTS:
         ids = [r for r in y_true.index if parts.get(r) == part]
         t, p = y_true.loc[ids], y_pred.loc[ids, y_true.columns]
         table = metrics.label_metrics(t, p, zero_division=zero_division)
-        figure = metrics.macro_figure(table["f1"], table["f1_undefined"], zero_division)
-        boot = metrics.bootstrap_macro_f1(t, p, n_resamples=n_resamples, zero_division=zero_division)
+        undefined = table["f1_undefined"].astype(bool) | table.index.isin(list(left_out))
+        figure = metrics.macro_figure(table["f1"], undefined, zero_division, paired=bool(left_out))
+        kept = [lab for lab in t.columns if lab not in set(figure.left_out)]
+        boot = metrics.bootstrap_macro_f1(t[kept], p[kept], n_resamples=n_resamples, zero_division=zero_division)
         out[part] = {
             "macro_f1": _num(figure.value),
             "lo": _num(boot.get("lo", np.nan)),
@@ -1310,6 +1328,19 @@ def _macro_by_part(y_true, y_pred, parts, zero_division: str, n_resamples: int =
         None if out["tuning"]["macro_f1"] is None else _num(out["tuning"]["macro_f1"] - out["validation"]["macro_f1"])
     )
     return out
+
+
+def _same_labels(y_true, predictions: list, parts, zero_division: str) -> frozenset:
+    """Labels undefined (no positive on either side) on some part under some of the predictions compared, when
+    the policy leaves such a label out: left out of every figure compared, so each averages the same labels."""
+    tables = []
+    for y_pred in predictions:
+        for part in splits.PARTS:
+            ids = [r for r in y_true.index if parts.get(r) == part]
+            tables.append(
+                metrics.label_metrics(y_true.loc[ids], y_pred.loc[ids, y_true.columns], zero_division=zero_division)
+            )
+    return metrics.undefined_labels(tables, zero_division)
 
 
 def _mcnemar_table(y_true, before, after, parts, labels) -> list[dict]:
