@@ -603,7 +603,7 @@ class Estimate:
             f"prompt tokens: {self.prompt_tokens:,} ({self.how['tokens']})",
             f"completion tokens: {self.completion_tokens:,}, at most {self.completion_tokens_max:,} ({self.how['completion']})",
             f"cost: {cost}{worst} ({self.how['cost']})",
-            f"wall time: about {_duration(self.seconds)} at concurrency {self.concurrency} ({self.how['time']})",
+            f"wall time: about {duration(self.seconds)} at concurrency {self.concurrency} ({self.how['time']})",
         ]
 
     def to_json(self) -> dict:
@@ -611,7 +611,7 @@ class Estimate:
         return dict(self.__dict__)
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     """Seconds as a short duration (45 s, 12 min, 3.2 h)."""
     if seconds < 90:
         return f"{seconds:.0f} s"

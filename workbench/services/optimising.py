@@ -194,11 +194,11 @@ class OptimisingService(Service):
 
     # ------------------------------------------------------------ labelling a candidate prompt through the cache
 
-    def _label_with(self, run, ps, label: str, report_ids: list[str]) -> tuple[pd.DataFrame, dict]:
+    def _label_with(self, run, ps, label: str, report_ids: list[str], on_calls=None) -> tuple[pd.DataFrame, dict]:
         """(report_id -> value, evidence) of one label under prompt set ps, and the call counts.
 
         Same engine, governance, call cache and parser as a run: only calls whose rendered messages
-        changed are made.
+        changed are made. on_calls sees the labelling's progress (labelling.Progress), as a run's bar does.
         """
         settings = self.runner._settings_from_params(json.loads(run.params_json))
         self.runner._check_endpoint(settings)
@@ -220,6 +220,7 @@ class OptimisingService(Service):
             self.runner._cached_replies,
             store,
             store_reused=lambda answers: rows.extend({**r, "made": False} for r in _rows(answers)),
+            on_progress=on_calls,
         )
         counts = {
             "calls": done.calls,
@@ -661,6 +662,7 @@ class OptimisingService(Service):
         base_pred: pd.Series | None = None,
         inputs: tuple | None = None,
         tuning_ids=None,
+        on_calls=None,
     ) -> EditEvaluation:
         """Label tuning and validation with the revised label (through the call cache); per part: F1 before
         and after, fixed and broken cases; on validation the exact McNemar verdict. Offered only when
@@ -688,7 +690,9 @@ class OptimisingService(Service):
         }
         carried = tuple(r for r in ids if parts[r] == "tuning" and wanted is not None and r not in wanted)
         started = time.perf_counter()
-        after, counts = self._label_with(run, new_ps, label, [r for part in splits.PARTS for r in asked[part]])
+        after, counts = self._label_with(
+            run, new_ps, label, [r for part in splits.PARTS for r in asked[part]], on_calls=on_calls
+        )
         counts["seconds"] = round(time.perf_counter() - started, 3)
         made = after["made"].fillna(False).astype(bool)  # where the calls went, per part
         counts["by_part"] = {part: int(made.loc[asked[part]].sum()) for part in splits.PARTS}
@@ -902,15 +906,16 @@ class OptimisingService(Service):
             ps=ps,
             current=current,
             evidence=evidence,
+            progress=OptimiseProgress(rounds, len(labels), on_progress),
         )
         snapshots = []
         for k in range(1, rounds + 1):
             entry = {"round": k, "changes": [], "rejected": []}
             previous = o.current.copy()
-            for label in labels:
-                if on_progress:
-                    on_progress(f"round {k}: {label}")
+            for i, label in enumerate(labels, 1):
+                o.progress.turn(k, i, label)
                 self._optimise_label(o, entry, k, label)
+                o.progress.turn_done()
             snapshots.append(o.current.copy())  # its macro figures come at the end, over the labels of all
             entry["carried"] = sum(len(c) for c in o.carried.values())  # tuning answers not asked: its figures estimate
             entry["validation_mcnemar"] = _mcnemar_table(y_true, previous, o.current, parts, labels)
@@ -997,6 +1002,7 @@ class OptimisingService(Service):
             base_pred=o.current[label],
             inputs=(o.y_true, o.y_pred),
             tuning_ids=screened["ids"] if screened else None,
+            on_calls=o.progress.calls("asking validation" + ("" if screened else " and tuning")),
         )
         _add_calls(o.report, ev["calls"], "full_calls")
         summary = _change_summary(label, result.edit, ev, screened)
@@ -1019,7 +1025,15 @@ class OptimisingService(Service):
     def _screen_in_optimise(self, o: _Optimising, label: str, new_lp: LabelPrompt) -> dict:
         """Screen a proposal; the real answers of the current prompt it asked replace carried-over ones in o."""
         screened = self._screen_edit(
-            o.run, new_lp, o.ps, o.current[label], o.y_true, o.parts, o.noise_rate, carried=o.carried.get(label, set())
+            o.run,
+            new_lp,
+            o.ps,
+            o.current[label],
+            o.y_true,
+            o.parts,
+            o.noise_rate,
+            carried=o.carried.get(label, set()),
+            on_calls=o.progress.calls("screening the proposal on part of tuning"),
         )
         _add_calls(o.report, screened["calls"], "calls", screened["refresh_calls"])
         fresh = screened["refreshed"]
@@ -1109,6 +1123,7 @@ class OptimisingService(Service):
         noise_rate: float = 0.0,
         seed: int = 0,
         carried=frozenset(),
+        on_calls=None,
     ) -> dict:
         """Label one proposal on its screen (the label's tuning disagreements and a stratified, seeded sample of
         agreements) through the call cache, and judge whether it is worth asking validation.
@@ -1126,13 +1141,13 @@ class OptimisingService(Service):
         refresh = [r for r in chosen.ids if r in carried]
         refreshed = pd.DataFrame(columns=["value", "evidence"])
         if refresh:
-            refreshed, refresh_counts = self._label_with(run, base_ps, label, refresh)
+            refreshed, refresh_counts = self._label_with(run, base_ps, label, refresh, on_calls=on_calls)
             refreshed = refreshed[refreshed["value"].notna()]  # a failed call keeps the answer carried over
             _sum_calls(counts, refresh_counts)
             before = before.copy()
             before.loc[refreshed.index] = refreshed["value"].astype(float)
         refresh_made = counts["made"]
-        after, screen_counts = self._label_with(run, new_ps, label, chosen.ids)
+        after, screen_counts = self._label_with(run, new_ps, label, chosen.ids, on_calls=on_calls)
         _sum_calls(counts, screen_counts)
         verdict = screening.screen_verdict(chosen, y_true[label], before, after["value"].astype(float), noise_rate)
         return {
@@ -1234,6 +1249,45 @@ class _ProposerReply:
         }
 
 
+class OptimiseProgress:
+    """What optimise is doing, for a person waiting (as a run's bar): the round, the label and its step, the calls
+    of that step so far, the time spent and an estimate of the time left (from the turns done so far, counting
+    every round: optimise stops early when a round keeps nothing and has nothing to retry)."""
+
+    def __init__(self, rounds: int, n_labels: int, emit=None) -> None:
+        self.rounds, self.n_labels, self.emit = rounds, n_labels, emit
+        self.started = time.monotonic()
+        self.turns = 0
+        self.where = ""
+
+    def turn(self, k: int, i: int, label: str) -> None:
+        """A label's turn in round k begins: its proposal is asked for."""
+        self.where = f"round {k} of {self.rounds}, label {i} of {self.n_labels} ({label})"
+        self.say("proposing a revision")
+
+    def turn_done(self) -> None:
+        """A label's turn ended (kept or turned down)."""
+        self.turns += 1
+
+    def calls(self, step: str):
+        """A labelling progress callback (labelling.Progress) for one step of the current turn."""
+        return lambda p: self.say(f"{step}: {p.done:,} of {p.total:,} calls ({p.made:,} made, {p.reused:,} cached)")
+
+    def say(self, what: str) -> None:
+        """One progress line: where, what, and the time."""
+        if self.emit:
+            self.emit(f"{self.where}: {what}; {self.timing()}")
+
+    def timing(self) -> str:
+        """Time spent, turns done and the time left at the pace so far."""
+        spent = time.monotonic() - self.started
+        total = self.rounds * self.n_labels
+        text = f"{labelling.duration(spent)} spent, {self.turns} of {total} label turns done"
+        if self.turns:
+            text += f", about {labelling.duration(spent / self.turns * (total - self.turns))} left at most"
+        return text
+
+
 @dataclasses.dataclass
 class _Optimising:
     """What one optimise call carries from label to label and round to round."""
@@ -1249,6 +1303,7 @@ class _Optimising:
     ps: object  # the prompt set with every change kept so far
     current: pd.DataFrame  # the answers under ps (carried-over ones where a screen left tuning unasked)
     evidence: dict
+    progress: OptimiseProgress
     rejected: dict = dataclasses.field(default_factory=dict)  # proposal -> why it was turned down
     carried: dict = dataclasses.field(default_factory=dict)  # label -> tuning reports not asked under its prompt
     refusals: dict = dataclasses.field(default_factory=dict)  # label -> its proposals turned down so far
