@@ -60,3 +60,17 @@ def test_compare_averages_both_runs_over_the_same_labels():
     a, b = paired_macro(table, "exclude")
     assert a.averaged == b.averaged == ("effusion",) and b.left_out == ("hernia",)
     assert (a.value, b.value) == pytest.approx((2 / 3, 1.0))
+
+
+def test_split_history_says_which_rows_each_mean_over_line_belongs_to():
+    from workbench.cli import macro_lines_by_row
+
+    same = "mean over 13 of 14 labels; left out (...): hernia (zero_division: exclude)"
+    frame = pd.DataFrame({"run": [1, 2], "tuning_macro_labels": [same, same], "validation_macro_labels": [same, same]})
+    assert macro_lines_by_row(frame) == {same: "every row, both parts"}
+    other = "mean over 14 labels (zero_division: exclude)"
+    frame.loc[1, "validation_macro_labels"] = other
+    assert macro_lines_by_row(frame) == {
+        same: "run 1 tuning, run 1 validation, run 2 tuning",
+        other: "run 2 validation",
+    }
