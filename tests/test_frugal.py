@@ -54,7 +54,9 @@ def _study(folder, extra=(), **run):
     wb.split_cohort("dev", validation=0.3, seed=0)
     nodule = wb.label_prompt("nodule")
     definition = f"{nodule.definition} Includes calcified granulomas."  # as the fixture's reference reads them
-    wb.save_prompts([dataclasses.replace(nodule, definition=definition)], "Nodules include granulomas", wb.prompt_commit())
+    wb.save_prompts(
+        [dataclasses.replace(nodule, definition=definition)], "Nodules include granulomas", wb.prompt_commit()
+    )
     summary = wb.start_run("dev", **run)
     assert summary.status == "finished", summary.message()
     wb.engine.dispose()
