@@ -1,7 +1,9 @@
 """Benchmark of assisted optimisation on the OpenI development data (offline labeller, no hand edit).
 
-A fresh study (ChestX-ray14 vocabulary and starter prompts) imports OpenI with its gold standard,
-splits it 70/30 into tuning and validation (seed 0), labels it with the offline rule-based
+A fresh study (ChestX-ray14 vocabulary and starter prompts) imports OpenI with its gold standard, holding out a
+seeded random 20% of the reports (--held-out) as their own cohort 'held-out' (role external: never split, never read
+by suggest or optimise, only labelled to be measured here), splits the rest 70/30 into tuning and validation (seed
+0), labels it with the offline rule-based
 labeller, then runs `optimise --rounds 3` with the offline proposer (OpenI has no error notes:
 the proposer works from the disagreements alone), saves the drafts it leaves and labels again.
 Prints per-label and macro F1 with 95% bootstrap intervals on tuning and validation before and
@@ -11,9 +13,11 @@ other's answers in the call cache; the offline labeller costs nothing, so the fi
 after the cache as optimise counts them: what a model labeller would be asked). Side by side: the
 calls of the screens (before the screening) and after it, on the tuning and validation parts, per
 kept change, the tuning answers --screen carried over without asking, and the calls a run of the
-saved version then makes (predicted by optimise, and made by the bench's re-run). Targets: validation
+saved version then makes (predicted by optimise, and made by the bench's re-run). Held out: macro F1 of the
+starter and of each saved version on the held-out reports, over the same labels. Targets: validation
 macro F1 at least +0.04 over the starter prompts; screening at most 1/3 of 49,280 calls with the
-validation gain within 0.01 of no screening.
+validation gain within 0.01 of no screening; on the held-out reports (issue 30), --screen keeps at least 90% of
+--no-screen's gain with at most half its calls, the calls of the saved version's run counted.
 
 Run alone: ``python bench/bench_optimise.py [--dataset ../shared/datasets/openi] [--rounds 3]`` (or with
 WORKBENCH_DATASETS naming the datasets folder).
@@ -34,6 +38,7 @@ import pandas as pd
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from workbench.core import metrics  # noqa: E402
 from workbench.services import Workbench, init_study  # noqa: E402
 from workbench.services.optimising import report_markdown, screen_text  # noqa: E402
 
@@ -44,6 +49,34 @@ DATASET = DATASETS / "openi"
 PHRASES = DATASETS / "chexpert-labeler" / "phrases.csv"
 TARGET = 0.04
 CALLS_TARGET = 49_280 // 3  # issue 25: at most a third of the calls optimise --rounds 3 made before screening
+HELD_OUT = "held-out"
+KEEP_TARGET = 0.9  # issue 30: --screen keeps at least 90% of --no-screen's held-out gain ...
+CALLS_SHARE = 0.5  # ... with at most half its calls, the saved version's run counted
+
+
+def hold_out(dataset: pathlib.Path, folder: pathlib.Path, share: float, seed: int = 0):
+    """Split OpenI's files by report (a seeded random share held out): (dev files, held-out files, held-out count).
+    The held-out reports are imported as their own cohort, never split and never read by optimise."""
+    reports = pd.read_csv(dataset / "reports.csv", dtype=str, keep_default_na=False)
+    labels = pd.read_csv(dataset / "labels14.csv", dtype=str, keep_default_na=False)
+    held = set(reports["uid"].sample(frac=share, random_state=seed))
+    out = []
+    for name, keep in (("dev", lambda u: u not in held), (HELD_OUT, lambda u: u in held)):
+        part = folder / name
+        part.mkdir(parents=True, exist_ok=True)
+        reports[reports["uid"].map(keep)].to_csv(part / "reports.csv", index=False)
+        labels[labels["filename"].str.removeprefix("CXR").map(keep)].to_csv(part / "labels14.csv", index=False)
+        out.append((part / "reports.csv", part / "labels14.csv"))
+    return out[0], out[1], len(held)
+
+
+def held_out_macro(wb, before_run: int, after_run: int) -> dict:
+    """Macro F1 of the starter and the saved prompts on the held-out reports, over the same labels (named)."""
+    a, b = wb.evaluate_run(before_run, n_resamples=0), wb.evaluate_run(after_run, n_resamples=0)
+    fa, fb = metrics.paired_macro_figures(
+        a.table["f1"], a.table["f1_undefined"], b.table["f1"], b.table["f1_undefined"], a.zero_division
+    )
+    return {"before": fa.value, "after": fb.value, "gain": fb.value - fa.value, "labels": fb.describe()}
 
 
 def per_label(wb, run_id: int) -> tuple[pd.DataFrame, dict]:
@@ -73,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         default=PHRASES if PHRASES.exists() else None,
         help="outside phrase list for synonym candidates (default: CheXpert labeler's, when present)",
     )
+    ap.add_argument(
+        "--held-out", type=float, default=0.2, help="share of OpenI held out of the development data (default 0.2)"
+    )
     ap.add_argument("--no-phrases", action="store_true", help="propose from the disagreements alone")
     ap.add_argument(
         "--keep", type=pathlib.Path, default=None, help="build the study here (default: a temporary folder)"
@@ -83,15 +119,21 @@ def main(argv: list[str] | None = None) -> int:
     folder = args.keep or pathlib.Path(tempfile.mkdtemp(prefix="bench-optimise-"))
     started = time.perf_counter()
     wb = init_study(folder / "study", vocab="chestxray14", rule={"rule": "majority", "n": 1})
-    wb.import_openi(args.dataset / "reports.csv", args.dataset / "labels14.csv", "dev")
+    dev_files, held_files, n_held = hold_out(args.dataset, folder, args.held_out)
+    wb.import_openi(*dev_files, "dev")
+    wb.import_openi(*held_files, HELD_OUT)
+    wb.set_cohort_role(HELD_OUT, "external")  # never split, never read by suggest/optimise: only measured here
     summary = wb.split_cohort("dev", validation=0.3, seed=0)
     sizes = summary.attrs["reports"]
     first = wb.start_run("dev")
+    held_first = wb.start_run(HELD_OUT)
     wb.engine.dispose()
     setup = time.perf_counter() - started
     phrases = None if args.no_phrases else args.phrases
     print(
-        f"OpenI: {sizes['tuning']} tuning + {sizes['validation']} validation reports (stratified, seed 0); "
+        f"OpenI: {n_held} reports held out (a seeded random {args.held_out:.0%}, imported as the external cohort "
+        f"{HELD_OUT!r} that optimise never reads); the rest: "
+        f"{sizes['tuning']} tuning + {sizes['validation']} validation reports (stratified, seed 0); "
         f"offline rule-based labeller; offline proposer from the disagreements (no notes)"
         f"{f' and the phrase list {phrases}' if phrases else ' alone'}; {args.rounds} rounds; first run "
         f"{first.calls_made} calls made; setup (import, split, first run) {setup:.1f} s"
@@ -101,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     for screen in (False, True):
         target = folder / f"study-{'screen' if screen else 'no-screen'}"
         shutil.copytree(folder / "study", target)
-        results[screen] = optimise_copy(Workbench(target), first.run_id, args.rounds, phrases, screen)
+        results[screen] = optimise_copy(
+            Workbench(target), first.run_id, held_first.run_id, args.rounds, phrases, screen
+        )
     off, on = results[False], results[True]
     for screen, res in ((False, off), (True, on)):
         print(f"\n--- optimise --{'screen' if screen else 'no-screen'} ---")
@@ -155,6 +199,17 @@ def side_by_side(off: dict, on: dict) -> None:
     ):
         digits = 4 if name == "validation gain" else 3  # the targets are read on the gain: no rounding up to them
         print(f"{name:<42}{fig(off):>14.{digits}f}{fig(on):>14.{digits}f}")
+    for name, key in (("held-out macro F1 before", "before"), ("held-out macro F1 after", "after")):
+        print(f"{name:<42}{off['held_out'][key]:>14.3f}{on['held_out'][key]:>14.3f}")
+    print(f"{'held-out gain':<42}{off['held_out']['gain']:>14.4f}{on['held_out']['gain']:>14.4f}")
+    print(f"held-out figures: --no-screen {off['held_out']['labels']}; --screen {on['held_out']['labels']}")
+    kept_share = on["held_out"]["gain"] / off["held_out"]["gain"] if off["held_out"]["gain"] > 0 else float("nan")
+    calls_share = total["on"] / max(1, total["off"])
+    print(
+        f"held-out: --screen keeps {kept_share:.0%} of --no-screen's gain (target at least {KEEP_TARGET:.0%}: "
+        f"{'met' if kept_share >= KEEP_TARGET else 'NOT met'}) with {calls_share:.2f} of its calls, the saved "
+        f"version's run counted (target at most {CALLS_SHARE:.2f}: {'met' if calls_share <= CALLS_SHARE else 'NOT met'})"
+    )
     made = on["report"]["calls"]["made"]
     left = sum(on["report"]["screen"]["left_calls"].values())
     print(
@@ -181,7 +236,7 @@ def _cell(value) -> str:
     return "-" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def optimise_copy(wb, run_id: int, rounds: int, phrases, screen: bool) -> dict:
+def optimise_copy(wb, run_id: int, held_run: int, rounds: int, phrases, screen: bool) -> dict:
     """optimise on one copy of the labelled study, save the drafts, re-run, and the figures before and after."""
     before, macro_before = per_label(wb, run_id)
     t0 = time.perf_counter()
@@ -189,8 +244,9 @@ def optimise_copy(wb, run_id: int, rounds: int, phrases, screen: bool) -> dict:
     seconds = time.perf_counter() - t0
     labels = report["drafts"]
     commit = wb.commit_drafts(labels, "Optimised by the offline proposer (bench)") if labels else None
-    second = wb.start_run("dev", prompt_ref=commit) if commit else wb.run_info(run_id)
-    after, macro_after = per_label(wb, second.run_id)
+    second = wb.start_run("dev", prompt_ref=commit) if commit else None
+    after, macro_after = per_label(wb, second.run_id if second else run_id)
+    held = held_out_macro(wb, held_run, wb.start_run(HELD_OUT, prompt_ref=commit).run_id if commit else held_run)
     names = wb.vocab.names()
     table = pd.DataFrame(
         {
@@ -212,7 +268,8 @@ def optimise_copy(wb, run_id: int, rounds: int, phrases, screen: bool) -> dict:
         "macro_after": macro_after,
         "labels": labels,
         "seconds": seconds,
-        "rerun_made": second.calls_made if commit else 0,
+        "rerun_made": second.calls_made if second else 0,
+        "held_out": held,
     }
 
 

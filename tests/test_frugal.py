@@ -2,14 +2,16 @@
 
 Screening: each proposal is labelled first on the label's tuning disagreements plus a seeded,
 stratified sample of agreements; only those that pass are labelled in full. The fixture study is
-test_optimising's plus three "calcified granuloma" reports read as nodules and 300 normal reports: the offline proposer
-adds "granuloma" to nodule's look-for, a change that fixes two tuning cases, which chance alone
+test_optimising's plus three "calcified granuloma" reports read as nodules (the study's nodule definition says so, which
+lets "granuloma" be a look-for phrase of nodule) and 300 normal reports: the offline proposer adds "granuloma" to nodule's
+look-for, a change that fixes two tuning cases, which chance alone
 could give, so the screen turns it down. Calls are counted after the cache, as optimise counts them,
 with the offline labeller, and on the server side through the local fake server (real HTTP).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -50,6 +52,11 @@ def _study(folder, extra=(), **run):
     wb.import_reports(reports, "dev")
     wb.import_readings(readings)
     wb.split_cohort("dev", validation=0.3, seed=0)
+    nodule = wb.label_prompt("nodule")
+    definition = f"{nodule.definition} Includes calcified granulomas."  # as the fixture's reference reads them
+    wb.save_prompts(
+        [dataclasses.replace(nodule, definition=definition)], "Nodules include granulomas", wb.prompt_commit()
+    )
     summary = wb.start_run("dev", **run)
     assert summary.status == "finished", summary.message()
     wb.engine.dispose()

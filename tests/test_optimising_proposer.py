@@ -260,11 +260,14 @@ def test_after_a_rejection_one_clean_change_then_the_next_best_not_turned_down()
     rows += [(rid, "Possible cardiomegaly.", 1) for rid in _ids((2, 2), "c")]
     rows += [(rid, "Cardiomegaly.", 1) for rid in _ids((2, 2), "tp")]
     rows += [(rid, "Lungs are clear.", 0) for rid in _ids((2, 2), "tn")]
-    candidates = lambda: [
-        _look_for(CARDIO, "heart is huge"),
-        _look_for(CARDIO, "cardiac bulk"),  # noqa: E731
-        proposals.Candidate("hedged", "hedged wording: positive", replace(CARDIO, hedged="positive")),
-    ]
+
+    def candidates():
+        return [
+            _look_for(CARDIO, "heart is huge"),
+            _look_for(CARDIO, "cardiac bulk"),
+            proposals.Candidate("hedged", "hedged wording: positive", replace(CARDIO, hedged="positive")),
+        ]
+
     full, _ = _propose(CARDIO, rows, candidates())
     assert full.edit.fields == {"look_for": ["cardiomegaly", "heart is huge", "cardiac bulk"], "hedged": "positive"}
     first, _ = _propose(CARDIO, rows, candidates(), level=1)
@@ -285,8 +288,8 @@ def quirk_study(tmp_path):
     """A chestxray14 study where one mined phrase is a quirk of the tuning part.
 
     Cardiomegaly is written "Cardiomegaly." (the starter prompt finds it), "The cardiac silhouette is
-    enlarged." (missed everywhere) and "Heart quirk noted." (missed; on tuning only ever with the
-    finding). On validation every report without the finding also says "Heart quirk noted.", so a
+    enlarged." (missed everywhere) and "Cardioquirk noted." (missed; on tuning only ever with the
+    finding). On validation every report without the finding also says "Cardioquirk noted.", so a
     proposal that adds the quirk makes validation worse; the silhouette wording alone makes it better.
     Validation texts carry "Quokka sign.", the test cohort's "Wombat sign.": neither may reach the proposer.
     """
@@ -312,13 +315,13 @@ def quirk_study(tmp_path):
                 if k < cut[0]
                 else "The cardiac silhouette is enlarged."
                 if k < cut[1]
-                else "Heart quirk noted."
+                else "Cardioquirk noted."
             )
         else:
-            text = "Lungs are clear." if part == "tuning" else "Heart quirk noted. Lungs are clear."
+            text = "Lungs are clear." if part == "tuning" else "Cardioquirk noted. Lungs are clear."
         rows.append((rid, text + (" Quokka sign." if part == "validation" else "")))
     assert counts == {"tuning": 35, "validation": 15}
-    test_rows = [(f"t{i}", "Heart quirk noted. Wombat sign.") for i in range(3)]
+    test_rows = [(f"t{i}", "Cardioquirk noted. Wombat sign.") for i in range(3)]
     test_ref = pd.DataFrame({lab: [0] * 3 for lab in LABELS14}, index=[r for r, _ in test_rows])
     wb = split_study(tmp_path, rows, ref, test_rows, test_ref)
     wb.parts = parts

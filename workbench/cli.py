@@ -689,7 +689,7 @@ def _confirm_cost(wb, cohort, prompt_ref, model, labels, api_base, concurrency, 
         )
         click.echo("\n".join(est.lines()), err=True)
         if not click.confirm(f"{exc}. Start the run anyway?", default=False, err=True):
-            raise SystemExit(2)
+            raise SystemExit(2) from None
         return True
 
 
@@ -1264,11 +1264,15 @@ def prompts_revert(wb, label, ref, message):
 
 
 @prompts.command("policy")
-@click.option("--prompt", "ref", default=None, help="Version (default: latest).")
+@click.option(
+    "--prompt", "ref", default=None, help="Version (default: the latest, with your drafts and uncommitted edits)."
+)
 @wide_option
 @study_option
 def prompts_policy(wb, ref, wide):
-    """Every label's hedge and temporal policy side by side, with inconsistencies flagged."""
+    """Every label's hedge and temporal policy side by side, with inconsistencies flagged (between related labels,
+    and inside a label: exclusions, look-for phrases and examples against its policy, look-for phrases naming no
+    finding of the label)."""
     table = wb.policy_table(ref).replace({"positive": "pos", "negative": "neg"})
     echo_table(
         table,
@@ -1993,6 +1997,16 @@ def split_compare(wb, run_a, run_b, fmt):
             say(line)
 
 
+def macro_lines_by_row(frame) -> dict[str, str]:
+    """Each distinct "mean over" text of a split-history table -> the rows (runs, parts) it belongs to."""
+    where: dict[str, list[str]] = {}
+    for row in frame.itertuples(index=False):
+        for part in ("tuning", "validation"):
+            where.setdefault(getattr(row, f"{part}_macro_labels"), []).append(f"run {row.run} {part}")
+    total = 2 * len(frame)
+    return {text: "every row, both parts" if len(rows) == total else ", ".join(rows) for text, rows in where.items()}
+
+
 @main.command("split-history")
 @click.argument("cohort")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
@@ -2005,8 +2019,8 @@ def split_history(wb, cohort, fmt):
         echo_table(frame, fmt)
         return
     echo_table(frame.drop(columns=["tuning_macro_labels", "validation_macro_labels"]), fmt)
-    for text in frame.attrs.get("macro_labels", []):
-        say(f"macro F1: {text}")
+    for text, rows in macro_lines_by_row(frame).items():
+        say(f"macro F1 ({rows}): {text}")
 
 
 @main.command()

@@ -110,7 +110,7 @@ def _ci_method(method: str) -> str:
     try:
         return _CI_METHODS[method.lower()]
     except (KeyError, AttributeError):
-        raise UserError(f"unknown interval method {method!r}; use one of {sorted(_CI_METHODS)}")
+        raise UserError(f"unknown interval method {method!r}; use one of {sorted(_CI_METHODS)}") from None
 
 
 def _check_alpha(alpha: float) -> None:
@@ -340,6 +340,7 @@ class MacroFigure:
     left_out: tuple[str, ...]  # undefined labels the policy leaves out (undefined / exclude)
     filled: tuple[str, ...]  # undefined labels the policy counts as 0 or 1 (zero / one)
     policy: str
+    paired: bool = False  # left out because undefined here or in a figure it is compared with (same labels)
 
     @property
     def n_labels(self) -> int:
@@ -354,7 +355,12 @@ class MacroFigure:
             else f"mean over {len(self.averaged)} labels"
         )
         if self.left_out:
-            text += f"; left out (no positive on either side): {', '.join(self.left_out)}"
+            why = (
+                "no positive on either side here or in a figure compared"
+                if self.paired
+                else "no positive on either side"
+            )
+            text += f"; left out ({why}): {', '.join(self.left_out)}"
         if self.filled:
             text += (
                 f"; {', '.join(self.filled)} (no positive on either side) count"
@@ -363,7 +369,7 @@ class MacroFigure:
         return f"{text} (zero_division: {self.policy})"
 
 
-def macro_figure(values, undefined, zero_division: str) -> MacroFigure:
+def macro_figure(values, undefined, zero_division: str, paired: bool = False) -> MacroFigure:
     """The one macro rule: the mean over labels of a per-label figure (a Series by label), each undefined
     label (the boolean Series `undefined`) filled or left out as the policy says, whatever the values
     were computed with. Every macro figure the workbench shows comes from here."""
@@ -380,7 +386,40 @@ def macro_figure(values, undefined, zero_division: str) -> MacroFigure:
         tuple(lab for lab, k in zip(labels, kept, strict=False) if not k),
         tuple(lab for lab, u, k in zip(labels, undefined, kept, strict=False) if u and k),
         policy.value,
+        paired,
     )
+
+
+def paired_macro_figures(values_a, undefined_a, values_b, undefined_b, zero_division: str) -> tuple[MacroFigure, ...]:
+    """Two macro figures (before and after, tuning and validation, run A and run B) over the same labels: a
+    label undefined on either side is treated as undefined on both, so a policy that leaves it out leaves it
+    out of both means and the difference compares like with like; labels only one side has are left out."""
+    a, b = pd.Series(values_a, dtype=float), pd.Series(values_b, dtype=float)
+    labels = [lab for lab in a.index if lab in b.index]
+    ua, ub = (
+        pd.Series(u, index=v.index).reindex(labels).fillna(True).astype(bool) | v.reindex(labels).isna()
+        for u, v in ((undefined_a, a), (undefined_b, b))
+    )
+    paired = leaves_out(zero_division)
+    if paired:  # the label is left out: of both means
+        ua = ub = ua | ub
+    return (
+        macro_figure(a.reindex(labels), ua, zero_division, paired),
+        macro_figure(b.reindex(labels), ub, zero_division, paired),
+    )
+
+
+def leaves_out(zero_division: str) -> bool:
+    """Whether the policy leaves an undefined label out of a macro mean (rather than counting it as 0 or 1)."""
+    return bool(np.isnan(_FILL[_policy(zero_division)]))
+
+
+def undefined_labels(tables, zero_division: str) -> frozenset[str]:
+    """Labels whose F1 is undefined in any of several label_metrics tables, when the policy leaves such a label
+    out: leaving them out of every figure compared makes the figures average the same labels."""
+    if not leaves_out(zero_division):
+        return frozenset()
+    return frozenset(lab for t in tables for lab in t.index[t["f1_undefined"].astype(bool) | t["f1"].isna()])
 
 
 def f1_from_counts(table: pd.DataFrame, zero_division: str = "undefined") -> pd.Series:

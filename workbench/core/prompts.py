@@ -32,6 +32,8 @@ PER_LABEL_FIELDS = {"label_name", "task", "guidance", "examples", "report", "out
 JOINT_FIELDS = {"labels_guidance", "label_ids", "report", "output_format"}
 CUE_KEYS = ("negation", "hedge", "resolved", "stable", "improving", "prior", "scope_break")
 ATTRIBUTE_CUE_PREFIX = "attribute:"
+# the hedge cues the rendered hedge sentence names: an exclusion of one of them contradicts "count as positive"
+HEDGE_NAMED = ("cannot exclude", "possible", "may represent")
 
 # Default cue lists for the offline labeller and for the policy sentences; a task file may override.
 DEFAULT_CUES: dict[str, tuple[str, ...]] = {
@@ -434,7 +436,8 @@ def label_guidance(lp: LabelPrompt, label_name: str, spec: tuple = ()) -> str:
     for rule in lp.do_not_label_when:
         lines.append(f"Do NOT label as {label_name} when {rule}")
     hedge = "positive (1)" if lp.hedged == "positive" else "negative (0)"
-    lines.append(f'Hedged wording ("cannot exclude", "possible", "may represent"): count as {hedge}.')
+    named = ", ".join(f'"{c}"' for c in HEDGE_NAMED)
+    lines.append(f"Hedged wording ({named}): count as {hedge}.")
     temporal = ", ".join(f"{k} -> {'1' if v == 'positive' else '0'}" for k, v in lp.temporal)
     lines.append(f"Temporal wording: {temporal}.")
     if spec:

@@ -24,8 +24,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from workbench.core import policy
 from workbench.core.prompts import (
     DEFAULT_CUES,
+    HEDGE_NAMED,
     TEMPORAL_KEYS,
     Example,
     LabelPrompt,
@@ -33,6 +35,7 @@ from workbench.core.prompts import (
     dump_label_prompt,
     parse_label_prompt,
 )
+from workbench.core.vocab import Vocabulary
 from workbench.errors import WorkbenchError
 
 EDIT_FIELDS = ("definition", "look_for", "do_not_label_when", "hedged", "temporal", "examples")
@@ -239,6 +242,7 @@ class ProposalResult:
     detail: str = ""
     edit: Edit | None = None
     calls_made: int = 0  # model calls the proposer made for it (0: offline, or answered from the call cache)
+    reply: str = ""  # a model proposer's reply when it gave no usable edit (shown and stored, never applied)
 
 
 # ---------------------------------------------------------------- the edit format
@@ -476,7 +480,7 @@ def _look_for_candidates(lp, fn, pos_texts, neg_texts, max_n, min_df, per_kind, 
     # a phrase that is as common without the finding is not "around the finding": leave it out
     ranked = [(df[g] * p, -len(g.split()), g) for g in frequent if (p := precision(g)) >= MIN_PRECISION]
     out = []
-    for score, _, g in sorted(ranked, reverse=True)[:per_kind]:
+    for _score, _, g in sorted(ranked, reverse=True)[:per_kind]:
         new = replace(lp, look_for=lp.look_for + (g,))
         out.append(Candidate("look_for", g, new))
     return out
@@ -493,7 +497,7 @@ def _variant_candidates(lp, fn, min_df: int, cue_words: set[str], gap: int = 2) 
         words = _WORDS.findall(phrase.lower())
         if len(words) < 2:
             continue
-        filler = r"(?:\s+[a-z-]+){0,%d}\s+" % gap
+        filler = rf"(?:\s+[a-z-]+){{0,{gap}}}\s+"
         pattern = re.compile(r"\b" + filler.join(re.escape(w) for w in words) + r"\w*\b")
         for text in fn["text"]:
             low = " ".join(_WORDS.findall(text.lower()))
@@ -654,11 +658,15 @@ def uncounted_hedges(convention: dict[str, bool], clauses: list[tuple[str, int]]
 
 def _convention_candidates(lp, uncounted: tuple[str, ...]) -> list[Candidate]:
     """Hedged wording counts except under the cues the reference does not count (as do-not-label phrases)."""
-    rules = tuple(f"the report only mentions '{c}'" for c in uncounted if c and "'" not in c)
-    new = replace(
-        lp,
-        hedged="positive",
-        do_not_label_when=lp.do_not_label_when + tuple(r for r in rules if r not in lp.do_not_label_when),
+    # the hedge sentence itself names HEDGE_NAMED as counted: excepting one of them would contradict it
+    uncounted = tuple(c for c in uncounted if c and "'" not in c and c not in HEDGE_NAMED)
+    rules = tuple(f"the report only mentions '{c}'" for c in uncounted)
+    new = policy.align_examples(
+        replace(
+            lp,
+            hedged="positive",
+            do_not_label_when=lp.do_not_label_when + tuple(r for r in rules if r not in lp.do_not_label_when),
+        )
     )
     text = "hedged wording: positive" + (f" except {', '.join(repr(c) for c in uncounted)}" if uncounted else "")
     return [Candidate("hedged", text, new, origin="hedge convention")]
@@ -701,20 +709,20 @@ def _policy_candidates(lp, notes: pd.DataFrame, cases: pd.DataFrame) -> list[Can
         Candidate(
             "hedged",
             f"hedged wording: {flip[lp.hedged]}",
-            replace(lp, hedged=flip[lp.hedged]),
+            policy.align_examples(replace(lp, hedged=flip[lp.hedged])),  # the examples follow the policy
             origin="note" if hedge_notes else "disagreements",
             note_ids=hedge_notes,
         )
     )
     temporal_notes = tuple(i for i, c in zip(ids, cats, strict=False) if any(t in c for t in TEMPORAL_CATEGORIES))
     for key in TEMPORAL_KEYS:
-        policy = dict(lp.temporal)
-        policy[key] = flip[policy[key]]
-        new = replace(lp, temporal=tuple((k, policy[k]) for k in TEMPORAL_KEYS))
+        temporal = dict(lp.temporal)
+        temporal[key] = flip[temporal[key]]
+        new = policy.align_examples(replace(lp, temporal=tuple((k, temporal[k]) for k in TEMPORAL_KEYS)))
         out.append(
             Candidate(
                 "temporal",
-                f"temporal {key}: {policy[key]}",
+                f"temporal {key}: {temporal[key]}",
                 new,
                 origin="note" if temporal_notes else "disagreements",
                 note_ids=temporal_notes,
@@ -840,7 +848,7 @@ def _repaired(
         (
             (c - sum(g in t for t in tp_low), g in hedges, -len(g.split()), g)
             for g, c in df.items()
-            if c >= min_df and g not in existing and "'" not in g
+            if c >= min_df and g not in existing and "'" not in g and not _named_hedge(g, cand.prompt)
         ),
         reverse=True,
     )
@@ -865,6 +873,19 @@ def _repaired(
     )
 
 
+def _named_hedge(phrase: str, lp: LabelPrompt) -> bool:
+    """Whether excluding phrase would contradict a hedge policy that counts the hedge cues it names."""
+    return lp.hedged == "positive" and any(f" {c} " in f" {phrase.lower()} " for c in HEDGE_NAMED)
+
+
+def consistency_check(lp: LabelPrompt, cues: dict | None, vocab: Vocabulary | None) -> Callable[[LabelPrompt], list]:
+    """A function giving the contradictions a revision of lp would add to it (none it already has)."""
+    name = vocab.label(lp.label).name if vocab is not None and lp.label in vocab.ids else lp.label
+    cues = cues or DEFAULT_CUES
+    before = set(policy.label_contradictions(lp, name, cues, vocab))
+    return lambda new: [f for f in policy.label_contradictions(new, name, cues, vocab) if f not in before]
+
+
 def offline_propose(
     lp: LabelPrompt,
     tuning: Tuning,
@@ -879,6 +900,7 @@ def offline_propose(
     per_kind: int = 25,
     cues: dict | None = None,
     avoid: frozenset = frozenset(),
+    vocab: Vocabulary | None = None,
 ) -> ProposalResult:
     """Score candidates on tuning with the real labeller; combine the best few into one edit, greedily.
 
@@ -887,9 +909,12 @@ def offline_propose(
     each step taking the best one scored against the prompt built so far, while each still fixes
     enough. level > 0 asks for a smaller, safer edit (after a proposal was rejected on validation): no
     policy flip, one change that breaks no tuning case. avoid: label prompts already turned down; a
-    step that would build one of them takes the next best change instead.
+    step that would build one of them takes the next best change instead. A candidate or a combination that
+    would make the prompt contradict itself (core/policy.py; with the vocabulary, look-for phrases that name no
+    finding of the label) is never proposed.
     """
     base_f1 = f1_of(tuning.reference, tuning.prediction)
+    contradictions = consistency_check(lp, cues, vocab)
     pool = list(candidates)
     if level > 0:
         pool = [c for c in pool if c.kind not in POLICY_KINDS]
@@ -901,6 +926,7 @@ def offline_propose(
             if c.kind == "hedged"
             and (r := _repaired(c, lp, tuning, label_fn, min_df, per_kind, cues or DEFAULT_CUES)) is not None
         ]
+    pool = [c for c in pool if not contradictions(c.prompt)]
     good = []
     for cand in pool:
         rows = _could_change(cand, lp, tuning, tuning.prediction)
@@ -929,11 +955,15 @@ def offline_propose(
             f, b = int(fixed.sum()), int(broken.sum())
             f1 = f1_of(tuning.reference, new)
             # fewer errors at equal F1 counts too (false positives on a label with no positive at all)
-            if combined in avoid or not (
-                f1 >= current_f1
-                and f > b
-                and _acceptable(f, b, min_fixed, broken_ratio)
-                and _consistent(tuning, fixed, broken, cand.origin)
+            if (
+                combined in avoid
+                or contradictions(combined)
+                or not (
+                    f1 >= current_f1
+                    and f > b
+                    and _acceptable(f, b, min_fixed, broken_ratio)
+                    and _consistent(tuning, fixed, broken, cand.origin)
+                )
             ):
                 continue
             # best net gain, less one case for each item beyond the first (a small edit generalises better);

@@ -94,6 +94,9 @@ HINTS = {
 }
 
 
+LABEL_MODES = ("per_label", "joint")  # calls whose replies are label answers (a label schema fits them)
+
+
 def model_config(settings: dict, strict: bool = True):
     """The one ModelConfig builder: from labeller settings (a study's, a run's record, a bundle's).
 
@@ -401,7 +404,7 @@ def with_response_schema(cfg, mode: str):
     """cfg with a JSON schema as response_format when asked for (labeller.response_schema) and litellm says the
     model supports it; otherwise unchanged: the prompt's output format (and json_mode, if set) applies. Returns
     (cfg, how the format was asked for)."""
-    if not cfg.response_schema or is_offline(cfg):
+    if not cfg.response_schema or is_offline(cfg) or mode not in LABEL_MODES:
         return cfg, "the prompt's output format" + (" and JSON mode" if cfg.json_mode else "")
 
     if not llm.supports_response_schema(cfg.model):
@@ -431,6 +434,7 @@ def label_calls(
     cancel=None,
     on_start: Callable[[LabelCounts], None] | None = None,
     engine: Callable | None = None,
+    decide: Callable = decide,
 ) -> LabelCounts:
     """Label requests: cached replies (lookup: keys -> reply text) are parsed and handed to store_reused (else
     store) in batches; the rest go to the engine, and each answer is parsed and handed to store.
@@ -440,7 +444,10 @@ def label_calls(
     background writer) when given. on_answer sees every new answer after it is queued for storing;
     on_start sees the counts once the cache is read, before any call. engine: another engine with
     complete_all's interface (workbench/labeller/batch.py's BatchEngine; its store_every answers are stored per
-    transaction, and it is given flush to store the rest before it records a job as collected). Raises what the engine raises, after storing what was answered."""
+    transaction, and it is given flush to store the rest before it records a job as collected). decide: what a
+    reply means, label -> Decision (the label parser; the model proposer gives its own, so its calls share this
+    engine, governance, cache, counts and call records). Raises what the engine raises, after storing what was
+    answered."""
     counts = LabelCounts(calls=len(requests))
     cfg, counts.response_format = with_response_schema(cfg, requests[0].meta.get("mode") if requests else "per_label")
     with_request_schemas(requests, cfg)
@@ -450,7 +457,7 @@ def label_calls(
     if on_start:
         on_start(counts)
     replies = parsing.ReplyMemo()
-    _hand_reused(requests, cached, replies, store_reused or store)
+    _hand_reused(requests, cached, replies, store_reused or store, decide)
     progress = Progress(done=counts.reused, total=len(requests), made=0, reused=counts.reused, failures=0)
     next_report = [time.monotonic() + PROGRESS_EVERY_S]
     if on_progress:
@@ -497,7 +504,9 @@ def label_calls(
     return counts
 
 
-def _hand_reused(requests: list, cached: dict, replies, store: Callable[[list[Answer]], None]) -> None:
+def _hand_reused(
+    requests: list, cached: dict, replies, store: Callable[[list[Answer]], None], decide: Callable = decide
+) -> None:
     """Answers of the calls found in the cache, handed to store in batches as they are parsed."""
     batch: list[Answer] = []
     n_decisions = 0
@@ -611,7 +620,7 @@ class Estimate:
             f"prompt tokens: {self.prompt_tokens:,} ({self.how['tokens']})",
             f"completion tokens: {self.completion_tokens:,}, at most {self.completion_tokens_max:,} ({self.how['completion']})",
             f"cost: {cost}{worst} ({self.how['cost']})",
-            f"wall time: about {_duration(self.seconds)} at concurrency {self.concurrency} ({self.how['time']})",
+            f"wall time: about {duration(self.seconds)} at concurrency {self.concurrency} ({self.how['time']})",
         ]
 
     def to_json(self) -> dict:
@@ -619,7 +628,7 @@ class Estimate:
         return dict(self.__dict__)
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     """Seconds as a short duration (45 s, 12 min, 3.2 h)."""
     if seconds < 90:
         return f"{seconds:.0f} s"

@@ -119,8 +119,11 @@ def refuse_same_run(run_a: int, run_b: int) -> None:
 
 
 def paired_macro(table: pd.DataFrame, zero_division: str) -> tuple:
-    """Macro F1 of run A and run B from a compare_labels table (the one macro rule, on the paired reports)."""
-    return tuple(metrics.macro_figure(table[f"f1_{x}"], table[f"f1_{x}_undefined"], zero_division) for x in "ab")
+    """Macro F1 of run A and run B from a compare_labels table (the one macro rule, on the paired reports), over
+    the same labels: one undefined on either side is left out of both when the policy leaves it out."""
+    return metrics.paired_macro_figures(
+        table["f1_a"], table["f1_a_undefined"], table["f1_b"], table["f1_b_undefined"], zero_division
+    )
 
 
 def _fmt(value: float, undefined: bool) -> str:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from workbench.core import metrics, proposals, screening, splits
+from workbench.core import metrics, parsing, proposals, screening, splits
 from workbench.core.prompts import LabelPrompt, call_key, dump_label_prompt
 from workbench.core.text import compose_text
 from workbench.core.vocab import derive_frame
@@ -151,10 +151,16 @@ class OptimisingService(Service):
         runs = self.runner.runs(cohort)
         runs = runs[runs["status"].isin(["finished", "incomplete"])]
         reference = self.study.reference_matrix(cohort) if len(runs) else None
+        policy = self.evaluation.macro_policy()
+        inputs = {
+            int(run.id): self.evaluation.evaluation_inputs(int(run.id), reference=reference)[:2]
+            for run in runs.itertuples(index=False)
+        }
+        # one label set for every row and both parts: the trend and each gap compare like with like
+        same = frozenset().union(*(_same_labels(t, [p], parts, policy) for t, p in inputs.values()))
         rows = []
-
         for run in runs.itertuples(index=False):
-            y_true, y_pred, _ = self.evaluation.evaluation_inputs(int(run.id), reference=reference)
+            y_true, y_pred = inputs[int(run.id)]
             row = {
                 "run": int(run.id),
                 "version": prompt_repo.ordinal(self.paths.prompts, run.prompt_commit),
@@ -162,10 +168,9 @@ class OptimisingService(Service):
             }
             for part in splits.PARTS:
                 keep = [r for r in y_true.index if parts.get(r) == part]
-                table = metrics.label_metrics(
-                    y_true.loc[keep], y_pred.loc[keep], zero_division=self.evaluation.macro_policy()
-                )
-                figure = metrics.macro_figure(table["f1"], table["f1_undefined"], self.evaluation.macro_policy())
+                table = metrics.label_metrics(y_true.loc[keep], y_pred.loc[keep], zero_division=policy)
+                undefined = table["f1_undefined"].astype(bool) | table.index.isin(list(same))
+                figure = metrics.macro_figure(table["f1"], undefined, policy, paired=bool(same))
                 row[f"{part}_macro_f1"] = figure.value
                 row[f"{part}_macro_labels"] = figure.describe()
             row["gap"] = row["tuning_macro_f1"] - row["validation_macro_f1"]
@@ -189,11 +194,11 @@ class OptimisingService(Service):
 
     # ------------------------------------------------------------ labelling a candidate prompt through the cache
 
-    def _label_with(self, run, ps, label: str, report_ids: list[str]) -> tuple[pd.DataFrame, dict]:
+    def _label_with(self, run, ps, label: str, report_ids: list[str], on_calls=None) -> tuple[pd.DataFrame, dict]:
         """(report_id -> value, evidence) of one label under prompt set ps, and the call counts.
 
         Same engine, governance, call cache and parser as a run: only calls whose rendered messages
-        changed are made.
+        changed are made. on_calls sees the labelling's progress (labelling.Progress), as a run's bar does.
         """
         settings = self.runner._settings_from_params(json.loads(run.params_json))
         self.runner._check_endpoint(settings)
@@ -215,6 +220,7 @@ class OptimisingService(Service):
             self.runner._cached_replies,
             store,
             store_reused=lambda answers: rows.extend({**r, "made": False} for r in _rows(answers)),
+            on_progress=on_calls,
         )
         counts = {
             "calls": done.calls,
@@ -359,7 +365,15 @@ class OptimisingService(Service):
             uncounted_hedges=(hedges or {}).get(label),
         )
         return proposals.offline_propose(
-            lp, tuning, label_fn, candidates, source="offline proposer", level=level, cues=cues, avoid=avoid
+            lp,
+            tuning,
+            label_fn,
+            candidates,
+            source="offline proposer",
+            level=level,
+            cues=cues,
+            avoid=avoid,
+            vocab=self.vocab,
         )
 
     def _llm_proposal(
@@ -373,9 +387,11 @@ class OptimisingService(Service):
         attribute_cases: pd.DataFrame | None = None,
     ) -> proposals.ProposalResult:
         """One reflective call: the label's prompt, the failing tuning cases and attribute disagreements, the notes;
-        a strict structured edit back."""
+        a strict structured edit back. The call goes through the labelling path (labelling.label_calls) like a
+        run's: the same governance, call cache (only a usable reply is kept), counts and call records, and a
+        reply that is not a usable edit is kept with the call's record (and returned, to be shown)."""
         settings = self.runner.labeller_settings(model, max_tokens=PROPOSER_MAX_TOKENS, api_base=api_base)
-        if settings.get("model", "").startswith("workbench/"):
+        if labelling.is_offline_model(settings.get("model", "")):
             raise StudyError(
                 "the model proposer needs a language model; the study's labeller is the offline one "
                 "(use --proposer offline, or --model openai/NAME with --api-base)"
@@ -387,27 +403,21 @@ class OptimisingService(Service):
         if failing.empty and attribute_cases.empty:
             return proposals.ProposalResult("empty", "no failing tuning case for this label")
         messages = _proposer_messages(ps.label(label), self.vocab.names()[label], failing, notes, attribute_cases)
-        params = dict(cfg.params(), purpose="proposer")
-        if cfg.api_base:
-            params["api_base"] = cfg.api_base
-        key = call_key(messages, params)
+        request = llm.CallRequest(
+            call_key(messages, {**labelling.call_params(cfg), "purpose": "proposer"}),
+            messages,
+            {"mode": "proposer", "labels": [label]},
+        )
+        reading = _ProposerReply(ps.label(label), set(failing["report_id"]), f"model proposer ({cfg.model})")
+        counts = labelling.label_calls(
+            [request],
+            cfg,
+            self.runner._cached_replies,
+            lambda answers: self._store_proposer_call(cfg, answers),
+            decide=reading,
+        )
+        result = reading.result or proposals.ProposalResult("call_error", "no reply")
         with self.session() as s:
-            cached = q.cached_calls(s, [key]).get(key)
-        source = f"model proposer ({cfg.model})"
-        res = None
-        if cached is not None:
-            text = cached.response
-        else:
-            results: list = []
-            llm.complete_all_sync([llm.CallRequest(key, messages)], cfg, lambda _r, x: results.append(x))
-            res = results[0]
-            if res.text is None:
-                return proposals.ProposalResult("call_error", res.error or "no reply", calls_made=1)
-            text = res.text
-        result = proposals.parse_reply(text, ps.label(label), set(failing["report_id"]), source)
-        with self.session() as s:
-            if res is not None and result.status == "ok":  # a malformed reply is not kept: asking again may help
-                q.put_cached_call(s, key, cfg.model, text, res.prompt_tokens, res.completion_tokens, res.cost)
             q.add_audit(
                 s,
                 self.actor.user,
@@ -416,22 +426,27 @@ class OptimisingService(Service):
                 label,
                 None,
                 {
-                    "proposer": source,
+                    "proposer": reading.source,
                     "status": result.status,
-                    "cached": cached is not None,
+                    "cached": counts.reused > 0,
                     "cases": len(failing),
-                    "prompt_tokens": getattr(res, "prompt_tokens", 0),
-                    "completion_tokens": getattr(res, "completion_tokens", 0),
-                    "cost": getattr(res, "cost", None),
+                    "prompt_tokens": counts.prompt_tokens,
+                    "completion_tokens": counts.completion_tokens,
+                    "cost": counts.cost if counts.made else None,
                 },
             )
         if result.edit is not None:
-            result = proposals.ProposalResult(
-                result.status,
-                result.detail,
-                proposals.Edit(**{**result.edit.__dict__, "note_ids": tuple(int(i) for i in notes["id"])}),
-            )
-        return dataclasses.replace(result, calls_made=int(res is not None))
+            edit = proposals.Edit(**{**result.edit.__dict__, "note_ids": tuple(int(i) for i in notes["id"])})
+            result = dataclasses.replace(result, edit=edit)
+        return dataclasses.replace(result, calls_made=counts.made, reply="" if result.status == "ok" else reading.text)
+
+    def _store_proposer_call(self, cfg, answers: list) -> None:
+        """A proposer call's record, as a run's: the reply cached when it is a usable edit; the call's facts (tokens,
+        cost, latency) and, when it is not usable, the raw reply kept with them."""
+        with self.session(write=True) as s:
+            q.put_cached_calls(s, _cache_entries(cfg, answers))
+            q.put_call_facts(s, labelling.call_facts(None, answers))
+            q.put_call_replies(s, labelling.failed_replies(answers))
 
     def suggest_failing(
         self,
@@ -591,7 +606,13 @@ class OptimisingService(Service):
     def _record(self, run, label: str, result: proposals.ProposalResult, ps) -> dict:
         """Evaluate an ok proposal, store it with its verdict, and return what the engineer is shown."""
         out = {"label": label, "status": result.status, "detail": result.detail, "run": run.id}
-        evaluation = {}
+        evaluation = {"reply": result.reply} if result.reply else {}  # a model's unusable reply, kept to be read
+        if result.reply:
+            out["reply"] = result.reply
+        contradictions = self._contradictions(ps, result)
+        if contradictions:  # an LLM cannot follow it: not worth a call, never offered
+            result = dataclasses.replace(result, status="inconsistent", detail=contradictions)
+            out.update(status="inconsistent", detail=contradictions, edit=result.edit.to_dict())
         if result.status == "ok":
             new_lp = proposals.apply_edit(ps.label(label), result.edit.fields)
             evaluation = self.evaluate_edit(run.id, new_lp)
@@ -625,6 +646,14 @@ class OptimisingService(Service):
         out["proposal_status"] = status
         return out
 
+    def _contradictions(self, ps, result: proposals.ProposalResult) -> str:
+        """Why an ok proposal would make its label's prompt contradict itself ("" when it would not)."""
+        if result.status != "ok":
+            return ""
+        old = ps.label(result.edit.label)
+        found = self.prompts.new_contradictions(old, proposals.apply_edit(old, result.edit.fields), ps.task.cue_lists())
+        return "; ".join(f"[{f.kind}] {f.message}" for f in found)
+
     def evaluate_edit(
         self,
         run_id: int,
@@ -633,6 +662,7 @@ class OptimisingService(Service):
         base_pred: pd.Series | None = None,
         inputs: tuple | None = None,
         tuning_ids=None,
+        on_calls=None,
     ) -> EditEvaluation:
         """Label tuning and validation with the revised label (through the call cache); per part: F1 before
         and after, fixed and broken cases; on validation the exact McNemar verdict. Offered only when
@@ -660,7 +690,9 @@ class OptimisingService(Service):
         }
         carried = tuple(r for r in ids if parts[r] == "tuning" and wanted is not None and r not in wanted)
         started = time.perf_counter()
-        after, counts = self._label_with(run, new_ps, label, [r for part in splits.PARTS for r in asked[part]])
+        after, counts = self._label_with(
+            run, new_ps, label, [r for part in splits.PARTS for r in asked[part]], on_calls=on_calls
+        )
         counts["seconds"] = round(time.perf_counter() - started, 3)
         made = after["made"].fillna(False).astype(bool)  # where the calls went, per part
         counts["by_part"] = {part: int(made.loc[asked[part]].sum()) for part in splits.PARTS}
@@ -735,8 +767,9 @@ class OptimisingService(Service):
                 }
             )
         current = derive_frame(self.vocab, current)[current.columns]
-        out["before"] = _macro_by_part(y_true, y_pred, parts, out["zero_division"])
-        out["after"] = _macro_by_part(y_true, current, parts, out["zero_division"])
+        same = _same_labels(y_true, [y_pred, current], parts, out["zero_division"])  # before and after alike
+        out["before"] = _macro_by_part(y_true, y_pred, parts, out["zero_division"], left_out=same)
+        out["after"] = _macro_by_part(y_true, current, parts, out["zero_division"], left_out=same)
         return out
 
     def proposals(self, label: str | None = None, status: str | None = None) -> pd.DataFrame:
@@ -781,6 +814,12 @@ class OptimisingService(Service):
             raise StudyError(f"you already have a draft of {p['label']}: save or discard it first")
         base = self.prompts.label_prompt(p["label"], p["base_commit"])
         lp = proposals.apply_edit(base, p["edit"]["fields"])
+        found = self.prompts.new_contradictions(base, lp)
+        if found:
+            raise StudyError(
+                f"proposal {proposal_id} would make {p['label']}'s prompt contradict itself, so an LLM could not "
+                "follow it: " + "; ".join(f"[{f.kind}] {f.message}" for f in found)
+            )
         self.prompts.save_draft(lp, p["base_commit"])
         with self.session() as s:
             q.update_proposal(s, proposal_id, status="accepted")
@@ -852,8 +891,6 @@ class OptimisingService(Service):
             },
         }
         noise_rate = self._screen_noise_rate(run.id) if screen else 0.0
-        # every macro figure covers all the run's labels (not only those optimised), under the study's policy
-        report["start"] = _macro_by_part(y_true, current, parts, policy)
         phrases = self.phrase_lists(phrase_list)
         # how the reference treats hedges, from every label's tuning part (offline proposer only)
         hedges = None if self._uses_model(proposer, model) else self._run_hedge_convention(run)
@@ -869,26 +906,36 @@ class OptimisingService(Service):
             ps=ps,
             current=current,
             evidence=evidence,
+            progress=OptimiseProgress(rounds, len(labels), on_progress),
         )
+        snapshots = []
         for k in range(1, rounds + 1):
             entry = {"round": k, "changes": [], "rejected": []}
             previous = o.current.copy()
-            for label in labels:
-                if on_progress:
-                    on_progress(f"round {k}: {label}")
+            for i, label in enumerate(labels, 1):
+                o.progress.turn(k, i, label)
                 self._optimise_label(o, entry, k, label)
-            entry["metrics"] = _macro_by_part(y_true, o.current, parts, policy)
+                o.progress.turn_done()
+            snapshots.append(o.current.copy())  # its macro figures come at the end, over the labels of all
             entry["carried"] = sum(len(c) for c in o.carried.values())  # tuning answers not asked: its figures estimate
             entry["validation_mcnemar"] = _mcnemar_table(y_true, previous, o.current, parts, labels)
             report["rounds"].append(entry)
-            retry = any(r.get("status") in ("validation worse", "already rejected") for r in entry["rejected"])
+            retry = any(
+                r.get("status") in ("validation worse", "already rejected", "inconsistent") for r in entry["rejected"]
+            )
             if not entry["changes"] and not retry:
                 break  # nothing more to propose: later rounds would see the same material
         ps, current, carried = o.ps, o.current, o.carried
         report["screen"]["deferred"] = {lab: len(c) for lab, c in carried.items() if c}
         changed = [lab for lab in labels if ps.label(lab) != base_ps.label(lab)]
         report["screen"]["left_calls"] = self._left_to_ask(run, ps, changed)
-        report["end"] = _macro_by_part(y_true, current, parts, policy)
+        # every macro figure covers all the run's labels (not only those optimised), under the study's policy, and
+        # the same labels at the start, after each round and at the end (a label undefined in one is left out of all)
+        same = _same_labels(y_true, [y_pred, *snapshots], parts, policy)
+        report["start"] = _macro_by_part(y_true, y_pred, parts, policy, left_out=same)
+        for entry, snapshot in zip(report["rounds"], snapshots, strict=True):
+            entry["metrics"] = _macro_by_part(y_true, snapshot, parts, policy, left_out=same)
+        report["end"] = _macro_by_part(y_true, current, parts, policy, left_out=same)
         report["seconds"] = round(time.perf_counter() - started, 2)
         self._record_optimisation(report, run, labels, base_ps, ps, save_drafts)
         return OptimiseReport(**report)
@@ -910,10 +957,24 @@ class OptimisingService(Service):
             avoid=frozenset(o.rejected),
         )
         o.report["calls"]["proposer"] += result.calls_made
-        if result.status != "ok":
-            entry["rejected"].append({"label": label, "status": result.status, "detail": result.detail})
+        if result.status != "ok":  # a model's unusable reply is kept in the report, to be read
+            entry["rejected"].append(
+                {"label": label, "status": result.status, "detail": result.detail, "reply": result.reply}
+            )
             return
         new_lp = proposals.apply_edit(o.ps.label(label), result.edit.fields)
+        contradictions = self._contradictions(o.ps, result)
+        if contradictions:  # refused before any call: an LLM could not follow the prompt it would make
+            entry["rejected"].append(
+                {
+                    "label": label,
+                    "status": "inconsistent",
+                    "detail": contradictions,
+                    "changes": list(result.edit.changes),
+                }
+            )
+            o.refuse(label, new_lp, f"inconsistent in round {k}: {contradictions}")
+            return
         if new_lp in o.rejected:  # the same material gives the same proposal: do not pay to evaluate it again
             entry["rejected"].append({"label": label, "status": "already rejected", "detail": o.rejected[new_lp]})
             o.refusals[label] = o.refusals.get(label, 0) + 1
@@ -941,6 +1002,7 @@ class OptimisingService(Service):
             base_pred=o.current[label],
             inputs=(o.y_true, o.y_pred),
             tuning_ids=screened["ids"] if screened else None,
+            on_calls=o.progress.calls("asking validation" + ("" if screened else " and tuning")),
         )
         _add_calls(o.report, ev["calls"], "full_calls")
         summary = _change_summary(label, result.edit, ev, screened)
@@ -963,7 +1025,15 @@ class OptimisingService(Service):
     def _screen_in_optimise(self, o: _Optimising, label: str, new_lp: LabelPrompt) -> dict:
         """Screen a proposal; the real answers of the current prompt it asked replace carried-over ones in o."""
         screened = self._screen_edit(
-            o.run, new_lp, o.ps, o.current[label], o.y_true, o.parts, o.noise_rate, carried=o.carried.get(label, set())
+            o.run,
+            new_lp,
+            o.ps,
+            o.current[label],
+            o.y_true,
+            o.parts,
+            o.noise_rate,
+            carried=o.carried.get(label, set()),
+            on_calls=o.progress.calls("screening the proposal on part of tuning"),
         )
         _add_calls(o.report, screened["calls"], "calls", screened["refresh_calls"])
         fresh = screened["refreshed"]
@@ -1053,6 +1123,7 @@ class OptimisingService(Service):
         noise_rate: float = 0.0,
         seed: int = 0,
         carried=frozenset(),
+        on_calls=None,
     ) -> dict:
         """Label one proposal on its screen (the label's tuning disagreements and a stratified, seeded sample of
         agreements) through the call cache, and judge whether it is worth asking validation.
@@ -1070,13 +1141,13 @@ class OptimisingService(Service):
         refresh = [r for r in chosen.ids if r in carried]
         refreshed = pd.DataFrame(columns=["value", "evidence"])
         if refresh:
-            refreshed, refresh_counts = self._label_with(run, base_ps, label, refresh)
+            refreshed, refresh_counts = self._label_with(run, base_ps, label, refresh, on_calls=on_calls)
             refreshed = refreshed[refreshed["value"].notna()]  # a failed call keeps the answer carried over
             _sum_calls(counts, refresh_counts)
             before = before.copy()
             before.loc[refreshed.index] = refreshed["value"].astype(float)
         refresh_made = counts["made"]
-        after, screen_counts = self._label_with(run, new_ps, label, chosen.ids)
+        after, screen_counts = self._label_with(run, new_ps, label, chosen.ids, on_calls=on_calls)
         _sum_calls(counts, screen_counts)
         verdict = screening.screen_verdict(chosen, y_true[label], before, after["value"].astype(float), noise_rate)
         return {
@@ -1151,6 +1222,72 @@ def _add_calls(report: dict, counts: dict, kind: str, refresh: int = 0) -> None:
             report["screen"]["full_by_part"][part] += made
 
 
+class _ProposerReply:
+    """How the model proposer reads a reply (labelling.label_calls' decide): a strict edit, or why there is none;
+    what it read (the reply and the proposal) stays here for the caller."""
+
+    def __init__(self, lp: LabelPrompt, allowed: set[str], source: str) -> None:
+        self.lp, self.allowed, self.source = lp, allowed, source
+        self.result: proposals.ProposalResult | None = None
+        self.text = ""
+
+    def __call__(self, req, text: str | None, res=None, replies=None) -> dict:
+        """label -> Decision: a value only for a usable edit, so only that reply is cached."""
+        self.text = text or ""
+        shape = labelling.reply_shape_failure(res)
+        if text is None:
+            self.result = proposals.ProposalResult("call_error", ((res.error if res else None) or "no reply")[:2000])
+        elif shape is not None:  # cut off at max_tokens, or declined by the provider
+            self.result = proposals.ProposalResult(shape.status, shape.detail)
+        else:
+            self.result = proposals.parse_reply(text, self.lp, self.allowed, self.source)
+        ok = self.result.status == "ok"
+        return {
+            self.lp.label: parsing.Decision(
+                1 if ok else None, "", "ok" if ok else self.result.status, self.result.detail
+            )
+        }
+
+
+class OptimiseProgress:
+    """What optimise is doing, for a person waiting (as a run's bar): the round, the label and its step, the calls
+    of that step so far, the time spent and an estimate of the time left (from the turns done so far, counting
+    every round: optimise stops early when a round keeps nothing and has nothing to retry)."""
+
+    def __init__(self, rounds: int, n_labels: int, emit=None) -> None:
+        self.rounds, self.n_labels, self.emit = rounds, n_labels, emit
+        self.started = time.monotonic()
+        self.turns = 0
+        self.where = ""
+
+    def turn(self, k: int, i: int, label: str) -> None:
+        """A label's turn in round k begins: its proposal is asked for."""
+        self.where = f"round {k} of {self.rounds}, label {i} of {self.n_labels} ({label})"
+        self.say("proposing a revision")
+
+    def turn_done(self) -> None:
+        """A label's turn ended (kept or turned down)."""
+        self.turns += 1
+
+    def calls(self, step: str):
+        """A labelling progress callback (labelling.Progress) for one step of the current turn."""
+        return lambda p: self.say(f"{step}: {p.done:,} of {p.total:,} calls ({p.made:,} made, {p.reused:,} cached)")
+
+    def say(self, what: str) -> None:
+        """One progress line: where, what, and the time."""
+        if self.emit:
+            self.emit(f"{self.where}: {what}; {self.timing()}")
+
+    def timing(self) -> str:
+        """Time spent, turns done and the time left at the pace so far."""
+        spent = time.monotonic() - self.started
+        total = self.rounds * self.n_labels
+        text = f"{labelling.duration(spent)} spent, {self.turns} of {total} label turns done"
+        if self.turns:
+            text += f", about {labelling.duration(spent / self.turns * (total - self.turns))} left at most"
+        return text
+
+
 @dataclasses.dataclass
 class _Optimising:
     """What one optimise call carries from label to label and round to round."""
@@ -1166,6 +1303,7 @@ class _Optimising:
     ps: object  # the prompt set with every change kept so far
     current: pd.DataFrame  # the answers under ps (carried-over ones where a screen left tuning unasked)
     evidence: dict
+    progress: OptimiseProgress
     rejected: dict = dataclasses.field(default_factory=dict)  # proposal -> why it was turned down
     carried: dict = dataclasses.field(default_factory=dict)  # label -> tuning reports not asked under its prompt
     refusals: dict = dataclasses.field(default_factory=dict)  # label -> its proposals turned down so far
@@ -1217,16 +1355,23 @@ def _part_metrics(y_true, y_pred, ids, ci, n_resamples, zero_division) -> dict:
     }
 
 
-def _macro_by_part(y_true, y_pred, parts, zero_division: str, n_resamples: int = 1000) -> dict:
+def _macro_by_part(
+    y_true, y_pred, parts, zero_division: str, n_resamples: int = 1000, left_out: frozenset = frozenset()
+) -> dict:
     """Macro F1 under the study's policy with a bootstrap interval, per part, over every label of the run
-    (the same figure split-metrics shows for a run of these predictions)."""
+    (the same figure split-metrics shows for a run of these predictions). left_out: labels to leave out of
+    every part's mean as well (undefined in a figure compared: see _same_labels), so tuning and validation,
+    and before and after, average the same labels; the figure names them."""
+    left_out = left_out | _same_labels(y_true, [y_pred], parts, zero_division)
     out = {}
     for part in splits.PARTS:
         ids = [r for r in y_true.index if parts.get(r) == part]
         t, p = y_true.loc[ids], y_pred.loc[ids, y_true.columns]
         table = metrics.label_metrics(t, p, zero_division=zero_division)
-        figure = metrics.macro_figure(table["f1"], table["f1_undefined"], zero_division)
-        boot = metrics.bootstrap_macro_f1(t, p, n_resamples=n_resamples, zero_division=zero_division)
+        undefined = table["f1_undefined"].astype(bool) | table.index.isin(list(left_out))
+        figure = metrics.macro_figure(table["f1"], undefined, zero_division, paired=bool(left_out))
+        kept = [lab for lab in t.columns if lab not in set(figure.left_out)]
+        boot = metrics.bootstrap_macro_f1(t[kept], p[kept], n_resamples=n_resamples, zero_division=zero_division)
         out[part] = {
             "macro_f1": _num(figure.value),
             "lo": _num(boot.get("lo", np.nan)),
@@ -1238,6 +1383,19 @@ def _macro_by_part(y_true, y_pred, parts, zero_division: str, n_resamples: int =
         None if out["tuning"]["macro_f1"] is None else _num(out["tuning"]["macro_f1"] - out["validation"]["macro_f1"])
     )
     return out
+
+
+def _same_labels(y_true, predictions: list, parts, zero_division: str) -> frozenset:
+    """Labels undefined (no positive on either side) on some part under some of the predictions compared, when
+    the policy leaves such a label out: left out of every figure compared, so each averages the same labels."""
+    tables = []
+    for y_pred in predictions:
+        for part in splits.PARTS:
+            ids = [r for r in y_true.index if parts.get(r) == part]
+            tables.append(
+                metrics.label_metrics(y_true.loc[ids], y_pred.loc[ids, y_true.columns], zero_division=zero_division)
+            )
+    return metrics.undefined_labels(tables, zero_division)
 
 
 def _mcnemar_table(y_true, before, after, parts, labels) -> list[dict]:
@@ -1365,7 +1523,8 @@ def suggestion_text(result: dict) -> str:
     """A suggestion as text for a terminal: status, changes, evaluation per part, diff."""
     head = f"proposal #{result['proposal']} for {result['label']} (run {result['run']}): {result['proposal_status']}"
     if result["status"] != "ok":
-        return f"{head}\n{result['status']}: {result['detail']}"
+        reply = f"\nthe proposer replied: {reply_excerpt(result['reply'])}" if result.get("reply") else ""
+        return f"{head}\n{result['status']}: {result['detail']}{reply}"
     edit, ev = result["edit"], result["evaluation"]
     lines = [head, f"proposer: {edit['source']}", "changes:"] + [f"  {c}" for c in edit["changes"]]
     if edit["note_ids"]:
@@ -1460,6 +1619,8 @@ def report_markdown(report: dict) -> str:
                 lines.append(f"- {r['label']}: screened out, validation not asked ({r['detail']})")
             elif r.get("status") == "already rejected":
                 lines.append(f"- {r['label']}: the same proposal again ({r['detail']}); not evaluated again")
+            else:
+                lines.append(rejected_line(r))
         if not entry["changes"]:
             lines.append("- no change kept")
         lines.append(f"\nAfter round {entry['round']}: {macro(entry['metrics'])}{carried_note(entry)}\n")
@@ -1472,6 +1633,23 @@ def report_markdown(report: dict) -> str:
     )
     lines.append(screen_text(report))
     return "\n".join(lines)
+
+
+def rejected_line(r: dict) -> str:
+    """A proposal turned down before any evaluation: an inconsistent one, or no usable proposal (a model
+    proposer's malformed, empty or refused reply, shown as it came)."""
+    if r["status"] == "inconsistent":
+        return f"- {r['label']}: not evaluated, the proposal would make the prompt contradict itself: {r['detail']}"
+    line = f"- {r['label']}: no proposal ({r['status']}: {r['detail']})"
+    if r.get("reply"):
+        line += f"; the proposer replied: {reply_excerpt(r['reply'])}"
+    return line
+
+
+def reply_excerpt(reply: str, limit: int = 300) -> str:
+    """A model's reply on one line, cut to limit characters (the whole reply is stored with the report)."""
+    flat = " ".join(str(reply).split())
+    return repr(flat if len(flat) <= limit else flat[:limit] + " ...")
 
 
 def carried_note(entry: dict) -> str:

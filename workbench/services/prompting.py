@@ -8,6 +8,7 @@ meanwhile (nothing is lost: the draft stays for the user to re-apply).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 from pathlib import Path
@@ -473,8 +474,31 @@ class PromptsService(Service):
         return policy.policy_table(self.study.prompt_set(ref_), self.vocab.names())
 
     def policy_conflicts(self, ref_: str | None = None) -> list[policy.Finding]:
-        """Inconsistencies between related labels and inside labels."""
-        return policy.policy_conflicts(self.study.prompt_set(ref_), self.vocab.names())
+        """Inconsistencies between related labels and inside labels of a committed version; without a version,
+        of the latest one with this user's drafts and uncommitted edits in it (their findings say "draft")."""
+        committed = self.study.prompt_set(ref_)
+        found = policy.policy_conflicts(committed, self.vocab.names(), self.vocab)
+        if ref_ is not None:
+            return found
+        pending = self.pending_labels()
+        if not pending:
+            return found
+        drafted = committed
+        for label in pending:
+            drafted = drafted.with_label(self.pending_prompt(label))
+        seen = set(found)
+        return found + [
+            dataclasses.replace(f, message=f"{f.message} (in your draft)")
+            for f in policy.policy_conflicts(drafted, self.vocab.names(), self.vocab)
+            if f not in seen
+        ]
+
+    def new_contradictions(self, old: LabelPrompt, new: LabelPrompt, cues: dict | None = None) -> list[policy.Finding]:
+        """Contradictions inside a label's prompt that a revision (old -> new) would create (cues: the task's)."""
+        names = self.vocab.names()
+        cues = cues if cues is not None else self.study.prompt_set().task.cue_lists()
+        before = set(policy.label_contradictions(old, names[old.label], cues, self.vocab))
+        return [f for f in policy.label_contradictions(new, names[new.label], cues, self.vocab) if f not in before]
 
     # ------------------------------------------------------------ few-shot curation
 

@@ -33,6 +33,9 @@ def show(wb, result: dict) -> None:
     """A proposal: status, changes, per-part evaluation, diff, and accept when it is offered."""
     if result["status"] != "ok":
         st.warning(f"No revision to offer ({result['status']}): {result['detail']}")
+        if result.get("reply"):  # the model proposer's unusable reply, as it came (also kept with the proposal)
+            st.caption("The proposer replied:")
+            st.code(result["reply"], language=None)
         return
     edit, ev = result["edit"], result["evaluation"]
     st.markdown(
