@@ -274,7 +274,7 @@ def _attribute_scores(
 
 def read_texts(path_or_frame, sections: list[str], what: str) -> dict[str, str]:
     """id -> text from a reports file (or DataFrame) using the bundle's sections."""
-    frame = importers.read_reports(path_or_frame) if not isinstance(path_or_frame, pd.DataFrame) else path_or_frame
+    frame = importers.read_reports(path_or_frame, source=f"the {what} DataFrame")
     return {
         r.report_id: compose_text(r.findings, r.impression, r.text, sections) for r in frame.itertuples(index=False)
     }
