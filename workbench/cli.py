@@ -109,7 +109,7 @@ def echo_table(
 
         click.echo(to_csv(frame), nl=False)
     elif fmt == "json":
-        click.echo(frame.to_json(orient="records", indent=2, force_ascii=False))
+        click.echo(json.dumps(json_records(frame), indent=2, ensure_ascii=False))
     else:
         from workbench.terminal import render_table
 
@@ -129,6 +129,13 @@ def json_default(obj):
     from workbench.services.results import json_default as default
 
     return default(obj)
+
+
+def json_records(frame: pd.DataFrame) -> list[dict]:
+    """A table's rows for --format json, floats at full precision (core/export.py)."""
+    from workbench.core.export import json_records as records
+
+    return records(frame)
 
 
 def say(text: str) -> None:
@@ -523,9 +530,7 @@ def agreement(wb, cohort, fmt, wide):
     """Readers' agreement: Fleiss kappa per label, pairwise Cohen, each reader vs the reference."""
     tables = {name: _with_label_column(frame) for name, frame in wb.agreement(cohort).items()}
     if fmt == "json":
-        click.echo(
-            json.dumps({name: json.loads(frame.to_json(orient="records")) for name, frame in tables.items()}, indent=2)
-        )
+        click.echo(json.dumps({name: json_records(frame) for name, frame in tables.items()}, indent=2))
         return
     if fmt == "csv":
         for name, frame in tables.items():
@@ -689,7 +694,7 @@ def _confirm_cost(wb, cohort, prompt_ref, model, labels, api_base, concurrency, 
         )
         click.echo("\n".join(est.lines()), err=True)
         if not click.confirm(f"{exc}. Start the run anyway?", default=False, err=True):
-            raise SystemExit(2)
+            raise SystemExit(2) from None
         return True
 
 
@@ -835,7 +840,7 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous, wide):
                     "excluded": ev.excluded,
                     "averages": ev.averages,
                     "macro_f1_bootstrap": ev.bootstrap,
-                    "labels": json.loads(ev.table.reset_index().to_json(orient="records")),
+                    "labels": json_records(ev.table.reset_index()),
                 },
                 indent=2,
                 default=str,
@@ -2554,8 +2559,8 @@ def attributes_cmd(wb, run_id, label, fmt, show_metrics, show_confusion, wide):
                         "run": run_id,
                         "rule": result["rule"],
                         "parse_failures": result["parse_failures"],
-                        "attributes": json.loads(result["table"].to_json(orient="records")),
-                        "confusion": json.loads(result["confusion"].to_json(orient="records")),
+                        "attributes": json_records(result["table"]),
+                        "confusion": json_records(result["confusion"]),
                     },
                     indent=2,
                 )
