@@ -763,7 +763,12 @@ def _sigterm_as_interrupt():
 
     def handler(signum, frame):
         _SIGTERM["received"] = True
-        raise KeyboardInterrupt
+        on_ctrl_c = signal.getsignal(signal.SIGINT)
+        if not callable(on_ctrl_c) or on_ctrl_c is signal.default_int_handler:
+            raise KeyboardInterrupt
+        # inside the model engine asyncio's own Ctrl-C handler cancels the calls in order (an exception raised
+        # here could land anywhere in the event loop and leave a half-made call behind)
+        on_ctrl_c(signal.SIGINT, frame)
 
     previous = signal.signal(signal.SIGTERM, handler)
     try:
