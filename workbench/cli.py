@@ -985,28 +985,56 @@ def _needed_text(value: float, note: str) -> str:
 @click.option("--cohort", required=True, help="Cohort whose runs to list.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--per-label", is_flag=True, help="Include every label's accuracy and F1.")
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="Also runs with failed or missing answers (marked in the result column; left out by default).",
+)
 @wide_flag
 @study_option
-def history(wb, cohort, fmt, per_label):
-    """Iteration history: macro accuracy and F1 of every run on a cohort, in prompt-version order."""
-    frame = wb.iteration_history(cohort)
+def history(wb, cohort, fmt, per_label, show_all):
+    """Iteration history: macro accuracy and F1 of every finished run on a cohort, in prompt-version order."""
+    frame = wb.iteration_history(cohort, include_unfinished=show_all)
     if not per_label and len(frame):
         frame = frame[[c for c in frame.columns if ":" not in c]]
     stopped = wb.interrupted_runs(cohort)
+    unfinished = [] if show_all else _unfinished_runs(wb, cohort)
     if fmt == "table" and not len(frame):
         click.echo(f"no finished run on cohort {cohort!r} yet: workbench run --cohort {cohort}")
+        _unfinished_lines(unfinished)
         _interrupted_lines(stopped)
         return
-    echo_table(
-        frame.drop(columns="macro_labels", errors="ignore") if fmt == "table" else frame,
-        fmt,
-        wide=True if per_label else None,
-    )
+    shown = frame.drop(columns=["macro_labels"] + ([] if show_all else ["result"]), errors="ignore")
+    echo_table(shown if fmt == "table" else frame, fmt, wide=True if per_label else None)
     if fmt == "table":
         for text in frame.attrs.get("macro_labels", []):
             say(f"macro F1: {text}")
         _drift_line(wb, list(frame["run"]) if len(frame) else [])
+        _unfinished_lines(unfinished)
         _interrupted_lines(stopped)
+
+
+def _unfinished_runs(wb, cohort: str) -> list:
+    """Runs left out of the history because answers failed or are missing."""
+    runs = wb.run_results(cohort)
+    return list(runs[runs["result"] != "finished"].sort_values("id").itertuples(index=False))
+
+
+def _unfinished_lines(runs: list) -> None:
+    """Runs with failed answers, apart from the results: each with what it got and how to finish it."""
+    if not runs:
+        return
+    click.echo("")
+    say("runs with failed or missing answers (not results; `--all` lists them in the table):")
+    for row in runs:
+        got = "no answer at all" if row.result == "failed" else f"{row.answered} answer(s), {row.failures} failed"
+        click.echo(
+            wrap_item(
+                f"run {row.id} (prompt {row.prompt_commit[:8]}, {row.model}): {row.result}, {got}; see why with "
+                f"`workbench disagreements {row.id} --type failed`, retry with `workbench run --retry-failed {row.id}`"
+            )
+        )
 
 
 def _drift_line(wb, run_ids: list[int]) -> None:

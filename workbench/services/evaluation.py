@@ -339,10 +339,15 @@ class EvaluationService(Service):
             zero_division=zero_division,
         )
 
-    def iteration_history(self, cohort: str, ci: str = "wilson") -> pd.DataFrame:
-        """Every finished run on a cohort in prompt-version order: macro and per-label accuracy and F1."""
-        runs = self.runner.runs(cohort)
-        runs = runs[runs["status"].isin(["finished", "incomplete"])]
+    def iteration_history(self, cohort: str, ci: str = "wilson", include_unfinished: bool = False) -> pd.DataFrame:
+        """Every finished run on a cohort in prompt-version order: macro and per-label accuracy and F1.
+
+        Runs with failed or missing answers are no result (a run of 401s would show as F1 0 and pull a trend
+        down): left out unless include_unfinished, and then marked in the `result` column.
+        """
+        runs = self.runner.run_results(cohort)
+        if not include_unfinished:
+            runs = runs[runs["result"] == "finished"]
         reference = self.study.reference_matrix(cohort) if len(runs) else None  # once for every run
         rows = []
         for run in runs.itertuples(index=False):
@@ -354,6 +359,7 @@ class EvaluationService(Service):
                 "prompt": run.prompt_commit[:8],
                 "model": run.model,
                 "started": run.started_at,
+                "result": run.result,
                 "macro_accuracy": ev.averages["macro_accuracy"],
                 "macro_f1": ev.averages["macro_f1"],
                 "micro_f1": ev.averages["micro_f1"],
