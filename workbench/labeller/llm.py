@@ -37,9 +37,6 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from urllib.parse import urlsplit
 
-import httpx
-import openai  # litellm depends on it; it is already imported when this runs
-
 from workbench.errors import UserError, WorkbenchError
 from workbench.labeller.endpoints import (  # noqa: F401
     PROVIDER_BASES,
@@ -334,6 +331,7 @@ def _install_guard() -> None:
     global _GUARD_INSTALLED
     if _GUARD_INSTALLED:
         return
+    import httpx  # here, not at the top: a command that calls no model never loads an HTTP client (~1 s)
 
     async_send, sync_send = httpx.AsyncClient.send, httpx.Client.send
 
@@ -582,6 +580,8 @@ def _chain(exc: BaseException):
 
 def classify(exc: BaseException) -> str:
     """The error_kind of an exception raised by a litellm call."""
+    import openai  # litellm depends on it; loaded by the call that raised, so this costs nothing
+
     if any(isinstance(link, EndpointRefused) for link in _chain(exc)) or "refused by the workbench" in str(exc):
         return "refused"
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError, openai.APITimeoutError)):
