@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import errno
 import functools
 import json
@@ -174,8 +175,66 @@ def wide_flag(func):
     )(func)
 
 
+# `workbench --help` lists the commands in the order of the work, not the alphabet (docs/gen_cli.py too)
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "Study and data": ("init", "demo", "app", "import", "cohort-role", "split"),
+    "Reading": (
+        "readings",
+        "reference",
+        "adjudicate",
+        "adjudicate-attribute",
+        "attribute-ties",
+        "agreement",
+        "adaptive",
+    ),
+    "Runs and evaluation": (
+        "run",
+        "metrics",
+        "compare",
+        "history",
+        "split-metrics",
+        "split-compare",
+        "split-history",
+        "disagreements",
+        "case",
+        "search",
+        "error-note",
+        "error-notes",
+        "attributes",
+        "calls",
+        "noise",
+        "ceiling",
+    ),
+    "Prompts and optimisation": ("prompts", "suggest", "accept", "optimise", "evaluate-drafts"),
+    "Freezing and scoring": ("freeze", "bundle", "verify", "score", "robustness", "test-look", "test-look-history"),
+    "Teams and admin": ("user", "audit", "allow-endpoint", "migrate-db"),
+}
+
+
+def hidden_alias(group: click.Group, command: click.Command, old_name: str) -> None:
+    """Keep an old command name working (scripts, notes, habits) without listing it twice."""
+    alias = copy.copy(command)
+    alias.hidden = True
+    group.add_command(alias, old_name)
+
+
 class CliGroup(click.Group):
-    """One line for a user's mistake (exit 2) or a storage failure (exit 1); a traceback for a bug (exit 1)."""
+    """One line for a user's mistake (exit 2) or a storage failure (exit 1); a traceback for a bug (exit 1).
+
+    Its help lists the commands by workflow (SECTIONS), then any not placed there.
+    """
+
+    def format_commands(self, ctx, formatter):
+        """Commands under the section headings of SECTIONS (a command missing from them under "Other")."""
+        shown = {n: c for n in self.list_commands(ctx) if (c := self.get_command(ctx, n)) and not c.hidden}
+        placed = {n for names in SECTIONS.values() for n in names}
+        groups = [(title, [n for n in names if n in shown]) for title, names in SECTIONS.items()]
+        groups.append(("Other", [n for n in shown if n not in placed]))
+        width = formatter.width - 6 - max((len(n) for n in shown), default=0)
+        for title, names in groups:
+            if names:
+                with formatter.section(title):
+                    formatter.write_dl([(n, shown[n].get_short_help_str(width)) for n in names])
 
     def invoke(self, ctx):
         try:
@@ -393,7 +452,7 @@ def readings_undo(wb, reader):
     )
 
 
-@readings_.command("notes")
+@readings_.command("comments")
 @click.option("--cohort", default=None, help="Limit to one cohort.")
 @click.option("--reader", default=None, help="Only one reader's (yours without unblinded access).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
@@ -402,6 +461,9 @@ def readings_undo(wb, reader):
 def readings_notes(wb, cohort, reader, fmt):
     """Readers' per-report comments and unsure marks, saved with their readings."""
     echo_table(wb.reading_notes(cohort=cohort, reader=reader), fmt)
+
+
+hidden_alias(readings_, readings_notes, "notes")  # its name before issue 30
 
 
 @main.command()
@@ -1124,7 +1186,7 @@ def disagreements(wb, run_id, label, kind, category, fmt, show_text, wide):
     )
     if len(frame):
         click.echo(
-            f"note one: workbench note REPORT LABEL --run {run_id} \\\n"
+            f"note one: workbench error-note REPORT LABEL --run {run_id} \\\n"
             "    --category CATEGORY --significance SIGNIFICANCE --text 'what went wrong'"
         )
         say(
@@ -1163,7 +1225,7 @@ def _disagreement_texts(wb, run_id: int, frame: pd.DataFrame) -> None:
         elif not row.evidence:
             click.echo(wrap("evidence: none quoted by the labeller"))
         click.echo(
-            f"  workbench note {row.report_id} {row.label} --run {run_id} \\\n"
+            f"  workbench error-note {row.report_id} {row.label} --run {run_id} \\\n"
             "      --category CATEGORY --significance SIGNIFICANCE --text '...'"
         )
     if len(frame):
@@ -1171,7 +1233,7 @@ def _disagreement_texts(wb, run_id: int, frame: pd.DataFrame) -> None:
         say(">>...<< = the labeller's evidence; [...] = a look-for phrase of the prompt version the run used")
 
 
-@main.command()
+@main.command("error-note")
 @click.argument("report_id")
 @click.argument("label")
 @click.option("--category", required=True, help="Error category (see error_categories in workbench.yaml).")
@@ -1188,7 +1250,7 @@ def note(wb, report_id, label, category, significance, text, reference_wrong, ru
     click.echo(f"note {note_id} added" + (" and the item sent to adjudication" if reference_wrong else ""))
 
 
-@main.command("notes")
+@main.command("error-notes")
 @click.option("--run", "run_id", type=int, default=None, help="Only notes on this run's disagreements.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @wide_flag
@@ -1203,6 +1265,10 @@ def notes_cmd(wb, run_id, fmt):
         echo_table(long[long["notes"] > 0].sort_values(["label", "notes"], ascending=[True, False]))
     else:
         click.echo("no error notes yet" + (f" on run {run_id}'s disagreements" if run_id is not None else ""))
+
+
+hidden_alias(main, note, "note")  # the names before issue 30: error notes are not the readers' comments
+hidden_alias(main, notes_cmd, "notes")
 
 
 @main.command("ceiling")
@@ -2307,13 +2373,16 @@ def test_look(wb, bundle, cohort, fmt):
     )
 
 
-@main.command("test-looks")
+@main.command("test-look-history")
 @click.option("--bundle", default=None, help="Only this bundle.")
 @wide_flag
 @study_option
 def test_looks(wb, bundle):
     """Every look at a test cohort: who, when, which bundle."""
     echo_table(wb.test_looks(bundle))
+
+
+hidden_alias(main, test_looks, "test-looks")  # its name before issue 30
 
 
 @user.command("disable")
