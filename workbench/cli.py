@@ -936,7 +936,7 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous, wide):
         if a["macro_f1"] != a["macro_f1"]:  # NaN: no pair could be scored (e.g. every call failed)
             say(
                 f"macro F1 undefined: no (report, label) pair has both a labeller answer and a decided reference; failed "
-                f"calls are left out, never counted as 0. Fix the cause, then `workbench run --retry-failed {run_id}`."
+                f"calls are left out, never counted as 0. {_finish_advice(wb, run_id)}"
             )
         else:
             say(
@@ -1064,7 +1064,7 @@ def history(wb, cohort, fmt, per_label, show_all):
     unfinished = [] if show_all else _unfinished_runs(wb, cohort)
     if fmt == "table" and not len(frame):
         click.echo(f"no finished run on cohort {cohort!r} yet: workbench run --cohort {cohort}")
-        _unfinished_lines(unfinished)
+        _unfinished_lines(wb, unfinished)
         _interrupted_lines(stopped)
         return
     shown = frame.drop(columns=["macro_labels"] + ([] if show_all else ["result"]), errors="ignore")
@@ -1073,8 +1073,19 @@ def history(wb, cohort, fmt, per_label, show_all):
         for text in frame.attrs.get("macro_labels", []):
             say(f"macro F1: {text}")
         _drift_line(wb, list(frame["run"]) if len(frame) else [])
-        _unfinished_lines(unfinished)
+        _unfinished_lines(wb, unfinished)
         _interrupted_lines(stopped)
+
+
+def _finish_advice(wb, run_id: int) -> str:
+    """How to finish a run that lacks answers: a stopped batch job is polled again (--resume), never re-sent."""
+    pending = wb.pending_batch(run_id)
+    if pending is not None:
+        return (
+            f"Its batch {pending['batch_id']} is still with the provider: `workbench run --resume {run_id}` polls it "
+            "and stores its answers (nothing is sent again)."
+        )
+    return f"Fix the cause, then `workbench run --retry-failed {run_id}`."
 
 
 def _unfinished_runs(wb, cohort: str) -> list:
@@ -1083,7 +1094,7 @@ def _unfinished_runs(wb, cohort: str) -> list:
     return list(runs[runs["result"] != "finished"].sort_values("id").itertuples(index=False))
 
 
-def _unfinished_lines(runs: list) -> None:
+def _unfinished_lines(wb, runs: list) -> None:
     """Runs with failed answers, apart from the results: each with what it got and how to finish it."""
     if not runs:
         return
@@ -1094,7 +1105,7 @@ def _unfinished_lines(runs: list) -> None:
         click.echo(
             wrap_item(
                 f"run {row.id} (prompt {row.prompt_commit[:8]}, {row.model}): {row.result}, {got}; see why with "
-                f"`workbench disagreements {row.id} --type failed`, retry with `workbench run --retry-failed {row.id}`"
+                f"`workbench disagreements {row.id} --type failed`. {_finish_advice(wb, int(row.id))}"
             )
         )
 
