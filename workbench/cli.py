@@ -230,11 +230,12 @@ class CliGroup(click.Group):
         placed = {n for names in SECTIONS.values() for n in names}
         groups = [(title, [n for n in names if n in shown]) for title, names in SECTIONS.items()]
         groups.append(("Other", [n for n in shown if n not in placed]))
-        width = formatter.width - 6 - max((len(n) for n in shown), default=0)
+        first = max((len(n) for n in shown), default=0)
         for title, names in groups:
             if names:
                 with formatter.section(title):
-                    formatter.write_dl([(n, shown[n].get_short_help_str(width)) for n in names])
+                    for name in names:
+                        _write_command_row(formatter, name, shown[name].get_short_help_str(10**6), first)
 
     def invoke(self, ctx):
         try:
@@ -255,6 +256,16 @@ class CliGroup(click.Group):
                 ctx.exit(1)
             _report_bug()
             ctx.exit(1)
+
+
+def _write_command_row(formatter, name: str, text: str, first: int) -> None:
+    """One listing row, its name column as wide in every section and its text wrapped at spaces only (a
+    hyphenated word such as per-label is never split across lines)."""
+    indent = formatter.current_indent
+    lines = textwrap.wrap(text, max(formatter.width - indent - first - 2, 30), break_on_hyphens=False) or [""]
+    formatter.write(f"{'':{indent}}{name:<{first}}  {lines[0]}\n")
+    for line in lines[1:]:
+        formatter.write(f"{'':{indent + first + 2}}{line}\n")
 
 
 def _report_bug() -> None:

@@ -359,7 +359,6 @@ class EvaluationService(Service):
                 "prompt": run.prompt_commit[:8],
                 "model": run.model,
                 "started": run.started_at,
-                "result": run.result,
                 "macro_accuracy": ev.averages["macro_accuracy"],
                 "macro_f1": ev.averages["macro_f1"],
                 "micro_f1": ev.averages["micro_f1"],
@@ -369,6 +368,7 @@ class EvaluationService(Service):
                 row[f"f1:{lab}"] = ev.table.loc[lab, "f1"]
             rows.append(row)
             row["macro_labels"] = ev.macro.describe()
+            row["result"] = run.result  # last: scripts that read the columns by position keep working
         frame = pd.DataFrame(rows)
         frame = frame.sort_values(["version", "run"]).reset_index(drop=True) if len(frame) else frame
         frame.attrs["macro_labels"] = sorted(set(frame["macro_labels"])) if len(frame) else []
