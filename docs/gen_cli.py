@@ -20,7 +20,9 @@ HEADER = """# Command-line reference
 
 Generated from the commands by `python docs/gen_cli.py`; do not edit by hand. Every command also
 has `--help`. Commands that work on a study take `--study PATH` (default `$WORKBENCH_STUDY`, else
-the current folder); it is listed once here, not under each command.
+the current folder); it is listed once here, not under each command. Commands are grouped by
+workflow, as `workbench --help` lists them; names used before (`note`, `notes`, `readings notes`,
+`test-looks`) still work and are not listed.
 
 """
 
@@ -80,19 +82,38 @@ def _walk(group: click.Group, path: list[str]):
             yield [*path, name], cmd
 
 
+def _sections(group: click.Group):
+    """(title, [(path, command), ...]) in the order of `workbench --help` (workbench.cli.SECTIONS)."""
+    from workbench.cli import SECTIONS
+
+    placed = [n for names in SECTIONS.values() for n in names]
+    rest = [n for n in sorted(group.commands) if n not in placed and not group.commands[n].hidden]
+    for title, names in [*SECTIONS.items(), ("Other", rest)]:
+        leaves = []
+        for name in names:
+            cmd = group.commands[name]
+            leaves += list(_walk(cmd, [name])) if isinstance(cmd, click.Group) else [([name], cmd)]
+        if leaves:
+            yield title, leaves
+
+
 def render() -> str:
-    """The whole reference: an index table, then one section per command."""
+    """The whole reference: an index table per workflow section, then one section per command."""
     from workbench.cli import main
 
-    leaves = list(_walk(main, []))
-    out = [HEADER, "| command | what it does |", "|---|---|"]
-    for path, cmd in leaves:
-        summary = " ".join(cmd.get_short_help_str(limit=120).split()).replace("|", "\\|")
-        anchor = "workbench-" + "-".join(path).replace("_", "-")
-        out.append(f"| [`workbench {' '.join(path)}`](#{anchor}) | {summary} |")
-    out += ["", "## Commands", ""]
-    for path, cmd in leaves:
-        out += _command_section(cmd, path)
+    sections = list(_sections(main))
+    out = [HEADER.rstrip("\n"), ""]
+    for title, leaves in sections:
+        out += [f"**{title}**", "", "| command | what it does |", "|---|---|"]
+        for path, cmd in leaves:
+            summary = " ".join(cmd.get_short_help_str(limit=120).split()).replace("|", "\\|")
+            anchor = "workbench-" + "-".join(path).replace("_", "-")
+            out.append(f"| [`workbench {' '.join(path)}`](#{anchor}) | {summary} |")
+        out.append("")
+    for title, leaves in sections:
+        out += [f"## {title}", ""]
+        for path, cmd in leaves:
+            out += _command_section(cmd, path)
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -16,7 +16,9 @@ request of a batch fails N times and then succeeds.
 The OpenAI batch surface is there too: POST /v1/files (multipart upload), GET /v1/files/{id} and
 /v1/files/{id}/content, POST /v1/batches, GET /v1/batches/{id}, POST /v1/batches/{id}/cancel. A
 batch completes after ``batch_polls`` retrievals (in_progress until then) or ends in ``batch_end``
-("failed", "expired", "cancelled") instead; its lines are answered by the same logic as chat calls
+("failed", "expired", "cancelled") instead; ``batch_poll_hangs`` retrievals from the
+``batch_hang_from``-th on hang for ``hang_s`` (the client's poll times out), and ``batch_expires_s`` sets
+a batch's ``expires_at``; its lines are answered by the same logic as chat calls
 (markers included: a 400/401/404 line goes to the error file) but are not counted as chat calls
 (``batch_counts`` counts uploads, creates, retrieves, contents and cancels; ``requests`` every HTTP
 request of any kind). As the real services do, a batch whose lines' ``url`` is not the batch's
@@ -188,6 +190,9 @@ class FakeLLMServer:
         prefix_slots: int = 16,
         batch_polls: int = 1,
         batch_end: str = "completed",
+        batch_poll_hangs: int = 0,
+        batch_hang_from: int = 1,
+        batch_expires_s: float | None = None,
     ) -> None:
         self.behaviour = behaviour
         self.keywords = keywords if isinstance(keywords, dict) else tuple(keywords)
@@ -202,6 +207,9 @@ class FakeLLMServer:
         self.prefix_slots = prefix_slots  # prompt prefixes the simulated provider cache keeps (least recently used go)
         self.batch_polls = batch_polls  # retrievals of a batch before it completes
         self.batch_end = batch_end  # the status a batch ends in: completed, failed, expired or cancelled
+        self.batch_poll_hangs = batch_poll_hangs  # N retrievals of a batch hang for hang_s (a poll times out) ...
+        self.batch_hang_from = batch_hang_from  # ... from this retrieval on (1 = the first)
+        self.batch_expires_s = batch_expires_s  # a batch's expires_at, seconds after its creation (None: not said)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._server: ThreadingHTTPServer | None = None
@@ -455,6 +463,7 @@ class FakeLLMServer:
                     "output_file_id": None,
                     "error_file_id": None,
                     "created_at": int(time.time()),
+                    "expires_at": None if self.batch_expires_s is None else int(time.time() + self.batch_expires_s),
                     "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
                     "metadata": body.get("metadata") or {},
                 },
@@ -630,6 +639,14 @@ def _make_http_server(fake: FakeLLMServer) -> ThreadingHTTPServer:
             if path is None:
                 return
             if path.startswith("/v1/batches/"):
+                with fake._lock:
+                    fake.batch_counts["poll"] += 1
+                    hang = fake.batch_poll_hangs > 0 and fake.batch_counts["poll"] >= fake.batch_hang_from
+                    fake.batch_poll_hangs -= hang
+                    fake.batch_counts["hung"] += hang
+                if hang:  # the client gives up first (its timeout); then the connection is closed unanswered
+                    fake._stop.wait(fake.hang_s)
+                    return
                 status, obj = fake.retrieve_batch(path.rsplit("/", 1)[1])
                 self._send(status, {}, json.dumps(obj).encode())
                 return

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from click.testing import CliRunner
 from conftest import copy_study
 from fake_llm_server import last_user_text, running_server
@@ -310,3 +311,58 @@ def score_batch_equals_a_normal_score(small_study, server, tmp_path, model: str,
     assert score("--batch") == normal
     assert server.count == chat_calls  # no chat call: reference and generated texts went as two batches
     assert (server.batch_counts["upload"], server.batch_counts["create"]) == (2, 2)
+
+
+# ---------------------------------------------------------------- issue 30 item 4: batch runs that finish
+
+
+def test_reports_that_share_a_text_are_all_filled_from_one_batch_line(small_study, server, tmp_path):
+    wb = small_study
+    twin = pd.read_csv(Path(__file__).parent / "data" / "reports_small.csv").head(1).assign(id="s1-copy")
+    twin.to_csv(tmp_path / "twin.csv", index=False)
+    wb.import_reports(tmp_path / "twin.csv", "dev")
+    summary = wb.start_run("dev", labels=LABELS, batch=True, **remote(server))
+    assert summary.status == "finished" and summary.failures == 0  # not "incomplete" until a second --resume
+    sent = server.batches["batch_fake_1"]["lines"]
+    assert len(sent) == N_CALLS  # one line per distinct call: the copy's text is the same call
+    got = values(wb, summary.run_id)
+    assert len(got) == N_CALLS + len(LABELS)
+    assert all(got[("s1-copy", lab)] == got[("s1", lab)] is not None for lab in LABELS)
+
+
+def test_a_poll_that_times_out_is_polled_again_and_the_run_finishes(small_study, server):
+    server.hang_s, server.batch_poll_hangs, server.batch_hang_from = 20.0, 2, 2
+    lines: list[str] = []
+    summary = small_study.start_run(
+        "dev", labels=LABELS, batch=True, on_batch_status=lines.append, **remote(server, timeout_s=1)
+    )
+    assert summary.status == "finished" and summary.failures == 0, lines
+    assert server.batch_counts["hung"] == 2
+    assert sum("poll 1 failed; polling again" in line for line in lines) == 1, lines
+    assert values(small_study, summary.run_id) == expected_values(LABELS)
+
+
+def test_polls_that_fail_until_the_window_ends_stop_with_the_command_that_resumes(small_study, server):
+    server.batch_polls, server.batch_expires_s = 10**9, 3.0  # in progress, and its window ends 3 s after creation
+    server.hang_s, server.batch_poll_hangs, server.batch_hang_from = 20.0, 10**9, 2  # every poll after the first hangs
+    study = ["--study", str(small_study.root)]
+    args = ["--labels", ",".join(LABELS), "--model", "openai/fake", "--api-base", server.url, "--batch"]
+    settings = small_study.root / "workbench.yaml"
+    config = yaml.safe_load(settings.read_text(encoding="utf-8"))
+    config.setdefault("labeller", {})["timeout_s"] = 1  # a poll gives up after 1 s
+    settings.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    res = CliRunner().invoke(main, ["run", "--cohort", "dev", *args, *study])
+    assert res.exit_code == 3, res.output
+    run_id = int(small_study.runs()["id"].max())
+    assert f"resume with `workbench run --resume {run_id}` (it polls batch batch_fake_1" in res.output, res.output
+    assert small_study.pending_batch(run_id) is not None  # the job is kept: the resume polls it, uploads nothing
+    metrics = CliRunner().invoke(main, ["metrics", str(run_id), *study])
+    assert f"`workbench run --resume {run_id}`" in metrics.output and "--retry-failed" not in metrics.output
+
+
+def test_a_failed_batch_says_the_command_that_sends_the_rest_again(small_study, server):
+    server.batch_end = "failed"
+    with pytest.raises(Exception, match=r"resume with `workbench run --resume \d+ --batch`") as caught:
+        small_study.start_run("dev", labels=LABELS, batch=True, **remote(server))
+    run_id = int(small_study.runs()["id"].max())
+    assert f"--resume {run_id} --batch" in str(caught.value)

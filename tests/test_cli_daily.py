@@ -316,7 +316,7 @@ def test_disagreements_of_one_label_show_the_report_with_marks_and_the_note_comm
     assert "FINDINGS:" in out  # the report text, on by default for one label
     assert ">>" in out and "<<" in out  # the labeller's evidence marked (false alarms quote it)
     assert "[atelectasis]" in out or "[consolidation]" in out  # look-for phrases of run 2's prompt marked
-    assert "workbench note demo-" in out and "--run 2" in out
+    assert "workbench error-note demo-" in out and "--run 2" in out
     assert "1.0" not in out and "0.0" not in out  # values as 0/1
     table = _demo(demo_study, "disagreements", "2", "--no-text")
     assert "FINDINGS:" not in table and "1.0" not in table

@@ -42,6 +42,52 @@ def test_metrics_imports_no_statistics_git_or_model_libraries(small_study):
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
 
 
+MODEL_CLIENTS = {"openai", "httpx", "litellm", "aiohttp"}
+
+
+def test_commands_that_call_no_model_import_no_model_client(small_study):
+    """Issue 30 item 7: the OpenAI SDK (and httpx under it) cost about 1 s; only a model call needs them."""
+    wb = small_study
+    wb.split_cohort("dev", validation=0.3, seed=0)
+    first = wb.start_run("dev").run_id
+    wb.set_prompt_field("pneumonia", "hedged", "negative")
+    wb.commit_drafts(["pneumonia"], "hedging is negative")
+    second = wb.start_run("dev").run_id
+    study = ("--study", str(wb.paths.root))
+    for argv in (
+        ("metrics", str(first)),
+        ("history", "--cohort", "dev"),
+        ("compare", str(first), str(second)),
+        ("disagreements", str(first)),
+        ("split-metrics", str(first)),
+        ("reference", "--cohort", "dev"),
+        ("prompts", "show", "pneumonia"),
+    ):
+        loaded = _loaded(*argv, *study)
+        assert "pandas" in loaded or argv[0] == "prompts", argv  # the probe really ran the command
+        assert not loaded & MODEL_CLIENTS, (argv, sorted(loaded & MODEL_CLIENTS))
+
+
+REFUSAL_PROBE = PROBE.replace("main(sys.argv[1:], standalone_mode=False)", "main(sys.argv[1:])")
+
+
+def test_a_refused_argument_is_refused_before_the_heavy_imports(small_study):
+    """A typo's refusal does not wait for pandas, the database layer or the services (20-37 s under load)."""
+    study = ("--study", str(small_study.paths.root))
+    for argv, words in (
+        (("metrcs", "1"), "No such command 'metrcs'"),
+        (("metrics", "one"), "'one' is not a valid integer"),
+        (("history",), "Missing option '--cohort'"),
+        (("run", "--cohort", "dev", "--concurrency", "many"), "'many' is not a valid integer"),
+        (("compare", "1", "2", "--format", "xml"), "'xml' is not one of"),
+    ):
+        done = subprocess.run([sys.executable, "-c", REFUSAL_PROBE, *argv, *study], capture_output=True, text=True)
+        assert done.returncode == 2 and words in done.stderr, (argv, done.stderr[-800:])
+        line = [ln for ln in done.stderr.splitlines() if ln.startswith("MODULES ")][-1]
+        loaded = set(json.loads(line.removeprefix("MODULES ")))
+        assert not loaded & {*HEAVY, *MODEL_CLIENTS, "pandas", "sqlalchemy", "numpy"}, (argv, sorted(loaded))
+
+
 def test_help_imports_nothing_heavy():
     """`workbench --help` loads neither pandas nor the database layer."""
     loaded = _loaded("--help")

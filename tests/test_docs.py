@@ -26,6 +26,8 @@ def _generator():
 
 def _leaves(group=main, prefix=()):
     for name, cmd in sorted(group.commands.items()):
+        if cmd.hidden:  # an old name kept working (issue 30 item 12): documented under its new name
+            continue
         if isinstance(cmd, click.Group):
             yield from _leaves(cmd, prefix + (name,))
         else:

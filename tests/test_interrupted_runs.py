@@ -10,13 +10,16 @@ import os
 import signal
 import subprocess
 
+import pytest
 from conftest import ROOT
 from fake_llm_server import running_server
 from test_resume_kill import N_CALLS, answer, child_env, cli, stored, wait_for_answers
 
 
-def interrupt_after_some_answers(wb, server, signum) -> tuple[subprocess.CompletedProcess, int]:
-    """Start a run in a child, send it signum once 10 answers are stored; its output and the run id."""
+def interrupt_after_some_answers(
+    wb, server, signum, concurrency: int = 2, answers: int = 10
+) -> tuple[subprocess.CompletedProcess, int]:
+    """Start a run in a child, send it signum once some answers are stored; its output and the run id."""
     db = wb.root / "workbench.db"
     child = subprocess.Popen(
         cli(
@@ -30,7 +33,7 @@ def interrupt_after_some_answers(wb, server, signum) -> tuple[subprocess.Complet
             "--api-base",
             server.url,
             "--concurrency",
-            "2",
+            str(concurrency),
         ),
         cwd=ROOT,
         env=child_env(),
@@ -41,8 +44,8 @@ def interrupt_after_some_answers(wb, server, signum) -> tuple[subprocess.Complet
         start_new_session=True,
     )
     try:
-        run_id, done = wait_for_answers(child, db, 10)
-        assert child.poll() is None and done >= 10, "the run ended, or stored nothing, before it could be stopped"
+        run_id, done = wait_for_answers(child, db, answers)
+        assert child.poll() is None and done >= answers, "the run ended, or stored nothing, before it could be stopped"
         os.kill(child.pid, signum)
         out, err = child.communicate(timeout=120)
     finally:
@@ -59,6 +62,7 @@ def test_ctrl_c_marks_the_run_interrupted_says_how_to_resume_and_it_is_no_result
         assert result.returncode == 130, (result.stdout, result.stderr)
         assert f"resume with `workbench run --resume {run_id}`" in result.stderr
         assert "Aborted!" not in result.stderr and "Traceback" not in result.stderr
+        assert "Warning" not in result.stderr and "never awaited" not in result.stderr, result.stderr  # issue 30 item 9
         assert wb.run_info(run_id).status == "interrupted"
         server.settle()
 
@@ -130,6 +134,7 @@ def test_sigterm_interrupts_too_and_new_starts_a_fresh_run_beside_it(small_study
         result, run_id = interrupt_after_some_answers(wb, server, signal.SIGTERM)
         assert result.returncode == 143, (result.stdout, result.stderr)
         assert f"resume with `workbench run --resume {run_id}`" in result.stderr
+        assert "Warning" not in result.stderr and "never awaited" not in result.stderr, result.stderr  # issue 30 item 9
         server.settle()
         server.latency = 0.0
         fresh = subprocess.run(
@@ -155,3 +160,14 @@ def test_sigterm_interrupts_too_and_new_starts_a_fresh_run_beside_it(small_study
     assert wb.run_info(run_id).status == "interrupted"
     assert wb.run_info(run_id + 1).status == "finished"
     assert list(wb.interrupted_runs("dev")["id"]) == [run_id]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_stop_with_many_calls_in_flight_prints_no_coroutine_warning(small_study, signum):
+    """Issue 30 item 9: 8 calls in flight on a fast server, stopped mid-call: litellm's half-made
+    calls (built in a thread, awaited after) are closed, not left to print 'was never awaited'."""
+    with running_server(answer_fn=answer, latency=0.0) as server:
+        result, run_id = interrupt_after_some_answers(small_study, server, signum, concurrency=8, answers=3)
+    assert result.returncode == (130 if signum == signal.SIGINT else 143), result.stderr
+    assert "never awaited" not in result.stderr and "Warning" not in result.stderr, result.stderr
+    assert f"resume with `workbench run --resume {run_id}`" in result.stderr

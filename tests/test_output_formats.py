@@ -335,3 +335,39 @@ def test_compare_rows_say_when_unadjusted_p_and_holm_disagree():
 def test_an_estimate_at_the_edge_of_its_bootstrap_interval_is_explained_once(demo_study):
     out = _cli(demo_study, "split-metrics", "2", "--wide")
     assert out.count("expected of a percentile bootstrap") == 1, out
+
+
+# ---------------------------------------------------------------- issue 30 item 6: JSON carries full floats
+
+
+@pytest.mark.parametrize("command", [c for c in _documented() if "--format csv" in c])
+def test_json_numbers_are_the_csv_numbers_to_the_last_digit(demo_study, command):
+    import json
+
+    args = [ARGS.get(word, word) for word in command.split()]
+    csv_rows = _rows(_cli(demo_study, *args))
+    data = json.loads(_cli(demo_study, *[a for a in args if a not in ("--format", "csv")], "--format", "json"))
+    records = data["labels"] if isinstance(data, dict) else data
+    assert len(records) == len(csv_rows)
+    for as_csv, as_json in zip(csv_rows, records, strict=True):
+        for name, value in as_json.items():
+            if isinstance(value, float):
+                assert value == float(as_csv[name]), (command, name, value, as_csv[name])
+
+
+def test_a_p_value_far_below_ten_decimals_survives_json():
+    import json
+
+    import click
+    import pandas as pd
+
+    from workbench.cli import echo_table
+
+    frame = pd.DataFrame({"label": ["hernia"], "p_value": [1.8e-12], "f1": [float("nan")], "b": [3]})
+
+    @click.command()
+    def show():
+        echo_table(frame, "json")
+
+    out = json.loads(CliRunner().invoke(show).output)
+    assert out == [{"label": "hernia", "p_value": 1.8e-12, "f1": None, "b": 3}]

@@ -626,3 +626,27 @@ def test_robustness_missing_label_column_is_a_clear_error(bundle_path):
     frame = pd.read_csv(SCORING / "pairs.csv", keep_default_na=False).drop(columns=["label"])
     with pytest.raises(ValueError, match="label"):
         scoring.robustness(bundle_path, frame)
+
+
+# ---------------------------------------------------------------- DataFrames (issue 30, item 5)
+
+
+def test_dataframes_read_with_pd_read_csv_score_like_the_files(bundle_path, result):
+    ref, gen_a = pd.read_csv(REFERENCE), pd.read_csv(GEN_A)  # an `id` column, as read: no renaming by the caller
+    scored = scoring.score(bundle_path, ref, {"A": gen_a}, n_resamples=500, seed=0)
+    assert scored.generators["A"].ran_score == result.generators["A"].ran_score
+    single = scoring.score(bundle_path, REFERENCE, gen_a, n_resamples=50)
+    assert list(single.generators) == ["generated"]
+
+
+def test_a_dataframe_goes_through_the_same_column_rules_as_a_file(bundle_path):
+    no_id = pd.read_csv(GEN_A).rename(columns={"id": "name"})
+    with pytest.raises(ValueError, match=r"the generated DataFrame: no report id column"):
+        scoring.score(bundle_path, REFERENCE, no_id, n_resamples=10)
+    blank = pd.read_csv(GEN_A)
+    blank.loc[2, "text"] = None  # a missing cell, as pandas reads an empty CSV field
+    with pytest.raises(ValueError, match=r"the generated DataFrame row 4: report has no text"):
+        scoring.score(bundle_path, REFERENCE, blank, n_resamples=10)
+    numeric = pd.read_csv(GEN_A).assign(text=1.5)
+    with pytest.raises(ValueError, match=r"column 'text': holds decimal numbers"):
+        scoring.score(bundle_path, REFERENCE, numeric, n_resamples=10)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import errno
 import functools
 import json
@@ -109,7 +110,7 @@ def echo_table(
 
         click.echo(to_csv(frame), nl=False)
     elif fmt == "json":
-        click.echo(frame.to_json(orient="records", indent=2, force_ascii=False))
+        click.echo(json.dumps(json_records(frame), indent=2, ensure_ascii=False))
     else:
         from workbench.terminal import render_table
 
@@ -129,6 +130,13 @@ def json_default(obj):
     from workbench.services.results import json_default as default
 
     return default(obj)
+
+
+def json_records(frame: pd.DataFrame) -> list[dict]:
+    """A table's rows for --format json, floats at full precision (core/export.py)."""
+    from workbench.core.export import json_records as records
+
+    return records(frame)
 
 
 def say(text: str) -> None:
@@ -167,8 +175,67 @@ def wide_flag(func):
     )(func)
 
 
+# `workbench --help` lists the commands in the order of the work, not the alphabet (docs/gen_cli.py too)
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "Study and data": ("init", "labelset", "demo", "app", "import", "cohort-role", "split"),
+    "Reading": (
+        "readings",
+        "reference",
+        "adjudicate",
+        "adjudicate-attribute",
+        "attribute-ties",
+        "agreement",
+        "adaptive",
+    ),
+    "Runs and evaluation": (
+        "run",
+        "metrics",
+        "compare",
+        "history",
+        "split-metrics",
+        "split-compare",
+        "split-history",
+        "disagreements",
+        "case",
+        "search",
+        "error-note",
+        "error-notes",
+        "attributes",
+        "calls",
+        "noise",
+        "ceiling",
+    ),
+    "Prompts and optimisation": ("prompts", "suggest", "accept", "optimise", "evaluate-drafts"),
+    "Freezing and scoring": ("freeze", "bundle", "verify", "score", "robustness", "test-look", "test-look-history"),
+    "Teams and admin": ("user", "audit", "allow-endpoint", "migrate-db"),
+}
+
+
+def hidden_alias(group: click.Group, command: click.Command, old_name: str) -> None:
+    """Keep an old command name working (scripts, notes, habits) without listing it twice."""
+    alias = copy.copy(command)
+    alias.hidden = True
+    group.add_command(alias, old_name)
+
+
 class CliGroup(click.Group):
-    """One line for a user's mistake (exit 2) or a storage failure (exit 1); a traceback for a bug (exit 1)."""
+    """One line for a user's mistake (exit 2) or a storage failure (exit 1); a traceback for a bug (exit 1).
+
+    Its help lists the commands by workflow (SECTIONS), then any not placed there.
+    """
+
+    def format_commands(self, ctx, formatter):
+        """Commands under the section headings of SECTIONS (a command missing from them under "Other")."""
+        shown = {n: c for n in self.list_commands(ctx) if (c := self.get_command(ctx, n)) and not c.hidden}
+        placed = {n for names in SECTIONS.values() for n in names}
+        groups = [(title, [n for n in names if n in shown]) for title, names in SECTIONS.items()]
+        groups.append(("Other", [n for n in shown if n not in placed]))
+        first = max((len(n) for n in shown), default=0)
+        for title, names in groups:
+            if names:
+                with formatter.section(title):
+                    for name in names:
+                        _write_command_row(formatter, name, shown[name].get_short_help_str(10**6), first)
 
     def invoke(self, ctx):
         try:
@@ -189,6 +256,16 @@ class CliGroup(click.Group):
                 ctx.exit(1)
             _report_bug()
             ctx.exit(1)
+
+
+def _write_command_row(formatter, name: str, text: str, first: int) -> None:
+    """One listing row, its name column as wide in every section and its text wrapped at spaces only (a
+    hyphenated word such as per-label is never split across lines)."""
+    indent = formatter.current_indent
+    lines = textwrap.wrap(text, max(formatter.width - indent - first - 2, 30), break_on_hyphens=False) or [""]
+    formatter.write(f"{'':{indent}}{name:<{first}}  {lines[0]}\n")
+    for line in lines[1:]:
+        formatter.write(f"{'':{indent + first + 2}}{line}\n")
 
 
 def _report_bug() -> None:
@@ -386,7 +463,7 @@ def readings_undo(wb, reader):
     )
 
 
-@readings_.command("notes")
+@readings_.command("comments")
 @click.option("--cohort", default=None, help="Limit to one cohort.")
 @click.option("--reader", default=None, help="Only one reader's (yours without unblinded access).")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
@@ -395,6 +472,9 @@ def readings_undo(wb, reader):
 def readings_notes(wb, cohort, reader, fmt):
     """Readers' per-report comments and unsure marks, saved with their readings."""
     echo_table(wb.reading_notes(cohort=cohort, reader=reader), fmt)
+
+
+hidden_alias(readings_, readings_notes, "notes")  # its name before issue 30
 
 
 @main.command()
@@ -523,9 +603,7 @@ def agreement(wb, cohort, fmt, wide):
     """Readers' agreement: Fleiss kappa per label, pairwise Cohen, each reader vs the reference."""
     tables = {name: _with_label_column(frame) for name, frame in wb.agreement(cohort).items()}
     if fmt == "json":
-        click.echo(
-            json.dumps({name: json.loads(frame.to_json(orient="records")) for name, frame in tables.items()}, indent=2)
-        )
+        click.echo(json.dumps({name: json_records(frame) for name, frame in tables.items()}, indent=2))
         return
     if fmt == "csv":
         for name, frame in tables.items():
@@ -758,7 +836,12 @@ def _sigterm_as_interrupt():
 
     def handler(signum, frame):
         _SIGTERM["received"] = True
-        raise KeyboardInterrupt
+        on_ctrl_c = signal.getsignal(signal.SIGINT)
+        if not callable(on_ctrl_c) or on_ctrl_c is signal.default_int_handler:
+            raise KeyboardInterrupt
+        # inside the model engine asyncio's own Ctrl-C handler cancels the calls in order (an exception raised
+        # here could land anywhere in the event loop and leave a half-made call behind)
+        on_ctrl_c(signal.SIGINT, frame)
 
     previous = signal.signal(signal.SIGTERM, handler)
     try:
@@ -835,7 +918,7 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous, wide):
                     "excluded": ev.excluded,
                     "averages": ev.averages,
                     "macro_f1_bootstrap": ev.bootstrap,
-                    "labels": json.loads(ev.table.reset_index().to_json(orient="records")),
+                    "labels": json_records(ev.table.reset_index()),
                 },
                 indent=2,
                 default=str,
@@ -864,7 +947,7 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous, wide):
         if a["macro_f1"] != a["macro_f1"]:  # NaN: no pair could be scored (e.g. every call failed)
             say(
                 f"macro F1 undefined: no (report, label) pair has both a labeller answer and a decided reference; failed "
-                f"calls are left out, never counted as 0. Fix the cause, then `workbench run --retry-failed {run_id}`."
+                f"calls are left out, never counted as 0. {_finish_advice(wb, run_id)}"
             )
         else:
             say(
@@ -975,28 +1058,67 @@ def _needed_text(value: float, note: str) -> str:
 @click.option("--cohort", required=True, help="Cohort whose runs to list.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--per-label", is_flag=True, help="Include every label's accuracy and F1.")
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="Also runs with failed or missing answers (marked in the result column; left out by default).",
+)
 @wide_flag
 @study_option
-def history(wb, cohort, fmt, per_label):
-    """Iteration history: macro accuracy and F1 of every run on a cohort, in prompt-version order."""
-    frame = wb.iteration_history(cohort)
+def history(wb, cohort, fmt, per_label, show_all):
+    """Iteration history: macro accuracy and F1 of every finished run on a cohort, in prompt-version order."""
+    frame = wb.iteration_history(cohort, include_unfinished=show_all)
     if not per_label and len(frame):
         frame = frame[[c for c in frame.columns if ":" not in c]]
     stopped = wb.interrupted_runs(cohort)
+    unfinished = [] if show_all else _unfinished_runs(wb, cohort)
     if fmt == "table" and not len(frame):
         click.echo(f"no finished run on cohort {cohort!r} yet: workbench run --cohort {cohort}")
+        _unfinished_lines(wb, unfinished)
         _interrupted_lines(stopped)
         return
-    echo_table(
-        frame.drop(columns="macro_labels", errors="ignore") if fmt == "table" else frame,
-        fmt,
-        wide=True if per_label else None,
-    )
+    shown = frame.drop(columns=["macro_labels"] + ([] if show_all else ["result"]), errors="ignore")
+    echo_table(shown if fmt == "table" else frame, fmt, wide=True if per_label else None)
     if fmt == "table":
         for text in frame.attrs.get("macro_labels", []):
             say(f"macro F1: {text}")
         _drift_line(wb, list(frame["run"]) if len(frame) else [])
+        _unfinished_lines(wb, unfinished)
         _interrupted_lines(stopped)
+
+
+def _finish_advice(wb, run_id: int) -> str:
+    """How to finish a run that lacks answers: a stopped batch job is polled again (--resume), never re-sent."""
+    pending = wb.pending_batch(run_id)
+    if pending is not None:
+        return (
+            f"Its batch {pending['batch_id']} is still with the provider: `workbench run --resume {run_id}` polls it "
+            "and stores its answers (nothing is sent again)."
+        )
+    return f"Fix the cause, then `workbench run --retry-failed {run_id}`."
+
+
+def _unfinished_runs(wb, cohort: str) -> list:
+    """Runs left out of the history because answers failed or are missing."""
+    runs = wb.run_results(cohort)
+    return list(runs[runs["result"] != "finished"].sort_values("id").itertuples(index=False))
+
+
+def _unfinished_lines(wb, runs: list) -> None:
+    """Runs with failed answers, apart from the results: each with what it got and how to finish it."""
+    if not runs:
+        return
+    click.echo("")
+    say("runs with failed or missing answers (not results; `--all` lists them in the table):")
+    for row in runs:
+        got = "no answer at all" if row.result == "failed" else f"{row.answered} answer(s), {row.failures} failed"
+        click.echo(
+            wrap_item(
+                f"run {row.id} (prompt {row.prompt_commit[:8]}, {row.model}): {row.result}, {got}; see why with "
+                f"`workbench disagreements {row.id} --type failed`. {_finish_advice(wb, int(row.id))}"
+            )
+        )
 
 
 def _drift_line(wb, run_ids: list[int]) -> None:
@@ -1086,7 +1208,7 @@ def disagreements(wb, run_id, label, kind, category, fmt, show_text, wide):
     )
     if len(frame):
         click.echo(
-            f"note one: workbench note REPORT LABEL --run {run_id} \\\n"
+            f"note one: workbench error-note REPORT LABEL --run {run_id} \\\n"
             "    --category CATEGORY --significance SIGNIFICANCE --text 'what went wrong'"
         )
         say(
@@ -1125,7 +1247,7 @@ def _disagreement_texts(wb, run_id: int, frame: pd.DataFrame) -> None:
         elif not row.evidence:
             click.echo(wrap("evidence: none quoted by the labeller"))
         click.echo(
-            f"  workbench note {row.report_id} {row.label} --run {run_id} \\\n"
+            f"  workbench error-note {row.report_id} {row.label} --run {run_id} \\\n"
             "      --category CATEGORY --significance SIGNIFICANCE --text '...'"
         )
     if len(frame):
@@ -1133,7 +1255,7 @@ def _disagreement_texts(wb, run_id: int, frame: pd.DataFrame) -> None:
         say(">>...<< = the labeller's evidence; [...] = a look-for phrase of the prompt version the run used")
 
 
-@main.command()
+@main.command("error-note")
 @click.argument("report_id")
 @click.argument("label")
 @click.option("--category", required=True, help="Error category (see error_categories in workbench.yaml).")
@@ -1150,7 +1272,7 @@ def note(wb, report_id, label, category, significance, text, reference_wrong, ru
     click.echo(f"note {note_id} added" + (" and the item sent to adjudication" if reference_wrong else ""))
 
 
-@main.command("notes")
+@main.command("error-notes")
 @click.option("--run", "run_id", type=int, default=None, help="Only notes on this run's disagreements.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @wide_flag
@@ -1165,6 +1287,10 @@ def notes_cmd(wb, run_id, fmt):
         echo_table(long[long["notes"] > 0].sort_values(["label", "notes"], ascending=[True, False]))
     else:
         click.echo("no error notes yet" + (f" on run {run_id}'s disagreements" if run_id is not None else ""))
+
+
+hidden_alias(main, note, "note")  # the names before issue 30: error notes are not the readers' comments
+hidden_alias(main, notes_cmd, "notes")
 
 
 @main.command("ceiling")
@@ -2283,13 +2409,16 @@ def test_look(wb, bundle, cohort, fmt):
     )
 
 
-@main.command("test-looks")
+@main.command("test-look-history")
 @click.option("--bundle", default=None, help="Only this bundle.")
 @wide_flag
 @study_option
 def test_looks(wb, bundle):
     """Every look at a test cohort: who, when, which bundle."""
     echo_table(wb.test_looks(bundle))
+
+
+hidden_alias(main, test_looks, "test-looks")  # its name before issue 30
 
 
 @user.command("disable")
@@ -2568,8 +2697,8 @@ def attributes_cmd(wb, run_id, label, fmt, show_metrics, show_confusion, wide):
                         "run": run_id,
                         "rule": result["rule"],
                         "parse_failures": result["parse_failures"],
-                        "attributes": json.loads(result["table"].to_json(orient="records")),
-                        "confusion": json.loads(result["confusion"].to_json(orient="records")),
+                        "attributes": json_records(result["table"]),
+                        "confusion": json_records(result["confusion"]),
                     },
                     indent=2,
                 )

@@ -149,11 +149,19 @@ def _load(path) -> _Table:
     text, problems = _decode(data)
     if not text.strip():
         _fail(source, "file is empty")
-    if kind == "jsonl":
-        table = _load_jsonl(text, source)
-    else:
-        table = _load_csv(text, source, "\t" if kind == "tsv" else ",")
+    table = _load_jsonl(text, source) if kind == "jsonl" else _load_csv(text, source, "\t" if kind == "tsv" else ",")
     table.problems[:0] = problems
+    return table
+
+
+def frame_table(frame: pd.DataFrame, source: str) -> _Table:
+    """A caller's DataFrame read like a typed file (rows numbered as in the same table saved as CSV)."""
+    frame = frame.reset_index(drop=True).copy()
+    frame.columns = [str(c).strip() for c in frame.columns]
+    problems: list[Problem] = []
+    _refuse_duplicate_columns(frame, source, problems)
+    table = _Table(frame, np.arange(2, 2 + len(frame)), source, problems)
+    _stringify(table)
     return table
 
 
@@ -458,9 +466,12 @@ def _stripped(table: _Table, column: str) -> pd.Series:
 # reports
 
 
-def read_reports(path, id_column: str = "id") -> pd.DataFrame:
-    """Read reports: report_id, text, findings, impression (and language when present)."""
-    table = _load(path)
+def read_reports(path, id_column: str = "id", source: str = "the DataFrame") -> pd.DataFrame:
+    """Read reports from a file or a DataFrame: report_id, text, findings, impression (and language when present).
+
+    A DataFrame goes through the same column rules and checks as a file (source names it in problems).
+    """
+    table = frame_table(path, source) if isinstance(path, pd.DataFrame) else _load(path)
     _require_rows(table)
     id_names = (
         tuple(dict.fromkeys((id_column.lower(),) + ID_COLUMNS)) if id_column.lower() in ID_COLUMNS else (id_column,)

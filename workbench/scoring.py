@@ -25,7 +25,7 @@ from workbench import importers
 from workbench.bundle import Bundle, load_bundle
 from workbench.core import attributes as attribute_scores
 from workbench.core import metrics
-from workbench.core.export import to_csv  # formula cells neutralised (CSV injection)
+from workbench.core.export import json_records, to_csv  # formula cells neutralised (CSV injection)
 from workbench.core.text import compose_text
 from workbench.errors import UserError, WorkbenchError
 from workbench.labeller import endpoints
@@ -175,28 +175,24 @@ class ScoreResult:
             "max_failed_share": self.max_failed_share,
             "unscored": self.unscored(),
             "reference": self.reference_stats,
-            "summary": json.loads(self.summary().to_json(orient="records")),
+            "summary": json_records(self.summary()),
             "generators": {
                 name: {
-                    "per_label": json.loads(g.per_label.reset_index().to_json(orient="records")),
+                    "per_label": json_records(g.per_label.reset_index()),
                     "averages": g.averages,
                     "ran_score": dict(g.ran_score),
                     "stats": g.stats,
                     "entity_f1": {
-                        "per_label": json.loads(
-                            g.per_label[["support", "tp", "fp", "fn", "f1"]].reset_index().to_json(orient="records")
-                        ),
+                        "per_label": json_records(g.per_label[["support", "tp", "fp", "fn", "f1"]].reset_index()),
                         "rule": ENTITY_F1_RULE,
                     },
                     "attributes": {
-                        "per_label": json.loads(g.attributes.to_json(orient="records")) if len(g.attributes) else [],
+                        "per_label": json_records(g.attributes) if len(g.attributes) else [],
                         "rule": attribute_scores.ACCURACY_RULE,
                     },
                     "report_errors": {
                         **g.report_errors,
-                        "per_label": json.loads(g.report_errors_by_label.to_json(orient="records"))
-                        if len(g.report_errors_by_label)
-                        else [],
+                        "per_label": json_records(g.report_errors_by_label) if len(g.report_errors_by_label) else [],
                     },
                 }
                 for name, g in self.generators.items()
@@ -274,7 +270,7 @@ def _attribute_scores(
 
 def read_texts(path_or_frame, sections: list[str], what: str) -> dict[str, str]:
     """id -> text from a reports file (or DataFrame) using the bundle's sections."""
-    frame = importers.read_reports(path_or_frame) if not isinstance(path_or_frame, pd.DataFrame) else path_or_frame
+    frame = importers.read_reports(path_or_frame, source=f"the {what} DataFrame")
     return {
         r.report_id: compose_text(r.findings, r.impression, r.text, sections) for r in frame.itertuples(index=False)
     }

@@ -8,6 +8,9 @@ spreadsheet shows as text. Numbers are left alone (a negative number is not a fo
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pandas as pd
 
 # OWASP "CSV Injection": cells starting with these characters are interpreted by spreadsheets
@@ -43,3 +46,30 @@ def csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
 def to_csv(frame: pd.DataFrame, path=None, index: bool = False) -> str | None:
     """Write (or return) a table as CSV with formula cells neutralised: the one CSV writer of the workbench."""
     return csv_safe(frame).to_csv(path, index=index)
+
+
+def json_records(frame: pd.DataFrame) -> list[dict]:
+    """A table's rows as JSON-ready dicts at full precision (pandas' to_json rounds floats to 10 decimals).
+
+    Missing and non-finite numbers are null; timestamps stay epoch milliseconds, as pandas wrote them.
+    """
+    return [{str(k): json_value(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
+
+
+def json_value(value):
+    """One cell as a plain JSON value: numpy scalars as Python numbers, NaN/inf/NA as None."""
+    if isinstance(value, pd.Timestamp):
+        return None if pd.isna(value) else int(value.value // 1_000_000)
+    if isinstance(value, pd.Timedelta):
+        return None if pd.isna(value) else int(value.value // 1_000_000)
+    if isinstance(value, (list, dict, tuple)):
+        return value
+    if value is None or pd.isna(value):
+        return None
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return value

@@ -17,12 +17,14 @@ batch and file functions.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 from io import BytesIO
 
 from workbench.errors import UserError, WorkbenchError
@@ -30,6 +32,8 @@ from workbench.labeller import llm
 from workbench.labeller.labelling import is_offline
 
 POLL_S = 30.0  # seconds between polls (WORKBENCH_BATCH_POLL_S overrides: tests poll fast)
+WINDOW_S = 24 * 3600.0  # the completion window every batch is created with ("24h"): polling is worth it until then
+POLL_BACKOFF_MAX_S = 600.0  # the longest wait between polls that failed (a provider down for hours is polled slowly)
 ENDPOINT = "/v1/chat/completions"
 # the url of a line (and the batch's endpoint) where it is not ENDPOINT: Azure's batch lines name the deployment's
 # chat path without the version prefix
@@ -50,6 +54,10 @@ class BatchUnavailable(WorkbenchError):
     """The provider's batch API could not be used (upload, create, poll or download failed)."""
 
     exit_code = 3
+
+    def __init__(self, message: str, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind  # the failure's error_kind (timeout, connection, server ...): a poll retries the passing ones
 
 
 class MemoryJournal:
@@ -151,8 +159,23 @@ class BatchEngine:
         flush: stores every answer handed so far (a job is recorded collected only after that: a kill before
         it leaves the job to collect again, never to pay again)."""
         check_batchable(cfg)
-        todo = {r.key: r for r in requests}
+        # reports that share a text share a call key: one line per key is sent (a batch's custom_ids must be
+        # unique), and its answer goes to every (report, label) pair that asked it
+        asking: dict[str, list] = {}
+        for r in requests:
+            asking.setdefault(r.key, []).append(r)
+        todo = {key: reqs[0] for key, reqs in asking.items()}
+        on_result = _to_every_pair(asking, on_result)
         scope = self.scope(todo)
+        try:
+            self._answer(todo, cfg, on_result, cancel, flush, scope)
+        except BatchUnavailable as exc:
+            raise BatchUnavailable(f"{exc}; {self.resume_hint(scope)}", exc.kind) from exc
+        except BatchFailed as exc:
+            raise BatchFailed(f"{exc}; {self.resume_hint(scope)}") from exc
+
+    def _answer(self, todo: dict, cfg, on_result: Callable, cancel, flush, scope: str) -> None:
+        """The jobs of __call__: a pending one of the scope first, then one new job for the rest."""
         with llm.pinned(cfg):
             litellm = llm.litellm_for(cfg)
             while todo:
@@ -167,6 +190,21 @@ class BatchEngine:
                 if flush is not None:
                     flush()
                 self.journal.update(job["batch_id"], status="collected")
+
+    def resume_hint(self, scope: str) -> str:
+        """The exact command that picks up where a stopped batch left off."""
+        pending = self.journal.pending(scope)
+        if self.run_id is None:
+            return "run the same command again" + (f" (it polls batch {pending['batch_id']})" if pending else "")
+        if pending:
+            return (
+                f"resume with `workbench run --resume {self.run_id}` (it polls batch {pending['batch_id']}; "
+                "nothing is uploaded again)"
+            )
+        return (
+            f"resume with `workbench run --resume {self.run_id} --batch` (a new batch for the calls still "
+            "unanswered; without --batch they go as normal calls)"
+        )
 
     def _submit(self, litellm, cfg, requests: list, scope: str) -> dict:
         """Upload the JSONL, create the batch, record it; the job's record."""
@@ -219,10 +257,29 @@ class BatchEngine:
         """Poll until the batch completes (the batch object), None when cancelled; BatchFailed when it ended otherwise."""
         kwargs = _kwargs(cfg)
         shown = None
+        window_end = _window_end(job)
+        failed_polls = 0
         while True:
-            batch = self._ask(
-                f"poll batch {job['batch_id']}", cfg, lambda: litellm.retrieve_batch(batch_id=job["batch_id"], **kwargs)
-            )
+            try:
+                batch = self._ask(
+                    f"poll batch {job['batch_id']}",
+                    cfg,
+                    lambda: litellm.retrieve_batch(batch_id=job["batch_id"], **kwargs),
+                )
+            except BatchUnavailable as exc:
+                # a poll that timed out or found the provider busy says nothing about the batch: ask again later,
+                # waiting longer each time, until the batch's own window has passed
+                failed_polls += 1
+                wait = min(POLL_BACKOFF_MAX_S, self.poll_s * 2**failed_polls)
+                if exc.kind not in llm.RETRYABLE or time.time() + wait > window_end:
+                    raise
+                if self.on_status:
+                    self.on_status(f"{exc} (poll {failed_polls} failed; polling again in {wait:.0f} s)")
+                if _sleep_unless_cancelled(wait, cancel):
+                    return None
+                continue
+            failed_polls = 0
+            window_end = _expires_at(batch, window_end)
             line = status_line(batch)
             if line != shown:
                 shown = line
@@ -235,10 +292,7 @@ class BatchEngine:
                 return batch
             if batch.status in FAILED:
                 self.journal.update(job["batch_id"], status=batch.status)
-                raise BatchFailed(
-                    f"batch {batch.id} ended {batch.status}{_errors(batch)}: no answer of it was stored; "
-                    "run again to send a new batch (or without --batch)"
-                )
+                raise BatchFailed(f"batch {batch.id} ended {batch.status}{_errors(batch)}: no answer of it was stored")
             if _sleep_unless_cancelled(self.poll_s, cancel):
                 return None
 
@@ -253,7 +307,9 @@ class BatchEngine:
             if not file_id:
                 continue
             content = self._ask(
-                f"download {file_id} of batch {batch.id}", cfg, lambda: litellm.file_content(file_id=file_id, **kwargs)
+                f"download {file_id} of batch {batch.id}",
+                cfg,
+                lambda file_id=file_id: litellm.file_content(file_id=file_id, **kwargs),
             )
             for raw in content.content.decode("utf-8").splitlines():
                 if not raw.strip():
@@ -280,7 +336,35 @@ class BatchEngine:
             message = llm.describe(kind, exc, 1, cfg)
             if kind == "refused":
                 raise llm.EndpointRefused(message) from exc
-            raise BatchUnavailable(f"--batch: could not {what} at {cfg.endpoint_label()}: {message}") from exc
+            raise BatchUnavailable(f"--batch: could not {what} at {cfg.endpoint_label()}: {message}", kind) from exc
+
+
+def _to_every_pair(asking: dict[str, list], on_result: Callable) -> Callable:
+    """on_result for a line's answer, called for every request of its key; tokens and cost are counted once."""
+
+    def hand(req, res) -> None:
+        for n, each in enumerate(asking.get(req.key, [req])):
+            on_result(
+                each, res if n == 0 else dataclasses.replace(res, prompt_tokens=0, completion_tokens=0, cost=None)
+            )
+
+    return hand
+
+
+def _window_end(job: dict) -> float:
+    """Epoch seconds when the job's completion window ends (from when it was recorded; now for a job without that)."""
+    created = job.get("created_at")
+    try:
+        start = datetime.fromisoformat(created).timestamp() if created else time.time()
+    except ValueError:
+        start = time.time()
+    return start + WINDOW_S
+
+
+def _expires_at(batch, fallback: float) -> float:
+    """The provider's own end of the batch's window when it says one."""
+    expires = getattr(batch, "expires_at", None)
+    return float(expires) if isinstance(expires, (int, float)) and expires > 0 else fallback
 
 
 def _sleep_unless_cancelled(seconds: float, cancel) -> bool:

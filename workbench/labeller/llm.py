@@ -17,10 +17,12 @@ not at (see _install_guard and docs/security.md).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import dataclasses
 import email.utils
+import inspect
 import json
 import logging
 import os
@@ -34,9 +36,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from urllib.parse import urlsplit
-
-import httpx
-import openai  # litellm depends on it; it is already imported when this runs
 
 from workbench.errors import UserError, WorkbenchError
 from workbench.labeller.endpoints import (  # noqa: F401
@@ -332,6 +331,7 @@ def _install_guard() -> None:
     global _GUARD_INSTALLED
     if _GUARD_INSTALLED:
         return
+    import httpx  # here, not at the top: a command that calls no model never loads an HTTP client (~1 s)
 
     async_send, sync_send = httpx.AsyncClient.send, httpx.Client.send
 
@@ -580,6 +580,8 @@ def _chain(exc: BaseException):
 
 def classify(exc: BaseException) -> str:
     """The error_kind of an exception raised by a litellm call."""
+    import openai  # litellm depends on it; loaded by the call that raised, so this costs nothing
+
     if any(isinstance(link, EndpointRefused) for link in _chain(exc)) or "refused by the workbench" in str(exc):
         return "refused"
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError, openai.APITimeoutError)):
@@ -915,14 +917,14 @@ def complete_all_sync(
     except RuntimeError:
         loop_running = False
     if not loop_running:  # run outside the except block, or every error's __context__ is that RuntimeError
-        asyncio.run(coro)
+        run_closing_orphans(coro)
         return
     # this thread already runs a loop (a notebook, async caller): use a private thread
     errors: list[BaseException] = []
 
     def runner() -> None:
         try:
-            asyncio.run(coro)
+            run_closing_orphans(coro)
         except BaseException as exc:  # re-raised in the caller's thread below
             errors.append(exc)
 
@@ -931,6 +933,58 @@ def complete_all_sync(
     thread.join()
     if errors:
         raise errors[0]
+
+
+class _OrphanClosingExecutor(concurrent.futures.ThreadPoolExecutor):
+    """The engine loop's default executor: remembers coroutines its jobs return until they start.
+
+    litellm's acompletion builds its request coroutine in this executor and awaits it afterwards; a
+    call cancelled meanwhile (Ctrl-C, SIGTERM) leaves that coroutine to the garbage collector, which
+    prints "coroutine ... was never awaited". close_orphans() closes them once the loop is done.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(thread_name_prefix="workbench-llm-executor")
+        self._returned: list = []
+        self._lock = threading.Lock()
+
+    def submit(self, fn, /, *args, **kwargs):
+        """Run fn; a coroutine it returns is kept until a later job finds it started (a few at a time)."""
+
+        def job():
+            result = fn(*args, **kwargs)
+            if inspect.iscoroutine(result):
+                with self._lock:
+                    self._returned = [c for c in self._returned if _unstarted(c)] + [result]
+            return result
+
+        return super().submit(job)
+
+    def close_orphans(self) -> None:
+        """Close the returned coroutines nobody started (their callers were cancelled)."""
+        with self._lock:
+            orphans, self._returned = [c for c in self._returned if _unstarted(c)], []
+        for coro in orphans:
+            coro.close()
+
+
+def _unstarted(coro) -> bool:
+    return inspect.getcoroutinestate(coro) == inspect.CORO_CREATED
+
+
+def run_closing_orphans(coro):
+    """asyncio.run(coro) on a loop whose executor's orphaned coroutines are closed, not left to warn.
+
+    Ctrl-C cancels the run's main task (asyncio's own SIGINT handling); the CLI turns SIGTERM into the same.
+    """
+    executor = _OrphanClosingExecutor()
+    try:
+        with asyncio.Runner() as runner:
+            runner.get_loop().set_default_executor(executor)
+            return runner.run(coro)
+    finally:
+        executor.shutdown(wait=True)
+        executor.close_orphans()
 
 
 def check_model(cfg: ModelConfig) -> str:

@@ -164,6 +164,7 @@ class Workbench:
     unchanged_run = _Forward("runner")
     interrupted_run = _Forward("runner")
     interrupted_runs = _Forward("runner")
+    run_results = _Forward("runner")
     resume_run = _Forward("runner")
     retry_failed = _Forward("runner")
     pending_batch = _Forward("runner")

@@ -342,10 +342,15 @@ class EvaluationService(Service):
             zero_division=zero_division,
         )
 
-    def iteration_history(self, cohort: str, ci: str = "wilson") -> pd.DataFrame:
-        """Every finished run on a cohort in prompt-version order: macro and per-label accuracy and F1."""
-        runs = self.runner.runs(cohort)
-        runs = runs[runs["status"].isin(["finished", "incomplete"])]
+    def iteration_history(self, cohort: str, ci: str = "wilson", include_unfinished: bool = False) -> pd.DataFrame:
+        """Every finished run on a cohort in prompt-version order: macro and per-label accuracy and F1.
+
+        Runs with failed or missing answers are no result (a run of 401s would show as F1 0 and pull a trend
+        down): left out unless include_unfinished, and then marked in the `result` column.
+        """
+        runs = self.runner.run_results(cohort)
+        if not include_unfinished:
+            runs = runs[runs["result"] == "finished"]
         reference = self.study.reference_matrix(cohort) if len(runs) else None  # once for every run
         rows = []
         for run in runs.itertuples(index=False):
@@ -366,6 +371,7 @@ class EvaluationService(Service):
                 row[f"f1:{lab}"] = ev.table.loc[lab, "f1"]
             rows.append(row)
             row["macro_labels"] = ev.macro.describe()
+            row["result"] = run.result  # last: scripts that read the columns by position keep working
         frame = pd.DataFrame(rows)
         frame = frame.sort_values(["version", "run"]).reset_index(drop=True) if len(frame) else frame
         frame.attrs["macro_labels"] = sorted(set(frame["macro_labels"])) if len(frame) else []

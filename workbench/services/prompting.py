@@ -8,6 +8,7 @@ meanwhile (nothing is lost: the draft stays for the user to re-apply).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import json
@@ -18,7 +19,7 @@ import pandas as pd
 import yaml
 
 from workbench import importers
-from workbench.core import policy
+from workbench.core import policy, yaml_layout
 from workbench.core.prompts import (
     LabelPrompt,
     PromptError,
@@ -48,8 +49,17 @@ def _ref_name(ref_: str | None) -> str:
     return "HEAD" if ref_ is None else (ref_ if ref_ == DRAFT_REF else ref_[:8])
 
 
-def label_yaml(lp: LabelPrompt) -> str:
-    """A label prompt as the YAML text stored in the repo (stable key order)."""
+def label_yaml(lp: LabelPrompt, onto: str | None = None) -> str:
+    """A label prompt as the YAML text stored in the repo (stable key order).
+
+    onto: the label's current file; its comments, order and layout are kept and only what changed is
+    rewritten, so `git diff` and `prompts diff` show the change and nothing else.
+    """
+    if onto:
+        with contextlib.suppress(Exception):  # a file ruamel cannot round-trip is written afresh, never half
+            text = yaml_layout.rewrite(onto, dump_label_prompt(lp))
+            if parse_label_yaml(text, f"{lp.label}.yaml") == lp:
+                return text
     return yaml.safe_dump(dump_label_prompt(lp), sort_keys=False, allow_unicode=True, width=100)
 
 
@@ -147,9 +157,9 @@ class PromptsService(Service):
         prompts = [lp for lp in prompts if head.labels.get(self._asked(lp.label)) != lp]
         if not prompts:
             raise StudyError("nothing to save: the prompts are the same as the current version")
-        files = {f"{lp.label}.yaml": label_yaml(lp) for lp in prompts}
-        bases = {f"{lab}.yaml": b for lab, b in base_commit.items()} if isinstance(base_commit, dict) else base_commit
         current = self.study.prompt_files(None)
+        files = {f"{lp.label}.yaml": label_yaml(lp, onto=current.get(f"{lp.label}.yaml")) for lp in prompts}
+        bases = {f"{lab}.yaml": b for lab, b in base_commit.items()} if isinstance(base_commit, dict) else base_commit
         current.update(files)
 
         _validate_prompt_files(current, self.vocab)  # the whole set must still parse
@@ -309,7 +319,10 @@ class PromptsService(Service):
                 f"no field {field!r}; fields: {', '.join(dict.fromkeys(keys + list(lists)))} "
                 "(examples: workbench prompts add-example)"
             )
-        new_text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
+        try:
+            new_text = yaml_layout.rewrite(text, data)  # the file's comments and layout kept
+        except Exception:  # text PyYAML reads but ruamel cannot round-trip: written afresh
+            new_text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
         return self.store_edited_text(label, new_text, target), target
 
     def save_labels(self, labels: list[str] | None, message: str) -> tuple[str, list[str]]:
@@ -333,7 +346,8 @@ class PromptsService(Service):
             elif draft is not None:
                 if draft == self.label_prompt(label, head):  # the draft changes nothing: keep the file as it is
                     continue
-                files[f"{label}.yaml"], bases[f"{label}.yaml"] = label_yaml(draft), self.draft(label)[1]
+                files[f"{label}.yaml"] = label_yaml(draft, onto=self._file_text(label, head))
+                bases[f"{label}.yaml"] = self.draft(label)[1]
             else:
                 raise StudyError(f"nothing to save for {label}: no draft and no uncommitted edit of {label}.yaml")
             saved.append(label)
@@ -357,8 +371,11 @@ class PromptsService(Service):
         with self.session() as s:
             accepted = q.proposals_frame(s, status="accepted", author=self.actor.user)
             drafts = {lab: row.content for lab in labels if (row := q.get_draft(s, lab, self.actor.user)) is not None}
-        # a proposal speaks for a version only when its draft is what is committed (not a revert or a hand edit)
-        from_draft = [lab for lab in labels if drafts.get(lab) is not None and files.get(f"{lab}.yaml") == drafts[lab]]
+        # a proposal speaks for a version only when its draft is what is committed (not a revert or a hand edit);
+        # compared as prompts: the committed file keeps its own layout
+        from_draft = [
+            lab for lab in labels if drafts.get(lab) is not None and self._same_prompt(files, lab, drafts[lab])
+        ]
         accepted = accepted[accepted["label"].isin(from_draft)].drop_duplicates("label")
         lines = [_provenance_line(row) for row in accepted.itertuples(index=False)]
         full = message + ("\n\nProposed revisions:\n" + "\n".join(lines) if lines else "")
@@ -376,6 +393,16 @@ class PromptsService(Service):
             for row in accepted.itertuples(index=False):
                 q.update_proposal(s, int(row.id), status="saved", commit=commit)
         return commit
+
+    @staticmethod
+    def _same_prompt(files: dict[str, str], label: str, draft_text: str) -> bool:
+        """Whether the file being committed for a label says what the draft says."""
+        text = files.get(f"{label}.yaml")
+        return text is not None and parse_label_yaml(text, label) == parse_label_yaml(draft_text, label)
+
+    def _file_text(self, label: str, ref_: str | None) -> str | None:
+        """A label's committed file at a version (None when absent)."""
+        return prompt_repo.read_file(self.paths.prompts, f"{label}.yaml", ref_)
 
     def revert_label(self, label: str, to_ref: str, message: str | None = None) -> str:
         """Restore one label's prompt from an earlier version as a new commit."""
@@ -444,14 +471,15 @@ class PromptsService(Service):
     def _version_text(self, label: str, ref_: str | None) -> str:
         """A label's file at a version, or its pending edit for the ref `draft` ("" when absent)."""
         if ref_ == DRAFT_REF:
-            return label_yaml(self.pending_prompt(label))
+            return label_yaml(self.pending_prompt(label), onto=self._file_text(label, None))
         return prompt_repo.read_file(self.paths.prompts, f"{label}.yaml", ref_) or ""
 
     def diff_against_draft(self, label: str) -> dict:
         """What this user's draft changes relative to the version it started from."""
         lp, base, _ = self.draft(label)
         old = self.label_prompt(label, base)
-        a, b = label_yaml(old), label_yaml(lp)
+        a = label_yaml(old, onto=self._file_text(label, base))
+        b = label_yaml(lp, onto=a)
         unified = "".join(
             difflib.unified_diff(
                 a.splitlines(True),

@@ -509,6 +509,21 @@ class RunsService(Service):
                     out.append(run)
         return out
 
+    def run_results(self, cohort: str | None = None) -> pd.DataFrame:
+        """Finished and incomplete runs newest first, each with `result`: finished (every pair answered),
+        incomplete (some answers failed or are missing) or failed (no answer at all: 401s, parse errors,
+        refusals), and `answered`, the (report, label) pairs with a value."""
+        runs = self.runs(cohort)
+        runs = runs[runs["status"].isin(["finished", "incomplete"])].reset_index(drop=True)
+        with self.session() as s:
+            tallies = [q.prediction_tally(s, int(run_id)) for run_id in runs["id"]]
+        answered = [stored - failed for stored, failed in tallies]
+        result = [
+            "failed" if n == 0 else ("finished" if status == "finished" and failures == 0 else "incomplete")
+            for n, status, failures in zip(answered, runs["status"], runs["failures"], strict=True)
+        ]
+        return runs.assign(answered=answered, result=result)
+
     def interrupted_runs(self, cohort: str | None = None) -> pd.DataFrame:
         """Runs stopped by Ctrl-C or SIGTERM: not results (kept apart from history and metrics) until resumed."""
         runs = self.runs(cohort)
