@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from workbench.core.reading import min_seconds_shown
 from workbench.ui import components, keyboard, state
 
 REASONS = [
@@ -180,6 +181,7 @@ def _decide(wb, queue, pos: int) -> None:
         ],
         "nav": {"prev": pos > 0, "next": pos < len(queue) - 1},
         "save_label": "Save and next",
+        "min_seconds_shown": min_seconds_shown(wb.config.reading),
     }
     keyboard.form(
         state.ADJ_FORM,

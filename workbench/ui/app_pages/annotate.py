@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from workbench.core.reading import min_seconds_empty
+from workbench.core.reading import min_seconds_empty, min_seconds_shown
 from workbench.errors import WorkbenchError
 from workbench.services import ConflictError
 from workbench.services.ui_support import reading_pace
@@ -302,6 +302,7 @@ def _with_note(wb, reader: str, report_id: str, data: dict) -> None:
     data["values"]["comment"] = note["comment"]
     data["nav"]["undo"] = wb.last_saved_report(reader) is not None
     data["min_seconds_empty"] = min_seconds_empty(wb.config.reading)
+    data["min_seconds_shown"] = min_seconds_shown(wb.config.reading)
     data["footer"] = (
         f"? shows the label definitions · {UNSURE_KEY} marks unsure · {COMMENT_KEY} writes a comment · "
         "Ctrl+Z undoes your last save."

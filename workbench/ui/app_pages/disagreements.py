@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from workbench.core.reading import min_seconds_shown
 from workbench.errors import WorkbenchError
 from workbench.services import PERMISSIONS
 from workbench.study import SIGNIFICANCE
@@ -305,6 +306,7 @@ def _note_form(wb, run_id: int, case: dict, queue, pos: int, names: dict) -> Non
         "nav": {"prev": pos > 0, "next": pos < len(queue) - 1},
         "save_label": "Save, next",
         "context": {"run": run_id},
+        "min_seconds_shown": min_seconds_shown(wb.config.reading),
     }
     keyboard.form(
         state.DIS_FORM,

@@ -38,6 +38,14 @@ export function needsEmptyConfirm(ticked, secondsShown, minSeconds, confirmed) {
   return minSeconds > 0 && ticked === 0 && secondsShown < minSeconds && !confirmed;
 }
 
+// A save pressed before the item appeared (negative: a second Enter held while the first was stored) or
+// sooner than minSeconds after it appeared is ignored, and the status says so (reading.min_seconds_shown,
+// 0.5 s by default; 0 = off). The same rule as workbench/core/reading.py save_too_soon.
+export function saveTooSoon(pressedAfterShownS, minSeconds) {
+  return minSeconds > 0 && pressedAfterShownS < minSeconds;
+}
+const MIN_SECONDS_SHOWN = 0.5;    // when the page sends no reading.min_seconds_shown
+
 function ticked(f) {
   let n = 0;
   for (const g of f.data.groups) if (g.kind === "multi") n += (f.values[g.id] || []).length;
@@ -94,6 +102,7 @@ function onKeyDown(e) {
   }
   e.preventDefault();
   e.stopImmediatePropagation();
+  event.at = performance.now();  // when it was pressed: a held save must not act on an item that came later
   enqueue(f, event);
 }
 
@@ -128,6 +137,7 @@ function apply(f, ev) {
   } else if (ev.kind === "help") {
     f.showHelp = !f.showHelp;
   } else if (ev.kind === "save") {
+    if (tooSoon(f, ev)) return;
     const missing = (d.require || []).find((any) => !any.ids.some((id) => filled(f.values[id])));
     if (missing) { f.message = missing.message; return; }
     const shown = (performance.now() - (f.shownAt || 0)) / 1000;
@@ -142,6 +152,19 @@ function apply(f, ev) {
     if (d.nav && d.nav[ev.kind] === false) return;
     send(f, ev.kind);
   }
+}
+
+function tooSoon(f, ev) {
+  // a save pressed before this item was on screen, or too soon after: nothing is saved, the status flashes
+  const min = Number(f.data.min_seconds_shown ?? MIN_SECONDS_SHOWN);
+  const after = ((ev.at ?? performance.now()) - (f.shownAt || 0)) / 1000;
+  if (!saveTooSoon(after, min)) return false;
+  f.message = after < 0
+    ? "Not saved: Enter was pressed before this report appeared. Read it, then press Enter."
+    : `Not saved: Enter came ${after.toFixed(2)} s after this report appeared (under ${min} s). Read it, then press Enter.`;
+  f.flash = (f.flash || 0) + 1;
+  f.confirming = false;
+  return true;
 }
 
 function filled(v) {
@@ -243,7 +266,7 @@ function build(f) {
 function press(f, e) {
   const node = e.target.closest ? e.target.closest("[data-ev]") : null;
   if (!node || node.disabled) return;
-  enqueue(f, JSON.parse(node.getAttribute("data-ev")));
+  enqueue(f, { ...JSON.parse(node.getAttribute("data-ev")), at: performance.now() });
 }
 
 function chip(f, g, o) {
@@ -396,6 +419,12 @@ function refresh(f) {
   else if (f.notice) text = f.notice;
   status.classList.toggle("error", !f.waiting && !!f.message);
   if (status.textContent !== text) status.textContent = text;
+  if (f.flash && status.dataset.flash !== String(f.flash)) {  // restart the flash: the same message again flashes again
+    status.dataset.flash = String(f.flash);
+    status.classList.remove("flash");
+    void status.offsetWidth;
+    status.classList.add("flash");
+  }
   if (f.nodes.help) f.nodes.help.hidden = !f.showHelp;
 }
 

@@ -1,0 +1,67 @@
+"""The edge of the reading flow in a real browser (issue 32): what a reader who reads 200 reports a day meets
+every day. Each test is one promise of the issue and failed on the code before its change.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_browser import ARTIFACTS, CHROMIUM, TIMEOUT_MS, browser, open_by_keyboard, serve, sign_in  # noqa: F401
+from test_reading_keyboard import FORM_STATE, READER, burst_study, new_page, wait_ready  # noqa: F401
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Chromium at /usr/bin/chromium"),
+]
+
+STATUS = """() => {
+  for (const host of document.querySelectorAll('[data-testid="stBidiComponentIsolated"]')) {
+    const s = host.shadowRoot && host.shadowRoot.querySelector('.wbk-status');
+    if (s) return s.textContent;
+  }
+  return null;
+}"""
+
+
+@pytest.fixture(scope="module")
+def edge_server(burst_study):
+    yield from serve(burst_study)
+
+
+def reader_wb(study):
+    from workbench.services import Actor, Workbench
+
+    return Workbench(study).as_actor(Actor(READER[0], "reader"))
+
+
+def saved(wb, report: str) -> dict:
+    """The reader's stored reading of a report: label -> value ({} when none)."""
+    return wb.my_readings(READER[0], report).set_index("label")["value"].astype(int).to_dict()
+
+
+def test_a_double_enter_saves_the_report_on_screen_once_and_not_the_next_one_unseen(browser, edge_server, burst_study):
+    from workbench.core.reading import MIN_SECONDS_SHOWN
+    from workbench.ui.app_pages.annotate import LABEL_KEYS
+
+    wb = reader_wb(burst_study)
+    ids = wb.work_list(READER[0], "dev")["report_id"].tolist()
+    context, pg, watch = new_page(browser, edge_server)
+    sign_in(pg, edge_server, *READER)
+    open_by_keyboard(pg, "Annotate")
+    for n, gap_ms in enumerate((80, 150, 250)):  # the issue's range: Enter twice, 80 to 250 ms apart
+        first, following = ids[2 * n], ids[2 * n + 1]
+        wait_ready(pg, first)
+        pg.wait_for_timeout(MIN_SECONDS_SHOWN * 1000)  # the reader has read it
+        pg.keyboard.press(LABEL_KEYS[0])
+        pg.keyboard.press("Enter")
+        pg.wait_for_timeout(gap_ms)  # an input of the test: the second press of a double Enter
+        pg.keyboard.press("Enter")
+        wait_ready(pg, following)
+        pg.wait_for_function(f"() => ({STATUS})().startsWith('Not saved: Enter')", timeout=TIMEOUT_MS)
+        assert saved(wb, first)[wb.vocab.asked_ids[0]] == 1
+        assert saved(wb, following) == {}, f"{following} was saved unseen by the second Enter ({gap_ms} ms)"
+        pg.wait_for_timeout(MIN_SECONDS_SHOWN * 1000)
+        pg.keyboard.press("Enter")  # read now: Enter saves it
+        wait_ready(pg, ids[2 * n + 2])
+        assert set(saved(wb, following).values()) == {0}
+    watch.check(pg)
+    context.close()
