@@ -189,3 +189,50 @@ def test_reading_setting_is_validated_in_workbench_yaml(small_study):
     config.write_text(config.read_text().replace("min_seconds_empty: 4", "min_seconds_empty: lots"))
     with pytest.raises(StudyError, match="reading: min_seconds_empty"):
         load_config(small_study.root)
+
+
+GUARD_CASES = [  # (seconds from the report appearing to the save press, min_seconds_shown) -> ignored
+    ((-0.15, 0.5), True),  # a second Enter pressed while the first was stored: before the report appeared
+    ((0.1, 0.5), True),  # too soon to have read it
+    ((0.5, 0.5), False),  # long enough
+    ((3.0, 0.5), False),
+    ((-0.15, 0), False),  # the guard is off
+]
+
+
+def test_save_guard_rule_in_python_and_in_the_browser_code(tmp_path):
+    import json
+    import shutil
+    import subprocess
+
+    from workbench.core.reading import MIN_SECONDS_SHOWN, min_seconds_shown, save_too_soon
+
+    assert [save_too_soon(*args) for args, _ in GUARD_CASES] == [want for _, want in GUARD_CASES]
+    assert min_seconds_shown({}) == MIN_SECONDS_SHOWN == 0.5 and min_seconds_shown({"min_seconds_shown": 0}) == 0
+    for bad in ({"min_seconds_shown": -1}, {"min_seconds_shown": 11}, {"min_seconds_shown": True}):
+        with pytest.raises(ValueError, match="min_seconds_shown"):
+            min_seconds_shown(bad)
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("the browser half needs node")
+    from workbench.ui import keyboard
+
+    module = tmp_path / "form.mjs"
+    shutil.copy(keyboard.HERE / "form.js", module)
+    script = (
+        f"import {{ saveTooSoon }} from {json.dumps(str(module))};\n"
+        f"console.log(JSON.stringify({json.dumps([a for a, _ in GUARD_CASES])}.map((a) => saveTooSoon(...a))));"
+    )
+    out = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [want for _, want in GUARD_CASES]
+
+
+def test_the_save_guard_is_validated_in_workbench_yaml(small_study):
+    from workbench.study import StudyError, load_config
+
+    config = small_study.paths.config
+    config.write_text(config.read_text() + "reading:\n  min_seconds_shown: 1.5\n")
+    assert load_config(small_study.root).reading == {"min_seconds_shown": 1.5}
+    config.write_text(config.read_text().replace("min_seconds_shown: 1.5", "min_seconds_shown: soon"))
+    with pytest.raises(StudyError, match="reading: min_seconds_shown"):
+        load_config(small_study.root)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from test_browser import ARTIFACTS, CHROMIUM, TIMEOUT_MS, browser, open_by_keyboard, serve, sign_in  # noqa: F401
-from test_reading_keyboard import FORM_STATE, READER, burst_study, new_page, wait_ready  # noqa: F401
+from test_reading_keyboard import FORM_STATE, READER, new_page, signed_in_demo, wait_ready  # noqa: F401
 
 pytestmark = [
     pytest.mark.browser,
@@ -23,8 +23,14 @@ STATUS = """() => {
 
 
 @pytest.fixture(scope="module")
-def edge_server(burst_study):
-    yield from serve(burst_study)
+def edge_study(demo_template, tmp_path_factory):
+    """The demo study with sign-in on and the reading settings at their defaults."""
+    return signed_in_demo(demo_template, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def edge_server(edge_study):
+    yield from serve(edge_study)
 
 
 def reader_wb(study):
@@ -38,11 +44,11 @@ def saved(wb, report: str) -> dict:
     return wb.my_readings(READER[0], report).set_index("label")["value"].astype(int).to_dict()
 
 
-def test_a_double_enter_saves_the_report_on_screen_once_and_not_the_next_one_unseen(browser, edge_server, burst_study):
+def test_a_double_enter_saves_the_report_on_screen_once_and_not_the_next_one_unseen(browser, edge_server, edge_study):
     from workbench.core.reading import MIN_SECONDS_SHOWN
     from workbench.ui.app_pages.annotate import LABEL_KEYS
 
-    wb = reader_wb(burst_study)
+    wb = reader_wb(edge_study)
     ids = wb.work_list(READER[0], "dev")["report_id"].tolist()
     context, pg, watch = new_page(browser, edge_server)
     sign_in(pg, edge_server, *READER)

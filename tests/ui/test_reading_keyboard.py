@@ -40,9 +40,14 @@ FORM_STATE = """() => {
 IDLE = '() => document.querySelector(\'[data-testid="stApp"]\').dataset.testScriptState === "notRunning"'
 
 
-@pytest.fixture(scope="module")
-def burst_study(demo_template, tmp_path_factory) -> Path:
-    """The demo study with sign-in on: an admin and a reader."""
+# These tests press keys at a machine's pace, Enter at once on an item that just appeared: the save guard
+# (reading.min_seconds_shown, a save sooner than 0.5 s after a report appeared is ignored) is off in their
+# study. The guard at its default is tested in test_reading_edges.py.
+NO_SAVE_GUARD = "reading:\n  min_seconds_shown: 0\n"
+
+
+def signed_in_demo(demo_template, tmp_path_factory, extra_config: str = "") -> Path:
+    """A copy of the demo study with sign-in on: an admin and a reader (extra_config appended to workbench.yaml)."""
     from workbench.services import Workbench
 
     root = tmp_path_factory.mktemp("burst") / "demo"
@@ -53,8 +58,14 @@ def burst_study(demo_template, tmp_path_factory) -> Path:
     wb.add_user(READER[0], "reader", READER[1])
     wb.engine.dispose()
     config = root / "workbench.yaml"
-    config.write_text(config.read_text().replace("auth: none", "auth: local"))
+    config.write_text(config.read_text().replace("auth: none", "auth: local") + extra_config)
     return root
+
+
+@pytest.fixture(scope="module")
+def burst_study(demo_template, tmp_path_factory) -> Path:
+    """The demo study with sign-in on: an admin and a reader; no save guard (keys at a machine's pace)."""
+    return signed_in_demo(demo_template, tmp_path_factory, NO_SAVE_GUARD)
 
 
 @pytest.fixture(scope="module")
@@ -418,7 +429,7 @@ def confirm_server(burst_study, tmp_path_factory):
     root = tmp_path_factory.mktemp("confirm") / "demo"
     shutil.copytree(burst_study, root, ignore=shutil.ignore_patterns("streamlit.log"))
     config = root / "workbench.yaml"
-    config.write_text(config.read_text() + "reading:\n  min_seconds_empty: 600\n")
+    config.write_text(config.read_text().replace(NO_SAVE_GUARD, NO_SAVE_GUARD + "  min_seconds_empty: 600\n"))
     _add_reader(root, CONFIRMER)
     running = serve(root)
     yield next(running), root
