@@ -71,3 +71,50 @@ def test_a_double_enter_saves_the_report_on_screen_once_and_not_the_next_one_uns
         assert set(saved(wb, following).values()) == {0}
     watch.check(pg)
     context.close()
+
+
+def read_then_save(pg, wb, report: str, key: str) -> dict:
+    """Wait for the report, read it (the save guard), press one label key and Enter; the stored reading."""
+    from workbench.core.reading import MIN_SECONDS_SHOWN
+
+    wait_ready(pg, report)
+    pg.wait_for_timeout(MIN_SECONDS_SHOWN * 1000)
+    pg.keyboard.press(key)
+    pg.keyboard.press("Enter")
+    if pg.evaluate(FORM_STATE)["state"] != "saving":  # the form takes a save key at once, or never
+        return saved(wb, report)
+    pg.wait_for_function(
+        f"(r) => {{ const s = ({FORM_STATE})(); return s && s.item !== r && s.state === 'ready'; }}",
+        arg=report,
+        timeout=TIMEOUT_MS,
+    )
+    return saved(wb, report)
+
+
+def test_after_a_click_on_any_control_the_reading_keys_still_work(browser, edge_server, edge_study):
+    from test_browser import settle
+
+    from workbench.ui.app_pages.annotate import LABEL_KEYS
+
+    wb = reader_wb(edge_study)
+    context, pg, watch = new_page(browser, edge_server)
+    sign_in(pg, edge_server, *READER)
+    open_by_keyboard(pg, "Annotate")
+    first_label = wb.vocab.asked_ids[0]
+    clicks = {
+        "the work-list expander": lambda: pg.locator("summary", has_text="Work list").click(),
+        "My readings": lambda: pg.get_by_text("My readings: review", exact=False).click(),
+        "Reload data": lambda: pg.get_by_role("button", name="Reload data", exact=True).click(),
+        "the sidebar link": lambda: pg.get_by_test_id("stSidebarNav").get_by_role("link", name="Annotate").click(),
+    }
+    lost = []
+    for what, click in clicks.items():
+        report = pg.evaluate(FORM_STATE)["item"]
+        click()
+        settle(pg)
+        if read_then_save(pg, wb, report, LABEL_KEYS[0]).get(first_label) != 1:
+            lost.append(what)
+    assert lost == [], f"after a click on {lost}, the label key and Enter saved nothing"
+    pg.screenshot(path=str(ARTIFACTS / "keys-after-clicks.png"))
+    watch.check(pg)
+    context.close()

@@ -64,10 +64,23 @@ function optionFor(f, key) {
   return null;
 }
 
+// inputs that take typed text: a focused checkbox, toggle, radio or button does not (the My readings toggle,
+// left focused by a click, took every label key)
+const NOT_TEXT = new Set(["checkbox", "radio", "button", "submit", "reset", "range", "color", "file", "image"]);
+
 function isEditable(node) {
   if (!node || !node.tagName) return false;
   const tag = node.tagName.toLowerCase();
-  return tag === "input" || tag === "textarea" || tag === "select" || node.isContentEditable;
+  if (tag === "input") return !NOT_TEXT.has((node.getAttribute("type") || "text").toLowerCase());
+  return tag === "textarea" || tag === "select" || node.isContentEditable;
+}
+
+// The control the mouse last pressed: left focused by that click, it does not take Enter for itself (the reading
+// keys stay on the form); one reached with the keyboard (Tab) does. A Tab forgets the click.
+let clicked = null;
+function noteInput(e) {
+  if (e.type === "pointerdown") clicked = e.composedPath ? e.composedPath()[0] : e.target;
+  else if (e.key === "Tab") clicked = null;
 }
 
 function onKeyDown(e) {
@@ -236,7 +249,9 @@ function actsOnItself(f, target) {
   // own: it opens the link or presses the button instead of saving the report
   if (!target || !target.closest || (f.host && f.host.contains(target))) return false;
   const own = target.closest("a[href], button, [role=button], [role=link], summary");
-  return !!own && own.matches(":focus-visible");  // reached with the keyboard (Tab), not left focused by a click
+  // reached with the keyboard (Tab), not left focused by a click (Streamlit may focus a clicked control again
+  // after a rerun, which a browser can show as :focus-visible)
+  return !!own && own.matches(":focus-visible") && !(clicked && own.contains(clicked));
 }
 
 function build(f) {
@@ -443,6 +458,8 @@ export default function (component) {
   f.mountedAt = performance.now();
   build(f);
   if (!listening) {
+    window.addEventListener("pointerdown", noteInput, true);
+    window.addEventListener("keydown", noteInput, true);
     window.addEventListener("keydown", onKeyDown, true);
     listening = true;
   }
