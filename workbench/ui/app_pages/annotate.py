@@ -11,7 +11,7 @@ import streamlit as st
 from workbench.core.reading import min_seconds_empty, min_seconds_shown
 from workbench.errors import WorkbenchError
 from workbench.services import ConflictError
-from workbench.services.ui_support import reading_pace
+from workbench.services.reading import reading_pace
 from workbench.ui import components, keyboard, state
 
 # one key per label, in vocabulary order: digits, then letters (Streamlit reserves C and R;
@@ -154,7 +154,7 @@ def _form_data(wb, report_id: str, pos: int, work, values: dict, versions: dict)
         "item": {
             "id": report_id,
             "heading": report_id,
-            "text": state.read(wb.views.report_text, report_id)["text"],
+            "text": state.read(wb.reading.report_text, report_id)["text"],
             "caption": f"Report {pos + 1} of {len(work)} · " + STATE_TEXT[work["state"].iloc[pos]],
         },
         "groups": [
@@ -196,7 +196,7 @@ def _duration(seconds: float) -> str:
 
 def _current(wb, reader: str, report_id: str, has_draft: bool = True) -> tuple[dict, dict]:
     """The ticks shown (the draft, else the saved reading, else all 0) and the saved versions."""
-    mine = state.read(wb.study.my_readings, reader, report_id)
+    mine = state.read(wb.reading.my_readings, reader, report_id)
     saved = dict(zip(mine["label"], mine["value"].astype(int), strict=False))
     draft = wb.reading_draft(reader, report_id) if has_draft else None
     values = {lab: int((draft if draft is not None else saved).get(lab, 0)) for lab in wb.vocab.asked_ids}
@@ -403,7 +403,7 @@ def _reader(wb) -> str | None:
         return wb.actor.user
     with st.sidebar:
         chosen = st.selectbox(
-            "Reader", state.read(wb.views.readers), key=state.READER, index=None, placeholder="Choose your name"
+            "Reader", state.read(wb.reading.readers), key=state.READER, index=None, placeholder="Choose your name"
         )
         typed = st.text_input(
             "... or a new reader name",
@@ -419,7 +419,7 @@ def _work_lists(wb, cohort: str) -> None:
     if not st.toggle("Work lists (admin): assign reports to readers", key=state.widget_key("work-lists", cohort)):
         return  # the status counts every reading of the cohort: only when asked for
     with st.container(border=True):
-        status = state.read(wb.views.work_list_status, cohort)
+        status = state.read(wb.reading.work_list_status, cohort)
         if len(status):
             st.caption(f"Each report goes to {int(status['overlap'].iloc[0])} readers; readers see only their list.")
             st.dataframe(status, hide_index=True)

@@ -120,7 +120,7 @@ def _attention(wb, cohort: str, summary, latest, ev) -> None:
 def _readers(wb, cohort: str) -> None:
     """Each reader's progress on the cohort."""
     st.subheader("Readers")
-    progress = state.read(wb.study.reader_progress, cohort)
+    progress = state.read(wb.reading.reader_progress, cohort)
     if progress.empty:
         st.info("No readings yet.")
         return
