@@ -60,6 +60,9 @@ class Actor:
     email: str = ""
     # True for a signed-in account: its role is re-read from the database on every guarded call
     account: bool = field(default=False, compare=False)
+    # the browser session it acts in (its token's digest; "" outside a browser): checked on every guarded call,
+    # so a sign-out in one tab stops every other tab and browser using that session at its next action
+    session: str = field(default="", compare=False, repr=False)
 
     def identity(self) -> tuple[str, str]:
         """(name, email) for Git commits."""
