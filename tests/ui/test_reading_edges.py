@@ -118,3 +118,41 @@ def test_after_a_click_on_any_control_the_reading_keys_still_work(browser, edge_
     pg.screenshot(path=str(ARTIFACTS / "keys-after-clicks.png"))
     watch.check(pg)
     context.close()
+
+
+def test_sign_out_in_one_tab_stops_the_other_tab_and_the_audit_has_every_sign_in(browser, edge_server, edge_study):
+    from test_browser import settle
+    from test_cross_site import signed_in_cookie
+
+    from workbench.core.reading import MIN_SECONDS_SHOWN
+    from workbench.services import Workbench
+    from workbench.ui.app_pages.annotate import LABEL_KEYS
+
+    wb = reader_wb(edge_study)
+    context, first, watch = new_page(browser, edge_server)
+    first.goto(edge_server)
+    first.get_by_label("User", exact=True).fill(READER[0])
+    first.get_by_label("Password", exact=True).fill("not-the-password-1")
+    first.get_by_role("button", name="Sign in", exact=True).click()
+    first.get_by_text("wrong password").wait_for()
+    sign_in(first, edge_server, *READER)
+    signed_in_cookie(context)
+    second = context.new_page()
+    second.set_default_timeout(TIMEOUT_MS)
+    second.goto(edge_server + "/annotate")  # the same browser: the session cookie signs this tab in
+    second.wait_for_function(f"() => {{ const s = ({FORM_STATE})(); return s && s.state === 'ready'; }}")
+    report = second.evaluate(FORM_STATE)["item"]
+    first.get_by_role("button", name="Sign out", exact=True).click()
+    first.get_by_label("User", exact=True).wait_for()
+    second.wait_for_timeout(MIN_SECONDS_SHOWN * 1000)  # the reader has read the report
+    second.keyboard.press(LABEL_KEYS[0])
+    second.keyboard.press("Enter")
+    second.get_by_label("User", exact=True).wait_for()  # the next message of the ended session: the sign-in form
+    settle(second)
+    assert second.get_by_text("session has ended").count() >= 1
+    assert saved(wb, report) == {}, "a tab of a signed-out session saved a reading"
+    log = Workbench(edge_study).audit_log(entity="session")
+    mine = log[log["entity_key"] == READER[0]]
+    assert {"sign_in_failed", "sign_in", "sign_out"} <= set(mine["action"])
+    assert "loopback (this machine)" in mine["new"].to_json() and "not-the-password" not in log.to_json()
+    context.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -123,9 +124,13 @@ def _sign_in(base):
 def _address() -> str:
     """The browser's address for the audit of a sign-in or sign-out ("browser" when Streamlit does not know it)."""
     try:
-        return str(st.context.ip_address or "browser")
+        ip, headers = st.context.ip_address, st.context.headers
     except Exception:  # no browser context (AppTest, bare mode)
         return "browser"
+    if ip:
+        return str(ip)
+    # Streamlit gives no address for a loopback connection (127.0.0.1, ::1): the browser is on this machine
+    return "loopback (this machine)" if isinstance(headers, Mapping) and headers.get("host") else "browser"
 
 
 def _base_url() -> str:
