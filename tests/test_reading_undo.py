@@ -40,11 +40,26 @@ def test_undo_of_a_new_reading_removes_it_and_gives_back_the_draft(any_study, tm
     assert wb.my_readings("dr-a", ids[0]).empty, "the reading was new: no reading after the undo"
     assert wb.reading_draft("dr-a", ids[0]) == {"edema": 1}, "the draft it was saved from comes back"
     assert wb.reading_note("dr-a", ids[0]) is None
+    assert wb.reading_draft_note("dr-a", ids[0]) == {"comment": "left base hard to see", "unsure": True}, (
+        "the comment and unsure mark come back with the ticks (issue 32, item 9)"
+    )
+    assert wb.my_reading_list("dr-a", "dev")["ticked"].tolist() == ["Edema"]
     assert wb.work_list("dr-a", "dev").set_index("report_id").loc[ids[0], "state"] == "draft"
     actions = _audit(wb, f"{ids[0]}/dr-a")
     assert "add" in actions and "undo" in actions, actions
     with pytest.raises(UserError, match="nothing to undo"):
         wb.undo_last_save("dr-a")
+
+
+def test_a_first_save_undone_gives_back_its_ticks_comment_and_unsure_mark(any_study, tmp_path):
+    wb = any_study
+    ids = _reports(wb, tmp_path)
+    wb.submit_reading("dr-a", ids[2], {"fracture": 1}, comment="old rib fracture", unsure=True)
+    wb.undo_last_save("dr-a")
+    assert wb.reading_draft("dr-a", ids[2])["fracture"] == 1
+    assert wb.reading_draft_note("dr-a", ids[2]) == {"comment": "old rib fracture", "unsure": True}
+    wb.submit_reading("dr-a", ids[2], {"fracture": 1}, comment="old rib fracture", unsure=True)
+    assert wb.reading_draft_note("dr-a", ids[2]) is None, "the draft went with the save"
 
 
 def test_undo_of_a_change_brings_back_the_previous_values(any_study, tmp_path):

@@ -318,6 +318,19 @@ def _add_reader(study: Path, user: tuple[str, str]) -> None:
     wb.engine.dispose()
 
 
+# what the Annotate form shows: its comment, whether Unsure is pressed, how many labels are ticked
+ON_SCREEN = """() => {
+  for (const host of document.querySelectorAll('[data-testid="stBidiComponentIsolated"]')) {
+    const f = host.shadowRoot && host.shadowRoot.querySelector('.wbk');
+    if (!f) continue;
+    const unsure = f.querySelector('[data-option="unsure"]');
+    return {comment: f.querySelector('textarea').value, unsure: unsure.getAttribute('aria-pressed') === 'true',
+            ticked: f.querySelectorAll('[data-group="labels"] .wbk-chip.on').length};
+  }
+  return null;
+}"""
+
+
 def test_unsure_comment_undo_and_enter_on_a_focused_link(browser, burst_server, burst_study):
     from workbench.services import Actor, Workbench
     from workbench.ui.app_pages.annotate import COMMENT_KEY, LABEL_KEYS, UNSURE_KEY
@@ -345,6 +358,8 @@ def test_unsure_comment_undo_and_enter_on_a_focused_link(browser, burst_server, 
     wait_ready(pg, ids[0])
     assert wb.my_readings(EXTRA[0], ids[0]).empty and wb.reading_note(EXTRA[0], ids[0]) is None
     assert wb.reading_draft(EXTRA[0], ids[0]) == {lab: int(j in (0, 1)) for j, lab in enumerate(asked)}
+    shown = pg.evaluate(ON_SCREEN)  # the whole reading comes back on screen: ticks, comment, unsure (issue 32, 9)
+    assert shown == {"comment": "faint 2 opacity", "unsure": True, "ticked": 2}, shown
     audit = Workbench(burst_study).audit_log()
     assert {"add", "undo"} <= set(audit.loc[audit["entity_key"] == f"{ids[0]}/{EXTRA[0]}", "action"])
     # Enter on a link reached with the keyboard opens that link; it does not save the report on screen

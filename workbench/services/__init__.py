@@ -277,6 +277,7 @@ class Workbench:
     reader_progress = _Forward("reading")
     my_readings = _Forward("reading")
     reading_draft = _Forward("reading")
+    reading_draft_note = _Forward("reading")
     save_reading_draft = _Forward("reading")
     reading_draft_ids = _Forward("reading")
     submit_reading = _Forward("reading")

@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
 
 COMPLETED, DRAFT, UNREAD = "completed", "draft", "unread"
 MAX_COMMENT = 2000  # a comment is a remark beside a reading, not a report
+NOTE_IN_DRAFT = "_note"  # a draft's comment and unsure mark, kept beside its ticks (undo brings the whole reading back)
 PACE_GAP_S = 15 * 60  # a pause longer than this between two saves is a break, not reading time
 
 
@@ -268,12 +269,26 @@ class ReadingService(Service):
         """A reader's unsaved ticks on one report (label -> 0/1), or None."""
         check_own_reading(self.ctx, reader)
         with self.session() as s:
-            return q.get_reading_draft(s, reader, report_id)
+            draft = q.get_reading_draft(s, reader, report_id)
+        return None if draft is None else {k: v for k, v in draft.items() if k != NOTE_IN_DRAFT}
 
-    def save_reading_draft(self, reader: str, report_id: str, values: dict) -> None:
-        """Keep a reader's ticks server-side the moment they change (not a reading until submitted)."""
+    def reading_draft_note(self, reader: str, report_id: str) -> dict | None:
+        """The comment and unsure mark kept with a reader's draft ({comment, unsure}), or None when it keeps none."""
+        check_own_reading(self.ctx, reader)
+        with self.session() as s:
+            draft = q.get_reading_draft(s, reader, report_id)
+        return (draft or {}).get(NOTE_IN_DRAFT)
+
+    def save_reading_draft(
+        self, reader: str, report_id: str, values: dict, comment: str | None = None, unsure: bool | None = None
+    ) -> None:
+        """Keep a reader's ticks (and, when given, comment and unsure mark) server-side the moment they change
+        (not a reading until submitted)."""
         check_own_reading(self.ctx, reader)
         values = self._check_values(values)
+        note = _checked_note(comment, unsure)
+        if note is not False:
+            values = {**values, NOTE_IN_DRAFT: note or {"comment": "", "unsure": False}}
         with self.session(write=True) as s:
             if q.get_report(s, report_id) is None:
                 raise StudyError(f"no report {report_id!r}")
@@ -368,6 +383,7 @@ class ReadingService(Service):
             current = {lab: int(now_.loc[lab, "value"]) for lab in after}
             q.add_audit(s, self.actor.user, "undo", "reading", f"{save.report_id}/{reader}", current, before)
             note_before = json.loads(save.note_before_json)
+            undone_note = q.get_reading_note(s, reader, save.report_id)  # the note as the save left it
             if q.get_reading_note(s, reader, save.report_id) != note_before:
                 q.add_audit(
                     s,
@@ -382,7 +398,8 @@ class ReadingService(Service):
             draft = json.loads(save.draft_before_json)
             if draft is None and all(v is None for v in before.values()):
                 draft = current  # a first save undone: its ticks stay on screen as the draft they were
-            if draft is not None:
+            if draft is not None:  # with the comment and unsure mark saved at Enter: the whole reading comes back
+                draft = {**draft, NOTE_IN_DRAFT: undone_note or {"comment": "", "unsure": False}}
                 q.put_reading_draft(s, reader, save.report_id, draft)
             s.flush()
             versions = q.readings_frame(s, report_ids_=[save.report_id], reader=reader).set_index("label")["version"]
@@ -415,7 +432,7 @@ class ReadingService(Service):
                 work = work[work["report_id"].isin(keep)]
         ticked = readings[readings["value"].astype(int) == 1].groupby("report_id")["label"].agg(list).to_dict()
         for rid, values in drafts.items():
-            ticked[rid] = [lab for lab, v in (values or {}).items() if v]
+            ticked[rid] = [lab for lab, v in (values or {}).items() if v and lab != NOTE_IN_DRAFT]
         out = pd.DataFrame(
             {
                 "report_id": work["report_id"],

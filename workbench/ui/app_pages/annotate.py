@@ -209,12 +209,17 @@ def _ticks(wb, values: dict) -> dict:
     return {lab: int(lab in on) for lab in wb.vocab.asked_ids}
 
 
+def _note_sent(values: dict) -> tuple[str, bool]:
+    """The comment and unsure mark the form sent (kept with a draft, saved with a reading)."""
+    return str(values.get("comment") or ""), values.get("unsure") == "unsure"
+
+
 def _keep_draft(wb, reader: str, ids: list, draft: dict) -> None:
     """Keep the ticks on screen as the reader's server-side draft (only for a report of the work list)."""
     if draft.get("item") not in ids:
         return
     try:
-        wb.save_reading_draft(reader, draft["item"], _ticks(wb, draft["values"]))
+        wb.save_reading_draft(reader, draft["item"], _ticks(wb, draft["values"]), *_note_sent(draft["values"]))
     except WorkbenchError as exc:
         state.flash(f"Draft not kept: {exc}", "error")
 
@@ -231,7 +236,7 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
     values = _ticks(wb, payload.get("values") or {})
     pos = ids.index(report_id)
     if payload.get("kind") != "save":
-        wb.save_reading_draft(reader, report_id, values)  # drafts are read fresh, not through the cache
+        wb.save_reading_draft(reader, report_id, values, *_note_sent(payload.get("values") or {}))  # read fresh
         target = {
             "prev": ids[max(pos - 1, 0)],
             "next": ids[min(pos + 1, len(ids) - 1)],
@@ -247,11 +252,11 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
             report_id,
             values,
             expected_versions={k: int(v) for k, v in versions.items()},
-            comment=str(sent.get("comment") or ""),
-            unsure=sent.get("unsure") == "unsure",
+            comment=_note_sent(sent)[0],
+            unsure=_note_sent(sent)[1],
         )
     except ConflictError as exc:
-        wb.save_reading_draft(reader, report_id, values)
+        wb.save_reading_draft(reader, report_id, values, *_note_sent(sent))
         state.bump(wb)
         return f"Not saved: {exc}. Your ticks are kept as a draft; check them and press Enter again."
     if wb.config.annotate_attributes:
@@ -275,7 +280,11 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
 
 def _with_note(wb, reader: str, report_id: str, data: dict) -> None:
     """Add the unsure mark, the comment field, undo and the empty-save confirmation to the form's data."""
-    note = wb.reading_note(reader, report_id) or {"comment": "", "unsure": False}
+    note = (
+        wb.reading_draft_note(reader, report_id)  # a draft's own (after an undo, or typed before a move)
+        or wb.reading_note(reader, report_id)
+        or {"comment": "", "unsure": False}
+    )
     data["groups"].append(
         {
             "id": "unsure",
