@@ -156,3 +156,41 @@ def test_sign_out_in_one_tab_stops_the_other_tab_and_the_audit_has_every_sign_in
     assert {"sign_in_failed", "sign_in", "sign_out"} <= set(mine["action"])
     assert "loopback (this machine)" in mine["new"].to_json() and "not-the-password" not in log.to_json()
     context.close()
+
+
+def test_a_save_from_a_stale_window_is_refused_and_shows_both_versions(browser, edge_server, edge_study):
+    from test_cross_site import signed_in_cookie
+
+    from workbench.core.reading import MIN_SECONDS_SHOWN
+    from workbench.ui.app_pages.annotate import LABEL_KEYS
+
+    wb = reader_wb(edge_study)
+    asked, names = wb.vocab.asked_ids, wb.vocab.names()
+    context, first, watch = new_page(browser, edge_server)
+    sign_in(first, edge_server, *READER)
+    signed_in_cookie(context)
+    open_by_keyboard(first, "Annotate")
+    report = first.evaluate(FORM_STATE)["item"]
+    second = context.new_page()
+    second.set_default_timeout(TIMEOUT_MS)
+    second.goto(f"{edge_server}/annotate?report={report}")  # the same report in a second window
+    wait_ready(second, report)
+    wait_ready(first, report)
+    first.wait_for_timeout(MIN_SECONDS_SHOWN * 1000)  # both windows have had it on screen long enough
+    first.keyboard.press(LABEL_KEYS[0])
+    first.keyboard.press("Enter")
+    first.wait_for_function(f"(r) => ({FORM_STATE})().item !== r", arg=report)
+    assert saved(wb, report)[asked[0]] == 1
+    second.keyboard.press(LABEL_KEYS[1])  # the stale copy: label 2 instead of label 1
+    second.keyboard.press("Enter")
+    second.wait_for_function(f"() => ({STATUS})().startsWith('Not saved')")
+    message = second.evaluate(STATUS)
+    assert "another window" in message and f"{names[asked[0]]}: saved 1, yours 0" in message, message
+    assert f"{names[asked[1]]}: saved 0, yours 1" in message, message
+    assert saved(wb, report)[asked[0]] == 1 and saved(wb, report)[asked[1]] == 0, "the earlier save stands"
+    wait_ready(second, report)
+    second.wait_for_timeout(MIN_SECONDS_SHOWN * 1000)
+    second.keyboard.press("Enter")  # the reader chooses theirs: saved over it
+    second.wait_for_function(f"(r) => ({FORM_STATE})().item !== r", arg=report)
+    assert saved(wb, report)[asked[0]] == 0 and saved(wb, report)[asked[1]] == 1
+    context.close()

@@ -200,7 +200,9 @@ def _current(wb, reader: str, report_id: str, has_draft: bool = True) -> tuple[d
     saved = dict(zip(mine["label"], mine["value"].astype(int), strict=False))
     draft = wb.reading_draft(reader, report_id) if has_draft else None
     values = {lab: int((draft if draft is not None else saved).get(lab, 0)) for lab in wb.vocab.asked_ids}
-    return values, {lab: int(v) for lab, v in zip(mine["label"], mine["version"], strict=False)}
+    stored = {lab: int(v) for lab, v in zip(mine["label"], mine["version"], strict=False)}
+    # version 0: no reading when the report was opened, so a save from another window meanwhile is a conflict
+    return values, {lab: stored.get(lab, 0) for lab in wb.vocab.asked_ids}
 
 
 def _ticks(wb, values: dict) -> dict:
@@ -255,10 +257,10 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
             comment=_note_sent(sent)[0],
             unsure=_note_sent(sent)[1],
         )
-    except ConflictError as exc:
+    except ConflictError:
         wb.save_reading_draft(reader, report_id, values, *_note_sent(sent))
         state.bump(wb)
-        return f"Not saved: {exc}. Your ticks are kept as a draft; check them and press Enter again."
+        return _conflict(wb, reader, report_id, values)
     if wb.config.annotate_attributes:
         for label, picked in _picked_attributes(wb, report_id, values).items():
             wb.record_reading_attributes(reader, report_id, label, picked)
@@ -276,6 +278,20 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
     )
     st.session_state[state.ANN_REPORT] = following or report_id
     return None
+
+
+def _conflict(wb, reader: str, report_id: str, yours: dict) -> str:
+    """A save from a stale copy: both versions, label by label, and how to keep either."""
+    mine = wb.my_readings(reader, report_id)
+    saved = dict(zip(mine["label"], mine["value"].astype(int), strict=False))
+    names = wb.vocab.names()
+    differ = [lab for lab in wb.vocab.asked_ids if saved.get(lab, 0) != yours.get(lab, 0)]
+    both = "; ".join(f"{names.get(lab, lab)}: saved {saved.get(lab, 0)}, yours {yours.get(lab, 0)}" for lab in differ)
+    return (
+        f"Not saved: {report_id} was saved from another window or tab since you opened it. "
+        + (f"The two differ on {both}. " if differ else "Both have the same ticks. ")
+        + "Your ticks are on screen: press Enter to save yours over it, or reload the page to keep the saved one."
+    )
 
 
 def _with_note(wb, reader: str, report_id: str, data: dict) -> None:
