@@ -191,7 +191,13 @@ def test_local_sign_in_then_reader_pages_only(study):
     assert at.title[0].value == TITLES["home"]  # settings is not a reader's page
     assert "Acting as **reader-a** (reader)" in all_text(at)
     assert at.session_state[state.ACTOR].role == "reader"
-    assert [m.value for m in at.metric if m.label == "Latest run: macro F1"] == ["hidden until you finish reading"]
+    # a blinded reader's Home: their own progress only, no figure about the reference, the labeller or others
+    labels = [m.label for m in at.metric]
+    assert "Your readings saved" in labels and "Left to read" in labels, labels
+    assert not {"Latest run: macro F1", "Waiting", "Reference decided", "Open adjudications"} & set(labels), labels
+    text = all_text(at)
+    assert "hidden until" not in text and "Readers" not in [s.value for s in at.subheader]
+    assert not [r for r in wb.reader_progress("dev")["reader"] if r != "reader-a" and r in text], "no other reader"
     token = at.session_state[state.SESSION_TOKEN]  # the browser session behind the cookie: a reload resumes it
     assert wb.resume_web_session(token).user == "reader-a"
     button(at, "Sign out").click().run()
