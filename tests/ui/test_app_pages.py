@@ -331,7 +331,8 @@ def test_annotate_ticks_survive_navigation_and_reload(study):
     report = at.session_state[state.ANN_REPORT]
     press(at, state.ANN_FORM, "next", labels=["cardiomegaly", "edema"])  # → keeps the ticks on screen as the draft
     assert at.session_state[state.ANN_REPORT] != report
-    assert "1 drafts" in all_text(at) or any("1 drafts" in str(p.proto.text) for p in at.get("progress"))
+    progress = " ".join(str(p.proto.text) for p in at.get("progress"))
+    assert "· 1 draft" in progress and "1 drafts" not in progress + all_text(at), progress  # issue 32, item 14
     press(at, state.ANN_FORM, "prev")
     assert at.session_state[state.ANN_REPORT] == report
     assert form_data(at, state.ANN_FORM)["values"]["labels"] == ["cardiomegaly", "edema"]
@@ -355,7 +356,8 @@ def test_annotate_conflict_is_refused_with_a_clear_message(study):
     wb.record_reading("reader-a", report, {"edema": 1 - before["edema"]})  # someone else saves first
     press(at, state.ANN_FORM, labels=ticks)
     data = form_data(at, state.ANN_FORM)
-    assert data["error"] and "press enter again" in data["error"].lower() and data["item"]["id"] == report
+    assert data["error"] and "press enter to save yours" in data["error"].lower() and data["item"]["id"] == report
+    assert "Edema: saved" in data["error"], "both versions are named (issue 32, item 6)"
     after = wb.my_readings("reader-a", report).set_index("label")["value"].to_dict()
     assert after["fracture"] == before["fracture"], "nothing of the refused save was written"
     assert wb.reading_draft("reader-a", report)["fracture"] == 1 - before["fracture"], "the ticks are kept as a draft"

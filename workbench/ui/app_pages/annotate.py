@@ -179,7 +179,7 @@ def _progress(wb, reader: str, cohort: str, work, pos: int) -> None:
     done = int(work["state"].isin(READ).sum())
     n_drafts = int((work["state"] == "draft").sum())
     pace = reading_pace(work["saved_at"], len(work) - done)
-    text = f"{components.md(reader)}: {done} of {len(work)} read · {n_drafts} drafts"
+    text = f"{components.md(reader)}: {done} of {len(work)} read · {components.count(n_drafts, 'draft')}"
     if pace["seconds_per_report"]:
         text += (
             f" · pace {pace['seconds_per_report']:.0f} s per report ({pace['reports_per_hour']:.0f} an hour), "
@@ -369,13 +369,13 @@ def _my_readings(wb, reader: str, cohort: str, ids: list) -> None:
             return
         clicks = st.session_state.get(state.ANN_CLICKED, 0)
         event = st.dataframe(
-            mine,
+            mine.assign(saved_at=components.when_column(mine["saved_at"])),  # local time, not a raw ISO stamp
             hide_index=True,
             height=260,
             on_select="rerun",
             selection_mode="single-row",
             key=state.widget_key("my-readings", clicks),
-            column_config={"report_id": "report"},
+            column_config={"report_id": "report", "saved_at": "saved"},
         )
         rows = event.selection.rows if event else []
         if rows and mine["report_id"].iloc[rows[0]] in ids:
@@ -397,7 +397,8 @@ def _queue(work) -> None:
     """The whole work list with each report's state; click a row to open it."""
     with st.expander(
         f"Work list: {int(work['state'].isin(READ).sum())} saved, "
-        f"{int((work['state'] == 'draft').sum())} drafts, {int((work['state'] == 'unread').sum())} unread"
+        f"{components.count(int((work['state'] == 'draft').sum()), 'draft')}, "
+        f"{int((work['state'] == 'unread').sum())} unread"
     ):
         pos = work["report_id"].tolist().index(st.session_state[state.ANN_REPORT])
         start, end = components.window(len(work), pos)
