@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
 
 COMPLETED, DRAFT, UNREAD = "completed", "draft", "unread"
 MAX_COMMENT = 2000  # a comment is a remark beside a reading, not a report
+LOOK = "report_look"  # audit entity: a reader saw the reference, the labeller's answer or the votes of a report
 NOTE_IN_DRAFT = "_note"  # a draft's comment and unsure mark, kept beside its ticks (undo brings the whole reading back)
 PACE_GAP_S = 15 * 60  # a pause longer than this between two saves is a break, not reading time
 
@@ -175,6 +176,7 @@ class ReadingService(Service):
             raise StudyError(f"no report {report_id!r}")
         q.ensure_readers(s, [reader])
         existing = q.readings_frame(s, report_ids_=[report_id], reader=reader).set_index("label")
+        self._refuse_after_look(s, reader, report_id, existing, values)
         new_rows = []
         for label, value in values.items():
             if label not in existing.index:
@@ -219,6 +221,34 @@ class ReadingService(Service):
                 {r["label"]: r["value"] for r in new_rows},
             )
         return changed, existing
+
+    def record_look(self, report_id: str) -> None:
+        """The acting user has seen the reference, the labeller's answer or other readers' votes on a report
+        (Disagreements): recorded once, in the audit, so that their own reading of it stays independent."""
+        actor = self.current_actor()
+        key = f"{report_id}/{actor.user}"
+        with self.session() as s:
+            if not q.list_audit(s, entity=LOOK, key=key, limit=1).empty:
+                return
+        with self.session(write=True) as s:
+            q.add_audit(s, actor.user, "look", LOOK, key, None, {"seen": "reference, labeller answer, readers' votes"})
+
+    def _refuse_after_look(self, s, reader: str, report_id: str, existing: pd.DataFrame, values: dict) -> None:
+        """A change to a reading whose reader has since seen the reference or others' votes is refused: the
+        reference is made of independent readings, and a reading changed after a look is no longer one."""
+        changes = {
+            lab: v for lab, v in values.items() if lab in existing.index and int(existing.loc[lab, "value"]) != v
+        }
+        if not changes:
+            return
+        look = q.list_audit(s, entity=LOOK, key=f"{report_id}/{reader}", limit=1)
+        if look.empty:
+            return
+        raise UserError(
+            f"your reading of {report_id} stays as saved: you have seen its reference, the labeller's answer and "
+            f"the readers' votes (Disagreements, {str(look['at'].iloc[0])[:16].replace('T', ' ')} UTC), so a change "
+            "now would not be independent. Write a note on Disagreements, or flag the item for adjudication, instead"
+        )
 
     def _after_save(self, s, reader: str, report_id: str, changed: dict) -> None:
         """Adaptive progress follows a save that wrote something, in the save's own transaction."""

@@ -231,6 +231,7 @@ def _answer(wb, run_id: int, case: dict) -> None:
     pred = case["prediction"] or {}
     votes = case["votes"]
     positive = int(votes["value"].sum()) if len(votes) else 0
+    wb.reading.record_look(case["report_id"])  # the user's own reading of it can no longer change (blinding)
     st.markdown(
         f"Labeller (run {run_id}): **{_value(pred.get('value'))}** ({components.md(pred.get('status', 'no answer'))})"
         f" · reference: **{_value(case['reference'])}** ({components.md(case['reference_status'])})"
