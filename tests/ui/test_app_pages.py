@@ -219,6 +219,25 @@ def test_reader_sees_only_disagreements_of_reports_they_finished(study):
     assert not at.html
 
 
+def test_a_reader_who_opened_a_disagreement_cannot_change_that_reading_afterwards(study):
+    from workbench.errors import UserError
+    from workbench.services import Actor
+
+    path = study / "workbench.yaml"
+    path.write_text(path.read_text().replace("auth: none", "auth: local"))
+    wb = workbench(study)
+    reader = wb.readers()[0]
+    at = open_page(study, "disagreements", {state.ACTOR: Actor(reader, "reader")})
+    report = at.session_state[state.DIS_PICK][0]  # its reference, votes and labeller answer are on screen
+    mine = wb.as_actor(Actor(reader, "reader"))
+    before = mine.my_readings(reader, report).set_index("label")["value"].astype(int).to_dict()
+    flipped = {**before, next(iter(before)): 1 - before[next(iter(before))]}
+    with pytest.raises(UserError, match="stays as saved"):
+        mine.submit_reading(reader, report, flipped)
+    assert mine.my_readings(reader, report).set_index("label")["value"].astype(int).to_dict() == before
+    assert f"{report}/{reader}" in wb.audit_log(entity="report_look")["entity_key"].tolist()
+
+
 # ---------------------------------------------------------------- annotate
 
 
