@@ -999,3 +999,12 @@ def test_compare_offers_no_derived_case_and_says_why(study):
     assert_clean(at)
     assert at.session_state[state.DIS_PICK][1] != "no_finding"
     assert form_data(at, state.DIS_FORM)["item"]["id"].split("|")[1] != "no_finding"
+
+
+def test_every_default_error_category_has_a_key():
+    from workbench.study import DEFAULT_CATEGORIES
+    from workbench.ui.app_pages.disagreements import CATEGORY_KEYS, SIGNIFICANCE_KEYS
+
+    assert len(CATEGORY_KEYS) >= len(DEFAULT_CATEGORIES), "categories 11 and 12 (severity, comparison) had no key"
+    taken = {k.lower() for k in SIGNIFICANCE_KEYS.values()} | {"/", "?", "s"}
+    assert len(set(CATEGORY_KEYS)) == len(CATEGORY_KEYS) and not taken & set(CATEGORY_KEYS)

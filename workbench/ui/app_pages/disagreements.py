@@ -18,7 +18,7 @@ from workbench.services import PERMISSIONS
 from workbench.study import SIGNIFICANCE
 from workbench.ui import components, keyboard, state, suggestions
 
-CATEGORY_KEYS = list("1234567890")
+CATEGORY_KEYS = list("1234567890-=")  # the number row: the 11th and 12th (severity, comparison) on - and =
 SIGNIFICANCE_KEYS = {"changes management": "M", "does not change management": "N", "unsure": "U"}
 WRONG = "reference label wrong"  # the category that is also the flag: one control sends the item to adjudication
 KIND_TEXT = {
