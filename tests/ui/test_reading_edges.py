@@ -194,3 +194,19 @@ def test_a_save_from_a_stale_window_is_refused_and_shows_both_versions(browser, 
     second.wait_for_function(f"(r) => ({FORM_STATE})().item !== r", arg=report)
     assert saved(wb, report)[asked[0]] == 0 and saved(wb, report)[asked[1]] == 1
     context.close()
+
+
+def test_the_guidelines_open_in_view(browser, edge_server):
+    for width, height in ((1440, 900), (1280, 800)):
+        context = browser.new_context(viewport={"width": width, "height": height})
+        pg = context.new_page()
+        pg.set_default_timeout(TIMEOUT_MS)
+        sign_in(pg, edge_server, *READER)
+        open_by_keyboard(pg, "Annotate")
+        pg.wait_for_function(f"() => {{ const s = ({FORM_STATE})(); return s && s.state === 'ready'; }}")
+        pg.keyboard.press("?")
+        box = pg.get_by_test_id("wbGuidelines").bounding_box()
+        assert box and box["height"] > 0 and box["y"] >= 0 and box["y"] + min(box["height"], 200) <= height, (
+            f"the guidelines open at y = {box and box['y']:.0f} px on a {height} px screen"
+        )
+        context.close()

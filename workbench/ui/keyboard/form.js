@@ -440,7 +440,12 @@ function refresh(f) {
     void status.offsetWidth;
     status.classList.add("flash");
   }
-  if (f.nodes.help) f.nodes.help.hidden = !f.showHelp;
+  if (f.nodes.help) {
+    const opening = f.nodes.help.hidden && f.showHelp;
+    f.nodes.help.hidden = !f.showHelp;
+    // it sits under the chips: opened below the fold (y = 922 px on a 900 px screen) it looked like nothing
+    if (opening) f.nodes.help.scrollIntoView({ block: "nearest" });
+  }
 }
 
 export default function (component) {
