@@ -1008,3 +1008,34 @@ def test_every_default_error_category_has_a_key():
     assert len(CATEGORY_KEYS) >= len(DEFAULT_CATEGORIES), "categories 11 and 12 (severity, comparison) had no key"
     taken = {k.lower() for k in SIGNIFICANCE_KEYS.values()} | {"/", "?", "s"}
     assert len(set(CATEGORY_KEYS)) == len(CATEGORY_KEYS) and not taken & set(CATEGORY_KEYS)
+
+
+def test_an_admin_adds_an_account_resets_its_password_and_changes_its_role_in_settings(study):
+    from workbench.services import PermissionDenied
+
+    wb = workbench(study)
+    wb.add_user("boss", "admin", "boss-password-1")
+    path = study / "workbench.yaml"
+    path.write_text(path.read_text().replace("auth: none", "auth: local"))
+    at = open_page(study, "settings", {state.ACTOR: wb.actor_for("boss")})
+    at.text_input(key=state.widget_key("account-new-id")).input("dr-new")
+    at.selectbox(key=state.widget_key("account-new-role")).select("reader")
+    button(at, "Add account").click().run()
+    assert_clean(at)
+    shown = [c.value for c in at.code]
+    assert len(shown) == 1 and wb.authenticate("dr-new", shown[0]).role == "reader", "the password shown once works"
+    at.run()
+    assert not at.code, "shown once: gone at the next run"
+    at.selectbox(key=state.widget_key("account")).select("dr-new").run()
+    button(at, "Reset password").click().run()
+    new = [c.value for c in at.code]
+    assert len(new) == 1 and new[0] != shown[0] and wb.authenticate("dr-new", new[0]).user == "dr-new"
+    with pytest.raises(PermissionDenied):
+        wb.authenticate("dr-new", shown[0])
+    at.selectbox(key=state.widget_key("account-role", "dr-new")).select("adjudicator").run()
+    button(at, "Change role").click().run()
+    assert_clean(at)
+    assert wb.actor_for("dr-new").role == "adjudicator"
+    at.text_input(key=state.widget_key("account-new-id")).input("bad id!")
+    button(at, "Add account").click().run()
+    assert "letters, digits" in all_text(at) and not at.code, "the CLI's rules, with a clear error"
