@@ -10,9 +10,16 @@ Targets: median <= 0.3 s, p95 <= 0.6 s. Each part that fails says why and the ot
 measured; every figure is printed, met or not, with the load average.
 
 Then the burst: a second reader types n reports at a fast reader's pace (label keys 20 ms apart,
-Enter 10 ms after the last, the next report's keys right after, without waiting for it) and the
-script counts the saved readings that differ from the keys pressed (target: 0 lost), and the
-keys pressed per report (the ticks plus Enter: nothing else is needed).
+Enter 10 ms after the last, the next report's label keys right after, without waiting for it; its
+Enter once it has been on screen for reading.min_seconds_shown) and the script counts the saved
+readings that differ from the keys pressed (target: 0 lost), and the keys pressed per report (the
+ticks plus Enter: nothing else is needed).
+
+Then two trials of the reading room's edges (issue 32), n reports each, target 0 wrong saves:
+- double Enter: tick a label, press Enter twice 80 to 250 ms apart; a wrong save is the report on
+  screen not stored as ticked, or the next report stored unseen by the second Enter;
+- click then Enter: click a control outside the form (the work-list expander, the My readings
+  toggle, Reload data), tick a label, press Enter; a wrong save is a report not stored as ticked.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ CHROMIUM_ARGS = [
 ]
 READER, ENGINEER = ("bench-reader", "reader-password-1"), ("bench-engineer", "engineer-password-1")
 FAST = ("bench-fast", "reader-password-2")
+DOUBLE, CLICKER = ("bench-double", "reader-password-3"), ("bench-clicker", "reader-password-4")
 # the keyboard form's state from inside its shadow root (workbench/ui/keyboard/form.js)
 FORM = """() => {
   for (const host of document.querySelectorAll('[data-testid="stBidiComponentIsolated"]')) {
@@ -78,7 +86,8 @@ def prepare(folder: Path, n_reports: int = 3000) -> Path:
     wb = wb.as_actor(wb.actor_for("bench-admin"))
     wb.add_user(READER[0], "reader", READER[1])
     wb.add_user(ENGINEER[0], "prompt_engineer", ENGINEER[1])
-    wb.add_user(FAST[0], "reader", FAST[1])
+    for user, password in (FAST, DOUBLE, CLICKER):
+        wb.add_user(user, "reader", password)
     wb.engine.dispose()
     config = work / "workbench.yaml"
     config.write_text(config.read_text().replace("auth: none", "auth: local"))
@@ -150,12 +159,21 @@ def wait_form(pg, item: str, text: str = "") -> None:
     )
 
 
+def read(pg) -> None:
+    """The reader reads the report on screen: a save sooner than reading.min_seconds_shown after it appeared is
+    ignored by design (an input of the measurement, not a wait for a condition)."""
+    from workbench.core.reading import MIN_SECONDS_SHOWN
+
+    time.sleep(MIN_SECONDS_SHOWN)
+
+
 def time_annotation(pg, texts: dict, n: int) -> list[float]:
     """Seconds from Enter (save) to the next report's id and text on screen, n times."""
     out = []
     for _ in range(n):
         current = pg.evaluate(FORM)["item"]
         nxt = f"b{int(current[1:]) + 1:05d}"
+        read(pg)
         pg.keyboard.press("1")
         started = time.perf_counter()
         pg.keyboard.press("Enter")
@@ -170,6 +188,7 @@ def time_triage(pg, n: int) -> list[float]:
     out = []
     for _ in range(n):
         shown = pg.evaluate(FORM)["item"]
+        read(pg)
         for key in ("1", "n"):
             pg.keyboard.press(key)
         started = time.perf_counter()
@@ -197,15 +216,16 @@ def burst(pg, study: Path, n: int) -> tuple[int, float]:
     ids = wb.work_list(FAST[0], wb.config.dev_cohort)["report_id"].tolist()[: n + 1]
     rng = random.Random(22)
     plans = [sorted(rng.sample(range(len(asked)), rng.choice([0, 1, 2, 3, 4]))) for _ in range(n)]
-    wait_form(pg, ids[0])
     presses = 0
-    for ticks in plans:
-        for k, i in enumerate(ticks):
-            if k:
-                time.sleep(KEY_GAP_S)  # the reader's pace is the input of this measurement
-            pg.keyboard.press(LABEL_KEYS[i])
+    for k, ticks in enumerate(plans):
+        if k == 0:
+            type_keys(pg, [LABEL_KEYS[i] for i in ticks])
+        wait_form(pg, ids[k])  # its label keys were typed ahead (held, then applied); Enter once it is read
+        read(pg)
         time.sleep(ENTER_GAP_S)
         pg.keyboard.press("Enter")
+        if k + 1 < n:
+            type_keys(pg, [LABEL_KEYS[i] for i in plans[k + 1]])  # the next report's keys, without waiting for it
         presses += len(ticks) + 1
     wait_form(pg, ids[n])
     lost = 0
@@ -214,6 +234,74 @@ def burst(pg, study: Path, n: int) -> tuple[int, float]:
         lost += saved != {lab: int(j in ticks) for j, lab in enumerate(asked)}
     wb.engine.dispose()
     return lost, presses / n
+
+
+def type_keys(pg, keys: list[str]) -> None:
+    """Label keys at the burst's pace."""
+    for k, key in enumerate(keys):
+        if k:
+            time.sleep(KEY_GAP_S)  # the reader's pace is the input of this measurement
+        pg.keyboard.press(key)
+
+
+def stored(wb, user: str, report: str) -> dict:
+    """A reader's stored reading of a report: label -> value."""
+    return wb.my_readings(user, report).set_index("label")["value"].astype(int).to_dict()
+
+
+def double_enter(pg, study: Path, n: int) -> int:
+    """n reports saved with a double Enter 80-250 ms apart; returns the wrong saves (see the module)."""
+    import random
+
+    from workbench.services import Actor, Workbench
+
+    wb = Workbench(study).as_actor(Actor(DOUBLE[0], "reader"))
+    first = wb.vocab.asked_ids[0]
+    ids = wb.work_list(DOUBLE[0], wb.config.dev_cohort)["report_id"].tolist()[: n + 1]
+    rng = random.Random(32)
+    wrong = 0
+    for k in range(n):
+        wait_form(pg, ids[k])
+        read(pg)
+        pg.keyboard.press("1")
+        pg.keyboard.press("Enter")
+        time.sleep(rng.uniform(0.080, 0.250))  # the second press of a double Enter: an input of the trial
+        pg.keyboard.press("Enter")
+        wait_form(pg, ids[k + 1])
+        wrong += stored(wb, DOUBLE[0], ids[k]).get(first) != 1
+        wrong += bool(stored(wb, DOUBLE[0], ids[k + 1]))  # saved unseen
+    wb.engine.dispose()
+    return wrong
+
+
+def click_then_enter(pg, study: Path, n: int) -> int:
+    """n reports saved by a label key and Enter after a click on a control outside the form; the wrong saves."""
+    from workbench.services import Actor, Workbench
+
+    wb = Workbench(study).as_actor(Actor(CLICKER[0], "reader"))
+    first = wb.vocab.asked_ids[0]
+    ids = wb.work_list(CLICKER[0], wb.config.dev_cohort)["report_id"].tolist()[: n + 1]
+    clicks = [
+        lambda: pg.locator("summary", has_text="Work list").click(),
+        lambda: pg.get_by_text("My readings: review", exact=False).click(),
+        lambda: pg.get_by_role("button", name="Reload data", exact=True).click(),
+    ]
+    wrong = 0
+    for k in range(n):
+        wait_form(pg, ids[k])
+        clicks[k % len(clicks)]()
+        settle(pg)
+        wait_form(pg, ids[k])
+        read(pg)
+        pg.keyboard.press("1")
+        pg.keyboard.press("Enter")
+        if pg.evaluate(FORM)["state"] != "saving":  # the form takes a save key at once, or never
+            wrong += 1
+            pg.get_by_role("button", name="Save and next").click()  # go on with the trial
+        wait_form(pg, ids[k + 1])
+        wrong += stored(wb, CLICKER[0], ids[k]).get(first) != 1
+    wb.engine.dispose()
+    return wrong
 
 
 def summary(name: str, times: list[float] | None) -> str:
@@ -253,7 +341,7 @@ def main() -> None:
     proc, url = serve(study)
     load_before = os.getloadavg()
     saves = notes = None
-    lost = keys_per_report = None
+    lost = keys_per_report = doubled = clicked = None
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
@@ -270,6 +358,13 @@ def main() -> None:
             )
             if burst_result:
                 lost, keys_per_report = burst_result
+            doubled = phase(
+                "double Enter", lambda: double_enter(signed_in(browser, url, DOUBLE, "Annotate"), study, args.n)
+            )
+            clicked = phase(
+                "click then Enter",
+                lambda: click_then_enter(signed_in(browser, url, CLICKER, "Annotate"), study, args.n),
+            )
             browser.close()
     finally:
         proc.terminate()
@@ -289,6 +384,9 @@ def main() -> None:
             f"after the last): {lost} lost of {args.n} (target 0) {'ok' if lost == 0 else 'MISSED'} · "
             f"{keys_per_report:.2f} keys per report (the ticks plus Enter)"
         )
+    for name, wrong in (("double Enter (80-250 ms apart)", doubled), ("click then Enter", clicked)):
+        verdict = "not measured (see the error above)" if wrong is None else f"{wrong} wrong saves of {args.n}"
+        print(f"{name}: {verdict} (target 0){'' if wrong is None else (' ok' if wrong == 0 else ' MISSED')}")
     print(
         f"load average (1 min) {load_before[0]:.2f} at the start, {load_after[0]:.2f} at the end; {os.cpu_count()} cores"
     )

@@ -85,7 +85,7 @@ def test_without_work_lists_every_report_is_on_the_list(any_study, tmp_path):
 
 
 def test_pace_leaves_breaks_out():
-    from workbench.services.ui_support import reading_pace
+    from workbench.services.reading import reading_pace
 
     stamps = [
         "2026-01-01T10:00:00+00:00",

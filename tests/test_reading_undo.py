@@ -40,11 +40,26 @@ def test_undo_of_a_new_reading_removes_it_and_gives_back_the_draft(any_study, tm
     assert wb.my_readings("dr-a", ids[0]).empty, "the reading was new: no reading after the undo"
     assert wb.reading_draft("dr-a", ids[0]) == {"edema": 1}, "the draft it was saved from comes back"
     assert wb.reading_note("dr-a", ids[0]) is None
+    assert wb.reading_draft_note("dr-a", ids[0]) == {"comment": "left base hard to see", "unsure": True}, (
+        "the comment and unsure mark come back with the ticks (issue 32, item 9)"
+    )
+    assert wb.my_reading_list("dr-a", "dev")["ticked"].tolist() == ["Edema"]
     assert wb.work_list("dr-a", "dev").set_index("report_id").loc[ids[0], "state"] == "draft"
     actions = _audit(wb, f"{ids[0]}/dr-a")
     assert "add" in actions and "undo" in actions, actions
     with pytest.raises(UserError, match="nothing to undo"):
         wb.undo_last_save("dr-a")
+
+
+def test_a_first_save_undone_gives_back_its_ticks_comment_and_unsure_mark(any_study, tmp_path):
+    wb = any_study
+    ids = _reports(wb, tmp_path)
+    wb.submit_reading("dr-a", ids[2], {"fracture": 1}, comment="old rib fracture", unsure=True)
+    wb.undo_last_save("dr-a")
+    assert wb.reading_draft("dr-a", ids[2])["fracture"] == 1
+    assert wb.reading_draft_note("dr-a", ids[2]) == {"comment": "old rib fracture", "unsure": True}
+    wb.submit_reading("dr-a", ids[2], {"fracture": 1}, comment="old rib fracture", unsure=True)
+    assert wb.reading_draft_note("dr-a", ids[2]) is None, "the draft went with the save"
 
 
 def test_undo_of_a_change_brings_back_the_previous_values(any_study, tmp_path):
@@ -188,4 +203,51 @@ def test_reading_setting_is_validated_in_workbench_yaml(small_study):
     assert load_config(small_study.root).reading == {"min_seconds_empty": 4}
     config.write_text(config.read_text().replace("min_seconds_empty: 4", "min_seconds_empty: lots"))
     with pytest.raises(StudyError, match="reading: min_seconds_empty"):
+        load_config(small_study.root)
+
+
+GUARD_CASES = [  # (seconds from the report appearing to the save press, min_seconds_shown) -> ignored
+    ((-0.15, 0.5), True),  # a second Enter pressed while the first was stored: before the report appeared
+    ((0.1, 0.5), True),  # too soon to have read it
+    ((0.5, 0.5), False),  # long enough
+    ((3.0, 0.5), False),
+    ((-0.15, 0), False),  # the guard is off
+]
+
+
+def test_save_guard_rule_in_python_and_in_the_browser_code(tmp_path):
+    import json
+    import shutil
+    import subprocess
+
+    from workbench.core.reading import MIN_SECONDS_SHOWN, min_seconds_shown, save_too_soon
+
+    assert [save_too_soon(*args) for args, _ in GUARD_CASES] == [want for _, want in GUARD_CASES]
+    assert min_seconds_shown({}) == MIN_SECONDS_SHOWN == 0.5 and min_seconds_shown({"min_seconds_shown": 0}) == 0
+    for bad in ({"min_seconds_shown": -1}, {"min_seconds_shown": 11}, {"min_seconds_shown": True}):
+        with pytest.raises(ValueError, match="min_seconds_shown"):
+            min_seconds_shown(bad)
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("the browser half needs node")
+    from workbench.ui import keyboard
+
+    module = tmp_path / "form.mjs"
+    shutil.copy(keyboard.HERE / "form.js", module)
+    script = (
+        f"import {{ saveTooSoon }} from {json.dumps(str(module))};\n"
+        f"console.log(JSON.stringify({json.dumps([a for a, _ in GUARD_CASES])}.map((a) => saveTooSoon(...a))));"
+    )
+    out = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [want for _, want in GUARD_CASES]
+
+
+def test_the_save_guard_is_validated_in_workbench_yaml(small_study):
+    from workbench.study import StudyError, load_config
+
+    config = small_study.paths.config
+    config.write_text(config.read_text() + "reading:\n  min_seconds_shown: 1.5\n")
+    assert load_config(small_study.root).reading == {"min_seconds_shown": 1.5}
+    config.write_text(config.read_text().replace("min_seconds_shown: 1.5", "min_seconds_shown: soon"))
+    with pytest.raises(StudyError, match="reading: min_seconds_shown"):
         load_config(small_study.root)

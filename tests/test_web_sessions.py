@@ -90,3 +90,43 @@ def test_a_password_change_revokes_every_browser_session_own_or_reset(team):
     with pytest.raises(PermissionDenied, match="sign in again"):
         team.resume_web_session(third)
     assert team.resume_web_session(signed_in(team, "reader-1").start_web_session()).user == "reader-1"
+
+
+def test_sign_in_failed_sign_in_lock_out_and_sign_out_are_audited_with_the_address_never_the_password(team):
+    from workbench.services.team import FREE_FAILURES
+
+    secret = "not-the-password-9"
+    for _ in range(FREE_FAILURES):  # the last one locks the id
+        with pytest.raises(PermissionDenied):
+            team.authenticate("reader-1", secret, "10.1.2.3")
+    with pytest.raises(PermissionDenied, match="too many"):
+        team.authenticate("reader-1", "password-123", "10.1.2.3")
+    team.authenticate("boss", "correct horse 1", "10.9.9.9")
+    token = signed_in(team, "boss").start_web_session(address="10.9.9.9")
+    team.end_web_session(token, "10.9.9.9")
+    team.end_web_session(token, "10.9.9.9")  # the same cookie again: one sign-out
+    log = team.audit_log(entity="session")
+    events = list(zip(log["action"], log["entity_key"], strict=True))[::-1]  # oldest first
+    assert events == [
+        *[("sign_in_failed", "reader-1")] * FREE_FAILURES,
+        ("lock_out", "reader-1"),
+        ("sign_in_failed", "reader-1"),
+        ("sign_in", "boss"),
+        ("sign_out", "boss"),
+    ]
+    text = log.to_json()
+    assert secret not in text and "password-123" not in text and "correct horse" not in text
+    assert "10.1.2.3" in text and "10.9.9.9" in text and "locked out" in text
+
+
+def test_an_actor_of_a_browser_session_stops_acting_when_that_session_ends(team):
+    reader = signed_in(team, "reader-1")
+    token = reader.start_web_session()
+    in_tab = team.as_actor(team.resume_web_session(token))  # what every tab of that browser acts as
+    assert in_tab.current_actor().user == "reader-1" and in_tab.current_actor().session
+    team.end_web_session(token)  # signed out in another tab
+    with pytest.raises(PermissionDenied, match="session has ended"):
+        in_tab.current_actor()
+    with pytest.raises(PermissionDenied, match="session has ended"):
+        in_tab.require("annotate")
+    assert reader.current_actor().user == "reader-1", "an actor outside a browser session is unaffected"

@@ -2565,16 +2565,40 @@ def demo(path, port, no_app, reset, address, open_network):
     is_flag=True,
     help="Serve a study with auth: none on a non-loopback --address anyway (everyone who reaches it reads every report; the app says so on every page).",
 )
-def app(port, address, study, open_network):
+@click.option(
+    "--allow-origin",
+    "origins",
+    multiple=True,
+    metavar="URL",
+    help="Another origin whose pages may use the app (scheme://host[:port]: the address readers type when a proxy "
+    "serves the app under another name). Repeatable. The app's own origin needs none.",
+)
+def app(port, address, study, open_network, origins):
     """Start the Streamlit app on a study (each user signs in in the browser when auth is local or oidc)."""
     from workbench.services import Workbench
 
+    listed = [checked_origin(o) for o in origins]
     wb = Workbench(resolve_study_path(study), actor=_cli_actor())
     _warn_open_files(wb)
     wb.migrate()
     open_network = check_network_auth(address, wb.config.auth, open_network)
     wb.engine.dispose()  # no database connection is carried into the server process
-    _run_app(wb.root, port, address, open_network)
+    _run_app(wb.root, port, address, open_network, listed)
+
+
+def checked_origin(text: str) -> str:
+    """An origin as a browser sends it (scheme://host[:port], no path), or a clear error naming what is wrong."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
+        raise click.BadParameter(
+            f"{text!r} is not an origin: give scheme://host[:port] with no path, e.g. https://reading.example.org",
+            param_hint="--allow-origin",
+        )
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise click.BadParameter(f"{text!r} has more than scheme, host and port", param_hint="--allow-origin")
+    return f"{parts.scheme}://{parts.netloc.lower()}"
 
 
 def check_network_auth(address: str, auth: str, open_network: bool) -> bool:
@@ -2630,10 +2654,12 @@ def app_command(port: int, address: str = "127.0.0.1", *options: str) -> list[st
     ]
 
 
-def _run_app(root: Path, port: int, address: str = "127.0.0.1", open_network: bool = False) -> None:
+def _run_app(
+    root: Path, port: int, address: str = "127.0.0.1", open_network: bool = False, origins: list | None = None
+) -> None:
     """Run Streamlit on the app module with the study in the environment (loopback by default)."""
     env = app_environment(root, address, open_network)
-    cmd = app_command(port, address)
+    cmd = app_command(port, address, *(f"--server.corsAllowedOrigins={o}" for o in origins or ()))
     click.echo(
         f"starting the app on http://{'localhost' if address == '127.0.0.1' else address}:{port} (Ctrl+C to stop)"
     )

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from workbench.core.reading import min_seconds_empty
+from workbench.core.reading import min_seconds_empty, min_seconds_shown
 from workbench.core.vocab import MAX_LABELS, Vocabulary, VocabularyError, parse_vocabulary
 from workbench.errors import NotFound, WorkbenchError
 
@@ -132,6 +132,7 @@ class StudyConfig:
 
         try:
             min_seconds_empty(cfg.reading)
+            min_seconds_shown(cfg.reading)
         except ValueError as exc:
             raise StudyError(f"{source}: reading: {exc}") from exc
         return cfg

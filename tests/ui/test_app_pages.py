@@ -191,7 +191,13 @@ def test_local_sign_in_then_reader_pages_only(study):
     assert at.title[0].value == TITLES["home"]  # settings is not a reader's page
     assert "Acting as **reader-a** (reader)" in all_text(at)
     assert at.session_state[state.ACTOR].role == "reader"
-    assert [m.value for m in at.metric if m.label == "Latest run: macro F1"] == ["hidden until you finish reading"]
+    # a blinded reader's Home: their own progress only, no figure about the reference, the labeller or others
+    labels = [m.label for m in at.metric]
+    assert "Your readings saved" in labels and "Left to read" in labels, labels
+    assert not {"Latest run: macro F1", "Waiting", "Reference decided", "Open adjudications"} & set(labels), labels
+    text = all_text(at)
+    assert "hidden until" not in text and "Readers" not in [s.value for s in at.subheader]
+    assert not [r for r in wb.reader_progress("dev")["reader"] if r != "reader-a" and r in text], "no other reader"
     token = at.session_state[state.SESSION_TOKEN]  # the browser session behind the cookie: a reload resumes it
     assert wb.resume_web_session(token).user == "reader-a"
     button(at, "Sign out").click().run()
@@ -211,6 +217,25 @@ def test_reader_sees_only_disagreements_of_reports_they_finished(study):
     at = open_page(study, "disagreements", {state.ACTOR: Actor("dr-late", "reader")})
     assert "0 of 0 with a note" in all_text(at)  # dr-late has read nothing yet: everything stays blinded
     assert not at.html
+
+
+def test_a_reader_who_opened_a_disagreement_cannot_change_that_reading_afterwards(study):
+    from workbench.errors import UserError
+    from workbench.services import Actor
+
+    path = study / "workbench.yaml"
+    path.write_text(path.read_text().replace("auth: none", "auth: local"))
+    wb = workbench(study)
+    reader = wb.readers()[0]
+    at = open_page(study, "disagreements", {state.ACTOR: Actor(reader, "reader")})
+    report = at.session_state[state.DIS_PICK][0]  # its reference, votes and labeller answer are on screen
+    mine = wb.as_actor(Actor(reader, "reader"))
+    before = mine.my_readings(reader, report).set_index("label")["value"].astype(int).to_dict()
+    flipped = {**before, next(iter(before)): 1 - before[next(iter(before))]}
+    with pytest.raises(UserError, match="stays as saved"):
+        mine.submit_reading(reader, report, flipped)
+    assert mine.my_readings(reader, report).set_index("label")["value"].astype(int).to_dict() == before
+    assert f"{report}/{reader}" in wb.audit_log(entity="report_look")["entity_key"].tolist()
 
 
 # ---------------------------------------------------------------- annotate
@@ -325,7 +350,8 @@ def test_annotate_ticks_survive_navigation_and_reload(study):
     report = at.session_state[state.ANN_REPORT]
     press(at, state.ANN_FORM, "next", labels=["cardiomegaly", "edema"])  # → keeps the ticks on screen as the draft
     assert at.session_state[state.ANN_REPORT] != report
-    assert "1 drafts" in all_text(at) or any("1 drafts" in str(p.proto.text) for p in at.get("progress"))
+    progress = " ".join(str(p.proto.text) for p in at.get("progress"))
+    assert "· 1 draft" in progress and "1 drafts" not in progress + all_text(at), progress  # issue 32, item 14
     press(at, state.ANN_FORM, "prev")
     assert at.session_state[state.ANN_REPORT] == report
     assert form_data(at, state.ANN_FORM)["values"]["labels"] == ["cardiomegaly", "edema"]
@@ -349,7 +375,8 @@ def test_annotate_conflict_is_refused_with_a_clear_message(study):
     wb.record_reading("reader-a", report, {"edema": 1 - before["edema"]})  # someone else saves first
     press(at, state.ANN_FORM, labels=ticks)
     data = form_data(at, state.ANN_FORM)
-    assert data["error"] and "press enter again" in data["error"].lower() and data["item"]["id"] == report
+    assert data["error"] and "press enter to save yours" in data["error"].lower() and data["item"]["id"] == report
+    assert "Edema: saved" in data["error"], "both versions are named (issue 32, item 6)"
     after = wb.my_readings("reader-a", report).set_index("label")["value"].to_dict()
     assert after["fracture"] == before["fracture"], "nothing of the refused save was written"
     assert wb.reading_draft("reader-a", report)["fracture"] == 1 - before["fracture"], "the ticks are kept as a draft"
@@ -972,3 +999,43 @@ def test_compare_offers_no_derived_case_and_says_why(study):
     assert_clean(at)
     assert at.session_state[state.DIS_PICK][1] != "no_finding"
     assert form_data(at, state.DIS_FORM)["item"]["id"].split("|")[1] != "no_finding"
+
+
+def test_every_default_error_category_has_a_key():
+    from workbench.study import DEFAULT_CATEGORIES
+    from workbench.ui.app_pages.disagreements import CATEGORY_KEYS, SIGNIFICANCE_KEYS
+
+    assert len(CATEGORY_KEYS) >= len(DEFAULT_CATEGORIES), "categories 11 and 12 (severity, comparison) had no key"
+    taken = {k.lower() for k in SIGNIFICANCE_KEYS.values()} | {"/", "?", "s"}
+    assert len(set(CATEGORY_KEYS)) == len(CATEGORY_KEYS) and not taken & set(CATEGORY_KEYS)
+
+
+def test_an_admin_adds_an_account_resets_its_password_and_changes_its_role_in_settings(study):
+    from workbench.services import PermissionDenied
+
+    wb = workbench(study)
+    wb.add_user("boss", "admin", "boss-password-1")
+    path = study / "workbench.yaml"
+    path.write_text(path.read_text().replace("auth: none", "auth: local"))
+    at = open_page(study, "settings", {state.ACTOR: wb.actor_for("boss")})
+    at.text_input(key=state.widget_key("account-new-id")).input("dr-new")
+    at.selectbox(key=state.widget_key("account-new-role")).select("reader")
+    button(at, "Add account").click().run()
+    assert_clean(at)
+    shown = [c.value for c in at.code]
+    assert len(shown) == 1 and wb.authenticate("dr-new", shown[0]).role == "reader", "the password shown once works"
+    at.run()
+    assert not at.code, "shown once: gone at the next run"
+    at.selectbox(key=state.widget_key("account")).select("dr-new").run()
+    button(at, "Reset password").click().run()
+    new = [c.value for c in at.code]
+    assert len(new) == 1 and new[0] != shown[0] and wb.authenticate("dr-new", new[0]).user == "dr-new"
+    with pytest.raises(PermissionDenied):
+        wb.authenticate("dr-new", shown[0])
+    at.selectbox(key=state.widget_key("account-role", "dr-new")).select("adjudicator").run()
+    button(at, "Change role").click().run()
+    assert_clean(at)
+    assert wb.actor_for("dr-new").role == "adjudicator"
+    at.text_input(key=state.widget_key("account-new-id")).input("bad id!")
+    button(at, "Add account").click().run()
+    assert "letters, digits" in all_text(at) and not at.code, "the CLI's rules, with a clear error"

@@ -40,9 +40,14 @@ FORM_STATE = """() => {
 IDLE = '() => document.querySelector(\'[data-testid="stApp"]\').dataset.testScriptState === "notRunning"'
 
 
-@pytest.fixture(scope="module")
-def burst_study(demo_template, tmp_path_factory) -> Path:
-    """The demo study with sign-in on: an admin and a reader."""
+# These tests press keys at a machine's pace, Enter at once on an item that just appeared: the save guard
+# (reading.min_seconds_shown, a save sooner than 0.5 s after a report appeared is ignored) is off in their
+# study. The guard at its default is tested in test_reading_edges.py.
+NO_SAVE_GUARD = "reading:\n  min_seconds_shown: 0\n"
+
+
+def signed_in_demo(demo_template, tmp_path_factory, extra_config: str = "") -> Path:
+    """A copy of the demo study with sign-in on: an admin and a reader (extra_config appended to workbench.yaml)."""
     from workbench.services import Workbench
 
     root = tmp_path_factory.mktemp("burst") / "demo"
@@ -53,8 +58,14 @@ def burst_study(demo_template, tmp_path_factory) -> Path:
     wb.add_user(READER[0], "reader", READER[1])
     wb.engine.dispose()
     config = root / "workbench.yaml"
-    config.write_text(config.read_text().replace("auth: none", "auth: local"))
+    config.write_text(config.read_text().replace("auth: none", "auth: local") + extra_config)
     return root
+
+
+@pytest.fixture(scope="module")
+def burst_study(demo_template, tmp_path_factory) -> Path:
+    """The demo study with sign-in on: an admin and a reader; no save guard (keys at a machine's pace)."""
+    return signed_in_demo(demo_template, tmp_path_factory, NO_SAVE_GUARD)
 
 
 @pytest.fixture(scope="module")
@@ -307,6 +318,19 @@ def _add_reader(study: Path, user: tuple[str, str]) -> None:
     wb.engine.dispose()
 
 
+# what the Annotate form shows: its comment, whether Unsure is pressed, how many labels are ticked
+ON_SCREEN = """() => {
+  for (const host of document.querySelectorAll('[data-testid="stBidiComponentIsolated"]')) {
+    const f = host.shadowRoot && host.shadowRoot.querySelector('.wbk');
+    if (!f) continue;
+    const unsure = f.querySelector('[data-option="unsure"]');
+    return {comment: f.querySelector('textarea').value, unsure: unsure.getAttribute('aria-pressed') === 'true',
+            ticked: f.querySelectorAll('[data-group="labels"] .wbk-chip.on').length};
+  }
+  return null;
+}"""
+
+
 def test_unsure_comment_undo_and_enter_on_a_focused_link(browser, burst_server, burst_study):
     from workbench.services import Actor, Workbench
     from workbench.ui.app_pages.annotate import COMMENT_KEY, LABEL_KEYS, UNSURE_KEY
@@ -334,6 +358,8 @@ def test_unsure_comment_undo_and_enter_on_a_focused_link(browser, burst_server, 
     wait_ready(pg, ids[0])
     assert wb.my_readings(EXTRA[0], ids[0]).empty and wb.reading_note(EXTRA[0], ids[0]) is None
     assert wb.reading_draft(EXTRA[0], ids[0]) == {lab: int(j in (0, 1)) for j, lab in enumerate(asked)}
+    shown = pg.evaluate(ON_SCREEN)  # the whole reading comes back on screen: ticks, comment, unsure (issue 32, 9)
+    assert shown == {"comment": "faint 2 opacity", "unsure": True, "ticked": 2}, shown
     audit = Workbench(burst_study).audit_log()
     assert {"add", "undo"} <= set(audit.loc[audit["entity_key"] == f"{ids[0]}/{EXTRA[0]}", "action"])
     # Enter on a link reached with the keyboard opens that link; it does not save the report on screen
@@ -418,7 +444,7 @@ def confirm_server(burst_study, tmp_path_factory):
     root = tmp_path_factory.mktemp("confirm") / "demo"
     shutil.copytree(burst_study, root, ignore=shutil.ignore_patterns("streamlit.log"))
     config = root / "workbench.yaml"
-    config.write_text(config.read_text() + "reading:\n  min_seconds_empty: 600\n")
+    config.write_text(config.read_text().replace(NO_SAVE_GUARD, NO_SAVE_GUARD + "  min_seconds_empty: 600\n"))
     _add_reader(root, CONFIRMER)
     running = serve(root)
     yield next(running), root

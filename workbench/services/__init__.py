@@ -8,6 +8,7 @@ service takes the services it uses in its constructor, so the order below is the
 - `splits` (SplitsService, splits.py): uses study
 - `runner` (RunsService, runs.py): uses study
 - `adaptive` (AdaptiveService, adaptive.py): uses study
+- `reading` (ReadingService, reading.py): uses study, adaptive
 - `team` (TeamService, team.py): uses study
 - `prompts` (PromptsService, prompting.py): uses study, splits
 - `model_path` (ModelPathService, model_path.py): uses study, runner
@@ -15,7 +16,7 @@ service takes the services it uses in its constructor, so the order below is the
 - `attributes` (AttributesService, attributes.py): uses study, runner, evaluation
 - `freezing` (FreezeService, freezing.py): uses study, splits, runner, evaluation
 - `triage` (TriageService, triage.py): uses study, splits, runner, model_path, attributes
-- `views` (UISupportService, ui_support.py): uses study, runner, prompts, evaluation, triage, adaptive
+- `views` (UISupportService, ui_support.py): uses study, runner, prompts, evaluation, triage
 - `labelset` (LabelSetService, labelset.py): uses study, runner
 - `optimising` (OptimisingService, optimising.py): uses study, splits, runner, model_path, prompts, evaluation, triage
 
@@ -33,6 +34,7 @@ from workbench.services.labelset import LabelSetService
 from workbench.services.model_path import ModelPathService
 from workbench.services.optimising import OptimisingService
 from workbench.services.prompting import PromptsService
+from workbench.services.reading import ReadingService
 from workbench.services.runs import RunsService, RunSummary
 from workbench.services.splits import SplitsService
 from workbench.services.study import (
@@ -76,6 +78,7 @@ class Workbench:
         self.splits = SplitsService(ctx, self.study)
         self.runner = RunsService(ctx, self.study)
         self.adaptive = AdaptiveService(ctx, self.study)
+        self.reading = ReadingService(ctx, self.study, self.adaptive)
         self.team = TeamService(ctx, self.study)
         self.prompts = PromptsService(ctx, self.study, self.splits)
         self.model_path = ModelPathService(ctx, self.study, self.runner)
@@ -83,9 +86,7 @@ class Workbench:
         self.attributes = AttributesService(ctx, self.study, self.runner, self.evaluation)
         self.freezing = FreezeService(ctx, self.study, self.splits, self.runner, self.evaluation)
         self.triage = TriageService(ctx, self.study, self.splits, self.runner, self.model_path, self.attributes)
-        self.views = UISupportService(
-            ctx, self.study, self.runner, self.prompts, self.evaluation, self.triage, self.adaptive
-        )
+        self.views = UISupportService(ctx, self.study, self.runner, self.prompts, self.evaluation, self.triage)
         self.labelset = LabelSetService(ctx, self.study, self.runner)
         self.optimising = OptimisingService(
             ctx, self.study, self.splits, self.runner, self.model_path, self.prompts, self.evaluation, self.triage
@@ -131,9 +132,6 @@ class Workbench:
     import_reports = _Forward("study")
     import_openi = _Forward("study")
     import_readings = _Forward("study")
-    record_reading = _Forward("study")
-    reader_progress = _Forward("study")
-    my_readings = _Forward("study")
     reference = _Forward("study")
     item_reference = _Forward("study")
     reference_matrix = _Forward("study")
@@ -259,8 +257,6 @@ class Workbench:
     attribute_rows = _Forward("attributes")
     attribute_metrics = _Forward("attributes")
     attribute_failures = _Forward("attributes")
-    record_reading_attributes = _Forward("attributes")
-    reader_attributes = _Forward("attributes")
     adjudicate_attribute = _Forward("attributes")
     # freezing
     justifying_run = _Forward("freezing")
@@ -277,22 +273,29 @@ class Workbench:
     add_note = _Forward("triage")
     notes = _Forward("triage")
     note_counts = _Forward("triage")
+    # reading
+    readers = _Forward("reading")
+    report_text = _Forward("reading")
+    reading_queue = _Forward("reading")
+    record_reading = _Forward("reading")
+    reader_progress = _Forward("reading")
+    my_readings = _Forward("reading")
+    reading_draft = _Forward("reading")
+    reading_draft_note = _Forward("reading")
+    save_reading_draft = _Forward("reading")
+    reading_draft_ids = _Forward("reading")
+    submit_reading = _Forward("reading")
+    reading_note = _Forward("reading")
+    reading_notes = _Forward("reading")
+    undo_last_save = _Forward("reading")
+    last_saved_report = _Forward("reading")
+    my_reading_list = _Forward("reading")
+    reader_attributes = _Forward("reading")
+    record_reading_attributes = _Forward("reading")
+    assign_work = _Forward("reading")
+    work_list_status = _Forward("reading")
     # views
     start_run_detached = _Forward("views")
-    readers = _Forward("views")
-    report_text = _Forward("views")
-    reading_queue = _Forward("views")
-    reading_draft = _Forward("views")
-    save_reading_draft = _Forward("views")
-    reading_draft_ids = _Forward("views")
-    submit_reading = _Forward("views")
-    reading_note = _Forward("views")
-    reading_notes = _Forward("views")
-    undo_last_save = _Forward("views")
-    last_saved_report = _Forward("views")
-    my_reading_list = _Forward("views")
-    assign_work = _Forward("views")
-    work_list_status = _Forward("views")
     previous_run = _Forward("views")
     disagreement_queue = _Forward("views")
     with_fresh_notes = _Forward("views")

@@ -22,6 +22,7 @@ from workbench.core import adaptive as core
 from workbench.core import reference as ref
 from workbench.core.splits import stratified_split
 from workbench.services.base import Service, StudyContext
+from workbench.services.reading import check_own_reading
 from workbench.store import queries as q
 from workbench.study import StudyError
 
@@ -134,6 +135,10 @@ class AdaptiveService(Service):
                     f"keep share {info['share']:.0%}, seed {info['seed']} (a new cohort gets a new sample)"
                 )
 
+    def after_readings(self, session, pairs: list[tuple[str, str]]) -> None:
+        """Keep adaptive progress in step with (report, reader) readings just written in `session` (after_readings)."""
+        after_readings(self, session, pairs)
+
     # ------------------------------------------------------------ sample and progress
 
     def _adaptive_sync(self, s, cohort_id: int, facts: dict | None = None) -> None:
@@ -228,7 +233,7 @@ class AdaptiveService(Service):
     def next_report(self, reader: str, cohort: str) -> str | None:
         """The report this reader should read next, given to them (claimed) in one transaction; None when
         their list is done. Without adaptive reading: their first report not saved yet."""
-        self.study._check_own_reading(reader)
+        check_own_reading(self.ctx, reader)
         if not self.adaptive_settings().enabled:
             work = self._full_work_list(reader, cohort, drafts=False)
             pending = work.loc[work["state"] != COMPLETED, "report_id"]
@@ -240,7 +245,7 @@ class AdaptiveService(Service):
         the one it gives, so that while they hold it nobody else is given it outside the agreement sample. False
         when it is not theirs to take: read by them, no longer needed, held by another reader, or adaptive
         reading off."""
-        self.study._check_own_reading(reader)
+        check_own_reading(self.ctx, reader)
         if not self.adaptive_settings().enabled:
             return False
         return self._claim(reader, cohort, report_id) == report_id
@@ -279,7 +284,7 @@ class AdaptiveService(Service):
         simply not offered); without it, as before."""
         if not self.adaptive_settings().enabled:
             return self._full_work_list(reader, cohort, drafts=drafts)
-        self.study._check_own_reading(reader)
+        check_own_reading(self.ctx, reader)
         cohort_id = self.study.cohort_id(cohort)
         with self.session(write=True) as s:
             self._adaptive_sync(s, cohort_id)
@@ -373,7 +378,7 @@ class AdaptiveService(Service):
     def _full_work_list(self, reader: str, cohort: str, drafts: bool = True) -> pd.DataFrame:
         """The reader's reports in a stable order: their assigned ones (when the cohort has work lists)
         or every report, with state completed / draft / unread, labels saved and when."""
-        self.study._check_own_reading(reader)
+        check_own_reading(self.ctx, reader)
         with self.session() as s:
             cohort_row = q.get_cohort(s, cohort)
             if cohort_row is None:

@@ -15,7 +15,6 @@ import pandas as pd
 from workbench.core import attributes as core
 from workbench.core.vocab import VocabularyError
 from workbench.services.base import Service, StudyContext
-from workbench.services.study import PermissionDenied
 from workbench.store import queries as q
 from workbench.study import StudyError
 
@@ -148,53 +147,6 @@ class AttributesService(Service):
                 f"attributes: {', '.join(specs) or 'none'}"
             )
         return {found: specs[found]}
-
-    # ------------------------------------------------------------ readers' attribute values
-
-    def reader_attributes(self, reader: str, report_id: str) -> dict[str, dict[str, str]]:
-        """One reader's stored attribute values of one report: label -> {attribute: value}."""
-        with self.session() as s:
-            rows = q.reading_attributes_frame(s, report_id=report_id, reader=reader)
-        out: dict[str, dict[str, str]] = {}
-        for lab, name, value in zip(rows["label"], rows["attribute"], rows["value"], strict=False):
-            out.setdefault(lab, {})[name] = value
-        return out
-
-    def record_reading_attributes(self, reader: str, report_id: str, label: str, values: dict[str, str | None]) -> int:
-        """Set one reader's attributes of a label they ticked (None or "" clears one); returns how many are kept."""
-        self.require("annotate")
-        actor = self.current_actor()
-        if reader != actor.user and (actor.account or actor.role != "admin"):
-            raise PermissionDenied(f"{actor.user} may only record their own attributes, not {reader!r}'s")
-        kept = {k: str(v).strip().lower() for k, v in values.items() if v not in (None, "")}
-        try:
-            for name in values:
-                self.vocab.check_attribute(label, name, kept.get(name))
-        except VocabularyError as exc:
-            raise StudyError(str(exc)) from exc
-        with self.session(write=True) as s:
-            reading = q.get_reading(s, report_id, label, reader)
-            if reading is None or reading.value != 1:
-                raise StudyError(
-                    f"{reader} has not ticked {label!r} on report {report_id!r}: tick it first, then set its attributes"
-                )
-            old = q.reading_attributes_frame(s)
-            old = old[(old["report_id"] == report_id) & (old["label"] == label) & (old["reader"] == reader)]
-            q.delete_reading_attributes(s, report_id, label, reader)
-            frame = pd.DataFrame(
-                [(report_id, label, reader, k, v) for k, v in kept.items()], columns=q.READING_ATTRIBUTE_COLUMNS
-            )
-            q.put_reading_attributes(s, frame)
-            q.add_audit(
-                s,
-                actor.user,
-                "set",
-                "reading attributes",
-                f"{report_id}/{label}/{reader}",
-                dict(zip(old["attribute"], old["value"], strict=False)) or None,
-                kept or None,
-            )
-        return len(kept)
 
     def adjudicate_attribute(self, report_id: str, label: str, attribute: str, value: str, reason: str = "") -> None:
         """Settle a tied attribute vote (the adjudicator's value counts only where readers tie)."""

@@ -26,6 +26,15 @@ from workbench.study import (
 )
 
 
+def _live(web, user_id: str) -> bool:
+    """A browser session of this user that is neither revoked nor expired."""
+    from datetime import UTC, datetime
+
+    if web is None or web.revoked_at or web.user_id != user_id:
+        return False
+    return datetime.fromisoformat(web.expires_at) > datetime.now(UTC)
+
+
 class StudyContext:
     """One study opened for one actor: paths, settings, vocabulary, database engine and the actor check."""
 
@@ -72,9 +81,14 @@ class StudyContext:
             return self.actor  # the local operator (auth none) or a script's own Actor
         with db.session_scope(self.engine) as s:
             user = q.get_user(s, self.actor.user)
+            web = q.get_web_session(s, self.actor.session) if self.actor.session else None
         if user is None or user.disabled:
             raise PermissionDenied(f"the account {self.actor.user} is disabled; ask an admin")
-        return Actor(user=user.id, role=user.role, name=user.name, email=user.email, account=True)
+        if self.actor.session and not _live(web, user.id):
+            raise PermissionDenied("your session has ended (signed out here or in another tab); sign in again")
+        return Actor(
+            user=user.id, role=user.role, name=user.name, email=user.email, account=True, session=self.actor.session
+        )
 
     def require(self, permission: str) -> None:
         """Raise PermissionDenied unless the actor's current role allows the action."""

@@ -60,6 +60,9 @@ class Actor:
     email: str = ""
     # True for a signed-in account: its role is re-read from the database on every guarded call
     account: bool = field(default=False, compare=False)
+    # the browser session it acts in (its token's digest; "" outside a browser): checked on every guarded call,
+    # so a sign-out in one tab stops every other tab and browser using that session at its next action
+    session: str = field(default="", compare=False, repr=False)
 
     def identity(self) -> tuple[str, str]:
         """(name, email) for Git commits."""
@@ -97,11 +100,6 @@ class ImportSummary:
             return f"{self.source}: nothing new; all {self.unchanged} rows were already imported"
         extra = "".join(f", {k}: {v}" for k, v in self.details.items())
         return f"{self.source}: added {self.added}, already present {self.unchanged}{extra}"
-
-
-def _is_integrity_error(exc: BaseException) -> bool:
-    """A unique-constraint violation from SQLAlchemy or straight from a DBAPI cursor (sqlite3, psycopg)."""
-    return db.is_integrity_error(exc)
 
 
 def init_study(
@@ -431,138 +429,6 @@ class StudyService(Service):
                 after_readings(self, s, list(zip(new["report_id"], new["reader"], strict=False)))
         return ImportSummary(source, added=added, unchanged=len(frame) - added)
 
-    # ------------------------------------------------------------ reading one report
-
-    def record_reading(
-        self,
-        reader: str,
-        report_id: str,
-        values: dict[str, int],
-        expected_versions: dict[str, int] | None = None,
-        on_saved=None,
-    ) -> dict:
-        """Record one reader's labels for one report (the annotate form); returns what changed.
-
-        expected_versions maps label -> the reading version the form showed; if another save
-        changed it meanwhile the whole save is refused (ConflictError) and nothing is written.
-        on_saved(session, existing) runs last inside the same transaction (the undo log, the note).
-        """
-        self.require("annotate")
-        actor = self.current_actor()
-        # only the reader themself writes their readings (an adjudicator adjudicates instead); the one
-        # exception is the local operator of a single-user study (auth: none), who names the reader
-        if reader != actor.user and (actor.account or actor.role != "admin"):
-            raise PermissionDenied(
-                f"{actor.user} may only record their own readings, not {reader!r}'s"
-                + ("; adjudicate the item instead" if actor.role == "adjudicator" else "")
-            )
-        unknown = [k for k in values if k not in self.vocab.asked_ids]
-        if unknown:
-            raise StudyError(f"unknown or derived label(s) {unknown}; readers mark: {', '.join(self.vocab.asked_ids)}")
-        bad = {k: v for k, v in values.items() if v not in (0, 1)}
-        if bad:
-            raise StudyError(f"values must be 0 or 1, got {bad}")
-        expected_versions = expected_versions or {}
-        try:
-            return self._record_reading(reader, report_id, values, expected_versions, on_saved)
-        except Exception as exc:
-            if not _is_integrity_error(exc):
-                raise
-            # a concurrent first save of the same report landed first
-            raise ConflictError(
-                f"{report_id}: another save of the same report by {reader} landed first; "
-                "reload and save again (nothing was saved)"
-            ) from exc
-
-    def _record_reading(
-        self, reader: str, report_id: str, values: dict[str, int], expected_versions: dict, on_saved=None
-    ) -> dict:
-        """The transaction of record_reading."""
-        changed = {"added": 0, "changed": 0, "unchanged": 0}
-        with self.session(write=True) as s:
-            if q.get_report(s, report_id) is None:
-                raise StudyError(f"no report {report_id!r}")
-            q.ensure_readers(s, [reader])
-            existing = q.readings_frame(s, report_ids_=[report_id], reader=reader).set_index("label")
-            new_rows = []
-            for label, value in values.items():
-                if label not in existing.index:
-                    if expected_versions.get(label):
-                        raise ConflictError(f"{label}: expected an existing reading; reload the report")
-                    new_rows.append({"report_id": report_id, "label": label, "reader": reader, "value": value})
-                    changed["added"] += 1
-                    continue
-                row = existing.loc[label]
-                old_value, version = int(row["value"]), int(row["version"])
-                if label in expected_versions and expected_versions[label] != version:
-                    raise ConflictError(
-                        f"{report_id}/{label} was changed by another save since you opened it; reload and save again (nothing was saved)"
-                    )
-                if old_value == value:
-                    changed["unchanged"] += 1
-                    continue
-                reading = q.get_reading(s, report_id, label, reader)
-                if not q.update_reading(s, reading.id, value, version):
-                    raise ConflictError(
-                        f"{report_id}/{label} was changed by another save just now; reload and save again (nothing was saved)"
-                    )
-                q.add_audit(
-                    s,
-                    self.actor.user,
-                    "change",
-                    "reading",
-                    f"{report_id}/{label}/{reader}",
-                    {"value": old_value},
-                    {"value": value},
-                )
-                changed["changed"] += 1
-            if new_rows:
-                q.insert_readings(s, pd.DataFrame(new_rows))
-                q.add_audit(
-                    s,
-                    self.actor.user,
-                    "add",
-                    "reading",
-                    f"{report_id}/{reader}",
-                    None,
-                    {r["label"]: r["value"] for r in new_rows},
-                )
-            if on_saved is not None:
-                on_saved(s, existing)
-            if new_rows or changed["changed"]:
-                from workbench.services.adaptive import after_readings
-
-                after_readings(self, s, [(report_id, reader)])
-        return changed
-
-    def reader_progress(self, cohort: str | None = None) -> pd.DataFrame:
-        """Per reader: reports read completely, partially, and the cohort size."""
-        from workbench.services import memo
-
-        cid = self.cohort_id(cohort) if cohort else None
-        with self.session() as s:
-            per = memo.reading_counts(self.engine, s)
-            if cid is not None:
-                per = per[per["report_id"].isin(q.report_ids(s, cid))]
-            total = (
-                int(q.list_cohorts(s).set_index("name")["reports"].get(cohort, 0))
-                if cohort
-                else len(q.report_hashes(s))
-            )
-        n_labels = len(self.vocab.asked_ids)
-        out = per.groupby("reader").agg(
-            reports_started=("report_id", "count"), reports_complete=("labels", lambda x: int((x >= n_labels).sum()))
-        )
-        out["reports_in_scope"] = total
-        return out.reset_index()
-
-    def my_readings(self, reader: str, report_id: str) -> pd.DataFrame:
-        """A reader's own readings of one report (label, value, version); others' only with unblinded access."""
-        if reader != self.current_actor().user:
-            self.require("see_unblinded")
-        with self.session() as s:
-            return q.readings_frame(s, report_ids_=[report_id], reader=reader)[["label", "value", "version"]]
-
     # ------------------------------------------------------------ reference and adjudication
 
     @memo.per_request
@@ -737,16 +603,6 @@ class StudyService(Service):
         """Cohort name from id."""
         cohorts = self.cohorts().set_index("id")
         return str(cohorts.loc[cohort_id, "name"])
-
-    def _check_own_reading(self, reader: str) -> None:
-        """Only readers themselves (or an admin/adjudicator acting for a local name) touch a reader's drafts."""
-        self.require("annotate")
-        if not reader or not str(reader).strip():
-            raise StudyError("choose a reader name first")
-        if self.actor.role == "reader" and reader != self.actor.user:
-            from workbench.services.study import PermissionDenied
-
-            raise PermissionDenied(f"{self.actor.user} may only read as themself, not as {reader!r}")
 
 
 __all__ = ["Actor", "init_study", "ImportSummary", "PermissionDenied", "ConflictError", "TASK_FILE"]

@@ -106,6 +106,11 @@ def token_expiry(created_at: str, expires_at: str) -> str:
     return (datetime.fromisoformat(created_at) + timedelta(days=DEFAULT_TOKEN_DAYS)).isoformat(timespec="seconds")
 
 
+def _where(address: str | None, reason: str | None = None) -> dict:
+    """An audit event's detail of a sign-in: where it came from (never what was typed as the password)."""
+    return {"address": address or "command line", **({"reason": reason} if reason else {})}
+
+
 def _seconds_from_now(stamp: str) -> float:
     """Seconds until a UTC ISO timestamp (negative when past)."""
     return (datetime.fromisoformat(stamp) - datetime.now(UTC)).total_seconds()
@@ -226,14 +231,15 @@ class TeamService(Service):
         with self.session() as s:
             return q.list_users(s)
 
-    def authenticate(self, user_id: str, password: str) -> Actor:
+    def authenticate(self, user_id: str, password: str, address: str | None = None) -> Actor:
         """Check a local password; returns the Actor to act as.
 
         Every failure looks the same and takes the same time (unknown users are checked against a
         dummy hash); repeated failures for a user id lock it for a while, recorded in the database
-        so the back-off holds across processes.
+        so the back-off holds across processes. Failures and lock-outs are audited with the address
+        (the browser's, or "command line"), never the password.
         """
-        self._refuse_if_locked(user_id)
+        self._refuse_if_locked(user_id, address)
         dummy = _dummy_hash()  # made on the first sign-in of a process, whoever signs in: no first-call tell
         with self.session() as s:
             user = q.get_user(s, user_id)
@@ -243,7 +249,7 @@ class TeamService(Service):
         except (VerificationError, InvalidHashError):
             ok = False
         if not ok or user.disabled:
-            self._record_failure(user_id)
+            self._record_failure(user_id, address)
             raise PermissionDenied("unknown user or wrong password")
         self._clear_failures(user_id)
         return Actor(user=user.id, role=user.role, name=user.name, email=user.email, account=True)
@@ -257,11 +263,11 @@ class TeamService(Service):
             stored = q.user_tokens(s, user_id) if user is not None else []
         match = next((row for row in stored if hmac.compare_digest(digest, row[0])), None)
         if match is None or user is None or user.disabled:
-            self._record_failure(user_id)
+            self._record_failure(user_id, reason="wrong token")
             raise PermissionDenied("unknown user or wrong token")
         expires = token_expiry(match[1], match[2])
         if _seconds_from_now(expires) <= 0:
-            self._record_failure(user_id)
+            self._record_failure(user_id, reason="expired token")
             raise PermissionDenied(
                 f"this token of {user_id} expired on {expires[:10]}; sign in with your password "
                 f"and make a new one (workbench user token {user_id})"
@@ -299,8 +305,9 @@ class TeamService(Service):
 
     # ------------------------------------------------------------ browser sessions (auth: local)
 
-    def start_web_session(self, hours: float = WEB_SESSION_HOURS) -> str:
-        """A new browser session for the signed-in account (a token for its cookie; only the hash is stored)."""
+    def start_web_session(self, hours: float = WEB_SESSION_HOURS, address: str | None = None) -> str:
+        """A new browser session for the signed-in account (a token for its cookie; only the hash is stored);
+        audited as the sign-in, with the browser's address."""
         actor = self.current_actor()
         if not actor.account:
             raise PermissionDenied("only a signed-in account has a browser session")
@@ -308,6 +315,7 @@ class TeamService(Service):
         expires = (datetime.now(UTC) + timedelta(hours=hours)).isoformat()
         with self.session() as s:
             q.add_web_session(s, actor.user, token_digest(token), expires)
+            q.add_audit(s, actor.user, "sign_in", "session", actor.user, None, _where(address))
         return token
 
     def resume_web_session(self, token: str) -> Actor:
@@ -317,30 +325,43 @@ class TeamService(Service):
             user = q.get_user(s, row.user_id) if row is not None else None
         if row is None or row.revoked_at or _seconds_from_now(row.expires_at) <= 0 or user is None or user.disabled:
             raise PermissionDenied("your session has ended; sign in again")
-        return Actor(user=user.id, role=user.role, name=user.name, email=user.email, account=True)
+        return Actor(
+            user=user.id, role=user.role, name=user.name, email=user.email, account=True, session=row.token_hash
+        )
 
-    def end_web_session(self, token: str) -> None:
-        """Sign-out: the browser session's token stops working at once."""
+    def end_web_session(self, token: str, address: str | None = None) -> None:
+        """Sign-out: the browser session's token stops working at once (audited with the browser's address)."""
         with self.session() as s:
+            row = q.get_web_session(s, token_digest(token or ""))
+            live = row is not None and not row.revoked_at  # read before the revoke changes the row
+            user_id = row.user_id if row is not None else None
             q.revoke_web_session(s, token_digest(token or ""))
+            if live:
+                q.add_audit(s, user_id, "sign_out", "session", user_id, None, _where(address))
 
-    def _refuse_if_locked(self, user_id: str) -> None:
-        """A user id with too many recent failures waits (same answer for known and unknown ids)."""
+    def _refuse_if_locked(self, user_id: str, address: str | None = None) -> None:
+        """A user id with too many recent failures waits (same answer for known and unknown ids); audited."""
         with self.session() as s:
             row = q.get_login_failure(s, user_id)
         if row is not None and row.locked_until and _seconds_from_now(row.locked_until) > 0:
             wait = int(_seconds_from_now(row.locked_until)) + 1
+            with self.session(write=True) as s:
+                q.add_audit(s, user_id, "sign_in_failed", "session", user_id, None, _where(address, "locked out"))
             raise PermissionDenied(f"too many failed sign-ins for {user_id}; try again in {wait} s")
 
-    def _record_failure(self, user_id: str) -> None:
-        """Count a failed sign-in; from the FREE_FAILURES-th on, lock the id for a doubling time."""
+    def _record_failure(self, user_id: str, address: str | None = None, reason: str = "wrong password") -> None:
+        """Count a failed sign-in (audited); from the FREE_FAILURES-th on, lock the id for a doubling time."""
         with self.session(write=True) as s:
             row = q.record_login_failure(s, user_id)
+            q.add_audit(s, user_id, "sign_in_failed", "session", user_id, None, _where(address, reason))
             over = row.failures - FREE_FAILURES
             if over >= 0:
                 seconds = min(BACKOFF_SECONDS * 2 ** min(over, 10), MAX_BACKOFF_SECONDS)
                 row.locked_until = (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat()
                 s.add(row)
+                q.add_audit(
+                    s, user_id, "lock_out", "session", user_id, None, {**_where(address), "until": row.locked_until}
+                )
 
     def _clear_failures(self, user_id: str) -> None:
         """A successful sign-in resets the count."""

@@ -7,8 +7,10 @@ state and each rerun acts through a cheap per-actor view of the shared Workbench
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -79,10 +81,10 @@ def _sign_in(base):
     if state.actor() is None and mode == "local":
         _resume(base)
     if state.actor() is not None:
-        try:  # the role is re-read on every request: a demoted or disabled user changes at once
+        try:  # the role and the browser session are re-read on every request: a sign-out elsewhere acts at once
             return base.as_actor(state.actor()).current_actor()
         except PermissionDenied as exc:
-            _sign_out(base)
+            _forget()
             st.error(str(exc))
     st.title("Sign in")
     if st.session_state.pop(state.CLEAR_COOKIE, False):
@@ -105,20 +107,32 @@ def _sign_in(base):
         submitted = st.form_submit_button("Sign in", type="primary")
     if submitted:
         try:
-            actor = base.authenticate(user, password)
+            actor = base.authenticate(user, password, _address())
         except PermissionDenied as exc:
             st.error(components.md(str(exc) or "Wrong user or password."))
             return None
-        state.set_actor(actor)
-        from workbench.services.team import WEB_SESSION_HOURS
+        from workbench.services.team import WEB_SESSION_HOURS, token_digest
 
-        token = base.as_actor(actor).start_web_session()
+        token = base.as_actor(actor).start_web_session(address=_address())
+        state.set_actor(dataclasses.replace(actor, session=token_digest(token)))
         st.session_state[state.SESSION_TOKEN] = token
         st.session_state[state.SESSION_COOKIE] = cookies.start(
             _cookie_name(base), token, int(WEB_SESSION_HOURS * 3600), _base_url()
         )
         st.rerun()
     return None
+
+
+def _address() -> str:
+    """The browser's address for the audit of a sign-in or sign-out ("browser" when Streamlit does not know it)."""
+    try:
+        ip, headers = st.context.ip_address, st.context.headers
+    except Exception:  # no browser context (AppTest, bare mode)
+        return "browser"
+    if ip:
+        return str(ip)
+    # Streamlit gives no address for a loopback connection (127.0.0.1, ::1): the browser is on this machine
+    return "loopback (this machine)" if isinstance(headers, Mapping) and headers.get("host") else "browser"
 
 
 def _base_url() -> str:
@@ -143,10 +157,28 @@ def _resume(base) -> None:
     if not isinstance(token, str) or not token:  # AppTest's context hands out a stand-in object
         return
     try:
-        state.set_actor(base.resume_web_session(token))
+        actor = base.resume_web_session(token)
+        state.set_actor(actor)
         st.session_state[state.SESSION_TOKEN] = token
+        ended = st.session_state.pop(state.ENDED_USER, None)
+        if ended and ended != actor.user:  # the browser's cookie is now another user's: never switch silently
+            state.flash(
+                f"This tab was signed in as {ended}; that session ended, and this browser is now signed in as "
+                f"{actor.user} (the last sign-in in this browser). Sign out if this is not you.",
+                "warning",
+            )
     except PermissionDenied:
         st.session_state[state.CLEAR_COOKIE] = True  # ended, expired or revoked: the browser forgets it
+
+
+def _forget() -> None:
+    """This tab's session ended elsewhere (a sign-out in another tab, a revoked session): forget its user here
+    without touching the browser's cookie, which may already be another user's."""
+    actor = state.actor()
+    st.session_state[state.ENDED_USER] = actor.user if actor else None
+    st.session_state.pop(state.SESSION_TOKEN, None)
+    st.session_state.pop(state.SESSION_COOKIE, None)
+    state.set_actor(None)
 
 
 def _sign_out(base) -> None:
@@ -154,7 +186,7 @@ def _sign_out(base) -> None:
     token = st.session_state.pop(state.SESSION_TOKEN, None)
     st.session_state.pop(state.SESSION_COOKIE, None)
     if token:
-        base.end_web_session(token)
+        base.end_web_session(token, _address())
     st.session_state[state.CLEAR_COOKIE] = True
     state.set_actor(None)
 

@@ -336,6 +336,11 @@ def viewer_timezone() -> str:
         return "UTC"
 
 
+def count(n: int, noun: str) -> str:
+    """'1 draft', '2 drafts': a count with its noun in the right number (plural by -s)."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def when(value, tz: str | None = None) -> str:
     """A stored UTC timestamp as the viewer's local time to the minute, with the zone's abbreviation."""
     stamps = when_column(pd.Series([value]), tz)

@@ -9,7 +9,13 @@ middleware does two things Streamlit alone cannot:
   (/annotate/_stcore/health and /annotate/_stcore/host-config) before it connected;
 - it sets and clears the browser session's cookie as an HttpOnly header (workbench/ui/cookies.py):
   a script run cannot answer an HTTP request, so without a server of our own the cookie had to be
-  set by a script in the page, which any script in the page could then read.
+  set by a script in the page, which any script in the page could then read;
+- it accepts the page's WebSocket (/_stcore/stream) and every state-changing request (POST, PUT,
+  PATCH, DELETE) only from the app's own origin (scheme, host and port) or an origin an admin listed
+  (`workbench app --allow-origin URL`, Streamlit's server.corsAllowedOrigins). Streamlit alone
+  accepts a WebSocket from any port of localhost or of the machine's addresses, and the session
+  cookie (SameSite=Strict) is sent with it, because every port of one host is the same *site*: a page
+  on http://127.0.0.1:9999 could read a signed-in reader's reports and save readings in their name.
 """
 
 from __future__ import annotations
@@ -52,6 +58,34 @@ def page_html(base: str) -> bytes:
     return (index[:at] + script + "\n    " + index[at:]).encode("utf-8")
 
 
+STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def own_origin(scope) -> str | None:
+    """The origin the browser gives the app's own pages: scheme and the Host header the request came to."""
+    host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1").strip().lower()
+    if not host:
+        return None
+    secure = scope.get("scheme") in ("https", "wss")
+    default = ":443" if secure else ":80"
+    return ("https://" if secure else "http://") + (host[: -len(default)] if host.endswith(default) else host)
+
+
+def origin_allowed(origin: str | None, own: str | None, listed) -> bool:
+    """Whether a request's Origin header is the app's own origin or one an admin listed (a browser always sends one)."""
+    if not origin or origin == "null":
+        return False
+    origin = origin.strip().rstrip("/").lower()
+    return origin == own or origin in {str(o).strip().rstrip("/").lower() for o in listed or ()}
+
+
+def listed_origins() -> list:
+    """The origins an admin listed for a proxy (`workbench app --allow-origin`, server.corsAllowedOrigins)."""
+    from streamlit import config
+
+    return list(config.get_option("server.corsAllowedOrigins") or [])
+
+
 class Workbench:
     """ASGI middleware: deep links and the session cookie (see the module); everything else goes to Streamlit."""
 
@@ -60,6 +94,9 @@ class Workbench:
         cookies.SERVED["on"] = True  # the app's sign-in hands the cookie to this server from now on
 
     async def __call__(self, scope, receive, send) -> None:
+        if self._foreign(scope):
+            await self._refuse(scope, receive, send)
+            return
         if scope["type"] == "http":
             from streamlit import config
 
@@ -74,6 +111,34 @@ class Workbench:
                 await self._cookie(scope, receive, send, base, rest.endswith("/end"))
                 return
         await self.app(scope, receive, send)
+
+    @staticmethod
+    def _foreign(scope) -> bool:
+        """A WebSocket or a state-changing request sent by a page of another origin (or with no Origin at all
+        for a WebSocket: every browser sends one, so only a non-browser client omits it, and it needs none)."""
+        if scope["type"] == "websocket":
+            origin = dict(scope.get("headers") or []).get(b"origin")
+        elif scope["type"] == "http" and scope.get("method") in STATE_CHANGING:
+            origin = dict(scope.get("headers") or []).get(b"origin")
+            if origin is None:  # not sent by a browser page (a browser sends Origin with every POST/PUT/DELETE)
+                return False
+        else:
+            return False
+        text = origin.decode("latin-1") if origin is not None else None
+        return not origin_allowed(text, own_origin(scope), listed_origins())
+
+    @staticmethod
+    async def _refuse(scope, receive, send) -> None:
+        """403 for a request, a closed handshake (the browser sees a failed connection) for a WebSocket."""
+        if scope["type"] == "websocket":
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        from starlette.responses import PlainTextResponse
+
+        await PlainTextResponse("This request came from a page of another origin.", status_code=403)(
+            scope, receive, send
+        )
 
     async def _page(self, scope, receive, send, base: str) -> None:
         """Streamlit's page with the base URL named."""

@@ -60,6 +60,7 @@ AUDIT_ENTITY, AUDIT_KEY = "wb.audit.entity", "wb.audit.key"
 SIGNIN_USER, SIGNIN_PASSWORD = "wb.signin.user", "wb.signin.password"
 SUGGESTION = "wb.suggestion"  # the last "Suggest a revision" result of this session
 OPT_RUN, OPT_REPORT, OPT_COMPARE = "wb.optimise.run", "wb.optimise.report", "wb.optimise.compare"
+ENDED_USER = "wb.session.ended"  # the user whose session ended in this tab (a new user is then said, not silent)
 SESSION_TOKEN = "wb.session.token"  # the browser session's token (auth: local), also in its cookie (HttpOnly)
 CLEAR_COOKIE = "wb.session.clear"  # the next sign-in form also clears a dead session cookie
 SESSION_COOKIE = "wb.session.cookie"  # what gives the browser its cookie after a sign-in (workbench/ui/cookies.py)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from workbench.core.reading import min_seconds_shown
 from workbench.ui import components, keyboard, state
 
 REASONS = [
@@ -64,7 +65,7 @@ def _presence(wb, queue, cohort: str) -> None:
     with left:
         _queue_table(wb, queue, pos)
     with middle:
-        components.report_text(state.read(wb.views.report_text, items[pos][0])["text"])
+        components.report_text(state.read(wb.reading.report_text, items[pos][0])["text"])
     with right, components.shown_errors("reading the votes"):
         _decide(wb, queue, pos)
         _votes(wb, *items[pos])
@@ -180,6 +181,7 @@ def _decide(wb, queue, pos: int) -> None:
         ],
         "nav": {"prev": pos > 0, "next": pos < len(queue) - 1},
         "save_label": "Save and next",
+        "min_seconds_shown": min_seconds_shown(wb.config.reading),
     }
     keyboard.form(
         state.ADJ_FORM,
@@ -251,7 +253,7 @@ def _attribute_ties(wb, cohort: str) -> None:
     tie = rows[key]
     left, right = st.columns([3, 3])
     with left:
-        components.report_text(state.read(wb.views.report_text, tie.report_id)["text"])
+        components.report_text(state.read(wb.reading.report_text, tie.report_id)["text"])
     with right, components.shown_errors("saving the attribute"):
         _attribute_form(wb, tie, names.get(tie.label, tie.label))
 

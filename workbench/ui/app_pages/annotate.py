@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from workbench.core.reading import min_seconds_empty
+from workbench.core.reading import min_seconds_empty, min_seconds_shown
 from workbench.errors import WorkbenchError
 from workbench.services import ConflictError
-from workbench.services.ui_support import reading_pace
+from workbench.services.reading import reading_pace
 from workbench.ui import components, keyboard, state
 
 # one key per label, in vocabulary order: digits, then letters (Streamlit reserves C and R;
@@ -154,7 +154,7 @@ def _form_data(wb, report_id: str, pos: int, work, values: dict, versions: dict)
         "item": {
             "id": report_id,
             "heading": report_id,
-            "text": state.read(wb.views.report_text, report_id)["text"],
+            "text": state.read(wb.reading.report_text, report_id)["text"],
             "caption": f"Report {pos + 1} of {len(work)} · " + STATE_TEXT[work["state"].iloc[pos]],
         },
         "groups": [
@@ -179,7 +179,7 @@ def _progress(wb, reader: str, cohort: str, work, pos: int) -> None:
     done = int(work["state"].isin(READ).sum())
     n_drafts = int((work["state"] == "draft").sum())
     pace = reading_pace(work["saved_at"], len(work) - done)
-    text = f"{components.md(reader)}: {done} of {len(work)} read · {n_drafts} drafts"
+    text = f"{components.md(reader)}: {done} of {len(work)} read · {components.count(n_drafts, 'draft')}"
     if pace["seconds_per_report"]:
         text += (
             f" · pace {pace['seconds_per_report']:.0f} s per report ({pace['reports_per_hour']:.0f} an hour), "
@@ -196,11 +196,13 @@ def _duration(seconds: float) -> str:
 
 def _current(wb, reader: str, report_id: str, has_draft: bool = True) -> tuple[dict, dict]:
     """The ticks shown (the draft, else the saved reading, else all 0) and the saved versions."""
-    mine = state.read(wb.study.my_readings, reader, report_id)
+    mine = state.read(wb.reading.my_readings, reader, report_id)
     saved = dict(zip(mine["label"], mine["value"].astype(int), strict=False))
     draft = wb.reading_draft(reader, report_id) if has_draft else None
     values = {lab: int((draft if draft is not None else saved).get(lab, 0)) for lab in wb.vocab.asked_ids}
-    return values, {lab: int(v) for lab, v in zip(mine["label"], mine["version"], strict=False)}
+    stored = {lab: int(v) for lab, v in zip(mine["label"], mine["version"], strict=False)}
+    # version 0: no reading when the report was opened, so a save from another window meanwhile is a conflict
+    return values, {lab: stored.get(lab, 0) for lab in wb.vocab.asked_ids}
 
 
 def _ticks(wb, values: dict) -> dict:
@@ -209,12 +211,17 @@ def _ticks(wb, values: dict) -> dict:
     return {lab: int(lab in on) for lab in wb.vocab.asked_ids}
 
 
+def _note_sent(values: dict) -> tuple[str, bool]:
+    """The comment and unsure mark the form sent (kept with a draft, saved with a reading)."""
+    return str(values.get("comment") or ""), values.get("unsure") == "unsure"
+
+
 def _keep_draft(wb, reader: str, ids: list, draft: dict) -> None:
     """Keep the ticks on screen as the reader's server-side draft (only for a report of the work list)."""
     if draft.get("item") not in ids:
         return
     try:
-        wb.save_reading_draft(reader, draft["item"], _ticks(wb, draft["values"]))
+        wb.save_reading_draft(reader, draft["item"], _ticks(wb, draft["values"]), *_note_sent(draft["values"]))
     except WorkbenchError as exc:
         state.flash(f"Draft not kept: {exc}", "error")
 
@@ -231,7 +238,7 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
     values = _ticks(wb, payload.get("values") or {})
     pos = ids.index(report_id)
     if payload.get("kind") != "save":
-        wb.save_reading_draft(reader, report_id, values)  # drafts are read fresh, not through the cache
+        wb.save_reading_draft(reader, report_id, values, *_note_sent(payload.get("values") or {}))  # read fresh
         target = {
             "prev": ids[max(pos - 1, 0)],
             "next": ids[min(pos + 1, len(ids) - 1)],
@@ -247,13 +254,13 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
             report_id,
             values,
             expected_versions={k: int(v) for k, v in versions.items()},
-            comment=str(sent.get("comment") or ""),
-            unsure=sent.get("unsure") == "unsure",
+            comment=_note_sent(sent)[0],
+            unsure=_note_sent(sent)[1],
         )
-    except ConflictError as exc:
-        wb.save_reading_draft(reader, report_id, values)
+    except ConflictError:
+        wb.save_reading_draft(reader, report_id, values, *_note_sent(sent))
         state.bump(wb)
-        return f"Not saved: {exc}. Your ticks are kept as a draft; check them and press Enter again."
+        return _conflict(wb, reader, report_id, values)
     if wb.config.annotate_attributes:
         for label, picked in _picked_attributes(wb, report_id, values).items():
             wb.record_reading_attributes(reader, report_id, label, picked)
@@ -273,9 +280,27 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
     return None
 
 
+def _conflict(wb, reader: str, report_id: str, yours: dict) -> str:
+    """A save from a stale copy: both versions, label by label, and how to keep either."""
+    mine = wb.my_readings(reader, report_id)
+    saved = dict(zip(mine["label"], mine["value"].astype(int), strict=False))
+    names = wb.vocab.names()
+    differ = [lab for lab in wb.vocab.asked_ids if saved.get(lab, 0) != yours.get(lab, 0)]
+    both = "; ".join(f"{names.get(lab, lab)}: saved {saved.get(lab, 0)}, yours {yours.get(lab, 0)}" for lab in differ)
+    return (
+        f"Not saved: {report_id} was saved from another window or tab since you opened it. "
+        + (f"The two differ on {both}. " if differ else "Both have the same ticks. ")
+        + "Your ticks are on screen: press Enter to save yours over it, or reload the page to keep the saved one."
+    )
+
+
 def _with_note(wb, reader: str, report_id: str, data: dict) -> None:
     """Add the unsure mark, the comment field, undo and the empty-save confirmation to the form's data."""
-    note = wb.reading_note(reader, report_id) or {"comment": "", "unsure": False}
+    note = (
+        wb.reading_draft_note(reader, report_id)  # a draft's own (after an undo, or typed before a move)
+        or wb.reading_note(reader, report_id)
+        or {"comment": "", "unsure": False}
+    )
     data["groups"].append(
         {
             "id": "unsure",
@@ -302,6 +327,7 @@ def _with_note(wb, reader: str, report_id: str, data: dict) -> None:
     data["values"]["comment"] = note["comment"]
     data["nav"]["undo"] = wb.last_saved_report(reader) is not None
     data["min_seconds_empty"] = min_seconds_empty(wb.config.reading)
+    data["min_seconds_shown"] = min_seconds_shown(wb.config.reading)
     data["footer"] = (
         f"? shows the label definitions · {UNSURE_KEY} marks unsure · {COMMENT_KEY} writes a comment · "
         "Ctrl+Z undoes your last save."
@@ -343,13 +369,13 @@ def _my_readings(wb, reader: str, cohort: str, ids: list) -> None:
             return
         clicks = st.session_state.get(state.ANN_CLICKED, 0)
         event = st.dataframe(
-            mine,
+            mine.assign(saved_at=components.when_column(mine["saved_at"])),  # local time, not a raw ISO stamp
             hide_index=True,
             height=260,
             on_select="rerun",
             selection_mode="single-row",
             key=state.widget_key("my-readings", clicks),
-            column_config={"report_id": "report"},
+            column_config={"report_id": "report", "saved_at": "saved"},
         )
         rows = event.selection.rows if event else []
         if rows and mine["report_id"].iloc[rows[0]] in ids:
@@ -371,7 +397,8 @@ def _queue(work) -> None:
     """The whole work list with each report's state; click a row to open it."""
     with st.expander(
         f"Work list: {int(work['state'].isin(READ).sum())} saved, "
-        f"{int((work['state'] == 'draft').sum())} drafts, {int((work['state'] == 'unread').sum())} unread"
+        f"{components.count(int((work['state'] == 'draft').sum()), 'draft')}, "
+        f"{int((work['state'] == 'unread').sum())} unread"
     ):
         pos = work["report_id"].tolist().index(st.session_state[state.ANN_REPORT])
         start, end = components.window(len(work), pos)
@@ -402,7 +429,7 @@ def _reader(wb) -> str | None:
         return wb.actor.user
     with st.sidebar:
         chosen = st.selectbox(
-            "Reader", state.read(wb.views.readers), key=state.READER, index=None, placeholder="Choose your name"
+            "Reader", state.read(wb.reading.readers), key=state.READER, index=None, placeholder="Choose your name"
         )
         typed = st.text_input(
             "... or a new reader name",
@@ -418,7 +445,7 @@ def _work_lists(wb, cohort: str) -> None:
     if not st.toggle("Work lists (admin): assign reports to readers", key=state.widget_key("work-lists", cohort)):
         return  # the status counts every reading of the cohort: only when asked for
     with st.container(border=True):
-        status = state.read(wb.views.work_list_status, cohort)
+        status = state.read(wb.reading.work_list_status, cohort)
         if len(status):
             st.caption(f"Each report goes to {int(status['overlap'].iloc[0])} readers; readers see only their list.")
             st.dataframe(status, hide_index=True)

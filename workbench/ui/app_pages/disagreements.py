@@ -12,12 +12,13 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
+from workbench.core.reading import min_seconds_shown
 from workbench.errors import WorkbenchError
 from workbench.services import PERMISSIONS
 from workbench.study import SIGNIFICANCE
 from workbench.ui import components, keyboard, state, suggestions
 
-CATEGORY_KEYS = list("1234567890")
+CATEGORY_KEYS = list("1234567890-=")  # the number row: the 11th and 12th (severity, comparison) on - and =
 SIGNIFICANCE_KEYS = {"changes management": "M", "does not change management": "N", "unsure": "U"}
 WRONG = "reference label wrong"  # the category that is also the flag: one control sends the item to adjudication
 KIND_TEXT = {
@@ -230,6 +231,7 @@ def _answer(wb, run_id: int, case: dict) -> None:
     pred = case["prediction"] or {}
     votes = case["votes"]
     positive = int(votes["value"].sum()) if len(votes) else 0
+    wb.reading.record_look(case["report_id"])  # the user's own reading of it can no longer change (blinding)
     st.markdown(
         f"Labeller (run {run_id}): **{_value(pred.get('value'))}** ({components.md(pred.get('status', 'no answer'))})"
         f" · reference: **{_value(case['reference'])}** ({components.md(case['reference_status'])})"
@@ -305,6 +307,7 @@ def _note_form(wb, run_id: int, case: dict, queue, pos: int, names: dict) -> Non
         "nav": {"prev": pos > 0, "next": pos < len(queue) - 1},
         "save_label": "Save, next",
         "context": {"run": run_id},
+        "min_seconds_shown": min_seconds_shown(wb.config.reading),
     }
     keyboard.form(
         state.DIS_FORM,

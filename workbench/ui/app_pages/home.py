@@ -7,8 +7,6 @@ import streamlit as st
 from workbench.services import PERMISSIONS
 from workbench.ui import charts, components, state
 
-BLIND = "hidden until you finish reading"
-
 
 def render(wb) -> None:
     """Cohorts, readers, reference status, prompt version, latest run, history, attention list."""
@@ -22,28 +20,30 @@ def render(wb) -> None:
     if cohort is None:
         return
     state.to_url(cohort=cohort)
+    if wb.actor.role not in PERMISSIONS["see_unblinded"]:
+        _reader_home(wb, cohort)  # a blinded reader: their own progress only
+        return
     summary = state.read(wb.study.reference_summary, cohort)
     history = state.read(wb.prompts.prompt_history)
     runs = state.read(wb.runner.runs, cohort)
     latest = components.latest_run_id(runs)
     ev = state.read(wb.evaluation.evaluate_run, latest, n_resamples=0) if latest else None
-    blind = wb.actor.role not in PERMISSIONS["see_unblinded"]  # a reader sees no reference or score while reading
     c = st.columns(5)
     c[0].metric(
         "Reference decided",
-        BLIND if blind else int(summary["decided"].sum() + summary["adjudicated"].sum()),
+        int(summary["decided"].sum() + summary["adjudicated"].sum()),
         help="(report, label) items settled by the reader vote or by adjudication",
     )
-    c[1].metric("Waiting for adjudication", BLIND if blind else int(summary["waiting"].sum()))
+    c[1].metric("Waiting for adjudication", int(summary["waiting"].sum()))
     c[2].metric("Prompt version", f"v{len(history)}", help=f"commit {history.iloc[0]['short']} (its message is below)")
     c[3].metric(
         "Latest run: macro F1",
-        BLIND if blind else components.pct(ev.averages["macro_f1"]) if ev else "no run",
+        components.pct(ev.averages["macro_f1"]) if ev else "no run",
         help="mean over labels of each label's F1: how good the labeller is at finding each finding",
     )
     c[4].metric(
         "Latest run: macro accuracy",
-        BLIND if blind else components.pct(ev.averages["macro_accuracy"]) if ev else "no run",
+        components.pct(ev.averages["macro_accuracy"]) if ev else "no run",
         help="high whenever findings are rare, even if most positives are missed: read it beside F1",
     )
     st.caption(
@@ -67,6 +67,23 @@ def render(wb) -> None:
         )
     with st.expander("Cohorts"):
         st.dataframe(state.read(wb.study.cohorts), hide_index=True)
+
+
+def _reader_home(wb, cohort: str) -> None:
+    """A blinded reader's Home: their own progress and the way to Annotate; no reference, score, queue of others'
+    work or other reader (a reader must not see what would tell them how others read)."""
+    work = wb.work_list(wb.actor.user, cohort)
+    saved = int((work["state"] == "completed").sum())
+    drafts = int((work["state"] == "draft").sum())
+    left = len(work) - saved
+    c = st.columns(3)
+    c[0].metric("Your readings saved", f"{saved:,} of {len(work):,}")
+    c[1].metric("Your drafts", f"{drafts:,}", help="reports with ticks you have not saved yet")
+    c[2].metric("Left to read", f"{left:,}")
+    if len(work):
+        st.progress(saved / len(work), text=f"{saved / len(work):.0%} of your work list on {cohort}")
+    if left and st.button("Go on reading", type="primary", key=state.widget_key("home-read")):
+        state.switch_to("annotate")
 
 
 def _reads(wb, cohort: str) -> None:
@@ -120,7 +137,7 @@ def _attention(wb, cohort: str, summary, latest, ev) -> None:
 def _readers(wb, cohort: str) -> None:
     """Each reader's progress on the cohort."""
     st.subheader("Readers")
-    progress = state.read(wb.study.reader_progress, cohort)
+    progress = state.read(wb.reading.reader_progress, cohort)
     if progress.empty:
         st.info("No readings yet.")
         return

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import secrets
+
 import streamlit as st
 
 from workbench.core.adaptive import ORDERS
 from workbench.core.reference import RULE_NAMES, RULES, WITH_K
 from workbench.services.runs import endpoint_allowed, endpoint_label, is_local_model
+from workbench.services.study import ROLES
 from workbench.ui import components, state
 
 RULES_MODEL = "workbench/rules"
@@ -140,21 +143,29 @@ def _adaptive_fields(wb, kind: str) -> dict:
 
 
 def _accounts(wb) -> None:
-    """Accounts and roles; an admin disables (or enables again) an account here or with `workbench user disable`."""
+    """Accounts and roles: an admin adds an account, changes its role, resets its password (a new one, shown
+    once) and disables or enables it, with the same rules as `workbench user ...`."""
     users = state.read(wb.team.users)
     if users.empty:
         return
     st.markdown("**Accounts**")
     st.dataframe(users[["id", "name", "role", "disabled"]], hide_index=True)
-    c = st.columns([2, 1])
+    _add_account(wb)
+    c = st.columns([2, 1, 1, 1, 1])
     chosen = c[0].selectbox(
         "Account", users["id"].tolist(), index=None, key=state.widget_key("account"), placeholder="Choose an account"
     )
     if chosen is None:
         return
-    disabled = bool(users.set_index("id").loc[chosen, "disabled"])
+    row = users.set_index("id").loc[chosen]
+    role = c[1].selectbox("Role", ROLES, index=ROLES.index(row["role"]), key=state.widget_key("account-role", chosen))
+    if c[2].button("Change role", key=state.widget_key("account-set-role"), disabled=role == row["role"]):
+        components.do(wb, "changing the role", wb.set_role, chosen, role, done=f"{chosen} is now {role}.")
+    if c[3].button("Reset password", key=state.widget_key("account-reset")):
+        _with_new_password(wb, "resetting the password", chosen, wb.set_password)
+    disabled = bool(row["disabled"])
     label = "Enable account" if disabled else "Disable account"
-    if c[1].button(label, key=state.widget_key("account-toggle")):
+    if c[4].button(label, key=state.widget_key("account-toggle")):
         components.do(
             wb,
             label.lower(),
@@ -163,6 +174,30 @@ def _accounts(wb) -> None:
             not disabled,
             done=f"{chosen} is {'enabled' if disabled else 'disabled'}.",
         )
+
+
+def _add_account(wb) -> None:
+    """A new account with a role; its first password is made here and shown once."""
+    with st.form(state.widget_key("account-add"), border=False), st.container(horizontal=True):
+        user = st.text_input("New account (user id)", key=state.widget_key("account-new-id"))
+        role = st.selectbox("Its role", ROLES, key=state.widget_key("account-new-role"))
+        added = st.form_submit_button("Add account")
+    if added:
+        _with_new_password(wb, "adding the account", user.strip(), lambda u, pw: wb.add_user(u, role, pw))
+
+
+def _with_new_password(wb, action: str, user: str, write) -> None:
+    """Make a password, write it, and show it in this run only (never stored in clear, never shown again)."""
+    password = secrets.token_urlsafe(15)  # 20 characters: passes the password rule
+    if not components.do(wb, action, lambda: write(user, password) or True, rerun=False):  # True once written
+        return
+    st.warning(
+        components.md(
+            f"The password of {user}, shown once: give it to them now; they sign in with it and can change it "
+            "with `workbench user passwd`. A reset makes a new one."
+        )
+    )
+    st.code(password, language=None)
 
 
 def _save(wb, allowed: list[str]) -> None:

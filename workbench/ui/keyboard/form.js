@@ -38,6 +38,14 @@ export function needsEmptyConfirm(ticked, secondsShown, minSeconds, confirmed) {
   return minSeconds > 0 && ticked === 0 && secondsShown < minSeconds && !confirmed;
 }
 
+// A save pressed before the item appeared (negative: a second Enter held while the first was stored) or
+// sooner than minSeconds after it appeared is ignored, and the status says so (reading.min_seconds_shown,
+// 0.5 s by default; 0 = off). The same rule as workbench/core/reading.py save_too_soon.
+export function saveTooSoon(pressedAfterShownS, minSeconds) {
+  return minSeconds > 0 && pressedAfterShownS < minSeconds;
+}
+const MIN_SECONDS_SHOWN = 0.5;    // when the page sends no reading.min_seconds_shown
+
 function ticked(f) {
   let n = 0;
   for (const g of f.data.groups) if (g.kind === "multi") n += (f.values[g.id] || []).length;
@@ -56,10 +64,23 @@ function optionFor(f, key) {
   return null;
 }
 
+// inputs that take typed text: a focused checkbox, toggle, radio or button does not (the My readings toggle,
+// left focused by a click, took every label key)
+const NOT_TEXT = new Set(["checkbox", "radio", "button", "submit", "reset", "range", "color", "file", "image"]);
+
 function isEditable(node) {
   if (!node || !node.tagName) return false;
   const tag = node.tagName.toLowerCase();
-  return tag === "input" || tag === "textarea" || tag === "select" || node.isContentEditable;
+  if (tag === "input") return !NOT_TEXT.has((node.getAttribute("type") || "text").toLowerCase());
+  return tag === "textarea" || tag === "select" || node.isContentEditable;
+}
+
+// The control the mouse last pressed: left focused by that click, it does not take Enter for itself (the reading
+// keys stay on the form); one reached with the keyboard (Tab) does. A Tab forgets the click.
+let clicked = null;
+function noteInput(e) {
+  if (e.type === "pointerdown") clicked = e.composedPath ? e.composedPath()[0] : e.target;
+  else if (e.key === "Tab") clicked = null;
 }
 
 function onKeyDown(e) {
@@ -94,6 +115,7 @@ function onKeyDown(e) {
   }
   e.preventDefault();
   e.stopImmediatePropagation();
+  event.at = performance.now();  // when it was pressed: a held save must not act on an item that came later
   enqueue(f, event);
 }
 
@@ -128,6 +150,7 @@ function apply(f, ev) {
   } else if (ev.kind === "help") {
     f.showHelp = !f.showHelp;
   } else if (ev.kind === "save") {
+    if (tooSoon(f, ev)) return;
     const missing = (d.require || []).find((any) => !any.ids.some((id) => filled(f.values[id])));
     if (missing) { f.message = missing.message; return; }
     const shown = (performance.now() - (f.shownAt || 0)) / 1000;
@@ -142,6 +165,19 @@ function apply(f, ev) {
     if (d.nav && d.nav[ev.kind] === false) return;
     send(f, ev.kind);
   }
+}
+
+function tooSoon(f, ev) {
+  // a save pressed before this item was on screen, or too soon after: nothing is saved, the status flashes
+  const min = Number(f.data.min_seconds_shown ?? MIN_SECONDS_SHOWN);
+  const after = ((ev.at ?? performance.now()) - (f.shownAt || 0)) / 1000;
+  if (!saveTooSoon(after, min)) return false;
+  f.message = after < 0
+    ? "Not saved: Enter was pressed before this report appeared. Read it, then press Enter."
+    : `Not saved: Enter came ${after.toFixed(2)} s after this report appeared (under ${min} s). Read it, then press Enter.`;
+  f.flash = (f.flash || 0) + 1;
+  f.confirming = false;
+  return true;
 }
 
 function filled(v) {
@@ -213,7 +249,9 @@ function actsOnItself(f, target) {
   // own: it opens the link or presses the button instead of saving the report
   if (!target || !target.closest || (f.host && f.host.contains(target))) return false;
   const own = target.closest("a[href], button, [role=button], [role=link], summary");
-  return !!own && own.matches(":focus-visible");  // reached with the keyboard (Tab), not left focused by a click
+  // reached with the keyboard (Tab), not left focused by a click (Streamlit may focus a clicked control again
+  // after a rerun, which a browser can show as :focus-visible)
+  return !!own && own.matches(":focus-visible") && !(clicked && own.contains(clicked));
 }
 
 function build(f) {
@@ -243,7 +281,7 @@ function build(f) {
 function press(f, e) {
   const node = e.target.closest ? e.target.closest("[data-ev]") : null;
   if (!node || node.disabled) return;
-  enqueue(f, JSON.parse(node.getAttribute("data-ev")));
+  enqueue(f, { ...JSON.parse(node.getAttribute("data-ev")), at: performance.now() });
 }
 
 function chip(f, g, o) {
@@ -396,7 +434,18 @@ function refresh(f) {
   else if (f.notice) text = f.notice;
   status.classList.toggle("error", !f.waiting && !!f.message);
   if (status.textContent !== text) status.textContent = text;
-  if (f.nodes.help) f.nodes.help.hidden = !f.showHelp;
+  if (f.flash && status.dataset.flash !== String(f.flash)) {  // restart the flash: the same message again flashes again
+    status.dataset.flash = String(f.flash);
+    status.classList.remove("flash");
+    void status.offsetWidth;
+    status.classList.add("flash");
+  }
+  if (f.nodes.help) {
+    const opening = f.nodes.help.hidden && f.showHelp;
+    f.nodes.help.hidden = !f.showHelp;
+    // it sits under the chips: opened below the fold (y = 922 px on a 900 px screen) it looked like nothing
+    if (opening) f.nodes.help.scrollIntoView({ block: "nearest" });
+  }
 }
 
 export default function (component) {
@@ -414,6 +463,8 @@ export default function (component) {
   f.mountedAt = performance.now();
   build(f);
   if (!listening) {
+    window.addEventListener("pointerdown", noteInput, true);
+    window.addEventListener("keydown", noteInput, true);
     window.addEventListener("keydown", onKeyDown, true);
     listening = true;
   }
