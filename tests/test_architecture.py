@@ -107,8 +107,8 @@ def test_no_service_calls_super_beyond_its_constructor():
 
 
 def test_every_service_method_has_one_owner_and_the_facade_names_it():
-    """Each flat facade name forwards to the one service that defines it; a public method other services
-    call inside their transactions (AdaptiveService.after_readings) needs no facade name."""
+    """Each flat facade name forwards to the one service that defines it (what other services call of a
+    collaborator is public and named for the domain, without a flat name of its own)."""
     from workbench.services import Workbench, _Forward
 
     forwarded = {name: f.service for name, f in vars(Workbench).items() if isinstance(f, _Forward)}
@@ -122,7 +122,6 @@ def test_every_service_method_has_one_owner_and_the_facade_names_it():
     assert {n: o for n, o in owners.items() if len(o) > 1} == {}
     wb_services = {name: cls.__name__ for name, cls in _a_workbench_services().items()}
     assert {n: s for n, s in forwarded.items() if owners.get(n) != [wb_services[s]]} == {}
-    assert set(owners) - set(forwarded) <= {"after_readings"}
 
 
 def _a_workbench_services() -> dict:
@@ -137,3 +136,30 @@ def _a_workbench_services() -> dict:
             if target.startswith("self."):
                 out[target.removeprefix("self.")] = getattr(services, ast.unparse(node.value.func))
     return out
+
+
+def _private_reaches(path: Path, base: Path = PKG) -> list[str]:
+    """`self.<collaborator>._name` and `wb.<service>._name` in a module: a reach into another object's private part."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = node.value
+            reach = isinstance(owner, ast.Attribute) and isinstance(owner.value, ast.Name)
+            # self.<collaborator>._x and wb.<service>._x; a service's own context is part of itself
+            if reach and owner.value.id in ("self", "wb") and owner.attr != "ctx":
+                found.append(f"{path.relative_to(base)}:{node.lineno}: {ast.unparse(node)}")
+    return sorted(found)
+
+
+def test_no_service_reaches_into_a_collaborators_private_methods():
+    """What one service uses of another is public and named for the domain (study.cohort_name, not _cohort_name)."""
+    offenders = [hit for p in sorted(PKG.rglob("*.py")) for hit in _private_reaches(p)]
+    assert offenders == []
+
+
+def test_the_private_reach_check_sees_one(tmp_path):
+    """The check above finds a collaborator's private method called, and leaves a service's own alone."""
+    module = tmp_path / "x.py"
+    module.write_text("def f(self, wb):\n    self._own()\n    self.study._cohort_name(1)\n    wb.runs._cached\n")
+    hits = [h.split(": ", 1)[1] for h in _private_reaches(module, tmp_path)]
+    assert hits == ["self.study._cohort_name", "wb.runs._cached"]

@@ -6,22 +6,21 @@ service takes the services it uses in its constructor, so the order below is the
 
 - `study` (StudyService, study.py)
 - `splits` (SplitsService, splits.py): uses study
-- `runner` (RunsService, runs.py): uses study
+- `runs` (RunsService, runs.py): uses study
 - `adaptive` (AdaptiveService, adaptive.py): uses study
 - `reading` (ReadingService, reading.py): uses study, adaptive
 - `team` (TeamService, team.py): uses study
 - `prompts` (PromptsService, prompting.py): uses study, splits
-- `model_path` (ModelPathService, model_path.py): uses study, runner
-- `evaluation` (EvaluationService, evaluation.py): uses study, splits, runner
-- `attributes` (AttributesService, attributes.py): uses study, runner, evaluation
-- `freezing` (FreezeService, freezing.py): uses study, splits, runner, evaluation
-- `triage` (TriageService, triage.py): uses study, splits, runner, model_path, attributes
-- `views` (UISupportService, ui_support.py): uses study, runner, prompts, evaluation, triage
-- `optimising` (OptimisingService, optimising.py): uses study, splits, runner, model_path, prompts, evaluation, triage
+- `costs` (ModelPathService, model_path.py): what a model costs and how it answers; uses study, runs
+- `evaluation` (EvaluationService, evaluation.py): uses study, splits, runs
+- `attributes` (AttributesService, attributes.py): uses study, runs, evaluation
+- `freeze` (FreezeService, freezing.py): uses study, splits, runs, evaluation
+- `triage` (TriageService, triage.py): uses study, splits, runs, costs, attributes, evaluation, prompts
+- `optimising` (OptimisingService, optimising.py): uses study, splits, runs, costs, prompts, evaluation, triage
 
-Call a service directly (`wb.runner.start_run("dev")`, `wb.evaluation.evaluate_run(1)`) or through
+Call a service directly (`wb.runs.start_run("dev")`, `wb.evaluation.evaluate_run(1)`) or through
 the flat names (`wb.start_run`), which are the same bound methods: each one below says which service
-owns it.
+owns it. `wb.runs()` (the run table) and `wb.freeze(name)` call the service of that name.
 """
 
 from workbench.services.adaptive import AdaptiveService
@@ -49,7 +48,6 @@ from workbench.services.study import (
 )
 from workbench.services.team import TeamService
 from workbench.services.triage import TriageService
-from workbench.services.ui_support import UISupportService
 
 
 class _Forward:
@@ -74,19 +72,20 @@ class Workbench:
         self.ctx = ctx = StudyContext(root, actor or Actor(), engine)
         self.study = StudyService(ctx)
         self.splits = SplitsService(ctx, self.study)
-        self.runner = RunsService(ctx, self.study)
+        self.runs = RunsService(ctx, self.study)
         self.adaptive = AdaptiveService(ctx, self.study)
         self.reading = ReadingService(ctx, self.study, self.adaptive)
         self.team = TeamService(ctx, self.study)
         self.prompts = PromptsService(ctx, self.study, self.splits)
-        self.model_path = ModelPathService(ctx, self.study, self.runner)
-        self.evaluation = EvaluationService(ctx, self.study, self.splits, self.runner)
-        self.attributes = AttributesService(ctx, self.study, self.runner, self.evaluation)
-        self.freezing = FreezeService(ctx, self.study, self.splits, self.runner, self.evaluation)
-        self.triage = TriageService(ctx, self.study, self.splits, self.runner, self.model_path, self.attributes)
-        self.views = UISupportService(ctx, self.study, self.runner, self.prompts, self.evaluation, self.triage)
+        self.costs = ModelPathService(ctx, self.study, self.runs)
+        self.evaluation = EvaluationService(ctx, self.study, self.splits, self.runs)
+        self.attributes = AttributesService(ctx, self.study, self.runs, self.evaluation)
+        self.freeze = FreezeService(ctx, self.study, self.splits, self.runs, self.evaluation)
+        self.triage = TriageService(
+            ctx, self.study, self.splits, self.runs, self.costs, self.attributes, self.evaluation, self.prompts
+        )
         self.optimising = OptimisingService(
-            ctx, self.study, self.splits, self.runner, self.model_path, self.prompts, self.evaluation, self.triage
+            ctx, self.study, self.splits, self.runs, self.costs, self.prompts, self.evaluation, self.triage
         )
 
     def as_actor(self, actor: Actor) -> "Workbench":
@@ -108,6 +107,12 @@ class Workbench:
     require = property(lambda self: self.ctx.require)
     rule = property(lambda self: self.ctx.rule)
     adaptive_settings = property(lambda self: self.ctx.adaptive_settings)
+
+    # old names, removed after the merge
+    runner = property(lambda self: self.runs)  # old name, removed after the merge
+    model_path = property(lambda self: self.costs)  # old name, removed after the merge
+    freezing = property(lambda self: self.freeze)  # old name, removed after the merge
+    views = property(lambda self: self)  # old name, removed after the merge
 
     @property
     def ui_revision(self):
@@ -153,23 +158,22 @@ class Workbench:
     require_tuning_report = _Forward("splits")
     queue_reports = _Forward("splits")
     check_test_lock = _Forward("splits")
-    # runner
-    labeller_settings = _Forward("runner")
-    start_run = _Forward("runner")
-    unchanged_run = _Forward("runner")
-    interrupted_run = _Forward("runner")
-    interrupted_runs = _Forward("runner")
-    resume_run = _Forward("runner")
-    retry_failed = _Forward("runner")
-    pending_batch = _Forward("runner")
-    batch_jobs = _Forward("runner")
-    prediction_attributes = _Forward("runner")
-    runs = _Forward("runner")
-    run_info = _Forward("runner")
-    predictions = _Forward("runner")
-    prediction_matrix = _Forward("runner")
-    estimate_run = _Forward("runner")
-    check_budget = _Forward("runner")
+    # runs
+    labeller_settings = _Forward("runs")
+    start_run = _Forward("runs")
+    unchanged_run = _Forward("runs")
+    interrupted_run = _Forward("runs")
+    interrupted_runs = _Forward("runs")
+    resume_run = _Forward("runs")
+    retry_failed = _Forward("runs")
+    pending_batch = _Forward("runs")
+    batch_jobs = _Forward("runs")
+    prediction_attributes = _Forward("runs")
+    run_info = _Forward("runs")
+    predictions = _Forward("runs")
+    prediction_matrix = _Forward("runs")
+    estimate_run = _Forward("runs")
+    check_budget = _Forward("runs")
     # adaptive
     set_adaptive = _Forward("adaptive")
     check_sample_change = _Forward("adaptive")
@@ -227,15 +231,15 @@ class Workbench:
     policy_table = _Forward("prompts")
     policy_conflicts = _Forward("prompts")
     add_example_from_case = _Forward("prompts")
-    # model_path
-    call_facts = _Forward("model_path")
-    call_costs = _Forward("model_path")
-    call_fact = _Forward("model_path")
-    measure_noise = _Forward("model_path")
-    noise_rates = _Forward("model_path")
-    comparison_noise = _Forward("model_path")
-    suggestion_noise_lines = _Forward("model_path")
-    suggestion_noise = _Forward("model_path")
+    # costs
+    call_facts = _Forward("costs")
+    call_costs = _Forward("costs")
+    call_fact = _Forward("costs")
+    measure_noise = _Forward("costs")
+    noise_rates = _Forward("costs")
+    comparison_noise = _Forward("costs")
+    suggestion_noise_lines = _Forward("costs")
+    suggestion_noise = _Forward("costs")
     # evaluation
     evaluation_inputs = _Forward("evaluation")
     macro_policy = _Forward("evaluation")
@@ -254,15 +258,14 @@ class Workbench:
     attribute_metrics = _Forward("attributes")
     attribute_failures = _Forward("attributes")
     adjudicate_attribute = _Forward("attributes")
-    # freezing
-    justifying_run = _Forward("freezing")
-    default_cohort = _Forward("freezing")
-    freeze = _Forward("freezing")
-    bundle_content = _Forward("freezing")
-    score_generated = _Forward("freezing")
-    test_look = _Forward("freezing")
-    test_looks = _Forward("freezing")
-    bundles = _Forward("freezing")
+    # freeze
+    justifying_run = _Forward("freeze")
+    default_cohort = _Forward("freeze")
+    bundle_content = _Forward("freeze")
+    score_generated = _Forward("freeze")
+    test_look = _Forward("freeze")
+    test_looks = _Forward("freeze")
+    bundles = _Forward("freeze")
     # triage
     disagreements = _Forward("triage")
     case = _Forward("triage")
@@ -289,16 +292,16 @@ class Workbench:
     record_reading_attributes = _Forward("reading")
     assign_work = _Forward("reading")
     work_list_status = _Forward("reading")
-    # views
-    start_run_detached = _Forward("views")
-    previous_run = _Forward("views")
-    disagreement_queue = _Forward("views")
-    with_fresh_notes = _Forward("views")
-    label_phrases = _Forward("views")
-    adjudication_worklist = _Forward("views")
-    compare_view = _Forward("views")
-    default_robustness_pairs = _Forward("views")
-    robustness = _Forward("views")
+    # app views, now with their owners
+    start_run_detached = _Forward("runs")
+    previous_run = _Forward("triage")
+    disagreement_queue = _Forward("triage")
+    with_fresh_notes = _Forward("triage")
+    label_phrases = _Forward("triage")
+    adjudication_worklist = _Forward("study")
+    compare_view = _Forward("evaluation")
+    default_robustness_pairs = _Forward("freeze")
+    robustness = _Forward("freeze")
     # optimising
     run_cohort = _Forward("optimising")
     evaluate_parts = _Forward("optimising")

@@ -23,13 +23,15 @@ from workbench.services.runs import StudyBatchJournal, model_endpoints
 from workbench.store import db, prompt_repo
 from workbench.store import queries as q
 from workbench.store.prompt_repo import PromptRepoError
-from workbench.study import StudyError
+from workbench.study import PROJECT_ROOT, StudyError
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
     from workbench.services.evaluation import EvaluationService
     from workbench.services.runs import RunsService
     from workbench.services.splits import SplitsService
     from workbench.services.study import StudyService
+
+ROBUSTNESS_PAIRS = PROJECT_ROOT / "annotations" / "robustness" / "pairs.csv"
 
 
 class StudyExtractionCache:
@@ -57,19 +59,19 @@ class FreezeService(Service):
         ctx: StudyContext,
         study: StudyService,
         splits: SplitsService,
-        runner: RunsService,
+        runs: RunsService,
         evaluation: EvaluationService,
     ) -> None:
         super().__init__(ctx)
         self.study = study
         self.splits = splits
-        self.runner = runner
+        self.runs = runs
         self.evaluation = evaluation
 
     def justifying_run(self, prompt_commit: str, cohort: str | None = None):
         """The latest finished run of this prompt version on the development cohort."""
         cohort = cohort or self.default_cohort()
-        runs = self.runner.runs(cohort)
+        runs = self.runs.runs(cohort)
         runs = runs[(runs["prompt_commit"] == prompt_commit) & (runs["status"] == "finished")]
         if runs.empty:
             raise StudyError(
@@ -79,7 +81,7 @@ class FreezeService(Service):
         asked = list(self.vocab.asked_ids)
         for row in runs.itertuples(index=False):  # newest first: the latest run that covers every asked label
             if not set(asked) - set(json.loads(row.labels_json)):
-                return self.runner.run_info(int(row.id))
+                return self.runs.run_info(int(row.id))
         latest = int(runs.iloc[0]["id"])
         missing = [lab for lab in asked if lab not in set(json.loads(runs.iloc[0]["labels_json"]))]
         raise StudyError(
@@ -147,6 +149,8 @@ class FreezeService(Service):
             ) from exc
         return {"name": name, "sha256": sha, "json": json_path, "yaml": yaml_path, "commit": commit, "run": run.id}
 
+    __call__ = freeze  # wb.freeze(name) freezes, as it did before the service took the name
+
     def _undo_incomplete_freeze(self, name: str) -> None:
         """A tag this workbench made for `name` with no freeze event recorded is a freeze that was killed
         before its end: remove it and the bundle files it made (they carry the tag's sha256), nothing else."""
@@ -194,7 +198,7 @@ class FreezeService(Service):
         ev = self.evaluation.evaluate_run(run.id, ci=ci)
         t = ev.table
         metrics = {
-            "cohort": self.study._cohort_name(run.cohort_id),
+            "cohort": self.study.cohort_name(run.cohort_id),
             "run": run.id,
             "ci": ci,
             "zero_division": ev.zero_division,
@@ -329,16 +333,16 @@ class FreezeService(Service):
 
     def _test_run(self, cohort: str, commit: str, model: dict, on_progress):
         """The finished run of a bundle's version on the test cohort (labelled now when there is none)."""
-        runs = self.runner.runs(cohort)
+        runs = self.runs.runs(cohort)
         runs = runs[
             (runs["prompt_commit"] == commit) & (runs["status"] == "finished") & (runs["model"] == model.get("model"))
         ]
         if len(runs):
-            return self.runner.run_info(int(runs.iloc[0]["id"]))
-        summary = self.runner.start_run(cohort, prompt_ref=commit, model=model.get("model"), on_progress=on_progress)
+            return self.runs.run_info(int(runs.iloc[0]["id"]))
+        summary = self.runs.start_run(cohort, prompt_ref=commit, model=model.get("model"), on_progress=on_progress)
         if summary.status != "finished":
             raise StudyError(f"the test run {summary.run_id} did not finish ({summary.message()})")
-        return self.runner.run_info(summary.run_id)
+        return self.runs.run_info(summary.run_id)
 
     def _write_test_sidecar(self, bundle: str, figures: dict) -> None:
         """The bundle's test figures and look count beside it (outside the hashed content: the count grows)."""
@@ -384,6 +388,23 @@ class FreezeService(Service):
             counts = self.test_looks()["bundle"].value_counts()
             frame["test_looks"] = frame["name"].map(counts).fillna(0).astype(int)
         return frame
+
+    # ------------------------------------------------------------ robustness of a bundle, with the study's cache
+
+    def default_robustness_pairs(self) -> Path:
+        """The shipped synthetic paraphrase / significant-change pairs."""
+        return ROBUSTNESS_PAIRS
+
+    def robustness(self, bundle_path: Path, pairs=None, model: str | None = None) -> dict:
+        """Robustness and discrimination of a bundle on text pairs, using the study's extraction cache."""
+        b = bundle_mod.load_bundle(Path(bundle_path))
+        return scoring.robustness(
+            b,
+            pairs,
+            model=model,  # None: the shipped pairs that fit the bundle's vocabulary
+            cache=StudyExtractionCache(self),
+            allow_endpoints=list(self.config.allowed_endpoints),
+        )
 
 
 def _freeze_message(name: str, user: str, sha: str) -> str:

@@ -400,7 +400,7 @@ class RunsService(Service):
         self.require("run")
         settings = self.labeller_settings(model, **overrides)
         self._check_model_name(settings)
-        self._check_endpoint(settings)
+        self.check_endpoint(settings)
         if batch:
             from workbench.labeller import batch as batch_mod
 
@@ -568,7 +568,7 @@ class RunsService(Service):
         except UnknownModel as exc:
             raise StudyError(str(exc)) from exc
 
-    def _check_endpoint(self, settings: dict) -> None:
+    def check_endpoint(self, settings: dict) -> None:
         """Refuse to send report text to an endpoint the study does not allow."""
         if not settings.get("model", "").startswith(RULES_PREFIX):
             try:
@@ -653,8 +653,8 @@ class RunsService(Service):
             run = q.get_run(s, run_id)
             params = json.loads(run.params_json)
             labels = json.loads(run.labels_json)
-        settings = self._settings_from_params(params)
-        self._check_endpoint(settings)
+        settings = self.settings_from_params(params)
+        self.check_endpoint(settings)
         recorded = params.get("resolved_endpoints")
         if recorded is not None and recorded != model_endpoints(settings):
             raise StudyError(
@@ -670,7 +670,7 @@ class RunsService(Service):
         state["running"] = True
         ps = self.study.prompt_set(run.prompt_commit)
         sections = run.sections.split(",")
-        requests = self._build_requests(ps, reports, labels, run.mode, sections, cfg, done)
+        requests = self.build_requests(ps, reports, labels, run.mode, sections, cfg, done)
         summary = RunSummary(run_id, calls_total=len(requests), already_done=len(done))
         with self.session(write=True) as s:
             q.update_run(s, run_id, calls_total=run.calls_total or (len(requests) + len(done)))
@@ -730,7 +730,7 @@ class RunsService(Service):
         labelling.label_calls(
             requests,
             cfg,
-            self._cached_replies,
+            self.cached_replies,
             lambda answers: self._store_answers(run_id, cfg, answers),
             store_reused=store_reused,
             defer=writer.submit,
@@ -741,7 +741,7 @@ class RunsService(Service):
             engine=engine,
         )
 
-    def _cached_replies(self, keys: list[str]) -> dict[str, str]:
+    def cached_replies(self, keys: list[str]) -> dict[str, str]:
         """Call key -> cached reply text, for the keys that have one."""
         with self.session() as s:
             return {k: c.response for k, c in q.cached_calls(s, keys).items()}
@@ -811,12 +811,12 @@ class RunsService(Service):
         return summary
 
     @staticmethod
-    def _settings_from_params(params: dict) -> dict:
+    def settings_from_params(params: dict) -> dict:
         """Rebuild labeller settings from what a run recorded."""
         settings = {k: v for k, v in params.items() if k in MODEL_FIELDS}
         return settings
 
-    def _build_requests(
+    def build_requests(
         self, ps, reports: pd.DataFrame, labels: list[str], mode: str, sections: list[str], cfg, done: set
     ) -> list:
         """Every call the run still needs for these reports (see labelling.build_requests)."""
@@ -833,13 +833,15 @@ class RunsService(Service):
         self.run_info(run_id)
         with self.session() as s:
             frame = q.prediction_attributes_frame(s, run_id, label)
-        return self.study._blind_rows(frame)
+        return self.study.blind_rows(frame)
 
     def runs(self, cohort: str | None = None) -> pd.DataFrame:
         """Runs newest first."""
         cid = self.study.cohort_id(cohort) if cohort else None
         with self.session() as s:
             return q.list_runs(s, cid)
+
+    __call__ = runs  # wb.runs() is the run table, as it was before the service took the name
 
     @memo.per_request
     def run_info(self, run_id: int):
@@ -861,7 +863,7 @@ class RunsService(Service):
         """A run's predictions (long); a reader sees those of reports they have finished reading."""
         run = self.run_info(run_id)
         with self.session() as s:
-            return self.study._blind_rows(memo.run_predictions(self.engine, s, run))
+            return self.study.blind_rows(memo.run_predictions(self.engine, s, run))
 
     @memo.per_request
     def prediction_matrix(self, run_id: int) -> pd.DataFrame:
@@ -892,7 +894,7 @@ class RunsService(Service):
 
         settings = self.labeller_settings(model, **overrides)
         self._check_model_name(settings)
-        self._check_endpoint(settings)
+        self.check_endpoint(settings)
         ps = self.study.prompt_set(self.study.prompt_commit(prompt_ref))
         labels = self._check_labels(labels)
         cfg = labelling.model_config(settings)
@@ -902,7 +904,7 @@ class RunsService(Service):
             batch_mod.check_batchable(cfg)  # the offline labeller, a pool: refused as the run would be
         with self.session() as s:
             reports = q.reports_frame(s, cohort_id=self.study.cohort_id(cohort))
-        requests = self._build_requests(
+        requests = self.build_requests(
             ps, reports, labels, mode or ps.task.mode, list(self.config.sections), cfg, set()
         )
         with self.session() as s:
@@ -933,3 +935,14 @@ class RunsService(Service):
                 f"this run may cost {cost} for {est.to_make:,} calls, above labeller.confirm_above (${float(limit):,.2f})",
                 "see `workbench run --estimate`, then confirm (answer yes, or pass --yes)",
             )
+
+    # ------------------------------------------------------------ a run in its own process
+
+    def start_run_detached(self, cohort: str, on_progress=None, cancel=None, **run_kwargs):
+        """start_run in its own process (services/background.py): the app stays responsive."""
+        self.require("run")
+        from workbench.services.background import start_run_in_process  # it imports this module
+
+        return start_run_in_process(
+            self.root, self.actor, on_progress=on_progress, cancel=cancel, cohort=cohort, **run_kwargs
+        )

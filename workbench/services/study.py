@@ -12,6 +12,7 @@ import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -214,7 +215,7 @@ class StudyService(Service):
             return None
         return self._completed_reports(actor.user)
 
-    def _blind_rows(self, frame: pd.DataFrame, column: str = "report_id") -> pd.DataFrame:
+    def blind_rows(self, frame: pd.DataFrame, column: str = "report_id") -> pd.DataFrame:
         """Only the rows of reports the actor may see (all of them unless a reader)."""
         scope = self.blind_scope()
         if scope is None:
@@ -425,9 +426,9 @@ class StudyService(Service):
         panel = self._adaptive_panel()
         if counts is None:
             readings = readings[readings["label"].isin(self.vocab.asked_ids)]
-            return self._blind_rows(ref.compute_reference(readings, self.rule(), adj, flags, panel=panel))
+            return self.blind_rows(ref.compute_reference(readings, self.rule(), adj, flags, panel=panel))
         counts = counts[counts["label"].isin(self.vocab.asked_ids)]
-        return self._blind_rows(ref.reference_from_counts(counts, self.rule(), adj, flags, panel=panel))
+        return self.blind_rows(ref.reference_from_counts(counts, self.rule(), adj, flags, panel=panel))
 
     def _adaptive_panel(self) -> int | None:
         """With adaptive reading on, the full panel whose vote an item read by fewer readers takes (else None)."""
@@ -523,7 +524,7 @@ class StudyService(Service):
         with self.session() as s:
             cid = self.cohort_id(cohort) if cohort else None
             readings = q.readings_frame(s, cohort_id=cid)
-        readings = self._blind_rows(
+        readings = self.blind_rows(
             readings[readings["label"].isin(self.vocab.asked_ids)][["report_id", "label", "reader", "value"]]
         )
         reference = self.reference(cohort, readings=readings)[["report_id", "label", "value"]]
@@ -578,10 +579,24 @@ class StudyService(Service):
         scope = self.blind_scope()
         return scope is None or report_id in scope
 
-    def _cohort_name(self, cohort_id: int) -> str:
+    def cohort_name(self, cohort_id: int) -> str:
         """Cohort name from id."""
         cohorts = self.cohorts().set_index("id")
         return str(cohorts.loc[cohort_id, "name"])
+
+    # ------------------------------------------------------------ adjudication order
+
+    def adjudication_worklist(self, cohort: str | None = None) -> pd.DataFrame:
+        """Items waiting for a senior reader: flagged ones first, then ties, then too few readers; why each waits."""
+        queue = self.adjudication_queue(cohort)
+        tie = (queue["positives"] * 2 == queue["n_readers"]) & (queue["n_readers"] > 0)
+        queue["why"] = np.where(
+            queue["flagged"],
+            "flagged: the reference may be wrong",
+            np.where(tie, "tie", queue["reason"].replace("", "waiting")),
+        )
+        queue["rank"] = np.where(queue["flagged"], 0, np.where(tie, 1, 2))
+        return queue.sort_values("rank", kind="stable").drop(columns="rank").reset_index(drop=True)
 
 
 __all__ = ["Actor", "init_study", "ImportSummary", "PermissionDenied", "ConflictError", "TASK_FILE"]

@@ -36,7 +36,7 @@ def render(wb) -> None:
         cohort = components.pick_cohort(wb)
     if cohort is None:
         return
-    queue = state.read(wb.views.adjudication_worklist, cohort)
+    queue = state.read(wb.study.adjudication_worklist, cohort)
     flagged, ties = int(queue["flagged"].sum()), int((queue["why"] == "tie").sum())
     st.markdown(
         f"**{len(queue)} waiting** · {flagged} flagged, {ties} ties, {len(queue) - flagged - ties} other"

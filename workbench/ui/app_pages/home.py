@@ -24,7 +24,7 @@ def render(wb) -> None:
     state.to_url(cohort=cohort)
     summary = state.read(wb.study.reference_summary, cohort)
     history = state.read(wb.prompts.prompt_history)
-    runs = state.read(wb.runner.runs, cohort)
+    runs = state.read(wb.runs.runs, cohort)
     latest = components.latest_run_id(runs)
     ev = state.read(wb.evaluation.evaluate_run, latest, n_resamples=0) if latest else None
     blind = wb.actor.role not in PERMISSIONS["see_unblinded"]  # a reader sees no reference or score while reading
