@@ -6,15 +6,15 @@ service takes the services it uses in its constructor, so the order below is the
 
 - `study` (StudyService, study.py)
 - `splits` (SplitsService, splits.py): uses study
-- `runs` (RunsService, runs.py): uses study
+- `prompts` (PromptsService, prompting.py): the prompt set's versions, edits and drafts; uses study, splits
+- `runs` (RunsService, runs.py): uses study, prompts
 - `adaptive` (AdaptiveService, adaptive.py): uses study
-- `reading` (ReadingService, reading.py): uses study, adaptive
+- `reading` (ReadingService, reading.py): a reader's reading end to end; uses study, adaptive
 - `team` (TeamService, team.py): uses study
-- `prompts` (PromptsService, prompting.py): uses study, splits
-- `costs` (ModelPathService, model_path.py): what a model costs and how it answers; uses study, runs
-- `evaluation` (EvaluationService, evaluation.py): uses study, splits, runs
+- `costs` (ModelPathService, model_path.py): what a model costs and how it answers; uses study, runs, prompts
+- `evaluation` (EvaluationService, evaluation.py): uses study, splits, runs, prompts
 - `attributes` (AttributesService, attributes.py): uses study, runs, evaluation
-- `freeze` (FreezeService, freezing.py): uses study, splits, runs, evaluation
+- `freeze` (FreezeService, freezing.py): uses study, splits, runs, evaluation, prompts
 - `triage` (TriageService, triage.py): uses study, splits, runs, costs, attributes, evaluation, prompts
 - `optimising` (OptimisingService, optimising.py): uses study, splits, runs, costs, prompts, evaluation, triage
 
@@ -95,15 +95,15 @@ class Workbench:
         self.ctx = ctx = StudyContext(root, actor or Actor(), engine)
         self.study = StudyService(ctx)
         self.splits = SplitsService(ctx, self.study)
-        self.runs = RunsService(ctx, self.study)
+        self.prompts = PromptsService(ctx, self.study, self.splits)
+        self.runs = RunsService(ctx, self.study, self.prompts)
         self.adaptive = AdaptiveService(ctx, self.study)
         self.reading = ReadingService(ctx, self.study, self.adaptive)
         self.team = TeamService(ctx, self.study)
-        self.prompts = PromptsService(ctx, self.study, self.splits)
-        self.costs = ModelPathService(ctx, self.study, self.runs)
-        self.evaluation = EvaluationService(ctx, self.study, self.splits, self.runs)
+        self.costs = ModelPathService(ctx, self.study, self.runs, self.prompts)
+        self.evaluation = EvaluationService(ctx, self.study, self.splits, self.runs, self.prompts)
         self.attributes = AttributesService(ctx, self.study, self.runs, self.evaluation)
-        self.freeze = FreezeService(ctx, self.study, self.splits, self.runs, self.evaluation)
+        self.freeze = FreezeService(ctx, self.study, self.splits, self.runs, self.evaluation, self.prompts)
         self.triage = TriageService(
             ctx, self.study, self.splits, self.runs, self.costs, self.attributes, self.evaluation, self.prompts
         )
@@ -166,10 +166,6 @@ class Workbench:
     adjudication_history = _forward(StudyService.adjudication_history, "study")
     item_votes = _forward(StudyService.item_votes, "study")
     agreement = _forward(StudyService.agreement, "study")
-    prompt_files = _forward(StudyService.prompt_files, "study")
-    prompt_set = _forward(StudyService.prompt_set, "study")
-    unblinded_prompt_set = _forward(StudyService.unblinded_prompt_set, "study")
-    prompt_commit = _forward(StudyService.prompt_commit, "study")
     can_see_report = _forward(StudyService.can_see_report, "study")
     # splits
     cohort_role = _forward(SplitsService.cohort_role, "splits")
@@ -229,6 +225,10 @@ class Workbench:
     disallow_endpoint = _forward(TeamService.disallow_endpoint, "team")
     migrate_database = _forward(TeamService.migrate_database, "team")
     # prompts
+    prompt_files = _forward(PromptsService.prompt_files, "prompts")
+    prompt_set = _forward(PromptsService.prompt_set, "prompts")
+    unblinded_prompt_set = _forward(PromptsService.unblinded_prompt_set, "prompts")
+    prompt_commit = _forward(PromptsService.prompt_commit, "prompts")
     label_prompt = _forward(PromptsService.label_prompt, "prompts")
     asked_label = _forward(PromptsService.asked_label, "prompts")
     draft = _forward(PromptsService.draft, "prompts")

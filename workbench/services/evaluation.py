@@ -30,6 +30,7 @@ from workbench.store import queries as q
 from workbench.study import StudyError
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
+    from workbench.services.prompting import PromptsService
     from workbench.services.runs import RunsService
     from workbench.services.splits import SplitsService
     from workbench.services.study import StudyService
@@ -133,11 +134,14 @@ def _fmt(value: float, undefined: bool) -> str:
 class EvaluationService(Service):
     """Metrics, comparisons, history, ceiling, disagreements, notes."""
 
-    def __init__(self, ctx: StudyContext, study: StudyService, splits: SplitsService, runs: RunsService) -> None:
+    def __init__(
+        self, ctx: StudyContext, study: StudyService, splits: SplitsService, runs: RunsService, prompts: PromptsService
+    ) -> None:
         super().__init__(ctx)
         self.study = study
         self.splits = splits
         self.runs = runs
+        self.prompts = prompts
 
     # ------------------------------------------------------------ matrices
 
@@ -160,12 +164,12 @@ class EvaluationService(Service):
 
         Read from the full prompt set, not a reader's blinded copy: the record is shared by everyone."""
         if not _FULL_SHA.fullmatch(commit or ""):  # a ref like HEAD can move: never cached
-            return self.study.prompt_set(commit).example_report_ids()
+            return self.prompts.prompt_set(commit).example_report_ids()
         with self.session() as s:
             known = q.version_examples(s, commit)
         if known is not None:
             return known
-        ids = self.study.unblinded_prompt_set(commit).example_report_ids()
+        ids = self.prompts.unblinded_prompt_set(commit).example_report_ids()
         with self.session() as s:
             q.put_version_examples(s, commit, ids)
         return ids
@@ -466,7 +470,7 @@ class EvaluationService(Service):
         )
         done = set() if run.mode == "joint" else {(report.id, lab) for lab in run_labels if lab not in asked}
         requests = self.runs.build_requests(
-            self.study.prompt_set(run.prompt_commit), frame, run_labels, run.mode, run.sections.split(","), cfg, done
+            self.prompts.prompt_set(run.prompt_commit), frame, run_labels, run.mode, run.sections.split(","), cfg, done
         )
         out = {r.key: r.messages for r in requests}
         out.update({lab: r.messages for r in requests for lab in r.meta["labels"]})

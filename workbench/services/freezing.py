@@ -27,6 +27,7 @@ from workbench.study import PROJECT_ROOT, StudyError
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
     from workbench.services.evaluation import EvaluationService
+    from workbench.services.prompting import PromptsService
     from workbench.services.runs import RunsService
     from workbench.services.splits import SplitsService
     from workbench.services.study import StudyService
@@ -61,12 +62,14 @@ class FreezeService(Service):
         splits: SplitsService,
         runs: RunsService,
         evaluation: EvaluationService,
+        prompts: PromptsService,
     ) -> None:
         super().__init__(ctx)
         self.study = study
         self.splits = splits
         self.runs = runs
         self.evaluation = evaluation
+        self.prompts = prompts
 
     def justifying_run(self, prompt_commit: str, cohort: str | None = None):
         """The latest finished run of this prompt version on the development cohort."""
@@ -124,7 +127,7 @@ class FreezeService(Service):
         self._undo_incomplete_freeze(name)
         if name in prompt_repo.tags(self.paths.prompts) or (self.paths.bundles / f"{name}.json").exists():
             raise StudyError(f"the name {name!r} is already frozen; frozen names cannot be moved or reused")
-        commit = self.study.prompt_commit(prompt_ref)
+        commit = self.prompts.prompt_commit(prompt_ref)
         run = self.justifying_run(commit, cohort)
         content = self.bundle_content(name, commit, run, frozen_at or q.now(), ci)
         bundle_mod.bundle_bytes(content)  # fails early (before the tag) if the content cannot be serialised
@@ -232,7 +235,7 @@ class FreezeService(Service):
         return bundle_mod.build_content(
             name=name,
             vocab=self.vocab,
-            prompts=self.study.prompt_set(commit),
+            prompts=self.prompts.prompt_set(commit),
             model=model,
             parser_version=PARSER_VERSION,
             prompt_commit=commit,

@@ -18,6 +18,7 @@ from workbench.store import queries as q
 from workbench.study import StudyError
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
+    from workbench.services.prompting import PromptsService
     from workbench.services.runs import RunsService
     from workbench.services.study import StudyService
 
@@ -46,10 +47,11 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 class ModelPathService(Service):
     """Estimates and budgets, per-call facts, noise measurements."""
 
-    def __init__(self, ctx: StudyContext, study: StudyService, runs: RunsService) -> None:
+    def __init__(self, ctx: StudyContext, study: StudyService, runs: RunsService, prompts: PromptsService) -> None:
         super().__init__(ctx)
         self.study = study
         self.runs = runs
+        self.prompts = prompts
 
     # ------------------------------------------------------------ estimates and the budget
 
@@ -191,7 +193,7 @@ class ModelPathService(Service):
             reports = q.reports_frame(s, ids=ids)
         done = set() if run.mode == "joint" else {(r, lab) for r in ids for lab in labels} - wanted
         return self.runs.build_requests(
-            self.study.prompt_set(run.prompt_commit), reports, labels, run.mode, run.sections.split(","), cfg, done
+            self.prompts.prompt_set(run.prompt_commit), reports, labels, run.mode, run.sections.split(","), cfg, done
         )
 
     def noise_rates(self, run_ids) -> pd.DataFrame:

@@ -456,7 +456,7 @@ class OptimisingService(Service):
             for lab in self.vocab.asked_ids
             if lab in inputs[1].columns
         }
-        return self._hedge_convention(self.study.prompt_set(run.prompt_commit), material)
+        return self._hedge_convention(self.prompts.prompt_set(run.prompt_commit), material)
 
     def suggest(
         self,
@@ -475,7 +475,7 @@ class OptimisingService(Service):
         label = self.prompts.asked_label(label)
         run = self.runs.run_info(run_id) if run_id is not None else self._latest_dev_run()
         self._require_run_covers(run, [label], "suggest")
-        ps = self.study.prompt_set(run.prompt_commit)
+        ps = self.prompts.prompt_set(run.prompt_commit)
         cases, notes = self._tuning_material(run, label)
         if hedges is None and not self._uses_model(proposer, model):
             hedges = self._run_hedge_convention(run)
@@ -646,7 +646,7 @@ class OptimisingService(Service):
         cohort = self.study.cohort_name(run.cohort_id)
         parts = self.splits.split_parts(cohort)
         label = new_lp.label
-        base_ps = base_ps or self.study.prompt_set(run.prompt_commit)
+        base_ps = base_ps or self.prompts.prompt_set(run.prompt_commit)
         new_ps = base_ps.with_label(new_lp)
         y_true, y_pred = inputs if inputs is not None else self.evaluation.evaluation_inputs(run_id)[:2]
         leaked = new_ps.example_report_ids() | base_ps.example_report_ids()
@@ -707,13 +707,13 @@ class OptimisingService(Service):
         parts = self.splits.split_parts(cohort)
         if not parts:
             raise StudyError(f"split {cohort!r} into tuning and validation parts first: workbench split {cohort}")
-        base_ps = self.study.prompt_set(run.prompt_commit)
+        base_ps = self.prompts.prompt_set(run.prompt_commit)
         y_true, y_pred, _ = self.evaluation.evaluation_inputs(run.id)
         current = y_pred.copy()
         out = {
             "run": run.id,
             "base_commit": run.prompt_commit,
-            "head": self.study.prompt_commit(),
+            "head": self.prompts.prompt_commit(),
             "labels": [],
             "calls": {"made": 0, "reused": 0},
             "zero_division": self.evaluation.macro_policy(),
@@ -825,7 +825,7 @@ class OptimisingService(Service):
         labels = [self.prompts.asked_label(lab) for lab in labels] if labels else list(self.vocab.asked_ids)
         self._require_run_covers(run, labels, "optimise")
         started = time.perf_counter()
-        base_ps = ps = self.study.prompt_set(run.prompt_commit)
+        base_ps = ps = self.prompts.prompt_set(run.prompt_commit)
         y_true, y_pred, _ = self.evaluation.evaluation_inputs(run.id)
         parts = self.splits.split_parts(self.study.cohort_name(run.cohort_id))
         preds = self.runs.predictions(run.id)

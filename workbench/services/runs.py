@@ -32,6 +32,7 @@ from workbench.store import queries as q
 from workbench.study import StudyError
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
+    from workbench.services.prompting import PromptsService
     from workbench.services.study import StudyService
 
 
@@ -348,9 +349,10 @@ class RunsService(Service):
 
     lease_ttl_s = 60.0  # a run's executor renews its lease every third of this
 
-    def __init__(self, ctx: StudyContext, study: StudyService) -> None:
+    def __init__(self, ctx: StudyContext, study: StudyService, prompts: PromptsService) -> None:
         super().__init__(ctx)
         self.study = study
+        self.prompts = prompts
 
     # ------------------------------------------------------------ settings
 
@@ -407,8 +409,8 @@ class RunsService(Service):
             batch_mod.check_batchable(model_config(settings))  # before the run's row: a refusal leaves nothing
         if not confirmed:
             self.check_budget(cohort, prompt_ref, model, labels, mode, batch, **overrides)
-        commit = self.study.prompt_commit(prompt_ref)
-        ps = self.study.unblinded_prompt_set(commit)  # runners are never blinded; the example record is shared
+        commit = self.prompts.prompt_commit(prompt_ref)
+        ps = self.prompts.unblinded_prompt_set(commit)  # runners are never blinded; the example record is shared
         labels = self._check_labels(labels)
         cid = self.study.cohort_id(cohort)
         cfg = model_config(settings)
@@ -490,11 +492,11 @@ class RunsService(Service):
         """Runs on a cohort, newest first, with the prompt version, model, answer-changing parameters,
         labels, sections and mode a new run with these settings would have."""
         settings = self.labeller_settings(model, **overrides)
-        commit = self.study.prompt_commit(prompt_ref)
+        commit = self.prompts.prompt_commit(prompt_ref)
         labels = self._check_labels(labels)
         cid = self.study.cohort_id(cohort)
         params = _answer_params(self._run_params(model_config(settings), settings))
-        mode = mode or self.study.prompt_set(commit).task.mode
+        mode = mode or self.prompts.prompt_set(commit).task.mode
         out = []
         with self.session() as s:
             for row in q.list_runs(s, cid).itertuples(index=False):
@@ -668,7 +670,7 @@ class RunsService(Service):
             done = q.done_prediction_keys(s, run_id)
             q.update_run(s, run_id, status="running", finished_at=None)
         state["running"] = True
-        ps = self.study.prompt_set(run.prompt_commit)
+        ps = self.prompts.prompt_set(run.prompt_commit)
         sections = run.sections.split(",")
         requests = self.build_requests(ps, reports, labels, run.mode, sections, cfg, done)
         summary = RunSummary(run_id, calls_total=len(requests), already_done=len(done))
@@ -895,7 +897,7 @@ class RunsService(Service):
         settings = self.labeller_settings(model, **overrides)
         self._check_model_name(settings)
         self.check_endpoint(settings)
-        ps = self.study.prompt_set(self.study.prompt_commit(prompt_ref))
+        ps = self.prompts.prompt_set(self.prompts.prompt_commit(prompt_ref))
         labels = self._check_labels(labels)
         cfg = labelling.model_config(settings)
         if batch:

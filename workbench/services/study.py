@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -120,7 +120,7 @@ def init_study(
     if not seed_dir.is_dir():
         raise StudyError(f"no starter prompt set {seed_dir.name!r} in {PROMPTS_DIR}; pass --prompts NAME")
     seed_files = {p.name: p.read_text(encoding="utf-8") for p in sorted(seed_dir.glob("*.yaml"))}
-    _validate_prompt_files(seed_files, vocabulary)
+    validate_prompt_files(seed_files, vocabulary)
     if not root.exists():
         root.mkdir(parents=True, mode=0o700)
         root.chmod(0o700)  # whatever the umask: the folder holds the database and the reports' text
@@ -140,7 +140,7 @@ def init_study(
     return wb
 
 
-def _validate_prompt_files(files: dict[str, str], vocab: Vocabulary) -> PromptSet:
+def validate_prompt_files(files: dict[str, str], vocab: Vocabulary) -> PromptSet:
     """Parse prompt YAML texts into a PromptSet (errors name file and key)."""
     parsed = {}
     for name, text in files.items():
@@ -536,36 +536,6 @@ class StudyService(Service):
             "pairwise": agreement.pairwise_cohen(readings),
             "reader_vs_reference": agreement.reader_vs_reference(readings, reference),
         }
-
-    # ------------------------------------------------------------ prompts (read side)
-
-    def prompt_files(self, ref_: str | None = None) -> dict[str, str]:
-        """The prompt set's YAML texts at a version (not for readers: examples carry reference answers)."""
-        self.require("see_unblinded")
-        return prompt_repo.read_files(self.paths.prompts, ref_)
-
-    @memo.per_commit
-    @memo.per_request
-    def prompt_set(self, ref_: str | None = None) -> PromptSet:
-        """The parsed prompt set at a version (HEAD by default); a reader's copy lacks few-shot examples
-        taken from reports they have not read yet (each carries its reference answer)."""
-        ps = self.unblinded_prompt_set(ref_)
-        scope = self.blind_scope()
-        if scope is None or not (ps.example_report_ids() - scope):
-            return ps
-        for lp in list(ps.labels.values()):
-            kept = tuple(ex for ex in lp.examples if not ex.source_report_id or ex.source_report_id in scope)
-            if len(kept) != len(lp.examples):
-                ps = ps.with_label(replace(lp, examples=kept))
-        return ps
-
-    def unblinded_prompt_set(self, ref_: str | None = None) -> PromptSet:
-        """The parsed prompt set at a version with every example: for bookkeeping the user never sees."""
-        return _validate_prompt_files(prompt_repo.read_files(self.paths.prompts, ref_), self.vocab)
-
-    def prompt_commit(self, ref_: str | None = None) -> str:
-        """Full commit sha of a prompt version."""
-        return prompt_repo.resolve(self.paths.prompts, ref_)
 
     def _completed_reports(self, reader: str) -> set[str]:
         """Reports a reader has marked every asked label of."""

@@ -243,7 +243,7 @@ class TriageService(Service):
         text = compose_text(report.findings, report.impression, report.text, run.sections.split(","))
         messages = []
         if label in self.vocab.asked_ids:
-            ps = self.study.prompt_set(run.prompt_commit)
+            ps = self.prompts.prompt_set(run.prompt_commit)
             names = self.vocab.names()
             if run.mode == "joint":
                 messages = render_joint_call(ps, {lab: names[lab] for lab in json.loads(run.labels_json)}, text)
