@@ -163,3 +163,77 @@ def test_the_private_reach_check_sees_one(tmp_path):
     module.write_text("def f(self, wb):\n    self._own()\n    self.study._cohort_name(1)\n    wb.runs._cached\n")
     hits = [h.split(": ", 1)[1] for h in _private_reaches(module, tmp_path)]
     assert hits == ["self.study._cohort_name", "wb.runs._cached"]
+
+
+# Public service methods that still return a bare dict (a record in a dict's clothes), to become records
+# (services/results.py) one by one: the list may only shrink. Mappings keyed by data (label -> value) are
+# annotated as such (dict[str, int]) and are not records.
+DICT_RETURNS_LEFT = {
+    "adaptive.py:AdaptiveService.agreement_sample",
+    "adaptive.py:AdaptiveService.adaptive_status",
+    "attributes.py:AttributesService.attribute_metrics",
+    "evaluation.py:EvaluationService.compare_view",
+    "freezing.py:FreezeService.freeze",
+    "freezing.py:FreezeService.bundle_content",
+    "freezing.py:FreezeService.test_look",
+    "freezing.py:FreezeService.robustness",
+    "model_path.py:ModelPathService.call_fact",
+    "optimising.py:OptimisingService.evaluate_parts",
+    "optimising.py:OptimisingService.compare_by_part",
+    "optimising.py:OptimisingService.suggest",
+    "optimising.py:OptimisingService.evaluate_drafts",
+    "optimising.py:OptimisingService.proposal",
+    "prompting.py:PromptsService.prompt_diff",
+    "prompting.py:PromptsService.diff_against_draft",
+    "runs.py:RunsService.labeller_settings",
+    "runs.py:RunsService.pending_batch",
+    "runs.py:RunsService.settings_from_params",
+    "study.py:StudyService.item_reference",
+    "study.py:StudyService.agreement",
+    "team.py:TeamService.verify_audit",
+}
+
+
+def _bare_dict_returns(path: Path) -> list[str]:
+    """Public methods of a module's service classes annotated `-> dict` (or `dict | None`) or returning a dict
+    display with fixed string keys: what a page or the CLI would read by subscript."""
+
+    def bare(annotation) -> bool:
+        return annotation is not None and ast.unparse(annotation).replace(" ", "") in ("dict", "dict|None")
+
+    def record_literal(f) -> bool:
+        return any(
+            isinstance(n, ast.Return)
+            and isinstance(n.value, ast.Dict)
+            and n.value.keys
+            and all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in n.value.keys)
+            for n in ast.walk(f)
+        )
+
+    return [
+        f"{path.name}:{c.name}.{f.name}"
+        for c in _classes(path)
+        if c.name.endswith("Service") and c.name != "Service"
+        for f in c.body
+        if isinstance(f, ast.FunctionDef) and not f.name.startswith("_") and (bare(f.returns) or record_literal(f))
+    ]
+
+
+def test_services_return_records_not_bare_dicts():
+    """No new public service method returns a bare dict; one turned into a record leaves the list above."""
+    found = {hit for p in SERVICES for hit in _bare_dict_returns(p)}
+    assert found - DICT_RETURNS_LEFT == set(), "return a frozen dataclass (services/results.py), not a dict"
+    assert DICT_RETURNS_LEFT - found == set(), "now a record: take it off DICT_RETURNS_LEFT"
+
+
+def test_the_dict_return_check_sees_one(tmp_path):
+    """The check finds a record-shaped dict and a `-> dict` annotation, and leaves mappings and private ones alone."""
+    module = tmp_path / "x.py"
+    module.write_text(
+        "class XService(Service):\n"
+        "    def counts(self):\n        return {'added': 1}\n"
+        "    def settings(self) -> dict:\n        return self.x\n"
+        "    def values(self) -> dict[str, int]:\n        return {k: 1 for k in 'ab'}\n"
+        "    def _inner(self):\n        return {'a': 1}\n"
+    )
+    assert _bare_dict_returns(module) == ["x.py:XService.counts", "x.py:XService.settings"]

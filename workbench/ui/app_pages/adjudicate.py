@@ -64,7 +64,7 @@ def _presence(wb, queue, cohort: str) -> None:
     with left:
         _queue_table(wb, queue, pos)
     with middle:
-        components.report_text(state.read(wb.reading.report_text, items[pos][0])["text"])
+        components.report_text(state.read(wb.reading.report_text, items[pos][0]).text)
     with right, components.shown_errors("reading the votes"):
         _decide(wb, queue, pos)
         _votes(wb, *items[pos])
@@ -251,7 +251,7 @@ def _attribute_ties(wb, cohort: str) -> None:
     tie = rows[key]
     left, right = st.columns([3, 3])
     with left:
-        components.report_text(state.read(wb.reading.report_text, tie.report_id)["text"])
+        components.report_text(state.read(wb.reading.report_text, tie.report_id).text)
     with right, components.shown_errors("saving the attribute"):
         _attribute_form(wb, tie, names.get(tie.label, tie.label))
 
