@@ -173,7 +173,6 @@ DICT_RETURNS_LEFT = {
     "adaptive.py:AdaptiveService.adaptive_status",
     "attributes.py:AttributesService.attribute_metrics",
     "evaluation.py:EvaluationService.compare_view",
-    "freezing.py:FreezeService.freeze",
     "freezing.py:FreezeService.bundle_content",
     "freezing.py:FreezeService.test_look",
     "freezing.py:FreezeService.robustness",

@@ -1456,10 +1456,10 @@ def freeze(wb, prompt_ref, name, cohort, ci, sign_key):
         bundle_mod._load_private(Path(sign_key))  # a bad key is refused before anything is frozen
     info = wb.freeze(name, prompt_ref, cohort=cohort, ci=ci)
     click.echo(
-        f"froze {name}: sha256 {info['sha256']}\n  {info['json']}\n  {info['yaml']}\n  prompt {info['commit'][:8]}, run {info['run']}"
+        f"froze {name}: sha256 {info.sha256}\n  {info.json}\n  {info.yaml}\n  prompt {info.commit[:8]}, run {info.run}"
     )
     if sign_key:
-        click.echo(f"  signed with key {bundle_mod.sign_bundle(info['json'], Path(sign_key))}")
+        click.echo(f"  signed with key {bundle_mod.sign_bundle(info.json, Path(sign_key))}")
 
 
 @main.group("bundle")

@@ -19,6 +19,7 @@ from workbench.errors import StorageFault, WorkbenchError
 from workbench.labeller import batch
 from workbench.services.base import Service, StudyContext
 from workbench.services.optimising import _TEST_LOOK, _figures, _plain
+from workbench.services.results import FrozenBundle
 from workbench.services.runs import StudyBatchJournal, model_endpoints
 from workbench.store import db, prompt_repo
 from workbench.store import queries as q
@@ -112,7 +113,7 @@ class FreezeService(Service):
         cohort: str | None = None,
         frozen_at: str | None = None,
         ci: str = "wilson",
-    ) -> dict:
+    ) -> FrozenBundle:
         """Tag a prompt version and write its bundle (canonical JSON + YAML) with a sha256: all or nothing.
 
         Steps: tag, bundle files, audit event. The audit event's commit is the point of no return; any
@@ -150,7 +151,7 @@ class FreezeService(Service):
                 f"freeze of {name!r} failed: {_one_line(exc, self.root)}; {left or 'nothing was kept (no tag, no bundle, no audit event)'}; "
                 "the name is still free: fix the cause and freeze again"
             ) from exc
-        return {"name": name, "sha256": sha, "json": json_path, "yaml": yaml_path, "commit": commit, "run": run.id}
+        return FrozenBundle(name, sha, json_path, yaml_path, commit, run.id)
 
     __call__ = freeze  # wb.freeze(name) freezes, as it did before the service took the name
 

@@ -7,6 +7,7 @@ against the old dict keeps working while new code reads attributes (`case.text`)
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -134,6 +135,18 @@ class OptimiseReport(Result):
     drafts: list  # labels left as drafts for a person to save
     not_drafted: list  # changed labels that already had a person's draft
     final_prompts: dict
+
+
+@dataclass(frozen=True)
+class FrozenBundle:
+    """What freezing a prompt version wrote: its name, sha256, the JSON and YAML files, the commit and the run."""
+
+    name: str
+    sha256: str
+    json: Path
+    yaml: Path
+    commit: str
+    run: int
 
 
 # ------------------------------------------------------------ a reader's reading (services/reading.py): records only

@@ -76,7 +76,7 @@ def _freeze(wb) -> None:
                 wb.freeze,
                 name.strip(),
                 ref,
-                done=lambda r: f"Frozen {r['name']}: sha256 {r['sha256']} (prompt {r['commit'][:8]}, run {r['run']}).",
+                done=lambda r: f"Frozen {r.name}: sha256 {r.sha256} (prompt {r.commit[:8]}, run {r.run}).",
             )
 
 
