@@ -336,7 +336,7 @@ def main() -> None:
 
     study = prepare(Path(args.path), args.reports)
     wb = Workbench(study)
-    texts = {rid: wb.report_text(rid)["text"] for rid in [f"b{i:05d}" for i in range(args.n + 2)]}
+    texts = {rid: wb.report_text(rid).text for rid in [f"b{i:05d}" for i in range(args.n + 2)]}
     wb.engine.dispose()
     proc, url = serve(study)
     load_before = os.getloadavg()

@@ -107,8 +107,8 @@ def test_no_service_calls_super_beyond_its_constructor():
 
 
 def test_every_service_method_has_one_owner_and_the_facade_names_it():
-    """Each flat facade name forwards to the one service that defines it; a public method other services
-    call inside their transactions (AdaptiveService.after_readings) needs no facade name."""
+    """Each flat facade name forwards to the one service that defines it (what other services call of a
+    collaborator is public and named for the domain, without a flat name of its own)."""
     from workbench.services import Workbench, _Forward
 
     forwarded = {name: f.service for name, f in vars(Workbench).items() if isinstance(f, _Forward)}
@@ -122,7 +122,6 @@ def test_every_service_method_has_one_owner_and_the_facade_names_it():
     assert {n: o for n, o in owners.items() if len(o) > 1} == {}
     wb_services = {name: cls.__name__ for name, cls in _a_workbench_services().items()}
     assert {n: s for n, s in forwarded.items() if owners.get(n) != [wb_services[s]]} == {}
-    assert set(owners) - set(forwarded) <= {"after_readings"}
 
 
 def _a_workbench_services() -> dict:
@@ -137,3 +136,103 @@ def _a_workbench_services() -> dict:
             if target.startswith("self."):
                 out[target.removeprefix("self.")] = getattr(services, ast.unparse(node.value.func))
     return out
+
+
+def _private_reaches(path: Path, base: Path = PKG) -> list[str]:
+    """`self.<collaborator>._name` and `wb.<service>._name` in a module: a reach into another object's private part."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            owner = node.value
+            reach = isinstance(owner, ast.Attribute) and isinstance(owner.value, ast.Name)
+            # self.<collaborator>._x and wb.<service>._x; a service's own context is part of itself
+            if reach and owner.value.id in ("self", "wb") and owner.attr != "ctx":
+                found.append(f"{path.relative_to(base)}:{node.lineno}: {ast.unparse(node)}")
+    return sorted(found)
+
+
+def test_no_service_reaches_into_a_collaborators_private_methods():
+    """What one service uses of another is public and named for the domain (study.cohort_name, not _cohort_name)."""
+    offenders = [hit for p in sorted(PKG.rglob("*.py")) for hit in _private_reaches(p)]
+    assert offenders == []
+
+
+def test_the_private_reach_check_sees_one(tmp_path):
+    """The check above finds a collaborator's private method called, and leaves a service's own alone."""
+    module = tmp_path / "x.py"
+    module.write_text("def f(self, wb):\n    self._own()\n    self.study._cohort_name(1)\n    wb.runs._cached\n")
+    hits = [h.split(": ", 1)[1] for h in _private_reaches(module, tmp_path)]
+    assert hits == ["self.study._cohort_name", "wb.runs._cached"]
+
+
+# Public service methods that still return a bare dict (a record in a dict's clothes), to become records
+# (services/results.py) one by one: the list may only shrink. Mappings keyed by data (label -> value) are
+# annotated as such (dict[str, int]) and are not records.
+DICT_RETURNS_LEFT = {
+    "adaptive.py:AdaptiveService.agreement_sample",
+    "adaptive.py:AdaptiveService.adaptive_status",
+    "attributes.py:AttributesService.attribute_metrics",
+    "evaluation.py:EvaluationService.compare_view",
+    "freezing.py:FreezeService.bundle_content",
+    "freezing.py:FreezeService.test_look",
+    "freezing.py:FreezeService.robustness",
+    "model_path.py:ModelPathService.call_fact",
+    "optimising.py:OptimisingService.evaluate_parts",
+    "optimising.py:OptimisingService.compare_by_part",
+    "optimising.py:OptimisingService.suggest",
+    "optimising.py:OptimisingService.evaluate_drafts",
+    "optimising.py:OptimisingService.proposal",
+    "prompting.py:PromptsService.prompt_diff",
+    "prompting.py:PromptsService.diff_against_draft",
+    "runs.py:RunsService.labeller_settings",
+    "runs.py:RunsService.pending_batch",
+    "runs.py:RunsService.settings_from_params",
+    "study.py:StudyService.item_reference",
+    "study.py:StudyService.agreement",
+    "team.py:TeamService.verify_audit",
+}
+
+
+def _bare_dict_returns(path: Path) -> list[str]:
+    """Public methods of a module's service classes annotated `-> dict` (or `dict | None`) or returning a dict
+    display with fixed string keys: what a page or the CLI would read by subscript."""
+
+    def bare(annotation) -> bool:
+        return annotation is not None and ast.unparse(annotation).replace(" ", "") in ("dict", "dict|None")
+
+    def record_literal(f) -> bool:
+        return any(
+            isinstance(n, ast.Return)
+            and isinstance(n.value, ast.Dict)
+            and n.value.keys
+            and all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in n.value.keys)
+            for n in ast.walk(f)
+        )
+
+    return [
+        f"{path.name}:{c.name}.{f.name}"
+        for c in _classes(path)
+        if c.name.endswith("Service") and c.name != "Service"
+        for f in c.body
+        if isinstance(f, ast.FunctionDef) and not f.name.startswith("_") and (bare(f.returns) or record_literal(f))
+    ]
+
+
+def test_services_return_records_not_bare_dicts():
+    """No new public service method returns a bare dict; one turned into a record leaves the list above."""
+    found = {hit for p in SERVICES for hit in _bare_dict_returns(p)}
+    assert found - DICT_RETURNS_LEFT == set(), "return a frozen dataclass (services/results.py), not a dict"
+    assert DICT_RETURNS_LEFT - found == set(), "now a record: take it off DICT_RETURNS_LEFT"
+
+
+def test_the_dict_return_check_sees_one(tmp_path):
+    """The check finds a record-shaped dict and a `-> dict` annotation, and leaves mappings and private ones alone."""
+    module = tmp_path / "x.py"
+    module.write_text(
+        "class XService(Service):\n"
+        "    def counts(self):\n        return {'added': 1}\n"
+        "    def settings(self) -> dict:\n        return self.x\n"
+        "    def values(self) -> dict[str, int]:\n        return {k: 1 for k in 'ab'}\n"
+        "    def _inner(self):\n        return {'a': 1}\n"
+    )
+    assert _bare_dict_returns(module) == ["x.py:XService.counts", "x.py:XService.settings"]

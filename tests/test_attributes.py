@@ -785,7 +785,7 @@ def test_scoring_reports_entity_f1_attribute_accuracy_and_report_errors(study, t
     reference.to_csv(tmp_path / "reference.csv", index=False)
     generated.to_csv(tmp_path / "generated.csv", index=False)
     result = scoring.score(
-        info["json"],
+        info.json,
         tmp_path / "reference.csv",
         {"G": tmp_path / "generated.csv"},
         n_resamples=50,
@@ -834,7 +834,7 @@ def test_scoring_reports_entity_f1_attribute_accuracy_and_report_errors(study, t
         [
             "score",
             "--bundle",
-            str(info["json"]),
+            str(info.json),
             "--reference",
             str(tmp_path / "reference.csv"),
             "--generated",

@@ -268,7 +268,7 @@ def score_batch_equals_a_normal_score(small_study, server, tmp_path, model: str,
     """`score --batch` prints the scores a normal score prints, with no chat call, in two batches (reference,
     generated)."""
     small_study.start_run("dev")
-    bundle = small_study.freeze("starter", frozen_at="2026-03-01T12:00:00+00:00")["json"]
+    bundle = small_study.freeze("starter", frozen_at="2026-03-01T12:00:00+00:00").json
     ref = pd.DataFrame(
         {
             "id": ["g1", "g2", "g3"],

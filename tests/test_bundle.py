@@ -71,7 +71,7 @@ def test_freeze_needs_a_finished_run_of_that_version_on_the_dev_cohort(small_stu
     finally:
         repo.close()
     info = small_study.freeze("v1", seed[:8], frozen_at=FROZEN_AT)  # an older version that has its run
-    assert info["commit"] == seed
+    assert info.commit == seed
 
 
 def test_freeze_refuses_a_run_that_does_not_cover_every_asked_label_and_names_the_missing(small_study):
@@ -84,7 +84,7 @@ def test_freeze_refuses_a_run_that_does_not_cover_every_asked_label_and_names_th
     assert not (wb.paths.bundles / "v1.json").exists()
     full = wb.start_run("dev")
     wb.start_run("dev", labels=["edema"])  # a newer partial run does not hide the full one
-    assert wb.freeze("v1", frozen_at=FROZEN_AT)["run"] == full.run_id
+    assert wb.freeze("v1", frozen_at=FROZEN_AT).run == full.run_id
 
 
 def test_freeze_without_the_dev_cohort_is_a_clear_error(study):
@@ -99,7 +99,7 @@ def test_only_admins_freeze(small_study):
             small_study.as_actor(Actor("pat", role)).freeze("v1")
     assert not small_study.paths.bundles.exists() or not list(small_study.paths.bundles.iterdir())
     info = small_study.as_actor(Actor("ada", "admin", name="Ada Admin", email="ada@example.org")).freeze("v1")
-    content, _ = bundle_mod.read_bundle_file(info["json"])
+    content, _ = bundle_mod.read_bundle_file(info.json)
     assert content["frozen_by"] == "ada"
 
 
@@ -120,31 +120,31 @@ def test_bad_names_are_refused(small_study):
 
 def test_freeze_makes_an_annotated_tag_and_canonical_json_plus_yaml(frozen):
     wb, run, info = frozen
-    assert info["json"] == wb.paths.bundles / "v1.json" and info["yaml"] == wb.paths.bundles / "v1.yaml"
+    assert info.json == wb.paths.bundles / "v1.json" and info.yaml == wb.paths.bundles / "v1.yaml"
     commit, message, annotated = tag_of(wb, "v1")
-    assert annotated and commit == info["commit"] == wb.prompt_commit()
-    assert message.strip() == f"Frozen bundle v1 by local\n\nsha256 {info['sha256']}"
-    assert info["run"] == run.run_id
+    assert annotated and commit == info.commit == wb.prompt_commit()
+    assert message.strip() == f"Frozen bundle v1 by local\n\nsha256 {info.sha256}"
+    assert info.run == run.run_id
 
-    data = info["json"].read_bytes()
+    data = info.json.read_bytes()
     assert data.endswith(b"\n") and not data.endswith(b"\n\n")
     assert canonical_bytes(json.loads(data)) == data[:-1]  # canonical: re-dumping gives the same bytes
     whole = json.loads(data)
     assert set(whole) == {"bundle", "sha256"}
-    assert whole["sha256"] == info["sha256"] == hashlib.sha256(canonical_bytes(whole["bundle"])).hexdigest()
+    assert whole["sha256"] == info.sha256 == hashlib.sha256(canonical_bytes(whole["bundle"])).hexdigest()
 
-    readable = yaml.safe_load(info["yaml"].read_text(encoding="utf-8"))
-    assert readable["sha256"] == info["sha256"]
-    assert readable["name"] == "v1" and readable["prompt_commit"] == info["commit"]
+    readable = yaml.safe_load(info.yaml.read_text(encoding="utf-8"))
+    assert readable["sha256"] == info.sha256
+    assert readable["name"] == "v1" and readable["prompt_commit"] == info.commit
     assert readable["prompts"] == whole["bundle"]["prompts"]
     assert readable["metrics"] == whole["bundle"]["metrics"]
     # the history shows which version is frozen
-    assert wb.prompt_history().set_index("commit").loc[info["commit"], "frozen as"] == "v1"
+    assert wb.prompt_history().set_index("commit").loc[info.commit, "frozen as"] == "v1"
 
 
 def test_bundle_holds_everything_needed_to_score_anywhere(frozen):
     wb, run, info = frozen
-    content, _ = bundle_mod.read_bundle_file(info["json"])
+    content, _ = bundle_mod.read_bundle_file(info.json)
     assert content["format"] == "workbench-bundle/1" and content["name"] == "v1"
     # vocabulary
     vocab = content["vocabulary"]
@@ -152,7 +152,7 @@ def test_bundle_holds_everything_needed_to_score_anywhere(frozen):
     assert [lab["name"] for lab in vocab["labels"]][:3] == ["Atelectasis", "Cardiomegaly", "Consolidation"]
     assert {lab["id"]: lab.get("derived") for lab in vocab["labels"]}["no_finding"] == "none_of_others"
     # every label's prompt, the task template and mode, exactly as in the frozen version
-    ps = wb.prompt_set(info["commit"])
+    ps = wb.prompt_set(info.commit)
     assert content["prompts"]["labels"] == {k: dump_label_prompt(v) for k, v in ps.labels.items()}
     assert len(content["prompts"]["labels"]) == 20
     assert content["prompts"]["task"] == dump_task(ps.task)
@@ -163,7 +163,7 @@ def test_bundle_holds_everything_needed_to_score_anywhere(frozen):
     assert content["model"]["temperature"] == 0.0 and content["model"]["seed"] == 0
     assert "max_tokens" in content["model"] and "concurrency" not in content["model"]
     assert content["parser_version"] == PARSER_VERSION
-    assert content["prompt_commit"] == info["commit"] and len(info["commit"]) == 40
+    assert content["prompt_commit"] == info.commit and len(info.commit) == 40
     assert content["sections"] == ["findings", "impression"]
     # who and when
     assert content["frozen_by"] == "local" and content["frozen_at"] == FROZEN_AT
@@ -188,9 +188,9 @@ def test_bundle_holds_everything_needed_to_score_anywhere(frozen):
 
 def test_load_bundle_gives_back_the_frozen_prompt_set(frozen):
     wb, _, info = frozen
-    b = bundle_mod.load_bundle(info["json"])
-    assert b.sha256 == info["sha256"] and b.name == "v1"
-    assert b.prompts == wb.prompt_set(info["commit"])
+    b = bundle_mod.load_bundle(info.json)
+    assert b.sha256 == info.sha256 and b.name == "v1"
+    assert b.prompts == wb.prompt_set(info.commit)
     assert b.vocab.ids == wb.vocab.ids and b.vocab.asked_ids == wb.vocab.asked_ids
     assert b.model["model"] == "workbench/rules" and b.sections == ["findings", "impression"]
     listed = wb.bundles()
@@ -266,7 +266,7 @@ def test_two_identically_built_studies_freeze_to_identical_bytes(tmp_path, monke
         wb.import_readings(DATA / "readings_small.csv")
         wb.start_run("dev")
         info = wb.freeze("v1", frozen_at=FROZEN_AT)
-        outputs.append((info["json"].read_bytes(), info["yaml"].read_bytes(), info["sha256"]))
+        outputs.append((info.json.read_bytes(), info.yaml.read_bytes(), info.sha256))
     assert outputs[0] == outputs[1]
 
 
@@ -276,26 +276,26 @@ def test_two_identically_built_studies_freeze_to_identical_bytes(tmp_path, monke
 def test_verify_passes_on_a_fresh_bundle_and_fails_after_one_character_is_edited(frozen, tmp_path):
     _, _, info = frozen
     runner = CliRunner()
-    ok = runner.invoke(main, ["verify", str(info["json"])])
+    ok = runner.invoke(main, ["verify", str(info.json)])
     assert ok.exit_code == 0, ok.output
-    assert f"sha256 {info['sha256']}" in ok.output
+    assert f"sha256 {info.sha256}" in ok.output
 
-    text = info["json"].read_text(encoding="utf-8")
+    text = info.json.read_text(encoding="utf-8")
     assert text.count("Infection of the lung.") == 1
     edited = tmp_path / "edited.json"
     edited.write_text(text.replace("Infection of the lung.", "Infection of the lunG."), encoding="utf-8")
-    assert len(edited.read_bytes()) == len(info["json"].read_bytes())  # exactly one character differs
+    assert len(edited.read_bytes()) == len(info.json.read_bytes())  # exactly one character differs
     bad = runner.invoke(main, ["verify", str(edited)])
     assert bad.exit_code == 1
-    assert f"recorded sha256 {info['sha256']}" in bad.output and "MODIFIED" in bad.output
+    assert f"recorded sha256 {info.sha256}" in bad.output and "MODIFIED" in bad.output
     with pytest.raises(bundle_mod.BundleError, match="does not match"):
         bundle_mod.load_bundle(edited)
     # editing the recorded hash instead is caught the same way
     forged = tmp_path / "forged.json"
-    forged.write_text(text.replace(info["sha256"], "0" * 64), encoding="utf-8")
+    forged.write_text(text.replace(info.sha256, "0" * 64), encoding="utf-8")
     assert runner.invoke(main, ["verify", str(forged)]).exit_code == 1
     # and the original still verifies
-    assert runner.invoke(main, ["verify", str(info["json"])]).exit_code == 0
+    assert runner.invoke(main, ["verify", str(info.json)]).exit_code == 0
     # a file that is not a bundle is a clear error, not a traceback
     other = tmp_path / "other.json"
     other.write_text('{"hello": 1}', encoding="utf-8")
@@ -308,24 +308,24 @@ def test_verify_passes_on_a_fresh_bundle_and_fails_after_one_character_is_edited
 
 def test_a_frozen_name_cannot_be_reused_or_moved(frozen):
     wb, _, info = frozen
-    original = info["json"].read_bytes()
+    original = info.json.read_bytes()
     with pytest.raises(StudyError, match="already frozen"):
         wb.freeze("v1", frozen_at=FROZEN_AT)
     # a new version with its own run: still cannot take the name (the tag would move)
     lp = wb.label_prompt("pneumonia")
-    v2 = wb.save_prompts([dataclasses.replace(lp, hedged="negative")], "v2", info["commit"])
+    v2 = wb.save_prompts([dataclasses.replace(lp, hedged="negative")], "v2", info.commit)
     wb.start_run("dev")
     with pytest.raises(StudyError, match="already frozen"):
         wb.freeze("v1", v2)
-    assert tag_of(wb, "v1")[0] == info["commit"] and info["json"].read_bytes() == original
+    assert tag_of(wb, "v1")[0] == info.commit and info.json.read_bytes() == original
     # the JSON file deleted, the tag remains: the name is still taken
-    info["json"].unlink()
-    info["yaml"].unlink()
+    info.json.unlink()
+    info.yaml.unlink()
     with pytest.raises(StudyError, match="already frozen"):
         wb.freeze("v1", v2)
-    assert tag_of(wb, "v1")[0] == info["commit"] and not info["json"].exists()
+    assert tag_of(wb, "v1")[0] == info.commit and not info.json.exists()
     # another name is fine
-    assert wb.freeze("v2", v2)["commit"] == v2
+    assert wb.freeze("v2", v2).commit == v2
 
 
 def test_a_bundle_file_without_a_tag_also_blocks_the_name(frozen):

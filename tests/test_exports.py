@@ -89,7 +89,7 @@ def evil_study(tmp_path_factory):
     run = wb.start_run("dev", labels=None)
     wb.add_note(ids[0], "pleural_effusion", "other", "unsure", "=cmd|' /C calc'!A0", run_id=run.run_id)
     info = wb.freeze("evil-bundle")
-    return {"wb": wb, "root": root, "ids": ids, "run": run.run_id, "bundle": info["json"]}
+    return {"wb": wb, "root": root, "ids": ids, "run": run.run_id, "bundle": info.json}
 
 
 @pytest.mark.parametrize(

@@ -144,7 +144,7 @@ def local_bundle(small_study):
         server.answer_fn = Oracle(small_study.vocab.names())
         small_study.start_run("dev", model="openai/fake", api_base=server.url, max_retries=0, timeout_s=20)
         info = small_study.freeze("local-v1")
-        yield small_study, server, info["json"]
+        yield small_study, server, info.json
 
 
 # ---------------------------------------------------------------- item 4: the one guard test

@@ -184,7 +184,7 @@ def test_an_executor_that_lost_its_lease_stops(small_study):
     import time
 
     wb = small_study
-    wb.runner.lease_ttl_s = 0.6  # renewed every 0.2 s
+    wb.runs.lease_ttl_s = 0.6  # renewed every 0.2 s
     with running_server(latency=0.15) as server:
         server.answer_fn = Oracle(wb.vocab.names())
         out = {}

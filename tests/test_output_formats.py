@@ -147,7 +147,7 @@ def demo_bundle(demo_study):
     wb = Workbench(demo_study)
     info = wb.freeze("cxr-v1")
     wb.engine.dispose()
-    return Path(info["json"])
+    return Path(info.json)
 
 
 def test_score_takes_a_plain_path_or_a_mapping(demo_bundle):
@@ -204,7 +204,7 @@ def chestxray14_bundle(tmp_path_factory):
     ).to_csv(root / "readings.csv", index=False)
     wb.import_readings(root / "readings.csv")
     wb.start_run("dev")
-    return Path(wb.freeze("cx14")["json"])
+    return Path(wb.freeze("cx14").json)
 
 
 def test_robustness_picks_the_pairs_of_the_bundles_vocabulary(chestxray14_bundle):

@@ -475,7 +475,7 @@ def test_works_with_no_global_git_identity(tmp_path, monkeypatch):
     repo = git.Repo(wb.paths.prompts)
     try:
         tag = repo.tags["no-identity-v1"]
-        assert tag.tag is not None and tag.commit.hexsha == info["commit"]
+        assert tag.tag is not None and tag.commit.hexsha == info.commit
         # and the study repo really is its own repository
         assert Path(repo.working_tree_dir).resolve() == wb.paths.prompts.resolve() != ROOT
     finally:

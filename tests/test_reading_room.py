@@ -31,7 +31,7 @@ def test_draft_is_kept_replaced_and_dropped_on_save(any_study, tmp_path):
     assert dict(zip(work["report_id"], work["state"], strict=False))[ids[0]] == "draft"
     assert wb.my_readings("dr-a", ids[0]).empty, "a draft is not a reading"
     changed = wb.submit_reading("dr-a", ids[0], {"edema": 1, "fracture": 1})
-    assert changed["added"] == len(wb.vocab.asked_ids)
+    assert changed.added == len(wb.vocab.asked_ids)
     mine = wb.my_readings("dr-a", ids[0]).set_index("label")["value"]
     assert mine["edema"] == 1 and mine["fracture"] == 1 and mine.sum() == 2, "unticked labels are saved as 0"
     assert wb.reading_draft("dr-a", ids[0]) is None
@@ -61,15 +61,15 @@ def test_work_lists_reach_the_overlap_and_stay_balanced(any_study, tmp_path):
     wb = any_study
     ids = _reports(wb, tmp_path, 12)
     result = wb.assign_work("dev", ["dr-a", "dr-b", "dr-c", "dr-d"], 3)
-    assert result["added"] == 36
+    assert result.added == 36
     status = wb.work_list_status("dev").set_index("reader")
     assert status["assigned"].tolist() == [9, 9, 9, 9] and (status["overlap"] == 3).all()
     lists = {r: wb.work_list(r, "dev")["report_id"].tolist() for r in status.index}
     per_report = pd.Series([rid for lst in lists.values() for rid in lst]).value_counts()
     assert (per_report == 3).all() and set(per_report.index) == set(ids)
     assert lists["dr-a"] == sorted(lists["dr-a"]), "a stable order: the cohort's"
-    assert wb.assign_work("dev", ["dr-a", "dr-b", "dr-c", "dr-d"], 3)["added"] == 0, "idempotent"
-    assert wb.assign_work("dev", ["dr-a", "dr-b", "dr-c", "dr-d"], 4)["added"] == 12, "raising the overlap fills in"
+    assert wb.assign_work("dev", ["dr-a", "dr-b", "dr-c", "dr-d"], 3).added == 0, "idempotent"
+    assert wb.assign_work("dev", ["dr-a", "dr-b", "dr-c", "dr-d"], 4).added == 12, "raising the overlap fills in"
     with pytest.raises(StudyError, match="between 1 and 2"):
         wb.assign_work("dev", ["dr-a", "dr-b"], 3)
     with pytest.raises(PermissionDenied):

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from workbench.cli import main
 from workbench.errors import UserError, WorkbenchError
 from workbench.services import Actor
+from workbench.services.results import ReadingNote
 
 
 def _reports(wb, tmp_path, n: int = 4) -> list[str]:
@@ -34,13 +35,13 @@ def test_undo_of_a_new_reading_removes_it_and_gives_back_the_draft(any_study, tm
     ids = _reports(wb, tmp_path)
     wb.save_reading_draft("dr-a", ids[0], {"edema": 1})
     wb.submit_reading("dr-a", ids[0], {"edema": 1}, comment="left base hard to see", unsure=True)
-    assert wb.reading_note("dr-a", ids[0]) == {"comment": "left base hard to see", "unsure": True}
+    assert wb.reading_note("dr-a", ids[0]) == ReadingNote("left base hard to see", unsure=True)
     undone = wb.undo_last_save("dr-a")
-    assert undone["report_id"] == ids[0] and undone["removed"] == len(wb.vocab.asked_ids)
+    assert undone.report_id == ids[0] and undone.removed == len(wb.vocab.asked_ids)
     assert wb.my_readings("dr-a", ids[0]).empty, "the reading was new: no reading after the undo"
     assert wb.reading_draft("dr-a", ids[0]) == {"edema": 1}, "the draft it was saved from comes back"
     assert wb.reading_note("dr-a", ids[0]) is None
-    assert wb.reading_draft_note("dr-a", ids[0]) == {"comment": "left base hard to see", "unsure": True}, (
+    assert wb.reading_draft_note("dr-a", ids[0]) == ReadingNote("left base hard to see", True), (
         "the comment and unsure mark come back with the ticks (issue 32, item 9)"
     )
     assert wb.my_reading_list("dr-a", "dev")["ticked"].tolist() == ["Edema"]
@@ -57,7 +58,7 @@ def test_a_first_save_undone_gives_back_its_ticks_comment_and_unsure_mark(any_st
     wb.submit_reading("dr-a", ids[2], {"fracture": 1}, comment="old rib fracture", unsure=True)
     wb.undo_last_save("dr-a")
     assert wb.reading_draft("dr-a", ids[2])["fracture"] == 1
-    assert wb.reading_draft_note("dr-a", ids[2]) == {"comment": "old rib fracture", "unsure": True}
+    assert wb.reading_draft_note("dr-a", ids[2]) == ReadingNote("old rib fracture", True)
     wb.submit_reading("dr-a", ids[2], {"fracture": 1}, comment="old rib fracture", unsure=True)
     assert wb.reading_draft_note("dr-a", ids[2]) is None, "the draft went with the save"
 
@@ -71,14 +72,14 @@ def test_undo_of_a_change_brings_back_the_previous_values(any_study, tmp_path):
     wb.submit_reading("dr-a", ids[1], {"cardiomegaly": 1, "edema": 1}, expected_versions=versions, comment="edema?")
     assert _values(wb, "dr-a", ids[1])["edema"] == 1
     undone = wb.undo_last_save("dr-a")
-    assert undone["restored"] == 1 and undone["removed"] == 0
+    assert undone.restored == 1 and undone.removed == 0
     assert _values(wb, "dr-a", ids[1]) == first
     assert wb.reading_note("dr-a", ids[1]) is None
     assert wb.reading_draft("dr-a", ids[1]) is None
     assert _audit(wb, f"{ids[1]}/edema/dr-a") == ["change"]
     assert _audit(wb, f"{ids[1]}/dr-a").count("undo") == 2, "the undo of the values and of the comment"
     # the first save is the last one not undone: it can be undone in turn
-    assert wb.undo_last_save("dr-a")["removed"] == len(wb.vocab.asked_ids)
+    assert wb.undo_last_save("dr-a").removed == len(wb.vocab.asked_ids)
     assert wb.my_readings("dr-a", ids[1]).empty
 
 

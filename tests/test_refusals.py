@@ -125,7 +125,7 @@ def test_the_one_item_check_of_a_note_agrees_with_the_queue_on_every_item(labell
     run = labelled.run_id
     queue = labelled.disagreements(run, with_attributes=False)
     listed = set(zip(queue["report_id"], queue["label"], strict=False))
-    preds = labelled.runner.predictions(run)
+    preds = labelled.runs.predictions(run)
     cells = list(zip(preds["report_id"], preds["label"], strict=False))
     assert listed and len(listed) < len(cells)
     said = {cell for cell in cells if labelled.triage._presence_disagreement(run, *cell)}

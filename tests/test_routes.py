@@ -148,7 +148,7 @@ def test_score_outside_a_study_bypasses_a_proxy_nobody_allowed(small_study, forb
     """`workbench score` (no study: the command's --allow-endpoint) with HTTP_PROXY and all_proxy set."""
     wb = small_study
     wb.start_run("dev")  # the offline labeller: a bundle to score with, no server needed
-    bundle = wb.freeze("v1")["json"]
+    bundle = wb.freeze("v1").json
     with running_server() as server:
         monkeypatch.setenv("HTTP_PROXY", forbidden.url)
         monkeypatch.setenv("all_proxy", forbidden.url)
@@ -195,7 +195,7 @@ def test_a_name_that_resolves_elsewhere_is_refused_at_connect(small_study, tmp_p
     `workbench score` there connect nowhere but the checked addresses, stop early and exit non-zero."""
     wb = small_study
     wb.start_run("dev")
-    bundle = wb.freeze("v1")["json"]
+    bundle = wb.freeze("v1").json
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.2 localhost\n")
     listener = Listener("127.0.0.2")

@@ -110,7 +110,7 @@ def test_unknown_model_is_named_before_any_word_about_endpoints(small_study):
 def _rules_bundle(wb):
     wb.start_run("dev")
     (wb.root / "r.csv").write_text("id,findings,impression\nr1,No effusion.,Normal.\n", encoding="utf-8")
-    return wb.freeze("rules-v1")["json"]
+    return wb.freeze("rules-v1").json
 
 
 def test_rerunning_with_nothing_changed_points_to_the_earlier_run(small_study):

@@ -174,7 +174,7 @@ def scored_study(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def bundle_path(scored_study) -> Path:
-    return scored_study[2]["json"]
+    return scored_study[2].json
 
 
 @pytest.fixture(scope="module")

@@ -137,10 +137,10 @@ def test_derived_no_finding_in_the_reference_matrix(small_study):
 
 def test_record_reading_adds_changes_and_keeps_history(small_study):
     result = small_study.record_reading("reader-g", "s1", {"edema": 1, "atelectasis": 0})
-    assert result["added"] == 2
+    assert result.added == 2
     mine = small_study.my_readings("reader-g", "s1").set_index("label")
     result = small_study.record_reading("reader-g", "s1", {"edema": 0}, {"edema": int(mine.loc["edema", "version"])})
-    assert result["changed"] == 1
+    assert result.changed == 1
     with small_study.session() as s:
         events = q.list_audit(s, entity="reading")
     assert any('"value": 1' in old for old in events["old"])

@@ -246,12 +246,12 @@ def frozen(small_study):
 
 def test_a_seventh_decimal_edit_is_detected(frozen):
     _, info = frozen
-    data = json.loads(info["json"].read_text(encoding="utf-8"))
+    data = json.loads(info.json.read_text(encoding="utf-8"))
     value = data["bundle"]["metrics"]["macro_f1"]
     data["bundle"]["metrics"]["macro_f1"] = value + 3e-7  # rounds to the same 6 places
     assert round(data["bundle"]["metrics"]["macro_f1"], 6) == round(value, 6)
-    info["json"].write_text(json.dumps(data), encoding="utf-8")
-    ok, recorded, actual = bundle_mod.verify_bundle(info["json"])
+    info.json.write_text(json.dumps(data), encoding="utf-8")
+    ok, recorded, actual = bundle_mod.verify_bundle(info.json)
     assert not ok and recorded != actual
 
 
@@ -264,11 +264,11 @@ def rehash(path, edit):
 
 def test_verify_study_catches_an_edited_and_rehashed_bundle(frozen, tmp_path):
     wb, info = frozen
-    good = cli(["verify", str(info["json"]), "--study", str(wb.root)])
+    good = cli(["verify", str(info.json), "--study", str(wb.root)])
     assert good.exit_code == 0, good.output
     assert good.output.count("ok:") == 5
     forged = tmp_path / "v1.json"
-    forged.write_bytes(info["json"].read_bytes())
+    forged.write_bytes(info.json.read_bytes())
     rehash(forged, lambda b: b["prompts"]["labels"]["pneumonia"].update(definition="Anything."))
     assert cli(["verify", str(forged)]).exit_code == 0  # its own sha256 matches: integrity only
     result = cli(["verify", str(forged), "--study", str(wb.root)])
@@ -300,18 +300,18 @@ def test_signing_proves_who_froze_it(frozen, tmp_path):
     path.write_bytes(bundle_mod.bundle_bytes(content, whole["signature"]))
     forged = cli(["verify", str(path), "--public-key", str(keys / "team.key.pub")])
     assert forged.exit_code == 1 and "does not match the content" in forged.output
-    unsigned = cli(["verify", str(info["json"]), "--public-key", str(keys / "team.key.pub")])
+    unsigned = cli(["verify", str(info.json), "--public-key", str(keys / "team.key.pub")])
     assert unsigned.exit_code == 1 and "not signed" in unsigned.output
     # a signed bundle still loads and scores like any other
-    assert bundle_mod.load_bundle(info["json"]).name == "v1"
+    assert bundle_mod.load_bundle(info.json).name == "v1"
 
 
 def test_sign_refuses_a_modified_bundle(frozen, tmp_path):
     _, info = frozen
     bundle_mod.generate_key(tmp_path / "k")
-    text_ = info["json"].read_text(encoding="utf-8").replace("Infection of the lung.", "Infection of the lunG.")
-    info["json"].write_text(text_, encoding="utf-8")
-    result = cli(["bundle", "sign", str(info["json"]), "--key", str(tmp_path / "k")])
+    text_ = info.json.read_text(encoding="utf-8").replace("Infection of the lung.", "Infection of the lunG.")
+    info.json.write_text(text_, encoding="utf-8")
+    result = cli(["bundle", "sign", str(info.json), "--key", str(tmp_path / "k")])
     assert result.exit_code == 2 and "refusing to sign a modified bundle" in result.output
 
 

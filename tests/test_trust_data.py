@@ -358,7 +358,7 @@ def test_a_fault_between_any_two_steps_leaves_nothing_and_the_name_free(small_st
     assert freeze_state(wb) == NOTHING
     info = wb.freeze("v1")  # the name was not burnt
     assert freeze_state(wb) == {"tag": True, "files": ["v1.json", "v1.yaml"], "events": 1}
-    assert wb.check_bundle(info["json"])[1]["ok"]
+    assert wb.check_bundle(info.json)[1]["ok"]
 
 
 @pytest.mark.parametrize("point", ["after the tag", "after the bundle files"])
@@ -387,7 +387,7 @@ def test_a_real_kill_mid_freeze_is_undone_by_the_next_freeze(small_study, point)
     assert left["tag"] and left["events"] == 0  # what a kill leaves, before the next freeze
     info = wb.freeze("v1")
     assert freeze_state(wb) == {"tag": True, "files": ["v1.json", "v1.yaml"], "events": 1}
-    assert all(check["ok"] for check in wb.check_bundle(info["json"]))
+    assert all(check["ok"] for check in wb.check_bundle(info.json))
 
 
 def test_a_tag_made_by_hand_still_blocks_the_name(small_study):

@@ -458,8 +458,8 @@ def readings_undo(wb, reader):
     """Undo a reader's last saved reading: the values before it come back (a new reading goes back to a draft)."""
     done = wb.undo_last_save(reader)
     click.echo(
-        f"Undid the last save of {done['report_id']} by {reader}: {done['restored']} label(s) restored, "
-        f"{done['removed']} new reading(s) removed."
+        f"Undid the last save of {done.report_id} by {reader}: {done.restored} label(s) restored, "
+        f"{done.removed} new reading(s) removed."
     )
 
 
@@ -1232,7 +1232,7 @@ def _disagreement_texts(wb, run_id: int, frame: pd.DataFrame) -> None:
             phrases[row.label] = (
                 list(wb.label_prompt(row.label, commit).look_for) if row.label in wb.vocab.asked_ids else []
             )
-        text, found, _ = emphasise(wb.report_text(row.report_id)["text"], row.evidence or "", phrases[row.label])
+        text, found, _ = emphasise(wb.report_text(row.report_id).text, row.evidence or "", phrases[row.label])
         value = "no answer" if pd.isna(row.prediction) else int(row.prediction)
         reference = "waiting for adjudication" if pd.isna(row.reference) else int(row.reference)
         click.echo("")
@@ -1586,10 +1586,10 @@ def freeze(wb, prompt_ref, name, cohort, ci, sign_key):
         bundle_mod._load_private(Path(sign_key))  # a bad key is refused before anything is frozen
     info = wb.freeze(name, prompt_ref, cohort=cohort, ci=ci)
     click.echo(
-        f"froze {name}: sha256 {info['sha256']}\n  {info['json']}\n  {info['yaml']}\n  prompt {info['commit'][:8]}, run {info['run']}"
+        f"froze {name}: sha256 {info.sha256}\n  {info.json}\n  {info.yaml}\n  prompt {info.commit[:8]}, run {info.run}"
     )
     if sign_key:
-        click.echo(f"  signed with key {bundle_mod.sign_bundle(info['json'], Path(sign_key))}")
+        click.echo(f"  signed with key {bundle_mod.sign_bundle(info.json, Path(sign_key))}")
 
 
 @main.group("bundle")

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from workbench.services.results import CaseRef
+from workbench.services.results import CaseRef, ReadingNote
 from workbench.ui import keyboard, state
 
 PAGES = ["home", "annotate", "adjudicate", "disagreements", "prompts", "runs", "freeze", "settings", "audit"]
@@ -275,7 +275,7 @@ def test_annotate_unsure_comment_undo_and_my_readings(study):
     assert [o["key"] for g in data["groups"] if g["id"] == "unsure" for o in g["options"]] == ["."]
     press(at, state.ANN_FORM, labels=["edema"], unsure="unsure", comment="basal, faint")
     wb = workbench(study)
-    assert wb.reading_note("dr-undo", report) == {"comment": "basal, faint", "unsure": True}
+    assert wb.reading_note("dr-undo", report) == ReadingNote("basal, faint", unsure=True)
     assert form_data(at, state.ANN_FORM)["nav"]["undo"] is True
     at.toggle(key=state.widget_key("my-readings-on", "dev")).set_value(True).run()
     assert_clean(at)

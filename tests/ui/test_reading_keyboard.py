@@ -20,6 +20,8 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from test_browser import ARTIFACTS, CHROMIUM, TIMEOUT_MS, Watch, browser, open_by_keyboard, serve, sign_in  # noqa: F401
 
+from workbench.services.results import ReadingNote
+
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Chromium at /usr/bin/chromium"),
@@ -353,7 +355,7 @@ def test_unsure_comment_undo_and_enter_on_a_focused_link(browser, burst_server, 
     wait_ready(pg, ids[1])
     saved = wb.my_readings(EXTRA[0], ids[0]).set_index("label")["value"].astype(int).to_dict()
     assert saved == {lab: int(j in (0, 1)) for j, lab in enumerate(asked)}
-    assert wb.reading_note(EXTRA[0], ids[0]) == {"comment": "faint 2 opacity", "unsure": True}
+    assert wb.reading_note(EXTRA[0], ids[0]) == ReadingNote("faint 2 opacity", unsure=True)
     pg.keyboard.press("Control+z")  # undo: the new reading goes, its ticks come back as the draft on screen
     wait_ready(pg, ids[0])
     assert wb.my_readings(EXTRA[0], ids[0]).empty and wb.reading_note(EXTRA[0], ids[0]) is None
@@ -413,7 +415,7 @@ def test_text_typed_at_a_readers_pace_stays_in_the_field_and_ticks_nothing(brows
     pg.wait_for_function(
         f"(b) => {{ const s = ({FORM_STATE})(); return s && s.item !== b && s.state === 'ready'; }}", arg=first
     )
-    assert wb.reading_note(SLOW[0], first) == {"comment": comment, "unsure": False}
+    assert wb.reading_note(SLOW[0], first) == ReadingNote(comment, unsure=False)
     assert wb.my_readings(SLOW[0], first)["value"].astype(int).sum() == 0, "no letter of the comment ticked a label"
     context.close()
 

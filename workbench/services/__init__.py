@@ -6,24 +6,28 @@ service takes the services it uses in its constructor, so the order below is the
 
 - `study` (StudyService, study.py)
 - `splits` (SplitsService, splits.py): uses study
-- `runner` (RunsService, runs.py): uses study
+- `prompts` (PromptsService, prompting.py): the prompt set's versions, edits and drafts; uses study, splits
+- `runs` (RunsService, runs.py): uses study, prompts
 - `adaptive` (AdaptiveService, adaptive.py): uses study
-- `reading` (ReadingService, reading.py): uses study, adaptive
+- `reading` (ReadingService, reading.py): a reader's reading end to end; uses study, adaptive
 - `team` (TeamService, team.py): uses study
-- `prompts` (PromptsService, prompting.py): uses study, splits
-- `model_path` (ModelPathService, model_path.py): uses study, runner
-- `evaluation` (EvaluationService, evaluation.py): uses study, splits, runner
-- `attributes` (AttributesService, attributes.py): uses study, runner, evaluation
-- `freezing` (FreezeService, freezing.py): uses study, splits, runner, evaluation
-- `triage` (TriageService, triage.py): uses study, splits, runner, model_path, attributes
-- `views` (UISupportService, ui_support.py): uses study, runner, prompts, evaluation, triage
-- `labelset` (LabelSetService, labelset.py): uses study, runner
-- `optimising` (OptimisingService, optimising.py): uses study, splits, runner, model_path, prompts, evaluation, triage
+- `costs` (ModelPathService, model_path.py): what a model costs and how it answers; uses study, runs, prompts
+- `evaluation` (EvaluationService, evaluation.py): uses study, splits, runs, prompts
+- `attributes` (AttributesService, attributes.py): uses study, runs, evaluation
+- `freeze` (FreezeService, freezing.py): uses study, splits, runs, evaluation, prompts
+- `triage` (TriageService, triage.py): uses study, splits, runs, costs, attributes, evaluation, prompts
+- `optimising` (OptimisingService, optimising.py): uses study, splits, runs, costs, prompts, evaluation, triage
+- `labelset` (LabelSetService, labelset.py): the label set mined from a cohort and its review; uses study, runs, prompts
 
-Call a service directly (`wb.runner.start_run("dev")`, `wb.evaluation.evaluate_run(1)`) or through
-the flat names (`wb.start_run`), which are the same bound methods: each one below says which service
-owns it.
+Call a service directly (`wb.runs.start_run("dev")`, `wb.evaluation.evaluate_run(1)`) or through
+the flat names (`wb.start_run`), which are the same bound methods, typed as the service's method so an
+IDE and a type checker follow them: each one below names its owner. `wb.runs()` (the run table) and `wb.freeze(name)` call the service of that name.
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from workbench.services.adaptive import AdaptiveService
 from workbench.services.attributes import AttributesService
@@ -51,22 +55,39 @@ from workbench.services.study import (
 )
 from workbench.services.team import TeamService
 from workbench.services.triage import TriageService
-from workbench.services.ui_support import UISupportService
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-class _Forward:
-    """A facade name that is the named service's method of the same name."""
+class _Forward(Generic[P, R]):
+    """A facade name that is the named service's method of the same name, typed as that method (an IDE and
+    a type checker follow `wb.start_run` to RunsService.start_run and check its arguments)."""
 
-    def __init__(self, service: str) -> None:
+    def __init__(self, method: Callable[Concatenate[Any, P], R], service: str) -> None:
+        self.method = method
         self.service = service
 
-    def __set_name__(self, owner, name: str) -> None:
+    def __set_name__(self, owner: type, name: str) -> None:
+        if name != self.method.__name__:
+            raise TypeError(f"facade name {name!r} forwards to {self.method.__qualname__}: give it the method's name")
         self.name = name
 
-    def __get__(self, wb, owner=None):
+    @overload
+    def __get__(self, wb: None, owner: type | None = None) -> _Forward[P, R]: ...
+
+    @overload
+    def __get__(self, wb: Workbench, owner: type | None = None) -> Callable[P, R]: ...
+
+    def __get__(self, wb: Workbench | None, owner: type | None = None) -> _Forward[P, R] | Callable[P, R]:
         if wb is None:
             return self
         return getattr(getattr(wb, self.service), self.name)
+
+
+def _forward(method: Callable[Concatenate[Any, P], R], service: str) -> _Forward[P, R]:
+    """The facade name of `service`'s `method` (e.g. `start_run = _forward(RunsService.start_run, "runs")`)."""
+    return _Forward(method, service)
 
 
 class Workbench:
@@ -76,23 +97,24 @@ class Workbench:
         self.ctx = ctx = StudyContext(root, actor or Actor(), engine)
         self.study = StudyService(ctx)
         self.splits = SplitsService(ctx, self.study)
-        self.runner = RunsService(ctx, self.study)
+        self.prompts = PromptsService(ctx, self.study, self.splits)
+        self.runs = RunsService(ctx, self.study, self.prompts)
         self.adaptive = AdaptiveService(ctx, self.study)
         self.reading = ReadingService(ctx, self.study, self.adaptive)
         self.team = TeamService(ctx, self.study)
-        self.prompts = PromptsService(ctx, self.study, self.splits)
-        self.model_path = ModelPathService(ctx, self.study, self.runner)
-        self.evaluation = EvaluationService(ctx, self.study, self.splits, self.runner)
-        self.attributes = AttributesService(ctx, self.study, self.runner, self.evaluation)
-        self.freezing = FreezeService(ctx, self.study, self.splits, self.runner, self.evaluation)
-        self.triage = TriageService(ctx, self.study, self.splits, self.runner, self.model_path, self.attributes)
-        self.views = UISupportService(ctx, self.study, self.runner, self.prompts, self.evaluation, self.triage)
-        self.labelset = LabelSetService(ctx, self.study, self.runner)
+        self.costs = ModelPathService(ctx, self.study, self.runs, self.prompts)
+        self.evaluation = EvaluationService(ctx, self.study, self.splits, self.runs, self.prompts)
+        self.attributes = AttributesService(ctx, self.study, self.runs, self.evaluation)
+        self.freeze = FreezeService(ctx, self.study, self.splits, self.runs, self.evaluation, self.prompts)
+        self.triage = TriageService(
+            ctx, self.study, self.splits, self.runs, self.costs, self.attributes, self.evaluation, self.prompts
+        )
+        self.labelset = LabelSetService(ctx, self.study, self.runs, self.prompts)
         self.optimising = OptimisingService(
-            ctx, self.study, self.splits, self.runner, self.model_path, self.prompts, self.evaluation, self.triage
+            ctx, self.study, self.splits, self.runs, self.costs, self.prompts, self.evaluation, self.triage
         )
 
-    def as_actor(self, actor: Actor) -> "Workbench":
+    def as_actor(self, actor: Actor) -> Workbench:
         """The same study (sharing its engine) acting as another user; settings are read again."""
         other = Workbench(self.root, actor=actor, engine=self.engine)
         other.ctx.ui_revision = self.ctx.ui_revision
@@ -112,6 +134,12 @@ class Workbench:
     rule = property(lambda self: self.ctx.rule)
     adaptive_settings = property(lambda self: self.ctx.adaptive_settings)
 
+    # old names, removed after the merge
+    runner = property(lambda self: self.runs)  # old name, removed after the merge
+    model_path = property(lambda self: self.costs)  # old name, removed after the merge
+    freezing = property(lambda self: self.freeze)  # old name, removed after the merge
+    views = property(lambda self: self)  # old name, removed after the merge
+
     @property
     def ui_revision(self):
         """The app's write counter of this study (ui/state.py), shared by the per-actor copies."""
@@ -122,221 +150,219 @@ class Workbench:
         self.ctx.ui_revision = value
 
     # study
-    permission_warnings = _Forward("study")
-    migrate = _Forward("study")
-    blind_scope = _Forward("study")
-    save_config = _Forward("study")
-    cohort_id = _Forward("study")
-    label_id = _Forward("study")
-    cohorts = _Forward("study")
-    import_reports = _Forward("study")
-    import_openi = _Forward("study")
-    import_readings = _Forward("study")
-    reference = _Forward("study")
-    item_reference = _Forward("study")
-    reference_matrix = _Forward("study")
-    reference_summary = _Forward("study")
-    adjudication_queue = _Forward("study")
-    adjudicate = _Forward("study")
-    adjudication_history = _Forward("study")
-    item_votes = _Forward("study")
-    agreement = _Forward("study")
-    prompt_files = _Forward("study")
-    prompt_set = _Forward("study")
-    unblinded_prompt_set = _Forward("study")
-    prompt_commit = _Forward("study")
-    can_see_report = _Forward("study")
+    permission_warnings = _forward(StudyService.permission_warnings, "study")
+    migrate = _forward(StudyService.migrate, "study")
+    blind_scope = _forward(StudyService.blind_scope, "study")
+    save_config = _forward(StudyService.save_config, "study")
+    cohort_id = _forward(StudyService.cohort_id, "study")
+    label_id = _forward(StudyService.label_id, "study")
+    cohorts = _forward(StudyService.cohorts, "study")
+    import_reports = _forward(StudyService.import_reports, "study")
+    import_openi = _forward(StudyService.import_openi, "study")
+    import_readings = _forward(StudyService.import_readings, "study")
+    reference = _forward(StudyService.reference, "study")
+    item_reference = _forward(StudyService.item_reference, "study")
+    reference_matrix = _forward(StudyService.reference_matrix, "study")
+    reference_summary = _forward(StudyService.reference_summary, "study")
+    adjudication_queue = _forward(StudyService.adjudication_queue, "study")
+    adjudicate = _forward(StudyService.adjudicate, "study")
+    adjudication_history = _forward(StudyService.adjudication_history, "study")
+    item_votes = _forward(StudyService.item_votes, "study")
+    agreement = _forward(StudyService.agreement, "study")
+    can_see_report = _forward(StudyService.can_see_report, "study")
     # splits
-    cohort_role = _Forward("splits")
-    set_cohort_role = _Forward("splits")
-    split_cohort = _Forward("splits")
-    split_parts = _Forward("splits")
-    split_summary = _Forward("splits")
-    tuning_reports = _Forward("splits")
-    require_tuning_report = _Forward("splits")
-    queue_reports = _Forward("splits")
-    check_test_lock = _Forward("splits")
-    # runner
-    labeller_settings = _Forward("runner")
-    start_run = _Forward("runner")
-    unchanged_run = _Forward("runner")
-    interrupted_run = _Forward("runner")
-    interrupted_runs = _Forward("runner")
-    run_results = _Forward("runner")
-    resume_run = _Forward("runner")
-    retry_failed = _Forward("runner")
-    pending_batch = _Forward("runner")
-    batch_jobs = _Forward("runner")
-    prediction_attributes = _Forward("runner")
-    runs = _Forward("runner")
-    run_info = _Forward("runner")
-    predictions = _Forward("runner")
-    prediction_matrix = _Forward("runner")
-    estimate_run = _Forward("runner")
-    check_budget = _Forward("runner")
+    cohort_role = _forward(SplitsService.cohort_role, "splits")
+    set_cohort_role = _forward(SplitsService.set_cohort_role, "splits")
+    split_cohort = _forward(SplitsService.split_cohort, "splits")
+    split_parts = _forward(SplitsService.split_parts, "splits")
+    split_summary = _forward(SplitsService.split_summary, "splits")
+    tuning_reports = _forward(SplitsService.tuning_reports, "splits")
+    require_tuning_report = _forward(SplitsService.require_tuning_report, "splits")
+    queue_reports = _forward(SplitsService.queue_reports, "splits")
+    check_test_lock = _forward(SplitsService.check_test_lock, "splits")
+    # runs
+    labeller_settings = _forward(RunsService.labeller_settings, "runs")
+    start_run = _forward(RunsService.start_run, "runs")
+    unchanged_run = _forward(RunsService.unchanged_run, "runs")
+    interrupted_run = _forward(RunsService.interrupted_run, "runs")
+    interrupted_runs = _forward(RunsService.interrupted_runs, "runs")
+    run_results = _forward(RunsService.run_results, "runs")
+    resume_run = _forward(RunsService.resume_run, "runs")
+    retry_failed = _forward(RunsService.retry_failed, "runs")
+    pending_batch = _forward(RunsService.pending_batch, "runs")
+    batch_jobs = _forward(RunsService.batch_jobs, "runs")
+    prediction_attributes = _forward(RunsService.prediction_attributes, "runs")
+    run_info = _forward(RunsService.run_info, "runs")
+    predictions = _forward(RunsService.predictions, "runs")
+    prediction_matrix = _forward(RunsService.prediction_matrix, "runs")
+    estimate_run = _forward(RunsService.estimate_run, "runs")
+    check_budget = _forward(RunsService.check_budget, "runs")
     # adaptive
-    set_adaptive = _Forward("adaptive")
-    check_sample_change = _Forward("adaptive")
-    agreement_sample = _Forward("adaptive")
-    agreement_scope = _Forward("adaptive")
-    agreement_sample_reports = _Forward("adaptive")
-    next_report = _Forward("adaptive")
-    open_report = _Forward("adaptive")
-    work_list = _Forward("adaptive")
-    reading_order_text = _Forward("adaptive")
-    adaptive_status = _Forward("adaptive")
+    set_adaptive = _forward(AdaptiveService.set_adaptive, "adaptive")
+    check_sample_change = _forward(AdaptiveService.check_sample_change, "adaptive")
+    agreement_sample = _forward(AdaptiveService.agreement_sample, "adaptive")
+    agreement_scope = _forward(AdaptiveService.agreement_scope, "adaptive")
+    agreement_sample_reports = _forward(AdaptiveService.agreement_sample_reports, "adaptive")
+    next_report = _forward(AdaptiveService.next_report, "adaptive")
+    open_report = _forward(AdaptiveService.open_report, "adaptive")
+    work_list = _forward(AdaptiveService.work_list, "adaptive")
+    reading_order_text = _forward(AdaptiveService.reading_order_text, "adaptive")
+    adaptive_status = _forward(AdaptiveService.adaptive_status, "adaptive")
     # team
-    add_user = _Forward("team")
-    set_role = _Forward("team")
-    set_disabled = _Forward("team")
-    set_password = _Forward("team")
-    users = _Forward("team")
-    authenticate = _Forward("team")
-    authenticate_token = _Forward("team")
-    create_token = _Forward("team")
-    revoke_tokens = _Forward("team")
-    start_web_session = _Forward("team")
-    resume_web_session = _Forward("team")
-    end_web_session = _Forward("team")
-    actor_for = _Forward("team")
-    audit_log = _Forward("team")
-    verify_audit = _Forward("team")
-    check_bundle = _Forward("team")
-    allow_endpoint = _Forward("team")
-    disallow_endpoint = _Forward("team")
-    migrate_database = _Forward("team")
+    add_user = _forward(TeamService.add_user, "team")
+    set_role = _forward(TeamService.set_role, "team")
+    set_disabled = _forward(TeamService.set_disabled, "team")
+    set_password = _forward(TeamService.set_password, "team")
+    users = _forward(TeamService.users, "team")
+    authenticate = _forward(TeamService.authenticate, "team")
+    authenticate_token = _forward(TeamService.authenticate_token, "team")
+    create_token = _forward(TeamService.create_token, "team")
+    revoke_tokens = _forward(TeamService.revoke_tokens, "team")
+    start_web_session = _forward(TeamService.start_web_session, "team")
+    resume_web_session = _forward(TeamService.resume_web_session, "team")
+    end_web_session = _forward(TeamService.end_web_session, "team")
+    actor_for = _forward(TeamService.actor_for, "team")
+    audit_log = _forward(TeamService.audit_log, "team")
+    verify_audit = _forward(TeamService.verify_audit, "team")
+    check_bundle = _forward(TeamService.check_bundle, "team")
+    allow_endpoint = _forward(TeamService.allow_endpoint, "team")
+    disallow_endpoint = _forward(TeamService.disallow_endpoint, "team")
+    migrate_database = _forward(TeamService.migrate_database, "team")
     # prompts
-    label_prompt = _Forward("prompts")
-    asked_label = _Forward("prompts")
-    draft = _Forward("prompts")
-    save_draft = _Forward("prompts")
-    discard_draft = _Forward("prompts")
-    drafts = _Forward("prompts")
-    save_prompts = _Forward("prompts")
-    commit_drafts = _Forward("prompts")
-    working_edit = _Forward("prompts")
-    prompt_status = _Forward("prompts")
-    pending_prompt = _Forward("prompts")
-    pending_labels = _Forward("prompts")
-    editable_text = _Forward("prompts")
-    store_edited_text = _Forward("prompts")
-    set_prompt_field = _Forward("prompts")
-    save_labels = _Forward("prompts")
-    revert_label = _Forward("prompts")
-    import_prompt_dictionary = _Forward("prompts")
-    prompt_history = _Forward("prompts")
-    prompt_diff = _Forward("prompts")
-    diff_against_draft = _Forward("prompts")
-    previous_version = _Forward("prompts")
-    policy_table = _Forward("prompts")
-    policy_conflicts = _Forward("prompts")
-    add_example_from_case = _Forward("prompts")
-    # model_path
-    call_facts = _Forward("model_path")
-    call_costs = _Forward("model_path")
-    call_fact = _Forward("model_path")
-    measure_noise = _Forward("model_path")
-    noise_rates = _Forward("model_path")
-    comparison_noise = _Forward("model_path")
-    suggestion_noise_lines = _Forward("model_path")
-    suggestion_noise = _Forward("model_path")
+    prompt_files = _forward(PromptsService.prompt_files, "prompts")
+    prompt_set = _forward(PromptsService.prompt_set, "prompts")
+    unblinded_prompt_set = _forward(PromptsService.unblinded_prompt_set, "prompts")
+    prompt_commit = _forward(PromptsService.prompt_commit, "prompts")
+    label_prompt = _forward(PromptsService.label_prompt, "prompts")
+    asked_label = _forward(PromptsService.asked_label, "prompts")
+    draft = _forward(PromptsService.draft, "prompts")
+    save_draft = _forward(PromptsService.save_draft, "prompts")
+    discard_draft = _forward(PromptsService.discard_draft, "prompts")
+    drafts = _forward(PromptsService.drafts, "prompts")
+    save_prompts = _forward(PromptsService.save_prompts, "prompts")
+    commit_drafts = _forward(PromptsService.commit_drafts, "prompts")
+    working_edit = _forward(PromptsService.working_edit, "prompts")
+    prompt_status = _forward(PromptsService.prompt_status, "prompts")
+    pending_prompt = _forward(PromptsService.pending_prompt, "prompts")
+    pending_labels = _forward(PromptsService.pending_labels, "prompts")
+    editable_text = _forward(PromptsService.editable_text, "prompts")
+    store_edited_text = _forward(PromptsService.store_edited_text, "prompts")
+    set_prompt_field = _forward(PromptsService.set_prompt_field, "prompts")
+    save_labels = _forward(PromptsService.save_labels, "prompts")
+    revert_label = _forward(PromptsService.revert_label, "prompts")
+    import_prompt_dictionary = _forward(PromptsService.import_prompt_dictionary, "prompts")
+    prompt_history = _forward(PromptsService.prompt_history, "prompts")
+    prompt_diff = _forward(PromptsService.prompt_diff, "prompts")
+    diff_against_draft = _forward(PromptsService.diff_against_draft, "prompts")
+    previous_version = _forward(PromptsService.previous_version, "prompts")
+    policy_table = _forward(PromptsService.policy_table, "prompts")
+    policy_conflicts = _forward(PromptsService.policy_conflicts, "prompts")
+    add_example_from_case = _forward(PromptsService.add_example_from_case, "prompts")
+    # costs
+    call_facts = _forward(ModelPathService.call_facts, "costs")
+    call_costs = _forward(ModelPathService.call_costs, "costs")
+    call_fact = _forward(ModelPathService.call_fact, "costs")
+    measure_noise = _forward(ModelPathService.measure_noise, "costs")
+    noise_rates = _forward(ModelPathService.noise_rates, "costs")
+    comparison_noise = _forward(ModelPathService.comparison_noise, "costs")
+    suggestion_noise_lines = _forward(ModelPathService.suggestion_noise_lines, "costs")
+    suggestion_noise = _forward(ModelPathService.suggestion_noise, "costs")
     # evaluation
-    evaluation_inputs = _Forward("evaluation")
-    macro_policy = _Forward("evaluation")
-    evaluate_run = _Forward("evaluation")
-    reference_drift = _Forward("evaluation")
-    compare_runs = _Forward("evaluation")
-    iteration_history = _Forward("evaluation")
-    human_ceiling = _Forward("evaluation")
-    case_matrix = _Forward("evaluation")
-    search_run = _Forward("evaluation")
+    evaluation_inputs = _forward(EvaluationService.evaluation_inputs, "evaluation")
+    macro_policy = _forward(EvaluationService.macro_policy, "evaluation")
+    evaluate_run = _forward(EvaluationService.evaluate_run, "evaluation")
+    reference_drift = _forward(EvaluationService.reference_drift, "evaluation")
+    compare_runs = _forward(EvaluationService.compare_runs, "evaluation")
+    iteration_history = _forward(EvaluationService.iteration_history, "evaluation")
+    human_ceiling = _forward(EvaluationService.human_ceiling, "evaluation")
+    case_matrix = _forward(EvaluationService.case_matrix, "evaluation")
+    search_run = _forward(EvaluationService.search_run, "evaluation")
     # attributes
-    reference_attributes = _Forward("attributes")
-    attribute_ties = _Forward("attributes")
-    attribute_inputs = _Forward("attributes")
-    attribute_rows = _Forward("attributes")
-    attribute_metrics = _Forward("attributes")
-    attribute_failures = _Forward("attributes")
-    adjudicate_attribute = _Forward("attributes")
-    # freezing
-    justifying_run = _Forward("freezing")
-    default_cohort = _Forward("freezing")
-    freeze = _Forward("freezing")
-    bundle_content = _Forward("freezing")
-    score_generated = _Forward("freezing")
-    test_look = _Forward("freezing")
-    test_looks = _Forward("freezing")
-    bundles = _Forward("freezing")
+    reference_attributes = _forward(AttributesService.reference_attributes, "attributes")
+    attribute_ties = _forward(AttributesService.attribute_ties, "attributes")
+    attribute_inputs = _forward(AttributesService.attribute_inputs, "attributes")
+    attribute_rows = _forward(AttributesService.attribute_rows, "attributes")
+    attribute_metrics = _forward(AttributesService.attribute_metrics, "attributes")
+    attribute_failures = _forward(AttributesService.attribute_failures, "attributes")
+    adjudicate_attribute = _forward(AttributesService.adjudicate_attribute, "attributes")
+    # freeze
+    justifying_run = _forward(FreezeService.justifying_run, "freeze")
+    default_cohort = _forward(FreezeService.default_cohort, "freeze")
+    bundle_content = _forward(FreezeService.bundle_content, "freeze")
+    score_generated = _forward(FreezeService.score_generated, "freeze")
+    test_look = _forward(FreezeService.test_look, "freeze")
+    test_looks = _forward(FreezeService.test_looks, "freeze")
+    bundles = _forward(FreezeService.bundles, "freeze")
     # triage
-    disagreements = _Forward("triage")
-    case = _Forward("triage")
-    add_note = _Forward("triage")
-    notes = _Forward("triage")
-    note_counts = _Forward("triage")
+    disagreements = _forward(TriageService.disagreements, "triage")
+    case = _forward(TriageService.case, "triage")
+    add_note = _forward(TriageService.add_note, "triage")
+    notes = _forward(TriageService.notes, "triage")
+    note_counts = _forward(TriageService.note_counts, "triage")
     # reading
-    readers = _Forward("reading")
-    report_text = _Forward("reading")
-    reading_queue = _Forward("reading")
-    record_reading = _Forward("reading")
-    reader_progress = _Forward("reading")
-    my_readings = _Forward("reading")
-    reading_draft = _Forward("reading")
-    reading_draft_note = _Forward("reading")
-    save_reading_draft = _Forward("reading")
-    reading_draft_ids = _Forward("reading")
-    submit_reading = _Forward("reading")
-    reading_note = _Forward("reading")
-    reading_notes = _Forward("reading")
-    undo_last_save = _Forward("reading")
-    last_saved_report = _Forward("reading")
-    my_reading_list = _Forward("reading")
-    reader_attributes = _Forward("reading")
-    record_reading_attributes = _Forward("reading")
-    assign_work = _Forward("reading")
-    work_list_status = _Forward("reading")
-    # views
-    start_run_detached = _Forward("views")
-    previous_run = _Forward("views")
-    disagreement_queue = _Forward("views")
-    with_fresh_notes = _Forward("views")
-    label_phrases = _Forward("views")
-    adjudication_worklist = _Forward("views")
-    compare_view = _Forward("views")
-    default_robustness_pairs = _Forward("views")
-    robustness = _Forward("views")
+    readers = _forward(ReadingService.readers, "reading")
+    report_text = _forward(ReadingService.report_text, "reading")
+    reading_queue = _forward(ReadingService.reading_queue, "reading")
+    record_reading = _forward(ReadingService.record_reading, "reading")
+    reader_progress = _forward(ReadingService.reader_progress, "reading")
+    my_readings = _forward(ReadingService.my_readings, "reading")
+    reading_draft = _forward(ReadingService.reading_draft, "reading")
+    reading_draft_note = _forward(ReadingService.reading_draft_note, "reading")
+    save_reading_draft = _forward(ReadingService.save_reading_draft, "reading")
+    reading_draft_ids = _forward(ReadingService.reading_draft_ids, "reading")
+    submit_reading = _forward(ReadingService.submit_reading, "reading")
+    reading_note = _forward(ReadingService.reading_note, "reading")
+    reading_notes = _forward(ReadingService.reading_notes, "reading")
+    undo_last_save = _forward(ReadingService.undo_last_save, "reading")
+    last_saved_report = _forward(ReadingService.last_saved_report, "reading")
+    my_reading_list = _forward(ReadingService.my_reading_list, "reading")
+    reader_attributes = _forward(ReadingService.reader_attributes, "reading")
+    record_reading_attributes = _forward(ReadingService.record_reading_attributes, "reading")
+    assign_work = _forward(ReadingService.assign_work, "reading")
+    work_list_status = _forward(ReadingService.work_list_status, "reading")
+    # app views, now with their owners
+    start_run_detached = _forward(RunsService.start_run_detached, "runs")
+    previous_run = _forward(TriageService.previous_run, "triage")
+    disagreement_queue = _forward(TriageService.disagreement_queue, "triage")
+    with_fresh_notes = _forward(TriageService.with_fresh_notes, "triage")
+    label_phrases = _forward(TriageService.label_phrases, "triage")
+    adjudication_worklist = _forward(StudyService.adjudication_worklist, "study")
+    compare_view = _forward(EvaluationService.compare_view, "evaluation")
+    default_robustness_pairs = _forward(FreezeService.default_robustness_pairs, "freeze")
+    robustness = _forward(FreezeService.robustness, "freeze")
     # labelset
-    mine_labelset = _Forward("labelset")
-    estimate_mining = _Forward("labelset")
-    labelset_lexicon = _Forward("labelset")
-    set_review_rule = _Forward("labelset")
-    review_rule = _Forward("labelset")
-    labelsets = _Forward("labelset")
-    vote_candidate = _Forward("labelset")
-    candidate_outcomes = _Forward("labelset")
-    candidate_votes = _Forward("labelset")
-    labelset_candidates = _Forward("labelset")
-    edit_candidate = _Forward("labelset")
-    split_candidate = _Forward("labelset")
-    settle_candidate = _Forward("labelset")
-    labelset_vocabulary = _Forward("labelset")
-    adopt_labelset = _Forward("labelset")
-    export_labelset = _Forward("labelset")
+    mine_labelset = _forward(LabelSetService.mine_labelset, "labelset")
+    estimate_mining = _forward(LabelSetService.estimate_mining, "labelset")
+    labelset_lexicon = _forward(LabelSetService.labelset_lexicon, "labelset")
+    set_review_rule = _forward(LabelSetService.set_review_rule, "labelset")
+    review_rule = _forward(LabelSetService.review_rule, "labelset")
+    labelsets = _forward(LabelSetService.labelsets, "labelset")
+    vote_candidate = _forward(LabelSetService.vote_candidate, "labelset")
+    candidate_outcomes = _forward(LabelSetService.candidate_outcomes, "labelset")
+    candidate_votes = _forward(LabelSetService.candidate_votes, "labelset")
+    labelset_candidates = _forward(LabelSetService.labelset_candidates, "labelset")
+    edit_candidate = _forward(LabelSetService.edit_candidate, "labelset")
+    split_candidate = _forward(LabelSetService.split_candidate, "labelset")
+    settle_candidate = _forward(LabelSetService.settle_candidate, "labelset")
+    labelset_vocabulary = _forward(LabelSetService.labelset_vocabulary, "labelset")
+    adopt_labelset = _forward(LabelSetService.adopt_labelset, "labelset")
+    export_labelset = _forward(LabelSetService.export_labelset, "labelset")
     # optimising
-    run_cohort = _Forward("optimising")
-    evaluate_parts = _Forward("optimising")
-    compare_by_part = _Forward("optimising")
-    history_by_part = _Forward("optimising")
-    phrase_lists = _Forward("optimising")
-    suggest_failing = _Forward("optimising")
-    suggest = _Forward("optimising")
-    development_cohort = _Forward("optimising")
-    evaluate_edit = _Forward("optimising")
-    evaluate_drafts = _Forward("optimising")
-    proposals = _Forward("optimising")
-    proposal = _Forward("optimising")
-    accept_proposal = _Forward("optimising")
-    optimise = _Forward("optimising")
-    optimisation_reports = _Forward("optimising")
+    run_cohort = _forward(OptimisingService.run_cohort, "optimising")
+    evaluate_parts = _forward(OptimisingService.evaluate_parts, "optimising")
+    compare_by_part = _forward(OptimisingService.compare_by_part, "optimising")
+    history_by_part = _forward(OptimisingService.history_by_part, "optimising")
+    phrase_lists = _forward(OptimisingService.phrase_lists, "optimising")
+    suggest_failing = _forward(OptimisingService.suggest_failing, "optimising")
+    suggest = _forward(OptimisingService.suggest, "optimising")
+    development_cohort = _forward(OptimisingService.development_cohort, "optimising")
+    evaluate_edit = _forward(OptimisingService.evaluate_edit, "optimising")
+    evaluate_drafts = _forward(OptimisingService.evaluate_drafts, "optimising")
+    proposals = _forward(OptimisingService.proposals, "optimising")
+    proposal = _forward(OptimisingService.proposal, "optimising")
+    accept_proposal = _forward(OptimisingService.accept_proposal, "optimising")
+    optimise = _forward(OptimisingService.optimise, "optimising")
+    optimisation_reports = _forward(OptimisingService.optimisation_reports, "optimising")
 
 
 __all__ = [

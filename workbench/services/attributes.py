@@ -30,17 +30,17 @@ class AttributesService(Service):
     """Attribute reference, per-row listing, accuracy on matched findings, and readers' attribute values."""
 
     def __init__(
-        self, ctx: StudyContext, study: StudyService, runner: RunsService, evaluation: EvaluationService
+        self, ctx: StudyContext, study: StudyService, runs: RunsService, evaluation: EvaluationService
     ) -> None:
         super().__init__(ctx)
         self.study = study
-        self.runner = runner
+        self.runs = runs
         self.evaluation = evaluation
 
     def reference_attributes(self, cohort: str) -> pd.DataFrame:
         """Per (report, label, attribute) of a cohort: reference value (None while a tie waits), votes, tie."""
         out = core.reference_attributes(*self._attribute_votes(cohort))
-        return self.study._blind_rows(out)
+        return self.study.blind_rows(out)
 
     def _attribute_votes(self, cohort: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         """(readings, readers' attribute values, adjudicated values) of a cohort, as the core functions take them."""
@@ -74,15 +74,15 @@ class AttributesService(Service):
             frames.append(ties[[key in positive for key in zip(ties["report_id"], ties["label"], strict=False)]])
         if not frames:
             return pd.DataFrame(columns=core.TIE_COLUMNS)
-        return self.study._blind_rows(pd.concat(frames, ignore_index=True))
+        return self.study.blind_rows(pd.concat(frames, ignore_index=True))
 
     def attribute_inputs(self, run_id: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         """(labeller presence, reference presence, labeller attributes, reference attributes) of a run."""
         y_true, y_pred, _ = self.evaluation.evaluation_inputs(run_id)
-        run = self.runner.run_info(run_id)
-        pred_attrs = self.runner.prediction_attributes(run_id)
+        run = self.runs.run_info(run_id)
+        pred_attrs = self.runs.prediction_attributes(run_id)
         pred_attrs = pred_attrs[pred_attrs["status"] == "ok"]
-        ref_attrs = self.reference_attributes(self.study._cohort_name(run.cohort_id)).rename(
+        ref_attrs = self.reference_attributes(self.study.cohort_name(run.cohort_id)).rename(
             columns={"reference": "value"}
         )
         return y_pred, y_true, pred_attrs, ref_attrs
@@ -92,7 +92,7 @@ class AttributesService(Service):
         reference value when the reference is positive and has one, and the labeller's evidence."""
         specs = self._attribute_specs(label)
         y_pred, y_true, pred_attrs, ref_attrs = self.attribute_inputs(run_id)
-        evidence = self.runner.predictions(run_id).set_index(["report_id", "label"])["evidence"].to_dict()
+        evidence = self.runs.predictions(run_id).set_index(["report_id", "label"])["evidence"].to_dict()
         pv, rv = core.lookup(pred_attrs), core.lookup(ref_attrs)
         rows = []
         for lab, spec in specs.items():
@@ -109,7 +109,7 @@ class AttributesService(Service):
     def attribute_failures(self, run_id: int, label: str | None = None) -> pd.DataFrame:
         """Findings of a run whose attributes object failed to parse: report_id, label, detail (the reason)."""
         specs = self._attribute_specs(label)
-        stored = self.runner.prediction_attributes(run_id)
+        stored = self.runs.prediction_attributes(run_id)
         bad = stored[(stored["status"] == core.ATTRIBUTE_PARSE_ERROR) & stored["label"].isin(set(specs))]
         return bad[["report_id", "label", "detail"]].reset_index(drop=True)
 
@@ -119,7 +119,7 @@ class AttributesService(Service):
         specs = self._attribute_specs(label)
         y_pred, y_true, pred_attrs, ref_attrs = self.attribute_inputs(run_id)
         matched = core.matched_rows(y_pred, y_true, pred_attrs, ref_attrs, specs)
-        failures = self.runner.prediction_attributes(run_id, label)
+        failures = self.runs.prediction_attributes(run_id, label)
         return {
             "table": core.attribute_accuracy(matched),
             "confusion": core.confusion(matched),
@@ -178,7 +178,7 @@ class AttributesService(Service):
             if report is None:
                 raise StudyError(f"no report {report_id!r}")
             cohort_id = report.cohort_id
-        ref = core.reference_attributes(*self._attribute_votes(self.study._cohort_name(cohort_id)))
+        ref = core.reference_attributes(*self._attribute_votes(self.study.cohort_name(cohort_id)))
         row = ref[(ref["report_id"] == report_id) & (ref["label"] == label) & (ref["attribute"] == attribute)]
         where = f"{report_id} / {label} / {attribute}"
         if row.empty:

@@ -30,6 +30,7 @@ from workbench.store import queries as q
 from workbench.study import StudyError
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
+    from workbench.services.prompting import PromptsService
     from workbench.services.runs import RunsService
     from workbench.services.splits import SplitsService
     from workbench.services.study import StudyService
@@ -136,11 +137,14 @@ def _fmt(value: float, undefined: bool) -> str:
 class EvaluationService(Service):
     """Metrics, comparisons, history, ceiling, disagreements, notes."""
 
-    def __init__(self, ctx: StudyContext, study: StudyService, splits: SplitsService, runner: RunsService) -> None:
+    def __init__(
+        self, ctx: StudyContext, study: StudyService, splits: SplitsService, runs: RunsService, prompts: PromptsService
+    ) -> None:
         super().__init__(ctx)
         self.study = study
         self.splits = splits
-        self.runner = runner
+        self.runs = runs
+        self.prompts = prompts
 
     # ------------------------------------------------------------ matrices
 
@@ -151,7 +155,7 @@ class EvaluationService(Service):
             return self.vocab.ids
         return [lab for lab in self.vocab.ids if lab in labels]
 
-    def _leaked_reports(self, *commits: str) -> set[str]:
+    def leaked_reports(self, *commits: str) -> set[str]:
         """Report ids used as few-shot examples in any of the given prompt versions."""
         out: set[str] = set()
         for commit in commits:
@@ -163,12 +167,12 @@ class EvaluationService(Service):
 
         Read from the full prompt set, not a reader's blinded copy: the record is shared by everyone."""
         if not _FULL_SHA.fullmatch(commit or ""):  # a ref like HEAD can move: never cached
-            return self.study.prompt_set(commit).example_report_ids()
+            return self.prompts.prompt_set(commit).example_report_ids()
         with self.session() as s:
             known = q.version_examples(s, commit)
         if known is not None:
             return known
-        ids = self.study.unblinded_prompt_set(commit).example_report_ids()
+        ids = self.prompts.unblinded_prompt_set(commit).example_report_ids()
         with self.session() as s:
             q.put_version_examples(s, commit, ids)
         return ids
@@ -180,18 +184,18 @@ class EvaluationService(Service):
 
         reference: the cohort's reference matrix when the caller already has it (history, queue).
         """
-        run = self.runner.run_info(run_id)
+        run = self.runs.run_info(run_id)
         if run.status == "interrupted":  # part of a run is not a result: its figures would be read as one
             raise UserError(
                 f"run {run_id} was interrupted before it finished, so it has no figures yet: resume with "
                 f"`workbench run --resume {run_id}`"
             )
         self.splits.check_test_lock(run)  # a test cohort is measured only through a frozen bundle's counted look
-        cohort = self.study._cohort_name(run.cohort_id)
+        cohort = self.study.cohort_name(run.cohort_id)
         labels = self._run_labels(run)
         y_true = (self.study.reference_matrix(cohort) if reference is None else reference)[labels]
-        y_pred = self.runner.prediction_matrix(run_id)[labels]
-        leaked = self._leaked_reports(run.prompt_commit, *extra_commits) & set(y_true.index)
+        y_pred = self.runs.prediction_matrix(run_id)[labels]
+        leaked = self.leaked_reports(run.prompt_commit, *extra_commits) & set(y_true.index)
         keep = [r for r in y_true.index if r not in leaked]
         y_true, y_pred = y_true.loc[keep], y_pred.loc[keep]
         asked = [lab for lab in labels if lab in self.vocab.asked_ids]
@@ -279,7 +283,7 @@ class EvaluationService(Service):
             if run_id not in scorings:
                 continue
             scored_at, counts = scorings[run_id]
-            run = self.runner.run_info(run_id)
+            run = self.runs.run_info(run_id)
             with self.session() as s:
                 changes = q.reference_changes_since(s, run.cohort_id, scored_at)
             if not any(changes.values()):
@@ -309,7 +313,7 @@ class EvaluationService(Service):
         """Paired comparison of two runs on the same cohort: per-label deltas, McNemar + Holm, cases."""
         zero_division = self.macro_policy(zero_division)
         refuse_same_run(run_a, run_b)
-        a, b = self.runner.run_info(run_a), self.runner.run_info(run_b)
+        a, b = self.runs.run_info(run_a), self.runs.run_info(run_b)
         if a.cohort_id != b.cohort_id:
             raise StudyError(
                 f"runs {run_a} and {run_b} are on different cohorts; a paired comparison needs the same reports"
@@ -348,7 +352,7 @@ class EvaluationService(Service):
         Runs with failed or missing answers are no result (a run of 401s would show as F1 0 and pull a trend
         down): left out unless include_unfinished, and then marked in the `result` column.
         """
-        runs = self.runner.run_results(cohort)
+        runs = self.runs.run_results(cohort)
         if not include_unfinished:
             runs = runs[runs["result"] == "finished"]
         reference = self.study.reference_matrix(cohort) if len(runs) else None  # once for every run
@@ -380,12 +384,12 @@ class EvaluationService(Service):
     def human_ceiling(self, run_id: int) -> pd.DataFrame:
         """Per label: labeller kappa beside readers' Fleiss kappa, mean reader accuracy, and the
         labeller's accuracy on unanimous and on split-vote items."""
-        run = self.runner.run_info(run_id)
-        cohort = self.study._cohort_name(run.cohort_id)
+        run = self.runs.run_info(run_id)
+        cohort = self.study.cohort_name(run.cohort_id)
         ev = self.evaluate_run(run_id, n_resamples=0)
         with self.session() as s:
             readings = q.readings_frame(s, cohort_id=run.cohort_id)[["report_id", "label", "reader", "value"]]
-        readings = self.study._blind_rows(readings[readings["label"].isin(self.vocab.asked_ids)])
+        readings = self.study.blind_rows(readings[readings["label"].isin(self.vocab.asked_ids)])
         reference = self.study.reference(cohort, readings=readings)
 
         readings = agreement_readings(self, readings)  # adaptive reading: the full-overlap sample only
@@ -435,7 +439,7 @@ class EvaluationService(Service):
             replies = {**q.call_replies(s, keys), **{k: c.response for k, c in q.cached_calls(s, keys).items()}}
         columns, withheld, text, visible = [], [], "", {}
         for run_id, group in preds.groupby("run_id", sort=True):
-            run = self.runner.run_info(int(run_id))
+            run = self.runs.run_info(int(run_id))
             if run.cohort_id not in visible:  # one split read per cohort, however many runs it has
                 visible[run.cohort_id] = self._case_visible(run, report_id)
             if not visible[run.cohort_id]:
@@ -461,7 +465,7 @@ class EvaluationService(Service):
         asked = [lab for lab in labels if lab in self.vocab.asked_ids]
         if not asked:
             return {}
-        cfg = labelling.model_config(self.runner._settings_from_params(json.loads(run.params_json)), strict=False)
+        cfg = labelling.model_config(self.runs.settings_from_params(json.loads(run.params_json)), strict=False)
         run_labels = json.loads(run.labels_json)
         frame = pd.DataFrame(
             [
@@ -474,8 +478,8 @@ class EvaluationService(Service):
             ]
         )
         done = set() if run.mode == "joint" else {(report.id, lab) for lab in run_labels if lab not in asked}
-        requests = self.runner._build_requests(
-            self.study.prompt_set(run.prompt_commit), frame, run_labels, run.mode, run.sections.split(","), cfg, done
+        requests = self.runs.build_requests(
+            self.prompts.prompt_set(run.prompt_commit), frame, run_labels, run.mode, run.sections.split(","), cfg, done
         )
         out = {r.key: r.messages for r in requests}
         out.update({lab: r.messages for r in requests for lab in r.meta["labels"]})
@@ -498,7 +502,7 @@ class EvaluationService(Service):
                 f"{query!r} is not a valid regular expression ({exc}); leave out --regex to search "
                 "for the text as it is"
             ) from None
-        run = self.runner.run_info(run_id)
+        run = self.runs.run_info(run_id)
         shown = self.splits.queue_reports(run)  # validation text never reaches the person tuning prompts
         label = self.study.label_id(label) if label else None
         # a plain ASCII text is first narrowed in the database (lower() there folds ASCII only); the pattern decides
@@ -537,6 +541,40 @@ class EvaluationService(Service):
         )
 
     # ------------------------------------------------------------ error notes
+
+    # ------------------------------------------------------------ comparison, as the Compare tab shows it
+
+    SIGNIFICANT = ("better", "worse")
+
+    def compare_view(self, run_a: int, run_b: int, n_resamples: int = 1000, seed: int = 0) -> dict:
+        """compare_runs plus a paired bootstrap interval of each label's change in F1, rows sorted by
+        change (significant first, then the largest change), and what each macro figure counts."""
+        cmp = self.compare_runs(run_a, run_b)
+        a, b = self.runs.run_info(run_a), self.runs.run_info(run_b)
+        y_true, pred_a, _ = self.evaluation_inputs(run_a, extra_commits=(b.prompt_commit,))
+        _, pred_b, _ = self.evaluation_inputs(run_b, extra_commits=(a.prompt_commit,))
+        labels = list(cmp["table"].index)
+        pred_b = pred_b.reindex(index=y_true.index)
+        interval = metrics.bootstrap_delta_f1(
+            y_true[labels], pred_a[labels], pred_b[labels], n_resamples=n_resamples, seed=seed
+        )
+        table = cmp["table"].join(interval)
+        table["verdict_note"] = metrics.verdict_notes(table)  # now with the interval beside the test
+        table["significant"] = table["verdict"].isin(self.SIGNIFICANT)
+        table["changed"] = (table["b"] + table["c"] > 0) | (table["delta_f1"].fillna(0) != 0)
+        table["size"] = table["delta_f1"].abs().fillna(table["delta_accuracy"].abs()).fillna(0)
+        table = table.sort_values(["significant", "size"], ascending=[False, False], kind="stable").drop(columns="size")
+        alone = {}
+        for key, run_id in (("a", run_a), ("b", run_b)):
+            ev = self.evaluate_run(run_id, n_resamples=0)
+            t_alone, _, _ = self.evaluation_inputs(run_id)
+            alone[key] = {"macro_f1": ev.averages["macro_f1"], "reports": len(t_alone)}
+        leaked = len(
+            self.leaked_reports(a.prompt_commit, b.prompt_commit)
+            & set(self.study.reference_matrix(self.study.cohort_name(a.cohort_id)).index)
+        )
+        counts = {"reports": len(y_true), "labels": len(labels), "leaked_either": leaked, "alone": alone}
+        return {**cmp, "table": table, "counts": counts}
 
 
 # ---------------------------------------------------------------- the engineer's view of a case

@@ -19,17 +19,21 @@ from workbench.errors import StorageFault, WorkbenchError
 from workbench.labeller import batch
 from workbench.services.base import Service, StudyContext
 from workbench.services.optimising import _TEST_LOOK, _figures, _plain
+from workbench.services.results import FrozenBundle
 from workbench.services.runs import StudyBatchJournal, model_endpoints
 from workbench.store import db, prompt_repo
 from workbench.store import queries as q
 from workbench.store.prompt_repo import PromptRepoError
-from workbench.study import StudyError
+from workbench.study import PROJECT_ROOT, StudyError
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
     from workbench.services.evaluation import EvaluationService
+    from workbench.services.prompting import PromptsService
     from workbench.services.runs import RunsService
     from workbench.services.splits import SplitsService
     from workbench.services.study import StudyService
+
+ROBUSTNESS_PAIRS = PROJECT_ROOT / "annotations" / "robustness" / "pairs.csv"
 
 
 class StudyExtractionCache:
@@ -57,19 +61,21 @@ class FreezeService(Service):
         ctx: StudyContext,
         study: StudyService,
         splits: SplitsService,
-        runner: RunsService,
+        runs: RunsService,
         evaluation: EvaluationService,
+        prompts: PromptsService,
     ) -> None:
         super().__init__(ctx)
         self.study = study
         self.splits = splits
-        self.runner = runner
+        self.runs = runs
         self.evaluation = evaluation
+        self.prompts = prompts
 
     def justifying_run(self, prompt_commit: str, cohort: str | None = None):
         """The latest finished run of this prompt version on the development cohort."""
         cohort = cohort or self.default_cohort()
-        runs = self.runner.runs(cohort)
+        runs = self.runs.runs(cohort)
         runs = runs[(runs["prompt_commit"] == prompt_commit) & (runs["status"] == "finished")]
         if runs.empty:
             raise StudyError(
@@ -79,7 +85,7 @@ class FreezeService(Service):
         asked = list(self.vocab.asked_ids)
         for row in runs.itertuples(index=False):  # newest first: the latest run that covers every asked label
             if not set(asked) - set(json.loads(row.labels_json)):
-                return self.runner.run_info(int(row.id))
+                return self.runs.run_info(int(row.id))
         latest = int(runs.iloc[0]["id"])
         missing = [lab for lab in asked if lab not in set(json.loads(runs.iloc[0]["labels_json"]))]
         raise StudyError(
@@ -107,7 +113,7 @@ class FreezeService(Service):
         cohort: str | None = None,
         frozen_at: str | None = None,
         ci: str = "wilson",
-    ) -> dict:
+    ) -> FrozenBundle:
         """Tag a prompt version and write its bundle (canonical JSON + YAML) with a sha256: all or nothing.
 
         Steps: tag, bundle files, audit event. The audit event's commit is the point of no return; any
@@ -122,7 +128,7 @@ class FreezeService(Service):
         self._undo_incomplete_freeze(name)
         if name in prompt_repo.tags(self.paths.prompts) or (self.paths.bundles / f"{name}.json").exists():
             raise StudyError(f"the name {name!r} is already frozen; frozen names cannot be moved or reused")
-        commit = self.study.prompt_commit(prompt_ref)
+        commit = self.prompts.prompt_commit(prompt_ref)
         run = self.justifying_run(commit, cohort)
         content = self.bundle_content(name, commit, run, frozen_at or q.now(), ci)
         bundle_mod.bundle_bytes(content)  # fails early (before the tag) if the content cannot be serialised
@@ -145,7 +151,9 @@ class FreezeService(Service):
                 f"freeze of {name!r} failed: {_one_line(exc, self.root)}; {left or 'nothing was kept (no tag, no bundle, no audit event)'}; "
                 "the name is still free: fix the cause and freeze again"
             ) from exc
-        return {"name": name, "sha256": sha, "json": json_path, "yaml": yaml_path, "commit": commit, "run": run.id}
+        return FrozenBundle(name, sha, json_path, yaml_path, commit, run.id)
+
+    __call__ = freeze  # wb.freeze(name) freezes, as it did before the service took the name
 
     def _undo_incomplete_freeze(self, name: str) -> None:
         """A tag this workbench made for `name` with no freeze event recorded is a freeze that was killed
@@ -194,7 +202,7 @@ class FreezeService(Service):
         ev = self.evaluation.evaluate_run(run.id, ci=ci)
         t = ev.table
         metrics = {
-            "cohort": self.study._cohort_name(run.cohort_id),
+            "cohort": self.study.cohort_name(run.cohort_id),
             "run": run.id,
             "ci": ci,
             "zero_division": ev.zero_division,
@@ -228,7 +236,7 @@ class FreezeService(Service):
         return bundle_mod.build_content(
             name=name,
             vocab=self.vocab,
-            prompts=self.study.prompt_set(commit),
+            prompts=self.prompts.prompt_set(commit),
             model=model,
             parser_version=PARSER_VERSION,
             prompt_commit=commit,
@@ -329,16 +337,16 @@ class FreezeService(Service):
 
     def _test_run(self, cohort: str, commit: str, model: dict, on_progress):
         """The finished run of a bundle's version on the test cohort (labelled now when there is none)."""
-        runs = self.runner.runs(cohort)
+        runs = self.runs.runs(cohort)
         runs = runs[
             (runs["prompt_commit"] == commit) & (runs["status"] == "finished") & (runs["model"] == model.get("model"))
         ]
         if len(runs):
-            return self.runner.run_info(int(runs.iloc[0]["id"]))
-        summary = self.runner.start_run(cohort, prompt_ref=commit, model=model.get("model"), on_progress=on_progress)
+            return self.runs.run_info(int(runs.iloc[0]["id"]))
+        summary = self.runs.start_run(cohort, prompt_ref=commit, model=model.get("model"), on_progress=on_progress)
         if summary.status != "finished":
             raise StudyError(f"the test run {summary.run_id} did not finish ({summary.message()})")
-        return self.runner.run_info(summary.run_id)
+        return self.runs.run_info(summary.run_id)
 
     def _write_test_sidecar(self, bundle: str, figures: dict) -> None:
         """The bundle's test figures and look count beside it (outside the hashed content: the count grows)."""
@@ -384,6 +392,23 @@ class FreezeService(Service):
             counts = self.test_looks()["bundle"].value_counts()
             frame["test_looks"] = frame["name"].map(counts).fillna(0).astype(int)
         return frame
+
+    # ------------------------------------------------------------ robustness of a bundle, with the study's cache
+
+    def default_robustness_pairs(self) -> Path:
+        """The shipped synthetic paraphrase / significant-change pairs."""
+        return ROBUSTNESS_PAIRS
+
+    def robustness(self, bundle_path: Path, pairs=None, model: str | None = None) -> dict:
+        """Robustness and discrimination of a bundle on text pairs, using the study's extraction cache."""
+        b = bundle_mod.load_bundle(Path(bundle_path))
+        return scoring.robustness(
+            b,
+            pairs,
+            model=model,  # None: the shipped pairs that fit the bundle's vocabulary
+            cache=StudyExtractionCache(self),
+            allow_endpoints=list(self.config.allowed_endpoints),
+        )
 
 
 def _freeze_message(name: str, user: str, sha: str) -> str:

@@ -29,6 +29,7 @@ from workbench.store import queries as q
 from workbench.study import PROMPTS_DIR, VOCAB_FILE, StudyError, find_vocabulary_file, load_vocabulary_file
 
 if TYPE_CHECKING:
+    from workbench.services.prompting import PromptsService
     from workbench.services.runs import RunsService
     from workbench.services.study import StudyService
 
@@ -56,10 +57,11 @@ class Mining:
 class LabelSetService(Service):
     """Mine, compare, review and adopt a study's label set."""
 
-    def __init__(self, ctx: StudyContext, study: StudyService, runner: RunsService) -> None:
+    def __init__(self, ctx: StudyContext, study: StudyService, runs: RunsService, prompts: PromptsService) -> None:
         super().__init__(ctx)
         self.study = study
-        self.runner = runner
+        self.runs = runs
+        self.prompts = prompts
 
     # ------------------------------------------------------------ mining
 
@@ -67,7 +69,7 @@ class LabelSetService(Service):
         """The word lists of the study's task (its attribute cues and the labeller's placing words)."""
         from workbench.labeller import mining
 
-        return mining.lexicon(self.study.prompt_set().task)
+        return mining.lexicon(self.prompts.prompt_set().task)
 
     def _reports(self, cohort: str) -> list[tuple[str, str]]:
         """(report id, text the labeller reads) of a cohort, in import order."""
@@ -97,7 +99,7 @@ class LabelSetService(Service):
             raise StudyError(f"unknown engine {engine!r}: use one of {', '.join(ENGINES)}")
         name = labelset or cohort
         reports = self._reports(cohort)
-        task = self.study.prompt_set().task
+        task = self.prompts.prompt_set().task
         calls: dict = {}
         if engine == "offline":
             from workbench.labeller import mining
@@ -138,13 +140,13 @@ class LabelSetService(Service):
         """The labeller's model for extraction calls, after the destination guard (no schema: the reply is a list)."""
         from workbench.labeller import labelling
 
-        settings = self.runner.labeller_settings(model, **overrides)
+        settings = self.runs.labeller_settings(model, **overrides)
         if settings.get("model", "").startswith(labelling.RULES_PREFIX):
             raise StudyError("the model engine needs a model (--model); the offline engine is --engine offline")
-        self.runner._check_model_name(settings)
-        self.runner._check_endpoint(settings)  # report text goes only where an admin allowed it
+        self.runs.check_model_name(settings)
+        self.runs.check_endpoint(settings)  # report text goes only where an admin allowed it
         cfg = dataclasses.replace(labelling.model_config(settings), response_schema=False, json_mode=False)
-        return self.runner._routed(cfg), settings
+        return self.runs.routed(cfg), settings
 
     def estimate_mining(self, cohort: str, model: str | None = None, **overrides):
         """What mining a cohort with a model would cost (calls after the cache, tokens, cost, time); no call."""
@@ -208,7 +210,7 @@ class LabelSetService(Service):
         """A vocabulary's labels with their look-for phrases: "study" (this study's, with its prompts) or a
         shipped/own vocabulary (with its shipped starter prompts when there are some)."""
         if against == "study":
-            ps = self.study.prompt_set()
+            ps = self.prompts.prompt_set()
             return [
                 ls.LabelWords(lab.id, lab.name, tuple(lab.look_for) + tuple(ps.label(lab.id).look_for))
                 for lab in self.vocab.labels
@@ -468,7 +470,7 @@ class LabelSetService(Service):
 
         parse_vocabulary(load_check)  # the file must be one the study can open
         files = {VOCAB_IN_REPO: text}
-        current = self.study.prompt_files()
+        current = self.prompts.prompt_files()
         for lab in labels:
             if f"{lab['id']}.yaml" not in current:
                 files[f"{lab['id']}.yaml"] = yaml.safe_dump(ls.starter_prompt(lab), sort_keys=False, allow_unicode=True)

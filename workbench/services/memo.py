@@ -21,6 +21,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Concatenate, ParamSpec, TypeVar
 
 import pandas as pd
 
@@ -154,7 +155,12 @@ class RequestMemo:
         self.lock = threading.RLock()  # a memoised read may call another one
 
 
-def per_request(method):
+P = ParamSpec("P")
+R = TypeVar("R")
+S = TypeVar("S")
+
+
+def per_request(method: Callable[Concatenate[S, P], R]) -> Callable[Concatenate[S, P], R]:
     """Memoise a pure read for the current app rerun when its context has a request memo (DataFrames handed out as copies)."""
 
     @functools.wraps(method)

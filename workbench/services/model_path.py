@@ -18,6 +18,7 @@ from workbench.store import queries as q
 from workbench.study import StudyError
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
+    from workbench.services.prompting import PromptsService
     from workbench.services.runs import RunsService
     from workbench.services.study import StudyService
 
@@ -46,10 +47,11 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 class ModelPathService(Service):
     """Estimates and budgets, per-call facts, noise measurements."""
 
-    def __init__(self, ctx: StudyContext, study: StudyService, runner: RunsService) -> None:
+    def __init__(self, ctx: StudyContext, study: StudyService, runs: RunsService, prompts: PromptsService) -> None:
         super().__init__(ctx)
         self.study = study
-        self.runner = runner
+        self.runs = runs
+        self.prompts = prompts
 
     # ------------------------------------------------------------ estimates and the budget
 
@@ -58,7 +60,7 @@ class ModelPathService(Service):
     def call_facts(self, run_id: int) -> pd.DataFrame:
         """Per call of a run: latency, tokens, cost, finish reason, the model that answered (those it made and
         those it reused from the cache, with the run that made them)."""
-        run = self.runner.run_info(run_id)
+        run = self.runs.run_info(run_id)
         with self.session() as s:
             keys = set(q.predictions_frame(s, run.id)["call_key"].dropna())
             facts = q.call_facts(s, keys)
@@ -128,12 +130,12 @@ class ModelPathService(Service):
         self.require("run")
         if sample < 1 or repeats < 1:
             raise UserError("--sample and --repeats must be at least 1")
-        run = self.runner.run_info(run_id)
-        settings = self.runner._settings_from_params(json.loads(run.params_json))
+        run = self.runs.run_info(run_id)
+        settings = self.runs.settings_from_params(json.loads(run.params_json))
         cfg = labelling.model_config(settings)
         if labelling.is_offline(cfg):  # the rule engine answers the same text the same way, every time
             return NoiseResult(run_id, 0, cfg.model, 0, repeats, pd.DataFrame(columns=NOISE_TABLE), deterministic=True)
-        self.runner._check_endpoint(settings)
+        self.runs.check_endpoint(settings)
         with self.session() as s:
             preds = q.predictions_frame(s, run_id)
         picked = stratified_sample(preds[preds["value"].notna()], sample, seed)
@@ -190,8 +192,8 @@ class ModelPathService(Service):
         with self.session() as s:
             reports = q.reports_frame(s, ids=ids)
         done = set() if run.mode == "joint" else {(r, lab) for r in ids for lab in labels} - wanted
-        return self.runner._build_requests(
-            self.study.prompt_set(run.prompt_commit), reports, labels, run.mode, run.sections.split(","), cfg, done
+        return self.runs.build_requests(
+            self.prompts.prompt_set(run.prompt_commit), reports, labels, run.mode, run.sections.split(","), cfg, done
         )
 
     def noise_rates(self, run_ids) -> pd.DataFrame:

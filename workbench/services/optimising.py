@@ -73,8 +73,8 @@ class OptimisingService(Service):
         ctx: StudyContext,
         study: StudyService,
         splits: SplitsService,
-        runner: RunsService,
-        model_path: ModelPathService,
+        runs: RunsService,
+        costs: ModelPathService,
         prompts: PromptsService,
         evaluation: EvaluationService,
         triage: TriageService,
@@ -82,8 +82,8 @@ class OptimisingService(Service):
         super().__init__(ctx)
         self.study = study
         self.splits = splits
-        self.runner = runner
-        self.model_path = model_path
+        self.runs = runs
+        self.costs = costs
         self.prompts = prompts
         self.evaluation = evaluation
         self.triage = triage
@@ -96,15 +96,15 @@ class OptimisingService(Service):
 
     def run_cohort(self, run_id: int) -> str:
         """The name of the cohort a run labelled."""
-        return self.study._cohort_name(self.runner.run_info(run_id).cohort_id)
+        return self.study.cohort_name(self.runs.run_info(run_id).cohort_id)
 
     def evaluate_parts(
         self, run_id: int, ci: str = "wilson", n_resamples: int = 1000, zero_division: str | None = None
     ) -> dict:
         """Per part (tuning, validation): per-label metrics with intervals, macro F1 with a bootstrap interval."""
         zero_division = self.evaluation.macro_policy(zero_division)
-        run = self.runner.run_info(run_id)
-        parts = self.splits.split_parts(self.study._cohort_name(run.cohort_id))
+        run = self.runs.run_info(run_id)
+        parts = self.splits.split_parts(self.study.cohort_name(run.cohort_id))
         if not parts:
             raise StudyError("the run's cohort is not split into tuning and validation parts (workbench split)")
         y_true, y_pred, _ = self.evaluation.evaluation_inputs(run_id)
@@ -118,10 +118,10 @@ class OptimisingService(Service):
     def compare_by_part(self, run_a: int, run_b: int) -> dict:
         """Two runs on a split cohort: per part, macro F1 of each and the per-label McNemar table (Holm within the part)."""
         refuse_same_run(run_a, run_b)
-        a, b = self.runner.run_info(run_a), self.runner.run_info(run_b)
+        a, b = self.runs.run_info(run_a), self.runs.run_info(run_b)
         if a.cohort_id != b.cohort_id:
             raise StudyError(f"runs {run_a} and {run_b} are on different cohorts")
-        parts = self.splits.split_parts(self.study._cohort_name(a.cohort_id))
+        parts = self.splits.split_parts(self.study.cohort_name(a.cohort_id))
         if not parts:
             raise StudyError("the runs' cohort is not split into tuning and validation parts (workbench split)")
         y_true, pred_a, _ = self.evaluation.evaluation_inputs(run_a, extra_commits=(b.prompt_commit,))
@@ -148,7 +148,7 @@ class OptimisingService(Service):
         parts = self.splits.split_parts(cohort)
         if not parts:
             raise StudyError(f"{cohort!r} is not split yet: workbench split {cohort}")
-        runs = self.runner.runs(cohort)
+        runs = self.runs.runs(cohort)
         runs = runs[runs["status"].isin(["finished", "incomplete"])]
         reference = self.study.reference_matrix(cohort) if len(runs) else None
         policy = self.evaluation.macro_policy()
@@ -200,13 +200,13 @@ class OptimisingService(Service):
         Same engine, governance, call cache and parser as a run: only calls whose rendered messages
         changed are made. on_calls sees the labelling's progress (labelling.Progress), as a run's bar does.
         """
-        settings = self.runner._settings_from_params(json.loads(run.params_json))
-        self.runner._check_endpoint(settings)
+        settings = self.runs.settings_from_params(json.loads(run.params_json))
+        self.runs.check_endpoint(settings)
         cfg = labelling.model_config(settings)
         with self.session() as s:
             reports = q.reports_frame(s, ids=report_ids)
         labels = [label] if run.mode == "per_label" else json.loads(run.labels_json)
-        requests = self.runner._build_requests(ps, reports, labels, run.mode, run.sections.split(","), cfg, set())
+        requests = self.runs.build_requests(ps, reports, labels, run.mode, run.sections.split(","), cfg, set())
         rows: list[dict] = []
 
         def store(answers: list) -> None:
@@ -217,7 +217,7 @@ class OptimisingService(Service):
         done = labelling.label_calls(
             requests,
             cfg,
-            self.runner._cached_replies,
+            self.runs.cached_replies,
             store,
             store_reused=lambda answers: rows.extend({**r, "made": False} for r in _rows(answers)),
             on_progress=on_calls,
@@ -261,7 +261,7 @@ class OptimisingService(Service):
 
         inputs: the run's (reference, predictions) when the caller already has them (optimise rounds).
         """
-        cohort = self.study._cohort_name(run.cohort_id)
+        cohort = self.study.cohort_name(run.cohort_id)
         parts = self.splits.split_parts(cohort)
         if not parts:
             raise StudyError(
@@ -279,7 +279,7 @@ class OptimisingService(Service):
         values = (y_pred[label] if pred is None else pred).reindex(ids)
         ids = [r for r in ids if not pd.isna(values.loc[r])]
         if evidence is None:
-            preds = self.runner.predictions(run.id)
+            preds = self.runs.predictions(run.id)
             evidence = preds[preds["label"] == label].set_index("report_id")["evidence"]
 
         with self.session() as s:
@@ -390,13 +390,13 @@ class OptimisingService(Service):
         a strict structured edit back. The call goes through the labelling path (labelling.label_calls) like a
         run's: the same governance, call cache (only a usable reply is kept), counts and call records, and a
         reply that is not a usable edit is kept with the call's record (and returned, to be shown)."""
-        settings = self.runner.labeller_settings(model, max_tokens=PROPOSER_MAX_TOKENS, api_base=api_base)
+        settings = self.runs.labeller_settings(model, max_tokens=PROPOSER_MAX_TOKENS, api_base=api_base)
         if labelling.is_offline_model(settings.get("model", "")):
             raise StudyError(
                 "the model proposer needs a language model; the study's labeller is the offline one "
                 "(use --proposer offline, or --model openai/NAME with --api-base)"
             )
-        self.runner._check_endpoint(settings)
+        self.runs.check_endpoint(settings)
         cfg = model_config(settings)
         failing = cases[cases["reference"] != cases["prediction"]].head(MAX_CASES)
         attribute_cases = (attribute_cases if attribute_cases is not None else pd.DataFrame()).head(MAX_CASES)
@@ -412,7 +412,7 @@ class OptimisingService(Service):
         counts = labelling.label_calls(
             [request],
             cfg,
-            self.runner._cached_replies,
+            self.runs.cached_replies,
             lambda answers: self._store_proposer_call(cfg, answers),
             decide=reading,
         )
@@ -457,7 +457,7 @@ class OptimisingService(Service):
         phrase_list=None,
     ) -> list[dict]:
         """A suggestion for every label with a disagreement on the tuning part."""
-        run = self.runner.run_info(run_id) if run_id is not None else self._latest_dev_run()
+        run = self.runs.run_info(run_id) if run_id is not None else self._latest_dev_run()
         queue = self.triage.disagreements(run.id)
         failing = [lab for lab in self.vocab.asked_ids if lab in set(queue["label"])]
         hedges = None if self._uses_model(proposer, model) or not failing else self._run_hedge_convention(run)
@@ -471,7 +471,7 @@ class OptimisingService(Service):
             for lab in self.vocab.asked_ids
             if lab in inputs[1].columns
         }
-        return self._hedge_convention(self.study.prompt_set(run.prompt_commit), material)
+        return self._hedge_convention(self.prompts.prompt_set(run.prompt_commit), material)
 
     def suggest(
         self,
@@ -487,10 +487,10 @@ class OptimisingService(Service):
         validation before it is shown; stored as a proposal (offered only when validation does not drop).
         hedges: the run's hedge convention when the caller has it (suggest_failing computes it once)."""
         self.require("edit_prompts")
-        label = self.prompts._asked(label)
-        run = self.runner.run_info(run_id) if run_id is not None else self._latest_dev_run()
+        label = self.prompts.asked_label(label)
+        run = self.runs.run_info(run_id) if run_id is not None else self._latest_dev_run()
         self._require_run_covers(run, [label], "suggest")
-        ps = self.study.prompt_set(run.prompt_commit)
+        ps = self.prompts.prompt_set(run.prompt_commit)
         cases, notes = self._tuning_material(run, label)
         if hedges is None and not self._uses_model(proposer, model):
             hedges = self._run_hedge_convention(run)
@@ -560,7 +560,7 @@ class OptimisingService(Service):
         missing = [lab for lab in labels if lab not in set(covered)]
         if not missing:
             return
-        cohort = self.study._cohort_name(run.cohort_id)
+        cohort = self.study.cohort_name(run.cohort_id)
         instead = (
             f", or {command} only what it covers: --labels {','.join(covered)}"
             if command == "optimise" and covered
@@ -594,14 +594,14 @@ class OptimisingService(Service):
     def _latest_dev_run(self):
         """The newest finished run on the development cohort."""
         cohort = self.development_cohort()
-        runs = self.runner.runs(cohort)
+        runs = self.runs.runs(cohort)
         runs = runs[runs["status"] == "finished"]
         if runs.empty:
             raise StudyError(
                 f"no finished run on the development cohort {cohort!r}: `workbench run --cohort {cohort}` "
                 "first (or pass --run N)"
             )
-        return self.runner.run_info(int(runs.iloc[0]["id"]))
+        return self.runs.run_info(int(runs.iloc[0]["id"]))
 
     def _record(self, run, label: str, result: proposals.ProposalResult, ps) -> dict:
         """Evaluate an ok proposal, store it with its verdict, and return what the engineer is shown."""
@@ -672,11 +672,11 @@ class OptimisingService(Service):
         carry the rest of tuning over from the answers before; the result names them (carried) and its tuning
         figures are then an estimate. Validation is always asked in full: it alone decides.
         """
-        run = self.runner.run_info(run_id)
-        cohort = self.study._cohort_name(run.cohort_id)
+        run = self.runs.run_info(run_id)
+        cohort = self.study.cohort_name(run.cohort_id)
         parts = self.splits.split_parts(cohort)
         label = new_lp.label
-        base_ps = base_ps or self.study.prompt_set(run.prompt_commit)
+        base_ps = base_ps or self.prompts.prompt_set(run.prompt_commit)
         new_ps = base_ps.with_label(new_lp)
         y_true, y_pred = inputs if inputs is not None else self.evaluation.evaluation_inputs(run_id)[:2]
         leaked = new_ps.example_report_ids() | base_ps.example_report_ids()
@@ -731,21 +731,21 @@ class OptimisingService(Service):
         beside the run of the committed version: per label F1 before and after, fixed and broken cases and
         the McNemar verdict on validation, and macro F1 per part before and after. Nothing is committed."""
         self.require("edit_prompts")
-        run = self.runner.run_info(run_id) if run_id is not None else self._latest_dev_run()
-        wanted = [self.prompts._asked(lab) for lab in labels] if labels else self.prompts.pending_labels()
+        run = self.runs.run_info(run_id) if run_id is not None else self._latest_dev_run()
+        wanted = [self.prompts.asked_label(lab) for lab in labels] if labels else self.prompts.pending_labels()
         if not wanted:
             raise UserError("no drafts to evaluate: edit one first (`workbench prompts set`, `prompts edit`, `accept`)")
-        cohort = self.study._cohort_name(run.cohort_id)
+        cohort = self.study.cohort_name(run.cohort_id)
         parts = self.splits.split_parts(cohort)
         if not parts:
             raise StudyError(f"split {cohort!r} into tuning and validation parts first: workbench split {cohort}")
-        base_ps = self.study.prompt_set(run.prompt_commit)
+        base_ps = self.prompts.prompt_set(run.prompt_commit)
         y_true, y_pred, _ = self.evaluation.evaluation_inputs(run.id)
         current = y_pred.copy()
         out = {
             "run": run.id,
             "base_commit": run.prompt_commit,
-            "head": self.study.prompt_commit(),
+            "head": self.prompts.prompt_commit(),
             "labels": [],
             "calls": {"made": 0, "reused": 0},
             "zero_division": self.evaluation.macro_policy(),
@@ -775,7 +775,7 @@ class OptimisingService(Service):
     def proposals(self, label: str | None = None, status: str | None = None) -> pd.DataFrame:
         """Stored proposals, newest first."""
         with self.session() as s:
-            return q.proposals_frame(s, self.prompts._asked(label) if label else None, status)
+            return q.proposals_frame(s, self.prompts.asked_label(label) if label else None, status)
 
     def proposal(self, proposal_id: int) -> dict:
         """One stored proposal with its edit and evaluation."""
@@ -860,14 +860,14 @@ class OptimisingService(Service):
         self.require("edit_prompts")
         if rounds < 1:
             raise StudyError("rounds must be at least 1")
-        run = self.runner.run_info(run_id) if run_id is not None else self._latest_dev_run()
-        labels = [self.prompts._asked(lab) for lab in labels] if labels else list(self.vocab.asked_ids)
+        run = self.runs.run_info(run_id) if run_id is not None else self._latest_dev_run()
+        labels = [self.prompts.asked_label(lab) for lab in labels] if labels else list(self.vocab.asked_ids)
         self._require_run_covers(run, labels, "optimise")
         started = time.perf_counter()
-        base_ps = ps = self.study.prompt_set(run.prompt_commit)
+        base_ps = ps = self.prompts.prompt_set(run.prompt_commit)
         y_true, y_pred, _ = self.evaluation.evaluation_inputs(run.id)
-        parts = self.splits.split_parts(self.study._cohort_name(run.cohort_id))
-        preds = self.runner.predictions(run.id)
+        parts = self.splits.split_parts(self.study.cohort_name(run.cohort_id))
+        preds = self.runs.predictions(run.id)
         evidence = {lab: preds[preds["label"] == lab].set_index("report_id")["evidence"] for lab in labels}
         current = y_pred.copy()
         policy = self.evaluation.macro_policy()
@@ -1092,7 +1092,7 @@ class OptimisingService(Service):
         cache (counted, none made): what optimise left unasked (joint mode: one figure for the joint calls)."""
         if not labels:
             return {}
-        cfg = labelling.model_config(self.runner._settings_from_params(json.loads(run.params_json)))
+        cfg = labelling.model_config(self.runs.settings_from_params(json.loads(run.params_json)))
         with self.session() as s:
             reports = q.reports_frame(s, cohort_id=run.cohort_id)
         groups = (
@@ -1100,7 +1100,7 @@ class OptimisingService(Service):
         )
         left = {}
         for name, group in groups.items():
-            requests = self.runner._build_requests(ps, reports, group, run.mode, run.sections.split(","), cfg, set())
+            requests = self.runs.build_requests(ps, reports, group, run.mode, run.sections.split(","), cfg, set())
             with self.session() as s:
                 cached = set(q.cached_calls(s, [r.key for r in requests]))
             left[name] = sum(r.key not in cached for r in requests)
@@ -1108,7 +1108,7 @@ class OptimisingService(Service):
 
     def _screen_noise_rate(self, run_id: int) -> float:
         """The upper end of the run's measured overall noise rate (0 when not measured: the offline labeller's is 0)."""
-        rates = self.model_path.noise_rates([run_id])
+        rates = self.costs.noise_rates([run_id])
         overall = rates[rates["label"] == "all"]
         return float(overall["hi"].iloc[0]) if len(overall) else 0.0
 

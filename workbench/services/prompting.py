@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import difflib
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ from workbench.core import policy, yaml_layout
 from workbench.core.prompts import (
     LabelPrompt,
     PromptError,
+    PromptSet,
     dump_label_prompt,
     dump_task,
     parse_label_prompt,
@@ -30,8 +32,9 @@ from workbench.core.prompts import (
 )
 from workbench.core.text import compose_text
 from workbench.errors import NotFound
+from workbench.services import memo
 from workbench.services.base import Service, StudyContext
-from workbench.services.study import ConflictError, _validate_prompt_files
+from workbench.services.study import ConflictError, validate_prompt_files
 from workbench.store import prompt_repo
 from workbench.store import queries as q
 from workbench.store.prompt_repo import PromptRepoError
@@ -85,18 +88,48 @@ def _provenance_line(row) -> str:
 
 
 class PromptsService(Service):
-    """Editing, versioning and comparing prompts."""
+    """The prompt set's versions (read and committed), editing, drafts and comparing prompts."""
 
     def __init__(self, ctx: StudyContext, study: StudyService, splits: SplitsService) -> None:
         super().__init__(ctx)
         self.study = study
         self.splits = splits
 
+    # ------------------------------------------------------------ versions (read side)
+
+    def prompt_files(self, ref_: str | None = None) -> dict[str, str]:
+        """The prompt set's YAML texts at a version (not for readers: examples carry reference answers)."""
+        self.require("see_unblinded")
+        return prompt_repo.read_files(self.paths.prompts, ref_)
+
+    @memo.per_commit
+    @memo.per_request
+    def prompt_set(self, ref_: str | None = None) -> PromptSet:
+        """The parsed prompt set at a version (HEAD by default); a reader's copy lacks few-shot examples
+        taken from reports they have not read yet (each carries its reference answer)."""
+        ps = self.unblinded_prompt_set(ref_)
+        scope = self.study.blind_scope()
+        if scope is None or not (ps.example_report_ids() - scope):
+            return ps
+        for lp in list(ps.labels.values()):
+            kept = tuple(ex for ex in lp.examples if not ex.source_report_id or ex.source_report_id in scope)
+            if len(kept) != len(lp.examples):
+                ps = ps.with_label(replace(lp, examples=kept))
+        return ps
+
+    def unblinded_prompt_set(self, ref_: str | None = None) -> PromptSet:
+        """The parsed prompt set at a version with every example: for bookkeeping the user never sees."""
+        return validate_prompt_files(prompt_repo.read_files(self.paths.prompts, ref_), self.vocab)
+
+    def prompt_commit(self, ref_: str | None = None) -> str:
+        """Full commit sha of a prompt version."""
+        return prompt_repo.resolve(self.paths.prompts, ref_)
+
     # ------------------------------------------------------------ drafts
 
     def label_prompt(self, label: str, ref_: str | None = None) -> LabelPrompt:
         """One label's prompt at a version."""
-        return self.study.prompt_set(ref_).label(self._asked(label))
+        return self.prompt_set(ref_).label(self._asked(label))
 
     def asked_label(self, label: str) -> str:
         """A label id or name resolved to an asked label's id (a clear error otherwise)."""
@@ -119,7 +152,7 @@ class PromptsService(Service):
             row = q.get_draft(s, label, self.actor.user)
         if row is not None:
             return parse_label_yaml(row.content, f"draft of {label}"), row.base_commit, True
-        head = self.study.prompt_commit()
+        head = self.prompt_commit()
         return self.label_prompt(label, head), head, False
 
     def save_draft(self, lp: LabelPrompt, base_commit: str) -> None:
@@ -153,16 +186,16 @@ class PromptsService(Service):
         base_commit: the version the edit started from, or {label: version} per label.
         """
         self.require("edit_prompts")
-        head = self.study.prompt_set()
+        head = self.prompt_set()
         prompts = [lp for lp in prompts if head.labels.get(self._asked(lp.label)) != lp]
         if not prompts:
             raise StudyError("nothing to save: the prompts are the same as the current version")
-        current = self.study.prompt_files(None)
+        current = self.prompt_files(None)
         files = {f"{lp.label}.yaml": label_yaml(lp, onto=current.get(f"{lp.label}.yaml")) for lp in prompts}
         bases = {f"{lab}.yaml": b for lab, b in base_commit.items()} if isinstance(base_commit, dict) else base_commit
         current.update(files)
 
-        _validate_prompt_files(current, self.vocab)  # the whole set must still parse
+        validate_prompt_files(current, self.vocab)  # the whole set must still parse
         return self._commit_version(files, bases, message, [lp.label for lp in prompts])
 
     def commit_drafts(self, labels: list[str], message: str) -> str:
@@ -337,7 +370,7 @@ class PromptsService(Service):
         if not wanted:
             raise StudyError("nothing to save: no drafts and no uncommitted edits in the prompt folder")
         files, bases, saved = {}, {}, []
-        head = self.study.prompt_commit()
+        head = self.prompt_commit()
         for label in wanted:
             draft, text, edited = self._refuse_clash(label)
             if edited:
@@ -355,10 +388,10 @@ class PromptsService(Service):
             raise StudyError(
                 f"nothing to save: the draft(s) of {', '.join(wanted)} are the same as the current version"
             )
-        current = self.study.prompt_files(None)
+        current = self.prompt_files(None)
         current.update(files)
 
-        _validate_prompt_files(current, self.vocab)
+        validate_prompt_files(current, self.vocab)
         return self._commit_version(files, bases, message, saved), saved
 
     def _commit_version(self, files: dict[str, str], bases, message: str, labels: list[str]) -> str:
@@ -412,8 +445,8 @@ class PromptsService(Service):
         if old is None:
             raise StudyError(f"{label} has no prompt at version {to_ref!r}")
         lp = parse_label_yaml(old, f"{label}.yaml@{to_ref}")
-        short = self.study.prompt_commit(to_ref)[:8]
-        return self.save_prompts([lp], message or f"Revert {label} to {short}", self.study.prompt_commit())
+        short = self.prompt_commit(to_ref)[:8]
+        return self.save_prompts([lp], message or f"Revert {label} to {short}", self.prompt_commit())
 
     def import_prompt_dictionary(self, path: Path, message: str) -> str:
         """Import a {label: guidance} dictionary (JSON/YAML) as a new version of every label."""
@@ -425,8 +458,8 @@ class PromptsService(Service):
                 raise StudyError(f"{Path(path).name}: unknown label {key!r}")
             if label_id in self.vocab.asked_ids:
                 resolved[label_id] = text
-        ps = prompt_set_from_dictionary(resolved, self.vocab.asked_ids, self.study.prompt_set().task)
-        return self.save_prompts(list(ps.labels.values()), message, self.study.prompt_commit())
+        ps = prompt_set_from_dictionary(resolved, self.vocab.asked_ids, self.prompt_set().task)
+        return self.save_prompts(list(ps.labels.values()), message, self.prompt_commit())
 
     # ------------------------------------------------------------ history and diffs
 
@@ -499,12 +532,12 @@ class PromptsService(Service):
 
     def policy_table(self, ref_: str | None = None) -> pd.DataFrame:
         """Every label's hedge and temporal policy side by side."""
-        return policy.policy_table(self.study.prompt_set(ref_), self.vocab.names())
+        return policy.policy_table(self.prompt_set(ref_), self.vocab.names())
 
     def policy_conflicts(self, ref_: str | None = None) -> list[policy.Finding]:
         """Inconsistencies between related labels and inside labels of a committed version; without a version,
         of the latest one with this user's drafts and uncommitted edits in it (their findings say "draft")."""
-        committed = self.study.prompt_set(ref_)
+        committed = self.prompt_set(ref_)
         found = policy.policy_conflicts(committed, self.vocab.names(), self.vocab)
         if ref_ is not None:
             return found
@@ -524,7 +557,7 @@ class PromptsService(Service):
     def new_contradictions(self, old: LabelPrompt, new: LabelPrompt, cues: dict | None = None) -> list[policy.Finding]:
         """Contradictions inside a label's prompt that a revision (old -> new) would create (cues: the task's)."""
         names = self.vocab.names()
-        cues = cues if cues is not None else self.study.prompt_set().task.cue_lists()
+        cues = cues if cues is not None else self.prompt_set().task.cue_lists()
         before = set(policy.label_contradictions(old, names[old.label], cues, self.vocab))
         return [f for f in policy.label_contradictions(new, names[new.label], cues, self.vocab) if f not in before]
 

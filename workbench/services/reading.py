@@ -22,6 +22,7 @@ from workbench.core.text import compose_text
 from workbench.core.vocab import VocabularyError
 from workbench.errors import UserError
 from workbench.services.base import Service, StudyContext
+from workbench.services.results import ReadingNote, ReportText, SavedReading, UndoneSave, WorkAssigned
 from workbench.services.study import ConflictError, PermissionDenied
 from workbench.store import db
 from workbench.store import queries as q
@@ -86,18 +87,18 @@ class ReadingService(Service):
         with self.session() as s:
             return q.list_readers(s)
 
-    def report_text(self, report_id: str) -> dict:
+    def report_text(self, report_id: str) -> ReportText:
         """One report's text as readers see it (the study's sections), without any labels."""
         with self.session() as s:
             report = q.get_report(s, report_id)
             if report is None:
                 raise StudyError(f"no report {report_id!r}")
-            return {
-                "report_id": report_id,
-                "findings": report.findings,
-                "impression": report.impression,
-                "text": compose_text(report.findings, report.impression, report.text, self.config.sections),
-            }
+            return ReportText(
+                report_id,
+                report.findings,
+                report.impression,
+                compose_text(report.findings, report.impression, report.text, self.config.sections),
+            )
 
     def reading_queue(self, reader: str, cohort: str) -> pd.DataFrame:
         """A cohort's reports in order with how many labels this reader has marked (only their own readings)."""
@@ -124,7 +125,7 @@ class ReadingService(Service):
         report_id: str,
         values: dict[str, int],
         expected_versions: dict[str, int] | None = None,
-    ) -> dict:
+    ) -> SavedReading:
         """Record one reader's labels for one report (the annotate form); returns what changed.
 
         expected_versions maps label -> the reading version the form showed; if another save
@@ -134,7 +135,7 @@ class ReadingService(Service):
         with self._first_save_guard(reader, report_id), self.session(write=True) as s:
             changed, _ = self._write_readings(s, reader, report_id, values, expected_versions or {})
             self._after_save(s, reader, report_id, changed)
-        return changed
+        return SavedReading(**changed)
 
     def _check_writer(self, reader: str, values: dict[str, int]) -> None:
         """Refuse a save by someone other than the reader, or of labels and values readers do not mark."""
@@ -295,19 +296,20 @@ class ReadingService(Service):
             raise StudyError(f"values must be 0 or 1, got {bad}")
         return {k: int(v) for k, v in values.items()}
 
-    def reading_draft(self, reader: str, report_id: str) -> dict | None:
+    def reading_draft(self, reader: str, report_id: str) -> dict[str, int] | None:
         """A reader's unsaved ticks on one report (label -> 0/1), or None."""
         check_own_reading(self.ctx, reader)
         with self.session() as s:
             draft = q.get_reading_draft(s, reader, report_id)
         return None if draft is None else {k: v for k, v in draft.items() if k != NOTE_IN_DRAFT}
 
-    def reading_draft_note(self, reader: str, report_id: str) -> dict | None:
-        """The comment and unsure mark kept with a reader's draft ({comment, unsure}), or None when it keeps none."""
+    def reading_draft_note(self, reader: str, report_id: str) -> ReadingNote | None:
+        """The comment and unsure mark kept with a reader's draft, or None when it keeps none."""
         check_own_reading(self.ctx, reader)
         with self.session() as s:
             draft = q.get_reading_draft(s, reader, report_id)
-        return (draft or {}).get(NOTE_IN_DRAFT)
+        kept = (draft or {}).get(NOTE_IN_DRAFT)
+        return ReadingNote(kept["comment"], bool(kept["unsure"])) if kept else None
 
     def save_reading_draft(
         self, reader: str, report_id: str, values: dict, comment: str | None = None, unsure: bool | None = None
@@ -338,7 +340,7 @@ class ReadingService(Service):
         expected_versions: dict | None = None,
         comment: str | None = None,
         unsure: bool | None = None,
-    ) -> dict:
+    ) -> SavedReading:
         """Save a report's reading (every asked label: unticked = 0) with the reader's comment and unsure mark,
         drop its draft and log the save for undo, in one transaction (comment/unsure None: left as they are)."""
         check_own_reading(self.ctx, reader)
@@ -350,7 +352,7 @@ class ReadingService(Service):
             changed, existing = self._write_readings(s, reader, report_id, full, expected_versions or {})
             self._log_save(s, reader, report_id, full, existing, note)
             self._after_save(s, reader, report_id, changed)
-        return changed
+        return SavedReading(**changed)
 
     def _log_save(self, s, reader: str, report_id: str, full: dict, existing: pd.DataFrame, note) -> None:
         """The note, the undo log and the dropped draft of a submitted reading, inside its own transaction."""
@@ -372,11 +374,12 @@ class ReadingService(Service):
         )
         q.delete_reading_draft(s, reader, report_id)
 
-    def reading_note(self, reader: str, report_id: str) -> dict | None:
+    def reading_note(self, reader: str, report_id: str) -> ReadingNote | None:
         """A reader's own comment and unsure mark on one report ({comment, unsure}), or None."""
         check_own_reading(self.ctx, reader)
         with self.session() as s:
-            return q.get_reading_note(s, reader, report_id)
+            note = q.get_reading_note(s, reader, report_id)
+        return None if note is None else ReadingNote(note["comment"], bool(note["unsure"]))
 
     def reading_notes(self, cohort: str | None = None, reader: str | None = None) -> pd.DataFrame:
         """Readers' comments and unsure marks (report_id, reader, comment, unsure, updated_at): others' only unblinded."""
@@ -386,10 +389,10 @@ class ReadingService(Service):
             ids = q.report_ids(s, self.study.cohort_id(cohort)) if cohort else None
             return q.reading_notes_frame(s, ids, reader=reader).reset_index(drop=True)
 
-    def undo_last_save(self, reader: str) -> dict:
+    def undo_last_save(self, reader: str) -> UndoneSave:
         """Undo a reader's last save in one transaction: the values before it come back (a new reading goes,
         its draft returns), and the audit records the undo; refused when nothing is left to undo or the
-        reading was changed since. Returns {report_id, restored, removed}."""
+        reading was changed since. Returns what it did (UndoneSave)."""
         check_own_reading(self.ctx, reader)
         with self.session(write=True) as s:
             save = q.last_reading_save(s, reader)
@@ -435,7 +438,7 @@ class ReadingService(Service):
             versions = q.readings_frame(s, report_ids_=[save.report_id], reader=reader).set_index("label")["version"]
             q.restamp_last_reading_save(s, reader, save.report_id, {lab: int(v) for lab, v in versions.items()})
             self.adaptive.after_readings(s, [(save.report_id, reader)])
-        return {"report_id": save.report_id, "restored": restored, "removed": removed}
+        return UndoneSave(save.report_id, restored, removed)
 
     def last_saved_report(self, reader: str) -> str | None:
         """The report of a reader's last save that undo would take back, or None."""
@@ -529,7 +532,7 @@ class ReadingService(Service):
 
     # ------------------------------------------------------------ reading room: work lists
 
-    def assign_work(self, cohort: str, readers: list[str], overlap: int) -> dict:
+    def assign_work(self, cohort: str, readers: list[str], overlap: int) -> WorkAssigned:
         """Give each report of a cohort to `overlap` readers, balancing the lists (admins only).
 
         Existing assignments are kept (a reader may have read them already); only missing places
@@ -574,7 +577,7 @@ class ReadingService(Service):
                 None,
                 {"readers": readers, "overlap": overlap, "added": len(new)},
             )
-        return {"added": len(new), "per_reader": load}
+        return WorkAssigned(len(new), load)
 
     def work_list_status(self, cohort: str) -> pd.DataFrame:
         """Per reader with a work list on the cohort: reports assigned and completed; empty without work lists."""

@@ -7,6 +7,7 @@ against the old dict keeps working while new code reads attributes (`case.text`)
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -134,3 +135,62 @@ class OptimiseReport(Result):
     drafts: list  # labels left as drafts for a person to save
     not_drafted: list  # changed labels that already had a person's draft
     final_prompts: dict
+
+
+@dataclass(frozen=True)
+class FrozenBundle:
+    """What freezing a prompt version wrote: its name, sha256, the JSON and YAML files, the commit and the run."""
+
+    name: str
+    sha256: str
+    json: Path
+    yaml: Path
+    commit: str
+    run: int
+
+
+# ------------------------------------------------------------ a reader's reading (services/reading.py): records only
+
+
+@dataclass(frozen=True)
+class ReportText:
+    """One report's text as readers see it (the study's sections), without any labels."""
+
+    report_id: str
+    findings: str | None
+    impression: str | None
+    text: str
+
+
+@dataclass(frozen=True)
+class SavedReading:
+    """What one save of a reader's reading of a report did: labels added, changed and left as they were."""
+
+    added: int = 0
+    changed: int = 0
+    unchanged: int = 0
+
+
+@dataclass(frozen=True)
+class ReadingNote:
+    """A reader's comment and unsure mark on one report."""
+
+    comment: str
+    unsure: bool
+
+
+@dataclass(frozen=True)
+class UndoneSave:
+    """What undoing a reader's last save did: the report, labels whose value came back, new readings removed."""
+
+    report_id: str
+    restored: int
+    removed: int
+
+
+@dataclass(frozen=True)
+class WorkAssigned:
+    """What assigning work lists did: report places added, and each listed reader's reports now."""
+
+    added: int
+    per_reader: dict[str, int]

@@ -32,6 +32,7 @@ from workbench.store import queries as q
 from workbench.study import StudyError
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
+    from workbench.services.prompting import PromptsService
     from workbench.services.study import StudyService
 
 
@@ -348,9 +349,10 @@ class RunsService(Service):
 
     lease_ttl_s = 60.0  # a run's executor renews its lease every third of this
 
-    def __init__(self, ctx: StudyContext, study: StudyService) -> None:
+    def __init__(self, ctx: StudyContext, study: StudyService, prompts: PromptsService) -> None:
         super().__init__(ctx)
         self.study = study
+        self.prompts = prompts
 
     # ------------------------------------------------------------ settings
 
@@ -399,16 +401,16 @@ class RunsService(Service):
         batch: send the calls as a provider batch job (workbench/labeller/batch.py); on_batch_status sees its progress lines."""
         self.require("run")
         settings = self.labeller_settings(model, **overrides)
-        self._check_model_name(settings)
-        self._check_endpoint(settings)
+        self.check_model_name(settings)
+        self.check_endpoint(settings)
         if batch:
             from workbench.labeller import batch as batch_mod
 
             batch_mod.check_batchable(model_config(settings))  # before the run's row: a refusal leaves nothing
         if not confirmed:
             self.check_budget(cohort, prompt_ref, model, labels, mode, batch, **overrides)
-        commit = self.study.prompt_commit(prompt_ref)
-        ps = self.study.unblinded_prompt_set(commit)  # runners are never blinded; the example record is shared
+        commit = self.prompts.prompt_commit(prompt_ref)
+        ps = self.prompts.unblinded_prompt_set(commit)  # runners are never blinded; the example record is shared
         labels = self._check_labels(labels)
         cid = self.study.cohort_id(cohort)
         cfg = model_config(settings)
@@ -490,11 +492,11 @@ class RunsService(Service):
         """Runs on a cohort, newest first, with the prompt version, model, answer-changing parameters,
         labels, sections and mode a new run with these settings would have."""
         settings = self.labeller_settings(model, **overrides)
-        commit = self.study.prompt_commit(prompt_ref)
+        commit = self.prompts.prompt_commit(prompt_ref)
         labels = self._check_labels(labels)
         cid = self.study.cohort_id(cohort)
         params = _answer_params(self._run_params(model_config(settings), settings))
-        mode = mode or self.study.prompt_set(commit).task.mode
+        mode = mode or self.prompts.prompt_set(commit).task.mode
         out = []
         with self.session() as s:
             for row in q.list_runs(s, cid).itertuples(index=False):
@@ -576,14 +578,14 @@ class RunsService(Service):
         return out
 
     @staticmethod
-    def _check_model_name(settings: dict) -> None:
+    def check_model_name(settings: dict) -> None:
         """A model name litellm does not know is said so first (before any word about endpoints)."""
         try:
             check_model_name(settings.get("model", ""))
         except UnknownModel as exc:
             raise StudyError(str(exc)) from exc
 
-    def _check_endpoint(self, settings: dict) -> None:
+    def check_endpoint(self, settings: dict) -> None:
         """Refuse to send report text to an endpoint the study does not allow."""
         if not settings.get("model", "").startswith(RULES_PREFIX):
             try:
@@ -597,7 +599,7 @@ class RunsService(Service):
                 "`workbench allow-endpoint URL`."
             )
 
-    def _routed(self, cfg):
+    def routed(self, cfg):
         """cfg with the proxies it may go through: only those the study allows (any other is bypassed)."""
         return dataclasses.replace(cfg, proxies=endpoints.allowed_proxies(self.config.allowed_endpoints, os.environ))
 
@@ -668,24 +670,24 @@ class RunsService(Service):
             run = q.get_run(s, run_id)
             params = json.loads(run.params_json)
             labels = json.loads(run.labels_json)
-        settings = self._settings_from_params(params)
-        self._check_endpoint(settings)
+        settings = self.settings_from_params(params)
+        self.check_endpoint(settings)
         recorded = params.get("resolved_endpoints")
         if recorded is not None and recorded != model_endpoints(settings):
             raise StudyError(
                 f"run {run_id} sent report text to {', '.join(recorded) or 'this machine'}; it would now go to "
                 f"{endpoint_label(settings)} (the environment changed): restore it, or start a new run"
             )
-        cfg = self._routed(model_config(settings))
+        cfg = self.routed(model_config(settings))
         engine = self._batch_engine(run_id, cfg, *batch)
         with self.session(write=True) as s:  # read, then write: it takes the write lock first (waits, bounded)
             reports = q.reports_frame(s, cohort_id=run.cohort_id)
             done = q.done_prediction_keys(s, run_id)
             q.update_run(s, run_id, status="running", finished_at=None)
         state["running"] = True
-        ps = self.study.prompt_set(run.prompt_commit)
+        ps = self.prompts.prompt_set(run.prompt_commit)
         sections = run.sections.split(",")
-        requests = self._build_requests(ps, reports, labels, run.mode, sections, cfg, done)
+        requests = self.build_requests(ps, reports, labels, run.mode, sections, cfg, done)
         summary = RunSummary(run_id, calls_total=len(requests), already_done=len(done))
         with self.session(write=True) as s:
             q.update_run(s, run_id, calls_total=run.calls_total or (len(requests) + len(done)))
@@ -745,7 +747,7 @@ class RunsService(Service):
         labelling.label_calls(
             requests,
             cfg,
-            self._cached_replies,
+            self.cached_replies,
             lambda answers: self._store_answers(run_id, cfg, answers),
             store_reused=store_reused,
             defer=writer.submit,
@@ -756,7 +758,7 @@ class RunsService(Service):
             engine=engine,
         )
 
-    def _cached_replies(self, keys: list[str]) -> dict[str, str]:
+    def cached_replies(self, keys: list[str]) -> dict[str, str]:
         """Call key -> cached reply text, for the keys that have one."""
         with self.session() as s:
             return {k: c.response for k, c in q.cached_calls(s, keys).items()}
@@ -826,12 +828,12 @@ class RunsService(Service):
         return summary
 
     @staticmethod
-    def _settings_from_params(params: dict) -> dict:
+    def settings_from_params(params: dict) -> dict:
         """Rebuild labeller settings from what a run recorded."""
         settings = {k: v for k, v in params.items() if k in MODEL_FIELDS}
         return settings
 
-    def _build_requests(
+    def build_requests(
         self, ps, reports: pd.DataFrame, labels: list[str], mode: str, sections: list[str], cfg, done: set
     ) -> list:
         """Every call the run still needs for these reports (see labelling.build_requests)."""
@@ -848,13 +850,15 @@ class RunsService(Service):
         self.run_info(run_id)
         with self.session() as s:
             frame = q.prediction_attributes_frame(s, run_id, label)
-        return self.study._blind_rows(frame)
+        return self.study.blind_rows(frame)
 
     def runs(self, cohort: str | None = None) -> pd.DataFrame:
         """Runs newest first."""
         cid = self.study.cohort_id(cohort) if cohort else None
         with self.session() as s:
             return q.list_runs(s, cid)
+
+    __call__ = runs  # wb.runs() is the run table, as it was before the service took the name
 
     @memo.per_request
     def run_info(self, run_id: int):
@@ -876,7 +880,7 @@ class RunsService(Service):
         """A run's predictions (long); a reader sees those of reports they have finished reading."""
         run = self.run_info(run_id)
         with self.session() as s:
-            return self.study._blind_rows(memo.run_predictions(self.engine, s, run))
+            return self.study.blind_rows(memo.run_predictions(self.engine, s, run))
 
     @memo.per_request
     def prediction_matrix(self, run_id: int) -> pd.DataFrame:
@@ -906,9 +910,9 @@ class RunsService(Service):
         from workbench.services.runs import is_local_model
 
         settings = self.labeller_settings(model, **overrides)
-        self._check_model_name(settings)
-        self._check_endpoint(settings)
-        ps = self.study.prompt_set(self.study.prompt_commit(prompt_ref))
+        self.check_model_name(settings)
+        self.check_endpoint(settings)
+        ps = self.prompts.prompt_set(self.prompts.prompt_commit(prompt_ref))
         labels = self._check_labels(labels)
         cfg = labelling.model_config(settings)
         if batch:
@@ -917,7 +921,7 @@ class RunsService(Service):
             batch_mod.check_batchable(cfg)  # the offline labeller, a pool: refused as the run would be
         with self.session() as s:
             reports = q.reports_frame(s, cohort_id=self.study.cohort_id(cohort))
-        requests = self._build_requests(
+        requests = self.build_requests(
             ps, reports, labels, mode or ps.task.mode, list(self.config.sections), cfg, set()
         )
         with self.session() as s:
@@ -948,3 +952,14 @@ class RunsService(Service):
                 f"this run may cost {cost} for {est.to_make:,} calls, above labeller.confirm_above (${float(limit):,.2f})",
                 "see `workbench run --estimate`, then confirm (answer yes, or pass --yes)",
             )
+
+    # ------------------------------------------------------------ a run in its own process
+
+    def start_run_detached(self, cohort: str, on_progress=None, cancel=None, **run_kwargs):
+        """start_run in its own process (services/background.py): the app stays responsive."""
+        self.require("run")
+        from workbench.services.background import start_run_in_process  # it imports this module
+
+        return start_run_in_process(
+            self.root, self.actor, on_progress=on_progress, cancel=cancel, cohort=cohort, **run_kwargs
+        )

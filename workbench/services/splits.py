@@ -117,21 +117,21 @@ class SplitsService(Service):
 
     def queue_reports(self, run) -> set[str] | None:
         """Reports the disagreement queue may show for a run (None: every report of its cohort)."""
-        role = self.cohort_role(self.study._cohort_name(run.cohort_id))
+        role = self.cohort_role(self.study.cohort_name(run.cohort_id))
         if role in ("test", "validation"):
             raise StudyError(
                 f"run {run.id} is on a {role} cohort: its disagreements are never shown "
                 "(they would leak into the prompts)"
             )
-        parts = self.split_parts(self.study._cohort_name(run.cohort_id)) if role == "development" else {}
+        parts = self.split_parts(self.study.cohort_name(run.cohort_id)) if role == "development" else {}
         return {rid for rid, part in parts.items() if part == "tuning"} if parts else None
 
     def check_test_lock(self, run) -> None:
         """Metrics of a test cohort only through a frozen bundle's counted look."""
-        if self.cohort_role(self.study._cohort_name(run.cohort_id)) != "test":
+        if self.cohort_role(self.study.cohort_name(run.cohort_id)) != "test":
             return
         if _TEST_LOOK.get() != run.prompt_commit:
             raise StudyError(
-                f"run {run.id} is on the locked test cohort {self.study._cohort_name(run.cohort_id)!r}: its metrics are "
+                f"run {run.id} is on the locked test cohort {self.study.cohort_name(run.cohort_id)!r}: its metrics are "
                 "shown only for a frozen bundle, and every look is counted: workbench test-look BUNDLE --cohort NAME"
             )

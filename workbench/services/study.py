@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -125,7 +126,7 @@ def init_study(
         seed_files = _starter_prompts(vocabulary)
     else:
         raise StudyError(f"no starter prompt set {seed_dir.name!r} in {PROMPTS_DIR}; pass --prompts NAME")
-    _validate_prompt_files(seed_files, vocabulary)
+    validate_prompt_files(seed_files, vocabulary)
     if not root.exists():
         root.mkdir(parents=True, mode=0o700)
         root.chmod(0o700)  # whatever the umask: the folder holds the database and the reports' text
@@ -160,7 +161,7 @@ def _starter_prompts(vocab: Vocabulary) -> dict[str, str]:
     return files
 
 
-def _validate_prompt_files(files: dict[str, str], vocab: Vocabulary) -> PromptSet:
+def validate_prompt_files(files: dict[str, str], vocab: Vocabulary) -> PromptSet:
     """Parse prompt YAML texts into a PromptSet (errors name file and key)."""
     parsed = {}
     for name, text in files.items():
@@ -235,7 +236,7 @@ class StudyService(Service):
             return None
         return self._completed_reports(actor.user)
 
-    def _blind_rows(self, frame: pd.DataFrame, column: str = "report_id") -> pd.DataFrame:
+    def blind_rows(self, frame: pd.DataFrame, column: str = "report_id") -> pd.DataFrame:
         """Only the rows of reports the actor may see (all of them unless a reader)."""
         scope = self.blind_scope()
         if scope is None:
@@ -446,9 +447,9 @@ class StudyService(Service):
         panel = self._adaptive_panel()
         if counts is None:
             readings = readings[readings["label"].isin(self.vocab.asked_ids)]
-            return self._blind_rows(ref.compute_reference(readings, self.rule(), adj, flags, panel=panel))
+            return self.blind_rows(ref.compute_reference(readings, self.rule(), adj, flags, panel=panel))
         counts = counts[counts["label"].isin(self.vocab.asked_ids)]
-        return self._blind_rows(ref.reference_from_counts(counts, self.rule(), adj, flags, panel=panel))
+        return self.blind_rows(ref.reference_from_counts(counts, self.rule(), adj, flags, panel=panel))
 
     def _adaptive_panel(self) -> int | None:
         """With adaptive reading on, the full panel whose vote an item read by fewer readers takes (else None)."""
@@ -544,7 +545,7 @@ class StudyService(Service):
         with self.session() as s:
             cid = self.cohort_id(cohort) if cohort else None
             readings = q.readings_frame(s, cohort_id=cid)
-        readings = self._blind_rows(
+        readings = self.blind_rows(
             readings[readings["label"].isin(self.vocab.asked_ids)][["report_id", "label", "reader", "value"]]
         )
         reference = self.reference(cohort, readings=readings)[["report_id", "label", "value"]]
@@ -556,36 +557,6 @@ class StudyService(Service):
             "pairwise": agreement.pairwise_cohen(readings),
             "reader_vs_reference": agreement.reader_vs_reference(readings, reference),
         }
-
-    # ------------------------------------------------------------ prompts (read side)
-
-    def prompt_files(self, ref_: str | None = None) -> dict[str, str]:
-        """The prompt set's YAML texts at a version (not for readers: examples carry reference answers)."""
-        self.require("see_unblinded")
-        return prompt_repo.read_files(self.paths.prompts, ref_)
-
-    @memo.per_commit
-    @memo.per_request
-    def prompt_set(self, ref_: str | None = None) -> PromptSet:
-        """The parsed prompt set at a version (HEAD by default); a reader's copy lacks few-shot examples
-        taken from reports they have not read yet (each carries its reference answer)."""
-        ps = self.unblinded_prompt_set(ref_)
-        scope = self.blind_scope()
-        if scope is None or not (ps.example_report_ids() - scope):
-            return ps
-        for lp in list(ps.labels.values()):
-            kept = tuple(ex for ex in lp.examples if not ex.source_report_id or ex.source_report_id in scope)
-            if len(kept) != len(lp.examples):
-                ps = ps.with_label(replace(lp, examples=kept))
-        return ps
-
-    def unblinded_prompt_set(self, ref_: str | None = None) -> PromptSet:
-        """The parsed prompt set at a version with every example: for bookkeeping the user never sees."""
-        return _validate_prompt_files(prompt_repo.read_files(self.paths.prompts, ref_), self.vocab)
-
-    def prompt_commit(self, ref_: str | None = None) -> str:
-        """Full commit sha of a prompt version."""
-        return prompt_repo.resolve(self.paths.prompts, ref_)
 
     def _completed_reports(self, reader: str) -> set[str]:
         """Reports a reader has marked every asked label of."""
@@ -599,10 +570,24 @@ class StudyService(Service):
         scope = self.blind_scope()
         return scope is None or report_id in scope
 
-    def _cohort_name(self, cohort_id: int) -> str:
+    def cohort_name(self, cohort_id: int) -> str:
         """Cohort name from id."""
         cohorts = self.cohorts().set_index("id")
         return str(cohorts.loc[cohort_id, "name"])
+
+    # ------------------------------------------------------------ adjudication order
+
+    def adjudication_worklist(self, cohort: str | None = None) -> pd.DataFrame:
+        """Items waiting for a senior reader: flagged ones first, then ties, then too few readers; why each waits."""
+        queue = self.adjudication_queue(cohort)
+        tie = (queue["positives"] * 2 == queue["n_readers"]) & (queue["n_readers"] > 0)
+        queue["why"] = np.where(
+            queue["flagged"],
+            "flagged: the reference may be wrong",
+            np.where(tie, "tie", queue["reason"].replace("", "waiting")),
+        )
+        queue["rank"] = np.where(queue["flagged"], 0, np.where(tie, 1, 2))
+        return queue.sort_values("rank", kind="stable").drop(columns="rank").reset_index(drop=True)
 
 
 __all__ = ["Actor", "init_study", "ImportSummary", "PermissionDenied", "ConflictError", "TASK_FILE"]

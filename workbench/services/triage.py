@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,30 +20,36 @@ from workbench.study import SIGNIFICANCE, StudyError
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
     from workbench.services.attributes import AttributesService
+    from workbench.services.evaluation import EvaluationService
     from workbench.services.model_path import ModelPathService
+    from workbench.services.prompting import PromptsService
     from workbench.services.runs import RunsService
     from workbench.services.splits import SplitsService
     from workbench.services.study import StudyService
 
 
 class TriageService(Service):
-    """A run's disagreements with the reference (presence and attributes), cases and error notes."""
+    """A run's disagreements with the reference (presence and attributes) in the app's orders, cases and error notes."""
 
     def __init__(
         self,
         ctx: StudyContext,
         study: StudyService,
         splits: SplitsService,
-        runner: RunsService,
-        model_path: ModelPathService,
+        runs: RunsService,
+        costs: ModelPathService,
         attributes: AttributesService,
+        evaluation: EvaluationService,
+        prompts: PromptsService,
     ) -> None:
         super().__init__(ctx)
         self.study = study
         self.splits = splits
-        self.runner = runner
-        self.model_path = model_path
+        self.runs = runs
+        self.costs = costs
         self.attributes = attributes
+        self.evaluation = evaluation
+        self.prompts = prompts
 
     def disagreements(
         self,
@@ -54,10 +61,10 @@ class TriageService(Service):
     ) -> pd.DataFrame:
         """The queue: every (report, label) where the labeller and the reference differ (or the call failed);
         with_attributes=False leaves out the matched findings whose attributes differ."""
-        run = self.runner.run_info(run_id)
-        cohort = self.study._cohort_name(run.cohort_id)
+        run = self.runs.run_info(run_id)
+        cohort = self.study.cohort_name(run.cohort_id)
         ref_table = self.study.reference(cohort)
-        preds = self.runner.predictions(run_id)
+        preds = self.runs.predictions(run_id)
         shown = self.splits.queue_reports(
             run
         )  # only the tuning part: validation and test reports never reach the queue
@@ -90,7 +97,7 @@ class TriageService(Service):
         out = out.sort_values(
             ["label_error_rate", "label_support", "label", "report_id"], ascending=[False, True, True, True]
         )
-        out = self.study._blind_rows(out)  # a reader: only reports they have finished
+        out = self.study.blind_rows(out)  # a reader: only reports they have finished
         out["attribute"], out["attribute_category"] = "", ""
         if with_attributes and kind in (None, "attribute") and self.vocab.attribute_specs():
             extra = self._attribute_disagreements(run_id, merged, label, shown, error_rate, support)
@@ -154,7 +161,7 @@ class TriageService(Service):
             "notes",
             "categories",
         ]
-        if self.attributes.reference_attributes(self.study._cohort_name(self.runner.run_info(run_id).cohort_id)).empty:
+        if self.attributes.reference_attributes(self.study.cohort_name(self.runs.run_info(run_id).cohort_id)).empty:
             return pd.DataFrame(
                 columns=columns
             )  # no reader gave an attribute: nothing to compare (and no matrices built)
@@ -162,7 +169,7 @@ class TriageService(Service):
         wrong = core.mismatches(core.matched_rows(y_pred, y_true, pred_attrs, ref_attrs, specs))
         if shown is not None:
             wrong = wrong[wrong["report_id"].isin(shown)]
-        wrong = self.study._blind_rows(wrong)
+        wrong = self.study.blind_rows(wrong)
         base = merged.set_index(["report_id", "label"])
         rows = []
         # one case per finding: its differing attributes are listed together (the queue is keyed by report and label)
@@ -218,7 +225,7 @@ class TriageService(Service):
 
             raise PermissionDenied("submit your own reading of this report first (blinded until then)")
 
-        run = self.runner.run_info(run_id)
+        run = self.runs.run_info(run_id)
         label = self.study.label_id(label)
         with self.session() as s:
             report = q.get_report(s, report_id)
@@ -236,7 +243,7 @@ class TriageService(Service):
         text = compose_text(report.findings, report.impression, report.text, run.sections.split(","))
         messages = []
         if label in self.vocab.asked_ids:
-            ps = self.study.prompt_set(run.prompt_commit)
+            ps = self.prompts.prompt_set(run.prompt_commit)
             names = self.vocab.names()
             if run.mode == "joint":
                 messages = render_joint_call(ps, {lab: names[lab] for lab in json.loads(run.labels_json)}, text)
@@ -245,7 +252,7 @@ class TriageService(Service):
         if label in self.vocab.asked_ids:
             reference = self.study.item_reference(report_id, label)
         else:  # a derived label: from the whole report's reference
-            column = self.study.reference_matrix(self.study._cohort_name(run.cohort_id))[label]
+            column = self.study.reference_matrix(self.study.cohort_name(run.cohort_id))[label]
             value = column.get(report_id)
             reference = (
                 None if value is None else {"value": None if pd.isna(value) else int(value), "status": "derived"}
@@ -262,7 +269,7 @@ class TriageService(Service):
             prediction=pred.iloc[0].to_dict() if len(pred) else None,
             notes=notes,
             messages=messages,
-            call=self.model_path.call_fact(pred.iloc[0]["call_key"]) if len(pred) else None,
+            call=self.costs.call_fact(pred.iloc[0]["call_key"]) if len(pred) else None,
         )
 
     def add_note(
@@ -357,7 +364,7 @@ class TriageService(Service):
         """Error notes (oldest first); a reader sees those on reports they have finished."""
         with self.session() as s:
             notes = q.notes_frame(s, label=self.study.label_id(label) if label else None, report_id=report_id)
-        return self.study._blind_rows(notes)
+        return self.study.blind_rows(notes)
 
     def note_counts(self, run_id: int | None = None) -> pd.DataFrame:
         """Counts of notes by label and category (for one run's disagreements, or all)."""
@@ -369,3 +376,79 @@ class TriageService(Service):
         if notes.empty:
             return pd.DataFrame(columns=["label"])
         return pd.crosstab(notes["label"], notes["category"]).reset_index()
+
+    # ------------------------------------------------------------ the queue in the app's order, and what to look for
+
+    QUEUE_ORDERS = {
+        "errors": "labels with the highest error rate first (then fewest positives), reports in cohort order",
+        "broken": "cases the last prompt change broke first (against the run before this one), then by label error rate",
+    }
+
+    def previous_run(self, run_id: int) -> int | None:
+        """The finished run before this one on the same cohort, or None."""
+        run = self.runs.run_info(run_id)
+        runs = self.runs.runs()
+        done = runs[
+            runs["status"].isin(["finished", "incomplete"])
+            & (runs["cohort_id"] == run.cohort_id)
+            & (runs["id"] < run_id)
+        ]
+        return int(done["id"].max()) if len(done) else None
+
+    def disagreement_queue(
+        self,
+        run_id: int,
+        label: str | None = None,
+        kind: str | None = None,
+        category: str | None = None,
+        order: str = "errors",
+    ) -> tuple[pd.DataFrame, str]:
+        """The disagreement queue in the chosen order, with a sentence saying which order is used."""
+        if order not in self.QUEUE_ORDERS:
+            raise StudyError(f"order must be one of {', '.join(self.QUEUE_ORDERS)}, got {order!r}")
+        queue = self.disagreements(run_id, label, kind, category)
+        queue["broken_by_last_change"] = False
+        if order == "errors":
+            return queue, self.QUEUE_ORDERS[order]
+        previous = self.previous_run(run_id)
+        if previous is None:
+            return queue, "no earlier run on this cohort: " + self.QUEUE_ORDERS["errors"]
+        cases = self.evaluation.compare_runs(previous, run_id)["cases"]
+        broken = set(zip(*(cases.loc[cases["change"] == "broken", c] for c in ("report", "label")), strict=False))
+        queue["broken_by_last_change"] = [k in broken for k in zip(queue["report_id"], queue["label"], strict=False)]
+        queue = queue.sort_values("broken_by_last_change", ascending=False, kind="stable").reset_index(drop=True)
+        return queue, self.QUEUE_ORDERS[
+            order
+        ] + f" (run {previous} -> {run_id}: {int(queue['broken_by_last_change'].sum())} broken)"
+
+    def with_fresh_notes(self, queue: pd.DataFrame, category: str | None = None) -> pd.DataFrame:
+        """A queue with its note counts and categories read now (one query), then filtered by category."""
+        with self.session() as s:
+            notes = q.notes_frame(s)
+        out = queue.copy()
+        if notes.empty:
+            out["notes"], out["categories"] = 0, ""
+        else:  # look the (small) note table up by key: a merge over a 10,000-row queue costs more
+            agg = notes.groupby(["report_id", "label"]).agg(
+                notes=("id", "count"), categories=("category", lambda x: ", ".join(sorted(set(x))))
+            )
+            keys = pd.MultiIndex.from_arrays([out["report_id"].to_numpy(), out["label"].to_numpy()])
+            out["notes"] = agg["notes"].reindex(keys).fillna(0).astype(int).to_numpy()
+            out["categories"] = agg["categories"].reindex(keys).fillna("").to_numpy()
+        if category:
+            out = out[out["categories"].str.contains(category, regex=False)]
+        return out.reset_index(drop=True)
+
+    def label_phrases(self, label: str, prompt_ref: str | None = None) -> list[str]:
+        """What to look for in a report for a label: its prompt's look-for phrases and its name."""
+        names = self.vocab.names()
+        label = self.study.label_id(label)
+        phrases = [names.get(label, label)]
+        words = re.findall(r"[A-Za-z]+", phrases[0])
+        if len(words) > 1:  # a close synonym: the name's main word ("Pleural Effusion" -> "effusion")
+            head = max(words, key=len)
+            if len(head) >= 5:
+                phrases.append(head[:-1] if head.endswith("s") else head)
+        if label in self.vocab.asked_ids:
+            phrases += list(self.prompts.label_prompt(label, prompt_ref).look_for)
+        return list(dict.fromkeys(p.strip() for p in phrases if p and p.strip()))

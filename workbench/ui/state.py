@@ -147,7 +147,7 @@ def _key_parts(method) -> tuple[str, str, str, str]:
 
 
 def read(method, *args, **kwargs):
-    """Call a read-only service method (a bound method, e.g. wb.runner.run_info) through the bounded
+    """Call a read-only service method (a bound method, e.g. wb.runs.run_info) through the bounded
     cache keyed by study, actor, method and the study's revision."""
     study, user, role, name = _key_parts(method)
     return _cached_call(

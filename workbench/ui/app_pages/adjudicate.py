@@ -37,7 +37,7 @@ def render(wb) -> None:
         cohort = components.pick_cohort(wb)
     if cohort is None:
         return
-    queue = state.read(wb.views.adjudication_worklist, cohort)
+    queue = state.read(wb.study.adjudication_worklist, cohort)
     flagged, ties = int(queue["flagged"].sum()), int((queue["why"] == "tie").sum())
     st.markdown(
         f"**{len(queue)} waiting** · {flagged} flagged, {ties} ties, {len(queue) - flagged - ties} other"
@@ -65,7 +65,7 @@ def _presence(wb, queue, cohort: str) -> None:
     with left:
         _queue_table(wb, queue, pos)
     with middle:
-        components.report_text(state.read(wb.reading.report_text, items[pos][0])["text"])
+        components.report_text(state.read(wb.reading.report_text, items[pos][0]).text)
     with right, components.shown_errors("reading the votes"):
         _decide(wb, queue, pos)
         _votes(wb, *items[pos])
@@ -253,7 +253,7 @@ def _attribute_ties(wb, cohort: str) -> None:
     tie = rows[key]
     left, right = st.columns([3, 3])
     with left:
-        components.report_text(state.read(wb.reading.report_text, tie.report_id)["text"])
+        components.report_text(state.read(wb.reading.report_text, tie.report_id).text)
     with right, components.shown_errors("saving the attribute"):
         _attribute_form(wb, tie, names.get(tie.label, tie.label))
 

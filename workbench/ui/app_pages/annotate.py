@@ -12,6 +12,7 @@ from workbench.core.reading import min_seconds_empty, min_seconds_shown
 from workbench.errors import WorkbenchError
 from workbench.services import ConflictError
 from workbench.services.reading import reading_pace
+from workbench.services.results import ReadingNote
 from workbench.ui import components, keyboard, state
 
 # one key per label, in vocabulary order: digits, then letters (Streamlit reserves C and R;
@@ -154,7 +155,7 @@ def _form_data(wb, report_id: str, pos: int, work, values: dict, versions: dict)
         "item": {
             "id": report_id,
             "heading": report_id,
-            "text": state.read(wb.reading.report_text, report_id)["text"],
+            "text": state.read(wb.reading.report_text, report_id).text,
             "caption": f"Report {pos + 1} of {len(work)} · " + STATE_TEXT[work["state"].iloc[pos]],
         },
         "groups": [
@@ -266,8 +267,8 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
             wb.record_reading_attributes(reader, report_id, label, picked)
     state.bump(wb)
     state.flash(
-        f"Saved {report_id} for {reader}: {changed['added']} new, {changed['changed']} changed, "
-        f"{changed['unchanged']} unchanged.",
+        f"Saved {report_id} for {reader}: {changed.added} new, {changed.changed} changed, "
+        f"{changed.unchanged} unchanged.",
         "toast",
     )  # a toast: the next report keeps its place on screen
     if wb.adaptive_settings().enabled:  # the next one is given afresh: reports may have left the list meanwhile
@@ -299,7 +300,7 @@ def _with_note(wb, reader: str, report_id: str, data: dict) -> None:
     note = (
         wb.reading_draft_note(reader, report_id)  # a draft's own (after an undo, or typed before a move)
         or wb.reading_note(reader, report_id)
-        or {"comment": "", "unsure": False}
+        or ReadingNote("", False)
     )
     data["groups"].append(
         {
@@ -317,14 +318,14 @@ def _with_note(wb, reader: str, report_id: str, data: dict) -> None:
             ],
         }
     )
-    data["values"]["unsure"] = "unsure" if note["unsure"] else None
+    data["values"]["unsure"] = "unsure" if note.unsure else None
     data["text"] = {
         "id": "comment",
         "label": "Comment (optional, saved with the reading)",
         "placeholder": f"{COMMENT_KEY} to write · Esc leaves the field · Ctrl+Enter saves",
         "hint": "In the comment, Enter adds a line; the label keys work again after Esc.",
     }
-    data["values"]["comment"] = note["comment"]
+    data["values"]["comment"] = note.comment
     data["nav"]["undo"] = wb.last_saved_report(reader) is not None
     data["min_seconds_empty"] = min_seconds_empty(wb.config.reading)
     data["min_seconds_shown"] = min_seconds_shown(wb.config.reading)
@@ -342,12 +343,12 @@ def _undo(wb, reader: str, ids: list) -> str | None:
         return f"Nothing undone: {exc}"
     state.bump(wb)
     state.flash(
-        f"Undid your last save of {done['report_id']}: {done['restored']} label(s) restored, "
-        f"{done['removed']} new reading(s) removed.",
+        f"Undid your last save of {done.report_id}: {done.restored} label(s) restored, "
+        f"{done.removed} new reading(s) removed.",
         "toast",
     )
-    if done["report_id"] in ids:
-        st.session_state[state.ANN_REPORT] = done["report_id"]
+    if done.report_id in ids:
+        st.session_state[state.ANN_REPORT] = done.report_id
     return None
 
 
@@ -465,5 +466,5 @@ def _work_lists(wb, cohort: str) -> None:
                 cohort,
                 readers.split(","),
                 int(overlap),
-                done=lambda r: f"Assigned {r['added']} report places.",
+                done=lambda r: f"Assigned {r.added} report places.",
             )

@@ -55,7 +55,7 @@ def render(wb) -> None:
         st.session_state[state.DIS_PICK] = (opened.report_id, opened.label)
         st.session_state[state.DIS_COMPARE] = opened.compare
     with st.sidebar:
-        run_id = components.pick_run(state.read_stable(wb.runner.runs), state.RUN)
+        run_id = components.pick_run(state.read_stable(wb.runs.runs), state.RUN)
         if run_id is None:
             return
         label = st.selectbox(
@@ -86,7 +86,7 @@ def render(wb) -> None:
         )
     with components.shown_errors("reading the queue"):
         # the queue behind the notes is kept across note saves; its note counts are read fresh
-        base, order_text = state.read_stable(wb.views.disagreement_queue, run_id, label, kind, None, order=order)
+        base, order_text = state.read_stable(wb.triage.disagreement_queue, run_id, label, kind, None, order=order)
         queue = _kept_order(wb.with_fresh_notes(base, category), (run_id, label, kind, category, order))
         _page(wb, run_id, queue, order_text, names)
     suggestions.panel(wb, label, run_id)
@@ -168,7 +168,7 @@ def _warm_next(wb, run_id: int, queue, pos: int) -> None:
     report_id, label = queue["report_id"].iloc[following], queue["label"].iloc[following]
     try:
         state.read_stable(wb.triage.case, run_id, report_id, label)
-        state.read_stable(wb.views.label_phrases, label, state.read_stable(wb.runner.run_info, run_id).prompt_commit)
+        state.read_stable(wb.triage.label_phrases, label, state.read_stable(wb.runs.run_info, run_id).prompt_commit)
     except WorkbenchError:
         pass  # it is shown (with its error) when opened
 
@@ -216,9 +216,9 @@ def _go(queue, pos: int) -> None:
 def _report(wb, run_id: int, case: dict) -> None:
     """The report with labelled highlights."""
     pred = case["prediction"] or {}
-    run = state.read_stable(wb.runner.run_info, run_id)
+    run = state.read_stable(wb.runs.run_info, run_id)
     with components.shown_errors("finding the label's phrases"):
-        phrases = state.read_stable(wb.views.label_phrases, case["label"], run.prompt_commit)
+        phrases = state.read_stable(wb.triage.label_phrases, case["label"], run.prompt_commit)
     components.highlighted_report(case["text"], pred.get("evidence") or "", phrases)
 
 
@@ -381,8 +381,8 @@ def _compare_panel(wb, case: dict) -> None:
             col.text(pred.get("evidence") or "(no evidence quoted)")
         if case["label"] in wb.vocab.asked_ids:
             commit_a, commit_b = (
-                state.read_stable(wb.runner.run_info, run_a).prompt_commit,
-                state.read_stable(wb.runner.run_info, run_b).prompt_commit,
+                state.read_stable(wb.runs.run_info, run_a).prompt_commit,
+                state.read_stable(wb.runs.run_info, run_b).prompt_commit,
             )
             diff = state.read_stable(wb.prompts.prompt_diff, case["label"], commit_a, commit_b)
             st.caption(f"Prompt of this label, {commit_a[:8]} → {commit_b[:8]}:")

@@ -19,7 +19,7 @@ def render(wb) -> None:
         "reports against reference reports with it: per label FP (invented) and FN (missed), Ran Score."
     )
     _freeze(wb)
-    bundles = state.read(wb.freezing.bundles)
+    bundles = state.read(wb.freeze.bundles)
     if bundles.empty:
         st.info("No bundle yet.")
         return
@@ -76,7 +76,7 @@ def _freeze(wb) -> None:
                 wb.freeze,
                 name.strip(),
                 ref,
-                done=lambda r: f"Frozen {r['name']}: sha256 {r['sha256']} (prompt {r['commit'][:8]}, run {r['run']}).",
+                done=lambda r: f"Frozen {r.name}: sha256 {r.sha256} (prompt {r.commit[:8]}, run {r.run}).",
             )
 
 

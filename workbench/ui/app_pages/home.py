@@ -25,7 +25,7 @@ def render(wb) -> None:
         return
     summary = state.read(wb.study.reference_summary, cohort)
     history = state.read(wb.prompts.prompt_history)
-    runs = state.read(wb.runner.runs, cohort)
+    runs = state.read(wb.runs.runs, cohort)
     latest = components.latest_run_id(runs)
     ev = state.read(wb.evaluation.evaluate_run, latest, n_resamples=0) if latest else None
     c = st.columns(5)

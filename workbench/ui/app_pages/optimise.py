@@ -99,7 +99,7 @@ def _role_form(wb, cohort: str, role: str) -> None:
 
 def _parts(wb) -> None:
     """Per-label F1 on both parts with intervals, and the history with the gap."""
-    run_id = components.pick_run(state.read(wb.runner.runs), state.OPT_RUN)
+    run_id = components.pick_run(state.read(wb.runs.runs), state.OPT_RUN)
     if run_id is None:
         return
     with components.shown_errors("measuring the parts"):
@@ -125,8 +125,8 @@ def _parts(wb) -> None:
 
 def _compare(wb, run_id: int) -> None:
     """This run against another on the same cohort, tuning and validation side by side (exact McNemar)."""
-    runs = state.read(wb.runner.runs)
-    cohort_id = state.read(wb.runner.run_info, run_id).cohort_id
+    runs = state.read(wb.runs.runs)
+    cohort_id = state.read(wb.runs.run_info, run_id).cohort_id
     others = runs[
         (runs["id"] != run_id) & (runs["cohort_id"] == cohort_id) & runs["status"].isin(["finished", "incomplete"])
     ]
@@ -219,7 +219,7 @@ def _looks(wb) -> None:
     )
     cohorts = state.read(wb.study.cohorts)["name"].tolist()
     tests = [c for c in cohorts if state.read(wb.splits.cohort_role, c) == "test"]
-    bundles = state.read(wb.freezing.bundles)
+    bundles = state.read(wb.freeze.bundles)
     if tests and len(bundles):
         with st.form(state.widget_key("look")):
             cohort = st.selectbox("Test cohort", tests)
@@ -236,4 +236,4 @@ def _looks(wb) -> None:
                 st.dataframe(pd.DataFrame(figures["per_label"]), hide_index=True)
     else:
         st.info("Give a cohort the test role (Split tab) and freeze a bundle to measure it.")
-    st.dataframe(state.read(wb.freezing.test_looks), hide_index=True)
+    st.dataframe(state.read(wb.freeze.test_looks), hide_index=True)

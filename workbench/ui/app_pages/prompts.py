@@ -158,7 +158,7 @@ def _examples(frame: pd.DataFrame) -> tuple[Example, ...]:
 
 def _notes(wb, label: str) -> None:
     """The error notes on this label's disagreements in the latest run."""
-    latest = components.latest_run_id(state.read(wb.runner.runs))
+    latest = components.latest_run_id(state.read(wb.runs.runs))
     st.markdown("**Error notes on current disagreements**")
     if latest is None:
         st.info("No run yet.")

@@ -72,7 +72,7 @@ def render(wb) -> None:
         },
     )
     _start(wb)
-    runs = state.read(wb.runner.runs)
+    runs = state.read(wb.runs.runs)
     if runs.empty:
         return
     _show_new_run(runs)
@@ -270,7 +270,7 @@ def _metrics(wb, runs) -> None:
             "n": st.column_config.NumberColumn("items", help="reports with a settled reference and an answer"),
         },
     )
-    costs = state.read(wb.model_path.call_costs, run_id)
+    costs = state.read(wb.costs.call_costs, run_id)
     if not costs.empty:
         with st.expander(f"Cost and tokens per label (run total ${costs['cost'].fillna(0).sum():,.4f})"):
             st.dataframe(costs.assign(label=costs["label"].map(lambda lab: names.get(lab, lab))), hide_index=True)
@@ -356,7 +356,7 @@ def _compare(wb, runs) -> None:
         st.info("Choose two different runs on the same cohort.")
         return
     with components.shown_errors("comparing"):
-        cmp = state.read(wb.views.compare_view, run_a, run_b)
+        cmp = state.read(wb.evaluation.compare_view, run_a, run_b)
         table, counts, names = cmp["table"], cmp["counts"], wb.vocab.names()
         significant = table[table["significant"]]
         m = st.columns(3)
