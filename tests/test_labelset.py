@@ -159,7 +159,7 @@ def keys(wb, name="corpus"):
     return {c["name"]: c["key"] for c in wb.labelset.labelset_candidates(name)}
 
 
-def test_merge_rename_and_reject_by_two_reviewers_under_the_unanimous_rule(mined):
+def test_merge_rename_and_reject_by_two_reviewers_under_the_unanimous_rule(mined, tmp_path):
     from workbench.services import Actor
 
     wb = mined
@@ -181,7 +181,7 @@ def test_merge_rename_and_reject_by_two_reviewers_under_the_unanimous_rule(mined
     assert status["calcified granuloma"]["decision"] == ("reject", "")
     assert status["pleural effusion"]["status"] == ls.OPEN and status["pleural effusion"]["waiting_on"] == ["bob"]
     with pytest.raises(StudyError, match="still open"):
-        wb.labelset.labelset_vocabulary("corpus")
+        wb.labelset.export_labelset("corpus", tmp_path / "labels.yaml")
     from workbench.services.study import PermissionDenied
 
     with pytest.raises(PermissionDenied):
@@ -248,7 +248,7 @@ def test_adoption_commits_the_vocabulary_and_keeps_old_readings(mined, tmp_path)
     again = Workbench(wb.root)
     assert "copd" in again.vocab.ids and "pneumothorax" not in again.vocab.ids
     assert "calcified_granuloma" not in again.vocab.ids
-    assert again.study.prompt_set().label("copd").look_for  # a starter prompt from its look-for phrases
+    assert again.prompts.prompt_set().label("copd").look_for  # a starter prompt from its look-for phrases
     from workbench.store import prompt_repo
 
     assert "pleural effusion" in prompt_repo.read_file(again.paths.prompts, "vocabulary.yml")
@@ -275,7 +275,7 @@ def test_init_accepts_an_exported_label_set(mined, tmp_path):
 
     new = Workbench(tmp_path / "new")
     assert "pleural_effusion" in new.vocab.ids
-    assert new.study.prompt_set().label("pleural_effusion").look_for[0] == "pleural effusion"
+    assert new.prompts.prompt_set().label("pleural_effusion").look_for[0] == "pleural effusion"
 
 
 def test_cli_mine_json_and_against(mined):

@@ -344,7 +344,6 @@ class Workbench:
     edit_candidate = _forward(LabelSetService.edit_candidate, "labelset")
     split_candidate = _forward(LabelSetService.split_candidate, "labelset")
     settle_candidate = _forward(LabelSetService.settle_candidate, "labelset")
-    labelset_vocabulary = _forward(LabelSetService.labelset_vocabulary, "labelset")
     adopt_labelset = _forward(LabelSetService.adopt_labelset, "labelset")
     export_labelset = _forward(LabelSetService.export_labelset, "labelset")
     # optimising

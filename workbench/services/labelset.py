@@ -429,7 +429,7 @@ class LabelSetService(Service):
 
     # ------------------------------------------------------------ adoption
 
-    def labelset_vocabulary(self, labelset: str, vocab_id: str | None = None) -> dict:
+    def _approved_vocabulary(self, labelset: str, vocab_id: str | None = None) -> dict:
         """The approved label set as a vocabulary document (refused while a candidate is still open)."""
         rows = self.labelset_candidates(labelset)
         still = [c for c in rows if c["status"] == ls.OPEN]
@@ -449,7 +449,7 @@ class LabelSetService(Service):
         starter prompt per new label; dropped labels' prompts leave the current version (their readings, runs
         and old prompt versions are kept)."""
         self.require("settings")
-        doc = self.labelset_vocabulary(labelset)
+        doc = self._approved_vocabulary(labelset)
         labels = [lab for lab in doc["labels"] if not lab.get("derived")]
         merges = [
             (c["name"], c["decision"][1])
@@ -509,7 +509,7 @@ class LabelSetService(Service):
 
     def export_labelset(self, labelset: str, path: Path) -> Path:
         """Write the approved label set as a vocabulary file (for `workbench init --vocab FILE`)."""
-        doc = self.labelset_vocabulary(labelset)
+        doc = self._approved_vocabulary(labelset)
         path = Path(path)
         path.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True), encoding="utf-8")
         return path
