@@ -650,6 +650,8 @@ def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, re
         return
     click.echo("", err=True)
     click.echo(summary.message())
+    for note in summary.notes:  # what the run chose on the way (concurrency fitted to the server, lowered on timeouts)
+        click.echo(f"note: {note}", err=True)
     _cost_line(wb, summary.run_id)
     _report_failures(summary)
 

@@ -299,6 +299,7 @@ class LabelCounts:
     completion_tokens: int = 0
     cost: float = 0.0
     response_format: str = ""  # how the reply format was asked for (see with_response_schema)
+    notes: list = field(default_factory=list)  # what the run chose on the way (concurrency fitted to the server ...)
 
 
 LABEL_SCHEMA = {
@@ -387,12 +388,18 @@ def with_response_schema(cfg, mode: str):
     if not cfg.response_schema or is_offline(cfg):
         return cfg, "the prompt's output format" + (" and JSON mode" if cfg.json_mode else "")
 
-    if not llm.supports_response_schema(cfg.model):
-        return cfg, (
-            f"the prompt's output format: litellm does not list {cfg.model} as supporting a JSON schema "
-            "(response_schema asked for, not sent)"
+    sent = dataclasses.replace(cfg, response_format=response_schema(mode))
+    if llm.supports_response_schema(cfg.model):
+        return sent, "a JSON schema sent as response_format"
+    if llm.all_local(cfg.base_urls()):  # llama.cpp, vLLM, Ollama: the server turns the schema into a grammar
+        return sent, (
+            f"a JSON schema sent as response_format to the server on this machine (litellm does not list {cfg.model} "
+            "as supporting one; a server that ignores it answers as the prompt asks)"
         )
-    return dataclasses.replace(cfg, response_format=response_schema(mode)), "a JSON schema sent as response_format"
+    return cfg, (
+        f"the prompt's output format: litellm does not list {cfg.model} as supporting a JSON schema "
+        "(response_schema asked for, not sent)"
+    )
 
 
 def prefix_order(requests: list) -> list:
@@ -426,9 +433,12 @@ def label_calls(
     transaction, and it is given flush to store the rest before it records a job as collected). Raises what the engine raises, after storing what was answered."""
     counts = LabelCounts(calls=len(requests))
     cfg, counts.response_format = with_response_schema(cfg, requests[0].meta.get("mode") if requests else "per_label")
+    if "response_schema asked for" in counts.response_format or "this machine" in counts.response_format:
+        counts.notes.append(f"reply format: {counts.response_format}")
     with_request_schemas(requests, cfg)
     cached = lookup([r.key for r in requests]) if requests else {}
     todo = [r for r in requests if r.key not in cached]
+    engine, cfg = _paced(engine, cfg, todo, counts.notes)
     counts.reused = len(requests) - len(todo)
     if on_start:
         on_start(counts)
@@ -478,6 +488,22 @@ def label_calls(
     finally:
         flush()  # also when the engine raised: what was answered is kept
     return counts
+
+
+def _paced(engine, cfg, todo: list, notes: list) -> tuple:
+    """The engine and cfg for the calls to make: on one local server, no more calls in flight than it answers at
+    once, and fewer after each timeout (llm.Throttle); notes gets a line for each choice."""
+    if engine is not None or not todo or is_offline(cfg) or cfg.workers > 1:
+        return engine, cfg
+    cfg, chosen = llm.fitted_to_server(cfg)
+    if chosen:
+        notes.append(chosen)
+    throttle = llm.Throttle(cfg.concurrency, notes.append)
+
+    def paced(requests, cfg_, on_result, cancel=None):
+        return llm.complete_all_sync(requests, cfg_, on_result, cancel, throttle=throttle)
+
+    return paced, cfg
 
 
 def _hand_reused(requests: list, cached: dict, replies, store: Callable[[list[Answer]], None]) -> None:

@@ -747,7 +747,13 @@ async def _sleep_unless_cancelled(seconds: float, cancel: threading.Event | None
         await asyncio.sleep(min(left, 0.1))
 
 
-async def _run_one(call: Callable, req: CallRequest, cfg: ModelConfig, cancel: threading.Event | None) -> CallResult:
+async def _run_one(
+    call: Callable,
+    req: CallRequest,
+    cfg: ModelConfig,
+    cancel: threading.Event | None,
+    throttle: Throttle | None = None,
+) -> CallResult:
     start = time.monotonic()
     attempt = 0
     while True:
@@ -759,6 +765,8 @@ async def _run_one(call: Callable, req: CallRequest, cfg: ModelConfig, cancel: t
         except Exception as exc:  # every model failure becomes data; see classify()
             exc = refusals[0] if refusals else exc  # the guard's own words, whatever the library wrapped them in
             kind = classify(exc)
+            if kind == "timeout" and throttle is not None:
+                throttle.timed_out()  # fewer calls in flight before this one is tried again
             stop = kind not in RETRYABLE or attempt > cfg.max_retries or (cancel is not None and cancel.is_set())
             if stop:
                 message = describe(kind, exc, attempt, cfg)
@@ -819,8 +827,10 @@ async def complete_all(
     cfg: ModelConfig,
     on_result: Callable[[CallRequest, CallResult], None],
     cancel: threading.Event | None = None,
+    throttle: Throttle | None = None,
 ) -> None:
-    """Run every request, at most cfg.concurrency at a time; on_result once per finished request.
+    """Run every request, at most cfg.concurrency at a time (fewer after timeouts: see Throttle); on_result once
+    per finished request.
 
     on_result runs on the event loop thread, one call at a time, as each request finishes.
     When ``cancel`` is set no new request is started and pending retries are abandoned (their
@@ -835,7 +845,7 @@ async def complete_all(
     try:
         call = _make_caller(cfg)
         with fewer_collections():
-            await _run_workers(requests, cfg, call, refused.on_result, refused.stop)
+            await _run_workers(requests, cfg, call, refused.on_result, refused.stop, throttle)
     finally:
         _PINNED.reset(token)
     refused.raise_if_stopped(len(requests))
@@ -880,19 +890,42 @@ class RefusalWatch:
             )
 
 
-async def _run_workers(requests, cfg: ModelConfig, call, on_result, cancel) -> None:
-    queue = iter(list(requests))
-    sem = asyncio.Semaphore(cfg.concurrency)
+class Throttle:
+    """The calls in flight, halved at each timed-out attempt (down to one): a server that cannot keep up
+    is sent fewer calls at once instead of retries that queue behind the calls it is still answering."""
 
-    async def worker() -> None:
-        for req in queue:  # a shared iterator: each request is taken by exactly one worker
-            if cancel is not None and cancel.is_set():
+    def __init__(self, limit: int, on_note: Callable[[str], None] | None = None) -> None:
+        self.limit, self.on_note, self.notes = max(1, limit), on_note, []
+
+    def admits(self, worker: int) -> bool:
+        """Whether worker number `worker` (0-based) may start another call."""
+        return worker < self.limit
+
+    def timed_out(self) -> None:
+        """One attempt timed out: halve the calls in flight (once per lowering; later timeouts of calls already
+        in flight at the old limit count as the same lowering until a new limit is reached)."""
+        if self.limit == 1:
+            return
+        before, self.limit = self.limit, max(1, self.limit // 2)
+        note = f"a call timed out: concurrency lowered from {before} to {self.limit}"
+        self.notes.append(note)
+        if self.on_note is not None:
+            self.on_note(note)
+
+
+async def _run_workers(requests, cfg: ModelConfig, call, on_result, cancel, throttle: Throttle | None = None) -> None:
+    queue = iter(list(requests))
+    throttle = throttle or Throttle(cfg.concurrency)
+
+    async def worker(number: int) -> None:
+        while throttle.admits(number):
+            req = next(queue, None)  # a shared iterator: each request is taken by exactly one worker
+            if req is None or (cancel is not None and cancel.is_set()):
                 return
-            async with sem:
-                result = await _run_one(call, req, cfg, cancel)
+            result = await _run_one(call, req, cfg, cancel, throttle)
             on_result(req, result)
 
-    tasks = [asyncio.ensure_future(worker()) for _ in range(min(cfg.concurrency, len(requests)))]
+    tasks = [asyncio.ensure_future(worker(i)) for i in range(min(cfg.concurrency, len(requests)))]
     try:
         await asyncio.gather(*tasks)
     finally:
@@ -906,9 +939,10 @@ def complete_all_sync(
     cfg: ModelConfig,
     on_result: Callable[[CallRequest, CallResult], None],
     cancel: threading.Event | None = None,
+    throttle: Throttle | None = None,
 ) -> None:
     """complete_all from synchronous code (a CLI, Streamlit's script thread, a worker thread)."""
-    coro = complete_all(requests, cfg, on_result, cancel)
+    coro = complete_all(requests, cfg, on_result, cancel, throttle)
     try:
         asyncio.get_running_loop()
         loop_running = True
@@ -944,6 +978,57 @@ def check_model(cfg: ModelConfig) -> str:
     if result.error is not None:
         raise LLMError(f"{cfg.model} at {cfg.endpoint_label()}: {result.error}")
     return result.text or ""
+
+
+def serving_slots(cfg: ModelConfig, timeout_s: float = 3.0) -> tuple[int | None, str]:
+    """How many calls the one local server of cfg answers at once, and how that is known: llama.cpp's own
+    server reports its slots (/props total_slots, /slots), llama-cpp-python's answers one call at a time
+    (its /v1/models says owned_by "me"); None for a remote or pooled endpoint, or a server that says nothing.
+    Only GET requests to the configured server, no report text, no redirects followed, no proxy."""
+    bases = cfg.base_urls() if len(cfg.endpoints) <= 1 else ()
+    if len(bases) != 1 or not all_local(bases):
+        return None, ""
+    base = bases[0].rstrip("/")
+    root = base[: -len("/v1")] if base.endswith("/v1") else base
+    with httpx.Client(timeout=timeout_s, follow_redirects=False, trust_env=False) as client:
+        props = _json_get(client, f"{root}/props")
+        if isinstance(props, dict) and isinstance(props.get("total_slots"), int):
+            return props["total_slots"], "llama.cpp server: total_slots in /props"
+        slots = _json_get(client, f"{root}/slots")
+        if isinstance(slots, list) and slots:
+            return len(slots), "llama.cpp server: /slots"
+        models = _json_get(client, f"{base}/models")
+    owners = (
+        {m.get("owned_by") for m in (models or {}).get("data", []) if isinstance(m, dict)}
+        if isinstance(models, dict)
+        else set()
+    )
+    if owners == {"me"}:
+        return 1, "llama-cpp-python server (answers one call at a time)"
+    return None, ""
+
+
+def _json_get(client, url: str):
+    """The JSON body of a GET, None when the server does not answer it with JSON."""
+    try:
+        response = client.get(url)
+        return response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, OSError):
+        return None
+
+
+def fitted_to_server(cfg: ModelConfig) -> tuple[ModelConfig, str]:
+    """cfg with no more calls in flight than its local server answers at once (queued calls would spend their
+    timeout waiting), and a line saying what was chosen; unchanged (and "") when the server says nothing."""
+    slots, how = serving_slots(cfg)
+    if slots is None:
+        return cfg, ""
+    if cfg.concurrency <= slots:
+        return cfg, f"concurrency {cfg.concurrency}: the server answers {slots} call(s) at once ({how})"
+    return dataclasses.replace(cfg, concurrency=slots), (
+        f"concurrency {slots} instead of {cfg.concurrency}: the server answers {slots} call(s) at once ({how}), "
+        "and a queued call would spend its timeout waiting"
+    )
 
 
 # the engine's parts, for workbench/labeller/workers.py (each worker process runs its own event loop)

@@ -65,6 +65,7 @@ class RunSummary:
     failure_kinds: dict = field(default_factory=dict)
     failure_examples: dict = field(default_factory=dict)
     stopped_reason: str = ""
+    notes: list = field(default_factory=list)  # what the run chose on the way (labelling.LabelCounts.notes)
 
     def causes(self) -> list[str]:
         """One line per distinct cause of this execution's failures: count and one example message."""
@@ -716,6 +717,7 @@ class RunsService(Service):
 
         def started(counts) -> None:
             summary.calls_reused = counts.reused
+            summary.notes = counts.notes  # the same list: notes added while calls run show up too
 
         streak = {"kind": None, "n": 0, "ok": False}
 
