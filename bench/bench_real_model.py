@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import pathlib
 import re
 import sys
@@ -35,7 +36,7 @@ from llama_server import MODEL_ALIAS, llama_server, model_file, server_python  #
 
 from workbench.cli import main  # noqa: E402
 
-DATASET = ROOT.parent / "shared" / "datasets" / "openi"
+DATASET = pathlib.Path(os.environ.get("WORKBENCH_DATASETS") or ROOT.parent / "shared" / "datasets") / "openi"
 LABELS = ("cardiomegaly", "effusion", "atelectasis")  # the ChestX-ray14 labels with most OpenI support
 COLUMNS = {"cardiomegaly": "Cardiomegaly", "effusion": "Effusion", "atelectasis": "Atelectasis"}
 

@@ -188,6 +188,9 @@ class FakeLLMServer:
         prefix_slots: int = 16,
         batch_polls: int = 1,
         batch_end: str = "completed",
+        owned_by: str = "tests",
+        total_slots: int | None = None,
+        serial: bool = False,
     ) -> None:
         self.behaviour = behaviour
         self.keywords = keywords if isinstance(keywords, dict) else tuple(keywords)
@@ -202,6 +205,10 @@ class FakeLLMServer:
         self.prefix_slots = prefix_slots  # prompt prefixes the simulated provider cache keeps (least recently used go)
         self.batch_polls = batch_polls  # retrievals of a batch before it completes
         self.batch_end = batch_end  # the status a batch ends in: completed, failed, expired or cancelled
+        self.owned_by = owned_by  # /v1/models' owned_by: "me" is what llama-cpp-python's server says
+        self.total_slots = total_slots  # answer GET /props with it, as llama.cpp's own server does (None: 404)
+        self.serial = serial  # answer one chat call at a time (the others wait), as a one-slot local server does
+        self._serial_lock = threading.Lock()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._server: ThreadingHTTPServer | None = None
@@ -342,9 +349,10 @@ class FakeLLMServer:
         """Status, extra headers and body bytes for one chat request."""
         messages = body.get("messages") or []
         behaviour, arg = self.choose(messages)
-        self._enter(body, {k.lower(): v for k, v in (headers or {}).items()}, behaviour)
+        self._enter(body, {k.lower(): v for k, v in (headers or {}).items()}, behaviour)  # in flight: queued too
         try:
-            return self._respond(body, messages, behaviour, arg)
+            with self._serial_lock if self.serial else contextlib.nullcontext():
+                return self._respond(body, messages, behaviour, arg)
         finally:
             self._leave()
 
@@ -652,8 +660,10 @@ def _make_http_server(fake: FakeLLMServer) -> ThreadingHTTPServer:
                     }
                 self._send(200, {}, json.dumps(stats).encode())
             elif self.path.rstrip("/") in ("/v1/models", "/models"):
-                data = {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": "tests"}]}
+                data = {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": fake.owned_by}]}
                 self._send(200, {}, json.dumps(data).encode())
+            elif self.path.rstrip("/") == "/props" and fake.total_slots is not None:
+                self._send(200, {}, json.dumps({"total_slots": fake.total_slots}).encode())
             else:
                 self._send(404, {}, b'{"error": {"message": "not found"}}')
 

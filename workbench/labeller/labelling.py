@@ -377,14 +377,24 @@ def with_request_schemas(requests: list, cfg) -> None:
         if not labels:
             continue
         if (mode, labels) not in made:
-            made[(mode, labels)] = response_schema(mode, list(labels), r.meta.get("attributes"))
+            made[(mode, labels)] = in_form_of(
+                cfg.response_format, response_schema(mode, list(labels), r.meta.get("attributes"))
+            )
         r.response_format = made[(mode, labels)]
 
 
-def with_response_schema(cfg, mode: str):
+def in_form_of(sent: dict | None, schema_format: dict) -> dict:
+    """A json_schema response_format in the form of the one cfg sends: llama-cpp-python's server takes a schema
+    only as {"type": "json_object", "schema": ...} (and refuses "json_schema" with HTTP 500)."""
+    if not sent or sent.get("type") != "json_object":
+        return schema_format
+    return {"type": "json_object", "schema": schema_format["json_schema"]["schema"]}
+
+
+def with_response_schema(cfg, mode: str, facts=None):
     """cfg with a JSON schema as response_format when asked for (labeller.response_schema) and litellm says the
-    model supports it; otherwise unchanged: the prompt's output format (and json_mode, if set) applies. Returns
-    (cfg, how the format was asked for)."""
+    model supports it, or the server is on this machine; otherwise unchanged: the prompt's output format (and
+    json_mode, if set) applies. facts: llm.server_facts of cfg, when known. Returns (cfg, how the format was asked for)."""
     if not cfg.response_schema or is_offline(cfg):
         return cfg, "the prompt's output format" + (" and JSON mode" if cfg.json_mode else "")
 
@@ -392,9 +402,12 @@ def with_response_schema(cfg, mode: str):
     if llm.supports_response_schema(cfg.model):
         return sent, "a JSON schema sent as response_format"
     if llm.all_local(cfg.base_urls()):  # llama.cpp, vLLM, Ollama: the server turns the schema into a grammar
+        kind = (facts or llm.server_facts(cfg)).kind
+        if kind == "llama-cpp-python":
+            sent = dataclasses.replace(sent, response_format=in_form_of({"type": "json_object"}, sent.response_format))
         return sent, (
-            f"a JSON schema sent as response_format to the server on this machine (litellm does not list {cfg.model} "
-            "as supporting one; a server that ignores it answers as the prompt asks)"
+            f"a JSON schema sent as response_format to the server on this machine{' (' + kind + ')' if kind else ''}; "
+            f"litellm does not list {cfg.model} as supporting one, and a server that ignores it answers as the prompt asks"
         )
     return cfg, (
         f"the prompt's output format: litellm does not list {cfg.model} as supporting a JSON schema "
@@ -432,13 +445,16 @@ def label_calls(
     complete_all's interface (workbench/labeller/batch.py's BatchEngine; its store_every answers are stored per
     transaction, and it is given flush to store the rest before it records a job as collected). Raises what the engine raises, after storing what was answered."""
     counts = LabelCounts(calls=len(requests))
-    cfg, counts.response_format = with_response_schema(cfg, requests[0].meta.get("mode") if requests else "per_label")
+    facts = _local_facts(cfg, engine)
+    cfg, counts.response_format = with_response_schema(
+        cfg, requests[0].meta.get("mode") if requests else "per_label", facts
+    )
     if "response_schema asked for" in counts.response_format or "this machine" in counts.response_format:
         counts.notes.append(f"reply format: {counts.response_format}")
     with_request_schemas(requests, cfg)
     cached = lookup([r.key for r in requests]) if requests else {}
     todo = [r for r in requests if r.key not in cached]
-    engine, cfg = _paced(engine, cfg, todo, counts.notes)
+    engine, cfg = _paced(engine, cfg, todo, counts.notes, facts)
     counts.reused = len(requests) - len(todo)
     if on_start:
         on_start(counts)
@@ -490,12 +506,22 @@ def label_calls(
     return counts
 
 
-def _paced(engine, cfg, todo: list, notes: list) -> tuple:
+def _local_facts(cfg, engine):
+    """What the local server of a direct (not batch, not offline) run says about itself, None otherwise."""
+    if engine is not None or is_offline(cfg):
+        return None
+    try:
+        return llm.server_facts(cfg)
+    except llm.EndpointError:  # no endpoint to ask: the run says so when it checks the endpoint
+        return None
+
+
+def _paced(engine, cfg, todo: list, notes: list, facts) -> tuple:
     """The engine and cfg for the calls to make: on one local server, no more calls in flight than it answers at
     once, and fewer after each timeout (llm.Throttle); notes gets a line for each choice."""
     if engine is not None or not todo or is_offline(cfg) or cfg.workers > 1:
         return engine, cfg
-    cfg, chosen = llm.fitted_to_server(cfg)
+    cfg, chosen = llm.fitted_to_server(cfg, facts)
     if chosen:
         notes.append(chosen)
     throttle = llm.Throttle(cfg.concurrency, notes.append)

@@ -761,7 +761,8 @@ async def _run_one(
         refusals: list[EndpointRefused] = []
         _REFUSALS.set(refusals)
         try:
-            response = await asyncio.wait_for(call(req.messages, req.response_format), timeout=cfg.timeout_s)
+            async with throttle.slot() if throttle is not None else contextlib.nullcontext():
+                response = await asyncio.wait_for(call(req.messages, req.response_format), timeout=cfg.timeout_s)
         except Exception as exc:  # every model failure becomes data; see classify()
             exc = refusals[0] if refusals else exc  # the guard's own words, whatever the library wrapped them in
             kind = classify(exc)
@@ -895,11 +896,18 @@ class Throttle:
     is sent fewer calls at once instead of retries that queue behind the calls it is still answering."""
 
     def __init__(self, limit: int, on_note: Callable[[str], None] | None = None) -> None:
-        self.limit, self.on_note, self.notes = max(1, limit), on_note, []
+        self.limit, self.on_note, self.notes, self.in_flight = max(1, limit), on_note, [], 0
 
-    def admits(self, worker: int) -> bool:
-        """Whether worker number `worker` (0-based) may start another call."""
-        return worker < self.limit
+    @contextlib.asynccontextmanager
+    async def slot(self):
+        """One attempt in flight: waits while `limit` attempts are (a retry waits its turn like a new call)."""
+        while self.in_flight >= self.limit:
+            await asyncio.sleep(0.05)
+        self.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
 
     def timed_out(self) -> None:
         """One attempt timed out: halve the calls in flight (once per lowering; later timeouts of calls already
@@ -917,15 +925,14 @@ async def _run_workers(requests, cfg: ModelConfig, call, on_result, cancel, thro
     queue = iter(list(requests))
     throttle = throttle or Throttle(cfg.concurrency)
 
-    async def worker(number: int) -> None:
-        while throttle.admits(number):
-            req = next(queue, None)  # a shared iterator: each request is taken by exactly one worker
-            if req is None or (cancel is not None and cancel.is_set()):
+    async def worker() -> None:
+        for req in queue:  # a shared iterator: each request is taken by exactly one worker
+            if cancel is not None and cancel.is_set():
                 return
             result = await _run_one(call, req, cfg, cancel, throttle)
             on_result(req, result)
 
-    tasks = [asyncio.ensure_future(worker(i)) for i in range(min(cfg.concurrency, len(requests)))]
+    tasks = [asyncio.ensure_future(worker()) for _ in range(min(cfg.concurrency, len(requests)))]
     try:
         await asyncio.gather(*tasks)
     finally:
@@ -980,32 +987,43 @@ def check_model(cfg: ModelConfig) -> str:
     return result.text or ""
 
 
-def serving_slots(cfg: ModelConfig, timeout_s: float = 3.0) -> tuple[int | None, str]:
-    """How many calls the one local server of cfg answers at once, and how that is known: llama.cpp's own
-    server reports its slots (/props total_slots, /slots), llama-cpp-python's answers one call at a time
-    (its /v1/models says owned_by "me"); None for a remote or pooled endpoint, or a server that says nothing.
-    Only GET requests to the configured server, no report text, no redirects followed, no proxy."""
+@dataclass(frozen=True)
+class ServerFacts:
+    """What a local server says about itself: which server it is, and how many calls it answers at once."""
+
+    kind: str = ""  # "llama.cpp", "llama-cpp-python" or "" (unknown: vLLM, Ollama, a proxy ...)
+    slots: int | None = None
+    how: str = ""
+
+
+def server_facts(cfg: ModelConfig, timeout_s: float = 3.0) -> ServerFacts:
+    """What the one local server of cfg says about itself: llama.cpp's own server reports its slots (/props
+    total_slots, /slots), llama-cpp-python's answers one call at a time (its /v1/models says owned_by "me");
+    nothing for a remote or pooled endpoint, or a server that says nothing. Only GET requests to the configured
+    server, under the same guard as the calls (no report text, no redirect, no proxy nobody allowed)."""
     bases = cfg.base_urls() if len(cfg.endpoints) <= 1 else ()
     if len(bases) != 1 or not all_local(bases):
-        return None, ""
+        return ServerFacts()
     base = bases[0].rstrip("/")
-    root = base[: -len("/v1")] if base.endswith("/v1") else base
-    with httpx.Client(timeout=timeout_s, follow_redirects=False, trust_env=False) as client:
-        props = _json_get(client, f"{root}/props")
-        if isinstance(props, dict) and isinstance(props.get("total_slots"), int):
-            return props["total_slots"], "llama.cpp server: total_slots in /props"
-        slots = _json_get(client, f"{root}/slots")
-        if isinstance(slots, list) and slots:
-            return len(slots), "llama.cpp server: /slots"
-        models = _json_get(client, f"{base}/models")
-    owners = (
-        {m.get("owned_by") for m in (models or {}).get("data", []) if isinstance(m, dict)}
-        if isinstance(models, dict)
-        else set()
-    )
+    root = base.removesuffix("/v1")
+    _install_guard()
+    token = _PINNED.set(Pin.of(dataclasses.replace(cfg, api_base=root, endpoints=())))  # /props sits above /v1
+    try:
+        with httpx.Client(timeout=timeout_s, follow_redirects=False, trust_env=False) as client:
+            props = _json_get(client, f"{root}/props")
+            if isinstance(props, dict) and isinstance(props.get("total_slots"), int):
+                return ServerFacts("llama.cpp", props["total_slots"], "llama.cpp server: total_slots in /props")
+            slots = _json_get(client, f"{root}/slots")
+            if isinstance(slots, list) and slots:
+                return ServerFacts("llama.cpp", len(slots), "llama.cpp server: /slots")
+            models = _json_get(client, f"{base}/models")
+    finally:
+        _PINNED.reset(token)
+    data = models.get("data") if isinstance(models, dict) else None
+    owners = {m.get("owned_by") for m in data if isinstance(m, dict)} if isinstance(data, list) else set()
     if owners == {"me"}:
-        return 1, "llama-cpp-python server (answers one call at a time)"
-    return None, ""
+        return ServerFacts("llama-cpp-python", 1, "llama-cpp-python server: it answers one call at a time")
+    return ServerFacts()
 
 
 def _json_get(client, url: str):
@@ -1013,14 +1031,15 @@ def _json_get(client, url: str):
     try:
         response = client.get(url)
         return response.json() if response.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, OSError):
+    except (httpx.HTTPError, ValueError, OSError):  # EndpointRefused is an OSError: the guard said no
         return None
 
 
-def fitted_to_server(cfg: ModelConfig) -> tuple[ModelConfig, str]:
+def fitted_to_server(cfg: ModelConfig, facts: ServerFacts | None = None) -> tuple[ModelConfig, str]:
     """cfg with no more calls in flight than its local server answers at once (queued calls would spend their
     timeout waiting), and a line saying what was chosen; unchanged (and "") when the server says nothing."""
-    slots, how = serving_slots(cfg)
+    facts = server_facts(cfg) if facts is None else facts
+    slots, how = facts.slots, facts.how
     if slots is None:
         return cfg, ""
     if cfg.concurrency <= slots:
