@@ -2091,7 +2091,9 @@ def case_cmd(wb, report_id, label, fmt, wide):
     tokens, cost, finish reason and the model that answered, one column per run (prompt version, model)."""
     matrix = wb.case_matrix(report_id, label)
     if fmt == "json":
-        click.echo(json.dumps(matrix.to_json(), indent=2, ensure_ascii=False, default=str))
+        from workbench.services.results import strict
+
+        click.echo(json.dumps(strict(matrix.to_json()), indent=2, ensure_ascii=False, default=str, allow_nan=False))
         return
     if not matrix.columns:
         click.echo(f"no run has labelled report {report_id}" + (f" for {matrix.label}" if matrix.label else ""))

@@ -89,8 +89,15 @@ PROGRESS_EVERY_S = 0.2  # progress callbacks at most five times a second
 # failure kinds that say what to change, shown beside their counts
 HINTS = {
     "truncated": "the reply was cut off at max_tokens: raise labeller.max_tokens (reasoning models need 1000+)",
+    "looping": "the model repeated itself until max_tokens, so more tokens will not help: turn on labeller.json_mode "
+    "or labeller.response_schema (llama.cpp and vLLM then end the reply after the JSON object), or use a larger model",
+    "prose": "the model answered in prose without the JSON the prompt asks for: turn on labeller.json_mode or "
+    "labeller.response_schema (llama.cpp and vLLM then constrain the reply to JSON)",
     "refusal": "the model declined to answer: reword the prompt, or use another model",
     "parse_error": "the reply had no usable 0/1: tighten the prompt's output format, or turn on labeller.response_schema",
+    "timeout": "calls took longer than labeller.timeout_s: a server that answers one call at a time needs "
+    "labeller.concurrency 1 (a run lowers it after a timeout) or a larger timeout_s; then `workbench run --resume {run}`",
+    "connection": "no server answered: start it (or fix labeller.api_base), then `workbench run --resume {run}`",
 }
 
 
@@ -230,7 +237,8 @@ def decide(req, text: str | None, res=None, replies: parsing.ReplyMemo | None = 
         if meta["mode"] == "joint":
             return parsing.parse_joint_reply(text, meta["labels"], meta["report"], specs)
         parse = replies.parse if replies is not None else parsing.parse_reply
-        return {meta["labels"][0]: parse(text, meta["report"], specs.get(meta["labels"][0], ()))}
+        decision = parse(text, meta["report"], specs.get(meta["labels"][0], ()))
+        return {meta["labels"][0]: parsing.prose_failure(decision, text)}
     except Exception as exc:  # the parser's contract is never to raise; if it does, one failure, not a dead run
         return {
             lab: parsing.Decision(None, "", "parse_error", f"parser error ({type(exc).__name__})")
@@ -243,6 +251,13 @@ def reply_shape_failure(res) -> parsing.Decision | None:
     if res is None:
         return None
     finish = getattr(res, "finish_reason", None)
+    if finish == "length" and parsing.looping(res.text):
+        return parsing.Decision(
+            None,
+            "",
+            "looping",
+            f"the reply repeats itself until max_tokens ({res.completion_tokens} completion tokens): {res.text[-150:]!r}",
+        )
     if finish == "length":
         return parsing.Decision(
             None,

@@ -703,6 +703,15 @@ def _short(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+_SSL_CONTEXT = re.compile(r"\s*ssl:(?:<[^>]*>|default|None|False|True)")
+
+
+def _without_ssl_context(detail: str) -> str:
+    """aiohttp's connect error names its SSL context ("ssl:<ssl.SSLContext object at 0x...>") even for an http URL:
+    noise that reads like a TLS problem, dropped."""
+    return _SSL_CONTEXT.sub("", detail)
+
+
 def describe(kind: str, exc: BaseException | None, attempts: int, cfg: ModelConfig) -> str:
     """A clear one-line error message for a failed call."""
     tries = f"{attempts} attempt" + ("s" if attempts != 1 else "")
@@ -715,7 +724,10 @@ def describe(kind: str, exc: BaseException | None, attempts: int, cfg: ModelConf
     if kind == "server":
         return f"HTTP {status or '5xx'} after {tries} (server error): {detail}"
     if kind == "connection":
-        return f"cannot connect to {cfg.endpoint_label()} after {tries}: {detail}"
+        return (
+            f"cannot connect to {cfg.endpoint_label()} after {tries} (is the server running?): "
+            f"{_without_ssl_context(detail)}"
+        )
     if kind == "auth":
         hint = f" (check the key in ${cfg.api_key_env})" if cfg.api_key_env else ""
         return f"HTTP {status} authentication failed{hint}: {detail}"

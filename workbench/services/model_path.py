@@ -198,7 +198,8 @@ class ModelPathService(Service):
         """Noise rate per label (and overall, label "all") from every noise measurement of these runs."""
         with self.session() as s:
             frame = q.noise_repeats(s, run_ids)
-        return noise_table(frame)
+        table = noise_table(frame)
+        return table[table["rate"].notna()].reset_index(drop=True)  # a label whose every repeat failed is unmeasured
 
     def comparison_noise(self, run_a: int, run_b: int, table: pd.DataFrame, part: str = "") -> list[str]:
         """Beside fixed (c) and broken (b) per label of a comparison table: how many changes noise alone would
@@ -259,14 +260,15 @@ def noise_table(repeats: pd.DataFrame) -> pd.DataFrame:
     for label, g in groups:
         answered = g[g["value"].notna()]
         differ = int((answered["value"].astype(int) != answered["original"].astype(int)).sum())
-        lo, hi = wilson(differ, len(answered))
+        # no answered repeat: not measured (NaN), never a rate of 0 that would claim the model is steady
+        lo, hi = wilson(differ, len(answered)) if len(answered) else (math.nan, math.nan)
         rows.append(
             {
                 "label": label,
                 "repeats": len(answered),
                 "differ": differ,
                 "failed": len(g) - len(answered),
-                "rate": differ / len(answered) if len(answered) else 0.0,
+                "rate": differ / len(answered) if len(answered) else math.nan,
                 "lo": lo,
                 "hi": hi,
             }
@@ -293,8 +295,10 @@ class NoiseResult:
 
     def overall(self) -> tuple[float, float, float]:
         """(rate, lo, hi) over every repeated answer."""
-        if self.deterministic or self.table.empty:
+        if self.deterministic:
             return 0.0, 0.0, 0.0
+        if self.table.empty:
+            return math.nan, math.nan, math.nan
         row = self.table.set_index("label").loc["all"]
         return float(row["rate"]), float(row["lo"]), float(row["hi"])
 
@@ -311,6 +315,12 @@ class NoiseResult:
             f"asked {self.repeats} more time(s) each, bypassing the cache ({seeds})"
         ]
         for row in self.table.itertuples(index=False):
+            if not row.repeats:
+                out.append(
+                    f"{row.label}: noise not measured - all {row.failed} repeat(s) failed, so there is no answer to "
+                    f"compare; run `workbench noise {self.run_id}` again once the model answers"
+                )
+                continue
             failed = f", {row.failed} failed" if row.failed else ""
             out.append(
                 f"{row.label}: noise rate {row.rate:.3f} [{row.lo:.3f}, {row.hi:.3f}] "

@@ -41,11 +41,12 @@ INTERRUPTED = "interrupted"  # stopped by Ctrl-C or SIGTERM: its answers are kep
 class RunInterrupted(WorkbenchError):
     """A run stopped by Ctrl-C or SIGTERM: marked interrupted, resumable without repeating answered calls."""
 
-    def __init__(self, run_id: int, stored: int, total: int | None) -> None:
-        self.run_id, self.stored, self.total = run_id, stored, total
+    def __init__(self, run_id: int, stored: int, total: int | None, failures: int = 0) -> None:
+        self.run_id, self.stored, self.total, self.failures = run_id, stored, total, failures
         of = f" of {total:,}" if total else ""
+        failed = f", {failures:,} of them failed (`workbench run --retry-failed {run_id}` after it)" if failures else ""
         super().__init__(
-            f"run {run_id} interrupted after {stored:,}{of} answers (kept): resume with "
+            f"run {run_id} interrupted after {stored:,}{of} answers (kept){failed}: resume with "
             f"`workbench run --resume {run_id}`"
         )
 
@@ -71,7 +72,7 @@ class RunSummary:
         """One line per distinct cause of this execution's failures: count and one example message."""
         return [
             f"{kind}: {n} call(s), e.g. {self.failure_examples.get(kind, '')}"
-            + (f" (hint: {labelling.HINTS[kind]})" if kind in labelling.HINTS else "")
+            + (f" (hint: {labelling.HINTS[kind].format(run=self.run_id)})" if kind in labelling.HINTS else "")
             for kind, n in sorted(self.failure_kinds.items(), key=lambda kv: (-kv[1], kv[0]))
         ]
 
@@ -634,11 +635,11 @@ class RunsService(Service):
             if lease.lost:  # another executor has the run: its status is theirs to set
                 raise
             with self.session() as s:
-                q.update_run(s, run_id, status=INTERRUPTED, finished_at=q.now())
-                stored, _ = q.prediction_tally(s, run_id)
+                stored, failures = q.prediction_tally(s, run_id)  # the failures so far are the run's too
+                q.update_run(s, run_id, status=INTERRUPTED, finished_at=q.now(), failures=failures)
                 run = q.get_run(s, run_id)
                 total = len(q.report_ids(s, run.cohort_id)) * len(json.loads(run.labels_json))
-            raise RunInterrupted(run_id, stored, total) from None
+            raise RunInterrupted(run_id, stored, total, failures) from None
         except BaseException:
             if state["running"] and not lease.lost:  # never leave a run "running" that nobody executes
                 with self.session(write=True) as s:
@@ -780,9 +781,13 @@ class RunsService(Service):
     early_stop_after = 5  # identical endpoint failures in a row, with no success, that stop a run
 
     def _watch_unusable(self, streak: dict, res, summary: RunSummary, stop: threading.Event) -> None:
-        """Stop a run whose endpoint is plainly unusable (refused, 401/403, 404) instead of trying every call."""
+        """Stop a run whose endpoint is plainly unusable (refused, 401/403, 404) instead of trying every call, and
+        one whose server stopped answering after it had answered (killed, crashed: nothing listens any more)."""
         if res.error is None:
-            streak["ok"] = True
+            streak["ok"], streak["gone"] = True, 0
+            return
+        if streak["ok"] and res.error_kind == "connection":
+            self._watch_gone(streak, res, summary, stop)
             return
         if streak["ok"] or res.error_kind not in UNUSABLE:
             streak.update(kind=None, n=0)
@@ -794,6 +799,17 @@ class RunsService(Service):
                 f"stopped early: {streak['n']} calls in a row failed the same way ({res.error_kind}) and none succeeded, "
                 f"so the endpoint looks unusable; the remaining calls were not made. Fix the cause, then "
                 f"`workbench run --resume {summary.run_id}`"
+            )
+            stop.set()
+
+    def _watch_gone(self, streak: dict, res, summary: RunSummary, stop: threading.Event) -> None:
+        """Count connection failures in a row after answered calls; at early_stop_after, stop: the server is gone."""
+        streak["gone"] = streak.get("gone", 0) + 1
+        if streak["gone"] >= self.early_stop_after and not stop.is_set():
+            summary.stopped_reason = (
+                f"stopped: the server stopped answering ({streak['gone']} calls in a row could not connect after "
+                f"earlier calls were answered: {res.error}); the remaining calls were not made. Start the server "
+                f"again, then `workbench run --resume {summary.run_id}`"
             )
             stop.set()
 
