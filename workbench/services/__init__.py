@@ -232,6 +232,7 @@ class Workbench:
     # model_path
     call_facts = _Forward("model_path")
     call_costs = _Forward("model_path")
+    evidence_check = _Forward("model_path")
     call_fact = _Forward("model_path")
     measure_noise = _Forward("model_path")
     noise_rates = _Forward("model_path")

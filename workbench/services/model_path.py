@@ -78,9 +78,12 @@ class ModelPathService(Service):
             "tokens_per_label",
             "median_latency_s",
             "truncated",
+            "evidence_quoted",
+            "evidence_not_in_report",
         ]
         if facts.empty:
             return pd.DataFrame(columns=cols)
+        evidence = self.evidence_check(run_id).set_index("label")
         rows = []
         facts = facts.assign(label=facts["labels"].str.split(","))
         share = 1.0 / facts["label"].str.len()  # a joint call's cost is split evenly over the labels it asked
@@ -100,9 +103,29 @@ class ModelPathService(Service):
                     "tokens_per_label": float(tokens) / len(g),
                     "median_latency_s": float(g["latency_s"].median()),
                     "truncated": int((g["finish_reason"] == "length").sum()),
+                    "evidence_quoted": int(evidence["evidence_quoted"].get(label, 0)),
+                    "evidence_not_in_report": int(evidence["evidence_not_in_report"].get(label, 0)),
                 }
             )
         return pd.DataFrame(rows, columns=cols)
+
+    def evidence_check(self, run_id: int) -> pd.DataFrame:
+        """Per label: answers that quote evidence, and how many of those quotes are not in the report (made up, or
+        copied from the prompt): a small model's 0/1 may be right for a reason it invented."""
+        self.runner.run_info(run_id)
+        with self.session() as s:
+            preds = q.predictions_frame(s, run_id)
+        quoted = preds[preds["value"].notna() & preds["evidence"].fillna("").str.strip().ne("")]
+        missing = quoted[quoted["evidence_found"].map(lambda v: v is False)]
+        labels = sorted(set(preds["label"]))
+        return pd.DataFrame(
+            {
+                "label": labels,
+                "evidence_quoted": [int((quoted["label"] == lab).sum()) for lab in labels],
+                "evidence_not_in_report": [int((missing["label"] == lab).sum()) for lab in labels],
+            },
+            columns=EVIDENCE_CHECK,
+        )
 
     def call_fact(self, call_key: str | None) -> dict | None:
         """One call's facts, reasoning included (the case view), None when none were recorded."""
@@ -235,6 +258,7 @@ class ModelPathService(Service):
 
 
 NOISE_TABLE = ["label", "repeats", "differ", "failed", "rate", "lo", "hi"]
+EVIDENCE_CHECK = ["label", "evidence_quoted", "evidence_not_in_report"]
 
 
 def stratified_sample(preds: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
