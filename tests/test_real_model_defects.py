@@ -192,3 +192,22 @@ def test_evidence_not_in_the_report_is_counted_per_label_in_metrics_and_calls(sm
     assert data["evidence"] == [{"label": "pleural_effusion", "evidence_quoted": 8, "evidence_not_in_report": 8}]
     per_label = json.loads(cli(wb, "calls", str(run.run_id), "--per-label", "--format", "json"))
     assert (per_label[0]["evidence_quoted"], per_label[0]["evidence_not_in_report"]) == (8, 8)
+
+
+def test_the_estimate_uses_only_calls_made_with_the_same_settings(small_study):
+    wb = small_study
+    with running_server(keywords=KEYWORDS, latency=0.3) as slow, running_server(keywords=KEYWORDS) as fast:
+        wb.start_run("dev", labels=["pleural_effusion"], **remote(slow, max_tokens=256))
+        other = wb.estimate_run("dev", labels=["pneumothorax"], **remote(fast, max_tokens=64))
+        # before: the slow server's calls at another max_tokens set the figure ("median latency 0.3 s of 8 calls")
+        assert "no call of this model recorded yet" in other.how["time"], other.how
+        wb.start_run("dev", labels=["pleural_effusion"], **remote(fast, max_tokens=64))
+        same = wb.estimate_run("dev", labels=["pneumothorax"], **remote(fast, max_tokens=64))
+    assert "of 8 recorded calls" in same.how["time"] and same.seconds < 8 * 0.3
+
+
+def test_the_estimate_counts_a_one_slot_server_one_call_at_a_time(small_study):
+    wb = small_study
+    with running_server(keywords=KEYWORDS, owned_by="me") as srv:
+        estimate = wb.estimate_run("dev", labels=["pleural_effusion"], **remote(srv, concurrency=8))
+    assert estimate.concurrency == 1  # before: "at concurrency 8" on a server that answers one call at a time

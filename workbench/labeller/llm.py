@@ -767,13 +767,16 @@ async def _run_one(
     throttle: Throttle | None = None,
 ) -> CallResult:
     start = time.monotonic()
+    queued = 0.0  # time spent waiting for a slot in this process: not the server's latency
     attempt = 0
     while True:
         attempt += 1
         refusals: list[EndpointRefused] = []
         _REFUSALS.set(refusals)
         try:
+            asked = time.monotonic()
             async with throttle.slot() if throttle is not None else contextlib.nullcontext():
+                queued += time.monotonic() - asked
                 response = await asyncio.wait_for(call(req.messages, req.response_format), timeout=cfg.timeout_s)
         except Exception as exc:  # every model failure becomes data; see classify()
             exc = refusals[0] if refusals else exc  # the guard's own words, whatever the library wrapped them in
@@ -785,10 +788,11 @@ async def _run_one(
                 message = describe(kind, exc, attempt, cfg)
                 if kind in RETRYABLE and attempt <= cfg.max_retries:
                     message += " (cancelled: not retried)"
-                return CallResult(req.key, None, message, kind, latency_s=time.monotonic() - start, attempts=attempt)
+                latency = time.monotonic() - start - queued
+                return CallResult(req.key, None, message, kind, latency_s=latency, attempts=attempt)
             await _sleep_unless_cancelled(backoff_s(cfg, attempt, retry_after_s(exc)), cancel)
             continue
-        return _success(req.key, response, time.monotonic() - start, attempt)
+        return _success(req.key, response, time.monotonic() - start - queued, attempt)
 
 
 def _success(key: str, response, latency: float, attempts: int) -> CallResult:

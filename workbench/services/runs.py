@@ -4,6 +4,7 @@ store each prediction as it arrives (so a killed run resumes), and count everyth
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -23,7 +24,14 @@ from workbench.core.vocab import derive_frame
 from workbench.errors import WorkbenchError
 from workbench.labeller import batch, endpoints, labelling
 from workbench.labeller.labelling import MODEL_FIELDS, RULES_PREFIX, Progress, model_config  # noqa: F401 (re-exported)
-from workbench.labeller.llm import UNUSABLE, EndpointError, UnknownModel, check_model_name, resolve_endpoints
+from workbench.labeller.llm import (
+    UNUSABLE,
+    EndpointError,
+    UnknownModel,
+    check_model_name,
+    fitted_to_server,
+    resolve_endpoints,
+)
 from workbench.runtime import AnyEvent, fewer_collections
 from workbench.services import memo
 from workbench.services.base import Service, StudyContext
@@ -160,6 +168,17 @@ def _answer_params(params: dict) -> dict:
         k: v
         for k, v in params.items()
         if k not in ("concurrency", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s")
+    }
+
+
+def _speed(cfg) -> dict:
+    """The recorded run parameters that change how fast a call is answered: an estimate uses calls that share them."""
+    params = cfg.params()
+    return {
+        "max_tokens": params["max_tokens"],
+        "json_mode": params["json_mode"],
+        "response_schema": params.get("response_schema"),
+        "api_base": cfg.api_base,
     }
 
 
@@ -925,7 +944,10 @@ class RunsService(Service):
         )
         with self.session() as s:
             cached = set(q.cached_calls(s, [r.key for r in requests]))
-            history = [] if labelling.is_offline(cfg) else q.model_call_history(s, cfg.model)
+            history = [] if labelling.is_offline(cfg) else q.model_call_history(s, cfg.model, settings=_speed(cfg))
+        if not labelling.is_offline(cfg) and not batch:
+            with contextlib.suppress(EndpointError):  # no endpoint to ask: the run itself says so
+                cfg, _chosen = fitted_to_server(cfg)  # the concurrency the run will use on a one-slot server
         return labelling.estimate_calls(
             requests,
             cfg,
