@@ -77,3 +77,21 @@ def recorded() -> dict[str, dict]:
     """request_key -> the recorded reply body."""
     calls = json.loads(FIXTURE.read_text())["calls"]
     return {request_key(c["request"]): c["response"] for c in calls if c["status"] == 200}
+
+
+class Replay:
+    """A fake server's body_fn answering each request with its recorded reply body; misses are kept (a test
+    asserts there are none) and answered with a reply that says how to record again."""
+
+    def __init__(self) -> None:
+        self.calls, self.missing = recorded(), []
+
+    def __call__(self, body: dict, reply: str) -> dict:
+        found = self.calls.get(request_key(body))
+        if found is not None:
+            return found
+        from fake_llm_server import completion_body
+
+        self.missing.append(body)
+        note = "no recorded reply for this request: run bench/record_real_replies.py again"
+        return completion_body(body.get("model", "fake"), note, body["messages"])

@@ -165,6 +165,11 @@ def looping(text: str | None) -> bool:
     return len(raw) >= _LOOPING_MIN_CHARS and len(zlib.compress(raw, 9)) < LOOPING_RATIO * len(raw)
 
 
+def reply_in_text(text: str | None) -> bool:
+    """True when a plain-text reply states a 0/1 answer the tolerant parser would take."""
+    return bool(text) and parse_reply(text).status == "ok_tolerant"
+
+
 def prose_failure(decision: Decision, text: str | None) -> Decision:
     """A parse failure whose reply is plain prose (no JSON object tried, no 0/1 found) as its own kind, "prose";
     any other decision unchanged."""

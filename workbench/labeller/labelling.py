@@ -258,6 +258,14 @@ def reply_shape_failure(res) -> parsing.Decision | None:
             "looping",
             f"the reply repeats itself until max_tokens ({res.completion_tokens} completion tokens): {res.text[-150:]!r}",
         )
+    if finish == "length" and "{" not in (res.text or "") and not parsing.reply_in_text(res.text):
+        return parsing.Decision(  # more tokens would only buy more prose: the fix is the JSON the prompt asks for
+            None,
+            "",
+            "prose",
+            f"prose without the JSON answer asked for, cut off at max_tokens ({res.completion_tokens} completion "
+            f"tokens): {res.text[:150]!r}",
+        )
     if finish == "length":
         return parsing.Decision(
             None,
