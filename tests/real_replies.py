@@ -62,7 +62,7 @@ def build_study(folder: pathlib.Path, api_base: str, recipe: str, **extra) -> tu
     cli(study, "import", "reports", str(reports), "--cohort", "dev")
     cli(study, "import", "readings", str(readings))
     conf = yaml.safe_load((study / "workbench.yaml").read_text())
-    conf["labeller"].update(model=MODEL, api_base=api_base, timeout_s=3600, **RECIPES[recipe], **extra)
+    conf["labeller"].update({"model": MODEL, "api_base": api_base, "timeout_s": 3600, **RECIPES[recipe], **extra})
     (study / "workbench.yaml").write_text(yaml.safe_dump(conf, sort_keys=False))
     return study, cli(study, "run", "--cohort", "dev", "--labels", LABELS, ok=(0, 3))
 
