@@ -77,3 +77,11 @@ def test_made_up_evidence_is_counted_per_label(replayed):
     assert evidence["cardiomegaly"]["evidence_not_in_report"] == 4
     text = " ".join(cli(study, "metrics", "1").split())
     assert "evidence not in the report" in text and "cardiomegaly 4 of 4" in text
+
+
+def test_metrics_of_a_run_whose_every_call_failed_count_no_evidence(replayed):
+    study, _ = replayed["plain"]
+    data = json.loads(cli(study, "metrics", "1", "--format", "json"))
+    # found by the real_model tier: a run with no quoted evidence crashed `metrics` (KeyError 'label')
+    assert [(e["evidence_quoted"], e["evidence_not_in_report"]) for e in data["evidence"]] == [(0, 0), (0, 0)]
+    assert "evidence not in the report" not in cli(study, "metrics", "1")

@@ -115,14 +115,15 @@ class ModelPathService(Service):
         self.runner.run_info(run_id)
         with self.session() as s:
             preds = q.predictions_frame(s, run_id)
-        quoted = preds[preds["value"].notna() & preds["evidence"].fillna("").str.strip().ne("")]
-        missing = quoted[quoted["evidence_found"].map(lambda v: v is False)]
-        labels = sorted(set(preds["label"]))
+        quoted = preds["value"].notna() & preds["evidence"].fillna("").astype(str).str.strip().ne("")
+        missing = quoted & preds["evidence_found"].map(lambda v: v is False).astype(bool)
+        frame = pd.DataFrame({"label": preds["label"], "quoted": quoted.astype(int), "missing": missing.astype(int)})
+        sums = frame.groupby("label", sort=True)[["quoted", "missing"]].sum()
         return pd.DataFrame(
             {
-                "label": labels,
-                "evidence_quoted": [int((quoted["label"] == lab).sum()) for lab in labels],
-                "evidence_not_in_report": [int((missing["label"] == lab).sum()) for lab in labels],
+                "label": list(sums.index),
+                "evidence_quoted": [int(v) for v in sums["quoted"]],
+                "evidence_not_in_report": [int(v) for v in sums["missing"]],
             },
             columns=EVIDENCE_CHECK,
         )
