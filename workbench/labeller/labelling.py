@@ -258,7 +258,7 @@ def reply_shape_failure(res) -> parsing.Decision | None:
             "looping",
             f"the reply repeats itself until max_tokens ({res.completion_tokens} completion tokens): {res.text[-150:]!r}",
         )
-    if finish == "length" and "{" not in (res.text or "") and not parsing.reply_in_text(res.text):
+    if finish == "length" and _cut_prose(res.text):
         return parsing.Decision(  # more tokens would only buy more prose: the fix is the JSON the prompt asks for
             None,
             "",
@@ -278,6 +278,13 @@ def reply_shape_failure(res) -> parsing.Decision | None:
         why = f"provider refusal: {refusal}" if refusal else "the provider's content filter stopped the reply"
         return parsing.Decision(None, "", "refusal", why[:2000])
     return None
+
+
+def _cut_prose(text: str | None) -> bool:
+    """A reply cut at max_tokens that is prose, not an answer under way: no JSON begun, no reasoning block (a
+    reasoning model cut while thinking needs more tokens), no stated 0/1."""
+    text = text or ""
+    return "{" not in text and "<think>" not in text.lower() and not parsing.reply_in_text(text)
 
 
 @dataclass
