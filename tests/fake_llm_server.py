@@ -191,6 +191,7 @@ class FakeLLMServer:
         owned_by: str = "tests",
         total_slots: int | None = None,
         serial: bool = False,
+        openapi_title: str | None = None,
     ) -> None:
         self.behaviour = behaviour
         self.keywords = keywords if isinstance(keywords, dict) else tuple(keywords)
@@ -208,6 +209,7 @@ class FakeLLMServer:
         self.owned_by = owned_by  # /v1/models' owned_by: "me" is what llama-cpp-python's server says
         self.total_slots = total_slots  # answer GET /props with it, as llama.cpp's own server does (None: 404)
         self.serial = serial  # answer one chat call at a time (the others wait), as a one-slot local server does
+        self.openapi_title = openapi_title  # GET /openapi.json's info.title (llama-cpp-python's names it; None: 404)
         self._serial_lock = threading.Lock()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -662,6 +664,8 @@ def _make_http_server(fake: FakeLLMServer) -> ThreadingHTTPServer:
             elif self.path.rstrip("/") in ("/v1/models", "/models"):
                 data = {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": fake.owned_by}]}
                 self._send(200, {}, json.dumps(data).encode())
+            elif self.path.rstrip("/") == "/openapi.json" and fake.openapi_title is not None:
+                self._send(200, {}, json.dumps({"openapi": "3.1.0", "info": {"title": fake.openapi_title}}).encode())
             elif self.path.rstrip("/") == "/props" and fake.total_slots is not None:
                 self._send(200, {}, json.dumps({"total_slots": fake.total_slots}).encode())
             else:

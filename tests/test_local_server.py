@@ -44,6 +44,12 @@ def label(requests, cfg) -> tuple[labelling.LabelCounts, list]:
     [
         ({"total_slots": 2}, "llama.cpp", "total_slots in /props"),
         ({"owned_by": "me"}, "llama-cpp-python", "one call at a time"),
+        # busy, its /v1/models waits for the call under way (the probe timed out): its OpenAPI title answers at once
+        (
+            {"openapi_title": "\U0001f999 llama.cpp Python API", "owned_by": "?"},
+            "llama-cpp-python",
+            "one call at a time",
+        ),
     ],
 )
 def test_a_local_server_says_how_many_calls_it_answers_at_once(options, kind, how):
@@ -57,7 +63,8 @@ def test_a_server_that_says_nothing_and_a_remote_one_keep_the_configured_concurr
     cfg = cfg_for(fake_llm_server)
     assert fitted_to_server(cfg) == (cfg, "")
     remote = ModelConfig(model="openai/gpt-4o-mini")
-    assert server_facts(remote).slots is None and fake_llm_server.requests == 3  # /props, /slots, /v1/models
+    assert server_facts(remote).slots is None
+    assert fake_llm_server.requests == 4  # /props, /slots, /openapi.json, /v1/models of the local one; none remote
 
 
 def test_a_one_slot_server_is_sent_one_call_at_a_time_and_the_run_says_so():

@@ -1032,9 +1032,14 @@ def server_facts(cfg: ModelConfig, timeout_s: float = 3.0) -> ServerFacts:
             slots = _json_get(client, f"{root}/slots")
             if isinstance(slots, list) and slots:
                 return ServerFacts("llama.cpp", len(slots), "llama.cpp server: /slots")
-            models = _json_get(client, f"{base}/models")
+            # llama-cpp-python: its OpenAPI title answers at once; /v1/models waits for the call under way
+            api = _json_get(client, f"{root}/openapi.json")
+            title = str(((api or {}).get("info") or {}).get("title", "")) if isinstance(api, dict) else ""
+            models = None if "llama.cpp Python" in title else _json_get(client, f"{base}/models")
     finally:
         _PINNED.reset(token)
+    if "llama.cpp Python" in title:
+        return ServerFacts("llama-cpp-python", 1, "llama-cpp-python server: it answers one call at a time")
     data = models.get("data") if isinstance(models, dict) else None
     owners = {m.get("owned_by") for m in data if isinstance(m, dict)} if isinstance(data, list) else set()
     if owners == {"me"}:
