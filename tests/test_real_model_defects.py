@@ -55,15 +55,27 @@ def test_noise_whose_every_repeat_failed_says_not_measured(small_study):
 
 
 def test_case_json_is_strict_json_when_a_call_failed(small_study):
+    from fake_llm_server import keyword_answer
+
     wb = small_study
-    with running_server(keywords=KEYWORDS, behaviour="400") as srv:
-        run = wb.start_run("dev", labels=["pleural_effusion"], **remote(srv))
+
+    def pneumothorax_rambles(messages) -> str:  # one label's reply has no answer: its value is missing (NaN)
+        text = messages[-1]["content"].lower()
+        return (
+            "Pneumothorax is air in the pleural space."
+            if "pneumothorax" in text
+            else keyword_answer(messages, KEYWORDS)
+        )
+
+    with running_server(answer_fn=pneumothorax_rambles) as srv:
+        run = wb.start_run("dev", labels=list(KEYWORDS), **remote(srv))
     assert run.failures
     report = wb.predictions(run.run_id)["report_id"].iloc[0]
-    out = cli(wb, "case", report, "--label", "pleural_effusion", "--format", "json")
-    assert "NaN" not in out  # before: a failed call's latency was written as NaN, which strict parsers refuse
+    out = cli(wb, "case", report, "--format", "json")
+    assert "NaN" not in out  # before: the failed answer's value was written as NaN, which strict parsers refuse
     parsed = json.loads(out, parse_constant=lambda name: pytest.fail(f"non-JSON constant {name}"))
-    assert parsed["columns"][0]["status"] == "call_error"
+    statuses = {c["label"]: (c["value"], c["status"]) for c in parsed["columns"]}
+    assert statuses["pneumothorax"] == (None, "prose")
 
 
 def test_a_connection_error_to_an_http_server_names_no_ssl_detail():
