@@ -193,6 +193,10 @@ class FakeLLMServer:
         batch_poll_hangs: int = 0,
         batch_hang_from: int = 1,
         batch_expires_s: float | None = None,
+        owned_by: str = "tests",
+        total_slots: int | None = None,
+        serial: bool = False,
+        openapi_title: str | None = None,
     ) -> None:
         self.behaviour = behaviour
         self.keywords = keywords if isinstance(keywords, dict) else tuple(keywords)
@@ -210,6 +214,11 @@ class FakeLLMServer:
         self.batch_poll_hangs = batch_poll_hangs  # N retrievals of a batch hang for hang_s (a poll times out) ...
         self.batch_hang_from = batch_hang_from  # ... from this retrieval on (1 = the first)
         self.batch_expires_s = batch_expires_s  # a batch's expires_at, seconds after its creation (None: not said)
+        self.owned_by = owned_by  # /v1/models' owned_by: "me" is what llama-cpp-python's server says
+        self.total_slots = total_slots  # answer GET /props with it, as llama.cpp's own server does (None: 404)
+        self.serial = serial  # answer one chat call at a time (the others wait), as a one-slot local server does
+        self.openapi_title = openapi_title  # GET /openapi.json's info.title (llama-cpp-python's names it; None: 404)
+        self._serial_lock = threading.Lock()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._server: ThreadingHTTPServer | None = None
@@ -350,9 +359,10 @@ class FakeLLMServer:
         """Status, extra headers and body bytes for one chat request."""
         messages = body.get("messages") or []
         behaviour, arg = self.choose(messages)
-        self._enter(body, {k.lower(): v for k, v in (headers or {}).items()}, behaviour)
+        self._enter(body, {k.lower(): v for k, v in (headers or {}).items()}, behaviour)  # in flight: queued too
         try:
-            return self._respond(body, messages, behaviour, arg)
+            with self._serial_lock if self.serial else contextlib.nullcontext():
+                return self._respond(body, messages, behaviour, arg)
         finally:
             self._leave()
 
@@ -669,8 +679,12 @@ def _make_http_server(fake: FakeLLMServer) -> ThreadingHTTPServer:
                     }
                 self._send(200, {}, json.dumps(stats).encode())
             elif self.path.rstrip("/") in ("/v1/models", "/models"):
-                data = {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": "tests"}]}
+                data = {"object": "list", "data": [{"id": "fake", "object": "model", "owned_by": fake.owned_by}]}
                 self._send(200, {}, json.dumps(data).encode())
+            elif self.path.rstrip("/") == "/openapi.json" and fake.openapi_title is not None:
+                self._send(200, {}, json.dumps({"openapi": "3.1.0", "info": {"title": fake.openapi_title}}).encode())
+            elif self.path.rstrip("/") == "/props" and fake.total_slots is not None:
+                self._send(200, {}, json.dumps({"total_slots": fake.total_slots}).encode())
             else:
                 self._send(404, {}, b'{"error": {"message": "not found"}}')
 

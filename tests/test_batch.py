@@ -256,7 +256,8 @@ def test_estimate_batch_uses_the_batch_price_or_says_it_assumes_the_normal_one(s
     assert "lists no batch price for openai/gpt-4: assumed the normal price" in estimate_line(
         small_study, "openai/gpt-4", server.url, "--batch"
     )
-    assert server.requests == 0
+    # no chat call and no batch request (the estimate without --batch asks a local server what it serves: GETs only)
+    assert server.count == 0 and not server.batch_counts
 
 
 def test_score_batch_gives_the_scores_of_a_normal_score(small_study, server, tmp_path, monkeypatch):

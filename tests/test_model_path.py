@@ -14,6 +14,7 @@ from conftest import store_noise
 from fake_llm_server import running_server
 
 from workbench.cli import main
+from workbench.labeller import labelling
 from workbench.services.model_path import NeedsConfirmation
 
 SHAPES = json.loads((Path(__file__).parent / "data" / "reply_shapes.json").read_text())
@@ -214,7 +215,7 @@ def test_truncated_and_refused_replies_are_their_own_failure_kinds_with_a_hint(s
         assert wb.retry_failed(cut.run_id).failures == 0
 
 
-def test_a_json_schema_is_sent_only_where_litellm_says_the_model_supports_it(small_study):
+def test_a_json_schema_is_sent_where_litellm_says_the_model_supports_it_or_the_server_is_local(small_study):
     wb = small_study
     with running_server(keywords=KEYWORDS) as srv:
         ok = wb.start_run(
@@ -228,7 +229,13 @@ def test_a_json_schema_is_sent_only_where_litellm_says_the_model_supports_it(sma
             "dev", labels=["pleural_effusion"], **remote(srv, model="openai/qwen3-14b", response_schema=True)
         )
         assert plain.failures == 0 and srv.count == 8
-        assert all("response_format" not in body for body in srv.bodies)  # the prompt's output format applies
+        # litellm does not list qwen3-14b, but the server is on this machine: sent (issue 33; before: not sent)
+        assert all(body["response_format"]["type"] == "json_schema" for body in srv.bodies)
+    remote_cfg = labelling.model_config(
+        {"model": "openai/qwen3-14b", "api_base": "https://models.example.org/v1", "response_schema": True}
+    )
+    unchanged, how = labelling.with_response_schema(remote_cfg, "per_label")
+    assert unchanged.response_format is None and "response_schema asked for, not sent" in how
 
 
 # ---------------------------------------------------------------- 4. the noise floor

@@ -728,6 +728,8 @@ def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, re
         return
     click.echo("", err=True)
     click.echo(summary.message())
+    for note in summary.notes:  # what the run chose on the way (concurrency fitted to the server, lowered on timeouts)
+        click.echo(f"note: {note}", err=True)
     _cost_line(wb, summary.run_id)
     _report_failures(summary)
 
@@ -919,6 +921,7 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous, wide):
                     "averages": ev.averages,
                     "macro_f1_bootstrap": ev.bootstrap,
                     "labels": json_records(ev.table.reset_index()),
+                    "evidence": json_records(wb.evidence_check(run_id)),
                 },
                 indent=2,
                 default=str,
@@ -959,6 +962,21 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous, wide):
         say(f"macro F1: {ev.macro.describe()}")
         say(f"intervals: {ci}; * = undefined (no positives on either side), policy: {zero_division}")
         say("left out: " + "; ".join(f"{k}: {v}" for k, v in ev.excluded.items()))
+        unfound = _evidence_line(wb.evidence_check(run_id))
+        if unfound:
+            say(unfound)
+
+
+def _evidence_line(check) -> str:
+    """Evidence quoted but not in the report, per label ("" when every quote was found)."""
+    missing = check[check["evidence_not_in_report"] > 0]
+    if missing.empty:
+        return ""
+    parts = [f"{r.label} {r.evidence_not_in_report} of {r.evidence_quoted}" for r in missing.itertuples(index=False)]
+    return (
+        "evidence not in the report (answers whose quote is not in the report text, of those quoting any): "
+        + "; ".join(parts)
+    )
 
 
 @main.command()
@@ -2229,7 +2247,9 @@ def case_cmd(wb, report_id, label, fmt, wide):
     tokens, cost, finish reason and the model that answered, one column per run (prompt version, model)."""
     matrix = wb.case_matrix(report_id, label)
     if fmt == "json":
-        click.echo(json.dumps(matrix.to_json(), indent=2, ensure_ascii=False, default=str))
+        from workbench.services.results import strict
+
+        click.echo(json.dumps(strict(matrix.to_json()), indent=2, ensure_ascii=False, default=str, allow_nan=False))
         return
     if not matrix.columns:
         click.echo(f"no run has labelled report {report_id}" + (f" for {matrix.label}" if matrix.label else ""))

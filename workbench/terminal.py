@@ -52,11 +52,13 @@ def _is_missing(value) -> bool:
 
 
 def _column_kind(name: str, series: pd.Series) -> str:
-    """How to print a column: int, rate, p, minutes, bool or text."""
+    """How to print a column: int, rate, p, minutes, seconds (call latencies), bool or text."""
     if pd.api.types.is_bool_dtype(series):
         return "bool"
     if not pd.api.types.is_numeric_dtype(series):
         return "text"
+    if "latency" in name:  # a call takes seconds: "0.0 min" beside a header that says _s reads as wrong
+        return "seconds"
     if name.endswith(("_s", "_seconds", "seconds")):
         return "minutes"
     if name in P_COLUMNS or name.endswith(tuple(f" {c}" for c in P_COLUMNS)):  # "tuning p_value" too
@@ -79,6 +81,8 @@ def format_value(value, kind: str) -> str:
         return str(int(value))
     if kind == "minutes":
         return f"{float(value) / 60:.1f} min"
+    if kind == "seconds":
+        return f"{float(value):.1f} s"
     if kind == "p":
         return p_text(float(value))
     if kind == "rate":

@@ -13,6 +13,7 @@ import ast
 import json
 import re
 import unicodedata
+import zlib
 from dataclasses import dataclass, replace
 
 from workbench.core.attributes import ATTRIBUTE_PARSE_ERROR, AttributeParseError, Spec, parse_attributes
@@ -151,6 +152,30 @@ def _parse_joint_reply(
         entry = mapping[key] if key is not None else index.get(_norm_key(lid), _MISSING)
         out[lid] = _decision_from_entry(entry, lid, report_text, tolerant, specs.get(lid, ()))
     return out
+
+
+LOOPING_RATIO = 0.3  # compressed / raw size under which a cut-off reply is one phrase said again and again
+_LOOPING_MIN_CHARS = 120
+
+
+def looping(text: str | None) -> bool:
+    """True when a reply repeats itself (a small model's loop until max_tokens): it compresses to under
+    LOOPING_RATIO of its size; an answer, prose or JSON, compresses to about half."""
+    raw = (text or "").encode("utf-8", "replace")
+    return len(raw) >= _LOOPING_MIN_CHARS and len(zlib.compress(raw, 9)) < LOOPING_RATIO * len(raw)
+
+
+def reply_in_text(text: str | None) -> bool:
+    """True when a plain-text reply states a 0/1 answer the tolerant parser would take."""
+    return bool(text) and parse_reply(text).status == "ok_tolerant"
+
+
+def prose_failure(decision: Decision, text: str | None) -> Decision:
+    """A parse failure whose reply is plain prose (no JSON object tried, no 0/1 found) as its own kind, "prose";
+    any other decision unchanged."""
+    if decision.status != "parse_error" or not decision.detail.startswith("no 0/1 value found") or "{" in (text or ""):
+        return decision
+    return replace(decision, status="prose", detail="prose without the JSON answer asked for: " + decision.detail)
 
 
 def evidence_in_report(evidence: str, report_text: str) -> bool:

@@ -89,8 +89,15 @@ PROGRESS_EVERY_S = 0.2  # progress callbacks at most five times a second
 # failure kinds that say what to change, shown beside their counts
 HINTS = {
     "truncated": "the reply was cut off at max_tokens: raise labeller.max_tokens (reasoning models need 1000+)",
+    "looping": "the model repeated itself until max_tokens, so more tokens will not help: turn on labeller.json_mode "
+    "or labeller.response_schema (llama.cpp and vLLM then end the reply after the JSON object), or use a larger model",
+    "prose": "the model answered in prose without the JSON the prompt asks for: turn on labeller.json_mode or "
+    "labeller.response_schema (llama.cpp and vLLM then constrain the reply to JSON)",
     "refusal": "the model declined to answer: reword the prompt, or use another model",
     "parse_error": "the reply had no usable 0/1: tighten the prompt's output format, or turn on labeller.response_schema",
+    "timeout": "calls took longer than labeller.timeout_s: a server that answers one call at a time needs "
+    "labeller.concurrency 1 (a run lowers it after a timeout) or a larger timeout_s; then `workbench run --resume {run}`",
+    "connection": "no server answered: start it (or fix labeller.api_base), then `workbench run --resume {run}`",
 }
 
 
@@ -235,7 +242,8 @@ def decide(req, text: str | None, res=None, replies: parsing.ReplyMemo | None = 
         if meta["mode"] == "joint":
             return parsing.parse_joint_reply(text, meta["labels"], meta["report"], specs)
         parse = replies.parse if replies is not None else parsing.parse_reply
-        return {meta["labels"][0]: parse(text, meta["report"], specs.get(meta["labels"][0], ()))}
+        decision = parse(text, meta["report"], specs.get(meta["labels"][0], ()))
+        return {meta["labels"][0]: parsing.prose_failure(decision, text)}
     except Exception as exc:  # the parser's contract is never to raise; if it does, one failure, not a dead run
         return {
             lab: parsing.Decision(None, "", "parse_error", f"parser error ({type(exc).__name__})")
@@ -263,6 +271,21 @@ def reply_shape_failure(res) -> parsing.Decision | None:
     if res is None:
         return None
     finish = getattr(res, "finish_reason", None)
+    if finish == "length" and parsing.looping(res.text):
+        return parsing.Decision(
+            None,
+            "",
+            "looping",
+            f"the reply repeats itself until max_tokens ({res.completion_tokens} completion tokens): {res.text[-150:]!r}",
+        )
+    if finish == "length" and _cut_prose(res.text):
+        return parsing.Decision(  # more tokens would only buy more prose: the fix is the JSON the prompt asks for
+            None,
+            "",
+            "prose",
+            f"prose without the JSON answer asked for, cut off at max_tokens ({res.completion_tokens} completion "
+            f"tokens): {res.text[:150]!r}",
+        )
     if finish == "length":
         return parsing.Decision(
             None,
@@ -275,6 +298,13 @@ def reply_shape_failure(res) -> parsing.Decision | None:
         why = f"provider refusal: {refusal}" if refusal else "the provider's content filter stopped the reply"
         return parsing.Decision(None, "", "refusal", why[:2000])
     return None
+
+
+def _cut_prose(text: str | None) -> bool:
+    """A reply cut at max_tokens that is prose, not an answer under way: no JSON begun, no reasoning block (a
+    reasoning model cut while thinking needs more tokens), no stated 0/1."""
+    text = text or ""
+    return "{" not in text and "<think>" not in text.lower() and not parsing.reply_in_text(text)
 
 
 @dataclass
@@ -319,6 +349,7 @@ class LabelCounts:
     completion_tokens: int = 0
     cost: float = 0.0
     response_format: str = ""  # how the reply format was asked for (see with_response_schema)
+    notes: list = field(default_factory=list)  # what the run chose on the way (concurrency fitted to the server ...)
 
 
 LABEL_SCHEMA = {
@@ -396,23 +427,42 @@ def with_request_schemas(requests: list, cfg) -> None:
         if not labels:
             continue
         if (mode, labels) not in made:
-            made[(mode, labels)] = response_schema(mode, list(labels), r.meta.get("attributes"))
+            made[(mode, labels)] = in_form_of(
+                cfg.response_format, response_schema(mode, list(labels), r.meta.get("attributes"))
+            )
         r.response_format = made[(mode, labels)]
 
 
-def with_response_schema(cfg, mode: str):
+def in_form_of(sent: dict | None, schema_format: dict) -> dict:
+    """A json_schema response_format in the form of the one cfg sends: llama-cpp-python's server takes a schema
+    only as {"type": "json_object", "schema": ...} (and refuses "json_schema" with HTTP 500)."""
+    if not sent or sent.get("type") != "json_object":
+        return schema_format
+    return {"type": "json_object", "schema": schema_format["json_schema"]["schema"]}
+
+
+def with_response_schema(cfg, mode: str, facts=None):
     """cfg with a JSON schema as response_format when asked for (labeller.response_schema) and litellm says the
-    model supports it; otherwise unchanged: the prompt's output format (and json_mode, if set) applies. Returns
-    (cfg, how the format was asked for)."""
+    model supports it, or the server is on this machine; otherwise unchanged: the prompt's output format (and
+    json_mode, if set) applies. facts: llm.server_facts of cfg, when known. Returns (cfg, how the format was asked for)."""
     if not cfg.response_schema or is_offline(cfg) or mode not in LABEL_MODES:
         return cfg, "the prompt's output format" + (" and JSON mode" if cfg.json_mode else "")
 
-    if not llm.supports_response_schema(cfg.model):
-        return cfg, (
-            f"the prompt's output format: litellm does not list {cfg.model} as supporting a JSON schema "
-            "(response_schema asked for, not sent)"
+    sent = dataclasses.replace(cfg, response_format=response_schema(mode))
+    if llm.supports_response_schema(cfg.model):
+        return sent, "a JSON schema sent as response_format"
+    if llm.all_local(cfg.base_urls()):  # llama.cpp, vLLM, Ollama: the server turns the schema into a grammar
+        kind = (facts or llm.server_facts(cfg)).kind
+        if kind == "llama-cpp-python":
+            sent = dataclasses.replace(sent, response_format=in_form_of({"type": "json_object"}, sent.response_format))
+        return sent, (
+            f"a JSON schema sent as response_format to the server on this machine{' (' + kind + ')' if kind else ''}; "
+            f"litellm does not list {cfg.model} as supporting one, and a server that ignores it answers as the prompt asks"
         )
-    return dataclasses.replace(cfg, response_format=response_schema(mode)), "a JSON schema sent as response_format"
+    return cfg, (
+        f"the prompt's output format: litellm does not list {cfg.model} as supporting a JSON schema "
+        "(response_schema asked for, not sent)"
+    )
 
 
 def prefix_order(requests: list) -> list:
@@ -449,11 +499,18 @@ def label_calls(
     engine, governance, cache, counts and call records). Raises what the engine raises, after storing what was
     answered."""
     counts = LabelCounts(calls=len(requests))
-    cfg, counts.response_format = with_response_schema(cfg, requests[0].meta.get("mode") if requests else "per_label")
+    facts = _local_facts(cfg, engine)
+    cfg, counts.response_format = with_response_schema(
+        cfg, requests[0].meta.get("mode") if requests else "per_label", facts
+    )
+    if "response_schema asked for" in counts.response_format or "this machine" in counts.response_format:
+        counts.notes.append(f"reply format: {counts.response_format}")
     with_request_schemas(requests, cfg)
     cached = lookup([r.key for r in requests]) if requests else {}
     todo = [r for r in requests if r.key not in cached]
-    counts.reused = len(requests) - len(todo)
+    todo, twins = distinct_calls(todo) if engine is None and not is_offline(cfg) else (todo, {})
+    engine, cfg = _paced(engine, cfg, todo, counts.notes, facts)
+    counts.reused = len(requests) - len(todo)  # a twin (the same text in another report) is answered by one call
     if on_start:
         on_start(counts)
     replies = parsing.ReplyMemo()
@@ -489,6 +546,9 @@ def label_calls(
         progress.failures = counts.failed
         if on_answer:
             on_answer(answer)
+        for twin in twins.pop(req.key, ()):
+            _hand_twin(twin, res, replies, store_reused or store, counts, decide)
+            progress.done += 1
         if on_progress and (progress.done == progress.total or time.monotonic() >= next_report[0]):
             next_report[0] = time.monotonic() + PROGRESS_EVERY_S  # a bar needs a few updates a second, not 43,000
             on_progress(progress)
@@ -502,6 +562,54 @@ def label_calls(
     finally:
         flush()  # also when the engine raised: what was answered is kept
     return counts
+
+
+def _local_facts(cfg, engine):
+    """What the local server of a direct (not batch, not offline) run says about itself, None otherwise."""
+    if engine is not None or is_offline(cfg):
+        return None
+    try:
+        return llm.server_facts(cfg)
+    except llm.EndpointError:  # no endpoint to ask: the run says so when it checks the endpoint
+        return None
+
+
+def _paced(engine, cfg, todo: list, notes: list, facts) -> tuple:
+    """The engine and cfg for the calls to make: on one local server, no more calls in flight than it answers at
+    once, and fewer after each timeout (llm.Throttle); notes gets a line for each choice."""
+    if engine is not None or not todo or is_offline(cfg) or cfg.workers > 1:
+        return engine, cfg
+    cfg, chosen = llm.fitted_to_server(cfg, facts)
+    if chosen:
+        notes.append(chosen)
+    throttle = llm.Throttle(cfg.concurrency, notes.append)
+
+    def paced(requests, cfg_, on_result, cancel=None):
+        return llm.complete_all_sync(requests, cfg_, on_result, cancel, throttle=throttle)
+
+    return paced, cfg
+
+
+def distinct_calls(todo: list) -> tuple[list, dict]:
+    """One request per call key (reports with the same text ask the same call), and key -> the other requests."""
+    first: dict = {}
+    twins: dict = {}
+    for r in todo:
+        if r.key in first:
+            twins.setdefault(r.key, []).append(r)
+        else:
+            first[r.key] = r
+    return list(first.values()), twins
+
+
+def _hand_twin(
+    twin, res, replies, store: Callable[[list[Answer]], None], counts: LabelCounts, decide: Callable = decide
+) -> None:
+    """A request whose call was made for another report with the same text: its answer, stored as reused."""
+    answer = Answer(twin, None, decide(twin, res.text, res, replies))
+    store([answer])
+    if answer.failure() is not None:
+        counts.failed += 1
 
 
 def _hand_reused(

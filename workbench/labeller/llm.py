@@ -705,6 +705,15 @@ def _short(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+_SSL_CONTEXT = re.compile(r"\s*ssl:(?:<[^>]*>|default|None|False|True)")
+
+
+def _without_ssl_context(detail: str) -> str:
+    """aiohttp's connect error names its SSL context ("ssl:<ssl.SSLContext object at 0x...>") even for an http URL:
+    noise that reads like a TLS problem, dropped."""
+    return _SSL_CONTEXT.sub("", detail)
+
+
 def describe(kind: str, exc: BaseException | None, attempts: int, cfg: ModelConfig) -> str:
     """A clear one-line error message for a failed call."""
     tries = f"{attempts} attempt" + ("s" if attempts != 1 else "")
@@ -717,7 +726,10 @@ def describe(kind: str, exc: BaseException | None, attempts: int, cfg: ModelConf
     if kind == "server":
         return f"HTTP {status or '5xx'} after {tries} (server error): {detail}"
     if kind == "connection":
-        return f"cannot connect to {cfg.endpoint_label()} after {tries}: {detail}"
+        return (
+            f"cannot connect to {cfg.endpoint_label()} after {tries} (is the server running?): "
+            f"{_without_ssl_context(detail)}"
+        )
     if kind == "auth":
         hint = f" (check the key in ${cfg.api_key_env})" if cfg.api_key_env else ""
         return f"HTTP {status} authentication failed{hint}: {detail}"
@@ -749,27 +761,40 @@ async def _sleep_unless_cancelled(seconds: float, cancel: threading.Event | None
         await asyncio.sleep(min(left, 0.1))
 
 
-async def _run_one(call: Callable, req: CallRequest, cfg: ModelConfig, cancel: threading.Event | None) -> CallResult:
+async def _run_one(
+    call: Callable,
+    req: CallRequest,
+    cfg: ModelConfig,
+    cancel: threading.Event | None,
+    throttle: Throttle | None = None,
+) -> CallResult:
     start = time.monotonic()
+    queued = 0.0  # time spent waiting for a slot in this process: not the server's latency
     attempt = 0
     while True:
         attempt += 1
         refusals: list[EndpointRefused] = []
         _REFUSALS.set(refusals)
         try:
-            response = await asyncio.wait_for(call(req.messages, req.response_format), timeout=cfg.timeout_s)
+            asked = time.monotonic()
+            async with throttle.slot() if throttle is not None else contextlib.nullcontext():
+                queued += time.monotonic() - asked
+                response = await asyncio.wait_for(call(req.messages, req.response_format), timeout=cfg.timeout_s)
         except Exception as exc:  # every model failure becomes data; see classify()
             exc = refusals[0] if refusals else exc  # the guard's own words, whatever the library wrapped them in
             kind = classify(exc)
+            if kind == "timeout" and throttle is not None:
+                throttle.timed_out()  # fewer calls in flight before this one is tried again
             stop = kind not in RETRYABLE or attempt > cfg.max_retries or (cancel is not None and cancel.is_set())
             if stop:
                 message = describe(kind, exc, attempt, cfg)
                 if kind in RETRYABLE and attempt <= cfg.max_retries:
                     message += " (cancelled: not retried)"
-                return CallResult(req.key, None, message, kind, latency_s=time.monotonic() - start, attempts=attempt)
+                latency = time.monotonic() - start - queued
+                return CallResult(req.key, None, message, kind, latency_s=latency, attempts=attempt)
             await _sleep_unless_cancelled(backoff_s(cfg, attempt, retry_after_s(exc)), cancel)
             continue
-        return _success(req.key, response, time.monotonic() - start, attempt)
+        return _success(req.key, response, time.monotonic() - start - queued, attempt)
 
 
 def _success(key: str, response, latency: float, attempts: int) -> CallResult:
@@ -821,8 +846,10 @@ async def complete_all(
     cfg: ModelConfig,
     on_result: Callable[[CallRequest, CallResult], None],
     cancel: threading.Event | None = None,
+    throttle: Throttle | None = None,
 ) -> None:
-    """Run every request, at most cfg.concurrency at a time; on_result once per finished request.
+    """Run every request, at most cfg.concurrency at a time (fewer after timeouts: see Throttle); on_result once
+    per finished request.
 
     on_result runs on the event loop thread, one call at a time, as each request finishes.
     When ``cancel`` is set no new request is started and pending retries are abandoned (their
@@ -837,7 +864,7 @@ async def complete_all(
     try:
         call = _make_caller(cfg)
         with fewer_collections():
-            await _run_workers(requests, cfg, call, refused.on_result, refused.stop)
+            await _run_workers(requests, cfg, call, refused.on_result, refused.stop, throttle)
     finally:
         _PINNED.reset(token)
     refused.raise_if_stopped(len(requests))
@@ -882,16 +909,45 @@ class RefusalWatch:
             )
 
 
-async def _run_workers(requests, cfg: ModelConfig, call, on_result, cancel) -> None:
+class Throttle:
+    """The calls in flight, halved at each timed-out attempt (down to one): a server that cannot keep up
+    is sent fewer calls at once instead of retries that queue behind the calls it is still answering."""
+
+    def __init__(self, limit: int, on_note: Callable[[str], None] | None = None) -> None:
+        self.limit, self.on_note, self.notes, self.in_flight = max(1, limit), on_note, [], 0
+
+    @contextlib.asynccontextmanager
+    async def slot(self):
+        """One attempt in flight: waits while `limit` attempts are (a retry waits its turn like a new call)."""
+        while self.in_flight >= self.limit:
+            await asyncio.sleep(0.05)
+        self.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+
+    def timed_out(self) -> None:
+        """One attempt timed out: halve the calls in flight (once per lowering; later timeouts of calls already
+        in flight at the old limit count as the same lowering until a new limit is reached)."""
+        if self.limit == 1:
+            return
+        before, self.limit = self.limit, max(1, self.limit // 2)
+        note = f"a call timed out: concurrency lowered from {before} to {self.limit}"
+        self.notes.append(note)
+        if self.on_note is not None:
+            self.on_note(note)
+
+
+async def _run_workers(requests, cfg: ModelConfig, call, on_result, cancel, throttle: Throttle | None = None) -> None:
     queue = iter(list(requests))
-    sem = asyncio.Semaphore(cfg.concurrency)
+    throttle = throttle or Throttle(cfg.concurrency)
 
     async def worker() -> None:
         for req in queue:  # a shared iterator: each request is taken by exactly one worker
             if cancel is not None and cancel.is_set():
                 return
-            async with sem:
-                result = await _run_one(call, req, cfg, cancel)
+            result = await _run_one(call, req, cfg, cancel, throttle)
             on_result(req, result)
 
     tasks = [asyncio.ensure_future(worker()) for _ in range(min(cfg.concurrency, len(requests)))]
@@ -908,9 +964,10 @@ def complete_all_sync(
     cfg: ModelConfig,
     on_result: Callable[[CallRequest, CallResult], None],
     cancel: threading.Event | None = None,
+    throttle: Throttle | None = None,
 ) -> None:
     """complete_all from synchronous code (a CLI, Streamlit's script thread, a worker thread)."""
-    coro = complete_all(requests, cfg, on_result, cancel)
+    coro = complete_all(requests, cfg, on_result, cancel, throttle)
     try:
         asyncio.get_running_loop()
         loop_running = True
@@ -998,6 +1055,74 @@ def check_model(cfg: ModelConfig) -> str:
     if result.error is not None:
         raise LLMError(f"{cfg.model} at {cfg.endpoint_label()}: {result.error}")
     return result.text or ""
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """What a local server says about itself: which server it is, and how many calls it answers at once."""
+
+    kind: str = ""  # "llama.cpp", "llama-cpp-python" or "" (unknown: vLLM, Ollama, a proxy ...)
+    slots: int | None = None
+    how: str = ""
+
+
+def server_facts(cfg: ModelConfig, timeout_s: float = 3.0) -> ServerFacts:
+    """What the one local server of cfg says about itself: llama.cpp's own server reports its slots (/props
+    total_slots, /slots), llama-cpp-python's answers one call at a time (its /v1/models says owned_by "me");
+    nothing for a remote or pooled endpoint, or a server that says nothing. Only GET requests to the configured
+    server, under the same guard as the calls (no report text, no redirect, no proxy nobody allowed)."""
+    bases = cfg.base_urls() if len(cfg.endpoints) <= 1 else ()
+    if len(bases) != 1 or not all_local(bases):
+        return ServerFacts()
+    base = bases[0].rstrip("/")
+    root = base.removesuffix("/v1")
+    _install_guard()
+    token = _PINNED.set(Pin.of(dataclasses.replace(cfg, api_base=root, endpoints=())))  # /props sits above /v1
+    try:
+        with httpx.Client(timeout=timeout_s, follow_redirects=False, trust_env=False) as client:
+            props = _json_get(client, f"{root}/props")
+            if isinstance(props, dict) and isinstance(props.get("total_slots"), int):
+                return ServerFacts("llama.cpp", props["total_slots"], "llama.cpp server: total_slots in /props")
+            slots = _json_get(client, f"{root}/slots")
+            if isinstance(slots, list) and slots:
+                return ServerFacts("llama.cpp", len(slots), "llama.cpp server: /slots")
+            # llama-cpp-python: its OpenAPI title answers at once; /v1/models waits for the call under way
+            api = _json_get(client, f"{root}/openapi.json")
+            title = str(((api or {}).get("info") or {}).get("title", "")) if isinstance(api, dict) else ""
+            models = None if "llama.cpp Python" in title else _json_get(client, f"{base}/models")
+    finally:
+        _PINNED.reset(token)
+    if "llama.cpp Python" in title:
+        return ServerFacts("llama-cpp-python", 1, "llama-cpp-python server: it answers one call at a time")
+    data = models.get("data") if isinstance(models, dict) else None
+    owners = {m.get("owned_by") for m in data if isinstance(m, dict)} if isinstance(data, list) else set()
+    if owners == {"me"}:
+        return ServerFacts("llama-cpp-python", 1, "llama-cpp-python server: it answers one call at a time")
+    return ServerFacts()
+
+
+def _json_get(client, url: str):
+    """The JSON body of a GET, None when the server does not answer it with JSON."""
+    try:
+        response = client.get(url)
+        return response.json() if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, OSError):  # EndpointRefused is an OSError: the guard said no
+        return None
+
+
+def fitted_to_server(cfg: ModelConfig, facts: ServerFacts | None = None) -> tuple[ModelConfig, str]:
+    """cfg with no more calls in flight than its local server answers at once (queued calls would spend their
+    timeout waiting), and a line saying what was chosen; unchanged (and "") when the server says nothing."""
+    facts = server_facts(cfg) if facts is None else facts
+    slots, how = facts.slots, facts.how
+    if slots is None:
+        return cfg, ""
+    if cfg.concurrency <= slots:
+        return cfg, f"concurrency {cfg.concurrency}: the server answers {slots} call(s) at once ({how})"
+    return dataclasses.replace(cfg, concurrency=slots), (
+        f"concurrency {slots} instead of {cfg.concurrency}: the server answers {slots} call(s) at once ({how}), "
+        "and a queued call would spend its timeout waiting"
+    )
 
 
 # the engine's parts, for workbench/labeller/workers.py (each worker process runs its own event loop)

@@ -261,6 +261,7 @@ class Workbench:
     # costs
     call_facts = _forward(ModelPathService.call_facts, "costs")
     call_costs = _forward(ModelPathService.call_costs, "costs")
+    evidence_check = _forward(ModelPathService.evidence_check, "costs")
     call_fact = _forward(ModelPathService.call_fact, "costs")
     measure_noise = _forward(ModelPathService.measure_noise, "costs")
     noise_rates = _forward(ModelPathService.noise_rates, "costs")

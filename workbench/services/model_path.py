@@ -80,9 +80,12 @@ class ModelPathService(Service):
             "tokens_per_label",
             "median_latency_s",
             "truncated",
+            "evidence_quoted",
+            "evidence_not_in_report",
         ]
         if facts.empty:
             return pd.DataFrame(columns=cols)
+        evidence = self.evidence_check(run_id).set_index("label")
         rows = []
         facts = facts.assign(label=facts["labels"].str.split(","))
         share = 1.0 / facts["label"].str.len()  # a joint call's cost is split evenly over the labels it asked
@@ -102,9 +105,30 @@ class ModelPathService(Service):
                     "tokens_per_label": float(tokens) / len(g),
                     "median_latency_s": float(g["latency_s"].median()),
                     "truncated": int((g["finish_reason"] == "length").sum()),
+                    "evidence_quoted": int(evidence["evidence_quoted"].get(label, 0)),
+                    "evidence_not_in_report": int(evidence["evidence_not_in_report"].get(label, 0)),
                 }
             )
         return pd.DataFrame(rows, columns=cols)
+
+    def evidence_check(self, run_id: int) -> pd.DataFrame:
+        """Per label: answers that quote evidence, and how many of those quotes are not in the report (made up, or
+        copied from the prompt): a small model's 0/1 may be right for a reason it invented."""
+        self.runner.run_info(run_id)
+        with self.session() as s:
+            preds = q.predictions_frame(s, run_id)
+        quoted = preds["value"].notna() & preds["evidence"].fillna("").astype(str).str.strip().ne("")
+        missing = quoted & preds["evidence_found"].map(lambda v: v is False).astype(bool)
+        frame = pd.DataFrame({"label": preds["label"], "quoted": quoted.astype(int), "missing": missing.astype(int)})
+        sums = frame.groupby("label", sort=True)[["quoted", "missing"]].sum()
+        return pd.DataFrame(
+            {
+                "label": list(sums.index),
+                "evidence_quoted": [int(v) for v in sums["quoted"]],
+                "evidence_not_in_report": [int(v) for v in sums["missing"]],
+            },
+            columns=EVIDENCE_CHECK,
+        )
 
     def call_fact(self, call_key: str | None) -> dict | None:
         """One call's facts, reasoning included (the case view), None when none were recorded."""
@@ -200,7 +224,8 @@ class ModelPathService(Service):
         """Noise rate per label (and overall, label "all") from every noise measurement of these runs."""
         with self.session() as s:
             frame = q.noise_repeats(s, run_ids)
-        return noise_table(frame)
+        table = noise_table(frame)
+        return table[table["rate"].notna()].reset_index(drop=True)  # a label whose every repeat failed is unmeasured
 
     def comparison_noise(self, run_a: int, run_b: int, table: pd.DataFrame, part: str = "") -> list[str]:
         """Beside fixed (c) and broken (b) per label of a comparison table: how many changes noise alone would
@@ -236,6 +261,7 @@ class ModelPathService(Service):
 
 
 NOISE_TABLE = ["label", "repeats", "differ", "failed", "rate", "lo", "hi"]
+EVIDENCE_CHECK = ["label", "evidence_quoted", "evidence_not_in_report"]
 
 
 def stratified_sample(preds: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
@@ -261,14 +287,15 @@ def noise_table(repeats: pd.DataFrame) -> pd.DataFrame:
     for label, g in groups:
         answered = g[g["value"].notna()]
         differ = int((answered["value"].astype(int) != answered["original"].astype(int)).sum())
-        lo, hi = wilson(differ, len(answered))
+        # no answered repeat: not measured (NaN), never a rate of 0 that would claim the model is steady
+        lo, hi = wilson(differ, len(answered)) if len(answered) else (math.nan, math.nan)
         rows.append(
             {
                 "label": label,
                 "repeats": len(answered),
                 "differ": differ,
                 "failed": len(g) - len(answered),
-                "rate": differ / len(answered) if len(answered) else 0.0,
+                "rate": differ / len(answered) if len(answered) else math.nan,
                 "lo": lo,
                 "hi": hi,
             }
@@ -295,8 +322,10 @@ class NoiseResult:
 
     def overall(self) -> tuple[float, float, float]:
         """(rate, lo, hi) over every repeated answer."""
-        if self.deterministic or self.table.empty:
+        if self.deterministic:
             return 0.0, 0.0, 0.0
+        if self.table.empty:
+            return math.nan, math.nan, math.nan
         row = self.table.set_index("label").loc["all"]
         return float(row["rate"]), float(row["lo"]), float(row["hi"])
 
@@ -313,6 +342,12 @@ class NoiseResult:
             f"asked {self.repeats} more time(s) each, bypassing the cache ({seeds})"
         ]
         for row in self.table.itertuples(index=False):
+            if not row.repeats:
+                out.append(
+                    f"{row.label}: noise not measured - all {row.failed} repeat(s) failed, so there is no answer to "
+                    f"compare; run `workbench noise {self.run_id}` again once the model answers"
+                )
+                continue
             failed = f", {row.failed} failed" if row.failed else ""
             out.append(
                 f"{row.label}: noise rate {row.rate:.3f} [{row.lo:.3f}, {row.hi:.3f}] "

@@ -6,6 +6,7 @@ against the old dict keeps working while new code reads attributes (`case.text`)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,17 @@ class Result:
     def to_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (values as they are)."""
         return {k: getattr(self, k) for k in self.keys()}
+
+
+def strict(obj: Any) -> Any:
+    """obj with every float that is not finite (a failed call's NaN latency) as None: strict JSON has no NaN."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict(v) for v in obj]
+    return obj
 
 
 def json_default(obj: Any) -> Any:

@@ -4,6 +4,7 @@ store each prediction as it arrives (so a killed run resumes), and count everyth
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -23,7 +24,14 @@ from workbench.core.vocab import derive_frame
 from workbench.errors import WorkbenchError
 from workbench.labeller import batch, endpoints, labelling
 from workbench.labeller.labelling import MODEL_FIELDS, RULES_PREFIX, Progress, model_config  # noqa: F401 (re-exported)
-from workbench.labeller.llm import UNUSABLE, EndpointError, UnknownModel, check_model_name, resolve_endpoints
+from workbench.labeller.llm import (
+    UNUSABLE,
+    EndpointError,
+    UnknownModel,
+    check_model_name,
+    fitted_to_server,
+    resolve_endpoints,
+)
 from workbench.runtime import AnyEvent, fewer_collections
 from workbench.services import memo
 from workbench.services.base import Service, StudyContext
@@ -42,11 +50,12 @@ INTERRUPTED = "interrupted"  # stopped by Ctrl-C or SIGTERM: its answers are kep
 class RunInterrupted(WorkbenchError):
     """A run stopped by Ctrl-C or SIGTERM: marked interrupted, resumable without repeating answered calls."""
 
-    def __init__(self, run_id: int, stored: int, total: int | None) -> None:
-        self.run_id, self.stored, self.total = run_id, stored, total
+    def __init__(self, run_id: int, stored: int, total: int | None, failures: int = 0) -> None:
+        self.run_id, self.stored, self.total, self.failures = run_id, stored, total, failures
         of = f" of {total:,}" if total else ""
+        failed = f", {failures:,} of them failed (`workbench run --retry-failed {run_id}` after it)" if failures else ""
         super().__init__(
-            f"run {run_id} interrupted after {stored:,}{of} answers (kept): resume with "
+            f"run {run_id} interrupted after {stored:,}{of} answers (kept){failed}: resume with "
             f"`workbench run --resume {run_id}`"
         )
 
@@ -66,12 +75,13 @@ class RunSummary:
     failure_kinds: dict = field(default_factory=dict)
     failure_examples: dict = field(default_factory=dict)
     stopped_reason: str = ""
+    notes: list = field(default_factory=list)  # what the run chose on the way (labelling.LabelCounts.notes)
 
     def causes(self) -> list[str]:
         """One line per distinct cause of this execution's failures: count and one example message."""
         return [
             f"{kind}: {n} call(s), e.g. {self.failure_examples.get(kind, '')}"
-            + (f" (hint: {labelling.HINTS[kind]})" if kind in labelling.HINTS else "")
+            + (f" (hint: {labelling.HINTS[kind].format(run=self.run_id)})" if kind in labelling.HINTS else "")
             for kind, n in sorted(self.failure_kinds.items(), key=lambda kv: (-kv[1], kv[0]))
         ]
 
@@ -159,6 +169,17 @@ def _answer_params(params: dict) -> dict:
         k: v
         for k, v in params.items()
         if k not in ("concurrency", "timeout_s", "max_retries", "backoff_base_s", "backoff_max_s")
+    }
+
+
+def _speed(cfg) -> dict:
+    """The recorded run parameters that change how fast a call is answered: an estimate uses calls that share them."""
+    params = cfg.params()
+    return {
+        "max_tokens": params["max_tokens"],
+        "json_mode": params["json_mode"],
+        "response_schema": params.get("response_schema"),
+        "api_base": cfg.api_base,
     }
 
 
@@ -650,11 +671,11 @@ class RunsService(Service):
             if lease.lost:  # another executor has the run: its status is theirs to set
                 raise
             with self.session() as s:
-                q.update_run(s, run_id, status=INTERRUPTED, finished_at=q.now())
-                stored, _ = q.prediction_tally(s, run_id)
+                stored, failures = q.prediction_tally(s, run_id)  # the failures so far are the run's too
+                q.update_run(s, run_id, status=INTERRUPTED, finished_at=q.now(), failures=failures)
                 run = q.get_run(s, run_id)
                 total = len(q.report_ids(s, run.cohort_id)) * len(json.loads(run.labels_json))
-            raise RunInterrupted(run_id, stored, total) from None
+            raise RunInterrupted(run_id, stored, total, failures) from None
         except BaseException:
             if state["running"] and not lease.lost:  # never leave a run "running" that nobody executes
                 with self.session(write=True) as s:
@@ -733,6 +754,7 @@ class RunsService(Service):
 
         def started(counts) -> None:
             summary.calls_reused = counts.reused
+            summary.notes = counts.notes  # the same list: notes added while calls run show up too
 
         streak = {"kind": None, "n": 0, "ok": False}
 
@@ -795,9 +817,13 @@ class RunsService(Service):
     early_stop_after = 5  # identical endpoint failures in a row, with no success, that stop a run
 
     def _watch_unusable(self, streak: dict, res, summary: RunSummary, stop: threading.Event) -> None:
-        """Stop a run whose endpoint is plainly unusable (refused, 401/403, 404) instead of trying every call."""
+        """Stop a run whose endpoint is plainly unusable (refused, 401/403, 404) instead of trying every call, and
+        one whose server stopped answering after it had answered (killed, crashed: nothing listens any more)."""
         if res.error is None:
-            streak["ok"] = True
+            streak["ok"], streak["gone"] = True, 0
+            return
+        if streak["ok"] and res.error_kind == "connection":
+            self._watch_gone(streak, res, summary, stop)
             return
         if streak["ok"] or res.error_kind not in UNUSABLE:
             streak.update(kind=None, n=0)
@@ -809,6 +835,17 @@ class RunsService(Service):
                 f"stopped early: {streak['n']} calls in a row failed the same way ({res.error_kind}) and none succeeded, "
                 f"so the endpoint looks unusable; the remaining calls were not made. Fix the cause, then "
                 f"`workbench run --resume {summary.run_id}`"
+            )
+            stop.set()
+
+    def _watch_gone(self, streak: dict, res, summary: RunSummary, stop: threading.Event) -> None:
+        """Count connection failures in a row after answered calls; at early_stop_after, stop: the server is gone."""
+        streak["gone"] = streak.get("gone", 0) + 1
+        if streak["gone"] >= self.early_stop_after and not stop.is_set():
+            summary.stopped_reason = (
+                f"stopped: the server stopped answering ({streak['gone']} calls in a row could not connect after "
+                f"earlier calls were answered: {res.error}); the remaining calls were not made. Start the server "
+                f"again, then `workbench run --resume {summary.run_id}`"
             )
             stop.set()
 
@@ -926,7 +963,10 @@ class RunsService(Service):
         )
         with self.session() as s:
             cached = set(q.cached_calls(s, [r.key for r in requests]))
-            history = [] if labelling.is_offline(cfg) else q.model_call_history(s, cfg.model)
+            history = [] if labelling.is_offline(cfg) else q.model_call_history(s, cfg.model, settings=_speed(cfg))
+        if not labelling.is_offline(cfg) and not batch:
+            with contextlib.suppress(EndpointError):  # no endpoint to ask: the run itself says so
+                cfg, _chosen = fitted_to_server(cfg)  # the concurrency the run will use on a one-slot server
         return labelling.estimate_calls(
             requests,
             cfg,

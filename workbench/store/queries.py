@@ -1538,13 +1538,27 @@ def run_call_facts(session: Session, run_id: int) -> pd.DataFrame:
     return pd.DataFrame(_raw_rows(session, sql, (run_id,)), columns=FACT_COLUMNS)
 
 
-def model_call_history(session: Session, model: str, limit: int = 2000) -> list[tuple[float, int]]:
-    """(latency_s, completion_tokens) of this model's most recent successful calls (for an estimate)."""
+def model_call_history(
+    session: Session, model: str, limit: int = 2000, settings: dict | None = None
+) -> list[tuple[float, int]]:
+    """(latency_s, completion_tokens) of this model's most recent successful calls (for an estimate); with
+    settings, only calls of runs whose recorded parameters have the same value for each of its keys (another
+    server, max_tokens or JSON mode answers at another speed)."""
     sql = (
-        "SELECT f.latency_s, f.completion_tokens FROM callfact f JOIN run r ON r.id = f.run_id "
-        "WHERE r.model = ? AND f.completion_tokens > 0 ORDER BY f.created_at DESC LIMIT ?"
+        "SELECT f.latency_s, f.completion_tokens, r.params_json FROM callfact f JOIN run r ON r.id = f.run_id "
+        "WHERE r.model = ? AND f.completion_tokens > 0 ORDER BY f.created_at DESC"
     )
-    return [(float(r[0]), int(r[1])) for r in _raw_rows(session, sql, (model, limit))]
+    out: list[tuple[float, int]] = []
+    same: dict[str, bool] = {}
+    for latency, tokens, params_json in _raw_rows(session, sql, (model,)):
+        if settings and params_json not in same:
+            params = json.loads(params_json or "{}")
+            same[params_json] = all(params.get(k) == v for k, v in settings.items())
+        if not settings or same[params_json]:
+            out.append((float(latency), int(tokens)))
+            if len(out) >= limit:
+                break
+    return out
 
 
 NOISE_COLUMNS = ["run_id", "measurement", "report_id", "label", "repeat", "seed", "original", "value", "status"]
