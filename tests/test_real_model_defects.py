@@ -117,7 +117,9 @@ def test_a_prose_reply_is_its_own_kind():
 def test_a_server_killed_mid_run_stops_the_run_and_says_how_to_resume(small_study):
     wb = small_study
     server = subprocess.Popen(
-        [sys.executable, str(pathlib.Path(__file__).parent / "fake_llm_server.py"), "--keyword", "effusion"],
+        # each answer slower than the engine's progress interval (0.2 s), so progress is reported after each one
+        [sys.executable, str(pathlib.Path(__file__).parent / "fake_llm_server.py"), "--keyword", "effusion"]
+        + ["--latency", "0.3"],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -1076,6 +1076,8 @@ def server_facts(cfg: ModelConfig, timeout_s: float = 3.0) -> ServerFacts:
         return ServerFacts()
     base = bases[0].rstrip("/")
     root = base.removesuffix("/v1")
+    import httpx  # here, not at the top: a command that calls no model never loads an HTTP client
+
     _install_guard()
     token = _PINNED.set(Pin.of(dataclasses.replace(cfg, api_base=root, endpoints=())))  # /props sits above /v1
     try:
@@ -1103,6 +1105,8 @@ def server_facts(cfg: ModelConfig, timeout_s: float = 3.0) -> ServerFacts:
 
 def _json_get(client, url: str):
     """The JSON body of a GET, None when the server does not answer it with JSON."""
+    import httpx
+
     try:
         response = client.get(url)
         return response.json() if response.status_code == 200 else None

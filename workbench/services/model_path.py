@@ -114,7 +114,7 @@ class ModelPathService(Service):
     def evidence_check(self, run_id: int) -> pd.DataFrame:
         """Per label: answers that quote evidence, and how many of those quotes are not in the report (made up, or
         copied from the prompt): a small model's 0/1 may be right for a reason it invented."""
-        self.runner.run_info(run_id)
+        self.runs.run_info(run_id)
         with self.session() as s:
             preds = q.predictions_frame(s, run_id)
         quoted = preds["value"].notna() & preds["evidence"].fillna("").astype(str).str.strip().ne("")
