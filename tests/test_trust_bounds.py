@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from workbench.errors import WorkbenchError
 from workbench.importers import MAX_COLUMNS, MAX_LINE_CHARS, ImportProblems, read_reports, read_table
 
 
@@ -115,3 +116,80 @@ def test_a_file_at_the_limits_still_reads(tmp_path):
     path = tmp_path / "ok.csv"
     path.write_text(",".join(f"c{i}" for i in range(MAX_COLUMNS)) + "\n" + ",".join("1" * MAX_COLUMNS) + "\n")
     assert read_table(path).shape == (1, MAX_COLUMNS)
+
+
+# ---------------------------------------------------------------------------------------------
+# item 3: every YAML the workbench reads is parsed with alias expansion and nesting bounded
+
+
+def alias_bomb(levels: int = 9) -> str:
+    """A few hundred bytes whose aliases expand to 9**levels nodes (the 'billion laughs')."""
+    text = 'l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n'
+    for level in range(1, levels):
+        text += f"l{level}: &l{level} [{', '.join([f'*l{level - 1}'] * 9)}]\n"
+    return text
+
+
+def test_alias_bomb_is_refused_by_the_loader():
+    from workbench.core.yaml_text import YamlTooLarge, load_yaml
+
+    with pytest.raises(YamlTooLarge, match=r"expand to 490,329,064 nodes .* at most 100,000 more"):
+        load_yaml(alias_bomb())
+
+
+def test_self_containing_alias_and_deep_nesting_are_refused():
+    from workbench.core.yaml_text import YamlTooLarge, load_yaml
+
+    with pytest.raises(YamlTooLarge, match="contains it"):
+        load_yaml("a: &a [1, {b: *a}]\n")
+    deep = "".join(" " * i + "- \n" for i in range(150)) + " " * 150 + "- x\n"
+    with pytest.raises(YamlTooLarge, match="nested more than 100 levels deep"):
+        load_yaml(deep)
+
+
+def test_ordinary_aliases_still_load():
+    from workbench.core.yaml_text import load_yaml
+
+    assert load_yaml("base: &b {model: m, temperature: 0}\nrun: *b\n") == {
+        "base": {"model": "m", "temperature": 0},
+        "run": {"model": "m", "temperature": 0},
+    }
+
+
+def test_alias_bomb_in_workbench_yaml_is_a_one_line_error(study):
+    from click.testing import CliRunner
+
+    from workbench.cli import main
+
+    config = study.root / "workbench.yaml"
+    config.write_text(config.read_text() + alias_bomb())
+    result = CliRunner().invoke(main, ["reference", "--study", str(study.root)])
+    assert result.exit_code == 2, result.output
+    assert "workbench.yaml: not valid YAML" in result.output and "alias bomb" in result.output, result.output
+
+
+def test_alias_bomb_in_a_vocabulary_file_is_refused(tmp_path):
+    from workbench.study import StudyError, load_vocabulary_file
+
+    path = tmp_path / "vocab.yaml"
+    path.write_text("id: v\nname: V\nlabels: []\n" + alias_bomb())
+    with pytest.raises(StudyError, match="alias bomb"):
+        load_vocabulary_file(path)
+
+
+def test_alias_bomb_in_a_prompt_file_is_refused(study):
+    from workbench.services.prompting import parse_label_yaml
+    from workbench.store.prompt_repo import read_files
+
+    name, text = next((n, t) for n, t in read_files(study.paths.prompts).items() if "task" not in n)
+    with pytest.raises(WorkbenchError, match=f"{name}: not valid YAML .*alias bomb"):
+        parse_label_yaml(text + alias_bomb(), name)
+
+
+def test_alias_bomb_in_a_prompt_dictionary_is_refused(tmp_path):
+    from workbench.importers import read_prompt_dictionary
+
+    path = tmp_path / "guidance.yaml"
+    path.write_text("effusion: fluid\n" + alias_bomb())
+    lines = problems_of(lambda: read_prompt_dictionary(path))
+    assert len(lines) == 1 and "not valid YAML" in lines[0] and "alias bomb" in lines[0], lines

@@ -26,6 +26,7 @@ import yaml
 from workbench.core.attributes import mesh_attributes
 from workbench.core.names import HIDDEN, TEXT_CONTROL, first_hidden
 from workbench.core.vocab import Vocabulary, VocabularyError
+from workbench.core.yaml_text import load_yaml
 from workbench.errors import UserError, WorkbenchError
 
 TABLE_EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
@@ -1096,8 +1097,8 @@ def _parse_json(text: str, source: str):
 def _parse_yaml(text: str, source: str):
     """YAML with repeated top-level keys reported; returns (data, key -> line, problems)."""
     try:
+        data = load_yaml(text)  # first: it refuses alias bombs and deep nesting before compose could build them
         node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         _fail_row(source, mark.line + 1 if mark else None, f"not valid YAML: {getattr(exc, 'problem', exc)}")

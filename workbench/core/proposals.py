@@ -33,6 +33,7 @@ from workbench.core.prompts import (
     dump_label_prompt,
     parse_label_prompt,
 )
+from workbench.core.yaml_text import load_yaml
 from workbench.errors import WorkbenchError
 
 EDIT_FIELDS = ("definition", "look_for", "do_not_label_when", "hedged", "temporal", "examples")
@@ -335,7 +336,7 @@ def _load_mapping(body: str) -> dict | None:
         data = json.loads(body)
     except ValueError:
         try:
-            data = yaml.safe_load(body)
+            data = load_yaml(body)
         except yaml.YAMLError:
             return None
     return data if isinstance(data, dict) else None

@@ -27,6 +27,7 @@ from workbench.core.prompts import (
     prompt_set_from_dictionary,
 )
 from workbench.core.text import compose_text
+from workbench.core.yaml_text import load_yaml
 from workbench.errors import NotFound
 from workbench.services.base import Service, StudyContext
 from workbench.services.study import ConflictError, _validate_prompt_files
@@ -55,7 +56,7 @@ def label_yaml(lp: LabelPrompt) -> str:
 def parse_label_yaml(text: str, source: str) -> LabelPrompt:
     """YAML text -> LabelPrompt, with errors naming the source."""
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         raise PromptError(f"{source}: not valid YAML ({exc})") from exc
     return parse_label_prompt(data, source)

@@ -21,6 +21,7 @@ from workbench.core.names import HIDDEN, check_cohort_name, first_hidden, unknow
 from workbench.core.prompts import TASK_FILE, PromptSet, parse_prompt_set
 from workbench.core.text import compose_text, text_hash  # noqa: F401  (re-exported for callers)
 from workbench.core.vocab import Vocabulary
+from workbench.core.yaml_text import load_yaml
 from workbench.errors import UserError, WorkbenchError
 from workbench.services import memo
 from workbench.services.base import Service, StudyContext
@@ -149,7 +150,7 @@ def _validate_prompt_files(files: dict[str, str], vocab: Vocabulary) -> PromptSe
     parsed = {}
     for name, text in files.items():
         try:
-            parsed[name] = yaml.safe_load(text)
+            parsed[name] = load_yaml(text)
         except yaml.YAMLError as exc:
             raise StudyError(f"{name}: not valid YAML ({exc})") from exc
     return parse_prompt_set(parsed, vocab.asked_ids, vocab.derived_ids, attributes=vocab.attribute_specs())
