@@ -134,9 +134,9 @@ def json_default(obj):
 def say(text: str) -> None:
     """A line of explanation wrapped to the terminal's width."""
 
-    from workbench.terminal import terminal_width
+    from workbench.terminal import terminal_width, visible
 
-    click.echo(textwrap.fill(text, width=terminal_width(), break_long_words=False, break_on_hyphens=False))
+    click.echo(textwrap.fill(visible(text), width=terminal_width(), break_long_words=False, break_on_hyphens=False))
 
 
 def wrap_item(text: str) -> str:
@@ -2096,7 +2096,9 @@ def case_cmd(wb, report_id, label, fmt, wide):
         return
     table = matrix.table().reset_index()
     if fmt == "table":
-        click.echo(matrix.text + "\n")
+        from workbench.terminal import visible
+
+        click.echo(visible(matrix.text) + "\n")
     why = "not recorded (the offline labeller records no latency, tokens or cost; a model with no known price has no cost)"
     echo_table(table, fmt, undefined={c.heading: why for c in matrix.columns})
     if matrix.withheld and fmt == "table":
