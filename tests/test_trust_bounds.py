@@ -193,3 +193,73 @@ def test_alias_bomb_in_a_prompt_dictionary_is_refused(tmp_path):
     path.write_text("effusion: fluid\n" + alias_bomb())
     lines = problems_of(lambda: read_prompt_dictionary(path))
     assert len(lines) == 1 and "not valid YAML" in lines[0] and "alias bomb" in lines[0], lines
+
+
+# ---------------------------------------------------------------------------------------------
+# item 10: a reply over the size limit is a failure of its own kind; what is kept of it is bounded
+
+
+def _reply_bytes_stored(wb) -> int:
+    """Characters of model text the study's database holds (raw replies, cached answers, errors, evidence)."""
+    import sqlite3
+
+    db = sqlite3.connect(wb.root / "workbench.db")
+    try:
+        total = 0
+        for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'"):
+            cols = [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+            for col in cols:
+                query = f'SELECT COALESCE(SUM(LENGTH(CAST("{col}" AS BLOB))), 0) FROM "{table}"'
+                total += db.execute(query).fetchone()[0]
+        return total
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("settings", [{}, {"max_reply_chars": 5_000}], ids=["default-limit", "study-setting"])
+def test_oversized_replies_are_failures_of_their_own_kind_and_not_stored(small_study, settings):
+    from fake_llm_server import running_server
+
+    from workbench.labeller.llm import MAX_REPLY_CHARS
+
+    limit = settings.get("max_reply_chars", MAX_REPLY_CHARS)
+    before = _reply_bytes_stored(small_study)
+    with running_server() as server:
+        server.reply = json.dumps({"value": 1, "evidence": "x" * (limit + 1)})
+        run = small_study.start_run(
+            "dev",
+            model="openai/fake",
+            api_base=server.url,
+            labels=["pneumothorax"],
+            max_retries=0,
+            timeout_s=60,
+            **settings,
+        )
+    assert run.failure_kinds == {"oversized": 8}, run.failure_kinds
+    assert f"over the {limit:,} allowed (labeller.max_reply_chars)" in run.failure_examples["oversized"]
+    assert small_study.predictions(run.run_id)["value"].isna().all()
+    assert _reply_bytes_stored(small_study) - before < 8 * 5_000  # each call keeps a bounded message, not the reply
+
+
+def test_a_reply_within_the_limit_is_kept_whole(small_study):
+    from fake_llm_server import running_server
+
+    with running_server() as server:
+        server.reply = json.dumps({"value": 1, "evidence": "y" * 4_000})
+        run = small_study.start_run(
+            "dev",
+            model="openai/fake",
+            api_base=server.url,
+            labels=["pneumothorax"],
+            max_retries=0,
+            max_reply_chars=5_000,
+        )
+    assert run.failures == 0 and run.failure_kinds == {}
+
+
+def test_max_reply_chars_must_be_a_positive_whole_number():
+    from workbench.errors import UserError
+    from workbench.labeller.llm import ModelConfig
+
+    with pytest.raises(UserError, match="max_reply_chars must be a whole number >= 1, got 0"):
+        ModelConfig("openai/x", max_reply_chars=0)

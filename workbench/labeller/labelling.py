@@ -80,6 +80,7 @@ MODEL_FIELDS = (
     "json_mode",
     "workers",
     "response_schema",
+    "max_reply_chars",
 )
 # labeller settings that are about the study's budget, not the model call (never part of a ModelConfig)
 BUDGET_FIELDS = ("confirm_above", "price")
@@ -89,6 +90,7 @@ PROGRESS_EVERY_S = 0.2  # progress callbacks at most five times a second
 # failure kinds that say what to change, shown beside their counts
 HINTS = {
     "truncated": "the reply was cut off at max_tokens: raise labeller.max_tokens (reasoning models need 1000+)",
+    "oversized": "the reply was longer than labeller.max_reply_chars: check the server, or raise the limit",
     "refusal": "the model declined to answer: reword the prompt, or use another model",
     "parse_error": "the reply had no usable 0/1: tighten the prompt's output format, or turn on labeller.response_schema",
 }
