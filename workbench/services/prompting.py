@@ -28,7 +28,7 @@ from workbench.core.prompts import (
 )
 from workbench.core.text import compose_text
 from workbench.core.yaml_text import load_yaml
-from workbench.errors import NotFound
+from workbench.errors import NotFound, StorageFault
 from workbench.services.base import Service, StudyContext
 from workbench.services.study import ConflictError, _validate_prompt_files
 from workbench.store import prompt_repo
@@ -366,16 +366,40 @@ class PromptsService(Service):
             commit = prompt_repo.commit_files(self.paths.prompts, files, full, self.actor.identity(), base=bases)
         except PromptRepoError as exc:
             raise_conflict(exc)
-        with self.session() as s:
-            for label in labels:
-                base = bases.get(f"{label}.yaml") if isinstance(bases, dict) else bases
-                q.delete_draft(s, label, self.actor.user)
-                q.add_audit(
-                    s, self.actor.user, "save", "prompt", label, {"base": base}, {"commit": commit, "message": message}
-                )
-            for row in accepted.itertuples(index=False):
-                q.update_proposal(s, int(row.id), status="saved", commit=commit)
+        try:
+            with self.session() as s:
+                for label in labels:
+                    base = bases.get(f"{label}.yaml") if isinstance(bases, dict) else bases
+                    q.delete_draft(s, label, self.actor.user)
+                    q.add_audit(
+                        s,
+                        self.actor.user,
+                        "save",
+                        "prompt",
+                        label,
+                        {"base": base},
+                        {"commit": commit, "message": message},
+                    )
+                for row in accepted.itertuples(index=False):
+                    q.update_proposal(s, int(row.id), status="saved", commit=commit)
+        except BaseException as exc:
+            self._undo_unaudited(commit, exc)
+            raise
         return commit
+
+    def _undo_unaudited(self, commit: str, exc: BaseException) -> None:
+        """A version and its audit event are kept together: when the event could not be written the commit is
+        taken back (then the caller's "nothing was saved" is true); when even that fails, say so plainly."""
+        try:
+            undone = prompt_repo.undo_commit(self.paths.prompts, commit)
+        except Exception:  # the disk that refused the event may refuse the undo too
+            undone = False
+        if not undone:
+            raise StorageFault(
+                f"prompt version {commit[:8]} was committed to Git but its audit event could not be written "
+                f"({type(exc).__name__}); `workbench audit --verify` reports it. Undo it with "
+                f"`git -C {self.paths.prompts} reset HEAD~1` once the disk has room, then save again"
+            ) from exc
 
     def revert_label(self, label: str, to_ref: str, message: str | None = None) -> str:
         """Restore one label's prompt from an earlier version as a new commit."""

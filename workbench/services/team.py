@@ -368,9 +368,24 @@ class TeamService(Service):
             return q.list_audit(s, entity=entity, key=key, limit=limit)
 
     def verify_audit(self) -> dict:
-        """Check the audit hash chain: {ok, events, broken_at, reason} (the first broken link)."""
+        """Check the audit hash chain, then that every prompt version after the seed has its save event:
+        {ok, events, broken_at, reason} (the first problem found)."""
         with self.session() as s:
-            return q.verify_audit(s)
+            result = q.verify_audit(s)
+            if not result["ok"]:
+                return result
+            saves = q.list_audit(s, entity="prompt", limit=10**9)
+        audited = {json.loads(n).get("commit") for n in saves.loc[saves["action"] == "save", "new"] if n}
+        missing = [(c, m) for c, m in prompt_repo.versions_after_seed(self.paths.prompts) if c not in audited]
+        if missing:
+            commit, subject = missing[0]
+            result.update(
+                ok=False,
+                reason=f"prompt version {commit[:8]} ({subject!r}) is in Git with no audit event"
+                + (f", and {len(missing) - 1} more" if len(missing) > 1 else "")
+                + ": it was committed outside the workbench, or its event was lost",
+            )
+        return result
 
     def check_bundle(self, path) -> list[dict]:
         """A bundle against this study: its hash, the annotated tag of its name, the freeze event, the audit chain.
