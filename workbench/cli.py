@@ -233,6 +233,14 @@ def _storage_error(exc: BaseException) -> str:
     if "locked" in low:
         from workbench.store.db import busy_timeout_s
 
+        waited = getattr(exc, "workbench_waited_s", None)
+        if waited is not None and waited < busy_timeout_s() - 0.5:  # SQLite gave up without waiting its bound
+            return (
+                f"the database was locked by another process's write and SQLite gave up after {waited:.1f} s (not "
+                f"the {busy_timeout_s():g} s it may wait: a write that follows a read overtaken by another writer "
+                "cannot wait); this command's last change was not saved; try again. Many people writing at once "
+                "need PostgreSQL: workbench migrate-db --to postgresql+psycopg://..."
+            )
         return (
             f"the database stayed busy for {busy_timeout_s():g} s (another process is writing to it); this "
             "command's last change was not saved; try again when the other one is done"
