@@ -263,3 +263,34 @@ def test_max_reply_chars_must_be_a_positive_whole_number():
 
     with pytest.raises(UserError, match="max_reply_chars must be a whole number >= 1, got 0"):
         ModelConfig("openai/x", max_reply_chars=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# item 13 (part): auth values are checked; an allowed entry without a scheme is no wildcard
+
+
+@pytest.mark.parametrize("value", ["NONE", "None", "local ", "ldap"])
+def test_an_unknown_auth_value_is_refused(study, value):
+    from workbench.study import StudyError, load_config
+
+    config = study.root / "workbench.yaml"
+    config.write_text(config.read_text().replace("auth: none", f"auth: {value!r}"))
+    with pytest.raises(StudyError, match=f"auth must be one of none, local, oidc, got {value!r}"):
+        load_config(study.root)
+
+
+@pytest.mark.parametrize("entry", ["h", "http", "127.0.0.1", "http://"])
+def test_allow_endpoint_refuses_an_entry_that_is_not_an_endpoint(study, entry):
+    from workbench.study import StudyError
+
+    with pytest.raises(StudyError, match="is not an endpoint"):
+        study.allow_endpoint(entry)
+    assert entry not in study.config.allowed_endpoints
+
+
+def test_an_entry_without_a_scheme_matches_no_url():
+    from workbench.labeller.endpoints import may_send, url_allowed
+
+    assert not url_allowed("h", "http://10.1.2.3/v1") and not url_allowed("h", "https://evil.example")
+    assert not may_send(["h"], ["http://10.1.2.3/v1"])
+    assert url_allowed("workbench/rules", "workbench/rules") and not url_allowed("workbench/rules", "workbench/rulesx")

@@ -40,6 +40,7 @@ DEFAULT_CATEGORIES = [
     "comparison",
 ]
 SIGNIFICANCE = ["changes management", "does not change management", "unsure"]
+AUTH_MODES = ("none", "local", "oidc")
 NO_AUTH_ON_NETWORK = "WORKBENCH_NO_AUTH_ON_NETWORK"  # set by `workbench app --no-auth-on-network` to the address served
 ZERO_DIVISION_POLICIES = ("zero", "one", "exclude")
 LOCAL_ENDPOINTS = ["workbench/rules", "http://127.0.0.1", "http://localhost", "https://127.0.0.1", "https://localhost"]
@@ -113,6 +114,8 @@ class StudyConfig:
             raise StudyError(
                 f"{source}: sections must be a non-empty list of findings, impression, text; got {cfg.sections}"
             )
+        if cfg.auth not in AUTH_MODES:  # a typo ("NONE") must not pass as no sign-in, nor skip the 0.0.0.0 refusal
+            raise StudyError(f"{source}: auth must be one of {', '.join(AUTH_MODES)}, got {cfg.auth!r}")
         if cfg.zero_division not in ZERO_DIVISION_POLICIES:
             raise StudyError(
                 f"{source}: zero_division must be one of {', '.join(ZERO_DIVISION_POLICIES)}, got {cfg.zero_division!r}"

@@ -21,6 +21,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
 from workbench import bundle as bundle_mod
+from workbench.labeller import endpoints
 from workbench.services.base import Service, StudyContext
 from workbench.services.study import ROLES, Actor, PermissionDenied
 from workbench.store import db, prompt_repo
@@ -452,6 +453,11 @@ class TeamService(Service):
         prefix = prefix.strip()
         if not prefix:
             raise StudyError("give the endpoint URL (or URL prefix) to allow")
+        if ("://" in prefix and not endpoints.host_of(prefix)) or ("://" not in prefix and "/" not in prefix):
+            raise StudyError(
+                f"{prefix!r} is not an endpoint: give a URL with its host (https://api.openai.com, "
+                "http://127.0.0.1:8000) or a model string such as workbench/rules"
+            )
         if prefix not in self.config.allowed_endpoints:
             self.config.allowed_endpoints.append(prefix)
             self.study.save_config("allow", "endpoint", prefix)
