@@ -294,3 +294,11 @@ def test_an_entry_without_a_scheme_matches_no_url():
     assert not url_allowed("h", "http://10.1.2.3/v1") and not url_allowed("h", "https://evil.example")
     assert not may_send(["h"], ["http://10.1.2.3/v1"])
     assert url_allowed("workbench/rules", "workbench/rules") and not url_allowed("workbench/rules", "workbench/rulesx")
+
+
+@pytest.mark.parametrize("template", ["Report: {report:>200000000}", "{report!r}", "{report} for {label:{report}}"])
+def test_a_template_placeholder_with_a_format_spec_is_refused_as_the_users_error(template):
+    from workbench.core.prompts import PromptError, check_template
+
+    with pytest.raises(PromptError, match="has a format spec or conversion; write it plainly"):
+        check_template(template, {"report", "label"}, "_task.yaml: template")
