@@ -625,7 +625,7 @@ class StudyService(Service):
             raise StudyError(f"value must be 0 or 1, got {value!r}")
         if not reason.strip():
             raise StudyError("an adjudication needs a reason")
-        with self.session() as s:
+        with self.session(write=True) as s:  # read then write: take SQLite's write lock first, and wait for it
             if q.get_report(s, report_id) is None:
                 raise StudyError(f"no report {report_id!r}")
             adj = q.add_adjudication(s, report_id, label, value, self.actor.user, reason.strip())

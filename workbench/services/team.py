@@ -345,7 +345,7 @@ class TeamService(Service):
 
     def _clear_failures(self, user_id: str) -> None:
         """A successful sign-in resets the count."""
-        with self.session() as s:
+        with self.session(write=True) as s:  # read then delete: a deferred transaction could not wait its turn
             q.clear_login_failures(s, user_id)
 
     def actor_for(self, user_id: str) -> Actor:
