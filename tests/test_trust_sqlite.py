@@ -10,6 +10,7 @@ import sqlite3
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 from workbench.services import Actor
 from workbench.store import db
@@ -43,11 +44,10 @@ def test_a_lock_error_says_how_long_it_really_waited(small_study):
     from workbench.cli import _storage_error
 
     wb = small_study
-    with pytest.raises(Exception) as info:
-        with db.session_scope(wb.engine) as s:
-            s.execute(text("SELECT COUNT(*) FROM meta")).scalar()  # a read: this transaction's snapshot
-            commit_elsewhere(wb)
-            s.execute(text("INSERT INTO meta (key, value) VALUES ('late', '1')"))  # refused at once by SQLite
+    with pytest.raises(OperationalError) as info, db.session_scope(wb.engine) as s:
+        s.execute(text("SELECT COUNT(*) FROM meta")).scalar()  # a read: this transaction's snapshot
+        commit_elsewhere(wb)
+        s.execute(text("INSERT INTO meta (key, value) VALUES ('late', '1')"))  # refused at once by SQLite
     assert "locked" in str(info.value)
     message = _storage_error(info.value)
     assert f"stayed busy for {db.busy_timeout_s():g} s" not in message
