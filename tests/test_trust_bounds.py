@@ -302,3 +302,22 @@ def test_a_template_placeholder_with_a_format_spec_is_refused_as_the_users_error
 
     with pytest.raises(PromptError, match="has a format spec or conversion; write it plainly"):
         check_template(template, {"report", "label"}, "_task.yaml: template")
+
+
+def test_a_bare_carriage_return_inside_a_field_does_not_split_a_report_silently(tmp_path):
+    path = tmp_path / "reports.csv"
+    path.write_bytes(b"id,text\nr1,No effusion.\rr9,Clear lungs.\nr2,Normal heart.\n")
+    lines = problems_of(lambda: read_reports(path))
+    assert lines == [
+        "reports.csv row 2: a carriage return alone inside a field would split this row in two; remove it or "
+        "quote the field (the row number is the file's line)"
+    ]
+
+
+def test_carriage_returns_inside_quotes_and_old_mac_line_ends_still_read(tmp_path):
+    quoted = tmp_path / "quoted.csv"
+    quoted.write_bytes(b'id,text\nr1,"one\rtwo"\nr2,"a ""quote""\rthen"\n')
+    assert read_reports(quoted)["text"].tolist() == ["one\rtwo", 'a "quote"\rthen']
+    mac = tmp_path / "mac.csv"
+    mac.write_bytes(b"id,text\rr1,one\rr2,two\r")
+    assert read_reports(mac)["report_id"].tolist() == ["r1", "r2"]

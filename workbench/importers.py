@@ -259,7 +259,7 @@ def _load_csv(text: str, source: str, sep: str) -> _Table:
     if wrong_sep is not None:  # reading on would only produce misleading row problems
         raise ImportProblems(source, [wrong_sep])
     _refuse_columns(len(header), source)
-    problems = _header_problems(header, sep)
+    problems = _header_problems(header, sep) + _bare_carriage_returns(text)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", pd.errors.ParserWarning)
         try:
@@ -287,6 +287,31 @@ def _load_csv(text: str, source: str, sep: str) -> _Table:
     if skipped:
         rows = rows[~np.isin(rows, skipped)]
     return _drop_blank_rows(_Table(frame.fillna(""), rows, source, problems))
+
+
+def _bare_carriage_returns(text: str) -> list[Problem]:
+    """In a file whose lines end in line feeds, a carriage return alone outside quotes would end a row in the
+    middle of a field and split one report into two: a problem naming the line (inside quotes it is kept)."""
+    if "\n" not in text or "\r" not in text:
+        return []
+    problems, quotes, lines, last = [], 0, 1, 0
+    for match in re.finditer(r"\r(?!\n)", text):
+        quotes += text.count('"', last, match.start())  # counted once over the file, not once per match
+        lines += text.count("\n", last, match.start())
+        last = match.start()
+        if quotes % 2 == 0:  # an even number of quotes before it: outside a quoted field
+            line = lines
+            problems.append(
+                Problem(
+                    line,
+                    None,
+                    "a carriage return alone inside a field would split this row in two; remove it or quote the "
+                    "field (the row number is the file's line)",
+                )
+            )
+            if len(problems) >= MESSAGE_CAP:
+                break
+    return problems
 
 
 def _refuse_duplicate_columns(frame: pd.DataFrame, source: str, problems: list[Problem]) -> None:
