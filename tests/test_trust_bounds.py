@@ -321,3 +321,19 @@ def test_carriage_returns_inside_quotes_and_old_mac_line_ends_still_read(tmp_pat
     mac = tmp_path / "mac.csv"
     mac.write_bytes(b"id,text\rr1,one\rr2,two\r")
     assert read_reports(mac)["report_id"].tolist() == ["r1", "r2"]
+
+
+@pytest.mark.parametrize(
+    "char, name",
+    [("\u00a0", "NO-BREAK SPACE"), ("\u034f", "COMBINING GRAPHEME JOINER"), ("\ufe0f", "VARIATION SELECTOR-16")],
+)
+def test_look_alike_characters_in_ids_and_cohort_names_are_refused(tmp_path, char, name):
+    from workbench.core.names import check_cohort_name
+    from workbench.errors import UserError
+
+    path = tmp_path / "reports.csv"
+    path.write_text(f"id,text\nr1,No effusion.\nr{char}1,Clear lungs.\n", encoding="utf-8")
+    lines = problems_of(lambda: read_reports(path))
+    assert len(lines) == 1 and "row 3, column 'id'" in lines[0] and name in lines[0], lines
+    with pytest.raises(UserError, match=name):
+        check_cohort_name(f"dev{char}")
