@@ -337,3 +337,21 @@ def test_look_alike_characters_in_ids_and_cohort_names_are_refused(tmp_path, cha
     assert len(lines) == 1 and "row 3, column 'id'" in lines[0] and name in lines[0], lines
     with pytest.raises(UserError, match=name):
         check_cohort_name(f"dev{char}")
+
+
+def test_a_formula_after_a_semicolon_is_defused_in_written_csv(tmp_path):
+    import pandas as pd
+
+    from workbench.core.export import to_csv
+
+    path = tmp_path / "out.csv"
+    to_csv(
+        pd.DataFrame({"evidence": ['effusion;=HYPERLINK("http://attacker.example","x")', "a;\t@SUM(1)", "ok; fine"]}),
+        path,
+    )
+    cells = [line.split(";") for line in path.read_text().splitlines()[1:]]
+    # opened by a spreadsheet that splits on semicolons, no cell starts with a formula character
+    for row in cells:
+        for cell in row:
+            assert not cell.strip().lstrip('"').startswith(("=", "+", "-", "@")), cells
+    assert cells[2] == ["ok", " fine"]
