@@ -2,6 +2,10 @@
 on SQLite and on PostgreSQL; verifies zero lost writes by counting and prints the throughput.
 
     python bench/bench_concurrency.py [--users 20 --writes 500] [--pg-url postgresql+psycopg://...]
+    python bench/bench_concurrency.py --signin [--processes 8 --seconds 60] [--pg-url ...]
+
+--signin is the team case of issue 34: separate processes, each signing in with a password and then writing
+error notes, adjudications and readings as that user, for a fixed time; it counts writes and failures.
 
 Without --pg-url it starts a throwaway PostgreSQL server when the binaries exist (tests/pg.py).
 """
@@ -80,13 +84,91 @@ def stress(db_url: str | None, users: int, writes: int) -> dict:
     }
 
 
+def _signin_worker(root: str, k: int, seconds: float, out) -> None:
+    """One process: sign in, write a note, an adjudication and a reading, repeat until the time is up."""
+    from workbench.services import Workbench
+
+    wb = Workbench(Path(root))
+    me = f"dr-{k:02d}"
+    counts = {"ok": 0, "failed": 0, "first": ""}
+    labels = wb.vocab.asked_ids
+    end, i = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        i += 1
+        report, label = f"r{i % 200:05d}", labels[(i + k) % len(labels)]
+        signed = _counted(counts, wb.authenticate, me, f"{me}-password-0001")
+        if signed is None:
+            continue
+        user = wb.as_actor(signed)
+        _counted(counts, user.add_note, report, label, "hedging/uncertainty", "does not change management", f"n{i}")
+        _counted(counts, user.adjudicate, report, label, i % 2, f"reason {i}")
+        _counted(counts, user.record_reading, me, report, {label: i % 2})
+    out.put((counts["ok"], counts["failed"], counts["first"]))
+
+
+def _counted(counts: dict, write, *args):
+    """One write, counted as done or failed (the first failure kept)."""
+    try:
+        result = write(*args)
+    except Exception as exc:  # noqa: BLE001 - every failure is counted and reported
+        counts["failed"] += 1
+        counts["first"] = counts["first"] or repr(exc)[:300]
+        return None
+    counts["ok"] += 1
+    return result if result is not None else True
+
+
+def signin_stress(db_url: str | None, processes: int, seconds: float) -> dict:
+    """N processes signing in and writing for a fixed time; counts writes and failures."""
+    import multiprocessing as mp
+
+    tmp = Path(tempfile.mkdtemp())
+    wb = init_study(tmp / "study", vocab="ranscore-21", db_url=db_url)
+    wb.import_reports(make_reports(tmp, 200), "dev")
+    wb.add_user("boss", "admin", "boss-password-0001")
+    for k in range(processes):
+        wb.add_user(f"dr-{k:02d}", "adjudicator", f"dr-{k:02d}-password-0001")
+    wb.engine.dispose()
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_signin_worker, args=(str(tmp / "study"), k, seconds, out)) for k in range(processes)]
+    t0 = time.perf_counter()
+    [p.start() for p in procs]
+    results = [out.get() for _ in procs]
+    [p.join() for p in procs]
+    ok, failed = sum(r[0] for r in results), sum(r[1] for r in results)
+    return {
+        "backend": "postgresql" if db_url else "sqlite",
+        "processes": processes,
+        "seconds": time.perf_counter() - t0,
+        "writes": ok,
+        "failed": failed,
+        "failed_share": failed / max(1, ok + failed),
+        "first_error": next((r[2] for r in results if r[2]), ""),
+    }
+
+
 def main() -> None:
     """Run on SQLite and PostgreSQL and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--users", type=int, default=20)
     parser.add_argument("--writes", type=int, default=500)
     parser.add_argument("--pg-url", default=None)
+    parser.add_argument("--signin", action="store_true", help="The sign-in team case (processes x seconds).")
+    parser.add_argument("--processes", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=60)
     args = parser.parse_args()
+    if args.signin:
+        for r in [signin_stress(None, args.processes, args.seconds)] + (
+            [signin_stress(args.pg_url, args.processes, args.seconds)] if args.pg_url else []
+        ):
+            print(
+                f"{r['backend']:10s} sign-in: {r['processes']} processes for {r['seconds']:.0f} s: {r['writes']:,} writes, "
+                f"{r['failed']:,} failed ({r['failed_share']:.1%})"
+            )
+            if r["first_error"]:
+                print("   first error:", r["first_error"])
+        return
     results = [stress(None, args.users, args.writes)]
     server = None
     pg_url = args.pg_url

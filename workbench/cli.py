@@ -142,9 +142,9 @@ def json_records(frame: pd.DataFrame) -> list[dict]:
 def say(text: str) -> None:
     """A line of explanation wrapped to the terminal's width."""
 
-    from workbench.terminal import terminal_width
+    from workbench.terminal import terminal_width, visible
 
-    click.echo(textwrap.fill(text, width=terminal_width(), break_long_words=False, break_on_hyphens=False))
+    click.echo(textwrap.fill(visible(text), width=terminal_width(), break_long_words=False, break_on_hyphens=False))
 
 
 def wrap_item(text: str) -> str:
@@ -310,6 +310,14 @@ def _storage_error(exc: BaseException) -> str:
     if "locked" in low:
         from workbench.store.db import busy_timeout_s
 
+        waited = getattr(exc, "workbench_waited_s", None)
+        if waited is not None and waited < busy_timeout_s() - 0.5:  # SQLite gave up without waiting its bound
+            return (
+                f"the database was locked by another process's write and SQLite gave up after {waited:.1f} s (not "
+                f"the {busy_timeout_s():g} s it may wait: a write that follows a read overtaken by another writer "
+                "cannot wait); this command's last change was not saved; try again. Many people writing at once "
+                "need PostgreSQL: workbench migrate-db --to postgresql+psycopg://..."
+            )
         return (
             f"the database stayed busy for {busy_timeout_s():g} s (another process is writing to it); this "
             "command's last change was not saved; try again when the other one is done"
@@ -2256,7 +2264,9 @@ def case_cmd(wb, report_id, label, fmt, wide):
         return
     table = matrix.table().reset_index()
     if fmt == "table":
-        click.echo(matrix.text + "\n")
+        from workbench.terminal import visible
+
+        click.echo(visible(matrix.text) + "\n")
     why = "not recorded (the offline labeller records no latency, tokens or cost; a model with no known price has no cost)"
     echo_table(table, fmt, undefined={c.heading: why for c in matrix.columns})
     if matrix.withheld and fmt == "table":

@@ -26,6 +26,7 @@ import yaml
 from workbench.core.attributes import mesh_attributes
 from workbench.core.names import HIDDEN, TEXT_CONTROL, first_hidden
 from workbench.core.vocab import Vocabulary, VocabularyError
+from workbench.core.yaml_text import load_yaml
 from workbench.errors import UserError, WorkbenchError
 
 TABLE_EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
@@ -33,6 +34,11 @@ ID_COLUMNS = ("id", "report_id", "uid")
 TEXT_COLUMNS = ("text", "report")
 SECTION_COLUMNS = ("findings", "impression")
 MAX_REPORT_BYTES = 1_000_000
+# Bounds checked before any parser builds a table: a 9 MB CSV with 10^6 columns, or one JSONL line with a
+# million keys, otherwise costs minutes and gigabytes before the first check. Far above any real file.
+MAX_COLUMNS = 2_000
+MAX_LINE_CHARS = 4 * MAX_REPORT_BYTES
+MAX_CELL_CHARS = 2 * MAX_REPORT_BYTES
 MESSAGE_CAP = 50
 UNCERTAIN_CHOICES = (None, "positive", "negative", "reject")
 BLANK_CHOICES = ("skip", "negative", "reject")
@@ -149,8 +155,10 @@ def _load(path) -> _Table:
     text, problems = _decode(data)
     if not text.strip():
         _fail(source, "file is empty")
+    _refuse_long_lines(text, source)
     table = _load_jsonl(text, source) if kind == "jsonl" else _load_csv(text, source, "\t" if kind == "tsv" else ",")
     table.problems[:0] = problems
+    _refuse_big_cells(table)
     return table
 
 
@@ -163,6 +171,43 @@ def frame_table(frame: pd.DataFrame, source: str) -> _Table:
     table = _Table(frame, np.arange(2, 2 + len(frame)), source, problems)
     _stringify(table)
     return table
+
+
+def _refuse_long_lines(text: str, source: str) -> None:
+    """A line longer than MAX_LINE_CHARS is refused before parsing, naming the line and the limit."""
+    lengths = np.fromiter(map(len, text.split("\n")), dtype=np.int64)
+    long = np.flatnonzero(lengths > MAX_LINE_CHARS)
+    if long.size:
+        _fail(
+            source,
+            f"line {long[0] + 1} has {lengths[long[0]]:,} characters, more than the {MAX_LINE_CHARS:,} "
+            f"allowed per line ({long.size:,} such line{'s' if long.size != 1 else ''}); is this the right file?",
+        )
+
+
+def _refuse_columns(count: int, source: str) -> None:
+    """More than MAX_COLUMNS columns is refused before a table is built, naming the count and the limit."""
+    if count > MAX_COLUMNS:
+        _fail(source, f"the file has {count:,} columns, more than the {MAX_COLUMNS:,} allowed; is this the right file?")
+
+
+def _refuse_big_cells(table: _Table) -> None:
+    """A cell over MAX_CELL_CHARS (a broken quote swallowing the rest of a file) is refused with the limit named."""
+    for col in table.frame.columns:
+        sizes = table.frame[col].str.len().to_numpy()
+        big = np.flatnonzero(sizes > MAX_CELL_CHARS)
+        if big.size:
+            raise ImportProblems(
+                table.source,
+                [
+                    Problem(
+                        int(table.rows[big[0]]),
+                        col,
+                        f"cell has {sizes[big[0]]:,} characters, more than the {MAX_CELL_CHARS:,} allowed "
+                        "(a broken quote in a CSV?)",
+                    )
+                ],
+            )
 
 
 def _read_bytes(path: Path, source: str) -> bytes:
@@ -224,7 +269,8 @@ def _load_csv(text: str, source: str, sep: str) -> _Table:
         _fail(source, f"cannot parse as {'TSV' if sep == chr(9) else 'CSV'}: {exc}")
     if wrong_sep is not None:  # reading on would only produce misleading row problems
         raise ImportProblems(source, [wrong_sep])
-    problems = _header_problems(header, sep)
+    _refuse_columns(len(header), source)
+    problems = _header_problems(header, sep) + _bare_carriage_returns(text)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", pd.errors.ParserWarning)
         try:
@@ -252,6 +298,31 @@ def _load_csv(text: str, source: str, sep: str) -> _Table:
     if skipped:
         rows = rows[~np.isin(rows, skipped)]
     return _drop_blank_rows(_Table(frame.fillna(""), rows, source, problems))
+
+
+def _bare_carriage_returns(text: str) -> list[Problem]:
+    """In a file whose lines end in line feeds, a carriage return alone outside quotes would end a row in the
+    middle of a field and split one report into two: a problem naming the line (inside quotes it is kept)."""
+    if "\n" not in text or "\r" not in text:
+        return []
+    problems, quotes, lines, last = [], 0, 1, 0
+    for match in re.finditer(r"\r(?!\n)", text):
+        quotes += text.count('"', last, match.start())  # counted once over the file, not once per match
+        lines += text.count("\n", last, match.start())
+        last = match.start()
+        if quotes % 2 == 0:  # an even number of quotes before it: outside a quoted field
+            line = lines
+            problems.append(
+                Problem(
+                    line,
+                    None,
+                    "a carriage return alone inside a field would split this row in two; remove it or quote the "
+                    "field (the row number is the file's line)",
+                )
+            )
+            if len(problems) >= MESSAGE_CAP:
+                break
+    return problems
 
 
 def _refuse_duplicate_columns(frame: pd.DataFrame, source: str, problems: list[Problem]) -> None:
@@ -329,7 +400,7 @@ def _drop_blank_rows(table: _Table) -> _Table:
 
 def _load_jsonl(text: str, source: str) -> _Table:
     """One JSON object per line; a bad line is a problem naming its line number."""
-    records, rows, problems = [], [], []
+    records, rows, problems, keys = [], [], [], set()
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
@@ -341,6 +412,8 @@ def _load_jsonl(text: str, source: str) -> _Table:
         if not isinstance(obj, dict):
             problems.append(Problem(number, None, f"expected a JSON object, got {type(obj).__name__}"))
             continue
+        keys.update(obj)
+        _refuse_columns(len(keys), source)
         records.append(obj)
         rows.append(number)
     frame = pd.DataFrame.from_records(records) if records else pd.DataFrame()
@@ -354,7 +427,12 @@ def _load_jsonl(text: str, source: str) -> _Table:
 def _load_parquet(data: bytes, source: str) -> _Table:
     """Parquet, numbered like the same table saved as CSV (first record = row 2)."""
     try:
+        import pyarrow.parquet as pq
+
+        _refuse_columns(pq.ParquetFile(io.BytesIO(data)).metadata.num_columns, source)
         frame = pd.read_parquet(io.BytesIO(data))
+    except ImportProblems:
+        raise
     except Exception as exc:  # pyarrow raises several types for a corrupt file
         _fail(source, f"cannot read as Parquet: {exc}")
     frame = frame.reset_index(drop=True)
@@ -519,22 +597,25 @@ def _reports(
         out["empty"] = empty
     else:
         problems += table.at(empty, None, "report has no text (text, findings and impression are all empty)")
-    problems += _oversized(table, out) + _control_problems(table, out, {"text": text_col, **sections})
+    others = {name: table.column(name) for name in extra + ("language",)}
+    problems += _oversized(table, out) + _control_problems(table, out, {"text": text_col, **sections, **others})
     return out.reset_index(drop=True), problems
 
 
 def _control_problems(table: _Table, out: pd.DataFrame, columns: dict[str, str | None]) -> list[Problem]:
-    """Report text with a C0 control other than tab and line breaks (a NUL: PostgreSQL refuses it), per cell."""
+    """Any imported text column (report text, sections, language, indication ...) with a C0 control other than
+    tab and line breaks (a NUL: PostgreSQL refuses it, naming neither report nor column), per cell."""
     problems = []
     for name, col in columns.items():
         if col is None:
             continue
+        what = "report text" if name in ("text",) + SECTION_COLUMNS else f"the {name} column"
         bad = out[name].str.contains(TEXT_CONTROL).to_numpy(dtype=bool)
         problems += table.at(
             bad,
             col,
             [
-                f"report text contains {first_hidden(t, TEXT_CONTROL)}; only tab, newline "
+                f"{what} contains {first_hidden(t, TEXT_CONTROL)}; only tab, newline "
                 "and carriage return are allowed among control characters: remove it and import again"
                 for t in out[name][bad]
             ],
@@ -1055,8 +1136,8 @@ def _parse_json(text: str, source: str):
 def _parse_yaml(text: str, source: str):
     """YAML with repeated top-level keys reported; returns (data, key -> line, problems)."""
     try:
+        data = load_yaml(text)  # first: it refuses alias bombs and deep nesting before compose could build them
         node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         _fail_row(source, mark.line + 1 if mark else None, f"not valid YAML: {getattr(exc, 'problem', exc)}")

@@ -200,27 +200,44 @@ class ScoreResult:
         }
 
     def write(self, out: Path) -> list[Path]:
-        """CSV and JSON outputs in a folder; returns the files written."""
-        out.mkdir(parents=True, exist_ok=True)
-        files = [out / "summary.csv", out / "results.json"]
-
-        to_csv(self.summary(), files[0])
-        files[1].write_text(json.dumps(self.to_json(), indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+        """CSV and JSON outputs in a folder, all or none (a full disk leaves no empty or cut file); returns them."""
+        writers = {
+            "summary.csv": lambda path: to_csv(self.summary(), path),
+            "results.json": lambda path: path.write_text(
+                json.dumps(self.to_json(), indent=2, ensure_ascii=False, default=str), encoding="utf-8"
+            ),
+        }
         for name, g in self.generators.items():
             safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
-            p1, p2 = out / f"{safe}.per_label.csv", out / f"{safe}.per_report.csv"
-            to_csv(g.per_label.reset_index(), p1)
-            to_csv(g.per_report, p2)
-            files += [p1, p2]
+            writers[f"{safe}.per_label.csv"] = lambda path, g=g: to_csv(g.per_label.reset_index(), path)
+            writers[f"{safe}.per_report.csv"] = lambda path, g=g: to_csv(g.per_report, path)
             if len(g.attributes):
-                p3 = out / f"{safe}.attributes.csv"
-                to_csv(g.attributes, p3)
-                files.append(p3)
+                writers[f"{safe}.attributes.csv"] = lambda path, g=g: to_csv(g.attributes, path)
             if len(g.report_errors_by_label):
-                p4 = out / f"{safe}.report_errors.csv"
-                to_csv(g.report_errors_by_label, p4)
-                files.append(p4)
-        return files
+                writers[f"{safe}.report_errors.csv"] = lambda path, g=g: to_csv(g.report_errors_by_label, path)
+        return write_all_or_none(out, writers)
+
+
+def write_all_or_none(out: Path, writers: dict) -> list[Path]:
+    """Each file is written to a temporary name beside it and renamed only once every one was written in full;
+    on any failure the temporary files (and a folder made for them) are removed and the error goes on."""
+    made = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    temps = {out / name: out / f".{name}.partial" for name in writers}
+    try:
+        for temp, write in zip(temps.values(), writers.values(), strict=True):
+            write(temp)
+            with open(temp, "rb+") as handle:  # on disk before the rename makes it visible
+                os.fsync(handle.fileno())
+        for final, temp in temps.items():
+            os.replace(temp, final)
+    except BaseException:
+        for temp in temps.values():
+            temp.unlink(missing_ok=True)
+        if made and not any(out.iterdir()):
+            out.rmdir()
+        raise
+    return list(temps)
 
 
 ENTITY_F1_RULE = (

@@ -15,6 +15,7 @@ import yaml
 
 from workbench.core.reading import min_seconds_empty, min_seconds_shown
 from workbench.core.vocab import MAX_LABELS, Vocabulary, VocabularyError, parse_vocabulary
+from workbench.core.yaml_text import load_yaml
 from workbench.errors import NotFound, WorkbenchError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +40,7 @@ DEFAULT_CATEGORIES = [
     "comparison",
 ]
 SIGNIFICANCE = ["changes management", "does not change management", "unsure"]
+AUTH_MODES = ("none", "local", "oidc")
 NO_AUTH_ON_NETWORK = "WORKBENCH_NO_AUTH_ON_NETWORK"  # set by `workbench app --no-auth-on-network` to the address served
 ZERO_DIVISION_POLICIES = ("zero", "one", "exclude")
 LOCAL_ENDPOINTS = ["workbench/rules", "http://127.0.0.1", "http://localhost", "https://127.0.0.1", "https://localhost"]
@@ -112,6 +114,8 @@ class StudyConfig:
             raise StudyError(
                 f"{source}: sections must be a non-empty list of findings, impression, text; got {cfg.sections}"
             )
+        if cfg.auth not in AUTH_MODES:  # a typo ("NONE") must not pass as no sign-in, nor skip the 0.0.0.0 refusal
+            raise StudyError(f"{source}: auth must be one of {', '.join(AUTH_MODES)}, got {cfg.auth!r}")
         if cfg.zero_division not in ZERO_DIVISION_POLICIES:
             raise StudyError(
                 f"{source}: zero_division must be one of {', '.join(ZERO_DIVISION_POLICIES)}, got {cfg.zero_division!r}"
@@ -179,9 +183,9 @@ def find_vocabulary_file(name_or_path: str) -> Path:
 
 
 def safe_load_fast(text: str):
-    """yaml.safe_load through libyaml when PyYAML has it (every command reads the study's settings and
-    vocabulary; the pure-Python parser takes ~30 ms for a 21-label vocabulary, libyaml a tenth)."""
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 (a safe loader)
+    """The bounded YAML loader (libyaml when PyYAML has it: every command reads the study's settings and
+    vocabulary; alias bombs and deep nesting refused in milliseconds)."""
+    return load_yaml(text)
 
 
 def _refuse_too_many_labels(text: str, source: str) -> None:

@@ -38,6 +38,29 @@ WRAPPED_MIN = 12  # a prose column wraps to no fewer cells than this
 HIDE_FIRST = ("_lo", "_hi")  # interval bounds go before other columns when a table must lose some
 
 
+# Characters that drive a terminal or reorder what it shows: C0 controls but tab and line feed (ESC starts a
+# clear-screen, a cursor move or a clickable OSC 8 link), DEL, the C1 controls (U+009B is a one-byte CSI),
+# and the bidirectional embeddings, overrides and isolates.
+DRIVING = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _shown(ch: str) -> str:
+    """A control character as something a person sees: its Unicode control picture (␛, ␀, ␡) or <U+XXXX>."""
+    code = ord(ch)
+    if code < 0x20:
+        return chr(0x2400 + code)
+    return "\u2421" if code == 0x7F else f"<U+{code:04X}>"
+
+
+def visible(text: str) -> str:
+    """Text from reports, model replies or users, safe to print: control characters shown, never obeyed
+    (a CRLF line end stays a line end)."""
+    text = str(text)
+    if not DRIVING.search(text):
+        return text
+    return DRIVING.sub(lambda m: _shown(m.group()), text.replace("\r\n", "\n"))
+
+
 def terminal_width() -> int:
     """The terminal's real width ($COLUMNS, else the terminal's own), or 100 for a pipe or log."""
 
@@ -87,7 +110,7 @@ def format_value(value, kind: str) -> str:
         return p_text(float(value))
     if kind == "rate":
         return f"{float(value):.3f}"
-    text = str(value)
+    text = visible(value)
     stamp = TIMESTAMP.match(text)
     return f"{stamp.group(1)} {stamp.group(2)}" if stamp else text
 
@@ -335,7 +358,7 @@ def wrap(text: str, indent: str = "  ", width: int = WIDTH) -> str:
     """A paragraph wrapped to the terminal width with an indent (words kept whole)."""
 
     return textwrap.fill(
-        text,
+        visible(text),
         width=width,
         initial_indent=indent,
         subsequent_indent=indent,

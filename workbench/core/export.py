@@ -9,12 +9,16 @@ spreadsheet shows as text. Numbers are left alone (a negative number is not a fo
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
 
 # OWASP "CSV Injection": cells starting with these characters are interpreted by spreadsheets
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# a spreadsheet set to split on semicolons or tabs reads "x;=HYPERLINK(...)" (unquoted: no comma in it) as two
+# cells, the second a formula: a formula start after such a separator is defused the same way
+SPLIT_FORMULA = re.compile(r"([;\t][ ]*)([=+\-@])")
 
 
 def neutralise_cell(value):
@@ -27,6 +31,8 @@ def neutralise_cell(value):
         return value
     if value.startswith(FORMULA_START):
         value = "'" + value
+    if ";" in value or "\t" in value:
+        value = SPLIT_FORMULA.sub(r"\1'\2", value)
     return value.replace("\r\n", "\n").replace("\r", "\n") if "\r" in value else value
 
 

@@ -24,7 +24,10 @@ HIDDEN = re.compile(
     "[\x00-\x1f\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160\u180e"
     "\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\u2800\u3164\ufeff\uffa0\ufff9-\ufffb"
     "\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
-    "\U000e0001\U000e0020-\U000e007f]"
+    "\U000e0001\U000e0020-\U000e007f"
+    # look-alikes that are not format characters: the combining grapheme joiner, variation selectors (VS16
+    # makes "r1" and "r1\ufe0f" look the same) and spaces other than the plain one (a no-break space)
+    "\u00a0\u034f\u2000-\u200a\u202f\u205f\u3000\ufe00-\ufe0f\U000e0100-\U000e01ef]"
 )
 # in report text: every C0 control but tab, line feed and carriage return (the importers accept CRLF files)
 TEXT_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")

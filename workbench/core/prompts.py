@@ -327,9 +327,18 @@ def check_template(template: object, allowed: set[str], where: str) -> None:
     if not isinstance(template, str) or not template.strip():
         raise PromptError(f"{where}: must be a non-empty string")
     try:
-        fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+        parsed = [(name, spec, conversion) for _, name, spec, conversion in string.Formatter().parse(template)]
     except ValueError as exc:
         raise PromptError(f"{where}: bad template syntax ({exc}); write literal braces as {{{{ and }}}}") from exc
+    fields = {name for name, _, _ in parsed if name is not None}
+    # {report:>200000000} would pad the report to 200 MB at render time: placeholders are plain names
+    dressed = next(((n, sp, cv) for n, sp, cv in parsed if n is not None and (sp or cv)), None)
+    if dressed:
+        name, spec, conversion = dressed
+        shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+        raise PromptError(
+            f"{where}: placeholder {shown} has a format spec or conversion; write it plainly as {{{name}}}"
+        )
     unknown = sorted(f for f in fields if f not in allowed)
     if unknown:
         hint = "; write literal braces (e.g. JSON) as {{ and }}" if not unknown[0].isidentifier() else ""

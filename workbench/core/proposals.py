@@ -36,6 +36,7 @@ from workbench.core.prompts import (
     parse_label_prompt,
 )
 from workbench.core.vocab import Vocabulary
+from workbench.core.yaml_text import load_yaml
 from workbench.errors import WorkbenchError
 
 EDIT_FIELDS = ("definition", "look_for", "do_not_label_when", "hedged", "temporal", "examples")
@@ -339,7 +340,7 @@ def _load_mapping(body: str) -> dict | None:
         data = json.loads(body)
     except ValueError:
         try:
-            data = yaml.safe_load(body)
+            data = load_yaml(body)
         except yaml.YAMLError:
             return None
     return data if isinstance(data, dict) else None

@@ -138,8 +138,8 @@ def url_allowed(allowed: str, url: str) -> bool:
     """Does an endpoint URL fall under an allowed entry? Compared by parts, not as text, so
     http://127.0.0.1.example.com or http://127.0.0.1:80@evil.com do not pass for http://127.0.0.1;
     an entry without a port allows every port of its host."""
-    if "://" not in allowed:
-        return url.startswith(allowed)
+    if "://" not in allowed:  # a model string ("workbench/rules"), never a prefix of URLs: "h" allows nothing
+        return url == allowed or ("/" in allowed and url.startswith(allowed.rstrip("/") + "/"))
     a, u = urlsplit(allowed), urlsplit(url)
     try:
         a_port, u_port = a.port, u.port

@@ -80,6 +80,7 @@ MODEL_FIELDS = (
     "json_mode",
     "workers",
     "response_schema",
+    "max_reply_chars",
 )
 # labeller settings that are about the study's budget, not the model call (never part of a ModelConfig)
 BUDGET_FIELDS = ("confirm_above", "price")
@@ -93,6 +94,7 @@ HINTS = {
     "or labeller.response_schema (llama.cpp and vLLM then end the reply after the JSON object), or use a larger model",
     "prose": "the model answered in prose without the JSON the prompt asks for: turn on labeller.json_mode or "
     "labeller.response_schema (llama.cpp and vLLM then constrain the reply to JSON)",
+    "oversized": "the reply was longer than labeller.max_reply_chars: check the server, or raise the limit",
     "refusal": "the model declined to answer: reword the prompt, or use another model",
     "parse_error": "the reply had no usable 0/1: tighten the prompt's output format, or turn on labeller.response_schema",
     "timeout": "calls took longer than labeller.timeout_s: a server that answers one call at a time needs "

@@ -65,8 +65,13 @@ ERROR_KINDS = (
     "bad_request",
     "redirect",
     "refused",
+    "oversized",
     "other",
 )
+# a reply longer than this (characters; labeller.max_reply_chars) is a failure of kind "oversized": a labelling
+# reply is a few hundred characters, and a server that sends megabytes would otherwise be stored whole
+MAX_REPLY_CHARS = 200_000
+OVERSIZED_KEPT = 200  # characters of an oversized reply kept in its failure message
 UNUSABLE = frozenset({"connection", "auth", "not_found", "refused"})  # the endpoint itself is wrong: no point going on
 _POOL_NAME = "workbench-pool"
 REFUSED_IN_A_ROW = 5  # refusals with no success that stop the engine: every call would be refused
@@ -130,6 +135,7 @@ class ModelConfig:
     proxies: tuple[str, ...] = ()
     response_schema: bool = False  # send a JSON schema as response_format where litellm says the model supports it
     response_format: dict | None = None  # what is sent: set by the labelling path (schema_format), not by users
+    max_reply_chars: int = MAX_REPLY_CHARS  # longer replies (text or reasoning) are an "oversized" failure
 
     def __post_init__(self) -> None:
         if not self.model or not isinstance(self.model, str):
@@ -146,6 +152,8 @@ class ModelConfig:
             raise UserError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if self.workers < 1:
             raise UserError(f"workers must be >= 1, got {self.workers}")
+        if not isinstance(self.max_reply_chars, int) or self.max_reply_chars < 1:
+            raise UserError(f"max_reply_chars must be a whole number >= 1, got {self.max_reply_chars!r}")
 
     def params(self) -> dict:
         """The parameters that change an answer (for the cache key); no keys, no endpoints."""
@@ -794,7 +802,21 @@ async def _run_one(
                 return CallResult(req.key, None, message, kind, latency_s=latency, attempts=attempt)
             await _sleep_unless_cancelled(backoff_s(cfg, attempt, retry_after_s(exc)), cancel)
             continue
-        return _success(req.key, response, time.monotonic() - start - queued, attempt)
+        return _bounded(_success(req.key, response, time.monotonic() - start - queued, attempt), cfg.max_reply_chars)
+
+
+def _bounded(result: CallResult, limit: int) -> CallResult:
+    """A reply over the size limit becomes an "oversized" failure keeping only its first characters."""
+    text, reasoning = result.text or "", result.reasoning or ""
+    if len(text) <= limit and len(reasoning) <= limit:
+        return result
+    size, what = (len(text), "reply") if len(text) > limit else (len(reasoning), "reasoning")
+    result.error = (
+        f"{what} of {size:,} characters, over the {limit:,} allowed (labeller.max_reply_chars); "
+        f"not stored, its first {OVERSIZED_KEPT} characters: {(text or reasoning)[:OVERSIZED_KEPT]!r}"
+    )
+    result.error_kind, result.text, result.reasoning = "oversized", None, None
+    return result
 
 
 def _success(key: str, response, latency: float, attempts: int) -> CallResult:
@@ -1220,11 +1242,11 @@ def request_body(cfg: ModelConfig, messages: list[dict], response_format: dict |
     return {"model": name, "messages": messages, **kwargs}
 
 
-def result_of_reply(key: str, body: dict, cost: float | None) -> CallResult:
+def result_of_reply(key: str, body: dict, cost: float | None, limit: int = MAX_REPLY_CHARS) -> CallResult:
     """A CallResult from a chat.completion body received as data (a batch output line): the same fields
-    a chat call's reply gives."""
+    a chat call's reply gives, bounded the same way."""
     response = json.loads(json.dumps(body), object_hook=lambda d: SimpleNamespace(**d))
-    result = _success(key, response, 0.0, 1)
+    result = _bounded(_success(key, response, 0.0, 1), limit)
     result.cost = cost
     return result
 

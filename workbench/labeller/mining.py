@@ -377,10 +377,10 @@ def mine(reports, task: TaskSpec, min_reports: int = 1, abbrev: dict[str, str] |
 
 def prompt_look_for(folder, label_id: str) -> tuple[str, ...]:
     """The look-for phrases of one label's prompt file in a prompt folder (none when it has no file)."""
-    import yaml
+    from workbench.core.yaml_text import load_yaml
 
     path = folder / f"{label_id}.yaml"
     if not path.exists():
         return ()
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    data = load_yaml(path.read_text(encoding="utf-8")) or {}
     return tuple(str(p) for p in data.get("look_for") or ())

@@ -67,10 +67,13 @@ class StudyContext:
         """A transaction that refuses a disabled (or deleted) account before anything is read."""
         from workbench.services.study import PermissionDenied
 
-        with db.session_scope(self.engine, write=write) as s:
+        # the check is its own short read: in the caller's transaction it would be a read before the caller's
+        # write, and SQLite refuses at once (no busy wait) a write after a read that another writer has overtaken
+        with db.session_scope(self.engine) as s:
             user = q.get_user(s, self.actor.user)
-            if user is None or user.disabled:
-                raise PermissionDenied(f"the account {self.actor.user} is disabled; ask an admin")
+        if user is None or user.disabled:
+            raise PermissionDenied(f"the account {self.actor.user} is disabled; ask an admin")
+        with db.session_scope(self.engine, write=write) as s:
             yield s
 
     def current_actor(self):

@@ -305,10 +305,7 @@ class FreezeService(Service):
         self.require("run")
         if self.splits.cohort_role(cohort) != "test":
             raise StudyError(f"{cohort!r} is not a test cohort (its role is {self.splits.cohort_role(cohort)})")
-        path = self.paths.bundles / f"{bundle}.json"
-        if not path.exists():
-            raise StudyError(f"no frozen bundle {bundle!r}; freeze a version first (workbench freeze)")
-        b = bundle_mod.load_bundle(path)
+        b = self._frozen_bundle(bundle, cohort)
         commit = b.content["prompt_commit"]
         run = self._test_run(cohort, commit, b.model, on_progress)
         token = _TEST_LOOK.set(commit)
@@ -334,6 +331,33 @@ class FreezeService(Service):
         )
         self._write_test_sidecar(bundle, figures)
         return figures
+
+    def _frozen_bundle(self, bundle: str, cohort: str):
+        """The bundle this study froze under that name, unchanged since; anything else (a path, a hand-made or
+        edited file) is refused, and the refusal is audited like a look."""
+        problem = None
+        try:
+            bundle_mod.check_name(bundle)
+        except bundle_mod.BundleError:
+            problem = "give a frozen bundle's name (see `workbench bundles`), not a path or a file"
+        path = self.paths.bundles / f"{bundle}.json"
+        if problem is None and not path.exists():
+            problem = "no frozen bundle of that name; freeze a version first (workbench freeze)"
+        b = None
+        if problem is None:
+            b = bundle_mod.load_bundle(path)
+            with self.session() as s:
+                events = q.list_audit(s, entity="bundle", key=bundle)
+            frozen = {json.loads(e).get("sha256") for e in events.loc[events["action"] == "freeze", "new"] if e}
+            if b.sha256 not in frozen:
+                problem = "this study has no freeze of that bundle with this content (made or edited by hand?)"
+        if problem is None:
+            return b
+        with self.session() as s:
+            q.add_audit(
+                s, self.actor.user, "look refused", "test cohort", f"{cohort}/{bundle}"[:200], None, {"why": problem}
+            )
+        raise StudyError(f"test-look {bundle!r}: {problem}; only this study's frozen bundles may look at a test cohort")
 
     def _test_run(self, cohort: str, commit: str, model: dict, on_progress):
         """The finished run of a bundle's version on the test cohort (labelled now when there is none)."""

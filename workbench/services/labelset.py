@@ -22,6 +22,7 @@ import yaml
 from workbench.core import labelset as ls
 from workbench.core.prompts import call_keyer
 from workbench.core.text import compose_text
+from workbench.core.yaml_text import load_yaml
 from workbench.services.base import Service, StudyContext
 from workbench.store import labelsets as store
 from workbench.store import prompt_repo
@@ -465,7 +466,7 @@ class LabelSetService(Service):
         for lab in labels:  # a label that keeps its name keeps its id (and so its readings and runs)
             lab["id"] = renamed_ids[lab["id"]]
         text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True)
-        load_check = yaml.safe_load(text)
+        load_check = load_yaml(text)
         from workbench.core.vocab import parse_vocabulary
 
         parse_vocabulary(load_check)  # the file must be one the study can open
@@ -474,7 +475,7 @@ class LabelSetService(Service):
         for lab in labels:
             if f"{lab['id']}.yaml" not in current:
                 files[f"{lab['id']}.yaml"] = yaml.safe_dump(ls.starter_prompt(lab), sort_keys=False, allow_unicode=True)
-        task = yaml.safe_load(current["_task.yaml"])
+        task = load_yaml(current["_task.yaml"])
         trimmed = ls.trim_attribute_cues(task, {a for lab in labels for a in lab.get("attributes", [])})
         if trimmed != task:
             files["_task.yaml"] = yaml.safe_dump(trimmed, sort_keys=False, allow_unicode=True)

@@ -31,7 +31,8 @@ from workbench.core.prompts import (
     prompt_set_from_dictionary,
 )
 from workbench.core.text import compose_text
-from workbench.errors import NotFound
+from workbench.core.yaml_text import load_yaml
+from workbench.errors import NotFound, StorageFault
 from workbench.services import memo
 from workbench.services.base import Service, StudyContext
 from workbench.services.study import ConflictError, validate_prompt_files
@@ -69,7 +70,7 @@ def label_yaml(lp: LabelPrompt, onto: str | None = None) -> str:
 def parse_label_yaml(text: str, source: str) -> LabelPrompt:
     """YAML text -> LabelPrompt, with errors naming the source."""
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         raise PromptError(f"{source}: not valid YAML ({exc})") from exc
     return parse_label_prompt(data, source)
@@ -416,15 +417,25 @@ class PromptsService(Service):
             commit = prompt_repo.commit_files(self.paths.prompts, files, full, self.actor.identity(), base=bases)
         except PromptRepoError as exc:
             raise_conflict(exc)
-        with self.session() as s:
-            for label in labels:
-                base = bases.get(f"{label}.yaml") if isinstance(bases, dict) else bases
-                q.delete_draft(s, label, self.actor.user)
-                q.add_audit(
-                    s, self.actor.user, "save", "prompt", label, {"base": base}, {"commit": commit, "message": message}
-                )
-            for row in accepted.itertuples(index=False):
-                q.update_proposal(s, int(row.id), status="saved", commit=commit)
+        try:
+            with self.session() as s:
+                for label in labels:
+                    base = bases.get(f"{label}.yaml") if isinstance(bases, dict) else bases
+                    q.delete_draft(s, label, self.actor.user)
+                    q.add_audit(
+                        s,
+                        self.actor.user,
+                        "save",
+                        "prompt",
+                        label,
+                        {"base": base},
+                        {"commit": commit, "message": message},
+                    )
+                for row in accepted.itertuples(index=False):
+                    q.update_proposal(s, int(row.id), status="saved", commit=commit)
+        except BaseException as exc:
+            self._undo_unaudited(commit, exc)
+            raise
         return commit
 
     @staticmethod
@@ -436,6 +447,20 @@ class PromptsService(Service):
     def _file_text(self, label: str, ref_: str | None) -> str | None:
         """A label's committed file at a version (None when absent)."""
         return prompt_repo.read_file(self.paths.prompts, f"{label}.yaml", ref_)
+
+    def _undo_unaudited(self, commit: str, exc: BaseException) -> None:
+        """A version and its audit event are kept together: when the event could not be written the commit is
+        taken back (then the caller's "nothing was saved" is true); when even that fails, say so plainly."""
+        try:
+            undone = prompt_repo.undo_commit(self.paths.prompts, commit)
+        except Exception:  # the disk that refused the event may refuse the undo too
+            undone = False
+        if not undone:
+            raise StorageFault(
+                f"prompt version {commit[:8]} was committed to Git but its audit event could not be written "
+                f"({type(exc).__name__}); `workbench audit --verify` reports it. Undo it with "
+                f"`git -C {self.paths.prompts} reset HEAD~1` once the disk has room, then save again"
+            ) from exc
 
     def revert_label(self, label: str, to_ref: str, message: str | None = None) -> str:
         """Restore one label's prompt from an earlier version as a new commit."""

@@ -639,6 +639,7 @@ class RunsService(Service):
             "backoff_base_s",
             "backoff_max_s",
             "workers",
+            "max_reply_chars",
         )
         params.update({k: settings[k] for k in keep if settings.get(k) is not None})
         return params

@@ -22,6 +22,7 @@ from workbench.core.names import HIDDEN, check_cohort_name, first_hidden, unknow
 from workbench.core.prompts import TASK_FILE, PromptSet, parse_prompt_set
 from workbench.core.text import compose_text, text_hash  # noqa: F401  (re-exported for callers)
 from workbench.core.vocab import Vocabulary
+from workbench.core.yaml_text import load_yaml
 from workbench.errors import UserError, WorkbenchError
 from workbench.services import memo
 from workbench.services.base import Service, StudyContext
@@ -151,7 +152,7 @@ def _starter_prompts(vocab: Vocabulary) -> dict[str, str]:
     task file (its cue lists and attribute cues are not specific to any vocabulary)."""
     from workbench.core.labelset import starter_prompt, trim_attribute_cues
 
-    task = yaml.safe_load((PROMPTS_DIR / "chexpert-14" / TASK_FILE).read_text(encoding="utf-8"))
+    task = load_yaml((PROMPTS_DIR / "chexpert-14" / TASK_FILE).read_text(encoding="utf-8"))
     carried = {a for lab in vocab.labels for a in lab.attributes}
     files = {TASK_FILE: yaml.safe_dump(trim_attribute_cues(task, carried), sort_keys=False, allow_unicode=True)}
     for lab in vocab.labels:
@@ -166,7 +167,7 @@ def validate_prompt_files(files: dict[str, str], vocab: Vocabulary) -> PromptSet
     parsed = {}
     for name, text in files.items():
         try:
-            parsed[name] = yaml.safe_load(text)
+            parsed[name] = load_yaml(text)
         except yaml.YAMLError as exc:
             raise StudyError(f"{name}: not valid YAML ({exc})") from exc
     return parse_prompt_set(parsed, vocab.asked_ids, vocab.derived_ids, attributes=vocab.attribute_specs())
@@ -509,7 +510,7 @@ class StudyService(Service):
             raise StudyError(f"value must be 0 or 1, got {value!r}")
         if not reason.strip():
             raise StudyError("an adjudication needs a reason")
-        with self.session() as s:
+        with self.session(write=True) as s:  # read then write: take SQLite's write lock first, and wait for it
             if q.get_report(s, report_id) is None:
                 raise StudyError(f"no report {report_id!r}")
             adj = q.add_adjudication(s, report_id, label, value, self.actor.user, reason.strip())

@@ -21,6 +21,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
 from workbench import bundle as bundle_mod
+from workbench.labeller import endpoints
 from workbench.services.base import Service, StudyContext
 from workbench.services.study import ROLES, Actor, PermissionDenied
 from workbench.store import db, prompt_repo
@@ -365,7 +366,7 @@ class TeamService(Service):
 
     def _clear_failures(self, user_id: str) -> None:
         """A successful sign-in resets the count."""
-        with self.session() as s:
+        with self.session(write=True) as s:  # read then delete: a deferred transaction could not wait its turn
             q.clear_login_failures(s, user_id)
 
     def actor_for(self, user_id: str) -> Actor:
@@ -389,9 +390,24 @@ class TeamService(Service):
             return q.list_audit(s, entity=entity, key=key, limit=limit)
 
     def verify_audit(self) -> dict:
-        """Check the audit hash chain: {ok, events, broken_at, reason} (the first broken link)."""
+        """Check the audit hash chain, then that every prompt version after the seed has its save event:
+        {ok, events, broken_at, reason} (the first problem found)."""
         with self.session() as s:
-            return q.verify_audit(s)
+            result = q.verify_audit(s)
+            if not result["ok"]:
+                return result
+            saves = q.list_audit(s, entity="prompt", limit=10**9)
+        audited = {json.loads(n).get("commit") for n in saves.loc[saves["action"] == "save", "new"] if n}
+        missing = [(c, m) for c, m in prompt_repo.versions_after_seed(self.paths.prompts) if c not in audited]
+        if missing:
+            commit, subject = missing[0]
+            result.update(
+                ok=False,
+                reason=f"prompt version {commit[:8]} ({subject!r}) is in Git with no audit event"
+                + (f", and {len(missing) - 1} more" if len(missing) > 1 else "")
+                + ": it was committed outside the workbench, or its event was lost",
+            )
+        return result
 
     def check_bundle(self, path) -> list[dict]:
         """A bundle against this study: its hash, the annotated tag of its name, the freeze event, the audit chain.
@@ -458,6 +474,11 @@ class TeamService(Service):
         prefix = prefix.strip()
         if not prefix:
             raise StudyError("give the endpoint URL (or URL prefix) to allow")
+        if ("://" in prefix and not endpoints.host_of(prefix)) or ("://" not in prefix and "/" not in prefix):
+            raise StudyError(
+                f"{prefix!r} is not an endpoint: give a URL with its host (https://api.openai.com, "
+                "http://127.0.0.1:8000) or a model string such as workbench/rules"
+            )
         if prefix not in self.config.allowed_endpoints:
             self.config.allowed_endpoints.append(prefix)
             self.study.save_config("allow", "endpoint", prefix)

@@ -280,14 +280,16 @@ def session_scope(engine: Engine, write: bool = False) -> Iterator[Session]:
     concurrent writers queue (busy timeout) instead of failing half-way.
     """
     session = Session(engine, expire_on_commit=False)
-    if write:
-        with _said_if_waiting(engine):
-            session.connection(execution_options={"wb_write": True})
+    started = time.monotonic()
     try:
+        if write:
+            with _said_if_waiting(engine):
+                session.connection(execution_options={"wb_write": True})
         yield session
         session.commit()
-    except BaseException:
+    except BaseException as exc:
         session.rollback()
+        exc.workbench_waited_s = time.monotonic() - started  # what a "database is locked" message may claim
         raise
     finally:
         session.close()

@@ -225,6 +225,26 @@ def commit_files(
         return commit.hexsha
 
 
+def undo_commit(path: Path, commit: str) -> bool:
+    """Take back the latest commit when it is `commit` (its audit event could not be written): the branch and
+    the index go back to its parent, the files stay in the folder as uncommitted edits. False when not undone."""
+    with write_lock(path), open_repo(path) as repo:
+        head = repo.head.commit
+        if head.hexsha != commit or not head.parents:
+            return False
+        repo.head.reset(head.parents[0], index=True, working_tree=False)
+        return repo.head.commit.hexsha == head.parents[0].hexsha
+
+
+def versions_after_seed(path: Path) -> list[tuple[str, str]]:
+    """(commit, first line of its message) of every version after the seed, oldest first."""
+    with open_repo(path) as repo:
+        if not repo.head.is_valid():
+            return []
+        commits = [c for c in repo.iter_commits("HEAD") if c.parents]
+        return [(c.hexsha, c.message.strip().splitlines()[0] if c.message.strip() else "") for c in reversed(commits)]
+
+
 def working_changes(path: Path) -> dict[str, str | None]:
     """YAML files whose text in the folder differs from the latest version: name -> text (None = deleted).
 
