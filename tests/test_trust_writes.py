@@ -40,7 +40,7 @@ def run_limited(args: list[str], max_file_bytes: int | None, cwd: Path) -> subpr
 
 def test_score_out_on_a_full_disk_leaves_no_empty_or_cut_file(small_study, tmp_path):
     small_study.start_run("dev")
-    bundle = small_study.freeze("v1")["json"]
+    bundle = small_study.freeze("v1").json
     args = ["score", "--bundle", str(bundle), "--reference", str(REPORTS), "--generated", f"g={REPORTS}"]
     args += ["--resamples", "20"]
     whole = run_limited([*args, "--out", str(tmp_path / "whole")], None, tmp_path)
