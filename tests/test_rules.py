@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-from pathlib import Path
 
 import pytest
 import yaml
@@ -13,8 +12,8 @@ import yaml
 from workbench.core.prompts import DEFAULT_CUES, Example, LabelPrompt, PromptError, parse_prompt_set
 from workbench.core.vocab import VocabularyError, parse_vocabulary
 from workbench.labeller import rules
+from workbench.shipped import shipped_dir
 
-ROOT = Path(__file__).resolve().parents[1]
 # Fixed cue lists so that these tests do not move when the shipped defaults are tuned.
 CUES = {
     "negation": (
@@ -510,7 +509,7 @@ def test_unknown_offline_model_is_refused(llm_types):
 
 
 def test_starter_chestxray14_prompts_label_synthetic_sentences():
-    folder, vocab_file = ROOT / "prompts" / "chestxray14", ROOT / "vocab" / "chestxray14.yaml"
+    folder, vocab_file = shipped_dir("prompts") / "chestxray14", shipped_dir("vocab") / "chestxray14.yaml"
     if not (folder / "_task.yaml").exists() or not vocab_file.exists():
         pytest.skip("prompts/chestxray14 or vocab/chestxray14.yaml not there")
     try:

@@ -19,11 +19,10 @@ import click
 
 from workbench import runtime
 from workbench.errors import WorkbenchError
-from workbench.study import NO_AUTH_ON_NETWORK, PROJECT_ROOT, StudyError, builtin_vocabularies, resolve_study_path
+from workbench.study import NO_AUTH_ON_NETWORK, StudyError, builtin_vocabularies, resolve_study_path
 
 pd = runtime.lazy_module("pandas")  # imported on first use: `workbench --help` starts ~0.3 s sooner
 
-DEMO_DIR = PROJECT_ROOT / "annotations"
 EXIT_INCOMPLETE = 3  # the command ran, but failed calls or extractions leave its result incomplete
 
 
@@ -2369,7 +2368,7 @@ def migrate_db(wb, to_url):
     "--path",
     "path",
     type=click.Path(file_okay=False),
-    default=str(PROJECT_ROOT / "sessions" / "demo"),
+    default=str(Path("sessions") / "demo"),  # under the current folder: an installed package has no checkout
     show_default=True,
     help="Where the demo study lives (created when absent).",
 )

@@ -38,7 +38,7 @@ from workbench.labeller.labelling import (
     nan_to_none,
 )
 from workbench.labeller.llm import EndpointError, check_model_name
-from workbench.study import PROJECT_ROOT
+from workbench.shipped import shipped_dir
 
 ZERO_DIVISION_CHOICES = ("zero", "one", "exclude")
 MAX_FAILED_SHARE = 0.10  # above this share of failed extractions a generator gets no score
@@ -50,7 +50,7 @@ POLICY_TEXT = {
 }
 
 
-DEFAULT_PAIRS = PROJECT_ROOT / "annotations" / "robustness" / "pairs.csv"  # written for ranscore-21's labels
+DEFAULT_PAIRS = shipped_dir("annotations") / "robustness" / "pairs.csv"  # written for ranscore-21's labels
 
 
 class EndpointNotAllowed(WorkbenchError, ValueError):

@@ -26,7 +26,7 @@ from workbench.services.background import start_run_in_process
 from workbench.services.base import Service, StudyContext
 from workbench.services.freezing import StudyExtractionCache
 from workbench.store import queries as q
-from workbench.study import PROJECT_ROOT, StudyError
+from workbench.study import StudyError
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
     from workbench.services.adaptive import AdaptiveService
@@ -36,7 +36,6 @@ if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
     from workbench.services.study import StudyService
     from workbench.services.triage import TriageService
 
-ROBUSTNESS_PAIRS = PROJECT_ROOT / "annotations" / "robustness" / "pairs.csv"
 COMPLETED, DRAFT, UNREAD = "completed", "draft", "unread"
 MAX_COMMENT = 2000  # a comment is a remark beside a reading, not a report
 PACE_GAP_S = 15 * 60  # a pause longer than this between two saves is a break, not reading time
@@ -503,7 +502,7 @@ class UISupportService(Service):
 
     def default_robustness_pairs(self) -> Path:
         """The shipped synthetic paraphrase / significant-change pairs."""
-        return ROBUSTNESS_PAIRS
+        return scoring.DEFAULT_PAIRS
 
     def robustness(self, bundle_path: Path, pairs=None, model: str | None = None) -> dict:
         """Robustness and discrimination of a bundle on text pairs, using the study's extraction cache."""
