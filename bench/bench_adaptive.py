@@ -238,10 +238,7 @@ def simulate_replay(values: np.ndarray, rule, labels: list[str], sample: np.ndar
             if not len(free):
                 active.remove(k)
                 continue
-            if order == "cohort":
-                pick = free[0]
-            else:
-                pick = free[np.lexsort((seq[free], -readers[free], group()[free]))[0]]
+            pick = free[0] if order == "cohort" else free[np.lexsort((seq[free], -readers[free], group()[free]))[0]]
             read[pick, k] = True
             readers[pick] += 1
             reads.append((k, pick))

@@ -260,11 +260,14 @@ def test_after_a_rejection_one_clean_change_then_the_next_best_not_turned_down()
     rows += [(rid, "Possible cardiomegaly.", 1) for rid in _ids((2, 2), "c")]
     rows += [(rid, "Cardiomegaly.", 1) for rid in _ids((2, 2), "tp")]
     rows += [(rid, "Lungs are clear.", 0) for rid in _ids((2, 2), "tn")]
-    candidates = lambda: [
-        _look_for(CARDIO, "heart is huge"),
-        _look_for(CARDIO, "cardiac bulk"),  # noqa: E731
-        proposals.Candidate("hedged", "hedged wording: positive", replace(CARDIO, hedged="positive")),
-    ]
+
+    def candidates():
+        return [
+            _look_for(CARDIO, "heart is huge"),
+            _look_for(CARDIO, "cardiac bulk"),
+            proposals.Candidate("hedged", "hedged wording: positive", replace(CARDIO, hedged="positive")),
+        ]
+
     full, _ = _propose(CARDIO, rows, candidates())
     assert full.edit.fields == {"look_for": ["cardiomegaly", "heart is huge", "cardiac bulk"], "hedged": "positive"}
     first, _ = _propose(CARDIO, rows, candidates(), level=1)

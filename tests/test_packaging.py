@@ -39,7 +39,7 @@ def test_shipped_folders_resolve_inside_the_package_through_importlib_resources(
         folder = shipped_dir(name)
         assert folder == Path(str(files("workbench.shipped") / name)) and folder.is_dir()
         assert PACKAGE in folder.resolve().parents, f"{name}/ is read from outside the package: {folder}"
-    assert VOCAB_DIR == shipped_dir("vocab") and PROMPTS_DIR == shipped_dir("prompts")
+    assert shipped_dir("vocab") == VOCAB_DIR and shipped_dir("prompts") == PROMPTS_DIR
 
 
 def test_every_shipped_vocabulary_has_its_starter_prompts_and_the_demo_files_are_there():

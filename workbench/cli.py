@@ -655,8 +655,10 @@ def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, re
 
 def _cost_line(wb, run_id: int) -> None:
     """A model run's tokens and cost so far (per label and per call: `workbench calls RUN`)."""
+    from workbench.labeller.endpoints import is_offline
+
     run = wb.run_info(run_id)
-    if run.model.startswith("workbench/"):
+    if is_offline(run.model):
         return
     cost = "unknown (litellm has no price for this model)" if run.cost is None else f"${run.cost:,.4f}"
     click.echo(
@@ -688,7 +690,7 @@ def _confirm_cost(wb, cohort, prompt_ref, model, labels, api_base, concurrency, 
         )
         click.echo("\n".join(est.lines()), err=True)
         if not click.confirm(f"{exc}. Start the run anyway?", default=False, err=True):
-            raise SystemExit(2)
+            raise SystemExit(2) from None
         return True
 
 
@@ -860,7 +862,7 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous, wide):
 
         a, b = ev.averages, ev.bootstrap
         click.echo("")
-        if a["macro_f1"] != a["macro_f1"]:  # NaN: no pair could be scored (e.g. every call failed)
+        if pd.isna(a["macro_f1"]):  # NaN: no pair could be scored (e.g. every call failed)
             say(
                 f"macro F1 undefined: no (report, label) pair has both a labeller answer and a decided reference; failed "
                 f"calls are left out, never counted as 0. Fix the cause, then `workbench run --retry-failed {run_id}`."
@@ -965,7 +967,7 @@ def _noise_lines(wb, run_a: int, run_b: int, table) -> None:
 
 def _needed_text(value: float, note: str) -> str:
     """The power figure as a person reads it: a count, or why there is none."""
-    if value == value:
+    if not pd.isna(value):
         return f"{int(value):,}"
     return "no difference seen" if "no difference" in str(note) else str(note)
 
@@ -1120,7 +1122,7 @@ def _disagreement_texts(wb, run_id: int, frame: pd.DataFrame) -> None:
         )
         click.echo(wrap(text))
         if row.evidence and not found:
-            click.echo(wrap(f"evidence (not found verbatim in the report): {row.evidence}"))
+            click.echo(wrap(f"evidence (not found in the report): {row.evidence}"))
         elif not row.evidence:
             click.echo(wrap("evidence: none quoted by the labeller"))
         click.echo(

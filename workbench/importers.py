@@ -149,10 +149,7 @@ def _load(path) -> _Table:
     text, problems = _decode(data)
     if not text.strip():
         _fail(source, "file is empty")
-    if kind == "jsonl":
-        table = _load_jsonl(text, source)
-    else:
-        table = _load_csv(text, source, "\t" if kind == "tsv" else ",")
+    table = _load_jsonl(text, source) if kind == "jsonl" else _load_csv(text, source, "\t" if kind == "tsv" else ",")
     table.problems[:0] = problems
     return table
 

@@ -110,7 +110,7 @@ def _ci_method(method: str) -> str:
     try:
         return _CI_METHODS[method.lower()]
     except (KeyError, AttributeError):
-        raise UserError(f"unknown interval method {method!r}; use one of {sorted(_CI_METHODS)}")
+        raise UserError(f"unknown interval method {method!r}; use one of {sorted(_CI_METHODS)}") from None
 
 
 def _check_alpha(alpha: float) -> None:
@@ -754,15 +754,15 @@ def verdict_notes(table: pd.DataFrame) -> np.ndarray:
             if row.verdict == "undecided"
             else f"Holm-adjusted over {m} labels p = {p_text(row.p_holm)}, not below {alpha}"
         )
-        excludes = has_interval and row.delta_f1_lo == row.delta_f1_lo and (row.delta_f1_lo > 0 or row.delta_f1_hi < 0)
+        excludes = has_interval and not pd.isna(row.delta_f1_lo) and (row.delta_f1_lo > 0 or row.delta_f1_hi < 0)
         if not called and excludes:
             notes.append(
                 f"the 95% interval of the change in F1 [{row.delta_f1_lo:+.3f}, {row.delta_f1_hi:+.3f}] "
                 f"excludes 0 (unadjusted) but the test does not decide: {why_not}"
             )
-        elif not called and row.p_value == row.p_value and row.p_value < alpha and row.verdict != "no change":
+        elif not called and not pd.isna(row.p_value) and row.p_value < alpha and row.verdict != "no change":
             notes.append(f"p = {p_text(row.p_value)} before adjustment, but {why_not}")
-        elif called and has_interval and row.delta_f1_lo == row.delta_f1_lo and row.delta_f1_lo <= 0 <= row.delta_f1_hi:
+        elif called and has_interval and not pd.isna(row.delta_f1_lo) and row.delta_f1_lo <= 0 <= row.delta_f1_hi:
             notes.append(
                 f"McNemar counts right and wrong answers ({row.c} fixed, {row.b} broken); the change in F1 "
                 f"[{row.delta_f1_lo:+.3f}, {row.delta_f1_hi:+.3f}] includes 0 (F1 weighs positives only)"

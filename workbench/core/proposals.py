@@ -476,7 +476,7 @@ def _look_for_candidates(lp, fn, pos_texts, neg_texts, max_n, min_df, per_kind, 
     # a phrase that is as common without the finding is not "around the finding": leave it out
     ranked = [(df[g] * p, -len(g.split()), g) for g in frequent if (p := precision(g)) >= MIN_PRECISION]
     out = []
-    for score, _, g in sorted(ranked, reverse=True)[:per_kind]:
+    for _, _, g in sorted(ranked, reverse=True)[:per_kind]:
         new = replace(lp, look_for=lp.look_for + (g,))
         out.append(Candidate("look_for", g, new))
     return out
@@ -493,7 +493,7 @@ def _variant_candidates(lp, fn, min_df: int, cue_words: set[str], gap: int = 2) 
         words = _WORDS.findall(phrase.lower())
         if len(words) < 2:
             continue
-        filler = r"(?:\s+[a-z-]+){0,%d}\s+" % gap
+        filler = rf"(?:\s+[a-z-]+){{0,{gap}}}\s+"
         pattern = re.compile(r"\b" + filler.join(re.escape(w) for w in words) + r"\w*\b")
         for text in fn["text"]:
             low = " ".join(_WORDS.findall(text.lower()))

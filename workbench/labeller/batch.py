@@ -27,7 +27,7 @@ from io import BytesIO
 
 from workbench.errors import UserError, WorkbenchError
 from workbench.labeller import llm
-from workbench.labeller.labelling import is_offline
+from workbench.labeller.endpoints import is_offline
 
 POLL_S = 30.0  # seconds between polls (WORKBENCH_BATCH_POLL_S overrides: tests poll fast)
 ENDPOINT = "/v1/chat/completions"
@@ -77,7 +77,7 @@ class MemoryJournal:
 
 def check_batchable(cfg) -> None:
     """Refuse (UserError, nothing sent) a labeller that has no batch API to use."""
-    if is_offline(cfg):
+    if is_offline(cfg.model):
         raise UserError(
             f"--batch: {cfg.model} is the offline labeller; it answers at once on this machine and has no "
             "batch API: run without --batch"
@@ -253,7 +253,9 @@ class BatchEngine:
             if not file_id:
                 continue
             content = self._ask(
-                f"download {file_id} of batch {batch.id}", cfg, lambda: litellm.file_content(file_id=file_id, **kwargs)
+                f"download {file_id} of batch {batch.id}",
+                cfg,
+                lambda f=file_id: litellm.file_content(file_id=f, **kwargs),
             )
             for raw in content.content.decode("utf-8").splitlines():
                 if not raw.strip():

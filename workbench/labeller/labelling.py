@@ -25,6 +25,7 @@ from workbench.core import parsing
 from workbench.core.prompts import PromptSet, call_keyer, label_call_keyer, render_joint_call, report_json
 from workbench.core.vocab import Vocabulary, derive_frame
 from workbench.labeller import llm
+from workbench.labeller.endpoints import RULES_PREFIX, is_offline  # noqa: F401 (RULES_PREFIX re-exported)
 from workbench.labeller.llm import CallRequest, ModelConfig
 from workbench.study import StudyError
 
@@ -63,7 +64,6 @@ def extraction_key(bundle_sha: str, model_params: dict, text: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-RULES_PREFIX = "workbench/"  # the offline rule-based labeller's model strings
 MODEL_FIELDS = (
     "model",
     "api_base",
@@ -110,14 +110,9 @@ def model_config(settings: dict, strict: bool = True):
     return ModelConfig(**values)
 
 
-def is_offline(cfg) -> bool:
-    """True for the offline rule-based labeller (no network, no cost)."""
-    return cfg.model.startswith(RULES_PREFIX)
-
-
 def engine_for(cfg) -> Callable:
     """The offline labeller, worker processes or litellm, behind one complete_all interface."""
-    if is_offline(cfg):
+    if is_offline(cfg.model):
         from workbench.labeller import rules
 
         return rules.complete_all
@@ -133,7 +128,7 @@ def call_params(cfg) -> dict:
     """The parameters in every call key: the answer-changing ones, the server when it was chosen (one
     model name on two servers may be two models), the offline engine's version."""
     params = dict(cfg.params())
-    if is_offline(cfg):
+    if is_offline(cfg.model):
         from workbench.labeller import rules
 
         params["engine_version"] = getattr(rules, "ENGINE_VERSION", "1")
@@ -213,15 +208,15 @@ def cue_digest(cues: dict) -> str:
     return hashlib.sha256(json.dumps(sorted((k, list(v)) for k, v in cues.items())).encode()).hexdigest()[:12]
 
 
-def decide(req, text: str | None, res=None, replies: parsing.ReplyMemo | None = None) -> dict[str, parsing.Decision]:
-    """label -> Decision for one call's reply; a failed call is a recorded failure, never a 0.
+def decide(req, text: str | None, res=None, replies: parsing.ReplyMemo | None = None) -> dict[str, parsing.Answer]:
+    """label -> Answer for one call's reply; a failed call is a recorded failure, never a 0.
 
     res: the CallResult when the call was made now (None for a cached reply); its reply shape
     (finish reason, a refusal field) decides before the text is read."""
     meta = req.meta
     if text is None:
         detail = ((res.error if res is not None else "no reply") or "no reply")[:2000]
-        return {lab: parsing.Decision(None, "", "call_error", detail) for lab in meta["labels"]}
+        return {lab: parsing.Answer(None, "", "call_error", detail) for lab in meta["labels"]}
     shape = reply_shape_failure(res)
     if shape is not None:
         return {lab: shape for lab in meta["labels"]}
@@ -233,18 +228,18 @@ def decide(req, text: str | None, res=None, replies: parsing.ReplyMemo | None = 
         return {meta["labels"][0]: parse(text, meta["report"], specs.get(meta["labels"][0], ()))}
     except Exception as exc:  # the parser's contract is never to raise; if it does, one failure, not a dead run
         return {
-            lab: parsing.Decision(None, "", "parse_error", f"parser error ({type(exc).__name__})")
+            lab: parsing.Answer(None, "", "parse_error", f"parser error ({type(exc).__name__})")
             for lab in meta["labels"]
         }
 
 
-def reply_shape_failure(res) -> parsing.Decision | None:
+def reply_shape_failure(res) -> parsing.Answer | None:
     """A reply that is not an answer by its shape: cut off at max_tokens, or declined by the provider."""
     if res is None:
         return None
     finish = getattr(res, "finish_reason", None)
     if finish == "length":
-        return parsing.Decision(
+        return parsing.Answer(
             None,
             "",
             "truncated",
@@ -253,12 +248,12 @@ def reply_shape_failure(res) -> parsing.Decision | None:
     refusal = getattr(res, "refusal", None)
     if refusal or finish == "content_filter":
         why = f"provider refusal: {refusal}" if refusal else "the provider's content filter stopped the reply"
-        return parsing.Decision(None, "", "refusal", why[:2000])
+        return parsing.Answer(None, "", "refusal", why[:2000])
     return None
 
 
 @dataclass
-class Answer:
+class CallOutcome:
     """One call's outcome: the request, the engine's result (None when answered from the cache), its decisions."""
 
     req: object
@@ -384,7 +379,7 @@ def with_response_schema(cfg, mode: str):
     """cfg with a JSON schema as response_format when asked for (labeller.response_schema) and litellm says the
     model supports it; otherwise unchanged: the prompt's output format (and json_mode, if set) applies. Returns
     (cfg, how the format was asked for)."""
-    if not cfg.response_schema or is_offline(cfg):
+    if not cfg.response_schema or is_offline(cfg.model):
         return cfg, "the prompt's output format" + (" and JSON mode" if cfg.json_mode else "")
 
     if not llm.supports_response_schema(cfg.model):
@@ -405,11 +400,11 @@ def label_calls(
     requests: list,
     cfg,
     lookup: Callable[[list[str]], dict[str, str]],
-    store: Callable[[list[Answer]], None],
+    store: Callable[[list[CallOutcome]], None],
     *,
-    store_reused: Callable[[list[Answer]], None] | None = None,
+    store_reused: Callable[[list[CallOutcome]], None] | None = None,
     defer: Callable | None = None,
-    on_answer: Callable[[Answer], None] | None = None,
+    on_answer: Callable[[CallOutcome], None] | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     cancel=None,
     on_start: Callable[[LabelCounts], None] | None = None,
@@ -438,11 +433,11 @@ def label_calls(
     next_report = [time.monotonic() + PROGRESS_EVERY_S]
     if on_progress:
         on_progress(progress)
-    offline = is_offline(cfg)
+    offline = is_offline(cfg.model)
     if not offline:
         todo = prefix_order(todo)
     every = OFFLINE_BATCH if offline else getattr(engine, "store_every", 1)
-    pending: list[Answer] = []
+    pending: list[CallOutcome] = []
 
     def flush() -> None:
         if not pending:
@@ -455,7 +450,7 @@ def label_calls(
             store(answered)
 
     def on_result(req, res) -> None:
-        answer = Answer(req, res, decide(req, res.text, res, replies))
+        answer = CallOutcome(req, res, decide(req, res.text, res, replies))
         pending.append(answer)
         if len(pending) >= every:
             flush()
@@ -480,16 +475,16 @@ def label_calls(
     return counts
 
 
-def _hand_reused(requests: list, cached: dict, replies, store: Callable[[list[Answer]], None]) -> None:
+def _hand_reused(requests: list, cached: dict, replies, store: Callable[[list[CallOutcome]], None]) -> None:
     """Answers of the calls found in the cache, handed to store in batches as they are parsed."""
-    batch: list[Answer] = []
+    batch: list[CallOutcome] = []
     n_decisions = 0
     for r in requests:
         hit = cached.get(r.key)
         if hit is None:
             continue
         decisions = decide(r, hit, None, replies)
-        batch.append(Answer(r, None, decisions))
+        batch.append(CallOutcome(r, None, decisions))
         n_decisions += len(decisions)
         if n_decisions >= REUSE_BATCH:
             store(batch)
@@ -498,7 +493,7 @@ def _hand_reused(requests: list, cached: dict, replies, store: Callable[[list[An
         store(batch)
 
 
-def _count(counts: LabelCounts, answer: Answer) -> None:
+def _count(counts: LabelCounts, answer: CallOutcome) -> None:
     """Add one new answer to the counts: made, tokens, cost, and its failure kind."""
     res = answer.res
     counts.made += 1
@@ -520,7 +515,7 @@ def example(detail: str) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def cacheable(answer: Answer) -> bool:
+def cacheable(answer: CallOutcome) -> bool:
     """A new reply worth caching: the call succeeded and every label got a value (failures are never cached)."""
     return (
         answer.res is not None
@@ -529,7 +524,7 @@ def cacheable(answer: Answer) -> bool:
     )
 
 
-def call_facts(run_id: int | None, answers: list[Answer]) -> list[tuple]:
+def call_facts(run_id: int | None, answers: list[CallOutcome]) -> list[tuple]:
     """Per-call facts of new answers, as rows for the callfact table (store.queries.FACT_COLUMNS)."""
     return [
         (
@@ -551,7 +546,7 @@ def call_facts(run_id: int | None, answers: list[Answer]) -> list[tuple]:
     ]
 
 
-def failed_replies(answers: list[Answer]) -> list[tuple[str, str]]:
+def failed_replies(answers: list[CallOutcome]) -> list[tuple[str, str]]:
     """(raw reply, call key) of new answers that got a reply but are not cached (failures): the case view shows it."""
     return [
         (a.res.text, a.req.key) for a in answers if a.res is not None and a.res.text is not None and not cacheable(a)
@@ -629,7 +624,7 @@ def estimate_calls(
     provider batch job (workbench/labeller/batch.py)."""
     todo = [r for r in requests if r.key not in cached_keys]
     n = len(todo)
-    offline = is_offline(cfg)
+    offline = is_offline(cfg.model)
     prompt_tokens, tokens_how = _prompt_tokens(todo, cfg.model, offline)
     labels_per_call = sum(len(r.meta.get("labels", ())) for r in todo) / n if n else 1.0
     recorded = [c for _, c in history if c]
@@ -705,7 +700,7 @@ def _prices(model: str, price: dict | None, free: bool, batch: bool = False) -> 
             (float(price.get("input_per_million", 0)) / 1e6, float(price.get("output_per_million", 0)) / 1e6),
             "the study's registered price (labeller.price)" + ("; assumed for a batch job too" if batch else ""),
         )
-    if free and is_offline_model(model):
+    if free and is_offline(model):
         return (0.0, 0.0), "the offline labeller: no charge"
 
     if batch:
@@ -723,11 +718,6 @@ def _prices(model: str, price: dict | None, free: bool, batch: bool = False) -> 
         None,
         f"litellm has no price for {model}: register one as labeller.price (input_per_million, output_per_million)",
     )
-
-
-def is_offline_model(model: str) -> bool:
-    """True for the offline labeller's model strings."""
-    return model.startswith(RULES_PREFIX)
 
 
 def label_texts(
@@ -785,7 +775,7 @@ def label_texts_with_attributes(
     causes: dict[str, int] = {}
     attribute_failures = [0]
 
-    def store(answers: list[Answer]) -> None:
+    def store(answers: list[CallOutcome]) -> None:
         for answer in answers:
             ext_key = answer.req.meta["report_id"]
             for lab, d in answer.decisions.items():
@@ -800,7 +790,7 @@ def label_texts_with_attributes(
 
     done = [0]
 
-    def tick(_answer: Answer) -> None:
+    def tick(_answer: CallOutcome) -> None:
         done[0] += 1
         on_progress(done[0], len(requests))
 
@@ -847,7 +837,7 @@ __all__ = [
     "decide",
     "model_config",
     "call_params",
-    "Answer",
+    "CallOutcome",
     "Progress",
     "LabelCounts",
     "MemoryCache",

@@ -18,7 +18,7 @@ from workbench.core.parsing import PARSER_VERSION
 from workbench.errors import StorageFault, WorkbenchError
 from workbench.labeller import batch
 from workbench.services.base import Service, StudyContext
-from workbench.services.optimising import _TEST_LOOK, _figures, _plain
+from workbench.services.optimising import _figures, _plain
 from workbench.services.runs import StudyBatchJournal, model_endpoints
 from workbench.store import db, prompt_repo
 from workbench.store import queries as q
@@ -303,11 +303,7 @@ class FreezeService(Service):
         b = bundle_mod.load_bundle(path)
         commit = b.content["prompt_commit"]
         run = self._test_run(cohort, commit, b.model, on_progress)
-        token = _TEST_LOOK.set(commit)
-        try:
-            ev = self.evaluation.evaluate_run(run.id, ci=ci)
-        finally:
-            _TEST_LOOK.reset(token)
+        ev = self.evaluation.evaluate_run(run.id, ci=ci, test_look=commit)
         with self.session() as s:
             q.add_look(s, self.study.cohort_id(cohort), bundle, b.sha256, run.id, self.actor.user)
             looks = int((q.looks_frame(s, bundle)["bundle"] == bundle).sum())
