@@ -8,6 +8,9 @@ spreadsheet shows as text. Numbers are left alone (a negative number is not a fo
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import IO
+
 import pandas as pd
 
 # OWASP "CSV Injection": cells starting with these characters are interpreted by spreadsheets
@@ -40,6 +43,6 @@ def csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def to_csv(frame: pd.DataFrame, path=None, index: bool = False) -> str | None:
+def to_csv(frame: pd.DataFrame, path: str | Path | IO[str] | None = None, index: bool = False) -> str | None:
     """Write (or return) a table as CSV with formula cells neutralised: the one CSV writer of the workbench."""
     return csv_safe(frame).to_csv(path, index=index)

@@ -401,7 +401,7 @@ def averages(table: pd.DataFrame, zero_division: str = "undefined", ci: str = "w
     sums = {name: float(x.sum()) for name, x in zip(("tp", "fp", "fn", "tn"), (tp, fp, fn, tn), strict=False)}
     out["micro_n"] = int(sum(sums.values()))
     out.update({f"micro_{name}": int(v) for name, v in sums.items()})
-    micro = _per_label(*(np.array(sums[k]) for k in ("tp", "fp", "fn", "tn")), policy)
+    micro = _per_label(np.array(sums["tp"]), np.array(sums["fp"]), np.array(sums["fn"]), np.array(sums["tn"]), policy)
     dens = {"accuracy": out["micro_n"], "precision": sums["tp"] + sums["fp"], "recall": sums["tp"] + sums["fn"]}
     nums = {"accuracy": sums["tp"] + sums["tn"], "precision": sums["tp"], "recall": sums["tp"]}
     for name in _MACRO_METRICS:
@@ -409,7 +409,7 @@ def averages(table: pd.DataFrame, zero_division: str = "undefined", ci: str = "w
         out[f"micro_{name}"] = float(value)
         out[f"micro_{name}_undefined"] = bool(undefined)
         if name in dens:
-            out[f"micro_{name}_lo"], out[f"micro_{name}_hi"] = proportion_ci(nums[name], dens[name], ci)
+            out[f"micro_{name}_lo"], out[f"micro_{name}_hi"] = proportion_ci(int(nums[name]), int(dens[name]), ci)
     for name, (value, undefined) in _per_label(tp, fp, fn, tn, policy).items():
         figure = macro_figure(
             pd.Series(value, index=table.index), pd.Series(undefined, index=table.index), policy.value
@@ -463,7 +463,7 @@ def _resampled_sums(indicators: np.ndarray, n_resamples: int, seed: int):
         yield _resample_weights(rng, n_rows, size) @ indicators if n_rows else np.zeros((size, indicators.shape[1]))
 
 
-def _percentile_bounds(parts: list[np.ndarray], n_labels: int, alpha: float) -> tuple:
+def _percentile_bounds(parts: list[np.ndarray], n_labels: int, alpha: float) -> np.ndarray | tuple[float, float]:
     """Per-column percentile interval of resampled values; undefined (NaN) resamples left out."""
     samples = np.vstack(parts) if parts else np.zeros((0, n_labels))
     with np.errstate(all="ignore"), warnings.catch_warnings():

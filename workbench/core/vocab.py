@@ -9,8 +9,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from workbench.errors import NotFound, WorkbenchError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 LABEL_KEYS = {"id", "name", "category", "definition", "look_for", "derived", "ignore_for_derived", "attributes"}
@@ -249,7 +253,7 @@ def _check_unique(labels: tuple[Label, ...], source: str) -> None:
             seen[key] = lab.id
 
 
-def derive_frame(vocab: Vocabulary, table):
+def derive_frame(vocab: Vocabulary, table: pd.DataFrame) -> pd.DataFrame:
     """Derived labels filled from the asked ones over a reports x labels DataFrame (NaN = unknown); returns a copy."""
     out = table.copy()
     for lab in vocab.labels:
