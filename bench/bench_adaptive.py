@@ -66,6 +66,7 @@ from synthetic import write_study_inputs  # noqa: E402
 from workbench.core import adaptive  # noqa: E402
 from workbench.core.agreement import fleiss_kappa_table  # noqa: E402
 from workbench.services import init_study  # noqa: E402
+from workbench.shipped import shipped_dir  # noqa: E402
 
 # the uniform profile
 PREVALENCE = (0.01, 0.30)  # per label, log-uniform between these
@@ -95,7 +96,7 @@ def read_truth(truth: np.ndarray, sens: np.ndarray, spec: np.ndarray, rng) -> np
 def demo_reader_rates(labels: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Per label: the demo readers' sensitivity and specificity against the demo's 4-of-6 reference (3-3 items left
     out), pooled over its six readers."""
-    readings = pd.read_csv(ROOT / "annotations" / "demo" / "readings.csv")
+    readings = pd.read_csv(shipped_dir("annotations") / "demo" / "readings.csv")
     votes = readings.groupby(["report_id", "label"])["value"].transform("sum")
     known = readings[(votes >= 4) | (votes <= 2)].assign(ref=lambda f: (votes[f.index] >= 4).astype(int))
     rate = known.groupby(["label", "ref"])["value"].mean().unstack()
@@ -137,7 +138,7 @@ def uniform_profile(folder: Path, args) -> Profile:
 def openi_profile_of(folder: Path, dataset: Path, args) -> Profile:
     """OpenI's reports and their MeSH findings, read by readers with the demo's per-label rates (module docstring)."""
     folder.mkdir(parents=True, exist_ok=True)
-    vocab = ROOT / "vocab" / "ranscore-21.yaml"
+    vocab = shipped_dir("vocab") / "ranscore-21.yaml"
     labels = [lab["id"] for lab in yaml.safe_load(vocab.read_text())["labels"] if not lab.get("derived")]
     texts = openi_profile.sample_rows(openi_profile.report_texts(dataset), args.reports)
     texts.to_csv(folder / "reports.csv", index=False)
@@ -152,7 +153,7 @@ def openi_profile_of(folder: Path, dataset: Path, args) -> Profile:
     )
     # No Finding asked of the readers as a 21st label (each marks it when they mark none of the other 20), not derived
     asked = np.concatenate([values, (values.sum(axis=2, keepdims=True) == 0).astype(int)], axis=2)
-    inputs = {"vocab": vocab, "prompts": ROOT / "prompts" / "ranscore-21", "reports": folder / "reports.csv"}
+    inputs = {"vocab": vocab, "prompts": shipped_dir("prompts") / "ranscore-21", "reports": folder / "reports.csv"}
     return Profile(
         "openi",
         inputs,
@@ -237,10 +238,7 @@ def simulate_replay(values: np.ndarray, rule, labels: list[str], sample: np.ndar
             if not len(free):
                 active.remove(k)
                 continue
-            if order == "cohort":
-                pick = free[0]
-            else:
-                pick = free[np.lexsort((seq[free], -readers[free], group()[free]))[0]]
+            pick = free[0] if order == "cohort" else free[np.lexsort((seq[free], -readers[free], group()[free]))[0]]
             read[pick, k] = True
             readers[pick] += 1
             reads.append((k, pick))
@@ -295,7 +293,7 @@ def time_next_report(wb, values, ids, readers, labels, reads, calls: int) -> tup
 
 def demo_figures(rule) -> list[str]:
     """The same in-memory replay on the demo study's own readings (180 reports x 6 readers x 20 labels)."""
-    readings = pd.read_csv(ROOT / "annotations" / "demo" / "readings.csv")
+    readings = pd.read_csv(shipped_dir("annotations") / "demo" / "readings.csv")
     ids, labels, readers = (sorted(readings[c].unique()) for c in ("report_id", "label", "reader"))
     grid = readings.pivot_table(index=["report_id", "reader"], columns="label", values="value")
     values = (

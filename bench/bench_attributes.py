@@ -35,6 +35,7 @@ from workbench.core import attributes as attrs  # noqa: E402
 from workbench.core.prompts import parse_prompt_set  # noqa: E402
 from workbench.core.splits import stratified_split  # noqa: E402
 from workbench.core.vocab import parse_vocabulary  # noqa: E402
+from workbench.shipped import shipped_dir  # noqa: E402
 
 DATASET = next(
     (
@@ -44,8 +45,8 @@ DATASET = next(
     ),
     ROOT.parent / "shared" / "datasets" / "openi",
 )
-PROMPTS = ROOT / "prompts" / "chestxray14"
-VOCAB = ROOT / "vocab" / "chestxray14.yaml"
+PROMPTS = shipped_dir("prompts") / "chestxray14"
+VOCAB = shipped_dir("vocab") / "chestxray14.yaml"
 TARGETS = {"side": 0.92, "severity": 0.75}
 TARGET_COVERAGE = 0.85
 CHANGE_FIXTURE = ROOT / "tests" / "data" / "attribute_change.csv"

@@ -60,7 +60,9 @@ def main() -> None:
         (None, "effusion", False),
         ("evidence", r"pleural\s+effusion|cardiomegal", True),
     ):
-        seconds, found = median_s(lambda: wb.search_run(run_id, query, where=where, regex=regex), args.repeats)
+        seconds, found = median_s(
+            lambda q=query, w=where, r=regex: wb.search_run(run_id, q, where=w, regex=r), args.repeats
+        )
         print(
             f"search --in {where or 'all'} {query!r}{' --regex' if regex else ''}: {len(found.cases):,} matches, "
             f"median {seconds:.3f} s"

@@ -23,10 +23,11 @@ sys.path.insert(0, str(ROOT))
 from workbench import rules  # noqa: E402
 from workbench.core.prompts import parse_prompt_set  # noqa: E402
 from workbench.core.vocab import parse_vocabulary  # noqa: E402
+from workbench.shipped import shipped_dir  # noqa: E402
 
 DATASET = ROOT.parent / "shared" / "datasets" / "openi"
-PROMPTS = ROOT / "prompts" / "chestxray14"
-VOCAB = ROOT / "vocab" / "chestxray14.yaml"
+PROMPTS = shipped_dir("prompts") / "chestxray14"
+VOCAB = shipped_dir("vocab") / "chestxray14.yaml"
 TARGET_RPS = 500
 
 

@@ -276,7 +276,7 @@ def optimise_copy(wb, run_id: int, held_run: int, rounds: int, phrases, screen: 
 def _ci(frame: pd.DataFrame, part: str) -> list[str]:
     """F1 [lo, hi] strings."""
     return [
-        f"{f:.3f} [{lo:.3f}, {hi:.3f}]" if f == f else "n/a"
+        f"{f:.3f} [{lo:.3f}, {hi:.3f}]" if not pd.isna(f) else "n/a"
         for f, lo, hi in zip(frame[f"{part}_f1"], frame[f"{part}_f1_lo"], frame[f"{part}_f1_hi"], strict=False)
     ]
 

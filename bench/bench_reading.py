@@ -100,7 +100,7 @@ def serve(study: Path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "WORKBENCH_STUDY": str(study), "PYTHONPATH": str(ROOT)}
-    log = open(study.parent / "streamlit-reading.log", "wb")
+    log = open(study.parent / "streamlit-reading.log", "wb")  # noqa: SIM115 (open while the server runs)
     from workbench.cli import app_command
 
     proc = subprocess.Popen(

@@ -10,6 +10,7 @@ does not start).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import pathlib
 import statistics
 import sys
@@ -25,10 +26,8 @@ from workbench.services import PermissionDenied, init_study  # noqa: E402
 def timed_failure(wb, user: str) -> float:
     """Seconds one failed sign-in takes."""
     start = time.perf_counter()
-    try:
+    with contextlib.suppress(PermissionDenied):
         wb.authenticate(user, "not-the-password-0")
-    except PermissionDenied:
-        pass
     return time.perf_counter() - start
 
 

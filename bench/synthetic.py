@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from workbench.shipped import shipped_dir
+
 PHRASES = [
     "pleural effusion",
     "cardiomegaly",
@@ -37,7 +38,7 @@ PHRASES = [
 
 def vocabulary_21() -> dict:
     """The Ran Score label set with every label asked (so 6 x 21 readings per report)."""
-    data = yaml.safe_load((ROOT / "vocab" / "ranscore-21.yaml").read_text())
+    data = yaml.safe_load((shipped_dir("vocab") / "ranscore-21.yaml").read_text())
     data["id"] = "bench-21"
     for lab in data["labels"]:
         lab.pop("derived", None)
@@ -54,7 +55,7 @@ def write_study_inputs(folder: Path, n_reports: int = 3000, n_readers: int = 6, 
     prompts = folder / "prompts"
     if prompts.exists():
         shutil.rmtree(prompts)
-    shutil.copytree(ROOT / "prompts" / "ranscore-21", prompts)
+    shutil.copytree(shipped_dir("prompts") / "ranscore-21", prompts)
     nf = yaml.safe_load((prompts / "atelectasis.yaml").read_text())
     nf.update(
         label="no_finding",

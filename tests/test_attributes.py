@@ -18,6 +18,7 @@ from workbench.core.parsing import parse_joint_reply, parse_reply
 from workbench.core.prompts import PromptError, parse_prompt_set
 from workbench.core.vocab import VocabularyError, parse_vocabulary
 from workbench.labeller import rules
+from workbench.shipped import shipped_dir
 
 SIDE = ("side", ("left", "right", "bilateral"))
 SEVERITY = ("severity", ("mild", "moderate", "severe"))
@@ -26,8 +27,8 @@ SPEC = (SIDE, SEVERITY)
 
 def chestxray14():
     """The shipped chestxray14 vocabulary and starter prompts, attributes included."""
-    vocab = parse_vocabulary(yaml.safe_load((ROOT / "vocab" / "chestxray14.yaml").read_text()), "chestxray14")
-    files = {p.name: yaml.safe_load(p.read_text()) for p in (ROOT / "prompts" / "chestxray14").glob("*.yaml")}
+    vocab = parse_vocabulary(yaml.safe_load((shipped_dir("vocab") / "chestxray14.yaml").read_text()), "chestxray14")
+    files = {p.name: yaml.safe_load(p.read_text()) for p in (shipped_dir("prompts") / "chestxray14").glob("*.yaml")}
     return vocab, parse_prompt_set(files, vocab.asked_ids, attributes=vocab.attribute_specs())
 
 
@@ -48,7 +49,7 @@ def mini_vocab(**label) -> dict:
 
 def test_shipped_vocabularies_have_sensible_defaults():
     for name in ("ranscore-21", "chexpert-14", "chestxray14"):
-        v = parse_vocabulary(yaml.safe_load((ROOT / "vocab" / f"{name}.yaml").read_text()), name)
+        v = parse_vocabulary(yaml.safe_load((shipped_dir("vocab") / f"{name}.yaml").read_text()), name)
         specs = {k: dict(s) for k, s in v.attribute_specs().items()}
         assert "side" not in specs["cardiomegaly"] and "severity" in specs["cardiomegaly"]
         effusion = "effusion" if name == "chestxray14" else "pleural_effusion"
@@ -81,7 +82,7 @@ def test_unknown_attribute_in_a_vocabulary_is_a_clear_error():
 
 
 def test_attribute_cues_must_name_known_attributes_and_values():
-    files = {p.name: yaml.safe_load(p.read_text()) for p in (ROOT / "prompts" / "chestxray14").glob("*.yaml")}
+    files = {p.name: yaml.safe_load(p.read_text()) for p in (shipped_dir("prompts") / "chestxray14").glob("*.yaml")}
     files["_task.yaml"]["attribute_cues"]["side"]["up"] = ["upward"]
     with pytest.raises(PromptError, match="attribute_cues.side: unknown value 'up'"):
         parse_prompt_set(files, VOCAB.asked_ids, attributes=VOCAB.attribute_specs())
@@ -544,7 +545,7 @@ def test_a_studys_own_attributes_work_end_to_end(tmp_path):
 
     from workbench.services import init_study
 
-    vocab = yaml.safe_load((ROOT / "vocab" / "chestxray14.yaml").read_text())
+    vocab = yaml.safe_load((shipped_dir("vocab") / "chestxray14.yaml").read_text())
     vocab["id"] = "chestxray14-zones"
     vocab["attributes"] = {"zone": ["upper", "middle", "lower"], "extent": ["focal", "diffuse"]}
     for lab in vocab["labels"]:

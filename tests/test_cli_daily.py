@@ -152,7 +152,7 @@ def _commands(group=main, prefix=()):
 
 
 def test_help_listings_show_whole_first_sentences():
-    for path, cmd, parent in _commands():
+    for path, cmd, _parent in _commands():
         first = " ".join(cmd.help.split("\n\n")[0].split())
         assert first.endswith("."), f"{' '.join(path)}: first paragraph is not a sentence: {first!r}"
         listing = " ".join(invoke(*path[:-1], "--help").output.split())

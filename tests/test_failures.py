@@ -4,6 +4,7 @@ and SIGTERM to `workbench app` / `workbench demo` (the Streamlit server stops wi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -155,10 +156,8 @@ def test_sigterm_stops_the_streamlit_server(small_study, tmp_path, command):
         proc.wait(timeout=60)
         wait_for(lambda: not listening(port), 30, "the port to be released")
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # only the group this test started, if anything is left
-        except ProcessLookupError:
-            pass
 
 
 def test_a_read_only_database_still_answers_reads(small_study):

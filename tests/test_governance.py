@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from conftest import DATA, ROOT
+from conftest import DATA
 from fake_llm_server import running_server
 from test_runs import N_REPORTS, Oracle
 
@@ -27,6 +27,7 @@ from workbench import scoring
 from workbench.cli import main
 from workbench.labeller.llm import CallRequest, ModelConfig, complete_all_sync, resolve_endpoints
 from workbench.services.runs import endpoint_label, is_local_model
+from workbench.shipped import shipped_dir
 from workbench.study import StudyError
 
 PROVIDER_VARS = (
@@ -38,7 +39,7 @@ PROVIDER_VARS = (
     "HOSTED_VLLM_API_BASE",
     "OPENAI_API_KEY",
 )
-PAIRS = ROOT / "annotations" / "robustness" / "pairs.csv"
+PAIRS = shipped_dir("annotations") / "robustness" / "pairs.csv"
 REPORTS = DATA / "reports_small.csv"
 
 

@@ -202,6 +202,8 @@ def test_test_cohort_metrics_only_for_frozen_bundles_and_every_look_counted(opt_
     assert "looks: 2" in sidecar.read_text()
     with pytest.raises(StudyError, match="locked test cohort"):  # still locked after the looks
         wb.evaluate_run(run.run_id)
+    with pytest.raises(StudyError, match="locked test cohort"):  # the look is an argument: another commit's is refused
+        wb.evaluation.evaluate_run(run.run_id, test_look="0" * 40)
     with pytest.raises(StudyError, match="cannot be changed"):
         wb.set_cohort_role("test", "development")
 

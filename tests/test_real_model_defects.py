@@ -93,7 +93,6 @@ def _result(text: str, finish: str, tokens: int) -> CallResult:
 
 
 def test_a_looping_reply_is_its_own_kind_with_a_hint_that_does_not_say_raise_max_tokens():
-    looping = parsing.Decision  # noqa: F841  (the kind is decided from the reply's shape)
     req = type("Req", (), {"meta": {"labels": ["cardiomegaly"], "mode": "per_label", "report": "Normal heart."}})()
     loop = '{"value": 0, "evidence": "' + "The heart is normal. " * 20
     cut = '{"value": 0, "evidence": "Heart size is normal; the mediastinal contours are unremarkable and there is'

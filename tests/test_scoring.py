@@ -25,6 +25,7 @@ from workbench.bundle import load_bundle
 from workbench.cli import main
 from workbench.labeller.labelling import text_sha
 from workbench.services import init_study
+from workbench.shipped import shipped_dir
 from workbench.store.tables import Extraction
 
 SCORING = DATA / "scoring"
@@ -551,7 +552,7 @@ def test_cli_score_with_a_study_uses_its_cache(scored_study, bundle_path, tmp_pa
 def test_robustness_on_the_shipped_pairs(bundle_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     res = scoring.robustness(bundle_path, "annotations/robustness/pairs.csv")
-    pairs = pd.read_csv(ROOT / "annotations" / "robustness" / "pairs.csv")
+    pairs = pd.read_csv(shipped_dir("annotations") / "robustness" / "pairs.csv")
     per_kind = res["per_kind"].set_index("kind")
     assert sorted(per_kind.index) == ["paraphrase", "significant"]
     for kind in ("paraphrase", "significant"):

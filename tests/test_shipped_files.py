@@ -20,10 +20,11 @@ from workbench.core.prompts import (
     render_label_call,
 )
 from workbench.core.vocab import ID_PATTERN, VocabularyError, parse_vocabulary
+from workbench.shipped import shipped_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-VOCAB_DIR = ROOT / "vocab"
-PROMPT_DIR = ROOT / "prompts"
+VOCAB_DIR = shipped_dir("vocab")
+PROMPT_DIR = shipped_dir("prompts")
 DATASETS = ROOT.parent / "shared" / "datasets"
 SETS = ("ranscore-21", "chexpert-14", "chestxray14")
 
@@ -576,7 +577,7 @@ def test_the_demo_files_are_what_make_demo_generates_from_its_sentence_tables():
     import subprocess
     import sys
 
-    script = Path(__file__).resolve().parents[1] / "annotations" / "make_demo.py"
+    script = shipped_dir("annotations") / "make_demo.py"
     result = subprocess.run([sys.executable, str(script), "--check", "--quiet"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert (script.parent / "sentences" / "en.yaml").exists()

@@ -3,12 +3,14 @@
 import inspect
 import json
 import threading
+from pathlib import Path
 
 import pandas as pd
 import pytest
 from conftest import DATA
 from sqlalchemy import select
 
+from workbench.errors import WorkbenchError
 from workbench.store import db
 from workbench.store import queries as q
 from workbench.store.tables import Reading, Report
@@ -20,7 +22,7 @@ def test_every_storage_function_is_tested_here():
     public = {
         n for n, f in inspect.getmembers(q, inspect.isfunction) if f.__module__ == q.__name__ and not n.startswith("_")
     }
-    source = open(__file__, encoding="utf-8").read()
+    source = Path(__file__).read_text(encoding="utf-8")
     untested = sorted(n for n in public if f"q.{n}(" not in source)
     assert untested == [], f"storage functions without a test: {untested}"
 
@@ -214,7 +216,7 @@ def test_run_lease_is_taken_by_exactly_one_of_two_executors_and_taken_over_after
             now = 1000.0 * (round_ + 1)
             barrier, won = threading.Barrier(2), []
 
-            def race(wb, holder):
+            def race(wb, holder, barrier=barrier, now=now, won=won):
                 barrier.wait()
                 with wb.session() as s:
                     if q.take_run_lease(s, run.id, holder, now + 30, now):
@@ -294,7 +296,7 @@ def test_rejected_import_leaves_database_unchanged(any_study, tmp_path):
     any_study.import_reports(DATA / "reports_small.csv", "dev")
     bad = tmp_path / "bad.csv"
     bad.write_text("report_id,label,reader,value\ns1,edema,r1,1\ns1,edema,r1,0\nzz,edema,r1,1\n")
-    with pytest.raises(Exception):
+    with pytest.raises(WorkbenchError, match="bad.csv"):
         any_study.import_readings(bad)
     with any_study.session() as s:
         assert q.count_rows(s, Reading) == 0

@@ -9,6 +9,7 @@ from conftest import DATA, ROOT, require_datasets
 
 from workbench.importers import ImportProblems
 from workbench.services import Actor, ConflictError, PermissionDenied, Workbench, init_study
+from workbench.shipped import shipped_dir
 from workbench.store import prompt_repo
 from workbench.store import queries as q
 from workbench.store.tables import Reading, Report
@@ -46,7 +47,7 @@ def test_unknown_vocabulary_lists_the_shipped_ones(tmp_path):
 
 
 def test_own_vocabulary_file(tmp_path):
-    vocab = yaml.safe_load((ROOT / "vocab" / "chexpert-14.yaml").read_text())
+    vocab = yaml.safe_load((shipped_dir("vocab") / "chexpert-14.yaml").read_text())
     vocab["id"] = "my-vocab"
     path = tmp_path / "mine.yaml"
     path.write_text(yaml.safe_dump(vocab))
@@ -172,7 +173,7 @@ def test_reader_role_cannot_adjudicate_or_write_for_others(small_study):
 def test_agreement_tables(small_study):
     tables = small_study.agreement("dev")
     fleiss = tables["fleiss"]
-    assert "pleural_effusion" in set(fleiss["label"] if "label" in fleiss else fleiss.index)
+    assert "pleural_effusion" in set(fleiss.get("label", fleiss.index))
     assert len(tables["pairwise"]) > 0
     assert len(tables["reader_vs_reference"]) > 0
 

@@ -7,6 +7,7 @@ one); faults are injected by replacing one step of freeze with a function that r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from datetime import UTC
@@ -433,10 +434,8 @@ def full_disk(study_templates, tmp_path):
 
         yield wb, fill
     finally:
-        try:
+        with contextlib.suppress(NameError):
             wb.engine.dispose()
-        except NameError:
-            pass
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
 
 

@@ -20,11 +20,10 @@ import click
 
 from workbench import runtime
 from workbench.errors import WorkbenchError
-from workbench.study import NO_AUTH_ON_NETWORK, PROJECT_ROOT, StudyError, builtin_vocabularies, resolve_study_path
+from workbench.study import NO_AUTH_ON_NETWORK, StudyError, builtin_vocabularies, resolve_study_path
 
 pd = runtime.lazy_module("pandas")  # imported on first use: `workbench --help` starts ~0.3 s sooner
 
-DEMO_DIR = PROJECT_ROOT / "annotations"
 EXIT_INCOMPLETE = 3  # the command ran, but failed calls or extractions leave its result incomplete
 
 
@@ -744,8 +743,10 @@ def run(wb, cohort, prompt_ref, model, api_base, labels, concurrency, resume, re
 
 def _cost_line(wb, run_id: int) -> None:
     """A model run's tokens and cost so far (per label and per call: `workbench calls RUN`)."""
+    from workbench.labeller.endpoints import is_offline
+
     run = wb.run_info(run_id)
-    if run.model.startswith("workbench/"):
+    if is_offline(run.model):
         return
     cost = "unknown (litellm has no price for this model)" if run.cost is None else f"${run.cost:,.4f}"
     click.echo(
@@ -955,7 +956,7 @@ def metrics(wb, run_id, ci, fmt, zero_division, full, previous, wide):
 
         a, b = ev.averages, ev.bootstrap
         click.echo("")
-        if a["macro_f1"] != a["macro_f1"]:  # NaN: no pair could be scored (e.g. every call failed)
+        if pd.isna(a["macro_f1"]):  # NaN: no pair could be scored (e.g. every call failed)
             say(
                 f"macro F1 undefined: no (report, label) pair has both a labeller answer and a decided reference; failed "
                 f"calls are left out, never counted as 0. {_finish_advice(wb, run_id)}"
@@ -1075,7 +1076,7 @@ def _noise_lines(wb, run_a: int, run_b: int, table) -> None:
 
 def _needed_text(value: float, note: str) -> str:
     """The power figure as a person reads it: a count, or why there is none."""
-    if value == value:
+    if not pd.isna(value):
         return f"{int(value):,}"
     return "no difference seen" if "no difference" in str(note) else str(note)
 
@@ -1269,7 +1270,7 @@ def _disagreement_texts(wb, run_id: int, frame: pd.DataFrame) -> None:
         )
         click.echo(wrap(text))
         if row.evidence and not found:
-            click.echo(wrap(f"evidence (not found verbatim in the report): {row.evidence}"))
+            click.echo(wrap(f"evidence (not found in the report): {row.evidence}"))
         elif not row.evidence:
             click.echo(wrap("evidence: none quoted by the labeller"))
         click.echo(
@@ -2542,7 +2543,7 @@ def migrate_db(wb, to_url):
     "--path",
     "path",
     type=click.Path(file_okay=False),
-    default=str(PROJECT_ROOT / "sessions" / "demo"),
+    default=str(Path("sessions") / "demo"),  # under the current folder: an installed package has no checkout
     show_default=True,
     help="Where the demo study lives (created when absent).",
 )

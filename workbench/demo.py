@@ -11,9 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from workbench.services import Actor, Workbench, init_study
-from workbench.study import PROJECT_ROOT
+from workbench.shipped import shipped_dir
 
-ANNOTATIONS = PROJECT_ROOT / "annotations"
+ANNOTATIONS = shipped_dir("annotations")
 
 
 def create_demo(root: Path, reset: bool = False, echo: Callable[[str], None] = print, run: bool = True):

@@ -29,6 +29,7 @@ from workbench.core.export import json_records, to_csv  # formula cells neutrali
 from workbench.core.text import compose_text
 from workbench.errors import UserError, WorkbenchError
 from workbench.labeller import endpoints
+from workbench.labeller.endpoints import is_offline
 from workbench.labeller.labelling import (
     ExtractionCache,
     MemoryCache,
@@ -38,7 +39,7 @@ from workbench.labeller.labelling import (
     nan_to_none,
 )
 from workbench.labeller.llm import EndpointError, check_model_name
-from workbench.study import PROJECT_ROOT
+from workbench.shipped import shipped_dir
 
 ZERO_DIVISION_CHOICES = ("zero", "one", "exclude")
 MAX_FAILED_SHARE = 0.10  # above this share of failed extractions a generator gets no score
@@ -50,7 +51,7 @@ POLICY_TEXT = {
 }
 
 
-DEFAULT_PAIRS = PROJECT_ROOT / "annotations" / "robustness" / "pairs.csv"  # written for ranscore-21's labels
+DEFAULT_PAIRS = shipped_dir("annotations") / "robustness" / "pairs.csv"  # written for ranscore-21's labels
 
 
 class EndpointNotAllowed(WorkbenchError, ValueError):
@@ -329,7 +330,7 @@ def bundle_local_endpoints(bundle: Bundle) -> list[str]:
 
 def check_endpoint(cfg, bundle: Bundle, allow_endpoints: list[str] | None = None) -> str:
     """Refuse (EndpointNotAllowed) unless every endpoint cfg sends text to is allowed; return where text goes."""
-    if cfg.model.startswith("workbench/"):
+    if is_offline(cfg.model):
         return "this machine (offline rule-based labeller, no network)"
     check_model_name(cfg.model)  # UnknownModel first: a typo is not a governance problem
     own = bundle_local_endpoints(bundle)
@@ -485,7 +486,7 @@ def _ran_score(
         ref_labels, gen_labels, n_resamples=n_resamples, seed=seed, zero_division=policy, method="bc"
     )
     lo, hi, est = boot.get("lo"), boot.get("hi"), avg["macro_f1"]
-    widened = bool(lo == lo and hi == hi and not lo <= est <= hi)
+    widened = bool(not pd.isna(lo) and not pd.isna(hi) and not lo <= est <= hi)
     if (
         widened
     ):  # few reports and rare labels: the resampled macro F1 is biased; never report an interval missing the estimate
@@ -561,7 +562,7 @@ def _per_report(ref_labels: pd.DataFrame, gen_labels: pd.DataFrame) -> pd.DataFr
                 "invented_findings": ";".join(c for c in ref_labels.columns if g[c] == 1 and r[c] == 0),
                 "missed_findings": ";".join(c for c in ref_labels.columns if g[c] == 0 and r[c] == 1),
                 "matched_positive": int(((g == 1) & (r == 1)).sum()),
-                "failed_labels": ";".join(c for c in ref_labels.columns if g[c] != g[c] or r[c] != r[c]),
+                "failed_labels": ";".join(c for c in ref_labels.columns if pd.isna(g[c]) or pd.isna(r[c])),
                 "reference_labels": json.dumps(nan_to_none(ref_labels.loc[[rid]]).iloc[0].to_dict()),
                 "generated_labels": json.dumps(nan_to_none(gen_labels.loc[[rid]]).iloc[0].to_dict()),
             }

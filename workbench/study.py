@@ -17,10 +17,10 @@ from workbench.core.reading import min_seconds_empty, min_seconds_shown
 from workbench.core.vocab import MAX_LABELS, Vocabulary, VocabularyError, parse_vocabulary
 from workbench.core.yaml_text import load_yaml
 from workbench.errors import NotFound, WorkbenchError
+from workbench.shipped import shipped_dir
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-VOCAB_DIR = PROJECT_ROOT / "vocab"
-PROMPTS_DIR = PROJECT_ROOT / "prompts"
+VOCAB_DIR = shipped_dir("vocab")
+PROMPTS_DIR = shipped_dir("prompts")
 CONFIG_FILE = "workbench.yaml"
 VOCAB_FILE = "vocabulary.yaml"
 PROMPT_REPO_DIR = "prompts"
@@ -165,7 +165,7 @@ class StudyPaths:
 
 
 def builtin_vocabularies() -> list[str]:
-    """Names of the vocabularies shipped in vocab/."""
+    """Names of the vocabularies shipped with the package (workbench/shipped/vocab)."""
     return sorted(p.stem for p in VOCAB_DIR.glob("*.yaml"))
 
 

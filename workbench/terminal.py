@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from workbench.core.evidence import evidence_found, evidence_spans
 from workbench.core.metrics import p_text
 
 WIDTH = 100
@@ -370,16 +371,13 @@ def wrap(text: str, indent: str = "  ", width: int = WIDTH) -> str:
 def emphasise(text: str, evidence: str, phrases: list[str]) -> tuple[str, int, int]:
     """The report with the labeller's evidence in >>...<< and look-for phrase matches in [...].
 
-    Returns (text, evidence found (0/1), phrase matches). Matching is case-insensitive on word
-    boundaries, so "ETT" does not match inside "settled".
+    Returns (text, evidence found (0/1), phrase matches). The evidence is found by core.evidence (the
+    parser's rule: case, spacing and punctuation aside, ellipsis-joined fragments in order; each fragment
+    marked); phrases match case-insensitively on word boundaries, so "ETT" does not match inside "settled".
     """
-    spans: list[tuple[int, int, str]] = []
-    found_evidence = 0
-    if evidence and evidence.strip():
-        at = text.lower().find(evidence.strip().lower())
-        if at >= 0:
-            spans.append((at, at + len(evidence.strip()), "evidence"))
-            found_evidence = 1
+    evidence = (evidence or "").strip()
+    found_evidence = int(evidence_found(evidence, text))
+    spans: list[tuple[int, int, str]] = [(a, b, "evidence") for a, b in evidence_spans(evidence, text)]
     matches = 0
     for phrase in sorted({p for p in phrases if p and p.strip()}, key=len, reverse=True):
         for hit in re.finditer(rf"(?<!\w){re.escape(phrase.strip())}(?!\w)", text, flags=re.IGNORECASE):

@@ -1,11 +1,13 @@
 """Table-driven tests of reply parsing: real-looking model replies -> (value, status)."""
 
+import json
+
 import pytest
 
+from workbench.core.evidence import evidence_found
 from workbench.core.parsing import (
     PARSER_VERSION,
-    Decision,
-    evidence_in_report,
+    Answer,
     parse_joint_reply,
     parse_reply,
 )
@@ -121,7 +123,7 @@ def test_parse_reply_table(reply, value, status):
 
 def test_none_is_a_call_error():
     decision = parse_reply(None)
-    assert decision == Decision(None, "", "call_error", decision.detail)
+    assert decision == Answer(None, "", "call_error", decision.detail)
     assert decision.detail
 
 
@@ -180,15 +182,18 @@ EVIDENCE = [
 
 
 @pytest.mark.parametrize("evidence,expected", EVIDENCE)
-def test_evidence_in_report(evidence, expected):
-    assert evidence_in_report(evidence, REPORT) is expected
+def test_evidence_found(evidence, expected):
+    assert evidence_found(evidence, REPORT) is expected
+    assert parse_reply(json.dumps({"value": 1, "evidence": evidence}), REPORT).evidence_found is (
+        expected if evidence.strip() else None
+    )
 
 
 def test_evidence_in_chinese_report():
     report = "右侧少量胸腔积液。心影增大。"
-    assert evidence_in_report("右侧少量胸腔积液", report)
-    assert not evidence_in_report("左侧气胸", report)
-    assert not evidence_in_report("anything", "")
+    assert evidence_found("右侧少量胸腔积液", report)
+    assert not evidence_found("左侧气胸", report)
+    assert not evidence_found("anything", "")
 
 
 LABELS = ["pleural_effusion", "pneumothorax", "cardiomegaly"]

@@ -21,7 +21,7 @@ REPLIES = [
 ]
 
 
-def _slow(text: str, report: str) -> parsing.Decision:
+def _slow(text: str, report: str) -> parsing.Answer:
     body, _ = parsing._strip_think(text)
     return parsing._from_objects(parsing._json_objects(body), body, report)
 

@@ -1,7 +1,7 @@
 """The reply parser never raises and never guesses on hostile replies (hypothesis, thousands of inputs).
 
 A model's reply is untrusted text: deep nesting, huge numbers, odd Unicode, broken JSON and
-half-closed <think> blocks must each become a Decision (a value or a recorded failure), never
+half-closed <think> blocks must each become a Answer (a value or a recorded failure), never
 an exception that aborts a run.
 """
 

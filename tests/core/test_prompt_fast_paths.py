@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from pathlib import Path
 
 import pytest
 import yaml
@@ -20,8 +19,8 @@ from workbench.core.prompts import (
     report_json,
 )
 from workbench.core.vocab import parse_vocabulary
+from workbench.shipped import shipped_dir
 
-ROOT = Path(__file__).resolve().parents[2]
 REPORTS = [
     "No pneumothorax. Small left effusion.",
     'Tube {in} place; "quoted" \\ backslash\n\tnew line',
@@ -33,8 +32,8 @@ REPORTS = [
 
 
 def _set(name: str):
-    vocab = parse_vocabulary(yaml.safe_load((ROOT / "vocab" / f"{name}.yaml").read_text()), name)
-    files = {p.name: yaml.safe_load(p.read_text()) for p in sorted((ROOT / "prompts" / name).glob("*.yaml"))}
+    vocab = parse_vocabulary(yaml.safe_load((shipped_dir("vocab") / f"{name}.yaml").read_text()), name)
+    files = {p.name: yaml.safe_load(p.read_text()) for p in sorted((shipped_dir("prompts") / name).glob("*.yaml"))}
     return vocab, parse_prompt_set(files, vocab.asked_ids)
 
 

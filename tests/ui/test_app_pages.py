@@ -14,6 +14,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from workbench.services.results import CaseRef, ReadingNote
+from workbench.shipped import shipped_dir
 from workbench.ui import keyboard, state
 
 PAGES = ["home", "annotate", "adjudicate", "disagreements", "prompts", "runs", "freeze", "settings", "audit"]
@@ -658,7 +659,7 @@ def test_freeze_makes_a_bundle_and_scores(study, tmp_path):
     assert_clean(at)
     assert (study / "bundles" / "demo-v1.json").exists()
     assert "Frozen demo-v1" in all_text(at)
-    reports = pd.read_csv(Path(__file__).resolve().parents[2] / "annotations" / "demo" / "reports.csv").head(12)
+    reports = pd.read_csv(shipped_dir("annotations") / "demo" / "reports.csv").head(12)
     generated = reports.assign(impression="No acute cardiopulmonary process.")
     at.file_uploader[0].upload("reference.csv", reports.to_csv(index=False).encode(), "text/csv")
     at.file_uploader[1].upload("gen-a.csv", generated.to_csv(index=False).encode(), "text/csv")

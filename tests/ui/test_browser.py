@@ -71,7 +71,7 @@ def serve(study: Path):
     from workbench.cli import app_command
 
     cmd = app_command(port, "127.0.0.1", "--server.fileWatcherType=none")  # what `workbench app` runs
-    log = open(study.parent / "streamlit.log", "wb")
+    log = open(study.parent / "streamlit.log", "wb")  # noqa: SIM115 (open while the server runs; closed below)
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -471,7 +471,7 @@ def test_triage_five_disagreements_with_the_keyboard_then_open_one_by_click(brow
     sign_in(pg, team_server, "boss", "boss-password-1")
     open_by_keyboard(pg, "Disagreements")
     case = pg.locator("text=/^Case \\d+ of \\d+/").first
-    for n in range(5):
+    for _ in range(5):
         shown = case.inner_text()
         for key in ("3", "n", "Enter"):
             pg.keyboard.press(key)

@@ -78,15 +78,6 @@ def test_confusion_bars(table):
     assert len(charts.confusion_bars(table, include_tn=True).data) == 4
 
 
-def test_comparison_chart_before_after():
-    cmp = pd.DataFrame({"f1_a": [0.5, 0.9], "f1_b": [0.8, 0.85]}, index=pd.Index(["edema", "fracture"], name="label"))
-    fig = charts.comparison_chart(cmp, "f1", run_a="1", run_b="2")
-    segments, before, after = fig.data
-    assert list(before.x) == [0.5, 0.9] and list(after.x) == [0.8, 0.85]
-    assert before.name == "run 1 (before)" and after.name == "run 2 (after)"
-    assert list(segments.x) == [0.5, 0.8, None, 0.9, 0.85, None]
-
-
 def test_score_chart_interval():
     summary = pd.DataFrame(
         {"generator": ["a", "b"], "ran_score": [0.6, 0.7], "ran_score_lo": [0.5, 0.65], "ran_score_hi": [0.7, 0.8]}

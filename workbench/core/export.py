@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
+from typing import IO
 
 import numpy as np
 import pandas as pd
@@ -49,7 +51,7 @@ def csv_safe(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def to_csv(frame: pd.DataFrame, path=None, index: bool = False) -> str | None:
+def to_csv(frame: pd.DataFrame, path: str | Path | IO[str] | None = None, index: bool = False) -> str | None:
     """Write (or return) a table as CSV with formula cells neutralised: the one CSV writer of the workbench."""
     return csv_safe(frame).to_csv(path, index=index)
 

@@ -440,7 +440,7 @@ def averages(table: pd.DataFrame, zero_division: str = "undefined", ci: str = "w
     sums = {name: float(x.sum()) for name, x in zip(("tp", "fp", "fn", "tn"), (tp, fp, fn, tn), strict=False)}
     out["micro_n"] = int(sum(sums.values()))
     out.update({f"micro_{name}": int(v) for name, v in sums.items()})
-    micro = _per_label(*(np.array(sums[k]) for k in ("tp", "fp", "fn", "tn")), policy)
+    micro = _per_label(np.array(sums["tp"]), np.array(sums["fp"]), np.array(sums["fn"]), np.array(sums["tn"]), policy)
     dens = {"accuracy": out["micro_n"], "precision": sums["tp"] + sums["fp"], "recall": sums["tp"] + sums["fn"]}
     nums = {"accuracy": sums["tp"] + sums["tn"], "precision": sums["tp"], "recall": sums["tp"]}
     for name in _MACRO_METRICS:
@@ -448,7 +448,7 @@ def averages(table: pd.DataFrame, zero_division: str = "undefined", ci: str = "w
         out[f"micro_{name}"] = float(value)
         out[f"micro_{name}_undefined"] = bool(undefined)
         if name in dens:
-            out[f"micro_{name}_lo"], out[f"micro_{name}_hi"] = proportion_ci(nums[name], dens[name], ci)
+            out[f"micro_{name}_lo"], out[f"micro_{name}_hi"] = proportion_ci(int(nums[name]), int(dens[name]), ci)
     for name, (value, undefined) in _per_label(tp, fp, fn, tn, policy).items():
         figure = macro_figure(
             pd.Series(value, index=table.index), pd.Series(undefined, index=table.index), policy.value
@@ -502,7 +502,7 @@ def _resampled_sums(indicators: np.ndarray, n_resamples: int, seed: int):
         yield _resample_weights(rng, n_rows, size) @ indicators if n_rows else np.zeros((size, indicators.shape[1]))
 
 
-def _percentile_bounds(parts: list[np.ndarray], n_labels: int, alpha: float) -> tuple:
+def _percentile_bounds(parts: list[np.ndarray], n_labels: int, alpha: float) -> np.ndarray | tuple[float, float]:
     """Per-column percentile interval of resampled values; undefined (NaN) resamples left out."""
     samples = np.vstack(parts) if parts else np.zeros((0, n_labels))
     with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -793,15 +793,15 @@ def verdict_notes(table: pd.DataFrame) -> np.ndarray:
             if row.verdict == "undecided"
             else f"Holm-adjusted over {m} labels p = {p_text(row.p_holm)}, not below {alpha}"
         )
-        excludes = has_interval and row.delta_f1_lo == row.delta_f1_lo and (row.delta_f1_lo > 0 or row.delta_f1_hi < 0)
+        excludes = has_interval and not pd.isna(row.delta_f1_lo) and (row.delta_f1_lo > 0 or row.delta_f1_hi < 0)
         if not called and excludes:
             notes.append(
                 f"the 95% interval of the change in F1 [{row.delta_f1_lo:+.3f}, {row.delta_f1_hi:+.3f}] "
                 f"excludes 0 (unadjusted) but the test does not decide: {why_not}"
             )
-        elif not called and row.p_value == row.p_value and row.p_value < alpha and row.verdict != "no change":
+        elif not called and not pd.isna(row.p_value) and row.p_value < alpha and row.verdict != "no change":
             notes.append(f"p = {p_text(row.p_value)} before adjustment, but {why_not}")
-        elif called and has_interval and row.delta_f1_lo == row.delta_f1_lo and row.delta_f1_lo <= 0 <= row.delta_f1_hi:
+        elif called and has_interval and not pd.isna(row.delta_f1_lo) and row.delta_f1_lo <= 0 <= row.delta_f1_hi:
             notes.append(
                 f"McNemar counts right and wrong answers ({row.c} fixed, {row.b} broken); the change in F1 "
                 f"[{row.delta_f1_lo:+.3f}, {row.delta_f1_hi:+.3f}] includes 0 (F1 weighs positives only)"

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 import unicodedata
 import zlib
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from workbench.core.attributes import ATTRIBUTE_PARSE_ERROR, AttributeParseError, Spec, parse_attributes
+from workbench.core.evidence import evidence_found, in_report_order
 
 PARSER_VERSION = "1"
 STATUSES = ("ok", "ok_tolerant", "parse_error", "refusal", "call_error")
@@ -47,8 +50,10 @@ _VALUE_WORDS = {"1": 1, "0": 0, "true": 1, "false": 0, "yes": 1, "no": 0}
 
 
 @dataclass(frozen=True)
-class Decision:
-    """One label's answer for one report, or why there is none."""
+class Answer:
+    """One label's answer for one report, or why there is none: the parser's result and, field for field, the
+    stored prediction (its COLUMNS are the prediction table's answer columns; attributes go to their own table).
+    A new reply field is one field here, its column in store/tables.py and a migration in store/db.py."""
 
     value: int | None
     evidence: str
@@ -60,16 +65,45 @@ class Decision:
     attributes: tuple[tuple[str, str], ...] = ()
     attribute_error: str = ""
 
+    COLUMNS: ClassVar[tuple[str, ...]] = ("value", "evidence", "evidence_found", "status", "detail")
+    DETAIL_LIMIT: ClassVar[int] = 2000  # what the prediction row keeps of a failure's detail
+
     @property
     def ok(self) -> bool:
         """True when a 0/1 value was obtained."""
         return self.status in ("ok", "ok_tolerant")
 
+    def row(self) -> dict:
+        """The stored prediction's answer columns (and the attributes, when there are any, for their table)."""
+        out = {c: getattr(self, c) for c in self.COLUMNS}
+        out["detail"] = self.detail[: self.DETAIL_LIMIT]
+        if self.attributes or self.attribute_error:
+            out.update(attributes=self.attributes, attribute_error=self.attribute_error)
+        return out
+
+    @classmethod
+    def from_row(cls, row) -> Answer:
+        """The answer a stored prediction row (a mapping or a named tuple of the COLUMNS) holds."""
+        get = row.get if hasattr(row, "get") else lambda c: getattr(row, c)
+        value, found = get("value"), get("evidence_found")
+        return cls(
+            value=None if _missing(value) else int(value),
+            evidence=get("evidence") or "",
+            status=get("status"),
+            detail=get("detail") or "",
+            evidence_found=None if _missing(found) else bool(found),
+        )
+
+
+def _missing(value) -> bool:
+    """None, or the NaN a data frame puts where a stored value is NULL."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
 
 # -- public API ---------------------------------------------------------------------------
 
 
-def parse_reply(text: str | None, report_text: str | None = None, spec: Spec = ()) -> Decision:
+def parse_reply(text: str | None, report_text: str | None = None, spec: Spec = ()) -> Answer:
     """Parse a per-label reply: {"value": 0|1, "evidence": "...", "attributes": {...}} or a tolerated plain
     answer; spec: the label's attributes (none asked when empty: an `attributes` object is then ignored)."""
     try:
@@ -78,9 +112,9 @@ def parse_reply(text: str | None, report_text: str | None = None, spec: Spec = (
         return _fail(TOO_DEEP)
 
 
-def _parse_reply(text: str | None, report_text: str | None, spec: Spec = ()) -> Decision:
+def _parse_reply(text: str | None, report_text: str | None, spec: Spec = ()) -> Answer:
     if text is None:
-        return Decision(None, "", "call_error", "no reply: the call failed")
+        return Answer(None, "", "call_error", "no reply: the call failed")
     if not isinstance(text, str):
         return _fail(f"reply is not text: {type(text).__name__}")
     whole = text.strip()
@@ -107,10 +141,10 @@ class ReplyMemo:
     "evidence": ""} thousands of times in a run) is parsed once."""
 
     def __init__(self, limit: int = 20_000) -> None:
-        self._seen: dict[str, Decision] = {}
+        self._seen: dict[object, Answer] = {}
         self._limit = limit
 
-    def parse(self, text: str | None, report_text: str | None, spec: Spec = ()) -> Decision:
+    def parse(self, text: str | None, report_text: str | None, spec: Spec = ()) -> Answer:
         """parse_reply(text, report_text, spec), remembered when the report cannot change it."""
         key = (text, spec) if spec else text  # the same reply can fit one label's attributes and not another's
         seen = self._seen.get(key) if isinstance(text, str) else None
@@ -124,7 +158,7 @@ class ReplyMemo:
 
 def parse_joint_reply(
     text: str | None, label_ids: list[str], report_text: str | None = None, specs: dict[str, Spec] | None = None
-) -> dict[str, Decision]:
+) -> dict[str, Answer]:
     """Parse a joint reply for several labels; a missing label fails alone; specs: label -> its attributes."""
     try:
         return _parse_joint_reply(text, label_ids, report_text, specs or {})
@@ -134,9 +168,9 @@ def parse_joint_reply(
 
 def _parse_joint_reply(
     text: str | None, label_ids: list[str], report_text: str | None, specs: dict[str, Spec]
-) -> dict[str, Decision]:
+) -> dict[str, Answer]:
     if text is None:
-        return {lid: Decision(None, "", "call_error", "no reply: the call failed") for lid in label_ids}
+        return {lid: Answer(None, "", "call_error", "no reply: the call failed") for lid in label_ids}
     if not isinstance(text, str):
         return {lid: _fail(f"reply is not text: {type(text).__name__}") for lid in label_ids}
     body, _ = _strip_think(text)
@@ -144,7 +178,7 @@ def _parse_joint_reply(
     if mapping is None:
         status = "refusal" if _REFUSAL.search(body) else "parse_error"
         why = "model refused" if status == "refusal" else "no JSON object with the labels found"
-        return {lid: Decision(None, "", status, f"{why}: {_quote(body)}") for lid in label_ids}
+        return {lid: Answer(None, "", status, f"{why}: {_quote(body)}") for lid in label_ids}
     index = {_norm_key(k): v for k, v in mapping.items()}
     out = {}
     for lid in label_ids:
@@ -170,7 +204,7 @@ def reply_in_text(text: str | None) -> bool:
     return bool(text) and parse_reply(text).status == "ok_tolerant"
 
 
-def prose_failure(decision: Decision, text: str | None) -> Decision:
+def prose_failure(decision: Answer, text: str | None) -> Answer:
     """A parse failure whose reply is plain prose (no JSON object tried, no 0/1 found) as its own kind, "prose";
     any other decision unchanged."""
     if decision.status != "parse_error" or not decision.detail.startswith("no 0/1 value found") or "{" in (text or ""):
@@ -179,21 +213,8 @@ def prose_failure(decision: Decision, text: str | None) -> Decision:
 
 
 def evidence_in_report(evidence: str, report_text: str) -> bool:
-    """True when the evidence (or each '...'-separated piece, in order) appears in the report."""
-    if not evidence or not report_text:
-        return False
-    haystack = _norm_text(report_text)
-    pieces = [_norm_text(p) for p in re.split(r"\.\.\.|\u2026|\[\.\.\.\]", evidence)]
-    pieces = [p for p in pieces if p]
-    if not pieces:
-        return False
-    pos = 0
-    for piece in pieces:
-        found = haystack.find(piece, pos)
-        if found < 0:
-            return False
-        pos = found + len(piece)
-    return True
+    """True when the evidence (or each '...'-separated piece, in order) appears in the report: the one matcher."""
+    return evidence_found(evidence, report_text)
 
 
 # -- helpers: text --------------------------------------------------------------------------
@@ -207,8 +228,8 @@ class _TooDeep(Exception):
     """A reply whose nesting exceeds what the JSON/literal parsers can walk: a parse failure, not a crash."""
 
 
-def _fail(detail: str, status: str = "parse_error") -> Decision:
-    return Decision(None, "", status, detail)
+def _fail(detail: str, status: str = "parse_error") -> Answer:
+    return Answer(None, "", status, detail)
 
 
 def _quote(text: str) -> str:
@@ -225,13 +246,6 @@ def _strip_think(text: str) -> tuple[str, bool]:
     if "</think>" in lower:  # some servers strip the opening tag only
         body = body[lower.rindex("</think>") + len("</think>") :]
     return body, False
-
-
-def _norm_text(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text).lower()
-    text = re.sub(r"[\"'`\u2018\u2019\u201c\u201d\u00ab\u00bb]", "", text)
-    text = re.sub(r"[^\w]+", " ", text)
-    return " ".join(text.split())
 
 
 def _norm_key(key: object) -> str:
@@ -310,22 +324,22 @@ def _coerce(value: object) -> tuple[int | None, bool]:
     return None, False
 
 
-def _evidence_of(entry: dict) -> tuple[str, list[str]]:
-    """The evidence text and its quoted pieces (a list of quotes is checked piece by piece)."""
+def _evidence_of(entry: dict, report_text: str | None) -> str:
+    """The evidence text; a list of quotes is joined with an ellipsis in the order they occur in the report, so
+    the stored text is found by the same rule the app and the CLI apply to it."""
     for key in ("evidence", "quote", "evidence_text", "span"):
         value = entry.get(key)
         if isinstance(value, str):
-            return value.strip(), [value.strip()]
+            return value.strip()
         if isinstance(value, list):
             parts = [str(v).strip() for v in value if str(v).strip()]
-            return " ... ".join(parts), parts
-    return "", []
+            return " ... ".join(in_report_order(parts, report_text) if report_text else parts)
+    return ""
 
 
-def _with_evidence(value: int, evidence: tuple[str, list[str]], status: str, report_text: str | None) -> Decision:
-    text, parts = evidence
-    found = all(evidence_in_report(p, report_text) for p in parts) if text and report_text else None
-    return Decision(value, text, status, "", found)
+def _with_evidence(value: int, evidence: str, status: str, report_text: str | None) -> Answer:
+    found = evidence_found(evidence, report_text) if evidence and report_text else None
+    return Answer(value, evidence, status, "", found)
 
 
 def _value_from_dict(obj: dict) -> tuple[object, str | None]:
@@ -339,7 +353,7 @@ def _value_from_dict(obj: dict) -> tuple[object, str | None]:
     return _MISSING, None
 
 
-def _with_attributes(decision: Decision, entry: object, spec: Spec) -> Decision:
+def _with_attributes(decision: Answer, entry: object, spec: Spec) -> Answer:
     """Attach a positive answer's attributes; a malformed object is an attribute parse failure, never a guess.
 
     A negative answer carries no attributes (whatever it sends), and a missing (or null) object gives none."""
@@ -353,7 +367,7 @@ def _with_attributes(decision: Decision, entry: object, spec: Spec) -> Decision:
     return replace(decision, attributes=tuple(sorted(values.items(), key=lambda kv: order.index(kv[0]))))
 
 
-def _from_objects(objects: list[tuple[dict, bool]], body: str, report_text: str | None, spec: Spec = ()) -> Decision:
+def _from_objects(objects: list[tuple[dict, bool]], body: str, report_text: str | None, spec: Spec = ()) -> Answer:
     candidates = []
     for obj, lenient in objects:
         raw, key = _value_from_dict(obj)
@@ -373,7 +387,7 @@ def _from_objects(objects: list[tuple[dict, bool]], body: str, report_text: str 
     if others - {value}:
         return _fail(f"conflicting JSON objects give both 0 and 1: {_quote(body)}")
     status = "ok" if key == "value" and strict and not lenient else "ok_tolerant"
-    return _with_attributes(_with_evidence(value, _evidence_of(obj), status, report_text), obj, spec)
+    return _with_attributes(_with_evidence(value, _evidence_of(obj, report_text), status, report_text), obj, spec)
 
 
 # -- helpers: plain text ---------------------------------------------------------------------
@@ -395,13 +409,13 @@ def _text_candidates(body: str) -> tuple[set[int], bool]:
     return values, bool(explicit)
 
 
-def _from_text(body: str, report_text: str | None) -> Decision:
+def _from_text(body: str, report_text: str | None) -> Answer:
     values, explicit = _text_candidates(body)
     refusal = _REFUSAL.search(body)
     if len(values) > 1:
         return _fail(f"ambiguous: both 0 and 1 appear as answers: {_quote(body)}")
     if values and (explicit or not refusal):
-        return Decision(values.pop(), "", "ok_tolerant", "value taken from plain text")
+        return Answer(values.pop(), "", "ok_tolerant", "value taken from plain text")
     if refusal:
         return _fail(f"model refused: {_quote(body)}", "refusal")
     return _fail(f"no 0/1 value found in reply: {_quote(body)}")
@@ -427,17 +441,17 @@ def _joint_mapping(body: str, label_ids: list[str]) -> tuple[dict | None, bool]:
     return (lines, True) if lines else (None, False)
 
 
-def _decision_from_entry(entry: object, lid: str, report_text: str | None, tolerant: bool, spec: Spec = ()) -> Decision:
+def _decision_from_entry(entry: object, lid: str, report_text: str | None, tolerant: bool, spec: Spec = ()) -> Answer:
     if entry is _MISSING:
         return _fail(f"label {lid!r} missing from the reply")
-    evidence: tuple[str, list[str]] = ("", [])
+    evidence = ""
     strict_key = True
     if isinstance(entry, dict):
         raw, key = _value_from_dict(entry)
         if key is None:
             return _fail(f"label {lid!r} has no 'value' (keys: {sorted(map(str, entry))[:8]})")
         strict_key = key == "value"
-        evidence = _evidence_of(entry)
+        evidence = _evidence_of(entry, report_text)
     else:
         raw = entry
     value, strict = _coerce(raw)

@@ -159,7 +159,7 @@ def label_warnings(lp: LabelPrompt, name: str) -> list[Finding]:
                 f"{name}: all {len(lp.examples)} few-shot examples are {cls}; add a counter-example",
             )
         )
-    texts = {}
+    texts: dict[str, int] = {}
     for ex in lp.examples:
         key = ex.text.strip().lower()
         if key in texts and texts[key] != ex.value:
@@ -388,12 +388,12 @@ def _other_label_named(words: str, label: str, vocab: Vocabulary) -> tuple[Label
     return None, False
 
 
-def _listed(items) -> list[str]:
+def _listed(items: tuple | list) -> list[str]:
     """Items as comparable strings (an example as "[value] text")."""
     return [i if isinstance(i, str) else f"[{i.value}] {i.text}" for i in items]
 
 
-def _example_details(examples) -> dict[str, tuple]:
+def _example_details(examples: tuple[Example, ...]) -> dict[str, tuple]:
     """ "[value] text" -> (why, source, note) for spotting examples changed in place."""
     return {f"[{e.value}] {e.text}": (e.why, e.source_report_id, e.note) for e in examples}
 

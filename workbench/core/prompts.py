@@ -189,7 +189,7 @@ class PromptSet:
 # ---------------------------------------------------------------- parsing
 
 
-def _require_keys(data: object, required, optional, where: str) -> dict:
+def _require_keys(data: object, required: tuple[str, ...], optional: tuple[str, ...], where: str) -> dict:
     """Check a mapping has exactly the allowed keys; errors name the key."""
     if not isinstance(data, dict):
         raise PromptError(f"{where}: must be a mapping")
@@ -350,7 +350,10 @@ def check_template(template: object, allowed: set[str], where: str) -> None:
 
 
 def parse_prompt_set(
-    files: dict[str, object], label_ids: list[str], derived_ids: list[str] = (), attributes: dict | None = None
+    files: dict[str, object],
+    label_ids: list[str],
+    derived_ids: list[str] | tuple[str, ...] = (),
+    attributes: dict | None = None,
 ) -> PromptSet:
     """Build a PromptSet from {filename: parsed YAML}; every asked label needs exactly one file.
 

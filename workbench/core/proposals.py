@@ -481,7 +481,7 @@ def _look_for_candidates(lp, fn, pos_texts, neg_texts, max_n, min_df, per_kind, 
     # a phrase that is as common without the finding is not "around the finding": leave it out
     ranked = [(df[g] * p, -len(g.split()), g) for g in frequent if (p := precision(g)) >= MIN_PRECISION]
     out = []
-    for _score, _, g in sorted(ranked, reverse=True)[:per_kind]:
+    for _, _, g in sorted(ranked, reverse=True)[:per_kind]:
         new = replace(lp, look_for=lp.look_for + (g,))
         out.append(Candidate("look_for", g, new))
     return out
@@ -540,7 +540,7 @@ def _exclusion_candidates(lp, fp, cases, max_n, min_df, per_kind) -> list[Candid
 
 def _example_candidates(lp, fp, min_df) -> list[Candidate]:
     """A value-0 example from a false-positive clause that recurs word for word in several reports."""
-    norm = Counter()
+    norm: Counter[str] = Counter()
     first: dict[str, tuple[str, str]] = {}
     for rid, e in zip(fp["report_id"], fp["evidence"], strict=False):
         if not isinstance(e, str) or not e.strip() or len(e.split()) < 3:
@@ -945,7 +945,8 @@ def offline_propose(
             f"no candidate change fixes {min_fixed} or more tuning cases on both halves "
             f"of tuning without breaking others ({len(pool)} tried)",
         )
-    current_lp, current_pred, current_f1, used = lp, tuning.prediction.copy(), base_f1, []
+    used: list[Candidate] = []
+    current_lp, current_pred, current_f1 = lp, tuning.prediction.copy(), base_f1
     while good and len(used) < keep:
         ranked = []
         for order, cand in enumerate(good):

@@ -9,8 +9,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from workbench.errors import NotFound, WorkbenchError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 LABEL_KEYS = {"id", "name", "category", "definition", "look_for", "derived", "ignore_for_derived", "attributes"}
@@ -249,24 +253,8 @@ def _check_unique(labels: tuple[Label, ...], source: str) -> None:
             seen[key] = lab.id
 
 
-def derive(vocab: Vocabulary, values: dict[str, int | None]) -> dict[str, int | None]:
-    """Fill derived labels from the asked ones; None when an input needed is unknown."""
-    out = dict(values)
-    for lab in vocab.labels:
-        if lab.derived != "none_of_others":
-            continue
-        others = [values.get(i) for i in vocab.asked_ids if i not in lab.ignore_for_derived]
-        if any(v == 1 for v in others):
-            out[lab.id] = 0
-        elif any(v is None for v in others):
-            out[lab.id] = None
-        else:
-            out[lab.id] = 1
-    return out
-
-
-def derive_frame(vocab: Vocabulary, table):
-    """Vectorised derive over a reports x labels DataFrame (NaN = unknown); returns a copy."""
+def derive_frame(vocab: Vocabulary, table: pd.DataFrame) -> pd.DataFrame:
+    """Derived labels filled from the asked ones over a reports x labels DataFrame (NaN = unknown); returns a copy."""
     out = table.copy()
     for lab in vocab.labels:
         if lab.derived != "none_of_others":

@@ -29,7 +29,7 @@ from io import BytesIO
 
 from workbench.errors import UserError, WorkbenchError
 from workbench.labeller import llm
-from workbench.labeller.labelling import is_offline
+from workbench.labeller.endpoints import is_offline
 
 POLL_S = 30.0  # seconds between polls (WORKBENCH_BATCH_POLL_S overrides: tests poll fast)
 WINDOW_S = 24 * 3600.0  # the completion window every batch is created with ("24h"): polling is worth it until then
@@ -85,7 +85,7 @@ class MemoryJournal:
 
 def check_batchable(cfg) -> None:
     """Refuse (UserError, nothing sent) a labeller that has no batch API to use."""
-    if is_offline(cfg):
+    if is_offline(cfg.model):
         raise UserError(
             f"--batch: {cfg.model} is the offline labeller; it answers at once on this machine and has no "
             "batch API: run without --batch"
@@ -309,7 +309,7 @@ class BatchEngine:
             content = self._ask(
                 f"download {file_id} of batch {batch.id}",
                 cfg,
-                lambda file_id=file_id: litellm.file_content(file_id=file_id, **kwargs),
+                lambda f=file_id: litellm.file_content(file_id=f, **kwargs),
             )
             for raw in content.content.decode("utf-8").splitlines():
                 if not raw.strip():

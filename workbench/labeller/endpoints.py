@@ -67,12 +67,20 @@ def provider_of(model: str) -> str:
     return "unknown"
 
 
+RULES_PREFIX = "workbench/"  # the offline rule-based labeller's model strings (workbench/rules ...)
+
+
+def is_offline(model: str) -> bool:
+    """True for the offline rule-based labeller's model strings: no network, no cost, no litellm."""
+    return model.startswith(RULES_PREFIX)
+
+
 def resolve(
     model: str, api_base: str | None = None, endpoints=(), env: Mapping[str, str] | None = None
 ) -> tuple[Endpoint, ...]:
     """The base URLs litellm will send this model's calls to: settings, else the provider's
     environment variables litellm reads, else its default; () for the offline labeller."""
-    if model.startswith("workbench/"):
+    if is_offline(model):
         return ()
     if endpoints:
         return tuple(Endpoint(str(u), "settings") for u in endpoints)

@@ -25,6 +25,7 @@ from workbench.core import parsing
 from workbench.core.prompts import PromptSet, call_keyer, label_call_keyer, render_joint_call, report_json
 from workbench.core.vocab import Vocabulary, derive_frame
 from workbench.labeller import llm
+from workbench.labeller.endpoints import RULES_PREFIX, is_offline  # noqa: F401 (RULES_PREFIX re-exported)
 from workbench.labeller.llm import CallRequest, ModelConfig
 from workbench.study import StudyError
 
@@ -63,7 +64,6 @@ def extraction_key(bundle_sha: str, model_params: dict, text: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-RULES_PREFIX = "workbench/"  # the offline rule-based labeller's model strings
 MODEL_FIELDS = (
     "model",
     "api_base",
@@ -122,14 +122,9 @@ def model_config(settings: dict, strict: bool = True):
     return ModelConfig(**values)
 
 
-def is_offline(cfg) -> bool:
-    """True for the offline rule-based labeller (no network, no cost)."""
-    return cfg.model.startswith(RULES_PREFIX)
-
-
 def engine_for(cfg) -> Callable:
     """The offline labeller, worker processes or litellm, behind one complete_all interface."""
-    if is_offline(cfg):
+    if is_offline(cfg.model):
         from workbench.labeller import rules
 
         return rules.complete_all
@@ -145,7 +140,7 @@ def call_params(cfg) -> dict:
     """The parameters in every call key: the answer-changing ones, the server when it was chosen (one
     model name on two servers may be two models), the offline engine's version."""
     params = dict(cfg.params())
-    if is_offline(cfg):
+    if is_offline(cfg.model):
         from workbench.labeller import rules
 
         params["engine_version"] = getattr(rules, "ENGINE_VERSION", "1")
@@ -225,15 +220,15 @@ def cue_digest(cues: dict) -> str:
     return hashlib.sha256(json.dumps(sorted((k, list(v)) for k, v in cues.items())).encode()).hexdigest()[:12]
 
 
-def decide(req, text: str | None, res=None, replies: parsing.ReplyMemo | None = None) -> dict[str, parsing.Decision]:
-    """label -> Decision for one call's reply; a failed call is a recorded failure, never a 0.
+def decide(req, text: str | None, res=None, replies: parsing.ReplyMemo | None = None) -> dict[str, parsing.Answer]:
+    """label -> Answer for one call's reply; a failed call is a recorded failure, never a 0.
 
     res: the CallResult when the call was made now (None for a cached reply); its reply shape
     (finish reason, a refusal field) decides before the text is read."""
     meta = req.meta
     if text is None:
         detail = ((res.error if res is not None else "no reply") or "no reply")[:2000]
-        return {lab: parsing.Decision(None, "", "call_error", detail) for lab in meta["labels"]}
+        return {lab: parsing.Answer(None, "", "call_error", detail) for lab in meta["labels"]}
     shape = reply_shape_failure(res)
     if shape is not None:
         return {lab: shape for lab in meta["labels"]}
@@ -248,7 +243,7 @@ def decide(req, text: str | None, res=None, replies: parsing.ReplyMemo | None = 
         return {meta["labels"][0]: parsing.prose_failure(decision, text)}
     except Exception as exc:  # the parser's contract is never to raise; if it does, one failure, not a dead run
         return {
-            lab: parsing.Decision(None, "", "parse_error", f"parser error ({type(exc).__name__})")
+            lab: parsing.Answer(None, "", "parse_error", f"parser error ({type(exc).__name__})")
             for lab in meta["labels"]
         }
 
@@ -256,7 +251,7 @@ def decide(req, text: str | None, res=None, replies: parsing.ReplyMemo | None = 
 EXTRACT_MODE = "extract"  # label-set mining: one call lists a report's findings (workbench/core/labelset.py)
 
 
-def extraction_decision(text: str) -> parsing.Decision:
+def extraction_decision(text: str) -> parsing.Answer:
     """A findings-list reply as one decision: value 1 with the findings as JSON evidence, or a parse failure
     naming what is wrong (never an empty list in its place)."""
     from workbench.core.labelset import parse_entities
@@ -264,24 +259,24 @@ def extraction_decision(text: str) -> parsing.Decision:
     try:
         found = parse_entities(text)
     except ValueError as exc:
-        return parsing.Decision(None, "", "parse_error", str(exc))
-    return parsing.Decision(1, json.dumps(found), "ok")
+        return parsing.Answer(None, "", "parse_error", str(exc))
+    return parsing.Answer(1, json.dumps(found), "ok")
 
 
-def reply_shape_failure(res) -> parsing.Decision | None:
+def reply_shape_failure(res) -> parsing.Answer | None:
     """A reply that is not an answer by its shape: cut off at max_tokens, or declined by the provider."""
     if res is None:
         return None
     finish = getattr(res, "finish_reason", None)
     if finish == "length" and parsing.looping(res.text):
-        return parsing.Decision(
+        return parsing.Answer(
             None,
             "",
             "looping",
             f"the reply repeats itself until max_tokens ({res.completion_tokens} completion tokens): {res.text[-150:]!r}",
         )
     if finish == "length" and _cut_prose(res.text):
-        return parsing.Decision(  # more tokens would only buy more prose: the fix is the JSON the prompt asks for
+        return parsing.Answer(  # more tokens would only buy more prose: the fix is the JSON the prompt asks for
             None,
             "",
             "prose",
@@ -289,7 +284,7 @@ def reply_shape_failure(res) -> parsing.Decision | None:
             f"tokens): {res.text[:150]!r}",
         )
     if finish == "length":
-        return parsing.Decision(
+        return parsing.Answer(
             None,
             "",
             "truncated",
@@ -298,7 +293,7 @@ def reply_shape_failure(res) -> parsing.Decision | None:
     refusal = getattr(res, "refusal", None)
     if refusal or finish == "content_filter":
         why = f"provider refusal: {refusal}" if refusal else "the provider's content filter stopped the reply"
-        return parsing.Decision(None, "", "refusal", why[:2000])
+        return parsing.Answer(None, "", "refusal", why[:2000])
     return None
 
 
@@ -310,7 +305,7 @@ def _cut_prose(text: str | None) -> bool:
 
 
 @dataclass
-class Answer:
+class CallOutcome:
     """One call's outcome: the request, the engine's result (None when answered from the cache), its decisions."""
 
     req: object
@@ -447,7 +442,7 @@ def with_response_schema(cfg, mode: str, facts=None):
     """cfg with a JSON schema as response_format when asked for (labeller.response_schema) and litellm says the
     model supports it, or the server is on this machine; otherwise unchanged: the prompt's output format (and
     json_mode, if set) applies. facts: llm.server_facts of cfg, when known. Returns (cfg, how the format was asked for)."""
-    if not cfg.response_schema or is_offline(cfg) or mode not in LABEL_MODES:
+    if not cfg.response_schema or is_offline(cfg.model) or mode not in LABEL_MODES:
         return cfg, "the prompt's output format" + (" and JSON mode" if cfg.json_mode else "")
 
     sent = dataclasses.replace(cfg, response_format=response_schema(mode))
@@ -477,11 +472,11 @@ def label_calls(
     requests: list,
     cfg,
     lookup: Callable[[list[str]], dict[str, str]],
-    store: Callable[[list[Answer]], None],
+    store: Callable[[list[CallOutcome]], None],
     *,
-    store_reused: Callable[[list[Answer]], None] | None = None,
+    store_reused: Callable[[list[CallOutcome]], None] | None = None,
     defer: Callable | None = None,
-    on_answer: Callable[[Answer], None] | None = None,
+    on_answer: Callable[[CallOutcome], None] | None = None,
     on_progress: Callable[[Progress], None] | None = None,
     cancel=None,
     on_start: Callable[[LabelCounts], None] | None = None,
@@ -497,7 +492,7 @@ def label_calls(
     on_start sees the counts once the cache is read, before any call. engine: another engine with
     complete_all's interface (workbench/labeller/batch.py's BatchEngine; its store_every answers are stored per
     transaction, and it is given flush to store the rest before it records a job as collected). decide: what a
-    reply means, label -> Decision (the label parser; the model proposer gives its own, so its calls share this
+    reply means, label -> Answer (the label parser; the model proposer gives its own, so its calls share this
     engine, governance, cache, counts and call records). Raises what the engine raises, after storing what was
     answered."""
     counts = LabelCounts(calls=len(requests))
@@ -510,7 +505,7 @@ def label_calls(
     with_request_schemas(requests, cfg)
     cached = lookup([r.key for r in requests]) if requests else {}
     todo = [r for r in requests if r.key not in cached]
-    todo, twins = distinct_calls(todo) if engine is None and not is_offline(cfg) else (todo, {})
+    todo, twins = distinct_calls(todo) if engine is None and not is_offline(cfg.model) else (todo, {})
     engine, cfg = _paced(engine, cfg, todo, counts.notes, facts)
     counts.reused = len(requests) - len(todo)  # a twin (the same text in another report) is answered by one call
     if on_start:
@@ -521,11 +516,11 @@ def label_calls(
     next_report = [time.monotonic() + PROGRESS_EVERY_S]
     if on_progress:
         on_progress(progress)
-    offline = is_offline(cfg)
+    offline = is_offline(cfg.model)
     if not offline:
         todo = prefix_order(todo)
     every = OFFLINE_BATCH if offline else getattr(engine, "store_every", 1)
-    pending: list[Answer] = []
+    pending: list[CallOutcome] = []
 
     def flush() -> None:
         if not pending:
@@ -538,7 +533,7 @@ def label_calls(
             store(answered)
 
     def on_result(req, res) -> None:
-        answer = Answer(req, res, decide(req, res.text, res, replies))
+        answer = CallOutcome(req, res, decide(req, res.text, res, replies))
         pending.append(answer)
         if len(pending) >= every:
             flush()
@@ -568,7 +563,7 @@ def label_calls(
 
 def _local_facts(cfg, engine):
     """What the local server of a direct (not batch, not offline) run says about itself, None otherwise."""
-    if engine is not None or is_offline(cfg):
+    if engine is not None or is_offline(cfg.model):
         return None
     try:
         return llm.server_facts(cfg)
@@ -579,7 +574,7 @@ def _local_facts(cfg, engine):
 def _paced(engine, cfg, todo: list, notes: list, facts) -> tuple:
     """The engine and cfg for the calls to make: on one local server, no more calls in flight than it answers at
     once, and fewer after each timeout (llm.Throttle); notes gets a line for each choice."""
-    if engine is not None or not todo or is_offline(cfg) or cfg.workers > 1:
+    if engine is not None or not todo or is_offline(cfg.model) or cfg.workers > 1:
         return engine, cfg
     cfg, chosen = llm.fitted_to_server(cfg, facts)
     if chosen:
@@ -605,27 +600,27 @@ def distinct_calls(todo: list) -> tuple[list, dict]:
 
 
 def _hand_twin(
-    twin, res, replies, store: Callable[[list[Answer]], None], counts: LabelCounts, decide: Callable = decide
+    twin, res, replies, store: Callable[[list[CallOutcome]], None], counts: LabelCounts, decide: Callable = decide
 ) -> None:
     """A request whose call was made for another report with the same text: its answer, stored as reused."""
-    answer = Answer(twin, None, decide(twin, res.text, res, replies))
+    answer = CallOutcome(twin, None, decide(twin, res.text, res, replies))
     store([answer])
     if answer.failure() is not None:
         counts.failed += 1
 
 
 def _hand_reused(
-    requests: list, cached: dict, replies, store: Callable[[list[Answer]], None], decide: Callable = decide
+    requests: list, cached: dict, replies, store: Callable[[list[CallOutcome]], None], decide: Callable = decide
 ) -> None:
     """Answers of the calls found in the cache, handed to store in batches as they are parsed."""
-    batch: list[Answer] = []
+    batch: list[CallOutcome] = []
     n_decisions = 0
     for r in requests:
         hit = cached.get(r.key)
         if hit is None:
             continue
         decisions = decide(r, hit, None, replies)
-        batch.append(Answer(r, None, decisions))
+        batch.append(CallOutcome(r, None, decisions))
         n_decisions += len(decisions)
         if n_decisions >= REUSE_BATCH:
             store(batch)
@@ -634,7 +629,7 @@ def _hand_reused(
         store(batch)
 
 
-def _count(counts: LabelCounts, answer: Answer) -> None:
+def _count(counts: LabelCounts, answer: CallOutcome) -> None:
     """Add one new answer to the counts: made, tokens, cost, and its failure kind."""
     res = answer.res
     counts.made += 1
@@ -656,7 +651,7 @@ def example(detail: str) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def cacheable(answer: Answer) -> bool:
+def cacheable(answer: CallOutcome) -> bool:
     """A new reply worth caching: the call succeeded and every label got a value (failures are never cached)."""
     return (
         answer.res is not None
@@ -665,7 +660,7 @@ def cacheable(answer: Answer) -> bool:
     )
 
 
-def call_facts(run_id: int | None, answers: list[Answer]) -> list[tuple]:
+def call_facts(run_id: int | None, answers: list[CallOutcome]) -> list[tuple]:
     """Per-call facts of new answers, as rows for the callfact table (store.queries.FACT_COLUMNS)."""
     return [
         (
@@ -687,7 +682,7 @@ def call_facts(run_id: int | None, answers: list[Answer]) -> list[tuple]:
     ]
 
 
-def failed_replies(answers: list[Answer]) -> list[tuple[str, str]]:
+def failed_replies(answers: list[CallOutcome]) -> list[tuple[str, str]]:
     """(raw reply, call key) of new answers that got a reply but are not cached (failures): the case view shows it."""
     return [
         (a.res.text, a.req.key) for a in answers if a.res is not None and a.res.text is not None and not cacheable(a)
@@ -765,7 +760,7 @@ def estimate_calls(
     provider batch job (workbench/labeller/batch.py)."""
     todo = [r for r in requests if r.key not in cached_keys]
     n = len(todo)
-    offline = is_offline(cfg)
+    offline = is_offline(cfg.model)
     prompt_tokens, tokens_how = _prompt_tokens(todo, cfg.model, offline)
     labels_per_call = sum(len(r.meta.get("labels", ())) for r in todo) / n if n else 1.0
     recorded = [c for _, c in history if c]
@@ -841,7 +836,7 @@ def _prices(model: str, price: dict | None, free: bool, batch: bool = False) -> 
             (float(price.get("input_per_million", 0)) / 1e6, float(price.get("output_per_million", 0)) / 1e6),
             "the study's registered price (labeller.price)" + ("; assumed for a batch job too" if batch else ""),
         )
-    if free and is_offline_model(model):
+    if free and is_offline(model):
         return (0.0, 0.0), "the offline labeller: no charge"
 
     if batch:
@@ -859,11 +854,6 @@ def _prices(model: str, price: dict | None, free: bool, batch: bool = False) -> 
         None,
         f"litellm has no price for {model}: register one as labeller.price (input_per_million, output_per_million)",
     )
-
-
-def is_offline_model(model: str) -> bool:
-    """True for the offline labeller's model strings."""
-    return model.startswith(RULES_PREFIX)
 
 
 def label_texts(
@@ -921,7 +911,7 @@ def label_texts_with_attributes(
     causes: dict[str, int] = {}
     attribute_failures = [0]
 
-    def store(answers: list[Answer]) -> None:
+    def store(answers: list[CallOutcome]) -> None:
         for answer in answers:
             ext_key = answer.req.meta["report_id"]
             for lab, d in answer.decisions.items():
@@ -936,7 +926,7 @@ def label_texts_with_attributes(
 
     done = [0]
 
-    def tick(_answer: Answer) -> None:
+    def tick(_answer: CallOutcome) -> None:
         done[0] += 1
         on_progress(done[0], len(requests))
 
@@ -983,7 +973,7 @@ __all__ = [
     "decide",
     "model_config",
     "call_params",
-    "Answer",
+    "CallOutcome",
     "Progress",
     "LabelCounts",
     "MemoryCache",

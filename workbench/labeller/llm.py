@@ -44,6 +44,7 @@ from workbench.labeller.endpoints import (  # noqa: F401
     EndpointError,
     all_local,
     is_address,
+    is_offline,
     normal_address,
     peers_of,
     provider_of,
@@ -171,7 +172,7 @@ class ModelConfig:
 
     def endpoint_label(self) -> str:
         """Where report text goes, for the governance record."""
-        if self.model.startswith("workbench/"):
+        if is_offline(self.model):
             return "local (rule-based, no network)"
         try:
             ends = self.resolved()
@@ -446,7 +447,7 @@ def _pinned_check(request) -> bool:
 def check_model_name(model: str) -> str:
     """The litellm provider of a model string, or UnknownModel saying how to write it (checked before
     anything is said about endpoints: a typo in the name is not a governance problem)."""
-    if model.startswith("workbench/"):
+    if is_offline(model):
         return "workbench"
     litellm = _litellm()
     try:
@@ -463,7 +464,7 @@ def check_model_name(model: str) -> str:
 
 
 def _check_model_string(cfg: ModelConfig) -> None:
-    if cfg.model.startswith("workbench/"):
+    if is_offline(cfg.model):
         raise UserError(f"{cfg.model!r} is the offline rule-based labeller: it is not sent through litellm")
 
 

@@ -75,7 +75,6 @@ RULES_MODEL = "workbench/rules"
 # this module and the one that combines attribute values, computed once).
 ENGINE_SOURCES = (Path(__file__), Path(__file__).parents[1] / "core" / "attributes.py")
 ENGINE_VERSION = hashlib.sha256(b"".join(p.read_bytes() for p in ENGINE_SOURCES)).hexdigest()[:12]
-MODEL_PREFIX = "workbench/"
 PRE_WINDOW = 8
 POST_WINDOW = 3
 SHORT_EXAMPLE_WORDS = 6
@@ -712,11 +711,6 @@ def attributes_of(report: str, positives: list[dict], cues: dict, spec: tuple) -
 
 
 # ---------------------------------------------------------------- engine interface
-
-
-def is_rules_model(model: str) -> bool:
-    """Whether a model name is served by this offline labeller rather than litellm."""
-    return str(model).startswith(MODEL_PREFIX)
 
 
 _ABSENT = {"value": 0, "evidence": ""}

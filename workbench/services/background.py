@@ -11,6 +11,7 @@ multiprocessing: spawn would re-run the parent's __main__, which in Streamlit is
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import queue as queue_module
@@ -62,7 +63,9 @@ def start_run_in_process(
                 if child.poll() is not None and lines.empty():
                     reader.join(timeout=5)
                     if lines.empty():
-                        raise StudyError(f"the run's process ended without a result (exit code {child.returncode})")
+                        raise StudyError(
+                            f"the run's process ended without a result (exit code {child.returncode})"
+                        ) from None
                 continue
             if not line.startswith(MARK):
                 continue
@@ -76,10 +79,8 @@ def start_run_in_process(
                 raise StudyError(message.get("error") or "the run failed")
     finally:
         for stream in (child.stdin,):
-            try:
+            with contextlib.suppress(OSError):
                 stream.close()
-            except OSError:
-                pass
         try:
             child.wait(timeout=30)
         except subprocess.TimeoutExpired:

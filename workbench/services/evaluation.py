@@ -61,7 +61,7 @@ class Evaluation:
                 "n": t["n"].to_numpy(),
                 "support": t["support"].to_numpy(),
                 "accuracy [95% CI]": [
-                    f"{a:.3f} [{lo:.3f}, {hi:.3f}]" if a == a else "n/a"
+                    f"{a:.3f} [{lo:.3f}, {hi:.3f}]" if not pd.isna(a) else "n/a"
                     for a, lo, hi in zip(t["accuracy"], t["accuracy_lo"], t["accuracy_hi"], strict=False)
                 ],
                 "precision": [_fmt(v, u) for v, u in zip(t["precision"], t["precision_undefined"], strict=False)],
@@ -73,13 +73,13 @@ class Evaluation:
         )
         if previous is not None:
             prev = previous.table["f1"].reindex(t.index)
-            out["change in F1"] = [f"{d:+.3f}" if d == d else "n/a" for d in (t["f1"] - prev)]
+            out["change in F1"] = [f"{d:+.3f}" if not pd.isna(d) else "n/a" for d in (t["f1"] - prev)]
         return out
 
 
 def _plain(value) -> float | None:
     """A figure as a float, None when undefined or absent."""
-    return None if value is None or value != value else float(value)
+    return None if pd.isna(value) else float(value)
 
 
 def _same(a, b) -> bool:
@@ -97,7 +97,7 @@ def drift_text(drift: list[dict]) -> str:
     head = f"the reference changed since run {first['run']} was scored ({', '.join(what)}): figures moved: "
 
     def fmt(v) -> str:
-        return "undefined" if v is None or v != v else f"{v:.3f}"
+        return "undefined" if pd.isna(v) else f"{v:.3f}"
 
     runs = []
     for d in drift:
@@ -130,7 +130,7 @@ def paired_macro(table: pd.DataFrame, zero_division: str) -> tuple:
 def _fmt(value: float, undefined: bool) -> str:
     """A metric for a table: undefined values are marked, never shown as a silent 0."""
     if undefined:
-        return "undefined*" if value != value else f"{value:.3f}*"
+        return "undefined*" if pd.isna(value) else f"{value:.3f}*"
     return f"{value:.3f}"
 
 
@@ -178,11 +178,16 @@ class EvaluationService(Service):
         return ids
 
     def evaluation_inputs(
-        self, run_id: int, extra_commits: tuple[str, ...] = (), reference: pd.DataFrame | None = None
+        self,
+        run_id: int,
+        extra_commits: tuple[str, ...] = (),
+        reference: pd.DataFrame | None = None,
+        test_look: str | None = None,
     ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
         """(reference, predictions, excluded counts) aligned on the evaluable reports.
 
-        reference: the cohort's reference matrix when the caller already has it (history, queue).
+        reference: the cohort's reference matrix when the caller already has it (history, queue);
+        test_look: the frozen commit of a counted test look (the only way a test cohort's run is measured).
         """
         run = self.runs.run_info(run_id)
         if run.status == "interrupted":  # part of a run is not a result: its figures would be read as one
@@ -190,7 +195,7 @@ class EvaluationService(Service):
                 f"run {run_id} was interrupted before it finished, so it has no figures yet: resume with "
                 f"`workbench run --resume {run_id}`"
             )
-        self.splits.check_test_lock(run)  # a test cohort is measured only through a frozen bundle's counted look
+        self.splits.check_test_lock(run, test_look)  # a test cohort is measured only through a counted look
         cohort = self.study.cohort_name(run.cohort_id)
         labels = self._run_labels(run)
         y_true = (self.study.reference_matrix(cohort) if reference is None else reference)[labels]
@@ -225,11 +230,12 @@ class EvaluationService(Service):
         n_resamples: int = 1000,
         seed: int = 0,
         reference: pd.DataFrame | None = None,
+        test_look: str | None = None,
     ) -> Evaluation:
         """Per-label metrics with intervals, micro/macro averages, bootstrap of macro F1 (the study's
-        zero-division policy unless another is asked for)."""
+        zero-division policy unless another is asked for); test_look: the frozen commit a counted look measures."""
         zero_division = self.macro_policy(zero_division)
-        y_true, y_pred, excluded = self.evaluation_inputs(run_id, reference=reference)
+        y_true, y_pred, excluded = self.evaluation_inputs(run_id, reference=reference, test_look=test_look)
         key = (memo.frame_digest(y_true, y_pred), ci, zero_division, n_resamples, seed)
         kept = memo.EVALUATIONS.get(key)
         if kept is None:
@@ -708,7 +714,7 @@ def _case_column(run, row, sent: dict, facts: pd.DataFrame, replies: dict) -> Ca
 
         def num(name, cast):
             value = fact.get(name)
-            return None if value is None or value != value else cast(value)
+            return None if pd.isna(value) else cast(value)
 
         call = CaseCall(
             key,
@@ -726,7 +732,7 @@ def _case_column(run, row, sent: dict, facts: pd.DataFrame, replies: dict) -> Ca
             fact.get("reported_model"),
             num("run_id", int),
         )
-    value = None if row.value is None or row.value != row.value else int(row.value)
+    value = None if pd.isna(row.value) else int(row.value)
     return CaseColumn(
         int(run.id),
         run.prompt_commit,

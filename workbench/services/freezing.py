@@ -18,13 +18,13 @@ from workbench.core.parsing import PARSER_VERSION
 from workbench.errors import StorageFault, WorkbenchError
 from workbench.labeller import batch
 from workbench.services.base import Service, StudyContext
-from workbench.services.optimising import _TEST_LOOK, _figures, _plain
+from workbench.services.optimising import _figures, _plain
 from workbench.services.results import FrozenBundle
 from workbench.services.runs import StudyBatchJournal, model_endpoints
 from workbench.store import db, prompt_repo
 from workbench.store import queries as q
 from workbench.store.prompt_repo import PromptRepoError
-from workbench.study import PROJECT_ROOT, StudyError
+from workbench.study import StudyError
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
     from workbench.services.evaluation import EvaluationService
@@ -33,7 +33,6 @@ if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
     from workbench.services.splits import SplitsService
     from workbench.services.study import StudyService
 
-ROBUSTNESS_PAIRS = PROJECT_ROOT / "annotations" / "robustness" / "pairs.csv"
 
 
 class StudyExtractionCache:
@@ -308,11 +307,7 @@ class FreezeService(Service):
         b = self._frozen_bundle(bundle, cohort)
         commit = b.content["prompt_commit"]
         run = self._test_run(cohort, commit, b.model, on_progress)
-        token = _TEST_LOOK.set(commit)
-        try:
-            ev = self.evaluation.evaluate_run(run.id, ci=ci)
-        finally:
-            _TEST_LOOK.reset(token)
+        ev = self.evaluation.evaluate_run(run.id, ci=ci, test_look=commit)
         with self.session() as s:
             q.add_look(s, self.study.cohort_id(cohort), bundle, b.sha256, run.id, self.actor.user)
             looks = int((q.looks_frame(s, bundle)["bundle"] == bundle).sum())
@@ -421,7 +416,7 @@ class FreezeService(Service):
 
     def default_robustness_pairs(self) -> Path:
         """The shipped synthetic paraphrase / significant-change pairs."""
-        return ROBUSTNESS_PAIRS
+        return scoring.DEFAULT_PAIRS
 
     def robustness(self, bundle_path: Path, pairs=None, model: str | None = None) -> dict:
         """Robustness and discrimination of a bundle on text pairs, using the study's extraction cache."""

@@ -13,6 +13,7 @@ import pandas as pd
 
 from workbench.errors import UserError
 from workbench.labeller import labelling, llm
+from workbench.labeller.endpoints import is_offline
 from workbench.services.base import Service, StudyContext
 from workbench.store import queries as q
 from workbench.study import StudyError
@@ -157,7 +158,7 @@ class ModelPathService(Service):
         run = self.runs.run_info(run_id)
         settings = self.runs.settings_from_params(json.loads(run.params_json))
         cfg = labelling.model_config(settings)
-        if labelling.is_offline(cfg):  # the rule engine answers the same text the same way, every time
+        if is_offline(cfg.model):  # the rule engine answers the same text the same way, every time
             return NoiseResult(run_id, 0, cfg.model, 0, repeats, pd.DataFrame(columns=NOISE_TABLE), deterministic=True)
         self.runs.check_endpoint(settings)
         with self.session() as s:

@@ -9,7 +9,6 @@ metrics are computed only through a frozen bundle and every such look is recorde
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import difflib
 import json
@@ -27,6 +26,7 @@ from workbench.core.vocab import derive_frame
 from workbench.errors import UserError
 from workbench.importers import read_phrase_lists
 from workbench.labeller import labelling, llm, rules
+from workbench.labeller.endpoints import is_offline
 from workbench.labeller.labelling import model_config
 from workbench.services.base import Service, StudyContext
 from workbench.services.evaluation import paired_macro, refuse_same_run
@@ -51,7 +51,6 @@ PROPOSERS = ("auto", "offline", "llm")
 PROPOSER_MAX_TOKENS = 2000
 MAX_CASES = 20  # failing cases shown to a model in one proposal call
 MAX_CASE_CHARS = 1500
-_TEST_LOOK: contextvars.ContextVar[str | None] = contextvars.ContextVar("workbench_test_look", default=None)
 
 PROPOSER_SYSTEM = (
     "You improve the prompt of one label of a chest X-ray report labeller. You are shown the label's current "
@@ -232,17 +231,7 @@ class OptimisingService(Service):
         }
         frame = pd.DataFrame(
             rows,
-            columns=[
-                "report_id",
-                "label",
-                "value",
-                "evidence",
-                "evidence_found",
-                "status",
-                "detail",
-                "call_key",
-                "made",
-            ],
+            columns=[*q.PREDICTION_COLUMNS, "made"],
         )
         frame = frame[frame["label"] == label].drop_duplicates("report_id").set_index("report_id")
         return frame.reindex(report_ids)[["value", "evidence", "made"]], counts
@@ -391,7 +380,7 @@ class OptimisingService(Service):
         run's: the same governance, call cache (only a usable reply is kept), counts and call records, and a
         reply that is not a usable edit is kept with the call's record (and returned, to be shown)."""
         settings = self.runs.labeller_settings(model, max_tokens=PROPOSER_MAX_TOKENS, api_base=api_base)
-        if labelling.is_offline_model(settings.get("model", "")):
+        if is_offline(settings.get("model", "")):
             raise StudyError(
                 "the model proposer needs a language model; the study's labeller is the offline one "
                 "(use --proposer offline, or --model openai/NAME with --api-base)"
@@ -530,8 +519,7 @@ class OptimisingService(Service):
         if proposer not in PROPOSERS:
             raise StudyError(f"proposer must be one of {', '.join(PROPOSERS)}, got {proposer!r}")
         return proposer == "llm" or (
-            proposer == "auto"
-            and bool(model or not str(self.config.labeller.get("model", "")).startswith("workbench/"))
+            proposer == "auto" and bool(model or not is_offline(str(self.config.labeller.get("model", ""))))
         )
 
     def _propose(
@@ -707,9 +695,9 @@ class OptimisingService(Service):
         by_part["tuning"]["carried"] = len(carried)
         val = by_part["validation"]
         worse = (
-            (val["delta_f1"] == val["delta_f1"] and val["delta_f1"] < 0)
+            (not pd.isna(val["delta_f1"]) and val["delta_f1"] < 0)
             or val["verdict"] == "worse"
-            or (val["delta_f1"] != val["delta_f1"] and val["broken"] > val["fixed"])
+            or (pd.isna(val["delta_f1"]) and val["broken"] > val["fixed"])
         )
         return EditEvaluation(
             label=label,
@@ -1232,7 +1220,7 @@ class _ProposerReply:
         self.text = ""
 
     def __call__(self, req, text: str | None, res=None, replies=None) -> dict:
-        """label -> Decision: a value only for a usable edit, so only that reply is cached."""
+        """label -> Answer: a value only for a usable edit, so only that reply is cached."""
         self.text = text or ""
         shape = labelling.reply_shape_failure(res)
         if text is None:
@@ -1243,7 +1231,7 @@ class _ProposerReply:
             self.result = proposals.parse_reply(text, self.lp, self.allowed, self.source)
         ok = self.result.status == "ok"
         return {
-            self.lp.label: parsing.Decision(
+            self.lp.label: parsing.Answer(
                 1 if ok else None, "", "ok" if ok else self.result.status, self.result.detail
             )
         }
@@ -1329,7 +1317,7 @@ def _take_answers(
 def _num(value) -> float | None:
     """A float, or None for NaN (JSON has no NaN)."""
     value = float(value)
-    return None if value != value else value
+    return None if pd.isna(value) else value
 
 
 def _part_metrics(y_true, y_pred, ids, ci, n_resamples, zero_division) -> dict:
@@ -1429,7 +1417,7 @@ def _compare_part(y_true: pd.DataFrame, before: pd.DataFrame, after: pd.DataFram
         "reports": int(row["n"]),
         "f1_before": _num(row["f1_a"]),
         "f1_after": _num(row["f1_b"]),
-        "delta_f1": _num(row["delta_f1"]) if row["delta_f1"] == row["delta_f1"] else float("nan"),
+        "delta_f1": _num(row["delta_f1"]) if not pd.isna(row["delta_f1"]) else float("nan"),
         "fixed": int(row["c"]),
         "broken": int(row["b"]),
         "p_value": _num(row["p_value"]),
@@ -1516,7 +1504,7 @@ def _proposer_messages(
 
 def fmt_figure(value) -> str:
     """A figure for text output ("n/a" when undefined)."""
-    return "n/a" if value is None or value != value else f"{value:.3f}"
+    return "n/a" if pd.isna(value) else f"{value:.3f}"
 
 
 def suggestion_text(result: dict) -> str:

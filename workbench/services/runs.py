@@ -23,7 +23,8 @@ from workbench.core.text import compose_text
 from workbench.core.vocab import derive_frame
 from workbench.errors import WorkbenchError
 from workbench.labeller import batch, endpoints, labelling
-from workbench.labeller.labelling import MODEL_FIELDS, RULES_PREFIX, Progress, model_config  # noqa: F401 (re-exported)
+from workbench.labeller.endpoints import RULES_PREFIX, is_offline  # noqa: F401 (re-exported)
+from workbench.labeller.labelling import MODEL_FIELDS, Progress, model_config  # noqa: F401 (re-exported)
 from workbench.labeller.llm import (
     UNUSABLE,
     EndpointError,
@@ -186,23 +187,9 @@ def _speed(cfg) -> dict:
 def _rows(answers: list) -> list[dict]:
     """Prediction rows of answers (a failed call is a recorded failure, never a 0)."""
     return [
-        {
-            "report_id": a.req.meta["report_id"],
-            "label": lab,
-            "value": d.value,
-            "evidence": d.evidence,
-            "evidence_found": d.evidence_found,
-            "status": d.status,
-            "detail": d.detail[:2000],
-            "call_key": a.req.key,
-            **(
-                {"attributes": d.attributes, "attribute_error": d.attribute_error}
-                if d.attributes or d.attribute_error
-                else {}
-            ),
-        }
+        {"report_id": a.req.meta["report_id"], "label": lab, **answer.row(), "call_key": a.req.key}
         for a in answers
-        for lab, d in a.decisions.items()
+        for lab, answer in a.decisions.items()
     ]
 
 
@@ -232,7 +219,7 @@ def model_endpoints(settings: dict) -> list[str]:
 
 def is_local_model(settings: dict) -> bool:
     """True when report text stays on this machine (offline labeller or a loopback server)."""
-    if settings.get("model", "").startswith(RULES_PREFIX):
+    if is_offline(settings.get("model", "")):
         return True
     return endpoints.all_local(model_endpoints(settings))
 
@@ -241,7 +228,7 @@ def endpoint_label(settings: dict) -> str:
     """Where report text is sent, as recorded on the run and shown in the app (with its origin
     when it comes from a provider's environment variable or default)."""
     model = settings.get("model", "")
-    if model.startswith(RULES_PREFIX):
+    if is_offline(model):
         return model
     try:
         return ", ".join(e.label() for e in _resolved(settings))
@@ -253,7 +240,7 @@ def endpoint_label(settings: dict) -> str:
 def endpoint_allowed(allowed: list[str], settings: dict) -> bool:
     """Governance: every endpoint the model will use must match an allowed entry."""
     model = settings.get("model", "")
-    if model.startswith(RULES_PREFIX):
+    if is_offline(model):
         return any(model.startswith(a) or a == model for a in allowed)
     return endpoints.may_send(allowed, model_endpoints(settings))
 
@@ -608,7 +595,7 @@ class RunsService(Service):
 
     def check_endpoint(self, settings: dict) -> None:
         """Refuse to send report text to an endpoint the study does not allow."""
-        if not settings.get("model", "").startswith(RULES_PREFIX):
+        if not is_offline(settings.get("model", "")):
             try:
                 _resolved(settings)
             except EndpointError as exc:
@@ -801,7 +788,7 @@ class RunsService(Service):
             q.upsert_predictions(s, run_id, rows)
             q.upsert_prediction_attributes(s, run_id, attribute_rows(rows))
             q.put_cached_calls(s, _cache_entries(cfg, answered))
-            if not labelling.is_offline(cfg):  # the rule engine's latency and tokens say nothing about a model
+            if not is_offline(cfg.model):  # the rule engine's latency and tokens say nothing about a model
                 q.put_call_facts(s, labelling.call_facts(run_id, answered))
                 q.put_call_replies(s, labelling.failed_replies(answered))
             q.add_run_counts(
@@ -964,8 +951,8 @@ class RunsService(Service):
         )
         with self.session() as s:
             cached = set(q.cached_calls(s, [r.key for r in requests]))
-            history = [] if labelling.is_offline(cfg) else q.model_call_history(s, cfg.model, settings=_speed(cfg))
-        if not labelling.is_offline(cfg) and not batch:
+            history = [] if is_offline(cfg.model) else q.model_call_history(s, cfg.model, settings=_speed(cfg))
+        if not is_offline(cfg.model) and not batch:
             with contextlib.suppress(EndpointError):  # no endpoint to ask: the run itself says so
                 cfg, _chosen = fitted_to_server(cfg)  # the concurrency the run will use on a one-slot server
         return labelling.estimate_calls(
@@ -984,7 +971,7 @@ class RunsService(Service):
         """Raise NeedsConfirmation when the run may cost more than labeller.confirm_above (estimated, no call)."""
         settings = self.labeller_settings(model, **overrides)
         limit = settings.get("confirm_above")
-        if limit is None or settings.get("model", "").startswith(labelling.RULES_PREFIX):
+        if limit is None or is_offline(settings.get("model", "")):
             return
         est = self.estimate_run(cohort, prompt_ref, model, labels, mode, batch, **overrides)
         if est.over(limit):

@@ -9,7 +9,7 @@ import pandas as pd
 
 from workbench.core import splits
 from workbench.services.base import Service, StudyContext
-from workbench.services.optimising import _TEST_LOOK, COHORT_ROLES
+from workbench.services.optimising import COHORT_ROLES
 from workbench.store import queries as q
 from workbench.study import StudyError
 
@@ -126,11 +126,11 @@ class SplitsService(Service):
         parts = self.split_parts(self.study.cohort_name(run.cohort_id)) if role == "development" else {}
         return {rid for rid, part in parts.items() if part == "tuning"} if parts else None
 
-    def check_test_lock(self, run) -> None:
-        """Metrics of a test cohort only through a frozen bundle's counted look."""
+    def check_test_lock(self, run, test_look: str | None = None) -> None:
+        """Metrics of a test cohort only through a frozen bundle's counted look (test_look: that bundle's commit)."""
         if self.cohort_role(self.study.cohort_name(run.cohort_id)) != "test":
             return
-        if _TEST_LOOK.get() != run.prompt_commit:
+        if test_look != run.prompt_commit:
             raise StudyError(
                 f"run {run.id} is on the locked test cohort {self.study.cohort_name(run.cohort_id)!r}: its metrics are "
                 "shown only for a frozen bundle, and every look is counted: workbench test-look BUNDLE --cohort NAME"

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.core import attributes as core
+from workbench.core.parsing import Answer
 from workbench.core.prompts import render_joint_call, render_label_call
 from workbench.core.text import compose_text
 from workbench.errors import NotFound, UserError
@@ -17,6 +18,8 @@ from workbench.services.base import Service, StudyContext
 from workbench.services.results import Case
 from workbench.store import queries as q
 from workbench.study import SIGNIFICANCE, StudyError
+
+SHOWN_ANSWER = [c for c in Answer.COLUMNS if c != "value"]  # a queue row shows the value as `prediction`
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
     from workbench.services.attributes import AttributesService
@@ -120,10 +123,7 @@ class TriageService(Service):
             "prediction",
             "votes",
             "reference_status",
-            "evidence",
-            "evidence_found",
-            "status",
-            "detail",
+            *SHOWN_ANSWER,
             "notes",
             "categories",
             "label_error_rate",
@@ -150,10 +150,7 @@ class TriageService(Service):
             "prediction",
             "votes",
             "reference_status",
-            "evidence",
-            "evidence_found",
-            "status",
-            "detail",
+            *SHOWN_ANSWER,
             "label_error_rate",
             "label_support",
             "attribute",

@@ -7,6 +7,7 @@ number; an older one runs every step after its recorded version, in one transact
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -151,10 +152,8 @@ def _create_private(url: str) -> None:
     path = sqlite_file(url)
     if path is None or path.exists() or not path.parent.is_dir():
         return
-    try:
+    with contextlib.suppress(FileExistsError):  # another process made it first: its mode is its own
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    except FileExistsError:  # another process made it first: its mode is its own
-        pass
 
 
 def busy_timeout_s() -> float:

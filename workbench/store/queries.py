@@ -16,6 +16,7 @@ import pandas as pd
 from sqlalchemy import delete, func, insert, or_, select, text, update
 from sqlmodel import Session
 
+from workbench.core.parsing import Answer
 from workbench.store.tables import (
     Adjudication,
     AgreementSample,
@@ -688,7 +689,7 @@ def upsert_predictions(session: Session, run_id: int, rows: list[dict]) -> None:
     )
 
 
-PREDICTION_COLUMNS = ["report_id", "label", "value", "evidence", "evidence_found", "status", "detail", "call_key"]
+PREDICTION_COLUMNS = ["report_id", "label", *Answer.COLUMNS, "call_key"]
 
 
 def predictions_frame(
@@ -1876,7 +1877,7 @@ def report_cohorts(session: Session, report_ids_: list[str]) -> dict[str, int]:
 
 # ---------------------------------------------------------------- the engineer's view of a case, and search
 
-CASE_COLUMNS = ["run_id", "label", "value", "evidence", "status", "detail", "call_key"]
+CASE_COLUMNS = ["run_id", "label", *Answer.COLUMNS, "call_key"]
 
 
 def report_predictions(session: Session, report_id: str, label: str | None = None) -> pd.DataFrame:

@@ -171,46 +171,6 @@ def confusion_bars(table: pd.DataFrame, names: dict | None = None, include_tn: b
     return fig
 
 
-def comparison_chart(
-    table: pd.DataFrame, metric: str = "f1", names: dict | None = None, run_a: str = "A", run_b: str = "B"
-) -> go.Figure:
-    """Before/after per label: run A and run B as points joined by a line (compare_runs' table)."""
-    a, b = table[f"{metric}_a"].to_numpy(dtype=float), table[f"{metric}_b"].to_numpy(dtype=float)
-    labels = _names(table.index, names)
-    seg_x, seg_y = [], []
-    for lab, va, vb in zip(labels, a, b, strict=False):
-        seg_x += [va, vb, None]
-        seg_y += [lab, lab, None]
-    fig = go.Figure(
-        [
-            go.Scatter(
-                x=seg_x,
-                y=seg_y,
-                mode="lines",
-                line=dict(color="lightgrey", width=3),
-                showlegend=False,
-                hoverinfo="skip",
-                name="change",
-            ),
-            go.Scatter(
-                x=a, y=labels, mode="markers", name=f"run {run_a} (before)", marker=dict(size=9, color=COLOURS["a"])
-            ),
-            go.Scatter(
-                x=b, y=labels, mode="markers", name=f"run {run_b} (after)", marker=dict(size=9, color=COLOURS["b"])
-            ),
-        ]
-    )
-    fig.update_layout(
-        title=f"{METRIC_NAMES.get(metric, metric)} before and after",
-        xaxis=dict(range=[0, 1.02]),
-        height=max(300, 24 * len(table) + 120),
-        margin=dict(l=10, r=10, t=50, b=40),
-        legend=dict(orientation="h"),
-        yaxis=dict(autorange="reversed"),
-    )
-    return fig
-
-
 def score_chart(summary: pd.DataFrame) -> go.Figure:
     """Ran Score per generator with its bootstrap interval (ScoreResult.summary())."""
     x = summary["ran_score"].to_numpy(dtype=float)

@@ -18,10 +18,12 @@ from contextlib import contextmanager
 import pandas as pd
 import streamlit as st
 
+from workbench.core.evidence import evidence_found, evidence_spans
 from workbench.core.export import to_csv
 from workbench.errors import WorkbenchError
+from workbench.labeller.endpoints import is_offline
 from workbench.services import ConflictError, PermissionDenied
-from workbench.services.runs import RULES_PREFIX, endpoint_label, is_local_model
+from workbench.services.runs import endpoint_label, is_local_model
 from workbench.study import NO_AUTH_ON_NETWORK
 from workbench.ui import state
 
@@ -110,17 +112,6 @@ def report_text(text: str) -> None:
         st.text(text or "(empty report)", wrap=True)
 
 
-def evidence_spans(text: str, evidence) -> list[tuple[int, int]]:
-    """Where the evidence quotes occur in the text (case-insensitive), merged, in order."""
-    quotes = [evidence] if isinstance(evidence, str) else list(evidence or [])
-    spans = []
-    for quote in quotes:
-        quote = (quote or "").strip()
-        if quote:
-            spans += [(m.start(), m.end()) for m in re.finditer(re.escape(quote), text, flags=re.IGNORECASE)]
-    return _merge(spans)
-
-
 # Okabe-Ito colours (safe for the common colour-vision deficiencies), lightened for a text background
 EVIDENCE_STYLE = "background: #F0E442; color: inherit; padding: 0 2px;"  # yellow
 LOOK_FOR_STYLE = "background: #A6D8F5; color: inherit; padding: 0 2px; border-bottom: 2px dotted #0072B2;"  # sky blue
@@ -148,10 +139,10 @@ def _merge(spans) -> list[tuple[int, int]]:
     return merged
 
 
-def highlight_html(text: str, evidence, phrases=()) -> str:
-    """The report escaped piece by piece, the labeller's evidence and the label's look-for phrases
-    marked in two colours (evidence wins where they overlap): safe to render as HTML."""
-    marks = [(a, b, "evidence") for a, b in evidence_spans(text, evidence)]
+def highlight_html(text: str, evidence: str, phrases=()) -> str:
+    """The report escaped piece by piece, the labeller's evidence (found by core.evidence, the parser's rule)
+    and the label's look-for phrases marked in two colours (evidence wins where they overlap): safe as HTML."""
+    marks = [(a, b, "evidence") for a, b in evidence_spans(evidence, text)]
     taken = marks[:]
     for a, b in phrase_spans(text, phrases):
         if not any(a < e and s < b for s, e, _ in taken):
@@ -170,11 +161,11 @@ def highlight_html(text: str, evidence, phrases=()) -> str:
     return f'<div class="wb-report" style="{REPORT_STYLE}">{"".join(out)}</div>'
 
 
-def highlighted_report(text: str, evidence, phrases=()) -> None:
+def highlighted_report(text: str, evidence: str, phrases=()) -> None:
     """A report with the labeller's evidence and the label's phrases highlighted, and a legend saying which is which."""
     st.html(highlight_html(text or "(empty report)", evidence, phrases))
-    quote = evidence if isinstance(evidence, str) else " / ".join(evidence or [])
-    found_ev, found_lf = bool(evidence_spans(text, evidence)), bool(phrase_spans(text, phrases))
+    quote = evidence.strip()
+    found_ev, found_lf = evidence_found(quote, text or ""), bool(phrase_spans(text, phrases))
     legend = []
     if found_ev:
         legend.append(f'<mark style="{EVIDENCE_STYLE}">yellow</mark> = the labeller\'s quoted evidence')
@@ -245,7 +236,7 @@ def model_notice(wb) -> None:
     """Which model labels, and whether report text leaves this machine."""
     settings = wb.labeller_settings()
     model = settings.get("model", "")
-    if model.startswith(RULES_PREFIX):
+    if is_offline(model):
         st.caption(f"Model: **{md(model)}**, a rule-based baseline, not an LLM. Report text stays on this machine.")
     elif is_local_model(settings):
         st.caption(f"Model: **{md(model)}** on {md(endpoint_label(settings))} (this machine).")
@@ -424,12 +415,12 @@ def label_quality(table: pd.DataFrame, names: dict) -> pd.DataFrame:
     """Per label F1 first, then precision, recall, accuracy, prevalence and counts (Evaluation.table rows)."""
 
     def fmt(values):
-        return [("n/a" if v != v else f"{v:.3f}") for v in values]
+        return [("n/a" if pd.isna(v) else f"{v:.3f}") for v in values]
 
     out = pd.DataFrame({"label": [names.get(lab, lab) for lab in table.index], "F1": fmt(table["f1"])})
     if "f1_lo" in table:
         out["F1 95% interval"] = [
-            f"[{lo:.3f}, {hi:.3f}]" if lo == lo else "n/a"
+            f"[{lo:.3f}, {hi:.3f}]" if not pd.isna(lo) else "n/a"
             for lo, hi in zip(table["f1_lo"], table["f1_hi"], strict=False)
         ]
     return out.assign(
@@ -477,21 +468,21 @@ def decimals(frame: pd.DataFrame, **extra) -> dict:
 
 def pct(value) -> str:
     """A proportion as text (n/a when undefined)."""
-    return "n/a" if value is None or value != value else f"{value:.3f}"
+    return "n/a" if pd.isna(value) else f"{value:.3f}"
 
 
 def call_facts(call: dict | None, run_id: int) -> None:
     """One call's facts under a case: latency, tokens, cost, finish reason, the model that answered, its thinking."""
     if not call:
         return
-    cost = "unknown" if call.get("cost") is None or call["cost"] != call["cost"] else f"${call['cost']:.6f}"
+    cost = "unknown" if pd.isna(call.get("cost")) else f"${call['cost']:.6f}"
     cached = call.get("cached_tokens")
     where = "" if call.get("run_id") == run_id else f" (answer from the cache: made by run {call.get('run_id')})"
     st.caption(
         md(
             f"Call: {call.get('latency_s', 0):.2f} s, {call.get('attempts', 1)} attempt(s) · "
             f"{call.get('prompt_tokens', 0)} prompt + {call.get('completion_tokens', 0)} completion tokens"
-            + (f" ({int(cached)} cached)" if cached == cached and cached is not None else "")
+            + (f" ({int(cached)} cached)" if not pd.isna(cached) else "")
             + f" · cost {cost} · finish {call.get('finish_reason') or 'n/a'} · "
             f"model {call.get('reported_model') or 'n/a'}{where}"
         )
@@ -503,7 +494,7 @@ def call_facts(call: dict | None, run_id: int) -> None:
 
 def _matrix_cell(value) -> str:
     """A matrix cell as text: nothing for a missing figure, floats with the digits they need."""
-    if value is None or value != value:
+    if pd.isna(value):
         return ""
     if isinstance(value, float):
         return f"{value:.6f}".rstrip("0").rstrip(".") if value < 1 else f"{value:.2f}"

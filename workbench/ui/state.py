@@ -8,6 +8,7 @@ goes on).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import traceback
 from collections.abc import Callable
@@ -220,10 +221,8 @@ def seed_from_url(page: str, params: dict) -> None:
         raw = st.query_params.get(name)
         if raw is None:
             continue
-        try:
+        with contextlib.suppress(TypeError, ValueError, LookupError):  # a stale or hand-edited link: ignored
             st.session_state[key] = parse(raw)
-        except (TypeError, ValueError, LookupError):
-            pass
 
 
 def to_url(**params) -> None:

@@ -10,6 +10,7 @@ saves and opens the next case without a note, arrows move through the filtered q
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import streamlit as st
 
 from workbench.core.reading import min_seconds_shown
@@ -223,7 +224,7 @@ def _report(wb, run_id: int, case: dict) -> None:
 
 
 def _value(v) -> str:
-    return "no answer" if v is None or v != v else str(int(v))
+    return "no answer" if pd.isna(v) else str(int(v))
 
 
 def _answer(wb, run_id: int, case: dict) -> None:

@@ -154,9 +154,10 @@ def _start(wb) -> None:
         b = st.columns([1, 1, 4])
         estimate = b[0].form_submit_button("Estimate")
         submitted = b[1].form_submit_button("Start run", type="primary")
-    if estimate or (submitted and not accept and limit is not None):
-        if not _within_budget(wb, cohort, ref, model.strip() or None, labels or None, submitted):
-            return
+    if (estimate or (submitted and not accept and limit is not None)) and not _within_budget(
+        wb, cohort, ref, model.strip() or None, labels or None, submitted
+    ):
+        return
     if submitted:
         worker = wb.as_actor(wb.actor)  # a plain view for the waiting thread (no per-rerun memo)
         # the run itself goes to its own process: the server (every page, every user) stays responsive
@@ -407,7 +408,7 @@ def _compare_table(table, names: dict):
             "verdict": table["verdict"].to_numpy(),
             "change in F1": table["delta_f1"].to_numpy(),
             "95% interval": [
-                f"[{lo:+.3f}, {hi:+.3f}]" if lo == lo else "n/a"
+                f"[{lo:+.3f}, {hi:+.3f}]" if not pd.isna(lo) else "n/a"
                 for lo, hi in zip(table["delta_f1_lo"], table["delta_f1_hi"], strict=False)
             ],
             "F1 before": table["f1_a"].to_numpy(),

@@ -140,10 +140,18 @@ def _load_tables(name: str) -> dict:
 
 def _library(tables: dict) -> dict:
     """LIB[concept] = {"primary", "group", "rank", "variants": {status: (pos, amb, entries)}} from YAML."""
-    return {concept: {"primary": c["primary"], "group": GROUPS.index(c["group"]), "rank": c["rank"],
-                      "variants": {status: (v["positive"], v["ambiguous"], [tuple(e) for e in v["sentences"]])
-                                   for status, v in c["variants"].items()}}
-            for concept, c in tables["library"].items()}
+    return {
+        concept: {
+            "primary": c["primary"],
+            "group": GROUPS.index(c["group"]),
+            "rank": c["rank"],
+            "variants": {
+                status: (v["positive"], v["ambiguous"], [tuple(e) for e in v["sentences"]])
+                for status, v in c["variants"].items()
+            },
+        }
+        for concept, c in tables["library"].items()
+    }
 
 
 def _fillers(tables: dict) -> list:
@@ -157,10 +165,26 @@ LIB = _library(_EN)
 
 DEVICE_CONCEPTS = ["ett", "ngt", "picc", "cvc", "pacer", "sternotomy", "chest_tube", "clips", "trach"]
 PRIMARY_CONCEPTS = {
-    AT: ["atelectasis"], CM: ["cardiomegaly"], CO: ["consolidation"], ED: ["edema"], ECM: ["ecm"],
-    FX: ["fracture"], LL: ["lesion"], PE: ["effusion"], PO: ["pleural_other"], LO: ["opacity"],
-    PN: ["pneumonia"], PTX: ["pneumothorax"], SD: DEVICE_CONCEPTS, EM: ["emphysema"], ILD: ["ild"],
-    CA: ["calcification"], TB: ["airway"], CC: ["cavity"], MO: ["mediastinal"], PVA: ["pva"],
+    AT: ["atelectasis"],
+    CM: ["cardiomegaly"],
+    CO: ["consolidation"],
+    ED: ["edema"],
+    ECM: ["ecm"],
+    FX: ["fracture"],
+    LL: ["lesion"],
+    PE: ["effusion"],
+    PO: ["pleural_other"],
+    LO: ["opacity"],
+    PN: ["pneumonia"],
+    PTX: ["pneumothorax"],
+    SD: DEVICE_CONCEPTS,
+    EM: ["emphysema"],
+    ILD: ["ild"],
+    CA: ["calcification"],
+    TB: ["airway"],
+    CC: ["cavity"],
+    MO: ["mediastinal"],
+    PVA: ["pva"],
 }
 # clinically plausible companions: concept -> [(concept, probability)]
 COOCCUR = {
@@ -228,12 +252,19 @@ def slots_en(rng: random.Random) -> dict:
     k = rng.randrange(len(ORDINALS) - 1)
     cm = rng.choice(["8 mm", "9 mm", "1.1 cm", "1.2 cm", "1.5 cm", "1.8 cm", "2.1 cm"])
     return {
-        "side": side, "Side": cap(side), "other": "left" if side == "right" else "right",
-        "lobe": lobe, "Lobe": cap(lobe), "LOBE": abbr,
+        "side": side,
+        "Side": cap(side),
+        "other": "left" if side == "right" else "right",
+        "lobe": lobe,
+        "Lobe": cap(lobe),
+        "LOBE": abbr,
         "zone": rng.choice(["upper", "mid", "lower"]),
-        "size": size, "Size": cap(size),
-        "rib": ORDINALS[k], "rib2": ORDINALS[k + 1],
-        "cm": cm, "Cm": cap(cm),
+        "size": size,
+        "Size": cap(size),
+        "rib": ORDINALS[k],
+        "rib2": ORDINALS[k + 1],
+        "cm": cm,
+        "Cm": cap(cm),
         "mcm": rng.choice(["3.5 cm", "4.2 cm", "5 cm", "6.1 x 4.8 cm"]),
         "dist": rng.choice(["3 cm", "3.5 cm", "4 cm", "4.5 cm", "5 cm"]),
     }
@@ -242,9 +273,13 @@ def slots_en(rng: random.Random) -> dict:
 def slots_zh(rng: random.Random) -> dict:
     side = rng.choice(["左", "右"])
     return {
-        "side": side, "lobe": rng.choice(LOBES_ZH[side]), "zone": rng.choice(["上", "中", "下"]),
-        "ctr": rng.choice(["0.55", "0.58", "0.62"]), "pct": rng.choice(["20%", "30%", "40%"]),
-        "n": rng.choice(["4", "5", "6", "7", "8"]), "cm": rng.choice(["0.8cm", "1.2cm", "1.6cm"]),
+        "side": side,
+        "lobe": rng.choice(LOBES_ZH[side]),
+        "zone": rng.choice(["上", "中", "下"]),
+        "ctr": rng.choice(["0.55", "0.58", "0.62"]),
+        "pct": rng.choice(["20%", "30%", "40%"]),
+        "n": rng.choice(["4", "5", "6", "7", "8"]),
+        "cm": rng.choice(["0.8cm", "1.2cm", "1.6cm"]),
         "mcm": rng.choice(["3.5cm×3.0cm", "4.2cm×3.8cm", "5.0cm×4.1cm"]),
         "dist": rng.choice(["3cm", "4cm", "5cm"]),
     }
@@ -286,10 +321,19 @@ def make_instance(lang: Lang, concept: str, status: str, rng: random.Random, idx
     s = lang.slots(rng)
     if slots is not None:  # a companion finding shares its parent's side, lobe, etc.
         s = slots
-    return {"slots": s,
-        "concept": concept, "status": status, "key": (concept, status, idx), "group": c["group"], "rank": c["rank"],
-        "primary": c["primary"], "pos": list(pos), "amb": dict(amb), "neg": neg,
-        "f": cap(f.format(**s)), "i": cap(i.format(**s)) if i else None,
+    return {
+        "slots": s,
+        "concept": concept,
+        "status": status,
+        "key": (concept, status, idx),
+        "group": c["group"],
+        "rank": c["rank"],
+        "primary": c["primary"],
+        "pos": list(pos),
+        "amb": dict(amb),
+        "neg": neg,
+        "f": cap(f.format(**s)),
+        "i": cap(i.format(**s)) if i else None,
     }
 
 
@@ -338,8 +382,9 @@ def sentence_count(text: str) -> int:
     return sum(text.count(ch) for ch in ".。")
 
 
-def compose(lang: Lang, instances: list, rng: random.Random, *, long=False, empty_findings=False,
-            normal=False) -> tuple[str, str, dict]:
+def compose(
+    lang: Lang, instances: list, rng: random.Random, *, long=False, empty_findings=False, normal=False
+) -> tuple[str, str, dict]:
     """Build findings + impression text and the per-label state."""
     state = {lab: ("absent", None) for lab in READ_LABELS}
 
@@ -409,8 +454,7 @@ def compose(lang: Lang, instances: list, rng: random.Random, *, long=False, empt
         return "", lang.joiner.join(sents), state
 
     def total():
-        return (sum(sentence_count(t) for _, _, t in findings_items)
-                + sum(sentence_count(t) for t in imp_sents))
+        return sum(sentence_count(t) for _, _, t in findings_items) + sum(sentence_count(t) for t in imp_sents)
 
     for f in candidates:
         if total() >= target:
@@ -437,8 +481,18 @@ def compose(lang: Lang, instances: list, rng: random.Random, *, long=False, empt
     return findings, impression, state
 
 
-def build_cohort(lang: Lang, n_reports: int, prefix: str, *, n_normal: int, n_normal_tricky: int,
-                 n_long: int, n_empty: int, present_quota: dict, seed: str):
+def build_cohort(
+    lang: Lang,
+    n_reports: int,
+    prefix: str,
+    *,
+    n_normal: int,
+    n_normal_tricky: int,
+    n_long: int,
+    n_empty: int,
+    present_quota: dict,
+    seed: str,
+):
     rng = random.Random(f"{seed}|{lang.code}|plan")
     n_abn = n_reports - n_normal
     # 1. slots (label, concept, status, entry index): `present_quota` findings simply present per
@@ -523,8 +577,15 @@ def build_cohort(lang: Lang, n_reports: int, prefix: str, *, n_normal: int, n_no
                         accept(lang, cand)
                         instances.append(cand)
         f, i, state = compose(lang, instances, r, long=k in long_idx, empty_findings=k in empty_idx)
-        reports.append({"findings": f, "impression": i, "state": state, "instances": instances,
-                        "kind": "long" if k in long_idx else ("impression-only" if k in empty_idx else "abnormal")})
+        reports.append(
+            {
+                "findings": f,
+                "impression": i,
+                "state": state,
+                "instances": instances,
+                "kind": "long" if k in long_idx else ("impression-only" if k in empty_idx else "abnormal"),
+            }
+        )
     resolvable = [c for c in lang.lib if "resolved" in lang.lib[c]["variants"]]
     for k in range(n_normal):
         r = random.Random(f"{seed}|{lang.code}|normal|{k}")
@@ -534,8 +595,15 @@ def build_cohort(lang: Lang, n_reports: int, prefix: str, *, n_normal: int, n_no
             accept(lang, instances[-1])
         empty = k >= n_normal - n_empty // 4
         f, i, state = compose(lang, instances, r, normal=True, empty_findings=empty)
-        reports.append({"findings": f, "impression": i, "state": state, "instances": instances,
-                        "kind": "normal" + (" (resolved finding)" if instances else "")})
+        reports.append(
+            {
+                "findings": f,
+                "impression": i,
+                "state": state,
+                "instances": instances,
+                "kind": "normal" + (" (resolved finding)" if instances else ""),
+            }
+        )
     order = random.Random(f"{seed}|{lang.code}|order")
     order.shuffle(reports)
     for n, rep in enumerate(reports, 1):
@@ -597,8 +665,10 @@ def cohort_stats(reports: list) -> dict:
 
 
 def stats_table(st: dict) -> str:
-    lines = ["| label id | display name | positive (>= 4 of 6) | 3-3 ties | ambiguous items |",
-             "|---|---|---:|---:|---:|"]
+    lines = [
+        "| label id | display name | positive (>= 4 of 6) | 3-3 ties | ambiguous items |",
+        "|---|---|---:|---:|---:|",
+    ]
     for lab in LABEL_IDS:
         if lab == "no_finding":
             lines.append(f"| {lab} | {DISPLAY[lab]} (derived) | {st['pos'][lab]} | - | - |")
@@ -616,8 +686,10 @@ def splits_line(st: dict) -> str:
 # --------------------------------------------------------------------------------------------
 # Robustness pairs (hand-written for the project; synthetic)
 # --------------------------------------------------------------------------------------------
-PAIRS = [(p["kind"], p["label"], p["a"], p["b"], p["note"])
-         for p in yaml.safe_load((HERE / "sentences" / "robustness-pairs.yaml").read_text(encoding="utf-8"))]
+PAIRS = [
+    (p["kind"], p["label"], p["a"], p["b"], p["note"])
+    for p in yaml.safe_load((HERE / "sentences" / "robustness-pairs.yaml").read_text(encoding="utf-8"))
+]
 
 
 # --------------------------------------------------------------------------------------------
@@ -635,8 +707,9 @@ def readme_demo(reports: list, st: dict) -> str:
     kinds = Counter(r["kind"] for r in reports)
 
     def span(kind_names):
-        n = sorted(sentence_count(r["findings"]) + sentence_count(r["impression"])
-                   for r in reports if r["kind"] in kind_names)
+        n = sorted(
+            sentence_count(r["findings"]) + sentence_count(r["impression"]) for r in reports if r["kind"] in kind_names
+        )
         return f"{n[0]}-{n[-1]} sentences (median {n[len(n) // 2]})"
 
     return f"""# Demo study: synthetic chest X-ray reports with six simulated readers
@@ -650,26 +723,26 @@ This file is generated by the script; do not edit it by hand.
 
 ## Files
 
-- `reports.csv`: columns `id,findings,impression`; ids `demo-001` ... `demo-{st['n']:03d}`
-  ({st['n']} reports). Findings come first in the usual order (technique/comparison, devices,
+- `reports.csv`: columns `id,findings,impression`; ids `demo-001` ... `demo-{st["n"]:03d}`
+  ({st["n"]} reports). Findings come first in the usual order (technique/comparison, devices,
   lungs, pleura, heart and mediastinum, bones); `findings` is empty for the impression-only
   reports.
 - `readings.csv`: long format, columns `report_id,label,reader,value`; one row per report, label
-  and reader ({st['n']} x 20 x 6 = {st['n'] * 120} rows). `label` is a Ran Score label id, `reader`
+  and reader ({st["n"]} x 20 x 6 = {st["n"] * 120} rows). `label` is a Ran Score label id, `reader`
   is one of `reader-a` ... `reader-f`, `value` is 0 or 1. The 20 read labels are every Ran Score
   label except `no_finding`, which is derived (1 exactly when the other 20 are 0) and is never read.
 
 ## The reports
 
-Composition ({st['n']} reports):
+Composition ({st["n"]} reports):
 
 | kind | reports | length (findings + impression) |
 |---|---:|---|
-| ordinary abnormal | {kinds['abnormal']} | {span(['abnormal'])} |
-| long abnormal | {kinds['long']} | {span(['long'])} |
-| impression only (empty findings) | {kinds['impression-only']} | {span(['impression-only'])} |
-| normal | {kinds['normal']} | {span(['normal'])} |
-| normal, mentioning a resolved finding or removed device | {kinds['normal (resolved finding)']} | {span(['normal (resolved finding)'])} |
+| ordinary abnormal | {kinds["abnormal"]} | {span(["abnormal"])} |
+| long abnormal | {kinds["long"]} | {span(["long"])} |
+| impression only (empty findings) | {kinds["impression-only"]} | {span(["impression-only"])} |
+| normal | {kinds["normal"]} | {span(["normal"])} |
+| normal, mentioning a resolved finding or removed device | {kinds["normal (resolved finding)"]} | {span(["normal (resolved finding)"])} |
 
 Each abnormal report is built from one to six findings, each drawn from a library of about 250
 templates per finding and status (present, hedged, borderline, stable, improving, resolved); every
@@ -719,7 +792,7 @@ label) the script knows from its templates whether the label is
   {AMB_P[1][0]:.2f} and {AMB_P[1][1]:.2f} when the intended value is 1 (stable/improving findings,
   hedged pneumonia), {AMB_P[None][0]:.2f}-{AMB_P[None][1]:.2f} when it is genuinely undecidable (other hedged
   findings, borderline phrases), {AMB_P[0][0]:.2f}-{AMB_P[0][1]:.2f} when it is 0 (resolved, removed). Each
-  reader then has a small leniency offset ({', '.join(f'{k[-1]} {v:+.2f}' for k, v in READER_LENIENCY.items())})
+  reader then has a small leniency offset ({", ".join(f"{k[-1]} {v:+.2f}" for k, v in READER_LENIENCY.items())})
   so readers differ a little in how they treat uncertainty.
 
 The reference rule of the Ran Score paper (positive when at least 4 of 6 readers mark it,
@@ -727,9 +800,9 @@ negative when at least 4 of 6 do not) leaves 3-3 ties undecided: those go to adj
 
 ## Counts (by the readers' votes)
 
-Vote splits over all {st['n'] * 20} (report, label) items: {splits_line(st)}.
-Reports with no label reaching 4 of 6 (No Finding by majority): {st['normal']} of {st['n']}
-({st['normal'] / st['n']:.0%}).
+Vote splits over all {st["n"] * 20} (report, label) items: {splits_line(st)}.
+Reports with no label reaching 4 of 6 (No Finding by majority): {st["normal"]} of {st["n"]}
+({st["normal"] / st["n"]:.0%}).
 
 {stats_table(st)}
 
@@ -749,7 +822,7 @@ a rerun rewrites every file byte-identically.
 def readme_zh(reports: list, st: dict) -> str:
     return f"""# Demo study, Chinese cohort (synthetic)
 
-**Every report in this folder is synthetic.** The {st['n']} simplified-Chinese chest X-ray reports were
+**Every report in this folder is synthetic.** The {st["n"]} simplified-Chinese chest X-ray reports were
 written for the workbench demo by `annotations/make_demo.py` from sentence templates written for this
 project (phrasing such as 双肺纹理清晰, 未见胸腔积液, 心影增大, 右下肺斑片影, 不除外肺炎, 气管插管).
 They are not patient data and no text was copied from any real report or dataset. This cohort
@@ -760,7 +833,7 @@ This file is generated by the script; do not edit it by hand.
 
 ## Files
 
-- `reports.csv`: `id,findings,impression` (所见 / 印象), ids `zh-001` ... `zh-{st['n']:03d}`.
+- `reports.csv`: `id,findings,impression` (所见 / 印象), ids `zh-001` ... `zh-{st["n"]:03d}`.
 - `readings.csv`: `report_id,label,reader,value`, readers `reader-a` ... `reader-f`, the 20 Ran
   Score labels except the derived `no_finding`; value 0 or 1.
 
@@ -770,8 +843,8 @@ sentences almost always agree, hedged / borderline / temporal wording (不除外
 
 ## Counts (by the readers' votes)
 
-Vote splits over all {st['n'] * 20} items: {splits_line(st)}. Reports with no label reaching 4 of 6:
-{st['normal']} of {st['n']}.
+Vote splits over all {st["n"] * 20} items: {splits_line(st)}. Reports with no label reaching 4 of 6:
+{st["normal"]} of {st["n"]}.
 
 {stats_table(st)}
 
@@ -821,25 +894,37 @@ def generate() -> dict:
     for lab in (AT, CM, PE, LO, ED, PN, CO, PTX):
         present_quota[lab] = 12
     present_quota[SD] = 30
-    reports = build_cohort(en, 180, "demo", n_normal=28, n_normal_tricky=7, n_long=14, n_empty=20,
-                           present_quota=present_quota, seed=SEED)
+    reports = build_cohort(
+        en, 180, "demo", n_normal=28, n_normal_tricky=7, n_long=14, n_empty=20, present_quota=present_quota, seed=SEED
+    )
     rows = simulate_readings(reports, SEED, "demo")
     st = cohort_stats(reports)
-    files["demo/reports.csv"] = csv_text(["id", "findings", "impression"],
-                                         [(r["id"], r["findings"], r["impression"]) for r in reports])
+    files["demo/reports.csv"] = csv_text(
+        ["id", "findings", "impression"], [(r["id"], r["findings"], r["impression"]) for r in reports]
+    )
     files["demo/readings.csv"] = csv_text(["report_id", "label", "reader", "value"], rows)
     files["demo/README.md"] = readme_demo(reports, st)
 
     # Chinese cohort
     zh = Lang("zh")
-    reports_zh = build_cohort(zh, 24, "zh", n_normal=5, n_normal_tricky=1, n_long=0, n_empty=0,
-                              present_quota={lab: (3 if lab == SD else 2 if lab in (AT, CM, PE, PN, LO, ED, CO, PTX, LL)
-                                                   else 1) for lab in READ_LABELS},
-                              seed=SEED)
+    reports_zh = build_cohort(
+        zh,
+        24,
+        "zh",
+        n_normal=5,
+        n_normal_tricky=1,
+        n_long=0,
+        n_empty=0,
+        present_quota={
+            lab: (3 if lab == SD else 2 if lab in (AT, CM, PE, PN, LO, ED, CO, PTX, LL) else 1) for lab in READ_LABELS
+        },
+        seed=SEED,
+    )
     rows_zh = simulate_readings(reports_zh, SEED, "demo-zh")
     st_zh = cohort_stats(reports_zh)
-    files["demo-zh/reports.csv"] = csv_text(["id", "findings", "impression"],
-                                            [(r["id"], r["findings"], r["impression"]) for r in reports_zh])
+    files["demo-zh/reports.csv"] = csv_text(
+        ["id", "findings", "impression"], [(r["id"], r["findings"], r["impression"]) for r in reports_zh]
+    )
     files["demo-zh/readings.csv"] = csv_text(["report_id", "label", "reader", "value"], rows_zh)
     files["demo-zh/README.md"] = readme_zh(reports_zh, st_zh)
 
@@ -850,8 +935,9 @@ def generate() -> dict:
         pid = f"{'para' if kind == 'paraphrase' else 'sig'}-{n[kind]:02d}"
         prow.append((pid, kind, lab, a, b, note))
     files["robustness/pairs.csv"] = csv_text(["pair_id", "kind", "label", "text_a", "text_b", "note"], prow)
-    files["robustness/README.md"] = readme_robustness(n["paraphrase"], n["significant"],
-                                                      [p[1] for p in PAIRS if p[0] == "significant"])
+    files["robustness/README.md"] = readme_robustness(
+        n["paraphrase"], n["significant"], [p[1] for p in PAIRS if p[0] == "significant"]
+    )
     return {"files": files, "stats": {"demo": st, "demo-zh": st_zh}, "reports": reports}
 
 
@@ -889,8 +975,10 @@ def main(argv=None) -> int:
         for rel, text in out["files"].items():
             print(f"{hashlib.sha256(text.encode('utf-8')).hexdigest()[:16]}  {rel}")
         for name, st in out["stats"].items():
-            print(f"\n[{name}] {st['n']} reports; splits {splits_line(st)}; "
-                  f"no finding by majority {st['normal']}; 3-3 ties {sum(st['ties'].values())}")
+            print(
+                f"\n[{name}] {st['n']} reports; splits {splits_line(st)}; "
+                f"no finding by majority {st['normal']}; 3-3 ties {sum(st['ties'].values())}"
+            )
             for lab in LABEL_IDS:
                 print(f"  {lab:30s} positive {st['pos'][lab]:4d}   ties {st['ties'][lab]:3d}")
     if differ:
