@@ -15,7 +15,6 @@ from click.testing import CliRunner
 from fake_llm_server import running_server
 
 from workbench.cli import main
-from workbench.core import parsing
 from workbench.labeller import labelling
 from workbench.labeller.llm import CallResult, ModelConfig, describe
 

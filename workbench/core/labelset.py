@@ -172,7 +172,7 @@ class Lexicon:
         ]
 
 
-def form_key(words: list[str], generic: set[str], anatomy: set[str] = frozenset()) -> tuple[str, ...]:
+def form_key(words: list[str], generic: set[str], anatomy: frozenset[str] | set[str] = frozenset()) -> tuple[str, ...]:
     """What a form groups under: its last finding word, with the nearest word before it that is no structure
     when that head is generic or a structure ("granulomatous disease", "tortuous aorta", "enlarged heart");
     () when every word names a structure (the heart, the mediastinal contour: anatomy, no finding)."""

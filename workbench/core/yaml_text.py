@@ -49,7 +49,9 @@ def _refuse_deep(text: str) -> None:
 def _refuse_alias_bomb(root: yaml.Node) -> None:
     """Count the nodes the document would expand to (each alias counts its whole target again), iteratively;
     an alias inside its own anchor (a document that contains itself) is refused too."""
-    sizes, open_nodes, stack = {}, set(), [(root, False)]
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack = [(root, False)]
     while stack:
         node, children_done = stack.pop()
         key = id(node)

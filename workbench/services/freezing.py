@@ -34,7 +34,6 @@ if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
     from workbench.services.study import StudyService
 
 
-
 class StudyExtractionCache:
     """Extraction cache in the study database (shared by every scoring job of the study)."""
 

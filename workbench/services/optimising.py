@@ -1231,9 +1231,7 @@ class _ProposerReply:
             self.result = proposals.parse_reply(text, self.lp, self.allowed, self.source)
         ok = self.result.status == "ok"
         return {
-            self.lp.label: parsing.Answer(
-                1 if ok else None, "", "ok" if ok else self.result.status, self.result.detail
-            )
+            self.lp.label: parsing.Answer(1 if ok else None, "", "ok" if ok else self.result.status, self.result.detail)
         }
 
 
