@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import pathlib
 import re
@@ -110,7 +111,7 @@ def metrics(study: Study, run: int) -> dict:
 
 def figure(x) -> str:
     """A figure to 3 places; '-' for none."""
-    return "-" if x is None or x != x else f"{x:.3f}"
+    return "-" if x is None or math.isnan(x) else f"{x:.3f}"
 
 
 def f1_text(f1, lo, hi) -> str:

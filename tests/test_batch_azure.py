@@ -237,7 +237,8 @@ def test_estimate_of_an_azure_batch_uses_litellms_azure_batch_price(small_study,
     assert_batch_costs_half(
         small_study, "azure/gpt-4o-mini", server.azure_url
     )  # azure/gpt-4o-mini's batch price is half
-    assert server.requests == 0
+    # no chat call and no batch request (the estimate without --batch asks a local server what it serves: GETs only)
+    assert server.count == 0 and not server.batch_counts
 
 
 def test_score_batch_with_an_azure_deployment_gives_the_scores_of_a_normal_score(

@@ -102,7 +102,7 @@ def quoted_case(demo_template, tmp_path):
     wb = Workbench(study)
     queue = wb.disagreements(2)
     case = queue.iloc[0]
-    text = wb.report_text(case.report_id)["text"]
+    text = wb.report_text(case.report_id).text
     words = re.findall(r"\w+", text)
     quote = f"{words[0].upper()}  {words[1]} ... {' '.join(words[-2:])}"  # first two words, last two: in order
     answer = parse_reply(json.dumps({"value": int(case.prediction), "evidence": quote}), text)
@@ -136,7 +136,7 @@ def test_parser_app_and_cli_agree_the_quote_is_in_the_report(quoted_case):
 
     out = CliRunner().invoke(main, ["disagreements", "2", "--label", label, "--study", str(study)])
     assert out.exit_code == 0, out.output
-    case = out.output[out.output.index(f"{report_id}  {label}") :].split("workbench note")[0]
+    case = out.output[out.output.index(f"{report_id}  {label}") :].split("workbench error-note")[0]
     assert "not found" not in case  # the CLI
     assert case.count(">>") == 2, case
 

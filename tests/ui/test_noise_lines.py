@@ -50,7 +50,12 @@ def test_split_comparison_and_suggestion_show_the_noise_line(study):  # noqa: F8
     )
     assert all_text(at).count(NOT_MEASURED) == 1  # once, not once per part
     queue = wb.disagreements(newer)
-    label = queue["label"].value_counts().index[0]
+    label = next(  # a label whose suggestion changes validation answers (the line counts those changes)
+        lab
+        for lab in queue["label"].value_counts().index
+        if (part := ((wb.suggest(lab, newer).get("evaluation") or {}).get("parts") or {}).get("validation"))
+        and int(part["fixed"]) + int(part["broken"])
+    )
     at = open_page(study, "prompts", {state.PROMPT_LABEL: label})
     button(at, "Suggest a revision").click().run()
     assert_clean(at)

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import yaml
 
+from workbench.errors import UserError
+
 MAX_DEPTH = 100  # nesting of mappings and sequences; real files use fewer than 10
 MAX_ALIAS_NODES = 100_000  # nodes that aliases add beyond the document as written
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: a tenth of the pure-Python time
 
 
-class YamlTooLarge(yaml.YAMLError):
+class YamlTooLarge(yaml.YAMLError, UserError):
     """A YAML document past the nesting or alias-expansion bound; callers that catch YAMLError report it as such."""
 
 

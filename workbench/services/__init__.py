@@ -135,10 +135,6 @@ class Workbench:
     adaptive_settings = property(lambda self: self.ctx.adaptive_settings)
 
     # old names, removed after the merge
-    runner = property(lambda self: self.runs)  # old name, removed after the merge
-    model_path = property(lambda self: self.costs)  # old name, removed after the merge
-    freezing = property(lambda self: self.freeze)  # old name, removed after the merge
-    views = property(lambda self: self)  # old name, removed after the merge
 
     @property
     def ui_revision(self):

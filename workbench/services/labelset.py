@@ -23,6 +23,7 @@ from workbench.core import labelset as ls
 from workbench.core.prompts import call_keyer
 from workbench.core.text import compose_text
 from workbench.core.yaml_text import load_yaml
+from workbench.labeller.endpoints import is_offline
 from workbench.services.base import Service, StudyContext
 from workbench.store import labelsets as store
 from workbench.store import prompt_repo
@@ -142,7 +143,7 @@ class LabelSetService(Service):
         from workbench.labeller import labelling
 
         settings = self.runs.labeller_settings(model, **overrides)
-        if settings.get("model", "").startswith(labelling.RULES_PREFIX):
+        if is_offline(settings.get("model", "")):
             raise StudyError("the model engine needs a model (--model); the offline engine is --engine offline")
         self.runs.check_model_name(settings)
         self.runs.check_endpoint(settings)  # report text goes only where an admin allowed it
