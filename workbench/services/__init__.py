@@ -134,8 +134,6 @@ class Workbench:
     rule = property(lambda self: self.ctx.rule)
     adaptive_settings = property(lambda self: self.ctx.adaptive_settings)
 
-    # old names, removed after the merge
-
     @property
     def ui_revision(self):
         """The app's write counter of this study (ui/state.py), shared by the per-actor copies."""
