@@ -352,7 +352,8 @@ def main():
     "--db",
     "db_url",
     default=None,
-    help="Database URL (default: an SQLite file in the study folder); e.g. postgresql+psycopg://user@host/db",
+    help="Database URL (default: an SQLite file in the study folder); e.g. postgresql+psycopg://user@host/db. "
+    "No password in it (it would be written to workbench.yaml): PGPASSWORD or ~/.pgpass holds it.",
 )
 @click.option(
     "--rule",
@@ -2527,7 +2528,12 @@ def allow_endpoint(wb, url):
 
 
 @main.command("migrate-db")
-@click.option("--to", "to_url", required=True, help="Empty target database, e.g. postgresql+psycopg://user@host/db")
+@click.option(
+    "--to",
+    "to_url",
+    required=True,
+    help="Empty target database, e.g. postgresql+psycopg://user@host/db (no password in it: PGPASSWORD or ~/.pgpass).",
+)
 @wide_flag
 @study_option
 def migrate_db(wb, to_url):
