@@ -1615,6 +1615,8 @@ def freeze(wb, prompt_ref, name, cohort, ci, sign_key):
     click.echo(
         f"froze {name}: sha256 {info.sha256}\n  {info.json}\n  {info.yaml}\n  prompt {info.commit[:8]}, run {info.run}"
     )
+    for note in info.notes:
+        click.echo(f"note: {note}", err=True)
     if sign_key:
         click.echo(f"  signed with key {bundle_mod.sign_bundle(info.json, Path(sign_key))}")
 
