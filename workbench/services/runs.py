@@ -365,6 +365,16 @@ def _holder_gone(holder: str) -> bool:
     return False
 
 
+def _executor_gone(holder: str | None, expires_at: float | None, now: float) -> bool:
+    """A `running` run's executor is gone: on this machine, its process has ended (a slow but live one keeps
+    its run, whatever the load did to its renewals); elsewhere, it stopped renewing its lease."""
+    if holder is None or expires_at is None:
+        return True  # a run that starts holds its lease from its first moment: this row's executor never did
+    if holder.partition(":")[0] == socket.gethostname():
+        return _holder_gone(holder)
+    return expires_at < now
+
+
 class RunsService(Service):
     """Starting, resuming and retrying runs; the call cache."""
 
@@ -546,6 +556,21 @@ class RunsService(Service):
             for n, status, failures in zip(answered, runs["status"], runs["failures"], strict=True)
         ]
         return runs.assign(answered=answered, result=result)
+
+    def settle_abandoned_runs(self, cohort_id: int | None = None, run_id: int | None = None) -> list[int]:
+        """Mark interrupted the runs left `running` by an executor that is gone (killed with SIGKILL, its machine
+        lost): its lease was not renewed in time, or its process no longer exists on this machine. Their answers
+        are kept and `workbench run --resume` finishes them. The ids marked."""
+        now = time.time()
+        with self.session() as s:
+            running = [r for r in q.running_runs(s, cohort_id) if run_id is None or r[0] == run_id]
+        gone = [(rid, holder) for rid, holder, until in running if _executor_gone(holder, until, now)]
+        marked = []
+        for rid, holder in gone:
+            with self.session(write=True) as s:
+                if q.mark_run_abandoned(s, rid, holder, INTERRUPTED, q.now()):
+                    marked.append(rid)
+        return marked
 
     def interrupted_runs(self, cohort: str | None = None) -> pd.DataFrame:
         """Runs stopped by Ctrl-C or SIGTERM: not results (kept apart from history and metrics) until resumed."""
@@ -891,8 +916,9 @@ class RunsService(Service):
         return self.study.blind_rows(frame)
 
     def runs(self, cohort: str | None = None) -> pd.DataFrame:
-        """Runs newest first."""
+        """Runs newest first (a run whose executor is gone shows as interrupted, see settle_abandoned_runs)."""
         cid = self.study.cohort_id(cohort) if cohort else None
+        self.settle_abandoned_runs(cid)
         with self.session() as s:
             return q.list_runs(s, cid)
 
