@@ -63,3 +63,24 @@ def test_a_run_with_a_live_executor_is_left_running(small_study):
     run_id = small_study.start_run("dev").run_id
     left_running(small_study, run_id, f"{socket.gethostname()}:{os.getppid()}:abc", time.time() + 3600)
     assert small_study.runs().set_index("id").loc[run_id, "status"] == "running"
+
+
+def test_a_full_disk_during_a_run_says_the_run_is_kept_and_how_to_resume(small_study, tmp_path):
+    import resource
+    import signal
+
+    def full_disk():  # every file may grow to 80 kB: the run's row fits, its answers do not
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a killed process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (80_000, 80_000))
+
+    small_study.engine.dispose()
+    args = [sys.executable, "-m", "workbench.cli", "run", "--cohort", "dev", "--study", str(small_study.root)]
+    done = subprocess.run(args, capture_output=True, text=True, preexec_fn=full_disk, timeout=600, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    runs = small_study.runs()
+    assert len(runs) == 1 and runs.loc[0, "status"] != "running"
+    run_id = int(runs.loc[0, "id"])
+    assert "nothing was saved" not in done.stderr
+    assert "the run is kept" in done.stderr and f"workbench run --resume {run_id}" in done.stderr
+    assert small_study.resume_run(run_id).run_id == run_id  # the disk has room again
+    assert small_study.run_info(run_id).status == "finished"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import os
 import queue
@@ -21,7 +22,7 @@ import pandas as pd
 
 from workbench.core.text import compose_text
 from workbench.core.vocab import derive_frame
-from workbench.errors import WorkbenchError
+from workbench.errors import StorageFault, WorkbenchError
 from workbench.labeller import batch, endpoints, labelling
 from workbench.labeller.labelling import MODEL_FIELDS, RULES_PREFIX, Progress, model_config  # noqa: F401 (re-exported)
 from workbench.labeller.llm import (
@@ -36,6 +37,7 @@ from workbench.runtime import AnyEvent, fewer_collections
 from workbench.services import memo
 from workbench.services.base import Service, StudyContext
 from workbench.services.model_path import NeedsConfirmation
+from workbench.store import db
 from workbench.store import queries as q
 from workbench.study import StudyError
 
@@ -58,6 +60,37 @@ class RunInterrupted(WorkbenchError):
             f"run {run_id} interrupted after {stored:,}{of} answers (kept){failed}: resume with "
             f"`workbench run --resume {run_id}`"
         )
+
+
+class RunStorageFault(StorageFault):
+    """The database or disk failed during a run: the answers stored before it are kept, and resume finishes it."""
+
+    def __init__(self, run_id: int, exc: BaseException, marked: bool, stored: int | None) -> None:
+        self.run_id = run_id
+        status = "" if marked else " (its status says running until then)"
+        kept = {None: "the answers stored before that are kept", 0: "no answer had been stored yet"}.get(
+            stored, f"the {stored:,} answers stored before that are kept"
+        )
+        super().__init__(
+            f"run {run_id} stopped: {_storage_cause(exc)}; the run is kept and {kept} (those not stored are asked "
+            f"again); when the database or disk is back, `workbench run --resume {run_id}` finishes it without "
+            f"repeating what was stored{status}"
+        )
+
+
+def _storage_cause(exc: BaseException) -> str:
+    """What failed, in a few words, never the SQL or its parameters (they hold report text)."""
+    orig = getattr(exc, "orig", None) or exc
+    low = str(orig).lower()
+    if getattr(orig, "errno", None) == errno.ENOSPC or "disk is full" in low or "no space" in low:
+        return "the disk is full"
+    if "disk i/o error" in low:
+        return "the disk refused a write (full, or failing)"
+    if "read-only" in low or "readonly" in low:
+        return "the database became read-only"
+    if any(w in low for w in ("connection", "server closed", "terminating", "could not connect", "shutdown")):
+        return "the database server could not be reached"
+    return f"the database or disk refused a write ({type(orig).__name__})"
 
 
 @dataclass
@@ -702,13 +735,26 @@ class RunsService(Service):
                 run = q.get_run(s, run_id)
                 total = len(q.report_ids(s, run.cohort_id)) * len(json.loads(run.labels_json))
             raise RunInterrupted(run_id, stored, total, failures) from None
-        except BaseException:
+        except BaseException as exc:
+            marked = False
             if state["running"] and not lease.lost:  # never leave a run "running" that nobody executes
-                with self.session(write=True) as s:
-                    q.update_run(s, run_id, status="incomplete", finished_at=q.now())
+                with contextlib.suppress(*db.storage_errors()):  # the store may be what failed
+                    with self.session(write=True) as s:
+                        q.update_run(s, run_id, status="incomplete", finished_at=q.now())
+                    marked = True
+            if isinstance(exc, db.storage_errors()):
+                raise RunStorageFault(run_id, exc, marked, self._stored_answers(run_id)) from exc
             raise
         finally:
             lease.release()
+
+    def _stored_answers(self, run_id: int) -> int | None:
+        """How many answers of a run are stored, None when the store cannot say (it is what failed)."""
+        try:
+            with self.session() as s:
+                return q.prediction_tally(s, run_id)[0]
+        except db.storage_errors():
+            return None
 
     def _execute_leased(self, run_id: int, on_progress, cancel, stop, lease, state, batch=(False, None)) -> RunSummary:
         """The body of _execute, holding the run's lease."""
