@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from click.testing import CliRunner
 
 from workbench.cli import main
@@ -65,13 +66,14 @@ def test_a_run_with_a_live_executor_is_left_running(small_study):
     assert small_study.runs().set_index("id").loc[run_id, "status"] == "running"
 
 
-def test_a_full_disk_during_a_run_says_the_run_is_kept_and_how_to_resume(small_study, tmp_path):
+@pytest.mark.parametrize("room", [40_000, 80_000])  # the disk fills at the run's lease, or at its answers
+def test_a_full_disk_during_a_run_says_the_run_is_kept_and_how_to_resume(small_study, tmp_path, room):
     import resource
     import signal
 
-    def full_disk():  # every file may grow to 80 kB: the run's row fits, its answers do not
+    def full_disk():  # every file may grow to `room` bytes: the run's row fits, its lease or answers do not
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a killed process
-        resource.setrlimit(resource.RLIMIT_FSIZE, (80_000, 80_000))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (room, room))
 
     small_study.engine.dispose()
     args = [sys.executable, "-m", "workbench.cli", "run", "--cohort", "dev", "--study", str(small_study.root)]

@@ -719,11 +719,11 @@ class RunsService(Service):
             if q.get_run(s, run_id) is None:
                 raise StudyError(f"no run {run_id}")
         lease = lease or RunLease(self, run_id, self.lease_ttl_s)
-        lease.take()
         stop = threading.Event()
-        lease.keep(stop, cancel)
         state = {"running": started}
         try:
+            lease.take()  # inside: a store that fails here is reported like one failing later in the run
+            lease.keep(stop, cancel)
             with fewer_collections():  # tens of thousands of short-lived rows and replies: see workbench.runtime
                 return self._execute_leased(run_id, on_progress, cancel, stop, lease, state, batch)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM turned into one by the command line: resumable
@@ -746,7 +746,8 @@ class RunsService(Service):
                 raise RunStorageFault(run_id, exc, marked, self._stored_answers(run_id)) from exc
             raise
         finally:
-            lease.release()
+            with contextlib.suppress(*db.storage_errors()):  # a lease not released expires on its own
+                lease.release()
 
     def _stored_answers(self, run_id: int) -> int | None:
         """How many answers of a run are stored, None when the store cannot say (it is what failed)."""
