@@ -86,3 +86,17 @@ def test_a_full_disk_during_a_run_says_the_run_is_kept_and_how_to_resume(small_s
     assert "the run is kept" in done.stderr and f"workbench run --resume {run_id}" in done.stderr
     assert small_study.resume_run(run_id).run_id == run_id  # the disk has room again
     assert small_study.run_info(run_id).status == "finished"
+
+
+def test_audit_events_keep_the_order_they_were_written_in_when_the_clock_goes_back(small_study, monkeypatch):
+    # issue 34 item 12: the audit's order is its sequence (the row id), not the writer's clock
+    stamps = iter(["2026-12-05T10:00:00.000000+00:00", "2026-12-05T09:00:00.000000+00:00"])  # NTP stepped back
+    monkeypatch.setattr(q, "now", lambda: next(stamps))
+    for key in ("first", "second"):
+        with small_study.session(write=True) as s:
+            q.add_audit(s, "ana", "note", "clock", key)
+    monkeypatch.undo()
+    with small_study.session() as s:
+        events = q.list_audit(s, entity="clock")
+        assert list(events["entity_key"]) == ["second", "first"]  # newest first, by sequence
+        assert q.verify_audit(s)["ok"]
