@@ -285,8 +285,11 @@ def test_a_failed_write_of_the_offline_labeller_ends_the_run_incomplete(small_st
         return real(session, run_id, rows)
 
     monkeypatch.setattr(q, "upsert_predictions", flaky)
-    with pytest.raises(OSError, match="database went away"):
+    from workbench.services.runs import RunStorageFault
+
+    with pytest.raises(RunStorageFault, match="the run is kept and no answer had been stored yet") as failed:
         wb.start_run("dev")
+    assert isinstance(failed.value.__cause__, OSError)  # the store's own error, kept as the cause
     run = wb.runs("dev").iloc[0]
     assert run["status"] == "incomplete"  # never left "running" with nobody executing it
     monkeypatch.setattr(q, "upsert_predictions", real)

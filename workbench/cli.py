@@ -351,7 +351,8 @@ def main():
     "--db",
     "db_url",
     default=None,
-    help="Database URL (default: an SQLite file in the study folder); e.g. postgresql+psycopg://user@host/db",
+    help="Database URL (default: an SQLite file in the study folder); e.g. postgresql+psycopg://user@host/db. "
+    "No password in it (it would be written to workbench.yaml): PGPASSWORD or ~/.pgpass holds it.",
 )
 @click.option(
     "--rule",
@@ -1615,6 +1616,8 @@ def freeze(wb, prompt_ref, name, cohort, ci, sign_key):
     click.echo(
         f"froze {name}: sha256 {info.sha256}\n  {info.json}\n  {info.yaml}\n  prompt {info.commit[:8]}, run {info.run}"
     )
+    for note in info.notes:
+        click.echo(f"note: {note}", err=True)
     if sign_key:
         click.echo(f"  signed with key {bundle_mod.sign_bundle(info.json, Path(sign_key))}")
 
@@ -2528,7 +2531,12 @@ def allow_endpoint(wb, url):
 
 
 @main.command("migrate-db")
-@click.option("--to", "to_url", required=True, help="Empty target database, e.g. postgresql+psycopg://user@host/db")
+@click.option(
+    "--to",
+    "to_url",
+    required=True,
+    help="Empty target database, e.g. postgresql+psycopg://user@host/db (no password in it: PGPASSWORD or ~/.pgpass).",
+)
 @wide_flag
 @study_option
 def migrate_db(wb, to_url):

@@ -7,6 +7,7 @@ or opened by a later version of the workbench and still mean the same thing.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -256,6 +257,17 @@ def save_config(root: Path, cfg: StudyConfig) -> None:
     tmp = path.with_suffix(".yaml.tmp")
     tmp.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True), encoding="utf-8")
     os.replace(tmp, path)
+
+
+def refuse_password_in_url(url: str, option: str) -> None:
+    """A database URL that would be written to workbench.yaml must not carry a password (the file is read in clear)."""
+    if re.search(r"://[^/@]*:[^/@]*@", url):
+        raise StudyError(
+            f"{option}: the URL holds a password, which would be written to workbench.yaml in clear; "
+            "give the URL without it (postgresql+psycopg://USER@HOST/DB) and the password in the PGPASSWORD "
+            "environment variable or a password file (~/.pgpass, or the file named by PGPASSFILE, mode 600); "
+            "nothing was written"
+        )
 
 
 def database_url(root: Path, cfg: StudyConfig) -> str:

@@ -7,6 +7,7 @@ expected; one test checks that report text containing HTML and Markdown is shown
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -659,6 +660,7 @@ def test_freeze_makes_a_bundle_and_scores(study, tmp_path):
     assert_clean(at)
     assert (study / "bundles" / "demo-v1.json").exists()
     assert "Frozen demo-v1" in all_text(at)
+    assert "few-shot example(s) quoting report text" in all_text(at)
     reports = pd.read_csv(shipped_dir("annotations") / "demo" / "reports.csv").head(12)
     generated = reports.assign(impression="No acute cardiopulmonary process.")
     at.file_uploader[0].upload("reference.csv", reports.to_csv(index=False).encode(), "text/csv")
@@ -668,6 +670,26 @@ def test_freeze_makes_a_bundle_and_scores(study, tmp_path):
     wait_for_job(at, "score")
     assert "gen-a" in all_text(at) and "Ran Score" in all_text(at)
     assert len(at.download_button) >= 4
+
+
+def test_scoring_and_pairs_uploads_are_deleted_from_the_temp_folder_after_use(study, tmp_path, monkeypatch):
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where the page writes uploads (the importers read files)
+    workbench(study).freeze("demo-v1")
+    at = open_page(study, "freeze")
+    reports = pd.read_csv(Path(__file__).resolve().parents[2] / "annotations" / "demo" / "reports.csv").head(6)
+    at.file_uploader[0].upload("reference.csv", reports.to_csv(index=False).encode(), "text/csv")
+    at.file_uploader[1].upload("gen-a.csv", reports.to_csv(index=False).encode(), "text/csv")
+    button(at, "Score").click().run()
+    wait_for_job(at, "score")
+    assert "gen-a" in all_text(at)
+    pairs = Path(__file__).resolve().parents[2] / "annotations" / "robustness" / "pairs.csv"
+    at.file_uploader(key=state.widget_key("pairs")).upload("pairs.csv", pairs.read_bytes(), "text/csv")
+    button(at, "Check robustness").click().run()
+    assert_clean(at)
+    assert at.session_state[state.ROBUST_RESULT]["pairs"] is not None
+    assert not list(temp.glob("workbench-*")), "report text left in the temp folder"
 
 
 def test_robustness_with_shipped_pairs(study):

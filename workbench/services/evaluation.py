@@ -189,12 +189,16 @@ class EvaluationService(Service):
         reference: the cohort's reference matrix when the caller already has it (history, queue);
         test_look: the frozen commit of a counted test look (the only way a test cohort's run is measured).
         """
+        abandoned = self.runs.settle_abandoned_runs(run_id=run_id)
         run = self.runs.run_info(run_id)
-        if run.status == "interrupted":  # part of a run is not a result: its figures would be read as one
-            raise UserError(
-                f"run {run_id} was interrupted before it finished, so it has no figures yet: resume with "
-                f"`workbench run --resume {run_id}`"
+        if abandoned or run.status == "interrupted":  # part of a run is not a result: its figures would be read as one
+            how = (
+                "was left `running` by a process that is gone (killed, or its machine lost: it stopped renewing "
+                "its lease), so it is now marked interrupted; its answers are kept and it"
+                if abandoned
+                else "was interrupted before it finished, so it"
             )
+            raise UserError(f"run {run_id} {how} has no figures yet: resume with `workbench run --resume {run_id}`")
         self.splits.check_test_lock(run, test_look)  # a test cohort is measured only through a counted look
         cohort = self.study.cohort_name(run.cohort_id)
         labels = self._run_labels(run)

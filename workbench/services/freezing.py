@@ -123,6 +123,7 @@ class FreezeService(Service):
             bundle_mod.check_name(name)  # Git's tag-name rules too, before anything is written
         except bundle_mod.BundleError as exc:
             raise StudyError(str(exc)) from exc
+        notes = prompt_repo.clear_stale_locks(self.paths.prompts)
         self._undo_incomplete_freeze(name)
         if name in prompt_repo.tags(self.paths.prompts) or (self.paths.bundles / f"{name}.json").exists():
             raise StudyError(f"the name {name!r} is already frozen; frozen names cannot be moved or reused")
@@ -149,7 +150,8 @@ class FreezeService(Service):
                 f"freeze of {name!r} failed: {_one_line(exc, self.root)}; {left or 'nothing was kept (no tag, no bundle, no audit event)'}; "
                 "the name is still free: fix the cause and freeze again"
             ) from exc
-        return FrozenBundle(name, sha, json_path, yaml_path, commit, run.id)
+        notes += _report_text_note(content)
+        return FrozenBundle(name, sha, json_path, yaml_path, commit, run.id, tuple(notes))
 
     __call__ = freeze  # wb.freeze(name) freezes, as it did before the service took the name
 
@@ -427,6 +429,19 @@ class FreezeService(Service):
             cache=StudyExtractionCache(self),
             allow_endpoints=list(self.config.allowed_endpoints),
         )
+
+
+def _report_text_note(content: dict) -> list[str]:
+    """Say that a bundle carries few-shot report excerpts, which go to the scoring site's endpoints with every call."""
+    labels = content["prompts"]["labels"].values()
+    count = sum(len(lab.get("examples") or ()) for lab in labels)
+    if not count:
+        return []
+    return [
+        f"the bundle carries {count} few-shot example(s) quoting report text; whoever scores with it sends them to "
+        "the scoring site's endpoints in every call: share it only where that text may go (or save a prompt "
+        "version whose examples are written, not quoted, and freeze that)"
+    ]
 
 
 def _freeze_message(name: str, user: str, sha: str) -> str:

@@ -159,6 +159,7 @@ class FrozenBundle:
     yaml: Path
     commit: str
     run: int
+    notes: tuple[str, ...] = ()  # what the person freezing should know (a stale lock removed, report text inside)
 
 
 # ------------------------------------------------------------ a reader's reading (services/reading.py): records only

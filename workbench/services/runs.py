@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import os
 import queue
@@ -21,7 +22,7 @@ import pandas as pd
 
 from workbench.core.text import compose_text
 from workbench.core.vocab import derive_frame
-from workbench.errors import WorkbenchError
+from workbench.errors import StorageFault, WorkbenchError
 from workbench.labeller import batch, endpoints, labelling
 from workbench.labeller.endpoints import RULES_PREFIX, is_offline  # noqa: F401 (re-exported)
 from workbench.labeller.labelling import MODEL_FIELDS, Progress, model_config  # noqa: F401 (re-exported)
@@ -37,6 +38,7 @@ from workbench.runtime import AnyEvent, fewer_collections
 from workbench.services import memo
 from workbench.services.base import Service, StudyContext
 from workbench.services.model_path import NeedsConfirmation
+from workbench.store import db
 from workbench.store import queries as q
 from workbench.study import StudyError
 
@@ -59,6 +61,37 @@ class RunInterrupted(WorkbenchError):
             f"run {run_id} interrupted after {stored:,}{of} answers (kept){failed}: resume with "
             f"`workbench run --resume {run_id}`"
         )
+
+
+class RunStorageFault(StorageFault):
+    """The database or disk failed during a run: the answers stored before it are kept, and resume finishes it."""
+
+    def __init__(self, run_id: int, exc: BaseException, marked: bool, stored: int | None) -> None:
+        self.run_id = run_id
+        status = "" if marked else " (its status says running until then)"
+        kept = {None: "the answers stored before that are kept", 0: "no answer had been stored yet"}.get(
+            stored, f"the {stored:,} answers stored before that are kept"
+        )
+        super().__init__(
+            f"run {run_id} stopped: {_storage_cause(exc)}; the run is kept and {kept} (those not stored are asked "
+            f"again); when the database or disk is back, `workbench run --resume {run_id}` finishes it without "
+            f"repeating what was stored{status}"
+        )
+
+
+def _storage_cause(exc: BaseException) -> str:
+    """What failed, in a few words, never the SQL or its parameters (they hold report text)."""
+    orig = getattr(exc, "orig", None) or exc
+    low = str(orig).lower()
+    if getattr(orig, "errno", None) == errno.ENOSPC or "disk is full" in low or "no space" in low:
+        return "the disk is full"
+    if "disk i/o error" in low:
+        return "the disk refused a write (full, or failing)"
+    if "read-only" in low or "readonly" in low:
+        return "the database became read-only"
+    if any(w in low for w in ("connection", "server closed", "terminating", "could not connect", "shutdown")):
+        return "the database server could not be reached"
+    return f"the database or disk refused a write ({type(orig).__name__})"
 
 
 @dataclass
@@ -352,6 +385,16 @@ def _holder_gone(holder: str) -> bool:
     return False
 
 
+def _executor_gone(holder: str | None, expires_at: float | None, now: float) -> bool:
+    """A `running` run's executor is gone: on this machine, its process has ended (a slow but live one keeps
+    its run, whatever the load did to its renewals); elsewhere, it stopped renewing its lease."""
+    if holder is None or expires_at is None:
+        return True  # a run that starts holds its lease from its first moment: this row's executor never did
+    if holder.partition(":")[0] == socket.gethostname():
+        return _holder_gone(holder)
+    return expires_at < now
+
+
 class RunsService(Service):
     """Starting, resuming and retrying runs; the call cache."""
 
@@ -534,6 +577,21 @@ class RunsService(Service):
         ]
         return runs.assign(answered=answered, result=result)
 
+    def settle_abandoned_runs(self, cohort_id: int | None = None, run_id: int | None = None) -> list[int]:
+        """Mark interrupted the runs left `running` by an executor that is gone (killed with SIGKILL, its machine
+        lost): its lease was not renewed in time, or its process no longer exists on this machine. Their answers
+        are kept and `workbench run --resume` finishes them. The ids marked."""
+        now = time.time()
+        with self.session() as s:
+            running = [r for r in q.running_runs(s, cohort_id) if run_id is None or r[0] == run_id]
+        gone = [(rid, holder) for rid, holder, until in running if _executor_gone(holder, until, now)]
+        marked = []
+        for rid, holder in gone:
+            with self.session(write=True) as s:
+                if q.mark_run_abandoned(s, rid, holder, INTERRUPTED, q.now()):
+                    marked.append(rid)
+        return marked
+
     def interrupted_runs(self, cohort: str | None = None) -> pd.DataFrame:
         """Runs stopped by Ctrl-C or SIGTERM: not results (kept apart from history and metrics) until resumed."""
         runs = self.runs(cohort)
@@ -648,11 +706,11 @@ class RunsService(Service):
             if q.get_run(s, run_id) is None:
                 raise StudyError(f"no run {run_id}")
         lease = lease or RunLease(self, run_id, self.lease_ttl_s)
-        lease.take()
         stop = threading.Event()
-        lease.keep(stop, cancel)
         state = {"running": started}
         try:
+            lease.take()  # inside: a store that fails here is reported like one failing later in the run
+            lease.keep(stop, cancel)
             with fewer_collections():  # tens of thousands of short-lived rows and replies: see workbench.runtime
                 return self._execute_leased(run_id, on_progress, cancel, stop, lease, state, batch)
         except KeyboardInterrupt:  # Ctrl-C, or SIGTERM turned into one by the command line: resumable
@@ -664,13 +722,27 @@ class RunsService(Service):
                 run = q.get_run(s, run_id)
                 total = len(q.report_ids(s, run.cohort_id)) * len(json.loads(run.labels_json))
             raise RunInterrupted(run_id, stored, total, failures) from None
-        except BaseException:
+        except BaseException as exc:
+            marked = False
             if state["running"] and not lease.lost:  # never leave a run "running" that nobody executes
-                with self.session(write=True) as s:
-                    q.update_run(s, run_id, status="incomplete", finished_at=q.now())
+                with contextlib.suppress(*db.storage_errors()):  # the store may be what failed
+                    with self.session(write=True) as s:
+                        q.update_run(s, run_id, status="incomplete", finished_at=q.now())
+                    marked = True
+            if isinstance(exc, db.storage_errors()):
+                raise RunStorageFault(run_id, exc, marked, self._stored_answers(run_id)) from exc
             raise
         finally:
-            lease.release()
+            with contextlib.suppress(*db.storage_errors()):  # a lease not released expires on its own
+                lease.release()
+
+    def _stored_answers(self, run_id: int) -> int | None:
+        """How many answers of a run are stored, None when the store cannot say (it is what failed)."""
+        try:
+            with self.session() as s:
+                return q.prediction_tally(s, run_id)[0]
+        except db.storage_errors():
+            return None
 
     def _execute_leased(self, run_id: int, on_progress, cancel, stop, lease, state, batch=(False, None)) -> RunSummary:
         """The body of _execute, holding the run's lease."""
@@ -878,8 +950,9 @@ class RunsService(Service):
         return self.study.blind_rows(frame)
 
     def runs(self, cohort: str | None = None) -> pd.DataFrame:
-        """Runs newest first."""
+        """Runs newest first (a run whose executor is gone shows as interrupted, see settle_abandoned_runs)."""
         cid = self.study.cohort_id(cohort) if cohort else None
+        self.settle_abandoned_runs(cid)
         with self.session() as s:
             return q.list_runs(s, cid)
 

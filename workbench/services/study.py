@@ -38,6 +38,7 @@ from workbench.study import (
     find_vocabulary_file,
     load_vocabulary_file,
     permission_warnings,
+    refuse_password_in_url,
     save_config,
 )
 
@@ -114,6 +115,8 @@ def init_study(
 ):
     """Create a study folder: config, vocabulary copy, seeded prompt repo, database."""
     root = Path(root).resolve()
+    if db_url:
+        refuse_password_in_url(db_url, "--db")
     if (root / "workbench.yaml").exists():
         raise StudyError(f"{root} is already a study (workbench.yaml exists)")
     vocab_path = find_vocabulary_file(vocab)

@@ -28,7 +28,7 @@ from workbench.store import db, prompt_repo
 from workbench.store import queries as q
 from workbench.store.tables import User
 from workbench.store.transfer import copy_tables, find_nul_text, is_empty
-from workbench.study import StudyError
+from workbench.study import StudyError, refuse_password_in_url
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
     from workbench.services.study import StudyService
@@ -498,6 +498,8 @@ class TeamService(Service):
         The target must be empty. The study switches to the new URL only when every table matches.
         """
         self.require("settings")
+        if switch:  # the URL is written to workbench.yaml
+            refuse_password_in_url(to_url, "--to")
         nul = find_nul_text(self.engine)
         if nul:  # before the target is touched: it stays empty for the next attempt
             raise StudyError(

@@ -12,6 +12,7 @@ import fcntl
 import os
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ git = _LazyGit()
 
 _LOCK = threading.Lock()  # one writer at a time inside a process (see write_lock for other processes)
 DEFAULT_IDENTITY = ("workbench", "workbench@localhost")
+STALE_LOCK_SECONDS = 120  # Git holds these locks for milliseconds; one this old was left by a killed write
+GIT_LOCKS = ("config.lock", "index.lock", "HEAD.lock", "packed-refs.lock")
 
 
 class PromptRepoError(WorkbenchError, ValueError):
@@ -62,6 +65,26 @@ def write_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def clear_stale_locks(path: Path) -> list[str]:
+    """Remove Git lock files left by a killed write (older than STALE_LOCK_SECONDS, and no workbench writer holds
+    the repo: we hold its write lock); one line per lock removed. A younger lock may be a `git` run by hand: kept."""
+    removed = []
+    with write_lock(path):
+        for name in GIT_LOCKS:
+            lock = Path(path) / ".git" / name
+            try:
+                age = time.time() - lock.stat().st_mtime
+            except FileNotFoundError:
+                continue
+            if age > STALE_LOCK_SECONDS:
+                lock.unlink(missing_ok=True)
+                removed.append(
+                    f"removed a stale Git lock {lock} ({age / 60:.0f} min old, left by a write that was killed; "
+                    "no workbench process was writing the prompt repo)"
+                )
+    return removed
 
 
 @contextmanager

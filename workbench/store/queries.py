@@ -655,6 +655,26 @@ def renew_run_lease(session: Session, run_id: int, holder: str, expires_at: floa
     return session.execute(stmt.execution_options(synchronize_session=False)).rowcount == 1
 
 
+def running_runs(session: Session, cohort_id: int | None = None) -> list[tuple[int, str | None, float | None]]:
+    """(id, lease holder, lease expiry) of every run whose status is still `running`."""
+    stmt = select(Run.id, Run.lease_holder, Run.lease_expires_at).where(Run.status == "running")
+    if cohort_id is not None:
+        stmt = stmt.where(Run.cohort_id == cohort_id)
+    return [tuple(row) for row in session.execute(stmt).all()]
+
+
+def mark_run_abandoned(session: Session, run_id: int, holder: str | None, status: str, finished_at: str) -> bool:
+    """Set a `running` run whose executor is gone to `status`, only if that executor still holds it (one
+    conditional UPDATE: a live executor that renewed or took it over in between keeps it). True when marked."""
+    held = Run.lease_holder.is_(None) if holder is None else Run.lease_holder == holder
+    stmt = (
+        update(Run)
+        .where(Run.id == run_id, Run.status == "running", held)
+        .values(status=status, finished_at=finished_at, lease_holder=None, lease_expires_at=None)
+    )
+    return session.execute(stmt.execution_options(synchronize_session=False)).rowcount == 1
+
+
 def release_run_lease(session: Session, run_id: int, holder: str) -> None:
     """Give the run up (only if we still hold it)."""
     stmt = (

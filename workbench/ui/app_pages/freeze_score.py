@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -76,7 +77,12 @@ def _freeze(wb) -> None:
                 wb.freeze,
                 name.strip(),
                 ref,
-                done=lambda r: f"Frozen {r.name}: sha256 {r.sha256} (prompt {r.commit[:8]}, run {r.run}).",
+                done=lambda r: " ".join(
+                    [
+                        f"Frozen {r.name}: sha256 {r.sha256} (prompt {r.commit[:8]}, run {r.run}).",
+                        *(f"Note: {n}." for n in r.notes),
+                    ]
+                ),
             )
 
 
@@ -85,6 +91,14 @@ def _saved(upload, folder: Path) -> Path:
     path = folder / Path(upload.name).name
     path.write_bytes(upload.getvalue())
     return path
+
+
+def _then_removed(folder: Path, work):
+    """Run `work`, then delete the uploads' temporary folder whatever happened (they hold report text)."""
+    try:
+        return work()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _score(wb, bundle_path: str) -> None:
@@ -123,12 +137,15 @@ def _score(wb, bundle_path: str) -> None:
         state.start_job(
             "score",
             "scoring",
-            lambda j: worker.score_generated(
-                bundle_path,
-                ref_path,
-                gen_paths,
-                zero_division=policy,
-                on_progress=lambda done, total: setattr(j, "progress", (done, total)),
+            lambda j: _then_removed(
+                folder,
+                lambda: worker.score_generated(
+                    bundle_path,
+                    ref_path,
+                    gen_paths,
+                    zero_division=policy,
+                    on_progress=lambda done, total: setattr(j, "progress", (done, total)),
+                ),
             ),
         )
         st.rerun()
@@ -182,9 +199,10 @@ def _robustness(wb, bundle_path: str) -> None:
         key=state.widget_key("pairs"),
     )
     if st.button("Check robustness", key=state.widget_key("robust")):
-        pairs = _saved(upload, Path(tempfile.mkdtemp(prefix="workbench-pairs-"))) if upload else None
+        folder = Path(tempfile.mkdtemp(prefix="workbench-pairs-"))
+        pairs = _saved(upload, folder) if upload else None
         with st.spinner("Labelling the pairs ..."), components.shown_errors("robustness"):
-            st.session_state[state.ROBUST_RESULT] = wb.robustness(bundle_path, pairs)
+            st.session_state[state.ROBUST_RESULT] = _then_removed(folder, lambda: wb.robustness(bundle_path, pairs))
     result = st.session_state.get(state.ROBUST_RESULT)
     if result:
         st.dataframe(result["per_kind"], hide_index=True, column_config=components.decimals(result["per_kind"]))
