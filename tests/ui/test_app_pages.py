@@ -678,13 +678,13 @@ def test_scoring_and_pairs_uploads_are_deleted_from_the_temp_folder_after_use(st
     monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where the page writes uploads (the importers read files)
     workbench(study).freeze("demo-v1")
     at = open_page(study, "freeze")
-    reports = pd.read_csv(Path(__file__).resolve().parents[2] / "annotations" / "demo" / "reports.csv").head(6)
+    reports = pd.read_csv(shipped_dir("annotations") / "demo" / "reports.csv").head(6)
     at.file_uploader[0].upload("reference.csv", reports.to_csv(index=False).encode(), "text/csv")
     at.file_uploader[1].upload("gen-a.csv", reports.to_csv(index=False).encode(), "text/csv")
     button(at, "Score").click().run()
     wait_for_job(at, "score")
     assert "gen-a" in all_text(at)
-    pairs = Path(__file__).resolve().parents[2] / "annotations" / "robustness" / "pairs.csv"
+    pairs = shipped_dir("annotations") / "robustness" / "pairs.csv"
     at.file_uploader(key=state.widget_key("pairs")).upload("pairs.csv", pairs.read_bytes(), "text/csv")
     button(at, "Check robustness").click().run()
     assert_clean(at)
