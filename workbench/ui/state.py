@@ -67,6 +67,7 @@ SESSION_COOKIE = "wb.session.cookie"  # what gives the browser its cookie after 
 URL_SEEDED = "wb.url.seeded"  # pages whose state this session took from the URL (once each)
 KBD_PAGE = "wb.kbd.page"  # the browser page's random id (keyboard forms answer triggers per page)
 ADJ_DRAFT = "wb.adjudicate.draft"  # item -> the decision being composed (kept across reruns)
+ADJ_QUESTIONED = "wb.adjudicate.questioned"  # (item, value, reason) refused once: its reason names the other value
 ADJ_ATTR_TIE = "wb.adjudicate.attribute_tie"  # the open attribute tie: "report|label|attribute"
 LABELSET = "wb.labelset"  # the label set open on the Label set page
 LABELSET_POS = "wb.labelset.pos"  # the candidate under review there
