@@ -87,8 +87,35 @@ def test_two_runs_compared_on_both_parts(study):  # noqa: F811
         {state.widget_key("optimise-tab"): "Tuning and validation", state.OPT_RUN: newest, state.OPT_COMPARE: older},
     )
     frames = [d.value for d in at.dataframe if "validation verdict" in d.value.columns]
-    assert frames and {"tuning delta_f1", "validation p_value"} <= set(frames[0].columns)
-    assert any("validation: macro F1" in c.value for c in at.caption)
+    assert frames and {"tuning F1 change", "validation McNemar p", "validation broken"} <= set(frames[0].columns)
+    assert any("validation: macro F1" in c.value and f"before = run #{older}" in c.value for c in at.caption)
+
+
+def test_optimise_tables_show_label_names_and_readable_headers(study):  # noqa: F811
+    """No raw label id ('enlarged_cardiomediastinum') or column name ('tuning f1_lo') in the Optimise tables."""
+    wb = workbench(study)
+    wb.split_cohort("dev", 0.3, 0)
+    runs = wb.runs("dev")
+    newest, older = int(runs.iloc[0]["id"]), int(runs.iloc[1]["id"])
+    names = wb.vocab.names()
+    assert names["enlarged_cardiomediastinum"] != "enlarged_cardiomediastinum"  # the check below can fail
+    tabs = [
+        ("Split", {}),
+        ("Tuning and validation", {state.OPT_RUN: newest, state.OPT_COMPARE: older}),
+    ]
+    tables = []
+    for tab, extra in tabs:
+        at = open_page(study, "optimise", {state.widget_key("optimise-tab"): tab, **extra})
+        tables += [d.value for d in at.dataframe]
+    assert len(tables) == 4  # split summary; parts; history by part; comparison
+    for frame in tables:
+        headers = [str(c) for c in frame.columns]
+        assert not [h for h in headers if "_" in h or h.endswith((" f1", " b", " c"))], headers
+        shown = set(map(str, frame.index)) | set(map(str, frame.get("label", [])))
+        raw_ids = {lab for lab in wb.vocab.asked_ids if names.get(lab, lab) != lab}  # "emphysema" is its own name
+        assert not shown & raw_ids, shown & raw_ids
+    parts = next(f for f in tables if "tuning F1 95% low" in f.columns)
+    assert names["enlarged_cardiomediastinum"] in parts.index
 
 
 def test_role_then_counted_look_from_the_page(study, tmp_path):  # noqa: F811
