@@ -36,14 +36,27 @@ def test_suggest_on_prompts_page_then_accept_into_the_draft(study):  # noqa: F81
     assert workbench(study).proposal(result["proposal"])["status"] == "accepted"
 
 
-def test_suggest_on_disagreements_page_refuses_without_split(study):  # noqa: F811
+def test_suggest_before_a_split_offers_the_button_that_splits_not_a_cli_command(study):  # noqa: F811
     wb = workbench(study)
     run_id = int(wb.runs("dev").iloc[0]["id"])
     label = wb.disagreements(run_id)["label"].iloc[0]
     at = open_page(study, "disagreements", {state.RUN: run_id, state.DIS_LABEL: label})
-    button(at, "Suggest a revision").click().run()
+    shown = [e.value for kind in ("info", "error", "warning", "markdown", "caption") for e in getattr(at, kind)]
+    assert not [t for t in shown if "workbench split" in t], "no CLI command on the page"
+    assert not [b for b in at.button if b.label == "Suggest a revision"], "nothing to suggest against yet"
+    assert any("not split yet" in i.value for i in at.info)
+    button(at, "Split dev into tuning and validation").click().run()
     assert_clean(at)
-    assert any("split" in e.value for e in at.error)
+    assert set(workbench(study).split_parts("dev").values()) == {"tuning", "validation"}
+    assert [b for b in at.button if b.label == "Suggest a revision"], "split: Suggest is offered"
+
+
+def test_suggest_on_prompts_page_before_a_split_splits_the_development_cohort(study):  # noqa: F811
+    label = workbench(study).vocab.asked_ids[0]
+    at = open_page(study, "prompts", {state.PROMPT_LABEL: label})
+    button(at, "Split dev into tuning and validation").click().run()
+    assert_clean(at)
+    assert workbench(study).split_parts("dev")
 
 
 def test_parts_history_chart_has_both_parts_and_the_gap():
