@@ -450,7 +450,7 @@ def test_reader_annotates_five_reports_with_the_keyboard_alone(browser, team_ser
     settle(pg)
     assert pg.evaluate("window.__mouse") == 0, "no mouse event after the page loaded"
     pg.goto(team_server)  # a new Streamlit session: the browser-session cookie signs the reader in again
-    pg.get_by_role("heading", name="Study: demo", exact=True).wait_for()
+    pg.get_by_role("heading", name="Annotate", exact=True).wait_for()  # a reader's first page
     settle(pg)
     open_by_keyboard(pg, "Annotate")
     assert heading(pg) == report
