@@ -565,10 +565,18 @@ def adaptive(wb, enabled, share, seed, extra_reader, order):
 @click.argument("label")
 @click.argument("value", type=click.IntRange(0, 1))
 @click.option("--reason", required=True, help="Why this value (kept with the decision).")
+@click.option(
+    "--confirm", is_flag=True, help="Save even though the reason names the other value ('absent' with value 1)."
+)
 @study_option
-def adjudicate(wb, report_id, label, value, reason):
+def adjudicate(wb, report_id, label, value, reason, confirm):
     """Set the reference value of one (report, label) item."""
-    wb.adjudicate(report_id, wb.label_id(label), value, reason)
+    from workbench.services import ReasonContradicts  # loaded with the study already
+
+    try:
+        wb.adjudicate(report_id, wb.label_id(label), value, reason, confirmed=confirm)
+    except ReasonContradicts as e:
+        raise StudyError(f"{e} (--confirm)") from None
     click.echo(f"adjudicated {report_id}/{label} = {value}")
 
 

@@ -168,7 +168,7 @@ def test_reader_does_not_see_other_pages(study):
     path = study / "workbench.yaml"
     path.write_text(path.read_text().replace("auth: none", "auth: local"))
     reader = {state.ACTOR: Actor("reader-a", "reader")}
-    assert open_page(study, "settings", reader).title[0].value == TITLES["home"]  # not allowed: falls back
+    assert open_page(study, "settings", reader).title[0].value == TITLES["annotate"]  # not allowed: a reader's page
     assert open_page(study, "annotate", reader).title[0].value == TITLES["annotate"]
     at = open_page(study, "home")  # nobody signed in: the sign-in form, nothing else
     assert at.title[0].value == "Sign in"
@@ -190,9 +190,11 @@ def test_local_sign_in_then_reader_pages_only(study):
     at.text_input(key=state.SIGNIN_PASSWORD).input("reader-password")
     button(at, "Sign in").click().run()
     assert_clean(at)
-    assert at.title[0].value == TITLES["home"]  # settings is not a reader's page
+    assert at.title[0].value == TITLES["annotate"]  # settings is not a reader's page: a reader lands on Annotate
     assert "Acting as **reader-a** (reader)" in all_text(at)
     assert at.session_state[state.ACTOR].role == "reader"
+    signed_in = {key: at.session_state[key] for key in (state.ACTOR, state.SESSION_TOKEN)}
+    at = open_page(study, "home", signed_in)  # the same signed-in session, on Home
     # a blinded reader's Home: their own progress only, no figure about the reference, the labeller or others
     labels = [m.label for m in at.metric]
     assert "Your readings saved" in labels and "Left to read" in labels, labels

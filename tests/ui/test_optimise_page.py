@@ -36,14 +36,27 @@ def test_suggest_on_prompts_page_then_accept_into_the_draft(study):  # noqa: F81
     assert workbench(study).proposal(result["proposal"])["status"] == "accepted"
 
 
-def test_suggest_on_disagreements_page_refuses_without_split(study):  # noqa: F811
+def test_suggest_before_a_split_offers_the_button_that_splits_not_a_cli_command(study):  # noqa: F811
     wb = workbench(study)
     run_id = int(wb.runs("dev").iloc[0]["id"])
     label = wb.disagreements(run_id)["label"].iloc[0]
     at = open_page(study, "disagreements", {state.RUN: run_id, state.DIS_LABEL: label})
-    button(at, "Suggest a revision").click().run()
+    shown = [e.value for kind in ("info", "error", "warning", "markdown", "caption") for e in getattr(at, kind)]
+    assert not [t for t in shown if "workbench split" in t], "no CLI command on the page"
+    assert not [b for b in at.button if b.label == "Suggest a revision"], "nothing to suggest against yet"
+    assert any("not split yet" in i.value for i in at.info)
+    button(at, "Split dev into tuning and validation").click().run()
     assert_clean(at)
-    assert any("split" in e.value for e in at.error)
+    assert set(workbench(study).split_parts("dev").values()) == {"tuning", "validation"}
+    assert [b for b in at.button if b.label == "Suggest a revision"], "split: Suggest is offered"
+
+
+def test_suggest_on_prompts_page_before_a_split_splits_the_development_cohort(study):  # noqa: F811
+    label = workbench(study).vocab.asked_ids[0]
+    at = open_page(study, "prompts", {state.PROMPT_LABEL: label})
+    button(at, "Split dev into tuning and validation").click().run()
+    assert_clean(at)
+    assert workbench(study).split_parts("dev")
 
 
 def test_parts_history_chart_has_both_parts_and_the_gap():
@@ -87,8 +100,35 @@ def test_two_runs_compared_on_both_parts(study):  # noqa: F811
         {state.widget_key("optimise-tab"): "Tuning and validation", state.OPT_RUN: newest, state.OPT_COMPARE: older},
     )
     frames = [d.value for d in at.dataframe if "validation verdict" in d.value.columns]
-    assert frames and {"tuning delta_f1", "validation p_value"} <= set(frames[0].columns)
-    assert any("validation: macro F1" in c.value for c in at.caption)
+    assert frames and {"tuning F1 change", "validation McNemar p", "validation broken"} <= set(frames[0].columns)
+    assert any("validation: macro F1" in c.value and f"before = run #{older}" in c.value for c in at.caption)
+
+
+def test_optimise_tables_show_label_names_and_readable_headers(study):  # noqa: F811
+    """No raw label id ('enlarged_cardiomediastinum') or column name ('tuning f1_lo') in the Optimise tables."""
+    wb = workbench(study)
+    wb.split_cohort("dev", 0.3, 0)
+    runs = wb.runs("dev")
+    newest, older = int(runs.iloc[0]["id"]), int(runs.iloc[1]["id"])
+    names = wb.vocab.names()
+    assert names["enlarged_cardiomediastinum"] != "enlarged_cardiomediastinum"  # the check below can fail
+    tabs = [
+        ("Split", {}),
+        ("Tuning and validation", {state.OPT_RUN: newest, state.OPT_COMPARE: older}),
+    ]
+    tables = []
+    for tab, extra in tabs:
+        at = open_page(study, "optimise", {state.widget_key("optimise-tab"): tab, **extra})
+        tables += [d.value for d in at.dataframe]
+    assert len(tables) == 4  # split summary; parts; history by part; comparison
+    for frame in tables:
+        headers = [str(c) for c in frame.columns]
+        assert not [h for h in headers if "_" in h or h.endswith((" f1", " b", " c"))], headers
+        shown = set(map(str, frame.index)) | set(map(str, frame.get("label", [])))
+        raw_ids = {lab for lab in wb.vocab.asked_ids if names.get(lab, lab) != lab}  # "emphysema" is its own name
+        assert not shown & raw_ids, shown & raw_ids
+    parts = next(f for f in tables if "tuning F1 95% low" in f.columns)
+    assert names["enlarged_cardiomediastinum"] in parts.index
 
 
 def test_role_then_counted_look_from_the_page(study, tmp_path):  # noqa: F811

@@ -9,6 +9,7 @@ adjudication newer than the flag exists.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -221,3 +222,25 @@ def status_summary(reference: pd.DataFrame, label_ids: list[str]) -> pd.DataFram
         .astype(int)
     )
     return counts[[DECIDED, ADJUDICATED, WAITING, "positive"]].fillna(0).astype(int)
+
+
+# words in an adjudication reason that name a value; "not present" and "absent" outrank "present"
+_SAYS_ABSENT = re.compile(r"\b(absent|negative|not present|ruled out)\b", re.IGNORECASE)
+_SAYS_PRESENT = re.compile(r"\b(present|positive)\b", re.IGNORECASE)
+
+
+def reason_contradiction(value: int, reason: str) -> str | None:
+    """What an adjudication reason says against its value ('absent' with 1, 'present' with 0), or None.
+
+    Only a reason that names one side is questioned: one naming both ('present per policy, absent on
+    review') or neither is taken as written."""
+    text = str(reason or "")
+    absent = _SAYS_ABSENT.search(text)
+    present = _SAYS_PRESENT.search(_SAYS_ABSENT.sub(" ", text))  # "not present" counts as absent only
+    if bool(absent) == bool(present):
+        return None
+    if absent and value == 1:
+        return f"the reason says {absent.group(0)!r} but the value is 1 (present)"
+    if present and value == 0:
+        return f"the reason says {present.group(0)!r} but the value is 0 (absent)"
+    return None

@@ -53,6 +53,10 @@ class ConflictError(WorkbenchError, RuntimeError):
     """Someone else changed the same thing first; the message says what to redo."""
 
 
+class ReasonContradicts(StudyError):
+    """An adjudication's reason names the other value; saved only when the adjudicator confirms it."""
+
+
 @dataclass(frozen=True)
 class Actor:
     """Who is acting: a user id and role (local single-user mode: 'local' as admin)."""
@@ -504,8 +508,9 @@ class StudyService(Service):
         table = self.reference(cohort)
         return table[table["status"] == ref.WAITING].reset_index(drop=True)
 
-    def adjudicate(self, report_id: str, label: str, value: int, reason: str) -> None:
-        """Set an item's reference value with a reason (history kept)."""
+    def adjudicate(self, report_id: str, label: str, value: int, reason: str, confirmed: bool = False) -> None:
+        """Set an item's reference value with a reason (history kept); a reason that says the other value
+        ('absent' with 1) is refused unless confirmed."""
         self.require("adjudicate")
         if label not in self.vocab.asked_ids:
             raise StudyError(f"unknown or derived label {label!r}")
@@ -513,6 +518,9 @@ class StudyService(Service):
             raise StudyError(f"value must be 0 or 1, got {value!r}")
         if not reason.strip():
             raise StudyError("an adjudication needs a reason")
+        clash = ref.reason_contradiction(value, reason)
+        if clash and not confirmed:
+            raise ReasonContradicts(f"not saved: {clash}; change the value or the reason, or confirm it as it is")
         with self.session(write=True) as s:  # read then write: take SQLite's write lock first, and wait for it
             if q.get_report(s, report_id) is None:
                 raise StudyError(f"no report {report_id!r}")

@@ -219,6 +219,25 @@ def _requested_page() -> str | None:
     return path if path in {p[0] for p in PAGES} else None
 
 
+def _first_page(role: str, allowed: list) -> str:
+    """The page a role lands on: Annotate for a reader (reading is all a reader does), else the first (Home)."""
+    urls = [p[0] for p in allowed]
+    return "annotate" if role == "reader" and "annotate" in urls else urls[0]
+
+
+def _open_the_link(pages: list, nav) -> None:
+    """Right after a sign-in, open the page and item of the link the browser came with (its path and query),
+    at its own address: the default page would show it at "/", and a reload of "/" is not the link."""
+    wanted = st.session_state.pop(state.START_PAGE, None)
+    query = st.session_state.pop(state.START_QUERY, None) or {}
+    page = next((p for p in pages if p.url_path == wanted), None)
+    if page is None:  # no link, or a link to a page this role does not see
+        return
+    if nav.url_path == page.url_path and st.query_params.to_dict() == query:  # already there
+        return
+    st.switch_page(page, query_params=query)
+
+
 def _runner(module, wb):
     """A page callable bound to this rerun's Workbench."""
 
@@ -244,21 +263,21 @@ def main(study: str | None = None, start: str | None = None) -> None:
     components.exposure_notices(base)
     if state.actor() is None and load_config(base.root).auth == "local":
         _resume(base)  # a reload with a valid session cookie: the URL's own page opens (not made the default page)
-    if state.actor() is None and base.config.auth != "none":
-        start = start or _requested_page()  # a deep link (e.g. /annotate) survives the sign-in form
-        st.session_state.setdefault(state.START_PAGE, start)
-    start = start or st.session_state.get(state.START_PAGE)
+    if state.actor() is None and base.config.auth != "none":  # a deep link (/annotate, /disagreements?...)
+        st.session_state.setdefault(state.START_PAGE, _requested_page())  # survives the sign-in form
+        st.session_state.setdefault(state.START_QUERY, st.query_params.to_dict())
     actor = _sign_in(base)
     if actor is None:
         st.stop()
     wb = state.request_scoped(state.attach_revision(base.as_actor(actor), base.ui_revision))
     allowed = [p for p in PAGES if actor.role in PERMISSIONS[p[4]]]
-    start = start if start in {p[0] for p in allowed} else allowed[0][0]
+    start = start if start in {p[0] for p in allowed} else _first_page(actor.role, allowed)
     pages = [
         st.Page(_runner(module, wb), title=title, icon=icon, url_path=url, default=(url == start))
         for url, title, icon, module, _ in allowed
     ]
     nav = st.navigation(pages)
+    _open_the_link(pages, nav)
     with st.sidebar:
         _sidebar(wb)
     nav.run()

@@ -24,6 +24,7 @@ from workbench.services.memo import RequestMemo
 
 ACTOR = "wb.actor"  # the signed-in Actor (never the Workbench)
 START_PAGE = "wb.start_page"  # the page the browser asked for before signing in
+START_QUERY = "wb.start_query"  # its query (the item of a /disagreements?... link), restored after the sign-in
 FLASH = "wb.flash"  # messages to show once after a rerun
 JOBS = "wb.jobs"  # name -> Job of this session
 COHORT = "wb.cohort"  # cohort chosen on Home / Annotate / Adjudicate
@@ -68,6 +69,7 @@ SESSION_COOKIE = "wb.session.cookie"  # what gives the browser its cookie after 
 URL_SEEDED = "wb.url.seeded"  # pages whose state this session took from the URL (once each)
 KBD_PAGE = "wb.kbd.page"  # the browser page's random id (keyboard forms answer triggers per page)
 ADJ_DRAFT = "wb.adjudicate.draft"  # item -> the decision being composed (kept across reruns)
+ADJ_QUESTIONED = "wb.adjudicate.questioned"  # (item, value, reason) refused once: its reason names the other value
 ADJ_ATTR_TIE = "wb.adjudicate.attribute_tie"  # the open attribute tie: "report|label|attribute"
 LABELSET = "wb.labelset"  # the label set open on the Label set page
 LABELSET_POS = "wb.labelset.pos"  # the candidate under review there

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from workbench.errors import WorkbenchError
 from workbench.ui import components, state
 
 
@@ -21,12 +22,39 @@ def panel(wb, label: str | None, run_id: int | None = None) -> None:
             "Proposed from this label's disagreements on the tuning part and their error notes, then checked "
             "on tuning and validation. Accepting makes it your draft; nothing is saved by itself."
         )
+        unsplit = _unsplit_cohort(wb, run_id)
+        if unsplit:
+            _split_first(wb, unsplit)
+            return
         if st.button("Suggest a revision", key=state.widget_key("suggest", label, run_id)):
             with components.shown_errors("suggesting a revision"), st.spinner("Proposing and evaluating ..."):
                 st.session_state[state.SUGGESTION] = wb.suggest(label, run_id)
         result = st.session_state.get(state.SUGGESTION)
         if result and result["label"] == label:
             show(wb, result)
+
+
+def _unsplit_cohort(wb, run_id: int | None) -> str | None:
+    """The development cohort a suggestion would be checked on, when it is not split yet (else None)."""
+    try:
+        cohort = state.read(wb.optimising.run_cohort, run_id) if run_id is not None else wb.development_cohort()
+    except WorkbenchError:  # no development cohort or run: the Suggest button says why
+        return None
+    if state.read(wb.splits.cohort_role, cohort) != "development" or state.read(wb.splits.split_parts, cohort):
+        return None
+    return cohort
+
+
+def _split_first(wb, cohort: str) -> None:
+    """Suggestions need a validation part to be checked on: the button that makes it, in place of Suggest."""
+    st.info(
+        f"A suggestion is checked on the validation part, and {cohort} is not split yet. Split it here "
+        "(30% validation, seed 0; Optimise > Split offers other shares), then suggest."
+    )
+    if st.button(f"Split {cohort} into tuning and validation", key=state.widget_key("suggest-split", cohort)):
+        components.do(
+            wb, "splitting", wb.split_cohort, cohort, validation=0.3, seed=0, done=f"{cohort} split (seed 0)."
+        )
 
 
 def show(wb, result: dict) -> None:

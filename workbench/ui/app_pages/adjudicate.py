@@ -12,6 +12,7 @@ from __future__ import annotations
 import streamlit as st
 
 from workbench.core.reading import min_seconds_shown
+from workbench.services import ReasonContradicts
 from workbench.ui import components, keyboard, state
 
 REASONS = [
@@ -207,7 +208,13 @@ def _act(wb, queue, payload: dict) -> str | None:
     if values.get("value") not in ("0", "1"):
         return "Not saved: choose the value (1 or 0) first."
     reason = ": ".join(p for p in (values.get("reason"), str(values.get("text") or "").strip()) if p)
-    wb.adjudicate(report_id, label, int(values.get("value")), reason)
+    decision = (payload["item"], values.get("value"), reason)
+    try:  # the same decision sent again after the question is the adjudicator's confirmation
+        wb.adjudicate(report_id, label, int(values.get("value")), reason, confirmed=_questioned(decision))
+    except ReasonContradicts as e:
+        st.session_state[state.ADJ_QUESTIONED] = decision
+        return f"{str(e).capitalize()}: press Enter again to save it as it is."
+    st.session_state.pop(state.ADJ_QUESTIONED, None)
     state.bump(wb)
     st.session_state.get(state.ADJ_DRAFT, {}).pop(payload["item"], None)
     state.flash(f"Adjudicated {report_id} / {wb.vocab.names().get(label, label)} = {values.get('value')}.", "toast")
@@ -215,6 +222,11 @@ def _act(wb, queue, payload: dict) -> str | None:
         st.session_state[state.ADJ_ITEM] = items[pos + 1]
     st.session_state[state.ADJ_POS] = pos
     return None
+
+
+def _questioned(decision: tuple) -> bool:
+    """Whether this very decision (item, value, reason) was just questioned, so sending it again confirms it."""
+    return st.session_state.get(state.ADJ_QUESTIONED) == decision
 
 
 def _attribute_ties(wb, cohort: str) -> None:

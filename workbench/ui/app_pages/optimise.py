@@ -11,6 +11,29 @@ from workbench.ui import charts, components, state
 
 TABS = ("Split", "Tuning and validation", "Optimise", "Reports", "Test cohorts")
 TAB = state.widget_key("optimise-tab")
+PARTS = ("tuning", "validation")
+# the services' column names as a clinician reads them (a part, "tuning" or "validation", stays in front)
+HEADERS = {
+    "n": "reports",
+    "support": "positives",
+    "accuracy_lo": "accuracy 95% low",
+    "accuracy_hi": "accuracy 95% high",
+    "f1": "F1",
+    "f1_lo": "F1 95% low",
+    "f1_hi": "F1 95% high",
+    "f1_undefined": "F1 undefined",
+    "f1_a": "F1 before",
+    "f1_b": "F1 after",
+    "delta_f1": "F1 change",
+    "b": "broken",
+    "c": "fixed",
+    "p_value": "McNemar p",
+    "macro_f1": "macro F1",
+    "macro_labels": "macro F1 over",
+    "gap": "gap (tuning - validation F1)",
+    "version": "prompt version",
+    "prompt": "prompt commit",
+}
 
 
 def render(wb) -> None:
@@ -68,7 +91,7 @@ def _split(wb) -> None:
         summary = state.read(wb.splits.split_summary, cohort)
         sizes = summary.attrs.get("reports", {})
         st.markdown(f"{sizes.get('tuning', 0)} tuning and {sizes.get('validation', 0)} validation reports")
-        st.dataframe(summary, hide_index=True)
+        st.dataframe(readable(summary, wb.vocab.names()), hide_index=True)
         return
     with st.form(state.widget_key("split", cohort)):
         fraction = st.slider("Validation share", 0.1, 0.5, 0.3, 0.05)
@@ -116,10 +139,10 @@ def _parts(wb) -> None:
             {f"{p} {c}": parts[p]["table"][c] for p in parts for c in ("support", "f1", "f1_lo", "f1_hi")}
         )
         frame["gap"] = frame["tuning f1"] - frame["validation f1"]
-        st.dataframe(frame.round(3))
+        st.dataframe(readable(frame.round(3), wb.vocab.names()))
         history = state.read(wb.optimising.history_by_part, state.read(wb.optimising.run_cohort, run_id))
         st.plotly_chart(charts.parts_history_chart(history), key="optimise-history")
-        st.dataframe(history, hide_index=True)
+        st.dataframe(readable(history, {}), hide_index=True)
         _compare(wb, run_id)
 
 
@@ -151,10 +174,10 @@ def _compare(wb, run_id: int) -> None:
         " · ".join(
             f"{p}: macro F1 {fmt_figure(r['macro_f1_a'])} -> {fmt_figure(r['macro_f1_b'])}" for p, r in result.items()
         )
-        + " · b = broken, c = fixed"
+        + f" · before = run #{int(other)}, after = run #{run_id}"
     )
     st.caption(f"Macro F1: {result['validation']['macro_labels']}")
-    st.dataframe(frame.round(3))
+    st.dataframe(readable(frame.round(3), wb.vocab.names()))
     lines = [line for part, r in result.items() for line in wb.comparison_noise(int(other), run_id, r["table"], part)]
     components.noise_lines(list(dict.fromkeys(lines)))  # "not measured" once, not once per part
 
@@ -233,7 +256,26 @@ def _looks(wb) -> None:
                     f"{bundle} on {cohort}: macro F1 {f(figures['macro_f1'])} [{f(figures['macro_f1_lo'])}, "
                     f"{f(figures['macro_f1_hi'])}]; {figures['message']}"
                 )
-                st.dataframe(pd.DataFrame(figures["per_label"]), hide_index=True)
+                st.dataframe(readable(pd.DataFrame(figures["per_label"]), wb.vocab.names()), hide_index=True)
     else:
         st.info("Give a cohort the test role (Split tab) and freeze a bundle to measure it.")
     st.dataframe(state.read(wb.freeze.test_looks), hide_index=True)
+
+
+def header(column: str) -> str:
+    """A column as a clinician reads it: 'tuning f1_lo' -> 'tuning F1 95% low', 'validation_share' -> 'validation share'."""
+    for part in PARTS:
+        for sep in (" ", "_"):
+            if column.startswith(part + sep):
+                return f"{part} {header(column[len(part) + 1 :])}"
+    return HEADERS.get(column, column.replace("_", " "))
+
+
+def readable(frame: pd.DataFrame, names: dict) -> pd.DataFrame:
+    """A table with readable headers and labels under the vocabulary's names (index or "label" column)."""
+    out = frame.rename(columns=header)
+    if "label" in out.columns:
+        out["label"] = out["label"].map(lambda lab: names.get(lab, lab))
+    if any(lab in names for lab in out.index):
+        out = out.rename(index=lambda lab: names.get(lab, lab)).rename_axis("label")
+    return out
