@@ -244,6 +244,32 @@ def test_run_lease_is_taken_by_exactly_one_of_two_executors_and_taken_over_after
         other.engine.dispose()
 
 
+def test_a_run_left_running_by_a_gone_executor_is_marked_only_while_that_executor_holds_it(any_study):
+    """running_runs lists a running run with its lease; mark_run_abandoned is one conditional UPDATE."""
+    any_study.import_reports(DATA / "reports_small.csv", "dev")
+    with any_study.session() as s:
+        cohort = q.get_cohort(s, "dev").id
+        run = q.add_run(
+            s,
+            cohort_id=cohort,
+            prompt_commit="c" * 40,
+            model="m",
+            params_json="{}",
+            mode="per_label",
+            labels_json='["edema"]',
+        )
+        q.update_run(s, run.id, status="running")
+        assert q.take_run_lease(s, run.id, "gone", 130.0, 100.0)
+    with any_study.session() as s:
+        assert q.running_runs(s, cohort) == [(run.id, "gone", 130.0)]
+        assert not q.mark_run_abandoned(s, run.id, "someone-else", "interrupted", "2026-12-05T00:00:00")
+        assert q.mark_run_abandoned(s, run.id, "gone", "interrupted", "2026-12-05T00:00:00")
+    with any_study.session() as s:
+        assert q.get_run(s, run.id).status == "interrupted" and q.get_run(s, run.id).lease_holder is None
+        assert q.running_runs(s) == []
+        assert not q.mark_run_abandoned(s, run.id, None, "interrupted", "2026-12-05T00:00:01")  # no longer running
+
+
 def test_a_version_1_database_gets_the_run_lease_columns(any_study):
     from sqlalchemy import inspect as sa_inspect
     from sqlalchemy import text
