@@ -2887,6 +2887,9 @@ def _candidate_table(candidates: list[dict]):
     )
 
 
+labelset_name = click.option("--labelset", "name", required=True, help="The label set.")  # the review commands share it
+
+
 @labelset_.command("mine")
 @click.option("--cohort", required=True, help="Cohort whose reports are mined.")
 @click.option(
@@ -2943,7 +2946,7 @@ def labelset_mine(wb, cohort, engine, model, against, min_reports, name, top, es
 
 
 @labelset_.command("list")
-@click.option("--labelset", "name", required=True, help="The label set.")
+@labelset_name
 @click.option("--open", "only_open", is_flag=True, help="Only candidates still open, with who has not agreed.")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @wide_flag
@@ -2963,7 +2966,7 @@ def labelset_list(wb, name, only_open, fmt):
 
 @labelset_.command("show")
 @click.argument("key")
-@click.option("--labelset", "name", required=True, help="The label set.")
+@labelset_name
 @study_option
 def labelset_show(wb, key, name):
     """One candidate: forms, counts, examples, attributes, and the votes once you have voted."""
@@ -2989,7 +2992,7 @@ def labelset_show(wb, key, name):
 
 
 @labelset_.command("rule")
-@click.option("--labelset", "name", required=True, help="The label set.")
+@labelset_name
 @click.option("--reviewers", required=True, help="Comma-separated reviewers whose votes count.")
 @click.option("--rule", type=click.Choice(["unanimous", "k_of_n"]), default="unanimous", show_default=True)
 @click.option("--k", type=int, default=0, help="k_of_n: agreeing votes needed.")
@@ -3004,7 +3007,7 @@ def labelset_rule(wb, name, reviewers, rule, k):
 @click.argument("key")
 @click.argument("action", type=click.Choice(["approve", "reject", "merge", "rename"]))
 @click.argument("argument", required=False, default="")
-@click.option("--labelset", "name", required=True, help="The label set.")
+@labelset_name
 @click.option("--reviewer", default=None, help="Vote as this reviewer (yourself when signed in).")
 @study_option
 def labelset_vote(wb, key, action, argument, name, reviewer):
@@ -3020,7 +3023,7 @@ def labelset_vote(wb, key, action, argument, name, reviewer):
 
 @labelset_.command("edit")
 @click.argument("key")
-@click.option("--labelset", "name", required=True, help="The label set.")
+@labelset_name
 @click.option("--definition", default=None, help="New definition.")
 @click.option("--look-for", "look_for", default=None, help="New look-for phrases, separated by ';'.")
 @study_option
@@ -3032,7 +3035,7 @@ def labelset_edit(wb, key, name, definition, look_for):
 
 @labelset_.command("split")
 @click.argument("key")
-@click.option("--labelset", "name", required=True, help="The label set.")
+@labelset_name
 @click.option("--forms", required=True, help="Surface forms to move out, separated by ';'.")
 @click.option("--name", "new_name", required=True, help="Name of the new candidate.")
 @study_option
@@ -3046,7 +3049,7 @@ def labelset_split(wb, key, name, forms, new_name):
 @click.argument("key")
 @click.argument("action", type=click.Choice(["approve", "reject", "merge", "rename"]))
 @click.argument("argument", required=False, default="")
-@click.option("--labelset", "name", required=True, help="The label set.")
+@labelset_name
 @click.option("--reason", required=True, help="Why (kept in the audit trail).")
 @study_option
 def labelset_settle(wb, key, action, argument, name, reason):
@@ -3056,7 +3059,7 @@ def labelset_settle(wb, key, action, argument, name, reason):
 
 
 @labelset_.command("adopt")
-@click.option("--labelset", "name", required=True, help="The label set.")
+@labelset_name
 @click.option("--message", default="", help="Commit message (default: what changed).")
 @study_option
 def labelset_adopt(wb, name, message):
@@ -3067,7 +3070,7 @@ def labelset_adopt(wb, name, message):
 
 
 @labelset_.command("export")
-@click.option("--labelset", "name", required=True, help="The label set.")
+@labelset_name
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Vocabulary file to write.")
 @study_option
 def labelset_export(wb, name, out):
