@@ -27,6 +27,19 @@ def test_every_storage_function_is_tested_here():
     assert untested == [], f"storage functions without a test: {untested}"
 
 
+def add_edema_run(s, cohort_id: int):
+    """A per-label run of the edema label on a cohort (the storage tests' stand-in run)."""
+    return q.add_run(
+        s,
+        cohort_id=cohort_id,
+        prompt_commit="c" * 40,
+        model="m",
+        params_json="{}",
+        mode="per_label",
+        labels_json='["edema"]',
+    )
+
+
 def reading_stamp(s, report_id: str, reader: str) -> str:
     """updated_at of one reading."""
     return s.execute(
@@ -138,15 +151,7 @@ def test_runs_predictions_cache(any_study):
     any_study.import_reports(DATA / "reports_small.csv", "dev")
     with any_study.session() as s:
         cohort = q.get_cohort(s, "dev")
-        run = q.add_run(
-            s,
-            cohort_id=cohort.id,
-            prompt_commit="c" * 40,
-            model="m",
-            params_json="{}",
-            mode="per_label",
-            labels_json='["edema"]',
-        )
+        run = add_edema_run(s, cohort.id)
         q.add_run_counts(s, run.id, calls_made=2, failures=1)
         q.update_run(s, run.id, status="finished")
         assert q.get_run(s, run.id).calls_made == 2
@@ -201,15 +206,7 @@ def test_run_lease_is_taken_by_exactly_one_of_two_executors_and_taken_over_after
 
     any_study.import_reports(DATA / "reports_small.csv", "dev")
     with any_study.session() as s:
-        run = q.add_run(
-            s,
-            cohort_id=q.get_cohort(s, "dev").id,
-            prompt_commit="c" * 40,
-            model="m",
-            params_json="{}",
-            mode="per_label",
-            labels_json='["edema"]',
-        )
+        run = add_edema_run(s, q.get_cohort(s, "dev").id)
     other = Workbench(any_study.root)  # a second engine: another executor's connections
     try:
         for round_ in range(10):
@@ -249,15 +246,7 @@ def test_a_run_left_running_by_a_gone_executor_is_marked_only_while_that_executo
     any_study.import_reports(DATA / "reports_small.csv", "dev")
     with any_study.session() as s:
         cohort = q.get_cohort(s, "dev").id
-        run = q.add_run(
-            s,
-            cohort_id=cohort,
-            prompt_commit="c" * 40,
-            model="m",
-            params_json="{}",
-            mode="per_label",
-            labels_json='["edema"]',
-        )
+        run = add_edema_run(s, cohort)
         q.update_run(s, run.id, status="running")
         assert q.take_run_lease(s, run.id, "gone", 130.0, 100.0)
     with any_study.session() as s:
@@ -607,15 +596,7 @@ def test_bulk_writes_above_the_copy_threshold(any_study, monkeypatch):
         )
         q.ensure_readers(s, ["r1"])
         assert q.insert_readings(s, readings) == n
-        run = q.add_run(
-            s,
-            cohort_id=cohort.id,
-            prompt_commit="c" * 40,
-            model="m",
-            params_json="{}",
-            mode="per_label",
-            labels_json='["edema"]',
-        )
+        run = add_edema_run(s, cohort.id)
         rows = [
             {
                 "report_id": r,
@@ -859,15 +840,7 @@ def test_run_scoring_is_kept_as_first_recorded_and_reference_changes_are_counted
     any_study.import_reports(DATA / "reports_small.csv", "dev")
     with any_study.session() as s:
         cohort = q.get_cohort(s, "dev")
-        run = q.add_run(
-            s,
-            cohort_id=cohort.id,
-            prompt_commit="c" * 40,
-            model="m",
-            params_json="{}",
-            mode="per_label",
-            labels_json='["edema"]',
-        )
+        run = add_edema_run(s, cohort.id)
         q.put_run_scoring(s, run.id, "2026-01-01T00:00:00+00:00", {"edema": [1, 0, 0, 7]})
         q.put_run_scoring(s, run.id, "2026-06-01T00:00:00+00:00", {"edema": [0, 1, 1, 6]})  # the first one stays
         assert q.run_scorings(s, [run.id]) == {run.id: ("2026-01-01T00:00:00+00:00", {"edema": [1, 0, 0, 7]})}
@@ -907,15 +880,7 @@ def small_cohort(s, ids=("a", "b", "c")):
 def test_batch_jobs(any_study):
     with any_study.session() as s:
         cid = small_cohort(s)
-        run = q.add_run(
-            s,
-            cohort_id=cid,
-            prompt_commit="c" * 40,
-            model="m",
-            params_json="{}",
-            mode="per_label",
-            labels_json='["edema"]',
-        )
+        run = add_edema_run(s, cid)
         assert q.pending_batch_job(s, f"run:{run.id}") is None and q.batch_jobs(s, run.id).empty
         common = dict(scope=f"run:{run.id}", run_id=run.id, model="m", api_base="http://x", keys_sha="0" * 64)
         q.add_batch_job(s, batch_id="b1", input_file_id="in1", status="in_progress", requests=3, **common)
