@@ -87,6 +87,8 @@ def _sign_in(base):
             _forget()
             st.error(str(exc))
     st.title("Sign in")
+    if problem := st.session_state.pop(state.SIGNIN_PROBLEM, None):
+        st.error(problem)
     if st.session_state.pop(state.CLEAR_COOKIE, False):
         keyboard.session_cookie(cookies.end(_cookie_name(base), _base_url()))
     if mode == "oidc":
@@ -116,11 +118,39 @@ def _sign_in(base):
         token = base.as_actor(actor).start_web_session(address=_address())
         state.set_actor(dataclasses.replace(actor, session=token_digest(token)))
         st.session_state[state.SESSION_TOKEN] = token
-        st.session_state[state.SESSION_COOKIE] = cookies.start(
-            _cookie_name(base), token, int(WEB_SESSION_HOURS * 3600), _base_url()
-        )
+        given = cookies.start(_cookie_name(base), token, int(WEB_SESSION_HOURS * 3600), _base_url())
+        st.session_state[state.SESSION_COOKIE] = given
+        if given.get("code"):  # served by serve.py: the app opens once the browser holds the cookie
+            st.session_state[state.COOKIE_PENDING] = given["code"]
         st.rerun()
     return None
+
+
+def _cookie_arrived(base) -> bool:
+    """Whether the browser holds the session cookie of this tab's sign-in; until then the page says so and waits.
+
+    The cookie comes from a request the page makes after the sign-in's run (cookies.py): an app opened before
+    its answer would lose the session on an early reload, so the first page waits for the answer instead."""
+    code = st.session_state.get(state.COOKIE_PENDING)
+    if not code:
+        return True
+    name = _cookie_name(base)
+    answer = keyboard.cookie_answer(name)
+    if answer.get("code") == code:
+        st.session_state.pop(state.COOKIE_PENDING, None)
+        st.session_state.pop(state.SESSION_COOKIE, None)  # the code is spent: nothing more to give the browser
+        if answer.get("ok"):
+            return True
+        _sign_out(base)  # a browser without the cookie would lose this session at the next reload
+        st.session_state[state.SIGNIN_PROBLEM] = (
+            f"The browser did not keep the session (the server answered {answer.get('status') or 'nothing'}); "
+            "sign in again. Cookies must be allowed for this address."
+        )
+        st.rerun()
+    st.title("Signing in")
+    st.caption("Handing this browser its session ...")
+    keyboard.session_cookie(st.session_state[state.SESSION_COOKIE], on_stored=lambda: None)
+    return False
 
 
 def _address() -> str:
@@ -267,7 +297,7 @@ def main(study: str | None = None, start: str | None = None) -> None:
         st.session_state.setdefault(state.START_PAGE, _requested_page())  # survives the sign-in form
         st.session_state.setdefault(state.START_QUERY, st.query_params.to_dict())
     actor = _sign_in(base)
-    if actor is None:
+    if actor is None or not _cookie_arrived(base):
         st.stop()
     wb = state.request_scoped(state.attach_revision(base.as_actor(actor), base.ui_revision))
     allowed = [p for p in PAGES if actor.role in PERMISSIONS[p[4]]]

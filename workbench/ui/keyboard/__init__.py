@@ -41,10 +41,20 @@ def _cookie_component():
     return st.components.v2.component("workbench_session_cookie", js=(HERE / "cookie.js").read_text(encoding="utf-8"))
 
 
-def session_cookie(data: dict) -> None:
+def session_cookie(data: dict, on_stored: Callable[[], None] | None = None) -> None:
     """Set or clear the session cookie in the browser (data from workbench.ui.cookies start/end); drawn each
-    run, each data acts once in the page."""
-    _cookie_component()(key=f"wb.cookie.{data['name']}", data=data)
+    run, each data acts once in the page. Served by serve.py, on_stored runs when the server has answered the
+    sign-in's code (the component's "stored" trigger: {code, ok, status})."""
+    key = f"wb.cookie.{data['name']}"
+    if on_stored is None:
+        _cookie_component()(key=key, data=data)
+    else:
+        _cookie_component()(key=key, data=data, on_stored_change=on_stored)
+
+
+def cookie_answer(name: str) -> dict:
+    """The server's answer to the sign-in's code, as the cookie component reported it ({} before it has)."""
+    return (st.session_state.get(f"wb.cookie.{name}") or {}).get("stored") or {}
 
 
 def form(key: str, data: dict, on_action: Handler, on_draft: Callable[[dict], None] | None = None) -> None:

@@ -9,15 +9,19 @@ const done = new Set();
 
 export default function (component) {
   const { name, action, endpoint, code, value, maxAge, nonce } = component.data || {};
+  const { setTriggerValue } = component;
   if (!name || !action) return;
   const once = action + ":" + (code || nonce);
   if (done.has(once)) return;
   done.add(once);
   if (endpoint) {
+    // a sign-in's page waits for this answer: the app opens only once the browser holds the cookie, so a
+    // reload at any moment after that keeps the session (issue 32 item 8)
+    const told = (ok, status) => { if (action === "start" && setTriggerValue) setTriggerValue("stored", { code, ok, status }); };
     fetch(endpoint + (action === "end" ? "/end" : ""), {
       method: "POST", credentials: "same-origin", headers: { "X-Workbench": "session" },
       body: action === "end" ? name : code,
-    });
+    }).then((r) => told(r.ok, r.status), () => told(false, 0));
     return;
   }
   const secure = window.location.protocol === "https:" ? "; Secure" : "";
