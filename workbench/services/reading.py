@@ -472,7 +472,7 @@ class ReadingService(Service):
                 "state": work["state"].map({COMPLETED: "saved", DRAFT: "draft"}).fillna("partly saved"),
                 "ticked": [", ".join(names.get(lab, lab) for lab in ticked.get(rid, [])) for rid in work["report_id"]],
                 "unsure": work["report_id"].isin(notes.index[notes["unsure"].astype(bool)]),
-                "comment": work["report_id"].map(notes["comment"]).fillna(""),
+                "comment": work["report_id"].map(notes["comment"]).astype(object).fillna(""),
                 "saved_at": work["saved_at"],
             }
         )
