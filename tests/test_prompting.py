@@ -234,3 +234,36 @@ def test_consolidation_alone_is_not_enough(study):
     ann.save_prompts([dataclasses.replace(co, hedged="positive")], "Consolidation hedge positive", ann.prompt_commit())
     flagged = [f for f in hedge_findings(ann) if "pneumonia" in f.labels]
     assert len(flagged) == 1 and "Lung Opacity: negative" in flagged[0].message
+
+
+# ---------------------------------------------------------------- the shared task file
+
+
+def test_a_hand_edit_of_the_task_file_is_saved_and_audited_so_verify_holds(ann):
+    """docs/attributes.md tells engineers to edit the cue lists by hand: `prompts save` must take that edit
+    (a commit made with git has no audit event, and `audit --verify` then fails)."""
+    task = ann.paths.prompts / "_task.yaml"
+    task.write_text(task.read_text(encoding="utf-8") + "# cue lists edited by hand\n", encoding="utf-8")
+    status = ann.prompt_status().set_index("label")
+    assert status.loc["_task", "file"] == "edited" and status.loc["_task", "problem"] == ""
+    commit, saved = ann.save_labels(None, "cue lists by hand")
+    assert saved == ["_task"]
+    assert ann.prompt_files(commit)["_task.yaml"].endswith("# cue lists edited by hand\n")
+    events = ann.audit_log(entity="prompt", key="_task")
+    assert events.iloc[0]["action"] == "save" and commit in events.iloc[0]["new"]
+    assert ann.verify_audit()["ok"]
+
+
+def test_a_broken_or_deleted_task_file_is_named_and_nothing_is_committed(ann):
+    task = ann.paths.prompts / "_task.yaml"
+    head = ann.prompt_commit()
+    original = task.read_text(encoding="utf-8")
+    task.write_text(original + "per_label_template: 3\n", encoding="utf-8")
+    assert "per_label_template" in ann.prompt_status().set_index("label").loc["_task", "problem"]
+    with pytest.raises(Exception, match="per_label_template"):
+        ann.save_labels(["_task"], "broken template")
+    task.unlink()
+    assert "restore it" in ann.prompt_status().set_index("label").loc["_task", "problem"]
+    with pytest.raises(StudyError, match="was deleted"):
+        ann.save_labels(["_task"], "deleted")
+    assert ann.prompt_commit() == head

@@ -1473,7 +1473,9 @@ def prompts_add_example(wb, report_id, label, why, run_id, value):
 @click.option("-m", "--message", required=True, help="What changed and why.")
 @study_option
 def prompts_save(wb, labels, message):
-    """Save drafts and uncommitted edits of the prompt folder (the given labels, or all) as one new version."""
+    """Save drafts and uncommitted edits of the prompt folder (the given labels, or all) as one new version.
+
+    `_task` names the shared task file (_task.yaml: the template and the attribute cue lists)."""
     commit, saved = wb.save_labels(list(labels) or None, message)
     click.echo(f"saved version {commit[:8]} ({', '.join(saved)})")
 

@@ -22,6 +22,7 @@ import yaml
 from workbench import importers
 from workbench.core import policy, yaml_layout
 from workbench.core.prompts import (
+    TASK_FILE,
     LabelPrompt,
     PromptError,
     PromptSet,
@@ -40,6 +41,8 @@ from workbench.store import prompt_repo
 from workbench.store import queries as q
 from workbench.store.prompt_repo import PromptRepoError
 from workbench.study import StudyError
+
+TASK_LABEL = TASK_FILE.removesuffix(".yaml")  # how status, save and the audit name the shared task file
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
     from workbench.services.splits import SplitsService
@@ -253,16 +256,40 @@ class PromptsService(Service):
                     "problem": problem,
                 }
             )
-        if "_task.yaml" in changes:
+        if TASK_FILE in changes:
             rows.append(
                 {
-                    "label": "_task",
+                    "label": TASK_LABEL,
                     "draft": "",
-                    "file": "edited" if changes["_task.yaml"] else "deleted",
-                    "problem": "the shared task file: commit it with git",
+                    "file": "edited" if changes[TASK_FILE] else "deleted",
+                    "problem": self._task_problem(changes),
                 }
             )
         return pd.DataFrame(rows, columns=["label", "draft", "file", "problem"])
+
+    def _task_edit(self) -> str:
+        """The uncommitted text of the shared task file, refused when it is unchanged or deleted."""
+        changes = prompt_repo.working_changes(self.paths.prompts)
+        if TASK_FILE not in changes:
+            raise StudyError(f"nothing to save for {TASK_LABEL}: {TASK_FILE} matches the latest version")
+        if changes[TASK_FILE] is None:
+            raise StudyError(
+                f"{TASK_FILE} was deleted; every prompt needs it: restore it "
+                f"(git -C {self.paths.prompts} checkout -- {TASK_FILE})"
+            )
+        return changes[TASK_FILE]
+
+    def _task_problem(self, changes: dict[str, str | None]) -> str:
+        """What is wrong with an uncommitted edit of the shared task file ('' when it can be saved)."""
+        if changes.get(TASK_FILE) is None:
+            return f"deleted: restore it (git -C {self.paths.prompts} checkout -- {TASK_FILE})"
+        current = self.prompt_files(None)
+        current.update({n: t for n, t in changes.items() if t is not None})
+        try:
+            validate_prompt_files(current, self.vocab)
+        except (PromptError, StudyError) as exc:
+            return str(exc)
+        return ""
 
     def _refuse_clash(self, label: str) -> tuple[LabelPrompt | None, str | None, bool]:
         """(draft or None, uncommitted file text or None, file edited); refuses when both exist and differ."""
@@ -367,11 +394,15 @@ class PromptsService(Service):
         """
         self.require("edit_prompts")
         status = self.prompt_status()
-        wanted = [self._asked(x) for x in labels] if labels else [x for x in status["label"] if x != "_task"]
+        wanted = [x if x == TASK_LABEL else self._asked(x) for x in labels] if labels else list(status["label"])
         if not wanted:
             raise StudyError("nothing to save: no drafts and no uncommitted edits in the prompt folder")
         files, bases, saved = {}, {}, []
         head = self.prompt_commit()
+        if TASK_LABEL in wanted:  # the shared task file (template, cue lists): saved like a label, audited as _task
+            wanted.remove(TASK_LABEL)
+            files[TASK_FILE], bases[TASK_FILE] = self._task_edit(), head
+            saved.append(TASK_LABEL)
         for label in wanted:
             draft, text, edited = self._refuse_clash(label)
             if edited:
@@ -401,7 +432,7 @@ class PromptsService(Service):
         A label whose draft holds an accepted proposal is named in the message with the proposal and its
         error notes, and the proposal is marked saved with the commit; drafts are dropped; each label is audited.
         """
-        labels = [self._asked(lab) for lab in labels]
+        labels = [lab if lab == TASK_LABEL else self._asked(lab) for lab in labels]
         with self.session() as s:
             accepted = q.proposals_frame(s, status="accepted", author=self.actor.user)
             drafts = {lab: row.content for lab in labels if (row := q.get_draft(s, lab, self.actor.user)) is not None}
@@ -420,7 +451,8 @@ class PromptsService(Service):
         try:
             with self.session() as s:
                 for label in labels:
-                    base = bases.get(f"{label}.yaml") if isinstance(bases, dict) else bases
+                    name = TASK_FILE if label == TASK_LABEL else f"{label}.yaml"
+                    base = bases.get(name) if isinstance(bases, dict) else bases
                     q.delete_draft(s, label, self.actor.user)
                     q.add_audit(
                         s,
