@@ -77,6 +77,19 @@ def test_hedged_and_normal_statements_are_not_affirmed():
     assert not [c for c in cands if "lung" in c.name]  # "lungs are clear"
 
 
+def test_a_structure_called_normal_by_its_predicate_is_no_finding():
+    """ "The trachea is midline", "the airways are patent", "the lungs are well expanded": normal statements that
+    ranked among the top 20 of OpenI; before a noun such a word may name a finding ("midline sternotomy")."""
+    corpus = [
+        (f"n{i}", "The trachea is midline. The airways are patent. The lungs are well expanded. No effusion.")
+        for i in range(3)
+    ] + [("s1", "Midline sternotomy wires. The trachea is midline.")]
+    cands = mining.mine(corpus, TASK, min_reports=1)
+    names = [c.name for c in cands]
+    assert not [n for n in names if "trachea" in n or "airway" in n or "lung" in n], names
+    assert any("sternotomy" in n for n in names), names
+
+
 def test_candidates_carry_counts_examples_definition_and_look_for():
     cands = mining.mine(CORPUS, TASK, min_reports=1)
     effusion = by_name(cands)["pleural effusion"]

@@ -186,6 +186,9 @@ REPORT_WORDS = frozenset(
 )
 # a clause that says its subject is normal affirms nothing about it
 NORMAL_WORDS = frozenset(["normal", "normally", "unremarkable", "clear", "intact", "negative"])
+# words that call a structure normal only as its predicate ("the trachea is midline", "airways are patent",
+# "the angles are sharp", "lungs are well expanded"): before a noun they may name a finding ("midline sternotomy")
+NORMAL_PREDICATES = frozenset(["midline", "patent", "sharp", "expanded", "aerated"])
 COPULA = frozenset(
     [
         "is",
@@ -262,7 +265,7 @@ def lexicon(task: TaskSpec) -> ls.Lexicon:
 
     attrs = ls.attribute_words(attribute_cues_of(task))
     cue_words = {w for key, phrases in task.cue_lists().items() if ":" not in key for p in phrases for w in p.split()}
-    stop = (set(ENGLISH_STOP_WORDS) | REPORT_WORDS | NORMAL_WORDS | COPULA | cue_words) - set(attrs)
+    stop = (set(ENGLISH_STOP_WORDS) | REPORT_WORDS | NORMAL_WORDS | NORMAL_PREDICATES | COPULA | cue_words) - set(attrs)
     return ls.Lexicon(attributes=attrs, placing=frozenset(MODIFIER_WORDS - set(attrs)), stop=frozenset(stop))
 
 
@@ -305,12 +308,16 @@ class Miner:
                 cur = None
                 gap.append(w)
         normal = [i for i, (w, _, _) in enumerate(tokens) if w in NORMAL_WORDS]
+        predicates = [i for i, (w, _, _) in enumerate(tokens) if w in NORMAL_PREDICATES]
         chunks: list[dict] = []
         for run in runs:
             # "heart size and vascularity are within normal limits", "clear lungs": the subject or the next words
             run["normal"] = any(
                 n < run["first"] and "," not in (w for w, _, _ in tokens[n : run["first"]]) or run["last"] < n
                 for n in normal
+            ) or any(
+                run["last"] < n and set(w for w, _, _ in tokens[run["last"] + 1 : n]) <= COPULA | {"well"}
+                for n in predicates
             )
             prev = chunks[-1] if chunks else None
             if prev is not None and self._joins(prev, run):
