@@ -117,6 +117,7 @@ def _sign_in(base):
 
         token = base.as_actor(actor).start_web_session(address=_address())
         state.set_actor(dataclasses.replace(actor, session=token_digest(token)))
+        st.session_state[state.RESUMED] = False
         st.session_state[state.SESSION_TOKEN] = token
         given = cookies.start(_cookie_name(base), token, int(WEB_SESSION_HOURS * 3600), _base_url())
         st.session_state[state.SESSION_COOKIE] = given
@@ -189,6 +190,7 @@ def _resume(base) -> None:
     try:
         actor = base.resume_web_session(token)
         state.set_actor(actor)
+        st.session_state[state.RESUMED] = True
         st.session_state[state.SESSION_TOKEN] = token
         ended = st.session_state.pop(state.ENDED_USER, None)
         if ended and ended != actor.user:  # the browser's cookie is now another user's: never switch silently
@@ -221,12 +223,24 @@ def _sign_out(base) -> None:
     state.set_actor(None)
 
 
+def _tab_changed(change: dict) -> None:
+    """This tab was another user's before its reload: the browser's cookie is now someone else's; say so."""
+    if change.get("from") and change.get("to"):
+        state.flash(
+            f"This tab was signed in as {change['from']}; after the reload it is signed in as {change['to']}, "
+            "the last sign-in in this browser. Sign out if this is not you.",
+            "warning",
+        )
+
+
 def _sidebar(wb) -> None:
     """Who is acting, which model labels, and a way to pick up changes made outside the app."""
     st.caption(f"Study **{components.md(wb.config.name)}** · vocabulary {components.md(wb.vocab.name)}")
     st.caption(f"Acting as **{components.md(wb.actor.user)}** ({wb.actor.role})")
     if st.session_state.get(state.SESSION_COOKIE):  # after a sign-in (a resumed session already has its cookie)
         keyboard.session_cookie(st.session_state[state.SESSION_COOKIE])
+    if wb.config.auth == "local":
+        keyboard.tab_user(_cookie_name(wb), wb.actor.user, st.session_state.get(state.RESUMED, False), _tab_changed)
     if wb.config.auth != "none" and st.button("Sign out", key=state.widget_key("signout")):
         _sign_out(wb)
         if wb.config.auth == "oidc":

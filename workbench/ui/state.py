@@ -67,6 +67,7 @@ SESSION_TOKEN = "wb.session.token"  # the browser session's token (auth: local),
 CLEAR_COOKIE = "wb.session.clear"  # the next sign-in form also clears a dead session cookie
 SESSION_COOKIE = "wb.session.cookie"  # what gives the browser its cookie after a sign-in (workbench/ui/cookies.py)
 SIGNIN_PROBLEM = "wb.session.problem"  # why the last sign-in did not hold (shown on the next sign-in form)
+RESUMED = "wb.session.resumed"  # this tab's user came from the browser's cookie (a reload), not a sign-in here
 COOKIE_PENDING = "wb.session.pending"  # the sign-in's one-time code until the browser holds its cookie (serve.py)
 URL_SEEDED = "wb.url.seeded"  # pages whose state this session took from the URL (once each)
 KBD_PAGE = "wb.kbd.page"  # the browser page's random id (keyboard forms answer triggers per page)

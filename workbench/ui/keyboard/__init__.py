@@ -52,6 +52,26 @@ def session_cookie(data: dict, on_stored: Callable[[], None] | None = None) -> N
         _cookie_component()(key=key, data=data, on_stored_change=on_stored)
 
 
+@functools.cache
+def _tab_user_component():
+    """The registered tab memory (no markup: it compares this tab's user with the one it had before)."""
+    return st.components.v2.component("workbench_tab_user", js=(HERE / "tabuser.js").read_text(encoding="utf-8"))
+
+
+def tab_user(study: str, user: str, resumed: bool, on_changed: Callable[[dict], None]) -> None:
+    """Tell the tab who it is signed in as; on_changed({from, to}) runs when a resumed session is another user's
+    than the one this tab had before (a reload after someone else signed in in this browser)."""
+    key = f"wb.tab.user.{study}"
+
+    def changed() -> None:
+        """The component's "changed" trigger."""
+        on_changed((st.session_state.get(key) or {}).get("changed") or {})
+
+    _tab_user_component()(
+        key=key, data={"study": study, "user": user, "resumed": bool(resumed)}, on_changed_change=changed
+    )
+
+
 def cookie_answer(name: str) -> dict:
     """The server's answer to the sign-in's code, as the cookie component reported it ({} before it has)."""
     return (st.session_state.get(f"wb.cookie.{name}") or {}).get("stored") or {}
