@@ -85,11 +85,6 @@ def _round(obj):
     return obj
 
 
-def canonical(obj) -> bytes:
-    """Canonical JSON bytes of an object (floats rounded: for building content, not for hashing it)."""
-    return _dump(_round(obj))
-
-
 def _dump(obj) -> bytes:
     """Canonical JSON bytes of plain data exactly as it is (sorted keys, no whitespace, UTF-8)."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")

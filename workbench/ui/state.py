@@ -131,11 +131,6 @@ def request_scoped(wb):
     return wb
 
 
-def revision(wb) -> int:
-    """The study's current revision."""
-    return wb.ui_revision.value
-
-
 def bump(wb, notes_only: bool = False) -> None:
     """Invalidate cached reads of this study (call after each write; notes_only after a plain error note)."""
     wb.ui_revision.bump(notes_only)
