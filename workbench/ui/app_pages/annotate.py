@@ -88,6 +88,7 @@ def _annotate(wb, reader: str, cohort: str, work, drafts: set) -> None:
         data,
         on_action=lambda payload: _act(wb, reader, work, payload),
         on_draft=lambda draft: _keep_draft(wb, reader, ids, draft),
+        presses=wb,  # one Enter is applied once, whatever the load (the press is claimed in the database)
     )
     _queue(work)
     _my_readings(wb, reader, cohort, ids)

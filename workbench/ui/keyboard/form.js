@@ -495,6 +495,8 @@ function refresh(f) {
   nodes.caption.hidden = !f.item.caption;
   for (const { node, kind } of nodes.nav) node.disabled = (f.data.nav || {})[kind] === false;
   host.setAttribute("data-state", f.waiting ? "saving" : "ready");
+  host.setAttribute("data-page", PAGE);  // with data-seq, the last press sent: what the server records it by
+  host.setAttribute("data-seq", String(lastSeq));
   host.setAttribute("data-held", String(f.queue.length));
   host.setAttribute("data-confirm", f.confirming ? "1" : "0");
   for (const { node, g, o } of f.nodes.chips) {
