@@ -201,3 +201,18 @@ def test_an_enter_from_a_real_browser_delivered_again_to_another_process_saves_o
     answer = deliver(at, state.ANN_FORM, payload)
     assert answer["error"] is None and answer["acked"] == seq, answer["error"]
     assert saves(wb, READER[0]) == 1, "the browser's Enter was applied a second time"
+
+
+def test_a_press_from_a_disabled_account_is_answered_not_applied(study):
+    from workbench.services import Workbench
+
+    boss = Workbench(study)
+    boss.add_user("boss", "admin", "boss-password-1")
+    boss = boss.as_actor(boss.actor_for("boss"))
+    boss.add_user("dr-gone", "reader", "reader-password-1")
+    reader = boss.as_actor(boss.actor_for("dr-gone"))
+    boss.set_disabled("dr-gone")
+    calls = []
+    keyboard._apply_action(state.ANN_FORM, {"seq": 1, "kind": "save", "item": "x", "page": "p"}, calls.append, reader)
+    answer = keyboard.ANSWERS.get(("p", state.ANN_FORM))
+    assert calls == [] and answer["seq"] == 1 and "disabled" in answer["error"], answer

@@ -12,6 +12,7 @@ again. Inline HTML/CSS/JS, no iframe, nothing fetched.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import secrets
 import threading
@@ -179,14 +180,13 @@ def _apply_action(key: str, payload, handler: Handler, presses: Presses | None =
             # found): stored once, answered again
             ANSWERS.put(ident, {**last, "seq": payload["seq"]})
             return
-        claim = presses.claim_press(ident[0], key, payload["seq"]) if presses is not None else None
+        try:
+            claim = presses.claim_press(ident[0], key, payload["seq"]) if presses is not None else None
+        except WorkbenchError as exc:  # e.g. the account was disabled meanwhile: nothing is applied
+            ANSWERS.put(ident, {**last, "seq": payload["seq"], "error": f"Not saved: {exc}"})
+            return
         if claim is not None and claim.state != "new":
-            if claim.state == "pending" and claim.seconds_ago < PENDING_S:
-                return  # being applied by another thread or process: the page resends, and finds its answer
-            ANSWERS.put(
-                ident,
-                {**last, "seq": payload["seq"], "error": INTERRUPTED if claim.state == "pending" else claim.error},
-            )
+            _answer_again(ident, last, payload["seq"], claim)
             return
         error: str | None = "Not saved: an error on the server (shown on the page)."
         try:
@@ -195,9 +195,17 @@ def _apply_action(key: str, payload, handler: Handler, presses: Presses | None =
             error = f"Not saved: {exc}"
         finally:  # also when the handler raised: a resend of a press that failed is answered with the failure
             if presses is not None:
-                presses.finish_press(ident[0], key, payload["seq"], error)
+                with contextlib.suppress(WorkbenchError):  # this process keeps the answer all the same
+                    presses.finish_press(ident[0], key, payload["seq"], error)
         saved = content if content[0] == "save" and error is None else last.get("saved")
         ANSWERS.put(ident, {"seq": payload["seq"], "error": error, "saved": saved})
+
+
+def _answer_again(ident: tuple, last: dict, seq: int, claim) -> None:
+    """Answer a press claimed before (by another session or server process) without applying it again."""
+    if claim.state == "pending" and claim.seconds_ago < PENDING_S:
+        return  # being applied elsewhere right now: no answer yet; the page resends and finds it
+    ANSWERS.put(ident, {**last, "seq": seq, "error": INTERRUPTED if claim.state == "pending" else claim.error})
 
 
 def _apply_draft(key: str, draft, handler) -> None:
