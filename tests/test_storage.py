@@ -1062,3 +1062,20 @@ def test_adaptive_facts_claims_and_sample_readings(any_study):
         q.delete_agreement_sample(s, cid)
         assert q.agreement_sample_ids(s, cid) == set() and q.count_sample_readings(s, cid) == 0
         assert len(q.readings_frame(s, cohort_id=cid)) == 4  # the readings themselves stay
+
+
+def test_keyboard_presses_are_claimed_once_answered_and_pruned(any_study):
+    with any_study.session() as s:
+        assert q.claim_press(s, "page-1", "wb.kbd.annotate", 1, "dr", "2026-12-06T05:00:00.000000+00:00") is None
+    with any_study.session() as s:  # the same press again (a resend reaching another process): the first record
+        again = q.claim_press(s, "page-1", "wb.kbd.annotate", 1, "dr", "2026-12-06T05:00:01.000000+00:00")
+        assert (again.seq, again.done, again.at) == (1, False, "2026-12-06T05:00:00.000000+00:00")
+        assert q.claim_press(s, "page-1", "wb.kbd.annotate", 2, "dr", "2026-12-06T05:00:02.000000+00:00") is None
+        q.finish_press(s, "page-1", "wb.kbd.annotate", 1, "Not saved: refused")
+    with any_study.session() as s:
+        done = q.claim_press(s, "page-1", "wb.kbd.annotate", 1, "dr", "2026-12-06T05:00:03.000000+00:00")
+        assert (done.done, done.error) == (True, "Not saved: refused")
+        q.prune_presses(s, "2026-12-06T05:00:01.500000+00:00")
+    with any_study.session() as s:  # seq 1 is forgotten: a press claimed anew
+        assert q.claim_press(s, "page-1", "wb.kbd.annotate", 1, "dr", "2026-12-06T05:00:04.000000+00:00") is None
+        assert q.claim_press(s, "page-1", "wb.kbd.annotate", 2, "dr", "2026-12-06T05:00:05.000000+00:00") is not None

@@ -5,9 +5,11 @@ from __future__ import annotations
 import shutil
 
 from streamlit.testing.v1 import AppTest
-from test_app_pages import draft, press
+from test_app_pages import draft, form_data, press
 
 from workbench.ui import state
+
+SIDE = "attr.pleural_effusion.side"  # the form's group of pleural effusion's side
 
 
 def app_script(study_path: str, start: str) -> None:
@@ -34,7 +36,7 @@ def test_picker_is_off_by_default_and_saves_attributes_when_on(demo_template, tm
     at.text_input(key=state.NEW_READER).input("dr-attr").run()
     report = at.session_state[state.ANN_REPORT]
     draft(at, state.ANN_FORM, labels=["pleural_effusion"])  # the tick, kept as the reader's draft
-    assert not at.segmented_control, "presence-only reading shows no attribute picker"
+    assert not [g for g in form_data(at, state.ANN_FORM)["groups"] if g.get("scope")], "presence-only: no picker"
 
     cfg = load_config(study)
     cfg.annotate_attributes = True
@@ -42,9 +44,10 @@ def test_picker_is_off_by_default_and_saves_attributes_when_on(demo_template, tm
     at = open_annotate(study)
     at.text_input(key=state.NEW_READER).input("dr-attr").run()
     assert at.session_state[state.ANN_REPORT] == report
-    side = at.segmented_control(key=state.widget_key("attr", report, "pleural_effusion", "side"))
-    side.set_value("left").run()
-    press(at, state.ANN_FORM, labels=["pleural_effusion"])  # Enter: the reading as shown, with its side
+    groups = {g["id"]: g for g in form_data(at, state.ANN_FORM)["groups"]}
+    assert groups[SIDE]["scope"]["option"] == "pleural_effusion"  # shown while pleural effusion is ticked
+    assert {o["id"]: o["key"] for o in groups[SIDE]["options"]} == {"left": "l", "right": "r", "bilateral": "b"}
+    press(at, state.ANN_FORM, labels=["pleural_effusion"], **{SIDE: "left"})  # Enter: the reading as shown
     from workbench.store import queries as q
 
     wb = Workbench(study)
@@ -70,9 +73,7 @@ def test_a_saved_report_opened_again_shows_its_attributes_and_saving_keeps_them(
     at = open_annotate(study)
     at.text_input(key=state.NEW_READER).input("dr-attr").run()
     report = at.session_state[state.ANN_REPORT]
-    draft(at, state.ANN_FORM, labels=["pleural_effusion"])
-    at.segmented_control(key=state.widget_key("attr", report, "pleural_effusion", "side")).set_value("left").run()
-    press(at, state.ANN_FORM, labels=["pleural_effusion"])
+    press(at, state.ANN_FORM, labels=["pleural_effusion"], **{SIDE: "left"})
     assert at.session_state[state.ANN_REPORT] != report  # on to the next report
 
     later = AppTest.from_function(app_script, args=(str(study), "annotate"), default_timeout=60)
@@ -80,8 +81,7 @@ def test_a_saved_report_opened_again_shows_its_attributes_and_saving_keeps_them(
     later.run()
     later.text_input(key=state.NEW_READER).input("dr-attr").run()
     assert later.session_state[state.ANN_REPORT] == report
-    shown = later.segmented_control(key=state.widget_key("attr", report, "pleural_effusion", "side"))
-    assert shown.value == "left"
+    assert form_data(later, state.ANN_FORM)["values"][SIDE] == "left"
     press(later, state.ANN_FORM, labels=["pleural_effusion"])
     with Workbench(study).session() as s:
         stored = q.reading_attributes_frame(s)

@@ -341,7 +341,9 @@ def test_annotate_every_label_has_a_visible_key_and_navigation_keys(study):
     assert all(keys) and len(set(keys)) == len(keys), keys
     assert not {"c", "r", "s", ".", "/"} & set(keys), "S skips, . marks unsure, / opens the comment"
     assert all(o["hint"] for o in options), "every chip carries its label's definition"
-    for o, help_row in zip(options, data["help"], strict=False):  # the tooltip and the guidelines panel (key ?)
+    rows = {row["title"]: row for row in data["help"]}  # how to read, the order, then one row per label
+    assert list(rows)[:2] == ["How to read:", "Order:"]
+    for o, help_row in zip(options, [rows[o["label"]] for o in options], strict=True):  # tooltip and ? panel
         lab = wb.vocab.label(o["id"])
         look_for = "Look for: " + "; ".join(lab.look_for) + "."
         assert o["hint"] == f"{lab.definition} {look_for}" and help_row["text"] == o["hint"], o["id"]

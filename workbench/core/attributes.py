@@ -81,6 +81,29 @@ class AttributeParseError(WorkbenchError, ValueError):
     """An `attributes` object that does not fit the label's attributes (never guessed; recorded)."""
 
 
+# attributes whose values are a scale: keyed by their rank (1, 2, 3), as a reader grades them
+ORDINAL = {"severity"}
+# keys an attribute value never takes: the form's own (Enter, arrows, ? . /) are not letters; c is Streamlit's
+RESERVED_KEYS = {"c"}
+
+
+def attribute_keys(attribute_values: Spec) -> dict[tuple[str, str], str]:
+    """(attribute, value) -> its key in the reading form, one scheme for the whole vocabulary (the same value has the
+    same key on every label): a scale by rank (severity 1/2/3), else the first free letter of the value (side l/r/b,
+    change n/w/e/u/s); a value with no free letter gets none."""
+    keys: dict[tuple[str, str], str] = {}
+    used = set(RESERVED_KEYS)
+    for name, values in attribute_values:
+        for rank, value in enumerate(values, start=1):
+            letters = [ch for ch in value.lower() if ch.isalnum()]
+            pool = ([str(rank)] if name in ORDINAL and rank <= 9 else []) + letters
+            key = next((k for k in pool if k not in used), None)
+            if key is not None:
+                keys[(name, value)] = key
+                used.add(key)
+    return keys
+
+
 def parse_attributes(raw: object, spec: Spec) -> dict[str, str]:
     """Validate a reply's `attributes` object strictly: known names, allowed values (case-insensitive),
     null or "" for "not stated"; anything else raises AttributeParseError naming what is wrong."""

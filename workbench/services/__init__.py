@@ -305,6 +305,8 @@ class Workbench:
     reading_draft = _forward(ReadingService.reading_draft, "reading")
     reading_draft_note = _forward(ReadingService.reading_draft_note, "reading")
     save_reading_draft = _forward(ReadingService.save_reading_draft, "reading")
+    claim_press = _forward(ReadingService.claim_press, "reading")
+    finish_press = _forward(ReadingService.finish_press, "reading")
     reading_draft_ids = _forward(ReadingService.reading_draft_ids, "reading")
     submit_reading = _forward(ReadingService.submit_reading, "reading")
     reading_note = _forward(ReadingService.reading_note, "reading")

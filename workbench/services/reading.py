@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from contextlib import contextmanager
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,7 +23,7 @@ from workbench.core.text import compose_text
 from workbench.core.vocab import VocabularyError
 from workbench.errors import UserError
 from workbench.services.base import Service, StudyContext
-from workbench.services.results import ReadingNote, ReportText, SavedReading, UndoneSave, WorkAssigned
+from workbench.services.results import PressClaim, ReadingNote, ReportText, SavedReading, UndoneSave, WorkAssigned
 from workbench.services.study import ConflictError, PermissionDenied
 from workbench.store import db
 from workbench.store import queries as q
@@ -37,6 +38,17 @@ MAX_COMMENT = 2000  # a comment is a remark beside a reading, not a report
 LOOK = "report_look"  # audit entity: a reader saw the reference, the labeller's answer or the votes of a report
 NOTE_IN_DRAFT = "_note"  # a draft's comment and unsure mark, kept beside its ticks (undo brings the whole reading back)
 PACE_GAP_S = 15 * 60  # a pause longer than this between two saves is a break, not reading time
+PRESS_KEPT_S = 24 * 3600  # keyboard presses remembered this long (a page resends an unanswered one within seconds)
+
+
+def _ago(at: str, seconds: float) -> str:
+    """The ISO timestamp this many seconds before another."""
+    return (datetime.fromisoformat(at) - timedelta(seconds=seconds)).isoformat(timespec="microseconds")
+
+
+def _seconds_between(earlier: str, later: str) -> float:
+    """Seconds from one ISO timestamp to another."""
+    return (datetime.fromisoformat(later) - datetime.fromisoformat(earlier)).total_seconds()
 
 
 def _checked_note(comment: str | None, unsure: bool | None):
@@ -325,6 +337,25 @@ class ReadingService(Service):
             if q.get_report(s, report_id) is None:
                 raise StudyError(f"no report {report_id!r}")
             q.put_reading_draft(s, reader, report_id, values)
+
+    def claim_press(self, page: str, form: str, seq: int) -> PressClaim:
+        """Claim one keyboard press (a browser page's form and its sequence number) before applying it: a resend
+        of a press already claimed (a reconnect, another script thread or server process) is answered, not
+        applied again. Presses older than a day are forgotten here."""
+        at = q.now()
+        with self.session(write=True) as s:
+            q.prune_presses(s, _ago(at, PRESS_KEPT_S))
+            earlier = q.claim_press(s, page, form, seq, self.ctx.actor.user, at)
+        if earlier is None:
+            return PressClaim("new")
+        if earlier.done:
+            return PressClaim("done", earlier.error or None)
+        return PressClaim("pending", None, _seconds_between(earlier.at, at))
+
+    def finish_press(self, page: str, form: str, seq: int, error: str | None) -> None:
+        """Record the answer to a press claimed with claim_press (None: applied)."""
+        with self.session(write=True) as s:
+            q.finish_press(s, page, form, seq, error or "")
 
     def reading_draft_ids(self, reader: str) -> list[str]:
         """Reports on which this reader has unsaved ticks."""

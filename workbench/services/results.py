@@ -185,6 +185,16 @@ class SavedReading:
 
 
 @dataclass(frozen=True)
+class PressClaim:
+    """Whether a keyboard press is new here: "new" (apply it), "done" (answered before: error is that answer, None
+    when it was stored) or "pending" (being applied elsewhere, or interrupted seconds_ago)."""
+
+    state: str
+    error: str | None = None
+    seconds_ago: float = 0.0
+
+
+@dataclass(frozen=True)
 class ReadingNote:
     """A reader's comment and unsure mark on one report."""
 

@@ -115,6 +115,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None] | None]] = [
         _add_column("callfact", "reply", "TEXT"),
     ),
     (131, "label sets: candidates mined from a cohort and their reviewers' votes (new tables)", None),
+    (137, "keyboard presses applied once per browser page, across reconnects and server processes (new table)", None),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -20,6 +20,7 @@ from workbench.core.parsing import Answer
 from workbench.store.tables import (
     Adjudication,
     AgreementSample,
+    AppliedPress,
     AuditEvent,
     BatchJob,
     Cohort,
@@ -1177,6 +1178,36 @@ def put_reading_draft(session: Session, reader: str, report_id: str, values: dic
     )
 
 
+def claim_press(session: Session, page: str, form: str, seq: int, actor: str, at: str) -> AppliedPress | None:
+    """Record a keyboard press as being applied, in one statement; None when it is new, else the earlier record
+    (two claims at once: the unique key lets one in)."""
+    written = _raw_rows_write(
+        session,
+        "INSERT INTO appliedpress (page, form, seq, actor, at, done, error) VALUES (?, ?, ?, ?, ?, ?, '') "
+        "ON CONFLICT (page, form, seq) DO NOTHING",
+        (page, form, seq, actor, at, False),
+    )
+    if written:
+        return None
+    return session.scalars(
+        select(AppliedPress).where(AppliedPress.page == page, AppliedPress.form == form, AppliedPress.seq == seq)
+    ).first()
+
+
+def finish_press(session: Session, page: str, form: str, seq: int, error: str) -> None:
+    """Record the answer given to a press ("" = applied)."""
+    session.execute(
+        update(AppliedPress)
+        .where(AppliedPress.page == page, AppliedPress.form == form, AppliedPress.seq == seq)
+        .values(done=True, error=error)
+    )
+
+
+def prune_presses(session: Session, before: str) -> None:
+    """Forget presses recorded before a time (the table stays small: a page resends within seconds)."""
+    session.execute(delete(AppliedPress).where(AppliedPress.at < before))
+
+
 def delete_reading_draft(session: Session, reader: str, report_id: str) -> None:
     """Drop a draft (its reading was saved)."""
     session.execute(delete(ReadingDraft).where(ReadingDraft.reader_id == reader, ReadingDraft.report_id == report_id))
@@ -1336,14 +1367,15 @@ def add_assignments(session: Session, cohort_id: int, rows: list[tuple[str, str]
     return len(rows)
 
 
-def _raw_rows_write(session: Session, sql: str, params: tuple) -> None:
-    """One write statement on the DBAPI cursor (placeholders adapted to the driver)."""
+def _raw_rows_write(session: Session, sql: str, params: tuple) -> int:
+    """One write statement on the DBAPI cursor (placeholders adapted to the driver); the rows it wrote."""
     conn = session.connection()
     if conn.dialect.paramstyle in ("format", "pyformat"):
         sql = sql.replace("?", "%s")
     cursor = conn.connection.cursor()
     try:
         cursor.execute(sql, params)
+        return cursor.rowcount
     finally:
         cursor.close()
 

@@ -346,6 +346,22 @@ class ReadingSave(SQLModel, table=True):
     undone_at: str = Field(default="", max_length=40)
 
 
+class AppliedPress(SQLModel, table=True):
+    """A keyboard form's trigger (Enter, an arrow) applied once: its browser page, form and sequence number, and the
+    answer given. A resend of the same press (after a reconnect, by another script thread or server process) finds it
+    here and is answered, not applied again. Rows older than a day are pruned: a page resends within seconds."""
+
+    __table_args__ = (UniqueConstraint("page", "form", "seq", name="uq_applied_press"),)
+    id: int | None = Field(default=None, primary_key=True)
+    page: str = Field(max_length=100)
+    form: str = Field(max_length=100)
+    seq: int
+    actor: str = Field(max_length=100)
+    at: str = Field(max_length=40, index=True)
+    done: bool = False  # False while it is being applied (or when that was interrupted)
+    error: str = Field(default="", sa_column=Column(Text, nullable=False, default=""))  # the answer; "" = stored
+
+
 class WorkList(SQLModel, table=True):
     """A cohort's work lists: how many readers each report should get (Prodigy's feed_overlap)."""
 

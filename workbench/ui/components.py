@@ -43,6 +43,20 @@ def compact_chips() -> None:
     )
 
 
+def compact_header(title: str, help_text: str) -> None:
+    """A reading page's title and one line of help side by side, small, under a narrow top margin: the report,
+    its chips and the save button start near the top of the screen (the big title, its help and Streamlit's
+    6 rem top margin took about 300 px above the report; the longer help is in the form's ? panel)."""
+    compact_chips()
+    st.html(
+        "<style>[data-testid='stMainBlockContainer'] {padding-top: 2.5rem;}"
+        ".st-key-wb-compact-header h1 {font-size: 1.6rem; padding: 0;}</style>"
+    )
+    with st.container(horizontal=True, vertical_alignment="center", gap="medium", key="wb-compact-header"):
+        st.title(title, anchor=False, width="content")
+        st.caption(help_text)
+
+
 def window(n_rows: int, pos: int, size: int = 100, before: int = 20) -> tuple[int, int]:
     """The slice of a long queue to send to the browser: `size` rows around position pos.
 

@@ -189,6 +189,7 @@ def _decide(wb, queue, pos: int) -> None:
         data,
         on_action=lambda payload: _act(wb, queue, payload),
         on_draft=lambda d: draft.update({d["item"]: d["values"]}),
+        presses=wb,  # one Enter is applied once, whatever the load (the press is claimed in the database)
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from workbench.core.attributes import attribute_keys
 from workbench.core.reading import min_seconds_empty, min_seconds_shown
 from workbench.errors import WorkbenchError
 from workbench.services import ConflictError
@@ -19,6 +20,11 @@ from workbench.ui import components, keyboard, state
 # S skips, the arrows move, Enter saves)
 LABEL_KEYS = list("1234567890") + list("qwetyuiopadfghjklzxvbnm")
 UNSURE_KEY, COMMENT_KEY = ".", "/"  # never a label key: "." marks the reading unsure, "/" opens the comment
+HOW_TO_READ = (
+    "Press the key shown on every finding the report describes (unticked = 0). Enter saves "
+    "and opens the next unread report; ← → move; S skips. Ticks are kept as your draft at once. "
+    "Blinded: other readers and the labeller stay hidden."
+)
 STATE_TEXT = {
     "completed": "saved",
     "edited": "saved, changes not saved",
@@ -30,14 +36,10 @@ READ = ("completed", "edited")
 
 def render(wb) -> None:
     """The work list, one report, a key per label, save and next."""
-    st.title("Annotate")
-    components.help_line(
-        "Press the key shown on every finding the report describes (unticked = 0). Enter saves "
-        "and opens the next unread report; ← → move; S skips. Ticks are kept as your draft at once. "
-        "Blinded: other readers and the labeller stay hidden."
+    components.compact_header(  # the rest of the help is in the form's ? panel: the report starts near the top
+        "Annotate", "Keys tick findings, Enter saves, ? shows how to read. Blinded: others' readings stay hidden."
     )
     state.seed_from_url("annotate", {"cohort": (state.COHORT, str), "report": (state.ANN_REPORT, str)})
-    st.caption(components.md(wb.reading_order_text()))
     reader = _reader(wb)
     with st.sidebar:
         cohort = components.pick_cohort(wb)
@@ -78,15 +80,16 @@ def _annotate(wb, reader: str, cohort: str, work, drafts: set) -> None:
     _progress(wb, reader, cohort, work, pos)
     values, versions = _current(wb, reader, report_id, report_id in drafts)
     data = _form_data(wb, report_id, pos, work, values, versions)
+    if wb.config.annotate_attributes:
+        _with_attributes(wb, reader, report_id, data)
     _with_note(wb, reader, report_id, data)
     keyboard.form(
         state.ANN_FORM,
         data,
         on_action=lambda payload: _act(wb, reader, work, payload),
         on_draft=lambda draft: _keep_draft(wb, reader, ids, draft),
+        presses=wb,  # one Enter is applied once, whatever the load (the press is claimed in the database)
     )
-    if wb.config.annotate_attributes:
-        _attributes(wb, reader, report_id, values)
     _queue(work)
     _my_readings(wb, reader, cohort, ids)
 
@@ -103,36 +106,52 @@ def _hold(wb, reader: str, cohort: str, report_id: str, given: str | None, work)
         st.session_state[state.ANN_HELD] = key
 
 
-def _attributes(wb, reader: str, report_id: str, values: dict) -> None:
-    """A compact picker per ticked label with attributes (saved with the reading by Save and next), showing the
-    reader's stored values: a report opened again must not save an empty picker over them."""
-    specs = {lab: spec for lab, spec in wb.vocab.attribute_specs().items() if values.get(lab)}
-    if not specs:
-        return
+def _with_attributes(wb, reader: str, report_id: str, data: dict) -> None:
+    """Add a picker per label with attributes to the form: shown while its label is ticked, its values on Shift +
+    a key and by click, and the reader's stored values on screen (a report opened again must not save an empty
+    picker over them). Part of the form, so Enter saves exactly the values shown."""
     stored = wb.reader_attributes(reader, report_id)
-    for label, spec in specs.items():
-        for name, _ in spec:
-            key = state.widget_key("attr", report_id, label, name)
-            if key not in st.session_state and name in stored.get(label, {}):
-                st.session_state[key] = stored[label][name]
+    keys = attribute_keys(wb.vocab.attribute_values)
     names = wb.vocab.names()
-    st.caption("**Attributes** of the ticked findings (optional; saved with the reading)")
-    for label, spec in specs.items():
-        with st.container(horizontal=True, gap="small"):
-            st.markdown(components.md(names[label]))
-            for name, choices in spec:
-                st.segmented_control(
-                    name,
-                    list(choices),
-                    key=state.widget_key("attr", report_id, label, name),
-                    label_visibility="collapsed",
-                )
+    for label, spec in wb.vocab.attribute_specs().items():
+        if label not in wb.vocab.asked_ids:
+            continue
+        for name, choices in spec:
+            group = _attribute_group(label, name)
+            data["groups"].append(
+                {
+                    "id": group,
+                    "title": f"{names[label]}: {name}",
+                    "kind": "one",
+                    "scope": {"group": "labels", "option": label, "title": names[label]},
+                    "options": [{"id": v, "label": v, "key": keys.get((name, v)), "hint": name} for v in choices],
+                }
+            )
+            data["values"][group] = stored.get(label, {}).get(name)
+    scheme = " · ".join(
+        f"{name} " + "/".join(keys[(name, v)].upper() for v in choices if (name, v) in keys)
+        for name, choices in wb.vocab.attribute_values
+    )
+    data["attributes_title"] = "Attributes of the ticked findings (Shift + key: the finding ticked last)"
+    data["help"].insert(
+        2,
+        {
+            "title": "Attributes:",
+            "text": f"Shift + key sets an attribute of the finding ticked last ({scheme}); click a value to set "
+            "it on another finding (its row then takes the keys). Saved with the reading by Enter.",
+        },
+    )
 
 
-def _picked_attributes(wb, report_id: str, values: dict) -> dict[str, dict[str, str | None]]:
-    """label -> {attribute: value or None} as picked on screen for the ticked labels."""
+def _attribute_group(label: str, name: str) -> str:
+    """The form's group id of one attribute of one label."""
+    return f"attr.{label}.{name}"
+
+
+def _picked_attributes(wb, values: dict, sent: dict) -> dict[str, dict[str, str | None]]:
+    """label -> {attribute: value or None} as shown in the form that was saved, for the ticked labels."""
     return {
-        label: {name: st.session_state.get(state.widget_key("attr", report_id, label, name)) for name, _ in spec}
+        label: {name: sent.get(_attribute_group(label, name)) or None for name, _ in spec}
         for label, spec in wb.vocab.attribute_specs().items()
         if values.get(label)
     }
@@ -165,8 +184,12 @@ def _form_data(wb, report_id: str, pos: int, work, values: dict, versions: dict)
         "nav": {"prev": pos > 0, "next": pos < len(work) - 1, "skip": True},
         "save_label": "Save and next",
         "context": {"versions": versions},
-        "help": [{"title": o["label"], "text": o["hint"]} for o in options],
-        "footer": "? shows the label definitions.",
+        "help": [
+            {"title": "How to read:", "text": HOW_TO_READ},
+            {"title": "Order:", "text": wb.reading_order_text()},
+            *({"title": o["label"], "text": o["hint"]} for o in options),
+        ],
+        "footer": "? shows how to read and the label definitions.",
     }
 
 
@@ -263,7 +286,7 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
         state.bump(wb)
         return _conflict(wb, reader, report_id, values)
     if wb.config.annotate_attributes:
-        for label, picked in _picked_attributes(wb, report_id, values).items():
+        for label, picked in _picked_attributes(wb, values, sent).items():
             wb.record_reading_attributes(reader, report_id, label, picked)
     state.bump(wb)
     state.flash(
@@ -308,6 +331,7 @@ def _with_note(wb, reader: str, report_id: str, data: dict) -> None:
             "title": "Unsure",
             "kind": "one",
             "note": "saved with the reading",
+            "inline": True,
             "options": [
                 {
                     "id": "unsure",
@@ -330,7 +354,7 @@ def _with_note(wb, reader: str, report_id: str, data: dict) -> None:
     data["min_seconds_empty"] = min_seconds_empty(wb.config.reading)
     data["min_seconds_shown"] = min_seconds_shown(wb.config.reading)
     data["footer"] = (
-        f"? shows the label definitions · {UNSURE_KEY} marks unsure · {COMMENT_KEY} writes a comment · "
+        f"? shows how to read and the label definitions · {UNSURE_KEY} marks unsure · {COMMENT_KEY} writes a comment · "
         "Ctrl+Z undoes your last save."
     )
 

@@ -315,6 +315,7 @@ def _note_form(wb, run_id: int, case: dict, queue, pos: int, names: dict) -> Non
         data,
         on_action=lambda payload: _act(wb, run_id, queue, payload),
         on_draft=lambda d: draft.update({d["item"]: d["values"]}),
+        presses=wb,  # one Enter is applied once, whatever the load (the press is claimed in the database)
     )
 
 

@@ -5,16 +5,20 @@ replace one another), so the Annotate, Disagreements and Adjudicate forms are on
 (form.js): the browser applies every key at once and holds the keys pressed after Enter until the
 server has stored the reading and opened the next item. The server side is here: a trigger is
 applied at most once (by its sequence number) and answered with that number, so a resend is
-harmless and the browser knows what was stored. Inline HTML/CSS/JS, no iframe, nothing fetched.
+harmless and the browser knows what was stored; the press is also claimed in the study database (presses),
+so a resend that reaches another session or server process is answered with the first answer, not applied
+again. Inline HTML/CSS/JS, no iframe, nothing fetched.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import secrets
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import streamlit as st
 
@@ -23,6 +27,19 @@ from workbench.ui import state
 
 HERE = Path(__file__).resolve().parent
 Handler = Callable[[dict], "str | None"]  # a payload -> None when stored, else the message to show
+PENDING_S = 60.0  # a press claimed this long ago and still unanswered was interrupted (its server went away)
+INTERRUPTED = (
+    "Not sure this was saved: the server was interrupted while it applied your Enter. Check what is on screen and "
+    "press Enter again."
+)
+
+
+class Presses(Protocol):
+    """Where presses are claimed once for every server process (the study database: ReadingService)."""
+
+    def claim_press(self, page: str, form: str, seq: int): ...
+
+    def finish_press(self, page: str, form: str, seq: int, error: str | None) -> None: ...
 
 
 @functools.cache
@@ -77,8 +94,16 @@ def cookie_answer(name: str) -> dict:
     return (st.session_state.get(f"wb.cookie.{name}") or {}).get("stored") or {}
 
 
-def form(key: str, data: dict, on_action: Handler, on_draft: Callable[[dict], None] | None = None) -> None:
+def form(
+    key: str,
+    data: dict,
+    on_action: Handler,
+    on_draft: Callable[[dict], None] | None = None,
+    presses: Presses | None = None,
+) -> None:
     """Mount a keyboard form: on_action runs once per Enter/arrow trigger, on_draft on each debounced draft.
+    presses (the study) records each press applied, so that a resend reaching another session or server
+    process is answered, not applied again.
 
     data: item {id, heading, caption, text | html}, groups [{id, title, kind multi|one, options
     [{id, label, key, hint}]}], values {group id: list | id}, text {id, label, placeholder} or None,
@@ -87,24 +112,25 @@ def form(key: str, data: dict, on_action: Handler, on_draft: Callable[[dict], No
     replayed = st.session_state.pop(state.kbd_inbox(key), None)
     if replayed:  # AppTest cannot run the browser half: events queued there take the same path, then redraw
         for kind, payload in replayed:
-            (_apply_action if kind == "action" else _apply_draft)(
-                key, payload, on_action if kind == "action" else on_draft
-            )
+            if kind == "action":
+                _apply_action(key, payload, on_action, presses)
+            else:
+                _apply_draft(key, payload, on_draft)
         st.rerun()
     ack = ANSWERS.get(_ident(key, None))
     _form_component()(
         key=key,
         data={**data, "acked": ack["seq"], "error": ack.get("error")},
         default={"draft": None},
-        on_action_change=functools.partial(_on_action, key, on_action),
+        on_action_change=functools.partial(_on_action, key, on_action, presses),
         on_draft_change=functools.partial(_on_draft, key, on_draft),
         width="stretch",
     )
 
 
-def _on_action(key: str, handler: Handler) -> None:
+def _on_action(key: str, handler: Handler, presses: Presses | None) -> None:
     """Component callback: the trigger of this rerun."""
-    _apply_action(key, (st.session_state.get(key) or {}).get("action"), handler)
+    _apply_action(key, (st.session_state.get(key) or {}).get("action"), handler, presses)
 
 
 def _on_draft(key: str, handler) -> None:
@@ -156,8 +182,9 @@ def _ident(key: str, page) -> tuple:
     return (str(page), key)
 
 
-def _apply_action(key: str, payload, handler: Handler) -> None:
-    """Apply a trigger once: a sequence number at or below the last answered one is a resend."""
+def _apply_action(key: str, payload, handler: Handler, presses: Presses | None = None) -> None:
+    """Apply a trigger once: a sequence number at or below the last answered one is a resend (in this process), and
+    a press already claimed in the study (by another session or server process) is answered with its answer."""
     if not isinstance(payload, dict) or not isinstance(payload.get("seq"), int):
         return
     if payload.get("page"):
@@ -174,11 +201,31 @@ def _apply_action(key: str, payload, handler: Handler) -> None:
             ANSWERS.put(ident, {**last, "seq": payload["seq"]})
             return
         try:
+            claim = presses.claim_press(ident[0], key, payload["seq"]) if presses is not None else None
+        except WorkbenchError as exc:  # e.g. the account was disabled meanwhile: nothing is applied
+            ANSWERS.put(ident, {**last, "seq": payload["seq"], "error": f"Not saved: {exc}"})
+            return
+        if claim is not None and claim.state != "new":
+            _answer_again(ident, last, payload["seq"], claim)
+            return
+        error: str | None = "Not saved: an error on the server (shown on the page)."
+        try:
             error = handler(payload)
         except WorkbenchError as exc:  # a refusal the reader can act on; anything else is a bug Streamlit shows
             error = f"Not saved: {exc}"
+        finally:  # also when the handler raised: a resend of a press that failed is answered with the failure
+            if presses is not None:
+                with contextlib.suppress(WorkbenchError):  # this process keeps the answer all the same
+                    presses.finish_press(ident[0], key, payload["seq"], error)
         saved = content if content[0] == "save" and error is None else last.get("saved")
         ANSWERS.put(ident, {"seq": payload["seq"], "error": error, "saved": saved})
+
+
+def _answer_again(ident: tuple, last: dict, seq: int, claim) -> None:
+    """Answer a press claimed before (by another session or server process) without applying it again."""
+    if claim.state == "pending" and claim.seconds_ago < PENDING_S:
+        return  # being applied elsewhere right now: no answer yet; the page resends and finds it
+    ANSWERS.put(ident, {**last, "seq": seq, "error": INTERRUPTED if claim.state == "pending" else claim.error})
 
 
 def _apply_draft(key: str, draft, handler) -> None:

@@ -60,8 +60,45 @@ function activeForm() {
 }
 
 function optionFor(f, key) {
-  for (const g of f.data.groups) for (const o of g.options) if (o.key && o.key === key) return [g, o];
+  // a finding's attributes (scoped groups) take their keys with Shift only: see attributeFor
+  for (const g of f.data.groups) if (!g.scope) for (const o of g.options) if (o.key && o.key === key) return [g, o];
   return null;
+}
+
+// Attributes (side, severity, ...) of a ticked finding: Shift + the key on the chip sets it on the finding that
+// has the picker (the one ticked last, or the one whose value was clicked). With Shift, so that the plain keys
+// stay the findings' own: no mode in which a "1" meant for a finding sets a severity instead.
+function shiftedKey(e) {
+  if (/^Digit[0-9]$/.test(e.code || "")) return e.code.slice(5);  // Shift+1 is "!" on one layout, "+" on another
+  return e.key.length === 1 ? e.key.toLowerCase() : null;
+}
+
+function attributeKeys(f) {
+  const keys = new Set();
+  for (const g of f.data.groups) if (g.scope) for (const o of g.options) if (o.key) keys.add(o.key);
+  return keys;
+}
+
+function attributeFor(f, key) {
+  // the chip of this key in the picker that has the keys, or why there is none
+  if (!f.picker) return { why: "Tick a finding first: Shift + a key sets an attribute of the finding ticked last." };
+  let title = f.picker;
+  for (const g of f.data.groups) {
+    if (!g.scope || g.scope.option !== f.picker) continue;
+    title = g.scope.title || title;
+    for (const o of g.options) if (o.key === key) return { hit: [g, o] };
+  }
+  return { why: `${title} has no attribute on Shift+${key.toUpperCase()}.` };
+}
+
+function scoped(d, group, option) {
+  // whether an option of a multi group (a finding) has attributes
+  return d.groups.some((g) => g.scope && g.scope.group === group && g.scope.option === option);
+}
+
+function scopeShown(f, scope) {
+  const v = f.values[scope.group];
+  return Array.isArray(v) ? v.includes(scope.option) : v === scope.option;
 }
 
 // inputs that take typed text: a focused checkbox, toggle, radio or button does not (the My readings toggle,
@@ -96,7 +133,10 @@ function onKeyDown(e) {
   } else {
     const key = e.key.length === 1 ? e.key.toLowerCase() : e.key;
     if (isEditable(target) || e.altKey) return;
-    if (e.ctrlKey || e.metaKey) {
+    const shifted = e.shiftKey && !e.ctrlKey && !e.metaKey ? shiftedKey(e) : null;
+    if (shifted && attributeKeys(f).has(shifted)) {
+      if (!e.repeat) event = { kind: "attr", key: shifted };  // resolved when applied: a held key acts on its item
+    } else if (e.ctrlKey || e.metaKey) {
       if (key === "z" && f.data.nav && f.data.nav.undo !== undefined) { event = { kind: "undo" }; }
       else return;
     } else if (key === "Enter" && actsOnItself(f, target)) return;  // a focused link or button outside the form
@@ -138,12 +178,22 @@ function apply(f, ev) {
       const on = new Set(f.values[g.id] || []);
       on.has(ev.option) ? on.delete(ev.option) : on.add(ev.option);
       f.values[g.id] = g.options.map((o) => o.id).filter((id) => on.has(id));
+      if (scoped(d, g.id, ev.option)) {  // a finding with attributes: its picker takes the Shift keys while ticked
+        f.order = (f.order || []).filter((x) => x !== ev.option);
+        if (on.has(ev.option)) f.order.push(ev.option);
+        f.picker = f.order.length ? f.order[f.order.length - 1] : null;
+      }
     } else {
       f.values[g.id] = f.values[g.id] === ev.option ? null : ev.option;
+      if (g.scope) f.picker = g.scope.option;  // a value clicked on another finding's picker: the keys follow
     }
     f.message = null;
     f.confirming = false;
     scheduleDraft(f);
+  } else if (ev.kind === "attr") {
+    const found = attributeFor(f, ev.key);
+    if (found.hit) apply(f, { kind: "pick", group: found.hit[0].id, option: found.hit[1].id });
+    else { f.message = found.why; f.flash = (f.flash || 0) + 1; }
   } else if (ev.kind === "cancel") {
     f.confirming = false;
     f.message = null;
@@ -240,6 +290,13 @@ function adopt(f, data) {
   }
   f.text = data.text ? ((data.values || {})[data.text.id] || "") : null;
   f.textItem = null;  // the text field is refilled for the new item
+  // the findings with attributes ticked on arrival, in the vocabulary's order: the last one has the picker
+  f.order = [];
+  for (const g of data.groups) {
+    if (g.kind !== "multi") continue;
+    for (const id of f.values[g.id]) if (scoped(data, g.id, id)) f.order.push(id);
+  }
+  f.picker = f.order.length ? f.order[f.order.length - 1] : null;
   f.shownAt = performance.now();  // the reading clock of reading.min_seconds_empty
   f.confirming = false;
 }
@@ -290,7 +347,7 @@ function chip(f, g, o) {
   if (g.kind === "multi") b.appendChild(el("span", { cls: "wbk-box", "aria-hidden": "true" }));  // drawn by CSS: no glyph
   const label = el("span", { cls: "wbk-label", text: o.label });
   b.appendChild(label);
-  if (o.key) b.appendChild(el("kbd", { text: o.key.toUpperCase() }));
+  if (o.key) b.appendChild(el("kbd", { text: (g.scope ? "\u21e7" : "") + o.key.toUpperCase() }));
   f.nodes.chips.push({ node: b, g, o });
   return b;
 }
@@ -338,8 +395,10 @@ function draw(f) {
   const head = el("div", { cls: "wbk-head" });
   f.nodes.heading = el("div", { cls: "wbk-heading", role: "heading", "aria-level": "4" });
   f.nodes.caption = el("div", { cls: "wbk-caption" });
-  head.appendChild(f.nodes.heading);
-  head.appendChild(f.nodes.caption);
+  const named = el("div", { cls: "wbk-name" });
+  named.appendChild(f.nodes.heading);
+  named.appendChild(f.nodes.caption);
+  head.appendChild(named);
   host.appendChild(head);
   const layout = el("div", { cls: "wbk-layout" + (f.item.text !== undefined || f.item.html ? " with-report" : "") });
   host.appendChild(layout);
@@ -360,19 +419,41 @@ function draw(f) {
     if (d.nav.undo !== undefined) bar.appendChild(navButton(f, "undo", "Undo last save", "Ctrl+Z"));
   }
   bar.appendChild(navButton(f, "save", d.save_label || "Save and next", "Enter", true));
-  panel.appendChild(bar);
+  head.appendChild(bar);  // beside the item's name, above the report: in view whatever the form's length
   f.nodes.status = el("div", { cls: "wbk-status", "aria-live": "polite" });
   panel.appendChild(f.nodes.status);
+  f.nodes.scopes = [];
+  const pickers = new Map();  // finding -> its row of attribute chips
   for (const g of d.groups) {
+    if (g.scope) {
+      let row = pickers.get(g.scope.option);
+      if (!row) {
+        if (!pickers.size) {
+          f.nodes.attrTitle = el("div", { cls: "wbk-title", text: d.attributes_title || "Attributes" });
+          panel.appendChild(f.nodes.attrTitle);
+        }
+        row = el("div", { cls: "wbk-attr", "data-scope": g.scope.option });
+        row.appendChild(el("span", { cls: "wbk-attr-name", text: g.scope.title || g.scope.option }));
+        pickers.set(g.scope.option, row);
+        f.nodes.scopes.push({ node: row, scope: g.scope });
+        panel.appendChild(row);
+      }
+      const chips = el("span", { cls: "wbk-chips wbk-attr-values", "data-group": g.id, title: g.title });
+      for (const o of g.options) chips.appendChild(chip(f, g, o));
+      row.appendChild(chips);
+      continue;
+    }
+    const row = g.inline ? el("div", { cls: "wbk-inline" }) : panel;  // a short group: title and chips on one line
     const title = el("div", { cls: "wbk-title" });
     title.appendChild(el("strong", { text: g.title }));
     const count = el("span");
     f.nodes.counts.push({ node: count, g });
     title.appendChild(count);
-    panel.appendChild(title);
+    row.appendChild(title);
     const chips = el("div", { cls: "wbk-chips", "data-group": g.id });
     for (const o of g.options) chips.appendChild(chip(f, g, o));
-    panel.appendChild(chips);
+    row.appendChild(chips);
+    if (row !== panel) panel.appendChild(row);
   }
   if (d.text) {
     const label = el("label", { cls: "wbk-title", text: d.text.label });
@@ -414,6 +495,8 @@ function refresh(f) {
   nodes.caption.hidden = !f.item.caption;
   for (const { node, kind } of nodes.nav) node.disabled = (f.data.nav || {})[kind] === false;
   host.setAttribute("data-state", f.waiting ? "saving" : "ready");
+  host.setAttribute("data-page", PAGE);  // with data-seq, the last press sent: what the server records it by
+  host.setAttribute("data-seq", String(lastSeq));
   host.setAttribute("data-held", String(f.queue.length));
   host.setAttribute("data-confirm", f.confirming ? "1" : "0");
   for (const { node, g, o } of f.nodes.chips) {
@@ -422,6 +505,14 @@ function refresh(f) {
     node.classList.toggle("on", on);
     node.setAttribute("aria-pressed", on ? "true" : "false");
   }
+  let anyPicker = false;
+  for (const { node, scope } of nodes.scopes) {
+    const shown = scopeShown(f, scope);
+    anyPicker = anyPicker || shown;
+    node.hidden = !shown;
+    node.classList.toggle("active", shown && f.picker === scope.option);
+  }
+  if (nodes.attrTitle) nodes.attrTitle.hidden = !anyPicker;
   for (const { node, g } of f.nodes.counts) {
     const text = g.kind === "multi" ? ` \u00b7 ${(f.values[g.id] || []).length} ticked${g.note ? " \u00b7 " + g.note : ""}`
       : (g.note ? " \u00b7 " + g.note : "");
