@@ -1,13 +1,13 @@
 """Sign-in from a deep link (issue 32, item 8): the reader lands on the page and item of the link, at its own
 address, and a reload right after the sign-in keeps the session; a reader with nothing else to do lands on
-Annotate, not on Home."""
+Annotate, not on Home; and a tab never changes user without saying so (item 7)."""
 
 from __future__ import annotations
 
 from urllib.parse import parse_qs, quote, urlparse
 
 import pytest
-from test_browser import ARTIFACTS, CHROMIUM, TIMEOUT_MS, browser, serve, settle  # noqa: F401
+from test_browser import ARTIFACTS, CHROMIUM, TIMEOUT_MS, browser, serve, settle, sign_in  # noqa: F401
 from test_reading_keyboard import BOSS, READER, new_page, signed_in_demo  # noqa: F401
 
 pytestmark = [
@@ -126,5 +126,40 @@ def test_a_disagreements_link_opens_its_case_after_sign_in_and_a_reload_keeps_it
         pg.reload()  # the link's page and item, not Home
         on_page(pg, "Disagreements")
         pg.locator(f".wbk[data-item='{case}']").wait_for(timeout=TIMEOUT_MS)
+    finally:
+        context.close()
+
+
+# ---------------------------------------------------------------- a tab never changes user silently (item 7)
+
+
+def acting_as(pg, user: str) -> None:
+    """Wait until the sidebar says who is acting."""
+    pg.get_by_text(f"Acting as {user}").first.wait_for(timeout=TIMEOUT_MS)
+
+
+def test_a_reloaded_tab_that_became_another_user_says_so(browser, link_server):
+    context, first, _ = new_page(browser, link_server)
+    try:
+        sign_in(first, link_server, *READER)
+        acting_as(first, READER[0])
+        first.reload()  # the same user after a reload: nothing to say
+        acting_as(first, READER[0])
+        settle(first)
+        assert first.get_by_text("This tab was signed in as").count() == 0
+        second = context.new_page()
+        second.set_default_timeout(TIMEOUT_MS)
+        second.goto(link_server)
+        acting_as(second, READER[0])  # the browser's cookie signs the new tab in
+        second.get_by_role("button", name="Sign out", exact=True).click()
+        sign_in(second, link_server, *BOSS)  # typed in that tab: no surprise there
+        acting_as(second, BOSS[0])
+        settle(second)
+        assert second.get_by_text("This tab was signed in as").count() == 0
+        first.reload()  # the first tab now resumes with the boss's cookie
+        acting_as(first, BOSS[0])
+        notice = first.get_by_text(f"This tab was signed in as {READER[0]}")
+        notice.wait_for(timeout=TIMEOUT_MS)
+        assert BOSS[0] in notice.inner_text()
     finally:
         context.close()
