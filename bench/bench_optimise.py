@@ -10,7 +10,8 @@ Prints per-label and macro F1 with 95% bootstrap intervals on tuning and validat
 after, the tuning-validation gap, calls made and wall time, for `optimise --no-screen` and
 `optimise --screen` side by side (each on its own copy of the labelled study, so neither finds the
 other's answers in the call cache; the offline labeller costs nothing, so the figure is the calls
-after the cache as optimise counts them: what a model labeller would be asked). Side by side: the
+after the cache as optimise counts them with it, one per report and label; a model labeller asks one call
+per distinct report text, counted too from the answers the call cache gained). Side by side: the
 calls of the screens (before the screening) and after it, on the tuning and validation parts, per
 kept change, the tuning answers --screen carried over without asking, and the calls a run of the
 saved version then makes (predicted by optimise, and made by the bench's re-run). Held out: macro F1 of the
@@ -182,7 +183,7 @@ def side_by_side(off: dict, on: dict) -> None:
         ("tuning answers carried over", lambda r: sum(r["screen"]["deferred"].values())),
         ("left for a run of the saved version", lambda r: sum(r["screen"]["left_calls"].values())),
     ]
-    print("\n--- side by side: calls made after the call cache, as a model labeller would be asked ---")
+    print("\n--- side by side: calls made after the call cache (one per report and label not in it) ---")
     print(f"{'':<42}{'--no-screen':>14}{'--screen':>14}")
     for name, fig in rows:
         print(f"{name:<42}" + "".join(f"{_cell(fig(r['report'])):>14}" for r in (off, on)))
