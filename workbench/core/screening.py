@@ -7,7 +7,7 @@ change can break). Broken cases found in the sample are scaled up to the whole o
 so the screen estimates the net change on the full tuning part at a fraction of its calls.
 
 The screen is asked in two steps: the disagreements first (only they can be fixed), then the agreements
-(only they can be broken). When even no broken agreement could not make the proposal pass (too few fixed
+(only they can be broken). When the proposal could not pass even with no agreement broken (too few fixed
 for chance, or an F1 that cannot rise), the agreements are not asked: the same verdict, fewer calls.
 """
 
@@ -127,8 +127,8 @@ def screen_verdict(
     """Fixed and broken on the screen, broken scaled up to all agreements; passed when the estimated net
     gain beats what noise alone would change on the screen, chance is unlikely to give it (p <= SCREEN_P) and
     the label's F1 on all of tuning (estimated, under the study's zero-division policy) rises: a change that
-    cannot raise it (a label with no reference positive: its F1 is 0 or undefined whatever the prompt says)
-    is not worth asking validation for.
+    cannot raise it is not worth asking validation for (a label with no reference positive has F1 0 or
+    undefined whatever the prompt says, unless the policy counts nothing found as perfect: "one").
 
     asked: the reports answered so far (first step: the disagreements); the verdict is then the best case, as
     if no agreement were broken, and stopped says the rest need not be asked when even that does not pass."""

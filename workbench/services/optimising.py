@@ -1147,7 +1147,8 @@ class OptimisingService(Service):
             chosen, y_true[label], before, after["value"].astype(float), noise_rate, zero_division, asked=first
         )
         if verdict.passed:
-            rest = [r for r in chosen.ids if r not in set(first)]
+            asked = set(first)
+            rest = [r for r in chosen.ids if r not in asked]  # the agreements, which it can only break
             more, more_counts = self._label_with(run, new_ps, label, rest, on_calls=on_calls)
             _sum_calls(counts, more_counts)
             after = pd.concat([after, more]).reindex(chosen.ids)
