@@ -290,6 +290,20 @@ def test_screening_sends_fewer_chat_requests_to_a_model_over_http(tmp_path):
     assert {c["label"] for e in reports[True]["rounds"] for c in e["changes"]} == {"cardiomegaly"}
 
 
+def test_a_screened_out_proposal_sends_the_model_only_its_disagreements_over_http(tmp_path):
+    with running_server(answer_fn=_follows_look_for) as srv:
+        model = {"model": "openai/fake", "api_base": srv.url, "concurrency": 4, "max_retries": 0}
+        folder, run_id = _study(tmp_path / "template", labels=["nodule"], **model)
+        wb = copy_study(folder, tmp_path / "on")
+        srv.reset()
+        report = wb.optimise(labels=["nodule"], rounds=1, run_id=run_id, proposer="offline", screen=True)
+        out = [r for e in report["rounds"] for r in e["rejected"] if r["status"] == "screened out"]
+        assert len(out) == 1 and out[0]["screen"]["fixed"] < 4  # too few for chance, whatever the agreements say
+        # the server was asked the reports the change could fix and nothing more: not the 100 agreements
+        assert srv.count == report["calls"]["made"] == out[0]["screen"]["reports"] < screening.MIN_AGREEMENTS
+        assert out[0]["screen"]["stopped"]
+
+
 HEART_SIZE = (8, "Heart size is enlarged. Lungs clear.", {"cardiomegaly"})  # left for a second round to fix
 ROUND_1, ROUND_2 = "cardiac silhouette is enlarged", "heart size is enlarged"
 
