@@ -10,7 +10,8 @@ Prints per-label and macro F1 with 95% bootstrap intervals on tuning and validat
 after, the tuning-validation gap, calls made and wall time, for `optimise --no-screen` and
 `optimise --screen` side by side (each on its own copy of the labelled study, so neither finds the
 other's answers in the call cache; the offline labeller costs nothing, so the figure is the calls
-after the cache as optimise counts them: what a model labeller would be asked). Side by side: the
+after the cache as optimise counts them with it, one per report and label; a model labeller asks one call
+per distinct report text, counted too from the answers the call cache gained). Side by side: the
 calls of the screens (before the screening) and after it, on the tuning and validation parts, per
 kept change, the tuning answers --screen carried over without asking, and the calls a run of the
 saved version then makes (predicted by optimise, and made by the bench's re-run). Held out: macro F1 of the
@@ -34,6 +35,7 @@ import tempfile
 import time
 
 import pandas as pd
+import sqlalchemy
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -181,13 +183,16 @@ def side_by_side(off: dict, on: dict) -> None:
         ("tuning answers carried over", lambda r: sum(r["screen"]["deferred"].values())),
         ("left for a run of the saved version", lambda r: sum(r["screen"]["left_calls"].values())),
     ]
-    print("\n--- side by side: calls made after the call cache, as a model labeller would be asked ---")
+    print("\n--- side by side: calls made after the call cache (one per report and label not in it) ---")
     print(f"{'':<42}{'--no-screen':>14}{'--screen':>14}")
     for name, fig in rows:
         print(f"{name:<42}" + "".join(f"{_cell(fig(r['report'])):>14}" for r in (off, on)))
     print(f"{'re-run of the saved version: calls made':<42}{off['rerun_made']:>14,}{on['rerun_made']:>14,}")
     total = {k: r["report"]["calls"]["made"] + r["rerun_made"] for k, r in (("off", off), ("on", on))}
     print(f"{'optimise + re-run of the saved version':<42}{total['off']:>14,}{total['on']:>14,}")
+    # the offline labeller asks every (report, label) pair not in the cache; a model labeller asks one call per
+    # distinct text (twins share it): the same work counted as a model would be asked it
+    print(f"{'the same, one call per distinct text':<42}{off['distinct']:>14,}{on['distinct']:>14,}")
     gain = {
         k: r["macro_after"]["validation"][0] - r["macro_before"]["validation"][0] for k, r in (("off", off), ("on", on))
     }
@@ -220,6 +225,11 @@ def side_by_side(off: dict, on: dict) -> None:
         f"{'meets' if gain['off'] >= TARGET else 'is BELOW'} the +{TARGET:.2f} target"
     )
     print(
+        f"counted as a model labeller would be asked (one call per distinct report text): --screen "
+        f"{on['distinct']:,} calls, {on['distinct'] / max(1, off['distinct']):.2f} of --no-screen's {off['distinct']:,} "
+        f"(target at most {CALLS_SHARE:.2f}: {'met' if on['distinct'] <= CALLS_SHARE * off['distinct'] else 'NOT met'})"
+    )
+    print(
         f"the {left:,} calls optimise --screen left for a run of the saved version "
         f"{'are exactly' if left == on['rerun_made'] else 'are NOT'} the {on['rerun_made']:,} that run made; with them "
         f"--screen costs {total['on']:,} calls in all, {total['on'] / max(1, total['off']):.2f} of --no-screen's {total['off']:,}"
@@ -239,12 +249,14 @@ def _cell(value) -> str:
 def optimise_copy(wb, run_id: int, held_run: int, rounds: int, phrases, screen: bool) -> dict:
     """optimise on one copy of the labelled study, save the drafts, re-run, and the figures before and after."""
     before, macro_before = per_label(wb, run_id)
+    cached_before = cache_rows(wb)
     t0 = time.perf_counter()
     report = wb.optimise(rounds=rounds, run_id=run_id, proposer="offline", phrase_list=phrases, screen=screen)
     seconds = time.perf_counter() - t0
     labels = report["drafts"]
     commit = wb.commit_drafts(labels, "Optimised by the offline proposer (bench)") if labels else None
     second = wb.start_run("dev", prompt_ref=commit) if commit else None
+    distinct = cache_rows(wb) - cached_before  # before the held-out run below: optimise and the saved version's run
     after, macro_after = per_label(wb, second.run_id if second else run_id)
     held = held_out_macro(wb, held_run, wb.start_run(HELD_OUT, prompt_ref=commit).run_id if commit else held_run)
     names = wb.vocab.names()
@@ -269,8 +281,15 @@ def optimise_copy(wb, run_id: int, held_run: int, rounds: int, phrases, screen: 
         "labels": labels,
         "seconds": seconds,
         "rerun_made": second.calls_made if second else 0,
+        "distinct": distinct,
         "held_out": held,
     }
+
+
+def cache_rows(wb) -> int:
+    """Answers in the study's call cache: one per distinct call key ever answered (the offline labeller's too)."""
+    with wb.engine.connect() as conn:
+        return int(conn.execute(sqlalchemy.text("SELECT count(*) FROM callcache")).scalar_one())
 
 
 def _ci(frame: pd.DataFrame, part: str) -> list[str]:

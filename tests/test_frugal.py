@@ -106,6 +106,55 @@ def test_screen_verdict_estimates_broken_on_all_of_tuning_and_needs_more_than_ch
     assert noisy.noise_allowance == pytest.approx(0.1 * good.reports) and not noisy.passed
 
 
+def test_a_screen_asks_the_agreements_only_when_the_proposal_could_still_pass():
+    ids = [f"r{i}" for i in range(400)]
+    reference = pd.Series([1] * 100 + [0] * 300, index=ids)
+    before = reference.copy()
+    before.iloc[:10] = 0
+    chosen = screening.screen_sample(reference, before, seed=0)
+    first = screening.fixable(chosen, reference, before)
+    assert first == [f"r{i}" for i in range(10)]  # the disagreements: the only reports a change can fix
+    fixes_two = before.copy()
+    fixes_two.iloc[:2] = 1
+    # answers on the disagreements only: even with no agreement broken, 2 fixed is what chance gives
+    partial = screening.screen_verdict(chosen, reference, before, fixes_two.loc[first], asked=first)
+    full = screening.screen_verdict(chosen, reference, before, fixes_two)
+    assert (partial.passed, full.passed) == (False, False) and partial.stopped and not full.stopped
+    assert partial.reports == 10 < full.reports and "before the agreements were asked" in partial.why()
+    fixes_all = before.copy()
+    fixes_all.iloc[:10] = 1
+    hopeful = screening.screen_verdict(chosen, reference, before, fixes_all.loc[first], asked=first)
+    assert hopeful.passed and not hopeful.stopped  # it could pass: the agreements are asked next
+
+
+def test_a_change_that_cannot_raise_the_labels_f1_is_screened_out():
+    ids = [f"r{i}" for i in range(300)]
+    reference = pd.Series(0, index=ids)  # no reference positive on tuning (OpenI's hernia)
+    before = reference.copy()
+    before.iloc[:20] = 1  # twenty false findings
+    chosen = screening.screen_sample(reference, before, seed=0)
+    never_yes = pd.Series(0, index=ids)  # fixes all twenty, breaks nothing: McNemar alone would pass it
+    for policy in ("exclude", "zero", "undefined"):  # F1 is 0 before and 0 or undefined after
+        verdict = screening.screen_verdict(chosen, reference, before, never_yes, zero_division=policy)
+        assert verdict.fixed == 20 and verdict.p_value < screening.SCREEN_P and not verdict.passed, policy
+        assert "F1 on tuning 0.000 ->" in verdict.why()
+    # where nothing to find and nothing found counts as perfect, the same change raises F1 from 0 to 1
+    assert screening.screen_verdict(chosen, reference, before, never_yes, zero_division="one").passed
+
+
+def test_a_proposal_that_cannot_pass_its_screen_is_not_asked_on_the_agreements(frugal_template, tmp_path):
+    _, on = _optimise(frugal_template, tmp_path / "on", screen=True)
+    out = [r for e in on["rounds"] for r in e["rejected"] if r["status"] == "screened out"]
+    passed = [c for e in on["rounds"] for c in e["changes"]]
+    # a screened-out proposal cost its disagreements (nodule's granuloma reports and the rest it got wrong), not
+    # the hundred agreements beside them; no two reports are alike here, so one call each
+    assert out and all(r["screen"]["reports"] < screening.MIN_AGREEMENTS for r in out)
+    asked = sum(r["screen"]["reports"] for r in out) + sum(c["calls_by_part"]["screen"] for c in passed)
+    assert on["screen"]["calls"] == asked + on["screen"]["refresh_calls"]
+    assert all(r["screen"]["stopped"] for r in out) and not any(c["screen"]["stopped"] for c in passed)
+    assert "screened out before the agreements were asked" in out[0]["detail"]
+
+
 def _optimise(template, target, screen: bool, **options):
     """optimise on a private copy of a labelled study (so no copy finds another's answers in the cache)."""
     folder, run_id = template
@@ -239,6 +288,20 @@ def test_screening_sends_fewer_chat_requests_to_a_model_over_http(tmp_path):
     assert counts[True] == reports[True]["calls"]["made"] and counts[False] == reports[False]["calls"]["made"]
     assert reports[True]["screen"]["screened_out"] >= 1
     assert {c["label"] for e in reports[True]["rounds"] for c in e["changes"]} == {"cardiomegaly"}
+
+
+def test_a_screened_out_proposal_sends_the_model_only_its_disagreements_over_http(tmp_path):
+    with running_server(answer_fn=_follows_look_for) as srv:
+        model = {"model": "openai/fake", "api_base": srv.url, "concurrency": 4, "max_retries": 0}
+        folder, run_id = _study(tmp_path / "template", labels=["nodule"], **model)
+        wb = copy_study(folder, tmp_path / "on")
+        srv.reset()
+        report = wb.optimise(labels=["nodule"], rounds=1, run_id=run_id, proposer="offline", screen=True)
+        out = [r for e in report["rounds"] for r in e["rejected"] if r["status"] == "screened out"]
+        assert len(out) == 1 and out[0]["screen"]["fixed"] < 4  # too few for chance, whatever the agreements say
+        # the server was asked the reports the change could fix and nothing more: not the 100 agreements
+        assert srv.count == report["calls"]["made"] == out[0]["screen"]["reports"] < screening.MIN_AGREEMENTS
+        assert out[0]["screen"]["stopped"]
 
 
 HEART_SIZE = (8, "Heart size is enlarged. Lungs clear.", {"cardiomegaly"})  # left for a second round to fix

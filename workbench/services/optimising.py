@@ -1022,6 +1022,7 @@ class OptimisingService(Service):
             o.noise_rate,
             carried=o.carried.get(label, set()),
             on_calls=o.progress.calls("screening the proposal on part of tuning"),
+            zero_division=o.report["zero_division"],
         )
         _add_calls(o.report, screened["calls"], "calls", screened["refresh_calls"])
         fresh = screened["refreshed"]
@@ -1112,13 +1113,15 @@ class OptimisingService(Service):
         seed: int = 0,
         carried=frozenset(),
         on_calls=None,
+        zero_division: str = "undefined",
     ) -> dict:
         """Label one proposal on its screen (the label's tuning disagreements and a stratified, seeded sample of
         agreements) through the call cache, and judge whether it is worth asking validation.
 
         carried: tuning reports whose answer under the current prompt was never asked (an earlier kept change
         carried it over); those the screen picks are asked under the current prompt first, so fixed and
-        broken compare two real answers. What they answer comes back as refreshed."""
+        broken compare two real answers. What they answer comes back as refreshed. zero_division: the study's
+        policy, under which the screen estimates the label's F1 on tuning (it must rise to pass)."""
         label = new_lp.label
         new_ps = base_ps.with_label(new_lp)
         leaked = new_ps.example_report_ids() | base_ps.example_report_ids()
@@ -1135,14 +1138,28 @@ class OptimisingService(Service):
             before = before.copy()
             before.loc[refreshed.index] = refreshed["value"].astype(float)
         refresh_made = counts["made"]
-        after, screen_counts = self._label_with(run, new_ps, label, chosen.ids, on_calls=on_calls)
+        # first the reports the change can fix; the agreements (which it can only break) only when the proposal
+        # could still pass with none of them broken: a sequential screen, the same verdict for fewer calls
+        first = screening.fixable(chosen, y_true[label], before)
+        after, screen_counts = self._label_with(run, new_ps, label, first, on_calls=on_calls)
         _sum_calls(counts, screen_counts)
-        verdict = screening.screen_verdict(chosen, y_true[label], before, after["value"].astype(float), noise_rate)
+        verdict = screening.screen_verdict(
+            chosen, y_true[label], before, after["value"].astype(float), noise_rate, zero_division, asked=first
+        )
+        if verdict.passed:
+            asked = set(first)
+            rest = [r for r in chosen.ids if r not in asked]  # the agreements, which it can only break
+            more, more_counts = self._label_with(run, new_ps, label, rest, on_calls=on_calls)
+            _sum_calls(counts, more_counts)
+            after = pd.concat([after, more]).reindex(chosen.ids)
+            verdict = screening.screen_verdict(
+                chosen, y_true[label], before, after["value"].astype(float), noise_rate, zero_division
+            )
         return {
             "calls": counts,
             "refresh_calls": refresh_made,
             "refreshed": refreshed,
-            "ids": chosen.ids,
+            "ids": chosen.ids if not verdict.stopped else first,
             "verdict": verdict.to_dict(),
             "why": verdict.why(),
         }
