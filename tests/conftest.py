@@ -27,7 +27,24 @@ ROOT = Path(__file__).resolve().parents[1]
 DATASETS = Path(os.environ.get("WORKBENCH_DATASETS") or ROOT.parent / "shared" / "datasets")
 DATA = Path(__file__).resolve().parent / "data"
 
-from fake_llm_server import fake_llm_server  # noqa: E402,F401  (fixture: OpenAI-compatible server on 127.0.0.1)
+from fake_llm_server import fake_llm_server, register_study  # noqa: E402,F401  (fixture: OpenAI-compatible server on 127.0.0.1)
+
+
+def _studies_allow_the_tests_servers() -> None:
+    """Every study the test process opens allows the fake servers it runs (their exact address:port, as an
+    admin would name them): a study allows no local port by default (issue 34)."""
+    from workbench.services import Workbench
+
+    opened = Workbench.__init__
+
+    def init(self, *args, **kwargs) -> None:
+        opened(self, *args, **kwargs)
+        register_study(self)
+
+    Workbench.__init__ = init
+
+
+_studies_allow_the_tests_servers()
 
 # the small fixture cohort: findings per report, and the (report, label) items its readers call positive
 SMALL_FINDINGS = {

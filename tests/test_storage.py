@@ -752,14 +752,15 @@ def test_call_facts_and_noise_repeats(any_study):
             mode="per_label",
             labels_json='["edema"]',
         )
-        fact = ["k1", run.id, "edema", 0.25, 1, 120, 9, 64, 0.0012, "stop", "m-2026", None]
+        fact = ["k1", run.id, "edema", 0.25, 1, 120, 9, 64, 0.0012, "stop", "m-2026", None, "127.0.0.1:8080"]
         q.put_call_facts(
-            s, [tuple(fact), ("k2", run.id, "edema", 0.5, 2, 100, 0, None, None, "length", "m-2026", "think")]
+            s, [tuple(fact), ("k2", run.id, "edema", 0.5, 2, 100, 0, None, None, "length", "m-2026", "think", None)]
         )
         q.put_call_facts(s, [tuple(fact[:3] + [0.3] + fact[4:])])  # a call made again keeps its latest facts
         facts = q.call_facts(s, ["k1", "k2", "nope", ""]).set_index("call_key")
         assert facts.loc["k1", "latency_s"] == 0.3 and facts.loc["k1", "cached_tokens"] == 64 and len(facts) == 2
         assert facts.loc["k2", "finish_reason"] == "length" and facts.loc["k2", "reasoning"] == "think"
+        assert facts.loc["k1", "peer"] == "127.0.0.1:8080"  # the address the call connected to
         assert q.run_call_facts(s, run.id)["call_key"].tolist() == ["k1", "k2"]
         assert q.call_facts(s, []).empty
         assert q.model_call_history(s, "openai/m") == [(0.3, 9)]  # only calls with completion tokens count
@@ -805,7 +806,7 @@ def test_case_rows_search_rows_and_failed_replies(any_study):
                 ],
             )
         q.put_cached_call(s, "k1", "openai/m", '{"value": 1}', 10, 2, None)
-        q.put_call_facts(s, [("k2", runs[1], "edema", 0.2, 1, 10, 2, None, None, "stop", "m", None)])
+        q.put_call_facts(s, [("k2", runs[1], "edema", 0.2, 1, 10, 2, None, None, "stop", "m", None, None)])
         q.put_call_replies(s, [("x" * 5000, "k2"), ("y", "no-such-key")])
         assert q.call_replies(s, ["k1", "k2", ""]) == {"k2": "x" * 5000}
         both = q.report_predictions(s, "s1")

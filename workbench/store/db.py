@@ -115,6 +115,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None] | None]] = [
         _add_column("callfact", "reply", "TEXT"),
     ),
     (131, "label sets: candidates mined from a cohort and their reviewers' votes (new tables)", None),
+    (140, "per-call facts record the address each call connected to", _add_column("callfact", "peer", "VARCHAR(60)")),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
