@@ -241,6 +241,18 @@ def test_run_lease_is_taken_by_exactly_one_of_two_executors_and_taken_over_after
         other.engine.dispose()
 
 
+def test_the_database_clock_is_read_from_the_database(any_study, monkeypatch):
+    """db_epoch / db_time: the database's clock (leases and expiries), whatever this process's time.time says."""
+    import time
+    from datetime import UTC, datetime
+
+    true = datetime.now(UTC).timestamp()
+    monkeypatch.setattr(time, "time", lambda: 0.0)  # a client clock at 1970 changes nothing
+    with any_study.session() as s:
+        epoch, when = q.db_epoch(s), q.db_time(s)
+    assert abs(epoch - true) < 5 and when.tzinfo is not None and abs(when.timestamp() - epoch) < 5
+
+
 def test_a_run_left_running_by_a_gone_executor_is_marked_only_while_that_executor_holds_it(any_study):
     """running_runs lists a running run with its lease; mark_run_abandoned is one conditional UPDATE."""
     any_study.import_reports(DATA / "reports_small.csv", "dev")

@@ -478,8 +478,9 @@ class TeamService(Service):
 
     # ------------------------------------------------------------ governance
 
-    def allow_endpoint(self, prefix: str) -> None:
-        """Allow report text to be sent to an endpoint (admins only; recorded in the audit trail)."""
+    def allow_endpoint(self, prefix: str) -> str:
+        """Allow report text to be sent to an endpoint (admins only; recorded in the audit trail); the entry stored
+        (127.0.0.1:8080 is stored as http://127.0.0.1:8080)."""
         self.require("settings")
         if not prefix.strip():
             raise StudyError("give the endpoint URL (or URL prefix) to allow")
@@ -490,6 +491,7 @@ class TeamService(Service):
         if prefix not in self.config.allowed_endpoints:
             self.config.allowed_endpoints.append(prefix)
             self.study.save_config("allow", "endpoint", prefix)
+        return prefix
 
     def disallow_endpoint(self, prefix: str) -> None:
         """Stop allowing an endpoint."""
