@@ -773,6 +773,7 @@ def test_call_facts_and_noise_repeats(any_study):
         assert facts.loc["k1", "latency_s"] == 0.3 and facts.loc["k1", "cached_tokens"] == 64 and len(facts) == 2
         assert facts.loc["k2", "finish_reason"] == "length" and facts.loc["k2", "reasoning"] == "think"
         assert facts.loc["k1", "peer"] == "127.0.0.1:8080"  # the address the call connected to
+        assert q.run_peers(s, run.id) == ["127.0.0.1:8080"]  # k2 connected nowhere (None)
         assert q.run_call_facts(s, run.id)["call_key"].tolist() == ["k1", "k2"]
         assert q.call_facts(s, []).empty
         assert q.model_call_history(s, "openai/m") == [(0.3, 9)]  # only calls with completion tokens count

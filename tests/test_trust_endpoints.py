@@ -234,3 +234,32 @@ def test_a_change_of_address_the_admin_allowed_goes_through_and_is_recorded(smal
     assert summary.peers == {f"127.0.0.1:{first.port}": 3, f"127.0.0.2:{first.port}": summary.calls_made - 3}
     peers = small_study.call_facts(summary.run_id)["peer"].value_counts().to_dict()
     assert peers == summary.peers
+
+
+def test_a_resume_after_the_name_moved_is_refused_at_the_new_address(small_study, two_servers, monkeypatch):
+    import threading
+
+    first, second = two_servers
+    second.answer_fn = lambda messages: '{"value": 0, "evidence": ""}'
+    small_study.allow_endpoint(f"http://{NAME}:{first.port}")
+    resolver = Resolver(monkeypatch, "127.0.0.1")
+    cancel = threading.Event()
+
+    def answer_then_stop(messages):
+        if first.count >= 3:
+            cancel.set()  # the run is stopped (Ctrl-C) after three answers
+        return '{"value": 0, "evidence": ""}'
+
+    first.answer_fn = answer_then_stop
+    url = f"http://{NAME}:{first.port}/v1"
+    run = dict(labels=["edema", "fracture"], model="openai/fake", api_base=url, concurrency=1, max_retries=0)
+    stopped = small_study.start_run("dev", cancel=cancel, **run)
+    assert stopped.status == "cancelled" and small_study.call_facts(stopped.run_id)["peer"].nunique() == 1
+    resolver.address = "127.0.0.2"  # the name moves between the run's two executions
+    resumed = small_study.resume_run(stopped.run_id)
+    assert second.requests == 0 and set(resumed.failure_kinds) == {"refused"}
+    assert f"was at 127.0.0.1:{first.port}" in resumed.failure_examples["refused"]
+    small_study.allow_endpoint(f"127.0.0.2:{first.port}")  # the admin allows where it went
+    finished = small_study.retry_failed(stopped.run_id)
+    assert finished.failures == 0 and second.count > 0
+    assert set(small_study.call_facts(stopped.run_id)["peer"]) == {f"127.0.0.1:{first.port}", f"127.0.0.2:{first.port}"}

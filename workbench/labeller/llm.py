@@ -138,6 +138,9 @@ class ModelConfig:
     # the allowed endpoints the caller checked against: an endpoint's name that moves to another address while
     # the calls run is refused there unless that address (with its port) falls under one of them (see Pin.admits)
     allowed: tuple[str, ...] = ()
+    # address:port the same run's earlier calls connected to (a resume): a name that has moved since is
+    # refused at its new address like a move within one execution (see Pin.of)
+    earlier_peers: tuple[str, ...] = ()
     response_schema: bool = False  # send a JSON schema as response_format where litellm says the model supports it
     response_format: dict | None = None  # what is sent: set by the labelling path (schema_format), not by users
     max_reply_chars: int = MAX_REPLY_CHARS  # longer replies (text or reasoning) are an "oversized" failure
@@ -148,6 +151,7 @@ class ModelConfig:
         object.__setattr__(self, "endpoints", tuple(self.endpoints or ()))
         object.__setattr__(self, "proxies", tuple(self.proxies or ()))
         object.__setattr__(self, "allowed", tuple(self.allowed or ()))
+        object.__setattr__(self, "earlier_peers", tuple(self.earlier_peers or ()))
         if self.concurrency < 1:
             raise UserError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.timeout_s <= 0:
@@ -314,10 +318,12 @@ class Pin:
 
     @classmethod
     def of(cls, cfg: ModelConfig) -> Pin:
-        """The pin of a config: its endpoints and allowed proxies, with the addresses they resolve to now."""
+        """The pin of a config: its endpoints and allowed proxies, with the addresses they resolve to now (a
+        name's addresses of the run's earlier calls instead, when it no longer resolves to any of them)."""
         urls = cfg.base_urls()
         targets = (*urls, *cfg.proxies)
-        peers = frozenset().union(*(peers_of(u, _system_resolver) for u in targets))
+        earlier = frozenset(_split_peer(p) for p in cfg.earlier_peers)
+        peers = frozenset().union(*(_peers_for_run(u, earlier) for u in targets))
         names = tuple(
             sorted(
                 {
@@ -350,6 +356,22 @@ class Pin:
             f"calls began; a change of address within a run is refused unless an admin allowed the new address "
             f"(`workbench allow-endpoint {shown}`); no report text was sent to {shown}"
         )
+
+
+def _peers_for_run(url: str, earlier: frozenset) -> frozenset:
+    """Where a run's calls to url may connect: what it resolves to now, unless it is a name whose earlier calls in
+    this run went to other addresses (then those: a connect to the new address is refused as a change)."""
+    now = peers_of(url, _system_resolver)
+    if not earlier or peers_of(url):  # IP literals and localhost do not move
+        return now
+    before = frozenset(p for p in earlier if any(p[1] == port for _a, port in now))
+    return now if not before or now & before else before
+
+
+def _split_peer(peer: str) -> tuple[str, int]:
+    """("10.0.0.5", 443) from "10.0.0.5:443" or ("::1", 8000) from "[::1]:8000"."""
+    address, _, port = peer.rpartition(":")
+    return address.strip("[]"), int(port)
 
 
 def _shown(address: str, port: int) -> str:

@@ -771,7 +771,8 @@ class RunsService(Service):
                 f"run {run_id} sent report text to {', '.join(recorded) or 'this machine'}; it would now go to "
                 f"{endpoint_label(settings)} (the environment changed): restore it, or start a new run"
             )
-        cfg = self.routed(model_config(settings))
+        with self.session() as s:  # a resume goes where the run's earlier calls went (a moved name is refused)
+            cfg = dataclasses.replace(self.routed(model_config(settings)), earlier_peers=tuple(q.run_peers(s, run_id)))
         engine = self._batch_engine(run_id, cfg, *batch)
         with self.session(write=True) as s:  # read, then write: it takes the write lock first (waits, bounded)
             reports = q.reports_frame(s, cohort_id=run.cohort_id)

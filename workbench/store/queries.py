@@ -1580,6 +1580,12 @@ def run_call_facts(session: Session, run_id: int) -> pd.DataFrame:
     return pd.DataFrame(_raw_rows(session, sql, (run_id,)), columns=FACT_COLUMNS)
 
 
+def run_peers(session: Session, run_id: int) -> list[str]:
+    """The addresses (address:port) a run's own calls connected to, sorted."""
+    sql = "SELECT DISTINCT peer FROM callfact WHERE run_id = ? AND peer IS NOT NULL ORDER BY peer"
+    return [row[0] for row in _raw_rows(session, sql, (run_id,))]
+
+
 def model_call_history(
     session: Session, model: str, limit: int = 2000, settings: dict | None = None
 ) -> list[tuple[float, int]]:
