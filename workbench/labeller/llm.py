@@ -862,9 +862,8 @@ async def _run_one(
                 queued += time.monotonic() - asked
                 response = await asyncio.wait_for(call(req.messages, req.response_format), timeout=cfg.timeout_s)
         except Exception as exc:  # every model failure becomes data; see classify()
-            exc = (
-                seen.refusals[0] if seen.refusals else exc
-            )  # the guard's own words, whatever the library wrapped them in
+            # the guard's own words, whatever the library wrapped them in
+            exc = seen.refusals[0] if seen.refusals else exc
             kind = classify(exc)
             if kind == "timeout" and throttle is not None:
                 throttle.timed_out()  # fewer calls in flight before this one is tried again

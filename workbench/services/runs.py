@@ -110,9 +110,8 @@ class RunSummary:
     failure_examples: dict = field(default_factory=dict)
     stopped_reason: str = ""
     notes: list = field(default_factory=list)  # what the run chose on the way (labelling.LabelCounts.notes)
-    peers: dict = field(
-        default_factory=dict
-    )  # address:port the calls connected to -> calls (each call's is in callfact)
+    # address:port the calls connected to -> calls (each call's own is in callfact.peer)
+    peers: dict = field(default_factory=dict)
 
     def causes(self) -> list[str]:
         """One line per distinct cause of this execution's failures: count and one example message."""
@@ -665,15 +664,11 @@ class RunsService(Service):
                 raise StudyError(f"report text will not be sent: {exc}") from exc
         if not endpoint_allowed(self.config.allowed_endpoints, settings):
             local = any(endpoints.is_local_host(endpoints.host_of(u)) for u in model_endpoints(settings))
+            how = " A local endpoint is allowed by its address and port (127.0.0.1:8080), never every local port."
             raise StudyError(
                 f"report text may not be sent to {endpoint_label(settings)}: it is not in this study's allowed endpoints "
                 f"({', '.join(self.config.allowed_endpoints)}). An admin can allow it in Settings or with "
-                "`workbench allow-endpoint URL`."
-                + (
-                    " A local endpoint is allowed by its address and port (127.0.0.1:8080), never every local port."
-                    if local
-                    else ""
-                )
+                "`workbench allow-endpoint URL`." + (how if local else "")
             )
 
     def routed(self, cfg):
