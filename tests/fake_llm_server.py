@@ -793,8 +793,23 @@ def allow_in(study, origin: str) -> None:
     save_config(study.root, study.config)
 
 
+_TEMPLATES: list[bool] = []  # non-empty while a session's template studies are built (they allow no server)
+
+
+@contextlib.contextmanager
+def building_templates() -> Iterator[None]:
+    """Studies opened in the block are templates copied by many tests: no server of the moment is allowed in them."""
+    _TEMPLATES.append(True)
+    try:
+        yield
+    finally:
+        _TEMPLATES.pop()
+
+
 def register_study(study) -> None:
     """A study the test opened: it allows the running servers and those started later."""
+    if _TEMPLATES:
+        return
     _STUDIES.append(weakref.ref(study))
     for origin in list(_LIVE):
         allow_in(study, origin)
