@@ -5,7 +5,8 @@ on SQLite and on PostgreSQL; verifies zero lost writes by counting and prints th
     python bench/bench_concurrency.py --signin [--processes 8 --seconds 60] [--pg-url ...]
 
 --signin is the team case of issue 34: separate processes, each signing in with a password and then writing
-error notes, adjudications and readings as that user, for a fixed time; it counts writes and failures.
+error notes, adjudications and readings as that user, for a fixed time; it counts writes and failures, on
+SQLite and on PostgreSQL (a fresh database on the --pg-url server).
 
 Without --pg-url it starts a throwaway PostgreSQL server when the binaries exist (tests/pg.py).
 """
@@ -13,6 +14,7 @@ Without --pg-url it starts a throwaway PostgreSQL server when the binaries exist
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 import threading
@@ -148,6 +150,31 @@ def signin_stress(db_url: str | None, processes: int, seconds: float) -> dict:
     }
 
 
+@contextlib.contextmanager
+def postgres(pg_url: str | None):
+    """A maker of fresh PostgreSQL databases on pg_url's server (a throwaway server without one); None when
+    there is no PostgreSQL."""
+    server = None
+    if pg_url is None:
+        try:
+            from pg import Server
+
+            server = Server().start()
+            pg_url = server.base_url()
+        except (FileNotFoundError, OSError) as exc:
+            print(f"PostgreSQL skipped: {exc}")
+    try:
+        if pg_url is None:
+            yield None
+            return
+        from pg import fresh_database
+
+        yield lambda: fresh_database(pg_url)
+    finally:
+        if server:
+            server.stop()
+
+
 def main() -> None:
     """Run on SQLite and PostgreSQL and print the figures."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -159,9 +186,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60)
     args = parser.parse_args()
     if args.signin:
-        for r in [signin_stress(None, args.processes, args.seconds)] + (
-            [signin_stress(args.pg_url, args.processes, args.seconds)] if args.pg_url else []
-        ):
+        results = [signin_stress(None, args.processes, args.seconds)]
+        with postgres(args.pg_url) as fresh:
+            if fresh:
+                results.append(signin_stress(fresh(), args.processes, args.seconds))
+        for r in results:
             print(
                 f"{r['backend']:10s} sign-in: {r['processes']} processes for {r['seconds']:.0f} s: {r['writes']:,} writes, "
                 f"{r['failed']:,} failed ({r['failed_share']:.1%})"
@@ -170,24 +199,9 @@ def main() -> None:
                 print("   first error:", r["first_error"])
         return
     results = [stress(None, args.users, args.writes)]
-    server = None
-    pg_url = args.pg_url
-    if pg_url is None:
-        try:
-            from pg import Server
-
-            server = Server().start()
-            pg_url = server.base_url()
-        except (FileNotFoundError, OSError) as exc:
-            print(f"PostgreSQL skipped: {exc}")
-    try:
-        if pg_url:
-            from pg import fresh_database
-
-            results.append(stress(fresh_database(pg_url), args.users, args.writes))
-    finally:
-        if server:
-            server.stop()
+    with postgres(args.pg_url) as fresh:
+        if fresh:
+            results.append(stress(fresh(), args.users, args.writes))
     for r in results:
         print(
             f"{r['backend']:10s} {r['users']} users x {r['writes'] // r['users']} writes: stored {r['stored']:,} of {r['writes']:,} "

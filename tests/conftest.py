@@ -27,7 +27,28 @@ ROOT = Path(__file__).resolve().parents[1]
 DATASETS = Path(os.environ.get("WORKBENCH_DATASETS") or ROOT.parent / "shared" / "datasets")
 DATA = Path(__file__).resolve().parent / "data"
 
-from fake_llm_server import fake_llm_server  # noqa: E402,F401  (fixture: OpenAI-compatible server on 127.0.0.1)
+from fake_llm_server import (  # noqa: E402,F401  (fixture: OpenAI-compatible server on 127.0.0.1)
+    building_templates,
+    fake_llm_server,
+    register_study,
+)
+
+
+def _studies_allow_the_tests_servers() -> None:
+    """Every study the test process opens allows the fake servers it runs (their exact address:port, as an
+    admin would name them): a study allows no local port by default (issue 34)."""
+    from workbench.services import Workbench
+
+    opened = Workbench.__init__
+
+    def init(self, *args, **kwargs) -> None:
+        opened(self, *args, **kwargs)
+        register_study(self)
+
+    Workbench.__init__ = init
+
+
+_studies_allow_the_tests_servers()
 
 # the small fixture cohort: findings per report, and the (report, label) items its readers call positive
 SMALL_FINDINGS = {
@@ -62,18 +83,17 @@ STUDY_RULE = {"rule": "at_least", "k": 4, "n": 6}
 @pytest.fixture(scope="session")
 def study_templates(tmp_path_factory):
     """Studies built once per session and copied per test: {"empty": folder, "small": folder}."""
-    from workbench.services import init_study
+    from workbench.services import Workbench, init_study
 
     base = tmp_path_factory.mktemp("templates")
-    empty = init_study(base / "empty" / "study", vocab="ranscore-21", rule=STUDY_RULE)
-    empty.engine.dispose()
-    shutil.copytree(base / "empty", base / "small")
-    from workbench.services import Workbench
-
-    small = Workbench(base / "small" / "study")
-    small.import_reports(DATA / "reports_small.csv", "dev")
-    small.import_readings(DATA / "readings_small.csv")
-    small.engine.dispose()
+    with building_templates():  # a server of the moment (a module's) is not allowed in every copy
+        empty = init_study(base / "empty" / "study", vocab="ranscore-21", rule=STUDY_RULE)
+        empty.engine.dispose()
+        shutil.copytree(base / "empty", base / "small")
+        small = Workbench(base / "small" / "study")
+        small.import_reports(DATA / "reports_small.csv", "dev")
+        small.import_readings(DATA / "readings_small.csv")
+        small.engine.dispose()
     return {"empty": base / "empty" / "study", "small": base / "small" / "study"}
 
 
@@ -91,7 +111,7 @@ def demo_template(tmp_path_factory) -> Path:
     from workbench.demo import create_demo
 
     root = tmp_path_factory.mktemp("demo-template") / "demo"
-    with fast_password_hashing():
+    with fast_password_hashing(), building_templates():
         create_demo(root, echo=lambda _m: None).engine.dispose()
     return root
 

@@ -49,6 +49,7 @@ import re
 import sys
 import threading
 import time
+import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -197,7 +198,14 @@ class FakeLLMServer:
         total_slots: int | None = None,
         serial: bool = False,
         openapi_title: str | None = None,
+        allowed: bool = True,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        keep_alive: bool = True,
     ) -> None:
+        self.host, self.wanted_port = host, port  # where to listen (another loopback address, a given port)
+        self.keep_alive = keep_alive  # False: every answer closes its connection (each call connects anew)
+        self.allowed = allowed  # allowed in the test's studies (False: a server no admin named, for refusal tests)
         self.behaviour = behaviour
         self.keywords = keywords if isinstance(keywords, dict) else tuple(keywords)
         self.reply = reply
@@ -227,17 +235,21 @@ class FakeLLMServer:
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> FakeLLMServer:
-        """Bind a free port on 127.0.0.1 and serve in a daemon thread."""
+        """Bind a free port on 127.0.0.1, serve in a daemon thread, and allow its address:port in the test's studies."""
         self._stop.clear()
         self._server = _make_http_server(self)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-llm-server", daemon=True
         )
         self._thread.start()
+        if self.allowed:
+            serving(self.origin)
         return self
 
     def stop(self) -> None:
         """Wake hanging handlers, stop serving and close the socket."""
+        if self._server is not None and self.allowed:
+            stopped(self.origin)
         self._stop.set()
         if self._server is not None:
             self._server.shutdown()
@@ -258,13 +270,18 @@ class FakeLLMServer:
     @property
     def url(self) -> str:
         """The api_base to give litellm: http://127.0.0.1:PORT/v1."""
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def origin(self) -> str:
+        """Its exact address and port as an allowed endpoint: http://127.0.0.1:PORT."""
+        return f"http://{self.host}:{self.port}"
 
     @property
     def azure_url(self) -> str:
         """The api_base of an azure/DEPLOYMENT model: the resource endpoint http://127.0.0.1:PORT (Azure's paths
         start with /openai/)."""
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     # -- bookkeeping -------------------------------------------------------------------
     def reset(self) -> None:
@@ -607,6 +624,9 @@ def _make_http_server(fake: FakeLLMServer) -> ThreadingHTTPServer:
                 self.send_header("Content-Length", str(len(payload)))
                 for name, value in headers.items():
                     self.send_header(name, value)
+                if not fake.keep_alive:
+                    self.send_header("Connection", "close")
+                    self.close_connection = True
                 self._headers_buffer.append(b"\r\n" + payload)  # one write for head and body
                 self.wfile.write(b"".join(self._headers_buffer))
                 self._headers_buffer = []
@@ -732,7 +752,67 @@ def _make_http_server(fake: FakeLLMServer) -> ThreadingHTTPServer:
         request_queue_size = 256  # the default 5 drops SYNs when 32+ clients connect at once
         allow_reuse_address = True
 
-    return Server(("127.0.0.1", 0), Handler)
+    return Server((fake.host, fake.wanted_port), Handler)
+
+
+# A new study allows no local port (issue 34: a forwarder can listen on any), so the code that starts a
+# server allows it, as an admin would with `workbench allow-endpoint 127.0.0.1:PORT`: every study the
+# test process opens (conftest calls register_study) allows every running server made with allowed=True
+# (the default; a test of a refusal starts its server with allowed=False). Another local server a test
+# starts (a redirector) calls serving() and stopped() the same way.
+_LIVE: list[str] = []  # origins (http://127.0.0.1:PORT) of the servers running now
+_STUDIES: list[weakref.ref] = []
+
+
+def serving(origin: str) -> None:
+    """A local server of the tests' own listens at origin: every open study allows it, and those opened later."""
+    _LIVE.append(origin)
+    for study in _open_studies():
+        allow_in(study, origin)
+
+
+def stopped(origin: str) -> None:
+    """That server stopped (the studies keep the entry, as an admin's would stay)."""
+    if origin in _LIVE:
+        _LIVE.remove(origin)
+
+
+def _open_studies() -> list:
+    """The studies opened in this process that are still open."""
+    _STUDIES[:] = [ref for ref in _STUDIES if ref() is not None]
+    return [study for study in (ref() for ref in _STUDIES) if study is not None]
+
+
+def allow_in(study, origin: str) -> None:
+    """Allow a server's address:port in a study: in its settings (workbench.yaml, for child processes too)."""
+    if origin in study.config.allowed_endpoints or not (study.root / "workbench.yaml").exists():
+        return
+    from workbench.study import save_config
+
+    study.config.allowed_endpoints.append(origin)
+    save_config(study.root, study.config)
+
+
+_TEMPLATES: list[bool] = []  # non-empty while a session's template studies are built (they allow no server)
+
+
+@contextlib.contextmanager
+def building_templates() -> Iterator[None]:
+    """Studies opened in the block are templates copied by many tests: no server of the moment is allowed in them."""
+    _TEMPLATES.append(True)
+    try:
+        yield
+    finally:
+        _TEMPLATES.pop()
+
+
+def register_study(study) -> None:
+    """A study the test opened: it allows the running servers and those started later."""
+    if _TEMPLATES:
+        return
+    _STUDIES.append(weakref.ref(study))
+    for origin in list(_LIVE):
+        allow_in(study, origin)
 
 
 @contextlib.contextmanager

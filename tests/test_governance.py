@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 from conftest import DATA
-from fake_llm_server import running_server
+from fake_llm_server import running_server, serving, stopped
 from test_runs import N_REPORTS, Oracle
 
 from workbench import scoring
@@ -88,7 +88,8 @@ class Listener:
 
 
 class Redirector:
-    """An HTTP server on 127.0.0.1 (allowed) that answers every POST with a redirect elsewhere."""
+    """An HTTP server on 127.0.0.1 (allowed: its address and port, see fake_llm_server.serving) that answers
+    every POST with a redirect elsewhere."""
 
     def __init__(self, target: str, status: int = 307) -> None:
         outer = self
@@ -111,12 +112,15 @@ class Redirector:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self.origin = f"http://127.0.0.1:{self.server.server_address[1]}"
+        serving(self.origin)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
     def close(self) -> None:
+        stopped(self.origin)
         self.server.shutdown()
         self.server.server_close()
 
@@ -249,6 +253,7 @@ def test_no_route_sends_a_byte_to_a_forbidden_address(local_bundle, forbidden, m
     monkeypatch.setattr(litellm, "api_base", None)
 
     # 5. resume and retry-failed after the environment changed under a recorded run
+    wb.allow_endpoint("localhost:11434")  # Ollama's default port, named by the admin (nothing listens there)
     offline_server_run = wb.start_run("dev", labels=["edema"], model="ollama_chat/llama3", max_retries=0, timeout_s=5)
     assert wb.run_info(offline_server_run.run_id).endpoint == "http://localhost:11434 (provider default)"
     wb.allow_endpoint(forbidden.url)  # even an allowed address is refused when it is not where the run went

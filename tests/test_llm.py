@@ -530,7 +530,9 @@ def test_provider_environment_variables_resolve_like_litellm():
 @pytest.mark.parametrize(
     "allowed,url,ok",
     [
-        ("http://127.0.0.1", "http://127.0.0.1:8000/v1", True),  # no port in the entry: every port of the host
+        ("http://127.0.0.1", "http://127.0.0.1:8000/v1", False),  # a local entry with no port: port 80 only
+        ("http://127.0.0.1", "http://127.0.0.1/v1", True),
+        ("https://api.openai.com", "https://api.openai.com:8443/v1", True),  # a remote one: every port of the host
         ("http://127.0.0.1", "http://127.0.0.2:8000/v1", False),
         ("http://127.0.0.1", "http://127.0.0.1.example.com/v1", False),
         ("http://127.0.0.1", "http://127.0.0.1:80@evil.com/v1", False),

@@ -10,6 +10,7 @@ import pathlib
 import subprocess
 import sys
 
+import fake_llm_server
 import pytest
 from click.testing import CliRunner
 from fake_llm_server import running_server
@@ -123,6 +124,9 @@ def test_a_server_killed_mid_run_stops_the_run_and_says_how_to_resume(small_stud
     )
     try:
         url = server.stdout.readline().strip()
+        fake_llm_server.serving(
+            url.removesuffix("/v1")
+        )  # the tests' own server, in a child process: allowed by its port
 
         def kill_after_three(progress) -> None:
             if progress.made >= 3 and server.poll() is None:
@@ -143,6 +147,7 @@ def test_a_server_killed_mid_run_stops_the_run_and_says_how_to_resume(small_stud
     finally:
         server.kill()
         server.wait()
+        fake_llm_server.stopped(url.removesuffix("/v1"))
     # before: every remaining call was tried and failed, and the run ended "finished"
     assert summary.status == "incomplete", summary.message()
     assert "the server stopped answering" in summary.stopped_reason

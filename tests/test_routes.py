@@ -80,6 +80,7 @@ def test_no_proxy_variable_carries_report_text_to_a_host_nobody_allowed(small_st
     wb = small_study
     labels = iter(wb.vocab.asked_ids)
     with running_server() as server:
+        wb.allow_endpoint(f"https://127.0.0.1:{server.port}")  # its port by https too (a handshake that fails)
         for variables, scheme in PROXY_CASES:
             label = next(labels)
             with monkeypatch.context() as env:
@@ -168,7 +169,7 @@ def test_score_outside_a_study_bypasses_a_proxy_nobody_allowed(small_study, forb
             "--api-base",
             server.url,
             "--allow-endpoint",
-            "http://127.0.0.1",
+            server.origin,
             "--out",
             str(tmp_path / "out"),
         )
@@ -201,6 +202,7 @@ def test_a_name_that_resolves_elsewhere_is_refused_at_connect(small_study, tmp_p
     listener = Listener("127.0.0.2")
     try:
         base = f"http://localhost:{listener.port}/v1"
+        wb.allow_endpoint(f"localhost:{listener.port}")  # the admin allowed this machine's port, as localhost
         script = tmp_path / "attack.sh"
         script.write_text(
             'mount --bind "$1" /etc/hosts || exit 90\n'
@@ -208,7 +210,7 @@ def test_a_name_that_resolves_elsewhere_is_refused_at_connect(small_study, tmp_p
             f"{sys.executable} -m workbench.cli run --cohort dev --labels edema --model openai/fake --api-base {base} "
             f'--concurrency 1 --study {wb.root}; echo "run-exit=$?"\n'
             f"{sys.executable} -m workbench.cli score --bundle {bundle} --reference {REPORTS} --generated g={REPORTS} "
-            f'--model openai/fake --api-base {base} --allow-endpoint http://localhost --resamples 10; echo "score-exit=$?"\n'
+            f'--model openai/fake --api-base {base} --allow-endpoint http://localhost:{listener.port} --resamples 10; echo "score-exit=$?"\n'
         )
         env = {k: v for k, v in os.environ.items() if k not in (*PROVIDER_VARS, *ALL_PROXY_VARS)}
         env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"

@@ -31,6 +31,7 @@ def closed_port() -> int:
 
 def test_closed_port_stops_early_and_exits_nonzero_with_the_cause(small_study):
     url = f"http://127.0.0.1:{closed_port()}/v1"
+    small_study.allow_endpoint(url.removesuffix("/v1"))  # the admin named this port (a server that is not running)
     result = run_cli(small_study, "--cohort", "dev", "--model", "openai/fake", "--api-base", url)
     assert result.exit_code == EXIT_INCOMPLETE == 3, result.output
     assert "stopped early: 5 calls in a row failed the same way (connection) and none succeeded" in result.output

@@ -241,6 +241,18 @@ def test_run_lease_is_taken_by_exactly_one_of_two_executors_and_taken_over_after
         other.engine.dispose()
 
 
+def test_the_database_clock_is_read_from_the_database(any_study, monkeypatch):
+    """db_epoch / db_time: the database's clock (leases and expiries), whatever this process's time.time says."""
+    import time
+    from datetime import UTC, datetime
+
+    true = datetime.now(UTC).timestamp()
+    monkeypatch.setattr(time, "time", lambda: 0.0)  # a client clock at 1970 changes nothing
+    with any_study.session() as s:
+        epoch, when = q.db_epoch(s), q.db_time(s)
+    assert abs(epoch - true) < 5 and when.tzinfo is not None and abs(when.timestamp() - epoch) < 5
+
+
 def test_a_run_left_running_by_a_gone_executor_is_marked_only_while_that_executor_holds_it(any_study):
     """running_runs lists a running run with its lease; mark_run_abandoned is one conditional UPDATE."""
     any_study.import_reports(DATA / "reports_small.csv", "dev")
@@ -752,14 +764,16 @@ def test_call_facts_and_noise_repeats(any_study):
             mode="per_label",
             labels_json='["edema"]',
         )
-        fact = ["k1", run.id, "edema", 0.25, 1, 120, 9, 64, 0.0012, "stop", "m-2026", None]
+        fact = ["k1", run.id, "edema", 0.25, 1, 120, 9, 64, 0.0012, "stop", "m-2026", None, "127.0.0.1:8080"]
         q.put_call_facts(
-            s, [tuple(fact), ("k2", run.id, "edema", 0.5, 2, 100, 0, None, None, "length", "m-2026", "think")]
+            s, [tuple(fact), ("k2", run.id, "edema", 0.5, 2, 100, 0, None, None, "length", "m-2026", "think", None)]
         )
         q.put_call_facts(s, [tuple(fact[:3] + [0.3] + fact[4:])])  # a call made again keeps its latest facts
         facts = q.call_facts(s, ["k1", "k2", "nope", ""]).set_index("call_key")
         assert facts.loc["k1", "latency_s"] == 0.3 and facts.loc["k1", "cached_tokens"] == 64 and len(facts) == 2
         assert facts.loc["k2", "finish_reason"] == "length" and facts.loc["k2", "reasoning"] == "think"
+        assert facts.loc["k1", "peer"] == "127.0.0.1:8080"  # the address the call connected to
+        assert q.run_peers(s, run.id) == ["127.0.0.1:8080"]  # k2 connected nowhere (None)
         assert q.run_call_facts(s, run.id)["call_key"].tolist() == ["k1", "k2"]
         assert q.call_facts(s, []).empty
         assert q.model_call_history(s, "openai/m") == [(0.3, 9)]  # only calls with completion tokens count
@@ -805,7 +819,7 @@ def test_case_rows_search_rows_and_failed_replies(any_study):
                 ],
             )
         q.put_cached_call(s, "k1", "openai/m", '{"value": 1}', 10, 2, None)
-        q.put_call_facts(s, [("k2", runs[1], "edema", 0.2, 1, 10, 2, None, None, "stop", "m", None)])
+        q.put_call_facts(s, [("k2", runs[1], "edema", 0.2, 1, 10, 2, None, None, "stop", "m", None, None)])
         q.put_call_replies(s, [("x" * 5000, "k2"), ("y", "no-such-key")])
         assert q.call_replies(s, ["k1", "k2", ""]) == {"k2": "x" * 5000}
         both = q.report_predictions(s, "s1")

@@ -2535,9 +2535,10 @@ def audit(wb, entity, fmt, check):
 @click.argument("url")
 @study_option
 def allow_endpoint(wb, url):
-    """Allow report text to be sent to an endpoint (URL prefix), e.g. https://api.openai.com."""
-    wb.allow_endpoint(url)
-    click.echo(f"allowed: {url}\nreport text may now be sent there when a run uses it")
+    """Allow report text to be sent to an endpoint (URL prefix), e.g. https://api.openai.com; a server on this
+    machine by its address and port, e.g. 127.0.0.1:8080 (never every local port)."""
+    entry = wb.allow_endpoint(url)
+    click.echo(f"allowed: {entry}\nreport text may now be sent there when a run uses it")
 
 
 @main.command("migrate-db")

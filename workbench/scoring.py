@@ -352,7 +352,8 @@ def check_endpoint(cfg, bundle: Bundle, allow_endpoints: list[str] | None = None
 
 def routed(cfg, allow_endpoints: list[str] | None):
     """cfg with the proxies it may go through: only those allowed for this command (any other is bypassed)."""
-    return dataclasses.replace(cfg, proxies=endpoints.allowed_proxies(allow_endpoints or [], os.environ))
+    allowed = tuple(allow_endpoints or ())
+    return dataclasses.replace(cfg, proxies=endpoints.allowed_proxies(allowed, os.environ), allowed=allowed)
 
 
 def score(

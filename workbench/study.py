@@ -44,7 +44,9 @@ SIGNIFICANCE = ["changes management", "does not change management", "unsure"]
 AUTH_MODES = ("none", "local", "oidc")
 NO_AUTH_ON_NETWORK = "WORKBENCH_NO_AUTH_ON_NETWORK"  # set by `workbench app --no-auth-on-network` to the address served
 ZERO_DIVISION_POLICIES = ("zero", "one", "exclude")
-LOCAL_ENDPOINTS = ["workbench/rules", "http://127.0.0.1", "http://localhost", "https://127.0.0.1", "https://localhost"]
+# a new study allows the offline labeller only: a local model server is allowed by its address and port
+# (`workbench allow-endpoint 127.0.0.1:8080`), never every local port (a forwarder can listen on any of them)
+DEFAULT_ENDPOINTS = ["workbench/rules"]
 
 
 class StudyError(WorkbenchError, ValueError):
@@ -66,7 +68,7 @@ class StudyConfig:
     sections: list = field(default_factory=lambda: ["findings", "impression"])
     labeller: dict = field(default_factory=lambda: {"model": "workbench/rules", "concurrency": 8})
     error_categories: list = field(default_factory=lambda: list(DEFAULT_CATEGORIES))
-    allowed_endpoints: list = field(default_factory=lambda: list(LOCAL_ENDPOINTS))
+    allowed_endpoints: list = field(default_factory=lambda: list(DEFAULT_ENDPOINTS))
     auth: str = "none"
     dev_cohort: str = "dev"
     # Annotate offers a picker for the attributes (side, severity ...) of each ticked label; off by default

@@ -50,7 +50,7 @@ def test_an_app_address_is_loopback_only_on_this_machine(host, loopback):
 
 
 def test_may_send_needs_every_url_under_an_allowed_entry():
-    allowed = ["http://127.0.0.1", "https://api.openai.com/v1"]
+    allowed = ["http://127.0.0.1:9", "https://api.openai.com/v1"]
     assert ep.may_send(allowed, ["http://127.0.0.1:9/v1", "https://api.openai.com/v1/chat"])
     assert not ep.may_send(allowed, ["http://127.0.0.1:9/v1", "http://127.0.0.2:9/v1"])
     assert not ep.may_send(allowed, [])

@@ -10,6 +10,7 @@ may be reached at. Name resolution is the caller's: functions that need it take 
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -142,10 +143,23 @@ def _split(url: str) -> tuple[str, str, int | None, str]:
     return scheme, (parts.hostname or "").lower(), port, (parts.path or "").rstrip("/")
 
 
+def is_local_host(host: str) -> bool:
+    """True for a host whose connections stay on this machine: loopback (127.0.0.0/8, ::1, localhost) or
+    the unspecified address (0.0.0.0, ::), which Linux connects to this machine."""
+    if is_loopback_host(host):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        return False
+
+
 def url_allowed(allowed: str, url: str) -> bool:
     """Does an endpoint URL fall under an allowed entry? Compared by parts, not as text, so
-    http://127.0.0.1.example.com or http://127.0.0.1:80@evil.com do not pass for http://127.0.0.1;
-    an entry without a port allows every port of its host."""
+    http://127.0.0.1.example.com or http://127.0.0.1:80@evil.com do not pass for http://127.0.0.1.
+    An entry without a port allows every port of a remote host, but only the scheme's own port (80, 443)
+    of a local one: any local program (a forwarder such as cntlm) can listen on 127.0.0.1, so a local
+    endpoint is allowed per address and port."""
     if "://" not in allowed:  # a model string ("workbench/rules"), never a prefix of URLs: "h" allows nothing
         return url == allowed or ("/" in allowed and url.startswith(allowed.rstrip("/") + "/"))
     a, u = urlsplit(allowed), urlsplit(url)
@@ -157,10 +171,43 @@ def url_allowed(allowed: str, url: str) -> bool:
         return False
     if (a.hostname or "") != (u.hostname or ""):
         return False
-    if a_port is not None and a_port != u_port:
+    if a_port is None and is_local_host(a.hostname or ""):
+        a_port = {"http": 80, "https": 443}.get(a.scheme.lower())
+    if a_port is not None and a_port != (u_port or {"http": 80, "https": 443}.get(u.scheme.lower())):
         return False
     prefix = (a.path or "").rstrip("/")
     return not prefix or u.path == prefix or u.path.startswith(prefix + "/")  # whole path segments: /v1 is not /v10
+
+
+HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):([0-9]{1,5})$")  # 127.0.0.1:8080, [::1]:8080, host:port
+
+
+def allowed_entry(text: str) -> str:
+    """An allowed-endpoints entry as an admin typed it, checked: a URL with its host, a model string
+    (workbench/rules), or host:port (read as http://host:port). A local endpoint must name its port."""
+    entry = text.strip()
+    if HOST_PORT.match(entry):
+        entry = f"http://{entry}"
+    if ("://" in entry and not host_of(entry)) or ("://" not in entry and "/" not in entry):
+        raise ValueError(
+            f"{text!r} is not an endpoint: give a URL with its host (https://api.openai.com, "
+            "http://127.0.0.1:8000), an address and port (127.0.0.1:8080) or a model string such as workbench/rules"
+        )
+    if "://" in entry and is_local_host(host_of(entry)) and _port_of(entry) is None:
+        raise ValueError(
+            f"{text!r} names no port: a local endpoint is allowed per address and port, since any program on this "
+            f"machine can listen on a local port (a forwarder passes the text on); give the port the model server "
+            f"listens on, e.g. {entry.rstrip('/')}:8080"
+        )
+    return entry
+
+
+def _port_of(url: str) -> int | None:
+    """The port written in a URL (None when none is written, -1 when it is not a number)."""
+    try:
+        return urlsplit(url).port
+    except ValueError:
+        return -1
 
 
 def may_send(allowed: Iterable[str], urls: Iterable[str]) -> bool:
@@ -241,8 +288,10 @@ __all__ = [
     "host_of",
     "is_local",
     "is_loopback_host",
+    "is_local_host",
     "all_local",
     "url_allowed",
+    "allowed_entry",
     "may_send",
     "url_under",
     "proxies_in",

@@ -676,6 +676,7 @@ def call_facts(run_id: int | None, answers: list[CallOutcome]) -> list[tuple]:
             a.res.finish_reason,
             a.res.reported_model,
             a.res.reasoning,
+            a.res.peer,
         )
         for a in answers
         if a.res is not None

@@ -45,6 +45,7 @@ from workbench.labeller.endpoints import (  # noqa: F401
     all_local,
     is_address,
     is_offline,
+    may_send,
     normal_address,
     peers_of,
     provider_of,
@@ -89,9 +90,9 @@ _PAYLOAD_RECEIVERS = (
     "_async_input_callback",
 )
 _PINNED: contextvars.ContextVar[Pin | None] = contextvars.ContextVar("workbench_pinned_endpoints", default=None)
-# the refusals of the attempt under way (a list per attempt; the tasks it spawns share it): a refused
-# connect is raised deep inside httpx/aiohttp, whose wrappers may drop its type and message
-_REFUSALS: contextvars.ContextVar[list | None] = contextvars.ContextVar("workbench_refusals", default=None)
+# the attempt under way (one per attempt; the tasks it spawns share it): its refusals (a refused connect is
+# raised deep inside httpx/aiohttp, whose wrappers may drop its type and message) and the address it connected to
+_ATTEMPT: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar("workbench_attempt", default=None)
 _GUARD_INSTALLED = False
 _LITELLM = None
 
@@ -134,6 +135,12 @@ class ModelConfig:
     # proxy URLs the caller checked against its allowed endpoints: only these may carry the calls; a
     # proxy variable naming any other is bypassed (the calls connect directly), see _install_guard
     proxies: tuple[str, ...] = ()
+    # the allowed endpoints the caller checked against: an endpoint's name that moves to another address while
+    # the calls run is refused there unless that address (with its port) falls under one of them (see Pin.admits)
+    allowed: tuple[str, ...] = ()
+    # address:port the same run's earlier calls connected to (a resume): a name that has moved since is
+    # refused at its new address like a move within one execution (see Pin.of)
+    earlier_peers: tuple[str, ...] = ()
     response_schema: bool = False  # send a JSON schema as response_format where litellm says the model supports it
     response_format: dict | None = None  # what is sent: set by the labelling path (schema_format), not by users
     max_reply_chars: int = MAX_REPLY_CHARS  # longer replies (text or reasoning) are an "oversized" failure
@@ -143,6 +150,8 @@ class ModelConfig:
             raise UserError("ModelConfig.model must be a non-empty string")
         object.__setattr__(self, "endpoints", tuple(self.endpoints or ()))
         object.__setattr__(self, "proxies", tuple(self.proxies or ()))
+        object.__setattr__(self, "allowed", tuple(self.allowed or ()))
+        object.__setattr__(self, "earlier_peers", tuple(self.earlier_peers or ()))
         if self.concurrency < 1:
             raise UserError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.timeout_s <= 0:
@@ -216,6 +225,7 @@ class CallResult:
     reasoning: str | None = None  # reasoning_content, or the <think> text of the reply (never parsed)
     reported_model: str | None = None  # the model id the server says answered
     cached_tokens: int | None = None  # prompt tokens the provider served from its prefix cache
+    peer: str | None = None  # the address:port the call's connection went to (None: no connection, offline)
 
     @property
     def ok(self) -> bool:
@@ -281,21 +291,39 @@ def _callback_name(callback) -> str:
     return getattr(callback, "__name__", None) or type(callback).__name__
 
 
+@dataclass
+class Attempt:
+    """One attempt of a call, as the guard saw it: the connections it refused, the address it connected to."""
+
+    refusals: list = field(default_factory=list)
+    peer: str | None = None
+
+
+class AddressChanged(EndpointRefused):
+    """A pinned name now resolves to an address it did not have when the calls began (and no admin allowed it)."""
+
+
 @dataclass(frozen=True)
 class Pin:
-    """What the calls of one complete_all may reach: these base URLs, at these socket addresses."""
+    """What the calls of one complete_all may reach: these base URLs, at the socket addresses they had at the start."""
 
     urls: tuple[str, ...]
     proxies: tuple[str, ...] = ()
     names: tuple[tuple[str, int], ...] = ()  # (host name, port) of URLs named by a name other than localhost
     peers: frozenset = frozenset()  # (address, port) pairs a socket may connect to
+    allowed: tuple[str, ...] = ()  # allowed endpoint entries: an address a name moves to must be under one
+    # the address:port the last admitted connection went to: a call on a kept-alive connection makes no
+    # connect of its own, and (one address per endpoint, the usual case) went there
+    last: dict = field(default_factory=dict, compare=False)
 
     @classmethod
     def of(cls, cfg: ModelConfig) -> Pin:
-        """The pin of a config: its endpoints and allowed proxies, with the addresses they resolve to now."""
+        """The pin of a config: its endpoints and allowed proxies, with the addresses they resolve to now (a
+        name's addresses of the run's earlier calls instead, when it no longer resolves to any of them)."""
         urls = cfg.base_urls()
         targets = (*urls, *cfg.proxies)
-        peers = frozenset().union(*(peers_of(u, _system_resolver) for u in targets))
+        earlier = frozenset(_split_peer(p) for p in cfg.earlier_peers)
+        peers = frozenset().union(*(_peers_for_run(u, earlier) for u in targets))
         names = tuple(
             sorted(
                 {
@@ -305,15 +333,50 @@ class Pin:
                 }
             )
         )
-        return cls(urls, cfg.proxies, names, peers)
+        return cls(urls, cfg.proxies, names, peers, cfg.allowed)
 
     def admits(self, address: str, port: int) -> bool:
-        """May a socket connect here? A pinned address, or (DNS answers change) one that a pinned name
-        resolves to right now; "localhost" and IP literals never depend on the resolver."""
+        """May a socket connect here? An address the endpoints had when the calls began ("localhost" and IP
+        literals never depend on the resolver). A pinned name that resolves elsewhere now (DNS re-pointed
+        mid-run) is refused there with AddressChanged, unless an admin allowed that address and port."""
         peer = (normal_address(address), port)
         if peer in self.peers:
             return True
-        return any(p == port and peer in peers_of(f"http://{host}:{p}", _system_resolver) for host, p in self.names)
+        moved = [
+            host for host, p in self.names if p == port and peer in peers_of(f"http://{host}:{p}", _system_resolver)
+        ]
+        if not moved:
+            return False
+        shown = _shown(*peer)
+        if any(may_send(self.allowed, [f"{scheme}://{shown}"]) for scheme in ("http", "https")):
+            return True
+        before = ", ".join(sorted(_shown(a, p) for a, p in self.peers if p == port)) or "none"
+        raise AddressChanged(
+            f"refused by the workbench: {moved[0]} now resolves to {shown}, but it was at {before} when the run's "
+            f"calls began; a change of address within a run is refused unless an admin allowed the new address "
+            f"(`workbench allow-endpoint {shown}`); no report text was sent to {shown}"
+        )
+
+
+def _peers_for_run(url: str, earlier: frozenset) -> frozenset:
+    """Where a run's calls to url may connect: what it resolves to now, unless it is a name whose earlier calls in
+    this run went to other addresses (then those: a connect to the new address is refused as a change)."""
+    now = peers_of(url, _system_resolver)
+    if not earlier or peers_of(url):  # IP literals and localhost do not move
+        return now
+    before = frozenset(p for p in earlier if any(p[1] == port for _a, port in now))
+    return now if not before or now & before else before
+
+
+def _split_peer(peer: str) -> tuple[str, int]:
+    """("10.0.0.5", 443) from "10.0.0.5:443" or ("::1", 8000) from "[::1]:8000"."""
+    address, _, port = peer.rpartition(":")
+    return address.strip("[]"), int(port)
+
+
+def _shown(address: str, port: int) -> str:
+    """address:port, an IPv6 address in brackets."""
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
 def _system_resolver(host: str, port: int) -> list[str]:
@@ -413,19 +476,28 @@ def _checked_peer(sock, address):
         return address
     host, port = address[0], address[1]
     candidates = [host] if is_address(host) else _system_resolver(host, port)  # a name: connect to what was checked
+    attempt = _ATTEMPT.get()
+    refusal: EndpointRefused | None = None
     for candidate in candidates:
-        if pin.admits(candidate, port):
+        try:
+            admitted = pin.admits(candidate, port)
+        except AddressChanged as exc:
+            admitted, refusal = False, exc
+        if admitted:
+            peer = _shown(normal_address(candidate), port)
+            pin.last["peer"] = peer
+            if attempt is not None:
+                attempt.peer = peer
             return (candidate, port, *address[2:])
-    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    via = f" or the allowed proxies ({', '.join(pin.proxies)})" if pin.proxies else ""
-    refusal = EndpointRefused(
-        f"refused by the workbench: a connection to {shown} is not to an address of the checked endpoint "
-        f"({', '.join(pin.urls)}){via} (a proxy variable, a redirect or a name that resolves elsewhere); no report "
-        "text was sent there"
-    )
-    attempt = _REFUSALS.get()
+    if refusal is None:
+        via = f" or the allowed proxies ({', '.join(pin.proxies)})" if pin.proxies else ""
+        refusal = EndpointRefused(
+            f"refused by the workbench: a connection to {_shown(host, port)} is not to an address of the checked "
+            f"endpoint ({', '.join(pin.urls)}){via} (a proxy variable, a redirect or a name that resolves elsewhere); "
+            "no report text was sent there"
+        )
     if attempt is not None:
-        attempt.append(refusal)
+        attempt.refusals.append(refusal)
     raise refusal
 
 
@@ -782,15 +854,16 @@ async def _run_one(
     attempt = 0
     while True:
         attempt += 1
-        refusals: list[EndpointRefused] = []
-        _REFUSALS.set(refusals)
+        seen = Attempt()
+        _ATTEMPT.set(seen)
         try:
             asked = time.monotonic()
             async with throttle.slot() if throttle is not None else contextlib.nullcontext():
                 queued += time.monotonic() - asked
                 response = await asyncio.wait_for(call(req.messages, req.response_format), timeout=cfg.timeout_s)
         except Exception as exc:  # every model failure becomes data; see classify()
-            exc = refusals[0] if refusals else exc  # the guard's own words, whatever the library wrapped them in
+            # the guard's own words, whatever the library wrapped them in
+            exc = seen.refusals[0] if seen.refusals else exc
             kind = classify(exc)
             if kind == "timeout" and throttle is not None:
                 throttle.timed_out()  # fewer calls in flight before this one is tried again
@@ -800,10 +873,18 @@ async def _run_one(
                 if kind in RETRYABLE and attempt <= cfg.max_retries:
                     message += " (cancelled: not retried)"
                 latency = time.monotonic() - start - queued
-                return CallResult(req.key, None, message, kind, latency_s=latency, attempts=attempt)
+                return CallResult(req.key, None, message, kind, latency_s=latency, attempts=attempt, peer=seen.peer)
             await _sleep_unless_cancelled(backoff_s(cfg, attempt, retry_after_s(exc)), cancel)
             continue
-        return _bounded(_success(req.key, response, time.monotonic() - start - queued, attempt), cfg.max_reply_chars)
+        result = _success(req.key, response, time.monotonic() - start - queued, attempt)
+        result.peer = seen.peer or _last_peer()  # no connect of its own: a kept-alive connection
+        return _bounded(result, cfg.max_reply_chars)
+
+
+def _last_peer() -> str | None:
+    """The address the pinned calls last connected to (None outside a pin)."""
+    pin = _PINNED.get()
+    return pin.last.get("peer") if pin is not None else None
 
 
 def _bounded(result: CallResult, limit: int) -> CallResult:

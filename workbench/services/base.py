@@ -26,13 +26,13 @@ from workbench.study import (
 )
 
 
-def _live(web, user_id: str) -> bool:
-    """A browser session of this user that is neither revoked nor expired."""
-    from datetime import UTC, datetime
+def _live(web, user_id: str, now) -> bool:
+    """A browser session of this user that is neither revoked nor expired at `now` (the database's clock)."""
+    from datetime import datetime
 
     if web is None or web.revoked_at or web.user_id != user_id:
         return False
-    return datetime.fromisoformat(web.expires_at) > datetime.now(UTC)
+    return datetime.fromisoformat(web.expires_at) > now
 
 
 class StudyContext:
@@ -85,9 +85,10 @@ class StudyContext:
         with db.session_scope(self.engine) as s:
             user = q.get_user(s, self.actor.user)
             web = q.get_web_session(s, self.actor.session) if self.actor.session else None
+            now = q.db_time(s) if web is not None else None
         if user is None or user.disabled:
             raise PermissionDenied(f"the account {self.actor.user} is disabled; ask an admin")
-        if self.actor.session and not _live(web, user.id):
+        if self.actor.session and not _live(web, user.id, now):
             raise PermissionDenied("your session has ended (signed out here or in another tab); sign in again")
         return Actor(
             user=user.id, role=user.role, name=user.name, email=user.email, account=True, session=self.actor.session

@@ -110,6 +110,8 @@ class RunSummary:
     failure_examples: dict = field(default_factory=dict)
     stopped_reason: str = ""
     notes: list = field(default_factory=list)  # what the run chose on the way (labelling.LabelCounts.notes)
+    # address:port the calls connected to -> calls (each call's own is in callfact.peer)
+    peers: dict = field(default_factory=dict)
 
     def causes(self) -> list[str]:
         """One line per distinct cause of this execution's failures: count and one example message."""
@@ -126,6 +128,7 @@ class RunSummary:
             f"{self.calls_reused} answers reused from the cache, {self.already_done} already done, "
             f"{self.failures} failures in {self.seconds:.1f} s"
             + (f" ({', '.join(f'{k}: {v}' for k, v in self.failure_kinds.items())})" if self.failure_kinds else "")
+            + (f"; connected to {', '.join(sorted(self.peers))}" if self.peers else "")
         )
 
 
@@ -306,7 +309,8 @@ class RunLease:
     A second executor (another process, thread or machine) is refused while the lease is live;
     a heartbeat renews it every ttl/3, so it only expires when its holder stops (killed, hung,
     machine gone); then anyone may take the run over. A holder on this machine whose process is
-    gone is taken over at once (the kill -9 case). Clocks: epoch seconds of the executors' machines.
+    gone is taken over at once (the kill -9 case). Clock: the database's (q.db_epoch), never an
+    executor's own: a machine whose clock runs ahead must not see a live lease as expired.
     """
 
     def __init__(self, wb, run_id: int, ttl_s: float) -> None:
@@ -318,8 +322,8 @@ class RunLease:
 
     def take(self) -> None:
         """Become the executor, or raise StudyError naming the one there is."""
-        now = time.time()
         with self.wb.session() as s:
+            now = q.db_epoch(s)
             if q.take_run_lease(s, self.run_id, self.holder, now + self.ttl_s, now):
                 return
             run = q.get_run(s, self.run_id)
@@ -350,7 +354,7 @@ class RunLease:
                 due = time.monotonic() + interval
                 try:
                     with self.wb.session() as s:
-                        held = q.renew_run_lease(s, self.run_id, self.holder, time.time() + self.ttl_s)
+                        held = q.renew_run_lease(s, self.run_id, self.holder, q.db_epoch(s) + self.ttl_s)
                 except Exception:  # a busy database for a moment: try again at the next beat
                     continue
                 if not held:
@@ -483,7 +487,7 @@ class RunsService(Service):
                 endpoint=endpoint_label(settings),
                 created_by=self.actor.user,
                 lease_holder=lease.holder,
-                lease_expires_at=time.time() + self.lease_ttl_s,
+                lease_expires_at=q.db_epoch(s) + self.lease_ttl_s,
             )
             q.add_audit(
                 s,
@@ -581,8 +585,8 @@ class RunsService(Service):
         """Mark interrupted the runs left `running` by an executor that is gone (killed with SIGKILL, its machine
         lost): its lease was not renewed in time, or its process no longer exists on this machine. Their answers
         are kept and `workbench run --resume` finishes them. The ids marked."""
-        now = time.time()
         with self.session() as s:
+            now = q.db_epoch(s)  # the clock the leases were written by
             running = [r for r in q.running_runs(s, cohort_id) if run_id is None or r[0] == run_id]
         gone = [(rid, holder) for rid, holder, until in running if _executor_gone(holder, until, now)]
         marked = []
@@ -659,15 +663,18 @@ class RunsService(Service):
             except EndpointError as exc:
                 raise StudyError(f"report text will not be sent: {exc}") from exc
         if not endpoint_allowed(self.config.allowed_endpoints, settings):
+            local = any(endpoints.is_local_host(endpoints.host_of(u)) for u in model_endpoints(settings))
+            how = " A local endpoint is allowed by its address and port (127.0.0.1:8080), never every local port."
             raise StudyError(
                 f"report text may not be sent to {endpoint_label(settings)}: it is not in this study's allowed endpoints "
                 f"({', '.join(self.config.allowed_endpoints)}). An admin can allow it in Settings or with "
-                "`workbench allow-endpoint URL`."
+                "`workbench allow-endpoint URL`." + (how if local else "")
             )
 
     def routed(self, cfg):
         """cfg with the proxies it may go through: only those the study allows (any other is bypassed)."""
-        return dataclasses.replace(cfg, proxies=endpoints.allowed_proxies(self.config.allowed_endpoints, os.environ))
+        allowed = self.config.allowed_endpoints
+        return dataclasses.replace(cfg, proxies=endpoints.allowed_proxies(allowed, os.environ), allowed=tuple(allowed))
 
     @staticmethod
     def _run_params(cfg, settings: dict) -> dict:
@@ -759,7 +766,8 @@ class RunsService(Service):
                 f"run {run_id} sent report text to {', '.join(recorded) or 'this machine'}; it would now go to "
                 f"{endpoint_label(settings)} (the environment changed): restore it, or start a new run"
             )
-        cfg = self.routed(model_config(settings))
+        with self.session() as s:  # a resume goes where the run's earlier calls went (a moved name is refused)
+            cfg = dataclasses.replace(self.routed(model_config(settings)), earlier_peers=tuple(q.run_peers(s, run_id)))
         engine = self._batch_engine(run_id, cfg, *batch)
         with self.session(write=True) as s:  # read, then write: it takes the write lock first (waits, bounded)
             reports = q.reports_frame(s, cohort_id=run.cohort_id)
@@ -820,6 +828,9 @@ class RunsService(Service):
 
         def on_answer(answer) -> None:
             summary.calls_made += 1
+            peer = answer.res.peer if answer.res is not None else None
+            if peer:
+                summary.peers[peer] = summary.peers.get(peer, 0) + 1
             failed = answer.failure()
             if failed is not None:
                 summary.failure_kinds[failed[0]] = summary.failure_kinds.get(failed[0], 0) + 1

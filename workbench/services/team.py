@@ -13,7 +13,7 @@ import hmac
 import json
 import re
 import secrets
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -112,9 +112,9 @@ def _where(address: str | None, reason: str | None = None) -> dict:
     return {"address": address or "command line", **({"reason": reason} if reason else {})}
 
 
-def _seconds_from_now(stamp: str) -> float:
-    """Seconds until a UTC ISO timestamp (negative when past)."""
-    return (datetime.fromisoformat(stamp) - datetime.now(UTC)).total_seconds()
+def _seconds_from_now(stamp: str, now: datetime) -> float:
+    """Seconds from now (the database's clock: q.db_time) until a UTC ISO timestamp (negative when past)."""
+    return (datetime.fromisoformat(stamp) - now).total_seconds()
 
 
 class TeamService(Service):
@@ -262,12 +262,13 @@ class TeamService(Service):
         with self.session() as s:
             user = q.get_user(s, user_id)
             stored = q.user_tokens(s, user_id) if user is not None else []
+            now = q.db_time(s)
         match = next((row for row in stored if hmac.compare_digest(digest, row[0])), None)
         if match is None or user is None or user.disabled:
             self._record_failure(user_id, reason="wrong token")
             raise PermissionDenied("unknown user or wrong token")
         expires = token_expiry(match[1], match[2])
-        if _seconds_from_now(expires) <= 0:
+        if _seconds_from_now(expires, now) <= 0:
             self._record_failure(user_id, reason="expired token")
             raise PermissionDenied(
                 f"this token of {user_id} expired on {expires[:10]}; sign in with your password "
@@ -287,8 +288,9 @@ class TeamService(Service):
         if not 1 <= int(days) <= MAX_TOKEN_DAYS:
             raise StudyError(f"a token lives 1 to {MAX_TOKEN_DAYS} days, not {days}")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        expires = (datetime.now(UTC) + timedelta(days=int(days))).isoformat(timespec="seconds")
         with self.session() as s:
+            # from the database's clock: a client whose clock runs years ahead must not mint a token for years
+            expires = (q.db_time(s) + timedelta(days=int(days))).isoformat(timespec="seconds")
             q.add_user_token(s, user_id, token_digest(token), expires)
             q.add_audit(s, actor.user, "add", "token", user_id, None, {"token": "issued", "expires_at": expires})
         return token
@@ -313,8 +315,8 @@ class TeamService(Service):
         if not actor.account:
             raise PermissionDenied("only a signed-in account has a browser session")
         token = WEB_SESSION_PREFIX + secrets.token_urlsafe(32)
-        expires = (datetime.now(UTC) + timedelta(hours=hours)).isoformat()
         with self.session() as s:
+            expires = (q.db_time(s) + timedelta(hours=hours)).isoformat()  # the database's clock, as every expiry
             q.add_web_session(s, actor.user, token_digest(token), expires)
             q.add_audit(s, actor.user, "sign_in", "session", actor.user, None, _where(address))
         return token
@@ -324,7 +326,14 @@ class TeamService(Service):
         with self.session() as s:
             row = q.get_web_session(s, token_digest(token or ""))
             user = q.get_user(s, row.user_id) if row is not None else None
-        if row is None or row.revoked_at or _seconds_from_now(row.expires_at) <= 0 or user is None or user.disabled:
+            now = q.db_time(s)
+        if (
+            row is None
+            or row.revoked_at
+            or _seconds_from_now(row.expires_at, now) <= 0
+            or user is None
+            or user.disabled
+        ):
             raise PermissionDenied("your session has ended; sign in again")
         return Actor(
             user=user.id, role=user.role, name=user.name, email=user.email, account=True, session=row.token_hash
@@ -344,8 +353,9 @@ class TeamService(Service):
         """A user id with too many recent failures waits (same answer for known and unknown ids); audited."""
         with self.session() as s:
             row = q.get_login_failure(s, user_id)
-        if row is not None and row.locked_until and _seconds_from_now(row.locked_until) > 0:
-            wait = int(_seconds_from_now(row.locked_until)) + 1
+            now = q.db_time(s)
+        if row is not None and row.locked_until and _seconds_from_now(row.locked_until, now) > 0:
+            wait = int(_seconds_from_now(row.locked_until, now)) + 1
             with self.session(write=True) as s:
                 q.add_audit(s, user_id, "sign_in_failed", "session", user_id, None, _where(address, "locked out"))
             raise PermissionDenied(f"too many failed sign-ins for {user_id}; try again in {wait} s")
@@ -358,7 +368,7 @@ class TeamService(Service):
             over = row.failures - FREE_FAILURES
             if over >= 0:
                 seconds = min(BACKOFF_SECONDS * 2 ** min(over, 10), MAX_BACKOFF_SECONDS)
-                row.locked_until = (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat()
+                row.locked_until = (q.db_time(s) + timedelta(seconds=seconds)).isoformat()
                 s.add(row)
                 q.add_audit(
                     s, user_id, "lock_out", "session", user_id, None, {**_where(address), "until": row.locked_until}
@@ -468,20 +478,20 @@ class TeamService(Service):
 
     # ------------------------------------------------------------ governance
 
-    def allow_endpoint(self, prefix: str) -> None:
-        """Allow report text to be sent to an endpoint (admins only; recorded in the audit trail)."""
+    def allow_endpoint(self, prefix: str) -> str:
+        """Allow report text to be sent to an endpoint (admins only; recorded in the audit trail); the entry stored
+        (127.0.0.1:8080 is stored as http://127.0.0.1:8080)."""
         self.require("settings")
-        prefix = prefix.strip()
-        if not prefix:
+        if not prefix.strip():
             raise StudyError("give the endpoint URL (or URL prefix) to allow")
-        if ("://" in prefix and not endpoints.host_of(prefix)) or ("://" not in prefix and "/" not in prefix):
-            raise StudyError(
-                f"{prefix!r} is not an endpoint: give a URL with its host (https://api.openai.com, "
-                "http://127.0.0.1:8000) or a model string such as workbench/rules"
-            )
+        try:
+            prefix = endpoints.allowed_entry(prefix)
+        except ValueError as exc:
+            raise StudyError(str(exc)) from exc
         if prefix not in self.config.allowed_endpoints:
             self.config.allowed_endpoints.append(prefix)
             self.study.save_config("allow", "endpoint", prefix)
+        return prefix
 
     def disallow_endpoint(self, prefix: str) -> None:
         """Stop allowing an endpoint."""

@@ -116,6 +116,7 @@ MIGRATIONS: list[tuple[int, str, Callable[[Connection], None] | None]] = [
     ),
     (131, "label sets: candidates mined from a cohort and their reviewers' votes (new tables)", None),
     (137, "keyboard presses applied once per browser page, across reconnects and server processes (new table)", None),
+    (140, "per-call facts record the address each call connected to", _add_column("callfact", "peer", "VARCHAR(60)")),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

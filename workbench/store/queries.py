@@ -59,6 +59,26 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
+# the database's own clock as epoch seconds: PostgreSQL's server clock; SQLite's is the machine the file is on
+_DB_EPOCH = {
+    "postgresql": "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)",
+    "sqlite": "SELECT (julianday('now') - 2440587.5) * 86400.0",
+}
+
+
+def db_epoch(session: Session) -> float:
+    """Epoch seconds by the database's clock, not this client's: leases and expiries compare times written by
+    different machines, and a client whose clock is skewed must not take over a live run or mint a token for years.
+    (A statement that reads no table: it opens no read transaction on SQLite.)"""
+    dialect = session.get_bind().dialect.name
+    return float(session.execute(text(_DB_EPOCH.get(dialect, _DB_EPOCH["postgresql"]))).scalar_one())
+
+
+def db_time(session: Session) -> datetime:
+    """The database's clock as an aware UTC datetime (see db_epoch)."""
+    return datetime.fromtimestamp(db_epoch(session), UTC)
+
+
 def _frame(session: Session, stmt, columns: list[str]) -> pd.DataFrame:
     """Run a select and return a DataFrame with the given columns."""
     rows = session.execute(stmt).all()
@@ -1539,6 +1559,7 @@ FACT_COLUMNS = [
     "finish_reason",
     "reported_model",
     "reasoning",
+    "peer",
 ]
 
 
@@ -1589,6 +1610,12 @@ def run_call_facts(session: Session, run_id: int) -> pd.DataFrame:
     """Per-call facts of the calls a run made itself."""
     sql = f"SELECT {', '.join(FACT_COLUMNS)} FROM callfact WHERE run_id = ? ORDER BY call_key"
     return pd.DataFrame(_raw_rows(session, sql, (run_id,)), columns=FACT_COLUMNS)
+
+
+def run_peers(session: Session, run_id: int) -> list[str]:
+    """The addresses (address:port) a run's own calls connected to, sorted."""
+    sql = "SELECT DISTINCT peer FROM callfact WHERE run_id = ? AND peer IS NOT NULL ORDER BY peer"
+    return [row[0] for row in _raw_rows(session, sql, (run_id,))]
 
 
 def model_call_history(

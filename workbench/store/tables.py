@@ -450,6 +450,7 @@ class CallFact(SQLModel, table=True):
     reasoning: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     created_at: str = Field(max_length=40)
     reply: str | None = Field(default=None, sa_column=Column(Text, nullable=True))  # a failed call's raw reply
+    peer: str | None = Field(default=None, max_length=60)  # the address:port its connection went to
     # (a success's is in the call cache; failures are never cached, and the case view shows what came back)
 
 

@@ -66,7 +66,8 @@ def render(wb) -> None:
             "by default so presence-only reading stays as fast.",
         )
         endpoints = st.text_area(
-            "Allowed endpoints (one prefix per line; governance: admins only)",
+            "Allowed endpoints (one prefix per line; a server on this machine by address and port, "
+            "127.0.0.1:8080; governance: admins only)",
             "\n".join(cfg.allowed_endpoints),
             height=150,
         )
@@ -204,8 +205,8 @@ def _save(wb, allowed: list[str]) -> None:
     """Validate, record endpoint changes in the audit trail (governance), write workbench.yaml."""
     wb.rule()  # an impossible rule is refused before anything is written
     wb.check_sample_change()  # a new sample share or seed is refused once the drawn sample has readings
-    for prefix in [p for p in allowed if p not in wb.config.allowed_endpoints]:
-        wb.allow_endpoint(prefix)
+    # as stored: 127.0.0.1:8080 typed is http://127.0.0.1:8080 kept (not dropped below as untyped)
+    allowed = [p if p in wb.config.allowed_endpoints else wb.allow_endpoint(p) for p in allowed]
     for prefix in [p for p in list(wb.config.allowed_endpoints) if p not in allowed]:
         wb.disallow_endpoint(prefix)
     wb.save_config()
