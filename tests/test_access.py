@@ -78,7 +78,7 @@ REVEALING = {
     "prediction_matrix": lambda wb, a, b: wb.prediction_matrix(a),
     "evaluation_inputs": lambda wb, a, b: wb.evaluation_inputs(a)[:2],
     "evaluate_run": lambda wb, a, b: wb.evaluate_run(a, n_resamples=0).table,
-    "compare_runs cases": lambda wb, a, b: wb.compare_runs(a, b)["cases"],
+    "compare_runs cases": lambda wb, a, b: wb.compare_runs(a, b).cases,
     "disagreements": lambda wb, a, b: wb.disagreements(a),
     "case": lambda wb, a, b: wb.case(a, "s3", "consolidation"),
     "agreement": lambda wb, a, b: wb.agreement("dev"),

@@ -1009,7 +1009,7 @@ def _evidence_line(check) -> str:
 def compare(wb, run_a, run_b, mid_p, cases, fmt, show_all, wide):
     """Compare two runs on the same cohort: per-label change, McNemar with Holm, fixed and broken cases."""
     result = wb.compare_runs(run_a, run_b, mid_p=mid_p)
-    table = result["table"].reset_index()
+    table = result.table.reset_index()
     cols = [
         "label",
         "n",
@@ -1033,7 +1033,7 @@ def compare(wb, run_a, run_b, mid_p, cases, fmt, show_all, wide):
         return
     changed = table[(table["b"] + table["c"]) > 0]
     shown = table if show_all else changed
-    attrs = result["table"].attrs
+    attrs = result.table.attrs
     shown = shown.assign(
         more_reports=[
             _needed_text(v, note) for v, note in zip(shown["reports_needed"], shown["reports_note"], strict=False)
@@ -1067,14 +1067,14 @@ def compare(wb, run_a, run_b, mid_p, cases, fmt, show_all, wide):
         f"at alpha {attrs.get('alpha', 0.05)}/{len(table)}, Holm's strictest step) if the observed rates of fixed "
         "and broken cases held; 0 = the cohort is already large enough."
     )
-    say(f"macro F1 {result['macro_f1_a']:.3f} -> {result['macro_f1_b']:.3f} ({result['macro_b'].describe()})")
+    say(f"macro F1 {result.macro_f1_a:.3f} -> {result.macro_f1_b:.3f} ({result.macro_b.describe()})")
     _drift_line(wb, [run_a, run_b])
-    say("left out: " + "; ".join(f"{k}: {v}" for k, v in result["excluded"].items()))
-    if cases and len(result["cases"]):
+    say("left out: " + "; ".join(f"{k}: {v}" for k, v in result.excluded.items()))
+    if cases and len(result.cases):
         click.echo("")
-        echo_table(result["cases"], title="fixed and broken cases", wide=wide)
+        echo_table(result.cases, title="fixed and broken cases", wide=wide)
 
-    _noise_lines(wb, run_a, run_b, result["table"])
+    _noise_lines(wb, run_a, run_b, result.table)
 
 
 def _noise_lines(wb, run_a: int, run_b: int, table) -> None:
@@ -1887,23 +1887,23 @@ def score(
     for name, g in result.generators.items():
         r = g.ran_score
         click.echo("")
-        if r.get("no_score"):  # whole lines, never wrapped into a table title: scripts and people grep them
-            click.echo(f"== {name}: NO SCORE: {r['no_score']} ==")
+        if r.no_score:  # whole lines, never wrapped into a table title: scripts and people grep them
+            click.echo(f"== {name}: NO SCORE: {r.no_score} ==")
             title = f"{name}: per label (no score)"
         else:
             left_out = (
                 ""
-                if r["pairs_scored"] == r["pairs_total"]
+                if r.pairs_scored == r.pairs_total
                 else (
-                    f" over {r['pairs_scored']} of {r['pairs_total']} (report, label) pairs: {r['failed_generated']} generated and "
-                    f"{r['failed_reference']} reference extractions failed and are left out"
+                    f" over {r.pairs_scored} of {r.pairs_total} (report, label) pairs: {r.failed_generated} generated and "
+                    f"{r.failed_reference} reference extractions failed and are left out"
                 )
             )
-            click.echo(f"== {name}: Ran Score {r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]{left_out} ==")
-            if at_edge(r["estimate"], r["lo"], r["hi"]):
+            click.echo(f"== {name}: Ran Score {r.estimate:.3f} [{r.lo:.3f}, {r.hi:.3f}]{left_out} ==")
+            if at_edge(r.estimate, r.lo, r.hi):
                 say(
                     f"Ran Score: {EDGE_NOTE}"
-                    + ("; this interval was widened to contain the estimate" if "widened" in r["interval"] else "")
+                    + ("; this interval was widened to contain the estimate" if "widened" in r.interval else "")
                 )
             title = f"{name}: per label"
         echo_table(

@@ -1,7 +1,5 @@
-"""The results pages and the CLI read, as frozen dataclasses: their fields are the contract.
-
-Each is also read like the dict it replaces (`case["text"]`, `{**case, ...}`), so a caller written
-against the old dict keeps working while new code reads attributes (`case.text`).
+"""The results pages and the CLI read, as frozen dataclasses: their fields are the contract, read as attributes
+(`case.text`, `cmp.table`).
 """
 
 from __future__ import annotations
@@ -13,10 +11,22 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.core.metrics import MacroFigure
+
 
 @dataclass(frozen=True, eq=False)
-class Result:
-    """A frozen result that can also be read by field name."""
+class Record:
+    """A frozen result whose fields become a plain dict for JSON output."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (values as they are)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True, eq=False)
+class Result(Record):
+    """A record that can also be read by field name: the dict face OptimiseReport keeps until its readers move
+    to attributes (the other records have lost theirs)."""
 
     def __getitem__(self, key: str) -> Any:
         if key not in self.keys():
@@ -38,10 +48,6 @@ class Result:
         """(field, value) pairs, as a dict's."""
         return self.to_dict().items()
 
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (values as they are)."""
-        return {k: getattr(self, k) for k in self.keys()}
-
 
 def strict(obj: Any) -> Any:
     """obj with every float that is not finite (a failed call's NaN latency) as None: strict JSON has no NaN."""
@@ -59,7 +65,7 @@ def json_default(obj: Any) -> Any:
     lists, anything else as its text."""
     import numpy as np
 
-    if isinstance(obj, Result):
+    if isinstance(obj, Record):
         return obj.to_dict()
     if isinstance(obj, np.integer):
         return int(obj)
@@ -71,7 +77,7 @@ def json_default(obj: Any) -> Any:
 
 
 @dataclass(frozen=True, eq=False)
-class Case(Result):
+class Case(Record):
     """One (report, label) of a run: the report, readers' votes, the reference, the labeller's answer and its call."""
 
     report_id: str
@@ -89,7 +95,7 @@ class Case(Result):
 
 
 @dataclass(frozen=True, eq=False)
-class Comparison(Result):
+class Comparison(Record):
     """Two runs on the same reports: per-label changes with the paired test, fixed/broken cases and both macros."""
 
     run_a: int
@@ -99,9 +105,17 @@ class Comparison(Result):
     excluded: dict  # what was left out of the comparison and how many
     macro_f1_a: float
     macro_f1_b: float
-    macro_a: Any  # core.metrics MacroFigure: value and the labels it averages
-    macro_b: Any
+    macro_a: MacroFigure  # value and the labels it averages
+    macro_b: MacroFigure
     zero_division: str
+
+
+@dataclass(frozen=True, eq=False)
+class CompareView(Comparison):
+    """A comparison as the Compare tab shows it: the table with each change's paired interval, sorted (significant
+    first, then by size), and what the macro figures count."""
+
+    counts: dict  # reports, labels, leaked_either; alone: each run's own macro F1 and reports
 
 
 @dataclass(frozen=True)
@@ -115,7 +129,7 @@ class CaseRef:
 
 
 @dataclass(frozen=True, eq=False)
-class EditEvaluation(Result):
+class EditEvaluation(Record):
     """One revised label prompt labelled on tuning and validation through the call cache, against the run."""
 
     label: str

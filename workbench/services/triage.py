@@ -410,7 +410,7 @@ class TriageService(Service):
         previous = self.previous_run(run_id)
         if previous is None:
             return queue, "no earlier run on this cohort: " + self.QUEUE_ORDERS["errors"]
-        cases = self.evaluation.compare_runs(previous, run_id)["cases"]
+        cases = self.evaluation.compare_runs(previous, run_id).cases
         broken = set(zip(*(cases.loc[cases["change"] == "broken", c] for c in ("report", "label")), strict=False))
         queue["broken_by_last_change"] = [k in broken for k in zip(queue["report_id"], queue["label"], strict=False)]
         queue = queue.sort_values("broken_by_last_change", ascending=False, kind="stable").reset_index(drop=True)
