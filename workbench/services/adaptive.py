@@ -383,11 +383,12 @@ class AdaptiveService(Service):
             cohort_row = q.get_cohort(s, cohort)
             if cohort_row is None:
                 raise StudyError(f"no cohort {cohort!r}")
-            if q.get_work_list(s, cohort_row.id) is not None:
-                ids = q.assignments_frame(s, cohort_row.id, reader=reader)["report_id"].tolist()
+            cid = q.stored_id(cohort_row)
+            if q.get_work_list(s, cid) is not None:
+                ids = q.assignments_frame(s, cid, reader=reader)["report_id"].tolist()
             else:
-                ids = q.report_ids(s, cohort_row.id)
-            counts = q.reader_report_counts(s, reader, cohort_row.id).set_index("report_id")
+                ids = q.report_ids(s, cid)
+            counts = q.reader_report_counts(s, reader, cid).set_index("report_id")
             draft_ids = set(q.reading_draft_ids(s, reader)) if drafts else set()
         out = pd.DataFrame({"report_id": ids})
         out["labels_saved"] = out["report_id"].map(counts["labels"]).fillna(0).astype(int)

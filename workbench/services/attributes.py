@@ -45,7 +45,7 @@ class AttributesService(Service):
     def _attribute_votes(self, cohort: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         """(readings, readers' attribute values, adjudicated values) of a cohort, as the core functions take them."""
         with self.session() as s:
-            cid = q.get_cohort(s, cohort).id
+            cid = self.study.cohort_id(cohort)
             values = q.reading_attributes_frame(s, cid)
             adjudicated = q.reading_attributes_frame(s, cid, adjudicated=True)
             # no reader gave an attribute: no reference to compute, and the cohort's readings (378,000 rows at

@@ -49,8 +49,8 @@ class Evaluation:
     excluded: dict
     ci: str
     zero_division: str
+    macro: metrics.MacroFigure  # macro F1 under the study's policy, with the labels it averages
     labels: list = field(default_factory=list)
-    macro: metrics.MacroFigure | None = None  # macro F1 under the study's policy, with the labels it averages
 
     def paper_table(self, previous: Evaluation | None = None) -> pd.DataFrame:
         """The Ran Score paper's layout: label, accuracy [interval], precision, recall, F1, change in F1."""
@@ -258,7 +258,7 @@ class EvaluationService(Service):
         self._record_scoring(run_id, table)
         macro = metrics.macro_figure(table["f1"], table["f1_undefined"], zero_division)
         return Evaluation(
-            run_id, table.copy(), dict(avg), dict(boot), excluded, ci, zero_division, list(y_true.columns), macro
+            run_id, table.copy(), dict(avg), dict(boot), excluded, ci, zero_division, macro, list(y_true.columns)
         )
 
     def _record_scoring(self, run_id: int, table: pd.DataFrame) -> None:

@@ -61,9 +61,9 @@ class ModelPathService(Service):
     def call_facts(self, run_id: int) -> pd.DataFrame:
         """Per call of a run: latency, tokens, cost, finish reason, the model that answered (those it made and
         those it reused from the cache, with the run that made them)."""
-        run = self.runs.run_info(run_id)
+        self.runs.run_info(run_id)  # UnknownName for a run that does not exist
         with self.session() as s:
-            keys = set(q.predictions_frame(s, run.id)["call_key"].dropna())
+            keys = set(q.predictions_frame(s, run_id)["call_key"].dropna())
             facts = q.call_facts(s, keys)
         return facts.drop(columns=["reasoning"]).assign(from_cache=facts["run_id"] != run_id)
 

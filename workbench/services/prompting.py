@@ -218,11 +218,15 @@ class PromptsService(Service):
         changes = prompt_repo.working_changes(self.paths.prompts)
         return changes.get(name) if name in changes else None
 
-    def _validated_file_text(self, label: str, text: str | None, source: str) -> LabelPrompt:
-        """Parse a label's text (a file or an editor buffer); the label inside must be the file's label."""
+    def _present(self, label: str, text: str | None, source: str) -> str:
+        """A label's file text; StudyError saying how to restore the file when it was deleted (None)."""
         if text is None:
             raise StudyError(f"{source} was deleted; restore it (git -C {self.paths.prompts} checkout -- {label}.yaml)")
-        lp = parse_label_yaml(text, source)
+        return text
+
+    def _validated_file_text(self, label: str, text: str | None, source: str) -> LabelPrompt:
+        """Parse a label's text (a file or an editor buffer); the label inside must be the file's label."""
+        lp = parse_label_yaml(self._present(label, text, source), source)
         if lp.label != label:
             raise PromptError(f"{source}: label is {lp.label!r} but the file is {label}.yaml")
         return lp
@@ -375,7 +379,9 @@ class PromptsService(Service):
         for label in wanted:
             draft, text, edited = self._refuse_clash(label)
             if edited:
-                self._validated_file_text(label, text, f"{self.paths.prompts.name}/{label}.yaml")
+                source = f"{self.paths.prompts.name}/{label}.yaml"
+                text = self._present(label, text, source)
+                self._validated_file_text(label, text, source)
                 files[f"{label}.yaml"], bases[f"{label}.yaml"] = text, head
             elif draft is not None:
                 if draft == self.label_prompt(label, head):  # the draft changes nothing: keep the file as it is

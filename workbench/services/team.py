@@ -213,6 +213,8 @@ class TeamService(Service):
         digest = _hasher().hash(password)
         with self.session(write=True) as s:
             user = q.get_user(s, user_id)
+            if user is None:  # removed since the check above
+                raise StudyError(f"no user {user_id!r}")
             user.password_hash = digest
             s.add(user)
             q.add_audit(s, actor.user, "change", "password", user_id, None, {"password": "changed"})
@@ -249,7 +251,7 @@ class TeamService(Service):
             ok = _hasher().verify(stored, password or "") and user is not None and bool(user.password_hash)
         except (VerificationError, InvalidHashError):
             ok = False
-        if not ok or user.disabled:
+        if not ok or user is None or user.disabled:  # (no user already makes ok False; named so Actor gets a User)
             self._record_failure(user_id, address)
             raise PermissionDenied("unknown user or wrong password")
         self._clear_failures(user_id)
@@ -337,7 +339,7 @@ class TeamService(Service):
             live = row is not None and not row.revoked_at  # read before the revoke changes the row
             user_id = row.user_id if row is not None else None
             q.revoke_web_session(s, token_digest(token or ""))
-            if live:
+            if live and user_id is not None:
                 q.add_audit(s, user_id, "sign_out", "session", user_id, None, _where(address))
 
     def _refuse_if_locked(self, user_id: str, address: str | None = None) -> None:

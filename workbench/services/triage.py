@@ -311,8 +311,9 @@ class TriageService(Service):
                 text=text.strip(),
                 reference_wrong=bool(reference_wrong),
             )
+            note_id = q.stored_id(note)  # flushed by add_note
             if reference_wrong:
-                q.add_flag(s, report_id, label_id, self.actor.user, text.strip() or category, note.id)
+                q.add_flag(s, report_id, label_id, self.actor.user, text.strip() or category, note_id)
             q.add_audit(
                 s,
                 self.actor.user,
@@ -321,7 +322,7 @@ class TriageService(Service):
                 f"{report_id}/{label_id}",
                 None,
                 {
-                    "id": note.id,
+                    "id": note_id,
                     "category": category,
                     "significance": significance,
                     "text": text.strip(),
@@ -329,7 +330,7 @@ class TriageService(Service):
                     "run": run_id,
                 },
             )
-            return note.id
+            return note_id
 
     def _require_disagreement(self, run_id: int, report_id: str, label: str) -> None:
         """A note belongs to a disagreement of the run it names: refuse one on an item the run got right."""

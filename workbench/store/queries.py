@@ -10,7 +10,7 @@ import hashlib
 import json
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import pandas as pd
 from sqlalchemy import delete, func, insert, or_, select, text, update
@@ -56,6 +56,18 @@ CHUNK = 5000
 def now() -> str:
     """UTC timestamp as an ISO string with microseconds (sortable, portable)."""
     return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+class _Stored(Protocol):
+    id: int | None
+
+
+def stored_id(row: _Stored) -> int:
+    """The id of a row read from the database or flushed to it (the table's `id: int | None` is None only
+    before the first write): an int the typed queries take."""
+    if row.id is None:
+        raise ValueError(f"this {type(row).__name__} was never written: it has no id yet")
+    return row.id
 
 
 def _frame(session: Session, stmt, columns: list[str]) -> pd.DataFrame:
