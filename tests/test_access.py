@@ -182,7 +182,7 @@ def test_after_reading_the_reader_sees_that_report(team, name):
     read_all(reader, "s3")
     result = REVEALING[name](reader, run_a, run_b)
     if name == "item_reference":
-        assert result["n_readers"] >= 6
+        assert result.n_readers >= 6
     elif name == "compare_runs cases":
         assert isinstance(result, pd.DataFrame)  # computed on the reports the reader has read
     else:

@@ -169,9 +169,6 @@ def test_the_private_reach_check_sees_one(tmp_path):
 # (services/results.py) one by one: the list may only shrink. Mappings keyed by data (label -> value) are
 # annotated as such (dict[str, int]) and are not records.
 DICT_RETURNS_LEFT = {
-    "adaptive.py:AdaptiveService.agreement_sample",
-    "adaptive.py:AdaptiveService.adaptive_status",
-    "attributes.py:AttributesService.attribute_metrics",
     "freezing.py:FreezeService.bundle_content",
     "freezing.py:FreezeService.test_look",
     "model_path.py:ModelPathService.call_fact",
@@ -180,14 +177,9 @@ DICT_RETURNS_LEFT = {
     "optimising.py:OptimisingService.suggest",
     "optimising.py:OptimisingService.evaluate_drafts",
     "optimising.py:OptimisingService.proposal",
-    "prompting.py:PromptsService.prompt_diff",
-    "prompting.py:PromptsService.diff_against_draft",
     "runs.py:RunsService.labeller_settings",
     "runs.py:RunsService.pending_batch",
     "runs.py:RunsService.settings_from_params",
-    "study.py:StudyService.item_reference",
-    "study.py:StudyService.agreement",
-    "team.py:TeamService.verify_audit",
 }
 
 

@@ -119,6 +119,78 @@ class CompareView(Comparison):
 
 
 @dataclass(frozen=True)
+class PromptDiff:
+    """How one label's prompt differs between two versions (or a draft and its base): unified text and fields."""
+
+    label: str
+    unified: str  # a unified diff of the YAML files ("" when they are the same)
+    fields: dict  # changed, added, removed per field (or created / deleted): policy.diff_label_prompts
+
+
+@dataclass(frozen=True)
+class ItemReference:
+    """The reference of one (report, label): its value (None while waiting), status, positive votes and readers."""
+
+    value: int | None
+    status: str
+    positives: int
+    n_readers: int
+
+
+@dataclass(frozen=True)
+class AdaptiveStatus:
+    """Adaptive reading of a cohort at a glance (for a reader, over the reports they finished): reads done and
+    saved, and the (report, label) items decided, undecided and waiting."""
+
+    enabled: bool
+    reads_done: int
+    reads_saved: int  # closed reports' unread panel places
+    full_panel: int  # reads a full panel of every report would take
+    saved_share: float  # reads_saved / full_panel (NaN without reports)
+    reports: int
+    reports_open: int  # reports still offered to readers
+    items: int
+    decided: int
+    waiting: int  # for adjudication: no decisive vote, or flagged
+    undecided: int
+
+
+@dataclass(frozen=True, eq=False)
+class Agreement:
+    """Readers' agreement on a cohort: Fleiss kappa per label, pairwise Cohen, each reader against the reference."""
+
+    fleiss: pd.DataFrame
+    pairwise: pd.DataFrame
+    reader_vs_reference: pd.DataFrame
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """The three tables by name, in the order they are printed (and named in JSON and CSV output)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class AgreementSample:
+    """A cohort's agreement sample (the reports kept at full overlap): every field None before it is drawn."""
+
+    reports: int | None = None  # reports in the sample
+    of: int | None = None  # reports in the cohort when it was drawn
+    share: float | None = None
+    seed: int | None = None
+    run: int | None = None  # the run whose answers stratified the draw (None: drawn without one)
+
+
+@dataclass(frozen=True, eq=False)
+class AttributeMetrics:
+    """Attribute accuracy of a run on matched findings (labeller and reference both positive)."""
+
+    table: pd.DataFrame  # per (label, attribute): accuracy with its Wilson interval, coverage
+    confusion: pd.DataFrame  # the confusion of values
+    mismatches: pd.DataFrame  # the matched findings whose values differ
+    rule: str  # what counts as correct, in words
+    parse_failures: int  # attribute values that could not be parsed (recorded, never guessed)
+
+
+@dataclass(frozen=True)
 class CaseRef:
     """A case sent from one page to another: run, report and label, and the comparison it came from."""
 

@@ -26,6 +26,7 @@ from workbench.core.yaml_text import load_yaml
 from workbench.errors import UserError, WorkbenchError
 from workbench.services import memo
 from workbench.services.base import Service, StudyContext
+from workbench.services.results import Agreement, ItemReference
 from workbench.store import db, prompt_repo
 from workbench.store import queries as q
 from workbench.study import (
@@ -467,7 +468,7 @@ class StudyService(Service):
 
         return panel_size(self.rule()) if AdaptiveSettings.from_config(self.config.adaptive).enabled else None
 
-    def item_reference(self, report_id: str, label: str) -> dict | None:
+    def item_reference(self, report_id: str, label: str) -> ItemReference | None:
         """The reference of one (report, label): value (None while waiting), status, votes."""
         self._require_seen(report_id)
         with self.session() as s:
@@ -480,12 +481,12 @@ class StudyService(Service):
         adj = adj[(adj["report_id"] == report_id) & (adj["label"] == label)]
         flags = flags[(flags["report_id"] == report_id) & (flags["label"] == label)]
         row = ref.reference_from_counts(counts, self.rule(), adj, flags, panel=self._adaptive_panel()).iloc[0]
-        return {
-            "value": None if pd.isna(row["value"]) else int(row["value"]),
-            "status": row["status"],
-            "positives": int(row["positives"]),
-            "n_readers": int(row["n_readers"]),
-        }
+        return ItemReference(
+            value=None if pd.isna(row["value"]) else int(row["value"]),
+            status=row["status"],
+            positives=int(row["positives"]),
+            n_readers=int(row["n_readers"]),
+        )
 
     @memo.per_request
     def reference_matrix(self, cohort: str, reference: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -552,7 +553,7 @@ class StudyService(Service):
 
     # ------------------------------------------------------------ agreement
 
-    def agreement(self, cohort: str | None = None) -> dict[str, pd.DataFrame]:
+    def agreement(self, cohort: str | None = None) -> Agreement:
         """Fleiss kappa per label, pairwise Cohen, each reader against the reference."""
         from workbench.core import agreement
 
@@ -566,11 +567,11 @@ class StudyService(Service):
         from workbench.services.adaptive import agreement_readings
 
         readings = agreement_readings(self, readings)  # adaptive reading: the full-overlap sample only
-        return {
-            "fleiss": agreement.fleiss_kappa_table(readings),
-            "pairwise": agreement.pairwise_cohen(readings),
-            "reader_vs_reference": agreement.reader_vs_reference(readings, reference),
-        }
+        return Agreement(
+            fleiss=agreement.fleiss_kappa_table(readings),
+            pairwise=agreement.pairwise_cohen(readings),
+            reader_vs_reference=agreement.reader_vs_reference(readings, reference),
+        )
 
     def _completed_reports(self, reader: str) -> set[str]:
         """Reports a reader has marked every asked label of."""

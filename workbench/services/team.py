@@ -391,19 +391,19 @@ class TeamService(Service):
         with self.session() as s:
             return q.list_audit(s, entity=entity, key=key, limit=limit)
 
-    def verify_audit(self) -> dict:
+    def verify_audit(self) -> q.AuditCheck:
         """Check the audit hash chain, then that every prompt version after the seed has its save event:
-        {ok, events, broken_at, reason} (the first problem found)."""
+        the first problem found."""
         with self.session() as s:
             result = q.verify_audit(s)
-            if not result["ok"]:
+            if not result.ok:
                 return result
             saves = q.list_audit(s, entity="prompt", limit=10**9)
         audited = {json.loads(n).get("commit") for n in saves.loc[saves["action"] == "save", "new"] if n}
         missing = [(c, m) for c, m in prompt_repo.versions_after_seed(self.paths.prompts) if c not in audited]
         if missing:
             commit, subject = missing[0]
-            result.update(
+            result = result._replace(
                 ok=False,
                 reason=f"prompt version {commit[:8]} ({subject!r}) is in Git with no audit event"
                 + (f", and {len(missing) - 1} more" if len(missing) > 1 else "")
@@ -462,8 +462,8 @@ class TeamService(Service):
         checks.append(
             {
                 "check": "audit chain",
-                "ok": chain["ok"],
-                "detail": f"{chain['events']} events intact" if chain["ok"] else chain["reason"],
+                "ok": chain.ok,
+                "detail": f"{chain.events} events intact" if chain.ok else chain.reason,
             }
         )
         return checks

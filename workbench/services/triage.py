@@ -246,14 +246,17 @@ class TriageService(Service):
                 messages = render_joint_call(ps, {lab: names[lab] for lab in json.loads(run.labels_json)}, text)
             else:
                 messages = render_label_call(ps, label, names[label], text)
+        reference: int | None = None
+        reference_status: str | None = None
         if label in self.vocab.asked_ids:
-            reference = self.study.item_reference(report_id, label)
+            item = self.study.item_reference(report_id, label)
+            if item is not None:
+                reference, reference_status = item.value, item.status
         else:  # a derived label: from the whole report's reference
             column = self.study.reference_matrix(self.study.cohort_name(run.cohort_id))[label]
             value = column.get(report_id)
-            reference = (
-                None if value is None else {"value": None if pd.isna(value) else int(value), "status": "derived"}
-            )
+            if value is not None:
+                reference, reference_status = None if pd.isna(value) else int(value), "derived"
         return Case(
             report_id=report_id,
             label=label,
@@ -261,8 +264,8 @@ class TriageService(Service):
             findings=report.findings,
             impression=report.impression,
             votes=votes[votes["label"] == label][["reader", "value"]],
-            reference=None if reference is None else reference["value"],
-            reference_status=None if reference is None else reference["status"],
+            reference=reference,
+            reference_status=reference_status,
             prediction=pred.iloc[0].to_dict() if len(pred) else None,
             notes=notes,
             messages=messages,
@@ -356,7 +359,7 @@ class TriageService(Service):
         if reference is None:  # nobody has read it: not in the queue, even as a failed call
             return False
         value = pred["value"].iloc[0]
-        return bool(pd.isna(value) or (reference["value"] is not None and int(value) != reference["value"]))
+        return bool(pd.isna(value) or (reference.value is not None and int(value) != reference.value))
 
     def notes(self, label: str | None = None, report_id: str | None = None) -> pd.DataFrame:
         """Error notes (oldest first); a reader sees those on reports they have finished."""

@@ -239,8 +239,17 @@ def set_meta(session: Session, key: str, value: str) -> None:
         session.add(row)
 
 
-def verify_audit(session: Session) -> dict:
-    """Walk the chain oldest first: {ok, events, broken_at, reason}; the first broken link is reported."""
+class AuditCheck(NamedTuple):
+    """The audit trail checked: whether it is intact, events read, the first broken event (when known) and why."""
+
+    ok: bool
+    events: int
+    broken_at: int | None
+    reason: str  # "" when intact
+
+
+def verify_audit(session: Session) -> AuditCheck:
+    """Walk the chain oldest first: an AuditCheck; the first broken link is reported."""
     prev, count, last_id = "", 0, None
     stmt = select(
         AuditEvent.id,
@@ -257,33 +266,33 @@ def verify_audit(session: Session) -> dict:
     for row in session.execute(stmt.execution_options(yield_per=5000)):
         count += 1
         if row.prev_hash != prev:
-            return {
-                "ok": False,
-                "events": count,
-                "broken_at": row.id,
-                "reason": f"event {row.id} does not follow event {last_id if last_id is not None else '(start)'}: "
+            return AuditCheck(
+                False,
+                count,
+                row.id,
+                f"event {row.id} does not follow event {last_id if last_id is not None else '(start)'}: "
                 "an event before it was deleted or changed",
-            }
+            )
         if audit_event_hash(tuple(row[:8]), prev) != row.hash:
-            return {
-                "ok": False,
-                "events": count,
-                "broken_at": row.id,
-                "reason": f"event {row.id} was changed after it was recorded (its content does not match its hash)",
-            }
+            return AuditCheck(
+                False,
+                count,
+                row.id,
+                f"event {row.id} was changed after it was recorded (its content does not match its hash)",
+            )
         prev, last_id = row.hash, row.id
     head = session.get(Meta, "audit_head")
     if head is not None and head.value != f"{last_id} {prev}":
         head_id = head.value.split(" ")[0]
-        return {
-            "ok": False,
-            "events": count,
-            "broken_at": int(head_id) if head_id.isdigit() else None,
-            "reason": f"the trail ends at event {last_id} but event {head_id} was recorded last: events were deleted from the end",
-        }
+        return AuditCheck(
+            False,
+            count,
+            int(head_id) if head_id.isdigit() else None,
+            f"the trail ends at event {last_id} but event {head_id} was recorded last: events were deleted from the end",
+        )
     if head is None and count:
-        return {"ok": False, "events": count, "broken_at": None, "reason": "the record of the last event is missing"}
-    return {"ok": True, "events": count, "broken_at": None, "reason": ""}
+        return AuditCheck(False, count, None, "the record of the last event is missing")
+    return AuditCheck(True, count, None, "")
 
 
 def list_audit(session: Session, entity: str | None = None, key: str | None = None, limit: int = 1000) -> pd.DataFrame:

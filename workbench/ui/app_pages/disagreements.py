@@ -389,9 +389,9 @@ def _compare_panel(wb, case: Case) -> None:
             )
             diff = state.read_stable(wb.prompts.prompt_diff, case.label, commit_a, commit_b)
             st.caption(f"Prompt of this label, {commit_a[:8]} → {commit_b[:8]}:")
-            st.code(diff["unified"] or "(the prompt of this label did not change)", language="diff", wrap_lines=True)
-            if diff["fields"]:
-                st.text("\n".join(components.field_changes(diff["fields"])))
+            st.code(diff.unified or "(the prompt of this label did not change)", language="diff", wrap_lines=True)
+            if diff.fields:
+                st.text("\n".join(components.field_changes(diff.fields)))
         st.button(
             "Stop comparing",
             key=state.widget_key("dis-stop-compare"),
