@@ -171,7 +171,6 @@ def test_the_private_reach_check_sees_one(tmp_path):
 DICT_RETURNS_LEFT = {
     "freezing.py:FreezeService.bundle_content",
     "freezing.py:FreezeService.test_look",
-    "model_path.py:ModelPathService.call_fact",
     "optimising.py:OptimisingService.evaluate_parts",
     "optimising.py:OptimisingService.compare_by_part",
     "optimising.py:OptimisingService.suggest",

@@ -24,7 +24,7 @@ from workbench.labeller import labelling
 from workbench.services import memo
 from workbench.services.adaptive import agreement_readings
 from workbench.services.base import Service, StudyContext
-from workbench.services.results import CompareView, Comparison
+from workbench.services.results import CallFacts, CompareView, Comparison
 from workbench.store import prompt_repo
 from workbench.store import queries as q
 from workbench.study import StudyError
@@ -618,6 +618,23 @@ class CaseCall:
     def to_json(self) -> dict:
         """The call as JSON-ready values (messages as a list)."""
         return {**dataclasses.asdict(self), "messages": [dict(m) for m in self.messages]}
+
+    def facts(self) -> CallFacts:
+        """Its recorded facts as a case shows them (the thinking is shown apart, with the reply)."""
+        return CallFacts(
+            call_key=self.key,
+            run_id=self.made_by_run,
+            labels="",
+            latency_s=self.latency_s or 0.0,
+            attempts=self.attempts or 1,
+            prompt_tokens=self.prompt_tokens or 0,
+            completion_tokens=self.completion_tokens or 0,
+            cached_tokens=self.cached_tokens,
+            cost=self.cost,
+            finish_reason=self.finish_reason,
+            reported_model=self.reported_model,
+            reasoning=None,
+        )
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from workbench.errors import UserError
 from workbench.labeller import labelling, llm
 from workbench.labeller.endpoints import is_offline
 from workbench.services.base import Service, StudyContext
+from workbench.services.results import CallFacts
 from workbench.store import queries as q
 from workbench.study import StudyError
 
@@ -131,13 +132,13 @@ class ModelPathService(Service):
             columns=EVIDENCE_CHECK,
         )
 
-    def call_fact(self, call_key: str | None) -> dict | None:
+    def call_fact(self, call_key: str | None) -> CallFacts | None:
         """One call's facts, reasoning included (the case view), None when none were recorded."""
         if not call_key:
             return None
         with self.session() as s:
             facts = q.call_facts(s, [call_key])
-        return None if facts.empty else facts.iloc[0].to_dict()
+        return None if facts.empty else CallFacts(**facts.iloc[0].to_dict())
 
     # ------------------------------------------------------------ the noise floor
 

@@ -76,6 +76,25 @@ def json_default(obj: Any) -> Any:
     return str(obj)
 
 
+@dataclass(frozen=True)
+class CallFacts:
+    """One recorded model call (the case view): latency, tokens, cost, finish reason, the model that answered, its
+    thinking, and the run that made it (another run's when this one reused the answer from the cache)."""
+
+    call_key: str
+    run_id: int | None
+    labels: str  # comma-joined label ids the call asked
+    latency_s: float
+    attempts: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: float | None  # NaN (or None) when the provider did not say
+    cost: float | None  # NaN (or None) for a model without a price
+    finish_reason: str | None
+    reported_model: str | None
+    reasoning: str | None  # the model's thinking, kept out of parsing
+
+
 @dataclass(frozen=True, eq=False)
 class Case(Record):
     """One (report, label) of a run: the report, readers' votes, the reference, the labeller's answer and its call."""
@@ -91,7 +110,7 @@ class Case(Record):
     prediction: dict | None  # the stored prediction row: value, evidence, status, call_key ...
     notes: pd.DataFrame
     messages: list  # the request's chat messages, as sent
-    call: dict | None  # latency, tokens, cost, finish reason, the model that answered and its thinking
+    call: CallFacts | None
 
 
 @dataclass(frozen=True, eq=False)
