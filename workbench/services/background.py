@@ -22,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from workbench.services.runs import Progress, RunSummary
+from workbench.labeller.labelling import Progress
+from workbench.services.runs import RunSummary
 from workbench.study import StudyError
 
 MARK = "WBRUN "  # protocol lines start with this; anything else a library prints is ignored

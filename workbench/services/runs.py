@@ -24,11 +24,10 @@ from workbench.core.text import compose_text
 from workbench.core.vocab import derive_frame
 from workbench.errors import StorageFault, WorkbenchError
 from workbench.labeller import batch, endpoints, labelling
-from workbench.labeller.endpoints import RULES_PREFIX, is_offline  # noqa: F401 (re-exported)
+from workbench.labeller.endpoints import RULES_PREFIX, EndpointError, is_offline  # noqa: F401 (re-exported)
 from workbench.labeller.labelling import MODEL_FIELDS, Progress, model_config  # noqa: F401 (re-exported)
 from workbench.labeller.llm import (
     UNUSABLE,
-    EndpointError,
     UnknownModel,
     check_model_name,
     fitted_to_server,
