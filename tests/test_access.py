@@ -78,7 +78,7 @@ REVEALING = {
     "prediction_matrix": lambda wb, a, b: wb.prediction_matrix(a),
     "evaluation_inputs": lambda wb, a, b: wb.evaluation_inputs(a)[:2],
     "evaluate_run": lambda wb, a, b: wb.evaluate_run(a, n_resamples=0).table,
-    "compare_runs cases": lambda wb, a, b: wb.compare_runs(a, b)["cases"],
+    "compare_runs cases": lambda wb, a, b: wb.compare_runs(a, b).cases,
     "disagreements": lambda wb, a, b: wb.disagreements(a),
     "case": lambda wb, a, b: wb.case(a, "s3", "consolidation"),
     "agreement": lambda wb, a, b: wb.agreement("dev"),
@@ -182,7 +182,7 @@ def test_after_reading_the_reader_sees_that_report(team, name):
     read_all(reader, "s3")
     result = REVEALING[name](reader, run_a, run_b)
     if name == "item_reference":
-        assert result["n_readers"] >= 6
+        assert result.n_readers >= 6
     elif name == "compare_runs cases":
         assert isinstance(result, pd.DataFrame)  # computed on the reports the reader has read
     else:

@@ -86,18 +86,15 @@ def test_replayed_readers_give_the_full_panel_reference_with_fewer_reads(adaptiv
     assert len(reads) < 30 * 6
     per_report = pd.Series([r for _, r in reads]).value_counts()
     sample = wb.agreement_sample("dev")
-    assert sample["reports"] == 6 and sample["of"] == 30
+    assert sample.reports == 6 and sample.of == 30
     with wb.session() as s:
         from workbench.store import queries as q
 
         ids = q.agreement_sample_ids(s)
     assert (per_report.reindex(sorted(ids)) == 6).all()  # full overlap on the sample
     status = wb.adaptive_status("dev")
-    assert status["reads_done"] == len(reads) and status["reads_saved"] == 30 * 6 - len(reads)
-    assert (
-        status["decided"] + status["waiting"] + status["undecided"] == 30 * len(wb.vocab.asked_ids)
-        and status["undecided"] == 0
-    )
+    assert status.reads_done == len(reads) and status.reads_saved == 30 * 6 - len(reads)
+    assert status.decided + status.waiting + status.undecided == 30 * len(wb.vocab.asked_ids) and status.undecided == 0
 
 
 def test_majority_rule_with_the_extra_reader_breaks_ties_and_stops_early(study, tmp_path):
@@ -132,7 +129,7 @@ def test_the_papers_rule_closes_an_unticked_report_after_three_reads_with_the_fu
     per_report = pd.Series([r for _, r in reads]).value_counts()
     assert (per_report.reindex(blank) == 3).all()  # settled negative once N - K + 1 = 3 readers left it unticked
     status = study.adaptive_status("dev")
-    assert status["waiting"] == 0 and status["undecided"] == 0 and status["reads_saved"] == 24 * 6 - len(reads)
+    assert status.waiting == 0 and status.undecided == 0 and status.reads_saved == 24 * 6 - len(reads)
 
 
 def test_the_papers_rule_from_init_and_a_bad_k_refused_at_load(tmp_path):
@@ -155,19 +152,19 @@ def test_a_new_share_or_seed_redraws_an_unread_sample_and_is_refused_once_it_is_
 
     wb = adaptive_study
     wb.work_list("rad1", "dev")  # draws the sample: 6 of 30
-    assert wb.agreement_sample("dev")["reports"] == 6
+    assert wb.agreement_sample("dev").reports == 6
     wb.set_adaptive(agreement_share=0.5)
     wb.work_list("rad1", "dev")
-    assert wb.agreement_sample("dev")["reports"] == 15 and wb.agreement_sample("dev")["share"] == 0.5
+    assert wb.agreement_sample("dev").reports == 15 and wb.agreement_sample("dev").share == 0.5
     assert len(wb.audit_log(entity="agreement_sample")) == 2  # both draws are recorded
     before = wb.agreement_sample_reports("dev")
     wb.set_adaptive(seed=3)  # a new seed alone draws it again too, as long as nobody has read it
     wb.next_report("rad2", "dev")
-    assert wb.agreement_sample("dev")["seed"] == 3 and wb.agreement_sample("dev")["reports"] == 15
+    assert wb.agreement_sample("dev").seed == 3 and wb.agreement_sample("dev").reports == 15
     assert wb.agreement_sample_reports("dev") != before and len(wb.audit_log(entity="agreement_sample")) == 3
     sample = wb.agreement_sample_reports("dev")
     status = wb.adaptive_status("dev")
-    assert status["reports_open"] == 30
+    assert status.reports_open == 30
     wb.submit_reading("rad1", sample[0], dict.fromkeys(wb.vocab.asked_ids, 0))
     with pytest.raises(StudyError, match="agreement sample .*already has readings.*share 50%, seed 3"):
         wb.set_adaptive(seed=7)
@@ -208,7 +205,7 @@ def test_the_sample_is_stratified_by_the_latest_run_and_reproducible(small_study
     wb.set_adaptive(enabled=True, agreement_share=0.25, seed=7)
     wb.next_report("rad1", "dev") if "rad1" in wb.readers() else wb.work_list(wb.readers()[0], "dev")
     first = wb.agreement_sample("dev")
-    assert first["reports"] == 2 and first["run"] == 1 and first["seed"] == 7
+    assert first.reports == 2 and first.run == 1 and first.seed == 7
     other = copy_study(Path(wb.root), tmp_path / "again")
     with other.session() as s:
         from workbench.store import queries as q
@@ -270,8 +267,8 @@ def test_a_readers_view_does_not_depend_on_other_readers_values_except_reports_l
     assert a["reference"].equals(b["reference"]) and set(a["reference"]["report_id"]) <= {f"a{i:03d}" for i in range(6)}
     assert a["summary"].equals(b["summary"]) and a["status"] == b["status"] and a["queue"].equals(b["queue"])
     assert a["matrix"].equals(b["matrix"]) and a["item"] == b["item"] and a["scope"] == b["scope"]
-    for name in a["agreement"]:
-        assert a["agreement"][name].equals(b["agreement"][name])
+    for name, table in a["agreement"].tables().items():
+        assert table.equals(b["agreement"].tables()[name])
 
 
 def test_a_started_draft_is_kept_and_counts_when_the_report_was_decided_meanwhile(adaptive_study):
@@ -286,7 +283,7 @@ def test_a_started_draft_is_kept_and_counts_when_the_report_was_decided_meanwhil
     assert listed.set_index("report_id").loc[first, "state"] == "draft"
     assert first not in wb.work_list("rad6", "dev")["report_id"].tolist()  # it left the others' lists
     wb.submit_reading("rad1", first, {"cardiomegaly": 1})
-    assert wb.item_reference(first, "cardiomegaly")["n_readers"] == 5
+    assert wb.item_reference(first, "cardiomegaly").n_readers == 5
 
 
 def test_the_old_order_and_the_order_sentence(adaptive_study):
@@ -479,7 +476,7 @@ def test_the_human_ceiling_states_the_sample_of_its_runs_cohort(small_study, tmp
     for cohort in ("dev", "other"):
         wb.work_list(wb.readers()[0], cohort)  # draws each cohort's sample
     dev, other = wb.agreement_sample("dev"), wb.agreement_sample("other")
-    assert (dev["reports"], dev["of"], other["reports"], other["of"]) == (2, 8, 5, 20)
+    assert (dev.reports, dev.of, other.reports, other.of) == (2, 8, 5, 20)
     out = CliRunner().invoke(main, ["ceiling", str(run_id), "--study", str(wb.root)])
     assert out.exit_code == 0, out.output
     assert "n = 2 reports of 8 (sample share 25%)" in " ".join(out.output.split())

@@ -169,27 +169,16 @@ def test_the_private_reach_check_sees_one(tmp_path):
 # (services/results.py) one by one: the list may only shrink. Mappings keyed by data (label -> value) are
 # annotated as such (dict[str, int]) and are not records.
 DICT_RETURNS_LEFT = {
-    "adaptive.py:AdaptiveService.agreement_sample",
-    "adaptive.py:AdaptiveService.adaptive_status",
-    "attributes.py:AttributesService.attribute_metrics",
-    "evaluation.py:EvaluationService.compare_view",
     "freezing.py:FreezeService.bundle_content",
     "freezing.py:FreezeService.test_look",
-    "freezing.py:FreezeService.robustness",
-    "model_path.py:ModelPathService.call_fact",
     "optimising.py:OptimisingService.evaluate_parts",
     "optimising.py:OptimisingService.compare_by_part",
     "optimising.py:OptimisingService.suggest",
     "optimising.py:OptimisingService.evaluate_drafts",
     "optimising.py:OptimisingService.proposal",
-    "prompting.py:PromptsService.prompt_diff",
-    "prompting.py:PromptsService.diff_against_draft",
     "runs.py:RunsService.labeller_settings",
     "runs.py:RunsService.pending_batch",
     "runs.py:RunsService.settings_from_params",
-    "study.py:StudyService.item_reference",
-    "study.py:StudyService.agreement",
-    "team.py:TeamService.verify_audit",
 }
 
 
@@ -236,3 +225,20 @@ def test_the_dict_return_check_sees_one(tmp_path):
         "    def _inner(self):\n        return {'a': 1}\n"
     )
     assert _bare_dict_returns(module) == ["x.py:XService.counts", "x.py:XService.settings"]
+
+
+def test_result_records_are_read_by_attribute_not_by_key():
+    """The records pages and the CLI read have no dict face: `case.text`, never `case["text"]` (issue 29)."""
+    from workbench import scoring
+    from workbench.services import results
+
+    records = (
+        results.Case,
+        results.Comparison,
+        results.CompareView,
+        results.EditEvaluation,
+        scoring.RanScore,
+        scoring.RobustnessResult,
+    )
+    faced = [c.__name__ for c in records for face in ("__getitem__", "get", "keys", "items") if hasattr(c, face)]
+    assert faced == []

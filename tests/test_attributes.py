@@ -426,7 +426,7 @@ def test_offline_run_stores_attributes_and_the_cli_lists_them(study):
         main, ["attributes", str(run.run_id), "--label", "Cardiomegaly", "--format", "json", "--study", str(study.root)]
     )
     assert {r["label"] for r in json.loads(one.output)} == {"cardiomegaly"}
-    table = study.attribute_metrics(run.run_id)["table"].set_index(["label", "attribute"])
+    table = study.attribute_metrics(run.run_id).table.set_index(["label", "attribute"])
     assert table.loc[("effusion", "side"), "n"] == 2 and table.loc[("effusion", "side"), "correct"] == 1
     assert table.loc[("cardiomegaly", "severity"), "correct"] == 0  # moderate vs the reader's mild
 
@@ -589,7 +589,7 @@ def test_a_studys_own_attributes_work_end_to_end(tmp_path):
     assert rows.loc[("z1", "zone"), ["value", "reference"]].tolist() == ["lower", "lower"]
     assert rows.loc[("z1", "extent"), ["value", "reference"]].tolist() == ["focal", "focal"]
     assert rows.loc[("z2", "zone"), ["value", "reference"]].tolist() == ["upper", "middle"]
-    table = wb.attribute_metrics(run.run_id)["table"].set_index(["label", "attribute"])
+    table = wb.attribute_metrics(run.run_id).table.set_index(["label", "attribute"])
     assert table.loc[("atelectasis", "zone"), ["n", "correct"]].tolist() == [2, 1]
     queue = wb.disagreements(run.run_id, kind="attribute")
     assert queue[["report_id", "attribute", "attribute_category"]].values.tolist() == [
@@ -640,7 +640,7 @@ def test_llm_attributes_good_malformed_and_missing_through_http(study):
     bad = stored[stored["report_id"] == "r3"].iloc[0]
     assert bad["status"] == "attribute_parse_error" and "'both' is not one of left, right, bilateral" in bad["detail"]
     assert stored[stored["report_id"] == "r4"].empty  # missing: no values, no failure
-    assert study.attribute_metrics(run.run_id)["parse_failures"] == 1
+    assert study.attribute_metrics(run.run_id).parse_failures == 1
     from workbench.cli import main
 
     listed = CliRunner().invoke(
@@ -700,7 +700,7 @@ def test_llm_joint_reply_attributes_good_malformed_and_missing_through_http(stud
     assert stored[stored["report_id"] == "r4"].empty
     preds = study.predictions(run.run_id).set_index(["report_id", "label"])["value"]
     assert preds[("r3", "effusion")] == 1 and preds[("r4", "cardiomegaly")] == 1
-    assert study.attribute_metrics(run.run_id)["parse_failures"] == 1
+    assert study.attribute_metrics(run.run_id).parse_failures == 1
 
 
 @pytest.mark.parametrize("mode", ["per_label", "joint"])

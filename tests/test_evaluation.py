@@ -182,8 +182,8 @@ def test_compare_runs_hand_checked(baseline):
     edit_v2(wb)
     run_b = wb.start_run("dev").run_id
     result = wb.compare_runs(run_a, run_b)
-    table = result["table"]
-    cases = {(r.report, r.label, r.change) for r in result["cases"].itertuples()}
+    table = result.table
+    cases = {(r.report, r.label, r.change) for r in result.cases.itertuples()}
     assert cases == {
         ("s3", "consolidation", "fixed"),
         ("s6", "atelectasis", "broken"),
@@ -212,7 +212,7 @@ def test_compare_runs_hand_checked(baseline):
         both_wrong = row.n - row.correct_a - row.c
         expected = mcnemar([[both_right, row.b], [row.c, both_wrong]], exact=True).pvalue
         assert row.p_value == pytest.approx(expected, abs=1e-12), lab
-    assert result["macro_f1_a"] == pytest.approx(wb.evaluate_run(run_a, n_resamples=0).averages["macro_f1"])
+    assert result.macro_f1_a == pytest.approx(wb.evaluate_run(run_a, n_resamples=0).averages["macro_f1"])
 
 
 def test_compare_refuses_runs_on_different_cohorts(baseline, tmp_path):
@@ -403,7 +403,7 @@ def test_blinding_at_the_service_layer(baseline):
     row = seen.set_index("label").loc["consolidation"]
     assert (row["type"], row["votes"]) == ("FN", "6 of 7")
     case = reader.case(run, "s3", "consolidation")
-    assert case["reference"] == 1 and case["prediction"]["value"] == 0 and len(case["votes"]) == 7
+    assert case.reference == 1 and case.prediction["value"] == 0 and len(case.votes) == 7
     with pytest.raises(PermissionDenied):
         reader.case(run, "s2", "enlarged_cardiomediastinum")
 

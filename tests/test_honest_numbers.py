@@ -106,12 +106,12 @@ def test_partial_failures_are_counted_per_label_and_the_score_says_it_is_over_fe
     assert set(per_report.loc["s1", "failed_labels"].split(";")) >= set(asked)
     api = scoring.score(bundle, REPORTS, {"g": generated}, n_resamples=20, max_failed_share=0.2)
     ran = api.generators["g"].ran_score
-    assert (ran["pairs_scored"], ran["failed_generated"], ran["no_score"]) == (140, 20, "")
+    assert (ran.pairs_scored, ran.failed_generated, ran.no_score) == (140, 20, "")
     # left out, not scored as 0: the same as scoring the seven reports that did not fail
     frame = pd.read_csv(REPORTS)
     frame[frame["id"] != "s1"].to_csv(tmp_path / "seven.csv", index=False)
     seven = scoring.score(bundle, tmp_path / "seven.csv", {"g": tmp_path / "seven.csv"}, n_resamples=20)
-    assert ran["estimate"] == seven.generators["g"].ran_score["estimate"]
+    assert ran.estimate == seven.generators["g"].ran_score.estimate
 
 
 # ---------------------------------------------------------------- item 6

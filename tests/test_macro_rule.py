@@ -42,8 +42,8 @@ def test_every_view_gives_the_same_macro_figure(two_runs):
     history = wb.iteration_history("dev").set_index("run")["macro_f1"].to_dict()
     cmp = wb.compare_runs(first, second)
     assert close(history[first], whole[first]) and close(history[second], whole[second])
-    assert close(cmp["macro_f1_a"], whole[first]) and close(cmp["macro_f1_b"], whole[second])
-    assert cmp["macro_b"].policy == policy
+    assert close(cmp.macro_f1_a, whole[first]) and close(cmp.macro_f1_b, whole[second])
+    assert cmp.macro_b.policy == policy
     # by part: split-metrics, split-history, split-compare, optimise's report
     parts = {run: wb.evaluate_parts(run, n_resamples=0) for run in (first, second)}
     by_part = wb.history_by_part("dev").set_index("run")
@@ -81,7 +81,7 @@ def test_each_view_says_which_labels_it_averages(two_runs):
         assert f"mean over {len(ev.table) - len(undefined)} of {len(ev.table)} labels" in text
     else:
         assert f"mean over {len(ev.table)} labels" in text and "count as 0" in text
-    assert wb.compare_runs(first, second)["macro_b"].describe().startswith("mean over")
+    assert wb.compare_runs(first, second).macro_b.describe().startswith("mean over")
     assert wb.compare_by_part(first, second)["validation"]["macro_labels"].startswith("mean over")
     assert wb.evaluate_parts(first, n_resamples=0)["tuning"]["macro_labels"].startswith("mean over")
 

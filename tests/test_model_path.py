@@ -140,8 +140,8 @@ def test_reasoning_replies_parse_their_answer_and_keep_the_thinking_apart(small_
             assert len(facts) == 8 and set(facts["finish_reason"]) == {"stop"}
             assert set(facts["reported_model"]) == {SHAPES[shape]["model"]}
             case = wb.case(summary.run_id, "s1", "pleural_effusion")
-            assert case["call"]["reasoning"].startswith(thinking)  # shown in the case view, never parsed
-            assert "think>" not in (case["prediction"]["evidence"] or "")
+            assert case.call.reasoning.startswith(thinking)  # shown in the case view, never parsed
+            assert "think>" not in (case.prediction["evidence"] or "")
 
 
 def test_openai_json_mode_and_ollama_facts_are_recorded_and_summed_per_label(small_study):
@@ -163,8 +163,8 @@ def test_openai_json_mode_and_ollama_facts_are_recorded_and_summed_per_label(sma
             "dev", labels=["pleural_effusion"], **remote(srv, model="openai/gpt-4o-mini", json_mode=True)
         )
         assert again.calls_made == 0
-        call = wb.case(again.run_id, "s2", "pleural_effusion")["call"]
-        assert call["run_id"] == summary.run_id and call["cached_tokens"] == 1152
+        call = wb.case(again.run_id, "s2", "pleural_effusion").call
+        assert call.run_id == summary.run_id and call.cached_tokens == 1152
         assert wb.call_facts(again.run_id)["from_cache"].all()
 
 

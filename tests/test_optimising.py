@@ -312,8 +312,8 @@ def test_offline_proposer_excludes_false_positive_cue(opt_study):
 def test_offline_proposer_policy_flip_and_quoted_notes_cite_the_notes(opt_study):
     wb = opt_study
     tuning = [r for r, p in wb.expected_parts.items() if p == "tuning"]
-    edema = [r for r in tuning if "may represent" in wb.case(wb.first_run, r, "edema")["text"]]
-    cons = [r for r in tuning if "airspace disease" in wb.case(wb.first_run, r, "consolidation")["text"]]
+    edema = [r for r in tuning if "may represent" in wb.case(wb.first_run, r, "edema").text]
+    cons = [r for r in tuning if "airspace disease" in wb.case(wb.first_run, r, "consolidation").text]
     hedge_note = wb.add_note(
         edema[0],
         "edema",
@@ -353,11 +353,11 @@ def test_proposal_that_makes_validation_worse_is_not_offered(opt_study):
     mass = wb.label_prompt("mass")  # right on every report with a lung mass; "clear" adds false positives
     worse = mass.__class__(**{**mass.__dict__, "look_for": mass.look_for + ("clear",)})
     ev = wb.evaluate_edit(wb.first_run, worse)
-    assert not ev["offered"] and "worse" in ev["why"]
-    assert ev["parts"]["validation"]["broken"] > 0 and ev["parts"]["validation"]["broken_cases"]
+    assert not ev.offered and "worse" in ev.why
+    assert ev.parts["validation"]["broken"] > 0 and ev.parts["validation"]["broken_cases"]
     # evaluation goes through the call cache: a second evaluation makes no new call
     again = wb.evaluate_edit(wb.first_run, worse)
-    assert again["calls"]["made"] == 0 and again["calls"]["reused"] == ev["calls"]["calls"]
+    assert again.calls["made"] == 0 and again.calls["reused"] == ev.calls["calls"]
 
 
 def test_not_offered_proposal_cannot_be_accepted(opt_study):

@@ -420,4 +420,4 @@ def test_a_validation_case_cannot_be_opened_by_its_id(quirk_study):
     tuning = sorted(r for r, part in wb.parts.items() if part == "tuning")
     with pytest.raises(StudyError, match="not in the tuning part"):
         wb.case(wb.first_run, validation[0], "cardiomegaly")
-    assert wb.case(wb.first_run, tuning[0], "cardiomegaly")["text"]
+    assert wb.case(wb.first_run, tuning[0], "cardiomegaly").text

@@ -157,7 +157,7 @@ def test_score_takes_a_plain_path_or_a_mapping(demo_bundle):
     one = workbench.score(demo_bundle, reference, generated, n_resamples=50)
     named = workbench.score(str(demo_bundle), str(reference), {"A": str(generated)}, n_resamples=50)
     assert list(one.generators) == ["generated_a"] and list(named.generators) == ["A"]
-    assert one.generators["generated_a"].ran_score.estimate == named.generators["A"].ran_score["estimate"]
+    assert one.generators["generated_a"].ran_score.estimate == named.generators["A"].ran_score.estimate
 
 
 def test_the_documented_example_prints_a_score(demo_bundle, tmp_path, capsys):
@@ -303,7 +303,7 @@ def test_an_interval_that_excludes_zero_beside_an_undecided_verdict_is_explained
     """The demo's No Finding: 3 changed cases, so 'undecided', while the F1 interval lies above 0."""
     from workbench.services import Workbench
 
-    table = Workbench(demo_study).compare_view(1, 2, n_resamples=200)["table"]
+    table = Workbench(demo_study).compare_view(1, 2, n_resamples=200).table
     row = table.loc["no_finding"]
     assert row["verdict"] == "undecided" and row["delta_f1_lo"] > 0
     assert "excludes 0" in row["verdict_note"] and "fewer than the 10" in row["verdict_note"]

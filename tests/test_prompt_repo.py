@@ -181,15 +181,15 @@ def test_diff_between_two_versions_as_text_and_fields(ann):
     )
 
     diff = ann.prompt_diff("pneumonia", seed, c1)
-    assert diff["label"] == "pneumonia"
-    assert diff["unified"].startswith(f"--- pneumonia.yaml@{seed[:8]}\n+++ pneumonia.yaml@{c1[:8]}")
-    added = [line for line in diff["unified"].splitlines() if line.startswith("+") and not line.startswith("+++")]
-    removed = [line for line in diff["unified"].splitlines() if line.startswith("-") and not line.startswith("---")]
+    assert diff.label == "pneumonia"
+    assert diff.unified.startswith(f"--- pneumonia.yaml@{seed[:8]}\n+++ pneumonia.yaml@{c1[:8]}")
+    added = [line for line in diff.unified.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    removed = [line for line in diff.unified.splitlines() if line.startswith("-") and not line.startswith("---")]
     assert any("bronchopneumonia" in line for line in added)
     assert any("infectious process" in line for line in removed)
     assert any("hedged: negative" in line for line in added) and any("hedged: positive" in line for line in removed)
 
-    fields = diff["fields"]
+    fields = diff.fields
     assert fields["added"]["look_for"] == ["bronchopneumonia"]
     assert fields["removed"]["look_for"] == ["infectious process"]
     assert fields["added"]["do_not_label_when"] == ["the report only mentions 'aspiration' without an infiltrate."]
@@ -198,15 +198,15 @@ def test_diff_between_two_versions_as_text_and_fields(ann):
     assert fields["changed"]["hedged"] == ("positive", "negative")
 
     back = ann.prompt_diff("pneumonia", c1, seed)  # either direction
-    assert back["fields"]["removed"]["look_for"] == ["bronchopneumonia"]
-    assert back["fields"]["added"]["look_for"] == ["infectious process"]
+    assert back.fields["removed"]["look_for"] == ["bronchopneumonia"]
+    assert back.fields["added"]["look_for"] == ["infectious process"]
 
     latest = ann.prompt_diff("pneumonia", seed)  # ref_b defaults to the latest version
-    assert latest["fields"] == fields and latest["unified"].splitlines()[1] == "+++ pneumonia.yaml@HEAD"
+    assert latest.fields == fields and latest.unified.splitlines()[1] == "+++ pneumonia.yaml@HEAD"
 
     untouched = ann.prompt_diff("atelectasis", seed, c1)
-    assert untouched["unified"] == ""
-    assert untouched["fields"] == {"changed": {}, "added": {}, "removed": {}}
+    assert untouched.unified == ""
+    assert untouched.fields == {"changed": {}, "added": {}, "removed": {}}
 
 
 def test_revert_a_label_to_an_earlier_version_as_a_new_commit(ann):

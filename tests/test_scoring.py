@@ -267,10 +267,10 @@ def test_ran_score_under_each_zero_division_policy(bundle_path, scored_study, po
         counts = expected_counts(EXPECTED_REF, GENERATED[gen], scored_study[0].vocab.ids)
         assert ran_score(counts, policy) == HAND_RAN[gen][policy]  # the tables and the fractions agree
         ran = res.generators[gen].ran_score
-        assert ran["estimate"] == pytest.approx(float(HAND_RAN[gen][policy]))
-        assert ran["labels"] == 21 and ran["labels_undefined"] == 10
-        assert ran["labels_used"] == (11 if policy == "exclude" else 21)
-        assert ran["policy"] == scoring.POLICY_TEXT[policy]
+        assert ran.estimate == pytest.approx(float(HAND_RAN[gen][policy]))
+        assert ran.labels == 21 and ran.labels_undefined == 10
+        assert ran.labels_used == (11 if policy == "exclude" else 21)
+        assert ran.policy == scoring.POLICY_TEXT[policy]
     assert res.to_json()["zero_division_policy"] == scoring.POLICY_TEXT[policy]
 
 
@@ -279,7 +279,7 @@ def test_ran_score_bootstrap_is_reproducible_with_a_seed(bundle_path):
         res = scoring.score(
             bundle_path, REFERENCE, {"A": GEN_A, "B": GEN_B}, zero_division="exclude", n_resamples=300, seed=seed
         )
-        return {g: (r.ran_score["lo"], r.ran_score["estimate"], r.ran_score["hi"]) for g, r in res.generators.items()}
+        return {g: (r.ran_score.lo, r.ran_score.estimate, r.ran_score.hi) for g, r in res.generators.items()}
 
     first, again, other = interval(11), interval(11), interval(12)
     assert first == again
@@ -291,7 +291,7 @@ def test_ran_score_bootstrap_is_reproducible_with_a_seed(bundle_path):
 def test_ran_score_interval_contains_the_estimate_under_the_default_policy(result):
     for gen in ("A", "B"):
         ran = result.generators[gen].ran_score
-        assert ran["lo"] <= ran["estimate"] <= ran["hi"], (gen, ran)
+        assert ran.lo <= ran.estimate <= ran.hi, (gen, ran)
 
 
 # ---------------------------------------------------------------- per report and summary
@@ -458,7 +458,7 @@ def test_top_level_import_works(bundle_path):
     from workbench import score  # noqa: F401  (the import itself is the promise)
 
     res = score(bundle_path, REFERENCE, {"A": GEN_A}, n_resamples=50)
-    assert res.generators["A"].ran_score["estimate"] == pytest.approx(4 / 9)
+    assert res.generators["A"].ran_score.estimate == pytest.approx(4 / 9)
     assert workbench.score is score
 
 
@@ -516,7 +516,7 @@ def test_reference_labels_are_extracted_once_and_cached_by_bundle_and_text(bundl
     rows = extraction_rows(wb)
     assert len([r for r in rows if r.text_hash in ref_hashes]) == 12  # still one row per reference text
     assert len(rows) == 12 + 4 + 5
-    assert second.generators["B"].ran_score["estimate"] != first.generators["A"].ran_score["estimate"]
+    assert second.generators["B"].ran_score.estimate != first.generators["A"].ran_score.estimate
     # the same scores as without the cache
     plain = scoring.score(bundle_path, tmp_path / "ref.csv", {"B": tmp_path / "b.csv"}, n_resamples=50)
     pd.testing.assert_frame_equal(plain.generators["B"].per_label, second.generators["B"].per_label)
@@ -553,43 +553,43 @@ def test_robustness_on_the_shipped_pairs(bundle_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     res = scoring.robustness(bundle_path, "annotations/robustness/pairs.csv")
     pairs = pd.read_csv(shipped_dir("annotations") / "robustness" / "pairs.csv")
-    per_kind = res["per_kind"].set_index("kind")
+    per_kind = res.per_kind.set_index("kind")
     assert sorted(per_kind.index) == ["paraphrase", "significant"]
     for kind in ("paraphrase", "significant"):
         assert per_kind.loc[kind, "pairs"] == (pairs["kind"] == kind).sum()
-        own = res["pairs"][res["pairs"]["kind"] == kind]["correct"].mean()
+        own = res.pairs[res.pairs["kind"] == kind]["correct"].mean()
         assert per_kind.loc[kind, "share_correct"] == pytest.approx(own)
         assert 0 <= per_kind.loc[kind, "share_correct"] <= 1
-    per_label = res["per_label"]
+    per_label = res.per_label
     assert list(per_label.columns) == ["label", "share_detected", "pairs", "paraphrase_flips"]
     assert per_label["pairs"].sum() == (pairs["kind"] == "significant").sum()
     assert per_label["share_detected"].between(0, 1).all()
     assert set(per_label["label"]) <= set(load_bundle(bundle_path).vocab.asked_ids)
-    flips = sum(res["paraphrase_flips"].values())
-    assert flips >= int((~res["pairs"][res["pairs"]["kind"] == "paraphrase"]["correct"]).sum())
+    flips = sum(res.paraphrase_flips.values())
+    assert flips >= int((~res.pairs[res.pairs["kind"] == "paraphrase"]["correct"]).sum())
 
 
 def test_robustness_on_a_users_own_pairs_file(bundle_path):
     res = scoring.robustness(bundle_path, SCORING / "pairs.csv")
-    pairs = res["pairs"].set_index("pair_id")
+    pairs = res.pairs.set_index("pair_id")
     assert pairs["correct"].all(), pairs
     assert pairs.loc["own-s2", "label"] == "cardiomegaly"  # given by display name, resolved to the id
     assert pairs.loc["own-s3", "detail"] == "pleural_effusion: 1.0 -> 0.0"  # 'pericardial effusion' is excluded
     assert pairs.loc["own-p1", "detail"] == "same labels"
-    assert res["per_kind"].set_index("kind")["pairs"].to_dict() == {"paraphrase": 3, "significant": 3}
-    assert res["per_label"].set_index("label")["share_detected"].to_dict() == {
+    assert res.per_kind.set_index("kind")["pairs"].to_dict() == {"paraphrase": 3, "significant": 3}
+    assert res.per_label.set_index("label")["share_detected"].to_dict() == {
         "cardiomegaly": 1.0,
         "pleural_effusion": 1.0,
         "pneumothorax": 1.0,
     }
-    assert res["paraphrase_flips"] == {}
+    assert res.paraphrase_flips == {}
     # a harmful "paraphrase" is caught as a change
     own = pd.read_csv(SCORING / "pairs.csv", keep_default_na=False)
     own.loc[own["pair_id"] == "own-p2", "text_b"] = "Small pneumothorax."
     res = scoring.robustness(bundle_path, own)
-    assert not res["pairs"].set_index("pair_id").loc["own-p2", "correct"]
-    assert res["paraphrase_flips"] == {"pneumothorax": 1}
-    assert res["per_kind"].set_index("kind").loc["paraphrase", "share_correct"] == pytest.approx(2 / 3)
+    assert not res.pairs.set_index("pair_id").loc["own-p2", "correct"]
+    assert res.paraphrase_flips == {"pneumothorax": 1}
+    assert res.per_kind.set_index("kind").loc["paraphrase", "share_correct"] == pytest.approx(2 / 3)
 
 
 def test_robustness_cli(bundle_path):

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from workbench.errors import WorkbenchError
 from workbench.store import db
 from workbench.store import queries as q
-from workbench.store.tables import Reading, Report
+from workbench.store.tables import Cohort, Reading, Report
 
 pytestmark = pytest.mark.postgres
 
@@ -56,7 +56,9 @@ def test_cohorts_reports_readers_readings(any_study):
     with any_study.session() as s:
         cohort, created = q.get_or_create_cohort(s, "dev", "en")
         assert created and q.get_or_create_cohort(s, "dev")[1] is False
-        assert q.get_cohort(s, "dev").id == cohort.id
+        assert q.get_cohort(s, "dev").id == cohort.id == q.stored_id(cohort)  # flushed on creation: it has an id
+        with pytest.raises(ValueError, match="never written"):
+            q.stored_id(Cohort(name="unsaved", created_at=q.now()))
         frame = pd.DataFrame(
             {
                 "report_id": ["a", "b"],
@@ -394,7 +396,7 @@ def test_audit_chain_tokens_login_failures_meta(any_study):
             ],
         )
         result = q.verify_audit(s)
-        assert result["ok"] and result["events"] >= 4
+        assert result.ok and result.events >= 4
         rows = s.execute(
             text(
                 "SELECT id, at, actor, action, entity, entity_key, old_json, new_json, prev_hash, hash "
@@ -422,7 +424,7 @@ def test_audit_chain_tokens_login_failures_meta(any_study):
     with any_study.engine.begin() as conn:
         conn.execute(text("UPDATE auditevent SET actor = 'mallory' WHERE id = (SELECT MIN(id) FROM auditevent)"))
     with any_study.session() as s:
-        assert not q.verify_audit(s)["ok"]
+        assert not q.verify_audit(s).ok
 
 
 def test_concurrent_audit_writers_keep_one_chain(any_study):
@@ -440,7 +442,7 @@ def test_concurrent_audit_writers_keep_one_chain(any_study):
     [t.join() for t in threads]
     with any_study.session() as s:
         result = q.verify_audit(s)
-    assert result["ok"], result
+    assert result.ok, result
 
 
 def test_a_version_1_database_migrates_to_the_chain_and_disabled_accounts(any_study):
@@ -459,7 +461,7 @@ def test_a_version_1_database_migrates_to_the_chain_and_disabled_accounts(any_st
     assert {"20", "21"} <= {a.split(":")[0] for a in applied}  # later versions (other tables) may follow
     assert "disabled" in {c["name"] for c in sa_inspect(any_study.engine).get_columns("user")}
     with any_study.session() as s:
-        assert q.verify_audit(s)["ok"]
+        assert q.verify_audit(s).ok
         assert not q.get_user(s, "boss").disabled
 
 

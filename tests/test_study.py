@@ -172,10 +172,10 @@ def test_reader_role_cannot_adjudicate_or_write_for_others(small_study):
 
 def test_agreement_tables(small_study):
     tables = small_study.agreement("dev")
-    fleiss = tables["fleiss"]
+    fleiss = tables.fleiss
     assert "pleural_effusion" in set(fleiss.get("label", fleiss.index))
-    assert len(tables["pairwise"]) > 0
-    assert len(tables["reader_vs_reference"]) > 0
+    assert len(tables.pairwise) > 0
+    assert len(tables.reader_vs_reference) > 0
 
 
 def test_openi_import(tmp_path):

@@ -15,6 +15,7 @@ from sqlalchemy import text
 from workbench import bundle as bundle_mod
 from workbench.cli import main
 from workbench.services import Workbench
+from workbench.store.queries import AuditCheck
 
 
 def cli(args, env=None, input=None):
@@ -39,7 +40,7 @@ def trail(small_study):
 
 
 def test_an_intact_trail_verifies(trail):
-    assert trail.verify_audit()["ok"]
+    assert trail.verify_audit().ok
     result = cli(["audit", "--verify", "--study", str(trail.root)])
     assert result.exit_code == 0 and "every link of the hash chain intact" in result.output
 
@@ -56,7 +57,7 @@ def test_a_plain_sql_update_is_caught_at_that_event(trail):
     result = cli(["audit", "--verify", "--study", str(trail.root)])
     assert result.exit_code == 1
     assert f"event {target} was changed after it was recorded" in result.output
-    assert trail.verify_audit()["broken_at"] == target
+    assert trail.verify_audit().broken_at == target
 
 
 def test_a_plain_sql_delete_in_the_middle_is_caught_at_the_next_event(trail):
@@ -64,8 +65,8 @@ def test_a_plain_sql_delete_in_the_middle_is_caught_at_the_next_event(trail):
     with trail.engine.begin() as conn:
         conn.execute(text("DELETE FROM auditevent WHERE id = :i"), {"i": events[3]})
     result = trail.verify_audit()
-    assert not result["ok"] and result["broken_at"] == events[4]
-    assert "deleted or changed" in result["reason"]
+    assert not result.ok and result.broken_at == events[4]
+    assert "deleted or changed" in result.reason
 
 
 def test_deleting_the_newest_events_is_caught(trail):
@@ -73,7 +74,7 @@ def test_deleting_the_newest_events_is_caught(trail):
     with trail.engine.begin() as conn:
         conn.execute(text("DELETE FROM auditevent WHERE id >= :i"), {"i": events[-2]})
     result = trail.verify_audit()
-    assert not result["ok"] and "deleted from the end" in result["reason"]
+    assert not result.ok and "deleted from the end" in result.reason
 
 
 def test_an_update_that_rehashes_one_event_breaks_the_next_link(trail):
@@ -94,7 +95,7 @@ def test_an_update_that_rehashes_one_event_breaks_the_next_link(trail):
             text("UPDATE auditevent SET actor = 'someone-else', hash = :h WHERE id = :i"),
             {"h": audit_event_hash(forged, row[8]), "i": target},
         )
-    assert trail.verify_audit()["broken_at"] == events[3]
+    assert trail.verify_audit().broken_at == events[3]
 
 
 def test_concurrent_writers_keep_one_chain(trail):
@@ -112,7 +113,7 @@ def test_concurrent_writers_keep_one_chain(trail):
     threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
     [t.start() for t in threads]
     [t.join() for t in threads]
-    assert trail.verify_audit() == {"ok": True, "events": len(ids(trail)), "broken_at": None, "reason": ""}
+    assert trail.verify_audit() == AuditCheck(ok=True, events=len(ids(trail)), broken_at=None, reason="")
 
 
 def test_an_old_trail_is_sealed_by_the_migration(small_study):
@@ -124,10 +125,10 @@ def test_an_old_trail_is_sealed_by_the_migration(small_study):
         conn.execute(text("UPDATE auditevent SET prev_hash = '', hash = ''"))
         conn.execute(text("DELETE FROM meta WHERE key = 'audit_head'"))
         conn.execute(text("UPDATE meta SET value = '1' WHERE key = 'schema_version'"))
-    assert not wb.verify_audit()["ok"]
+    assert not wb.verify_audit().ok
     applied = db.migrate(wb.engine)
     assert any(step.startswith("20:") for step in applied)
-    assert wb.verify_audit()["ok"]
+    assert wb.verify_audit().ok
 
 
 # ---------------------------------------------------------------- settings changes are events
@@ -148,7 +149,7 @@ def test_every_settings_change_is_an_audit_event(trail):
     assert settings.iloc[0]["entity_key"] == "labeller" and "openai/qwen" in settings.iloc[0]["new"]
     endpoint = wb.audit_log(entity="endpoint").iloc[0]
     assert endpoint["entity_key"] == "https://api.example.com" and "api.example.com" in endpoint["new"]
-    assert wb.verify_audit()["ok"]
+    assert wb.verify_audit().ok
 
 
 def test_a_hand_edited_workbench_yaml_is_recorded_on_the_next_open(trail):

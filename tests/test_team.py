@@ -128,7 +128,7 @@ def test_reader_blinding_until_own_reading(team):
         reader.case(run.run_id, "s3", "pneumonia")
     values = {lab: 0 for lab in team.vocab.asked_ids}
     reader.record_reading("reader-1", "s3", values)
-    assert reader.case(run.run_id, "s3", "pneumonia")["report_id"] == "s3"
+    assert reader.case(run.run_id, "s3", "pneumonia").report_id == "s3"
 
 
 def test_audit_trail_records_old_and_new(team):

@@ -107,7 +107,7 @@ def test_a_save_whose_audit_event_fails_leaves_no_commit(small_study):
     with pytest.raises(SQLAlchemyError, match="database or disk is full"):
         wb.save_prompts([edited(wb)], "v2", seed)
     assert head(wb) == seed  # the commit was taken back: "nothing was saved" is true
-    assert wb.verify_audit()["ok"]
+    assert wb.verify_audit().ok
     assert "Edited." in (wb.paths.prompts / "pneumonia.yaml").read_text()  # the edit waits in the folder
 
 
@@ -135,7 +135,7 @@ def test_verify_catches_a_version_without_its_audit_event(small_study):
     wb = small_study
     seed = head(wb)
     v2 = wb.save_prompts([edited(wb)], "v2", seed)
-    assert wb.verify_audit()["ok"]
+    assert wb.verify_audit().ok
     path = wb.paths.prompts / "pleural_effusion.yaml"
     path.write_text(path.read_text() + "\n")
     repo = git.Repo(wb.paths.prompts)
@@ -145,7 +145,7 @@ def test_verify_catches_a_version_without_its_audit_event(small_study):
     finally:
         repo.close()
     result = wb.verify_audit()
-    assert not result["ok"] and result["reason"].startswith(f"prompt version {lost[:8]} ('a version whose event")
-    assert v2[:8] not in result["reason"]
+    assert not result.ok and result.reason.startswith(f"prompt version {lost[:8]} ('a version whose event")
+    assert v2[:8] not in result.reason
     cli = CliRunner().invoke(main, ["audit", "--verify", "--study", str(wb.root)])
     assert cli.exit_code == 1 and f"prompt version {lost[:8]}" in cli.output

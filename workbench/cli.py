@@ -15,12 +15,16 @@ import textwrap
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from workbench import runtime
 from workbench.errors import WorkbenchError
 from workbench.study import NO_AUTH_ON_NETWORK, StudyError, builtin_vocabularies, resolve_study_path
+
+if TYPE_CHECKING:  # the services are imported when a command runs, not for `workbench --help`
+    from workbench.services.results import AdaptiveStatus
 
 pd = runtime.lazy_module("pandas")  # imported on first use: `workbench --help` starts ~0.3 s sooner
 
@@ -505,19 +509,18 @@ def reference(wb, cohort, fmt):
             )
 
 
-def _reads_line(cohort: str, status: dict) -> str:
+def _reads_line(cohort: str, status: AdaptiveStatus) -> str:
     """Reads done and saved, items decided / undecided / waiting, in one sentence."""
     saved = (
-        f"reads saved {status['reads_saved']:,} ({status['saved_share']:.1%} of a full panel of "
-        f"{status['full_panel']:,} reads)"
-        if status["full_panel"]
+        f"reads saved {status.reads_saved:,} ({status.saved_share:.1%} of a full panel of {status.full_panel:,} reads)"
+        if status.full_panel
         else "reads saved 0"
     )
-    state = "on" if status["enabled"] else "off"
+    state = "on" if status.enabled else "off"
     return (
-        f"{cohort} (adaptive reading {state}): reads done {status['reads_done']:,}, {saved}; items decided "
-        f"{status['decided']:,}, undecided {status['undecided']:,}, waiting for adjudication {status['waiting']:,}; "
-        f"reports still offered {status['reports_open']:,} of {status['reports']:,}"
+        f"{cohort} (adaptive reading {state}): reads done {status.reads_done:,}, {saved}; items decided "
+        f"{status.decided:,}, undecided {status.undecided:,}, waiting for adjudication {status.waiting:,}; "
+        f"reports still offered {status.reports_open:,} of {status.reports:,}"
     )
 
 
@@ -617,7 +620,7 @@ def attribute_ties(wb, cohort, fmt):
 @study_option
 def agreement(wb, cohort, fmt, wide):
     """Readers' agreement: Fleiss kappa per label, pairwise Cohen, each reader vs the reference."""
-    tables = {name: _with_label_column(frame) for name, frame in wb.agreement(cohort).items()}
+    tables = {name: _with_label_column(frame) for name, frame in wb.agreement(cohort).tables().items()}
     if fmt == "json":
         click.echo(json.dumps({name: json_records(frame) for name, frame in tables.items()}, indent=2))
         return
@@ -1009,7 +1012,7 @@ def _evidence_line(check) -> str:
 def compare(wb, run_a, run_b, mid_p, cases, fmt, show_all, wide):
     """Compare two runs on the same cohort: per-label change, McNemar with Holm, fixed and broken cases."""
     result = wb.compare_runs(run_a, run_b, mid_p=mid_p)
-    table = result["table"].reset_index()
+    table = result.table.reset_index()
     cols = [
         "label",
         "n",
@@ -1033,7 +1036,7 @@ def compare(wb, run_a, run_b, mid_p, cases, fmt, show_all, wide):
         return
     changed = table[(table["b"] + table["c"]) > 0]
     shown = table if show_all else changed
-    attrs = result["table"].attrs
+    attrs = result.table.attrs
     shown = shown.assign(
         more_reports=[
             _needed_text(v, note) for v, note in zip(shown["reports_needed"], shown["reports_note"], strict=False)
@@ -1067,14 +1070,14 @@ def compare(wb, run_a, run_b, mid_p, cases, fmt, show_all, wide):
         f"at alpha {attrs.get('alpha', 0.05)}/{len(table)}, Holm's strictest step) if the observed rates of fixed "
         "and broken cases held; 0 = the cohort is already large enough."
     )
-    say(f"macro F1 {result['macro_f1_a']:.3f} -> {result['macro_f1_b']:.3f} ({result['macro_b'].describe()})")
+    say(f"macro F1 {result.macro_f1_a:.3f} -> {result.macro_f1_b:.3f} ({result.macro_b.describe()})")
     _drift_line(wb, [run_a, run_b])
-    say("left out: " + "; ".join(f"{k}: {v}" for k, v in result["excluded"].items()))
-    if cases and len(result["cases"]):
+    say("left out: " + "; ".join(f"{k}: {v}" for k, v in result.excluded.items()))
+    if cases and len(result.cases):
         click.echo("")
-        echo_table(result["cases"], title="fixed and broken cases", wide=wide)
+        echo_table(result.cases, title="fixed and broken cases", wide=wide)
 
-    _noise_lines(wb, run_a, run_b, result["table"])
+    _noise_lines(wb, run_a, run_b, result.table)
 
 
 def _noise_lines(wb, run_a: int, run_b: int, table) -> None:
@@ -1410,8 +1413,8 @@ def prompts_diff(wb, label, ref_a, ref_b):
     """Difference of one label between two versions (unified text and fields); `draft` names your draft,
     e.g. `workbench prompts diff LABEL HEAD draft`."""
     diff = wb.prompt_diff(label, ref_a, ref_b)
-    click.echo(diff["unified"] or "(no difference)")
-    click.echo(json.dumps(diff["fields"], indent=2, ensure_ascii=False))
+    click.echo(diff.unified or "(no difference)")
+    click.echo(json.dumps(diff.fields, indent=2, ensure_ascii=False))
 
 
 @prompts.command("revert")
@@ -1889,23 +1892,23 @@ def score(
     for name, g in result.generators.items():
         r = g.ran_score
         click.echo("")
-        if r.get("no_score"):  # whole lines, never wrapped into a table title: scripts and people grep them
-            click.echo(f"== {name}: NO SCORE: {r['no_score']} ==")
+        if r.no_score:  # whole lines, never wrapped into a table title: scripts and people grep them
+            click.echo(f"== {name}: NO SCORE: {r.no_score} ==")
             title = f"{name}: per label (no score)"
         else:
             left_out = (
                 ""
-                if r["pairs_scored"] == r["pairs_total"]
+                if r.pairs_scored == r.pairs_total
                 else (
-                    f" over {r['pairs_scored']} of {r['pairs_total']} (report, label) pairs: {r['failed_generated']} generated and "
-                    f"{r['failed_reference']} reference extractions failed and are left out"
+                    f" over {r.pairs_scored} of {r.pairs_total} (report, label) pairs: {r.failed_generated} generated and "
+                    f"{r.failed_reference} reference extractions failed and are left out"
                 )
             )
-            click.echo(f"== {name}: Ran Score {r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]{left_out} ==")
-            if at_edge(r["estimate"], r["lo"], r["hi"]):
+            click.echo(f"== {name}: Ran Score {r.estimate:.3f} [{r.lo:.3f}, {r.hi:.3f}]{left_out} ==")
+            if at_edge(r.estimate, r.lo, r.hi):
                 say(
                     f"Ran Score: {EDGE_NOTE}"
-                    + ("; this interval was widened to contain the estimate" if "widened" in r["interval"] else "")
+                    + ("; this interval was widened to contain the estimate" if "widened" in r.interval else "")
                 )
             title = f"{name}: per label"
         echo_table(
@@ -2523,10 +2526,10 @@ def audit(wb, entity, fmt, check):
     """The append-only audit trail (who, when, old -> new), newest first; export with --format csv."""
     if check:
         result = wb.verify_audit()
-        if result["ok"]:
-            click.echo(f"ok: {result['events']} audit events, every link of the hash chain intact")
+        if result.ok:
+            click.echo(f"ok: {result.events} audit events, every link of the hash chain intact")
             return
-        click.echo(f"BROKEN: {result['reason']} (checked {result['events']} events)", err=True)
+        click.echo(f"BROKEN: {result.reason} (checked {result.events} events)", err=True)
         raise SystemExit(1)
     echo_table(wb.audit_log(entity=entity), fmt, columns=["id", "at", "actor", "action", "entity", "entity_key"])
 
@@ -2759,7 +2762,7 @@ def attributes_cmd(wb, run_id, label, fmt, show_metrics, show_confusion, wide):
     """Finding attributes (side, severity, change ...) of a run: one row per (report, label, attribute)
     with the labeller's value, the reference value when there is one, and the evidence."""
     if show_confusion:
-        confusion = wb.attribute_metrics(run_id, label)["confusion"]
+        confusion = wb.attribute_metrics(run_id, label).confusion
         echo_table(confusion, fmt, wide=wide)
         if fmt == "table":
             say("matched findings (labeller and reference both positive); '-' = no value given on that side")
@@ -2771,17 +2774,17 @@ def attributes_cmd(wb, run_id, label, fmt, show_metrics, show_confusion, wide):
                 json.dumps(
                     {
                         "run": run_id,
-                        "rule": result["rule"],
-                        "parse_failures": result["parse_failures"],
-                        "attributes": json_records(result["table"]),
-                        "confusion": json_records(result["confusion"]),
+                        "rule": result.rule,
+                        "parse_failures": result.parse_failures,
+                        "attributes": json_records(result.table),
+                        "confusion": json_records(result.confusion),
                     },
                     indent=2,
                 )
             )
             return
         echo_table(
-            result["table"].round(3),
+            result.table.round(3),
             fmt,
             wide=wide,
             columns=[
@@ -2799,7 +2802,7 @@ def attributes_cmd(wb, run_id, label, fmt, show_metrics, show_confusion, wide):
         if fmt == "table":
             click.echo("")
             say(
-                result["rule"] + f"; attribute parse failures (recorded, never guessed): {result['parse_failures']}; "
+                result.rule + f"; attribute parse failures (recorded, never guessed): {result.parse_failures}; "
                 "the confusion of values: `--confusion`"
             )
         return

@@ -16,7 +16,7 @@ import dataclasses
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -58,26 +58,8 @@ class EndpointNotAllowed(WorkbenchError, ValueError):
     """Report text would be sent to an endpoint this scoring command does not allow."""
 
 
-class _ReadAsMapping(Mapping):
-    """Fields also read as keys (`r["estimate"]` as `r.estimate`), so the result is plain data for JSON."""
-
-    def __getitem__(self, key: str):
-        if key not in self._names():
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __iter__(self):
-        return iter(self._names())
-
-    def __len__(self) -> int:
-        return len(self._names())
-
-    def _names(self) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(self))
-
-
-@dataclass(frozen=True, eq=False)
-class RanScore(_ReadAsMapping):
+@dataclass(frozen=True)  # compared by its fields: two scorings of the same data give equal scores
+class RanScore:
     """One generator's Ran Score: macro F1 over the vocabulary's labels with a bootstrap interval.
 
     estimate, lo and hi are None when the generator gets no score (no_score says why)."""
@@ -132,7 +114,7 @@ class ScoreResult:
 
     def unscored(self) -> dict[str, str]:
         """Generators with no score (too many failed extractions) and why."""
-        return {name: g.ran_score["no_score"] for name, g in self.generators.items() if g.ran_score.get("no_score")}
+        return {name: g.ran_score.no_score for name, g in self.generators.items() if g.ran_score.no_score}
 
     def summary(self) -> pd.DataFrame:
         """Side-by-side table like the paper's Table 5 (one row per generator)."""
@@ -151,15 +133,15 @@ class ScoreResult:
                     "macro_precision": a["macro_precision"],
                     "macro_recall": a["macro_recall"],
                     "macro_f1": a["macro_f1"],
-                    "ran_score": r["estimate"],
-                    "ran_score_lo": r["lo"],
-                    "ran_score_hi": r["hi"],
+                    "ran_score": r.estimate,
+                    "ran_score_lo": r.lo,
+                    "ran_score_hi": r.hi,
                     "invented_findings_fp": int(g.per_label["fp"].sum()),
                     "missed_findings_fn": int(g.per_label["fn"].sum()),
-                    "pairs_scored": r["pairs_scored"],
-                    "pairs_total": r["pairs_total"],
-                    "failed_generated": r["failed_generated"],
-                    "failed_reference": r["failed_reference"],
+                    "pairs_scored": r.pairs_scored,
+                    "pairs_total": r.pairs_total,
+                    "failed_generated": r.failed_generated,
+                    "failed_reference": r.failed_reference,
                     **_attribute_summary(g),
                 }
             )
@@ -181,7 +163,7 @@ class ScoreResult:
                 name: {
                     "per_label": json_records(g.per_label.reset_index()),
                     "averages": g.averages,
-                    "ran_score": dict(g.ran_score),
+                    "ran_score": dataclasses.asdict(g.ran_score),
                     "stats": g.stats,
                     "entity_f1": {
                         "per_label": json_records(g.per_label[["support", "tp", "fp", "fn", "f1"]].reset_index()),
@@ -572,7 +554,7 @@ def _per_report(ref_labels: pd.DataFrame, gen_labels: pd.DataFrame) -> pd.DataFr
 
 
 @dataclass(frozen=True, eq=False)
-class RobustnessResult(_ReadAsMapping):
+class RobustnessResult:
     """How a bundle labels text pairs: harmless paraphrases should keep every label, significant changes
     should change the named one."""
 

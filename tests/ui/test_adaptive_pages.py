@@ -75,8 +75,8 @@ def test_the_runs_pages_human_ceiling_states_the_sample_of_the_runs_cohort(study
     for cohort in ("dev", "fresh"):
         wb.adaptive_status(cohort)  # draws each cohort's sample
     dev = wb.agreement_sample("dev")
-    assert wb.agreement_sample("fresh")["reports"] == 2
+    assert wb.agreement_sample("fresh").reports == 2
     at = open_page(study, "runs")
     at.toggle(key=state.widget_key("ceiling")).set_value(True).run()
     assert_clean(at)
-    assert f"n = {dev['reports']} reports of {dev['of']} (sample share 20%)" in all_text(at)
+    assert f"n = {dev.reports} reports of {dev.of} (sample share 20%)" in all_text(at)

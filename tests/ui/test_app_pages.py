@@ -608,12 +608,12 @@ def test_runs_compare_opens_a_case_in_disagreements(study):
     at = open_page(study, "runs", {state.RUNS_TAB: "Compare two runs"})
     newest = wb.runs()["id"].tolist()
     cmp = wb.compare_runs(newest[1], newest[0])
-    assert len(cmp["cases"]) > 0
+    assert len(cmp.cases) > 0
     assert "fixed" in all_text(at)
     button(at, "Open in Disagreements").click().run()
     assert_clean(at)
     assert at.title[0].value == "Disagreements"
-    first = cmp["cases"].iloc[0]
+    first = cmp.cases.iloc[0]
     assert at.session_state[state.DIS_PICK] == (first["report"], first["label"])
     assert "Before and after" in all_text(at), "both runs' answers and the prompt diff"
     assert any("look_for" in c.value or "collapse" in c.value for c in at.code), [c.value for c in at.code]
@@ -630,17 +630,17 @@ def test_runs_compare_sorted_by_change_with_verdict_and_explained_numbers(study)
     table = [d.value for d in at.dataframe if "verdict" in d.value.columns][0]
     assert list(table.columns[:3]) == ["label", "verdict", "change in F1"], "the verdict sits next to the label"
     view = wb.compare_view(*wb.runs()["id"].tolist()[1::-1])
-    changed = view["table"][view["table"]["changed"]]
-    assert len(table) == len(changed) < len(view["table"]), "only changed labels by default"
+    changed = view.table[view.table["changed"]]
+    assert len(table) == len(changed) < len(view.table), "only changed labels by default"
     significant = table["verdict"].isin(["better", "worse"]).to_numpy()
     assert not (significant[1:] & ~significant[:-1]).any(), "significant rows first"
     rest = table[~significant]["change in F1"].abs().fillna(0).to_numpy()
     assert (rest[:-1] >= rest[1:]).all(), "then by size of the change"
     assert "The Metrics tab scores each run alone" in all_text(at)
-    assert (view["table"]["delta_f1_lo"] <= view["table"]["delta_f1"] + 1e-12).all()
+    assert (view.table["delta_f1_lo"] <= view.table["delta_f1"] + 1e-12).all()
     at.toggle(key=state.widget_key("only-changed")).set_value(False).run()
     assert_clean(at)
-    assert len([d.value for d in at.dataframe if "verdict" in d.value.columns][0]) == len(view["table"])
+    assert len([d.value for d in at.dataframe if "verdict" in d.value.columns][0]) == len(view.table)
 
 
 def test_runs_clopper_pearson_interval(study):
@@ -703,7 +703,7 @@ def test_robustness_with_shipped_pairs(study):
     button(at, "Check robustness").click().run()
     assert_clean(at)
     result = at.session_state[state.ROBUST_RESULT]
-    assert set(result["per_kind"]["kind"]) == {"paraphrase", "significant"}
+    assert set(result.per_kind["kind"]) == {"paraphrase", "significant"}
 
 
 # ---------------------------------------------------------------- settings and audit
@@ -1017,7 +1017,7 @@ def test_compare_offers_no_derived_case_and_says_why(study):
     """No Finding is derived: its changed cases headed the list and opened an empty "0 of 0" queue."""
     wb = workbench(study)
     a, b = sorted(wb.runs()["id"].tolist())
-    assert (wb.compare_runs(a, b)["cases"]["label"] == "no_finding").any(), "the comparison has derived cases"
+    assert (wb.compare_runs(a, b).cases["label"] == "no_finding").any(), "the comparison has derived cases"
     at = open_url(study, "runs", {"tab": "1", "a": str(a), "b": str(b)})
     shown = [d.value for d in at.dataframe if "label" in d.value.columns and "change" in d.value.columns]
     assert shown and "No Finding" not in set(shown[0]["label"])

@@ -269,10 +269,10 @@ def test_the_whole_loop(page, study):
     settle(pg)
     newest = wb.runs()["id"].tolist()
     cmp = wb.compare_runs(newest[1], newest[0])
-    change = cmp["macro_f1_b"] - cmp["macro_f1_a"]
-    assert change > 0 and cmp["table"].loc[label, "c"] > 0  # 'collapse' fixed some missed opacities
+    change = cmp.macro_f1_b - cmp.macro_f1_a
+    assert change > 0 and cmp.table.loc[label, "c"] > 0  # 'collapse' fixed some missed opacities
     see(pg, f"{change:+.3f} from run {newest[1]}")
-    see(pg, f"{int((cmp['cases']['change'] == 'fixed').sum())} fixed")
+    see(pg, f"{int((cmp.cases['change'] == 'fixed').sum())} fixed")
     shot(pg, "10-comparison")
 
     # freeze the version into a bundle and download it

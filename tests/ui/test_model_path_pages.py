@@ -90,7 +90,7 @@ def test_a_reasoning_models_thinking_is_in_the_case_view_and_never_in_its_answer
     at.text_input(key=state.SEARCH).input("effusion").run()
     assert_clean(at)
     shown = all_text(at)
-    thinking = wb.case(summary.run_id, at.session_state[state.SEARCH_CASE][0], "pleural_effusion")["call"]["reasoning"]
+    thinking = wb.case(summary.run_id, at.session_state[state.SEARCH_CASE][0], "pleural_effusion").call.reasoning
     assert thinking and "The model's thinking (kept out of parsing)" in shown and thinking in shown
     answers = [d.value for d in at.dataframe if any(str(c).startswith("run ") for c in d.value.columns)][0]
     assert "think" not in " ".join(str(v) for v in answers.loc["evidence"])

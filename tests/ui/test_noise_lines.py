@@ -31,7 +31,7 @@ def test_compare_view_flags_a_verdict_noise_could_produce(study):  # noqa: F811
     at = open_page(study, "runs", {state.RUNS_TAB: "Compare two runs"})
     assert_clean(at)
     cmp = wb.compare_runs(older, newer)
-    expected = wb.comparison_noise(older, newer, cmp["table"])
+    expected = wb.comparison_noise(older, newer, cmp.table)
     assert expected and all("noise alone would explain" in line for line in expected)
     warnings = [w.value for w in at.warning]
     assert all(line in warnings for line in expected)  # the same lines as `workbench compare`, each flagged

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
+from workbench.core.text import compose_text, text_hash
 from workbench.services.adaptive import AdaptiveService
 from workbench.services.attributes import AttributesService
 from workbench.services.base import Service, StudyContext
@@ -50,9 +51,7 @@ from workbench.services.study import (
     PermissionDenied,
     ReasonContradicts,
     StudyService,
-    compose_text,
     init_study,
-    text_hash,
 )
 from workbench.services.team import TeamService
 from workbench.services.triage import TriageService

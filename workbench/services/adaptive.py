@@ -23,6 +23,7 @@ from workbench.core import reference as ref
 from workbench.core.splits import stratified_split
 from workbench.services.base import Service, StudyContext
 from workbench.services.reading import check_own_reading
+from workbench.services.results import AdaptiveStatus, AgreementSample
 from workbench.store import queries as q
 from workbench.study import StudyError
 
@@ -189,12 +190,12 @@ class AdaptiveService(Service):
         q.set_meta(s, f"adaptive_sample:{cohort_id}", json.dumps(info, sort_keys=True))
         q.add_audit(s, self.actor.user, "draw", "agreement_sample", str(cohort_id), None, info)
 
-    def agreement_sample(self, cohort: str) -> dict:
-        """The cohort's agreement sample: {reports, of, share, seed, run} (None values before it is drawn)."""
+    def agreement_sample(self, cohort: str) -> AgreementSample:
+        """The cohort's agreement sample: reports, of, share, seed, run (None before it is drawn)."""
         cohort_id = self.study.cohort_id(cohort)
         with self.session() as s:
             info = q.get_meta(s, f"adaptive_sample:{cohort_id}")
-        return json.loads(info) if info else {"reports": None, "of": None, "share": None, "seed": None, "run": None}
+        return AgreementSample(**json.loads(info)) if info else AgreementSample()
 
     def agreement_scope(self, cohort: str | None = None) -> str:
         """What agreement figures are computed on: under adaptive reading the agreement sample (n, share); else ''."""
@@ -329,7 +330,7 @@ class AdaptiveService(Service):
 
     # ------------------------------------------------------------ figures
 
-    def adaptive_status(self, cohort: str) -> dict:
+    def adaptive_status(self, cohort: str) -> AdaptiveStatus:
         """Reads done, reads saved (and their share of a full panel), items decided, undecided and waiting;
         for a reader, over the reports they have finished reading only (blinded)."""
         cohort_id = self.study.cohort_id(cohort)
@@ -356,24 +357,22 @@ class AdaptiveService(Service):
             ids = [i for i in ids if i in scope]
         table = self.study.reference(cohort)
         final = table["status"].eq(ref.ADJUDICATED) | table["value"].notna() | table["reason"].eq("no decisive vote")
-        out = core.reads_summary(progress, core.panel_size(self.rule()), len(ids))
+        reads = core.reads_summary(progress, core.panel_size(self.rule()), len(ids))
         n_items = len(ids) * len(self.vocab.asked_ids)
         decided = int((table["value"].notna()).sum())
         waiting = int((table["status"].eq(ref.WAITING) & final).sum()) + int(
             table["flagged"].sum() if "flagged" in table else 0
         )
-        out.update(
-            {
-                "enabled": settings.enabled,
-                "reports": len(ids),
-                "reports_open": int(progress["open"].sum()),
-                "items": n_items,
-                "decided": decided,
-                "waiting": waiting,
-                "undecided": max(n_items - decided - waiting, 0),
-            }
+        return AdaptiveStatus(
+            enabled=settings.enabled,
+            **reads,
+            reports=len(ids),
+            reports_open=int(progress["open"].sum()),
+            items=n_items,
+            decided=decided,
+            waiting=waiting,
+            undecided=max(n_items - decided - waiting, 0),
         )
-        return out
 
     def _full_work_list(self, reader: str, cohort: str, drafts: bool = True) -> pd.DataFrame:
         """The reader's reports in a stable order: their assigned ones (when the cohort has work lists)
@@ -383,11 +382,12 @@ class AdaptiveService(Service):
             cohort_row = q.get_cohort(s, cohort)
             if cohort_row is None:
                 raise StudyError(f"no cohort {cohort!r}")
-            if q.get_work_list(s, cohort_row.id) is not None:
-                ids = q.assignments_frame(s, cohort_row.id, reader=reader)["report_id"].tolist()
+            cid = q.stored_id(cohort_row)
+            if q.get_work_list(s, cid) is not None:
+                ids = q.assignments_frame(s, cid, reader=reader)["report_id"].tolist()
             else:
-                ids = q.report_ids(s, cohort_row.id)
-            counts = q.reader_report_counts(s, reader, cohort_row.id).set_index("report_id")
+                ids = q.report_ids(s, cid)
+            counts = q.reader_report_counts(s, reader, cid).set_index("report_id")
             draft_ids = set(q.reading_draft_ids(s, reader)) if drafts else set()
         out = pd.DataFrame({"report_id": ids})
         out["labels_saved"] = out["report_id"].map(counts["labels"]).fillna(0).astype(int)

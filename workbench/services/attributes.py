@@ -15,6 +15,7 @@ import pandas as pd
 from workbench.core import attributes as core
 from workbench.core.vocab import VocabularyError
 from workbench.services.base import Service, StudyContext
+from workbench.services.results import AttributeMetrics
 from workbench.store import queries as q
 from workbench.study import StudyError
 
@@ -45,7 +46,7 @@ class AttributesService(Service):
     def _attribute_votes(self, cohort: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         """(readings, readers' attribute values, adjudicated values) of a cohort, as the core functions take them."""
         with self.session() as s:
-            cid = q.get_cohort(s, cohort).id
+            cid = self.study.cohort_id(cohort)
             values = q.reading_attributes_frame(s, cid)
             adjudicated = q.reading_attributes_frame(s, cid, adjudicated=True)
             # no reader gave an attribute: no reference to compute, and the cohort's readings (378,000 rows at
@@ -113,20 +114,20 @@ class AttributesService(Service):
         bad = stored[(stored["status"] == core.ATTRIBUTE_PARSE_ERROR) & stored["label"].isin(set(specs))]
         return bad[["report_id", "label", "detail"]].reset_index(drop=True)
 
-    def attribute_metrics(self, run_id: int, label: str | None = None) -> dict:
+    def attribute_metrics(self, run_id: int, label: str | None = None) -> AttributeMetrics:
         """Accuracy and coverage per (label, attribute) on matched findings with Wilson intervals, the
         confusion of values, and the count of attribute parse failures."""
         specs = self._attribute_specs(label)
         y_pred, y_true, pred_attrs, ref_attrs = self.attribute_inputs(run_id)
         matched = core.matched_rows(y_pred, y_true, pred_attrs, ref_attrs, specs)
         failures = self.runs.prediction_attributes(run_id, label)
-        return {
-            "table": core.attribute_accuracy(matched),
-            "confusion": core.confusion(matched),
-            "mismatches": core.mismatches(matched),
-            "rule": core.ACCURACY_RULE,
-            "parse_failures": int((failures["status"] == core.ATTRIBUTE_PARSE_ERROR).sum()),
-        }
+        return AttributeMetrics(
+            table=core.attribute_accuracy(matched),
+            confusion=core.confusion(matched),
+            mismatches=core.mismatches(matched),
+            rule=core.ACCURACY_RULE,
+            parse_failures=int((failures["status"] == core.ATTRIBUTE_PARSE_ERROR).sum()),
+        )
 
     def _attribute_specs(self, label: str | None) -> dict:
         """label -> attribute spec, of one label (checked) or of all; a clear error when there is none."""

@@ -20,8 +20,10 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
-from workbench.services.runs import Progress, RunSummary
+from workbench.labeller.labelling import Progress
+from workbench.services.runs import RunSummary
 from workbench.study import StudyError
 
 MARK = "WBRUN "  # protocol lines start with this; anything else a library prints is ignored
@@ -45,18 +47,20 @@ def start_run_in_process(
         text=True,
         bufsize=1,
     )
-    lines: queue_module.Queue = queue_module.Queue()
-    reader = threading.Thread(target=lambda: [lines.put(line) for line in child.stdout], daemon=True)
+    stdin, stdout = child.stdin, child.stdout
+    assert stdin is not None and stdout is not None  # both are pipes (PIPE above)
+    lines: queue_module.Queue[str] = queue_module.Queue()
+    reader = threading.Thread(target=_pump, args=(stdout, lines), daemon=True)
     reader.start()
-    child.stdin.write(json.dumps(request) + "\n")
-    child.stdin.flush()
+    stdin.write(json.dumps(request) + "\n")
+    stdin.flush()
     cancelled = False
     try:
         while True:
             if cancel is not None and cancel.is_set() and not cancelled:
                 cancelled = True
-                child.stdin.write("cancel\n")
-                child.stdin.flush()
+                stdin.write("cancel\n")
+                stdin.flush()
             try:
                 line = lines.get(timeout=POLL_S)
             except queue_module.Empty:
@@ -78,13 +82,18 @@ def start_run_in_process(
             else:
                 raise StudyError(message.get("error") or "the run failed")
     finally:
-        for stream in (child.stdin,):
-            with contextlib.suppress(OSError):
-                stream.close()
+        with contextlib.suppress(OSError):
+            stdin.close()
         try:
             child.wait(timeout=30)
         except subprocess.TimeoutExpired:
             child.kill()
+
+
+def _pump(stream: IO[str], lines: queue_module.Queue[str]) -> None:
+    """Move the child's output lines onto the queue the caller polls (a thread: reading blocks)."""
+    for line in stream:
+        lines.put(line)
 
 
 def _emit(message: dict) -> None:

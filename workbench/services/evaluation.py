@@ -24,7 +24,7 @@ from workbench.labeller import labelling
 from workbench.services import memo
 from workbench.services.adaptive import agreement_readings
 from workbench.services.base import Service, StudyContext
-from workbench.services.results import Comparison
+from workbench.services.results import CallFacts, CompareView, Comparison
 from workbench.store import prompt_repo
 from workbench.store import queries as q
 from workbench.study import StudyError
@@ -49,8 +49,8 @@ class Evaluation:
     excluded: dict
     ci: str
     zero_division: str
+    macro: metrics.MacroFigure  # macro F1 under the study's policy, with the labels it averages
     labels: list = field(default_factory=list)
-    macro: metrics.MacroFigure | None = None  # macro F1 under the study's policy, with the labels it averages
 
     def paper_table(self, previous: Evaluation | None = None) -> pd.DataFrame:
         """The Ran Score paper's layout: label, accuracy [interval], precision, recall, F1, change in F1."""
@@ -258,7 +258,7 @@ class EvaluationService(Service):
         self._record_scoring(run_id, table)
         macro = metrics.macro_figure(table["f1"], table["f1_undefined"], zero_division)
         return Evaluation(
-            run_id, table.copy(), dict(avg), dict(boot), excluded, ci, zero_division, list(y_true.columns), macro
+            run_id, table.copy(), dict(avg), dict(boot), excluded, ci, zero_division, macro, list(y_true.columns)
         )
 
     def _record_scoring(self, run_id: int, table: pd.DataFrame) -> None:
@@ -556,19 +556,19 @@ class EvaluationService(Service):
 
     SIGNIFICANT = ("better", "worse")
 
-    def compare_view(self, run_a: int, run_b: int, n_resamples: int = 1000, seed: int = 0) -> dict:
+    def compare_view(self, run_a: int, run_b: int, n_resamples: int = 1000, seed: int = 0) -> CompareView:
         """compare_runs plus a paired bootstrap interval of each label's change in F1, rows sorted by
         change (significant first, then the largest change), and what each macro figure counts."""
         cmp = self.compare_runs(run_a, run_b)
         a, b = self.runs.run_info(run_a), self.runs.run_info(run_b)
         y_true, pred_a, _ = self.evaluation_inputs(run_a, extra_commits=(b.prompt_commit,))
         _, pred_b, _ = self.evaluation_inputs(run_b, extra_commits=(a.prompt_commit,))
-        labels = list(cmp["table"].index)
+        labels = list(cmp.table.index)
         pred_b = pred_b.reindex(index=y_true.index)
         interval = metrics.bootstrap_delta_f1(
             y_true[labels], pred_a[labels], pred_b[labels], n_resamples=n_resamples, seed=seed
         )
-        table = cmp["table"].join(interval)
+        table = cmp.table.join(interval)
         table["verdict_note"] = metrics.verdict_notes(table)  # now with the interval beside the test
         table["significant"] = table["verdict"].isin(self.SIGNIFICANT)
         table["changed"] = (table["b"] + table["c"] > 0) | (table["delta_f1"].fillna(0) != 0)
@@ -584,7 +584,7 @@ class EvaluationService(Service):
             & set(self.study.reference_matrix(self.study.cohort_name(a.cohort_id)).index)
         )
         counts = {"reports": len(y_true), "labels": len(labels), "leaked_either": leaked, "alone": alone}
-        return {**cmp, "table": table, "counts": counts}
+        return CompareView(**(cmp.to_dict() | {"table": table}), counts=counts)
 
 
 # ---------------------------------------------------------------- the engineer's view of a case
@@ -618,6 +618,23 @@ class CaseCall:
     def to_json(self) -> dict:
         """The call as JSON-ready values (messages as a list)."""
         return {**dataclasses.asdict(self), "messages": [dict(m) for m in self.messages]}
+
+    def facts(self) -> CallFacts:
+        """Its recorded facts as a case shows them (the thinking is shown apart, with the reply)."""
+        return CallFacts(
+            call_key=self.key,
+            run_id=self.made_by_run,
+            labels="",
+            latency_s=self.latency_s or 0.0,
+            attempts=self.attempts or 1,
+            prompt_tokens=self.prompt_tokens or 0,
+            completion_tokens=self.completion_tokens or 0,
+            cached_tokens=self.cached_tokens,
+            cost=self.cost,
+            finish_reason=self.finish_reason,
+            reported_model=self.reported_model,
+            reasoning=None,
+        )
 
 
 @dataclass(frozen=True)

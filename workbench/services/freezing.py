@@ -419,7 +419,7 @@ class FreezeService(Service):
         """The shipped synthetic paraphrase / significant-change pairs."""
         return scoring.DEFAULT_PAIRS
 
-    def robustness(self, bundle_path: Path, pairs=None, model: str | None = None) -> dict:
+    def robustness(self, bundle_path: Path, pairs=None, model: str | None = None) -> scoring.RobustnessResult:
         """Robustness and discrimination of a bundle on text pairs, using the study's extraction cache."""
         b = bundle_mod.load_bundle(Path(bundle_path))
         return scoring.robustness(

@@ -15,6 +15,7 @@ from workbench.errors import UserError
 from workbench.labeller import labelling, llm
 from workbench.labeller.endpoints import is_offline
 from workbench.services.base import Service, StudyContext
+from workbench.services.results import CallFacts
 from workbench.store import queries as q
 from workbench.study import StudyError
 
@@ -61,9 +62,9 @@ class ModelPathService(Service):
     def call_facts(self, run_id: int) -> pd.DataFrame:
         """Per call of a run: latency, tokens, cost, finish reason, the model that answered (those it made and
         those it reused from the cache, with the run that made them)."""
-        run = self.runs.run_info(run_id)
+        self.runs.run_info(run_id)  # UnknownName for a run that does not exist
         with self.session() as s:
-            keys = set(q.predictions_frame(s, run.id)["call_key"].dropna())
+            keys = set(q.predictions_frame(s, run_id)["call_key"].dropna())
             facts = q.call_facts(s, keys)
         return facts.drop(columns=["reasoning"]).assign(from_cache=facts["run_id"] != run_id)
 
@@ -131,13 +132,13 @@ class ModelPathService(Service):
             columns=EVIDENCE_CHECK,
         )
 
-    def call_fact(self, call_key: str | None) -> dict | None:
+    def call_fact(self, call_key: str | None) -> CallFacts | None:
         """One call's facts, reasoning included (the case view), None when none were recorded."""
         if not call_key:
             return None
         with self.session() as s:
             facts = q.call_facts(s, [call_key])
-        return None if facts.empty else facts.iloc[0].to_dict()
+        return None if facts.empty else CallFacts(**facts.iloc[0].to_dict())
 
     # ------------------------------------------------------------ the noise floor
 

@@ -594,7 +594,7 @@ class OptimisingService(Service):
     def _record(self, run, label: str, result: proposals.ProposalResult, ps) -> dict:
         """Evaluate an ok proposal, store it with its verdict, and return what the engineer is shown."""
         out = {"label": label, "status": result.status, "detail": result.detail, "run": run.id}
-        evaluation = {"reply": result.reply} if result.reply else {}  # a model's unusable reply, kept to be read
+        stored = {"reply": result.reply} if result.reply else {}  # a model's unusable reply, kept to be read
         if result.reply:
             out["reply"] = result.reply
         contradictions = self._contradictions(ps, result)
@@ -606,17 +606,16 @@ class OptimisingService(Service):
             evaluation = self.evaluate_edit(run.id, new_lp)
             out.update(
                 edit=result.edit.to_dict(),
-                evaluation=evaluation,
-                offered=evaluation["offered"],
+                evaluation=evaluation.to_dict(),  # as the stored proposal gives it back (proposal())
+                offered=evaluation.offered,
                 diff=_yaml_diff(ps.label(label), new_lp),
             )
-            status = "offered" if evaluation["offered"] else "not offered"
+            status = "offered" if evaluation.offered else "not offered"
+            stored = evaluation.to_dict()
         else:
             status = result.status
         edit = result.edit.to_dict() if result.edit else {}
-        stored = {
-            k: v for k, v in evaluation.items() if k not in ("values", "evidence")
-        }  # per-report answers: not kept
+        stored = {k: v for k, v in stored.items() if k not in ("values", "evidence")}  # per-report answers: not kept
         with self.session() as s:
             row = q.add_proposal(
                 s,
@@ -742,15 +741,15 @@ class OptimisingService(Service):
             lp = self.prompts.pending_prompt(label)
             ev = self.evaluate_edit(run.id, lp, base_ps=base_ps, inputs=(y_true, y_pred))
             for key in ("made", "reused"):
-                out["calls"][key] += ev["calls"][key]
-            values = pd.Series(ev["values"], dtype=float)
+                out["calls"][key] += ev.calls[key]
+            values = pd.Series(ev.values, dtype=float)
             current.loc[values.index, label] = values
             out["labels"].append(
                 {
                     "label": label,
-                    "parts": ev["parts"],
-                    "offered": ev["offered"],
-                    "why": ev["why"],
+                    "parts": ev.parts,
+                    "offered": ev.offered,
+                    "why": ev.why,
                     "diff": _yaml_diff(base_ps.label(label), lp).replace("(proposed)", "(draft)"),
                 }
             )
@@ -992,11 +991,11 @@ class OptimisingService(Service):
             tuning_ids=screened["ids"] if screened else None,
             on_calls=o.progress.calls("asking validation" + ("" if screened else " and tuning")),
         )
-        _add_calls(o.report, ev["calls"], "full_calls")
+        _add_calls(o.report, ev.calls, "full_calls")
         summary = _change_summary(label, result.edit, ev, screened)
-        if not ev["offered"]:
-            entry["rejected"].append({**summary, "status": "validation worse", "detail": ev["why"]})
-            o.refuse(label, new_lp, f"rejected in round {k}: {ev['why']}")
+        if not ev.offered:
+            entry["rejected"].append({**summary, "status": "validation worse", "detail": ev.why})
+            o.refuse(label, new_lp, f"rejected in round {k}: {ev.why}")
             return
         o.ps = o.ps.with_label(new_lp)
         o.current = _take_answers(
@@ -1004,10 +1003,10 @@ class OptimisingService(Service):
             o.current,
             o.evidence,
             label,
-            pd.Series(ev["values"], dtype=float),
-            pd.Series(ev["evidence"], dtype=object),
+            pd.Series(ev.values, dtype=float),
+            pd.Series(ev.evidence, dtype=object),
         )
-        o.carried[label] = set(ev["carried"])
+        o.carried[label] = set(ev.carried)
         entry["changes"].append(summary)
 
     def _screen_in_optimise(self, o: _Optimising, label: str, new_lp: LabelPrompt) -> dict:
@@ -1185,11 +1184,11 @@ def _change_summary(label: str, edit, ev, screened: dict | None) -> dict:
         "note_ids": list(edit.note_ids),
         "rationale": edit.rationale,
         "source": edit.source,
-        **{f"{p}_f1": [ev["parts"][p]["f1_before"], ev["parts"][p]["f1_after"]] for p in splits.PARTS},
-        "validation_mcnemar": {k: ev["parts"]["validation"][k] for k in ("fixed", "broken", "p_value", "verdict")},
-        "tuning_carried": ev["parts"]["tuning"].get("carried", 0),  # tuning answers not asked: tuning F1 estimates
-        "calls_made": ev["calls"]["made"] + (screened["calls"]["made"] if screened else 0),
-        "calls_by_part": {"screen": screened["calls"]["made"] if screened else 0, **ev["calls"]["by_part"]},
+        **{f"{p}_f1": [ev.parts[p]["f1_before"], ev.parts[p]["f1_after"]] for p in splits.PARTS},
+        "validation_mcnemar": {k: ev.parts["validation"][k] for k in ("fixed", "broken", "p_value", "verdict")},
+        "tuning_carried": ev.parts["tuning"].get("carried", 0),  # tuning answers not asked: tuning F1 estimates
+        "calls_made": ev.calls["made"] + (screened["calls"]["made"] if screened else 0),
+        "calls_by_part": {"screen": screened["calls"]["made"] if screened else 0, **ev.calls["by_part"]},
         **({"screen": screened["verdict"]} if screened else {}),
     }
 

@@ -36,6 +36,7 @@ from workbench.core.yaml_text import load_yaml
 from workbench.errors import NotFound, StorageFault
 from workbench.services import memo
 from workbench.services.base import Service, StudyContext
+from workbench.services.results import PromptDiff
 from workbench.services.study import ConflictError, validate_prompt_files
 from workbench.store import prompt_repo
 from workbench.store import queries as q
@@ -221,11 +222,15 @@ class PromptsService(Service):
         changes = prompt_repo.working_changes(self.paths.prompts)
         return changes.get(name) if name in changes else None
 
-    def _validated_file_text(self, label: str, text: str | None, source: str) -> LabelPrompt:
-        """Parse a label's text (a file or an editor buffer); the label inside must be the file's label."""
+    def _present(self, label: str, text: str | None, source: str) -> str:
+        """A label's file text; StudyError saying how to restore the file when it was deleted (None)."""
         if text is None:
             raise StudyError(f"{source} was deleted; restore it (git -C {self.paths.prompts} checkout -- {label}.yaml)")
-        lp = parse_label_yaml(text, source)
+        return text
+
+    def _validated_file_text(self, label: str, text: str | None, source: str) -> LabelPrompt:
+        """Parse a label's text (a file or an editor buffer); the label inside must be the file's label."""
+        lp = parse_label_yaml(self._present(label, text, source), source)
         if lp.label != label:
             raise PromptError(f"{source}: label is {lp.label!r} but the file is {label}.yaml")
         return lp
@@ -406,7 +411,9 @@ class PromptsService(Service):
         for label in wanted:
             draft, text, edited = self._refuse_clash(label)
             if edited:
-                self._validated_file_text(label, text, f"{self.paths.prompts.name}/{label}.yaml")
+                source = f"{self.paths.prompts.name}/{label}.yaml"
+                text = self._present(label, text, source)
+                self._validated_file_text(label, text, source)
                 files[f"{label}.yaml"], bases[f"{label}.yaml"] = text, head
             elif draft is not None:
                 if draft == self.label_prompt(label, head):  # the draft changes nothing: keep the file as it is
@@ -540,7 +547,7 @@ class PromptsService(Service):
             ]
         )
 
-    def prompt_diff(self, label: str, ref_a: str, ref_b: str | None = None) -> dict:
+    def prompt_diff(self, label: str, ref_a: str, ref_b: str | None = None) -> PromptDiff:
         """Difference of one label between two versions: unified text and fields."""
         self.require("see_unblinded")  # raw files: few-shot examples carry reference answers
         label = self._asked(label)
@@ -556,7 +563,7 @@ class PromptsService(Service):
         )
         lp_a = parse_label_yaml(a, name) if a else None
         lp_b = parse_label_yaml(b, name) if b else None
-        return {"label": label, "unified": unified, "fields": policy.diff_label_prompts(lp_a, lp_b)}
+        return PromptDiff(label, unified, policy.diff_label_prompts(lp_a, lp_b))
 
     def _version_text(self, label: str, ref_: str | None) -> str:
         """A label's file at a version, or its pending edit for the ref `draft` ("" when absent)."""
@@ -564,7 +571,7 @@ class PromptsService(Service):
             return label_yaml(self.pending_prompt(label), onto=self._file_text(label, None))
         return prompt_repo.read_file(self.paths.prompts, f"{label}.yaml", ref_) or ""
 
-    def diff_against_draft(self, label: str) -> dict:
+    def diff_against_draft(self, label: str) -> PromptDiff:
         """What this user's draft changes relative to the version it started from."""
         lp, base, _ = self.draft(label)
         old = self.label_prompt(label, base)
@@ -578,7 +585,7 @@ class PromptsService(Service):
                 tofile=f"{lp.label}.yaml (draft)",
             )
         )
-        return {"label": lp.label, "unified": unified, "fields": policy.diff_label_prompts(old, lp)}
+        return PromptDiff(lp.label, unified, policy.diff_label_prompts(old, lp))
 
     def previous_version(self, label: str) -> str | None:
         """The version before the latest change of a label (None when it never changed)."""
@@ -649,11 +656,11 @@ class PromptsService(Service):
                 evidence = hit["evidence"].iloc[0] if len(hit) else ""
         if value is None:
             item = self.study.item_reference(report_id, label)
-            if item is None or item["value"] is None:
+            if item is None or item.value is None:
                 raise StudyError(
                     f"{report_id}/{label} has no reference value yet (adjudicate it first) and no value was given"
                 )
-            value = item["value"]
+            value = item.value
         note_text = None
         if note_id is not None and len(notes):
             chosen = notes[notes["id"] == note_id]

@@ -77,6 +77,14 @@ def reading_pace(saved_at, remaining: int) -> dict:
     }
 
 
+def _reading_id(s, report_id: str, label: str, reader: str) -> int:
+    """The id of a reader's stored reading of one label; ConflictError when another save removed it meanwhile."""
+    reading = q.get_reading(s, report_id, label, reader)
+    if reading is None:
+        raise ConflictError(f"{report_id}/{label} was removed by another save meanwhile; reload (nothing was changed)")
+    return q.stored_id(reading)
+
+
 def check_own_reading(ctx: StudyContext, reader: str) -> None:
     """Only readers themselves (or an admin/adjudicator acting for a local name) touch a reader's drafts."""
     ctx.require("annotate")
@@ -120,7 +128,7 @@ class ReadingService(Service):
             cohort_row = q.get_cohort(s, cohort)
             if cohort_row is None:
                 raise StudyError(f"no cohort {cohort!r}")
-            ids = q.report_ids(s, cohort_row.id)
+            ids = q.report_ids(s, q.stored_id(cohort_row))
             mine = q.readings_frame(s, reader=reader) if reader else pd.DataFrame(columns=["report_id", "label"])
         mine = mine[mine["label"].isin(self.vocab.asked_ids)]
         marked = mine.groupby("report_id").size()
@@ -207,8 +215,7 @@ class ReadingService(Service):
             if old_value == value:
                 changed["unchanged"] += 1
                 continue
-            reading = q.get_reading(s, report_id, label, reader)
-            if not q.update_reading(s, reading.id, value, version):
+            if not q.update_reading(s, _reading_id(s, report_id, label, reader), value, version):
                 raise ConflictError(
                     f"{report_id}/{label} was changed by another save just now; reload and save again (nothing was saved)"
                 )
@@ -439,11 +446,11 @@ class ReadingService(Service):
                 )
             restored = removed = 0
             for lab, value in before.items():
-                reading = q.get_reading(s, save.report_id, lab, reader)
+                reading_id = _reading_id(s, save.report_id, lab, reader)
                 if value is None:
-                    removed += q.delete_reading(s, reading.id, after[lab])
-                elif int(reading.value) != value:
-                    restored += q.update_reading(s, reading.id, value, after[lab])
+                    removed += q.delete_reading(s, reading_id, after[lab])
+                elif int(now_.loc[lab, "value"]) != value:
+                    restored += q.update_reading(s, reading_id, value, after[lab])
             current = {lab: int(now_.loc[lab, "value"]) for lab in after}
             q.add_audit(s, self.actor.user, "undo", "reading", f"{save.report_id}/{reader}", current, before)
             note_before = json.loads(save.note_before_json)
@@ -512,6 +519,8 @@ class ReadingService(Service):
     def _report_words(self, s, report_id: str) -> str:
         """A report's text in lower case, for search."""
         report = q.get_report(s, report_id)
+        if report is None:  # an id from a frame of this study's reports: only a report removed meanwhile
+            return ""
         return compose_text(report.findings, report.impression, report.text, self.config.sections).lower()
 
     # ------------------------------------------------------------ readers' attribute values
@@ -582,11 +591,11 @@ class ReadingService(Service):
             cohort_row = q.get_cohort(s, cohort)
             if cohort_row is None:
                 raise StudyError(f"no cohort {cohort!r}")
-            existing = q.assignments_frame(s, cohort_row.id)
+            existing = q.assignments_frame(s, q.stored_id(cohort_row))
             have = existing.groupby("report_id")["reader"].apply(set).to_dict()
             load = {r: int((existing["reader"] == r).sum()) for r in readers}
             new: list[tuple[str, str]] = []
-            for report_id in q.report_ids(s, cohort_row.id):
+            for report_id in q.report_ids(s, q.stored_id(cohort_row)):
                 taken = have.get(report_id, set())
                 for _ in range(max(0, overlap - len(taken))):
                     free = [r for r in readers if r not in taken]
@@ -597,8 +606,8 @@ class ReadingService(Service):
                     load[pick] += 1
                     new.append((report_id, pick))
             q.ensure_readers(s, readers)
-            q.add_assignments(s, cohort_row.id, new, self.actor.user)
-            q.put_work_list(s, cohort_row.id, overlap, self.actor.user)
+            q.add_assignments(s, q.stored_id(cohort_row), new, self.actor.user)
+            q.put_work_list(s, q.stored_id(cohort_row), overlap, self.actor.user)
             q.add_audit(
                 s,
                 self.actor.user,
@@ -616,11 +625,11 @@ class ReadingService(Service):
             cohort_row = q.get_cohort(s, cohort)
             if cohort_row is None:
                 raise StudyError(f"no cohort {cohort!r}")
-            settings = q.get_work_list(s, cohort_row.id)
+            settings = q.get_work_list(s, q.stored_id(cohort_row))
             if settings is None:
                 return pd.DataFrame(columns=["reader", "assigned", "completed", "overlap"])
-            assigned = q.assignments_frame(s, cohort_row.id)
-            counts = q.reading_counts(s, cohort_id=cohort_row.id)
+            assigned = q.assignments_frame(s, q.stored_id(cohort_row))
+            counts = q.reading_counts(s, cohort_id=q.stored_id(cohort_row))
         done = counts[counts["labels"] >= len(self.vocab.asked_ids)][["reader", "report_id"]]
         merged = assigned.merge(done.assign(completed=1), on=["reader", "report_id"], how="left")
         out = (

@@ -1,7 +1,5 @@
-"""The results pages and the CLI read, as frozen dataclasses: their fields are the contract.
-
-Each is also read like the dict it replaces (`case["text"]`, `{**case, ...}`), so a caller written
-against the old dict keeps working while new code reads attributes (`case.text`).
+"""The results pages and the CLI read, as frozen dataclasses: their fields are the contract, read as attributes
+(`case.text`, `cmp.table`).
 """
 
 from __future__ import annotations
@@ -13,10 +11,22 @@ from typing import Any
 
 import pandas as pd
 
+from workbench.core.metrics import MacroFigure
+
 
 @dataclass(frozen=True, eq=False)
-class Result:
-    """A frozen result that can also be read by field name."""
+class Record:
+    """A frozen result whose fields become a plain dict for JSON output."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (values as they are)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True, eq=False)
+class Result(Record):
+    """A record that can also be read by field name: the dict face OptimiseReport keeps until its readers move
+    to attributes (the other records have lost theirs)."""
 
     def __getitem__(self, key: str) -> Any:
         if key not in self.keys():
@@ -38,10 +48,6 @@ class Result:
         """(field, value) pairs, as a dict's."""
         return self.to_dict().items()
 
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (values as they are)."""
-        return {k: getattr(self, k) for k in self.keys()}
-
 
 def strict(obj: Any) -> Any:
     """obj with every float that is not finite (a failed call's NaN latency) as None: strict JSON has no NaN."""
@@ -59,7 +65,7 @@ def json_default(obj: Any) -> Any:
     lists, anything else as its text."""
     import numpy as np
 
-    if isinstance(obj, Result):
+    if isinstance(obj, Record):
         return obj.to_dict()
     if isinstance(obj, np.integer):
         return int(obj)
@@ -70,8 +76,27 @@ def json_default(obj: Any) -> Any:
     return str(obj)
 
 
+@dataclass(frozen=True)
+class CallFacts:
+    """One recorded model call (the case view): latency, tokens, cost, finish reason, the model that answered, its
+    thinking, and the run that made it (another run's when this one reused the answer from the cache)."""
+
+    call_key: str
+    run_id: int | None
+    labels: str  # comma-joined label ids the call asked
+    latency_s: float
+    attempts: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: float | None  # NaN (or None) when the provider did not say
+    cost: float | None  # NaN (or None) for a model without a price
+    finish_reason: str | None
+    reported_model: str | None
+    reasoning: str | None  # the model's thinking, kept out of parsing
+
+
 @dataclass(frozen=True, eq=False)
-class Case(Result):
+class Case(Record):
     """One (report, label) of a run: the report, readers' votes, the reference, the labeller's answer and its call."""
 
     report_id: str
@@ -85,11 +110,11 @@ class Case(Result):
     prediction: dict | None  # the stored prediction row: value, evidence, status, call_key ...
     notes: pd.DataFrame
     messages: list  # the request's chat messages, as sent
-    call: dict | None  # latency, tokens, cost, finish reason, the model that answered and its thinking
+    call: CallFacts | None
 
 
 @dataclass(frozen=True, eq=False)
-class Comparison(Result):
+class Comparison(Record):
     """Two runs on the same reports: per-label changes with the paired test, fixed/broken cases and both macros."""
 
     run_a: int
@@ -99,9 +124,89 @@ class Comparison(Result):
     excluded: dict  # what was left out of the comparison and how many
     macro_f1_a: float
     macro_f1_b: float
-    macro_a: Any  # core.metrics MacroFigure: value and the labels it averages
-    macro_b: Any
+    macro_a: MacroFigure  # value and the labels it averages
+    macro_b: MacroFigure
     zero_division: str
+
+
+@dataclass(frozen=True, eq=False)
+class CompareView(Comparison):
+    """A comparison as the Compare tab shows it: the table with each change's paired interval, sorted (significant
+    first, then by size), and what the macro figures count."""
+
+    counts: dict  # reports, labels, leaked_either; alone: each run's own macro F1 and reports
+
+
+@dataclass(frozen=True)
+class PromptDiff:
+    """How one label's prompt differs between two versions (or a draft and its base): unified text and fields."""
+
+    label: str
+    unified: str  # a unified diff of the YAML files ("" when they are the same)
+    fields: dict  # changed, added, removed per field (or created / deleted): policy.diff_label_prompts
+
+
+@dataclass(frozen=True)
+class ItemReference:
+    """The reference of one (report, label): its value (None while waiting), status, positive votes and readers."""
+
+    value: int | None
+    status: str
+    positives: int
+    n_readers: int
+
+
+@dataclass(frozen=True)
+class AdaptiveStatus:
+    """Adaptive reading of a cohort at a glance (for a reader, over the reports they finished): reads done and
+    saved, and the (report, label) items decided, undecided and waiting."""
+
+    enabled: bool
+    reads_done: int
+    reads_saved: int  # closed reports' unread panel places
+    full_panel: int  # reads a full panel of every report would take
+    saved_share: float  # reads_saved / full_panel (NaN without reports)
+    reports: int
+    reports_open: int  # reports still offered to readers
+    items: int
+    decided: int
+    waiting: int  # for adjudication: no decisive vote, or flagged
+    undecided: int
+
+
+@dataclass(frozen=True, eq=False)
+class Agreement:
+    """Readers' agreement on a cohort: Fleiss kappa per label, pairwise Cohen, each reader against the reference."""
+
+    fleiss: pd.DataFrame
+    pairwise: pd.DataFrame
+    reader_vs_reference: pd.DataFrame
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """The three tables by name, in the order they are printed (and named in JSON and CSV output)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class AgreementSample:
+    """A cohort's agreement sample (the reports kept at full overlap): every field None before it is drawn."""
+
+    reports: int | None = None  # reports in the sample
+    of: int | None = None  # reports in the cohort when it was drawn
+    share: float | None = None
+    seed: int | None = None
+    run: int | None = None  # the run whose answers stratified the draw (None: drawn without one)
+
+
+@dataclass(frozen=True, eq=False)
+class AttributeMetrics:
+    """Attribute accuracy of a run on matched findings (labeller and reference both positive)."""
+
+    table: pd.DataFrame  # per (label, attribute): accuracy with its Wilson interval, coverage
+    confusion: pd.DataFrame  # the confusion of values
+    mismatches: pd.DataFrame  # the matched findings whose values differ
+    rule: str  # what counts as correct, in words
+    parse_failures: int  # attribute values that could not be parsed (recorded, never guessed)
 
 
 @dataclass(frozen=True)
@@ -115,7 +220,7 @@ class CaseRef:
 
 
 @dataclass(frozen=True, eq=False)
-class EditEvaluation(Result):
+class EditEvaluation(Record):
     """One revised label prompt labelled on tuning and validation through the call cache, against the run."""
 
     label: str

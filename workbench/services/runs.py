@@ -24,11 +24,10 @@ from workbench.core.text import compose_text
 from workbench.core.vocab import derive_frame
 from workbench.errors import StorageFault, WorkbenchError
 from workbench.labeller import batch, endpoints, labelling
-from workbench.labeller.endpoints import RULES_PREFIX, is_offline  # noqa: F401 (re-exported)
+from workbench.labeller.endpoints import RULES_PREFIX, EndpointError, is_offline  # noqa: F401 (re-exported)
 from workbench.labeller.labelling import MODEL_FIELDS, Progress, model_config  # noqa: F401 (re-exported)
 from workbench.labeller.llm import (
     UNUSABLE,
-    EndpointError,
     UnknownModel,
     check_model_name,
     fitted_to_server,
@@ -40,6 +39,7 @@ from workbench.services.base import Service, StudyContext
 from workbench.services.model_path import NeedsConfirmation
 from workbench.store import db
 from workbench.store import queries as q
+from workbench.store.tables import Run
 from workbench.study import StudyError
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
@@ -498,7 +498,7 @@ class RunsService(Service):
                 None,
                 {"model": cfg.model, "endpoint": run.endpoint, "prompt": commit[:12], "cohort": cohort},
             )
-            run_id = lease.run_id = run.id
+            run_id = lease.run_id = q.stored_id(run)
         return self._execute(run_id, on_progress, cancel, lease=lease, started=True, batch=(batch, on_batch_status))
 
     def unchanged_run(
@@ -557,7 +557,7 @@ class RunsService(Service):
             for row in q.list_runs(s, cid).itertuples(index=False):
                 if row.prompt_commit != commit or row.mode != mode:
                     continue
-                run = q.get_run(s, int(row.id))
+                run = _stored_run(s, int(row.id))
                 if (
                     _answer_params(json.loads(run.params_json)) == params
                     and sorted(json.loads(run.labels_json)) == sorted(labels)
@@ -726,7 +726,7 @@ class RunsService(Service):
             with self.session() as s:
                 stored, failures = q.prediction_tally(s, run_id)  # the failures so far are the run's too
                 q.update_run(s, run_id, status=INTERRUPTED, finished_at=q.now(), failures=failures)
-                run = q.get_run(s, run_id)
+                run = _stored_run(s, run_id)
                 total = len(q.report_ids(s, run.cohort_id)) * len(json.loads(run.labels_json))
             raise RunInterrupted(run_id, stored, total, failures) from None
         except BaseException as exc:
@@ -755,7 +755,7 @@ class RunsService(Service):
         """The body of _execute, holding the run's lease."""
         started = time.monotonic()
         with self.session() as s:
-            run = q.get_run(s, run_id)
+            run = _stored_run(s, run_id)
             params = json.loads(run.params_json)
             labels = json.loads(run.labels_json)
         settings = self.settings_from_params(params)
@@ -883,7 +883,7 @@ class RunsService(Service):
             )
             if any(res.cost is not None for res in results):
                 cost = sum(res.cost for res in results if res.cost is not None)
-                q.update_run(s, run_id, cost=(q.get_run(s, run_id).cost or 0.0) + cost)
+                q.update_run(s, run_id, cost=(_stored_run(s, run_id).cost or 0.0) + cost)
 
     early_stop_after = 5  # identical endpoint failures in a row, with no success, that stop a run
 
@@ -970,19 +970,10 @@ class RunsService(Service):
     __call__ = runs  # wb.runs() is the run table, as it was before the service took the name
 
     @memo.per_request
-    def run_info(self, run_id: int):
+    def run_info(self, run_id: int) -> Run:
         """One run row."""
         with self.session() as s:
-            run = q.get_run(s, run_id)
-            if run is None:
-                from workbench.core.names import unknown_message
-                from workbench.study import UnknownName
-
-                ids = [str(i) for i in sorted(q.list_runs(s)["id"].tolist())]
-                raise UnknownName(
-                    unknown_message("run", run_id, ids[-12:], "list them with `workbench history --cohort NAME`")
-                )
-        return run
+            return _stored_run(s, run_id)
 
     @memo.per_request
     def predictions(self, run_id: int) -> pd.DataFrame:
@@ -1075,3 +1066,17 @@ class RunsService(Service):
         return start_run_in_process(
             self.root, self.actor, on_progress=on_progress, cancel=cancel, cohort=cohort, **run_kwargs
         )
+
+
+def _stored_run(s, run_id: int) -> Run:
+    """One run row read in an open session; UnknownName (with the newest ids) when there is no such run."""
+    run = q.get_run(s, run_id)
+    if run is None:
+        from workbench.core.names import unknown_message
+        from workbench.study import UnknownName
+
+        ids = [str(i) for i in sorted(q.list_runs(s)["id"].tolist())]
+        raise UnknownName(
+            unknown_message("run", str(run_id), ids[-12:], "list them with `workbench history --cohort NAME`")
+        )
+    return run

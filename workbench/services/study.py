@@ -26,6 +26,7 @@ from workbench.core.yaml_text import load_yaml
 from workbench.errors import UserError, WorkbenchError
 from workbench.services import memo
 from workbench.services.base import Service, StudyContext
+from workbench.services.results import Agreement, ItemReference
 from workbench.store import db, prompt_repo
 from workbench.store import queries as q
 from workbench.study import (
@@ -285,7 +286,7 @@ class StudyService(Service):
             if cohort is None:
                 names = q.list_cohorts(s)["name"].tolist()
                 raise UnknownName(unknown_message("cohort", name, names, "" if names else "import reports first"))
-            return cohort.id
+            return q.stored_id(cohort)
 
     def label_id(self, label: str) -> str:
         """A label id or display name resolved to its id; an unknown one is refused, naming the closest labels."""
@@ -320,13 +321,15 @@ class StudyService(Service):
             if q.get_cohort(s, cohort) is None:
                 check_cohort_name(cohort)  # a new cohort; one that exists keeps the name it has
             cohort_row, _ = q.get_or_create_cohort(s, cohort, language)
+            cohort_id = q.stored_id(cohort_row)
             existing = q.report_hashes(s)
             known = frame["report_id"].map(lambda r: existing.get(r))
-            problems, elsewhere = [], {}
+            problems: list[importers.Problem] = []
+            elsewhere: dict[int, list[str]] = {}  # cohort id -> ids of reports already in it
             for pos, (rid, hit, h) in enumerate(zip(frame["report_id"], known, frame["text_hash"], strict=False)):
                 if hit is None:
                     continue
-                if hit[1] != cohort_row.id:
+                if hit[1] != cohort_id:
                     elsewhere.setdefault(hit[1], []).append(rid)
                 elif hit[0] != h:
                     problems.append(
@@ -340,8 +343,8 @@ class StudyService(Service):
             if problems:
                 raise importers.ImportProblems(source, problems)
             new = frame[known.isna()]
-            start = q.max_report_seq(s, cohort_row.id) + 1
-            added = q.insert_reports(s, cohort_row.id, new, start)
+            start = q.max_report_seq(s, cohort_id) + 1
+            added = q.insert_reports(s, cohort_id, new, start)
             if added:
                 q.add_audit(s, self.actor.user, "import", "reports", cohort, None, {"file": source, "added": added})
         return ImportSummary(source, added=added, unchanged=len(frame) - added, details={"cohort": cohort})
@@ -447,13 +450,13 @@ class StudyService(Service):
 
         cid = self.cohort_id(cohort) if cohort else None
         with self.session() as s:
-            counts = memo.vote_counts(self.engine, s) if readings is None else None
-            if counts is not None and cid is not None:
+            counts = memo.vote_counts(self.engine, s) if readings is None else pd.DataFrame()
+            if readings is None and cid is not None:
                 counts = counts[counts["report_id"].isin(q.report_ids(s, cid))]
             adj = q.adjudications_frame(s, cid)
             flags = q.flags_frame(s, cid)
         panel = self._adaptive_panel()
-        if counts is None:
+        if readings is not None:  # the readings given, not the stored vote counts
             readings = readings[readings["label"].isin(self.vocab.asked_ids)]
             return self.blind_rows(ref.compute_reference(readings, self.rule(), adj, flags, panel=panel))
         counts = counts[counts["label"].isin(self.vocab.asked_ids)]
@@ -465,7 +468,7 @@ class StudyService(Service):
 
         return panel_size(self.rule()) if AdaptiveSettings.from_config(self.config.adaptive).enabled else None
 
-    def item_reference(self, report_id: str, label: str) -> dict | None:
+    def item_reference(self, report_id: str, label: str) -> ItemReference | None:
         """The reference of one (report, label): value (None while waiting), status, votes."""
         self._require_seen(report_id)
         with self.session() as s:
@@ -478,12 +481,12 @@ class StudyService(Service):
         adj = adj[(adj["report_id"] == report_id) & (adj["label"] == label)]
         flags = flags[(flags["report_id"] == report_id) & (flags["label"] == label)]
         row = ref.reference_from_counts(counts, self.rule(), adj, flags, panel=self._adaptive_panel()).iloc[0]
-        return {
-            "value": None if pd.isna(row["value"]) else int(row["value"]),
-            "status": row["status"],
-            "positives": int(row["positives"]),
-            "n_readers": int(row["n_readers"]),
-        }
+        return ItemReference(
+            value=None if pd.isna(row["value"]) else int(row["value"]),
+            status=row["status"],
+            positives=int(row["positives"]),
+            n_readers=int(row["n_readers"]),
+        )
 
     @memo.per_request
     def reference_matrix(self, cohort: str, reference: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -491,7 +494,7 @@ class StudyService(Service):
         from workbench.core.vocab import derive_frame
 
         with self.session() as s:
-            ids = q.report_ids(s, q.get_cohort(s, cohort).id)
+            ids = q.report_ids(s, self.cohort_id(cohort))
         scope = self.blind_scope()
         if scope is not None:
             ids = [i for i in ids if i in scope]
@@ -550,7 +553,7 @@ class StudyService(Service):
 
     # ------------------------------------------------------------ agreement
 
-    def agreement(self, cohort: str | None = None) -> dict[str, pd.DataFrame]:
+    def agreement(self, cohort: str | None = None) -> Agreement:
         """Fleiss kappa per label, pairwise Cohen, each reader against the reference."""
         from workbench.core import agreement
 
@@ -564,11 +567,11 @@ class StudyService(Service):
         from workbench.services.adaptive import agreement_readings
 
         readings = agreement_readings(self, readings)  # adaptive reading: the full-overlap sample only
-        return {
-            "fleiss": agreement.fleiss_kappa_table(readings),
-            "pairwise": agreement.pairwise_cohen(readings),
-            "reader_vs_reference": agreement.reader_vs_reference(readings, reference),
-        }
+        return Agreement(
+            fleiss=agreement.fleiss_kappa_table(readings),
+            pairwise=agreement.pairwise_cohen(readings),
+            reader_vs_reference=agreement.reader_vs_reference(readings, reference),
+        )
 
     def _completed_reports(self, reader: str) -> set[str]:
         """Reports a reader has marked every asked label of."""

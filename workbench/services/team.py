@@ -213,6 +213,8 @@ class TeamService(Service):
         digest = _hasher().hash(password)
         with self.session(write=True) as s:
             user = q.get_user(s, user_id)
+            if user is None:  # removed since the check above
+                raise StudyError(f"no user {user_id!r}")
             user.password_hash = digest
             s.add(user)
             q.add_audit(s, actor.user, "change", "password", user_id, None, {"password": "changed"})
@@ -249,7 +251,7 @@ class TeamService(Service):
             ok = _hasher().verify(stored, password or "") and user is not None and bool(user.password_hash)
         except (VerificationError, InvalidHashError):
             ok = False
-        if not ok or user.disabled:
+        if not ok or user is None or user.disabled:  # (no user already makes ok False; named so Actor gets a User)
             self._record_failure(user_id, address)
             raise PermissionDenied("unknown user or wrong password")
         self._clear_failures(user_id)
@@ -346,7 +348,7 @@ class TeamService(Service):
             live = row is not None and not row.revoked_at  # read before the revoke changes the row
             user_id = row.user_id if row is not None else None
             q.revoke_web_session(s, token_digest(token or ""))
-            if live:
+            if live and user_id is not None:
                 q.add_audit(s, user_id, "sign_out", "session", user_id, None, _where(address))
 
     def _refuse_if_locked(self, user_id: str, address: str | None = None) -> None:
@@ -399,19 +401,19 @@ class TeamService(Service):
         with self.session() as s:
             return q.list_audit(s, entity=entity, key=key, limit=limit)
 
-    def verify_audit(self) -> dict:
+    def verify_audit(self) -> q.AuditCheck:
         """Check the audit hash chain, then that every prompt version after the seed has its save event:
-        {ok, events, broken_at, reason} (the first problem found)."""
+        the first problem found."""
         with self.session() as s:
             result = q.verify_audit(s)
-            if not result["ok"]:
+            if not result.ok:
                 return result
             saves = q.list_audit(s, entity="prompt", limit=10**9)
         audited = {json.loads(n).get("commit") for n in saves.loc[saves["action"] == "save", "new"] if n}
         missing = [(c, m) for c, m in prompt_repo.versions_after_seed(self.paths.prompts) if c not in audited]
         if missing:
             commit, subject = missing[0]
-            result.update(
+            result = result._replace(
                 ok=False,
                 reason=f"prompt version {commit[:8]} ({subject!r}) is in Git with no audit event"
                 + (f", and {len(missing) - 1} more" if len(missing) > 1 else "")
@@ -470,8 +472,8 @@ class TeamService(Service):
         checks.append(
             {
                 "check": "audit chain",
-                "ok": chain["ok"],
-                "detail": f"{chain['events']} events intact" if chain["ok"] else chain["reason"],
+                "ok": chain.ok,
+                "detail": f"{chain.events} events intact" if chain.ok else chain.reason,
             }
         )
         return checks

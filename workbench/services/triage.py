@@ -246,14 +246,17 @@ class TriageService(Service):
                 messages = render_joint_call(ps, {lab: names[lab] for lab in json.loads(run.labels_json)}, text)
             else:
                 messages = render_label_call(ps, label, names[label], text)
+        reference: int | None = None
+        reference_status: str | None = None
         if label in self.vocab.asked_ids:
-            reference = self.study.item_reference(report_id, label)
+            item = self.study.item_reference(report_id, label)
+            if item is not None:
+                reference, reference_status = item.value, item.status
         else:  # a derived label: from the whole report's reference
             column = self.study.reference_matrix(self.study.cohort_name(run.cohort_id))[label]
             value = column.get(report_id)
-            reference = (
-                None if value is None else {"value": None if pd.isna(value) else int(value), "status": "derived"}
-            )
+            if value is not None:
+                reference, reference_status = None if pd.isna(value) else int(value), "derived"
         return Case(
             report_id=report_id,
             label=label,
@@ -261,8 +264,8 @@ class TriageService(Service):
             findings=report.findings,
             impression=report.impression,
             votes=votes[votes["label"] == label][["reader", "value"]],
-            reference=None if reference is None else reference["value"],
-            reference_status=None if reference is None else reference["status"],
+            reference=reference,
+            reference_status=reference_status,
             prediction=pred.iloc[0].to_dict() if len(pred) else None,
             notes=notes,
             messages=messages,
@@ -311,8 +314,9 @@ class TriageService(Service):
                 text=text.strip(),
                 reference_wrong=bool(reference_wrong),
             )
+            note_id = q.stored_id(note)  # flushed by add_note
             if reference_wrong:
-                q.add_flag(s, report_id, label_id, self.actor.user, text.strip() or category, note.id)
+                q.add_flag(s, report_id, label_id, self.actor.user, text.strip() or category, note_id)
             q.add_audit(
                 s,
                 self.actor.user,
@@ -321,7 +325,7 @@ class TriageService(Service):
                 f"{report_id}/{label_id}",
                 None,
                 {
-                    "id": note.id,
+                    "id": note_id,
                     "category": category,
                     "significance": significance,
                     "text": text.strip(),
@@ -329,7 +333,7 @@ class TriageService(Service):
                     "run": run_id,
                 },
             )
-            return note.id
+            return note_id
 
     def _require_disagreement(self, run_id: int, report_id: str, label: str) -> None:
         """A note belongs to a disagreement of the run it names: refuse one on an item the run got right."""
@@ -355,7 +359,7 @@ class TriageService(Service):
         if reference is None:  # nobody has read it: not in the queue, even as a failed call
             return False
         value = pred["value"].iloc[0]
-        return bool(pd.isna(value) or (reference["value"] is not None and int(value) != reference["value"]))
+        return bool(pd.isna(value) or (reference.value is not None and int(value) != reference.value))
 
     def notes(self, label: str | None = None, report_id: str | None = None) -> pd.DataFrame:
         """Error notes (oldest first); a reader sees those on reports they have finished."""
@@ -410,7 +414,7 @@ class TriageService(Service):
         previous = self.previous_run(run_id)
         if previous is None:
             return queue, "no earlier run on this cohort: " + self.QUEUE_ORDERS["errors"]
-        cases = self.evaluation.compare_runs(previous, run_id)["cases"]
+        cases = self.evaluation.compare_runs(previous, run_id).cases
         broken = set(zip(*(cases.loc[cases["change"] == "broken", c] for c in ("report", "label")), strict=False))
         queue["broken_by_last_change"] = [k in broken for k in zip(queue["report_id"], queue["label"], strict=False)]
         queue = queue.sort_values("broken_by_last_change", ascending=False, kind="stable").reset_index(drop=True)

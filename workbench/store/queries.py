@@ -10,7 +10,7 @@ import hashlib
 import json
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import pandas as pd
 from sqlalchemy import delete, func, insert, or_, select, text, update
@@ -77,6 +77,18 @@ def db_epoch(session: Session) -> float:
 def db_time(session: Session) -> datetime:
     """The database's clock as an aware UTC datetime (see db_epoch)."""
     return datetime.fromtimestamp(db_epoch(session), UTC)
+
+
+class _Stored(Protocol):
+    id: int | None
+
+
+def stored_id(row: _Stored) -> int:
+    """The id of a row read from the database or flushed to it (the table's `id: int | None` is None only
+    before the first write): an int the typed queries take."""
+    if row.id is None:
+        raise ValueError(f"this {type(row).__name__} was never written: it has no id yet")
+    return row.id
 
 
 def _frame(session: Session, stmt, columns: list[str]) -> pd.DataFrame:
@@ -248,8 +260,17 @@ def set_meta(session: Session, key: str, value: str) -> None:
         session.add(row)
 
 
-def verify_audit(session: Session) -> dict:
-    """Walk the chain oldest first: {ok, events, broken_at, reason}; the first broken link is reported."""
+class AuditCheck(NamedTuple):
+    """The audit trail checked: whether it is intact, events read, the first broken event (when known) and why."""
+
+    ok: bool
+    events: int
+    broken_at: int | None
+    reason: str  # "" when intact
+
+
+def verify_audit(session: Session) -> AuditCheck:
+    """Walk the chain oldest first: an AuditCheck; the first broken link is reported."""
     prev, count, last_id = "", 0, None
     stmt = select(
         AuditEvent.id,
@@ -266,33 +287,33 @@ def verify_audit(session: Session) -> dict:
     for row in session.execute(stmt.execution_options(yield_per=5000)):
         count += 1
         if row.prev_hash != prev:
-            return {
-                "ok": False,
-                "events": count,
-                "broken_at": row.id,
-                "reason": f"event {row.id} does not follow event {last_id if last_id is not None else '(start)'}: "
+            return AuditCheck(
+                False,
+                count,
+                row.id,
+                f"event {row.id} does not follow event {last_id if last_id is not None else '(start)'}: "
                 "an event before it was deleted or changed",
-            }
+            )
         if audit_event_hash(tuple(row[:8]), prev) != row.hash:
-            return {
-                "ok": False,
-                "events": count,
-                "broken_at": row.id,
-                "reason": f"event {row.id} was changed after it was recorded (its content does not match its hash)",
-            }
+            return AuditCheck(
+                False,
+                count,
+                row.id,
+                f"event {row.id} was changed after it was recorded (its content does not match its hash)",
+            )
         prev, last_id = row.hash, row.id
     head = session.get(Meta, "audit_head")
     if head is not None and head.value != f"{last_id} {prev}":
         head_id = head.value.split(" ")[0]
-        return {
-            "ok": False,
-            "events": count,
-            "broken_at": int(head_id) if head_id.isdigit() else None,
-            "reason": f"the trail ends at event {last_id} but event {head_id} was recorded last: events were deleted from the end",
-        }
+        return AuditCheck(
+            False,
+            count,
+            int(head_id) if head_id.isdigit() else None,
+            f"the trail ends at event {last_id} but event {head_id} was recorded last: events were deleted from the end",
+        )
     if head is None and count:
-        return {"ok": False, "events": count, "broken_at": None, "reason": "the record of the last event is missing"}
-    return {"ok": True, "events": count, "broken_at": None, "reason": ""}
+        return AuditCheck(False, count, None, "the record of the last event is missing")
+    return AuditCheck(True, count, None, "")
 
 
 def list_audit(session: Session, entity: str | None = None, key: str | None = None, limit: int = 1000) -> pd.DataFrame:

@@ -8,7 +8,6 @@ report containing HTML or Markdown displays verbatim and cannot inject anything.
 
 from __future__ import annotations
 
-import dataclasses
 import html
 import json
 import os
@@ -23,6 +22,7 @@ from workbench.core.export import to_csv
 from workbench.errors import WorkbenchError
 from workbench.labeller.endpoints import is_offline
 from workbench.services import ConflictError, PermissionDenied
+from workbench.services.results import CallFacts
 from workbench.services.runs import endpoint_label, is_local_model
 from workbench.study import NO_AUTH_ON_NETWORK
 from workbench.ui import state
@@ -485,25 +485,25 @@ def pct(value) -> str:
     return "n/a" if pd.isna(value) else f"{value:.3f}"
 
 
-def call_facts(call: dict | None, run_id: int) -> None:
+def call_facts(call: CallFacts | None, run_id: int) -> None:
     """One call's facts under a case: latency, tokens, cost, finish reason, the model that answered, its thinking."""
-    if not call:
+    if call is None:
         return
-    cost = "unknown" if pd.isna(call.get("cost")) else f"${call['cost']:.6f}"
-    cached = call.get("cached_tokens")
-    where = "" if call.get("run_id") == run_id else f" (answer from the cache: made by run {call.get('run_id')})"
+    cost = "unknown" if pd.isna(call.cost) else f"${call.cost:.6f}"
+    cached = call.cached_tokens
+    where = "" if call.run_id == run_id else f" (answer from the cache: made by run {call.run_id})"
     st.caption(
         md(
-            f"Call: {call.get('latency_s', 0):.2f} s, {call.get('attempts', 1)} attempt(s) · "
-            f"{call.get('prompt_tokens', 0)} prompt + {call.get('completion_tokens', 0)} completion tokens"
+            f"Call: {call.latency_s:.2f} s, {call.attempts} attempt(s) · "
+            f"{call.prompt_tokens} prompt + {call.completion_tokens} completion tokens"
             + (f" ({int(cached)} cached)" if not pd.isna(cached) else "")
-            + f" · cost {cost} · finish {call.get('finish_reason') or 'n/a'} · "
-            f"model {call.get('reported_model') or 'n/a'}{where}"
+            + f" · cost {cost} · finish {call.finish_reason or 'n/a'} · "
+            f"model {call.reported_model or 'n/a'}{where}"
         )
     )
-    if call.get("reasoning"):
+    if call.reasoning:
         with st.expander("The model's thinking (kept out of parsing)"):
-            st.text(call["reasoning"])
+            st.text(call.reasoning)
 
 
 def _matrix_cell(value) -> str:
@@ -543,7 +543,7 @@ def call_detail(column) -> None:
         st.caption("No call was recorded for this answer.")
         return
     if call.latency_s is not None:
-        call_facts({**dataclasses.asdict(call), "run_id": call.made_by_run, "reasoning": None}, column.run_id)
+        call_facts(call.facts(), column.run_id)
     else:
         st.caption("No latency, tokens or cost recorded (the offline labeller records none).")
     st.caption(

@@ -9,6 +9,8 @@ saves and opens the next case without a note, arrows move through the filtered q
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -16,6 +18,7 @@ import streamlit as st
 from workbench.core.reading import min_seconds_shown
 from workbench.errors import WorkbenchError
 from workbench.services import PERMISSIONS
+from workbench.services.results import Case
 from workbench.study import SIGNIFICANCE
 from workbench.ui import components, keyboard, state, suggestions
 
@@ -120,7 +123,7 @@ def _page(wb, run_id: int, queue, order_text: str, names: dict) -> None:
     with left:
         _queue_table(queue, names, pos)
     with components.shown_errors("opening the case"):
-        case = {**state.read_stable(wb.triage.case, run_id, *pick), "notes": wb.notes(pick[1], pick[0])}
+        case = dataclasses.replace(state.read_stable(wb.triage.case, run_id, *pick), notes=wb.notes(pick[1], pick[0]))
         with middle:
             _report(wb, run_id, case)
         with right:
@@ -129,10 +132,10 @@ def _page(wb, run_id: int, queue, order_text: str, names: dict) -> None:
             _note_form(wb, run_id, case, queue, pos, names)
         _compare_panel(wb, case)
         with st.expander("The prompt that produced this answer"):
-            for message in case["messages"]:
+            for message in case.messages:
                 st.caption(message["role"])
                 st.text(message["content"])
-        components.call_facts(case.get("call"), run_id)
+        components.call_facts(case.call, run_id)
         if wb.actor.role in PERMISSIONS["see_unblinded"]:  # every run's answers: never for a blinded reader
             with st.expander("Every run of this report, side by side (each call's request and reply)"):
                 components.case_matrix(wb, *pick)
@@ -214,35 +217,35 @@ def _go(queue, pos: int) -> None:
     st.session_state[state.DIS_POS] = pos
 
 
-def _report(wb, run_id: int, case: dict) -> None:
+def _report(wb, run_id: int, case: Case) -> None:
     """The report with labelled highlights."""
-    pred = case["prediction"] or {}
+    pred = case.prediction or {}
     run = state.read_stable(wb.runs.run_info, run_id)
     with components.shown_errors("finding the label's phrases"):
-        phrases = state.read_stable(wb.triage.label_phrases, case["label"], run.prompt_commit)
-    components.highlighted_report(case["text"], pred.get("evidence") or "", phrases)
+        phrases = state.read_stable(wb.triage.label_phrases, case.label, run.prompt_commit)
+    components.highlighted_report(case.text, pred.get("evidence") or "", phrases)
 
 
 def _value(v) -> str:
     return "no answer" if pd.isna(v) else str(int(v))
 
 
-def _answer(wb, run_id: int, case: dict) -> None:
+def _answer(wb, run_id: int, case: Case) -> None:
     """The labeller's answer and evidence beside the reference and the votes."""
-    pred = case["prediction"] or {}
-    votes = case["votes"]
+    pred = case.prediction or {}
+    votes = case.votes
     positive = int(votes["value"].sum()) if len(votes) else 0
-    wb.reading.record_look(case["report_id"])  # the user's own reading of it can no longer change (blinding)
+    wb.reading.record_look(case.report_id)  # the user's own reading of it can no longer change (blinding)
     st.markdown(
         f"Labeller (run {run_id}): **{_value(pred.get('value'))}** ({components.md(pred.get('status', 'no answer'))})"
-        f" · reference: **{_value(case['reference'])}** ({components.md(case['reference_status'])})"
+        f" · reference: **{_value(case.reference)}** ({components.md(case.reference_status)})"
         f" · votes: {positive} of {len(votes)} positive"
     )
     if pred.get("detail"):
         st.caption("Parser detail:")
         st.text(pred["detail"])
-    if len(case["notes"]):
-        notes = case["notes"]
+    if len(case.notes):
+        notes = case.notes
         st.caption(
             f"{len(notes)} earlier note(s): "
             + components.md(
@@ -263,10 +266,10 @@ def _attribute_difference(row) -> None:
         )
 
 
-def _note_form(wb, run_id: int, case: dict, queue, pos: int, names: dict) -> None:
+def _note_form(wb, run_id: int, case: Case, queue, pos: int, names: dict) -> None:
     """Quick note as one keyboard form: category and significance by key, optional text, Enter (or
     Ctrl+Enter in the text) saves and opens the next case without a note; the arrows move."""
-    item = f"{case['report_id']}|{case['label']}"
+    item = f"{case.report_id}|{case.label}"
     draft = st.session_state.setdefault(state.DIS_NOTE, {})
     values = draft.get(item) or {"category": _suggested_category(wb, queue.iloc[pos]), "significance": None, "text": ""}
     categories = [
@@ -280,8 +283,7 @@ def _note_form(wb, run_id: int, case: dict, queue, pos: int, names: dict) -> Non
     data = {
         "item": {
             "id": item,
-            "heading": f"Case {pos + 1} of {len(queue)} · {case['report_id']} · "
-            f"{names.get(case['label'], case['label'])}",
+            "heading": f"Case {pos + 1} of {len(queue)} · {case.report_id} · {names.get(case.label, case.label)}",
         },
         "groups": [
             {"id": "category", "title": "What went wrong", "kind": "one", "options": categories},
@@ -367,7 +369,7 @@ def _next_without_note(queue, pos: int) -> int | None:
     return int(free[0]) if len(free) else None
 
 
-def _compare_panel(wb, case: dict) -> None:
+def _compare_panel(wb, case: Case) -> None:
     """A case opened from Compare: both runs' answers and evidence, and the label's prompt diff."""
     pair = st.session_state.get(state.DIS_COMPARE)
     if not pair:
@@ -377,20 +379,20 @@ def _compare_panel(wb, case: dict) -> None:
         st.markdown(f"**Before and after** · run {run_a} → run {run_b}")
         c = st.columns(2)
         for col, run_id, title in ((c[0], run_a, "Before"), (c[1], run_b, "After")):
-            other = state.read_stable(wb.triage.case, run_id, case["report_id"], case["label"])
-            pred = other["prediction"] or {}
+            other = state.read_stable(wb.triage.case, run_id, case.report_id, case.label)
+            pred = other.prediction or {}
             col.markdown(f"{title} (run {run_id}): **{_value(pred.get('value'))}**")
             col.text(pred.get("evidence") or "(no evidence quoted)")
-        if case["label"] in wb.vocab.asked_ids:
+        if case.label in wb.vocab.asked_ids:
             commit_a, commit_b = (
                 state.read_stable(wb.runs.run_info, run_a).prompt_commit,
                 state.read_stable(wb.runs.run_info, run_b).prompt_commit,
             )
-            diff = state.read_stable(wb.prompts.prompt_diff, case["label"], commit_a, commit_b)
+            diff = state.read_stable(wb.prompts.prompt_diff, case.label, commit_a, commit_b)
             st.caption(f"Prompt of this label, {commit_a[:8]} → {commit_b[:8]}:")
-            st.code(diff["unified"] or "(the prompt of this label did not change)", language="diff", wrap_lines=True)
-            if diff["fields"]:
-                st.text("\n".join(components.field_changes(diff["fields"])))
+            st.code(diff.unified or "(the prompt of this label did not change)", language="diff", wrap_lines=True)
+            if diff.fields:
+                st.text("\n".join(components.field_changes(diff.fields)))
         st.button(
             "Stop comparing",
             key=state.widget_key("dis-stop-compare"),

@@ -161,18 +161,18 @@ def _results(result, names: dict) -> None:
     st.caption(f"Report text went to {result.endpoint}.")
     for name, g in result.generators.items():
         r = g.ran_score
-        if r.get("no_score"):
-            st.error(components.md(f"{name}: no score: {r['no_score']}"))
+        if r.no_score:
+            st.error(components.md(f"{name}: no score: {r.no_score}"))
         else:
             fewer = (
                 ""
-                if r["pairs_scored"] == r["pairs_total"]
+                if r.pairs_scored == r.pairs_total
                 else (
-                    f" · over {r['pairs_scored']} of {r['pairs_total']} (report, label) pairs (failed extractions left out)"
+                    f" · over {r.pairs_scored} of {r.pairs_total} (report, label) pairs (failed extractions left out)"
                 )
             )
             st.markdown(
-                f"**{components.md(name)}**: Ran Score {r['estimate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}] · {r['policy']}{fewer}"
+                f"**{components.md(name)}**: Ran Score {r.estimate:.3f} [{r.lo:.3f}, {r.hi:.3f}] · {r.policy}{fewer}"
             )
         st.dataframe(
             g.per_label.rename(index=lambda lab: names.get(lab, lab)),
@@ -204,9 +204,9 @@ def _robustness(wb, bundle_path: str) -> None:
         with st.spinner("Labelling the pairs ..."), components.shown_errors("robustness"):
             st.session_state[state.ROBUST_RESULT] = _then_removed(folder, lambda: wb.robustness(bundle_path, pairs))
     result = st.session_state.get(state.ROBUST_RESULT)
-    if result:
-        st.dataframe(result["per_kind"], hide_index=True, column_config=components.decimals(result["per_kind"]))
-        st.dataframe(result["per_label"], hide_index=True, column_config=components.decimals(result["per_label"]))
+    if result is not None:
+        st.dataframe(result.per_kind, hide_index=True, column_config=components.decimals(result.per_kind))
+        st.dataframe(result.per_label, hide_index=True, column_config=components.decimals(result.per_label))
         with st.expander("Every pair"):
-            st.dataframe(result["pairs"], hide_index=True)
-        components.download_csv(result["pairs"], "robustness.csv", "Robustness CSV")
+            st.dataframe(result.pairs, hide_index=True)
+        components.download_csv(result.pairs, "robustness.csv", "Robustness CSV")

@@ -90,18 +90,18 @@ def _reads(wb, cohort: str) -> None:
     """Adaptive reading at a glance: reads done and saved, items decided, undecided and waiting."""
     status = state.read(wb.adaptive.adaptive_status, cohort)
     c = st.columns(5)
-    c[0].metric("Reads done", f"{status['reads_done']:,}", help="one reader's reading of one report")
+    c[0].metric("Reads done", f"{status.reads_done:,}", help="one reader's reading of one report")
     c[1].metric(
         "Reads saved",
-        f"{status['reads_saved']:,}",
-        delta=f"{status['saved_share']:.0%} of a full panel" if status["full_panel"] else None,
+        f"{status.reads_saved:,}",
+        delta=f"{status.saved_share:.0%} of a full panel" if status.full_panel else None,
         delta_color="off",
-        help=f"panel places of reports that left every list, of {status['full_panel']:,} reads for a full panel",
+        help=f"panel places of reports that left every list, of {status.full_panel:,} reads for a full panel",
     )
-    c[2].metric("Items decided", f"{status['decided']:,}", help="(report, label) items with a reference value")
-    c[3].metric("Undecided", f"{status['undecided']:,}", help="still being read: the outcome can still change")
-    c[4].metric("Waiting", f"{status['waiting']:,}", help="no decisive vote (a tie) or flagged: adjudication")
-    st.caption(components.md(f"Adaptive reading is {'on' if status['enabled'] else 'off'}. {wb.reading_order_text()}"))
+    c[2].metric("Items decided", f"{status.decided:,}", help="(report, label) items with a reference value")
+    c[3].metric("Undecided", f"{status.undecided:,}", help="still being read: the outcome can still change")
+    c[4].metric("Waiting", f"{status.waiting:,}", help="no decisive vote (a tie) or flagged: adjudication")
+    st.caption(components.md(f"Adaptive reading is {'on' if status.enabled else 'off'}. {wb.reading_order_text()}"))
 
 
 def _attention(wb, cohort: str, summary, latest, ev) -> None:

@@ -219,8 +219,8 @@ def _diff(wb, label: str, exists: bool) -> None:
             return
         diff, title = state.read(wb.prompts.prompt_diff, label, previous, None), f"Last change (from {previous[:8]})"
     with st.expander(title, expanded=exists):
-        st.code(diff["unified"] or "(no difference)", language="diff", wrap_lines=True)
-        changes = components.field_changes(diff["fields"])
+        st.code(diff.unified or "(no difference)", language="diff", wrap_lines=True)
+        changes = components.field_changes(diff.fields)
         if changes:
             st.caption("Field by field:")
             st.text("\n".join(changes))

@@ -7,7 +7,7 @@ import streamlit as st
 
 from workbench.core.metrics import p_text
 from workbench.services.model_path import NeedsConfirmation
-from workbench.services.results import CaseRef
+from workbench.services.results import CaseRef, CompareView
 from workbench.ui import charts, components, state
 
 CI_METHODS = {"wilson": "Wilson", "clopper-pearson": "Clopper-Pearson (as the Ran Score paper)"}
@@ -358,13 +358,13 @@ def _compare(wb, runs) -> None:
         return
     with components.shown_errors("comparing"):
         cmp = state.read(wb.evaluation.compare_view, run_a, run_b)
-        table, counts, names = cmp["table"], cmp["counts"], wb.vocab.names()
+        table, counts, names = cmp.table, cmp.counts, wb.vocab.names()
         significant = table[table["significant"]]
         m = st.columns(3)
         m[0].metric(
             "Macro F1 (both runs' reports)",
-            components.pct(cmp["macro_f1_b"]),
-            f"{cmp['macro_f1_b'] - cmp['macro_f1_a']:+.3f} from run {run_a}",
+            components.pct(cmp.macro_f1_b),
+            f"{cmp.macro_f1_b - cmp.macro_f1_a:+.3f} from run {run_a}",
         )
         m[1].metric(
             "Labels significantly better / worse",
@@ -383,17 +383,17 @@ def _compare(wb, runs) -> None:
         st.dataframe(_compare_table(shown, names), hide_index=True, height=min(38 + 35 * max(len(shown), 1), 420))
         if len(shown):
             st.plotly_chart(charts.delta_chart(shown, names), key="runs-compare")
-        st.caption("Left out: " + "; ".join(f"{k}: {v}" for k, v in cmp["excluded"].items()))
-        _cases(cmp["cases"], run_a, run_b, names, set(wb.vocab.derived_ids))
+        st.caption("Left out: " + "; ".join(f"{k}: {v}" for k, v in cmp.excluded.items()))
+        _cases(cmp.cases, run_a, run_b, names, set(wb.vocab.derived_ids))
 
 
-def _explain_numbers(cmp: dict, counts: dict, run_a: int, run_b: int) -> None:
+def _explain_numbers(cmp: CompareView, counts: dict, run_a: int, run_b: int) -> None:
     """Why the macro F1 here can differ from the Metrics tab: which reports and labels each counts."""
     alone = counts["alone"]
     st.caption(
         f"Here both runs are scored on the same {counts['reports']} reports and {counts['labels']} labels: reports used as "
         f"few-shot examples in either prompt version are left out ({counts['leaked_either']}), and macro F1 is the "
-        f"{cmp['macro_b'].describe()}. The Metrics tab scores each run alone, leaving out only its own "
+        f"{cmp.macro_b.describe()}. The Metrics tab scores each run alone, leaving out only its own "
         f"version's examples: run {run_a} macro F1 {components.pct(alone['a']['macro_f1'])} on {alone['a']['reports']} "
         f"reports, run {run_b} {components.pct(alone['b']['macro_f1'])} on {alone['b']['reports']} reports. "
         f"Per-label 'items' count (report, label) pairs with a settled reference and an answer from both runs."
