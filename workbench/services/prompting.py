@@ -277,12 +277,13 @@ class PromptsService(Service):
         changes = prompt_repo.working_changes(self.paths.prompts)
         if TASK_FILE not in changes:
             raise StudyError(f"nothing to save for {TASK_LABEL}: {TASK_FILE} matches the latest version")
-        if changes[TASK_FILE] is None:
+        text = changes[TASK_FILE]
+        if text is None:
             raise StudyError(
                 f"{TASK_FILE} was deleted; every prompt needs it: restore it "
                 f"(git -C {self.paths.prompts} checkout -- {TASK_FILE})"
             )
-        return changes[TASK_FILE]
+        return text
 
     def _task_problem(self, changes: dict[str, str | None]) -> str:
         """What is wrong with an uncommitted edit of the shared task file ('' when it can be saved)."""
