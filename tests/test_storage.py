@@ -251,8 +251,10 @@ def test_the_database_clock_is_read_from_the_database(any_study, monkeypatch):
     true = datetime.now(UTC).timestamp()
     monkeypatch.setattr(time, "time", lambda: 0.0)  # a client clock at 1970 changes nothing
     with any_study.session() as s:
-        epoch, when = q.db_epoch(s), q.db_time(s)
+        epoch, when, later = q.db_epoch(s), q.db_time(s), q.db_stamp(s, 60)
     assert abs(epoch - true) < 5 and when.tzinfo is not None and abs(when.timestamp() - epoch) < 5
+    assert abs(datetime.fromisoformat(later).timestamp() - (epoch + 60)) < 5  # in q.now()'s format, 60 s on
+    assert len(later) == len(q.now())
 
 
 def test_a_run_left_running_by_a_gone_executor_is_marked_only_while_that_executor_holds_it(any_study):

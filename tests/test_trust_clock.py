@@ -137,3 +137,53 @@ def test_a_browser_session_expires_by_the_database_clock(accounts, monkeypatch):
     left = datetime.fromisoformat(sessions[0]).timestamp() - db_now(wb)
     assert 3500 < left <= 3600
     assert wb.resume_web_session(cookie).user == "rdr"
+
+
+# ---------------------------------------------------------------- reading claims (adaptive reading)
+
+
+def skew_reading_clock(monkeypatch, delta: timedelta) -> None:
+    """datetime.now() as the store reads it (q.now(), the clock claims were stamped by) runs `delta` off the
+    true clock."""
+
+    class Skewed(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.now(tz) + delta
+
+    monkeypatch.setattr(q, "datetime", Skewed)
+    from workbench.services import adaptive  # where claim expiries were computed before they were the database's
+
+    monkeypatch.setattr(adaptive, "datetime", Skewed, raising=False)
+
+
+@pytest.fixture
+def claims_study(any_study, tmp_path):
+    """Adaptive reading on, no agreement sample: a report given to one reader is given to nobody else meanwhile."""
+    import pandas as pd
+
+    path = tmp_path / "reports.csv"
+    pd.DataFrame(
+        {"id": [f"c{i}" for i in range(8)], "findings": [f"Report {i}: lungs clear." for i in range(8)]}
+    ).to_csv(path, index=False)
+    any_study.import_reports(path, "dev")
+    any_study.set_adaptive(enabled=True, agreement_share=0.0)
+    return any_study
+
+
+@pytest.mark.parametrize("taker_ahead", [True, False])
+def test_a_skewed_reader_clock_neither_takes_over_nor_gives_away_a_live_claim(claims_study, monkeypatch, taker_ahead):
+    """A reading claim lives 30 minutes by the database's clock: a second reader whose clock runs two hours ahead
+    is not given the first reader's report, and a first reader whose clock runs two hours behind does not write a
+    claim that is already over."""
+    wb = claims_study
+    readers = ["rad1", "rad2", "rad3"]
+    skew = timedelta(hours=2)
+    if not taker_ahead:
+        skew_reading_clock(monkeypatch, -skew)  # the claim is written by a clock behind
+    held = wb.next_report(readers[0], "dev")
+    monkeypatch.undo()
+    if taker_ahead:
+        skew_reading_clock(monkeypatch, skew)  # the next reader asks with a clock ahead
+    assert wb.adaptive.open_report(readers[1], "dev", held) is False, "another reader took a live claim"
+    assert held not in [wb.next_report(r, "dev") for r in readers[1:]]

@@ -12,7 +12,6 @@ sees depends on other readers' values only through a report leaving their list (
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -32,11 +31,6 @@ if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
 
 CLAIM_TTL_S = 30 * 60  # a report given to a reader is theirs this long; after it, it may go to someone else
 COMPLETED, DRAFT, UNREAD = "completed", "draft", "unread"
-
-
-def _later(seconds: float) -> str:
-    """An ISO stamp `seconds` from now, in the format of q.now()."""
-    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat(timespec="microseconds")
 
 
 def _signature(wb, session, cohort_id: int, reports: int | None = None) -> str:
@@ -211,7 +205,7 @@ class AdaptiveService(Service):
 
     def _candidates(self, s, cohort_id: int, reader: str) -> pd.DataFrame:
         """The cohort's reports as this reader's candidates, limited to their assignments when it has work lists."""
-        frame = q.adaptive_candidates(s, cohort_id, reader, q.now())
+        frame = q.adaptive_candidates(s, cohort_id, reader, q.db_stamp(s))
         if q.get_work_list(s, cohort_id) is not None:
             mine = set(q.assignments_frame(s, cohort_id, reader=reader)["report_id"])
             frame = frame[frame["report_id"].isin(mine)]
@@ -259,7 +253,7 @@ class AdaptiveService(Service):
             q.lock_adaptive(s, cohort_id)
             facts = q.adaptive_facts(s, cohort_id, reader)  # after the lock: what the claim below relies on
             self._adaptive_sync(s, cohort_id, facts)
-            stamp = q.now()
+            stamp = q.db_stamp(s)  # claims live by the database's clock (readers' machines disagree)
             if not facts["work_list"]:  # _pick's rules, found by the database (the hot path)
                 found = q.own_claim(s, cohort_id, reader, stamp, report_id) if facts["open_claim"] else None
                 found = found or q.first_offered(s, cohort_id, reader, stamp, self.adaptive_settings().order, report_id)
@@ -269,7 +263,7 @@ class AdaptiveService(Service):
                     frame = frame[frame["report_id"] == report_id]
                 found = self._pick(frame, stamp)
             if found is not None:
-                q.put_claims(s, cohort_id, [(found, reader)], done=False, expires_at=_later(CLAIM_TTL_S))
+                q.put_claims(s, cohort_id, [(found, reader)], done=False, expires_at=q.db_stamp(s, CLAIM_TTL_S))
         return found
 
     def _cohort_in(self, s, cohort: str) -> int:
@@ -292,7 +286,7 @@ class AdaptiveService(Service):
             frame = self._candidates(s, cohort_id, reader)
             counts = q.reader_report_counts(s, reader, cohort_id).set_index("report_id")
             draft_ids = set(q.reading_draft_ids(s, reader))
-        stamp = q.now()
+            stamp = q.db_stamp(s)
         labels = counts["labels"].reindex(frame["report_id"]).fillna(0).to_numpy()
         complete = labels >= len(self.vocab.asked_ids)
         started = (

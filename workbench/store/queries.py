@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import NamedTuple, Protocol
 
 import pandas as pd
@@ -77,6 +77,11 @@ def db_epoch(session: Session) -> float:
 def db_time(session: Session) -> datetime:
     """The database's clock as an aware UTC datetime (see db_epoch)."""
     return datetime.fromtimestamp(db_epoch(session), UTC)
+
+
+def db_stamp(session: Session, seconds: float = 0.0) -> str:
+    """An ISO stamp `seconds` from now by the database's clock, in the format of now() (reading claims)."""
+    return (db_time(session) + timedelta(seconds=seconds)).isoformat(timespec="microseconds")
 
 
 class _Stored(Protocol):
@@ -1820,7 +1825,7 @@ def put_claims(
     """Give (report, reader) pairs to readers (done=False, until expires_at) or mark them read (done=True)."""
     if not pairs:
         return
-    stamp = now()
+    stamp = db_stamp(session)  # claims expire by the database's clock: readers' machines disagree
     keep_done = "readingclaim.done OR excluded.done" if not done else "excluded.done"
     rows = [(cohort_id, r, d, done, stamp, expires_at or stamp) for r, d in dict.fromkeys(pairs)]
     _raw_insert(
