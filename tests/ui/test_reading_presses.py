@@ -216,3 +216,32 @@ def test_a_press_from_a_disabled_account_is_answered_not_applied(study):
     keyboard._apply_action(state.ANN_FORM, {"seq": 1, "kind": "save", "item": "x", "page": "p"}, calls.append, reader)
     answer = keyboard.ANSWERS.get(("p", state.ANN_FORM))
     assert calls == [] and answer["seq"] == 1 and "disabled" in answer["error"], answer
+
+
+def test_a_press_interrupted_by_a_rerun_after_its_store_is_not_applied_again_by_the_replay(study):
+    """The cause of "one Enter stored the note twice": Streamlit checks for a newer rerun request at each session
+    state access, even in a callback, and raises RerunException there; the next run replays the interrupted run's
+    trigger. A handler interrupted after its store (Disagreements: add_note, then state.bump) was applied again."""
+    from streamlit.runtime.scriptrunner_utils.exceptions import RerunException
+    from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
+
+    from workbench.services import Workbench
+    from workbench.services.results import PressClaim
+
+    wb = Workbench(study)
+    stored = []
+
+    def handler(payload):
+        stored.append(payload["seq"])  # the note is stored ...
+        raise RerunException(RerunData())  # ... and the next session-state access finds a newer rerun request
+
+    payload = {"seq": 1, "kind": "save", "item": "r|edema", "values": {"category": "other"}, "page": "p"}
+    with pytest.raises(RerunException):
+        keyboard._apply_action(state.DIS_FORM, payload, handler, wb)
+    keyboard._apply_action(state.DIS_FORM, payload, handler, wb)  # the next run replays the trigger
+    assert stored == [1], "the replayed trigger was applied again"
+    assert keyboard.ANSWERS.get(("p", state.DIS_FORM))["error"] is None  # answered as applied
+    assert wb.claim_press("p", state.DIS_FORM, 1) == PressClaim("done", None)
+    keyboard.ANSWERS.answers.clear()  # the same press in a process that did not see it: answered, not applied
+    keyboard._apply_action(state.DIS_FORM, payload, handler, wb)
+    assert stored == [1]
