@@ -245,3 +245,33 @@ def test_a_press_interrupted_by_a_rerun_after_its_store_is_not_applied_again_by_
     keyboard.ANSWERS.answers.clear()  # the same press in a process that did not see it: answered, not applied
     keyboard._apply_action(state.DIS_FORM, payload, handler, wb)
     assert stored == [1]
+
+
+def test_a_handler_runs_to_its_end_though_a_newer_rerun_is_waiting(monkeypatch):
+    """Streamlit's session state raises RerunException at an access when a newer rerun is waiting (its yield
+    check): inside a press's handler it does not, and it does again once the handler is done."""
+    from types import SimpleNamespace
+
+    from streamlit.runtime.scriptrunner_utils.exceptions import RerunException
+    from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
+    from streamlit.runtime.state.safe_session_state import SafeSessionState
+    from streamlit.runtime.state.session_state import SessionState
+
+    def newer_rerun_waiting():
+        raise RerunException(RerunData())
+
+    safe = SafeSessionState(SessionState(), yield_callback=newer_rerun_waiting)
+    monkeypatch.setattr(
+        keyboard, "get_script_run_ctx", lambda suppress_warning=False: SimpleNamespace(session_state=safe)
+    )
+    steps = []
+
+    def handler(payload):
+        steps.append("stored")
+        safe["wb.next"] = "the next item"  # a session-state access after the store: Streamlit's yield point
+        steps.append("moved on")
+
+    keyboard._apply_action(state.DIS_FORM, {"seq": 1, "kind": "save", "item": "i", "page": "q"}, handler)
+    assert steps == ["stored", "moved on"] and keyboard.ANSWERS.get(("q", state.DIS_FORM))["error"] is None
+    with pytest.raises(RerunException):  # the newer rerun is taken at the next access, after the press
+        safe["wb.next"]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 import streamlit as st
+from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
 from workbench.errors import WorkbenchError
 from workbench.ui import state
@@ -195,7 +196,8 @@ def _apply_action(key: str, payload, handler: Handler, presses: Presses | None =
         ANSWERS.put(ident, {"seq": payload["seq"], "error": None, "saved": last.get("saved")})
         error: str | None = None  # also when Streamlit interrupts the handler: it ran up to one of its yield points
         try:
-            error = handler(payload)
+            with _uninterrupted():
+                error = handler(payload)
         except WorkbenchError as exc:  # a refusal the reader can act on; anything else is a bug Streamlit shows
             error = f"Not saved: {exc}"
         except Exception:
@@ -207,6 +209,30 @@ def _apply_action(key: str, payload, handler: Handler, presses: Presses | None =
             if presses is not None:
                 with contextlib.suppress(WorkbenchError):  # this process keeps the answer all the same
                     presses.finish_press(ident[0], key, payload["seq"], error)
+
+
+@contextlib.contextmanager
+def _uninterrupted():
+    """Run a press's handler to its end: Streamlit checks for a newer rerun request at every session-state access
+    (even inside a callback) and raises there, which could stop a handler between its store and the rest of its
+    work (the next item, the answer) or before its store. The newer rerun is taken at the run's next yield point,
+    once the press is applied. Without Streamlit's script context (or if its internals change), nothing is held:
+    the press is still taken before it is applied, so it is never applied twice."""
+    ctx = get_script_run_ctx(suppress_warning=True)
+    safe = getattr(ctx, "session_state", None)
+    check = getattr(safe, "_yield_callback", None)
+    if check is None:
+        yield
+        return
+    object.__setattr__(safe, "_yield_callback", _no_yield)
+    try:
+        yield
+    finally:
+        object.__setattr__(safe, "_yield_callback", check)
+
+
+def _no_yield() -> None:
+    """A session-state access that does not stop the handler for a newer rerun."""
 
 
 def _answer_again(ident: tuple, last: dict, seq: int, claim) -> None:
