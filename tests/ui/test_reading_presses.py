@@ -216,3 +216,62 @@ def test_a_press_from_a_disabled_account_is_answered_not_applied(study):
     keyboard._apply_action(state.ANN_FORM, {"seq": 1, "kind": "save", "item": "x", "page": "p"}, calls.append, reader)
     answer = keyboard.ANSWERS.get(("p", state.ANN_FORM))
     assert calls == [] and answer["seq"] == 1 and "disabled" in answer["error"], answer
+
+
+def test_a_press_interrupted_by_a_rerun_after_its_store_is_not_applied_again_by_the_replay(study):
+    """The cause of "one Enter stored the note twice": Streamlit checks for a newer rerun request at each session
+    state access, even in a callback, and raises RerunException there; the next run replays the interrupted run's
+    trigger. A handler interrupted after its store (Disagreements: add_note, then state.bump) was applied again."""
+    from streamlit.runtime.scriptrunner_utils.exceptions import RerunException
+    from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
+
+    from workbench.services import Workbench
+    from workbench.services.results import PressClaim
+
+    wb = Workbench(study)
+    stored = []
+
+    def handler(payload):
+        stored.append(payload["seq"])  # the note is stored ...
+        raise RerunException(RerunData())  # ... and the next session-state access finds a newer rerun request
+
+    payload = {"seq": 1, "kind": "save", "item": "r|edema", "values": {"category": "other"}, "page": "p"}
+    with pytest.raises(RerunException):
+        keyboard._apply_action(state.DIS_FORM, payload, handler, wb)
+    keyboard._apply_action(state.DIS_FORM, payload, handler, wb)  # the next run replays the trigger
+    assert stored == [1], "the replayed trigger was applied again"
+    assert keyboard.ANSWERS.get(("p", state.DIS_FORM))["error"] is None  # answered as applied
+    assert wb.claim_press("p", state.DIS_FORM, 1) == PressClaim("done", None)
+    keyboard.ANSWERS.answers.clear()  # the same press in a process that did not see it: answered, not applied
+    keyboard._apply_action(state.DIS_FORM, payload, handler, wb)
+    assert stored == [1]
+
+
+def test_a_handler_runs_to_its_end_though_a_newer_rerun_is_waiting(monkeypatch):
+    """Streamlit's session state raises RerunException at an access when a newer rerun is waiting (its yield
+    check): inside a press's handler it does not, and it does again once the handler is done."""
+    from types import SimpleNamespace
+
+    from streamlit.runtime.scriptrunner_utils.exceptions import RerunException
+    from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
+    from streamlit.runtime.state.safe_session_state import SafeSessionState
+    from streamlit.runtime.state.session_state import SessionState
+
+    def newer_rerun_waiting():
+        raise RerunException(RerunData())
+
+    safe = SafeSessionState(SessionState(), yield_callback=newer_rerun_waiting)
+    monkeypatch.setattr(
+        keyboard, "get_script_run_ctx", lambda suppress_warning=False: SimpleNamespace(session_state=safe)
+    )
+    steps = []
+
+    def handler(payload):
+        steps.append("stored")
+        safe["wb.next"] = "the next item"  # a session-state access after the store: Streamlit's yield point
+        steps.append("moved on")
+
+    keyboard._apply_action(state.DIS_FORM, {"seq": 1, "kind": "save", "item": "i", "page": "q"}, handler)
+    assert steps == ["stored", "moved on"] and keyboard.ANSWERS.get(("q", state.DIS_FORM))["error"] is None
+    with pytest.raises(RerunException):  # the newer rerun is taken at the next access, after the press
+        safe["wb.next"]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 import streamlit as st
+from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
 from workbench.errors import WorkbenchError
 from workbench.ui import state
@@ -196,8 +197,8 @@ def _apply_action(key: str, payload, handler: Handler, presses: Presses | None =
             return
         content = (payload.get("kind"), payload.get("item"), payload.get("values"))
         if content[0] == "save" and last.get("saved") == content:
-            # the same Enter on the same item again (seen under heavy load in the browser test, cause not yet
-            # found): stored once, answered again
+            # the same content saved again on the same item under another sequence number: stored once, answered
+            # again (a guard kept from before the cause, a replayed interrupted trigger, was found: see below)
             ANSWERS.put(ident, {**last, "seq": payload["seq"]})
             return
         try:
@@ -208,17 +209,50 @@ def _apply_action(key: str, payload, handler: Handler, presses: Presses | None =
         if claim is not None and claim.state != "new":
             _answer_again(ident, last, payload["seq"], claim)
             return
-        error: str | None = "Not saved: an error on the server (shown on the page)."
+        # Taken before it is applied: Streamlit checks for a newer rerun request at every session-state access, even
+        # inside this callback, and raises there; the next run then replays the interrupted run's trigger. A handler
+        # interrupted after its store (a note, then state.bump) was applied again by that replay: one Enter stored
+        # the note twice, 1.3 s apart, under load. Now the replay finds the press taken and is not applied.
+        ANSWERS.put(ident, {"seq": payload["seq"], "error": None, "saved": last.get("saved")})
+        error: str | None = None  # also when Streamlit interrupts the handler: it ran up to one of its yield points
         try:
-            error = handler(payload)
+            with _uninterrupted():
+                error = handler(payload)
         except WorkbenchError as exc:  # a refusal the reader can act on; anything else is a bug Streamlit shows
             error = f"Not saved: {exc}"
-        finally:  # also when the handler raised: a resend of a press that failed is answered with the failure
+        except Exception:
+            error = "Not saved: an error on the server (shown on the page)."
+            raise
+        finally:  # whatever happened: a resend or a replay of this press is answered with this, never applied again
+            saved = content if content[0] == "save" and error is None else last.get("saved")
+            ANSWERS.put(ident, {"seq": payload["seq"], "error": error, "saved": saved})
             if presses is not None:
                 with contextlib.suppress(WorkbenchError):  # this process keeps the answer all the same
                     presses.finish_press(ident[0], key, payload["seq"], error)
-        saved = content if content[0] == "save" and error is None else last.get("saved")
-        ANSWERS.put(ident, {"seq": payload["seq"], "error": error, "saved": saved})
+
+
+@contextlib.contextmanager
+def _uninterrupted():
+    """Run a press's handler to its end: Streamlit checks for a newer rerun request at every session-state access
+    (even inside a callback) and raises there, which could stop a handler between its store and the rest of its
+    work (the next item, the answer) or before its store. The newer rerun is taken at the run's next yield point,
+    once the press is applied. Without Streamlit's script context (or if its internals change), nothing is held:
+    the press is still taken before it is applied, so it is never applied twice."""
+    ctx = get_script_run_ctx(suppress_warning=True)
+    safe = getattr(ctx, "session_state", None)
+    check = getattr(safe, "_yield_callback", None)
+    if check is None:
+        yield
+        return
+    object.__setattr__(safe, "_yield_callback", _no_yield)
+    try:
+        yield
+    finally:
+        object.__setattr__(safe, "_yield_callback", check)
+
+
+def _no_yield() -> None:
+    """A session-state access that does not stop the handler for a newer rerun."""
 
 
 def _answer_again(ident: tuple, last: dict, seq: int, claim) -> None:
