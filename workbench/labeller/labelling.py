@@ -338,6 +338,13 @@ class Progress:
     made: int
     reused: int
     failures: int
+    remaining_s: float | None = None  # time left, measured on this run's calls so far (None before the first one)
+
+    def left(self) -> str:
+        """The time left for a person ("about 12 min left"), or "" before a call was measured or once done."""
+        if self.remaining_s is None or self.done >= self.total:
+            return ""
+        return f"about {duration(self.remaining_s)} left"
 
 
 @dataclass
@@ -523,6 +530,7 @@ def label_calls(
     _hand_reused(requests, cached, replies, store_reused or store, decide)
     progress = Progress(done=counts.reused, total=len(requests), made=0, reused=counts.reused, failures=0)
     next_report = [time.monotonic() + PROGRESS_EVERY_S]
+    started = time.monotonic()  # the calls' own pace: what the time left is measured on
     if on_progress:
         on_progress(progress)
     offline = is_offline(cfg.model)
@@ -550,6 +558,7 @@ def label_calls(
         progress.done += 1
         progress.made += 1
         progress.failures = counts.failed
+        progress.remaining_s = time_left(time.monotonic() - started, progress)
         if on_answer:
             on_answer(answer)
         for twin in twins.pop(req.key, ()):
@@ -579,6 +588,12 @@ def rambling_note(n: int) -> str:
         "object the reply began with and the rest ignored (kept in the answer's detail); labeller.json_mode or "
         "labeller.response_schema ends replies there (a grammar on llama.cpp and vLLM)"
     )
+
+
+def time_left(elapsed: float, progress: Progress) -> float:
+    """Seconds left at the pace of the calls made so far (twins and cached answers cost no call, so they count as
+    done without time): the estimate that replaces a guess once a model has answered."""
+    return elapsed / max(progress.made, 1) * max(progress.total - progress.done, 0)
 
 
 def _local_facts(cfg, engine):
@@ -711,7 +726,10 @@ def failed_replies(answers: list[CallOutcome]) -> list[tuple[str, str]]:
     ]
 
 
-ASSUMED_LATENCY_S = 1.0  # seconds per call when this model has no recorded calls yet
+NO_HISTORY = (
+    "no history for this model with these settings (server, max_tokens, JSON mode): not estimated before its first "
+    "calls; the run measures them and shows the time left as it goes"
+)
 ASSUMED_REPLY_TOKENS = 30  # completion tokens of one label's {"value": 0, "evidence": "..."} when none are recorded
 TOKEN_SAMPLE = 200  # calls counted with litellm's token counter; the rest are scaled by characters
 
@@ -729,7 +747,7 @@ class Estimate:
     completion_tokens_max: int
     cost: float | None  # None: no price known (litellm has none and the study registered none)
     cost_max: float | None  # every reply as long as max_tokens allows
-    seconds: float
+    seconds: float | None  # None: no call of this model with these settings to measure it by (never a guess)
     concurrency: int
     how: dict  # how each figure was obtained, in words
 
@@ -747,7 +765,9 @@ class Estimate:
             f"prompt tokens: {self.prompt_tokens:,} ({self.how['tokens']})",
             f"completion tokens: {self.completion_tokens:,}, at most {self.completion_tokens_max:,} ({self.how['completion']})",
             f"cost: {cost}{worst} ({self.how['cost']})",
-            f"wall time: about {duration(self.seconds)} at concurrency {self.concurrency} ({self.how['time']})",
+            f"wall time: about {duration(self.seconds)} at concurrency {self.concurrency} ({self.how['time']})"
+            if self.seconds is not None
+            else f"wall time: {self.how['time']}",
         ]
 
     def to_json(self) -> dict:
@@ -800,6 +820,7 @@ def estimate_calls(
         cost = prompt_tokens * prices[0] + completion * prices[1]
         cost_max = prompt_tokens * prices[0] + completion_max * prices[1]
     latencies = sorted(lat for lat, _ in history if lat)
+    latency: float | None
     if offline:
         latency, time_how = 0.0005, "the offline labeller: about 2,000 calls a second"
     elif latencies:
@@ -807,13 +828,10 @@ def estimate_calls(
             latencies[len(latencies) // 2],
             f"median latency {latencies[len(latencies) // 2]:.2f} s of {len(latencies):,} recorded calls",
         )
-    else:
-        latency, time_how = (
-            ASSUMED_LATENCY_S,
-            f"assumed {ASSUMED_LATENCY_S:g} s per call; no call of this model recorded yet",
-        )
+    else:  # a model's speed depends on its server and settings: an assumed figure was 50-400 times off (issue 33)
+        latency, time_how = None, NO_HISTORY
     concurrency = 1 if offline else cfg.concurrency
-    seconds = -(-n // concurrency) * latency if n else 0.0
+    seconds = (-(-n // concurrency) * latency if latency is not None else None) if n else 0.0
     if batch and n:
         time_how += "; as a batch job the provider answers within its 24 h completion window instead"
     return Estimate(
