@@ -169,3 +169,27 @@ def test_the_stop_rule_reads_the_first_object_and_keeps_conflicts_a_failure():
     assert parse_reply('```json\n{"value": 1, "evidence": "x"}\n```', "x").detail == ""  # a fence is not rambling
     assert parse_reply('{"value": 1} and also {"value": 0}', "x").status == "parse_error"  # never a guess
     assert parsing.leading_object('Sure: {"value": 1}') is None  # prose first: not an answer that began with JSON
+
+
+def test_a_real_reply_about_another_finding_replayed_is_a_wrong_label_failure(tmp_path):
+    # SmolLM2-135M asked about atelectasis on a synthetic demo report (the plain recipe) described the report's
+    # edema and enlarged heart, never atelectasis: recorded once, replayed here
+    from real_replies import OTHER_FIXTURE, OTHER_LABELS, REPORT_IDS, Replay, build_study
+    from real_replies import cli as study_cli
+
+    replay = Replay(OTHER_FIXTURE)
+    with running_server(body_fn=replay, owned_by="me") as srv:
+        study, output = build_study(tmp_path, srv.url, "plain", labels=OTHER_LABELS)
+    assert not replay.missing, "requests with no recorded reply: the prompts changed; run bench/record_real_replies.py"
+    flat = " ".join(output.split())
+    # before: "prose: 8 call(s)"; the other seven name the label asked (or nothing) and stay prose
+    assert "prose: 7 call(s)" in flat and "wrong_label: 1 call(s)" in flat
+    assert "the reply is about 'Edema', not the label asked ('Atelectasis')" in flat
+    wrong = [
+        c
+        for report in REPORT_IDS
+        for c in json.loads(study_cli(study, "case", report, "--label", "atelectasis", "--format", "json"))["columns"]
+        if c["status"] == "wrong_label"
+    ]
+    assert len(wrong) == 1 and wrong[0]["value"] is None
+    assert "mild interstitial pulmonary edema" in wrong[0]["call"]["reply"]  # the raw reply, as the model wrote it
