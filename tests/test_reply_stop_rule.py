@@ -153,7 +153,8 @@ ASKED = Asked("pneumothorax", RANSCORE)
         ('{"value": 1, "evidence": "small pleural effusion, no pneumothorax"}', "ok"),  # evidence is not a label
         ('{"value": 0, "evidence": "", "side": "left"}', "ok"),  # an attribute, not a label
         ('{"no_finding": 1}', "ok_tolerant"),  # "No Finding" names no finding of its own
-        ("Answer: 1. The pleural effusion is large.", "wrong_label"),  # a 0/1 stated about another finding
+        ("The heart is enlarged. Answer: 1. A small pleural effusion.", "ok_tolerant"),  # a synonym: kept
+        ("The report describes a small pleural effusion.", "wrong_label"),  # prose about another finding only
         ("Answer: 0. No pneumothorax; a pleural effusion.", "ok_tolerant"),
     ],
 )

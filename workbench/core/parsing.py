@@ -218,10 +218,10 @@ def prose_failure(decision: Answer, text: str | None) -> Answer:
 
 
 def off_label_prose(decision: Answer, text: str | None, asked: Asked | None) -> Answer:
-    """A prose reply (a "prose" failure, or a 0/1 taken from plain text) that names another label of the vocabulary
-    and never the one asked, as its own kind, "wrong_label"; any other decision unchanged."""
-    plain = decision.status == "prose" or (decision.status == "ok_tolerant" and decision.detail == _FROM_TEXT)
-    other = _other_label(text or "", asked) if plain and asked is not None else None
+    """A prose failure that names another label of the vocabulary and never the one asked, as its own kind,
+    "wrong_label"; any other decision unchanged. A 0/1 stated in plain text is kept: prose may name the asked
+    finding by a synonym ("the heart is enlarged"), so a name check alone never discards an answer."""
+    other = _other_label(text or "", asked) if decision.status == "prose" and asked is not None else None
     if other is None or asked is None:
         return decision
     return _wrong_label(other, asked, text or "")
@@ -250,7 +250,6 @@ def evidence_in_report(evidence: str, report_text: str) -> bool:
 
 
 _MISSING = object()
-_FROM_TEXT = "value taken from plain text"
 _LEADING_FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*")
 RAMBLING = "rambling"  # the detail of an answer read from a reply's first JSON object, with text after it
 TOO_DEEP = "reply is nested too deeply to parse (a model looping on brackets?)"
@@ -546,7 +545,7 @@ def _from_text(body: str, report_text: str | None) -> Answer:
     if len(values) > 1:
         return _fail(f"ambiguous: both 0 and 1 appear as answers: {_quote(body)}")
     if values and (explicit or not refusal):
-        return Answer(values.pop(), "", "ok_tolerant", _FROM_TEXT)
+        return Answer(values.pop(), "", "ok_tolerant", "value taken from plain text")
     if refusal:
         return _fail(f"model refused: {_quote(body)}", "refusal")
     return _fail(f"no 0/1 value found in reply: {_quote(body)}")
