@@ -97,6 +97,11 @@ def run_id(output: str) -> int:
     return int(re.search(r"run (\d+) ", output).group(1))
 
 
+def summary_line(output: str) -> str:
+    """The "run N finished: ..." line of a `workbench run` output."""
+    return next((line for line in output.splitlines() if line.startswith("run ")), output.strip())
+
+
 def metrics(study: Study, run: int) -> dict:
     """Macro F1 (with its bootstrap interval) and per-label F1 with Wilson intervals."""
     m = json.loads(study("metrics", str(run), "--format", "json"))
@@ -183,7 +188,9 @@ def bench(args) -> None:
         print(study("metrics", str(real)).strip())
         noise_at(study, real, args, "0")
         study.labeller(temperature=0.7)
-        hot = run_id(study("run", "--cohort", "openi", "--labels", labels[0], ok=(0, 3)))
+        out, seconds = timed(study, "run", "--cohort", "openi", "--labels", labels[0])
+        hot = run_id(out)
+        print(f"\n== the run at temperature 0.7, {labels[0]} ({seconds:.0f} s) ==\n" + summary_line(out))
         noise_at(study, hot, args, "0.7")
         study.labeller(temperature=0.0)
         if args.optimise:

@@ -5,6 +5,9 @@ on 127.0.0.1 in front of it, builds the replay study (tests/real_replies.py: a f
 never OpenI text) and runs it twice through the CLI: with the README's plain OpenAI-compatible recipe, and with
 json_mode and response_schema. Every chat request body and the server's reply body are written to
 tests/data/real_model/replies.json; tests/test_real_replies.py replays them through tests/fake_llm_server.py.
+Then the plain recipe once more on two other labels (pneumothorax, atelectasis), written to
+tests/data/real_model/replies_other_labels.json: the answers about another finding that
+tests/test_reply_stop_rule.py replays (failure kind wrong_label).
 
 Run once, when the prompts or the recipe change (the replay tests name this script when a request has no
 recorded reply): ``nice python bench/record_real_replies.py`` (a few minutes on 2 cores).
@@ -26,7 +29,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from llama_server import MODEL_ALIAS, llama_server, model_file, server_python  # noqa: E402
-from real_replies import FIXTURE, RECIPES, build_study  # noqa: E402
+from real_replies import FIXTURE, OTHER_FIXTURE, OTHER_LABELS, RECIPES, build_study  # noqa: E402
 
 
 def recording_proxy(target: str, calls: list[dict]) -> ThreadingHTTPServer:
@@ -65,7 +68,7 @@ def recording_proxy(target: str, calls: list[dict]) -> ThreadingHTTPServer:
 
 
 def main() -> None:
-    """Record both recipes' calls and write the fixture."""
+    """Record both recipes' calls, then the plain recipe's on the other labels, and write the two fixtures."""
     python = server_python()
     model = model_file(python)
     if not model:
@@ -78,8 +81,12 @@ def main() -> None:
         for name in RECIPES:
             study, output = build_study(work / name, proxy_url, name)
             print(f"{name}: {output.strip().splitlines()[-1] if output.strip() else ''}")
+        mine = len(calls)
+        _study, output = build_study(work / "other", proxy_url, "plain", labels=OTHER_LABELS)
+        print(f"plain, {OTHER_LABELS}: {output.strip().splitlines()[-1] if output.strip() else ''}")
         proxy.shutdown()
-    for call in calls:
+    calls, other = calls[:mine], calls[mine:]
+    for call in calls + other:
         call["request"].pop("api_key", None)
     FIXTURE.parent.mkdir(parents=True, exist_ok=True)
     about = (
@@ -89,6 +96,10 @@ def main() -> None:
     )
     FIXTURE.write_text(json.dumps({"_about": about, "model": MODEL_ALIAS, "calls": calls}, indent=1) + "\n")
     print(f"{len(calls)} calls written to {FIXTURE}")
+    about_other = about.replace("(no patient text)", f"(no patient text), the plain recipe asked about {OTHER_LABELS}")
+    about_other = about_other.replace("tests/test_real_replies.py", "tests/test_reply_stop_rule.py")
+    OTHER_FIXTURE.write_text(json.dumps({"_about": about_other, "model": MODEL_ALIAS, "calls": other}, indent=1) + "\n")
+    print(f"{len(other)} calls written to {OTHER_FIXTURE}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "data" / "real_model" / "replies.json"
 REPORT_IDS = ("demo-001", "demo-002", "demo-004", "demo-012")
 LABELS = "cardiomegaly,pleural_effusion"
+# a second recording with the plain recipe: labels the model answered beside, about another finding of the report
+OTHER_FIXTURE = ROOT / "tests" / "data" / "real_model" / "replies_other_labels.json"
+OTHER_LABELS = "pneumothorax,atelectasis"
 # the README's plain recipe (prose and looping replies), and the recipe docs/models.md gives for llama.cpp
 RECIPES = {
     "plain": {"max_tokens": 96},
@@ -54,7 +57,9 @@ def cli(study: pathlib.Path, *args: str, ok=(0,)) -> str:
     return result.output
 
 
-def build_study(folder: pathlib.Path, api_base: str, recipe: str, **extra) -> tuple[pathlib.Path, str]:
+def build_study(
+    folder: pathlib.Path, api_base: str, recipe: str, labels: str = LABELS, **extra
+) -> tuple[pathlib.Path, str]:
     """The replay study in folder, labelled by the model at api_base with one recipe; (study, the run's output)."""
     study = folder / "study"
     reports, readings = subset(folder)
@@ -64,7 +69,7 @@ def build_study(folder: pathlib.Path, api_base: str, recipe: str, **extra) -> tu
     conf = yaml.safe_load((study / "workbench.yaml").read_text())
     conf["labeller"].update({"model": MODEL, "api_base": api_base, "timeout_s": 3600, **RECIPES[recipe], **extra})
     (study / "workbench.yaml").write_text(yaml.safe_dump(conf, sort_keys=False))
-    return study, cli(study, "run", "--cohort", "dev", "--labels", LABELS, ok=(0, 3))
+    return study, cli(study, "run", "--cohort", "dev", "--labels", labels, ok=(0, 3))
 
 
 def request_key(body: dict) -> str:
@@ -73,9 +78,9 @@ def request_key(body: dict) -> str:
     return hashlib.sha256(json.dumps(wanted, sort_keys=True).encode()).hexdigest()
 
 
-def recorded() -> dict[str, dict]:
+def recorded(fixture: pathlib.Path = FIXTURE) -> dict[str, dict]:
     """request_key -> the recorded reply body."""
-    calls = json.loads(FIXTURE.read_text())["calls"]
+    calls = json.loads(fixture.read_text())["calls"]
     return {request_key(c["request"]): c["response"] for c in calls if c["status"] == 200}
 
 
@@ -83,8 +88,8 @@ class Replay:
     """A fake server's body_fn answering each request with its recorded reply body; misses are kept (a test
     asserts there are none) and answered with a reply that says how to record again."""
 
-    def __init__(self) -> None:
-        self.calls, self.missing = recorded(), []
+    def __init__(self, fixture: pathlib.Path = FIXTURE) -> None:
+        self.calls, self.missing = recorded(fixture), []
 
     def __call__(self, body: dict, reply: str) -> dict:
         found = self.calls.get(request_key(body))

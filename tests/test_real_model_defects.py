@@ -4,6 +4,7 @@ failure, one call per distinct report text, the calls table's time unit, an inte
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import pathlib
@@ -217,7 +218,7 @@ def test_the_estimate_uses_only_calls_made_with_the_same_settings(small_study):
         wb.start_run("dev", labels=["pleural_effusion"], **remote(slow, max_tokens=256))
         other = wb.estimate_run("dev", labels=["pneumothorax"], **remote(fast, max_tokens=64))
         # before: the slow server's calls at another max_tokens set the figure ("median latency 0.3 s of 8 calls")
-        assert "no call of this model recorded yet" in other.how["time"], other.how
+        assert "no history for this model with these settings" in other.how["time"], other.how
         wb.start_run("dev", labels=["pleural_effusion"], **remote(fast, max_tokens=64))
         same = wb.estimate_run("dev", labels=["pneumothorax"], **remote(fast, max_tokens=64))
     assert "of 8 recorded calls" in same.how["time"] and same.seconds < 8 * 0.3
@@ -228,3 +229,43 @@ def test_the_estimate_counts_a_one_slot_server_one_call_at_a_time(small_study):
     with running_server(keywords=KEYWORDS, owned_by="me") as srv:
         estimate = wb.estimate_run("dev", labels=["pleural_effusion"], **remote(srv, concurrency=8))
     assert estimate.concurrency == 1  # before: "at concurrency 8" on a server that answers one call at a time
+
+
+def test_a_model_with_no_history_gets_no_time_figure_before_its_first_calls(small_study):
+    wb = small_study
+    with running_server(keywords=KEYWORDS, latency=0.1) as srv:  # 8 calls: progress is reported every 0.2 s
+        first = wb.estimate_run("dev", labels=["pleural_effusion"], **remote(srv, concurrency=1))
+        lines = "\n".join(first.lines())
+        # before: "about 8 s at concurrency 8 (assumed 1 s per call ...)": a guess 50-400 times off on a CPU server
+        assert first.seconds is None and "assumed" not in first.how["time"]
+        assert (
+            "wall time: no history for this model with these settings" in lines
+            and "about" not in lines.split("wall time")[1]
+        )
+        seen = []
+        snapshot = lambda p: seen.append(dataclasses.replace(p))  # noqa: E731 (the run updates one Progress in place)
+        wb.start_run("dev", labels=["pleural_effusion"], on_progress=snapshot, **remote(srv, concurrency=1))
+        after = wb.estimate_run("dev", labels=["pneumothorax"], **remote(srv, concurrency=1))
+    assert seen[0].made == 0 and seen[0].remaining_s is None and seen[0].left() == ""  # nothing measured yet
+    measured = [p for p in seen if 0 < p.made < p.total]
+    assert measured and all(p.remaining_s is not None and p.remaining_s > 0 for p in measured)
+    assert measured[0].left().startswith("about ") and measured[0].left().endswith(" s left")
+    assert seen[-1].done == seen[-1].total and seen[-1].left() == ""
+    assert after.seconds is not None and "median latency" in after.how["time"]  # the first run's calls, measured
+
+
+def test_the_cli_progress_line_says_the_time_left_measured_on_the_calls_so_far():
+    import io
+
+    from workbench.labeller.labelling import Progress
+    from workbench.terminal import Progress as Line
+
+    out = io.StringIO()
+    line = Line(out, is_terminal=False, step=0.25)
+    line(Progress(done=0, total=8, made=0, reused=0, failures=0))
+    line(Progress(done=2, total=8, made=2, reused=0, failures=0, remaining_s=150.0))
+    line(Progress(done=8, total=8, made=8, reused=0, failures=0, remaining_s=0.0))
+    assert out.getvalue().splitlines() == [
+        "2/8 calls (25%): made 2, reused 0, failures 0, about 2 min left",
+        "8/8 calls (100%): made 8, reused 0, failures 0",
+    ]

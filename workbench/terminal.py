@@ -432,7 +432,9 @@ class Progress:
             self.next_share += self.step
         if p.done >= p.total:
             self.next_share = math.inf
-        print(f"{p.done}/{p.total} calls ({share:.0%}): {self._describe(p)}", file=self.stream, flush=True)
+        left = p.left() if hasattr(p, "left") else ""  # measured on the run's own calls (the bar has its own column)
+        line = f"{p.done}/{p.total} calls ({share:.0%}): {self._describe(p)}" + (f", {left}" if left else "")
+        print(line, file=self.stream, flush=True)
 
     def _bar(self, p) -> None:
         from rich.console import Console

@@ -10,6 +10,7 @@ not 0/1) is "parse_error" with the reason. Pure functions: no I/O; bad output ne
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import math
 import re
@@ -103,16 +104,19 @@ def _missing(value) -> bool:
 # -- public API ---------------------------------------------------------------------------
 
 
-def parse_reply(text: str | None, report_text: str | None = None, spec: Spec = ()) -> Answer:
+def parse_reply(
+    text: str | None, report_text: str | None = None, spec: Spec = (), asked: Asked | None = None
+) -> Answer:
     """Parse a per-label reply: {"value": 0|1, "evidence": "...", "attributes": {...}} or a tolerated plain
-    answer; spec: the label's attributes (none asked when empty: an `attributes` object is then ignored)."""
+    answer; spec: the label's attributes (none asked when empty: an `attributes` object is then ignored);
+    asked: the label the call asked about, so an answer about another label is a "wrong_label" failure."""
     try:
-        return _parse_reply(text, report_text, spec)
+        return _parse_reply(text, report_text, spec, asked)
     except (_TooDeep, RecursionError):  # RecursionError: e.g. repr of a value nested just under the limit
         return _fail(TOO_DEEP)
 
 
-def _parse_reply(text: str | None, report_text: str | None, spec: Spec = ()) -> Answer:
+def _parse_reply(text: str | None, report_text: str | None, spec: Spec = (), asked: Asked | None = None) -> Answer:
     if text is None:
         return Answer(None, "", "call_error", "no reply: the call failed")
     if not isinstance(text, str):
@@ -125,13 +129,13 @@ def _parse_reply(text: str | None, report_text: str | None, spec: Spec = ()) -> 
         except (ValueError, RecursionError):
             obj = None
         if isinstance(obj, dict):
-            return _from_objects([(obj, False)], whole, report_text, spec)
+            return _from_objects([(obj, False)], whole, report_text, spec, asked)
     body, truncated = _strip_think(text)
     if not body.strip():
         return _fail("reply ended inside <think> (raise max_tokens?)" if truncated else "empty reply")
     objects = _json_objects(body)
     if objects:
-        return _from_objects(objects, body, report_text, spec)
+        return _rambling(_from_objects(objects, body, report_text, spec, asked), body)
     return _from_text(body, report_text)
 
 
@@ -144,13 +148,14 @@ class ReplyMemo:
         self._seen: dict[object, Answer] = {}
         self._limit = limit
 
-    def parse(self, text: str | None, report_text: str | None, spec: Spec = ()) -> Answer:
-        """parse_reply(text, report_text, spec), remembered when the report cannot change it."""
-        key = (text, spec) if spec else text  # the same reply can fit one label's attributes and not another's
+    def parse(self, text: str | None, report_text: str | None, spec: Spec = (), asked: Asked | None = None) -> Answer:
+        """parse_reply(text, report_text, spec, asked), remembered when the report cannot change it."""
+        # the same reply can fit one label's attributes and not another's, and name one label and not another
+        key = (text, spec, asked.label) if asked is not None else (text, spec) if spec else text
         seen = self._seen.get(key) if isinstance(text, str) else None
         if seen is not None:
             return seen
-        decision = parse_reply(text, report_text, spec)
+        decision = parse_reply(text, report_text, spec, asked)
         if isinstance(text, str) and not decision.evidence and len(self._seen) < self._limit:
             self._seen[key] = decision
         return decision
@@ -212,6 +217,30 @@ def prose_failure(decision: Answer, text: str | None) -> Answer:
     return replace(decision, status="prose", detail="prose without the JSON answer asked for: " + decision.detail)
 
 
+def off_label_prose(decision: Answer, text: str | None, asked: Asked | None) -> Answer:
+    """A prose failure that names another label of the vocabulary and never the one asked, as its own kind,
+    "wrong_label"; any other decision unchanged. A 0/1 stated in plain text is kept: prose may name the asked
+    finding by a synonym ("the heart is enlarged"), so a name check alone never discards an answer."""
+    other = _other_label(text or "", asked) if decision.status == "prose" and asked is not None else None
+    if other is None or asked is None:
+        return decision
+    return _wrong_label(other, asked, text or "")
+
+
+def leading_object(text: str | None) -> tuple[str, str] | None:
+    """(the JSON object a reply begins with, the text after it) when that object is complete and parses; None
+    otherwise. The stop rule: a reply that begins with its answer ends there, whatever follows (even when the
+    model went on until max_tokens), and what follows is rambling, recorded but never read."""
+    body, _ = _strip_think(text or "")
+    body = _LEADING_FENCE.sub("", body, count=1).lstrip()
+    if body[:1] != "{":
+        return None
+    first = next(_brace_chunks(body), None)
+    if first is None or not body.startswith(first) or not isinstance(_load(first)[0], dict):
+        return None
+    return first, body[len(first) :]
+
+
 def evidence_in_report(evidence: str, report_text: str) -> bool:
     """True when the evidence (or each '...'-separated piece, in order) appears in the report: the one matcher."""
     return evidence_found(evidence, report_text)
@@ -221,6 +250,8 @@ def evidence_in_report(evidence: str, report_text: str) -> bool:
 
 
 _MISSING = object()
+_LEADING_FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*")
+RAMBLING = "rambling"  # the detail of an answer read from a reply's first JSON object, with text after it
 TOO_DEEP = "reply is nested too deeply to parse (a model looping on brackets?)"
 
 
@@ -367,7 +398,9 @@ def _with_attributes(decision: Answer, entry: object, spec: Spec) -> Answer:
     return replace(decision, attributes=tuple(sorted(values.items(), key=lambda kv: order.index(kv[0]))))
 
 
-def _from_objects(objects: list[tuple[dict, bool]], body: str, report_text: str | None, spec: Spec = ()) -> Answer:
+def _from_objects(
+    objects: list[tuple[dict, bool]], body: str, report_text: str | None, spec: Spec = (), asked: Asked | None = None
+) -> Answer:
     candidates = []
     for obj, lenient in objects:
         raw, key = _value_from_dict(obj)
@@ -375,6 +408,9 @@ def _from_objects(objects: list[tuple[dict, bool]], body: str, report_text: str 
             raw, key = next(iter(obj.values())), "single key"
         if key is not None:
             candidates.append((obj, lenient, raw, key))
+    other = _off_label_object(candidates[0][0] if candidates else objects[0][0], asked)
+    if other is not None and asked is not None:
+        return _wrong_label(other, asked, body)
     if not candidates:
         keys = sorted(str(k) for k in objects[0][0])
         return _fail(f"JSON has no 'value' key (keys: {keys[:8]}): {_quote(body)}")
@@ -388,6 +424,100 @@ def _from_objects(objects: list[tuple[dict, bool]], body: str, report_text: str 
         return _fail(f"conflicting JSON objects give both 0 and 1: {_quote(body)}")
     status = "ok" if key == "value" and strict and not lenient else "ok_tolerant"
     return _with_attributes(_with_evidence(value, _evidence_of(obj, report_text), status, report_text), obj, spec)
+
+
+def _rambling(decision: Answer, body: str) -> Answer:
+    """An answer read from the JSON object its reply begins with, marked when text follows that object (the
+    stop rule: that text is ignored, and counted as rambling by the run)."""
+    cut = leading_object(body) if decision.ok and not decision.detail else None
+    tail = cut[1].strip().strip("`").strip() if cut else ""
+    if not tail:
+        return decision
+    return replace(
+        decision, detail=f"{RAMBLING}: {len(tail)} characters after the JSON object, ignored: {_quote(tail)}"
+    )
+
+
+# -- helpers: the label a reply is about --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Asked:
+    """The label a per-label call asks about and the vocabulary's labels ((id, display name) pairs): what the
+    wrong-label check compares a reply with."""
+
+    label: str
+    names: tuple[tuple[str, str], ...]
+
+
+# JSON fields in which an answer may say which label it is about
+_LABEL_FIELDS = frozenset({"label", "label_id", "label_name", "finding", "name", "condition", "diagnosis", "id"})
+# keys of one label's answer that are not the name of a label
+_ANSWER_KEYS = _LABEL_FIELDS | frozenset(
+    {"value", "answer", "result", "prediction", "present", "output", "evidence", "quote", "evidence_text", "span"}
+    | {"attributes", "reason", "reasoning", "explanation", "confidence", "side", "severity", "change"}
+)
+
+
+def _wrong_label(other: str, asked: Asked, text: str) -> Answer:
+    names = dict(asked.names)
+    return _fail(
+        f"the reply is about {names.get(other, other)!r}, not the label asked ({names.get(asked.label, asked.label)!r})"
+        f": {_quote(text)}",
+        "wrong_label",
+    )
+
+
+def _off_label_object(obj: dict, asked: Asked | None) -> str | None:
+    """The other label a JSON answer says it is about, by a field ({"label": "Effusion", ...}) or by a key
+    ({"effusion": 1}); None when it also names the label asked, or names no label."""
+    if asked is None:
+        return None
+    said = [str(v) for k, v in obj.items() if _norm_key(k) in _LABEL_FIELDS and isinstance(v, str)]
+    said += [str(k) for k in obj if _norm_key(k) not in _ANSWER_KEYS]
+    return _other_label(" ; ".join(said), asked) if said else None
+
+
+def _words(text: str) -> str:
+    """Lower-case words of a text, space-separated and padded, for whole-word matching."""
+    return " " + " ".join(re.findall(r"[a-z0-9]+", unicodedata.normalize("NFKC", text).lower())) + " "
+
+
+def _terms(label: str, name: str) -> tuple[str, ...]:
+    """A label's id and display name as padded words, each also in the plural."""
+    out: list[str] = []
+    for term in dict.fromkeys((_words(label.replace("_", " ")), _words(name))):
+        out += [term, term[:-1] + "s "]
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=256)
+def _label_terms(asked: Asked) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...]]:
+    """The asked label's terms, and each other label's. Left out: labels that are not a finding of their own ("No
+    Finding", "Pleural Other"), and labels whose terms contain the asked one's or lie inside them ("effusion" and
+    "pleural effusion"): naming them does not name another finding."""
+    names = dict(asked.names)
+    mine = _terms(asked.label, names.get(asked.label, asked.label))
+    others = []
+    for lab, name in asked.names:
+        terms = _terms(lab, name)
+        if lab == asked.label or any(w in ("no", "other") for t in terms for w in t.split()):
+            continue
+        if any(a in t or t in a for a in mine for t in terms):
+            continue
+        others.append((lab, terms))
+    return mine, tuple(others)
+
+
+def _other_label(text: str, asked: Asked | None) -> str | None:
+    """The first other label of the vocabulary a text names when it never names the label asked; None otherwise."""
+    if asked is None or not text:
+        return None
+    mine, others = _label_terms(asked)
+    words = _words(text)
+    if any(t in words for t in mine):
+        return None
+    return next((lab for lab, terms in others if any(t in words for t in terms)), None)
 
 
 # -- helpers: plain text ---------------------------------------------------------------------

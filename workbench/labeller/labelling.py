@@ -96,6 +96,8 @@ HINTS = {
     "labeller.response_schema (llama.cpp and vLLM then constrain the reply to JSON)",
     "oversized": "the reply was longer than labeller.max_reply_chars: check the server, or raise the limit",
     "refusal": "the model declined to answer: reword the prompt, or use another model",
+    "wrong_label": "the model answered about another label than the one asked: turn on labeller.response_schema (the "
+    "answer is then only a value and its evidence), or use a larger model; the raw reply is in `workbench case`",
     "parse_error": "the reply had no usable 0/1: tighten the prompt's output format, or turn on labeller.response_schema",
     "timeout": "calls took longer than labeller.timeout_s: a server that answers one call at a time needs "
     "labeller.concurrency 1 (a run lowers it after a timeout) or a larger timeout_s; then `workbench run --resume {run}`",
@@ -168,6 +170,8 @@ def build_requests(
         params = {**params, "cues": cue_digest(cues)}
     key_of = call_keyer(params)
     keyed = {lab: label_call_keyer(ps, lab, names[lab], params) for lab in labels} if mode != "joint" else {}
+    vocabulary = tuple(names.items())  # one tuple shared by every request: what a wrong-label reply is checked with
+    asked = {lab: parsing.Asked(lab, vocabulary) for lab in labels}
     prompts = {lab: [ps.label(lab)] for lab in labels}
     out = []
     for item, text in items:
@@ -209,6 +213,7 @@ def build_requests(
                         "prompts": prompts[lab],
                         "cues": cues,
                         "attributes": {lab: specs[lab]} if lab in specs else {},
+                        "asked": asked[lab],
                     },
                 )
             )
@@ -229,9 +234,10 @@ def decide(req, text: str | None, res=None, replies: parsing.ReplyMemo | None = 
     if text is None:
         detail = ((res.error if res is not None else "no reply") or "no reply")[:2000]
         return {lab: parsing.Answer(None, "", "call_error", detail) for lab in meta["labels"]}
+    asked = meta.get("asked")  # per label: the label asked, so a reply about another is a failure of its own kind
     shape = reply_shape_failure(res)
     if shape is not None:
-        return {lab: shape for lab in meta["labels"]}
+        return {lab: parsing.off_label_prose(shape, text, asked) for lab in meta["labels"]}
     if meta["mode"] == EXTRACT_MODE:
         return {lab: extraction_decision(text) for lab in meta["labels"]}
     specs = meta.get("attributes") or {}
@@ -239,8 +245,8 @@ def decide(req, text: str | None, res=None, replies: parsing.ReplyMemo | None = 
         if meta["mode"] == "joint":
             return parsing.parse_joint_reply(text, meta["labels"], meta["report"], specs)
         parse = replies.parse if replies is not None else parsing.parse_reply
-        decision = parse(text, meta["report"], specs.get(meta["labels"][0], ()))
-        return {meta["labels"][0]: parsing.prose_failure(decision, text)}
+        decision = parse(text, meta["report"], specs.get(meta["labels"][0], ()), asked)
+        return {meta["labels"][0]: parsing.off_label_prose(parsing.prose_failure(decision, text), text, asked)}
     except Exception as exc:  # the parser's contract is never to raise; if it does, one failure, not a dead run
         return {
             lab: parsing.Answer(None, "", "parse_error", f"parser error ({type(exc).__name__})")
@@ -268,6 +274,8 @@ def reply_shape_failure(res) -> parsing.Answer | None:
     if res is None:
         return None
     finish = getattr(res, "finish_reason", None)
+    if finish == "length" and parsing.leading_object(res.text) is not None:
+        return None  # the stop rule: the answer ended with its JSON object; what follows is rambling, not the answer
     if finish == "length" and parsing.looping(res.text):
         return parsing.Answer(
             None,
@@ -330,6 +338,13 @@ class Progress:
     made: int
     reused: int
     failures: int
+    remaining_s: float | None = None  # time left, measured on this run's calls so far (None before the first one)
+
+    def left(self) -> str:
+        """The time left for a person ("about 12 min left"), or "" before a call was measured or once done."""
+        if self.remaining_s is None or self.done >= self.total:
+            return ""
+        return f"about {duration(self.remaining_s)} left"
 
 
 @dataclass
@@ -347,6 +362,7 @@ class LabelCounts:
     cost: float = 0.0
     response_format: str = ""  # how the reply format was asked for (see with_response_schema)
     notes: list = field(default_factory=list)  # what the run chose on the way (concurrency fitted to the server ...)
+    rambling: int = 0  # replies answered by the JSON object they began with, and then went on
 
 
 LABEL_SCHEMA = {
@@ -514,6 +530,7 @@ def label_calls(
     _hand_reused(requests, cached, replies, store_reused or store, decide)
     progress = Progress(done=counts.reused, total=len(requests), made=0, reused=counts.reused, failures=0)
     next_report = [time.monotonic() + PROGRESS_EVERY_S]
+    started = time.monotonic()  # the calls' own pace: what the time left is measured on
     if on_progress:
         on_progress(progress)
     offline = is_offline(cfg.model)
@@ -541,6 +558,7 @@ def label_calls(
         progress.done += 1
         progress.made += 1
         progress.failures = counts.failed
+        progress.remaining_s = time_left(time.monotonic() - started, progress)
         if on_answer:
             on_answer(answer)
         for twin in twins.pop(req.key, ()):
@@ -558,7 +576,24 @@ def label_calls(
                 (engine or engine_for(cfg))(todo, cfg, on_result, cancel)
     finally:
         flush()  # also when the engine raised: what was answered is kept
+        if counts.rambling:
+            counts.notes.append(rambling_note(counts.rambling))
     return counts
+
+
+def rambling_note(n: int) -> str:
+    """The note for replies that went on after their JSON object (the stop rule read the object and ignored the rest)."""
+    return (
+        f"{n} repl{'y' if n == 1 else 'ies'} went on after the JSON object (rambling): each answer was read from the "
+        "object the reply began with and the rest ignored (kept in the answer's detail); labeller.json_mode or "
+        "labeller.response_schema ends replies there (a grammar on llama.cpp and vLLM)"
+    )
+
+
+def time_left(elapsed: float, progress: Progress) -> float:
+    """Seconds left at the pace of the calls made so far (twins and cached answers cost no call, so they count as
+    done without time): the estimate that replaces a guess once a model has answered."""
+    return elapsed / max(progress.made, 1) * max(progress.total - progress.done, 0)
 
 
 def _local_facts(cfg, engine):
@@ -636,6 +671,8 @@ def _count(counts: LabelCounts, answer: CallOutcome) -> None:
     counts.prompt_tokens += res.prompt_tokens or 0
     counts.completion_tokens += res.completion_tokens or 0
     counts.cost += res.cost or 0.0
+    if any(d.detail.startswith(parsing.RAMBLING) for d in answer.decisions.values()):
+        counts.rambling += 1
     failed = answer.failure()
     if failed is not None:
         kind, detail = failed
@@ -690,7 +727,10 @@ def failed_replies(answers: list[CallOutcome]) -> list[tuple[str, str]]:
     ]
 
 
-ASSUMED_LATENCY_S = 1.0  # seconds per call when this model has no recorded calls yet
+NO_HISTORY = (
+    "no history for this model with these settings (server, max_tokens, JSON mode): not estimated before its first "
+    "calls; the run measures them and shows the time left as it goes"
+)
 ASSUMED_REPLY_TOKENS = 30  # completion tokens of one label's {"value": 0, "evidence": "..."} when none are recorded
 TOKEN_SAMPLE = 200  # calls counted with litellm's token counter; the rest are scaled by characters
 
@@ -708,7 +748,7 @@ class Estimate:
     completion_tokens_max: int
     cost: float | None  # None: no price known (litellm has none and the study registered none)
     cost_max: float | None  # every reply as long as max_tokens allows
-    seconds: float
+    seconds: float | None  # None: no call of this model with these settings to measure it by (never a guess)
     concurrency: int
     how: dict  # how each figure was obtained, in words
 
@@ -726,7 +766,9 @@ class Estimate:
             f"prompt tokens: {self.prompt_tokens:,} ({self.how['tokens']})",
             f"completion tokens: {self.completion_tokens:,}, at most {self.completion_tokens_max:,} ({self.how['completion']})",
             f"cost: {cost}{worst} ({self.how['cost']})",
-            f"wall time: about {duration(self.seconds)} at concurrency {self.concurrency} ({self.how['time']})",
+            f"wall time: about {duration(self.seconds)} at concurrency {self.concurrency} ({self.how['time']})"
+            if self.seconds is not None
+            else f"wall time: {self.how['time']}",
         ]
 
     def to_json(self) -> dict:
@@ -779,6 +821,7 @@ def estimate_calls(
         cost = prompt_tokens * prices[0] + completion * prices[1]
         cost_max = prompt_tokens * prices[0] + completion_max * prices[1]
     latencies = sorted(lat for lat, _ in history if lat)
+    latency: float | None
     if offline:
         latency, time_how = 0.0005, "the offline labeller: about 2,000 calls a second"
     elif latencies:
@@ -786,13 +829,10 @@ def estimate_calls(
             latencies[len(latencies) // 2],
             f"median latency {latencies[len(latencies) // 2]:.2f} s of {len(latencies):,} recorded calls",
         )
-    else:
-        latency, time_how = (
-            ASSUMED_LATENCY_S,
-            f"assumed {ASSUMED_LATENCY_S:g} s per call; no call of this model recorded yet",
-        )
+    else:  # a model's speed depends on its server and settings: an assumed figure was 50-400 times off (issue 33)
+        latency, time_how = None, NO_HISTORY
     concurrency = 1 if offline else cfg.concurrency
-    seconds = -(-n // concurrency) * latency if n else 0.0
+    seconds = (-(-n // concurrency) * latency if latency is not None else None) if n else 0.0
     if batch and n:
         time_how += "; as a batch job the provider answers within its 24 h completion window instead"
     return Estimate(

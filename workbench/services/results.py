@@ -93,6 +93,7 @@ class CallFacts:
     finish_reason: str | None
     reported_model: str | None
     reasoning: str | None  # the model's thinking, kept out of parsing
+    peer: str | None = None  # the address the call connected to (issue 34 item 11; None before it was recorded)
 
 
 @dataclass(frozen=True, eq=False)

@@ -133,6 +133,8 @@ def _start(wb) -> None:
                 st.text("\n".join(filter(None, [job.result.stopped_reason, *job.result.causes()])))
             else:
                 st.success(components.md(job.result.message()))
+            if job.result is not None and job.result.notes:  # what the run chose (the CLI's `note:` lines)
+                st.info(components.md("  \n".join(f"Note: {n}" for n in job.result.notes)))
             st.button("Dismiss", key=state.widget_key("dismiss-run"), on_click=state.clear_job, args=("run",))
         return
     versions = state.read(wb.prompts.prompt_history)
@@ -214,9 +216,10 @@ def _show_new_run(runs) -> None:
 def _describe(p) -> tuple[float, str]:
     if p is None:
         return 0.0, "Preparing the calls ..."
-    return p.done / max(
-        p.total, 1
-    ), f"{p.done} of {p.total} calls · {p.made} made · {p.reused} reused · {p.failures} failures"
+    left = p.left()  # measured on the run's own calls so far: a model with no history gets no figure before them
+    return p.done / max(p.total, 1), f"{p.done} of {p.total} calls · {p.made} made · {p.reused} reused · " + (
+        f"{p.failures} failures" + (f" · {left}" if left else "")
+    )
 
 
 def _metrics(wb, runs) -> None:
