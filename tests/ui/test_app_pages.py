@@ -692,7 +692,7 @@ def test_scoring_and_pairs_uploads_are_deleted_from_the_temp_folder_after_use(st
     at.file_uploader(key=state.widget_key("pairs")).upload("pairs.csv", pairs.read_bytes(), "text/csv")
     button(at, "Check robustness").click().run()
     assert_clean(at)
-    assert at.session_state[state.ROBUST_RESULT]["pairs"] is not None
+    assert at.session_state[state.ROBUST_RESULT].pairs is not None
     assert not list(temp.glob("workbench-*")), "report text left in the temp folder"
 
 

@@ -67,14 +67,15 @@ def check_cohort_name(name: str) -> str:
 MAX_LISTED = 12  # beyond this the message names the closest ones, not every choice
 
 
-def closest(name: str, known: list[str], n: int = 3) -> list[str]:
+def closest(name: str | int, known: list[str], n: int = 3) -> list[str]:
     """The known names nearest to a mistyped one (case-insensitive), best first."""
     lowered = {k.lower(): k for k in known}
     return [lowered[m] for m in difflib.get_close_matches(str(name).lower(), list(lowered), n=n, cutoff=0.6)]
 
 
-def unknown_message(kind: str, name: str, known: list[str], fix: str = "", word: str = "no") -> str:
-    """'unknown label 'support_device' (did you mean 'support_devices'?); labels: ...' in one line."""
+def unknown_message(kind: str, name: str | int, known: list[str], fix: str = "", word: str = "no") -> str:
+    """'unknown label 'support_device' (did you mean 'support_devices'?); labels: ...' in one line (an id, an
+    int, as written: 'no run 99')."""
     near = closest(name, known)
     text = f"{word} {kind} {name!r}"
     if near:

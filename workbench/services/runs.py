@@ -1076,7 +1076,5 @@ def _stored_run(s, run_id: int) -> Run:
         from workbench.study import UnknownName
 
         ids = [str(i) for i in sorted(q.list_runs(s)["id"].tolist())]
-        raise UnknownName(
-            unknown_message("run", str(run_id), ids[-12:], "list them with `workbench history --cohort NAME`")
-        )
+        raise UnknownName(unknown_message("run", run_id, ids[-12:], "list them with `workbench history --cohort NAME`"))
     return run
