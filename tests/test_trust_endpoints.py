@@ -7,6 +7,8 @@ this process (socket.getaddrinfo for one test name) for a name re-pointed mid-ru
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import socket
 import threading
 
@@ -186,12 +188,23 @@ def resolving_anew(request, monkeypatch):
 
 @pytest.fixture
 def two_servers(resolving_anew):
-    """A server on 127.0.0.1 and one on 127.0.0.2 at the same port; each call opens its own connection."""
-    with (
-        running_server(keep_alive=False) as first,
-        running_server(host="127.0.0.2", port=first.port, keep_alive=False, allowed=False) as second,
-    ):
-        yield first, second
+    """A server on 127.0.0.1 and one on 127.0.0.2 at the same port; each call opens its own connection.
+    The port the first was given may be held on 127.0.0.2 (a listener on every address, another test's
+    server): then both start again on another port."""
+    for _ in range(20):
+        with contextlib.ExitStack() as stack:
+            first = stack.enter_context(running_server(keep_alive=False))
+            try:
+                second = stack.enter_context(
+                    running_server(host="127.0.0.2", port=first.port, keep_alive=False, allowed=False)
+                )
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                continue
+            yield first, second
+            return
+    raise AssertionError("no port was free on both 127.0.0.1 and 127.0.0.2 in 20 tries")
 
 
 def moving_run(wb, first, resolver, after: int):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from test_app_pages import all_text, assert_clean, button, open_page, study, workbench  # noqa: F401  (fixture)
+from test_app_pages import all_text, assert_clean, button, form_data, open_page, study, workbench  # noqa: F401  (fixture)
 
 
 def test_settings_turn_adaptive_reading_on_and_home_and_annotate_say_so(study):  # noqa: F811
     from workbench.study import load_config
 
+    path = study / "order.csv"  # a cohort with reports still to read (imported before the app caches its cohorts)
+    path.write_text("id,findings\norder-1,Heart size normal.\norder-2,Lungs clear.\n", encoding="utf-8")
+    workbench(study).import_reports(path, "fresh")
     at = open_page(study, "settings")
     [c for c in at.checkbox if c.label == "Adaptive reading on"][0].check()
     [n for n in at.number_input if n.label.startswith("Agreement sample")][0].set_value(0.25)
@@ -27,9 +30,14 @@ def test_settings_turn_adaptive_reading_on_and_home_and_annotate_say_so(study): 
     labels = [m.label for m in home.metric]
     assert {"Reads done", "Reads saved", "Items decided", "Undecided", "Waiting"} <= set(labels)
     assert "Adaptive reading is on" in all_text(home)
-    annotate = open_page(study, "annotate")
+    from test_app_pages import open_url
+
+    from workbench.ui import state
+
+    annotate = open_url(study, "annotate", {"cohort": "fresh", "report": "order-1"}, {state.NEW_READER: "dr-order"})
     assert_clean(annotate)
-    assert "nearest a decision first" in all_text(annotate)
+    help_panel = form_data(annotate, state.ANN_FORM)["help"]  # the ? panel: Annotate's help lives there
+    assert any("nearest a decision first" in part["text"] for part in help_panel)
 
 
 def _fresh_cohort(study, n: int = 4):  # noqa: F811

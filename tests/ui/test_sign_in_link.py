@@ -151,7 +151,9 @@ def test_a_reloaded_tab_that_became_another_user_says_so(browser, link_server):
         second.set_default_timeout(TIMEOUT_MS)
         second.goto(link_server)
         acting_as(second, READER[0])  # the browser's cookie signs the new tab in
+        settle(second)  # idle: a click during a rerun may be taken by the rerun's new page
         second.get_by_role("button", name="Sign out", exact=True).click()
+        second.get_by_label("User", exact=True).wait_for(timeout=TIMEOUT_MS)  # signed out
         sign_in(second, link_server, *BOSS)  # typed in that tab: no surprise there
         acting_as(second, BOSS[0])
         settle(second)
