@@ -237,6 +237,7 @@ def test_result_records_are_read_by_attribute_not_by_key():
         results.Comparison,
         results.CompareView,
         results.EditEvaluation,
+        results.OptimiseReport,
         scoring.RanScore,
         scoring.RobustnessResult,
     )

@@ -60,10 +60,10 @@ def test_every_view_gives_the_same_macro_figure(two_runs):
         for run, t in ((first, ta), (second, tb)):
             row = metrics.macro_figure(t["f1"], t["f1_undefined"] | t.index.isin(list(every)), policy)
             assert close(by_part.loc[run, f"{part}_macro_f1"], row.value)
-        assert report["start"][part]["labels"] == report["end"][part]["labels"]
+        assert report.start[part]["labels"] == report.end[part]["labels"]
         if policy == "zero":
             a, b = parts[first][part]["macro_f1"], parts[second][part]["macro_f1"]
-            assert close(pa.value, a) and close(pb.value, b) and close(report["start"][part]["macro_f1"], a)
+            assert close(pa.value, a) and close(pb.value, b) and close(report.start[part]["macro_f1"], a)
     # the policy changes the figure where a label has no positive on either side
     table = wb.evaluate_run(first, n_resamples=0).table
     assert table["f1_undefined"].any()

@@ -382,9 +382,9 @@ def test_not_offered_proposal_cannot_be_accepted(opt_study):
 def test_suggestions_never_read_validation_or_test_text(opt_study):
     wb = opt_study
     report = wb.optimise(rounds=2, proposer="offline")
-    assert report["final_prompts"]
-    for label in report["final_prompts"]:
-        dumped = json.dumps(report["final_prompts"][label]).lower()
+    assert report.final_prompts
+    for label in report.final_prompts:
+        dumped = json.dumps(report.final_prompts[label]).lower()
         assert SECRET_VALIDATION not in dumped and SECRET_TEST not in dumped
     for pid in wb.proposals()["id"]:
         assert SECRET_VALIDATION not in json.dumps(wb.proposal(int(pid))["edit"]).lower()
@@ -404,29 +404,40 @@ def test_optimise_rounds_report_and_drafts(opt_study):
     head = wb.prompt_commit()
     report = wb.optimise(labels=["cardiomegaly", "mass", "edema"], rounds=3, proposer="offline")
     assert wb.prompt_commit() == head  # nothing saved by itself
-    assert set(report["drafts"]) == {"cardiomegaly", "mass", "edema"}
-    assert all(wb.draft(lab)[2] for lab in report["drafts"])
-    first = report["rounds"][0]
+    assert set(report.drafts) == {"cardiomegaly", "mass", "edema"}
+    assert all(wb.draft(lab)[2] for lab in report.drafts)
+    first = report.rounds[0]
     assert {c["label"] for c in first["changes"]} == {"cardiomegaly", "mass", "edema"}
-    assert report["end"]["validation"]["macro_f1"] > report["start"]["validation"]["macro_f1"]
-    assert (
-        report["end"]["validation"]["lo"]
-        <= report["end"]["validation"]["macro_f1"]
-        <= report["end"]["validation"]["hi"]
-    )
+    assert report.end["validation"]["macro_f1"] > report.start["validation"]["macro_f1"]
+    assert report.end["validation"]["lo"] <= report.end["validation"]["macro_f1"] <= report.end["validation"]["hi"]
     assert {m["label"] for m in first["validation_mcnemar"]} == {"cardiomegaly", "mass", "edema"}
     assert all(m["broken"] == 0 for m in first["validation_mcnemar"])
-    assert len(report["rounds"]) < 3  # the second round found nothing more and stopped
-    commit = wb.commit_drafts(report["drafts"], "Optimised")
+    assert len(report.rounds) < 3  # the second round found nothing more and stopped
+    commit = wb.commit_drafts(report.drafts, "Optimised")
     message = wb.prompt_history().set_index("commit").loc[commit, "message"]
-    assert f"optimise (report #{report['id']})" in message
+    assert f"optimise (report #{report.id})" in message
 
     stored = wb.optimisation_reports()
-    assert stored.iloc[0]["report"]["id"] == report["id"]
+    assert stored.iloc[0]["report"].id == report.id
     from workbench.services.optimising import report_markdown
 
     md = report_markdown(report)
     assert "## Round 1" in md and "McNemar on validation" in md and "Left as drafts" in md
+    assert report_markdown(stored.iloc[0]["report"]) == md  # read back as a record, the page's text as the CLI's
+
+
+def test_an_older_stored_optimise_report_reads_back_with_its_missing_fields_empty():
+    """A report stored before screening, the macro policy and the proposer were recorded still renders."""
+    from workbench.services.optimising import report_markdown
+    from workbench.services.results import OptimiseReport
+
+    part = {"macro_f1": 0.5, "lo": 0.4, "hi": 0.6}
+    macro = {"tuning": part, "validation": part, "gap": 0.0}
+    stored = {"run": 3, "base_commit": "abcdef0123", "rounds": [], "calls": {"made": 0, "reused": 0}}
+    report = OptimiseReport.from_stored(7, {**stored, "start": macro, "end": macro})
+    assert (report.id, report.screen, report.zero_division, report.drafts) == (7, {}, "zero", [])
+    md = report_markdown(report)
+    assert md.startswith("# Optimisation report #7 (run 3, version abcdef01)") and "zero_division: zero" in md
 
 
 # ---------------------------------------------------------------- the model proposer over real HTTP
@@ -625,7 +636,7 @@ def test_optimise_never_overwrites_a_persons_draft_and_discard_forgets_the_propo
     mine = dataclasses.replace(wb.label_prompt("cardiomegaly"), definition="My own careful wording.")
     wb.save_draft(mine, wb.prompt_commit())
     report = wb.optimise(labels=["cardiomegaly", "mass"], rounds=1, proposer="offline")
-    assert report["not_drafted"] == ["cardiomegaly"] and report["drafts"] == ["mass"]
+    assert report.not_drafted == ["cardiomegaly"] and report.drafts == ["mass"]
     assert wb.draft("cardiomegaly")[0].definition == "My own careful wording."
     wb.discard_draft("mass")
     assert wb.proposals("mass", status="accepted").empty and len(wb.proposals("mass", status="discarded")) == 1

@@ -257,9 +257,9 @@ def test_optimise_refuses_an_inconsistent_proposal_before_any_labelling_call(opt
     wb = opt_study
     edit = {"edit": {"look_for": ["cardiomegaly", "portable"]}, "rationale": "x"}
     report = wb.optimise(labels=["cardiomegaly"], rounds=1, **_fake_model(wb, fake_llm_server, json.dumps(edit)))
-    rejected = report["rounds"][0]["rejected"]
+    rejected = report.rounds[0]["rejected"]
     assert [r["status"] for r in rejected] == ["inconsistent"] and "portable" in rejected[0]["detail"], rejected
-    assert report["calls"]["made"] == 0 and report["drafts"] == []
+    assert report.calls["made"] == 0 and report.drafts == []
     assert "would make the prompt contradict itself" in report_markdown(report)
 
 
@@ -269,7 +269,7 @@ def test_the_model_proposers_malformed_reply_is_shown_and_stored(opt_study, fake
     report = wb.optimise(labels=["cardiomegaly"], rounds=1, **ask)
     text = report_markdown(report)
     assert "no proposal (malformed" in text and 'the proposer replied: "Sure! Here is my idea' in text, text
-    stored = wb.optimisation_reports().iloc[0]["report"]["rounds"][0]["rejected"][0]
+    stored = wb.optimisation_reports().iloc[0]["report"].rounds[0]["rejected"][0]
     assert stored["reply"].startswith("Sure! Here is my idea")
     # the call is recorded like a run's: its facts, and the raw reply kept with them (not cached)
     with wb.session() as s:

@@ -14,13 +14,13 @@ import difflib
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from workbench.core import metrics, parsing, proposals, screening, splits
-from workbench.core.prompts import LabelPrompt, call_key, dump_label_prompt
+from workbench.core.prompts import LabelPrompt, PromptSet, call_key, dump_label_prompt
 from workbench.core.text import compose_text
 from workbench.core.vocab import derive_frame
 from workbench.errors import UserError
@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
     from workbench.services.splits import SplitsService
     from workbench.services.study import StudyService
     from workbench.services.triage import TriageService
+    from workbench.store.tables import Run
 
 COHORT_ROLES = ("development", "validation", "test", "external")
 PROPOSERS = ("auto", "offline", "llm")
@@ -136,8 +137,8 @@ class OptimisingService(Service):
             macro_a, macro_b = paired_macro(table, policy)
             out[part] = {
                 "table": table,
-                "macro_f1_a": _num(macro_a.value),
-                "macro_f1_b": _num(macro_b.value),
+                "macro_f1_a": metrics.finite(macro_a.value),
+                "macro_f1_b": metrics.finite(macro_b.value),
                 "macro_labels": macro_b.describe(),
             }
         return out
@@ -446,11 +447,15 @@ class OptimisingService(Service):
         phrase_list=None,
     ) -> list[dict]:
         """A suggestion for every label with a disagreement on the tuning part."""
-        run = self.runs.run_info(run_id) if run_id is not None else self._latest_dev_run()
-        queue = self.triage.disagreements(run.id)
+        run_id = run_id if run_id is not None else self._latest_dev_run_id()
+        queue = self.triage.disagreements(run_id)
         failing = [lab for lab in self.vocab.asked_ids if lab in set(queue["label"])]
-        hedges = None if self._uses_model(proposer, model) or not failing else self._run_hedge_convention(run)
-        return [self.suggest(lab, run.id, proposer, model, api_base, phrase_list, hedges=hedges) for lab in failing]
+        hedges = (
+            None
+            if self._uses_model(proposer, model) or not failing
+            else self._run_hedge_convention(self.runs.run_info(run_id))
+        )
+        return [self.suggest(lab, run_id, proposer, model, api_base, phrase_list, hedges=hedges) for lab in failing]
 
     def _run_hedge_convention(self, run) -> dict:
         """The hedge convention from every predicted label's tuning part of a run (see _hedge_convention)."""
@@ -477,7 +482,7 @@ class OptimisingService(Service):
         hedges: the run's hedge convention when the caller has it (suggest_failing computes it once)."""
         self.require("edit_prompts")
         label = self.prompts.asked_label(label)
-        run = self.runs.run_info(run_id) if run_id is not None else self._latest_dev_run()
+        run = self.runs.run_info(run_id if run_id is not None else self._latest_dev_run_id())
         self._require_run_covers(run, [label], "suggest")
         ps = self.prompts.prompt_set(run.prompt_commit)
         cases, notes = self._tuning_material(run, label)
@@ -579,8 +584,8 @@ class OptimisingService(Service):
             f"several development cohorts ({', '.join(dev)}): pass --run N, or set dev_cohort in workbench.yaml"
         )
 
-    def _latest_dev_run(self):
-        """The newest finished run on the development cohort."""
+    def _latest_dev_run_id(self) -> int:
+        """The id of the newest finished run on the development cohort."""
         cohort = self.development_cohort()
         runs = self.runs.runs(cohort)
         runs = runs[runs["status"] == "finished"]
@@ -589,23 +594,25 @@ class OptimisingService(Service):
                 f"no finished run on the development cohort {cohort!r}: `workbench run --cohort {cohort}` "
                 "first (or pass --run N)"
             )
-        return self.runs.run_info(int(runs.iloc[0]["id"]))
+        return int(runs.iloc[0]["id"])
 
-    def _record(self, run, label: str, result: proposals.ProposalResult, ps) -> dict:
+    def _record(self, run: Run, label: str, result: proposals.ProposalResult, ps: PromptSet) -> dict[str, Any]:
         """Evaluate an ok proposal, store it with its verdict, and return what the engineer is shown."""
-        out = {"label": label, "status": result.status, "detail": result.detail, "run": run.id}
+        run_id = _stored_id(run)
+        out: dict[str, Any] = {"label": label, "status": result.status, "detail": result.detail, "run": run_id}
         stored = {"reply": result.reply} if result.reply else {}  # a model's unusable reply, kept to be read
         if result.reply:
             out["reply"] = result.reply
+        proposed = result.edit
         contradictions = self._contradictions(ps, result)
-        if contradictions:  # an LLM cannot follow it: not worth a call, never offered
+        if contradictions and proposed is not None:  # an LLM cannot follow it: not worth a call, never offered
             result = dataclasses.replace(result, status="inconsistent", detail=contradictions)
-            out.update(status="inconsistent", detail=contradictions, edit=result.edit.to_dict())
-        if result.status == "ok":
-            new_lp = proposals.apply_edit(ps.label(label), result.edit.fields)
-            evaluation = self.evaluate_edit(run.id, new_lp)
+            out.update(status="inconsistent", detail=contradictions, edit=proposed.to_dict())
+        if result.status == "ok" and proposed is not None:
+            new_lp = proposals.apply_edit(ps.label(label), proposed.fields)
+            evaluation = self.evaluate_edit(run_id, new_lp)
             out.update(
-                edit=result.edit.to_dict(),
+                edit=proposed.to_dict(),
                 evaluation=evaluation.to_dict(),  # as the stored proposal gives it back (proposal())
                 offered=evaluation.offered,
                 diff=_yaml_diff(ps.label(label), new_lp),
@@ -625,8 +632,8 @@ class OptimisingService(Service):
                 status=status,
                 base_commit=run.prompt_commit,
                 run_id=run.id,
-                edit_json=json.dumps(edit, default=_plain),
-                evaluation_json=json.dumps(stored, default=_plain),
+                edit_json=json.dumps(edit, default=json_default),
+                evaluation_json=json.dumps(stored, default=json_default),
                 note_ids_json=json.dumps(edit.get("note_ids", [])),
             )
             out["proposal"] = row.id
@@ -635,7 +642,7 @@ class OptimisingService(Service):
 
     def _contradictions(self, ps, result: proposals.ProposalResult) -> str:
         """Why an ok proposal would make its label's prompt contradict itself ("" when it would not)."""
-        if result.status != "ok":
+        if result.status != "ok" or result.edit is None:
             return ""
         old = ps.label(result.edit.label)
         found = self.prompts.new_contradictions(old, proposals.apply_edit(old, result.edit.fields), ps.task.cue_lists())
@@ -718,7 +725,8 @@ class OptimisingService(Service):
         beside the run of the committed version: per label F1 before and after, fixed and broken cases and
         the McNemar verdict on validation, and macro F1 per part before and after. Nothing is committed."""
         self.require("edit_prompts")
-        run = self.runs.run_info(run_id) if run_id is not None else self._latest_dev_run()
+        run_id = run_id if run_id is not None else self._latest_dev_run_id()
+        run = self.runs.run_info(run_id)
         wanted = [self.prompts.asked_label(lab) for lab in labels] if labels else self.prompts.pending_labels()
         if not wanted:
             raise UserError("no drafts to evaluate: edit one first (`workbench prompts set`, `prompts edit`, `accept`)")
@@ -727,24 +735,19 @@ class OptimisingService(Service):
         if not parts:
             raise StudyError(f"split {cohort!r} into tuning and validation parts first: workbench split {cohort}")
         base_ps = self.prompts.prompt_set(run.prompt_commit)
-        y_true, y_pred, _ = self.evaluation.evaluation_inputs(run.id)
+        y_true, y_pred, _ = self.evaluation.evaluation_inputs(run_id)
         current = y_pred.copy()
-        out = {
-            "run": run.id,
-            "base_commit": run.prompt_commit,
-            "head": self.prompts.prompt_commit(),
-            "labels": [],
-            "calls": {"made": 0, "reused": 0},
-            "zero_division": self.evaluation.macro_policy(),
-        }
+        policy = self.evaluation.macro_policy()
+        calls = {"made": 0, "reused": 0}
+        entries = []
         for label in wanted:
             lp = self.prompts.pending_prompt(label)
-            ev = self.evaluate_edit(run.id, lp, base_ps=base_ps, inputs=(y_true, y_pred))
+            ev = self.evaluate_edit(run_id, lp, base_ps=base_ps, inputs=(y_true, y_pred))
             for key in ("made", "reused"):
-                out["calls"][key] += ev.calls[key]
+                calls[key] += ev.calls[key]
             values = pd.Series(ev.values, dtype=float)
             current.loc[values.index, label] = values
-            out["labels"].append(
+            entries.append(
                 {
                     "label": label,
                     "parts": ev.parts,
@@ -754,10 +757,17 @@ class OptimisingService(Service):
                 }
             )
         current = derive_frame(self.vocab, current)[current.columns]
-        same = _same_labels(y_true, [y_pred, current], parts, out["zero_division"])  # before and after alike
-        out["before"] = _macro_by_part(y_true, y_pred, parts, out["zero_division"], left_out=same)
-        out["after"] = _macro_by_part(y_true, current, parts, out["zero_division"], left_out=same)
-        return out
+        same = _same_labels(y_true, [y_pred, current], parts, policy)  # before and after alike
+        return {
+            "run": run_id,
+            "base_commit": run.prompt_commit,
+            "head": self.prompts.prompt_commit(),
+            "labels": entries,
+            "calls": calls,
+            "zero_division": policy,
+            "before": _macro_by_part(y_true, y_pred, parts, policy, left_out=same),
+            "after": _macro_by_part(y_true, current, parts, policy, left_out=same),
+        }
 
     def proposals(self, label: str | None = None, status: str | None = None) -> pd.DataFrame:
         """Stored proposals, newest first."""
@@ -847,57 +857,41 @@ class OptimisingService(Service):
         self.require("edit_prompts")
         if rounds < 1:
             raise StudyError("rounds must be at least 1")
-        run = self.runs.run_info(run_id) if run_id is not None else self._latest_dev_run()
+        run_id = run_id if run_id is not None else self._latest_dev_run_id()
+        run = self.runs.run_info(run_id)
         labels = [self.prompts.asked_label(lab) for lab in labels] if labels else list(self.vocab.asked_ids)
         self._require_run_covers(run, labels, "optimise")
         started = time.perf_counter()
-        base_ps = ps = self.prompts.prompt_set(run.prompt_commit)
-        y_true, y_pred, _ = self.evaluation.evaluation_inputs(run.id)
+        base_ps = self.prompts.prompt_set(run.prompt_commit)
+        y_true, y_pred, _ = self.evaluation.evaluation_inputs(run_id)
         parts = self.splits.split_parts(self.study.cohort_name(run.cohort_id))
-        preds = self.runs.predictions(run.id)
+        preds = self.runs.predictions(run_id)
         evidence = {lab: preds[preds["label"] == lab].set_index("report_id")["evidence"] for lab in labels}
-        current = y_pred.copy()
         policy = self.evaluation.macro_policy()
-        report = {
-            "run": run.id,
-            "base_commit": run.prompt_commit,
-            "labels": labels,
-            "rounds": [],
-            "proposer": proposer,
-            "calls": {"made": 0, "reused": 0, "cost": 0.0, "proposer": 0},
-            "zero_division": policy,
-            "screen": {
-                "on": screen,
-                "screened": 0,
-                "screened_out": 0,
-                "calls": 0,
-                "refresh_calls": 0,
-                "full_calls": 0,
-                "full_by_part": {part: 0 for part in splits.PARTS},
-                "deferred": {},
-            },
-        }
-        noise_rate = self._screen_noise_rate(run.id) if screen else 0.0
+        noise_rate = self._screen_noise_rate(run_id) if screen else 0.0
         phrases = self.phrase_lists(phrase_list)
         # how the reference treats hedges, from every label's tuning part (offline proposer only)
         hedges = None if self._uses_model(proposer, model) else self._run_hedge_convention(run)
         o = _Optimising(
             run=run,
+            run_id=run_id,
             y_true=y_true,
             y_pred=y_pred,
             parts=parts,
             screen=screen,
             noise_rate=noise_rate,
             ask={"proposer": proposer, "model": model, "api_base": api_base, "phrases": phrases, "hedges": hedges},
-            report=report,
-            ps=ps,
-            current=current,
+            zero_division=policy,
+            calls={"made": 0, "reused": 0, "cost": 0.0, "proposer": 0},
+            screen_counts=_no_screen_counts(screen),
+            ps=base_ps,
+            current=y_pred.copy(),
             evidence=evidence,
             progress=OptimiseProgress(rounds, len(labels), on_progress),
         )
-        snapshots = []
+        snapshots, entries = [], []
         for k in range(1, rounds + 1):
-            entry = {"round": k, "changes": [], "rejected": []}
+            entry: dict[str, Any] = {"round": k, "changes": [], "rejected": []}
             previous = o.current.copy()
             for i, label in enumerate(labels, 1):
                 o.progress.turn(k, i, label)
@@ -906,26 +900,40 @@ class OptimisingService(Service):
             snapshots.append(o.current.copy())  # its macro figures come at the end, over the labels of all
             entry["carried"] = sum(len(c) for c in o.carried.values())  # tuning answers not asked: its figures estimate
             entry["validation_mcnemar"] = _mcnemar_table(y_true, previous, o.current, parts, labels)
-            report["rounds"].append(entry)
+            entries.append(entry)
             retry = any(
                 r.get("status") in ("validation worse", "already rejected", "inconsistent") for r in entry["rejected"]
             )
             if not entry["changes"] and not retry:
                 break  # nothing more to propose: later rounds would see the same material
-        ps, current, carried = o.ps, o.current, o.carried
-        report["screen"]["deferred"] = {lab: len(c) for lab, c in carried.items() if c}
+        ps = o.ps
+        o.screen_counts["deferred"] = {lab: len(c) for lab, c in o.carried.items() if c}
         changed = [lab for lab in labels if ps.label(lab) != base_ps.label(lab)]
-        report["screen"]["left_calls"] = self._left_to_ask(run, ps, changed)
+        o.screen_counts["left_calls"] = self._left_to_ask(run, ps, changed)
         # every macro figure covers all the run's labels (not only those optimised), under the study's policy, and
         # the same labels at the start, after each round and at the end (a label undefined in one is left out of all)
         same = _same_labels(y_true, [y_pred, *snapshots], parts, policy)
-        report["start"] = _macro_by_part(y_true, y_pred, parts, policy, left_out=same)
-        for entry, snapshot in zip(report["rounds"], snapshots, strict=True):
+        for entry, snapshot in zip(entries, snapshots, strict=True):
             entry["metrics"] = _macro_by_part(y_true, snapshot, parts, policy, left_out=same)
-        report["end"] = _macro_by_part(y_true, current, parts, policy, left_out=same)
-        report["seconds"] = round(time.perf_counter() - started, 2)
-        self._record_optimisation(report, run, labels, base_ps, ps, save_drafts)
-        return OptimiseReport(**report)
+        mine = set(self.prompts.drafts()["label"]) if save_drafts else set()
+        report = OptimiseReport(
+            id=0,  # given when stored
+            run=run_id,
+            base_commit=run.prompt_commit,
+            labels=labels,
+            proposer=proposer,
+            rounds=entries,
+            calls=o.calls,
+            screen=o.screen_counts,
+            zero_division=policy,
+            start=_macro_by_part(y_true, y_pred, parts, policy, left_out=same),
+            end=_macro_by_part(y_true, o.current, parts, policy, left_out=same),
+            seconds=round(time.perf_counter() - started, 2),
+            drafts=[lab for lab in changed if save_drafts and lab not in mine],
+            not_drafted=[lab for lab in changed if lab in mine],  # never overwrite a person's own draft
+            final_prompts={lab: dump_label_prompt(ps.label(lab)) for lab in changed},
+        )
+        return self._record_optimisation(report, base_ps, ps)
 
     def _optimise_label(self, o: _Optimising, entry: dict, k: int, label: str) -> None:
         """One label's turn in round k: propose, screen, decide on validation, keep or refuse (recorded in o and entry)."""
@@ -943,13 +951,14 @@ class OptimisingService(Service):
             hedges=o.ask["hedges"],
             avoid=frozenset(o.rejected),
         )
-        o.report["calls"]["proposer"] += result.calls_made
-        if result.status != "ok":  # a model's unusable reply is kept in the report, to be read
+        o.calls["proposer"] += result.calls_made
+        edit = result.edit if result.status == "ok" else None
+        if edit is None:  # a model's unusable reply is kept in the report, to be read
             entry["rejected"].append(
                 {"label": label, "status": result.status, "detail": result.detail, "reply": result.reply}
             )
             return
-        new_lp = proposals.apply_edit(o.ps.label(label), result.edit.fields)
+        new_lp = proposals.apply_edit(o.ps.label(label), edit.fields)
         contradictions = self._contradictions(o.ps, result)
         if contradictions:  # refused before any call: an LLM could not follow the prompt it would make
             entry["rejected"].append(
@@ -957,7 +966,7 @@ class OptimisingService(Service):
                     "label": label,
                     "status": "inconsistent",
                     "detail": contradictions,
-                    "changes": list(result.edit.changes),
+                    "changes": list(edit.changes),
                 }
             )
             o.refuse(label, new_lp, f"inconsistent in round {k}: {contradictions}")
@@ -968,13 +977,13 @@ class OptimisingService(Service):
             return
         screened = self._screen_in_optimise(o, label, new_lp) if o.screen else None
         if screened is not None and not screened["verdict"]["passed"]:
-            o.report["screen"]["screened_out"] += 1
+            o.screen_counts["screened_out"] += 1
             entry["rejected"].append(
                 {
                     "label": label,
                     "status": "screened out",
                     "detail": screened["why"],
-                    "changes": list(result.edit.changes),
+                    "changes": list(edit.changes),
                     "screen": screened["verdict"],
                 }
             )
@@ -983,7 +992,7 @@ class OptimisingService(Service):
         # after a screen, only validation (which alone decides) is asked beyond it; the rest of tuning is
         # carried over and left for a run of the saved version (or evaluate-drafts) to ask
         ev = self.evaluate_edit(
-            o.run.id,
+            o.run_id,
             new_lp,
             base_ps=o.ps,
             base_pred=o.current[label],
@@ -991,8 +1000,8 @@ class OptimisingService(Service):
             tuning_ids=screened["ids"] if screened else None,
             on_calls=o.progress.calls("asking validation" + ("" if screened else " and tuning")),
         )
-        _add_calls(o.report, ev.calls, "full_calls")
-        summary = _change_summary(label, result.edit, ev, screened)
+        o.add_calls(ev.calls, "full_calls")
+        summary = _change_summary(label, edit, ev, screened)
         if not ev.offered:
             entry["rejected"].append({**summary, "status": "validation worse", "detail": ev.why})
             o.refuse(label, new_lp, f"rejected in round {k}: {ev.why}")
@@ -1021,34 +1030,32 @@ class OptimisingService(Service):
             o.noise_rate,
             carried=o.carried.get(label, set()),
             on_calls=o.progress.calls("screening the proposal on part of tuning"),
-            zero_division=o.report["zero_division"],
+            zero_division=o.zero_division,
         )
-        _add_calls(o.report, screened["calls"], "calls", screened["refresh_calls"])
+        o.add_calls(screened["calls"], "calls", screened["refresh_calls"])
         fresh = screened["refreshed"]
         o.current = _take_answers(self.vocab, o.current, o.evidence, label, fresh["value"], fresh["evidence"])
         o.carried[label] = o.carried.get(label, set()) - set(fresh.index)
         return screened
 
-    def _record_optimisation(self, report: dict, run, labels: list[str], base_ps, ps, save_drafts: bool) -> None:
-        """Store an optimise report with an accepted proposal per draft (the saved version's commit cites it),
-        audit it, and leave the changed labels as drafts (never over a person's own draft)."""
-        changed = [lab for lab in labels if ps.label(lab) != base_ps.label(lab)]
-        mine = set(self.prompts.drafts()["label"]) if save_drafts else set()
-        report["drafts"] = [lab for lab in changed if save_drafts and lab not in mine]
-        report["not_drafted"] = [lab for lab in changed if lab in mine]  # never overwrite a person's own draft
-        report["final_prompts"] = {lab: dump_label_prompt(ps.label(lab)) for lab in changed}
+    def _record_optimisation(self, report: OptimiseReport, base_ps: PromptSet, ps: PromptSet) -> OptimiseReport:
+        """Store an optimise report (given its id) with an accepted proposal per draft (the saved version's commit
+        cites it), audit it, and leave its drafts as drafts (the report has left out a person's own draft)."""
         notes = {
-            lab: sorted({n for e in report["rounds"] for c in e["changes"] if c["label"] == lab for n in c["note_ids"]})
-            for lab in changed
+            lab: sorted({n for e in report.rounds for c in e["changes"] if c["label"] == lab for n in c["note_ids"]})
+            for lab in report.drafts
         }
+        stored = {k: v for k, v in report.to_dict().items() if k != "id"}  # the id is the row's
         with self.session() as s:
-            report["id"] = q.add_optimisation(s, self.actor.user, run.id, json.dumps(report, default=_plain))
-            for lab in report["drafts"]:  # an accepted proposal per draft: the saved version's message cites it
+            report = dataclasses.replace(
+                report, id=q.add_optimisation(s, self.actor.user, report.run, json.dumps(stored, default=json_default))
+            )
+            for lab in report.drafts:  # an accepted proposal per draft: the saved version's message cites it
                 edit = proposals.Edit(
                     lab,
                     proposals.edit_fields(base_ps.label(lab), ps.label(lab)),
-                    f"optimise report #{report['id']}",
-                    f"optimise (report #{report['id']})",
+                    f"optimise report #{report.id}",
+                    f"optimise (report #{report.id})",
                     tuple(notes[lab]),
                     proposals.describe(base_ps.label(lab), ps.label(lab)),
                 )
@@ -1058,8 +1065,8 @@ class OptimisingService(Service):
                     author=self.actor.user,
                     source=edit.source,
                     status="accepted",
-                    base_commit=run.prompt_commit,
-                    run_id=run.id,
+                    base_commit=report.base_commit,
+                    run_id=report.run,
                     edit_json=json.dumps(edit.to_dict()),
                     note_ids_json=json.dumps(list(edit.note_ids)),
                 )
@@ -1068,12 +1075,13 @@ class OptimisingService(Service):
                 self.actor.user,
                 "optimise",
                 "prompt",
-                ",".join(labels),
+                ",".join(report.labels),
                 None,
-                {"report": report["id"], "rounds": len(report["rounds"]), "drafts": report["drafts"]},
+                {"report": report.id, "rounds": len(report.rounds), "drafts": report.drafts},
             )
-        for lab in report["drafts"]:
-            self.prompts.save_draft(ps.label(lab), run.prompt_commit)
+        for lab in report.drafts:
+            self.prompts.save_draft(ps.label(lab), report.base_commit)
+        return report
 
     def _left_to_ask(self, run, ps, labels: list[str]) -> dict[str, int]:
         """Per changed label, the calls a run of prompt set ps on the run's cohort would still make after the call
@@ -1168,7 +1176,8 @@ class OptimisingService(Service):
         with self.session() as s:
             frame = q.optimisations_frame(s)
         frame["report"] = [
-            {**json.loads(text), "id": int(i)} for i, text in zip(frame["id"], frame.pop("report_json"), strict=False)
+            OptimiseReport.from_stored(int(i), json.loads(text))
+            for i, text in zip(frame["id"], frame.pop("report_json"), strict=True)
         ]
         return frame
 
@@ -1206,24 +1215,18 @@ def _sum_calls(total: dict, counts: dict) -> dict:
     return total
 
 
-def _plain(obj):
-    """JSON fallback for numpy scalars, results and similar."""
-    return json_default(obj)
-
-
-def _add_calls(report: dict, counts: dict, kind: str, refresh: int = 0) -> None:
-    """Add one labelling's call counts to an optimise report (kind: the screen's "calls" or the evaluations'
-    "full_calls"; refresh: the screen's calls that asked carried-over answers under the current prompt)."""
-    for key in ("made", "reused"):
-        report["calls"][key] += counts[key]
-    report["calls"]["cost"] += counts.get("cost") or 0.0
-    report["screen"][kind] += counts["made"]
-    if kind == "calls":
-        report["screen"]["screened"] += 1
-        report["screen"]["refresh_calls"] += refresh
-    else:
-        for part, made in counts["by_part"].items():
-            report["screen"]["full_by_part"][part] += made
+def _no_screen_counts(on: bool) -> dict[str, Any]:
+    """An optimise report's screening figures before any proposal (on: whether proposals are screened)."""
+    return {
+        "on": on,
+        "screened": 0,
+        "screened_out": 0,
+        "calls": 0,
+        "refresh_calls": 0,
+        "full_calls": 0,
+        "full_by_part": {part: 0 for part in splits.PARTS},
+        "deferred": {},
+    }
 
 
 class _ProposerReply:
@@ -1294,26 +1297,43 @@ class OptimiseProgress:
 class _Optimising:
     """What one optimise call carries from label to label and round to round."""
 
-    run: object
+    run: Run
+    run_id: int
     y_true: pd.DataFrame
     y_pred: pd.DataFrame
     parts: dict
     screen: bool
     noise_rate: float
-    ask: dict  # how proposals are asked for: proposer, model, api_base, phrases, hedges
-    report: dict  # the report being written (calls and screen counts are added up here)
-    ps: object  # the prompt set with every change kept so far
+    ask: dict[str, Any]  # how proposals are asked for: proposer, model, api_base, phrases, hedges
+    zero_division: str  # the study's macro policy
+    calls: dict[str, float]  # the report's call counts, added up here: made, reused, cost, proposer
+    screen_counts: dict[str, Any]  # and its screening figures (_no_screen_counts)
+    ps: PromptSet  # the prompt set with every change kept so far
     current: pd.DataFrame  # the answers under ps (carried-over ones where a screen left tuning unasked)
     evidence: dict
     progress: OptimiseProgress
-    rejected: dict = dataclasses.field(default_factory=dict)  # proposal -> why it was turned down
-    carried: dict = dataclasses.field(default_factory=dict)  # label -> tuning reports not asked under its prompt
-    refusals: dict = dataclasses.field(default_factory=dict)  # label -> its proposals turned down so far
+    rejected: dict[LabelPrompt, str] = dataclasses.field(default_factory=dict)  # proposal -> why it was turned down
+    carried: dict[str, set[str]] = dataclasses.field(default_factory=dict)  # label -> tuning reports not asked
+    refusals: dict[str, int] = dataclasses.field(default_factory=dict)  # label -> its proposals turned down so far
 
     def refuse(self, label: str, proposal, why: str) -> None:
         """Record a proposal turned down (the next one for its label is made smaller, the same one never paid again)."""
         self.rejected[proposal] = why
         self.refusals[label] = self.refusals.get(label, 0) + 1
+
+    def add_calls(self, counts: dict, kind: str, refresh: int = 0) -> None:
+        """Add one labelling's call counts to the report's (kind: the screen's "calls" or the evaluations'
+        "full_calls"; refresh: the screen's calls that asked carried-over answers under the current prompt)."""
+        for key in ("made", "reused"):
+            self.calls[key] += counts[key]
+        self.calls["cost"] += counts.get("cost") or 0.0
+        self.screen_counts[kind] += counts["made"]
+        if kind == "calls":
+            self.screen_counts["screened"] += 1
+            self.screen_counts["refresh_calls"] += refresh
+        else:
+            for part, made in counts["by_part"].items():
+                self.screen_counts["full_by_part"][part] += made
 
 
 def _take_answers(
@@ -1328,10 +1348,11 @@ def _take_answers(
     return derive_frame(vocab, current)[current.columns]  # No Finding follows the asked labels
 
 
-def _num(value) -> float | None:
-    """A float, or None for NaN (JSON has no NaN)."""
-    value = float(value)
-    return None if pd.isna(value) else value
+def _stored_id(run: Run) -> int:
+    """A stored run's id (a row read back always has one)."""
+    if run.id is None:
+        raise StudyError("the run is not stored")
+    return run.id
 
 
 def _part_metrics(y_true, y_pred, ids, ci, n_resamples, zero_division) -> dict:
@@ -1365,7 +1386,7 @@ def _macro_by_part(
     every part's mean as well (undefined in a figure compared: see _same_labels), so tuning and validation,
     and before and after, average the same labels; the figure names them."""
     left_out = left_out | _same_labels(y_true, [y_pred], parts, zero_division)
-    out = {}
+    out: dict[str, Any] = {}
     for part in splits.PARTS:
         ids = [r for r in y_true.index if parts.get(r) == part]
         t, p = y_true.loc[ids], y_pred.loc[ids, y_true.columns]
@@ -1375,15 +1396,14 @@ def _macro_by_part(
         kept = [lab for lab in t.columns if lab not in set(figure.left_out)]
         boot = metrics.bootstrap_macro_f1(t[kept], p[kept], n_resamples=n_resamples, zero_division=zero_division)
         out[part] = {
-            "macro_f1": _num(figure.value),
-            "lo": _num(boot.get("lo", np.nan)),
+            "macro_f1": metrics.finite(figure.value),
+            "lo": metrics.finite(boot.get("lo", np.nan)),
             "labels": figure.describe(),
-            "hi": _num(boot.get("hi", np.nan)),
-            "per_label": {k: _num(v) for k, v in table["f1"].items()},
+            "hi": metrics.finite(boot.get("hi", np.nan)),
+            "per_label": {k: metrics.finite(v) for k, v in table["f1"].items()},
         }
-    out["gap"] = (
-        None if out["tuning"]["macro_f1"] is None else _num(out["tuning"]["macro_f1"] - out["validation"]["macro_f1"])
-    )
+    tuning, validation = out["tuning"]["macro_f1"], out["validation"]["macro_f1"]
+    out["gap"] = None if tuning is None or validation is None else metrics.finite(tuning - validation)
     return out
 
 
@@ -1412,11 +1432,11 @@ def _mcnemar_table(y_true, before, after, parts, labels) -> list[dict]:
             "label": lab,
             "fixed": int(r.c),
             "broken": int(r.b),
-            "p_value": _num(r.p_value),
-            "p_holm": _num(r.p_holm),
+            "p_value": metrics.finite(r.p_value),
+            "p_holm": metrics.finite(r.p_holm),
             "verdict": r.verdict,
-            "f1_before": _num(r.f1_a),
-            "f1_after": _num(r.f1_b),
+            "f1_before": metrics.finite(r.f1_a),
+            "f1_after": metrics.finite(r.f1_b),
         }
         for lab, r in zip(table.index, table.itertuples(index=False), strict=False)
     ]
@@ -1429,41 +1449,15 @@ def _compare_part(y_true: pd.DataFrame, before: pd.DataFrame, after: pd.DataFram
     cases = metrics.fixed_and_broken(y_true, before, after)
     return {
         "reports": int(row["n"]),
-        "f1_before": _num(row["f1_a"]),
-        "f1_after": _num(row["f1_b"]),
-        "delta_f1": _num(row["delta_f1"]) if not pd.isna(row["delta_f1"]) else float("nan"),
+        "f1_before": metrics.finite(row["f1_a"]),
+        "f1_after": metrics.finite(row["f1_b"]),
+        "delta_f1": metrics.finite(row["delta_f1"]) if not pd.isna(row["delta_f1"]) else float("nan"),
         "fixed": int(row["c"]),
         "broken": int(row["b"]),
-        "p_value": _num(row["p_value"]),
+        "p_value": metrics.finite(row["p_value"]),
         "verdict": row["verdict"],
         "fixed_cases": cases.loc[cases["change"] == "fixed", "report"].tolist(),
         "broken_cases": cases.loc[cases["change"] == "broken", "report"].tolist(),
-    }
-
-
-def _figures(ev, cohort: str, run_id: int) -> dict:
-    """A bundle's figures on a cohort: macro F1 with interval, per label with intervals."""
-    t = ev.table
-    return {
-        "cohort": cohort,
-        "run": run_id,
-        "macro_f1": _num(ev.averages["macro_f1"]),
-        "macro_f1_lo": _num(ev.bootstrap.get("lo", np.nan)),
-        "macro_f1_hi": _num(ev.bootstrap.get("hi", np.nan)),
-        "per_label": [
-            {
-                "label": lab,
-                "n": int(t.loc[lab, "n"]),
-                "support": int(t.loc[lab, "support"]),
-                "accuracy": _num(t.loc[lab, "accuracy"]),
-                "accuracy_lo": _num(t.loc[lab, "accuracy_lo"]),
-                "accuracy_hi": _num(t.loc[lab, "accuracy_hi"]),
-                "f1": _num(t.loc[lab, "f1"]),
-                "f1_lo": _num(t.loc[lab, "f1_lo"]) if "f1_lo" in t else None,
-                "f1_hi": _num(t.loc[lab, "f1_hi"]) if "f1_hi" in t else None,
-            }
-            for lab in t.index
-        ],
     }
 
 
@@ -1579,7 +1573,7 @@ def drafts_text(result: dict) -> str:
     return "\n".join(lines)
 
 
-def report_markdown(report: dict) -> str:
+def report_markdown(report: OptimiseReport) -> str:
     """An optimisation report as Markdown: per round what changed, tuning and validation F1, McNemar on validation."""
 
     def macro(m: dict) -> str:
@@ -1588,15 +1582,15 @@ def report_markdown(report: dict) -> str:
             f"{fmt_figure(m['validation']['macro_f1'])} [{fmt_figure(m['validation']['lo'])}, {fmt_figure(m['validation']['hi'])}], gap {fmt_figure(m['gap'])}"
         )
 
-    start = report["start"]
-    covers = start["validation"].get("labels") or f"zero_division: {report.get('zero_division', 'zero')}"
+    start = report.start
+    covers = start["validation"].get("labels") or f"zero_division: {report.zero_division}"
     lines = [
-        f"# Optimisation report #{report.get('id', '')} (run {report['run']}, version {report['base_commit'][:8]})",
+        f"# Optimisation report #{report.id} (run {report.run}, version {report.base_commit[:8]})",
         "",
         f"Macro F1 ({covers}; bootstrap 95% intervals) at the start: {macro(start)}",
         "",
     ]
-    for entry in report["rounds"]:
+    for entry in report.rounds:
         lines.append(f"## Round {entry['round']}")
         for ch in entry["changes"]:
             estimate = (
@@ -1626,12 +1620,12 @@ def report_markdown(report: dict) -> str:
         if not entry["changes"]:
             lines.append("- no change kept")
         lines.append(f"\nAfter round {entry['round']}: {macro(entry['metrics'])}{carried_note(entry)}\n")
-    lines.append(f"At the end: {macro(report['end'])}{carried_note(report['rounds'][-1] if report['rounds'] else {})}")
-    calls = report["calls"]
+    lines.append(f"At the end: {macro(report.end)}{carried_note(report.rounds[-1] if report.rounds else {})}")
+    calls = report.calls
     proposer = f" (plus {calls['proposer']:,} calls to the model proposer)" if calls.get("proposer") else ""
     lines.append(
-        f"\nCalls made {calls['made']}{proposer}, reused from the cache {calls['reused']}; {report['seconds']} s. "
-        + (f"Left as drafts (not saved): {', '.join(report['drafts'])}." if report["drafts"] else "No draft left.")
+        f"\nCalls made {calls['made']}{proposer}, reused from the cache {calls['reused']}; {report.seconds} s. "
+        + (f"Left as drafts (not saved): {', '.join(report.drafts)}." if report.drafts else "No draft left.")
     )
     lines.append(screen_text(report))
     return "\n".join(lines)
@@ -1660,12 +1654,12 @@ def carried_note(entry: dict) -> str:
     return f" (tuning estimated: {n:,} tuning answers carried over from the version before, not asked)" if n else ""
 
 
-def screen_text(report: dict) -> str:
+def screen_text(report: OptimiseReport) -> str:
     """The screening figures of an optimise report: calls per kept change, before and after the screen, and the
     tuning answers left for a run of the saved version."""
-    scr = report.get("screen") or {}
-    kept = sum(len(e["changes"]) for e in report["rounds"])
-    made = report["calls"]["made"]
+    scr = report.screen
+    kept = sum(len(e["changes"]) for e in report.rounds)
+    made = report.calls["made"]
     per = f"{made / kept:,.0f} calls made per kept change ({kept} kept)" if kept else "no change kept"
     by_part = scr.get("full_by_part")
     split = f": tuning {by_part['tuning']:,}, validation {by_part['validation']:,}" if by_part else ""

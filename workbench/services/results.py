@@ -23,32 +23,6 @@ class Record:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-@dataclass(frozen=True, eq=False)
-class Result(Record):
-    """A record that can also be read by field name: the dict face OptimiseReport keeps until its readers move
-    to attributes (the other records have lost theirs)."""
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in self.keys():
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.keys()
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """A field's value, or default when there is no such field."""
-        return getattr(self, key) if key in self.keys() else default
-
-    def keys(self) -> tuple[str, ...]:
-        """The field names."""
-        return tuple(f.name for f in fields(self))
-
-    def items(self):
-        """(field, value) pairs, as a dict's."""
-        return self.to_dict().items()
-
-
 def strict(obj: Any) -> Any:
     """obj with every float that is not finite (a failed call's NaN latency) as None: strict JSON has no NaN."""
     if isinstance(obj, float):
@@ -235,24 +209,45 @@ class EditEvaluation(Record):
 
 
 @dataclass(frozen=True, eq=False)
-class OptimiseReport(Result):
+class OptimiseReport(Record):
     """What `optimise` did: per round the changes kept and rejected, macro F1 per part before and after, calls."""
 
     id: int
     run: int
     base_commit: str
-    labels: list
+    labels: list[str]
     proposer: str
-    rounds: list  # per round: changes, rejected, metrics, validation_mcnemar
-    calls: dict  # made, reused, cost
-    screen: dict  # on, screened, screened_out, calls, full_calls
+    rounds: list[dict[str, Any]]  # per round: changes, rejected, metrics, validation_mcnemar, carried
+    calls: dict[str, float]  # made, reused, cost, proposer
+    screen: dict[str, Any]  # on, screened, screened_out, calls, full_calls, full_by_part, deferred, left_calls
     zero_division: str
-    start: dict  # macro F1 per part before
-    end: dict  # and after
+    start: dict[str, Any]  # macro F1 per part before (tuning, validation, gap)
+    end: dict[str, Any]  # and after
     seconds: float
-    drafts: list  # labels left as drafts for a person to save
-    not_drafted: list  # changed labels that already had a person's draft
-    final_prompts: dict
+    drafts: list[str]  # labels left as drafts for a person to save
+    not_drafted: list[str]  # changed labels that already had a person's draft
+    final_prompts: dict[str, dict[str, Any]]
+
+    @classmethod
+    def from_stored(cls, report_id: int, stored: dict[str, Any]) -> OptimiseReport:
+        """A report as stored (its JSON, without its id); an older one lacks the newer fields, given as empty."""
+        return cls(
+            id=report_id,
+            run=stored["run"],
+            base_commit=stored["base_commit"],
+            labels=stored.get("labels", []),
+            proposer=stored.get("proposer", ""),
+            rounds=stored.get("rounds", []),
+            calls=stored.get("calls", {}),
+            screen=stored.get("screen") or {},
+            zero_division=stored.get("zero_division", "zero"),
+            start=stored["start"],
+            end=stored["end"],
+            seconds=stored.get("seconds", 0.0),
+            drafts=stored.get("drafts", []),
+            not_drafted=stored.get("not_drafted", []),
+            final_prompts=stored.get("final_prompts", {}),
+        )
 
 
 @dataclass(frozen=True)
