@@ -174,8 +174,6 @@ DICT_RETURNS_LEFT = {
     "optimising.py:OptimisingService.evaluate_parts",
     "optimising.py:OptimisingService.compare_by_part",
     "optimising.py:OptimisingService.suggest",
-    "optimising.py:OptimisingService.evaluate_drafts",
-    "optimising.py:OptimisingService.proposal",
     "runs.py:RunsService.labeller_settings",
     "runs.py:RunsService.pending_batch",
     "runs.py:RunsService.settings_from_params",
@@ -238,6 +236,8 @@ def test_result_records_are_read_by_attribute_not_by_key():
         results.CompareView,
         results.EditEvaluation,
         results.OptimiseReport,
+        results.DraftsEvaluation,
+        results.StoredProposal,
         scoring.RanScore,
         scoring.RobustnessResult,
     )

@@ -231,8 +231,8 @@ def test_a_passing_proposal_is_decided_on_all_of_validation_and_the_rest_of_tuni
     # what was left is exactly what a model would still be asked: evaluate-drafts asks it and nothing more,
     # and with it the tuning figures are those of the evaluation without the screen
     drafts = wb.evaluate_drafts(run_id)
-    assert drafts["calls"]["made"] == left
-    for entry in drafts["labels"]:
+    assert drafts.calls["made"] == left
+    for entry in drafts.labels:
         assert entry["parts"]["tuning"]["f1_after"] == full[entry["label"]]["tuning_f1"][1]
 
 

@@ -345,7 +345,7 @@ def test_offline_proposer_policy_flip_and_quoted_notes_cite_the_notes(opt_study)
     commit = wb.commit_drafts(["consolidation"], "Consolidation synonyms")
     message = wb.prompt_history("consolidation").set_index("commit").loc[commit, "message"]
     assert f"#{quote_note}" in message and f"proposal #{consolidation['proposal']}" in message
-    assert wb.proposal(consolidation["proposal"])["status"] == "saved"
+    assert wb.proposal(consolidation["proposal"]).status == "saved"
 
 
 def test_proposal_that_makes_validation_worse_is_not_offered(opt_study):
@@ -387,7 +387,7 @@ def test_suggestions_never_read_validation_or_test_text(opt_study):
         dumped = json.dumps(report.final_prompts[label]).lower()
         assert SECRET_VALIDATION not in dumped and SECRET_TEST not in dumped
     for pid in wb.proposals()["id"]:
-        assert SECRET_VALIDATION not in json.dumps(wb.proposal(int(pid))["edit"]).lower()
+        assert SECRET_VALIDATION not in json.dumps(wb.proposal(int(pid)).edit).lower()
     tuning = {r for r, p in wb.expected_parts.items() if p == "tuning"}
     run = wb.run_info(wb.first_run)
     for label in wb.vocab.asked_ids:  # the material every proposer starts from

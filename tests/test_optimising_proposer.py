@@ -404,7 +404,7 @@ def test_a_proposals_validation_cases_are_shown_as_counts_and_ids_never_text(qui
         assert result.exit_code == 0, result.output
         outputs.append(result.output)
     proposal = wb.proposal(int(wb.proposals("cardiomegaly")["id"].iloc[0]))
-    broken = proposal["evaluation"]["parts"]["validation"]["broken_cases"]
+    broken = proposal.evaluation["parts"]["validation"]["broken_cases"]
     assert broken and all(wb.parts[r] == "validation" for r in broken)
     for out in outputs:
         assert broken[0] in out  # by id

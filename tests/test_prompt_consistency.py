@@ -278,7 +278,7 @@ def test_the_model_proposers_malformed_reply_is_shown_and_stored(opt_study, fake
     assert len(facts) == 1 and facts.iloc[0]["labels"] == "cardiomegaly" and facts.iloc[0]["prompt_tokens"] > 0
     assert list(replies.values()) == ["Sure! Here is my idea: add 'enlarged' to the list."]
     result = wb.suggest("cardiomegaly", wb.first_run, ask["proposer"], ask["model"], ask["api_base"])
-    assert result["reply"].startswith("Sure!") and wb.proposal(result["proposal"])["evaluation"]["reply"]
+    assert result["reply"].startswith("Sure!") and wb.proposal(result["proposal"]).evaluation["reply"]
     assert fake_llm_server.count == 2  # a malformed reply is never cached: asked again
 
 

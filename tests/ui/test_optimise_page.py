@@ -33,7 +33,7 @@ def test_suggest_on_prompts_page_then_accept_into_the_draft(study):  # noqa: F81
     button(at, "Accept as my draft").click().run()
     assert_clean(at)
     assert workbench(study).draft(label)[2]
-    assert workbench(study).proposal(result["proposal"])["status"] == "accepted"
+    assert workbench(study).proposal(result["proposal"]).status == "accepted"
 
 
 def test_suggest_before_a_split_offers_the_button_that_splits_not_a_cli_command(study):  # noqa: F811

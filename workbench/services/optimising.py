@@ -31,7 +31,13 @@ from workbench.labeller.labelling import model_config
 from workbench.services.base import Service, StudyContext
 from workbench.services.evaluation import paired_macro, refuse_same_run
 from workbench.services.prompting import label_yaml
-from workbench.services.results import EditEvaluation, OptimiseReport, json_default
+from workbench.services.results import (
+    DraftsEvaluation,
+    EditEvaluation,
+    OptimiseReport,
+    StoredProposal,
+    json_default,
+)
 from workbench.services.runs import _cache_entries, _rows
 from workbench.store import prompt_repo
 from workbench.store import queries as q
@@ -720,7 +726,7 @@ class OptimisingService(Service):
             carried=carried,
         )
 
-    def evaluate_drafts(self, run_id: int | None = None, labels: list[str] | None = None) -> dict:
+    def evaluate_drafts(self, run_id: int | None = None, labels: list[str] | None = None) -> DraftsEvaluation:
         """Your drafts (and uncommitted file edits) labelled through the call cache on tuning and validation,
         beside the run of the committed version: per label F1 before and after, fixed and broken cases and
         the McNemar verdict on validation, and macro F1 per part before and after. Nothing is committed."""
@@ -758,23 +764,23 @@ class OptimisingService(Service):
             )
         current = derive_frame(self.vocab, current)[current.columns]
         same = _same_labels(y_true, [y_pred, current], parts, policy)  # before and after alike
-        return {
-            "run": run_id,
-            "base_commit": run.prompt_commit,
-            "head": self.prompts.prompt_commit(),
-            "labels": entries,
-            "calls": calls,
-            "zero_division": policy,
-            "before": _macro_by_part(y_true, y_pred, parts, policy, left_out=same),
-            "after": _macro_by_part(y_true, current, parts, policy, left_out=same),
-        }
+        return DraftsEvaluation(
+            run=run_id,
+            base_commit=run.prompt_commit,
+            head=self.prompts.prompt_commit(),
+            labels=entries,
+            calls=calls,
+            zero_division=policy,
+            before=_macro_by_part(y_true, y_pred, parts, policy, left_out=same),
+            after=_macro_by_part(y_true, current, parts, policy, left_out=same),
+        )
 
     def proposals(self, label: str | None = None, status: str | None = None) -> pd.DataFrame:
         """Stored proposals, newest first."""
         with self.session() as s:
             return q.proposals_frame(s, self.prompts.asked_label(label) if label else None, status)
 
-    def proposal(self, proposal_id: int) -> dict:
+    def proposal(self, proposal_id: int) -> StoredProposal:
         """One stored proposal with its edit and evaluation."""
         with self.session() as s:
             row = q.get_proposal(s, proposal_id)
@@ -783,41 +789,41 @@ class OptimisingService(Service):
         evaluation = json.loads(row.evaluation_json or "{}")
         evaluation.pop("values", None)
         evaluation.pop("evidence", None)
-        return {
-            "id": row.id,
-            "label": row.label,
-            "author": row.author,
-            "source": row.source,
-            "status": row.status,
-            "base_commit": row.base_commit,
-            "run": row.run_id,
-            "edit": json.loads(row.edit_json or "{}"),
-            "evaluation": evaluation,
-            "note_ids": json.loads(row.note_ids_json or "[]"),
-            "commit": row.commit,
-        }
+        return StoredProposal(
+            id=proposal_id,
+            label=row.label,
+            author=row.author,
+            source=row.source,
+            status=row.status,
+            base_commit=row.base_commit,
+            run=row.run_id,
+            edit=json.loads(row.edit_json or "{}"),
+            evaluation=evaluation,
+            note_ids=json.loads(row.note_ids_json or "[]"),
+            commit=row.commit,
+        )
 
     def accept_proposal(self, proposal_id: int) -> LabelPrompt:
         """Turn an offered proposal into this user's draft (never a commit by itself)."""
         self.require("edit_prompts")
         p = self.proposal(proposal_id)
-        if p["status"] != "offered":
+        if p.status != "offered":
             raise StudyError(
-                f"proposal {proposal_id} is {p['status']}: only a proposal that does not make validation "
+                f"proposal {proposal_id} is {p.status}: only a proposal that does not make validation "
                 "worse can be accepted"
             )
-        _, _, exists = self.prompts.draft(p["label"])
+        _, _, exists = self.prompts.draft(p.label)
         if exists:
-            raise StudyError(f"you already have a draft of {p['label']}: save or discard it first")
-        base = self.prompts.label_prompt(p["label"], p["base_commit"])
-        lp = proposals.apply_edit(base, p["edit"]["fields"])
+            raise StudyError(f"you already have a draft of {p.label}: save or discard it first")
+        base = self.prompts.label_prompt(p.label, p.base_commit)
+        lp = proposals.apply_edit(base, p.edit["fields"])
         found = self.prompts.new_contradictions(base, lp)
         if found:
             raise StudyError(
-                f"proposal {proposal_id} would make {p['label']}'s prompt contradict itself, so an LLM could not "
+                f"proposal {proposal_id} would make {p.label}'s prompt contradict itself, so an LLM could not "
                 "follow it: " + "; ".join(f"[{f.kind}] {f.message}" for f in found)
             )
-        self.prompts.save_draft(lp, p["base_commit"])
+        self.prompts.save_draft(lp, p.base_commit)
         with self.session() as s:
             q.update_proposal(s, proposal_id, status="accepted")
             q.add_audit(
@@ -827,7 +833,7 @@ class OptimisingService(Service):
                 "proposal",
                 str(proposal_id),
                 None,
-                {"label": p["label"], "source": p["source"], "notes": p["note_ids"]},
+                {"label": p.label, "source": p.source, "notes": p.note_ids},
             )
         return lp
 
@@ -1540,18 +1546,18 @@ def suggestion_text(result: dict) -> str:
     return "\n".join(lines)
 
 
-def drafts_text(result: dict) -> str:
+def drafts_text(result: DraftsEvaluation) -> str:
     """evaluate-drafts as text: per draft F1 before -> after on each part with fixed/broken cases, then macro F1."""
     lines = [
-        f"drafts against run {result['run']} (version {result['base_commit'][:8]}), labelled through the call cache; "
+        f"drafts against run {result.run} (version {result.base_commit[:8]}), labelled through the call cache; "
         "nothing is committed"
     ]
-    if result["head"] != result["base_commit"]:
+    if result.head != result.base_commit:
         lines.append(
-            f"note: run {result['run']} used version {result['base_commit'][:8]}, the latest is {result['head'][:8]}: "
+            f"note: run {result.run} used version {result.base_commit[:8]}, the latest is {result.head[:8]}: "
             "run the latest version first for a comparison with it"
         )
-    for entry in result["labels"]:
+    for entry in result.labels:
         lines.append(f"\n{entry['label']}: {entry['why']}")
         for part, m in entry["parts"].items():
             lines.append(
@@ -1560,15 +1566,15 @@ def drafts_text(result: dict) -> str:
                 + (f"; McNemar p = {fmt_figure(m['p_value'])}, {m['verdict']}" if part == "validation" else "")
             )
     for part in splits.PARTS:
-        b, a = result["before"][part], result["after"][part]
+        b, a = result.before[part], result.after[part]
         lines.append(
             f"{'' if part != 'tuning' else chr(10)}{part}: macro F1 {fmt_figure(b['macro_f1'])} -> "
             f"{fmt_figure(a['macro_f1'])} ({a['labels']})"
         )
-    c = result["calls"]
+    c = result.calls
     lines.append(
         f"calls: {c['made']} made, {c['reused']} reused from the cache; save with `workbench prompts save "
-        f"{' '.join(e['label'] for e in result['labels'])} -m MESSAGE`"
+        f"{' '.join(e['label'] for e in result.labels)} -m MESSAGE`"
     )
     return "\n".join(lines)
 

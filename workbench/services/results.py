@@ -209,6 +209,39 @@ class EditEvaluation(Record):
 
 
 @dataclass(frozen=True, eq=False)
+class DraftsEvaluation(Record):
+    """evaluate-drafts: per draft its evaluation on tuning and validation beside the run of the committed version,
+    and macro F1 per part before and after (nothing committed)."""
+
+    run: int
+    base_commit: str  # the run's version
+    head: str  # the latest version (a run of it compares with the latest)
+    labels: list[dict[str, Any]]  # per draft: label, parts (as EditEvaluation's), offered, why, diff
+    calls: dict[str, int]  # made, reused
+    zero_division: str
+    before: dict[str, Any]  # macro F1 per part (tuning, validation, gap) of the committed version
+    after: dict[str, Any]  # and with the drafts
+
+
+@dataclass(frozen=True, eq=False)
+class StoredProposal(Record):
+    """One stored proposal: its edit and its evaluation (per-report answers left out), who made it and where it
+    stands (offered, not offered, accepted, saved ...)."""
+
+    id: int
+    label: str
+    author: str
+    source: str
+    status: str
+    base_commit: str
+    run: int | None
+    edit: dict[str, Any]  # Edit.to_dict(): label, fields, rationale, source, note_ids, changes
+    evaluation: dict[str, Any]  # EditEvaluation.to_dict() without values and evidence; a model's reply
+    note_ids: list[int]
+    commit: str | None  # the version that saved it
+
+
+@dataclass(frozen=True, eq=False)
 class OptimiseReport(Record):
     """What `optimise` did: per round the changes kept and rejected, macro F1 per part before and after, calls."""
 
