@@ -84,8 +84,8 @@ def held_out_macro(wb, before_run: int, after_run: int) -> dict:
 def per_label(wb, run_id: int) -> tuple[pd.DataFrame, dict]:
     """Per-label F1 with bootstrap intervals on each part (zero_division=0), and macro F1 with interval."""
     parts = wb.evaluate_parts(run_id, zero_division="zero")
-    frame = pd.DataFrame({f"{p}_{c}": parts[p]["table"][c] for p in parts for c in ("support", "f1", "f1_lo", "f1_hi")})
-    return frame, {p: (m["macro_f1"], m["macro_f1_lo"], m["macro_f1_hi"]) for p, m in parts.items()}
+    frame = pd.DataFrame({f"{p}_{c}": parts[p].table[c] for p in parts for c in ("support", "f1", "f1_lo", "f1_hi")})
+    return frame, {p: (m.macro_f1, m.macro_f1_lo, m.macro_f1_hi) for p, m in parts.items()}
 
 
 def fmt_macro(m: dict) -> str:

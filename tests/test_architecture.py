@@ -171,8 +171,6 @@ def test_the_private_reach_check_sees_one(tmp_path):
 DICT_RETURNS_LEFT = {
     "freezing.py:FreezeService.bundle_content",
     "freezing.py:FreezeService.test_look",
-    "optimising.py:OptimisingService.evaluate_parts",
-    "optimising.py:OptimisingService.compare_by_part",
     "optimising.py:OptimisingService.suggest",
     "runs.py:RunsService.labeller_settings",
     "runs.py:RunsService.pending_batch",
@@ -238,6 +236,8 @@ def test_result_records_are_read_by_attribute_not_by_key():
         results.OptimiseReport,
         results.DraftsEvaluation,
         results.StoredProposal,
+        results.PartMetrics,
+        results.PartComparison,
         scoring.RanScore,
         scoring.RobustnessResult,
     )

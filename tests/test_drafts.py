@@ -52,7 +52,7 @@ def test_evaluate_drafts_compares_with_the_committed_version_and_commits_nothing
         assert before["labels"] == after["labels"]
         named = re.search(r"left out \([^)]*\): (.+?) \(zero_division", before["labels"])
         undefined = named.group(1).split(", ") if named else []
-        table = parts[part]["table"]
+        table = parts[part].table
         expected = metrics.macro_figure(table["f1"], table["f1_undefined"] | table.index.isin(undefined), "exclude")
         assert before["macro_f1"] == pytest.approx(expected.value)
     pneumonia = result.labels[0]["parts"]

@@ -331,7 +331,7 @@ def test_split_compare_and_suggest_print_the_noise_lines_per_part_from_the_cli(d
     lines = [line for line in out.output.splitlines() if line.startswith("noise, ")]
     changed = wb.compare_by_part(older, newer)
     for part in ("tuning", "validation"):
-        table = changed[part]["table"]
+        table = changed[part].table
         moved = [lab for lab, row in table.iterrows() if row["b"] + row["c"]]
         assert moved and all(any(line.startswith(f"noise, {lab} ({part}): ") for line in lines) for lab in moved)
     assert all(re.search(r"changed; at noise rate [0-9.]+ noise alone would explain about", line) for line in lines)

@@ -166,8 +166,8 @@ def test_split_recorded_and_reproducible_in_the_study(opt_study):
 def test_metrics_history_side_by_side_with_gap(opt_study):
     wb = opt_study
     parts = wb.evaluate_parts(wb.first_run, n_resamples=200)
-    assert parts["tuning"]["reports"] + parts["validation"]["reports"] == 68
-    assert {"f1", "f1_lo", "f1_hi"} <= set(parts["validation"]["table"].columns)
+    assert parts["tuning"].reports + parts["validation"].reports == 68
+    assert {"f1", "f1_lo", "f1_hi"} <= set(parts["validation"].table.columns)
     hist = wb.history_by_part("dev")
     row = hist.iloc[0]
     assert row["gap"] == pytest.approx(row["tuning_macro_f1"] - row["validation_macro_f1"])

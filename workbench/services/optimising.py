@@ -35,6 +35,8 @@ from workbench.services.results import (
     DraftsEvaluation,
     EditEvaluation,
     OptimiseReport,
+    PartComparison,
+    PartMetrics,
     StoredProposal,
     json_default,
 )
@@ -106,7 +108,7 @@ class OptimisingService(Service):
 
     def evaluate_parts(
         self, run_id: int, ci: str = "wilson", n_resamples: int = 1000, zero_division: str | None = None
-    ) -> dict:
+    ) -> dict[str, PartMetrics]:
         """Per part (tuning, validation): per-label metrics with intervals, macro F1 with a bootstrap interval."""
         zero_division = self.evaluation.macro_policy(zero_division)
         run = self.runs.run_info(run_id)
@@ -121,7 +123,7 @@ class OptimisingService(Service):
             for part in splits.PARTS
         }
 
-    def compare_by_part(self, run_a: int, run_b: int) -> dict:
+    def compare_by_part(self, run_a: int, run_b: int) -> dict[str, PartComparison]:
         """Two runs on a split cohort: per part, macro F1 of each and the per-label McNemar table (Holm within the part)."""
         refuse_same_run(run_a, run_b)
         a, b = self.runs.run_info(run_a), self.runs.run_info(run_b)
@@ -141,12 +143,12 @@ class OptimisingService(Service):
                 y_true.loc[ids, labels], pred_a.loc[ids, labels], pred_b.reindex(ids)[labels], zero_division=policy
             )
             macro_a, macro_b = paired_macro(table, policy)
-            out[part] = {
-                "table": table,
-                "macro_f1_a": metrics.finite(macro_a.value),
-                "macro_f1_b": metrics.finite(macro_b.value),
-                "macro_labels": macro_b.describe(),
-            }
+            out[part] = PartComparison(
+                table=table,
+                macro_f1_a=metrics.finite(macro_a.value),
+                macro_f1_b=metrics.finite(macro_b.value),
+                macro_labels=macro_b.describe(),
+            )
         return out
 
     def history_by_part(self, cohort: str) -> pd.DataFrame:
@@ -1361,7 +1363,7 @@ def _stored_id(run: Run) -> int:
     return run.id
 
 
-def _part_metrics(y_true, y_pred, ids, ci, n_resamples, zero_division) -> dict:
+def _part_metrics(y_true, y_pred, ids, ci, n_resamples, zero_division) -> PartMetrics:
     """Per-label table and macro F1 with a bootstrap interval on some reports."""
     t, p = y_true.loc[ids], y_pred.loc[ids]
     table = metrics.label_metrics(t, p, ci=ci, zero_division=zero_division)
@@ -1373,15 +1375,15 @@ def _part_metrics(y_true, y_pred, ids, ci, n_resamples, zero_division) -> dict:
     )
     if n_resamples and len(ids):
         table = table.join(metrics.bootstrap_label_f1(t, p, n_resamples=n_resamples))
-    return {
-        "reports": len(ids),
-        "table": table,
-        "macro_f1": avg["macro_f1"],
-        "macro_f1_lo": boot.get("lo"),
-        "macro_f1_hi": boot.get("hi"),
-        "averages": avg,
-        "macro_labels": avg["macro_f1_labels"],
-    }
+    return PartMetrics(
+        reports=len(ids),
+        table=table,
+        macro_f1=avg["macro_f1"],
+        macro_f1_lo=boot.get("lo"),
+        macro_f1_hi=boot.get("hi"),
+        averages=avg,
+        macro_labels=avg["macro_f1_labels"],
+    )
 
 
 def _macro_by_part(

@@ -209,6 +209,31 @@ class EditEvaluation(Record):
 
 
 @dataclass(frozen=True, eq=False)
+class PartMetrics(Record):
+    """One part of a split cohort (tuning or validation) under a run: per-label metrics with intervals, and macro
+    F1 with its bootstrap interval (None when not resampled)."""
+
+    reports: int
+    table: pd.DataFrame  # per label: support, f1, f1_lo, f1_hi ... (metrics.label_metrics)
+    macro_f1: float
+    macro_f1_lo: float | None
+    macro_f1_hi: float | None
+    averages: dict[str, Any]  # metrics.averages
+    macro_labels: str  # which labels macro F1 averages
+
+
+@dataclass(frozen=True, eq=False)
+class PartComparison(Record):
+    """Two runs on one part of a split cohort: per-label F1 change with McNemar (Holm within the part) and both
+    macro F1 figures over the same labels."""
+
+    table: pd.DataFrame  # per label: f1_a, f1_b, delta_f1, b, c, p_value, verdict ... (metrics.compare_labels)
+    macro_f1_a: float | None
+    macro_f1_b: float | None
+    macro_labels: str
+
+
+@dataclass(frozen=True, eq=False)
 class DraftsEvaluation(Record):
     """evaluate-drafts: per draft its evaluation on tuning and validation beside the run of the committed version,
     and macro F1 per part before and after (nothing committed)."""
