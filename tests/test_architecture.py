@@ -171,7 +171,6 @@ def test_the_private_reach_check_sees_one(tmp_path):
 DICT_RETURNS_LEFT = {
     "freezing.py:FreezeService.bundle_content",
     "freezing.py:FreezeService.test_look",
-    "optimising.py:OptimisingService.suggest",
     "runs.py:RunsService.labeller_settings",
     "runs.py:RunsService.pending_batch",
     "runs.py:RunsService.settings_from_params",
@@ -238,6 +237,7 @@ def test_result_records_are_read_by_attribute_not_by_key():
         results.StoredProposal,
         results.PartMetrics,
         results.PartComparison,
+        results.Suggestion,
         scoring.RanScore,
         scoring.RobustnessResult,
     )

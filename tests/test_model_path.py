@@ -303,7 +303,7 @@ def test_per_call_facts_export_from_the_cli(small_study):
 def _moves_validation(wb, label: str, run_id: int) -> bool:
     """Whether the offline proposer's suggestion for a label changes some validation answer (a noise line needs one)."""
     result = wb.suggest(label, run_id, proposer="offline")
-    part = result.get("evaluation", {}).get("parts", {}).get("validation", {})
+    part = (result.evaluation or {}).get("parts", {}).get("validation", {})
     return bool(part.get("fixed", 0) + part.get("broken", 0))
 
 

@@ -286,27 +286,27 @@ def test_reply_parsed_strictly(reply, status, detail):
 
 def _suggested(wb, label):
     result = wb.suggest(label, wb.first_run, proposer="offline")
-    assert result["status"] == "ok", result
+    assert result.status == "ok", result
     return result
 
 
 def test_offline_proposer_finds_missed_phrase_and_generalises(opt_study):
     result = _suggested(opt_study, "cardiomegaly")
-    added = result["edit"]["fields"]["look_for"]
+    added = result.edit["fields"]["look_for"]
     assert "silhouette is enlarged" in added and "enlarged" not in added  # "enlarged" alone adds false positives
-    ev = result["evaluation"]
+    ev = result.evaluation
     assert ev["parts"]["tuning"]["fixed"] >= 7 and ev["parts"]["tuning"]["broken"] == 0
     val = ev["parts"]["validation"]
     assert val["fixed"] >= 3 and val["broken"] == 0 and val["f1_after"] > val["f1_before"]
-    assert result["offered"] and result["proposal_status"] == "offered"
-    assert "\n+- silhouette is enlarged\n" in result["diff"]
+    assert result.offered and result.proposal_status == "offered"
+    assert "\n+- silhouette is enlarged\n" in result.diff
 
 
 def test_offline_proposer_excludes_false_positive_cue(opt_study):
     result = _suggested(opt_study, "mass")
-    rules = result["edit"]["fields"]["do_not_label_when"]
+    rules = result.edit["fields"]["do_not_label_when"]
     assert any("'breast" in r for r in rules)
-    assert result["evaluation"]["parts"]["validation"]["broken"] == 0
+    assert result.evaluation["parts"]["validation"]["broken"] == 0
 
 
 def test_offline_proposer_policy_flip_and_quoted_notes_cite_the_notes(opt_study):
@@ -334,18 +334,18 @@ def test_offline_proposer_policy_flip_and_quoted_notes_cite_the_notes(opt_study)
         cons[1], "consolidation", "reference label wrong", "unsure", "'lobe' only", reference_wrong=True
     )
     hedged = _suggested(wb, "edema")
-    assert hedged["edit"]["fields"]["hedged"] == "positive" and hedge_note in hedged["edit"]["note_ids"]
+    assert hedged.edit["fields"]["hedged"] == "positive" and hedge_note in hedged.edit["note_ids"]
     consolidation = _suggested(wb, "consolidation")
-    assert "airspace disease" in consolidation["edit"]["fields"]["look_for"]
-    assert quote_note in consolidation["edit"]["note_ids"] and wrong not in consolidation["edit"]["note_ids"]
+    assert "airspace disease" in consolidation.edit["fields"]["look_for"]
+    assert quote_note in consolidation.edit["note_ids"] and wrong not in consolidation.edit["note_ids"]
     # accepting makes a draft, not a commit; the saved version's message names the notes
     before = wb.prompt_commit()
-    lp = wb.accept_proposal(consolidation["proposal"])
+    lp = wb.accept_proposal(consolidation.proposal)
     assert wb.prompt_commit() == before and wb.draft("consolidation")[2] and "airspace disease" in lp.look_for
     commit = wb.commit_drafts(["consolidation"], "Consolidation synonyms")
     message = wb.prompt_history("consolidation").set_index("commit").loc[commit, "message"]
-    assert f"#{quote_note}" in message and f"proposal #{consolidation['proposal']}" in message
-    assert wb.proposal(consolidation["proposal"]).status == "saved"
+    assert f"#{quote_note}" in message and f"proposal #{consolidation.proposal}" in message
+    assert wb.proposal(consolidation.proposal).status == "saved"
 
 
 def test_proposal_that_makes_validation_worse_is_not_offered(opt_study):
@@ -464,15 +464,15 @@ def test_model_proposer_good_edit_evaluated_and_offered(llm_study):
         }
     )
     result = _llm_suggest(wb)
-    assert result["status"] == "ok" and result["offered"], result
-    assert result["edit"]["source"] == "model proposer (openai/fake)"
-    assert result["evaluation"]["parts"]["validation"]["fixed"] >= 3
+    assert result.status == "ok" and result.offered, result
+    assert result.edit["source"] == "model proposer (openai/fake)"
+    assert result.evaluation["parts"]["validation"]["fixed"] >= 3
     assert server.count == 1
     body = json.dumps(server.bodies[0]).lower()
     assert "silhouette is enlarged" in body  # the failing cases were shown
     assert SECRET_VALIDATION not in body and SECRET_TEST not in body  # and only tuning ones
     again = _llm_suggest(wb)  # the same call is answered from the call cache
-    assert server.count == 1 and again["edit"]["fields"] == result["edit"]["fields"]
+    assert server.count == 1 and again.edit["fields"] == result.edit["fields"]
     with wb.session() as s:
         from workbench.store import queries as q
 
@@ -498,7 +498,7 @@ def test_model_proposer_is_shown_attribute_disagreements_and_their_notes(llm_stu
         {"edit": {"definition": "A mass; give its side as the report states it."}, "rationale": "side"}
     )
     result = _llm_suggest(wb, "mass")
-    assert result["status"] == "ok", result
+    assert result.status == "ok", result
     body = json.dumps(server.bodies[0])
     assert f"Case {in_tuning}: attribute differs (side: labeller right, reference left)" in body
     assert "the reader's side" in body and in_validation not in body and SECRET_VALIDATION not in body.lower()
@@ -509,13 +509,13 @@ def test_model_proposer_malformed_or_refusal_reported_never_applied(llm_study, b
     wb, server = llm_study, llm_study.server
     server.behaviour = behaviour
     result = _llm_suggest(wb)
-    assert result["status"] == status and "edit" not in result and result["proposal_status"] == status
+    assert result.status == status and result.edit is None and result.proposal_status == status
     assert not wb.draft("cardiomegaly")[2]
     with pytest.raises(StudyError, match=status):
-        wb.accept_proposal(result["proposal"])
+        wb.accept_proposal(result.proposal)
     server.behaviour = "reply"  # not cached: asking again makes a new call
     server.reply = json.dumps({"edit": {"hedged": "positive"}, "rationale": "x"})
-    assert _llm_suggest(wb)["status"] == "ok" and server.count == 2
+    assert _llm_suggest(wb).status == "ok" and server.count == 2
 
 
 def test_model_proposer_endpoint_must_be_allowed(opt_study):
@@ -611,6 +611,12 @@ def test_cli_split_suggest_accept_optimise_and_test_look(opt_study):
     assert "+ look-for: silhouette is enlarged" in out and "validation: F1" in out and "workbench accept" in out
     pid = wb.proposals("cardiomegaly")["id"].iloc[0]
     assert "is now your draft of cardiomegaly" in cli("accept", str(pid))
+    shown = json.loads(cli("suggest", "mass", "--run", str(wb.first_run), "--proposer", "offline", "--format", "json"))
+    assert list(shown) == [
+        *("label", "status", "detail", "run", "edit", "evaluation", "offered", "diff"),
+        *("proposal", "proposal_status", "noise"),
+    ]
+    assert shown["status"] == "ok" and "values" not in shown["evaluation"] and "evidence" not in shown["evaluation"]
     out = cli("suggest", "all", "--run", str(wb.first_run), "--proposer", "offline")
     assert all(f"for {lab} (run" in out for lab in ("cardiomegaly", "mass", "edema", "consolidation"))
     wb.discard_draft("cardiomegaly")
@@ -667,10 +673,10 @@ def test_proposal_evaluated_by_a_model_labeller_over_http_through_the_cache(opt_
     texts = len({wb.report_text(r).text for r in wb.predictions(run.run_id)["report_id"].unique()})
     assert run.status == "finished" and server.count == texts  # one call per distinct report text
     result = wb.suggest("cardiomegaly", run.run_id, proposer="llm", model="openai/fake", api_base=server.url)
-    assert result["status"] == "ok" and result["offered"], result
-    calls = result["evaluation"]["calls"]
+    assert result.status == "ok" and result.offered, result
+    calls = result.evaluation["calls"]
     assert calls["calls"] == 68 and calls["made"] == texts and server.count == texts + 1 + texts
-    val = result["evaluation"]["parts"]["validation"]
+    val = result.evaluation["parts"]["validation"]
     assert val["f1_before"] == 0.0 and val["f1_after"] == 1.0 and val["broken"] == 0
     again = wb.suggest("cardiomegaly", run.run_id, proposer="llm", model="openai/fake", api_base=server.url)
-    assert again["evaluation"]["calls"]["made"] == 0 and server.count == texts + 1 + texts  # nothing new over HTTP
+    assert again.evaluation["calls"]["made"] == 0 and server.count == texts + 1 + texts  # nothing new over HTTP

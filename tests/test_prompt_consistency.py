@@ -230,10 +230,10 @@ def test_a_proposal_that_would_contradict_itself_is_not_offered_and_cannot_be_ac
     edit = {"edit": {"look_for": ["cardiomegaly", "portable"]}, "rationale": "portable films show it"}
     ask = _fake_model(wb, fake_llm_server, json.dumps(edit))
     result = wb.suggest("cardiomegaly", wb.first_run, ask["proposer"], ask["model"], ask["api_base"])
-    assert result["proposal_status"] == "inconsistent" and "'portable' is image-quality wording" in result["detail"]
-    assert "evaluation" not in result and fake_llm_server.count == 1  # not labelled: no call beyond the proposer's
+    assert result.proposal_status == "inconsistent" and "'portable' is image-quality wording" in result.detail
+    assert result.evaluation is None and fake_llm_server.count == 1  # not labelled: no call beyond the proposer's
     with pytest.raises(StudyError, match="inconsistent"):
-        wb.accept_proposal(result["proposal"])
+        wb.accept_proposal(result.proposal)
     # a proposal stored as offered (before this check existed) is refused at accept, saying why
     with wb.session() as s:
         row = q.add_proposal(
@@ -278,7 +278,7 @@ def test_the_model_proposers_malformed_reply_is_shown_and_stored(opt_study, fake
     assert len(facts) == 1 and facts.iloc[0]["labels"] == "cardiomegaly" and facts.iloc[0]["prompt_tokens"] > 0
     assert list(replies.values()) == ["Sure! Here is my idea: add 'enlarged' to the list."]
     result = wb.suggest("cardiomegaly", wb.first_run, ask["proposer"], ask["model"], ask["api_base"])
-    assert result["reply"].startswith("Sure!") and wb.proposal(result["proposal"]).evaluation["reply"]
+    assert result.reply.startswith("Sure!") and wb.proposal(result.proposal).evaluation["reply"]
     assert fake_llm_server.count == 2  # a malformed reply is never cached: asked again
 
 

@@ -2228,16 +2228,14 @@ def suggest(wb, label, run_id, proposer, model, fmt, phrase_list):
         if label == "all"
         else [wb.suggest(label, run_id=run_id, proposer=proposer, model=model, phrase_list=phrase_list)]
     )
-    for result in results:  # per-report answers are not printed
-        if result.get("evaluation"):
-            result["evaluation"] = {k: v for k, v in result["evaluation"].items() if k not in ("values", "evidence")}
-    for result in results:
-        result["noise"] = "\n".join(wb.suggestion_noise_lines(result))  # or that the run's noise is not measured
+    # each with its noise line (or that the run's noise is not measured)
+    noise = ["\n".join(wb.suggestion_noise_lines(r)) for r in results]
     if fmt == "json":
-        click.echo(json.dumps(results if label == "all" else results[0], indent=2, default=json_default))
+        shown = [{**r.to_dict(), "noise": n} for r, n in zip(results, noise, strict=True)]
+        click.echo(json.dumps(shown if label == "all" else shown[0], indent=2, default=json_default))
     else:
         click.echo(
-            "\n\n".join(suggestion_text(r) + (f"\n{r['noise']}" if r["noise"] else "") for r in results)
+            "\n\n".join(suggestion_text(r) + (f"\n{n}" if n else "") for r, n in zip(results, noise, strict=True))
             or "no label has a disagreement on the tuning part"
         )
 

@@ -27,13 +27,13 @@ def test_suggest_on_prompts_page_then_accept_into_the_draft(study):  # noqa: F81
     button(at, "Suggest a revision").click().run()
     assert_clean(at)
     result = at.session_state[state.SUGGESTION]
-    assert result["label"] == label and result["proposal"]
-    assert result["status"] == "ok" and result["offered"], result  # the demo's first run has fixable errors
+    assert result.label == label and result.proposal
+    assert result.status == "ok" and result.offered, result  # the demo's first run has fixable errors
     assert any("F1 before" in d.value.columns for d in at.dataframe)
     button(at, "Accept as my draft").click().run()
     assert_clean(at)
     assert workbench(study).draft(label)[2]
-    assert workbench(study).proposal(result["proposal"]).status == "accepted"
+    assert workbench(study).proposal(result.proposal).status == "accepted"
 
 
 def test_suggest_before_a_split_offers_the_button_that_splits_not_a_cli_command(study):  # noqa: F811
@@ -167,7 +167,7 @@ def test_suggestion_panel_shows_validation_cases_by_id_never_by_text(study):  # 
     button(at, "Suggest a revision").click().run()
     assert_clean(at)
     result = at.session_state[state.SUGGESTION]
-    assert result["status"] == "ok", result
+    assert result.status == "ok", result
     with wb.session() as s:
         reports = q.reports_frame(s, ids=list(parts))
     texts = {part: [] for part in ("tuning", "validation")}

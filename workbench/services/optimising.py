@@ -38,6 +38,7 @@ from workbench.services.results import (
     PartComparison,
     PartMetrics,
     StoredProposal,
+    Suggestion,
     json_default,
 )
 from workbench.services.runs import _cache_entries, _rows
@@ -453,7 +454,7 @@ class OptimisingService(Service):
         model: str | None = None,
         api_base: str | None = None,
         phrase_list=None,
-    ) -> list[dict]:
+    ) -> list[Suggestion]:
         """A suggestion for every label with a disagreement on the tuning part."""
         run_id = run_id if run_id is not None else self._latest_dev_run_id()
         queue = self.triage.disagreements(run_id)
@@ -484,7 +485,7 @@ class OptimisingService(Service):
         api_base: str | None = None,
         phrase_list=None,
         hedges: dict | None = None,
-    ) -> dict:
+    ) -> Suggestion:
         """Propose a revision of one label from its tuning disagreements and notes, evaluated on tuning and
         validation before it is shown; stored as a proposal (offered only when validation does not drop).
         hedges: the run's hedge convention when the caller has it (suggest_failing computes it once)."""
@@ -604,33 +605,31 @@ class OptimisingService(Service):
             )
         return int(runs.iloc[0]["id"])
 
-    def _record(self, run: Run, label: str, result: proposals.ProposalResult, ps: PromptSet) -> dict[str, Any]:
+    def _record(self, run: Run, label: str, result: proposals.ProposalResult, ps: PromptSet) -> Suggestion:
         """Evaluate an ok proposal, store it with its verdict, and return what the engineer is shown."""
-        run_id = _stored_id(run)
-        out: dict[str, Any] = {"label": label, "status": result.status, "detail": result.detail, "run": run_id}
-        stored = {"reply": result.reply} if result.reply else {}  # a model's unusable reply, kept to be read
-        if result.reply:
-            out["reply"] = result.reply
+        run_id = q.stored_id(run)
+        shown: dict[str, Any] = {}  # the edit, and for an ok one its evaluation, verdict and diff
+        stored: dict[str, Any] = {"reply": result.reply} if result.reply else {}  # an unusable reply, to be read
         proposed = result.edit
         contradictions = self._contradictions(ps, result)
         if contradictions and proposed is not None:  # an LLM cannot follow it: not worth a call, never offered
             result = dataclasses.replace(result, status="inconsistent", detail=contradictions)
-            out.update(status="inconsistent", detail=contradictions, edit=proposed.to_dict())
+            shown["edit"] = proposed.to_dict()
         if result.status == "ok" and proposed is not None:
             new_lp = proposals.apply_edit(ps.label(label), proposed.fields)
             evaluation = self.evaluate_edit(run_id, new_lp)
-            out.update(
+            # per-report answers are neither kept nor shown: the evaluation as proposal() gives it back
+            stored = {k: v for k, v in evaluation.to_dict().items() if k not in ("values", "evidence")}
+            shown.update(
                 edit=proposed.to_dict(),
-                evaluation=evaluation.to_dict(),  # as the stored proposal gives it back (proposal())
+                evaluation=stored,
                 offered=evaluation.offered,
                 diff=_yaml_diff(ps.label(label), new_lp),
             )
             status = "offered" if evaluation.offered else "not offered"
-            stored = evaluation.to_dict()
         else:
             status = result.status
         edit = result.edit.to_dict() if result.edit else {}
-        stored = {k: v for k, v in stored.items() if k not in ("values", "evidence")}  # per-report answers: not kept
         with self.session() as s:
             row = q.add_proposal(
                 s,
@@ -639,14 +638,22 @@ class OptimisingService(Service):
                 source=edit.get("source", "") or "none",
                 status=status,
                 base_commit=run.prompt_commit,
-                run_id=run.id,
+                run_id=run_id,
                 edit_json=json.dumps(edit, default=json_default),
                 evaluation_json=json.dumps(stored, default=json_default),
                 note_ids_json=json.dumps(edit.get("note_ids", [])),
             )
-            out["proposal"] = row.id
-        out["proposal_status"] = status
-        return out
+            proposal_id = q.stored_id(row)
+        return Suggestion(
+            label=label,
+            status=result.status,
+            detail=result.detail,
+            run=run_id,
+            reply=result.reply,
+            proposal=proposal_id,
+            proposal_status=status,
+            **shown,
+        )
 
     def _contradictions(self, ps, result: proposals.ProposalResult) -> str:
         """Why an ok proposal would make its label's prompt contradict itself ("" when it would not)."""
@@ -1356,13 +1363,6 @@ def _take_answers(
     return derive_frame(vocab, current)[current.columns]  # No Finding follows the asked labels
 
 
-def _stored_id(run: Run) -> int:
-    """A stored run's id (a row read back always has one)."""
-    if run.id is None:
-        raise StudyError("the run is not stored")
-    return run.id
-
-
 def _part_metrics(y_true, y_pred, ids, ci, n_resamples, zero_division) -> PartMetrics:
     """Per-label table and macro F1 with a bootstrap interval on some reports."""
     t, p = y_true.loc[ids], y_pred.loc[ids]
@@ -1523,13 +1523,13 @@ def fmt_figure(value) -> str:
     return "n/a" if pd.isna(value) else f"{value:.3f}"
 
 
-def suggestion_text(result: dict) -> str:
+def suggestion_text(result: Suggestion) -> str:
     """A suggestion as text for a terminal: status, changes, evaluation per part, diff."""
-    head = f"proposal #{result['proposal']} for {result['label']} (run {result['run']}): {result['proposal_status']}"
-    if result["status"] != "ok":
-        reply = f"\nthe proposer replied: {reply_excerpt(result['reply'])}" if result.get("reply") else ""
-        return f"{head}\n{result['status']}: {result['detail']}{reply}"
-    edit, ev = result["edit"], result["evaluation"]
+    head = f"proposal #{result.proposal} for {result.label} (run {result.run}): {result.proposal_status}"
+    edit, ev = result.edit, result.evaluation
+    if result.status != "ok" or edit is None or ev is None:
+        reply = f"\nthe proposer replied: {reply_excerpt(result.reply)}" if result.reply else ""
+        return f"{head}\n{result.status}: {result.detail}{reply}"
     lines = [head, f"proposer: {edit['source']}", "changes:"] + [f"  {c}" for c in edit["changes"]]
     if edit["note_ids"]:
         lines.append("from error notes: " + ", ".join(f"#{n}" for n in edit["note_ids"]))
@@ -1543,8 +1543,8 @@ def suggestion_text(result: dict) -> str:
         )
     c = ev["calls"]
     lines.append(f"calls: {c['made']} made, {c['reused']} reused from the cache")
-    lines.append(ev["why"] + (f"; accept with: workbench accept {result['proposal']}" if result["offered"] else ""))
-    lines.append(result["diff"])
+    lines.append(ev["why"] + (f"; accept with: workbench accept {result.proposal}" if result.offered else ""))
+    lines.append(result.diff)
     return "\n".join(lines)
 
 

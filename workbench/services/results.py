@@ -234,6 +234,31 @@ class PartComparison(Record):
 
 
 @dataclass(frozen=True, eq=False)
+class Suggestion(Record):
+    """A proposed revision of one label as the engineer is shown it: the edit, its evaluation on tuning and
+    validation (per-report answers left out, as the stored proposal keeps it) and whether it is offered; or why
+    there is none (status, detail, and a model's unusable reply)."""
+
+    label: str
+    status: str  # ok, or why no edit is offered: inconsistent, empty, malformed, call_error ...
+    detail: str
+    run: int
+    reply: str = ""  # a model proposer's reply that gave no usable edit
+    edit: dict[str, Any] | None = None  # Edit.to_dict(), for an ok or inconsistent proposal
+    evaluation: dict[str, Any] | None = None  # EditEvaluation.to_dict() of an ok one, without values and evidence
+    offered: bool = False  # validation does not get worse
+    diff: str = ""  # the label's YAML before -> proposed
+    proposal: int = 0  # the stored proposal's id
+    proposal_status: str = ""  # offered, not offered, or the status
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields, without those a suggestion of its kind has not got (the JSON `suggest` always wrote)."""
+        absent = {"reply": not self.reply, "edit": self.edit is None}
+        absent |= dict.fromkeys(("evaluation", "offered", "diff"), self.evaluation is None)
+        return {k: v for k, v in super().to_dict().items() if not absent.get(k)}
+
+
+@dataclass(frozen=True, eq=False)
 class DraftsEvaluation(Record):
     """evaluate-drafts: per draft its evaluation on tuning and validation beside the run of the committed version,
     and macro F1 per part before and after (nothing committed)."""
