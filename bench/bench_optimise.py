@@ -169,19 +169,19 @@ def side_by_side(off: dict, on: dict) -> None:
     """Where the calls went with and without the screen (before and after it), per kept change, what is left for
     a run of the saved version, and the validation gain; then the targets."""
     rows = [
-        ("screens: calls before the screening", lambda r: r["screen"]["calls"] if r["screen"]["on"] else None),
-        ("  of them re-asking carried answers", lambda r: r["screen"]["refresh_calls"] if r["screen"]["on"] else None),
+        ("screens: calls before the screening", lambda r: r.screen["calls"] if r.screen["on"] else None),
+        ("  of them re-asking carried answers", lambda r: r.screen["refresh_calls"] if r.screen["on"] else None),
         (
             "proposals screened / screened out",
-            lambda r: f"{r['screen']['screened']} / {r['screen']['screened_out']}" if r["screen"]["on"] else None,
+            lambda r: f"{r.screen['screened']} / {r.screen['screened_out']}" if r.screen["on"] else None,
         ),
-        ("after the screening: tuning part", lambda r: r["screen"]["full_by_part"]["tuning"]),
-        ("after the screening: validation part", lambda r: r["screen"]["full_by_part"]["validation"]),
-        ("calls made by optimise", lambda r: r["calls"]["made"]),
+        ("after the screening: tuning part", lambda r: r.screen["full_by_part"]["tuning"]),
+        ("after the screening: validation part", lambda r: r.screen["full_by_part"]["validation"]),
+        ("calls made by optimise", lambda r: r.calls["made"]),
         ("kept changes", lambda r: kept(r)),
-        ("calls made per kept change", lambda r: round(r["calls"]["made"] / max(1, kept(r)))),
-        ("tuning answers carried over", lambda r: sum(r["screen"]["deferred"].values())),
-        ("left for a run of the saved version", lambda r: sum(r["screen"]["left_calls"].values())),
+        ("calls made per kept change", lambda r: round(r.calls["made"] / max(1, kept(r)))),
+        ("tuning answers carried over", lambda r: sum(r.screen["deferred"].values())),
+        ("left for a run of the saved version", lambda r: sum(r.screen["left_calls"].values())),
     ]
     print("\n--- side by side: calls made after the call cache (one per report and label not in it) ---")
     print(f"{'':<42}{'--no-screen':>14}{'--screen':>14}")

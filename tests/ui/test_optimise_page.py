@@ -34,6 +34,11 @@ def test_suggest_on_prompts_page_then_accept_into_the_draft(study):  # noqa: F81
     assert_clean(at)
     assert workbench(study).draft(label)[2]
     assert workbench(study).proposal(result.proposal).status == "accepted"
+    # the draft evaluated on both parts beside the committed version (DraftsEvaluation read by attribute)
+    button(at, "Evaluate my drafts on tuning and validation").click().run()
+    assert_clean(at)
+    assert any("F1 with the draft" in d.value.columns for d in at.dataframe)
+    assert any("nothing is committed" in c.value and "validation: macro F1" in c.value for c in at.caption)
 
 
 def test_suggest_before_a_split_offers_the_button_that_splits_not_a_cli_command(study):  # noqa: F811
