@@ -201,3 +201,27 @@ def test_suggestion_panel_shows_validation_cases_by_id_never_by_text(study):  # 
     for cell in ("fixed cases", "broken cases"):
         ids = [x.strip() for x in row[cell].split(",") if x.strip()]
         assert all(parts.get(i) == "validation" for i in ids)  # ids, each a validation report's
+
+
+def test_optimise_from_the_page_then_its_report_on_the_reports_tab(study):  # noqa: F811
+    """The background optimise says its report and drafts (an OptimiseReport read by attribute), and the Reports tab
+    shows the stored report as `workbench optimise` prints it."""
+    from test_app_pages import wait_for_job
+
+    from workbench.services.optimising import report_markdown
+
+    wb = workbench(study)
+    wb.split_cohort("dev", 0.3, 0)
+    at = open_page(study, "optimise", {state.widget_key("optimise-tab"): "Optimise"})
+    at.multiselect[0].select("cardiomegaly")
+    at.number_input[0].set_value(1)
+    at.radio[0].set_value("offline")
+    button(at, "Optimise").click().run()
+    wait_for_job(at, "optimise")
+    report = wb.optimisation_reports().iloc[0]["report"]
+    assert report.labels == ["cardiomegaly"] and len(report.rounds) == 1
+    done = f"Report #{report.id}: drafts left for {', '.join(report.drafts) or 'no label'}."
+    assert any(s.value == done for s in at.success), [s.value for s in at.success]
+    assert at.session_state[state.OPT_REPORT] == report.id
+    at = open_page(study, "optimise", {state.widget_key("optimise-tab"): "Reports", state.OPT_REPORT: report.id})
+    assert any(m.value == report_markdown(report) for m in at.markdown)

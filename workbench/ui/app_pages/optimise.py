@@ -189,10 +189,9 @@ def _optimise(wb) -> None:
             if job.error is not None:
                 st.error(f"Optimisation stopped: {job.error}")
             else:
-                st.session_state[state.OPT_REPORT] = job.result["id"]
-                st.success(
-                    f"Report #{job.result['id']}: drafts left for {', '.join(job.result['drafts']) or 'no label'}."
-                )
+                report = job.result  # an OptimiseReport
+                st.session_state[state.OPT_REPORT] = report.id
+                st.success(f"Report #{report.id}: drafts left for {', '.join(report.drafts) or 'no label'}.")
             st.button("Dismiss", key=state.widget_key("dismiss-optimise"), on_click=state.clear_job, args=("optimise",))
         return
     names = wb.vocab.names()
