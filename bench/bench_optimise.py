@@ -84,8 +84,8 @@ def held_out_macro(wb, before_run: int, after_run: int) -> dict:
 def per_label(wb, run_id: int) -> tuple[pd.DataFrame, dict]:
     """Per-label F1 with bootstrap intervals on each part (zero_division=0), and macro F1 with interval."""
     parts = wb.evaluate_parts(run_id, zero_division="zero")
-    frame = pd.DataFrame({f"{p}_{c}": parts[p]["table"][c] for p in parts for c in ("support", "f1", "f1_lo", "f1_hi")})
-    return frame, {p: (m["macro_f1"], m["macro_f1_lo"], m["macro_f1_hi"]) for p, m in parts.items()}
+    frame = pd.DataFrame({f"{p}_{c}": parts[p].table[c] for p in parts for c in ("support", "f1", "f1_lo", "f1_hi")})
+    return frame, {p: (m.macro_f1, m.macro_f1_lo, m.macro_f1_hi) for p, m in parts.items()}
 
 
 def fmt_macro(m: dict) -> str:
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"macro F1 before (starter prompts): {fmt_macro(res['macro_before'])}")
         print(f"macro F1 after optimise:           {fmt_macro(res['macro_after'])}")
         print(
-            f"labels changed: {', '.join(res['labels']) or 'none'}; rounds run: {len(res['report']['rounds'])}; "
+            f"labels changed: {', '.join(res['labels']) or 'none'}; rounds run: {len(res['report'].rounds)}; "
             f"optimise {res['seconds']:.1f} s; re-run of the saved version {res['rerun_made']} calls made"
         )
         print(screen_text(res["report"]))
@@ -169,26 +169,26 @@ def side_by_side(off: dict, on: dict) -> None:
     """Where the calls went with and without the screen (before and after it), per kept change, what is left for
     a run of the saved version, and the validation gain; then the targets."""
     rows = [
-        ("screens: calls before the screening", lambda r: r["screen"]["calls"] if r["screen"]["on"] else None),
-        ("  of them re-asking carried answers", lambda r: r["screen"]["refresh_calls"] if r["screen"]["on"] else None),
+        ("screens: calls before the screening", lambda r: r.screen["calls"] if r.screen["on"] else None),
+        ("  of them re-asking carried answers", lambda r: r.screen["refresh_calls"] if r.screen["on"] else None),
         (
             "proposals screened / screened out",
-            lambda r: f"{r['screen']['screened']} / {r['screen']['screened_out']}" if r["screen"]["on"] else None,
+            lambda r: f"{r.screen['screened']} / {r.screen['screened_out']}" if r.screen["on"] else None,
         ),
-        ("after the screening: tuning part", lambda r: r["screen"]["full_by_part"]["tuning"]),
-        ("after the screening: validation part", lambda r: r["screen"]["full_by_part"]["validation"]),
-        ("calls made by optimise", lambda r: r["calls"]["made"]),
+        ("after the screening: tuning part", lambda r: r.screen["full_by_part"]["tuning"]),
+        ("after the screening: validation part", lambda r: r.screen["full_by_part"]["validation"]),
+        ("calls made by optimise", lambda r: r.calls["made"]),
         ("kept changes", lambda r: kept(r)),
-        ("calls made per kept change", lambda r: round(r["calls"]["made"] / max(1, kept(r)))),
-        ("tuning answers carried over", lambda r: sum(r["screen"]["deferred"].values())),
-        ("left for a run of the saved version", lambda r: sum(r["screen"]["left_calls"].values())),
+        ("calls made per kept change", lambda r: round(r.calls["made"] / max(1, kept(r)))),
+        ("tuning answers carried over", lambda r: sum(r.screen["deferred"].values())),
+        ("left for a run of the saved version", lambda r: sum(r.screen["left_calls"].values())),
     ]
     print("\n--- side by side: calls made after the call cache (one per report and label not in it) ---")
     print(f"{'':<42}{'--no-screen':>14}{'--screen':>14}")
     for name, fig in rows:
         print(f"{name:<42}" + "".join(f"{_cell(fig(r['report'])):>14}" for r in (off, on)))
     print(f"{'re-run of the saved version: calls made':<42}{off['rerun_made']:>14,}{on['rerun_made']:>14,}")
-    total = {k: r["report"]["calls"]["made"] + r["rerun_made"] for k, r in (("off", off), ("on", on))}
+    total = {k: r["report"].calls["made"] + r["rerun_made"] for k, r in (("off", off), ("on", on))}
     print(f"{'optimise + re-run of the saved version':<42}{total['off']:>14,}{total['on']:>14,}")
     # the offline labeller asks every (report, label) pair not in the cache; a model labeller asks one call per
     # distinct text (twins share it): the same work counted as a model would be asked it
@@ -215,10 +215,10 @@ def side_by_side(off: dict, on: dict) -> None:
         f"{'met' if kept_share >= KEEP_TARGET else 'NOT met'}) with {calls_share:.2f} of its calls, the saved "
         f"version's run counted (target at most {CALLS_SHARE:.2f}: {'met' if calls_share <= CALLS_SHARE else 'NOT met'})"
     )
-    made = on["report"]["calls"]["made"]
-    left = sum(on["report"]["screen"]["left_calls"].values())
+    made = on["report"].calls["made"]
+    left = sum(on["report"].screen["left_calls"].values())
     print(
-        f"optimise --screen makes {made:,} calls, {made / max(1, off['report']['calls']['made']):.2f} of --no-screen "
+        f"optimise --screen makes {made:,} calls, {made / max(1, off['report'].calls['made']):.2f} of --no-screen "
         f"(target at most 1/3 of 49,280 = {CALLS_TARGET:,}: {'met' if made <= CALLS_TARGET else 'NOT met'}); validation "
         f"gain {gain['on']:+.4f} beside {gain['off']:+.4f} (target within 0.01: "
         f"{'met' if abs(gain['on'] - gain['off']) <= 0.01 else 'NOT met'}); no-screen gain "
@@ -238,7 +238,7 @@ def side_by_side(off: dict, on: dict) -> None:
 
 def kept(report: dict) -> int:
     """Changes an optimise report kept."""
-    return sum(len(e["changes"]) for e in report["rounds"])
+    return sum(len(e["changes"]) for e in report.rounds)
 
 
 def _cell(value) -> str:
@@ -253,7 +253,7 @@ def optimise_copy(wb, run_id: int, held_run: int, rounds: int, phrases, screen: 
     t0 = time.perf_counter()
     report = wb.optimise(rounds=rounds, run_id=run_id, proposer="offline", phrase_list=phrases, screen=screen)
     seconds = time.perf_counter() - t0
-    labels = report["drafts"]
+    labels = report.drafts
     commit = wb.commit_drafts(labels, "Optimised by the offline proposer (bench)") if labels else None
     second = wb.start_run("dev", prompt_ref=commit) if commit else None
     distinct = cache_rows(wb) - cached_before  # before the held-out run below: optimise and the saved version's run

@@ -45,17 +45,17 @@ def test_evaluate_drafts_compares_with_the_committed_version_and_commits_nothing
     assert "validation: macro F1" in text and "zero_division: exclude" in text
     assert drafted.prompt_commit() == head and list(drafted.drafts()["label"]) == ["pneumonia"]
     result = drafted.evaluate_drafts()
-    assert result["calls"]["made"] == 0 and result["calls"]["reused"] > 0  # the first evaluation filled the cache
+    assert result.calls["made"] == 0 and result.calls["reused"] > 0  # the first evaluation filled the cache
     parts = drafted.evaluate_parts(drafted.run_id, n_resamples=0)
     for part in ("tuning", "validation"):  # "before" is the committed version's figure over the labels "after" has
-        before, after = result["before"][part], result["after"][part]
+        before, after = result.before[part], result.after[part]
         assert before["labels"] == after["labels"]
         named = re.search(r"left out \([^)]*\): (.+?) \(zero_division", before["labels"])
         undefined = named.group(1).split(", ") if named else []
-        table = parts[part]["table"]
+        table = parts[part].table
         expected = metrics.macro_figure(table["f1"], table["f1_undefined"] | table.index.isin(undefined), "exclude")
         assert before["macro_f1"] == pytest.approx(expected.value)
-    pneumonia = result["labels"][0]["parts"]
+    pneumonia = result.labels[0]["parts"]
     assert sum(m["reports"] for m in pneumonia.values()) == 7  # every report but s3, whose readers tie on pneumonia
 
 

@@ -144,13 +144,13 @@ def test_a_change_that_cannot_raise_the_labels_f1_is_screened_out():
 
 def test_a_proposal_that_cannot_pass_its_screen_is_not_asked_on_the_agreements(frugal_template, tmp_path):
     _, on = _optimise(frugal_template, tmp_path / "on", screen=True)
-    out = [r for e in on["rounds"] for r in e["rejected"] if r["status"] == "screened out"]
-    passed = [c for e in on["rounds"] for c in e["changes"]]
+    out = [r for e in on.rounds for r in e["rejected"] if r["status"] == "screened out"]
+    passed = [c for e in on.rounds for c in e["changes"]]
     # a screened-out proposal cost its disagreements (nodule's granuloma reports and the rest it got wrong), not
     # the hundred agreements beside them; no two reports are alike here, so one call each
     assert out and all(r["screen"]["reports"] < screening.MIN_AGREEMENTS for r in out)
     asked = sum(r["screen"]["reports"] for r in out) + sum(c["calls_by_part"]["screen"] for c in passed)
-    assert on["screen"]["calls"] == asked + on["screen"]["refresh_calls"]
+    assert on.screen["calls"] == asked + on.screen["refresh_calls"]
     assert all(r["screen"]["stopped"] for r in out) and not any(c["screen"]["stopped"] for c in passed)
     assert "screened out before the agreements were asked" in out[0]["detail"]
 
@@ -174,20 +174,20 @@ def test_screening_makes_fewer_calls_and_keeps_the_same_changes(frugal_template,
 
     _, off = _optimise(frugal_template, tmp_path / "off", screen=False)
     _, on = _optimise(frugal_template, tmp_path / "on", screen=True)
-    kept = lambda report: {c["label"] for e in report["rounds"] for c in e["changes"]}  # noqa: E731
+    kept = lambda report: {c["label"] for e in report.rounds for c in e["changes"]}  # noqa: E731
     assert kept(off) == {"cardiomegaly", "mass", "edema", "nodule"}
     assert kept(on) == {"cardiomegaly", "mass", "edema"}  # the granuloma look-for fixes 2: screened out
-    screened_out = [r for e in on["rounds"] for r in e["rejected"] if r["status"] == "screened out"]
+    screened_out = [r for e in on.rounds for r in e["rejected"] if r["status"] == "screened out"]
     # round 1's proposal, then the smaller one offered after it (the same two cases at most)
     assert {r["label"] for r in screened_out} == {"nodule"} and screened_out[0]["screen"]["fixed"] == 2
-    assert on["calls"]["made"] < off["calls"]["made"]
-    scr = on["screen"]
+    assert on.calls["made"] < off.calls["made"]
+    scr = on.screen
     assert (scr["on"], scr["screened_out"], scr["screened"]) == (True, len(screened_out), 3 + len(screened_out))
-    assert on["calls"]["made"] == scr["calls"] + scr["full_calls"]  # the full evaluation reuses the screen's calls
-    assert off["screen"]["on"] is False and off["calls"]["made"] == off["screen"]["full_calls"]
-    for change in (c for e in on["rounds"] for c in e["changes"]):
+    assert on.calls["made"] == scr["calls"] + scr["full_calls"]  # the full evaluation reuses the screen's calls
+    assert off.screen["on"] is False and off.calls["made"] == off.screen["full_calls"]
+    for change in (c for e in on.rounds for c in e["changes"]):
         assert change["screen"]["passed"] and change["calls_made"] > change["screen"]["reports"]
-    assert on["end"]["validation"]["macro_f1"] > on["start"]["validation"]["macro_f1"]
+    assert on.end["validation"]["macro_f1"] > on.start["validation"]["macro_f1"]
     md = report_markdown(on)
     assert "nodule: screened out" in md and f"{len(screened_out)} screened out" in md
     assert "calls made per kept change (3 kept)" in md
@@ -203,7 +203,7 @@ def test_a_passing_proposal_is_decided_on_all_of_validation_and_the_rest_of_tuni
     wb, on = _optimise(frugal_template, tmp_path / "on", screen=True)
     folder, run_id = frugal_template
     sizes = pd.Series(wb.split_parts("dev")).value_counts()
-    kept = lambda report: {c["label"]: c for e in report["rounds"] for c in e["changes"]}  # noqa: E731
+    kept = lambda report: {c["label"]: c for e in report.rounds for c in e["changes"]}  # noqa: E731
     full, frugal = kept(off), kept(on)
     assert set(frugal) == {"cardiomegaly", "mass", "edema"} <= set(full)
     for label, change in frugal.items():
@@ -217,22 +217,22 @@ def test_a_passing_proposal_is_decided_on_all_of_validation_and_the_rest_of_tuni
         assert change["calls_by_part"]["tuning"] == 0 and full[label]["calls_by_part"]["tuning"] == sizes["tuning"]
         assert change["tuning_carried"] == sizes["tuning"] - change["screen"]["reports"] > 0
         assert change["calls_made"] == change["calls_by_part"]["screen"] + sizes["validation"]
-    assert on["screen"]["deferred"] == {lab: c["tuning_carried"] for lab, c in frugal.items()}
-    assert on["screen"]["full_by_part"] == {"tuning": 0, "validation": 3 * sizes["validation"]}
-    assert off["screen"]["full_by_part"] == {"tuning": 4 * sizes["tuning"], "validation": 4 * sizes["validation"]}
-    assert on["calls"]["made"] == on["screen"]["calls"] + on["screen"]["full_calls"]
+    assert on.screen["deferred"] == {lab: c["tuning_carried"] for lab, c in frugal.items()}
+    assert on.screen["full_by_part"] == {"tuning": 0, "validation": 3 * sizes["validation"]}
+    assert off.screen["full_by_part"] == {"tuning": 4 * sizes["tuning"], "validation": 4 * sizes["validation"]}
+    assert on.calls["made"] == on.screen["calls"] + on.screen["full_calls"]
     md = report_markdown(on)
     assert f"(estimated, {frugal['mass']['tuning_carried']:,} answers carried over)" in md
-    left = sum(on["screen"]["left_calls"].values())
-    assert f"Not asked: {sum(on['screen']['deferred'].values()):,} tuning answers" in md
+    left = sum(on.screen["left_calls"].values())
+    assert f"Not asked: {sum(on.screen['deferred'].values()):,} tuning answers" in md
     assert f"A run of the saved version still makes {left:,} calls after the call cache" in md
-    assert on["screen"]["left_calls"] == on["screen"]["deferred"]  # no two reports alike here: one call each
-    assert off["screen"]["left_calls"] == {lab: 0 for lab in full}  # without the screen nothing is left
+    assert on.screen["left_calls"] == on.screen["deferred"]  # no two reports alike here: one call each
+    assert off.screen["left_calls"] == {lab: 0 for lab in full}  # without the screen nothing is left
     # what was left is exactly what a model would still be asked: evaluate-drafts asks it and nothing more,
     # and with it the tuning figures are those of the evaluation without the screen
     drafts = wb.evaluate_drafts(run_id)
-    assert drafts["calls"]["made"] == left
-    for entry in drafts["labels"]:
+    assert drafts.calls["made"] == left
+    for entry in drafts.labels:
         assert entry["parts"]["tuning"]["f1_after"] == full[entry["label"]]["tuning_f1"][1]
 
 
@@ -285,9 +285,9 @@ def test_screening_sends_fewer_chat_requests_to_a_model_over_http(tmp_path):
             )
             counts[screen] = srv.count
     assert counts[True] < counts[False]
-    assert counts[True] == reports[True]["calls"]["made"] and counts[False] == reports[False]["calls"]["made"]
-    assert reports[True]["screen"]["screened_out"] >= 1
-    assert {c["label"] for e in reports[True]["rounds"] for c in e["changes"]} == {"cardiomegaly"}
+    assert counts[True] == reports[True].calls["made"] and counts[False] == reports[False].calls["made"]
+    assert reports[True].screen["screened_out"] >= 1
+    assert {c["label"] for e in reports[True].rounds for c in e["changes"]} == {"cardiomegaly"}
 
 
 def test_a_screened_out_proposal_sends_the_model_only_its_disagreements_over_http(tmp_path):
@@ -297,10 +297,10 @@ def test_a_screened_out_proposal_sends_the_model_only_its_disagreements_over_htt
         wb = copy_study(folder, tmp_path / "on")
         srv.reset()
         report = wb.optimise(labels=["nodule"], rounds=1, run_id=run_id, proposer="offline", screen=True)
-        out = [r for e in report["rounds"] for r in e["rejected"] if r["status"] == "screened out"]
+        out = [r for e in report.rounds for r in e["rejected"] if r["status"] == "screened out"]
         assert len(out) == 1 and out[0]["screen"]["fixed"] < 4  # too few for chance, whatever the agreements say
         # the server was asked the reports the change could fix and nothing more: not the 100 agreements
-        assert srv.count == report["calls"]["made"] == out[0]["screen"]["reports"] < screening.MIN_AGREEMENTS
+        assert srv.count == report.calls["made"] == out[0]["screen"]["reports"] < screening.MIN_AGREEMENTS
         assert out[0]["screen"]["stopped"]
 
 
@@ -355,14 +355,14 @@ def test_carried_answers_a_later_screen_picks_are_asked_under_the_current_prompt
             )
             asked[screen] = _labeller_bodies(srv)
             # the model proposer's calls are paid too: counted apart from the labeller's
-            assert reports[screen]["calls"]["proposer"] == srv.count - len(asked[screen]) == 2  # round 3 has no case
+            assert reports[screen].calls["proposer"] == srv.count - len(asked[screen]) == 2  # round 3 has no case
         off, on = reports[False], reports[True]
-        changes = lambda report: [c for e in report["rounds"] for c in e["changes"]]  # noqa: E731
-        assert [len(e["changes"]) for e in on["rounds"][:2]] == [1, 1] == [len(e["changes"]) for e in off["rounds"][:2]]
+        changes = lambda report: [c for e in report.rounds for c in e["changes"]]  # noqa: E731
+        assert [len(e["changes"]) for e in on.rounds[:2]] == [1, 1] == [len(e["changes"]) for e in off.rounds[:2]]
         for a, b in zip(changes(off), changes(on), strict=False):  # the same decisions on the same validation answers
             assert (a["validation_f1"], a["validation_mcnemar"]) == (b["validation_f1"], b["validation_mcnemar"])
         # the server saw exactly the calls optimise counts, and no (prompt, report) twice: the cache holds
-        assert len(asked[True]) == on["calls"]["made"] < len(asked[False]) == off["calls"]["made"]
+        assert len(asked[True]) == on.calls["made"] < len(asked[False]) == off.calls["made"]
         assert "plus 2 calls to the model proposer" in report_markdown(on)
         pairs = [(b["messages"][-1]["content"]) for b in asked[True]]
         assert len(set(pairs)) == len(pairs)
@@ -373,16 +373,16 @@ def test_carried_answers_a_later_screen_picks_are_asked_under_the_current_prompt
             if ROUND_1 in last_user_text(b["messages"]) and ROUND_2 not in last_user_text(b["messages"])
         ]
         first = changes(on)[0]
-        assert on["screen"]["refresh_calls"] > 0
+        assert on.screen["refresh_calls"] > 0
         assert (
             len(refreshed)
-            == first["calls_by_part"]["screen"] + first["calls_by_part"]["validation"] + on["screen"]["refresh_calls"]
+            == first["calls_by_part"]["screen"] + first["calls_by_part"]["validation"] + on.screen["refresh_calls"]
         )
         # what is left unasked is exactly what a run of the saved version asks
         wb = Workbench(tmp_path / "screen-True")
-        deferred, left = on["screen"]["deferred"], on["screen"]["left_calls"]
+        deferred, left = on.screen["deferred"], on.screen["left_calls"]
         assert set(deferred) == {"cardiomegaly"} and deferred["cardiomegaly"] == changes(on)[1]["tuning_carried"] > 0
-        assert left == deferred and off["screen"]["left_calls"] == {"cardiomegaly": 0}
+        assert left == deferred and off.screen["left_calls"] == {"cardiomegaly": 0}
         commit = wb.commit_drafts(["cardiomegaly"], "Two rounds of the model proposer")
         srv.reset()
         wb.start_run("dev", prompt_ref=commit, labels=["cardiomegaly"], **model)

@@ -49,21 +49,21 @@ def test_every_view_gives_the_same_macro_figure(two_runs):
     by_part = wb.history_by_part("dev").set_index("run")
     split_cmp = wb.compare_by_part(first, second)
     report = wb.optimise(["cardiomegaly"], rounds=1, run_id=first, proposer="offline", save_drafts=False)
-    tables = {(run, part): parts[run][part]["table"] for run in (first, second) for part in ("tuning", "validation")}
+    tables = {(run, part): parts[run][part].table for run in (first, second) for part in ("tuning", "validation")}
     every = metrics.undefined_labels(tables.values(), policy)  # split-history: one label set for all rows and parts
     for part in ("tuning", "validation"):
         ta, tb = tables[first, part], tables[second, part]
         # two runs side by side average the same labels (issue 30): under exclude, a label undefined in one of
         # them is left out of both; under zero nothing is left out and each is the run's own figure
         pa, pb = metrics.paired_macro_figures(ta["f1"], ta["f1_undefined"], tb["f1"], tb["f1_undefined"], policy)
-        assert close(split_cmp[part]["macro_f1_a"], pa.value) and close(split_cmp[part]["macro_f1_b"], pb.value)
+        assert close(split_cmp[part].macro_f1_a, pa.value) and close(split_cmp[part].macro_f1_b, pb.value)
         for run, t in ((first, ta), (second, tb)):
             row = metrics.macro_figure(t["f1"], t["f1_undefined"] | t.index.isin(list(every)), policy)
             assert close(by_part.loc[run, f"{part}_macro_f1"], row.value)
-        assert report["start"][part]["labels"] == report["end"][part]["labels"]
+        assert report.start[part]["labels"] == report.end[part]["labels"]
         if policy == "zero":
-            a, b = parts[first][part]["macro_f1"], parts[second][part]["macro_f1"]
-            assert close(pa.value, a) and close(pb.value, b) and close(report["start"][part]["macro_f1"], a)
+            a, b = parts[first][part].macro_f1, parts[second][part].macro_f1
+            assert close(pa.value, a) and close(pb.value, b) and close(report.start[part]["macro_f1"], a)
     # the policy changes the figure where a label has no positive on either side
     table = wb.evaluate_run(first, n_resamples=0).table
     assert table["f1_undefined"].any()
@@ -82,8 +82,8 @@ def test_each_view_says_which_labels_it_averages(two_runs):
     else:
         assert f"mean over {len(ev.table)} labels" in text and "count as 0" in text
     assert wb.compare_runs(first, second).macro_b.describe().startswith("mean over")
-    assert wb.compare_by_part(first, second)["validation"]["macro_labels"].startswith("mean over")
-    assert wb.evaluate_parts(first, n_resamples=0)["tuning"]["macro_labels"].startswith("mean over")
+    assert wb.compare_by_part(first, second)["validation"].macro_labels.startswith("mean over")
+    assert wb.evaluate_parts(first, n_resamples=0)["tuning"].macro_labels.startswith("mean over")
 
 
 def test_macro_figure_fills_or_leaves_out_by_policy():

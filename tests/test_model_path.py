@@ -303,7 +303,7 @@ def test_per_call_facts_export_from_the_cli(small_study):
 def _moves_validation(wb, label: str, run_id: int) -> bool:
     """Whether the offline proposer's suggestion for a label changes some validation answer (a noise line needs one)."""
     result = wb.suggest(label, run_id, proposer="offline")
-    part = result.get("evaluation", {}).get("parts", {}).get("validation", {})
+    part = (result.evaluation or {}).get("parts", {}).get("validation", {})
     return bool(part.get("fixed", 0) + part.get("broken", 0))
 
 
@@ -331,7 +331,7 @@ def test_split_compare_and_suggest_print_the_noise_lines_per_part_from_the_cli(d
     lines = [line for line in out.output.splitlines() if line.startswith("noise, ")]
     changed = wb.compare_by_part(older, newer)
     for part in ("tuning", "validation"):
-        table = changed[part]["table"]
+        table = changed[part].table
         moved = [lab for lab, row in table.iterrows() if row["b"] + row["c"]]
         assert moved and all(any(line.startswith(f"noise, {lab} ({part}): ") for line in lines) for lab in moved)
     assert all(re.search(r"changed; at noise rate [0-9.]+ noise alone would explain about", line) for line in lines)

@@ -166,8 +166,8 @@ def test_split_recorded_and_reproducible_in_the_study(opt_study):
 def test_metrics_history_side_by_side_with_gap(opt_study):
     wb = opt_study
     parts = wb.evaluate_parts(wb.first_run, n_resamples=200)
-    assert parts["tuning"]["reports"] + parts["validation"]["reports"] == 68
-    assert {"f1", "f1_lo", "f1_hi"} <= set(parts["validation"]["table"].columns)
+    assert parts["tuning"].reports + parts["validation"].reports == 68
+    assert {"f1", "f1_lo", "f1_hi"} <= set(parts["validation"].table.columns)
     hist = wb.history_by_part("dev")
     row = hist.iloc[0]
     assert row["gap"] == pytest.approx(row["tuning_macro_f1"] - row["validation_macro_f1"])
@@ -286,27 +286,27 @@ def test_reply_parsed_strictly(reply, status, detail):
 
 def _suggested(wb, label):
     result = wb.suggest(label, wb.first_run, proposer="offline")
-    assert result["status"] == "ok", result
+    assert result.status == "ok", result
     return result
 
 
 def test_offline_proposer_finds_missed_phrase_and_generalises(opt_study):
     result = _suggested(opt_study, "cardiomegaly")
-    added = result["edit"]["fields"]["look_for"]
+    added = result.edit["fields"]["look_for"]
     assert "silhouette is enlarged" in added and "enlarged" not in added  # "enlarged" alone adds false positives
-    ev = result["evaluation"]
+    ev = result.evaluation
     assert ev["parts"]["tuning"]["fixed"] >= 7 and ev["parts"]["tuning"]["broken"] == 0
     val = ev["parts"]["validation"]
     assert val["fixed"] >= 3 and val["broken"] == 0 and val["f1_after"] > val["f1_before"]
-    assert result["offered"] and result["proposal_status"] == "offered"
-    assert "\n+- silhouette is enlarged\n" in result["diff"]
+    assert result.offered and result.proposal_status == "offered"
+    assert "\n+- silhouette is enlarged\n" in result.diff
 
 
 def test_offline_proposer_excludes_false_positive_cue(opt_study):
     result = _suggested(opt_study, "mass")
-    rules = result["edit"]["fields"]["do_not_label_when"]
+    rules = result.edit["fields"]["do_not_label_when"]
     assert any("'breast" in r for r in rules)
-    assert result["evaluation"]["parts"]["validation"]["broken"] == 0
+    assert result.evaluation["parts"]["validation"]["broken"] == 0
 
 
 def test_offline_proposer_policy_flip_and_quoted_notes_cite_the_notes(opt_study):
@@ -334,18 +334,18 @@ def test_offline_proposer_policy_flip_and_quoted_notes_cite_the_notes(opt_study)
         cons[1], "consolidation", "reference label wrong", "unsure", "'lobe' only", reference_wrong=True
     )
     hedged = _suggested(wb, "edema")
-    assert hedged["edit"]["fields"]["hedged"] == "positive" and hedge_note in hedged["edit"]["note_ids"]
+    assert hedged.edit["fields"]["hedged"] == "positive" and hedge_note in hedged.edit["note_ids"]
     consolidation = _suggested(wb, "consolidation")
-    assert "airspace disease" in consolidation["edit"]["fields"]["look_for"]
-    assert quote_note in consolidation["edit"]["note_ids"] and wrong not in consolidation["edit"]["note_ids"]
+    assert "airspace disease" in consolidation.edit["fields"]["look_for"]
+    assert quote_note in consolidation.edit["note_ids"] and wrong not in consolidation.edit["note_ids"]
     # accepting makes a draft, not a commit; the saved version's message names the notes
     before = wb.prompt_commit()
-    lp = wb.accept_proposal(consolidation["proposal"])
+    lp = wb.accept_proposal(consolidation.proposal)
     assert wb.prompt_commit() == before and wb.draft("consolidation")[2] and "airspace disease" in lp.look_for
     commit = wb.commit_drafts(["consolidation"], "Consolidation synonyms")
     message = wb.prompt_history("consolidation").set_index("commit").loc[commit, "message"]
-    assert f"#{quote_note}" in message and f"proposal #{consolidation['proposal']}" in message
-    assert wb.proposal(consolidation["proposal"])["status"] == "saved"
+    assert f"#{quote_note}" in message and f"proposal #{consolidation.proposal}" in message
+    assert wb.proposal(consolidation.proposal).status == "saved"
 
 
 def test_proposal_that_makes_validation_worse_is_not_offered(opt_study):
@@ -382,12 +382,12 @@ def test_not_offered_proposal_cannot_be_accepted(opt_study):
 def test_suggestions_never_read_validation_or_test_text(opt_study):
     wb = opt_study
     report = wb.optimise(rounds=2, proposer="offline")
-    assert report["final_prompts"]
-    for label in report["final_prompts"]:
-        dumped = json.dumps(report["final_prompts"][label]).lower()
+    assert report.final_prompts
+    for label in report.final_prompts:
+        dumped = json.dumps(report.final_prompts[label]).lower()
         assert SECRET_VALIDATION not in dumped and SECRET_TEST not in dumped
     for pid in wb.proposals()["id"]:
-        assert SECRET_VALIDATION not in json.dumps(wb.proposal(int(pid))["edit"]).lower()
+        assert SECRET_VALIDATION not in json.dumps(wb.proposal(int(pid)).edit).lower()
     tuning = {r for r, p in wb.expected_parts.items() if p == "tuning"}
     run = wb.run_info(wb.first_run)
     for label in wb.vocab.asked_ids:  # the material every proposer starts from
@@ -404,29 +404,40 @@ def test_optimise_rounds_report_and_drafts(opt_study):
     head = wb.prompt_commit()
     report = wb.optimise(labels=["cardiomegaly", "mass", "edema"], rounds=3, proposer="offline")
     assert wb.prompt_commit() == head  # nothing saved by itself
-    assert set(report["drafts"]) == {"cardiomegaly", "mass", "edema"}
-    assert all(wb.draft(lab)[2] for lab in report["drafts"])
-    first = report["rounds"][0]
+    assert set(report.drafts) == {"cardiomegaly", "mass", "edema"}
+    assert all(wb.draft(lab)[2] for lab in report.drafts)
+    first = report.rounds[0]
     assert {c["label"] for c in first["changes"]} == {"cardiomegaly", "mass", "edema"}
-    assert report["end"]["validation"]["macro_f1"] > report["start"]["validation"]["macro_f1"]
-    assert (
-        report["end"]["validation"]["lo"]
-        <= report["end"]["validation"]["macro_f1"]
-        <= report["end"]["validation"]["hi"]
-    )
+    assert report.end["validation"]["macro_f1"] > report.start["validation"]["macro_f1"]
+    assert report.end["validation"]["lo"] <= report.end["validation"]["macro_f1"] <= report.end["validation"]["hi"]
     assert {m["label"] for m in first["validation_mcnemar"]} == {"cardiomegaly", "mass", "edema"}
     assert all(m["broken"] == 0 for m in first["validation_mcnemar"])
-    assert len(report["rounds"]) < 3  # the second round found nothing more and stopped
-    commit = wb.commit_drafts(report["drafts"], "Optimised")
+    assert len(report.rounds) < 3  # the second round found nothing more and stopped
+    commit = wb.commit_drafts(report.drafts, "Optimised")
     message = wb.prompt_history().set_index("commit").loc[commit, "message"]
-    assert f"optimise (report #{report['id']})" in message
+    assert f"optimise (report #{report.id})" in message
 
     stored = wb.optimisation_reports()
-    assert stored.iloc[0]["report"]["id"] == report["id"]
+    assert stored.iloc[0]["report"].id == report.id
     from workbench.services.optimising import report_markdown
 
     md = report_markdown(report)
     assert "## Round 1" in md and "McNemar on validation" in md and "Left as drafts" in md
+    assert report_markdown(stored.iloc[0]["report"]) == md  # read back as a record, the page's text as the CLI's
+
+
+def test_an_older_stored_optimise_report_reads_back_with_its_missing_fields_empty():
+    """A report stored before screening, the macro policy and the proposer were recorded still renders."""
+    from workbench.services.optimising import report_markdown
+    from workbench.services.results import OptimiseReport
+
+    part = {"macro_f1": 0.5, "lo": 0.4, "hi": 0.6}
+    macro = {"tuning": part, "validation": part, "gap": 0.0}
+    stored = {"run": 3, "base_commit": "abcdef0123", "rounds": [], "calls": {"made": 0, "reused": 0}}
+    report = OptimiseReport.from_stored(7, {**stored, "start": macro, "end": macro})
+    assert (report.id, report.screen, report.zero_division, report.drafts) == (7, {}, "zero", [])
+    md = report_markdown(report)
+    assert md.startswith("# Optimisation report #7 (run 3, version abcdef01)") and "zero_division: zero" in md
 
 
 # ---------------------------------------------------------------- the model proposer over real HTTP
@@ -453,15 +464,15 @@ def test_model_proposer_good_edit_evaluated_and_offered(llm_study):
         }
     )
     result = _llm_suggest(wb)
-    assert result["status"] == "ok" and result["offered"], result
-    assert result["edit"]["source"] == "model proposer (openai/fake)"
-    assert result["evaluation"]["parts"]["validation"]["fixed"] >= 3
+    assert result.status == "ok" and result.offered, result
+    assert result.edit["source"] == "model proposer (openai/fake)"
+    assert result.evaluation["parts"]["validation"]["fixed"] >= 3
     assert server.count == 1
     body = json.dumps(server.bodies[0]).lower()
     assert "silhouette is enlarged" in body  # the failing cases were shown
     assert SECRET_VALIDATION not in body and SECRET_TEST not in body  # and only tuning ones
     again = _llm_suggest(wb)  # the same call is answered from the call cache
-    assert server.count == 1 and again["edit"]["fields"] == result["edit"]["fields"]
+    assert server.count == 1 and again.edit["fields"] == result.edit["fields"]
     with wb.session() as s:
         from workbench.store import queries as q
 
@@ -487,7 +498,7 @@ def test_model_proposer_is_shown_attribute_disagreements_and_their_notes(llm_stu
         {"edit": {"definition": "A mass; give its side as the report states it."}, "rationale": "side"}
     )
     result = _llm_suggest(wb, "mass")
-    assert result["status"] == "ok", result
+    assert result.status == "ok", result
     body = json.dumps(server.bodies[0])
     assert f"Case {in_tuning}: attribute differs (side: labeller right, reference left)" in body
     assert "the reader's side" in body and in_validation not in body and SECRET_VALIDATION not in body.lower()
@@ -498,13 +509,13 @@ def test_model_proposer_malformed_or_refusal_reported_never_applied(llm_study, b
     wb, server = llm_study, llm_study.server
     server.behaviour = behaviour
     result = _llm_suggest(wb)
-    assert result["status"] == status and "edit" not in result and result["proposal_status"] == status
+    assert result.status == status and result.edit is None and result.proposal_status == status
     assert not wb.draft("cardiomegaly")[2]
     with pytest.raises(StudyError, match=status):
-        wb.accept_proposal(result["proposal"])
+        wb.accept_proposal(result.proposal)
     server.behaviour = "reply"  # not cached: asking again makes a new call
     server.reply = json.dumps({"edit": {"hedged": "positive"}, "rationale": "x"})
-    assert _llm_suggest(wb)["status"] == "ok" and server.count == 2
+    assert _llm_suggest(wb).status == "ok" and server.count == 2
 
 
 def test_model_proposer_endpoint_must_be_allowed(opt_study):
@@ -600,6 +611,12 @@ def test_cli_split_suggest_accept_optimise_and_test_look(opt_study):
     assert "+ look-for: silhouette is enlarged" in out and "validation: F1" in out and "workbench accept" in out
     pid = wb.proposals("cardiomegaly")["id"].iloc[0]
     assert "is now your draft of cardiomegaly" in cli("accept", str(pid))
+    shown = json.loads(cli("suggest", "mass", "--run", str(wb.first_run), "--proposer", "offline", "--format", "json"))
+    assert list(shown) == [
+        *("label", "status", "detail", "run", "edit", "evaluation", "offered", "diff"),
+        *("proposal", "proposal_status", "noise"),
+    ]
+    assert shown["status"] == "ok" and "values" not in shown["evaluation"] and "evidence" not in shown["evaluation"]
     out = cli("suggest", "all", "--run", str(wb.first_run), "--proposer", "offline")
     assert all(f"for {lab} (run" in out for lab in ("cardiomegaly", "mass", "edema", "consolidation"))
     wb.discard_draft("cardiomegaly")
@@ -625,7 +642,7 @@ def test_optimise_never_overwrites_a_persons_draft_and_discard_forgets_the_propo
     mine = dataclasses.replace(wb.label_prompt("cardiomegaly"), definition="My own careful wording.")
     wb.save_draft(mine, wb.prompt_commit())
     report = wb.optimise(labels=["cardiomegaly", "mass"], rounds=1, proposer="offline")
-    assert report["not_drafted"] == ["cardiomegaly"] and report["drafts"] == ["mass"]
+    assert report.not_drafted == ["cardiomegaly"] and report.drafts == ["mass"]
     assert wb.draft("cardiomegaly")[0].definition == "My own careful wording."
     wb.discard_draft("mass")
     assert wb.proposals("mass", status="accepted").empty and len(wb.proposals("mass", status="discarded")) == 1
@@ -656,10 +673,10 @@ def test_proposal_evaluated_by_a_model_labeller_over_http_through_the_cache(opt_
     texts = len({wb.report_text(r).text for r in wb.predictions(run.run_id)["report_id"].unique()})
     assert run.status == "finished" and server.count == texts  # one call per distinct report text
     result = wb.suggest("cardiomegaly", run.run_id, proposer="llm", model="openai/fake", api_base=server.url)
-    assert result["status"] == "ok" and result["offered"], result
-    calls = result["evaluation"]["calls"]
+    assert result.status == "ok" and result.offered, result
+    calls = result.evaluation["calls"]
     assert calls["calls"] == 68 and calls["made"] == texts and server.count == texts + 1 + texts
-    val = result["evaluation"]["parts"]["validation"]
+    val = result.evaluation["parts"]["validation"]
     assert val["f1_before"] == 0.0 and val["f1_after"] == 1.0 and val["broken"] == 0
     again = wb.suggest("cardiomegaly", run.run_id, proposer="llm", model="openai/fake", api_base=server.url)
-    assert again["evaluation"]["calls"]["made"] == 0 and server.count == texts + 1 + texts  # nothing new over HTTP
+    assert again.evaluation["calls"]["made"] == 0 and server.count == texts + 1 + texts  # nothing new over HTTP

@@ -29,17 +29,17 @@ def test_split_spreads_every_label_over_both_parts(openi):
 
 def test_proposals_from_disagreements_alone_hold_on_validation(openi):
     thick = openi.suggest("pleural_thickening", openi.run_id, proposer="offline")
-    assert thick["status"] == "ok" and thick["offered"], thick
-    assert "thickening" in thick["edit"]["fields"]["look_for"]  # "apical pleural thickening" etc. were missed
+    assert thick.status == "ok" and thick.offered, thick
+    assert "thickening" in thick.edit["fields"]["look_for"]  # "apical pleural thickening" etc. were missed
     # "peribronchial" (peribronchial thickening is bronchial, not pleural) used to come with it and win one more
     # validation case; it names no finding of pleural thickening and is refused (docs/optimisation.md)
-    assert not any("peribronchial" in p for p in thick["edit"]["fields"]["look_for"])
-    val = thick["evaluation"]["parts"]["validation"]
+    assert not any("peribronchial" in p for p in thick.edit["fields"]["look_for"])
+    val = thick.evaluation["parts"]["validation"]
     assert val["f1_after"] >= val["f1_before"] and val["fixed"] >= val["broken"]
     hernia = openi.suggest("hernia", openi.run_id, proposer="offline")  # no gold positive: hiatal hernias are false
-    rules = hernia["edit"]["fields"]["do_not_label_when"]
-    assert any("'hiatal'" in r for r in rules) and hernia["offered"]
+    rules = hernia.edit["fields"]["do_not_label_when"]
+    assert any("'hiatal'" in r for r in rules) and hernia.offered
     validation = {r for r, p in openi.split_parts("dev").items() if p == "validation"}
     for result in (thick, hernia):
-        sources = {ex.get("source_report_id") for ex in result["edit"]["fields"].get("examples", [])}
+        sources = {ex.get("source_report_id") for ex in result.edit["fields"].get("examples", [])}
         assert not sources & validation

@@ -332,7 +332,7 @@ def quirk_study(tmp_path):
 def test_a_rejected_label_gets_a_smaller_safer_proposal_next_round(quirk_study):
     wb = quirk_study
     report = wb.optimise(labels=["cardiomegaly"], rounds=3, proposer="offline")
-    first, second = report["rounds"][0], report["rounds"][1]
+    first, second = report.rounds[0], report.rounds[1]
     assert not first["changes"]
     turned_down = [r for r in first["rejected"] if r["status"] == "validation worse"]
     assert turned_down and any("quirk" in c for c in turned_down[0]["changes"])  # the quirk came with it
@@ -340,9 +340,9 @@ def test_a_rejected_label_gets_a_smaller_safer_proposal_next_round(quirk_study):
     kept = second["changes"]
     assert len(kept) == 1 and kept[0]["validation_f1"][1] > kept[0]["validation_f1"][0]
     assert len(kept[0]["changes"]) == 1 and "quirk" not in kept[0]["changes"][0]  # one clean change
-    final = report["final_prompts"]["cardiomegaly"]["look_for"]
+    final = report.final_prompts["cardiomegaly"]["look_for"]
     assert not any("quirk" in p for p in final)
-    assert report["end"]["validation"]["per_label"]["cardiomegaly"] == pytest.approx(24 / 27)  # 12 found, 3 missed
+    assert report.end["validation"]["per_label"]["cardiomegaly"] == pytest.approx(24 / 27)  # 12 found, 3 missed
 
 
 def test_the_proposer_reads_and_labels_only_tuning_reports(quirk_study, monkeypatch):
@@ -404,7 +404,7 @@ def test_a_proposals_validation_cases_are_shown_as_counts_and_ids_never_text(qui
         assert result.exit_code == 0, result.output
         outputs.append(result.output)
     proposal = wb.proposal(int(wb.proposals("cardiomegaly")["id"].iloc[0]))
-    broken = proposal["evaluation"]["parts"]["validation"]["broken_cases"]
+    broken = proposal.evaluation["parts"]["validation"]["broken_cases"]
     assert broken and all(wb.parts[r] == "validation" for r in broken)
     for out in outputs:
         assert broken[0] in out  # by id

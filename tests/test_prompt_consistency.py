@@ -230,10 +230,10 @@ def test_a_proposal_that_would_contradict_itself_is_not_offered_and_cannot_be_ac
     edit = {"edit": {"look_for": ["cardiomegaly", "portable"]}, "rationale": "portable films show it"}
     ask = _fake_model(wb, fake_llm_server, json.dumps(edit))
     result = wb.suggest("cardiomegaly", wb.first_run, ask["proposer"], ask["model"], ask["api_base"])
-    assert result["proposal_status"] == "inconsistent" and "'portable' is image-quality wording" in result["detail"]
-    assert "evaluation" not in result and fake_llm_server.count == 1  # not labelled: no call beyond the proposer's
+    assert result.proposal_status == "inconsistent" and "'portable' is image-quality wording" in result.detail
+    assert result.evaluation is None and fake_llm_server.count == 1  # not labelled: no call beyond the proposer's
     with pytest.raises(StudyError, match="inconsistent"):
-        wb.accept_proposal(result["proposal"])
+        wb.accept_proposal(result.proposal)
     # a proposal stored as offered (before this check existed) is refused at accept, saying why
     with wb.session() as s:
         row = q.add_proposal(
@@ -257,9 +257,9 @@ def test_optimise_refuses_an_inconsistent_proposal_before_any_labelling_call(opt
     wb = opt_study
     edit = {"edit": {"look_for": ["cardiomegaly", "portable"]}, "rationale": "x"}
     report = wb.optimise(labels=["cardiomegaly"], rounds=1, **_fake_model(wb, fake_llm_server, json.dumps(edit)))
-    rejected = report["rounds"][0]["rejected"]
+    rejected = report.rounds[0]["rejected"]
     assert [r["status"] for r in rejected] == ["inconsistent"] and "portable" in rejected[0]["detail"], rejected
-    assert report["calls"]["made"] == 0 and report["drafts"] == []
+    assert report.calls["made"] == 0 and report.drafts == []
     assert "would make the prompt contradict itself" in report_markdown(report)
 
 
@@ -269,7 +269,7 @@ def test_the_model_proposers_malformed_reply_is_shown_and_stored(opt_study, fake
     report = wb.optimise(labels=["cardiomegaly"], rounds=1, **ask)
     text = report_markdown(report)
     assert "no proposal (malformed" in text and 'the proposer replied: "Sure! Here is my idea' in text, text
-    stored = wb.optimisation_reports().iloc[0]["report"]["rounds"][0]["rejected"][0]
+    stored = wb.optimisation_reports().iloc[0]["report"].rounds[0]["rejected"][0]
     assert stored["reply"].startswith("Sure! Here is my idea")
     # the call is recorded like a run's: its facts, and the raw reply kept with them (not cached)
     with wb.session() as s:
@@ -278,7 +278,7 @@ def test_the_model_proposers_malformed_reply_is_shown_and_stored(opt_study, fake
     assert len(facts) == 1 and facts.iloc[0]["labels"] == "cardiomegaly" and facts.iloc[0]["prompt_tokens"] > 0
     assert list(replies.values()) == ["Sure! Here is my idea: add 'enlarged' to the list."]
     result = wb.suggest("cardiomegaly", wb.first_run, ask["proposer"], ask["model"], ask["api_base"])
-    assert result["reply"].startswith("Sure!") and wb.proposal(result["proposal"])["evaluation"]["reply"]
+    assert result.reply.startswith("Sure!") and wb.proposal(result.proposal).evaluation["reply"]
     assert fake_llm_server.count == 2  # a malformed reply is never cached: asked again
 
 

@@ -55,7 +55,8 @@ def _project_state() -> dict:
         "branch": _project_git("rev-parse", "--abbrev-ref", "HEAD").strip(),
         "status": sorted(status),
         "tags": _project_git("tag", "--list").split(),
-        "config": (ROOT / ".git" / "config").read_text(encoding="utf-8"),
+        # git says where the config is: in a worktree .git is a file and the config is the main checkout's
+        "config": (ROOT / _project_git("rev-parse", "--git-path", "config").strip()).read_text(encoding="utf-8"),
     }
 
 

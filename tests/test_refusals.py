@@ -83,7 +83,7 @@ def test_suggest_without_run_finds_the_development_cohort_by_its_role(study, tmp
     study.split_cohort("openi", validation=0.3, seed=0)
     run = study.start_run("openi").run_id
     assert study.development_cohort() == "openi"
-    assert study.optimising._latest_dev_run().id == run
+    assert study.optimising._latest_dev_run_id() == run
     result = invoke(study, "suggest", "pleural_effusion", "--proposer", "offline")
     assert "no cohort 'dev'" not in result.output and result.exit_code == 0, result.output
 

@@ -96,7 +96,7 @@ def test_optimise_after_a_partial_run_names_the_missing_labels_and_the_command(p
     assert (
         f"workbench run --cohort dev --prompt {wb.prompt_commit()[:8]}" in text and "--labels edema,pneumonia" in text
     )
-    assert wb.optimise(labels=["edema"], rounds=1)["labels"] == ["edema"]  # what it covers still works
+    assert wb.optimise(labels=["edema"], rounds=1).labels == ["edema"]  # what it covers still works
 
 
 def test_suggest_and_the_cli_say_the_same_instead_of_a_key_error(partial_run):

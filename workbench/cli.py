@@ -2124,7 +2124,7 @@ def split_metrics(wb, run_id, fmt):
     import pandas as pd
 
     parts = wb.evaluate_parts(run_id)
-    frame = pd.DataFrame({f"{p}_{c}": parts[p]["table"][c] for p in parts for c in ("support", "f1", "f1_lo", "f1_hi")})
+    frame = pd.DataFrame({f"{p}_{c}": parts[p].table[c] for p in parts for c in ("support", "f1", "f1_lo", "f1_hi")})
     frame["gap"] = frame["tuning_f1"] - frame["validation_f1"]
     echo_table(frame.reset_index(), fmt, bootstrap=("tuning_f1", "validation_f1"))
     if fmt == "table":
@@ -2132,10 +2132,10 @@ def split_metrics(wb, run_id, fmt):
 
         for p, m in parts.items():
             click.echo(
-                f"{p}: {m['reports']} reports, macro F1 {f(m['macro_f1'])} [{f(m['macro_f1_lo'])}, {f(m['macro_f1_hi'])}]"
-                f" ({m['macro_labels']})"
+                f"{p}: {m.reports} reports, macro F1 {f(m.macro_f1)} [{f(m.macro_f1_lo)}, {f(m.macro_f1_hi)}]"
+                f" ({m.macro_labels})"
             )
-        click.echo(f"gap (tuning - validation): {f(parts['tuning']['macro_f1'] - parts['validation']['macro_f1'])}")
+        click.echo(f"gap (tuning - validation): {f(parts['tuning'].macro_f1 - parts['validation'].macro_f1)}")
 
 
 @main.command("split-compare")
@@ -2148,7 +2148,7 @@ def split_compare(wb, run_a, run_b, fmt):
     """Compare two runs on tuning and on validation side by side: per-label F1 change and exact McNemar."""
     result = wb.compare_by_part(run_a, run_b)
     cols = ["f1_a", "f1_b", "delta_f1", "b", "c", "p_value", "verdict"]
-    frame = pd.concat({part: r["table"][cols] for part, r in result.items()}, axis=1)
+    frame = pd.concat({part: r.table[cols] for part, r in result.items()}, axis=1)
     frame.columns = [f"{p} {c}" for p, c in frame.columns]
     frame.index.name = "label"
     echo_table(
@@ -2160,8 +2160,8 @@ def split_compare(wb, run_a, run_b, fmt):
         from workbench.services.optimising import fmt_figure as f
 
         for part, r in result.items():
-            click.echo(f"{part}: macro F1 {f(r['macro_f1_a'])} -> {f(r['macro_f1_b'])} ({r['macro_labels']})")
-        lines = [line for part, r in result.items() for line in wb.comparison_noise(run_a, run_b, r["table"], part)]
+            click.echo(f"{part}: macro F1 {f(r.macro_f1_a)} -> {f(r.macro_f1_b)} ({r.macro_labels})")
+        lines = [line for part, r in result.items() for line in wb.comparison_noise(run_a, run_b, r.table, part)]
         for line in dict.fromkeys(lines):  # each part's lines name it; "not measured" once, not once per part
             say(line)
 
@@ -2228,16 +2228,14 @@ def suggest(wb, label, run_id, proposer, model, fmt, phrase_list):
         if label == "all"
         else [wb.suggest(label, run_id=run_id, proposer=proposer, model=model, phrase_list=phrase_list)]
     )
-    for result in results:  # per-report answers are not printed
-        if result.get("evaluation"):
-            result["evaluation"] = {k: v for k, v in result["evaluation"].items() if k not in ("values", "evidence")}
-    for result in results:
-        result["noise"] = "\n".join(wb.suggestion_noise_lines(result))  # or that the run's noise is not measured
+    # each with its noise line (or that the run's noise is not measured)
+    noise = ["\n".join(wb.suggestion_noise_lines(r)) for r in results]
     if fmt == "json":
-        click.echo(json.dumps(results if label == "all" else results[0], indent=2, default=json_default))
+        shown = [{**r.to_dict(), "noise": n} for r, n in zip(results, noise, strict=True)]
+        click.echo(json.dumps(shown if label == "all" else shown[0], indent=2, default=json_default))
     else:
         click.echo(
-            "\n\n".join(suggestion_text(r) + (f"\n{r['noise']}" if r["noise"] else "") for r in results)
+            "\n\n".join(suggestion_text(r) + (f"\n{n}" if n else "") for r, n in zip(results, noise, strict=True))
             or "no label has a disagreement on the tuning part"
         )
 

@@ -53,13 +53,13 @@ def test_split_comparison_and_suggestion_show_the_noise_line(study):  # noqa: F8
     label = next(  # a label whose suggestion changes validation answers (the line counts those changes)
         lab
         for lab in queue["label"].value_counts().index
-        if (part := ((wb.suggest(lab, newer).get("evaluation") or {}).get("parts") or {}).get("validation"))
+        if (part := ((wb.suggest(lab, newer).evaluation or {}).get("parts") or {}).get("validation"))
         and int(part["fixed"]) + int(part["broken"])
     )
     at = open_page(study, "prompts", {state.PROMPT_LABEL: label})
     button(at, "Suggest a revision").click().run()
     assert_clean(at)
     result = at.session_state[state.SUGGESTION]
-    assert f"{NOT_MEASURED} {result['run']}`" in all_text(at)
-    store_noise(wb, int(result["run"]), differ_every=2)
+    assert f"{NOT_MEASURED} {result.run}`" in all_text(at)
+    store_noise(wb, int(result.run), differ_every=2)
     assert wb.suggestion_noise_lines(result) == [wb.suggestion_noise(result)] != [""]

@@ -27,13 +27,18 @@ def test_suggest_on_prompts_page_then_accept_into_the_draft(study):  # noqa: F81
     button(at, "Suggest a revision").click().run()
     assert_clean(at)
     result = at.session_state[state.SUGGESTION]
-    assert result["label"] == label and result["proposal"]
-    assert result["status"] == "ok" and result["offered"], result  # the demo's first run has fixable errors
+    assert result.label == label and result.proposal
+    assert result.status == "ok" and result.offered, result  # the demo's first run has fixable errors
     assert any("F1 before" in d.value.columns for d in at.dataframe)
     button(at, "Accept as my draft").click().run()
     assert_clean(at)
     assert workbench(study).draft(label)[2]
-    assert workbench(study).proposal(result["proposal"])["status"] == "accepted"
+    assert workbench(study).proposal(result.proposal).status == "accepted"
+    # the draft evaluated on both parts beside the committed version (DraftsEvaluation read by attribute)
+    button(at, "Evaluate my drafts on tuning and validation").click().run()
+    assert_clean(at)
+    assert any("F1 with the draft" in d.value.columns for d in at.dataframe)
+    assert any("nothing is committed" in c.value and "validation: macro F1" in c.value for c in at.caption)
 
 
 def test_suggest_before_a_split_offers_the_button_that_splits_not_a_cli_command(study):  # noqa: F811
@@ -167,7 +172,7 @@ def test_suggestion_panel_shows_validation_cases_by_id_never_by_text(study):  # 
     button(at, "Suggest a revision").click().run()
     assert_clean(at)
     result = at.session_state[state.SUGGESTION]
-    assert result["status"] == "ok", result
+    assert result.status == "ok", result
     with wb.session() as s:
         reports = q.reports_frame(s, ids=list(parts))
     texts = {part: [] for part in ("tuning", "validation")}
@@ -196,3 +201,27 @@ def test_suggestion_panel_shows_validation_cases_by_id_never_by_text(study):  # 
     for cell in ("fixed cases", "broken cases"):
         ids = [x.strip() for x in row[cell].split(",") if x.strip()]
         assert all(parts.get(i) == "validation" for i in ids)  # ids, each a validation report's
+
+
+def test_optimise_from_the_page_then_its_report_on_the_reports_tab(study):  # noqa: F811
+    """The background optimise says its report and drafts (an OptimiseReport read by attribute), and the Reports tab
+    shows the stored report as `workbench optimise` prints it."""
+    from test_app_pages import wait_for_job
+
+    from workbench.services.optimising import report_markdown
+
+    wb = workbench(study)
+    wb.split_cohort("dev", 0.3, 0)
+    at = open_page(study, "optimise", {state.widget_key("optimise-tab"): "Optimise"})
+    at.multiselect[0].select("cardiomegaly")
+    at.number_input[0].set_value(1)
+    at.radio[0].set_value("offline")
+    button(at, "Optimise").click().run()
+    wait_for_job(at, "optimise")
+    report = wb.optimisation_reports().iloc[0]["report"]
+    assert report.labels == ["cardiomegaly"] and len(report.rounds) == 1
+    done = f"Report #{report.id}: drafts left for {', '.join(report.drafts) or 'no label'}."
+    assert any(s.value == done for s in at.success), [s.value for s in at.success]
+    assert at.session_state[state.OPT_REPORT] == report.id
+    at = open_page(study, "optimise", {state.widget_key("optimise-tab"): "Reports", state.OPT_REPORT: report.id})
+    assert any(m.value == report_markdown(report) for m in at.markdown)

@@ -409,6 +409,12 @@ def paired_macro_figures(values_a, undefined_a, values_b, undefined_b, zero_divi
     )
 
 
+def finite(value) -> float | None:
+    """A figure as a float, None when undefined (NaN): JSON has no NaN."""
+    value = float(value)
+    return None if np.isnan(value) else value
+
+
 def leaves_out(zero_division: str) -> bool:
     """Whether the policy leaves an undefined label out of a macro mean (rather than counting it as 0 or 1)."""
     return bool(np.isnan(_FILL[_policy(zero_division)]))

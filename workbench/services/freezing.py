@@ -7,19 +7,20 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
 from workbench import bundle as bundle_mod
 from workbench import scoring
+from workbench.core.metrics import finite
 from workbench.core.parsing import PARSER_VERSION
 from workbench.errors import StorageFault, WorkbenchError
 from workbench.labeller import batch
 from workbench.services.base import Service, StudyContext
-from workbench.services.optimising import _figures, _plain
-from workbench.services.results import FrozenBundle
+from workbench.services.results import FrozenBundle, json_default
 from workbench.services.runs import StudyBatchJournal, model_endpoints
 from workbench.store import db, prompt_repo
 from workbench.store import queries as q
@@ -27,7 +28,7 @@ from workbench.store.prompt_repo import PromptRepoError
 from workbench.study import StudyError
 
 if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
-    from workbench.services.evaluation import EvaluationService
+    from workbench.services.evaluation import Evaluation, EvaluationService
     from workbench.services.prompting import PromptsService
     from workbench.services.runs import RunsService
     from workbench.services.splits import SplitsService
@@ -321,7 +322,7 @@ class FreezeService(Service):
                 None,
                 {"bundle": bundle, "sha256": b.sha256, "run": run.id, "looks": looks},
             )
-        figures = _figures(ev, cohort, run.id)
+        figures = bundle_figures(ev, cohort, run.id)
         figures.update(
             bundle=bundle, sha256=b.sha256, looks=looks, message=f"test looked at {looks} time{'s' * (looks != 1)}"
         )
@@ -373,7 +374,9 @@ class FreezeService(Service):
         path = self.paths.bundles / f"{bundle}.test.yaml"
         data = {"note": "test-cohort figures of this bundle; not part of its hashed content", **figures}
         tmp = path.with_suffix(".yaml.tmp")
-        tmp.write_text(yaml.safe_dump(json.loads(json.dumps(data, default=_plain)), sort_keys=False), encoding="utf-8")
+        tmp.write_text(
+            yaml.safe_dump(json.loads(json.dumps(data, default=json_default)), sort_keys=False), encoding="utf-8"
+        )
         tmp.replace(path)
 
     def test_looks(self, bundle: str | None = None) -> pd.DataFrame:
@@ -476,3 +479,29 @@ def _nearly_full(folder: Path) -> bool:
 def _freeze_faults() -> tuple[type[BaseException], ...]:
     """What can fail while freezing and is the disk's or a refusal's fault, not a bug."""
     return (*db.storage_errors(), *prompt_repo.git_errors(), PromptRepoError, bundle_mod.BundleError, StudyError)
+
+
+def bundle_figures(ev: Evaluation, cohort: str, run_id: int) -> dict[str, Any]:
+    """A frozen bundle's figures on a cohort (a test look): macro F1 with its interval, per label with intervals."""
+    t = ev.table
+    return {
+        "cohort": cohort,
+        "run": run_id,
+        "macro_f1": finite(ev.averages["macro_f1"]),
+        "macro_f1_lo": finite(ev.bootstrap.get("lo", np.nan)),
+        "macro_f1_hi": finite(ev.bootstrap.get("hi", np.nan)),
+        "per_label": [
+            {
+                "label": lab,
+                "n": int(t.loc[lab, "n"]),
+                "support": int(t.loc[lab, "support"]),
+                "accuracy": finite(t.loc[lab, "accuracy"]),
+                "accuracy_lo": finite(t.loc[lab, "accuracy_lo"]),
+                "accuracy_hi": finite(t.loc[lab, "accuracy_hi"]),
+                "f1": finite(t.loc[lab, "f1"]),
+                "f1_lo": finite(t.loc[lab, "f1_lo"]) if "f1_lo" in t else None,
+                "f1_hi": finite(t.loc[lab, "f1_hi"]) if "f1_hi" in t else None,
+            }
+            for lab in t.index
+        ],
+    }

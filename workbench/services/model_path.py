@@ -15,7 +15,7 @@ from workbench.errors import UserError
 from workbench.labeller import labelling, llm
 from workbench.labeller.endpoints import is_offline
 from workbench.services.base import Service, StudyContext
-from workbench.services.results import CallFacts
+from workbench.services.results import CallFacts, Suggestion
 from workbench.store import queries as q
 from workbench.study import StudyError
 
@@ -242,24 +242,23 @@ class ModelPathService(Service):
             if int(row["b"] + row["c"])
         ]
 
-    def suggestion_noise_lines(self, result: dict) -> list[str]:
+    def suggestion_noise_lines(self, result: Suggestion) -> list[str]:
         """suggestion_noise as lines, or the not-measured line when the suggestion's run has no noise measurement."""
-        if result.get("status") != "ok" or result.get("run") is None:
+        if result.status != "ok":
             return []
-        if self.noise_rates([int(result["run"])]).empty:
-            return [not_measured(int(result["run"]))]
+        if self.noise_rates([result.run]).empty:
+            return [not_measured(result.run)]
         line = self.suggestion_noise(result)
         return [line] if line else []
 
-    def suggestion_noise(self, result: dict) -> str:
+    def suggestion_noise(self, result: Suggestion) -> str:
         """How many of a suggestion's validation changes noise alone would explain at the run's measured noise rate."""
-        ev = result.get("evaluation") or {}
-        part = (ev.get("parts") or {}).get("validation")
-        if result.get("status") != "ok" or result.get("run") is None or not part:
+        part = ((result.evaluation or {}).get("parts") or {}).get("validation")
+        if result.status != "ok" or not part:
             return ""
-        rates = self.noise_rates([int(result["run"])])
+        rates = self.noise_rates([result.run])
         changed = int(part["fixed"]) + int(part["broken"])
-        return noise_line(result["label"], "validation", int(part["reports"]), changed, rates) if changed else ""
+        return noise_line(result.label, "validation", int(part["reports"]), changed, rates) if changed else ""
 
 
 NOISE_TABLE = ["label", "repeats", "differ", "failed", "rate", "lo", "hi"]

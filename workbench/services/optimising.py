@@ -14,13 +14,13 @@ import difflib
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from workbench.core import metrics, parsing, proposals, screening, splits
-from workbench.core.prompts import LabelPrompt, call_key, dump_label_prompt
+from workbench.core.prompts import LabelPrompt, PromptSet, call_key, dump_label_prompt
 from workbench.core.text import compose_text
 from workbench.core.vocab import derive_frame
 from workbench.errors import UserError
@@ -31,7 +31,16 @@ from workbench.labeller.labelling import model_config
 from workbench.services.base import Service, StudyContext
 from workbench.services.evaluation import paired_macro, refuse_same_run
 from workbench.services.prompting import label_yaml
-from workbench.services.results import EditEvaluation, OptimiseReport, json_default
+from workbench.services.results import (
+    DraftsEvaluation,
+    EditEvaluation,
+    OptimiseReport,
+    PartComparison,
+    PartMetrics,
+    StoredProposal,
+    Suggestion,
+    json_default,
+)
 from workbench.services.runs import _cache_entries, _rows
 from workbench.store import prompt_repo
 from workbench.store import queries as q
@@ -45,6 +54,7 @@ if TYPE_CHECKING:  # collaborators' types, for readers and type checkers only
     from workbench.services.splits import SplitsService
     from workbench.services.study import StudyService
     from workbench.services.triage import TriageService
+    from workbench.store.tables import Run
 
 COHORT_ROLES = ("development", "validation", "test", "external")
 PROPOSERS = ("auto", "offline", "llm")
@@ -99,7 +109,7 @@ class OptimisingService(Service):
 
     def evaluate_parts(
         self, run_id: int, ci: str = "wilson", n_resamples: int = 1000, zero_division: str | None = None
-    ) -> dict:
+    ) -> dict[str, PartMetrics]:
         """Per part (tuning, validation): per-label metrics with intervals, macro F1 with a bootstrap interval."""
         zero_division = self.evaluation.macro_policy(zero_division)
         run = self.runs.run_info(run_id)
@@ -114,7 +124,7 @@ class OptimisingService(Service):
             for part in splits.PARTS
         }
 
-    def compare_by_part(self, run_a: int, run_b: int) -> dict:
+    def compare_by_part(self, run_a: int, run_b: int) -> dict[str, PartComparison]:
         """Two runs on a split cohort: per part, macro F1 of each and the per-label McNemar table (Holm within the part)."""
         refuse_same_run(run_a, run_b)
         a, b = self.runs.run_info(run_a), self.runs.run_info(run_b)
@@ -134,12 +144,12 @@ class OptimisingService(Service):
                 y_true.loc[ids, labels], pred_a.loc[ids, labels], pred_b.reindex(ids)[labels], zero_division=policy
             )
             macro_a, macro_b = paired_macro(table, policy)
-            out[part] = {
-                "table": table,
-                "macro_f1_a": _num(macro_a.value),
-                "macro_f1_b": _num(macro_b.value),
-                "macro_labels": macro_b.describe(),
-            }
+            out[part] = PartComparison(
+                table=table,
+                macro_f1_a=metrics.finite(macro_a.value),
+                macro_f1_b=metrics.finite(macro_b.value),
+                macro_labels=macro_b.describe(),
+            )
         return out
 
     def history_by_part(self, cohort: str) -> pd.DataFrame:
@@ -444,13 +454,17 @@ class OptimisingService(Service):
         model: str | None = None,
         api_base: str | None = None,
         phrase_list=None,
-    ) -> list[dict]:
+    ) -> list[Suggestion]:
         """A suggestion for every label with a disagreement on the tuning part."""
-        run = self.runs.run_info(run_id) if run_id is not None else self._latest_dev_run()
-        queue = self.triage.disagreements(run.id)
+        run_id = run_id if run_id is not None else self._latest_dev_run_id()
+        queue = self.triage.disagreements(run_id)
         failing = [lab for lab in self.vocab.asked_ids if lab in set(queue["label"])]
-        hedges = None if self._uses_model(proposer, model) or not failing else self._run_hedge_convention(run)
-        return [self.suggest(lab, run.id, proposer, model, api_base, phrase_list, hedges=hedges) for lab in failing]
+        hedges = (
+            None
+            if self._uses_model(proposer, model) or not failing
+            else self._run_hedge_convention(self.runs.run_info(run_id))
+        )
+        return [self.suggest(lab, run_id, proposer, model, api_base, phrase_list, hedges=hedges) for lab in failing]
 
     def _run_hedge_convention(self, run) -> dict:
         """The hedge convention from every predicted label's tuning part of a run (see _hedge_convention)."""
@@ -471,13 +485,13 @@ class OptimisingService(Service):
         api_base: str | None = None,
         phrase_list=None,
         hedges: dict | None = None,
-    ) -> dict:
+    ) -> Suggestion:
         """Propose a revision of one label from its tuning disagreements and notes, evaluated on tuning and
         validation before it is shown; stored as a proposal (offered only when validation does not drop).
         hedges: the run's hedge convention when the caller has it (suggest_failing computes it once)."""
         self.require("edit_prompts")
         label = self.prompts.asked_label(label)
-        run = self.runs.run_info(run_id) if run_id is not None else self._latest_dev_run()
+        run = self.runs.run_info(run_id if run_id is not None else self._latest_dev_run_id())
         self._require_run_covers(run, [label], "suggest")
         ps = self.prompts.prompt_set(run.prompt_commit)
         cases, notes = self._tuning_material(run, label)
@@ -579,8 +593,8 @@ class OptimisingService(Service):
             f"several development cohorts ({', '.join(dev)}): pass --run N, or set dev_cohort in workbench.yaml"
         )
 
-    def _latest_dev_run(self):
-        """The newest finished run on the development cohort."""
+    def _latest_dev_run_id(self) -> int:
+        """The id of the newest finished run on the development cohort."""
         cohort = self.development_cohort()
         runs = self.runs.runs(cohort)
         runs = runs[runs["status"] == "finished"]
@@ -589,33 +603,33 @@ class OptimisingService(Service):
                 f"no finished run on the development cohort {cohort!r}: `workbench run --cohort {cohort}` "
                 "first (or pass --run N)"
             )
-        return self.runs.run_info(int(runs.iloc[0]["id"]))
+        return int(runs.iloc[0]["id"])
 
-    def _record(self, run, label: str, result: proposals.ProposalResult, ps) -> dict:
+    def _record(self, run: Run, label: str, result: proposals.ProposalResult, ps: PromptSet) -> Suggestion:
         """Evaluate an ok proposal, store it with its verdict, and return what the engineer is shown."""
-        out = {"label": label, "status": result.status, "detail": result.detail, "run": run.id}
-        stored = {"reply": result.reply} if result.reply else {}  # a model's unusable reply, kept to be read
-        if result.reply:
-            out["reply"] = result.reply
+        run_id = q.stored_id(run)
+        shown: dict[str, Any] = {}  # the edit, and for an ok one its evaluation, verdict and diff
+        stored: dict[str, Any] = {"reply": result.reply} if result.reply else {}  # an unusable reply, to be read
+        proposed = result.edit
         contradictions = self._contradictions(ps, result)
-        if contradictions:  # an LLM cannot follow it: not worth a call, never offered
+        if contradictions and proposed is not None:  # an LLM cannot follow it: not worth a call, never offered
             result = dataclasses.replace(result, status="inconsistent", detail=contradictions)
-            out.update(status="inconsistent", detail=contradictions, edit=result.edit.to_dict())
-        if result.status == "ok":
-            new_lp = proposals.apply_edit(ps.label(label), result.edit.fields)
-            evaluation = self.evaluate_edit(run.id, new_lp)
-            out.update(
-                edit=result.edit.to_dict(),
-                evaluation=evaluation.to_dict(),  # as the stored proposal gives it back (proposal())
+            shown["edit"] = proposed.to_dict()
+        if result.status == "ok" and proposed is not None:
+            new_lp = proposals.apply_edit(ps.label(label), proposed.fields)
+            evaluation = self.evaluate_edit(run_id, new_lp)
+            # per-report answers are neither kept nor shown: the evaluation as proposal() gives it back
+            stored = {k: v for k, v in evaluation.to_dict().items() if k not in ("values", "evidence")}
+            shown.update(
+                edit=proposed.to_dict(),
+                evaluation=stored,
                 offered=evaluation.offered,
                 diff=_yaml_diff(ps.label(label), new_lp),
             )
             status = "offered" if evaluation.offered else "not offered"
-            stored = evaluation.to_dict()
         else:
             status = result.status
         edit = result.edit.to_dict() if result.edit else {}
-        stored = {k: v for k, v in stored.items() if k not in ("values", "evidence")}  # per-report answers: not kept
         with self.session() as s:
             row = q.add_proposal(
                 s,
@@ -624,18 +638,26 @@ class OptimisingService(Service):
                 source=edit.get("source", "") or "none",
                 status=status,
                 base_commit=run.prompt_commit,
-                run_id=run.id,
-                edit_json=json.dumps(edit, default=_plain),
-                evaluation_json=json.dumps(stored, default=_plain),
+                run_id=run_id,
+                edit_json=json.dumps(edit, default=json_default),
+                evaluation_json=json.dumps(stored, default=json_default),
                 note_ids_json=json.dumps(edit.get("note_ids", [])),
             )
-            out["proposal"] = row.id
-        out["proposal_status"] = status
-        return out
+            proposal_id = q.stored_id(row)
+        return Suggestion(
+            label=label,
+            status=result.status,
+            detail=result.detail,
+            run=run_id,
+            reply=result.reply,
+            proposal=proposal_id,
+            proposal_status=status,
+            **shown,
+        )
 
     def _contradictions(self, ps, result: proposals.ProposalResult) -> str:
         """Why an ok proposal would make its label's prompt contradict itself ("" when it would not)."""
-        if result.status != "ok":
+        if result.status != "ok" or result.edit is None:
             return ""
         old = ps.label(result.edit.label)
         found = self.prompts.new_contradictions(old, proposals.apply_edit(old, result.edit.fields), ps.task.cue_lists())
@@ -713,12 +735,13 @@ class OptimisingService(Service):
             carried=carried,
         )
 
-    def evaluate_drafts(self, run_id: int | None = None, labels: list[str] | None = None) -> dict:
+    def evaluate_drafts(self, run_id: int | None = None, labels: list[str] | None = None) -> DraftsEvaluation:
         """Your drafts (and uncommitted file edits) labelled through the call cache on tuning and validation,
         beside the run of the committed version: per label F1 before and after, fixed and broken cases and
         the McNemar verdict on validation, and macro F1 per part before and after. Nothing is committed."""
         self.require("edit_prompts")
-        run = self.runs.run_info(run_id) if run_id is not None else self._latest_dev_run()
+        run_id = run_id if run_id is not None else self._latest_dev_run_id()
+        run = self.runs.run_info(run_id)
         wanted = [self.prompts.asked_label(lab) for lab in labels] if labels else self.prompts.pending_labels()
         if not wanted:
             raise UserError("no drafts to evaluate: edit one first (`workbench prompts set`, `prompts edit`, `accept`)")
@@ -727,24 +750,19 @@ class OptimisingService(Service):
         if not parts:
             raise StudyError(f"split {cohort!r} into tuning and validation parts first: workbench split {cohort}")
         base_ps = self.prompts.prompt_set(run.prompt_commit)
-        y_true, y_pred, _ = self.evaluation.evaluation_inputs(run.id)
+        y_true, y_pred, _ = self.evaluation.evaluation_inputs(run_id)
         current = y_pred.copy()
-        out = {
-            "run": run.id,
-            "base_commit": run.prompt_commit,
-            "head": self.prompts.prompt_commit(),
-            "labels": [],
-            "calls": {"made": 0, "reused": 0},
-            "zero_division": self.evaluation.macro_policy(),
-        }
+        policy = self.evaluation.macro_policy()
+        calls = {"made": 0, "reused": 0}
+        entries = []
         for label in wanted:
             lp = self.prompts.pending_prompt(label)
-            ev = self.evaluate_edit(run.id, lp, base_ps=base_ps, inputs=(y_true, y_pred))
+            ev = self.evaluate_edit(run_id, lp, base_ps=base_ps, inputs=(y_true, y_pred))
             for key in ("made", "reused"):
-                out["calls"][key] += ev.calls[key]
+                calls[key] += ev.calls[key]
             values = pd.Series(ev.values, dtype=float)
             current.loc[values.index, label] = values
-            out["labels"].append(
+            entries.append(
                 {
                     "label": label,
                     "parts": ev.parts,
@@ -754,17 +772,24 @@ class OptimisingService(Service):
                 }
             )
         current = derive_frame(self.vocab, current)[current.columns]
-        same = _same_labels(y_true, [y_pred, current], parts, out["zero_division"])  # before and after alike
-        out["before"] = _macro_by_part(y_true, y_pred, parts, out["zero_division"], left_out=same)
-        out["after"] = _macro_by_part(y_true, current, parts, out["zero_division"], left_out=same)
-        return out
+        same = _same_labels(y_true, [y_pred, current], parts, policy)  # before and after alike
+        return DraftsEvaluation(
+            run=run_id,
+            base_commit=run.prompt_commit,
+            head=self.prompts.prompt_commit(),
+            labels=entries,
+            calls=calls,
+            zero_division=policy,
+            before=_macro_by_part(y_true, y_pred, parts, policy, left_out=same),
+            after=_macro_by_part(y_true, current, parts, policy, left_out=same),
+        )
 
     def proposals(self, label: str | None = None, status: str | None = None) -> pd.DataFrame:
         """Stored proposals, newest first."""
         with self.session() as s:
             return q.proposals_frame(s, self.prompts.asked_label(label) if label else None, status)
 
-    def proposal(self, proposal_id: int) -> dict:
+    def proposal(self, proposal_id: int) -> StoredProposal:
         """One stored proposal with its edit and evaluation."""
         with self.session() as s:
             row = q.get_proposal(s, proposal_id)
@@ -773,41 +798,41 @@ class OptimisingService(Service):
         evaluation = json.loads(row.evaluation_json or "{}")
         evaluation.pop("values", None)
         evaluation.pop("evidence", None)
-        return {
-            "id": row.id,
-            "label": row.label,
-            "author": row.author,
-            "source": row.source,
-            "status": row.status,
-            "base_commit": row.base_commit,
-            "run": row.run_id,
-            "edit": json.loads(row.edit_json or "{}"),
-            "evaluation": evaluation,
-            "note_ids": json.loads(row.note_ids_json or "[]"),
-            "commit": row.commit,
-        }
+        return StoredProposal(
+            id=proposal_id,
+            label=row.label,
+            author=row.author,
+            source=row.source,
+            status=row.status,
+            base_commit=row.base_commit,
+            run=row.run_id,
+            edit=json.loads(row.edit_json or "{}"),
+            evaluation=evaluation,
+            note_ids=json.loads(row.note_ids_json or "[]"),
+            commit=row.commit,
+        )
 
     def accept_proposal(self, proposal_id: int) -> LabelPrompt:
         """Turn an offered proposal into this user's draft (never a commit by itself)."""
         self.require("edit_prompts")
         p = self.proposal(proposal_id)
-        if p["status"] != "offered":
+        if p.status != "offered":
             raise StudyError(
-                f"proposal {proposal_id} is {p['status']}: only a proposal that does not make validation "
+                f"proposal {proposal_id} is {p.status}: only a proposal that does not make validation "
                 "worse can be accepted"
             )
-        _, _, exists = self.prompts.draft(p["label"])
+        _, _, exists = self.prompts.draft(p.label)
         if exists:
-            raise StudyError(f"you already have a draft of {p['label']}: save or discard it first")
-        base = self.prompts.label_prompt(p["label"], p["base_commit"])
-        lp = proposals.apply_edit(base, p["edit"]["fields"])
+            raise StudyError(f"you already have a draft of {p.label}: save or discard it first")
+        base = self.prompts.label_prompt(p.label, p.base_commit)
+        lp = proposals.apply_edit(base, p.edit["fields"])
         found = self.prompts.new_contradictions(base, lp)
         if found:
             raise StudyError(
-                f"proposal {proposal_id} would make {p['label']}'s prompt contradict itself, so an LLM could not "
+                f"proposal {proposal_id} would make {p.label}'s prompt contradict itself, so an LLM could not "
                 "follow it: " + "; ".join(f"[{f.kind}] {f.message}" for f in found)
             )
-        self.prompts.save_draft(lp, p["base_commit"])
+        self.prompts.save_draft(lp, p.base_commit)
         with self.session() as s:
             q.update_proposal(s, proposal_id, status="accepted")
             q.add_audit(
@@ -817,7 +842,7 @@ class OptimisingService(Service):
                 "proposal",
                 str(proposal_id),
                 None,
-                {"label": p["label"], "source": p["source"], "notes": p["note_ids"]},
+                {"label": p.label, "source": p.source, "notes": p.note_ids},
             )
         return lp
 
@@ -847,57 +872,41 @@ class OptimisingService(Service):
         self.require("edit_prompts")
         if rounds < 1:
             raise StudyError("rounds must be at least 1")
-        run = self.runs.run_info(run_id) if run_id is not None else self._latest_dev_run()
+        run_id = run_id if run_id is not None else self._latest_dev_run_id()
+        run = self.runs.run_info(run_id)
         labels = [self.prompts.asked_label(lab) for lab in labels] if labels else list(self.vocab.asked_ids)
         self._require_run_covers(run, labels, "optimise")
         started = time.perf_counter()
-        base_ps = ps = self.prompts.prompt_set(run.prompt_commit)
-        y_true, y_pred, _ = self.evaluation.evaluation_inputs(run.id)
+        base_ps = self.prompts.prompt_set(run.prompt_commit)
+        y_true, y_pred, _ = self.evaluation.evaluation_inputs(run_id)
         parts = self.splits.split_parts(self.study.cohort_name(run.cohort_id))
-        preds = self.runs.predictions(run.id)
+        preds = self.runs.predictions(run_id)
         evidence = {lab: preds[preds["label"] == lab].set_index("report_id")["evidence"] for lab in labels}
-        current = y_pred.copy()
         policy = self.evaluation.macro_policy()
-        report = {
-            "run": run.id,
-            "base_commit": run.prompt_commit,
-            "labels": labels,
-            "rounds": [],
-            "proposer": proposer,
-            "calls": {"made": 0, "reused": 0, "cost": 0.0, "proposer": 0},
-            "zero_division": policy,
-            "screen": {
-                "on": screen,
-                "screened": 0,
-                "screened_out": 0,
-                "calls": 0,
-                "refresh_calls": 0,
-                "full_calls": 0,
-                "full_by_part": {part: 0 for part in splits.PARTS},
-                "deferred": {},
-            },
-        }
-        noise_rate = self._screen_noise_rate(run.id) if screen else 0.0
+        noise_rate = self._screen_noise_rate(run_id) if screen else 0.0
         phrases = self.phrase_lists(phrase_list)
         # how the reference treats hedges, from every label's tuning part (offline proposer only)
         hedges = None if self._uses_model(proposer, model) else self._run_hedge_convention(run)
         o = _Optimising(
             run=run,
+            run_id=run_id,
             y_true=y_true,
             y_pred=y_pred,
             parts=parts,
             screen=screen,
             noise_rate=noise_rate,
             ask={"proposer": proposer, "model": model, "api_base": api_base, "phrases": phrases, "hedges": hedges},
-            report=report,
-            ps=ps,
-            current=current,
+            zero_division=policy,
+            calls={"made": 0, "reused": 0, "cost": 0.0, "proposer": 0},
+            screen_counts=_no_screen_counts(screen),
+            ps=base_ps,
+            current=y_pred.copy(),
             evidence=evidence,
             progress=OptimiseProgress(rounds, len(labels), on_progress),
         )
-        snapshots = []
+        snapshots, entries = [], []
         for k in range(1, rounds + 1):
-            entry = {"round": k, "changes": [], "rejected": []}
+            entry: dict[str, Any] = {"round": k, "changes": [], "rejected": []}
             previous = o.current.copy()
             for i, label in enumerate(labels, 1):
                 o.progress.turn(k, i, label)
@@ -906,26 +915,40 @@ class OptimisingService(Service):
             snapshots.append(o.current.copy())  # its macro figures come at the end, over the labels of all
             entry["carried"] = sum(len(c) for c in o.carried.values())  # tuning answers not asked: its figures estimate
             entry["validation_mcnemar"] = _mcnemar_table(y_true, previous, o.current, parts, labels)
-            report["rounds"].append(entry)
+            entries.append(entry)
             retry = any(
                 r.get("status") in ("validation worse", "already rejected", "inconsistent") for r in entry["rejected"]
             )
             if not entry["changes"] and not retry:
                 break  # nothing more to propose: later rounds would see the same material
-        ps, current, carried = o.ps, o.current, o.carried
-        report["screen"]["deferred"] = {lab: len(c) for lab, c in carried.items() if c}
+        ps = o.ps
+        o.screen_counts["deferred"] = {lab: len(c) for lab, c in o.carried.items() if c}
         changed = [lab for lab in labels if ps.label(lab) != base_ps.label(lab)]
-        report["screen"]["left_calls"] = self._left_to_ask(run, ps, changed)
+        o.screen_counts["left_calls"] = self._left_to_ask(run, ps, changed)
         # every macro figure covers all the run's labels (not only those optimised), under the study's policy, and
         # the same labels at the start, after each round and at the end (a label undefined in one is left out of all)
         same = _same_labels(y_true, [y_pred, *snapshots], parts, policy)
-        report["start"] = _macro_by_part(y_true, y_pred, parts, policy, left_out=same)
-        for entry, snapshot in zip(report["rounds"], snapshots, strict=True):
+        for entry, snapshot in zip(entries, snapshots, strict=True):
             entry["metrics"] = _macro_by_part(y_true, snapshot, parts, policy, left_out=same)
-        report["end"] = _macro_by_part(y_true, current, parts, policy, left_out=same)
-        report["seconds"] = round(time.perf_counter() - started, 2)
-        self._record_optimisation(report, run, labels, base_ps, ps, save_drafts)
-        return OptimiseReport(**report)
+        mine = set(self.prompts.drafts()["label"]) if save_drafts else set()
+        report = OptimiseReport(
+            id=0,  # given when stored
+            run=run_id,
+            base_commit=run.prompt_commit,
+            labels=labels,
+            proposer=proposer,
+            rounds=entries,
+            calls=o.calls,
+            screen=o.screen_counts,
+            zero_division=policy,
+            start=_macro_by_part(y_true, y_pred, parts, policy, left_out=same),
+            end=_macro_by_part(y_true, o.current, parts, policy, left_out=same),
+            seconds=round(time.perf_counter() - started, 2),
+            drafts=[lab for lab in changed if save_drafts and lab not in mine],
+            not_drafted=[lab for lab in changed if lab in mine],  # never overwrite a person's own draft
+            final_prompts={lab: dump_label_prompt(ps.label(lab)) for lab in changed},
+        )
+        return self._record_optimisation(report, base_ps, ps)
 
     def _optimise_label(self, o: _Optimising, entry: dict, k: int, label: str) -> None:
         """One label's turn in round k: propose, screen, decide on validation, keep or refuse (recorded in o and entry)."""
@@ -943,13 +966,14 @@ class OptimisingService(Service):
             hedges=o.ask["hedges"],
             avoid=frozenset(o.rejected),
         )
-        o.report["calls"]["proposer"] += result.calls_made
-        if result.status != "ok":  # a model's unusable reply is kept in the report, to be read
+        o.calls["proposer"] += result.calls_made
+        edit = result.edit if result.status == "ok" else None
+        if edit is None:  # a model's unusable reply is kept in the report, to be read
             entry["rejected"].append(
                 {"label": label, "status": result.status, "detail": result.detail, "reply": result.reply}
             )
             return
-        new_lp = proposals.apply_edit(o.ps.label(label), result.edit.fields)
+        new_lp = proposals.apply_edit(o.ps.label(label), edit.fields)
         contradictions = self._contradictions(o.ps, result)
         if contradictions:  # refused before any call: an LLM could not follow the prompt it would make
             entry["rejected"].append(
@@ -957,7 +981,7 @@ class OptimisingService(Service):
                     "label": label,
                     "status": "inconsistent",
                     "detail": contradictions,
-                    "changes": list(result.edit.changes),
+                    "changes": list(edit.changes),
                 }
             )
             o.refuse(label, new_lp, f"inconsistent in round {k}: {contradictions}")
@@ -968,13 +992,13 @@ class OptimisingService(Service):
             return
         screened = self._screen_in_optimise(o, label, new_lp) if o.screen else None
         if screened is not None and not screened["verdict"]["passed"]:
-            o.report["screen"]["screened_out"] += 1
+            o.screen_counts["screened_out"] += 1
             entry["rejected"].append(
                 {
                     "label": label,
                     "status": "screened out",
                     "detail": screened["why"],
-                    "changes": list(result.edit.changes),
+                    "changes": list(edit.changes),
                     "screen": screened["verdict"],
                 }
             )
@@ -983,7 +1007,7 @@ class OptimisingService(Service):
         # after a screen, only validation (which alone decides) is asked beyond it; the rest of tuning is
         # carried over and left for a run of the saved version (or evaluate-drafts) to ask
         ev = self.evaluate_edit(
-            o.run.id,
+            o.run_id,
             new_lp,
             base_ps=o.ps,
             base_pred=o.current[label],
@@ -991,8 +1015,8 @@ class OptimisingService(Service):
             tuning_ids=screened["ids"] if screened else None,
             on_calls=o.progress.calls("asking validation" + ("" if screened else " and tuning")),
         )
-        _add_calls(o.report, ev.calls, "full_calls")
-        summary = _change_summary(label, result.edit, ev, screened)
+        o.add_calls(ev.calls, "full_calls")
+        summary = _change_summary(label, edit, ev, screened)
         if not ev.offered:
             entry["rejected"].append({**summary, "status": "validation worse", "detail": ev.why})
             o.refuse(label, new_lp, f"rejected in round {k}: {ev.why}")
@@ -1021,34 +1045,32 @@ class OptimisingService(Service):
             o.noise_rate,
             carried=o.carried.get(label, set()),
             on_calls=o.progress.calls("screening the proposal on part of tuning"),
-            zero_division=o.report["zero_division"],
+            zero_division=o.zero_division,
         )
-        _add_calls(o.report, screened["calls"], "calls", screened["refresh_calls"])
+        o.add_calls(screened["calls"], "calls", screened["refresh_calls"])
         fresh = screened["refreshed"]
         o.current = _take_answers(self.vocab, o.current, o.evidence, label, fresh["value"], fresh["evidence"])
         o.carried[label] = o.carried.get(label, set()) - set(fresh.index)
         return screened
 
-    def _record_optimisation(self, report: dict, run, labels: list[str], base_ps, ps, save_drafts: bool) -> None:
-        """Store an optimise report with an accepted proposal per draft (the saved version's commit cites it),
-        audit it, and leave the changed labels as drafts (never over a person's own draft)."""
-        changed = [lab for lab in labels if ps.label(lab) != base_ps.label(lab)]
-        mine = set(self.prompts.drafts()["label"]) if save_drafts else set()
-        report["drafts"] = [lab for lab in changed if save_drafts and lab not in mine]
-        report["not_drafted"] = [lab for lab in changed if lab in mine]  # never overwrite a person's own draft
-        report["final_prompts"] = {lab: dump_label_prompt(ps.label(lab)) for lab in changed}
+    def _record_optimisation(self, report: OptimiseReport, base_ps: PromptSet, ps: PromptSet) -> OptimiseReport:
+        """Store an optimise report (given its id) with an accepted proposal per draft (the saved version's commit
+        cites it), audit it, and leave its drafts as drafts (the report has left out a person's own draft)."""
         notes = {
-            lab: sorted({n for e in report["rounds"] for c in e["changes"] if c["label"] == lab for n in c["note_ids"]})
-            for lab in changed
+            lab: sorted({n for e in report.rounds for c in e["changes"] if c["label"] == lab for n in c["note_ids"]})
+            for lab in report.drafts
         }
+        stored = {k: v for k, v in report.to_dict().items() if k != "id"}  # the id is the row's
         with self.session() as s:
-            report["id"] = q.add_optimisation(s, self.actor.user, run.id, json.dumps(report, default=_plain))
-            for lab in report["drafts"]:  # an accepted proposal per draft: the saved version's message cites it
+            report = dataclasses.replace(
+                report, id=q.add_optimisation(s, self.actor.user, report.run, json.dumps(stored, default=json_default))
+            )
+            for lab in report.drafts:  # an accepted proposal per draft: the saved version's message cites it
                 edit = proposals.Edit(
                     lab,
                     proposals.edit_fields(base_ps.label(lab), ps.label(lab)),
-                    f"optimise report #{report['id']}",
-                    f"optimise (report #{report['id']})",
+                    f"optimise report #{report.id}",
+                    f"optimise (report #{report.id})",
                     tuple(notes[lab]),
                     proposals.describe(base_ps.label(lab), ps.label(lab)),
                 )
@@ -1058,8 +1080,8 @@ class OptimisingService(Service):
                     author=self.actor.user,
                     source=edit.source,
                     status="accepted",
-                    base_commit=run.prompt_commit,
-                    run_id=run.id,
+                    base_commit=report.base_commit,
+                    run_id=report.run,
                     edit_json=json.dumps(edit.to_dict()),
                     note_ids_json=json.dumps(list(edit.note_ids)),
                 )
@@ -1068,12 +1090,13 @@ class OptimisingService(Service):
                 self.actor.user,
                 "optimise",
                 "prompt",
-                ",".join(labels),
+                ",".join(report.labels),
                 None,
-                {"report": report["id"], "rounds": len(report["rounds"]), "drafts": report["drafts"]},
+                {"report": report.id, "rounds": len(report.rounds), "drafts": report.drafts},
             )
-        for lab in report["drafts"]:
-            self.prompts.save_draft(ps.label(lab), run.prompt_commit)
+        for lab in report.drafts:
+            self.prompts.save_draft(ps.label(lab), report.base_commit)
+        return report
 
     def _left_to_ask(self, run, ps, labels: list[str]) -> dict[str, int]:
         """Per changed label, the calls a run of prompt set ps on the run's cohort would still make after the call
@@ -1168,7 +1191,8 @@ class OptimisingService(Service):
         with self.session() as s:
             frame = q.optimisations_frame(s)
         frame["report"] = [
-            {**json.loads(text), "id": int(i)} for i, text in zip(frame["id"], frame.pop("report_json"), strict=False)
+            OptimiseReport.from_stored(int(i), json.loads(text))
+            for i, text in zip(frame["id"], frame.pop("report_json"), strict=True)
         ]
         return frame
 
@@ -1206,24 +1230,18 @@ def _sum_calls(total: dict, counts: dict) -> dict:
     return total
 
 
-def _plain(obj):
-    """JSON fallback for numpy scalars, results and similar."""
-    return json_default(obj)
-
-
-def _add_calls(report: dict, counts: dict, kind: str, refresh: int = 0) -> None:
-    """Add one labelling's call counts to an optimise report (kind: the screen's "calls" or the evaluations'
-    "full_calls"; refresh: the screen's calls that asked carried-over answers under the current prompt)."""
-    for key in ("made", "reused"):
-        report["calls"][key] += counts[key]
-    report["calls"]["cost"] += counts.get("cost") or 0.0
-    report["screen"][kind] += counts["made"]
-    if kind == "calls":
-        report["screen"]["screened"] += 1
-        report["screen"]["refresh_calls"] += refresh
-    else:
-        for part, made in counts["by_part"].items():
-            report["screen"]["full_by_part"][part] += made
+def _no_screen_counts(on: bool) -> dict[str, Any]:
+    """An optimise report's screening figures before any proposal (on: whether proposals are screened)."""
+    return {
+        "on": on,
+        "screened": 0,
+        "screened_out": 0,
+        "calls": 0,
+        "refresh_calls": 0,
+        "full_calls": 0,
+        "full_by_part": {part: 0 for part in splits.PARTS},
+        "deferred": {},
+    }
 
 
 class _ProposerReply:
@@ -1294,26 +1312,43 @@ class OptimiseProgress:
 class _Optimising:
     """What one optimise call carries from label to label and round to round."""
 
-    run: object
+    run: Run
+    run_id: int
     y_true: pd.DataFrame
     y_pred: pd.DataFrame
     parts: dict
     screen: bool
     noise_rate: float
-    ask: dict  # how proposals are asked for: proposer, model, api_base, phrases, hedges
-    report: dict  # the report being written (calls and screen counts are added up here)
-    ps: object  # the prompt set with every change kept so far
+    ask: dict[str, Any]  # how proposals are asked for: proposer, model, api_base, phrases, hedges
+    zero_division: str  # the study's macro policy
+    calls: dict[str, float]  # the report's call counts, added up here: made, reused, cost, proposer
+    screen_counts: dict[str, Any]  # and its screening figures (_no_screen_counts)
+    ps: PromptSet  # the prompt set with every change kept so far
     current: pd.DataFrame  # the answers under ps (carried-over ones where a screen left tuning unasked)
     evidence: dict
     progress: OptimiseProgress
-    rejected: dict = dataclasses.field(default_factory=dict)  # proposal -> why it was turned down
-    carried: dict = dataclasses.field(default_factory=dict)  # label -> tuning reports not asked under its prompt
-    refusals: dict = dataclasses.field(default_factory=dict)  # label -> its proposals turned down so far
+    rejected: dict[LabelPrompt, str] = dataclasses.field(default_factory=dict)  # proposal -> why it was turned down
+    carried: dict[str, set[str]] = dataclasses.field(default_factory=dict)  # label -> tuning reports not asked
+    refusals: dict[str, int] = dataclasses.field(default_factory=dict)  # label -> its proposals turned down so far
 
     def refuse(self, label: str, proposal, why: str) -> None:
         """Record a proposal turned down (the next one for its label is made smaller, the same one never paid again)."""
         self.rejected[proposal] = why
         self.refusals[label] = self.refusals.get(label, 0) + 1
+
+    def add_calls(self, counts: dict, kind: str, refresh: int = 0) -> None:
+        """Add one labelling's call counts to the report's (kind: the screen's "calls" or the evaluations'
+        "full_calls"; refresh: the screen's calls that asked carried-over answers under the current prompt)."""
+        for key in ("made", "reused"):
+            self.calls[key] += counts[key]
+        self.calls["cost"] += counts.get("cost") or 0.0
+        self.screen_counts[kind] += counts["made"]
+        if kind == "calls":
+            self.screen_counts["screened"] += 1
+            self.screen_counts["refresh_calls"] += refresh
+        else:
+            for part, made in counts["by_part"].items():
+                self.screen_counts["full_by_part"][part] += made
 
 
 def _take_answers(
@@ -1328,13 +1363,7 @@ def _take_answers(
     return derive_frame(vocab, current)[current.columns]  # No Finding follows the asked labels
 
 
-def _num(value) -> float | None:
-    """A float, or None for NaN (JSON has no NaN)."""
-    value = float(value)
-    return None if pd.isna(value) else value
-
-
-def _part_metrics(y_true, y_pred, ids, ci, n_resamples, zero_division) -> dict:
+def _part_metrics(y_true, y_pred, ids, ci, n_resamples, zero_division) -> PartMetrics:
     """Per-label table and macro F1 with a bootstrap interval on some reports."""
     t, p = y_true.loc[ids], y_pred.loc[ids]
     table = metrics.label_metrics(t, p, ci=ci, zero_division=zero_division)
@@ -1346,15 +1375,15 @@ def _part_metrics(y_true, y_pred, ids, ci, n_resamples, zero_division) -> dict:
     )
     if n_resamples and len(ids):
         table = table.join(metrics.bootstrap_label_f1(t, p, n_resamples=n_resamples))
-    return {
-        "reports": len(ids),
-        "table": table,
-        "macro_f1": avg["macro_f1"],
-        "macro_f1_lo": boot.get("lo"),
-        "macro_f1_hi": boot.get("hi"),
-        "averages": avg,
-        "macro_labels": avg["macro_f1_labels"],
-    }
+    return PartMetrics(
+        reports=len(ids),
+        table=table,
+        macro_f1=avg["macro_f1"],
+        macro_f1_lo=boot.get("lo"),
+        macro_f1_hi=boot.get("hi"),
+        averages=avg,
+        macro_labels=avg["macro_f1_labels"],
+    )
 
 
 def _macro_by_part(
@@ -1365,7 +1394,7 @@ def _macro_by_part(
     every part's mean as well (undefined in a figure compared: see _same_labels), so tuning and validation,
     and before and after, average the same labels; the figure names them."""
     left_out = left_out | _same_labels(y_true, [y_pred], parts, zero_division)
-    out = {}
+    out: dict[str, Any] = {}
     for part in splits.PARTS:
         ids = [r for r in y_true.index if parts.get(r) == part]
         t, p = y_true.loc[ids], y_pred.loc[ids, y_true.columns]
@@ -1375,15 +1404,14 @@ def _macro_by_part(
         kept = [lab for lab in t.columns if lab not in set(figure.left_out)]
         boot = metrics.bootstrap_macro_f1(t[kept], p[kept], n_resamples=n_resamples, zero_division=zero_division)
         out[part] = {
-            "macro_f1": _num(figure.value),
-            "lo": _num(boot.get("lo", np.nan)),
+            "macro_f1": metrics.finite(figure.value),
+            "lo": metrics.finite(boot.get("lo", np.nan)),
             "labels": figure.describe(),
-            "hi": _num(boot.get("hi", np.nan)),
-            "per_label": {k: _num(v) for k, v in table["f1"].items()},
+            "hi": metrics.finite(boot.get("hi", np.nan)),
+            "per_label": {k: metrics.finite(v) for k, v in table["f1"].items()},
         }
-    out["gap"] = (
-        None if out["tuning"]["macro_f1"] is None else _num(out["tuning"]["macro_f1"] - out["validation"]["macro_f1"])
-    )
+    tuning, validation = out["tuning"]["macro_f1"], out["validation"]["macro_f1"]
+    out["gap"] = None if tuning is None or validation is None else metrics.finite(tuning - validation)
     return out
 
 
@@ -1412,11 +1440,11 @@ def _mcnemar_table(y_true, before, after, parts, labels) -> list[dict]:
             "label": lab,
             "fixed": int(r.c),
             "broken": int(r.b),
-            "p_value": _num(r.p_value),
-            "p_holm": _num(r.p_holm),
+            "p_value": metrics.finite(r.p_value),
+            "p_holm": metrics.finite(r.p_holm),
             "verdict": r.verdict,
-            "f1_before": _num(r.f1_a),
-            "f1_after": _num(r.f1_b),
+            "f1_before": metrics.finite(r.f1_a),
+            "f1_after": metrics.finite(r.f1_b),
         }
         for lab, r in zip(table.index, table.itertuples(index=False), strict=False)
     ]
@@ -1429,41 +1457,15 @@ def _compare_part(y_true: pd.DataFrame, before: pd.DataFrame, after: pd.DataFram
     cases = metrics.fixed_and_broken(y_true, before, after)
     return {
         "reports": int(row["n"]),
-        "f1_before": _num(row["f1_a"]),
-        "f1_after": _num(row["f1_b"]),
-        "delta_f1": _num(row["delta_f1"]) if not pd.isna(row["delta_f1"]) else float("nan"),
+        "f1_before": metrics.finite(row["f1_a"]),
+        "f1_after": metrics.finite(row["f1_b"]),
+        "delta_f1": metrics.finite(row["delta_f1"]) if not pd.isna(row["delta_f1"]) else float("nan"),
         "fixed": int(row["c"]),
         "broken": int(row["b"]),
-        "p_value": _num(row["p_value"]),
+        "p_value": metrics.finite(row["p_value"]),
         "verdict": row["verdict"],
         "fixed_cases": cases.loc[cases["change"] == "fixed", "report"].tolist(),
         "broken_cases": cases.loc[cases["change"] == "broken", "report"].tolist(),
-    }
-
-
-def _figures(ev, cohort: str, run_id: int) -> dict:
-    """A bundle's figures on a cohort: macro F1 with interval, per label with intervals."""
-    t = ev.table
-    return {
-        "cohort": cohort,
-        "run": run_id,
-        "macro_f1": _num(ev.averages["macro_f1"]),
-        "macro_f1_lo": _num(ev.bootstrap.get("lo", np.nan)),
-        "macro_f1_hi": _num(ev.bootstrap.get("hi", np.nan)),
-        "per_label": [
-            {
-                "label": lab,
-                "n": int(t.loc[lab, "n"]),
-                "support": int(t.loc[lab, "support"]),
-                "accuracy": _num(t.loc[lab, "accuracy"]),
-                "accuracy_lo": _num(t.loc[lab, "accuracy_lo"]),
-                "accuracy_hi": _num(t.loc[lab, "accuracy_hi"]),
-                "f1": _num(t.loc[lab, "f1"]),
-                "f1_lo": _num(t.loc[lab, "f1_lo"]) if "f1_lo" in t else None,
-                "f1_hi": _num(t.loc[lab, "f1_hi"]) if "f1_hi" in t else None,
-            }
-            for lab in t.index
-        ],
     }
 
 
@@ -1521,13 +1523,13 @@ def fmt_figure(value) -> str:
     return "n/a" if pd.isna(value) else f"{value:.3f}"
 
 
-def suggestion_text(result: dict) -> str:
+def suggestion_text(result: Suggestion) -> str:
     """A suggestion as text for a terminal: status, changes, evaluation per part, diff."""
-    head = f"proposal #{result['proposal']} for {result['label']} (run {result['run']}): {result['proposal_status']}"
-    if result["status"] != "ok":
-        reply = f"\nthe proposer replied: {reply_excerpt(result['reply'])}" if result.get("reply") else ""
-        return f"{head}\n{result['status']}: {result['detail']}{reply}"
-    edit, ev = result["edit"], result["evaluation"]
+    head = f"proposal #{result.proposal} for {result.label} (run {result.run}): {result.proposal_status}"
+    edit, ev = result.edit, result.evaluation
+    if result.status != "ok" or edit is None or ev is None:
+        reply = f"\nthe proposer replied: {reply_excerpt(result.reply)}" if result.reply else ""
+        return f"{head}\n{result.status}: {result.detail}{reply}"
     lines = [head, f"proposer: {edit['source']}", "changes:"] + [f"  {c}" for c in edit["changes"]]
     if edit["note_ids"]:
         lines.append("from error notes: " + ", ".join(f"#{n}" for n in edit["note_ids"]))
@@ -1541,23 +1543,23 @@ def suggestion_text(result: dict) -> str:
         )
     c = ev["calls"]
     lines.append(f"calls: {c['made']} made, {c['reused']} reused from the cache")
-    lines.append(ev["why"] + (f"; accept with: workbench accept {result['proposal']}" if result["offered"] else ""))
-    lines.append(result["diff"])
+    lines.append(ev["why"] + (f"; accept with: workbench accept {result.proposal}" if result.offered else ""))
+    lines.append(result.diff)
     return "\n".join(lines)
 
 
-def drafts_text(result: dict) -> str:
+def drafts_text(result: DraftsEvaluation) -> str:
     """evaluate-drafts as text: per draft F1 before -> after on each part with fixed/broken cases, then macro F1."""
     lines = [
-        f"drafts against run {result['run']} (version {result['base_commit'][:8]}), labelled through the call cache; "
+        f"drafts against run {result.run} (version {result.base_commit[:8]}), labelled through the call cache; "
         "nothing is committed"
     ]
-    if result["head"] != result["base_commit"]:
+    if result.head != result.base_commit:
         lines.append(
-            f"note: run {result['run']} used version {result['base_commit'][:8]}, the latest is {result['head'][:8]}: "
+            f"note: run {result.run} used version {result.base_commit[:8]}, the latest is {result.head[:8]}: "
             "run the latest version first for a comparison with it"
         )
-    for entry in result["labels"]:
+    for entry in result.labels:
         lines.append(f"\n{entry['label']}: {entry['why']}")
         for part, m in entry["parts"].items():
             lines.append(
@@ -1566,20 +1568,20 @@ def drafts_text(result: dict) -> str:
                 + (f"; McNemar p = {fmt_figure(m['p_value'])}, {m['verdict']}" if part == "validation" else "")
             )
     for part in splits.PARTS:
-        b, a = result["before"][part], result["after"][part]
+        b, a = result.before[part], result.after[part]
         lines.append(
             f"{'' if part != 'tuning' else chr(10)}{part}: macro F1 {fmt_figure(b['macro_f1'])} -> "
             f"{fmt_figure(a['macro_f1'])} ({a['labels']})"
         )
-    c = result["calls"]
+    c = result.calls
     lines.append(
         f"calls: {c['made']} made, {c['reused']} reused from the cache; save with `workbench prompts save "
-        f"{' '.join(e['label'] for e in result['labels'])} -m MESSAGE`"
+        f"{' '.join(e['label'] for e in result.labels)} -m MESSAGE`"
     )
     return "\n".join(lines)
 
 
-def report_markdown(report: dict) -> str:
+def report_markdown(report: OptimiseReport) -> str:
     """An optimisation report as Markdown: per round what changed, tuning and validation F1, McNemar on validation."""
 
     def macro(m: dict) -> str:
@@ -1588,15 +1590,15 @@ def report_markdown(report: dict) -> str:
             f"{fmt_figure(m['validation']['macro_f1'])} [{fmt_figure(m['validation']['lo'])}, {fmt_figure(m['validation']['hi'])}], gap {fmt_figure(m['gap'])}"
         )
 
-    start = report["start"]
-    covers = start["validation"].get("labels") or f"zero_division: {report.get('zero_division', 'zero')}"
+    start = report.start
+    covers = start["validation"].get("labels") or f"zero_division: {report.zero_division}"
     lines = [
-        f"# Optimisation report #{report.get('id', '')} (run {report['run']}, version {report['base_commit'][:8]})",
+        f"# Optimisation report #{report.id} (run {report.run}, version {report.base_commit[:8]})",
         "",
         f"Macro F1 ({covers}; bootstrap 95% intervals) at the start: {macro(start)}",
         "",
     ]
-    for entry in report["rounds"]:
+    for entry in report.rounds:
         lines.append(f"## Round {entry['round']}")
         for ch in entry["changes"]:
             estimate = (
@@ -1626,12 +1628,12 @@ def report_markdown(report: dict) -> str:
         if not entry["changes"]:
             lines.append("- no change kept")
         lines.append(f"\nAfter round {entry['round']}: {macro(entry['metrics'])}{carried_note(entry)}\n")
-    lines.append(f"At the end: {macro(report['end'])}{carried_note(report['rounds'][-1] if report['rounds'] else {})}")
-    calls = report["calls"]
+    lines.append(f"At the end: {macro(report.end)}{carried_note(report.rounds[-1] if report.rounds else {})}")
+    calls = report.calls
     proposer = f" (plus {calls['proposer']:,} calls to the model proposer)" if calls.get("proposer") else ""
     lines.append(
-        f"\nCalls made {calls['made']}{proposer}, reused from the cache {calls['reused']}; {report['seconds']} s. "
-        + (f"Left as drafts (not saved): {', '.join(report['drafts'])}." if report["drafts"] else "No draft left.")
+        f"\nCalls made {calls['made']}{proposer}, reused from the cache {calls['reused']}; {report.seconds} s. "
+        + (f"Left as drafts (not saved): {', '.join(report.drafts)}." if report.drafts else "No draft left.")
     )
     lines.append(screen_text(report))
     return "\n".join(lines)
@@ -1660,12 +1662,12 @@ def carried_note(entry: dict) -> str:
     return f" (tuning estimated: {n:,} tuning answers carried over from the version before, not asked)" if n else ""
 
 
-def screen_text(report: dict) -> str:
+def screen_text(report: OptimiseReport) -> str:
     """The screening figures of an optimise report: calls per kept change, before and after the screen, and the
     tuning answers left for a run of the saved version."""
-    scr = report.get("screen") or {}
-    kept = sum(len(e["changes"]) for e in report["rounds"])
-    made = report["calls"]["made"]
+    scr = report.screen
+    kept = sum(len(e["changes"]) for e in report.rounds)
+    made = report.calls["made"]
     per = f"{made / kept:,.0f} calls made per kept change ({kept} kept)" if kept else "no change kept"
     by_part = scr.get("full_by_part")
     split = f": tuning {by_part['tuning']:,}, validation {by_part['validation']:,}" if by_part else ""

@@ -23,32 +23,6 @@ class Record:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-@dataclass(frozen=True, eq=False)
-class Result(Record):
-    """A record that can also be read by field name: the dict face OptimiseReport keeps until its readers move
-    to attributes (the other records have lost theirs)."""
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in self.keys():
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.keys()
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """A field's value, or default when there is no such field."""
-        return getattr(self, key) if key in self.keys() else default
-
-    def keys(self) -> tuple[str, ...]:
-        """The field names."""
-        return tuple(f.name for f in fields(self))
-
-    def items(self):
-        """(field, value) pairs, as a dict's."""
-        return self.to_dict().items()
-
-
 def strict(obj: Any) -> Any:
     """obj with every float that is not finite (a failed call's NaN latency) as None: strict JSON has no NaN."""
     if isinstance(obj, float):
@@ -235,24 +209,128 @@ class EditEvaluation(Record):
 
 
 @dataclass(frozen=True, eq=False)
-class OptimiseReport(Result):
+class PartMetrics(Record):
+    """One part of a split cohort (tuning or validation) under a run: per-label metrics with intervals, and macro
+    F1 with its bootstrap interval (None when not resampled)."""
+
+    reports: int
+    table: pd.DataFrame  # per label: support, f1, f1_lo, f1_hi ... (metrics.label_metrics)
+    macro_f1: float
+    macro_f1_lo: float | None
+    macro_f1_hi: float | None
+    averages: dict[str, Any]  # metrics.averages
+    macro_labels: str  # which labels macro F1 averages
+
+
+@dataclass(frozen=True, eq=False)
+class PartComparison(Record):
+    """Two runs on one part of a split cohort: per-label F1 change with McNemar (Holm within the part) and both
+    macro F1 figures over the same labels."""
+
+    table: pd.DataFrame  # per label: f1_a, f1_b, delta_f1, b, c, p_value, verdict ... (metrics.compare_labels)
+    macro_f1_a: float | None
+    macro_f1_b: float | None
+    macro_labels: str
+
+
+@dataclass(frozen=True, eq=False)
+class Suggestion(Record):
+    """A proposed revision of one label as the engineer is shown it: the edit, its evaluation on tuning and
+    validation (per-report answers left out, as the stored proposal keeps it) and whether it is offered; or why
+    there is none (status, detail, and a model's unusable reply)."""
+
+    label: str
+    status: str  # ok, or why no edit is offered: inconsistent, empty, malformed, call_error ...
+    detail: str
+    run: int
+    reply: str = ""  # a model proposer's reply that gave no usable edit
+    edit: dict[str, Any] | None = None  # Edit.to_dict(), for an ok or inconsistent proposal
+    evaluation: dict[str, Any] | None = None  # EditEvaluation.to_dict() of an ok one, without values and evidence
+    offered: bool = False  # validation does not get worse
+    diff: str = ""  # the label's YAML before -> proposed
+    proposal: int = 0  # the stored proposal's id
+    proposal_status: str = ""  # offered, not offered, or the status
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields, without those a suggestion of its kind has not got (the JSON `suggest` always wrote)."""
+        absent = {"reply": not self.reply, "edit": self.edit is None}
+        absent |= dict.fromkeys(("evaluation", "offered", "diff"), self.evaluation is None)
+        return {k: v for k, v in super().to_dict().items() if not absent.get(k)}
+
+
+@dataclass(frozen=True, eq=False)
+class DraftsEvaluation(Record):
+    """evaluate-drafts: per draft its evaluation on tuning and validation beside the run of the committed version,
+    and macro F1 per part before and after (nothing committed)."""
+
+    run: int
+    base_commit: str  # the run's version
+    head: str  # the latest version (a run of it compares with the latest)
+    labels: list[dict[str, Any]]  # per draft: label, parts (as EditEvaluation's), offered, why, diff
+    calls: dict[str, int]  # made, reused
+    zero_division: str
+    before: dict[str, Any]  # macro F1 per part (tuning, validation, gap) of the committed version
+    after: dict[str, Any]  # and with the drafts
+
+
+@dataclass(frozen=True, eq=False)
+class StoredProposal(Record):
+    """One stored proposal: its edit and its evaluation (per-report answers left out), who made it and where it
+    stands (offered, not offered, accepted, saved ...)."""
+
+    id: int
+    label: str
+    author: str
+    source: str
+    status: str
+    base_commit: str
+    run: int | None
+    edit: dict[str, Any]  # Edit.to_dict(): label, fields, rationale, source, note_ids, changes
+    evaluation: dict[str, Any]  # EditEvaluation.to_dict() without values and evidence; a model's reply
+    note_ids: list[int]
+    commit: str | None  # the version that saved it
+
+
+@dataclass(frozen=True, eq=False)
+class OptimiseReport(Record):
     """What `optimise` did: per round the changes kept and rejected, macro F1 per part before and after, calls."""
 
     id: int
     run: int
     base_commit: str
-    labels: list
+    labels: list[str]
     proposer: str
-    rounds: list  # per round: changes, rejected, metrics, validation_mcnemar
-    calls: dict  # made, reused, cost
-    screen: dict  # on, screened, screened_out, calls, full_calls
+    rounds: list[dict[str, Any]]  # per round: changes, rejected, metrics, validation_mcnemar, carried
+    calls: dict[str, float]  # made, reused, cost, proposer
+    screen: dict[str, Any]  # on, screened, screened_out, calls, full_calls, full_by_part, deferred, left_calls
     zero_division: str
-    start: dict  # macro F1 per part before
-    end: dict  # and after
+    start: dict[str, Any]  # macro F1 per part before (tuning, validation, gap)
+    end: dict[str, Any]  # and after
     seconds: float
-    drafts: list  # labels left as drafts for a person to save
-    not_drafted: list  # changed labels that already had a person's draft
-    final_prompts: dict
+    drafts: list[str]  # labels left as drafts for a person to save
+    not_drafted: list[str]  # changed labels that already had a person's draft
+    final_prompts: dict[str, dict[str, Any]]
+
+    @classmethod
+    def from_stored(cls, report_id: int, stored: dict[str, Any]) -> OptimiseReport:
+        """A report as stored (its JSON, without its id); an older one lacks the newer fields, given as empty."""
+        return cls(
+            id=report_id,
+            run=stored["run"],
+            base_commit=stored["base_commit"],
+            labels=stored.get("labels", []),
+            proposer=stored.get("proposer", ""),
+            rounds=stored.get("rounds", []),
+            calls=stored.get("calls", {}),
+            screen=stored.get("screen") or {},
+            zero_division=stored.get("zero_division", "zero"),
+            start=stored["start"],
+            end=stored["end"],
+            seconds=stored.get("seconds", 0.0),
+            drafts=stored.get("drafts", []),
+            not_drafted=stored.get("not_drafted", []),
+            final_prompts=stored.get("final_prompts", {}),
+        )
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from workbench.errors import WorkbenchError
+from workbench.services.results import Suggestion
 from workbench.ui import components, state
 
 
@@ -30,7 +31,7 @@ def panel(wb, label: str | None, run_id: int | None = None) -> None:
             with components.shown_errors("suggesting a revision"), st.spinner("Proposing and evaluating ..."):
                 st.session_state[state.SUGGESTION] = wb.suggest(label, run_id)
         result = st.session_state.get(state.SUGGESTION)
-        if result and result["label"] == label:
+        if result and result.label == label:
             show(wb, result)
 
 
@@ -57,17 +58,17 @@ def _split_first(wb, cohort: str) -> None:
         )
 
 
-def show(wb, result: dict) -> None:
+def show(wb, result: Suggestion) -> None:
     """A proposal: status, changes, per-part evaluation, diff, and accept when it is offered."""
-    if result["status"] != "ok":
-        st.warning(f"No revision to offer ({result['status']}): {result['detail']}")
-        if result.get("reply"):  # the model proposer's unusable reply, as it came (also kept with the proposal)
+    edit, ev = result.edit, result.evaluation
+    if result.status != "ok" or edit is None or ev is None:
+        st.warning(f"No revision to offer ({result.status}): {result.detail}")
+        if result.reply:  # the model proposer's unusable reply, as it came (also kept with the proposal)
             st.caption("The proposer replied:")
-            st.code(result["reply"], language=None)
+            st.code(result.reply, language=None)
         return
-    edit, ev = result["edit"], result["evaluation"]
     st.markdown(
-        f"**Proposal #{result['proposal']}** by the {edit['source']}"
+        f"**Proposal #{result.proposal}** by the {edit['source']}"
         + (f", from error notes {', '.join('#' + str(n) for n in edit['note_ids'])}" if edit["note_ids"] else "")
     )
     st.text("\n".join(edit["changes"]))
@@ -89,16 +90,16 @@ def show(wb, result: dict) -> None:
     st.dataframe(pd.DataFrame(rows), hide_index=True)
     components.noise_lines(wb.suggestion_noise_lines(result))
     st.caption(f"{ev['calls']['made']} calls made, {ev['calls']['reused']} answers reused from the cache")
-    st.code(result["diff"] or "(no difference)", language="diff", wrap_lines=True)
-    if not result["offered"]:
+    st.code(result.diff or "(no difference)", language="diff", wrap_lines=True)
+    if not result.offered:
         st.error(f"Not offered: {ev['why']}.")
         return
     st.success(ev["why"])
-    if st.button("Accept as my draft", key=state.widget_key("accept", result["proposal"]), type="primary"):
+    if st.button("Accept as my draft", key=state.widget_key("accept", result.proposal), type="primary"):
         components.do(
             wb,
             "accepting the proposal",
             wb.accept_proposal,
-            result["proposal"],
-            done=f"Proposal #{result['proposal']} is your draft of {result['label']}: review and save it on Prompts.",
+            result.proposal,
+            done=f"Proposal #{result.proposal} is your draft of {result.label}: review and save it on Prompts.",
         )

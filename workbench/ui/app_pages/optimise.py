@@ -130,13 +130,13 @@ def _parts(wb) -> None:
         cols = st.columns(2)
         for col, (part, m) in zip(cols, parts.items(), strict=False):
             col.metric(
-                f"{part} macro F1 ({m['reports']} reports)",
-                components.pct(m["macro_f1"]),
-                help=f"95% bootstrap interval {fmt_figure(m['macro_f1_lo'])} to {fmt_figure(m['macro_f1_hi'])}",
+                f"{part} macro F1 ({m.reports} reports)",
+                components.pct(m.macro_f1),
+                help=f"95% bootstrap interval {fmt_figure(m.macro_f1_lo)} to {fmt_figure(m.macro_f1_hi)}",
             )
-            col.caption(f"Macro F1: {m['macro_labels']}")
+            col.caption(f"Macro F1: {m.macro_labels}")
         frame = pd.DataFrame(
-            {f"{p} {c}": parts[p]["table"][c] for p in parts for c in ("support", "f1", "f1_lo", "f1_hi")}
+            {f"{p} {c}": parts[p].table[c] for p in parts for c in ("support", "f1", "f1_lo", "f1_hi")}
         )
         frame["gap"] = frame["tuning f1"] - frame["validation f1"]
         st.dataframe(readable(frame.round(3), wb.vocab.names()))
@@ -168,17 +168,15 @@ def _compare(wb, run_id: int) -> None:
         return
     result = state.read(wb.optimising.compare_by_part, int(other), run_id)
     cols = ["f1_a", "f1_b", "delta_f1", "b", "c", "p_value", "verdict"]
-    frame = pd.concat({part: r["table"][cols] for part, r in result.items()}, axis=1)
+    frame = pd.concat({part: r.table[cols] for part, r in result.items()}, axis=1)
     frame.columns = [f"{p} {c}" for p, c in frame.columns]
     st.caption(
-        " · ".join(
-            f"{p}: macro F1 {fmt_figure(r['macro_f1_a'])} -> {fmt_figure(r['macro_f1_b'])}" for p, r in result.items()
-        )
+        " · ".join(f"{p}: macro F1 {fmt_figure(r.macro_f1_a)} -> {fmt_figure(r.macro_f1_b)}" for p, r in result.items())
         + f" · before = run #{int(other)}, after = run #{run_id}"
     )
-    st.caption(f"Macro F1: {result['validation']['macro_labels']}")
+    st.caption(f"Macro F1: {result['validation'].macro_labels}")
     st.dataframe(readable(frame.round(3), wb.vocab.names()))
-    lines = [line for part, r in result.items() for line in wb.comparison_noise(int(other), run_id, r["table"], part)]
+    lines = [line for part, r in result.items() for line in wb.comparison_noise(int(other), run_id, r.table, part)]
     components.noise_lines(list(dict.fromkeys(lines)))  # "not measured" once, not once per part
 
 
@@ -191,10 +189,9 @@ def _optimise(wb) -> None:
             if job.error is not None:
                 st.error(f"Optimisation stopped: {job.error}")
             else:
-                st.session_state[state.OPT_REPORT] = job.result["id"]
-                st.success(
-                    f"Report #{job.result['id']}: drafts left for {', '.join(job.result['drafts']) or 'no label'}."
-                )
+                report = job.result  # an OptimiseReport
+                st.session_state[state.OPT_REPORT] = report.id
+                st.success(f"Report #{report.id}: drafts left for {', '.join(report.drafts) or 'no label'}.")
             st.button("Dismiss", key=state.widget_key("dismiss-optimise"), on_click=state.clear_job, args=("optimise",))
         return
     names = wb.vocab.names()

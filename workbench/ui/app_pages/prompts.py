@@ -194,17 +194,17 @@ def _evaluate_drafts(wb) -> None:
                 "broken": m["broken"],
                 "verdict": m["verdict"] if part == "validation" else "",
             }
-            for e in result["labels"]
+            for e in result.labels
             for part, m in e["parts"].items()
         ]
         st.dataframe(pd.DataFrame(rows).round(3), hide_index=True)
         st.caption(
             " · ".join(
-                f"{part}: macro F1 {components.pct(result['before'][part]['macro_f1'])} -> "
-                f"{components.pct(result['after'][part]['macro_f1'])}"
+                f"{part}: macro F1 {components.pct(result.before[part]['macro_f1'])} -> "
+                f"{components.pct(result.after[part]['macro_f1'])}"
                 for part in ("tuning", "validation")
             )
-            + f" · against run {result['run']}; {result['after']['validation']['labels']}; nothing is committed"
+            + f" · against run {result.run}; {result.after['validation']['labels']}; nothing is committed"
         )
 
 
