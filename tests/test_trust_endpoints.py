@@ -10,54 +10,21 @@ from __future__ import annotations
 import contextlib
 import errno
 import socket
-import threading
 
 import pytest
 from click.testing import CliRunner
 from fake_llm_server import running_server
+from test_governance import Listener
 
 from workbench.cli import main
 from workbench.labeller import endpoints
 from workbench.study import StudyError, load_config
 
 
-class Forwarder:
-    """A raw TCP listener on a loopback port nobody named: counts connections and bytes (it forwards nothing)."""
-
-    def __init__(self, host: str = "127.0.0.1") -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind((host, 0))
-        self.sock.listen(16)
-        self.host, self.port = self.sock.getsockname()
-        self.connections, self.bytes = 0, 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            conn.settimeout(1)
-            try:
-                while chunk := conn.recv(65536):
-                    self.bytes += len(chunk)
-            except OSError:
-                pass
-            conn.close()
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 @pytest.fixture
 def forwarder():
-    fwd = Forwarder()
+    """A raw listener on a loopback port nobody named (a local forwarder such as cntlm): counts what reaches it."""
+    fwd = Listener(host="127.0.0.1")
     yield fwd
     fwd.close()
 
