@@ -167,7 +167,7 @@ class LabelSetService(Service):
     def _mine_with_model(self, reports, model, min_reports, on_progress, **overrides):
         """Candidates from a model's findings lists: one call per report through the labelling path."""
         from workbench.labeller import labelling
-        from workbench.services.runs import _cache_entries
+        from workbench.services.runs import cache_entries
 
         cfg, _ = self._model_config(model, **overrides)
         requests = self._model_requests(reports, cfg)
@@ -182,7 +182,7 @@ class LabelSetService(Service):
         def store_new(answers) -> None:
             keep(answers)
             with self.session(write=True) as s:
-                q.put_cached_calls(s, _cache_entries(cfg, answers))
+                q.put_cached_calls(s, cache_entries(cfg, answers))
                 q.put_call_facts(s, labelling.call_facts(None, answers))
                 q.put_call_replies(s, labelling.failed_replies(answers))
 

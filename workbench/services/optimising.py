@@ -41,7 +41,7 @@ from workbench.services.results import (
     Suggestion,
     json_default,
 )
-from workbench.services.runs import _cache_entries, _rows
+from workbench.services.runs import cache_entries, prediction_rows
 from workbench.store import prompt_repo
 from workbench.store import queries as q
 from workbench.study import StudyError
@@ -219,16 +219,16 @@ class OptimisingService(Service):
         rows: list[dict] = []
 
         def store(answers: list) -> None:
-            rows.extend({**row, "made": True} for row in _rows(answers))
+            rows.extend({**row, "made": True} for row in prediction_rows(answers))
             with self.session() as s:
-                q.put_cached_calls(s, _cache_entries(cfg, answers))
+                q.put_cached_calls(s, cache_entries(cfg, answers))
 
         done = labelling.label_calls(
             requests,
             cfg,
             self.runs.cached_replies,
             store,
-            store_reused=lambda answers: rows.extend({**r, "made": False} for r in _rows(answers)),
+            store_reused=lambda answers: rows.extend({**r, "made": False} for r in prediction_rows(answers)),
             on_progress=on_calls,
         )
         counts = {
@@ -443,7 +443,7 @@ class OptimisingService(Service):
         """A proposer call's record, as a run's: the reply cached when it is a usable edit; the call's facts (tokens,
         cost, latency) and, when it is not usable, the raw reply kept with them."""
         with self.session(write=True) as s:
-            q.put_cached_calls(s, _cache_entries(cfg, answers))
+            q.put_cached_calls(s, cache_entries(cfg, answers))
             q.put_call_facts(s, labelling.call_facts(None, answers))
             q.put_call_replies(s, labelling.failed_replies(answers))
 

@@ -220,7 +220,7 @@ def _speed(cfg) -> dict:
     }
 
 
-def _rows(answers: list) -> list[dict]:
+def prediction_rows(answers: list) -> list[dict]:
     """Prediction rows of answers (a failed call is a recorded failure, never a 0)."""
     return [
         {"report_id": a.req.meta["report_id"], "label": lab, **answer.row(), "call_key": a.req.key}
@@ -229,7 +229,7 @@ def _rows(answers: list) -> list[dict]:
     ]
 
 
-def _cache_entries(cfg, answers: list) -> list:
+def cache_entries(cfg, answers: list) -> list:
     """Call-cache rows of the new answers worth keeping (failures are never cached)."""
     return [
         q.CachedCall(
@@ -817,7 +817,7 @@ class RunsService(Service):
         """Label through the one path: cached answers and offline ones stored by the writer, paid ones as they return."""
 
         def store_reused(answers: list) -> None:
-            rows = _rows(answers)
+            rows = prediction_rows(answers)
             writer.submit(lambda: self._store_reused(run_id, rows, len(answers)))
 
         def started(counts) -> None:
@@ -865,12 +865,12 @@ class RunsService(Service):
 
     def _store_answers(self, run_id: int, cfg, answered: list) -> None:
         """One transaction: predictions of new answers, the replies worth caching, calls, tokens and cost."""
-        rows = _rows(answered)
+        rows = prediction_rows(answered)
         results = [a.res for a in answered]
         with self.session(write=True) as s:
             q.upsert_predictions(s, run_id, rows)
             q.upsert_prediction_attributes(s, run_id, attribute_rows(rows))
-            q.put_cached_calls(s, _cache_entries(cfg, answered))
+            q.put_cached_calls(s, cache_entries(cfg, answered))
             if not is_offline(cfg.model):  # the rule engine's latency and tokens say nothing about a model
                 q.put_call_facts(s, labelling.call_facts(run_id, answered))
                 q.put_call_replies(s, labelling.failed_replies(answered))
