@@ -251,7 +251,7 @@ def test_a_hand_edit_of_the_task_file_is_saved_and_audited_so_verify_holds(ann):
     assert ann.prompt_files(commit)["_task.yaml"].endswith("# cue lists edited by hand\n")
     events = ann.audit_log(entity="prompt", key="_task")
     assert events.iloc[0]["action"] == "save" and commit in events.iloc[0]["new"]
-    assert ann.verify_audit()["ok"]
+    assert ann.verify_audit().ok
 
 
 def test_a_broken_or_deleted_task_file_is_named_and_nothing_is_committed(ann):
