@@ -241,11 +241,6 @@ def leading_object(text: str | None) -> tuple[str, str] | None:
     return first, body[len(first) :]
 
 
-def evidence_in_report(evidence: str, report_text: str) -> bool:
-    """True when the evidence (or each '...'-separated piece, in order) appears in the report: the one matcher."""
-    return evidence_found(evidence, report_text)
-
-
 # -- helpers: text --------------------------------------------------------------------------
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -39,11 +39,6 @@ LOOK = "report_look"  # audit entity: a reader saw the reference, the labeller's
 NOTE_IN_DRAFT = "_note"  # a draft's comment and unsure mark, kept beside its ticks (undo brings the whole reading back)
 PACE_GAP_S = 15 * 60  # a pause longer than this between two saves is a break, not reading time
 PRESS_KEPT_S = 24 * 3600  # keyboard presses remembered this long (a page resends an unanswered one within seconds)
-
-
-def _ago(at: str, seconds: float) -> str:
-    """The ISO timestamp this many seconds before another."""
-    return (datetime.fromisoformat(at) - timedelta(seconds=seconds)).isoformat(timespec="microseconds")
 
 
 def _seconds_between(earlier: str, later: str) -> float:
@@ -349,9 +344,9 @@ class ReadingService(Service):
         """Claim one keyboard press (a browser page's form and its sequence number) before applying it: a resend
         of a press already claimed (a reconnect, another script thread or server process) is answered, not
         applied again. Presses older than a day are forgotten here."""
-        at = q.now()
-        with self.session(write=True) as s:
-            q.prune_presses(s, _ago(at, PRESS_KEPT_S))
+        with self.session(write=True) as s:  # the database's clock: server processes on other machines compare it
+            at = q.db_stamp(s)
+            q.prune_presses(s, q.db_stamp(s, -PRESS_KEPT_S))
             earlier = q.claim_press(s, page, form, seq, self.ctx.actor.user, at)
         if earlier is None:
             return PressClaim("new")

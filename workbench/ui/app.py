@@ -150,6 +150,7 @@ def _cookie_arrived(base) -> bool:
         st.rerun()
     st.title("Signing in")
     st.caption("Handing this browser its session ...")
+    # the trigger alone reruns this page; its answer is read above (keyboard.cookie_answer)
     keyboard.session_cookie(st.session_state[state.SESSION_COOKIE], on_stored=lambda: None)
     return False
 
