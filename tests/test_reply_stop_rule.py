@@ -51,6 +51,13 @@ def cli(wb, *args: str, ok=(0,)) -> str:
     return result.output
 
 
+def cli_run(wb, url: str, labels: str) -> tuple[str, str, int]:
+    """`workbench run` on dev against the fake server at url: its output, the output on one line, the run id."""
+    model(wb, url)
+    out = cli(wb, "run", "--cohort", "dev", "--labels", labels, ok=(0, 3))
+    return out, " ".join(out.split()), int(out.split("run ")[1].split()[0])
+
+
 def model(wb, url: str, **extra) -> None:
     """Point the study's labeller at the fake server (quick failures, few retries)."""
     import yaml
@@ -76,13 +83,10 @@ def test_a_reply_about_another_label_is_a_wrong_label_failure_with_its_raw_reply
         return keyword_answer(messages, KEYWORDS["pleural_effusion"])
 
     with running_server(answer_fn=answer) as srv:
-        model(wb, srv.url)
-        out = cli(wb, "run", "--cohort", "dev", "--labels", "pleural_effusion,pneumothorax", ok=(0, 3))
-    flat = " ".join(out.split())
+        out, flat, run = cli_run(wb, srv.url, "pleural_effusion,pneumothorax")
     # before: "prose: 8 call(s) ... turn on labeller.json_mode", as if a format fix would make it answer the question
     assert "wrong_label: 8 call(s)" in flat and "prose" not in flat
     assert "answered about another label than the one asked" in flat
-    run = int(out.split("run ")[1].split()[0])
     preds = wb.predictions(run)
     pneumothorax = preds[preds["label"] == "pneumothorax"]
     assert set(pneumothorax["status"]) == {"wrong_label"} and pneumothorax["value"].isna().all()
@@ -119,13 +123,10 @@ def _length_body(body: dict, reply: str) -> dict:
 def test_a_reply_that_goes_on_after_its_json_answer_is_answered_and_its_rambling_counted(small_study):
     wb = small_study
     with running_server(reply=RAMBLING, body_fn=_length_body) as srv:
-        model(wb, srv.url)
-        out = cli(wb, "run", "--cohort", "dev", "--labels", "pleural_effusion", ok=(0, 3))
-    flat = " ".join(out.split())
+        out, flat, run = cli_run(wb, srv.url, "pleural_effusion")
     # before: "8 failures (truncated: 8)" and "raise labeller.max_tokens": the answer was complete at its "}"
     assert "0 failures" in flat and "truncated" not in flat
     assert "note: 8 replies went on after the JSON object (rambling)" in flat
-    run = int(out.split("run ")[1].split()[0])
     preds = wb.predictions(run)
     assert list(preds["value"]) == [0] * 8 and set(preds["status"]) == {"ok"}
     assert preds["detail"].str.startswith("rambling: ").all()
