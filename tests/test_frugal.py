@@ -69,6 +69,15 @@ def frugal_template(tmp_path_factory):
     return _study(tmp_path_factory.mktemp("frugal-template"))
 
 
+def _ten_missed():
+    """400 tuning reports (100 positive), a labeller that misses the first 10 positives, and its screen sample."""
+    ids = [f"r{i}" for i in range(400)]
+    reference = pd.Series([1] * 100 + [0] * 300, index=ids)
+    before = reference.copy()
+    before.iloc[:10] = 0
+    return reference, before, screening.screen_sample(reference, before, seed=0)
+
+
 def test_screen_sample_keeps_every_disagreement_and_a_seeded_stratified_share_of_agreements():
     ids = [f"r{i}" for i in range(400)]
     reference = pd.Series([1] * 100 + [0] * 300, index=ids)
@@ -85,11 +94,7 @@ def test_screen_sample_keeps_every_disagreement_and_a_seeded_stratified_share_of
 
 
 def test_screen_verdict_estimates_broken_on_all_of_tuning_and_needs_more_than_chance():
-    ids = [f"r{i}" for i in range(400)]
-    reference = pd.Series([1] * 100 + [0] * 300, index=ids)
-    before = reference.copy()
-    before.iloc[:10] = 0
-    chosen = screening.screen_sample(reference, before, seed=0)
+    reference, before, chosen = _ten_missed()
     fixes_all = before.copy()
     fixes_all.iloc[:10] = 1
     good = screening.screen_verdict(chosen, reference, before, fixes_all)
@@ -107,11 +112,7 @@ def test_screen_verdict_estimates_broken_on_all_of_tuning_and_needs_more_than_ch
 
 
 def test_a_screen_asks_the_agreements_only_when_the_proposal_could_still_pass():
-    ids = [f"r{i}" for i in range(400)]
-    reference = pd.Series([1] * 100 + [0] * 300, index=ids)
-    before = reference.copy()
-    before.iloc[:10] = 0
-    chosen = screening.screen_sample(reference, before, seed=0)
+    reference, before, chosen = _ten_missed()
     first = screening.fixable(chosen, reference, before)
     assert first == [f"r{i}" for i in range(10)]  # the disagreements: the only reports a change can fix
     fixes_two = before.copy()
