@@ -128,6 +128,17 @@ def small_study(study_templates, tmp_path):
     return copy_study(study_templates["small"], tmp_path / "study")
 
 
+def with_sign_in(wb):
+    """The study with `auth: local` and two accounts, boss (admin, boss-pass-0001) and rdr (reader,
+    reader-pass-0001): the set-up of the sign-in and token tests."""
+    wb.add_user("boss", "admin", "boss-pass-0001")
+    wb.add_user("rdr", "reader", "reader-pass-0001")
+    path = wb.root / "workbench.yaml"
+    path.write_text(path.read_text().replace("auth: none", "auth: local"))
+    wb.migrate()
+    return wb
+
+
 def store_noise(wb, run_id: int, differ_every: int) -> None:
     """Store a noise measurement of a run as `workbench noise` would: one repeat in differ_every differs."""
     from workbench.store import queries as q

@@ -10,6 +10,7 @@ import re
 
 import pytest
 from click.testing import CliRunner
+from conftest import with_sign_in
 from sqlalchemy import text
 
 from workbench import bundle as bundle_mod
@@ -170,11 +171,7 @@ def test_a_hand_edited_workbench_yaml_is_recorded_on_the_next_open(trail):
 @pytest.fixture
 def local_auth(small_study):
     wb = small_study
-    wb.add_user("boss", "admin", "boss-pass-0001")
-    wb.add_user("rdr", "reader", "reader-pass-0001")
-    path = wb.root / "workbench.yaml"
-    path.write_text(path.read_text().replace("auth: none", "auth: local"))
-    wb.migrate()
+    with_sign_in(wb)
     return wb
 
 

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from conftest import with_sign_in
 
 from workbench.services import team
 from workbench.services.runs import RunLease
@@ -90,11 +91,7 @@ def test_a_client_whose_clock_runs_behind_writes_a_lease_that_lives_its_full_tim
 def accounts(any_study):
     """A local-auth study on SQLite or PostgreSQL with a reader: (workbench, the reader signed in)."""
     wb = any_study
-    wb.add_user("boss", "admin", "boss-pass-0001")
-    wb.add_user("rdr", "reader", "reader-pass-0001")
-    path = wb.root / "workbench.yaml"
-    path.write_text(path.read_text().replace("auth: none", "auth: local"))
-    wb.migrate()
+    with_sign_in(wb)
     return wb, wb.as_actor(wb.authenticate("rdr", "reader-pass-0001"))
 
 
