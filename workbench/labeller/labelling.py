@@ -590,10 +590,15 @@ def rambling_note(n: int) -> str:
     )
 
 
+def at_pace(elapsed: float, done: int, left: int) -> float:
+    """Seconds the `left` units of work take at the pace of the `done` ones (elapsed seconds for those)."""
+    return elapsed / max(done, 1) * max(left, 0)
+
+
 def time_left(elapsed: float, progress: Progress) -> float:
     """Seconds left at the pace of the calls made so far (twins and cached answers cost no call, so they count as
     done without time): the estimate that replaces a guess once a model has answered."""
-    return elapsed / max(progress.made, 1) * max(progress.total - progress.done, 0)
+    return at_pace(elapsed, progress.made, progress.total - progress.done)
 
 
 def _local_facts(cfg, engine):

@@ -1304,7 +1304,9 @@ class OptimiseProgress:
         total = self.rounds * self.n_labels
         text = f"{labelling.duration(spent)} spent, {self.turns} of {total} label turns done"
         if self.turns:
-            text += f", about {labelling.duration(spent / self.turns * (total - self.turns))} left at most"
+            text += (
+                f", about {labelling.duration(labelling.at_pace(spent, self.turns, total - self.turns))} left at most"
+            )
         return text
 
 
