@@ -161,3 +161,33 @@ def test_a_median_report_and_its_whole_form_fit_one_screen_and_the_guidelines_op
     box = pg.get_by_test_id("wbGuidelines").bounding_box()
     assert box and box["y"] >= 0 and box["y"] + min(box["height"], 200) <= size[1], box
     context.close()
+
+
+def test_attributes_picked_stay_with_the_draft_when_the_reader_moves_away_and_back(browser, attr_server, attr_study):
+    from test_reading_keyboard import FORM_STATE
+
+    from workbench.ui.app_pages.annotate import LABEL_KEYS
+
+    wb = reader_wb(attr_study)
+    ids = wb.work_list(READER[0], "dev")["report_id"].tolist()
+    context, pg, watch = new_page(browser, attr_server)
+    sign_in(pg, attr_server, *READER)
+    open_by_keyboard(pg, "Annotate")
+    pg.wait_for_function(f"() => ({FORM_STATE})() !== null")
+    first = pg.evaluate(FORM_STATE)["item"]  # the reader's next unread report (the test above saved the first ones)
+    second = ids[ids.index(first) + 1]
+    read(pg, first)
+    pg.keyboard.press(LABEL_KEYS[wb.vocab.asked_ids.index(EFFUSION)])
+    pg.keyboard.press("Shift+KeyL")  # pleural effusion: left
+    pg.keyboard.press("ArrowRight")  # away without saving: the ticks and the side are kept as the draft
+    wait_ready(pg, second)
+    pg.keyboard.press("ArrowLeft")
+    wait_ready(pg, first)
+    chip = pg.locator(f".wbk-chips[data-group='attr.{EFFUSION}.side'] .wbk-chip[data-option='left']")
+    assert chip.get_attribute("aria-pressed") == "true", "the side picked before the move is on screen again"
+    read(pg, first)
+    pg.keyboard.press("Enter")
+    pg.wait_for_function(f"() => ({FORM_STATE})().item !== {first!r}")
+    assert wb.reader_attributes(READER[0], first) == {EFFUSION: {"side": "left"}}
+    watch.check(pg)
+    context.close()

@@ -303,6 +303,7 @@ class Workbench:
     my_readings = _forward(ReadingService.my_readings, "reading")
     reading_draft = _forward(ReadingService.reading_draft, "reading")
     reading_draft_note = _forward(ReadingService.reading_draft_note, "reading")
+    reading_draft_attributes = _forward(ReadingService.reading_draft_attributes, "reading")
     save_reading_draft = _forward(ReadingService.save_reading_draft, "reading")
     claim_press = _forward(ReadingService.claim_press, "reading")
     finish_press = _forward(ReadingService.finish_press, "reading")

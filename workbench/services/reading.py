@@ -37,6 +37,8 @@ COMPLETED, DRAFT, UNREAD = "completed", "draft", "unread"
 MAX_COMMENT = 2000  # a comment is a remark beside a reading, not a report
 LOOK = "report_look"  # audit entity: a reader saw the reference, the labeller's answer or the votes of a report
 NOTE_IN_DRAFT = "_note"  # a draft's comment and unsure mark, kept beside its ticks (undo brings the whole reading back)
+ATTRIBUTES_IN_DRAFT = "_attributes"  # a draft's attribute values of its ticked findings: label -> {attribute: value}
+DRAFT_EXTRAS = (NOTE_IN_DRAFT, ATTRIBUTES_IN_DRAFT)  # a draft's keys that are not labels
 PACE_GAP_S = 15 * 60  # a pause longer than this between two saves is a break, not reading time
 PRESS_KEPT_S = 24 * 3600  # keyboard presses remembered this long (a page resends an unanswered one within seconds)
 
@@ -70,6 +72,11 @@ def reading_pace(saved_at, remaining: int) -> dict:
         "left_seconds": per * remaining,
         "based_on": int(len(gaps)),
     }
+
+
+def _draft_ticks(draft: dict) -> dict[str, int]:
+    """A stored draft's ticks alone (label -> 0/1), without its note and attributes."""
+    return {k: v for k, v in draft.items() if k not in DRAFT_EXTRAS}
 
 
 def _reading_id(s, report_id: str, label: str, reader: str) -> int:
@@ -315,7 +322,15 @@ class ReadingService(Service):
         check_own_reading(self.ctx, reader)
         with self.session() as s:
             draft = q.get_reading_draft(s, reader, report_id)
-        return None if draft is None else {k: v for k, v in draft.items() if k != NOTE_IN_DRAFT}
+        return None if draft is None else _draft_ticks(draft)
+
+    def reading_draft_attributes(self, reader: str, report_id: str) -> dict[str, dict[str, str]] | None:
+        """The attribute values kept with a reader's draft (label -> {attribute: value}), or None when it keeps none."""
+        check_own_reading(self.ctx, reader)
+        with self.session() as s:
+            draft = q.get_reading_draft(s, reader, report_id)
+        kept = (draft or {}).get(ATTRIBUTES_IN_DRAFT)
+        return None if kept is None else {lab: dict(values) for lab, values in kept.items()}
 
     def reading_draft_note(self, reader: str, report_id: str) -> ReadingNote | None:
         """The comment and unsure mark kept with a reader's draft, or None when it keeps none."""
@@ -326,19 +341,47 @@ class ReadingService(Service):
         return ReadingNote(kept["comment"], bool(kept["unsure"])) if kept else None
 
     def save_reading_draft(
-        self, reader: str, report_id: str, values: dict, comment: str | None = None, unsure: bool | None = None
+        self,
+        reader: str,
+        report_id: str,
+        values: dict,
+        comment: str | None = None,
+        unsure: bool | None = None,
+        attributes: dict[str, dict[str, str | None]] | None = None,
     ) -> None:
-        """Keep a reader's ticks (and, when given, comment and unsure mark) server-side the moment they change
-        (not a reading until submitted)."""
+        """Keep a reader's ticks (and, when given, comment and unsure mark, and the attribute values of the ticked
+        findings) server-side the moment they change (not a reading until submitted)."""
         check_own_reading(self.ctx, reader)
         values = self._check_values(values)
         note = _checked_note(comment, unsure)
+        kept = None if attributes is None else self._draft_attributes(values, attributes)
         if note is not False:
             values = {**values, NOTE_IN_DRAFT: note or {"comment": "", "unsure": False}}
+        if kept is not None:
+            values = {**values, ATTRIBUTES_IN_DRAFT: kept}
         with self.session(write=True) as s:
             if q.get_report(s, report_id) is None:
                 raise StudyError(f"no report {report_id!r}")
             q.put_reading_draft(s, reader, report_id, values)
+
+    def _draft_attributes(
+        self, ticks: dict[str, int], attributes: dict[str, dict[str, str | None]]
+    ) -> dict[str, dict[str, str]]:
+        """Attribute values for a draft, checked as a saved reading's are: a known attribute and value of a label
+        the draft ticks (a clear error otherwise); empty values dropped."""
+        kept: dict[str, dict[str, str]] = {}
+        for label, picked in attributes.items():
+            if not ticks.get(label):
+                raise StudyError(f"attributes of {label!r} in a draft that does not tick it: tick it first")
+            for name, value in picked.items():
+                value = None if value in (None, "") else str(value).strip().lower()
+                try:
+                    self.vocab.check_attribute(label, name, value)
+                except VocabularyError as exc:
+                    raise StudyError(str(exc)) from exc
+                if value is not None:
+                    kept.setdefault(label, {})[name] = value
+        return kept
 
     def claim_press(self, page: str, form: str, seq: int) -> PressClaim:
         """Claim one keyboard press (a browser page's form and its sequence number) before applying it: a resend
@@ -498,7 +541,7 @@ class ReadingService(Service):
                 work = work[work["report_id"].isin(keep)]
         ticked = readings[readings["value"].astype(int) == 1].groupby("report_id")["label"].agg(list).to_dict()
         for rid, values in drafts.items():
-            ticked[rid] = [lab for lab, v in (values or {}).items() if v and lab != NOTE_IN_DRAFT]
+            ticked[rid] = [lab for lab, v in _draft_ticks(values or {}).items() if v]
         out = pd.DataFrame(
             {
                 "report_id": work["report_id"],

@@ -1,7 +1,8 @@
 """Annotate: one report per screen from the reader's work list, keyboard first, blinded.
 
-Every tick is kept at once as the reader's server-side draft, so moving between reports,
-reloading or losing the connection never loses it; a reading counts only once saved.
+Every tick (with the comment and the attribute values of the ticked findings) is kept at once as the
+reader's server-side draft, so moving between reports, reloading or losing the connection never loses
+it; a reading counts only once saved.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ LABEL_KEYS = list("1234567890") + list("qwetyuiopadfghjklzxvbnm")
 UNSURE_KEY, COMMENT_KEY = ".", "/"  # never a label key: "." marks the reading unsure, "/" opens the comment
 HOW_TO_READ = (
     "Press the key shown on every finding the report describes (unticked = 0). Enter saves "
-    "and opens the next unread report; ← → move; S skips. Ticks are kept as your draft at once. "
+    "and opens the next unread report; ← → move; S skips. Ticks, attributes and the comment are kept as your "
+    "draft at once. "
     "Blinded: other readers and the labeller stay hidden."
 )
 STATE_TEXT = {
@@ -81,7 +83,7 @@ def _annotate(wb, reader: str, cohort: str, work, drafts: set) -> None:
     values, versions = _current(wb, reader, report_id, report_id in drafts)
     data = _form_data(wb, report_id, pos, work, values, versions)
     if wb.config.annotate_attributes:
-        _with_attributes(wb, reader, report_id, data)
+        _with_attributes(wb, reader, report_id, data, report_id in drafts)
     _with_note(wb, reader, report_id, data)
     keyboard.form(
         state.ANN_FORM,
@@ -106,11 +108,13 @@ def _hold(wb, reader: str, cohort: str, report_id: str, given: str | None, work)
         st.session_state[state.ANN_HELD] = key
 
 
-def _with_attributes(wb, reader: str, report_id: str, data: dict) -> None:
+def _with_attributes(wb, reader: str, report_id: str, data: dict, has_draft: bool = False) -> None:
     """Add a picker per label with attributes to the form: shown while its label is ticked, its values on Shift +
-    a key and by click, and the reader's stored values on screen (a report opened again must not save an empty
-    picker over them). Part of the form, so Enter saves exactly the values shown."""
-    stored = wb.reader_attributes(reader, report_id)
+    a key and by click, and the values kept with the reader's draft, else their stored ones, on screen (a report
+    opened again must not save an empty picker over them). Part of the form, so Enter saves exactly the values
+    shown."""
+    kept = wb.reading_draft_attributes(reader, report_id) if has_draft else None
+    stored = kept if kept is not None else wb.reader_attributes(reader, report_id)
     keys = attribute_keys(wb.vocab.attribute_values)
     names = wb.vocab.names()
     for label, spec in wb.vocab.attribute_specs().items():
@@ -241,13 +245,21 @@ def _note_sent(values: dict) -> tuple[str, bool]:
 
 
 def _keep_draft(wb, reader: str, ids: list, draft: dict) -> None:
-    """Keep the ticks on screen as the reader's server-side draft (only for a report of the work list)."""
+    """Keep the ticks on screen (with the comment and the attributes) as the reader's server-side draft (only for a
+    report of the work list)."""
     if draft.get("item") not in ids:
         return
     try:
-        wb.save_reading_draft(reader, draft["item"], _ticks(wb, draft["values"]), *_note_sent(draft["values"]))
+        _save_draft(wb, reader, draft["item"], _ticks(wb, draft["values"]), draft["values"])
     except WorkbenchError as exc:
         state.flash(f"Draft not kept: {exc}", "error")
+
+
+def _save_draft(wb, reader: str, report_id: str, values: dict, sent: dict) -> None:
+    """Keep what the form sent as the reader's draft: ticks, comment and unsure mark, and, when the picker is on,
+    the attribute values of the ticked findings (moving to another report must not lose them)."""
+    picked = _picked_attributes(wb, values, sent) if wb.config.annotate_attributes else None
+    wb.save_reading_draft(reader, report_id, values, *_note_sent(sent), attributes=picked)
 
 
 def _act(wb, reader: str, work, payload: dict) -> str | None:
@@ -262,7 +274,7 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
     values = _ticks(wb, payload.get("values") or {})
     pos = ids.index(report_id)
     if payload.get("kind") != "save":
-        wb.save_reading_draft(reader, report_id, values, *_note_sent(payload.get("values") or {}))  # read fresh
+        _save_draft(wb, reader, report_id, values, payload.get("values") or {})  # read fresh
         target = {
             "prev": ids[max(pos - 1, 0)],
             "next": ids[min(pos + 1, len(ids) - 1)],
@@ -282,7 +294,7 @@ def _act(wb, reader: str, work, payload: dict) -> str | None:
             unsure=_note_sent(sent)[1],
         )
     except ConflictError:
-        wb.save_reading_draft(reader, report_id, values, *_note_sent(sent))
+        _save_draft(wb, reader, report_id, values, sent)
         state.bump(wb)
         return _conflict(wb, reader, report_id, values)
     if wb.config.annotate_attributes:
