@@ -242,6 +242,21 @@ def test_prompts_set_scalars_temporal_and_list_fields(cli_study):
     assert "air bronchograms" in shown and "lobar opacity" in shown and "infectious process" not in shown
 
 
+def test_a_save_that_makes_a_prompt_contradict_itself_says_so(cli_study):
+    assert invoke("prompts", "set", "atelectasis", "hedged", "positive").exit_code == 0
+    exclusion = "the report only mentions 'possible'"
+    assert invoke("prompts", "set", "atelectasis", "do_not_label_when", "--add", exclusion).exit_code == 0
+    saved = CliRunner().invoke(main, ["prompts", "save", "atelectasis", "-m", "hand edit"])
+    assert saved.exit_code == 0, saved.output
+    assert "saved version" in saved.stdout and "warning" not in saved.stdout
+    assert "warning: [exclusion contradicts hedge policy]" in saved.stderr and "excludes 'possible'" in saved.stderr
+    assert "1 contradiction(s) saved" in saved.stderr and "prompts policy" in saved.stderr
+    # a save that adds no contradiction says nothing more
+    assert invoke("prompts", "set", "atelectasis", "definition", "Collapse of part of a lung.").exit_code == 0
+    quiet = CliRunner().invoke(main, ["prompts", "save", "atelectasis", "-m", "definition"])
+    assert quiet.exit_code == 0 and "warning" not in quiet.stderr and "contradiction" not in quiet.stderr
+
+
 EDITOR_SCRIPT = """
 import pathlib, sys
 path = pathlib.Path(sys.argv[1])

@@ -197,6 +197,23 @@ def test_policy_table_has_every_labels_hedge_and_temporal_policy(small_study):
         assert row.loc[label, "look_for"] == len(lp.look_for)
 
 
+def test_the_policy_table_shows_this_users_drafts_as_the_findings_do(study):
+    ann = study.as_actor(ANN)
+    committed = ann.prompt_commit()
+    lp, base, _ = ann.draft("cardiomegaly")
+    assert lp.hedged == "negative"
+    ann.save_draft(dataclasses.replace(lp, hedged="positive"), base)
+    table = ann.policy_table().set_index("label")
+    assert table.loc["cardiomegaly", "hedged"] == "positive" and bool(table.loc["cardiomegaly", "draft"])
+    assert not table.drop(index="cardiomegaly")["draft"].any()
+    assert any("Cardiomegaly: positive" in f.message and "(in your draft)" in f.message for f in ann.policy_conflicts())
+    # a committed version shows what was committed, and another user sees no draft of ann's
+    assert ann.policy_table(committed).set_index("label").loc["cardiomegaly", "hedged"] == "negative"
+    bob = study.as_actor(Actor("bob", "prompt_engineer"))
+    assert bob.policy_table().set_index("label").loc["cardiomegaly", "hedged"] == "negative"
+    assert not bob.policy_table()["draft"].any()
+
+
 def hedge_findings(wb, ref=None):
     return [f for f in wb.policy_conflicts(ref) if f.kind == "hedge policy differs"]
 

@@ -1439,14 +1439,16 @@ def prompts_policy(wb, ref, wide):
     and inside a label: exclusions, look-for phrases and examples against its policy, look-for phrases naming no
     finding of the label)."""
     table = wb.policy_table(ref).replace({"positive": "pos", "negative": "neg"})
+    table["label"] = [f"{lab} *" if draft else lab for lab, draft in zip(table["label"], table["draft"], strict=True)]
     echo_table(
-        table,
+        table.drop(columns="draft"),
         wide=wide,
         columns=["label", "hedged", "resolved", "stable", "improving", "prior", "look_for", "examples"],
     )
     say(
         'pos/neg = what hedged wording ("cannot exclude") and temporal wording (resolved, stable, improving, prior) '
         "count as; look_for / examples = how many phrases and few-shot examples. --wide adds exclusions."
+        + (" * = your draft, not saved yet." if table["draft"].any() else "")
     )
     findings = wb.policy_conflicts(ref)
     click.echo(f"\n{len(findings)} finding(s):")
@@ -1479,8 +1481,18 @@ def prompts_save(wb, labels, message):
     """Save drafts and uncommitted edits of the prompt folder (the given labels, or all) as one new version.
 
     `_task` names the shared task file (_task.yaml: the template and the attribute cue lists)."""
+    before = wb.prompt_commit()
     commit, saved = wb.save_labels(list(labels) or None, message)
     click.echo(f"saved version {commit[:8]} ({', '.join(saved)})")
+    made = wb.contradictions_saved(before, commit, saved)
+    for f in made:
+        click.echo(wrap_item(f"warning: [{f.kind}] {f.message}"), err=True)
+    if made:
+        click.echo(
+            f"{len(made)} contradiction(s) saved: an LLM cannot follow both sides; `workbench prompts policy` lists "
+            "them (optimise and accept refuse such a change)",
+            err=True,
+        )
 
 
 @prompts.command("status")

@@ -563,6 +563,25 @@ def test_prompts_draft_then_commit(study):
     assert not wb.draft("atelectasis")[2]
 
 
+def test_a_saved_contradiction_is_a_warning_and_the_policy_tab_marks_drafts(study):
+    import dataclasses
+
+    wb = workbench(study)
+    lp, base, _ = wb.draft("atelectasis")
+    exclusion = "the report only mentions 'possible'"
+    wb.save_draft(
+        dataclasses.replace(lp, hedged="positive", do_not_label_when=(*lp.do_not_label_when, exclusion)), base
+    )
+    assert wb.policy_table().set_index("label").loc["atelectasis", "draft"]
+    at = open_page(study, "prompts", {state.PROMPT_LABEL: "atelectasis"})
+    at.text_input(key=state.COMMIT_MESSAGE).input("atelectasis: hedges count")
+    button(at, "Save version").click().run()
+    assert_clean(at)
+    shown = [w.value.replace("\\", "") for w in at.warning]  # the message is shown as escaped Markdown
+    assert any("Saved version" in w and "contradiction" in w and "excludes 'possible'" in w for w in shown), shown
+    assert not wb.draft("atelectasis")[2]
+
+
 def test_prompts_conflict_keeps_the_draft(study):
     wb = workbench(study)
     at = open_page(study, "prompts", {state.PROMPT_LABEL: "edema"})

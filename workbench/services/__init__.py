@@ -251,6 +251,7 @@ class Workbench:
     previous_version = _forward(PromptsService.previous_version, "prompts")
     policy_table = _forward(PromptsService.policy_table, "prompts")
     policy_conflicts = _forward(PromptsService.policy_conflicts, "prompts")
+    contradictions_saved = _forward(PromptsService.contradictions_saved, "prompts")
     add_example_from_case = _forward(PromptsService.add_example_from_case, "prompts")
     # costs
     call_facts = _forward(ModelPathService.call_facts, "costs")

@@ -241,14 +241,28 @@ def _commit(wb, label: str, exists: bool) -> None:
         elif which == "this label" and not exists:
             st.error("You have no draft of this label: edit it and press 'Save draft' first.")
         else:
+            before = wb.prompt_commit()
             components.do(
                 wb,
                 "saving the version",
                 wb.commit_drafts,
                 labels,
                 message.strip(),
-                done=lambda commit: f"Saved version {commit[:8]} ({', '.join(labels)}). Re-run on the Runs page.",
+                done=lambda commit: _saved_message(wb, before, commit, labels),
             )
+
+
+def _saved_message(wb, before: str, commit: str, labels: list[str]) -> str | tuple[str, str]:
+    """What a save says: the version, and as a warning any contradiction it put in a label's prompt."""
+    text = f"Saved version {commit[:8]} ({', '.join(labels)}). Re-run on the Runs page."
+    made = wb.contradictions_saved(before, commit, labels)
+    if not made:
+        return text
+    found = "; ".join(f.message for f in made)
+    return (
+        f"{text} It saved {len(made)} contradiction(s) an LLM cannot follow: {found} (Policy across labels).",
+        "warning",
+    )
 
 
 def _history(wb, label: str) -> None:
