@@ -245,7 +245,9 @@ def test_prompts_set_scalars_temporal_and_list_fields(cli_study):
 def test_a_save_that_makes_a_prompt_contradict_itself_says_so(cli_study):
     assert invoke("prompts", "set", "atelectasis", "hedged", "positive").exit_code == 0
     exclusion = "the report only mentions 'possible'"
-    assert invoke("prompts", "set", "atelectasis", "do_not_label_when", "--add", exclusion).exit_code == 0
+    drafted = CliRunner().invoke(main, ["prompts", "set", "atelectasis", "do_not_label_when", "--add", exclusion])
+    assert drafted.exit_code == 0 and "updated in your draft" in drafted.stdout
+    assert "warning: your draft now contradicts itself: [exclusion contradicts hedge policy]" in drafted.stderr
     saved = CliRunner().invoke(main, ["prompts", "save", "atelectasis", "-m", "hand edit"])
     assert saved.exit_code == 0, saved.output
     assert "saved version" in saved.stdout and "warning" not in saved.stdout
