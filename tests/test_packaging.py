@@ -95,4 +95,4 @@ def test_the_version_is_the_changelogs_latest():
     changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     latest = re.search(r"^## \[?(\d+\.\d+\.\d+)\]? - (\d{4}-\d{2}-\d{2})", changelog, flags=re.MULTILINE)
     assert latest, "CHANGELOG.md has no '## X.Y.Z - YYYY-MM-DD' heading"
-    assert PYPROJECT["project"]["version"] == latest[1] == "0.4.0"
+    assert PYPROJECT["project"]["version"] == latest[1] == "0.4.1"
