@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 
 import pytest
 import yaml
@@ -54,6 +55,30 @@ def test_plural_inverted_and_abbreviated_forms_land_in_one_candidate():
     assert "r3" in [e["report_id"] for e in effusion.examples]
     assert forms["copd"] is forms["chronic obstructive pulmonary disease"]  # the abbreviation joins its full form
     assert forms["calcified granuloma"].affirmed_reports == 2  # r5 singular, r6 plural
+
+
+def test_only_a_word_written_in_capitals_is_taken_for_an_abbreviation():
+    corpus = [
+        ("a1", "Obstructive lung disease."),
+        ("a2", "Obstructive lung disease again."),
+        ("a3", "Old. Nothing acute."),  # "old" spells the initials of "obstructive lung disease"; it is a word
+        ("a4", "Findings are old."),
+        ("a5", "OLD, unchanged."),
+    ]
+    miner = mining.Miner(TASK)
+    assert [m.capitals for m in miner.mentions("a5", "OLD, unchanged.")] == [True]
+    assert [m.capitals for m in miner.mentions("a3", "Old. Nothing acute.")] == [False]
+    forms = by_name(mining.mine(corpus, TASK, min_reports=1))
+    assert forms["old"] is not forms["obstructive lung disease"], "lower-case 'old' in 2 of 3 mentions: a word"
+    # the same form in capitals is an abbreviation, as is any form when the source gives no case (None)
+    capitals = [ls.Mention(f"b{i}", "", "old", ls.AFFIRMED, capitals=True) for i in range(2)]
+    spelled = [ls.Mention(f"c{i}", "", "obstructive lung disease", ls.AFFIRMED, capitals=False) for i in range(2)]
+    lex = mining.Miner(TASK).lex
+    assert ls.abbreviations(
+        Counter(m.text for m in capitals + spelled), lex, capitals=ls.written_in_capitals(capitals + spelled)
+    ) == {"old": "obstructive lung disease"}
+    unknown = [ls.Mention(m.report_id, "", m.text, ls.AFFIRMED) for m in capitals + spelled]
+    assert ls.written_in_capitals(unknown) is None
 
 
 def test_side_severity_and_change_words_are_attributes_not_findings():

@@ -48,6 +48,7 @@ class Mention:
     assertion: str
     attributes: tuple[tuple[str, str], ...] = ()
     normal: bool = False  # said to be normal, clear or intact ("the heart is normal in size")
+    capitals: bool | None = None  # written in capital letters ("COPD"); None when the source does not say
 
 
 @dataclass
@@ -213,9 +214,15 @@ def generic_heads(core_counts: Counter) -> set[str]:
     return {h for h, n in total.items() if bare[h] < GENERIC_BARE_SHARE * n}
 
 
-def abbreviations(forms: Counter, lex: Lexicon, min_letters: int = 2) -> dict[str, str]:
+def abbreviations(
+    forms: Counter, lex: Lexicon, min_letters: int = 2, capitals: set[str] | None = None
+) -> dict[str, str]:
     """Abbreviation -> the corpus' multi-word form whose initials it spells ("copd" -> "chronic obstructive
-    pulmonary disease"); the most frequent such form wins, and only forms seen in this corpus count."""
+    pulmonary disease"); the most frequent such form wins, and only forms seen in this corpus count.
+
+    capitals: the one-word forms the reports mostly write in capital letters, when the mentions say how they are
+    written. Only those are taken for abbreviations: "COPD" is one, while "old" (which spells "obstructive lung
+    disease") is a word. A corpus written all in capitals makes every form eligible, as without case."""
     by_initials: dict[str, tuple[int, str]] = {}
     for text, n in forms.items():
         words = _WORD.findall(text)
@@ -227,9 +234,21 @@ def abbreviations(forms: Counter, lex: Lexicon, min_letters: int = 2) -> dict[st
     out = {}
     for text in forms:
         words = _WORD.findall(text)
+        if capitals is not None and text not in capitals:
+            continue
         if len(words) == 1 and words[0] in by_initials and by_initials[words[0]][1] != text:
             out[words[0]] = by_initials[words[0]][1]
     return out
+
+
+def written_in_capitals(mentions: list[Mention]) -> set[str] | None:
+    """The forms written in capital letters in at least half their mentions; None when no mention says how it is
+    written (an extraction that returns lower-case text)."""
+    known = [m for m in mentions if m.capitals is not None]
+    if not known:
+        return None
+    total, upper = Counter(m.text for m in known), Counter(m.text for m in known if m.capitals)
+    return {t for t, n in total.items() if 2 * upper[t] >= n}
 
 
 def same_family(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
@@ -257,7 +276,7 @@ def cluster_keys(keys: Counter) -> dict[tuple, tuple]:
 def group_mentions(mentions: list[Mention], lex: Lexicon, abbrev: dict[str, str] | None = None) -> dict[str, list]:
     """Candidate key (its family's words) -> its mentions; plural, inverted, abbreviated and attribute-qualified forms share a key."""
     form_counts = Counter(m.text for m in mentions)
-    abbrev = {**abbreviations(form_counts, lex), **(abbrev or {})}
+    abbrev = {**abbreviations(form_counts, lex, capitals=written_in_capitals(mentions)), **(abbrev or {})}
     cores = {t: tuple(lex.core(abbrev.get(t, t))) for t in form_counts}
     core_counts: Counter = Counter()
     for t, n in form_counts.items():

@@ -353,6 +353,7 @@ class Miner:
         if not lex.core(" ".join(shown)):
             return None
         attrs = sorted({lex.attributes[w] for w in chunk["words"] + chunk["qualifier"] if w in lex.attributes})
+        written = {clause[a:b].lower(): clause[a:b] for a, b in chunk["spans"]}  # each word as the report spells it
         return ls.Mention(
             report_id=report_id,
             sentence=clause,
@@ -360,6 +361,7 @@ class Miner:
             assertion=ls.NEGATED if chunk["normal"] else self._assertion(clause, chunk, info),
             attributes=tuple(attrs),
             normal=chunk["normal"],
+            capitals=all(written.get(w, w).isupper() for w in shown),
         )
 
     def _assertion(self, clause: str, chunk: dict, info) -> str:
