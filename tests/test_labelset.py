@@ -81,6 +81,20 @@ def test_only_a_word_written_in_capitals_is_taken_for_an_abbreviation():
     assert ls.written_in_capitals(unknown) is None
 
 
+def test_a_part_of_a_thing_is_named_by_the_thing_and_a_general_noun_alone_names_no_finding():
+    corpus = [
+        ("p1", "Catheter tip in the superior vena cava."),
+        ("p2", "The tip of the central venous catheter is in the right atrium."),
+        ("p3", "Right IJ catheter. Change from the prior study."),
+        ("p4", "The distal tip projects over the stomach."),
+    ]
+    cands = mining.mine(corpus, TASK, min_reports=1)
+    forms = by_name(cands)
+    assert not [t for t in forms if t.split()[-1] in ("tip", "change")], list(forms)
+    catheter = forms["catheter"]
+    assert catheter.affirmed_reports == 3 and forms["central venous catheter"] is catheter  # p1, p2, p3; not p4
+
+
 def test_side_severity_and_change_words_are_attributes_not_findings():
     cands = mining.mine(CORPUS, TASK, min_reports=1)
     effusion = by_name(cands)["pleural effusion"]

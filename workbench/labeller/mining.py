@@ -251,6 +251,9 @@ GENERAL_NOUNS = frozenset(
         "component",
     ]
 )
+# nouns for a part of something ("catheter tip", "the tip of the catheter"): the finding is the thing, so a form
+# ending in one is named without it, and one alone names no finding
+PART_NOUNS = frozenset(["tip", "tips", "end", "ends", "portion", "portions", "part", "parts", "segment", "segments"])
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z'-]*|\d+(?:\.\d+)?(?:st|nd|rd|th)?|[^\sA-Za-z\d]")
 
 
@@ -335,7 +338,7 @@ class Miner:
         elif gap and set(gap) <= COPULA and len(bare) <= 2 and not prev.get("predicate"):  # "heart is enlarged"
             prev["shown"] = bare + prev["shown"]
             prev["predicate"] = True
-        elif gap and gap[0] == "of" and set(prev["shown"]) <= GENERAL_NOUNS:
+        elif gap and gap[0] == "of" and set(prev["shown"]) <= GENERAL_NOUNS | PART_NOUNS:
             prev["shown"] = list(run["words"])  # "changes of COPD", "areas of atelectasis": the finding follows "of"
         elif gap and set(gap) <= PLACE_LINKS and gap[0] in PLACE_LINKS - {"the", "a", "an", "both", "this"}:
             pass  # "changes of the thoracic spine": the place qualifies the finding
@@ -350,7 +353,10 @@ class Miner:
         """One chunk as a mention: its surface form, assertion and attribute evidence (None without a finding word)."""
         lex = self.lex
         shown = [w for w in chunk["shown"] if w not in lex.attributes]
-        if not lex.core(" ".join(shown)):
+        while len(shown) > 1 and shown[-1] in PART_NOUNS:  # "catheter tip": the catheter
+            shown = shown[:-1]
+        core = lex.core(" ".join(shown))
+        if not core or set(core) <= GENERAL_NOUNS | PART_NOUNS:  # "change", "the tip": no finding named
             return None
         attrs = sorted({lex.attributes[w] for w in chunk["words"] + chunk["qualifier"] if w in lex.attributes})
         written = {clause[a:b].lower(): clause[a:b] for a, b in chunk["spans"]}  # each word as the report spells it
