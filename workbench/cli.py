@@ -1590,7 +1590,8 @@ def prompts_set(wb, label, field, value, add, remove):
     click.echo(
         f"{lp.label}: {field} updated in your {where}; commit it with `workbench prompts save {lp.label} -m MESSAGE`"
     )
-    for f in wb.prompts.new_contradictions(wb.label_prompt(lp.label), lp):  # against the latest version
+    latest = wb.prompt_set().labels.get(lp.label)  # a label new to the prompt set has no version to compare with
+    for f in wb.prompts.new_contradictions(latest, lp) if latest else []:
         click.echo(wrap_item(f"warning: your {where} now contradicts itself: [{f.kind}] {f.message}"), err=True)
 
 
