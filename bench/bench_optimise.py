@@ -15,7 +15,7 @@ per distinct report text, counted too from the answers the call cache gained). S
 calls of the screens (before the screening) and after it, on the tuning and validation parts, per
 kept change, the tuning answers --screen carried over without asking, and the calls a run of the
 saved version then makes (predicted by optimise, and made by the bench's re-run). Held out: macro F1 of the
-starter and of each saved version on the held-out reports, over the same labels. All of it once per seeded split
+starter and of each saved version on the held-out reports, all four over the same labels. All of it once per seeded split
 (--seeds, five by default: the held-out share and the tuning/validation split both drawn with the seed), then the
 held-out gains and calls per split and pooled over the splits (one part of 616 reports moves a gain by about
 0.01, so the pooled figures carry the targets). Targets: validation
@@ -76,13 +76,33 @@ def hold_out(dataset: pathlib.Path, folder: pathlib.Path, share: float, seed: in
     return out[0], out[1], len(held)
 
 
-def held_out_macro(wb, before_run: int, after_run: int) -> dict:
-    """Macro F1 of the starter and the saved prompts on the held-out reports, over the same labels (named)."""
+def held_out_tables(wb, before_run: int, after_run: int) -> dict:
+    """Per-label metrics of the starter and of the saved prompts on the held-out reports, and the study's policy."""
     a, b = wb.evaluate_run(before_run, n_resamples=0), wb.evaluate_run(after_run, n_resamples=0)
-    fa, fb = metrics.paired_macro_figures(
-        a.table["f1"], a.table["f1_undefined"], b.table["f1"], b.table["f1_undefined"], a.zero_division
-    )
-    return {"before": fa.value, "after": fb.value, "gain": fb.value - fa.value, "labels": fb.describe()}
+    return {"before": a.table, "after": b.table, "zero_division": a.zero_division}
+
+
+def held_out_over_same_labels(off: dict, on: dict) -> None:
+    """Held-out macro F1 before and after for both modes, every figure over the same labels: a label whose F1 is
+    undefined in any of the four (a saved version that never says yes to a finding the held-out reports lack)
+    leaves all of them when the policy leaves undefined labels out, so neither mode gains by a label dropping out
+    of its mean. Sets off["held_out"] and on["held_out"] (before, after, gain, labels)."""
+    tables = [t for r in (off, on) for t in (r["held_tables"]["before"], r["held_tables"]["after"])]
+    policy = off["held_tables"]["zero_division"]
+    left_out = metrics.undefined_labels(tables, policy)
+    for r in (off, on):
+        figures = []
+        for key in ("before", "after"):
+            t = r["held_tables"][key]
+            undefined = t["f1_undefined"].astype(bool) | t["f1"].isna() | t.index.isin(sorted(left_out))
+            figures.append(metrics.macro_figure(t["f1"], undefined, policy, paired=True))
+        before, after = figures
+        r["held_out"] = {
+            "before": before.value,
+            "after": after.value,
+            "gain": after.value - before.value,
+            "labels": after.describe(),
+        }
 
 
 def per_label(wb, run_id: int) -> tuple[pd.DataFrame, dict]:
@@ -171,6 +191,7 @@ def one_split(args, folder: pathlib.Path, seed: int, report: bool) -> tuple[dict
             Workbench(target), first.run_id, held_first.run_id, args.rounds, phrases, screen
         )
     off, on = results[False], results[True]
+    held_out_over_same_labels(off, on)
     for screen, res in ((False, off), (True, on)):
         print(f"\n--- optimise --{'screen' if screen else 'no-screen'} ---")
         with pd.option_context("display.width", 200, "display.max_columns", None):
@@ -318,7 +339,7 @@ def optimise_copy(wb, run_id: int, held_run: int, rounds: int, phrases, screen: 
     second = wb.start_run("dev", prompt_ref=commit) if commit else None
     distinct = cache_rows(wb) - cached_before  # before the held-out run below: optimise and the saved version's run
     after, macro_after = per_label(wb, second.run_id if second else run_id)
-    held = held_out_macro(wb, held_run, wb.start_run(HELD_OUT, prompt_ref=commit).run_id if commit else held_run)
+    held = held_out_tables(wb, held_run, wb.start_run(HELD_OUT, prompt_ref=commit).run_id if commit else held_run)
     names = wb.vocab.names()
     table = pd.DataFrame(
         {
@@ -342,7 +363,7 @@ def optimise_copy(wb, run_id: int, held_run: int, rounds: int, phrases, screen: 
         "seconds": seconds,
         "rerun_made": second.calls_made if second else 0,
         "distinct": distinct,
-        "held_out": held,
+        "held_tables": held,
     }
 
 
