@@ -69,6 +69,33 @@ def test_a_reader_with_nothing_else_to_do_lands_on_annotate(browser, link_server
         context.close()
 
 
+def test_a_signed_in_readers_link_to_annotate_keeps_its_address(browser, link_server, link_study):
+    from workbench.services import Workbench
+
+    wb = Workbench(link_study)
+    report = wb.work_list(READER[0], "dev")["report_id"].iloc[4]
+    wb.engine.dispose()
+    context, pg, watch = new_page(browser, link_server)
+    try:
+        sign_in_from(pg, link_server, *READER)
+        on_page(pg, "Annotate")  # a reader still lands on Annotate, now at its own address
+        assert urlparse(pg.url).path == "/annotate", pg.url
+        wait_for_session_cookie(pg, context)
+        pg.goto(f"{link_server}/annotate?report={report}")  # a link, signed in: Annotate is no longer "not found"
+        on_page(pg, "Annotate")
+        pg.locator(f".wbk[data-item='{report}']").wait_for()
+        settle(pg)
+        address = urlparse(pg.url)
+        assert address.path == "/annotate" and parse_qs(address.query).get("report") == [report], pg.url
+        pg.get_by_test_id("stSidebarNav").get_by_role("link", name="Home", exact=True).click()
+        on_page(pg, "Study: demo")  # Home stays Home: the start page opens once
+        settle(pg)
+        assert urlparse(pg.url).path == "/", pg.url
+        watch.check(pg)
+    finally:
+        context.close()
+
+
 def test_a_reload_at_once_after_sign_in_keeps_the_session(browser, link_server):
     context, pg, _ = new_page(browser, link_server)
     try:

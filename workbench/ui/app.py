@@ -283,6 +283,18 @@ def _open_the_link(pages: list, nav) -> None:
     st.switch_page(page, query_params=query)
 
 
+def _land_on_start(pages: list, nav, start: str, user: str) -> None:
+    """A session that opens at the root goes to its role's start page once per signed-in user (a reader reads:
+    Annotate), at that page's own address; a link to a page, or a later click on Home, is left where it is."""
+    if st.session_state.get(state.LANDED) == user:
+        return
+    st.session_state[state.LANDED] = user
+    page = next((p for p in pages if p.url_path == start), None)
+    if page is None or page is pages[0] or nav.url_path != pages[0].url_path or _requested_page() is not None:
+        return
+    st.switch_page(page, query_params=st.query_params.to_dict())
+
+
 def _runner(module, wb):
     """A page callable bound to this rerun's Workbench."""
 
@@ -317,12 +329,15 @@ def main(study: str | None = None, start: str | None = None) -> None:
     wb = state.request_scoped(state.attach_revision(base.as_actor(actor), base.ui_revision))
     allowed = [p for p in PAGES if actor.role in PERMISSIONS[p[4]]]
     start = start if start in {p[0] for p in allowed} else _first_page(actor.role, allowed)
+    # the first page is the root ("/"): Streamlit serves its default page there only, so a role's start page made
+    # the default (Annotate for a reader) would have no address of its own and a link to it would be "not found"
     pages = [
-        st.Page(_runner(module, wb), title=title, icon=icon, url_path=url, default=(url == start))
+        st.Page(_runner(module, wb), title=title, icon=icon, url_path=url, default=(url == allowed[0][0]))
         for url, title, icon, module, _ in allowed
     ]
     nav = st.navigation(pages)
     _open_the_link(pages, nav)
+    _land_on_start(pages, nav, start, actor.user)
     with st.sidebar:
         _sidebar(wb)
     nav.run()

@@ -25,6 +25,7 @@ from workbench.services.memo import RequestMemo
 ACTOR = "wb.actor"  # the signed-in Actor (never the Workbench)
 START_PAGE = "wb.start_page"  # the page the browser asked for before signing in
 START_QUERY = "wb.start_query"  # its query (the item of a /disagreements?... link), restored after the sign-in
+LANDED = "wb.landed"  # the user this session opened the start page for (a later click on Home stays there)
 FLASH = "wb.flash"  # messages to show once after a rerun
 JOBS = "wb.jobs"  # name -> Job of this session
 COHORT = "wb.cohort"  # cohort chosen on Home / Annotate / Adjudicate
