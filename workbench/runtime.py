@@ -27,7 +27,7 @@ RUN_THRESHOLDS = (50_000, 20, 10)  # young generation every 50,000 allocations; 
 _LOCK = threading.Lock()
 _DEPTH = 0  # runs in progress in this process (the app may execute more than one at a time)
 _SAVED: tuple[int, ...] | None = None
-_EXIT_FROZEN: list[bool] = []  # short_lived registered its exit hook (once per process)
+_EXIT_FROZEN = False  # short_lived registered its exit hook (once per process)
 
 
 @contextlib.contextmanager
@@ -66,9 +66,10 @@ def short_lived() -> None:
     `workbench metrics`) spent tidying memory the OS takes back anyway. Frozen objects are skipped by
     the collector; every atexit handler and thread join still runs (handlers registered later run before it).
     """
+    global _EXIT_FROZEN
     _raise_thresholds()
     if not _EXIT_FROZEN:
-        _EXIT_FROZEN.append(True)
+        _EXIT_FROZEN = True
         atexit.register(gc.freeze)
 
 

@@ -305,6 +305,7 @@ class Workbench:
     reading_draft = _forward(ReadingService.reading_draft, "reading")
     reading_draft_note = _forward(ReadingService.reading_draft_note, "reading")
     reading_draft_attributes = _forward(ReadingService.reading_draft_attributes, "reading")
+    draft_reading = _forward(ReadingService.draft_reading, "reading")
     save_reading_draft = _forward(ReadingService.save_reading_draft, "reading")
     claim_press = _forward(ReadingService.claim_press, "reading")
     finish_press = _forward(ReadingService.finish_press, "reading")

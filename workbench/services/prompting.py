@@ -598,7 +598,7 @@ class PromptsService(Service):
     def policy_table(self, ref_: str | None = None) -> pd.DataFrame:
         """Every label's hedge and temporal policy side by side: of a committed version, or without one of the latest
         with this user's drafts and uncommitted edits in it (column `draft`: the label's row is its draft)."""
-        drafted, pending = self._with_drafts(ref_)
+        drafted, pending = self._with_drafts(self.prompt_set(ref_), ref_)
         table = policy.policy_table(drafted, self.vocab.names())
         table["draft"] = table["label"].isin(pending)
         return table
@@ -608,7 +608,7 @@ class PromptsService(Service):
         of the latest one with this user's drafts and uncommitted edits in it (their findings say "draft")."""
         committed = self.prompt_set(ref_)
         found = policy.policy_conflicts(committed, self.vocab.names(), self.vocab)
-        drafted, pending = self._with_drafts(ref_)
+        drafted, pending = self._with_drafts(committed, ref_)
         if not pending:
             return found
         seen = set(found)
@@ -618,36 +618,35 @@ class PromptsService(Service):
             if f not in seen
         ]
 
-    def _with_drafts(self, ref_: str | None) -> tuple[PromptSet, list[str]]:
-        """A committed version as it is, or (no version) the latest with this user's pending labels in it, and those
-        labels."""
-        ps = self.prompt_set(ref_)
+    def _with_drafts(self, ps: PromptSet, ref_: str | None) -> tuple[PromptSet, list[str]]:
+        """The prompt set `ps` of version ref_ as it is, or (no version: `ps` is the latest) with this user's pending
+        labels in it, and those labels."""
         pending = [] if ref_ is not None else self.pending_labels()
         for label in pending:
             ps = ps.with_label(self.pending_prompt(label))
         return ps, pending
 
-    def new_contradictions(self, old: LabelPrompt, new: LabelPrompt, cues: dict | None = None) -> list[policy.Finding]:
-        """Contradictions inside a label's prompt that a revision (old -> new) would create (cues: the task's)."""
+    def new_contradictions(
+        self, old: LabelPrompt | None, new: LabelPrompt, cues: dict | None = None
+    ) -> list[policy.Finding]:
+        """Contradictions inside a label's prompt that a revision (old -> new; None: a label new to the set) would
+        create (cues: the task's)."""
         names = self.vocab.names()
         cues = cues if cues is not None else self.prompt_set().task.cue_lists()
-        before = set(policy.label_contradictions(old, names[old.label], cues, self.vocab))
+        before = set(policy.label_contradictions(old, names[old.label], cues, self.vocab)) if old else set()
         return [f for f in policy.label_contradictions(new, names[new.label], cues, self.vocab) if f not in before]
 
     def contradictions_saved(self, before: str, after: str, labels: list[str]) -> list[policy.Finding]:
         """Contradictions inside the given labels' prompts that version `after` has and version `before` had not
         (what a save just committed; a hand save is the engineer's call, but it is said)."""
         old_ps, new_ps = self.prompt_set(before), self.prompt_set(after)
-        names, cues = self.vocab.names(), new_ps.task.cue_lists()
-        found: list[policy.Finding] = []
-        for label in labels:
-            if label not in new_ps.labels:
-                continue
-            new = new_ps.labels[label]
-            old = old_ps.labels.get(label)
-            had = set(policy.label_contradictions(old, names[label], cues, self.vocab)) if old else set()
-            found += [f for f in policy.label_contradictions(new, names[label], cues, self.vocab) if f not in had]
-        return found
+        cues = new_ps.task.cue_lists()
+        return [
+            f
+            for label in labels
+            if label in new_ps.labels
+            for f in self.new_contradictions(old_ps.labels.get(label), new_ps.labels[label], cues)
+        ]
 
     # ------------------------------------------------------------ few-shot curation
 

@@ -23,7 +23,15 @@ from workbench.core.text import compose_text
 from workbench.core.vocab import VocabularyError
 from workbench.errors import UserError
 from workbench.services.base import Service, StudyContext
-from workbench.services.results import PressClaim, ReadingNote, ReportText, SavedReading, UndoneSave, WorkAssigned
+from workbench.services.results import (
+    DraftReading,
+    PressClaim,
+    ReadingNote,
+    ReportText,
+    SavedReading,
+    UndoneSave,
+    WorkAssigned,
+)
 from workbench.services.study import ConflictError, PermissionDenied
 from workbench.store import db
 from workbench.store import queries as q
@@ -317,28 +325,34 @@ class ReadingService(Service):
             raise StudyError(f"values must be 0 or 1, got {bad}")
         return {k: int(v) for k, v in values.items()}
 
-    def reading_draft(self, reader: str, report_id: str) -> dict[str, int] | None:
-        """A reader's unsaved ticks on one report (label -> 0/1), or None."""
+    def draft_reading(self, reader: str, report_id: str) -> DraftReading | None:
+        """A reader's draft of one report in one read (ticks, kept note, kept attribute values), or None."""
         check_own_reading(self.ctx, reader)
         with self.session() as s:
             draft = q.get_reading_draft(s, reader, report_id)
-        return None if draft is None else _draft_ticks(draft)
+        if draft is None:
+            return None
+        note, kept = draft.get(NOTE_IN_DRAFT), draft.get(ATTRIBUTES_IN_DRAFT)
+        return DraftReading(
+            ticks=_draft_ticks(draft),
+            note=ReadingNote(note["comment"], bool(note["unsure"])) if note else None,
+            attributes=None if kept is None else {lab: dict(values) for lab, values in kept.items()},
+        )
+
+    def reading_draft(self, reader: str, report_id: str) -> dict[str, int] | None:
+        """A reader's unsaved ticks on one report (label -> 0/1), or None."""
+        draft = self.draft_reading(reader, report_id)
+        return None if draft is None else draft.ticks
 
     def reading_draft_attributes(self, reader: str, report_id: str) -> dict[str, dict[str, str]] | None:
         """The attribute values kept with a reader's draft (label -> {attribute: value}), or None when it keeps none."""
-        check_own_reading(self.ctx, reader)
-        with self.session() as s:
-            draft = q.get_reading_draft(s, reader, report_id)
-        kept = (draft or {}).get(ATTRIBUTES_IN_DRAFT)
-        return None if kept is None else {lab: dict(values) for lab, values in kept.items()}
+        draft = self.draft_reading(reader, report_id)
+        return None if draft is None else draft.attributes
 
     def reading_draft_note(self, reader: str, report_id: str) -> ReadingNote | None:
         """The comment and unsure mark kept with a reader's draft, or None when it keeps none."""
-        check_own_reading(self.ctx, reader)
-        with self.session() as s:
-            draft = q.get_reading_draft(s, reader, report_id)
-        kept = (draft or {}).get(NOTE_IN_DRAFT)
-        return ReadingNote(kept["comment"], bool(kept["unsure"])) if kept else None
+        draft = self.draft_reading(reader, report_id)
+        return None if draft is None else draft.note
 
     def save_reading_draft(
         self,

@@ -387,6 +387,16 @@ class ReadingNote:
 
 
 @dataclass(frozen=True)
+class DraftReading:
+    """A reader's unsaved reading of one report, read at once: its ticks, and the comment and unsure mark and the
+    attribute values kept with them (None when the draft keeps none)."""
+
+    ticks: dict[str, int]
+    note: ReadingNote | None
+    attributes: dict[str, dict[str, str]] | None
+
+
+@dataclass(frozen=True)
 class UndoneSave:
     """What undoing a reader's last save did: the report, labels whose value came back, new readings removed."""
 

@@ -14,7 +14,7 @@ from workbench.core.reading import min_seconds_empty, min_seconds_shown
 from workbench.errors import WorkbenchError
 from workbench.services import ConflictError
 from workbench.services.reading import reading_pace
-from workbench.services.results import ReadingNote
+from workbench.services.results import DraftReading, ReadingNote
 from workbench.ui import components, keyboard, state
 
 # one key per label, in vocabulary order: digits, then letters (Streamlit reserves C and R;
@@ -80,11 +80,12 @@ def _annotate(wb, reader: str, cohort: str, work, drafts: set) -> None:
     state.to_url(cohort=cohort, report=report_id)
     pos = ids.index(report_id)
     _progress(wb, reader, cohort, work, pos)
-    values, versions = _current(wb, reader, report_id, report_id in drafts)
+    draft = wb.draft_reading(reader, report_id) if report_id in drafts else None  # one read for ticks, note, attributes
+    values, versions = _current(wb, reader, report_id, draft)
     data = _form_data(wb, report_id, pos, work, values, versions)
     if wb.config.annotate_attributes:
-        _with_attributes(wb, reader, report_id, data, report_id in drafts)
-    _with_note(wb, reader, report_id, data)
+        _with_attributes(wb, reader, report_id, data, draft)
+    _with_note(wb, reader, report_id, data, draft)
     keyboard.form(
         state.ANN_FORM,
         data,
@@ -108,12 +109,12 @@ def _hold(wb, reader: str, cohort: str, report_id: str, given: str | None, work)
         st.session_state[state.ANN_HELD] = key
 
 
-def _with_attributes(wb, reader: str, report_id: str, data: dict, has_draft: bool = False) -> None:
+def _with_attributes(wb, reader: str, report_id: str, data: dict, draft: DraftReading | None = None) -> None:
     """Add a picker per label with attributes to the form: shown while its label is ticked, its values on Shift +
     a key and by click, and the values kept with the reader's draft, else their stored ones, on screen (a report
     opened again must not save an empty picker over them). Part of the form, so Enter saves exactly the values
     shown."""
-    kept = wb.reading_draft_attributes(reader, report_id) if has_draft else None
+    kept = draft.attributes if draft is not None else None
     stored = kept if kept is not None else wb.reader_attributes(reader, report_id)
     keys = attribute_keys(wb.vocab.attribute_values)
     names = wb.vocab.names()
@@ -222,12 +223,12 @@ def _duration(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
 
-def _current(wb, reader: str, report_id: str, has_draft: bool = True) -> tuple[dict, dict]:
+def _current(wb, reader: str, report_id: str, draft: DraftReading | None) -> tuple[dict, dict]:
     """The ticks shown (the draft, else the saved reading, else all 0) and the saved versions."""
     mine = state.read(wb.reading.my_readings, reader, report_id)
     saved = dict(zip(mine["label"], mine["value"].astype(int), strict=False))
-    draft = wb.reading_draft(reader, report_id) if has_draft else None
-    values = {lab: int((draft if draft is not None else saved).get(lab, 0)) for lab in wb.vocab.asked_ids}
+    shown = draft.ticks if draft is not None else saved
+    values = {lab: int(shown.get(lab, 0)) for lab in wb.vocab.asked_ids}
     stored = {lab: int(v) for lab, v in zip(mine["label"], mine["version"], strict=False)}
     # version 0: no reading when the report was opened, so a save from another window meanwhile is a conflict
     return values, {lab: stored.get(lab, 0) for lab in wb.vocab.asked_ids}
@@ -330,10 +331,10 @@ def _conflict(wb, reader: str, report_id: str, yours: dict) -> str:
     )
 
 
-def _with_note(wb, reader: str, report_id: str, data: dict) -> None:
+def _with_note(wb, reader: str, report_id: str, data: dict, draft: DraftReading | None = None) -> None:
     """Add the unsure mark, the comment field, undo and the empty-save confirmation to the form's data."""
     note = (
-        wb.reading_draft_note(reader, report_id)  # a draft's own (after an undo, or typed before a move)
+        (draft.note if draft is not None else None)  # a draft's own (after an undo, or typed before a move)
         or wb.reading_note(reader, report_id)
         or ReadingNote("", False)
     )
